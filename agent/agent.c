@@ -1,0 +1,729 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The agent: creation from a quota config, key resolution and the hot
+ * path. Everything allocated here is allocated at create; the per-request
+ * path (allot_acquire) reads the key, reads the clock, runs the bucket
+ * (bucket.h) and bumps two counters on the stripe of the current CPU.
+ * Keys of unknown identities come from a bounded pool; when it is full
+ * they share one overflow key per endpoint class, and idle unpinned keys
+ * are evicted to make room.
+ */
+#include "agent_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NAME_SZ (ALLOT_IDENTITY_MAX + 1)
+#define NONE UINT32_MAX
+
+/* ---- options ---- */
+
+void
+allot_agent_options_init(allot_agent_options *o)
+{
+	if (o == NULL)
+		return;
+	memset(o, 0, sizeof *o);
+	o->max_unknown_keys = 4096;
+	o->idle_evict_ms = 300000;
+	o->log_level = ALLOT_LOG_INFO;
+	o->sync_interval_ms = 100;
+	o->sync_jitter = 0.1;
+	o->initial_replicas = 1;
+	o->reconnect_min_ms = 100;
+	o->reconnect_max_ms = 5000;
+}
+
+static char *
+dup_or_null(const char *s)
+{
+	return s == NULL ? NULL : strdup(s);
+}
+
+/* ---- read-only string indexes ---- */
+
+static uint32_t
+pow2_at_least(uint64_t n)
+{
+	uint32_t c = 8;
+	while (c < n && c < (1u << 30))
+		c <<= 1;
+	return c;
+}
+
+static int
+index_build(uint32_t n, const char *(*name)(void *, uint32_t), void *ctx,
+    uint64_t seed, uint32_t **ret_idx, uint64_t **ret_hash,
+    uint32_t *ret_mask)
+{
+	uint32_t cap = pow2_at_least((uint64_t) n * 2 + 1);
+	uint32_t *idx = calloc(cap, sizeof *idx);
+	uint64_t *hs = calloc(cap, sizeof *hs);
+	if (idx == NULL || hs == NULL) {
+		free(idx);
+		free(hs);
+		return ALLOT_ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const char *s = name(ctx, i);
+		uint64_t h = allot__hash(s, strlen(s), seed);
+		uint32_t p = (uint32_t) h & (cap - 1);
+		while (idx[p] != 0)
+			p = (p + 1) & (cap - 1);
+		idx[p] = i + 1;
+		hs[p] = h;
+	}
+	*ret_idx = idx;
+	*ret_hash = hs;
+	*ret_mask = cap - 1;
+	return ALLOT_OK;
+}
+
+static const char *
+caller_name(void *ctx, uint32_t i)
+{
+	const allot_config *cfg = ctx;
+	return cfg->callers[i].identity;
+}
+
+static const char *
+endpoint_name(void *ctx, uint32_t i)
+{
+	const allot_config *cfg = ctx;
+	return cfg->endpoints[i].name;
+}
+
+/* Caller index for an identity, or -1. */
+static inline int64_t
+find_caller(const allot_agent *a, const char *id, size_t len, uint64_t h)
+{
+	uint32_t p = (uint32_t) h & a->id_mask;
+	for (;;) {
+		uint32_t v = a->id_index[p];
+		if (v == 0)
+			return -1;
+		if (a->id_hash[p] == h) {
+			const char *s = a->cfg->callers[v - 1].identity;
+			if (memcmp(s, id, len) == 0 && s[len] == '\0')
+				return v - 1;
+		}
+		p = (p + 1) & a->id_mask;
+	}
+}
+
+static inline uint32_t
+find_class(const allot_agent *a, const char *ep)
+{
+	if (ep == NULL || a->nclasses == 1)
+		return a->nclasses - 1;
+	size_t len = strlen(ep);
+	uint64_t h = allot__hash(ep, len, a->seed);
+	uint32_t p = (uint32_t) h & a->ep_mask;
+	for (;;) {
+		uint32_t v = a->ep_index[p];
+		if (v == 0)
+			return a->nclasses - 1;
+		if (a->ep_hash[p] == h &&
+		    strcmp(a->cfg->endpoints[v - 1].name, ep) == 0)
+			return v - 1;
+		p = (p + 1) & a->ep_mask;
+	}
+}
+
+/* ---- create / destroy ---- */
+
+static void
+key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
+    const char *identity, bool known, allot__kstripe *stripes)
+{
+	k->bucket = &q->bucket;
+	k->quota = q;
+	k->stripes = stripes;
+	k->cls = cls;
+	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
+	    a->cfg->endpoints[cls].weight;
+	double b = floor(q->q->burst);
+	k->max_cost = b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
+	k->known = known;
+	k->identity = identity;
+	atomic_init(&k->pins, 0);
+	atomic_init(&k->gen, 0);
+	k->slot = NONE;
+	k->next_free = NONE;
+}
+
+static uint32_t
+stripes_for_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_CONF);
+	uint32_t s = 1;
+	while (s < (uint32_t) (n > 0 ? n : 1) && s < ALLOT__MAX_STRIPES)
+		s <<= 1;
+	return s;
+}
+
+int
+allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
+    allot_agent **ret_agent)
+{
+	if (cfg == NULL || ret_agent == NULL)
+		return ALLOT_EINVAL;
+	allot_agent_options o;
+	if (opts != NULL)
+		o = *opts;
+	else
+		allot_agent_options_init(&o);
+	if (o.sync_interval_ms == 0 || o.initial_replicas == 0 ||
+	    !(o.sync_jitter >= 0 && o.sync_jitter < 1) ||
+	    o.reconnect_min_ms == 0 || o.reconnect_max_ms < o.reconnect_min_ms)
+		return ALLOT_EINVAL;
+
+	int rc = ALLOT_ENOMEM;
+	allot_agent *a = calloc(1, sizeof *a);
+	if (a == NULL)
+		return ALLOT_ENOMEM;
+	pthread_mutex_init(&a->dyn_lock, NULL);
+	pthread_mutex_init(&a->set_lock, NULL);
+	a->opts = o;
+	a->log.fn = o.log;
+	a->log.ctx = o.log_ctx;
+	a->log.level = o.log_level;
+	a->clock_fn = o.clock;
+	a->clock_ctx = o.clock_ctx;
+	a->tsc = allot__tsc_get();
+	a->seed = allot__hash_seed();
+	a->nstripes = stripes_for_cpus();
+	a->stripe_mask = a->nstripes - 1;
+	a->idle_evict_ns = (uint64_t) o.idle_evict_ms * 1000000u;
+	a->dyn_free = NONE;
+
+	if ((a->cfg = allot__config_dup(cfg)) == NULL)
+		goto fail;
+	const allot_config *c = a->cfg;
+	a->coordinator = dup_or_null(o.coordinator);
+	a->service = dup_or_null(o.service != NULL ? o.service : "default");
+	if (o.replica_id != NULL) {
+		a->replica_id = strdup(o.replica_id);
+	} else {
+		char host[256] = "localhost";
+		gethostname(host, sizeof host - 1);
+		char buf[300];
+		snprintf(buf, sizeof buf, "%s-%ld", host, (long) getpid());
+		a->replica_id = strdup(buf);
+	}
+	if (a->service == NULL || a->replica_id == NULL ||
+	    (o.coordinator != NULL && a->coordinator == NULL))
+		goto fail;
+	a->opts.coordinator = a->coordinator;
+	a->opts.service = a->service;
+	a->opts.replica_id = a->replica_id;
+
+	a->nquotas = (uint32_t) c->ncallers + 1;
+	a->nclasses = (uint32_t) c->nendpoints + 1;
+	a->dyn_cap = o.max_unknown_keys;
+	size_t nknown = (size_t) c->ncallers * a->nclasses;
+	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
+
+	a->quotas = aligned_alloc(64, sizeof(allot__qrt) * a->nquotas);
+	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
+	a->known_keys = calloc(nknown + 1, sizeof(allot_key));
+	a->anon_keys = calloc(a->nclasses, sizeof(allot_key));
+	a->overflow_keys = calloc(a->nclasses, sizeof(allot_key));
+	a->dyn_keys = calloc(a->dyn_cap + 1, sizeof(allot_key));
+	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
+	size_t spsz = sizeof(allot__kstripe) * a->nstripes * nkeys;
+	a->stripe_pool = aligned_alloc(64, spsz);
+	if (a->quotas == NULL || a->class_names == NULL ||
+	    a->known_keys == NULL || a->anon_keys == NULL ||
+	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
+	    a->dyn_names == NULL || a->stripe_pool == NULL)
+		goto fail;
+	memset(a->quotas, 0, sizeof(allot__qrt) * a->nquotas);
+	memset(a->stripe_pool, 0, spsz);
+
+	/* Quotas: before the first reply from a coordinator every bucket
+	 * runs at the static split R / initial_replicas. */
+	for (uint32_t i = 0; i < a->nquotas; i++) {
+		allot__qrt *q = &a->quotas[i];
+		q->q = i < c->ncallers ? &c->callers[i] : &c->def;
+		q->index = i;
+		q->is_default = i == c->ncallers;
+		double n = (double) o.initial_replicas;
+		allot__allowance al = {
+			.rate = q->q->rate / n,
+			.burst = fmax(q->q->burst / n, (double) c->max_weight),
+			.mode = ALLOT__MODE_LIMIT,
+		};
+		allot__bucket_init(&q->bucket, &al);
+		atomic_store(&q->bucket.shadow, q->q->shadow);
+	}
+	for (uint32_t j = 0; j + 1 < a->nclasses; j++)
+		a->class_names[j] = c->endpoints[j].name;
+	a->class_names[a->nclasses - 1] = "default";
+
+	if ((rc = index_build((uint32_t) c->ncallers, caller_name,
+		 (void *) c, a->seed, &a->id_index, &a->id_hash,
+		 &a->id_mask)) != ALLOT_OK ||
+	    (rc = index_build((uint32_t) c->nendpoints, endpoint_name,
+		 (void *) c, a->seed, &a->ep_index, &a->ep_hash,
+		 &a->ep_mask)) != ALLOT_OK)
+		goto fail;
+
+	allot__kstripe *sp = a->stripe_pool;
+	allot__qrt *def = &a->quotas[a->nquotas - 1];
+	for (size_t i = 0; i < c->ncallers; i++)
+		for (uint32_t j = 0; j < a->nclasses; j++) {
+			key_init(a, &a->known_keys[i * a->nclasses + j],
+			    &a->quotas[i], j, c->callers[i].identity, true,
+			    sp);
+			sp += a->nstripes;
+		}
+	for (uint32_t j = 0; j < a->nclasses; j++) {
+		key_init(a, &a->anon_keys[j], def, j, "", false, sp);
+		sp += a->nstripes;
+		key_init(a, &a->overflow_keys[j], def, j, "(overflow)", false,
+		    sp);
+		sp += a->nstripes;
+	}
+	for (uint32_t i = 0; i < a->dyn_cap; i++) {
+		allot_key *k = &a->dyn_keys[i];
+		key_init(a, k, def, 0, &a->dyn_names[(size_t) i * NAME_SZ],
+		    false, sp);
+		sp += a->nstripes;
+		k->dynamic = true;
+		k->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
+	}
+	a->dyn_free = a->dyn_cap > 0 ? 0 : NONE;
+	a->dyn_mask = pow2_at_least((uint64_t) a->dyn_cap * 2 + 1) - 1;
+	a->dyn_index = calloc((size_t) a->dyn_mask + 1,
+	    sizeof *a->dyn_index);
+	if (a->dyn_index == NULL) {
+		rc = ALLOT_ENOMEM;
+		goto fail;
+	}
+
+	if (a->coordinator != NULL && (rc = allot__sync_start(a)) != ALLOT_OK)
+		goto fail;
+	allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-AGENT-START",
+	    "agent %s for service %s: %zu callers, %u endpoint classes, "
+	    "clock %s, %u counter stripes, coordinator %s",
+	    a->replica_id, a->service, c->ncallers, a->nclasses,
+	    a->clock_fn != NULL ? "injected" :
+	    a->tsc->usable ? "tsc" : "CLOCK_MONOTONIC",
+	    a->nstripes, a->coordinator != NULL ? a->coordinator :
+	    "none (local-only)");
+	*ret_agent = a;
+	return ALLOT_OK;
+fail:
+	allot_agent_destroy(a);
+	return rc;
+}
+
+void
+allot_agent_destroy(allot_agent *a)
+{
+	if (a == NULL)
+		return;
+	if (a->sync != NULL)
+		allot__sync_stop(a);
+	free(a->dyn_index);
+	free(a->stripe_pool);
+	free(a->dyn_names);
+	free(a->dyn_keys);
+	free(a->overflow_keys);
+	free(a->anon_keys);
+	free(a->known_keys);
+	free(a->ep_index);
+	free(a->ep_hash);
+	free(a->id_index);
+	free(a->id_hash);
+	free(a->class_names);
+	free(a->quotas);
+	free(a->coordinator);
+	free(a->service);
+	free(a->replica_id);
+	allot_config_free(a->cfg);
+	pthread_mutex_destroy(&a->dyn_lock);
+	pthread_mutex_destroy(&a->set_lock);
+	free(a);
+}
+
+/* ---- unknown identities ---- */
+
+static inline uint64_t
+dyn_hash(uint64_t id_hash, uint32_t cls)
+{
+	return allot__mix64(id_hash ^ ((uint64_t) cls << 56));
+}
+
+/* Re-read a key's generation after reading its name: a seqlock read
+ * side. ThreadSanitizer does not model fences, so its builds use a
+ * read-modify-write, which orders the same way. */
+static inline uint32_t
+gen_recheck(allot_key *k)
+{
+#if defined(__SANITIZE_THREAD__)
+	return atomic_fetch_add_explicit(&k->gen, 0, memory_order_acq_rel);
+#else
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(&k->gen, memory_order_relaxed);
+#endif
+}
+
+/* Lock-free lookup. A hit is verified against the key's generation so a
+ * key being recycled concurrently is never returned for the wrong name. */
+static allot_key *
+dyn_lookup(allot_agent *a, const char *id, size_t len, uint64_t h,
+    uint32_t cls)
+{
+	uint32_t p = (uint32_t) h & a->dyn_mask;
+	for (uint32_t n = 0; n <= a->dyn_mask; n++) {
+		allot_key *k = atomic_load_explicit(&a->dyn_index[p],
+		    memory_order_acquire);
+		if (k == NULL)
+			return NULL;
+		uint32_t g = atomic_load_explicit(&k->gen,
+		    memory_order_acquire);
+		if ((g & 1) == 0 && k->hash == h && k->cls == cls &&
+		    strncmp(k->identity, id, len) == 0 &&
+		    k->identity[len] == '\0') {
+			if (gen_recheck(k) == g)
+				return k;
+		}
+		p = (p + 1) & a->dyn_mask;
+	}
+	return NULL;
+}
+
+static void
+fold_retired(allot_agent *a, allot_key *k)
+{
+	allot__ktotals t;
+	allot__key_totals(a, k, &t);
+	allot__ktotals *r = &k->quota->retired;
+	r->allowed += t.allowed;
+	r->denied += t.denied;
+	r->shadow_denied += t.shadow_denied;
+	r->spent += t.spent;
+	r->denied_tokens += t.denied_tokens;
+}
+
+/* Remove a key from the index (dyn_lock held), keeping every probe
+ * chain intact by re-inserting the entries that follow it. */
+static void
+dyn_remove(allot_agent *a, allot_key *k)
+{
+	uint32_t p = k->slot;
+	atomic_store_explicit(&a->dyn_index[p], NULL, memory_order_release);
+	k->slot = NONE;
+	for (uint32_t q = (p + 1) & a->dyn_mask;; q = (q + 1) & a->dyn_mask) {
+		allot_key *e = atomic_load_explicit(&a->dyn_index[q],
+		    memory_order_relaxed);
+		if (e == NULL)
+			break;
+		uint32_t home = (uint32_t) e->hash & a->dyn_mask;
+		uint32_t r = home;
+		while (atomic_load_explicit(&a->dyn_index[r],
+			   memory_order_relaxed) != NULL && r != q)
+			r = (r + 1) & a->dyn_mask;
+		if (r != q) {
+			/* Publish the copy before clearing the original, so a
+			 * concurrent lookup finds it in one place or both;
+			 * a miss is re-checked under the lock anyway. */
+			atomic_store_explicit(&a->dyn_index[r], e,
+			    memory_order_release);
+			atomic_store_explicit(&a->dyn_index[q], NULL,
+			    memory_order_release);
+			e->slot = r;
+		}
+	}
+}
+
+static void
+dyn_recycle(allot_agent *a, allot_key *k)
+{
+	fold_retired(a, k);
+	dyn_remove(a, k);
+	atomic_fetch_add_explicit(&k->gen, 1, memory_order_acq_rel);
+	for (uint32_t s = 0; s < a->nstripes; s++) {
+		allot__kstripe *st = &k->stripes[s];
+		atomic_store_explicit(&st->allowed, 0, memory_order_relaxed);
+		atomic_store_explicit(&st->denied, 0, memory_order_relaxed);
+		atomic_store_explicit(&st->shadow_denied, 0,
+		    memory_order_relaxed);
+		atomic_store_explicit(&st->spent, 0, memory_order_relaxed);
+		atomic_store_explicit(&st->denied_tokens, 0,
+		    memory_order_relaxed);
+	}
+	((char *) k->identity)[0] = '\0'; /* dyn_names storage */
+	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
+	k->next_free = a->dyn_free;
+	a->dyn_free = (uint32_t) (k - a->dyn_keys);
+	a->dyn_used--;
+	atomic_fetch_add_explicit(&a->evictions, 1, memory_order_relaxed);
+}
+
+static void
+sweep_locked(allot_agent *a, uint64_t now)
+{
+	a->last_sweep_ns = now;
+	for (uint32_t i = 0; i < a->dyn_cap; i++) {
+		allot_key *k = &a->dyn_keys[i];
+		if (k->slot == NONE)
+			continue;
+		allot__ktotals t;
+		allot__key_totals(a, k, &t);
+		uint64_t sum = t.allowed + t.denied + t.shadow_denied;
+		if (sum != k->sweep_sum) {
+			k->sweep_sum = sum;
+			k->sweep_ns = now;
+			continue;
+		}
+		if (atomic_load_explicit(&k->pins, memory_order_acquire) ==
+			0 &&
+		    now - k->sweep_ns >= a->idle_evict_ns)
+			dyn_recycle(a, k);
+	}
+}
+
+void
+allot__agent_sweep(allot_agent *a, uint64_t now)
+{
+	if (a->idle_evict_ns == 0)
+		return;
+	pthread_mutex_lock(&a->dyn_lock);
+	sweep_locked(a, now);
+	pthread_mutex_unlock(&a->dyn_lock);
+}
+
+static allot_key *
+dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
+    uint32_t cls, bool pin)
+{
+	pthread_mutex_lock(&a->dyn_lock);
+	allot_key *k = dyn_lookup(a, id, len, h, cls);
+	if (k != NULL)
+		goto out;
+	if (a->dyn_free == NONE && a->idle_evict_ns != 0) {
+		unsigned cpu;
+		uint64_t now = allot__agent_now(a, &cpu);
+		/* At most one full scan per quarter of the idle period. */
+		if (now - a->last_sweep_ns >= a->idle_evict_ns / 4)
+			sweep_locked(a, now);
+	}
+	if (a->dyn_free == NONE) {
+		k = &a->overflow_keys[cls];
+		atomic_fetch_add_explicit(&a->overflowed, 1,
+		    memory_order_relaxed);
+		goto out;
+	}
+	k = &a->dyn_keys[a->dyn_free];
+	a->dyn_free = k->next_free;
+	a->dyn_used++;
+	atomic_fetch_add_explicit(&k->gen, 1, memory_order_acq_rel);
+	memcpy((char *) k->identity, id, len);
+	((char *) k->identity)[len] = '\0';
+	k->hash = h;
+	k->cls = cls;
+	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
+	    a->cfg->endpoints[cls].weight;
+	k->sweep_sum = 0;
+	unsigned cpu;
+	k->sweep_ns = allot__agent_now(a, &cpu);
+	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
+	uint32_t p = (uint32_t) h & a->dyn_mask;
+	while (atomic_load_explicit(&a->dyn_index[p], memory_order_relaxed) !=
+	    NULL)
+		p = (p + 1) & a->dyn_mask;
+	k->slot = p;
+	atomic_store_explicit(&a->dyn_index[p], k, memory_order_release);
+out:
+	if (pin && k->dynamic)
+		atomic_fetch_add_explicit(&k->pins, 1, memory_order_acq_rel);
+	pthread_mutex_unlock(&a->dyn_lock);
+	return k;
+}
+
+/* ---- resolution ---- */
+
+static inline int
+resolve(allot_agent *a, const char *identity, const char *endpoint,
+    bool pin, allot_key **ret)
+{
+	uint32_t cls = find_class(a, endpoint);
+	if (identity == NULL || identity[0] == '\0') {
+		*ret = &a->anon_keys[cls];
+		return ALLOT_OK;
+	}
+	size_t len = strnlen(identity, ALLOT_IDENTITY_MAX + 1);
+	if (len > ALLOT_IDENTITY_MAX)
+		return ALLOT_EINVAL;
+	uint64_t h = allot__hash(identity, len, a->seed);
+	int64_t ci = find_caller(a, identity, len, h);
+	if (ci >= 0) {
+		*ret = &a->known_keys[(size_t) ci * a->nclasses + cls];
+		return ALLOT_OK;
+	}
+	uint64_t dh = dyn_hash(h, cls);
+	allot_key *k = pin ? NULL : dyn_lookup(a, identity, len, dh, cls);
+	if (k == NULL)
+		k = dyn_insert(a, identity, len, dh, cls, pin);
+	*ret = k;
+	return ALLOT_OK;
+}
+
+int
+allot_key_resolve(allot_agent *a, const char *identity, const char *endpoint,
+    allot_key **ret_key)
+{
+	if (a == NULL || ret_key == NULL)
+		return ALLOT_EINVAL;
+	return resolve(a, identity, endpoint, true, ret_key);
+}
+
+void
+allot_key_release(allot_agent *a, allot_key *k)
+{
+	(void) a;
+	if (k == NULL || !k->dynamic)
+		return;
+	uint32_t old = atomic_load_explicit(&k->pins, memory_order_relaxed);
+	while (old > 0 &&
+	    !atomic_compare_exchange_weak_explicit(&k->pins, &old, old - 1,
+		memory_order_acq_rel, memory_order_relaxed))
+		;
+}
+
+uint32_t
+allot_key_cost(const allot_key *k)
+{
+	return k == NULL ? 0 : k->weight;
+}
+
+/* ---- the hot path ---- */
+
+static inline void
+fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
+{
+	const allot__rate *r = t->r;
+	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
+	double tpn = atomic_load_explicit(&r->tokens_per_ns,
+	    memory_order_relaxed);
+	d->cost = cost;
+	d->retry_after_ns = t->wait_ns;
+	d->reset_ns = t->debt_ns;
+	d->limit = burst;
+	d->rate = atomic_load_explicit(&r->rate, memory_order_relaxed);
+	double rem = burst - (double) t->debt_ns * tpn;
+	d->remaining = rem > 0 ? rem : 0;
+}
+
+static inline int
+acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
+{
+	if (cost == ALLOT_COST_DEFAULT)
+		cost = k->weight;
+	unsigned cpu;
+	uint64_t now = allot__agent_now(a, &cpu);
+	allot__kstripe *st = &k->stripes[cpu & a->stripe_mask];
+	if (allot__unlikely(cost > k->max_cost)) {
+		memset(ret, 0, sizeof *ret);
+		ret->cost = cost;
+		atomic_fetch_add_explicit(&st->denied, 1,
+		    memory_order_relaxed);
+		atomic_fetch_add_explicit(&st->denied_tokens, cost,
+		    memory_order_relaxed);
+		return ALLOT_ETOOBIG;
+	}
+	allot__take t;
+	allot__bucket_take(k->bucket, now, cost, &t);
+	fill_decision(&t, cost, ret);
+	if (allot__likely(t.allowed)) {
+		ret->allowed = true;
+		ret->shadow_denied = false;
+		atomic_fetch_add_explicit(&st->allowed, 1,
+		    memory_order_relaxed);
+		atomic_fetch_add_explicit(&st->spent, cost,
+		    memory_order_relaxed);
+		return ALLOT_OK;
+	}
+	if (atomic_load_explicit(&k->bucket->shadow, memory_order_relaxed)) {
+		/* Shadow mode: the bucket is evaluated as if enforcing (a
+		 * would-be denial takes no tokens), the request passes. */
+		ret->allowed = true;
+		ret->shadow_denied = true;
+		atomic_fetch_add_explicit(&st->shadow_denied, 1,
+		    memory_order_relaxed);
+		atomic_fetch_add_explicit(&st->denied_tokens, cost,
+		    memory_order_relaxed);
+		return ALLOT_OK;
+	}
+	ret->allowed = false;
+	ret->shadow_denied = false;
+	atomic_fetch_add_explicit(&st->denied, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->denied_tokens, cost,
+	    memory_order_relaxed);
+	return ALLOT_OK;
+}
+
+int
+allot_acquire(allot_agent *a, allot_key *k, uint32_t cost,
+    allot_decision *ret)
+{
+	if (allot__unlikely(a == NULL || k == NULL || ret == NULL))
+		return ALLOT_EINVAL;
+	return acquire(a, k, cost, ret);
+}
+
+int
+allot_acquire_id(allot_agent *a, const char *identity, const char *endpoint,
+    uint32_t cost, allot_decision *ret)
+{
+	if (allot__unlikely(a == NULL || ret == NULL))
+		return ALLOT_EINVAL;
+	allot_key *k;
+	int rc = resolve(a, identity, endpoint, false, &k);
+	if (rc != ALLOT_OK)
+		return rc;
+	return acquire(a, k, cost, ret);
+}
+
+int
+allot_settle(allot_agent *a, allot_key *k, uint32_t charged,
+    uint32_t measured)
+{
+	if (a == NULL || k == NULL)
+		return ALLOT_EINVAL;
+	if (charged == measured)
+		return ALLOT_OK;
+	unsigned cpu;
+	uint64_t now = allot__agent_now(a, &cpu);
+	int64_t extra = (int64_t) measured - (int64_t) charged;
+	allot__bucket_adjust(k->bucket, extra, now);
+	allot__kstripe *st = &k->stripes[cpu & a->stripe_mask];
+	/* Unsigned wrap-around subtracts a refund. */
+	atomic_fetch_add_explicit(&st->spent, (uint64_t) extra,
+	    memory_order_relaxed);
+	return ALLOT_OK;
+}
+
+/* ---- allowances ---- */
+
+void
+allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
+{
+	allot__allowance x = *al;
+	/* A local burst below the largest endpoint weight would make that
+	 * endpoint impossible on this replica (docs/allocation.md). */
+	if (x.mode == ALLOT__MODE_LIMIT &&
+	    x.burst < (double) a->cfg->max_weight)
+		x.burst = (double) a->cfg->max_weight;
+	unsigned cpu;
+	pthread_mutex_lock(&a->set_lock);
+	allot__bucket_set(&q->bucket, &x, allot__agent_now(a, &cpu));
+	pthread_mutex_unlock(&a->set_lock);
+}

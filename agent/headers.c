@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Response header helpers: Retry-After, the IETF RateLimit-Policy and
+ * RateLimit fields (draft-ietf-httpapi-ratelimit-headers) and the common
+ * X-RateLimit-* triple, all computed from a decision. Seconds are rounded
+ * up, so a client that waits the advertised time finds its tokens there.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include <allot/allot.h>
+
+static uint64_t
+ceil_s(uint64_t ns)
+{
+	return (ns + 999999999u) / 1000000000u;
+}
+
+static uint64_t
+whole(double x)
+{
+	if (!(x > 0))
+		return 0;
+	if (x >= 1.8e19)
+		return UINT64_MAX;
+	return (uint64_t) floor(x + 1e-9);
+}
+
+/* Seconds until the next attempt can pass: retry-after when denied. */
+static uint64_t
+wait_s(const allot_decision *d)
+{
+	if (d->allowed && !d->shadow_denied)
+		return 0;
+	uint64_t s = ceil_s(d->retry_after_ns);
+	return s == 0 ? 1 : s;
+}
+
+int
+allot_fmt_retry_after(const allot_decision *d, char *buf, size_t len)
+{
+	if (d == NULL || (buf == NULL && len > 0))
+		return -1;
+	return snprintf(buf, len, "%" PRIu64, wait_s(d));
+}
+
+int
+allot_fmt_ratelimit_policy(const allot_decision *d, const char *name,
+    char *buf, size_t len)
+{
+	if (d == NULL || (buf == NULL && len > 0))
+		return -1;
+	/* The window is the time an empty bucket takes to fill. */
+	double w = d->rate > 0 ? ceil(d->limit / d->rate) : 0;
+	return snprintf(buf, len, "\"%s\";q=%" PRIu64 ";w=%" PRIu64,
+	    name != NULL ? name : "default", whole(d->limit), whole(w));
+}
+
+int
+allot_fmt_ratelimit(const allot_decision *d, const char *name, char *buf,
+    size_t len)
+{
+	if (d == NULL || (buf == NULL && len > 0))
+		return -1;
+	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
+	    wait_s(d);
+	return snprintf(buf, len, "\"%s\";r=%" PRIu64 ";t=%" PRIu64,
+	    name != NULL ? name : "default", whole(d->remaining), t);
+}
+
+void
+allot_fmt_xratelimit(const allot_decision *d, int64_t now_unix,
+    allot_xheaders *ret)
+{
+	if (d == NULL || ret == NULL)
+		return;
+	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
+	    wait_s(d);
+	snprintf(ret->limit, sizeof ret->limit, "%" PRIu64, whole(d->limit));
+	snprintf(ret->remaining, sizeof ret->remaining, "%" PRIu64,
+	    whole(d->remaining));
+	if (now_unix > 0)
+		snprintf(ret->reset, sizeof ret->reset, "%" PRIu64,
+		    (uint64_t) now_unix + t);
+	else
+		snprintf(ret->reset, sizeof ret->reset, "%" PRIu64, t);
+}

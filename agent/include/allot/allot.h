@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * liballot: the allot agent, embedded in every replica of a protected
+ * service. It decides allow/deny for each request from local token buckets
+ * (no network hop, no lock, no malloc on that path) and, when a coordinator
+ * is configured, a background thread reconciles consumption with `allotd`
+ * and installs the allowances it returns.
+ *
+ * This header is the whole supported interface. Anything not declared here
+ * (or in the other headers of this directory) is private and may change
+ * without notice.
+ *
+ * Threads: every function may be called from any thread unless its comment
+ * says otherwise. The agent's own thread (the sync loop) is reached only
+ * through lock-free shared state and libuv async handles.
+ */
+#ifndef ALLOT_ALLOT_H
+#define ALLOT_ALLOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ALLOT_API __attribute__((visibility("default")))
+#else
+#define ALLOT_API
+#endif
+
+#define ALLOT_VERSION_MAJOR 0
+#define ALLOT_VERSION_MINOR 1
+#define ALLOT_VERSION_PATCH 0
+#define ALLOT_VERSION_STRING "0.1.0"
+
+/** Error codes. Every function returning `int` returns one of these. */
+typedef enum allot_err {
+	ALLOT_OK = 0,
+	ALLOT_EINVAL = 1,   /**< invalid argument (API misuse) */
+	ALLOT_ENOMEM = 2,   /**< out of memory */
+	ALLOT_ECONFIG = 3,  /**< bad quota configuration */
+	ALLOT_ENOENT = 4,   /**< no such key, caller or file */
+	ALLOT_EFULL = 5,    /**< a bounded table is full */
+	ALLOT_ETOOBIG = 6,  /**< cost exceeds the burst: can never pass */
+	ALLOT_EIO = 7,      /**< I/O error */
+	ALLOT_EPROTO = 8,   /**< malformed or unexpected protocol message */
+	ALLOT_ETIMEDOUT = 9, /**< operation timed out */
+	ALLOT_ECLOSED = 10, /**< object is shutting down */
+	ALLOT_ESTATE = 11,  /**< call not valid in the current state */
+	ALLOT_EUNREACH = 12, /**< coordinator unreachable */
+	ALLOT_ERANGE = 13,  /**< value out of range */
+	ALLOT_EBUSY = 14,   /**< concurrency limit or queue full */
+} allot_err;
+
+/** @return a static, human-readable description of `err`. Never NULL. */
+ALLOT_API const char *allot_strerror(int err);
+
+/* ------------------------------------------------------------------ */
+/* Logging                                                             */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Log levels use syslog numbers: 3 error, 4 warning, 6 info, 7 debug.
+ * `id` is a short stable message identifier such as "ALLOT-SYNC-FAIL".
+ * The library never prints; install a handler to see its messages.
+ * The handler may be called from any thread, including the sync thread.
+ */
+typedef void (*allot_log_fn)(void *ctx, int level, const char *id,
+    const char *msg);
+
+/* ------------------------------------------------------------------ */
+/* Quota configuration                                                 */
+/* ------------------------------------------------------------------ */
+
+typedef struct allot_config allot_config;
+
+/** Fallback policy when the coordinator's lease on an allowance expires. */
+typedef enum allot_fallback {
+	ALLOT_FALLBACK_STATIC_SHARE = 0, /**< R / last known replica count */
+	ALLOT_FALLBACK_OPEN = 1,         /**< admit everything */
+	ALLOT_FALLBACK_CLOSED = 2,       /**< deny everything */
+} allot_fallback;
+
+/**
+ * Load and validate a quota file (YAML, see docs/configuration.md).
+ * A bad file never half-loads: on error nothing is returned and, when
+ * `errbuf` is not NULL, it receives "FILE:LINE:COL: what was expected".
+ * @param ret_cfg on ALLOT_OK, a config owned by the caller
+ *        (allot_config_free()).
+ * @return ALLOT_OK, ALLOT_ENOENT (file missing), ALLOT_EIO, ALLOT_ECONFIG
+ *         or ALLOT_ENOMEM.
+ */
+ALLOT_API int allot_config_load(const char *path, char *errbuf,
+    size_t errlen, allot_config **ret_cfg);
+
+/**
+ * As allot_config_load(), from memory. `name` is used in error messages.
+ */
+ALLOT_API int allot_config_parse(const char *name, const char *text,
+    size_t len, char *errbuf, size_t errlen, allot_config **ret_cfg);
+
+/** Free a config. Accepts NULL. Agents keep their own copy. */
+ALLOT_API void allot_config_free(allot_config *cfg);
+
+/* ------------------------------------------------------------------ */
+/* The agent                                                           */
+/* ------------------------------------------------------------------ */
+
+typedef struct allot_agent allot_agent;
+
+/**
+ * A resolved key: (caller identity, endpoint class). Resolve once when a
+ * connection is accepted, then pass it to every acquire on that connection:
+ * the per-request call does no hashing and no string work. Keys for
+ * configured callers live as long as the agent. Keys for unknown identities
+ * (the shared default bucket) are pinned by allot_key_resolve() until
+ * allot_key_release().
+ */
+typedef struct allot_key allot_key;
+
+/**
+ * Time source for all bucket arithmetic: monotonic nanoseconds from an
+ * arbitrary origin. Injectable for simulation and tests; production leaves
+ * it NULL and the agent uses the CPU's invariant TSC when the kernel trusts
+ * it, CLOCK_MONOTONIC otherwise (docs/configuration.md, "Time").
+ */
+typedef uint64_t (*allot_clock_fn)(void *ctx);
+
+typedef struct allot_agent_options {
+	/** Capacity for keys of unknown identities (default 4096). Beyond
+	 *  it, new unknown identities share one overflow key per endpoint. */
+	uint32_t max_unknown_keys;
+	/** Unknown-identity keys idle this long and not pinned are evicted
+	 *  (default 300000 ms). 0 disables eviction. */
+	uint32_t idle_evict_ms;
+	/** Log handler and threshold (default NULL, 6). */
+	allot_log_fn log;
+	void *log_ctx;
+	int log_level;
+	/** Clock injection (default NULL: the real monotonic clock). */
+	allot_clock_fn clock;
+	void *clock_ctx;
+	/** Coordinator address(es), comma separated (nng URLs such as
+	 *  "tcp://127.0.0.1:7400" or "ipc:///run/allot.sock"). NULL runs
+	 *  local-only: buckets keep the configured quota as-is. */
+	const char *coordinator;
+	/** Name of the protected service (keys are scoped to it). */
+	const char *service;
+	/** Replica id; default "<hostname>-<pid>". */
+	const char *replica_id;
+	/** Sync interval T in ms (default 100) and jitter fraction
+	 *  (default 0.1, i.e. each interval is T * [0.9, 1.1]). */
+	uint32_t sync_interval_ms;
+	double sync_jitter;
+	/** Replica count assumed for the static split before the first
+	 *  reply from the coordinator (default 1: the whole quota). */
+	uint32_t initial_replicas;
+	/** Lease granted when none is known yet, and the reconnect backoff
+	 *  bounds in ms (defaults 3 * T, T, 5000). */
+	uint32_t reconnect_min_ms;
+	uint32_t reconnect_max_ms;
+} allot_agent_options;
+
+/** Fill `opts` with the documented defaults. */
+ALLOT_API void allot_agent_options_init(allot_agent_options *opts);
+
+/**
+ * Create an agent from a quota config. The agent copies what it needs from
+ * `cfg`; the caller still owns `cfg`. When `opts->coordinator` is set the
+ * sync thread starts before this returns; until the first reply every
+ * bucket runs at the static split.
+ * @param opts NULL for defaults.
+ * @param ret_agent on ALLOT_OK, the agent (allot_agent_destroy()).
+ */
+ALLOT_API int allot_agent_create(const allot_config *cfg,
+    const allot_agent_options *opts, allot_agent **ret_agent);
+
+/**
+ * Stop the sync thread (sending a graceful leave when connected) and free
+ * everything. Accepts NULL. No other call on `agent` may be running or
+ * follow; keys resolved from it become invalid.
+ */
+ALLOT_API void allot_agent_destroy(allot_agent *agent);
+
+/**
+ * Resolve (identity, endpoint) to a key. `identity` is the caller's
+ * verified identity (SPIFFE ID, token subject) or NULL/"" for none: those
+ * and unrecognised identities land in the shared default bucket. An
+ * endpoint absent from `endpoint_weights` uses the `default` weight.
+ * Identities longer than ALLOT_IDENTITY_MAX bytes are ALLOT_EINVAL.
+ * @param ret_key on ALLOT_OK, a key valid until allot_key_release() and
+ *        at most until allot_agent_destroy().
+ */
+ALLOT_API int allot_key_resolve(allot_agent *agent, const char *identity,
+    const char *endpoint, allot_key **ret_key);
+
+/** Unpin a key from allot_key_resolve(). Accepts NULL. */
+ALLOT_API void allot_key_release(allot_agent *agent, allot_key *key);
+
+#define ALLOT_IDENTITY_MAX 255
+
+/** The endpoint's weight (tokens one request costs) for a key. */
+ALLOT_API uint32_t allot_key_cost(const allot_key *key);
+
+/** Pass as `cost` to charge the key's endpoint weight. */
+#define ALLOT_COST_DEFAULT 0u
+
+/** The outcome of one acquire. */
+typedef struct allot_decision {
+	bool allowed;          /**< the request may proceed */
+	bool shadow_denied;    /**< shadow mode: would have been denied */
+	uint32_t cost;         /**< tokens charged (or that would have been) */
+	uint64_t retry_after_ns; /**< denied: exact time until `cost` tokens
+	                           exist at the current rate; 0 if allowed */
+	uint64_t reset_ns;     /**< time until the bucket is full again */
+	double limit;          /**< bucket capacity (burst) in force */
+	double rate;           /**< refill rate in force, tokens/second */
+	double remaining;      /**< tokens left after this decision */
+} allot_decision;
+
+/**
+ * The hot path. Charge `cost` tokens (ALLOT_COST_DEFAULT: the endpoint
+ * weight) to `key`'s bucket. Lock-free, allocation-free, no I/O.
+ * Denials write no shared bucket state.
+ * @return ALLOT_OK with `*ret` filled (allowed or not); ALLOT_ETOOBIG when
+ *         `cost` exceeds the quota's burst (the request can never pass;
+ *         `*ret` is filled with allowed = false and retry_after_ns = 0);
+ *         ALLOT_EINVAL for NULL arguments.
+ */
+ALLOT_API int allot_acquire(allot_agent *agent, allot_key *key,
+    uint32_t cost, allot_decision *ret);
+
+/**
+ * Convenience: resolve (identity, endpoint) without pinning and acquire.
+ * Costs one hash lookup more than allot_acquire().
+ */
+ALLOT_API int allot_acquire_id(allot_agent *agent, const char *identity,
+    const char *endpoint, uint32_t cost, allot_decision *ret);
+
+/**
+ * Reserve, then reconcile: after an acquire of an estimated cost, report
+ * the measured cost once the work is done. An underestimate becomes debt
+ * paid from the next tokens; an overestimate is refunded (never above the
+ * burst). Settlements are reported to the coordinator like consumption.
+ * @param charged the cost the acquire charged (decision.cost).
+ */
+ALLOT_API int allot_settle(allot_agent *agent, allot_key *key,
+    uint32_t charged, uint32_t measured);
+
+/* ------------------------------------------------------------------ */
+/* Metrics                                                             */
+/* ------------------------------------------------------------------ */
+
+/** Counters of one key, since the agent started. */
+typedef struct allot_key_stats {
+	char identity[ALLOT_IDENTITY_MAX + 1]; /**< "" for the overflow key */
+	char endpoint[64];      /**< endpoint class ("default" if none) */
+	const char *quota;      /**< identity of the quota charged or
+	                             "default"; valid while the agent lives */
+	bool known;             /**< identity is a configured caller */
+	bool shadow;            /**< quota is in shadow mode */
+	uint64_t allowed;
+	uint64_t denied;        /**< enforced denials */
+	uint64_t shadow_denied; /**< would-be denials in shadow mode */
+	uint64_t tokens_spent;
+	uint64_t tokens_denied;
+	double rate;            /**< the bucket's current local rate */
+	double limit;           /**< the bucket's current local burst */
+	double utilization;     /**< 1 - level / burst, now: the fraction of
+	                             the bucket drained (the leading signal) */
+} allot_key_stats;
+
+/**
+ * Snapshot the counters of up to `cap` keys with any activity into `out`.
+ * @param ret_n the number of keys with activity (may exceed `cap`; call
+ *        again with a larger array to get them all).
+ */
+ALLOT_API int allot_stats(allot_agent *agent, allot_key_stats *out,
+    size_t cap, size_t *ret_n);
+
+/** Counters of one key. */
+ALLOT_API int allot_key_stats_get(allot_agent *agent, const allot_key *key,
+    allot_key_stats *ret);
+
+/** State of the coordinator sync loop (all zero when local-only). */
+typedef struct allot_sync_stats {
+	bool enabled;             /**< a coordinator is configured */
+	bool connected;           /**< registered and replies arriving */
+	bool in_fallback;         /**< a lease expired: fallback in force */
+	uint32_t replicas;        /**< live replicas, as last told */
+	uint64_t config_epoch;    /**< the coordinator's config epoch */
+	uint64_t config_digest;   /**< the coordinator's config digest */
+	uint64_t session;         /**< current session id (0: none) */
+	uint64_t registers;       /**< Register messages answered */
+	uint64_t syncs_ok;        /**< Sync exchanges answered */
+	uint64_t syncs_failed;    /**< timeouts, transport and decode errors */
+	uint64_t errors_received; /**< Error replies from the coordinator */
+	uint64_t fallback_enters; /**< lease expiries (fail-static ended) */
+	uint64_t fallback_leaves; /**< recoveries from fallback */
+	uint64_t unknown_keys;    /**< keys the coordinator had no quota for */
+	uint64_t reports_sent;    /**< key reports sent in total */
+	uint64_t bytes_sent;      /**< Sync message bytes sent in total */
+	uint64_t last_rtt_us;     /**< round trip of the last exchange */
+	int64_t lease_remaining_ms; /**< < 0 once expired */
+} allot_sync_stats;
+
+/** Snapshot of the sync loop's state and counters. */
+ALLOT_API int allot_sync_stats_get(allot_agent *agent,
+    allot_sync_stats *ret);
+
+/* ------------------------------------------------------------------ */
+/* Response headers                                                    */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Retry-After value (delta-seconds, rounded up, at least 1 for a denial)
+ * into `buf`. @return the length written (without NUL), or the length
+ * needed if `len` is too small, as snprintf.
+ */
+ALLOT_API int allot_fmt_retry_after(const allot_decision *d, char *buf,
+    size_t len);
+
+/**
+ * The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers):
+ * `RateLimit-Policy` value, e.g. `"default";q=20;w=2` and `RateLimit`
+ * value, e.g. `"default";r=7;t=1`. `name` names the policy (e.g. the
+ * quota); NULL means "default".
+ */
+ALLOT_API int allot_fmt_ratelimit_policy(const allot_decision *d,
+    const char *name, char *buf, size_t len);
+ALLOT_API int allot_fmt_ratelimit(const allot_decision *d, const char *name,
+    char *buf, size_t len);
+
+/**
+ * The common X-RateLimit-* triple. `now_unix` is the wall-clock time in
+ * seconds used for X-RateLimit-Reset (an epoch timestamp by convention);
+ * pass 0 for delta-seconds instead.
+ */
+typedef struct allot_xheaders {
+	char limit[24];
+	char remaining[24];
+	char reset[24];
+} allot_xheaders;
+ALLOT_API void allot_fmt_xratelimit(const allot_decision *d,
+    int64_t now_unix, allot_xheaders *ret);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ALLOT_ALLOT_H */

@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Counter snapshots: per-key totals summed over the CPU stripes, per-quota
+ * totals for the sync loop, and the public allot_stats() view. Readers
+ * only load counters; they never stop the hot path.
+ */
+#include "agent_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void
+allot__key_totals(const allot_agent *a, const allot_key *k,
+    allot__ktotals *t)
+{
+	memset(t, 0, sizeof *t);
+	for (uint32_t s = 0; s < a->nstripes; s++) {
+		const allot__kstripe *st = &k->stripes[s];
+		t->allowed += atomic_load_explicit(&st->allowed,
+		    memory_order_relaxed);
+		t->denied += atomic_load_explicit(&st->denied,
+		    memory_order_relaxed);
+		t->shadow_denied += atomic_load_explicit(&st->shadow_denied,
+		    memory_order_relaxed);
+		t->spent += atomic_load_explicit(&st->spent,
+		    memory_order_relaxed);
+		t->denied_tokens += atomic_load_explicit(&st->denied_tokens,
+		    memory_order_relaxed);
+	}
+}
+
+static void
+add_totals(allot__ktotals *acc, const allot__ktotals *t)
+{
+	acc->allowed += t->allowed;
+	acc->denied += t->denied;
+	acc->shadow_denied += t->shadow_denied;
+	acc->spent += t->spent;
+	acc->denied_tokens += t->denied_tokens;
+}
+
+void
+allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
+{
+	allot__ktotals t;
+	memset(ret, 0, sizeof *ret);
+	if (!q->is_default) {
+		const allot_key *k = &a->known_keys[(size_t) q->index *
+		    a->nclasses];
+		for (uint32_t j = 0; j < a->nclasses; j++) {
+			allot__key_totals(a, &k[j], &t);
+			add_totals(ret, &t);
+		}
+		return;
+	}
+	/* The default quota: anonymous, overflow and every live unknown
+	 * identity, plus what evicted keys had counted. */
+	pthread_mutex_lock(&a->dyn_lock);
+	add_totals(ret, &q->retired);
+	for (uint32_t i = 0; i < a->dyn_cap; i++) {
+		if (a->dyn_keys[i].slot == UINT32_MAX)
+			continue;
+		allot__key_totals(a, &a->dyn_keys[i], &t);
+		add_totals(ret, &t);
+	}
+	pthread_mutex_unlock(&a->dyn_lock);
+	for (uint32_t j = 0; j < a->nclasses; j++) {
+		allot__key_totals(a, &a->anon_keys[j], &t);
+		add_totals(ret, &t);
+		allot__key_totals(a, &a->overflow_keys[j], &t);
+		add_totals(ret, &t);
+	}
+}
+
+static void
+fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
+    allot_key_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	snprintf(out->identity, sizeof out->identity, "%s", k->identity);
+	snprintf(out->endpoint, sizeof out->endpoint, "%s",
+	    a->class_names[k->cls]);
+	out->quota = k->quota->q->identity;
+	out->known = k->known;
+	out->shadow = atomic_load(&k->bucket->shadow);
+	out->allowed = t->allowed;
+	out->denied = t->denied;
+	out->shadow_denied = t->shadow_denied;
+	out->tokens_spent = t->spent;
+	out->tokens_denied = t->denied_tokens;
+	allot__allowance al;
+	allot__bucket_get(k->bucket, &al);
+	out->rate = al.rate;
+	out->limit = al.burst;
+	unsigned cpu;
+	double level = allot__bucket_level(k->bucket,
+	    allot__agent_now(a, &cpu));
+	double u = al.burst > 0 ? 1.0 - level / al.burst : 0.0;
+	out->utilization = u < 0 ? 0 : u;
+}
+
+int
+allot_key_stats_get(allot_agent *a, const allot_key *k, allot_key_stats *ret)
+{
+	if (a == NULL || k == NULL || ret == NULL)
+		return ALLOT_EINVAL;
+	allot__ktotals t;
+	allot__key_totals(a, k, &t);
+	fill_stats(a, k, &t, ret);
+	return ALLOT_OK;
+}
+
+/* Visit one key: count it if active, copy it if there is room. */
+static void
+visit(allot_agent *a, const allot_key *k, allot_key_stats *out, size_t cap,
+    size_t *n)
+{
+	allot__ktotals t;
+	allot__key_totals(a, k, &t);
+	if (t.allowed + t.denied + t.shadow_denied == 0)
+		return;
+	if (*n < cap)
+		fill_stats(a, k, &t, &out[*n]);
+	(*n)++;
+}
+
+int
+allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
+{
+	if (a == NULL || ret_n == NULL || (out == NULL && cap > 0))
+		return ALLOT_EINVAL;
+	size_t n = 0;
+	size_t nknown = (size_t) a->cfg->ncallers * a->nclasses;
+	for (size_t i = 0; i < nknown; i++)
+		visit(a, &a->known_keys[i], out, cap, &n);
+	for (uint32_t j = 0; j < a->nclasses; j++) {
+		visit(a, &a->anon_keys[j], out, cap, &n);
+		visit(a, &a->overflow_keys[j], out, cap, &n);
+	}
+	pthread_mutex_lock(&a->dyn_lock);
+	for (uint32_t i = 0; i < a->dyn_cap; i++)
+		if (a->dyn_keys[i].slot != UINT32_MAX)
+			visit(a, &a->dyn_keys[i], out, cap, &n);
+	pthread_mutex_unlock(&a->dyn_lock);
+	*ret_n = n;
+	return ALLOT_OK;
+}

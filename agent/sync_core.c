@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The agent's sync engine (sync_int.h): report building, reply handling,
+ * allowance installation, the lease and fallback state machine and the
+ * backoff schedule. It has no transport and no clock of its own: every
+ * entry point takes `now`, so the same code runs over nng in production
+ * (sync.c) and over a simulated network on a virtual clock (allot-sim).
+ *
+ * Failure handling, in order: a failed exchange is retried with capped,
+ * full-jitter exponential backoff; the allowances in force stay
+ * (fail-static) until their lease expires; then each quota applies its
+ * `fallback` (static_share: R / last known replica count, open, closed)
+ * until a reply arrives again. Every transition is counted and logged.
+ */
+#include "sync_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "allot.pb-c.h"
+
+#define PROTO_VERSION 1u
+
+typedef allot__syncc syncc;
+typedef allot__qsync qsync;
+
+/* xorshift64*: jitter only. */
+static double
+uniform(syncc *s)
+{
+	s->rng ^= s->rng >> 12;
+	s->rng ^= s->rng << 25;
+	s->rng ^= s->rng >> 27;
+	return (double) ((s->rng * 0x2545f4914f6cdd1dull) >> 11) /
+	    9007199254740992.0;
+}
+
+int
+allot__syncc_init(syncc *s, allot_agent *a, uint64_t seed)
+{
+	memset(s, 0, sizeof *s);
+	s->a = a;
+	s->fail_rl = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
+	s->rng = seed | 1;
+	s->q = calloc(a->nquotas, sizeof *s->q);
+	s->seen = calloc(a->nquotas, sizeof *s->seen);
+	atomic_store(&s->replicas, a->opts.initial_replicas);
+	if (s->q == NULL || s->seen == NULL) {
+		allot__syncc_fini(s);
+		return ALLOT_ENOMEM;
+	}
+	return ALLOT_OK;
+}
+
+void
+allot__syncc_fini(syncc *s)
+{
+	free(s->q);
+	free(s->seen);
+	s->q = NULL;
+	s->seen = NULL;
+}
+
+static int
+pack(Allot__V1__Envelope *env, void **ret_buf, size_t *ret_len)
+{
+	size_t len = allot__v1__envelope__get_packed_size(env);
+	void *buf = malloc(len > 0 ? len : 1);
+	if (buf == NULL)
+		return ALLOT_ENOMEM;
+	allot__v1__envelope__pack(env, buf);
+	*ret_buf = buf;
+	*ret_len = len;
+	return ALLOT_OK;
+}
+
+static int
+build_register(syncc *s, void **ret_buf, size_t *ret_len)
+{
+	allot_agent *a = s->a;
+	const char **keys = malloc(sizeof *keys * a->nquotas);
+	if (keys == NULL)
+		return ALLOT_ENOMEM;
+	for (uint32_t i = 0; i < a->nquotas; i++)
+		keys[i] = a->quotas[i].q->identity;
+	char host[256] = "";
+	gethostname(host, sizeof host - 1);
+
+	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
+	reg.replica_id = a->replica_id;
+	reg.service = a->service;
+	reg.host = host;
+	reg.pid = (uint32_t) getpid();
+	reg.agent_version = (char *) ALLOT_VERSION_STRING;
+	reg.config_digest = a->cfg->digest;
+	reg.n_keys = a->nquotas;
+	reg.keys = (char **) keys;
+	reg.sync_interval_ms = a->opts.sync_interval_ms;
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = PROTO_VERSION;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
+	env.register_ = &reg;
+	s->expect = ALLOT__EXPECT_WELCOME;
+	int rc = pack(&env, ret_buf, ret_len);
+	free(keys);
+	return rc;
+}
+
+static int
+build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
+{
+	allot_agent *a = s->a;
+	double elapsed = s->last_sync_ns != 0 && now > s->last_sync_ns ?
+	    (double) (now - s->last_sync_ns) / 1e9 : 0.0;
+	uint32_t elapsed_ms = (uint32_t) (elapsed * 1000.0 + 0.5);
+	s->last_sync_ns = now;
+
+	int rc = ALLOT_ENOMEM;
+	Allot__V1__KeyReport *reps = calloc(a->nquotas, sizeof *reps);
+	Allot__V1__KeyReport **ptrs = calloc(a->nquotas, sizeof *ptrs);
+	size_t n = 0;
+	if (reps == NULL || ptrs == NULL)
+		goto out;
+	for (uint32_t i = 0; i < a->nquotas; i++) {
+		allot__qrt *q = &a->quotas[i];
+		qsync *qs = &s->q[i];
+		allot__ktotals t;
+		allot__quota_totals(a, q, &t);
+		/* A refund may have lowered `spent` below what was already
+		 * reported: report nothing until consumption catches up. */
+		int64_t d_spent = (int64_t) (t.spent - qs->last_spent);
+		uint64_t consumed = d_spent > 0 ? (uint64_t) d_spent : 0;
+		uint64_t denied = t.denied_tokens - qs->last_denied;
+		qs->last_spent += consumed;
+		qs->last_denied = t.denied_tokens;
+		if (elapsed > 0) {
+			double inst = (double) (consumed + denied) / elapsed;
+			qs->demand = 0.5 * qs->demand + 0.5 * inst;
+		}
+		if (consumed == 0 && denied == 0)
+			continue;
+		Allot__V1__KeyReport *r = &reps[n];
+		allot__v1__key_report__init(r);
+		r->key = q->index;
+		r->consumed = consumed;
+		r->denied = denied;
+		double level = allot__bucket_level(&q->bucket, now);
+		r->held = level > 0 ? (uint64_t) level : 0;
+		r->demand = (uint64_t) ceil(qs->demand);
+		ptrs[n++] = r;
+	}
+	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
+	sy.session = s->session;
+	sy.seq = ++s->seq;
+	sy.elapsed_ms = elapsed_ms;
+	sy.n_reports = n;
+	sy.reports = ptrs;
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = PROTO_VERSION;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
+	env.sync = &sy;
+	s->sent_reports = (uint32_t) n;
+	s->expect = ALLOT__EXPECT_REPLY;
+	rc = pack(&env, ret_buf, ret_len);
+out:
+	free(reps);
+	free(ptrs);
+	return rc;
+}
+
+int
+allot__syncc_request(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
+{
+	s->sent_ns = now;
+	int rc = s->session == 0 ? build_register(s, ret_buf, ret_len) :
+	    build_sync(s, now, ret_buf, ret_len);
+	if (rc == ALLOT_OK && s->expect == ALLOT__EXPECT_REPLY)
+		s->sent_bytes = *ret_len;
+	return rc;
+}
+
+int
+allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
+{
+	if (s->session == 0 || !atomic_load(&s->connected))
+		return ALLOT_ESTATE;
+	Allot__V1__Leave lv = ALLOT__V1__LEAVE__INIT;
+	lv.session = s->session;
+	lv.reason = (char *) "agent destroyed";
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = PROTO_VERSION;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_LEAVE;
+	env.leave = &lv;
+	return pack(&env, ret_buf, ret_len);
+}
+
+/* ---- allowances ---- */
+
+static void
+install_share(syncc *s, uint32_t key, double rate, double burst)
+{
+	allot_agent *a = s->a;
+	allot__allowance al = {
+		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT
+	};
+	allot__quota_set(a, &a->quotas[key], &al);
+	s->q[key].share_rate = rate;
+	s->q[key].share_burst = burst;
+	s->q[key].has_share = true;
+}
+
+static int
+apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
+    bool full)
+{
+	allot_agent *a = s->a;
+	bool *seen = s->seen;
+	memset(seen, 0, sizeof *seen * a->nquotas);
+	int bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		const Allot__V1__Share *sh = shares[i];
+		if (sh->key >= a->nquotas || !isfinite(sh->rate) ||
+		    !isfinite(sh->burst) || sh->rate < 0 || sh->burst < 0) {
+			bad++;
+			continue;
+		}
+		/* A zero share still has to pass the requests the allocator
+		 * grants as a floor: keep the bucket well-formed. */
+		double rate = sh->rate > 0 ? sh->rate : 1e-3;
+		double burst = sh->burst > 0 ? sh->burst : 1e-3;
+		install_share(s, sh->key, rate, burst);
+		seen[sh->key] = true;
+	}
+	/* Coming back from fallback with a partial reply: the keys the
+	 * coordinator left out keep their last coordinator allowance. */
+	if (!full && atomic_load(&s->in_fallback))
+		for (uint32_t k = 0; k < a->nquotas; k++)
+			if (!seen[k] && s->q[k].has_share)
+				install_share(s, k, s->q[k].share_rate,
+				    s->q[k].share_burst);
+	if (bad > 0)
+		allot__log_ratelimited(&a->log, &s->fail_rl,
+		    ALLOT_LOG_WARNING, "ALLOT-SYNC-BADSHARE",
+		    "coordinator sent %d invalid shares; ignored", bad);
+	return bad;
+}
+
+static void
+enter_fallback(syncc *s)
+{
+	allot_agent *a = s->a;
+	uint32_t n = atomic_load(&s->replicas);
+	if (n == 0)
+		n = a->opts.initial_replicas;
+	for (uint32_t i = 0; i < a->nquotas; i++) {
+		const allot__quota *q = a->quotas[i].q;
+		allot__allowance al = { .rate = q->rate / n,
+			.burst = q->burst / n,
+			.mode = ALLOT__MODE_LIMIT,
+			.hint_ns = (uint64_t) a->opts.reconnect_max_ms *
+			    1000000u };
+		if (q->fallback == ALLOT_FALLBACK_OPEN)
+			al.mode = ALLOT__MODE_OPEN;
+		else if (q->fallback == ALLOT_FALLBACK_CLOSED)
+			al.mode = ALLOT__MODE_CLOSED;
+		allot__quota_set(a, &a->quotas[i], &al);
+	}
+	atomic_store(&s->in_fallback, true);
+	atomic_fetch_add(&s->fallback_enters, 1);
+	allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-FALLBACK-ENTER",
+	    "lease expired without a reply from %s: applying each quota's "
+	    "fallback (static share over %u replicas where configured)",
+	    a->coordinator, n);
+}
+
+static void
+leave_fallback(syncc *s)
+{
+	if (!atomic_load(&s->in_fallback))
+		return;
+	atomic_store(&s->in_fallback, false);
+	atomic_fetch_add(&s->fallback_leaves, 1);
+	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-FALLBACK-LEAVE",
+	    "coordinator %s answers again: allowances restored",
+	    s->a->coordinator);
+}
+
+static void
+set_lease(syncc *s, uint64_t now, uint32_t lease_ms)
+{
+	s->lease_until_ns = now + (uint64_t) lease_ms * 1000000u;
+	atomic_store(&s->lease_until_pub, (int64_t) (s->lease_until_ns / 1000000u));
+}
+
+/* ---- replies ---- */
+
+void
+allot__syncc_failed(syncc *s, uint64_t now, const char *why)
+{
+	(void) now;
+	allot_agent *a = s->a;
+	atomic_fetch_add(&s->syncs_failed, 1);
+	if (atomic_exchange(&s->connected, false))
+		allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-SYNC-LOST",
+		    "lost the coordinator %s: %s; keeping current "
+		    "allowances until the lease expires", a->coordinator,
+		    why);
+	else
+		allot__log_ratelimited(&a->log, &s->fail_rl,
+		    ALLOT_LOG_WARNING, "ALLOT-SYNC-FAIL",
+		    "exchange with %s failed: %s", a->coordinator, why);
+	uint32_t max = a->opts.reconnect_max_ms;
+	uint32_t next = s->backoff_ms == 0 ? a->opts.reconnect_min_ms :
+	    s->backoff_ms * 2;
+	s->backoff_ms = next > max ? max : next;
+}
+
+/* Returns true when the exchange succeeded. */
+bool
+allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
+{
+	allot_agent *a = s->a;
+	Allot__V1__Envelope *env = allot__v1__envelope__unpack(NULL, len, buf);
+	if (env == NULL) {
+		allot__syncc_failed(s, now, "undecodable reply");
+		return false;
+	}
+	bool ok = false;
+	atomic_store(&s->last_rtt_us, (now - s->sent_ns) / 1000u);
+	if (env->version != PROTO_VERSION) {
+		allot__syncc_failed(s, now, "reply with an unsupported protocol version");
+		goto out;
+	}
+	if (env->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR) {
+		atomic_fetch_add(&s->errors_received, 1);
+		const Allot__V1__Error *e = env->error;
+		if (e->code == ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION ||
+		    e->code == ALLOT__V1__ERROR__CODE__STALE_SEQ) {
+			/* The coordinator restarted or lost us: register
+			 * again; local buckets are untouched. */
+			allot__log(&a->log, ALLOT_LOG_NOTICE,
+			    "ALLOT-SYNC-REREGISTER",
+			    "coordinator says: %s; registering again",
+			    e->message);
+			s->session = 0;
+			ok = true; /* the coordinator is alive */
+			s->backoff_ms = 0;
+			goto out;
+		}
+		allot__syncc_failed(s, now, e->message != NULL && e->message[0] != '\0' ?
+		    e->message : "error reply");
+		goto out;
+	}
+	if (s->expect == ALLOT__EXPECT_WELCOME &&
+	    env->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
+		const Allot__V1__Welcome *w = env->welcome;
+		s->session = w->session;
+		s->seq = 0;
+		s->last_sync_ns = now;
+		atomic_store(&s->session_pub, w->session);
+		atomic_store(&s->replicas, w->replicas);
+		atomic_store(&s->epoch, w->config_epoch);
+		atomic_store(&s->digest, w->config_digest);
+		atomic_fetch_add(&s->unknown_keys, w->n_unknown_keys);
+		atomic_fetch_add(&s->registers, 1);
+		if (w->n_unknown_keys > 0)
+			allot__log(&a->log, ALLOT_LOG_WARNING,
+			    "ALLOT-SYNC-UNKNOWN-KEYS",
+			    "coordinator has no quota for %zu of our %u "
+			    "quotas; they keep their local allowance",
+			    w->n_unknown_keys, a->nquotas);
+		if (w->config_digest != a->cfg->digest)
+			allot__log(&a->log, ALLOT_LOG_NOTICE,
+			    "ALLOT-SYNC-CONFIG-DIFFERS",
+			    "coordinator quota config (digest %016llx) differs "
+			    "from ours (%016llx); the coordinator's allowances "
+			    "win",
+			    (unsigned long long) w->config_digest,
+			    (unsigned long long) a->cfg->digest);
+		apply_shares(s, w->shares, w->n_shares, true);
+		set_lease(s, now, w->lease_ms);
+		ok = true;
+	} else if (s->expect == ALLOT__EXPECT_REPLY &&
+	    env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
+		const Allot__V1__Reply *r = env->reply;
+		if (r->seq != s->seq) {
+			allot__syncc_failed(s, now, "reply to another request");
+			goto out;
+		}
+		atomic_store(&s->replicas, r->replicas);
+		atomic_store(&s->epoch, r->config_epoch);
+		apply_shares(s, r->shares, r->n_shares, r->full);
+		set_lease(s, now, r->lease_ms);
+		atomic_fetch_add(&s->syncs_ok, 1);
+		atomic_fetch_add(&s->reports_sent, s->sent_reports);
+		atomic_fetch_add(&s->bytes_sent, s->sent_bytes);
+		ok = true;
+	} else {
+		allot__syncc_failed(s, now, "unexpected message type");
+		goto out;
+	}
+	if (!atomic_exchange(&s->connected, true))
+		allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-CONNECTED",
+		    "synced with %s: session %llu, %u live replicas",
+		    a->coordinator, (unsigned long long) s->session,
+		    atomic_load(&s->replicas));
+	leave_fallback(s);
+	s->backoff_ms = 0;
+out:
+	allot__v1__envelope__free_unpacked(env, NULL);
+	return ok;
+}
+
+/* ---- schedule ---- */
+
+void
+allot__syncc_check_lease(syncc *s, uint64_t now)
+{
+	if (s->lease_until_ns == 0 || atomic_load(&s->in_fallback))
+		return;
+	if (now >= s->lease_until_ns)
+		enter_fallback(s);
+}
+
+uint64_t
+allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
+{
+	allot_agent *a = s->a;
+	if (ok && s->session == 0)
+		return 0; /* re-register at once */
+	double t;
+	if (ok) {
+		double j = a->opts.sync_jitter;
+		t = a->opts.sync_interval_ms * (1.0 + j * (2 * uniform(s) - 1));
+	} else {
+		/* Full jitter between the floor and the current backoff. */
+		double lo = a->opts.reconnect_min_ms;
+		double hi = s->backoff_ms > lo ? s->backoff_ms : lo;
+		t = lo + (hi - lo) * uniform(s);
+	}
+	/* Wake up in time to notice the lease running out. */
+	if (s->lease_until_ns != 0 && !atomic_load(&s->in_fallback)) {
+		double left = s->lease_until_ns > now ?
+		    (double) (s->lease_until_ns - now) / 1e6 : 0;
+		if (left + 1 < t)
+			t = left + 1;
+	}
+	return t < 1 ? 1 : (uint64_t) t;
+}
+
+void
+allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
+{
+	ret->enabled = true;
+	ret->connected = atomic_load(&s->connected);
+	ret->in_fallback = atomic_load(&s->in_fallback);
+	ret->replicas = atomic_load(&s->replicas);
+	ret->config_epoch = atomic_load(&s->epoch);
+	ret->config_digest = atomic_load(&s->digest);
+	ret->session = atomic_load(&s->session_pub);
+	ret->registers = atomic_load(&s->registers);
+	ret->syncs_ok = atomic_load(&s->syncs_ok);
+	ret->syncs_failed = atomic_load(&s->syncs_failed);
+	ret->errors_received = atomic_load(&s->errors_received);
+	ret->fallback_enters = atomic_load(&s->fallback_enters);
+	ret->fallback_leaves = atomic_load(&s->fallback_leaves);
+	ret->unknown_keys = atomic_load(&s->unknown_keys);
+	ret->reports_sent = atomic_load(&s->reports_sent);
+	ret->bytes_sent = atomic_load(&s->bytes_sent);
+	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
+	int64_t until = atomic_load(&s->lease_until_pub);
+	ret->lease_remaining_ms = until == 0 ? 0 :
+	    until - (int64_t) (now / 1000000u);
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sync protocol engine of the agent, without a transport: it builds
+ * the next request (Register or Sync) from the buckets' counters, applies
+ * replies (installing allowances), and runs the lease / fallback / backoff
+ * state machine, all at an explicit time `now`. sync.c drives it over nng
+ * from a libuv loop; the simulator drives it over a simulated transport
+ * on a virtual clock. One driver thread at a time; the counters are
+ * atomics so allot_sync_stats_get() may read them from any thread.
+ */
+#ifndef ALLOT_AGENT_SYNC_INT_H
+#define ALLOT_AGENT_SYNC_INT_H
+
+#include "agent_int.h"
+
+typedef struct allot__qsync {
+	uint64_t last_spent;    /* tokens reported as consumed so far */
+	uint64_t last_denied;
+	double demand;          /* smoothed tokens/s */
+	double share_rate;      /* last allowance from the coordinator */
+	double share_burst;
+	bool has_share;
+} allot__qsync;
+
+typedef enum allot__expect {
+	ALLOT__EXPECT_WELCOME,
+	ALLOT__EXPECT_REPLY,
+} allot__expect;
+
+typedef struct allot__syncc {
+	allot_agent *a;
+	allot__expect expect;
+	uint64_t session;
+	uint64_t seq;
+	uint64_t lease_until_ns;
+	uint64_t last_sync_ns;
+	uint64_t sent_ns;
+	uint32_t sent_reports;
+	size_t sent_bytes;
+	uint32_t backoff_ms;
+	uint64_t rng;
+	allot__qsync *q;
+	bool *seen;             /* scratch, nquotas */
+
+	_Atomic bool connected;
+	_Atomic bool in_fallback;
+	_Atomic uint32_t replicas;
+	_Atomic uint64_t epoch;
+	_Atomic uint64_t digest;
+	_Atomic uint64_t session_pub;
+	_Atomic uint64_t registers;
+	_Atomic uint64_t syncs_ok;
+	_Atomic uint64_t syncs_failed;
+	_Atomic uint64_t errors_received;
+	_Atomic uint64_t fallback_enters;
+	_Atomic uint64_t fallback_leaves;
+	_Atomic uint64_t unknown_keys;
+	_Atomic uint64_t reports_sent;
+	_Atomic uint64_t bytes_sent;
+	_Atomic uint64_t last_rtt_us;
+	_Atomic int64_t lease_until_pub;
+	allot__logrl fail_rl;
+} allot__syncc;
+
+int allot__syncc_init(allot__syncc *c, allot_agent *a, uint64_t seed);
+void allot__syncc_fini(allot__syncc *c);
+
+/* The next request: Register when there is no session, else Sync.
+ * On ALLOT_OK `*ret_buf` (malloc) belongs to the caller. */
+int allot__syncc_request(allot__syncc *c, uint64_t now, void **ret_buf,
+    size_t *ret_len);
+
+/* A Leave for the current session, or ALLOT_ESTATE when there is none. */
+int allot__syncc_leave(allot__syncc *c, void **ret_buf, size_t *ret_len);
+
+/* Apply a reply received at `now`. Returns true when the exchange
+ * succeeded (the coordinator is alive and answered sensibly). */
+bool allot__syncc_reply(allot__syncc *c, uint64_t now, const void *buf,
+    size_t len);
+
+/* The exchange failed (timeout, transport error): back off. */
+void allot__syncc_failed(allot__syncc *c, uint64_t now, const char *why);
+
+/* Enter fallback if the lease ran out. */
+void allot__syncc_check_lease(allot__syncc *c, uint64_t now);
+
+/* When to run the next exchange, in ms from now: the interval with
+ * jitter after success, a full-jitter backoff after failure, never past
+ * the lease expiry, and 0 when a re-registration is due. */
+uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now,
+    bool ok);
+
+/* Fill the public stats from the engine. */
+void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);
+
+#endif

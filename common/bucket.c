@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The slow paths of the token bucket (bucket.h): allowance installation,
+ * version upgrades, levels and after-the-fact adjustments. None of these
+ * run per request in the steady state.
+ */
+#include "bucket.h"
+
+#include <math.h>
+
+static void
+fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver)
+{
+	double rate = a->rate, burst = a->burst;
+	/* OPEN/CLOSED slots keep a usable interval so that a later return
+	 * to MODE_LIMIT converts the level sensibly. */
+	if (!(rate > 0) || !isfinite(rate))
+		rate = 1.0;
+	if (!(burst > 0) || !isfinite(burst))
+		burst = 1.0;
+	double ns_per_token = 1e9 / rate;
+	double ifp = ns_per_token * (double) (1u << ALLOT__FPBITS);
+	uint64_t interval_fp = ifp >= 1.8e19 ? UINT64_MAX :
+	    ifp < 1.0 ? 1 : (uint64_t) ifp;
+	double tau = burst * ns_per_token;
+	uint64_t tau_ns = tau >= (double) ALLOT__TAU_MAX ? ALLOT__TAU_MAX :
+	    (uint64_t) tau;
+	atomic_store_explicit(&r->interval_fp, interval_fp,
+	    memory_order_relaxed);
+	atomic_store_explicit(&r->tau_ns, tau_ns, memory_order_relaxed);
+	atomic_store_explicit(&r->rate, rate, memory_order_relaxed);
+	atomic_store_explicit(&r->burst, burst, memory_order_relaxed);
+	atomic_store_explicit(&r->tokens_per_ns, rate / 1e9,
+	    memory_order_relaxed);
+	atomic_store_explicit(&r->hint_ns, a->hint_ns, memory_order_relaxed);
+	atomic_store_explicit(&r->mode, (uint32_t) a->mode,
+	    memory_order_relaxed);
+	atomic_store_explicit(&r->ver, ver, memory_order_release);
+}
+
+void
+allot__bucket_init(allot__bucket *b, const allot__allowance *a)
+{
+	fill_slot(&b->slot[0], a, 0);
+	fill_slot(&b->slot[1], a, 0);
+	atomic_init(&b->cur, 0);
+	atomic_init(&b->shadow, false);
+	atomic_init(&b->state, 0); /* z = 0: full */
+}
+
+/* Debt in tokens under slot `r` at `now` for state word `s`. */
+static double
+debt_tokens(const allot__rate *r, uint64_t s, uint64_t now)
+{
+	uint64_t z = s >> ALLOT__VBITS;
+	if (z <= now)
+		return 0.0;
+	double ns_per_token = (double) atomic_load_explicit(&r->interval_fp,
+				  memory_order_relaxed) /
+	    (double) (1u << ALLOT__FPBITS);
+	return (double) (z - now) / ns_per_token;
+}
+
+/* z for a bucket of allowance `to` holding the level that `s` holds
+ * under `from`. */
+static uint64_t
+convert(uint64_t s, uint64_t now, const allot__rate *from,
+    const allot__rate *to)
+{
+	double from_burst = atomic_load_explicit(&from->burst,
+	    memory_order_relaxed);
+	double to_burst = atomic_load_explicit(&to->burst,
+	    memory_order_relaxed);
+	double level = from_burst - debt_tokens(from, s, now);
+	if (level > to_burst)
+		level = to_burst;
+	double debt = to_burst - level; /* > to_burst after settle debt */
+	double ns_per_token = (double) atomic_load_explicit(&to->interval_fp,
+				  memory_order_relaxed) /
+	    (double) (1u << ALLOT__FPBITS);
+	/* Rounded up: a conversion never creates a token. */
+	double dz = ceil(debt * ns_per_token);
+	if (!(dz > 0))
+		return now;
+	if (dz > (double) (2 * ALLOT__NEED_MAX))
+		dz = (double) (2 * ALLOT__NEED_MAX);
+	return now + (uint64_t) dz;
+}
+
+uint64_t
+allot__bucket_upgrade(allot__bucket *b, uint64_t s, uint64_t now)
+{
+	for (;;) {
+		uint32_t cur = atomic_load_explicit(&b->cur,
+		    memory_order_acquire);
+		uint32_t v = (uint32_t) s & ALLOT__VMASK;
+		if (v == (cur & ALLOT__VMASK))
+			return s;
+		/* The state lags by exactly one version: the writer only
+		 * rewrites slot v & 1 after the state has left version v. */
+		const allot__rate *from = &b->slot[v & 1u];
+		const allot__rate *to = &b->slot[cur & 1u];
+		uint64_t nz = convert(s, now, from, to);
+		uint64_t ns = (nz << ALLOT__VBITS) | (cur & ALLOT__VMASK);
+		if (atomic_compare_exchange_strong_explicit(&b->state, &s, ns,
+			memory_order_acq_rel, memory_order_acquire))
+			return ns;
+	}
+}
+
+void
+allot__bucket_set(allot__bucket *b, const allot__allowance *a, uint64_t now)
+{
+	uint32_t cur = atomic_load_explicit(&b->cur, memory_order_relaxed);
+	/* The state may still be one version behind if no acquire ran since
+	 * the last set: bring it up to date before reusing its slot. */
+	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	allot__bucket_upgrade(b, s, now);
+	uint32_t next = cur + 1;
+	fill_slot(&b->slot[next & 1u], a, next);
+	atomic_store_explicit(&b->cur, next, memory_order_seq_cst);
+	s = atomic_load_explicit(&b->state, memory_order_acquire);
+	allot__bucket_upgrade(b, s, now);
+}
+
+void
+allot__bucket_get(const allot__bucket *b, allot__allowance *ret)
+{
+	uint32_t cur = atomic_load_explicit(&b->cur, memory_order_acquire);
+	const allot__rate *r = &b->slot[cur & 1u];
+	ret->rate = atomic_load_explicit(&r->rate, memory_order_relaxed);
+	ret->burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
+	ret->mode = (allot__mode) atomic_load_explicit(&r->mode,
+	    memory_order_relaxed);
+	ret->hint_ns = atomic_load_explicit(&r->hint_ns,
+	    memory_order_relaxed);
+}
+
+double
+allot__bucket_level(allot__bucket *b, uint64_t now)
+{
+	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	s = allot__bucket_upgrade(b, s, now);
+	const allot__rate *r = &b->slot[(s & ALLOT__VMASK) & 1u];
+	return atomic_load_explicit(&r->burst, memory_order_relaxed) -
+	    debt_tokens(r, s, now);
+}
+
+void
+allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
+{
+	if (extra == 0)
+		return;
+	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	for (;;) {
+		s = allot__bucket_upgrade(b, s, now);
+		uint32_t v = (uint32_t) s & ALLOT__VMASK;
+		const allot__rate *r = &b->slot[v & 1u];
+		uint64_t iv = atomic_load_explicit(&r->interval_fp,
+		    memory_order_relaxed);
+		uint64_t z = s >> ALLOT__VBITS;
+		uint64_t nz;
+		if (extra > 0) {
+			uint64_t base = z > now ? z : now;
+			nz = base + allot__need_ns((uint64_t) extra, iv);
+			if (nz - now > 2 * ALLOT__NEED_MAX)
+				nz = now + 2 * ALLOT__NEED_MAX;
+		} else {
+			uint64_t back = allot__need_ns((uint64_t) -extra, iv);
+			if (z <= now)
+				return; /* already full */
+			nz = z - now > back ? z - back : now;
+		}
+		if (atomic_compare_exchange_weak_explicit(&b->state, &s,
+			(nz << ALLOT__VBITS) | v, memory_order_acq_rel,
+			memory_order_acquire))
+			return;
+	}
+}

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The token bucket every decision runs through, shared by the agent, the
+ * simulator and the coordinator's accounting.
+ *
+ * It is a GCRA (generic cell rate algorithm) bucket: its whole state is
+ * one 64-bit word holding `z`, the monotonic time at which the bucket will
+ * be full again. With interval I = 1/rate (ns per token) and tolerance
+ * tau = burst * I, the level at time `now` is (tau - max(0, z - now)) / I,
+ * so lazy refill, fractional tokens and exact retry-after all fall out of
+ * one subtraction. A request of cost c passes when
+ * max(z, now) + c*I - now <= tau, and then z becomes max(z, now) + c*I:
+ * one compare-and-swap. A denial writes nothing.
+ *
+ * The allowance (rate, burst) is replaceable from another thread while
+ * acquires run. Two allowance slots alternate; the low ALLOT__VBITS bits
+ * of the state word name the version the state was computed under. The
+ * single writer (allot__bucket_set, serialised by its caller) fills the
+ * idle slot, publishes the new version in `cur`, then converts the state
+ * (level preserved, capped at the new burst) with a CAS. An acquirer that
+ * finds the state one version behind converts it itself. A slot is only
+ * rewritten once the state has left its version, so an acquirer that read
+ * a slot being rewritten always sees the state word change and retries:
+ * for allowed requests the CAS fails, for denials the state is re-read
+ * after the slot (a seqlock whose sequence is the state word itself).
+ *
+ * Arithmetic saturates: tau is capped at ALLOT__TAU_MAX (about 13 days of
+ * refill), costs at ALLOT__NEED_MAX, and `z` at now + 2 * ALLOT__NEED_MAX,
+ * so no configured rate or burst can overflow the 60 bits of `z`
+ * (2^60 ns = 36 years of monotonic time).
+ */
+#ifndef ALLOT_COMMON_BUCKET_H
+#define ALLOT_COMMON_BUCKET_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define ALLOT__VBITS 4u
+#define ALLOT__VMASK ((1u << ALLOT__VBITS) - 1u)
+#define ALLOT__FPBITS 16u                 /* fraction bits of interval_fp */
+#define ALLOT__TAU_MAX (1ull << 50)       /* ns, ~13 days */
+#define ALLOT__NEED_MAX (1ull << 52)      /* ns */
+
+#if defined(__GNUC__)
+#define allot__likely(x) __builtin_expect(!!(x), 1)
+#define allot__unlikely(x) __builtin_expect(!!(x), 0)
+#else
+#define allot__likely(x) (x)
+#define allot__unlikely(x) (x)
+#endif
+
+typedef enum allot__mode {
+	ALLOT__MODE_LIMIT = 0, /* a token bucket */
+	ALLOT__MODE_OPEN = 1,  /* admit everything (fallback: open) */
+	ALLOT__MODE_CLOSED = 2, /* deny everything (fallback: closed) */
+} allot__mode;
+
+/* One allowance version. Fields are atomics because the writer may
+ * rewrite an idle slot while a slow reader still looks at it (the reader
+ * then retries, see above). */
+typedef struct allot__rate {
+	_Atomic uint64_t interval_fp; /* ns per token, 48.16 fixed point */
+	_Atomic uint64_t tau_ns;      /* burst * interval, <= TAU_MAX */
+	_Atomic double rate;          /* tokens per second */
+	_Atomic double burst;         /* tokens */
+	_Atomic double tokens_per_ns; /* rate / 1e9, for levels */
+	_Atomic uint64_t hint_ns;     /* CLOSED: retry-after to suggest */
+	_Atomic uint32_t mode;        /* allot__mode */
+	_Atomic uint32_t ver;         /* version stored in this slot */
+} allot__rate;
+
+typedef struct allot__bucket {
+	_Alignas(64) _Atomic uint64_t state; /* z << VBITS | version */
+	_Atomic uint32_t cur;         /* version in force (full counter) */
+	_Atomic bool shadow;          /* evaluate, count, never deny */
+	allot__rate slot[2];          /* slot[v & 1] holds version v */
+} allot__bucket;
+
+/* What one take decided. */
+typedef struct allot__take {
+	bool allowed;
+	bool open;          /* decided by MODE_OPEN */
+	uint64_t debt_ns;   /* z - now after the decision: time until full */
+	uint64_t wait_ns;   /* denied: time until `cost` tokens exist */
+	const allot__rate *r;
+} allot__take;
+
+/* An allowance to install. */
+typedef struct allot__allowance {
+	double rate;        /* tokens/s, > 0 for MODE_LIMIT */
+	double burst;       /* tokens, > 0 for MODE_LIMIT */
+	allot__mode mode;
+	uint64_t hint_ns;   /* MODE_CLOSED: suggested retry-after */
+} allot__allowance;
+
+/* Initialise a full bucket at `a` (not thread-safe: before publication). */
+void allot__bucket_init(allot__bucket *b, const allot__allowance *a);
+
+/* Install a new allowance; the level is preserved (capped at the new
+ * burst). One writer at a time per bucket; any number of concurrent
+ * acquirers. */
+void allot__bucket_set(allot__bucket *b, const allot__allowance *a,
+    uint64_t now);
+
+/* The allowance currently in force. */
+void allot__bucket_get(const allot__bucket *b, allot__allowance *ret);
+
+/* Tokens in the bucket at `now` (may be negative after a settlement
+ * debt). */
+double allot__bucket_level(allot__bucket *b, uint64_t now);
+
+/* Add (extra > 0) or refund (extra < 0) tokens after the fact: debt may
+ * take the level below zero; a refund never lifts it above the burst. */
+void allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now);
+
+/* Bring a state computed under an older version up to date (slow path;
+ * returns the state now in the bucket). */
+uint64_t allot__bucket_upgrade(allot__bucket *b, uint64_t s, uint64_t now);
+
+static inline uint64_t
+allot__need_ns(uint64_t cost, uint64_t interval_fp)
+{
+	__extension__ typedef unsigned __int128 u128;
+	u128 prod = ((u128) cost * interval_fp) >> ALLOT__FPBITS;
+	return prod > ALLOT__NEED_MAX ? ALLOT__NEED_MAX : (uint64_t) prod;
+}
+
+/*
+ * The hot path: try to take `cost` tokens at time `now`. Lock-free; the
+ * allow path is one CAS, the deny path only reads.
+ */
+static inline void
+allot__bucket_take(allot__bucket *b, uint64_t now, uint64_t cost,
+    allot__take *out)
+{
+	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	for (;;) {
+		uint32_t v = (uint32_t) s & ALLOT__VMASK;
+		uint32_t cur = atomic_load_explicit(&b->cur,
+		    memory_order_acquire);
+		if (allot__unlikely(v != (cur & ALLOT__VMASK))) {
+			s = allot__bucket_upgrade(b, s, now);
+			continue;
+		}
+		const allot__rate *r = &b->slot[v & 1u];
+		/* Acquire loads (plain moves on x86): the state re-read
+		 * below cannot be hoisted above them. */
+		uint64_t iv = atomic_load_explicit(&r->interval_fp,
+		    memory_order_acquire);
+		uint64_t tau = atomic_load_explicit(&r->tau_ns,
+		    memory_order_acquire);
+		uint32_t mode = atomic_load_explicit(&r->mode,
+		    memory_order_acquire);
+		uint64_t z = s >> ALLOT__VBITS;
+		uint64_t base = z > now ? z : now;
+		uint64_t nz = base + allot__need_ns(cost, iv);
+		out->r = r;
+		if (allot__likely(mode == ALLOT__MODE_LIMIT)) {
+			if (nz - now <= tau) {
+				if (atomic_compare_exchange_weak_explicit(
+					&b->state, &s,
+					(nz << ALLOT__VBITS) | v,
+					memory_order_acq_rel,
+					memory_order_acquire)) {
+					out->allowed = true;
+					out->open = false;
+					out->debt_ns = nz - now;
+					out->wait_ns = 0;
+					return;
+				}
+				continue;
+			}
+		}
+		/* Not admitted by the bucket (or not a bucket): validate that
+		 * the slot we read belonged to the state we read. */
+		uint64_t s2 = atomic_load_explicit(&b->state,
+		    memory_order_acquire);
+		if (allot__unlikely(s2 != s)) {
+			s = s2;
+			continue;
+		}
+		out->debt_ns = base - now;
+		if (mode == ALLOT__MODE_OPEN) {
+			out->allowed = true;
+			out->open = true;
+			out->wait_ns = 0;
+		} else if (mode == ALLOT__MODE_CLOSED) {
+			out->allowed = false;
+			out->open = false;
+			out->wait_ns = atomic_load_explicit(&r->hint_ns,
+			    memory_order_relaxed);
+		} else {
+			out->allowed = false;
+			out->open = false;
+			out->wait_ns = nz - now - tau;
+		}
+		return;
+	}
+}
+
+#endif

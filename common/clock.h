@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Monotonic time for bucket arithmetic. The fast source reads the CPU's
+ * invariant time-stamp counter with RDTSCP (which also yields the CPU
+ * number, used to stripe counters) and scales it to nanoseconds with a
+ * multiplier calibrated once per process against CLOCK_MONOTONIC. It is
+ * used only where the kernel itself trusts the TSC (its clocksource is
+ * "tsc" and the CPU reports constant_tsc and nonstop_tsc); otherwise the
+ * source is clock_gettime(CLOCK_MONOTONIC). The wall clock is never used.
+ */
+#ifndef ALLOT_COMMON_CLOCK_H
+#define ALLOT_COMMON_CLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+typedef struct allot__tsc {
+	bool usable;       /* TSC trusted and calibrated */
+	uint64_t tsc0;     /* counter value at the origin */
+	uint64_t mono0;    /* CLOCK_MONOTONIC ns at the origin */
+	uint64_t mult;     /* ns = ((tsc - tsc0) * mult) >> 32 */
+	double ghz;        /* calibrated frequency, for reports */
+} allot__tsc;
+
+/* Process-wide calibration, done once (about 10 ms) on first use. */
+const allot__tsc *allot__tsc_get(void);
+
+/* Force the CLOCK_MONOTONIC source (ALLOT_CLOCK=monotonic does too). */
+void allot__tsc_disable(void);
+
+static inline uint64_t
+allot__mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+/* Nanoseconds on the CLOCK_MONOTONIC time line, from the TSC when usable.
+ * `*cpu` receives the CPU number (or 0 when unknown). */
+static inline uint64_t
+allot__tsc_ns(const allot__tsc *t, unsigned *cpu)
+{
+#if defined(__x86_64__)
+	if (t->usable) {
+		unsigned aux;
+		uint64_t c = __rdtscp(&aux);
+		*cpu = aux & 0xfff;
+		__extension__ typedef unsigned __int128 u128;
+		return t->mono0 +
+		    (uint64_t) (((u128) (c - t->tsc0) * t->mult) >> 32);
+	}
+#endif
+	*cpu = 0;
+	return allot__mono_ns();
+}
+
+#endif

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* Logging: level check before formatting, rate-limited call sites. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "clock.h"
+
+static void vlog(const allot__logger *lg, int level, const char *id,
+    const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void
+vlog(const allot__logger *lg, int level, const char *id, const char *fmt,
+    va_list ap)
+{
+	char msg[1024];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	lg->fn(lg->ctx, level, id, msg);
+}
+
+void
+allot__log(const allot__logger *lg, int level, const char *id,
+    const char *fmt, ...)
+{
+	if (lg == NULL || lg->fn == NULL || level > lg->level)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(lg, level, id, fmt, ap);
+	va_end(ap);
+}
+
+void
+allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl, int level,
+    const char *id, const char *fmt, ...)
+{
+	if (lg == NULL || lg->fn == NULL || level > lg->level)
+		return;
+	uint64_t now = allot__mono_ns() / 1000000u;
+	uint64_t start = atomic_load(&rl->window_start_ms);
+	if (now - start >= rl->interval_ms &&
+	    atomic_compare_exchange_strong(&rl->window_start_ms, &start, now)) {
+		uint32_t dropped = atomic_exchange(&rl->suppressed, 0);
+		atomic_store(&rl->count, 0);
+		if (dropped > 0) {
+			char note[160];
+			snprintf(note, sizeof note,
+			    "%u similar messages suppressed", dropped);
+			lg->fn(lg->ctx, level, id, note);
+		}
+	}
+	if (atomic_fetch_add(&rl->count, 1) >= rl->burst) {
+		atomic_fetch_add(&rl->suppressed, 1);
+		return;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(lg, level, id, fmt, ap);
+	va_end(ap);
+}
+
+void
+allot__log_stderr(void *ctx, int level, const char *id, const char *msg)
+{
+	static const char *names[] = { "emerg", "alert", "crit", "error",
+		"warning", "notice", "info", "debug" };
+	(void) ctx;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char when[32];
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+	fprintf(stderr, "%s.%03ldZ %s %s %s\n", when, ts.tv_nsec / 1000000,
+	    names[level < 0 ? 0 : level > 7 ? 7 : level], id, msg);
+}

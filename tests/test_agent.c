@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The agent's public API on a virtual clock: key resolution (known
+ * callers, endpoint weights, the shared default bucket), decisions and
+ * their fields, shadow mode, cost above the burst, settlements, the
+ * bounded unknown-identity table with pinning and idle eviction, and
+ * counters. Then real threads: N threads x M acquires admit exactly
+ * burst + rate x elapsed, and allowance swaps race with acquires.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <allot/allot.h>
+
+#include "agent_int.h"
+#include "runner.h"
+
+#define MS 1000000ull
+#define S 1000000000ull
+
+static const char *CFG =
+    "quotas:\n"
+    "  default:\n"
+    "    tokens_per_second: 10\n"
+    "    burst: 20\n"
+    "    shared: true\n"
+    "    priority: low\n"
+    "  callers:\n"
+    "    - identity: \"spiffe://t/checkout\"\n"
+    "      tokens_per_second: 500\n"
+    "      burst: 1000\n"
+    "      priority: critical\n"
+    "    - identity: \"spiffe://t/reporting\"\n"
+    "      tokens_per_second: 100\n"
+    "      burst: 200\n"
+    "      priority: batch\n"
+    "    - identity: \"spiffe://t/shadowed\"\n"
+    "      tokens_per_second: 1\n"
+    "      burst: 20\n"
+    "      priority: standard\n"
+    "      shadow: true\n"
+    "  endpoint_weights:\n"
+    "    default: 1\n"
+    "    \"/lookup\": 1\n"
+    "    \"/export\": 20\n"
+    "  global_ceiling:\n"
+    "    tokens_per_second: 800\n"
+    "    shed_order: [low, batch, standard, critical]\n";
+
+static _Atomic uint64_t vnow;
+
+static uint64_t
+vclock(void *ctx)
+{
+	(void) ctx;
+	return atomic_load(&vnow);
+}
+
+static allot_agent *
+mkagent(const char *yaml, uint32_t max_unknown, uint32_t idle_ms)
+{
+	char err[512];
+	allot_config *cfg;
+	int rc = allot_config_parse("test.yaml", yaml, strlen(yaml), err,
+	    sizeof err, &cfg);
+	ck_assert_msg(rc == ALLOT_OK, "config: %s", err);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = vclock;
+	o.max_unknown_keys = max_unknown;
+	o.idle_evict_ms = idle_ms;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	return a;
+}
+
+static int
+admit_n(allot_agent *a, allot_key *k, int n, uint32_t cost)
+{
+	int ok = 0;
+	allot_decision d;
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(allot_acquire(a, k, cost, &d), ALLOT_OK);
+		ok += d.allowed;
+	}
+	return ok;
+}
+
+START_TEST(known_caller_and_weights)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 64, 0);
+	allot_key *exp, *look;
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/reporting",
+			     "/export", &exp),
+	    ALLOT_OK);
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/reporting",
+			     "/lookup", &look),
+	    ALLOT_OK);
+	ck_assert_uint_eq(allot_key_cost(exp), 20);
+	ck_assert_uint_eq(allot_key_cost(look), 1);
+	/* burst 200 = ten exports; lookups share the same bucket. */
+	ck_assert_int_eq(admit_n(a, exp, 11, ALLOT_COST_DEFAULT), 10);
+	ck_assert_int_eq(admit_n(a, look, 1, ALLOT_COST_DEFAULT), 0);
+	allot_decision d;
+	ck_assert_int_eq(allot_acquire(a, exp, ALLOT_COST_DEFAULT, &d),
+	    ALLOT_OK);
+	ck_assert(!d.allowed);
+	ck_assert_uint_eq(d.cost, 20);
+	/* 20 tokens at 100/s. */
+	ck_assert_uint_eq(d.retry_after_ns, 200 * MS);
+	ck_assert_double_eq_tol(d.limit, 200, 1e-9);
+	ck_assert_double_eq_tol(d.rate, 100, 1e-9);
+	ck_assert_double_eq_tol(d.remaining, 0, 1e-9);
+	ck_assert_uint_eq(d.reset_ns, 2 * S);
+	atomic_fetch_add(&vnow, 200 * MS);
+	ck_assert_int_eq(allot_acquire(a, exp, ALLOT_COST_DEFAULT, &d),
+	    ALLOT_OK);
+	ck_assert(d.allowed);
+	/* An endpoint absent from endpoint_weights costs `default`. */
+	allot_key *other;
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/checkout",
+			     "/unlisted", &other),
+	    ALLOT_OK);
+	ck_assert_uint_eq(allot_key_cost(other), 1);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(unknown_share_default_bucket)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 64, 0);
+	allot_decision d;
+	int ok = 0;
+	/* Three unknown identities and an anonymous caller share the
+	 * default bucket of 20. */
+	const char *ids[] = { "spiffe://x/a", "spiffe://x/b", "", NULL };
+	for (int i = 0; i < 40; i++) {
+		ck_assert_int_eq(allot_acquire_id(a, ids[i % 4], "/lookup",
+				     ALLOT_COST_DEFAULT, &d),
+		    ALLOT_OK);
+		ok += d.allowed;
+	}
+	ck_assert_int_eq(ok, 20);
+	/* A known caller is unaffected. */
+	ck_assert_int_eq(allot_acquire_id(a, "spiffe://t/checkout", "/lookup",
+			     ALLOT_COST_DEFAULT, &d),
+	    ALLOT_OK);
+	ck_assert(d.allowed);
+	/* Per-identity counters exist for the unknown ones. */
+	allot_key_stats st[16];
+	size_t n;
+	ck_assert_int_eq(allot_stats(a, st, 16, &n), ALLOT_OK);
+	bool saw_a = false;
+	for (size_t i = 0; i < n && i < 16; i++)
+		if (strcmp(st[i].identity, "spiffe://x/a") == 0) {
+			saw_a = true;
+			ck_assert_str_eq(st[i].quota, "default");
+			ck_assert(!st[i].known);
+			ck_assert_uint_eq(st[i].allowed + st[i].denied, 10);
+		}
+	ck_assert(saw_a);
+	/* Too long an identity is refused, not truncated. */
+	char longid[400];
+	memset(longid, 'a', sizeof longid - 1);
+	longid[sizeof longid - 1] = '\0';
+	ck_assert_int_eq(allot_acquire_id(a, longid, "/lookup", 1, &d),
+	    ALLOT_EINVAL);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(shadow_mode)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 64, 0);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/shadowed",
+			     "/lookup", &k),
+	    ALLOT_OK);
+	allot_decision d;
+	int shadow = 0;
+	for (int i = 0; i < 50; i++) {
+		ck_assert_int_eq(allot_acquire(a, k, 1, &d), ALLOT_OK);
+		ck_assert(d.allowed);
+		shadow += d.shadow_denied;
+	}
+	/* burst 20: 20 would pass, 30 would have been denied. */
+	ck_assert_int_eq(shadow, 30);
+	allot_key_stats st;
+	ck_assert_int_eq(allot_key_stats_get(a, k, &st), ALLOT_OK);
+	ck_assert(st.shadow);
+	ck_assert_uint_eq(st.allowed, 20);
+	ck_assert_uint_eq(st.shadow_denied, 30);
+	ck_assert_uint_eq(st.denied, 0);
+	ck_assert_uint_eq(st.tokens_spent, 20);
+	ck_assert_uint_eq(st.tokens_denied, 30);
+	/* The would-be denials took no tokens: one second refills one. */
+	atomic_fetch_add(&vnow, 1 * S);
+	ck_assert_int_eq(allot_acquire(a, k, 1, &d), ALLOT_OK);
+	ck_assert(d.allowed && !d.shadow_denied);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(cost_above_burst)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 64, 0);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, NULL, "/lookup", &k), ALLOT_OK);
+	allot_decision d;
+	ck_assert_int_eq(allot_acquire(a, k, 21, &d), ALLOT_ETOOBIG);
+	ck_assert(!d.allowed);
+	ck_assert_uint_eq(d.retry_after_ns, 0);
+	ck_assert_str_eq(allot_strerror(ALLOT_ETOOBIG),
+	    "cost exceeds the burst: the request can never pass");
+	/* The bucket was not touched. */
+	ck_assert_int_eq(admit_n(a, k, 20, 1), 20);
+	ck_assert_int_eq(allot_acquire(a, NULL, 1, &d), ALLOT_EINVAL);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(settle_reconciles)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 64, 0);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/reporting",
+			     "/export", &k),
+	    ALLOT_OK);
+	allot_decision d;
+	ck_assert_int_eq(allot_acquire(a, k, ALLOT_COST_DEFAULT, &d),
+	    ALLOT_OK);
+	ck_assert(d.allowed);
+	/* The export really cost 300: 100 tokens of debt beyond the
+	 * 200 burst after the 20 estimated. */
+	ck_assert_int_eq(allot_settle(a, k, 20, 300), ALLOT_OK);
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 0);
+	atomic_fetch_add(&vnow, 1 * S); /* +100 tokens: level 0 */
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 0);
+	atomic_fetch_add(&vnow, 200 * MS);
+	ck_assert_int_eq(admit_n(a, k, 20, 1), 20);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.tokens_spent, 320);
+	/* An overestimate is refunded, never above the burst. */
+	atomic_fetch_add(&vnow, 10 * S);
+	ck_assert_int_eq(allot_acquire(a, k, 200, &d), ALLOT_OK);
+	ck_assert(d.allowed);
+	ck_assert_int_eq(allot_settle(a, k, 200, 50), ALLOT_OK);
+	ck_assert_int_eq(admit_n(a, k, 151, 1), 150);
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.tokens_spent, 320 + 50 + 150);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(unknown_table_bounded)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 4, 1000);
+	allot_key *k[5];
+	char id[64];
+	for (int i = 0; i < 4; i++) {
+		snprintf(id, sizeof id, "spiffe://x/%d", i);
+		ck_assert_int_eq(allot_key_resolve(a, id, "/lookup", &k[i]),
+		    ALLOT_OK);
+		ck_assert(k[i]->dynamic);
+	}
+	/* Full and all pinned: the fifth identity shares the overflow key
+	 * (still the default bucket, still counted). */
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://x/new", "/lookup",
+			     &k[4]),
+	    ALLOT_OK);
+	ck_assert(!k[4]->dynamic);
+	ck_assert_str_eq(k[4]->identity, "(overflow)");
+	ck_assert_uint_eq(atomic_load(&a->overflowed), 1);
+	/* Resolving again returns the same key. */
+	allot_key *again;
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://x/2", "/lookup",
+			     &again),
+	    ALLOT_OK);
+	ck_assert_ptr_eq(again, k[2]);
+	allot_key_release(a, again);
+	/* Unpinned and idle past idle_evict: evicted to make room. */
+	for (int i = 0; i < 4; i++)
+		allot_key_release(a, k[i]);
+	atomic_fetch_add(&vnow, 2 * S);
+	allot__agent_sweep(a, atomic_load(&vnow));
+	atomic_fetch_add(&vnow, 2 * S);
+	allot_key *fresh;
+	ck_assert_int_eq(allot_key_resolve(a, "spiffe://x/new", "/lookup",
+			     &fresh),
+	    ALLOT_OK);
+	ck_assert(fresh->dynamic);
+	ck_assert_str_eq(fresh->identity, "spiffe://x/new");
+	ck_assert_uint_ge(atomic_load(&a->evictions), 1);
+	/* Counters of evicted keys are not lost from the quota total. */
+	allot_decision d;
+	for (int i = 0; i < 6; i++) {
+		snprintf(id, sizeof id, "spiffe://y/%d", i);
+		allot_acquire_id(a, id, "/lookup", 1, &d);
+	}
+	allot__ktotals t;
+	allot__quota_totals(a, &a->quotas[a->nquotas - 1], &t);
+	ck_assert_uint_eq(t.allowed + t.denied, 6);
+	allot_key_release(a, fresh);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+/* ---- threads ---- */
+
+struct nm_arg {
+	allot_agent *a;
+	allot_key *k;
+	int m;
+	uint64_t admitted;
+};
+
+static _Atomic uint64_t tick_clock;
+
+static uint64_t
+ticking(void *ctx)
+{
+	(void) ctx;
+	/* Every read advances time by 1 us: deterministic elapsed time
+	 * however the threads interleave. */
+	return atomic_fetch_add(&tick_clock, 1000) + 1000;
+}
+
+static void *
+nm_thread(void *p)
+{
+	struct nm_arg *x = p;
+	allot_decision d;
+	for (int i = 0; i < x->m; i++) {
+		allot_acquire(x->a, x->k, 1, &d);
+		x->admitted += d.allowed;
+	}
+	return NULL;
+}
+
+START_TEST(n_threads_m_acquires)
+{
+	const char *yaml =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n"
+	    "    - {identity: a, tokens_per_second: 50000, burst: 100}\n";
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(allot_config_parse("t", yaml, strlen(yaml), err,
+			     sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = ticking;
+	atomic_store(&tick_clock, 10 * S);
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	allot_key *k;
+	allot_key_resolve(a, "a", "/x", &k);
+	enum { N = 4, M = 200000 };
+	uint64_t t0 = atomic_load(&tick_clock);
+	pthread_t th[N];
+	struct nm_arg arg[N];
+	for (int i = 0; i < N; i++) {
+		arg[i] = (struct nm_arg) { a, k, M, 0 };
+		pthread_create(&th[i], NULL, nm_thread, &arg[i]);
+	}
+	uint64_t admitted = 0;
+	for (int i = 0; i < N; i++) {
+		pthread_join(th[i], NULL);
+		admitted += arg[i].admitted;
+	}
+	double elapsed = (double) (atomic_load(&tick_clock) - t0) / 1e9;
+	/* 800,000 calls over 0.8 virtual seconds at 50,000/s: one in
+	 * twenty passes. */
+	double expected = 100 + 50000 * elapsed;
+	ck_assert_msg((double) admitted <= expected + 1 &&
+		(double) admitted >= expected - 1,
+	    "admitted %llu, expected %.1f", (unsigned long long) admitted,
+	    expected);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.allowed, admitted);
+	ck_assert_uint_eq(st.allowed + st.denied, (uint64_t) N * M);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+static Suite *
+agent_suite(void)
+{
+	Suite *s = suite_create("agent");
+	TCase *tc = tcase_create("api");
+	tcase_add_test(tc, known_caller_and_weights);
+	tcase_add_test(tc, unknown_share_default_bucket);
+	tcase_add_test(tc, shadow_mode);
+	tcase_add_test(tc, cost_above_burst);
+	tcase_add_test(tc, settle_reconciles);
+	tcase_add_test(tc, unknown_table_bounded);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("threads");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, n_threads_m_acquires);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(agent_suite)
