@@ -90,7 +90,7 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	out->tokens_denied = t->denied_tokens;
 	allot__allowance al;
 	allot__bucket_get(k->bucket, &al);
-	out->rate = al.rate;
+	out->rate = al.mode == ALLOT__MODE_CLOSED ? 0.0 : al.rate;
 	out->limit = al.burst;
 	unsigned cpu;
 	double level = allot__bucket_level(k->bucket,

@@ -198,13 +198,20 @@ allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
 
 /* ---- allowances ---- */
 
+/* Install one coordinator allowance. A zero rate is a real answer (the
+ * coordinator grants increases only from headroom, so a newcomer may get
+ * nothing until others have given back): the bucket then denies, with
+ * the sync interval as the retry hint, until the next reply. */
 static void
 install_share(syncc *s, uint32_t key, double rate, double burst)
 {
 	allot_agent *a = s->a;
 	allot__allowance al = {
-		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT
+		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT,
+		.hint_ns = (uint64_t) a->opts.sync_interval_ms * 1000000u,
 	};
+	if (!(rate > 0))
+		al.mode = ALLOT__MODE_CLOSED;
 	allot__quota_set(a, &a->quotas[key], &al);
 	s->q[key].share_rate = rate;
 	s->q[key].share_burst = burst;
@@ -226,11 +233,7 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
 			bad++;
 			continue;
 		}
-		/* A zero share still has to pass the requests the allocator
-		 * grants as a floor: keep the bucket well-formed. */
-		double rate = sh->rate > 0 ? sh->rate : 1e-3;
-		double burst = sh->burst > 0 ? sh->burst : 1e-3;
-		install_share(s, sh->key, rate, burst);
+		install_share(s, sh->key, sh->rate, sh->burst);
 		seen[sh->key] = true;
 	}
 	/* Coming back from fallback with a partial reply: the keys the
@@ -245,6 +248,27 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
 		    ALLOT_LOG_WARNING, "ALLOT-SYNC-BADSHARE",
 		    "coordinator sent %d invalid shares; ignored", bad);
 	return bad;
+}
+
+/* A new session starts counting from now. What was consumed since the
+ * last report of the previous session (e.g. during a coordinator outage)
+ * cannot be checked by the coordinator against any window of its own, so
+ * it is not replayed; it is counted in unreported_tokens instead. */
+static void
+rebaseline(syncc *s)
+{
+	allot_agent *a = s->a;
+	for (uint32_t i = 0; i < a->nquotas; i++) {
+		allot__ktotals t;
+		allot__quota_totals(a, &a->quotas[i], &t);
+		qsync *qs = &s->q[i];
+		if (t.spent > qs->last_spent)
+			atomic_fetch_add(&s->unreported_tokens,
+			    t.spent - qs->last_spent);
+		qs->last_spent = t.spent > qs->last_spent ? t.spent :
+		    qs->last_spent;
+		qs->last_denied = t.denied_tokens;
+	}
 }
 
 static void
@@ -302,6 +326,11 @@ allot__syncc_failed(syncc *s, uint64_t now, const char *why)
 	(void) now;
 	allot_agent *a = s->a;
 	atomic_fetch_add(&s->syncs_failed, 1);
+	/* Skip a sequence number after a lost exchange: the coordinator
+	 * answers a gap with a full Reply, so no allowance change it sent
+	 * in the lost reply stays unknown. */
+	if (s->session != 0 && s->expect == ALLOT__EXPECT_REPLY)
+		s->seq++;
 	if (atomic_exchange(&s->connected, false))
 		allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-SYNC-LOST",
 		    "lost the coordinator %s: %s; keeping current "
@@ -356,6 +385,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	if (s->expect == ALLOT__EXPECT_WELCOME &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
 		const Allot__V1__Welcome *w = env->welcome;
+		rebaseline(s);
 		s->session = w->session;
 		s->seq = 0;
 		s->last_sync_ns = now;
@@ -470,6 +500,7 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->reports_sent = atomic_load(&s->reports_sent);
 	ret->bytes_sent = atomic_load(&s->bytes_sent);
 	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
+	ret->unreported_tokens = atomic_load(&s->unreported_tokens);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ? 0 :
 	    until - (int64_t) (now / 1000000u);

@@ -58,6 +58,7 @@ typedef struct allot__syncc {
 	_Atomic uint64_t reports_sent;
 	_Atomic uint64_t bytes_sent;
 	_Atomic uint64_t last_rtt_us;
+	_Atomic uint64_t unreported_tokens;
 	_Atomic int64_t lease_until_pub;
 	allot__logrl fail_rl;
 } allot__syncc;

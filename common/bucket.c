@@ -7,13 +7,41 @@
 #include "bucket.h"
 
 #include <math.h>
+#include <stddef.h>
 
+/* Fill slot `r` with allowance `a` as version `ver`. OPEN and CLOSED
+ * slots carry the interval and burst of `prev` (the slot in force), so a
+ * later return to MODE_LIMIT converts the level through them unchanged. */
 static void
-fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver)
+fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
+    const allot__rate *prev)
 {
+	if (a->mode != ALLOT__MODE_LIMIT && prev != NULL) {
+		atomic_store_explicit(&r->interval_fp,
+		    atomic_load_explicit(&prev->interval_fp,
+			memory_order_relaxed),
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->tau_ns,
+		    atomic_load_explicit(&prev->tau_ns, memory_order_relaxed),
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->rate,
+		    atomic_load_explicit(&prev->rate, memory_order_relaxed),
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->burst,
+		    atomic_load_explicit(&prev->burst, memory_order_relaxed),
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->tokens_per_ns,
+		    atomic_load_explicit(&prev->tokens_per_ns,
+			memory_order_relaxed),
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->hint_ns, a->hint_ns,
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->mode, (uint32_t) a->mode,
+		    memory_order_relaxed);
+		atomic_store_explicit(&r->ver, ver, memory_order_release);
+		return;
+	}
 	double rate = a->rate, burst = a->burst;
-	/* OPEN/CLOSED slots keep a usable interval so that a later return
-	 * to MODE_LIMIT converts the level sensibly. */
 	if (!(rate > 0) || !isfinite(rate))
 		rate = 1.0;
 	if (!(burst > 0) || !isfinite(burst))
@@ -41,8 +69,17 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver)
 void
 allot__bucket_init(allot__bucket *b, const allot__allowance *a)
 {
-	fill_slot(&b->slot[0], a, 0);
-	fill_slot(&b->slot[1], a, 0);
+	allot__allowance lim = *a;
+	lim.mode = ALLOT__MODE_LIMIT;
+	fill_slot(&b->slot[0], &lim, 0, NULL);
+	fill_slot(&b->slot[1], &lim, 0, NULL);
+	if (a->mode != ALLOT__MODE_LIMIT) {
+		fill_slot(&b->slot[1], a, 1, &b->slot[0]);
+		atomic_init(&b->cur, 1);
+		atomic_init(&b->shadow, false);
+		atomic_init(&b->state, 1); /* z = 0, version 1 */
+		return;
+	}
 	atomic_init(&b->cur, 0);
 	atomic_init(&b->shadow, false);
 	atomic_init(&b->state, 0); /* z = 0: full */
@@ -117,7 +154,7 @@ allot__bucket_set(allot__bucket *b, const allot__allowance *a, uint64_t now)
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
 	allot__bucket_upgrade(b, s, now);
 	uint32_t next = cur + 1;
-	fill_slot(&b->slot[next & 1u], a, next);
+	fill_slot(&b->slot[next & 1u], a, next, &b->slot[cur & 1u]);
 	atomic_store_explicit(&b->cur, next, memory_order_seq_cst);
 	s = atomic_load_explicit(&b->state, memory_order_acquire);
 	allot__bucket_upgrade(b, s, now);

@@ -304,6 +304,9 @@ typedef struct allot_sync_stats {
 	uint64_t reports_sent;    /**< key reports sent in total */
 	uint64_t bytes_sent;      /**< Sync message bytes sent in total */
 	uint64_t last_rtt_us;     /**< round trip of the last exchange */
+	uint64_t unreported_tokens; /**< consumed between sessions (e.g.
+	                             during an outage), not replayed to the
+	                             new session */
 	int64_t lease_remaining_ms; /**< < 0 once expired */
 } allot_sync_stats;
 

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Process-wide counters of allotd and the Prometheus/JSON text helpers the
+ * HTTP endpoints use (metrics.h). Nothing here locks: counters are relaxed
+ * atomics, and a rendered snapshot may mix values from slightly different
+ * instants, which Prometheus tolerates.
+ */
+#include "metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <allot/allot.h>
+
+/* ---- buffer ---- */
+
+static bool
+reserve(allot__buf *b, size_t extra)
+{
+	if (b->oom)
+		return false;
+	if (b->len + extra + 1 <= b->cap)
+		return true;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + extra + 1)
+		cap *= 2;
+	char *p = realloc(b->p, cap);
+	if (p == NULL) {
+		b->oom = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
+
+void
+allot__buf_printf(allot__buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char small[256];
+	int n = vsnprintf(small, sizeof small, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (!reserve(b, (size_t) n))
+		return;
+	if ((size_t) n < sizeof small) {
+		memcpy(b->p + b->len, small, (size_t) n + 1);
+	} else {
+		va_start(ap, fmt);
+		vsnprintf(b->p + b->len, (size_t) n + 1, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t) n;
+}
+
+void
+allot__buf_puts(allot__buf *b, const char *s)
+{
+	size_t n = strlen(s);
+	if (!reserve(b, n))
+		return;
+	memcpy(b->p + b->len, s, n + 1);
+	b->len += n;
+}
+
+void
+allot__buf_label(allot__buf *b, const char *s)
+{
+	for (; *s != '\0'; s++) {
+		if (!reserve(b, 2))
+			return;
+		if (*s == '\\' || *s == '"') {
+			b->p[b->len++] = '\\';
+			b->p[b->len++] = *s;
+		} else if (*s == '\n') {
+			b->p[b->len++] = '\\';
+			b->p[b->len++] = 'n';
+		} else {
+			b->p[b->len++] = *s;
+		}
+		b->p[b->len] = '\0';
+	}
+}
+
+void
+allot__buf_json(allot__buf *b, const char *s)
+{
+	allot__buf_puts(b, "\"");
+	for (; *s != '\0'; s++) {
+		unsigned char c = (unsigned char) *s;
+		if (c == '"' || c == '\\') {
+			allot__buf_printf(b, "\\%c", c);
+		} else if (c < 0x20 || c == 0x7f) {
+			allot__buf_printf(b, "\\u%04x", c);
+		} else {
+			if (!reserve(b, 1))
+				return;
+			b->p[b->len++] = (char) c;
+			b->p[b->len] = '\0';
+		}
+	}
+	allot__buf_puts(b, "\"");
+}
+
+void
+allot__buf_num(allot__buf *b, double v)
+{
+	if (!isfinite(v))
+		v = 0;
+	if (v == floor(v) && fabs(v) < 1e15)
+		allot__buf_printf(b, "%.0f", v);
+	else
+		allot__buf_printf(b, "%.9g", v);
+}
+
+void
+allot__buf_free(allot__buf *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
+	b->oom = false;
+}
+
+/* ---- reasons ---- */
+
+const char *
+allot__reject_name(allot__reject r)
+{
+	static const char *const names[ALLOT__REJ_COUNT] = {
+		[ALLOT__REJ_VERSION] = "version",
+		[ALLOT__REJ_MALFORMED] = "malformed",
+		[ALLOT__REJ_UNKNOWN_SESSION] = "unknown_session",
+		[ALLOT__REJ_STALE_SEQ] = "stale_seq",
+		[ALLOT__REJ_UNKNOWN_KEY] = "unknown_key",
+		[ALLOT__REJ_ABSURD] = "absurd",
+		[ALLOT__REJ_TOO_LARGE] = "too_large",
+		[ALLOT__REJ_CAPACITY] = "capacity",
+		[ALLOT__REJ_SHUTTING_DOWN] = "shutting_down",
+	};
+	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
+}
+
+/* ---- histograms ---- */
+
+/* Request handling takes microseconds; the buckets span 5 µs to 1 s. */
+static const double latency_bounds[ALLOT__HIST_BUCKETS] = {
+	5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,
+	2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0,
+};
+
+/* A group commit takes about a millisecond on an idle disk and up to the
+ * busy timeout when an auditor holds a lock. */
+static const double commit_bounds[ALLOT__HIST_BUCKETS] = {
+	100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+	50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+};
+
+void
+allot__hist_observe_ns(allot__hist *h, uint64_t ns)
+{
+	double s = (double) ns / 1e9;
+	size_t i = 0;
+	while (i < ALLOT__HIST_BUCKETS && s > h->bounds[i])
+		i++;
+	atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+}
+
+void
+allot__metrics_init(allot__metrics *m)
+{
+	memset(m, 0, sizeof *m);
+	m->sync_latency.bounds = latency_bounds;
+	m->store_commit.bounds = commit_bounds;
+}
+
+static uint64_t
+ld(const _Atomic uint64_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+static void
+counter(allot__buf *b, const char *name, const char *help, uint64_t v)
+{
+	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n",
+	    name, help, name, name, (unsigned long long) v);
+}
+
+static void
+gauge(allot__buf *b, const char *name, const char *help, uint64_t v)
+{
+	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n",
+	    name, help, name, name, (unsigned long long) v);
+}
+
+static void
+histogram(allot__buf *b, const char *name, const char *help,
+    const allot__hist *h)
+{
+	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
+	    name);
+	uint64_t cum = 0;
+	for (size_t i = 0; i < ALLOT__HIST_BUCKETS; i++) {
+		cum += ld(&h->bucket[i]);
+		allot__buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name,
+		    h->bounds[i], (unsigned long long) cum);
+	}
+	cum += ld(&h->bucket[ALLOT__HIST_BUCKETS]);
+	allot__buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+	    (unsigned long long) cum);
+	allot__buf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name,
+	    (double) ld(&h->sum_ns) / 1e9, name, (unsigned long long) cum);
+}
+
+void
+allot__metrics_render(const allot__metrics *m, allot__buf *b)
+{
+	allot__buf_printf(b, "# HELP allotd_build_info allotd version.\n"
+	    "# TYPE allotd_build_info gauge\n"
+	    "allotd_build_info{version=\"%s\"} 1\n", ALLOT_VERSION_STRING);
+	allot__buf_printf(b, "# HELP allotd_start_time_seconds Wall-clock "
+	    "start time.\n# TYPE allotd_start_time_seconds gauge\n"
+	    "allotd_start_time_seconds %.3f\n",
+	    (double) m->start_wall_ms / 1e3);
+	counter(b, "allotd_registers_total", "Register messages accepted.",
+	    ld(&m->registers));
+	counter(b, "allotd_syncs_total", "Sync messages accepted.",
+	    ld(&m->syncs));
+	counter(b, "allotd_leaves_total", "Leave messages accepted.",
+	    ld(&m->leaves));
+	counter(b, "allotd_key_reports_total", "Key reports accepted.",
+	    ld(&m->key_reports));
+	counter(b, "allotd_register_unknown_keys_total",
+	    "Keys named at registration that have no quota.",
+	    ld(&m->register_unknown_keys));
+	allot__buf_puts(b, "# HELP allotd_rejected_messages_total Rejected "
+	    "input by reason (unknown_key and absurd count key reports, the "
+	    "others whole messages).\n"
+	    "# TYPE allotd_rejected_messages_total counter\n");
+	for (int r = 0; r < ALLOT__REJ_COUNT; r++)
+		allot__buf_printf(b,
+		    "allotd_rejected_messages_total{reason=\"%s\"} %llu\n",
+		    allot__reject_name((allot__reject) r),
+		    (unsigned long long) ld(&m->rejected[r]));
+	allot__buf_printf(b, "# HELP allotd_replica_events_total Replica "
+	    "registry changes by kind.\n"
+	    "# TYPE allotd_replica_events_total counter\n"
+	    "allotd_replica_events_total{kind=\"join\"} %llu\n"
+	    "allotd_replica_events_total{kind=\"leave\"} %llu\n"
+	    "allotd_replica_events_total{kind=\"expiry\"} %llu\n"
+	    "allotd_replica_events_total{kind=\"replaced\"} %llu\n",
+	    (unsigned long long) ld(&m->joins),
+	    (unsigned long long) ld(&m->leaves),
+	    (unsigned long long) ld(&m->expiries),
+	    (unsigned long long) ld(&m->replaced));
+	allot__buf_printf(b, "# HELP allotd_config_reloads_total Quota config "
+	    "reloads by result.\n# TYPE allotd_config_reloads_total counter\n"
+	    "allotd_config_reloads_total{result=\"ok\"} %llu\n"
+	    "allotd_config_reloads_total{result=\"fail\"} %llu\n",
+	    (unsigned long long) ld(&m->reloads_ok),
+	    (unsigned long long) ld(&m->reloads_failed));
+	counter(b, "allotd_received_bytes_total",
+	    "Protocol bytes received.", ld(&m->bytes_in));
+	counter(b, "allotd_sent_bytes_total", "Protocol bytes sent.",
+	    ld(&m->bytes_out));
+	histogram(b, "allotd_sync_latency_seconds",
+	    "Time from receiving a request to queueing its reply.",
+	    &m->sync_latency);
+	histogram(b, "allotd_store_commit_seconds",
+	    "Duration of each store group commit.", &m->store_commit);
+	counter(b, "allotd_store_commit_failures_total",
+	    "Store group commits that failed (the batch is retried).",
+	    ld(&m->store_commit_failures));
+	gauge(b, "allotd_store_pending_rows",
+	    "Rows queued for the next group commit.",
+	    ld(&m->store_pending));
+	counter(b, "allotd_store_rows_written_total",
+	    "Rows committed to the store.", ld(&m->store_rows_written));
+	counter(b, "allotd_store_rows_dropped_total",
+	    "Usage rows dropped because the queue was full.",
+	    ld(&m->store_rows_dropped));
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allotd's process-wide counters and histograms, and the text buffer the
+ * HTTP endpoints render into. Counters are relaxed atomics so the nng
+ * worker threads bump them without a lock; per-service and per-quota
+ * figures live in the registry (state.c) under its mutex and are rendered
+ * from there. Label sets are fixed enums (rejection reasons) or come from
+ * the quota config and the bounded service table, so the number of series
+ * stays bounded whatever the peers send.
+ */
+#ifndef ALLOT_COORDINATOR_METRICS_H
+#define ALLOT_COORDINATOR_METRICS_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- growable text buffer ---- */
+
+typedef struct allot__buf {
+	char *p;
+	size_t len;
+	size_t cap;
+	bool oom;               /* an append failed: the text is truncated */
+} allot__buf;
+
+void allot__buf_printf(allot__buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void allot__buf_puts(allot__buf *b, const char *s);
+/* Append `s` escaped as a Prometheus label value (\\, \", \n). */
+void allot__buf_label(allot__buf *b, const char *s);
+/* Append `s` as a JSON string, quotes included. */
+void allot__buf_json(allot__buf *b, const char *s);
+/* Append a finite double as a number (JSON/Prometheus); NaN/Inf as 0. */
+void allot__buf_num(allot__buf *b, double v);
+void allot__buf_free(allot__buf *b);
+
+/* ---- rejection reasons (label values of allotd_rejected_messages_total) */
+
+typedef enum allot__reject {
+	ALLOT__REJ_VERSION = 0,
+	ALLOT__REJ_MALFORMED,
+	ALLOT__REJ_UNKNOWN_SESSION,
+	ALLOT__REJ_STALE_SEQ,
+	ALLOT__REJ_UNKNOWN_KEY,   /* counts key reports, not messages */
+	ALLOT__REJ_ABSURD,        /* counts key reports, not messages */
+	ALLOT__REJ_TOO_LARGE,
+	ALLOT__REJ_CAPACITY,      /* replica or service table full */
+	ALLOT__REJ_SHUTTING_DOWN,
+	ALLOT__REJ_COUNT
+} allot__reject;
+
+const char *allot__reject_name(allot__reject r);
+
+/* ---- histograms (fixed buckets, seconds) ---- */
+
+#define ALLOT__HIST_BUCKETS 16
+
+typedef struct allot__hist {
+	const double *bounds;   /* ALLOT__HIST_BUCKETS upper bounds, seconds */
+	_Atomic uint64_t bucket[ALLOT__HIST_BUCKETS + 1]; /* last: +Inf */
+	_Atomic uint64_t count;
+	_Atomic uint64_t sum_ns;
+} allot__hist;
+
+void allot__hist_observe_ns(allot__hist *h, uint64_t ns);
+
+typedef struct allot__metrics {
+	_Atomic uint64_t registers;
+	_Atomic uint64_t syncs;
+	_Atomic uint64_t leaves;
+	_Atomic uint64_t key_reports;       /* accepted key reports */
+	_Atomic uint64_t register_unknown_keys;
+	_Atomic uint64_t rejected[ALLOT__REJ_COUNT];
+	_Atomic uint64_t joins;
+	_Atomic uint64_t expiries;
+	_Atomic uint64_t replaced;
+	_Atomic uint64_t reloads_ok;
+	_Atomic uint64_t reloads_failed;
+	_Atomic uint64_t bytes_in;
+	_Atomic uint64_t bytes_out;
+	allot__hist sync_latency;           /* decode to reply, per request */
+	allot__hist store_commit;           /* allot__store_flush duration */
+	/* Written by the loop thread from the store's statistics. */
+	_Atomic uint64_t store_commit_failures;
+	_Atomic uint64_t store_pending;
+	_Atomic uint64_t store_rows_dropped;
+	_Atomic uint64_t store_rows_written;
+	uint64_t start_wall_ms;
+} allot__metrics;
+
+void allot__metrics_init(allot__metrics *m);
+
+static inline void
+allot__metrics_reject(allot__metrics *m, allot__reject r, uint64_t n)
+{
+	if (m != NULL && r < ALLOT__REJ_COUNT)
+		atomic_fetch_add_explicit(&m->rejected[r], n,
+		    memory_order_relaxed);
+}
+
+static inline void
+allot__metrics_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* Render the process-wide series (everything but the per-service and
+ * per-quota ones, which state.c renders) in Prometheus text format. */
+void allot__metrics_render(const allot__metrics *m, allot__buf *b);
+
+#endif

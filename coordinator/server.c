@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The nng rep0 server (server.h). Each worker loops RECV -> handle ->
+ * SEND -> RECV in its aio callback, which nng runs on its own threads;
+ * the handling itself is short (decode, one trip under the registry's
+ * mutex, encode), so it is done in the callback rather than handed to
+ * another thread. protobuf-c allocates through a per-worker bump arena
+ * that is reset after every request and keeps its high-water mark, so
+ * the steady state allocates nothing per report (nng still allocates one
+ * message per reply).
+ */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+
+#include "clock.h"
+
+/* ------------------------------------------------------------------ */
+/* arena                                                               */
+/* ------------------------------------------------------------------ */
+
+#define ARENA_MIN (64u * 1024u)
+#define ARENA_KEEP_MAX (16u * 1024u * 1024u)
+
+typedef struct chunk {
+	struct chunk *next;
+	size_t cap;
+	size_t used;
+	alignas(max_align_t) unsigned char data[];
+} chunk;
+
+typedef struct arena {
+	chunk *head;               /* the chunk being filled */
+	chunk *base;               /* kept across resets */
+	size_t total;              /* bytes handed out since the last reset */
+} arena;
+
+static chunk *
+chunk_new(size_t cap)
+{
+	chunk *c = malloc(sizeof *c + cap);
+	if (c == NULL)
+		return NULL;
+	c->next = NULL;
+	c->cap = cap;
+	c->used = 0;
+	return c;
+}
+
+static void *
+arena_alloc(void *arg, size_t size)
+{
+	arena *a = arg;
+	size = (size + alignof(max_align_t) - 1) &
+	    ~(size_t) (alignof(max_align_t) - 1);
+	if (size == 0)
+		size = alignof(max_align_t);
+	chunk *c = a->head;
+	if (c == NULL || c->cap - c->used < size) {
+		size_t cap = c != NULL ? c->cap * 2 : ARENA_MIN;
+		while (cap < size)
+			cap *= 2;
+		chunk *n = chunk_new(cap);
+		if (n == NULL)
+			return NULL;
+		n->next = a->head;
+		a->head = n;
+		if (a->base == NULL)
+			a->base = n;
+		c = n;
+	}
+	void *p = c->data + c->used;
+	c->used += size;
+	a->total += size;
+	return p;
+}
+
+static void
+arena_free(void *arg, void *p)
+{
+	(void) arg;
+	(void) p; /* released all at once by arena_reset() */
+}
+
+/* Release everything; when the last request overflowed the base chunk,
+ * replace it with one as large as that request needed (up to a bound),
+ * so a steady stream of such requests stops allocating. */
+static void
+arena_reset(arena *a)
+{
+	bool overflowed = a->head != a->base;
+	size_t want = a->total;
+	chunk *c = a->head;
+	while (c != NULL) {
+		chunk *next = c->next;
+		if (c != a->base)
+			free(c);
+		c = next;
+	}
+	a->head = a->base;
+	if (a->base != NULL)
+		a->base->used = 0;
+	if (overflowed && want <= ARENA_KEEP_MAX && a->base != NULL &&
+	    want > a->base->cap) {
+		size_t cap = a->base->cap;
+		while (cap < want)
+			cap *= 2;
+		chunk *n = chunk_new(cap);
+		if (n != NULL) {
+			free(a->base);
+			a->base = a->head = n;
+		}
+	}
+	a->total = 0;
+}
+
+static void
+arena_destroy(arena *a)
+{
+	chunk *c = a->head;
+	while (c != NULL) {
+		chunk *next = c->next;
+		free(c);
+		c = next;
+	}
+	a->head = a->base = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* workers                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum wstate { W_IDLE, W_RECV, W_SEND } wstate;
+
+typedef struct worker {
+	allot__server *srv;
+	nng_aio *aio;
+	nng_ctx ctx;
+	bool ctx_open;
+	wstate state;
+	arena arena;
+	ProtobufCAllocator pa;
+} worker;
+
+struct allot__server {
+	allot__server_opts o;
+	allot__logger lgv;
+	nng_socket sock;
+	bool sock_open;
+	nng_listener *listeners;
+	size_t nlisteners;
+	worker *workers;
+	size_t nworkers;
+	_Atomic bool draining;
+	_Atomic bool closing;
+	_Atomic uint32_t busy;     /* requests between recv and send */
+	allot__logrl rl[ALLOT__REJ_COUNT];
+	allot__logrl rl_io;
+};
+
+void
+allot__server_opts_init(allot__server_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->workers = ALLOT__SERVER_WORKERS;
+	o->max_msg = ALLOT__SERVER_MAX_MSG;
+	o->max_reports = ALLOT__SERVER_MAX_REPORTS;
+	o->max_keys = ALLOT__SERVER_MAX_KEYS;
+}
+
+static allot__reject
+reason_of(Allot__V1__Error__Code c)
+{
+	switch (c) {
+	case ALLOT__V1__ERROR__CODE__VERSION:
+		return ALLOT__REJ_VERSION;
+	case ALLOT__V1__ERROR__CODE__MALFORMED:
+		return ALLOT__REJ_MALFORMED;
+	case ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION:
+		return ALLOT__REJ_UNKNOWN_SESSION;
+	case ALLOT__V1__ERROR__CODE__STALE_SEQ:
+		return ALLOT__REJ_STALE_SEQ;
+	case ALLOT__V1__ERROR__CODE__TOO_LARGE:
+		return ALLOT__REJ_TOO_LARGE;
+	case ALLOT__V1__ERROR__CODE__SHUTTING_DOWN:
+		return ALLOT__REJ_SHUTTING_DOWN;
+	case ALLOT__V1__ERROR__CODE__RATE_LIMITED:
+		return ALLOT__REJ_CAPACITY;
+	default:
+		return ALLOT__REJ_MALFORMED;
+	}
+}
+
+static const char *
+body_name(Allot__V1__Envelope__BodyCase c)
+{
+	switch (c) {
+	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
+		return "Register";
+	case ALLOT__V1__ENVELOPE__BODY_WELCOME:
+		return "Welcome";
+	case ALLOT__V1__ENVELOPE__BODY_SYNC:
+		return "Sync";
+	case ALLOT__V1__ENVELOPE__BODY_REPLY:
+		return "Reply";
+	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
+		return "Leave";
+	case ALLOT__V1__ENVELOPE__BODY_ERROR:
+		return "Error";
+	default:
+		return "nothing";
+	}
+}
+
+static void
+peer_name(nng_msg *msg, char *buf, size_t len)
+{
+	nng_sockaddr sa;
+	nng_pipe p = nng_msg_get_pipe(msg);
+	snprintf(buf, len, "?");
+	if (nng_pipe_id(p) < 0 ||
+	    nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+		return;
+	switch (sa.s_family) {
+	case NNG_AF_INET: {
+		const uint8_t *a = (const uint8_t *) &sa.s_in.sa_addr;
+		snprintf(buf, len, "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3],
+		    (unsigned) ntohs(sa.s_in.sa_port));
+		break;
+	}
+	case NNG_AF_IPC:
+		snprintf(buf, len, "ipc:%s", sa.s_ipc.sa_path);
+		break;
+	default:
+		snprintf(buf, len, "pipe %d", nng_pipe_id(p));
+		break;
+	}
+}
+
+/* Encode `env` into a fresh nng message; NULL when out of memory. */
+static nng_msg *
+pack(const Allot__V1__Envelope *env)
+{
+	size_t n = allot__v1__envelope__get_packed_size(env);
+	nng_msg *m;
+	if (nng_msg_alloc(&m, n) != 0)
+		return NULL;
+	allot__v1__envelope__pack(env, nng_msg_body(m));
+	return m;
+}
+
+/* Decode, dispatch and encode one request. Consumes `req`. */
+static nng_msg *
+handle(worker *w, nng_msg *req)
+{
+	allot__server *srv = w->srv;
+	allot__metrics *m = srv->o.metrics;
+	uint64_t t0 = allot__mono_ns();
+	size_t len = nng_msg_len(req);
+	char err[256] = "";
+	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+	Allot__V1__Envelope *in = NULL;
+	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Welcome welcome = ALLOT__V1__WELCOME__INIT;
+	Allot__V1__Reply reply = ALLOT__V1__REPLY__INIT;
+	Allot__V1__Error error = ALLOT__V1__ERROR__INIT;
+	out.version = ALLOT__PROTOCOL_VERSION;
+	bool counted = false;      /* the registry counted the rejection */
+
+	if (m != NULL)
+		allot__metrics_add(&m->bytes_in, len);
+	if (atomic_load(&srv->draining)) {
+		code = ALLOT__V1__ERROR__CODE__SHUTTING_DOWN;
+		snprintf(err, sizeof err, "the coordinator is shutting down; "
+		    "retry on another or after it restarts");
+		goto answer;
+	}
+	if (len > srv->o.max_msg) {
+		code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
+		snprintf(err, sizeof err, "message of %zu bytes is above the "
+		    "limit of %zu", len, srv->o.max_msg);
+		goto answer;
+	}
+	in = allot__v1__envelope__unpack(&w->pa, len, nng_msg_body(req));
+	if (in == NULL) {
+		code = ALLOT__V1__ERROR__CODE__MALFORMED;
+		snprintf(err, sizeof err, "could not decode an Envelope from "
+		    "%zu bytes", len);
+		goto answer;
+	}
+	if (in->version != ALLOT__PROTOCOL_VERSION) {
+		code = ALLOT__V1__ERROR__CODE__VERSION;
+		snprintf(err, sizeof err, "protocol version %" PRIu32 " is not "
+		    "supported; this coordinator speaks version %u",
+		    in->version, ALLOT__PROTOCOL_VERSION);
+		goto answer;
+	}
+	switch (in->body_case) {
+	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
+		if (in->register_->n_keys > srv->o.max_keys) {
+			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
+			snprintf(err, sizeof err, "%zu keys in Register; at "
+			    "most %u", in->register_->n_keys,
+			    srv->o.max_keys);
+			break;
+		}
+		code = allot__state_register(srv->o.state, in->register_,
+		    &w->pa, &welcome, err, sizeof err);
+		counted = true;
+		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
+		out.welcome = &welcome;
+		break;
+	case ALLOT__V1__ENVELOPE__BODY_SYNC:
+		if (in->sync->n_reports > srv->o.max_reports) {
+			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
+			snprintf(err, sizeof err, "%zu reports in Sync; at "
+			    "most %u", in->sync->n_reports,
+			    srv->o.max_reports);
+			break;
+		}
+		code = allot__state_sync(srv->o.state, in->sync, &w->pa,
+		    &reply, err, sizeof err);
+		counted = true;
+		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
+		out.reply = &reply;
+		break;
+	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
+		code = allot__state_leave(srv->o.state, in->leave, &reply, err,
+		    sizeof err);
+		counted = true;
+		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
+		out.reply = &reply;
+		break;
+	default:
+		code = ALLOT__V1__ERROR__CODE__MALFORMED;
+		snprintf(err, sizeof err, "an agent may send Register, Sync "
+		    "or Leave, not %s", body_name(in->body_case));
+		break;
+	}
+answer:
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		allot__reject r = reason_of(code);
+		if (!counted)
+			allot__metrics_reject(m, r, 1);
+		/* Unknown sessions are expected after a restart or an
+		 * expiry, and refusals while draining are by design. */
+		int level = r == ALLOT__REJ_UNKNOWN_SESSION ||
+		    r == ALLOT__REJ_SHUTTING_DOWN ? ALLOT_LOG_NOTICE :
+		    ALLOT_LOG_WARNING;
+		if (srv->lgv.fn != NULL && level <= srv->lgv.level) {
+			char peer[160];
+			peer_name(req, peer, sizeof peer);
+			allot__log_ratelimited(&srv->lgv, &srv->rl[r],
+			    level, "ALLOTD-REJECT",
+			    "%s from %s rejected (%s): %s",
+			    in != NULL ? body_name(in->body_case) : "message",
+			    peer, allot__reject_name(r), err);
+		}
+		error.code = code;
+		error.message = err;
+		out.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
+		out.error = &error;
+	}
+	nng_msg *rep = pack(&out);
+	arena_reset(&w->arena);
+	nng_msg_free(req);
+	if (m != NULL) {
+		if (rep != NULL)
+			allot__metrics_add(&m->bytes_out, nng_msg_len(rep));
+		allot__hist_observe_ns(&m->sync_latency,
+		    allot__mono_ns() - t0);
+	}
+	return rep;
+}
+
+static void
+worker_recv(worker *w)
+{
+	w->state = W_RECV;
+	nng_ctx_recv(w->ctx, w->aio);
+}
+
+static void
+worker_cb(void *arg)
+{
+	worker *w = arg;
+	allot__server *srv = w->srv;
+	int rv = nng_aio_result(w->aio);
+
+	switch (w->state) {
+	case W_RECV:
+		if (rv != 0) {
+			if (rv == NNG_ECLOSED || rv == NNG_ECANCELED ||
+			    atomic_load(&srv->closing)) {
+				w->state = W_IDLE;
+				return;
+			}
+			allot__log_ratelimited(&srv->lgv, &srv->rl_io,
+			    ALLOT_LOG_WARNING, "ALLOTD-RECV-FAIL",
+			    "receive failed: %s", nng_strerror(rv));
+			worker_recv(w);
+			return;
+		}
+		atomic_fetch_add(&srv->busy, 1);
+		nng_msg *rep = handle(w, nng_aio_get_msg(w->aio));
+		if (rep == NULL) {
+			/* Out of memory: no answer; the agent's request
+			 * times out and it retries. */
+			atomic_fetch_sub(&srv->busy, 1);
+			allot__log_ratelimited(&srv->lgv, &srv->rl_io,
+			    ALLOT_LOG_ERR, "ALLOTD-NOMEM",
+			    "out of memory encoding a reply");
+			worker_recv(w);
+			return;
+		}
+		w->state = W_SEND;
+		nng_aio_set_msg(w->aio, rep);
+		nng_ctx_send(w->ctx, w->aio);
+		return;
+	case W_SEND:
+		if (rv != 0) {
+			/* The peer went away; the reply is ours to free. */
+			nng_msg_free(nng_aio_get_msg(w->aio));
+			nng_aio_set_msg(w->aio, NULL);
+		}
+		atomic_fetch_sub(&srv->busy, 1);
+		if (atomic_load(&srv->closing)) {
+			w->state = W_IDLE;
+			return;
+		}
+		worker_recv(w);
+		return;
+	case W_IDLE:
+		return;
+	}
+}
+
+int
+allot__server_start(const allot__server_opts *opts, char *err,
+    size_t errlen, allot__server **ret)
+{
+	if (opts == NULL || opts->state == NULL || opts->nurls == 0 ||
+	    opts->workers == 0 || opts->max_msg == 0) {
+		snprintf(err, errlen, "invalid server options");
+		return ALLOT_EINVAL;
+	}
+	allot__server *srv = calloc(1, sizeof *srv);
+	if (srv == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return ALLOT_ENOMEM;
+	}
+	int rc = ALLOT_ENOMEM;
+	srv->o = *opts;
+	if (opts->lg != NULL)
+		srv->lgv = *opts->lg;
+	for (int r = 0; r < ALLOT__REJ_COUNT; r++)
+		srv->rl[r] = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
+	srv->rl_io = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
+	srv->listeners = calloc(opts->nurls, sizeof *srv->listeners);
+	srv->workers = calloc(opts->workers, sizeof *srv->workers);
+	if (srv->listeners == NULL || srv->workers == NULL) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	int rv = nng_rep0_open(&srv->sock);
+	if (rv != 0) {
+		snprintf(err, errlen, "cannot open a rep0 socket: %s",
+		    nng_strerror(rv));
+		rc = ALLOT_EIO;
+		goto fail;
+	}
+	srv->sock_open = true;
+	/* nng drops (and closes the connection of) anything above its own
+	 * limit without telling us; keep that limit above ours so that
+	 * merely large messages are answered TOO_LARGE and counted. */
+	nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, 2 * opts->max_msg);
+	srv->nworkers = opts->workers;
+	for (size_t i = 0; i < srv->nworkers; i++) {
+		worker *w = &srv->workers[i];
+		w->srv = srv;
+		w->pa.alloc = arena_alloc;
+		w->pa.free = arena_free;
+		w->pa.allocator_data = &w->arena;
+		if ((rv = nng_aio_alloc(&w->aio, worker_cb, w)) != 0 ||
+		    (rv = nng_ctx_open(&w->ctx, srv->sock)) != 0) {
+			snprintf(err, errlen, "cannot create worker %zu: %s",
+			    i, nng_strerror(rv));
+			rc = ALLOT_EIO;
+			goto fail;
+		}
+		w->ctx_open = true;
+	}
+	for (size_t i = 0; i < opts->nurls; i++) {
+		rv = nng_listen(srv->sock, opts->urls[i], &srv->listeners[i],
+		    0);
+		if (rv != 0) {
+			snprintf(err, errlen, "cannot listen on %s: %s",
+			    opts->urls[i], nng_strerror(rv));
+			rc = rv == NNG_EADDRINUSE || rv == NNG_EADDRINVAL ||
+			    rv == NNG_EINVAL || rv == NNG_ENOTSUP ?
+			    ALLOT_EINVAL : ALLOT_EIO;
+			goto fail;
+		}
+		srv->nlisteners++;
+	}
+	for (size_t i = 0; i < srv->nworkers; i++)
+		worker_recv(&srv->workers[i]);
+	*ret = srv;
+	return ALLOT_OK;
+fail:
+	allot__server_close(srv);
+	return rc;
+}
+
+void
+allot__server_drain(allot__server *srv)
+{
+	if (srv == NULL)
+		return;
+	atomic_store(&srv->draining, true);
+	for (size_t i = 0; i < srv->nlisteners; i++)
+		nng_listener_close(srv->listeners[i]);
+	srv->nlisteners = 0;
+}
+
+bool
+allot__server_idle(allot__server *srv)
+{
+	return srv == NULL || atomic_load(&srv->busy) == 0;
+}
+
+void
+allot__server_close(allot__server *srv)
+{
+	if (srv == NULL)
+		return;
+	atomic_store(&srv->closing, true);
+	for (size_t i = 0; i < srv->nlisteners; i++)
+		nng_listener_close(srv->listeners[i]);
+	srv->nlisteners = 0;
+	/* Stop each aio (waiting for a running callback), then the
+	 * contexts and the socket; freeing an aio waits as well. */
+	if (srv->workers != NULL) {
+		for (size_t i = 0; i < srv->nworkers; i++)
+			if (srv->workers[i].aio != NULL)
+				nng_aio_stop(srv->workers[i].aio);
+		for (size_t i = 0; i < srv->nworkers; i++) {
+			worker *w = &srv->workers[i];
+			if (w->ctx_open)
+				nng_ctx_close(w->ctx);
+			w->ctx_open = false;
+		}
+	}
+	if (srv->sock_open)
+		nng_close(srv->sock);
+	srv->sock_open = false;
+	if (srv->workers != NULL) {
+		for (size_t i = 0; i < srv->nworkers; i++) {
+			worker *w = &srv->workers[i];
+			/* nng_aio_stop() ran the callback, which freed any
+			 * reply it still owned. */
+			if (w->aio != NULL)
+				nng_aio_free(w->aio);
+			arena_destroy(&w->arena);
+		}
+	}
+	free(srv->workers);
+	free(srv->listeners);
+	free(srv);
+}

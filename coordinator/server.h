@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The protocol front end of allotd: one nng rep0 socket listening on every
+ * configured address (tcp://, ipc://), served by a fixed pool of workers,
+ * each an nng context with its own aio, so that many requests are decoded
+ * and answered concurrently on nng's threads. A worker decodes the
+ * Envelope with protobuf-c into a per-worker arena (no malloc per key
+ * report), checks the limits and the version, hands the message to the
+ * registry (state.h) and packs the answer. Every rejection is answered
+ * with an Error, counted by reason and logged with a rate limit.
+ */
+#ifndef ALLOT_COORDINATOR_SERVER_H
+#define ALLOT_COORDINATOR_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "state.h"
+
+#define ALLOT__SERVER_MAX_MSG (1u << 20)      /* bytes, answered TOO_LARGE */
+#define ALLOT__SERVER_MAX_REPORTS 65536u      /* per Sync */
+#define ALLOT__SERVER_MAX_KEYS 65537u         /* per Register */
+#define ALLOT__SERVER_WORKERS 8u
+#define ALLOT__SERVER_MAX_URLS 16u
+#define ALLOT__PROTOCOL_VERSION 1u
+
+typedef struct allot__server allot__server;
+
+typedef struct allot__server_opts {
+	const char *const *urls;    /* nng URLs to listen on */
+	size_t nurls;
+	uint32_t workers;           /* concurrent requests (nng contexts) */
+	size_t max_msg;             /* larger messages: Error TOO_LARGE */
+	uint32_t max_reports;
+	uint32_t max_keys;
+	allot__state *state;
+	allot__metrics *metrics;
+	const allot__logger *lg;
+} allot__server_opts;
+
+void allot__server_opts_init(allot__server_opts *o);
+
+/* Open the socket, listen on every URL and start the workers. On failure
+ * nothing is left running and `err` names the URL and the nng error.
+ * Messages above 2 * max_msg are dropped by nng itself (the connection is
+ * closed); between max_msg and that they are answered TOO_LARGE. */
+int allot__server_start(const allot__server_opts *opts, char *err,
+    size_t errlen, allot__server **ret);
+
+/* Stop accepting: close the listeners so no new connection arrives, and
+ * answer requests that still arrive on open connections with
+ * Error SHUTTING_DOWN. Requests being handled complete normally. */
+void allot__server_drain(allot__server *srv);
+
+/* True when no request is between its receipt and its reply being
+ * handed to nng. */
+bool allot__server_idle(allot__server *srv);
+
+/* Stop the workers, close the socket and free. Accepts NULL. Must not be
+ * called from an nng callback. */
+void allot__server_close(allot__server *srv);
+
+#endif

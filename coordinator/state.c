@@ -1,0 +1,1860 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The registry behind state.h: services, their replica sessions, the
+ * config in force and the per-quota bookkeeping. Requests from the nng
+ * workers and the loop's periodic work meet under one mutex. The rule
+ * inside it: array indexing and memory only. Anything that formats a log
+ * line is done after unlocking, from values copied out; store records only
+ * append to the store's in-memory batch, so they are allowed inside.
+ *
+ * Layout, chosen for the per-report path: a session holds its keys as an
+ * array indexed by the key id of its Register (each entry names a quota
+ * index of the config in force, or -1), and its service holds one squota
+ * per quota index. A key report is therefore two bounds checks, two array
+ * loads and a few additions, with no string work and no allocation.
+ *
+ * Targets and grants. The allocator sets each key's target share; what a
+ * replica is actually sent (its grant) moves toward the target under one
+ * rule that keeps the sum of grants of a quota at or below R (and of
+ * bursts at or below B) at every instant, not only once all replicas have
+ * synced: a decrease is granted at once, an increase only out of the
+ * headroom R - sum(grants). When a replica joins, the others shrink on
+ * their next sync and the newcomer grows on the sync after that, so a
+ * change settles within two intervals. Replicas restored after a restart
+ * are assumed to hold their equal share until they return or expire.
+ */
+#include "state.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "hash.h"
+
+/* A loaded config with what the hot paths derive from it. */
+typedef struct cfgv {
+	allot_config *cfg;
+	uint64_t epoch;
+	int64_t loaded_wall_ms;
+	char *path;
+	size_t nq;                 /* 1 + ncallers: index 0 is default */
+	const allot__quota **q;    /* q[i] for quota index i */
+	double *rate;              /* q[i]->rate, contiguous */
+	double *burst;
+	uint32_t *index;           /* identity hash table: quota index + 1 */
+	size_t index_mask;
+	uint64_t seed;
+} cfgv;
+
+/* One interned key of a session. */
+typedef struct skey {
+	int32_t q;                 /* quota index; -1: no quota for it */
+	bool rec_pending;          /* share changed since its store row */
+	double consumed;           /* allocator window: tokens admitted */
+	double denied;             /* allocator window: tokens denied */
+	double demand;             /* last reported demand, tokens/s */
+	double held;               /* last reported bucket level */
+	double rate;               /* target share (allocator output) */
+	double burst;
+	double sent_rate;          /* grant: what the agent was last sent */
+	double sent_burst;         /* (NaN: nothing yet, holds no share) */
+} skey;
+
+struct service;
+
+typedef struct session {
+	uint64_t id;
+	char *replica_id;
+	char *host;
+	char *agent_version;
+	uint32_t pid;
+	uint64_t digest;
+	struct service *svc;
+	uint32_t slot;             /* index in svc->sess */
+	uint32_t nkeys;
+	uint32_t nknown;           /* keys with q >= 0 */
+	skey *keys;
+	char **names;              /* key identities (into names_blob) */
+	char *names_blob;
+	uint64_t last_seq;
+	uint64_t last_seen_ns;
+	uint64_t last_sync_ns;
+	uint64_t expiry_ns;
+	int64_t joined_wall_ms;
+	int64_t seen_wall_ms;
+	uint64_t sent_gen;
+	uint32_t replies_since_full;
+	uint32_t pending;          /* keys whose grant is below target */
+	bool force_full;
+	bool ghost;                /* restored from the store, not back yet;
+	                              holds a key per quota, never syncs */
+	bool seen_dirty;           /* synced since its last-seen row */
+	struct session *hnext;
+} session;
+
+/* One quota of one service. */
+typedef struct squota {
+	uint64_t allowed_total;    /* tokens, since start (counters) */
+	uint64_t denied_total;
+	uint64_t win_allowed;      /* since the last per-second pass */
+	uint64_t win_denied;
+	double demand_sum;         /* sum over sessions of the last demand */
+	double level;              /* global bucket estimate, tokens */
+	double level_recorded;
+	double sum_rate;           /* sum of targets (allocator outputs) */
+	double sum_burst;
+	double granted_rate;       /* sum of grants: what replicas hold */
+	double granted_burst;
+	uint32_t nslots;           /* replicas holding a share */
+	double admitted_rate;      /* last second, tokens/s */
+	double denied_rate;
+	double utilization;        /* admitted / (R * 1 s) */
+} squota;
+
+typedef struct service {
+	char *name;
+	session **sess;
+	uint32_t nsess;
+	uint32_t cap;
+	squota *q;                 /* one per quota index of st->cur */
+	uint64_t gen;              /* bumped when any share changes */
+	bool dirty;                /* replica set or config changed */
+	bool rec_pending;          /* some key has rec_pending */
+	uint64_t last_alloc_ns;
+} service;
+
+/* Work to finish after unlocking: log lines and store rows. */
+typedef struct gone {
+	session *s;
+	const char *why;           /* "expired", "replaced", "leave" */
+	uint64_t silent_ms;
+	uint32_t remaining;
+} gone;
+
+struct allot__state {
+	pthread_mutex_t mu;
+	allot__state_opts o;
+	allot__logger lgv;
+	cfgv *cur;
+	service **svcs;
+	size_t nsvcs;
+	session **htab;
+	size_t hmask;
+	size_t nsessions;          /* live sessions, restored ones included */
+	uint64_t next_session;
+	uint64_t last_second_ns;
+	uint32_t *stamp;           /* duplicate-key detection, per quota */
+	size_t stamp_cap;
+	uint32_t stamp_gen;
+	/* allocator scratch, reused across rounds */
+	allot__alloc_quota *aq;
+	size_t aq_cap;
+	allot__alloc_slot *slots;
+	size_t slot_cap;
+	uint32_t *owner_sess;      /* per slot: index in svc->sess */
+	uint32_t *owner_key;       /* per slot: key index in the session */
+	size_t owner_cap;
+	allot__logrl rl_unknown;
+	allot__logrl rl_absurd;
+	allot__logrl rl_register;
+};
+
+
+/* Monotonic differences never wrap: a timestamp taken by another thread
+ * may be a hair newer than `now`. */
+static inline uint64_t
+since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* config views                                                        */
+/* ------------------------------------------------------------------ */
+
+static void
+cfgv_free(cfgv *v)
+{
+	if (v == NULL)
+		return;
+	allot_config_free(v->cfg);
+	free(v->path);
+	free(v->q);
+	free(v->rate);
+	free(v->burst);
+	free(v->index);
+	free(v);
+}
+
+static int32_t
+cfgv_find(const cfgv *v, const char *identity, size_t len)
+{
+	uint64_t h = allot__hash(identity, len, v->seed);
+	for (size_t i = (size_t) h & v->index_mask;;
+	     i = (i + 1) & v->index_mask) {
+		uint32_t e = v->index[i];
+		if (e == 0)
+			return -1;
+		const char *id = v->q[e - 1]->identity;
+		if (strncmp(id, identity, len) == 0 && id[len] == '\0')
+			return (int32_t) (e - 1);
+	}
+}
+
+/* Takes ownership of cfg only on success. */
+static cfgv *
+cfgv_new(allot_config *cfg, const char *path, uint64_t epoch)
+{
+	cfgv *v = calloc(1, sizeof *v);
+	if (v == NULL)
+		return NULL;
+	v->nq = 1 + cfg->ncallers;
+	v->epoch = epoch;
+	v->loaded_wall_ms = allot__wall_ms();
+	v->seed = allot__hash_seed();
+	size_t cap = 8;
+	while (cap < 2 * v->nq)
+		cap *= 2;
+	v->index_mask = cap - 1;
+	v->q = calloc(v->nq, sizeof *v->q);
+	v->rate = calloc(v->nq, sizeof *v->rate);
+	v->burst = calloc(v->nq, sizeof *v->burst);
+	v->index = calloc(cap, sizeof *v->index);
+	v->path = strdup(path != NULL ? path : "");
+	if (v->q == NULL || v->rate == NULL || v->burst == NULL ||
+	    v->index == NULL || v->path == NULL)
+		goto fail;
+	for (size_t i = 0; i < v->nq; i++) {
+		const allot__quota *q = i == 0 ? &cfg->def :
+		    &cfg->callers[i - 1];
+		v->q[i] = q;
+		v->rate[i] = q->rate;
+		v->burst[i] = q->burst;
+		size_t len = strlen(q->identity);
+		if (cfgv_find(v, q->identity, len) >= 0)
+			continue; /* the loader rejects duplicates; be safe */
+		uint64_t h = allot__hash(q->identity, len, v->seed);
+		size_t j = (size_t) h & v->index_mask;
+		while (v->index[j] != 0)
+			j = (j + 1) & v->index_mask;
+		v->index[j] = (uint32_t) i + 1;
+	}
+	v->cfg = cfg;
+	return v;
+fail:
+	cfgv_free(v);
+	return NULL;
+}
+
+static const char *
+priority_name(const cfgv *v, uint32_t p)
+{
+	return p < v->cfg->nclasses ? v->cfg->classes[p] : "?";
+}
+
+/* ------------------------------------------------------------------ */
+/* sessions and services                                               */
+/* ------------------------------------------------------------------ */
+
+static void
+session_free(session *s)
+{
+	if (s == NULL)
+		return;
+	free(s->replica_id);
+	free(s->host);
+	free(s->agent_version);
+	free(s->keys);
+	free(s->names);
+	free(s->names_blob);
+	free(s);
+}
+
+static session *
+hfind(const allot__state *st, uint64_t id)
+{
+	session *s = st->htab[allot__mix64(id) & st->hmask];
+	while (s != NULL && s->id != id)
+		s = s->hnext;
+	return s;
+}
+
+static void
+hinsert(allot__state *st, session *s)
+{
+	size_t b = allot__mix64(s->id) & st->hmask;
+	s->hnext = st->htab[b];
+	st->htab[b] = s;
+}
+
+static void
+hremove(allot__state *st, session *s)
+{
+	session **pp = &st->htab[allot__mix64(s->id) & st->hmask];
+	while (*pp != NULL && *pp != s)
+		pp = &(*pp)->hnext;
+	if (*pp == s)
+		*pp = s->hnext;
+	s->hnext = NULL;
+}
+
+static service *
+service_find(const allot__state *st, const char *name)
+{
+	for (size_t i = 0; i < st->nsvcs; i++)
+		if (strcmp(st->svcs[i]->name, name) == 0)
+			return st->svcs[i];
+	return NULL;
+}
+
+static void
+squota_init(squota *sq, const cfgv *v, size_t q)
+{
+	memset(sq, 0, sizeof *sq);
+	sq->level = v->burst[q];
+	sq->level_recorded = NAN;
+}
+
+/* NULL when out of memory or the table is full (*full set). */
+static service *
+service_get(allot__state *st, const char *name, bool *full)
+{
+	*full = false;
+	service *svc = service_find(st, name);
+	if (svc != NULL)
+		return svc;
+	if (st->nsvcs >= st->o.max_services) {
+		*full = true;
+		return NULL;
+	}
+	service **arr = realloc(st->svcs, (st->nsvcs + 1) * sizeof *arr);
+	if (arr == NULL)
+		return NULL;
+	st->svcs = arr;
+	svc = calloc(1, sizeof *svc);
+	if (svc == NULL)
+		return NULL;
+	svc->name = strdup(name);
+	svc->q = calloc(st->cur->nq, sizeof *svc->q);
+	if (svc->name == NULL || svc->q == NULL) {
+		free(svc->name);
+		free(svc->q);
+		free(svc);
+		return NULL;
+	}
+	for (size_t q = 0; q < st->cur->nq; q++)
+		squota_init(&svc->q[q], st->cur, q);
+	st->svcs[st->nsvcs++] = svc;
+	return svc;
+}
+
+static bool
+service_add(service *svc, session *s)
+{
+	if (svc->nsess == svc->cap) {
+		uint32_t cap = svc->cap ? svc->cap * 2 : 8;
+		session **arr = realloc(svc->sess, cap * sizeof *arr);
+		if (arr == NULL)
+			return false;
+		svc->sess = arr;
+		svc->cap = cap;
+	}
+	s->svc = svc;
+	s->slot = svc->nsess;
+	svc->sess[svc->nsess++] = s;
+	svc->dirty = true;
+	return true;
+}
+
+/* Take `s` out of the registry (its memory stays for the caller). */
+static void
+session_unlink(allot__state *st, session *s)
+{
+	service *svc = s->svc;
+	if (!s->ghost)
+		hremove(st, s);
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		const skey *key = &s->keys[k];
+		if (key->q < 0)
+			continue;
+		squota *sq = &svc->q[key->q];
+		sq->demand_sum -= key->demand;
+		/* Its grant goes back to the headroom. */
+		if (!isnan(key->sent_rate)) {
+			sq->granted_rate -= key->sent_rate;
+			sq->granted_burst -= key->sent_burst;
+		}
+	}
+	uint32_t last = svc->nsess - 1;
+	if (s->slot != last) {
+		svc->sess[s->slot] = svc->sess[last];
+		svc->sess[s->slot]->slot = s->slot;
+	}
+	svc->nsess--;
+	svc->dirty = true;
+	st->nsessions--;
+}
+
+static uint64_t
+expiry_ns(const allot__state *st, uint32_t agent_interval_ms)
+{
+	uint32_t iv = st->o.interval_ms;
+	if (agent_interval_ms > ALLOT__STATE_AGENT_INTERVAL_MAX)
+		agent_interval_ms = ALLOT__STATE_AGENT_INTERVAL_MAX;
+	if (agent_interval_ms > iv)
+		iv = agent_interval_ms;
+	return (uint64_t) iv * st->o.expiry_intervals * 1000000u;
+}
+
+/* ------------------------------------------------------------------ */
+/* allocation                                                          */
+/* ------------------------------------------------------------------ */
+
+static bool
+grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return true;
+	size_t c = *cap ? *cap : 64;
+	while (c < need)
+		c *= 2;
+	void *np = realloc(*p, c * elem);
+	if (np == NULL)
+		return false;
+	*p = np;
+	*cap = c;
+	return true;
+}
+
+/* The sums of grants of each quota of `svc`, from scratch (the running
+ * sums are kept incrementally; this removes any rounding drift). */
+static void
+rebuild_granted(allot__state *st, service *svc)
+{
+	for (size_t q = 0; q < st->cur->nq; q++) {
+		svc->q[q].granted_rate = 0;
+		svc->q[q].granted_burst = 0;
+	}
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		const session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			const skey *key = &s->keys[k];
+			if (key->q < 0 || isnan(key->sent_rate))
+				continue;
+			svc->q[key->q].granted_rate += key->sent_rate;
+			svc->q[key->q].granted_burst += key->sent_burst;
+		}
+	}
+}
+
+/* Recompute every target share of `svc` with the allocator. Under the
+ * lock. Grants follow on each replica's next sync (grant()). */
+static bool
+recompute(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	size_t nq = v->nq;
+	if (!grow((void **) &st->aq, &st->aq_cap, nq, sizeof *st->aq))
+		return false;
+	allot__alloc_quota *aq = st->aq;
+	for (size_t q = 0; q < nq; q++) {
+		aq[q] = (allot__alloc_quota) {
+			.rate = v->rate[q],
+			.burst = v->burst[q],
+			.priority = v->q[q]->priority,
+			.level = svc->q[q].level,
+		};
+	}
+	size_t total = 0;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		const session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			if (s->keys[k].q >= 0) {
+				aq[s->keys[k].q].nslots++;
+				total++;
+			}
+		}
+	}
+	size_t ocap = st->owner_cap;
+	if (!grow((void **) &st->slots, &st->slot_cap, total + 1,
+	        sizeof *st->slots) ||
+	    !grow((void **) &st->owner_sess, &ocap, total + 1,
+	        sizeof *st->owner_sess) ||
+	    !grow((void **) &st->owner_key, &st->owner_cap, total + 1,
+	        sizeof *st->owner_key))
+		return false;
+	size_t off = 0;
+	for (size_t q = 0; q < nq; q++) {
+		aq[q].slots = st->slots + off;
+		off += aq[q].nslots;
+		aq[q].nslots = 0;
+	}
+	double window_s = svc->last_alloc_ns != 0 ?
+	    (double) since(now, svc->last_alloc_ns) / 1e9 : 0;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		const session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			int32_t q = s->keys[k].q;
+			if (q < 0)
+				continue;
+			allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
+			size_t idx = (size_t) (sl - st->slots);
+			*sl = (allot__alloc_slot) {
+				.replica = i,
+				.consumed = s->keys[k].consumed,
+				.denied = s->keys[k].denied,
+				.demand = s->keys[k].demand,
+				.held = s->keys[k].held,
+			};
+			st->owner_sess[idx] = i;
+			st->owner_key[idx] = k;
+			aq[q].nslots++;
+		}
+	}
+	allot__alloc_service as = {
+		.ceiling_rate = v->cfg->ceiling_rate,
+		.window_s = window_s,
+		.nreplicas = svc->nsess,
+		.quotas = aq,
+		.nquotas = nq,
+	};
+	allot__alloc_compute(&st->o.policy, &as);
+	bool changed = false;
+	for (size_t q = 0; q < nq; q++) {
+		svc->q[q].sum_rate = aq[q].sum_rate;
+		svc->q[q].sum_burst = aq[q].sum_burst;
+		svc->q[q].nslots = (uint32_t) aq[q].nslots;
+		for (size_t j = 0; j < aq[q].nslots; j++) {
+			size_t idx = (size_t) (&aq[q].slots[j] - st->slots);
+			session *s = svc->sess[st->owner_sess[idx]];
+			skey *key = &s->keys[st->owner_key[idx]];
+			if (key->rate != aq[q].slots[j].rate ||
+			    key->burst != aq[q].slots[j].burst) {
+				key->rate = aq[q].slots[j].rate;
+				key->burst = aq[q].slots[j].burst;
+				changed = true;
+			}
+			key->consumed = 0;
+			key->denied = 0;
+		}
+	}
+	if (changed)
+		svc->gen++;
+	rebuild_granted(st, svc);
+	svc->dirty = false;
+	svc->last_alloc_ns = now;
+	return true;
+}
+
+/* Differences below this are rounding, not a change worth a message. */
+static double
+tolerance(double total)
+{
+	return 1e-9 * (total > 1 ? total : 1);
+}
+
+/* Move the grant of one key toward its target: a decrease at once, an
+ * increase only as far as the quota's headroom allows, so the grants of
+ * the quota never sum above R (rate) or B (burst). Returns true when the
+ * grant changed (the key belongs in the Reply); *ret_short is set when
+ * the grant is still below the target. Under the lock. */
+static bool
+grant(allot__state *st, service *svc, skey *key, bool *ret_short)
+{
+	squota *sq = &svc->q[key->q];
+	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
+	bool fresh = isnan(key->sent_rate);
+	double held_r = fresh ? 0 : key->sent_rate;
+	double held_b = fresh ? 0 : key->sent_burst;
+	double room_r = R - sq->granted_rate;
+	double room_b = B - sq->granted_burst;
+	double gr = key->rate <= held_r ? key->rate :
+	    fmin(key->rate, held_r + (room_r > 0 ? room_r : 0));
+	double gb = key->burst <= held_b ? key->burst :
+	    fmin(key->burst, held_b + (room_b > 0 ? room_b : 0));
+	*ret_short = key->rate - gr > tolerance(R) ||
+	    key->burst - gb > tolerance(B);
+	if (!fresh && fabs(gr - held_r) <= tolerance(R) &&
+	    fabs(gb - held_b) <= tolerance(B))
+		return false;
+	sq->granted_rate += gr - held_r;
+	sq->granted_burst += gb - held_b;
+	key->sent_rate = gr;
+	key->sent_burst = gb;
+	key->rec_pending = true;
+	svc->rec_pending = true;
+	return true;
+}
+
+/* Store rows for the grants that changed. Under the lock (memory only). */
+static void
+record_shares(allot__state *st, service *svc)
+{
+	if (!svc->rec_pending)
+		return;
+	svc->rec_pending = false;
+	int64_t until = allot__wall_ms() + st->o.lease_ms;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			skey *key = &s->keys[k];
+			if (!key->rec_pending)
+				continue;
+			key->rec_pending = false;
+			if (st->o.store != NULL && key->q >= 0 && !s->ghost &&
+			    !isnan(key->sent_rate))
+				allot__store_share(st->o.store, s->id,
+				    svc->name, st->cur->q[key->q]->identity,
+				    key->sent_rate, key->sent_burst, until);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* create / destroy                                                    */
+/* ------------------------------------------------------------------ */
+
+void
+allot__state_opts_init(allot__state_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->lease_ms = ALLOT__STATE_LEASE_MS;
+	o->interval_ms = ALLOT__STATE_INTERVAL_MS;
+	o->expiry_intervals = ALLOT__STATE_EXPIRY_INTERVALS;
+	o->max_replicas = ALLOT__STATE_MAX_REPLICAS;
+	o->max_services = ALLOT__STATE_MAX_SERVICES;
+	o->full_every = ALLOT__STATE_FULL_EVERY;
+	o->absurd_factor = ALLOT__STATE_ABSURD_FACTOR;
+	o->policy.kind = ALLOT__ALLOC_STATIC;
+}
+
+static void
+record_config(allot__state *st, const cfgv *v, const char *text)
+{
+	if (st->o.store != NULL)
+		allot__store_config_loaded(st->o.store, v->epoch,
+		    v->cfg->digest, v->path, text != NULL ? text : "");
+}
+
+int
+allot__state_create(const allot__state_opts *opts, allot_config *cfg,
+    const char *path, const char *text, allot__state **ret)
+{
+	if (opts == NULL || cfg == NULL || ret == NULL ||
+	    opts->interval_ms == 0 || opts->expiry_intervals == 0 ||
+	    opts->max_replicas == 0 || opts->full_every == 0)
+		return ALLOT_EINVAL;
+	allot__state *st = calloc(1, sizeof *st);
+	if (st == NULL)
+		return ALLOT_ENOMEM;
+	st->o = *opts;
+	if (opts->lg != NULL)
+		st->lgv = *opts->lg;
+	st->o.lg = &st->lgv;
+	st->rl_unknown = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
+	st->rl_absurd = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
+	st->rl_register = (allot__logrl) ALLOT__LOGRL_INIT(20, 10000);
+	size_t buckets = 64;
+	while (buckets < 2 * (size_t) opts->max_replicas)
+		buckets *= 2;
+	st->hmask = buckets - 1;
+	st->htab = calloc(buckets, sizeof *st->htab);
+	st->next_session = 1;
+	if (st->htab == NULL || pthread_mutex_init(&st->mu, NULL) != 0) {
+		free(st->htab);
+		free(st);
+		return ALLOT_ENOMEM;
+	}
+	st->cur = cfgv_new(cfg, path, 1);
+	if (st->cur == NULL) {
+		pthread_mutex_destroy(&st->mu);
+		free(st->htab);
+		free(st);
+		return ALLOT_ENOMEM;
+	}
+	record_config(st, st->cur, text);
+	st->last_second_ns = allot__mono_ns();
+	*ret = st;
+	return ALLOT_OK;
+}
+
+void
+allot__state_destroy(allot__state *st)
+{
+	if (st == NULL)
+		return;
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		service *svc = st->svcs[i];
+		for (uint32_t j = 0; j < svc->nsess; j++)
+			session_free(svc->sess[j]);
+		free(svc->sess);
+		free(svc->q);
+		free(svc->name);
+		free(svc);
+	}
+	free(st->svcs);
+	free(st->htab);
+	free(st->stamp);
+	free(st->aq);
+	free(st->slots);
+	free(st->owner_sess);
+	free(st->owner_key);
+	cfgv_free(st->cur);
+	pthread_mutex_destroy(&st->mu);
+	free(st);
+}
+
+/* ------------------------------------------------------------------ */
+/* restore                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct restore_ctx {
+	allot__state *st;
+	uint64_t now;
+	uint64_t max_id;
+	uint32_t restored;
+	uint32_t dropped;
+} restore_ctx;
+
+static void
+on_restored_replica(void *arg, const allot__store_replica *r)
+{
+	restore_ctx *rc = arg;
+	allot__state *st = rc->st;
+	if (r->session > rc->max_id)
+		rc->max_id = r->session;
+	bool full = false;
+	service *svc = NULL;
+	session *s = calloc(1, sizeof *s);
+	if (s == NULL || r->replica_id == NULL || r->service == NULL ||
+	    st->nsessions >= st->o.max_replicas)
+		goto drop;
+	svc = service_get(st, r->service, &full);
+	s->replica_id = strdup(r->replica_id);
+	if (svc == NULL || s->replica_id == NULL)
+		goto drop;
+	/* A placeholder holds one key per quota (names kept for reloads). */
+	const cfgv *v = st->cur;
+	size_t blob = 0;
+	for (size_t q = 0; q < v->nq; q++)
+		blob += strlen(v->q[q]->identity) + 1;
+	s->keys = calloc(v->nq, sizeof *s->keys);
+	s->names = calloc(v->nq, sizeof *s->names);
+	s->names_blob = malloc(blob);
+	if (s->keys == NULL || s->names == NULL || s->names_blob == NULL)
+		goto drop;
+	char *p = s->names_blob;
+	for (size_t q = 0; q < v->nq; q++) {
+		size_t len = strlen(v->q[q]->identity);
+		memcpy(p, v->q[q]->identity, len + 1);
+		s->names[q] = p;
+		p += len + 1;
+		s->keys[q].q = (int32_t) q;
+		s->keys[q].sent_rate = NAN;
+		s->keys[q].sent_burst = NAN;
+	}
+	s->nkeys = s->nknown = (uint32_t) v->nq;
+	s->id = r->session;
+	s->ghost = true;
+	s->last_seen_ns = rc->now;
+	s->expiry_ns = expiry_ns(st, 0);
+	s->joined_wall_ms = allot__wall_ms();
+	s->seen_wall_ms = r->last_seen_ms;
+	if (!service_add(svc, s))
+		goto drop;
+	st->nsessions++;
+	rc->restored++;
+	return;
+drop:
+	/* Without a placeholder the row would stay "live" forever. */
+	session_free(s);
+	rc->dropped++;
+	if (st->o.store != NULL)
+		allot__store_replica_left(st->o.store, r->session, "expired");
+}
+
+static void
+on_restored_level(void *arg, const allot__store_level *l)
+{
+	restore_ctx *rc = arg;
+	allot__state *st = rc->st;
+	if (l->service == NULL || l->quota == NULL)
+		return;
+	int32_t q = cfgv_find(st->cur, l->quota, strlen(l->quota));
+	if (q < 0 || !isfinite(l->level))
+		return;
+	bool full;
+	service *svc = service_get(st, l->service, &full);
+	if (svc == NULL)
+		return;
+	double b = st->cur->burst[q];
+	svc->q[q].level = l->level < 0 ? 0 : l->level > b ? b : l->level;
+	svc->q[q].level_recorded = svc->q[q].level;
+}
+
+int
+allot__state_restore(allot__state *st)
+{
+	if (st == NULL)
+		return ALLOT_EINVAL;
+	restore_ctx rc = { .st = st, .now = allot__mono_ns() };
+	int rv = ALLOT_OK;
+	pthread_mutex_lock(&st->mu);
+	if (st->o.store != NULL) {
+		rv = allot__store_restore(st->o.store, on_restored_replica,
+		    on_restored_level, &rc);
+		uint64_t mx = allot__store_max_session(st->o.store);
+		if (mx > rc.max_id)
+			rc.max_id = mx;
+	}
+	if (rc.max_id >= st->next_session)
+		st->next_session = rc.max_id + 1;
+	uint64_t now = allot__mono_ns();
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		service *svc = st->svcs[i];
+		if (!svc->dirty)
+			continue;
+		recompute(st, svc, now);
+		/* What they held before the restart is unknown; assume their
+		 * equal share, which is what the last run handed out. */
+		for (uint32_t j = 0; j < svc->nsess; j++) {
+			session *s = svc->sess[j];
+			for (uint32_t k = 0; s->ghost && k < s->nkeys; k++) {
+				s->keys[k].sent_rate = s->keys[k].rate;
+				s->keys[k].sent_burst = s->keys[k].burst;
+			}
+		}
+		rebuild_granted(st, svc);
+	}
+	pthread_mutex_unlock(&st->mu);
+	if (rc.restored > 0 || rc.dropped > 0) {
+		allot__log(st->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-RESTORE",
+		    "%u replicas were live at the last stop: they count "
+		    "until they re-register or expire in %" PRIu64 " ms%s",
+		    rc.restored, expiry_ns(st, 0) / 1000000u,
+		    rc.dropped ? " (some could not be restored and were "
+		    "marked expired)" : "");
+		if (st->o.store != NULL) {
+			char detail[96];
+			snprintf(detail, sizeof detail,
+			    "restored=%u dropped=%u", rc.restored, rc.dropped);
+			allot__store_event(st->o.store, "restore", NULL,
+			    detail);
+		}
+	}
+	return rv;
+}
+
+/* ------------------------------------------------------------------ */
+/* requests                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Printable ASCII, 1..max bytes (0 allowed when !required). Names end up
+ * in label values, JSON and log lines; restricting them keeps all three
+ * trivially safe. */
+static bool
+name_ok(const char *s, size_t max, bool required)
+{
+	if (s == NULL)
+		return !required;
+	size_t n = 0;
+	for (; s[n] != '\0'; n++) {
+		unsigned char c = (unsigned char) s[n];
+		if (c < 0x20 || c > 0x7e || n >= max)
+			return false;
+	}
+	return n > 0 || !required;
+}
+
+static void *
+pa_alloc(ProtobufCAllocator *pa, size_t size)
+{
+	return pa->alloc(pa->allocator_data, size);
+}
+
+/* Bring every grant of `s` toward its target (grant()) and fill
+ * `shares` with the keys whose grant changed, or with every key that has
+ * a quota when `all` is set. Returns false when `pa` is out of memory;
+ * nothing is granted then. */
+static bool
+build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
+    bool all, Allot__V1__Share ***ret, size_t *ret_n)
+{
+	*ret = NULL;
+	*ret_n = 0;
+	s->pending = 0;
+	if (s->nknown == 0)
+		return true;
+	/* Room for every key up front: once a grant is made it must reach
+	 * the agent. The arena makes this a pointer bump. */
+	Allot__V1__Share *arr = pa_alloc(pa, s->nknown * sizeof *arr);
+	Allot__V1__Share **ptrs = pa_alloc(pa, s->nknown * sizeof *ptrs);
+	if (arr == NULL || ptrs == NULL)
+		return false;
+	size_t j = 0;
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		skey *key = &s->keys[k];
+		if (key->q < 0)
+			continue;
+		bool is_short;
+		bool changed = grant(st, s->svc, key, &is_short);
+		s->pending += is_short;
+		if (!changed && !all)
+			continue;
+		allot__v1__share__init(&arr[j]);
+		arr[j].key = k;
+		arr[j].rate = key->sent_rate;
+		arr[j].burst = key->sent_burst;
+		ptrs[j] = &arr[j];
+		j++;
+	}
+	*ret = j > 0 ? ptrs : NULL;
+	*ret_n = j;
+	return true;
+}
+
+/* A session for `req` with everything copied, built before locking. */
+static session *
+session_new(const Allot__V1__Register *req)
+{
+	session *s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return NULL;
+	s->nkeys = (uint32_t) req->n_keys;
+	s->replica_id = strdup(req->replica_id);
+	s->host = strdup(req->host != NULL ? req->host : "");
+	s->agent_version = strdup(req->agent_version != NULL ?
+	    req->agent_version : "");
+	s->pid = req->pid;
+	s->digest = req->config_digest;
+	size_t blob = 0;
+	for (size_t k = 0; k < req->n_keys; k++)
+		blob += strlen(req->keys[k]) + 1;
+	s->keys = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->keys);
+	s->names = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->names);
+	s->names_blob = malloc(blob ? blob : 1);
+	if (s->replica_id == NULL || s->host == NULL ||
+	    s->agent_version == NULL || s->keys == NULL || s->names == NULL ||
+	    s->names_blob == NULL) {
+		session_free(s);
+		return NULL;
+	}
+	char *p = s->names_blob;
+	for (size_t k = 0; k < req->n_keys; k++) {
+		size_t len = strlen(req->keys[k]);
+		memcpy(p, req->keys[k], len + 1);
+		s->names[k] = p;
+		p += len + 1;
+		s->keys[k].q = -1;
+		s->keys[k].sent_rate = NAN;
+		s->keys[k].sent_burst = NAN;
+	}
+	return s;
+}
+
+Allot__V1__Error__Code
+allot__state_register(allot__state *st, const Allot__V1__Register *req,
+    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
+    size_t errlen)
+{
+	allot__metrics *m = st->o.metrics;
+	if (!name_ok(req->replica_id, ALLOT__STATE_NAME_MAX, true) ||
+	    !name_ok(req->service, ALLOT__STATE_NAME_MAX, true) ||
+	    !name_ok(req->host, ALLOT__STATE_NAME_MAX, false) ||
+	    !name_ok(req->agent_version, ALLOT__STATE_VERSION_MAX, false)) {
+		snprintf(err, errlen, "replica_id and service must be 1-%u "
+		    "printable ASCII characters (host too, agent_version "
+		    "at most %u)", ALLOT__STATE_NAME_MAX,
+		    ALLOT__STATE_VERSION_MAX);
+		allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
+		return ALLOT__V1__ERROR__CODE__MALFORMED;
+	}
+	for (size_t k = 0; k < req->n_keys; k++) {
+		if (!name_ok(req->keys[k], ALLOT__STATE_NAME_MAX, true)) {
+			snprintf(err, errlen, "key %zu: a key must be 1-%u "
+			    "printable ASCII characters", k,
+			    ALLOT__STATE_NAME_MAX);
+			allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
+			return ALLOT__V1__ERROR__CODE__MALFORMED;
+		}
+	}
+	uint32_t *unknown = pa_alloc(pa, (req->n_keys + 1) * sizeof *unknown);
+	session *s = session_new(req);
+	if (s == NULL || unknown == NULL) {
+		session_free(s);
+		snprintf(err, errlen, "out of memory, try again later");
+		allot__metrics_reject(m, ALLOT__REJ_CAPACITY, 1);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	size_t nunknown = 0;
+	uint64_t now;
+	session *old = NULL;
+	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+	allot__reject why = ALLOT__REJ_COUNT;
+	uint32_t replicas = 0;
+
+	pthread_mutex_lock(&st->mu);
+	now = allot__mono_ns();
+	const cfgv *v = st->cur;
+	if (!grow((void **) &st->stamp, &st->stamp_cap, v->nq,
+	        sizeof *st->stamp)) {
+		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		why = ALLOT__REJ_CAPACITY;
+		snprintf(err, errlen, "out of memory, try again later");
+		goto unlock;
+	}
+	if (++st->stamp_gen == 0) {
+		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
+		st->stamp_gen = 1;
+	}
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		int32_t q = cfgv_find(v, s->names[k], strlen(s->names[k]));
+		if (q < 0) {
+			unknown[nunknown++] = k;
+			continue;
+		}
+		if (st->stamp[q] == st->stamp_gen) {
+			code = ALLOT__V1__ERROR__CODE__MALFORMED;
+			why = ALLOT__REJ_MALFORMED;
+			snprintf(err, errlen, "key %u (%.64s) is listed twice",
+			    k, s->names[k]);
+			goto unlock;
+		}
+		st->stamp[q] = st->stamp_gen;
+		s->keys[k].q = q;
+		s->nknown++;
+	}
+	bool full = false;
+	service *svc = service_get(st, req->service, &full);
+	if (svc == NULL) {
+		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		why = ALLOT__REJ_CAPACITY;
+		snprintf(err, errlen, full ? "too many services (at most %u)"
+		    : "out of memory, try again later", st->o.max_services);
+		goto unlock;
+	}
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		if (strcmp(svc->sess[i]->replica_id, s->replica_id) == 0) {
+			old = svc->sess[i];
+			break;
+		}
+	}
+	if (old == NULL && st->nsessions >= st->o.max_replicas) {
+		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		why = ALLOT__REJ_CAPACITY;
+		snprintf(err, errlen, "too many replicas (at most %u)",
+		    st->o.max_replicas);
+		goto unlock;
+	}
+	if (old != NULL)
+		session_unlink(st, old);
+	if (!service_add(svc, s)) {
+		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		why = ALLOT__REJ_CAPACITY;
+		snprintf(err, errlen, "out of memory, try again later");
+		if (old != NULL && service_add(svc, old)) {
+			if (!old->ghost)
+				hinsert(st, old);
+			st->nsessions++;
+			old = NULL;
+		}
+		goto unlock;
+	}
+	s->id = st->next_session++;
+	s->last_seen_ns = now;
+	s->last_sync_ns = now;
+	s->expiry_ns = expiry_ns(st, req->sync_interval_ms);
+	s->joined_wall_ms = allot__wall_ms();
+	s->seen_wall_ms = s->joined_wall_ms;
+	hinsert(st, s);
+	st->nsessions++;
+	recompute(st, svc, now);
+	replicas = svc->nsess;
+	ret->session = s->id;
+	ret->replicas = replicas;
+	ret->config_epoch = v->epoch;
+	ret->config_digest = v->cfg->digest;
+	ret->lease_ms = st->o.lease_ms;
+	if (!build_shares(st, s, pa, true, &ret->shares, &ret->n_shares)) {
+		/* Welcome without shares: the agent keeps its static split;
+		 * the first Reply is full. */
+		s->force_full = true;
+	}
+	s->sent_gen = svc->gen;
+	ret->unknown_keys = unknown;
+	ret->n_unknown_keys = nunknown;
+	if (st->o.store != NULL) {
+		if (old != NULL)
+			allot__store_replica_left(st->o.store, old->id,
+			    "replaced");
+		allot__store_replica_joined(st->o.store, s->id,
+		    s->replica_id, svc->name, s->host, s->pid,
+		    s->agent_version, s->digest);
+	}
+unlock:
+	pthread_mutex_unlock(&st->mu);
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		allot__metrics_reject(m, why, 1);
+		allot__log_ratelimited(st->o.lg, &st->rl_register,
+		    ALLOT_LOG_WARNING, "ALLOTD-REGISTER-FAIL",
+		    "replica %s of %s not registered: %s", req->replica_id,
+		    req->service, err);
+		session_free(s);
+		return code;
+	}
+	if (m != NULL) {
+		allot__metrics_add(&m->registers, 1);
+		allot__metrics_add(&m->joins, 1);
+		allot__metrics_add(&m->register_unknown_keys, nunknown);
+		if (old != NULL)
+			allot__metrics_add(&m->replaced, 1);
+	}
+	char detail[160];
+	if (old != NULL) {
+		allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-REPLACE",
+		    "replica %s of %s registered again: session %" PRIu64
+		    " replaces %s session %" PRIu64, s->replica_id,
+		    req->service, s->id, old->ghost ? "restored" : "live",
+		    old->id);
+		if (st->o.store != NULL) {
+			snprintf(detail, sizeof detail, "service=%.64s "
+			    "session=%" PRIu64 " by=%" PRIu64, req->service,
+			    old->id, s->id);
+			allot__store_event(st->o.store, "replaced",
+			    s->replica_id, detail);
+		}
+		session_free(old);
+	}
+	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-JOIN",
+	    "replica %s of %s joined (host %s pid %u, agent %s): session %"
+	    PRIu64 ", %u keys, %zu unknown; %u replicas now", s->replica_id,
+	    req->service, s->host, s->pid, s->agent_version, s->id, s->nkeys,
+	    nunknown, replicas);
+	if (nunknown > 0)
+		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
+		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
+		    "replica %s of %s named %zu identities without a quota "
+		    "(first: %.128s); they stay at the agent's own config",
+		    s->replica_id, req->service, nunknown,
+		    req->keys[unknown[0]]);
+	if (st->o.store != NULL) {
+		snprintf(detail, sizeof detail, "service=%.64s session=%" PRIu64
+		    " keys=%u unknown=%zu replicas=%u", req->service, s->id,
+		    s->nkeys, nunknown, replicas);
+		allot__store_event(st->o.store, "join", s->replica_id, detail);
+	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+Allot__V1__Error__Code
+allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
+    ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	allot__metrics *m = st->o.metrics;
+	uint32_t unknown = 0, absurd = 0;
+	uint32_t bad_key = 0;
+	const Allot__V1__KeyReport *bad = NULL;
+	uint64_t last_seq = 0;
+
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = allot__mono_ns();
+	session *s = hfind(st, req->session);
+	if (s == NULL) {
+		pthread_mutex_unlock(&st->mu);
+		snprintf(err, errlen, "unknown session %" PRIu64
+		    ": register again", req->session);
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
+		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
+	if (req->seq <= s->last_seq) {
+		last_seq = s->last_seq;
+		pthread_mutex_unlock(&st->mu);
+		snprintf(err, errlen, "seq %" PRIu64 " is not above the last "
+		    "accepted seq %" PRIu64 " of session %" PRIu64, req->seq,
+		    last_seq, req->session);
+		allot__metrics_reject(m, ALLOT__REJ_STALE_SEQ, 1);
+		return ALLOT__V1__ERROR__CODE__STALE_SEQ;
+	}
+	service *svc = s->svc;
+	const cfgv *v = st->cur;
+	double n = svc->nsess;
+	double window_s = (double) since(now, s->last_sync_ns) / 1e9 + 1.0;
+	double f = st->o.absurd_factor;
+	for (size_t i = 0; i < req->n_reports; i++) {
+		const Allot__V1__KeyReport *r = req->reports[i];
+		if (r->key >= s->nkeys || s->keys[r->key].q < 0) {
+			unknown++;
+			continue;
+		}
+		skey *key = &s->keys[r->key];
+		int32_t q = key->q;
+		double rate = v->rate[q], burst = v->burst[q];
+		double lim = f * rate * n * window_s + burst;
+		if ((double) r->consumed > lim ||
+		    (double) r->denied > ALLOT__STATE_FLOOD_FACTOR * lim ||
+		    (double) r->demand >
+		        ALLOT__STATE_FLOOD_FACTOR * f * rate * n ||
+		    (double) r->held > f * burst + 1) {
+			if (absurd++ == 0) {
+				bad = r;
+				bad_key = r->key;
+			}
+			continue;
+		}
+		squota *sq = &svc->q[q];
+		sq->allowed_total += r->consumed;
+		sq->denied_total += r->denied;
+		sq->win_allowed += r->consumed;
+		sq->win_denied += r->denied;
+		sq->demand_sum += (double) r->demand - key->demand;
+		key->consumed += (double) r->consumed;
+		key->denied += (double) r->denied;
+		key->demand = (double) r->demand;
+		key->held = (double) r->held;
+	}
+	bool gap = req->seq != s->last_seq + 1;
+	s->last_seq = req->seq;
+	s->last_seen_ns = now;
+	s->last_sync_ns = now;
+	s->seen_dirty = true;
+
+	ret->seq = req->seq;
+	ret->replicas = svc->nsess;
+	ret->config_epoch = v->epoch;
+	ret->lease_ms = st->o.lease_ms;
+	ret->rejected_reports = unknown + absurd;
+	bool full = s->force_full || gap ||
+	    ++s->replies_since_full >= st->o.full_every;
+	if (full || s->sent_gen != svc->gen || s->pending > 0) {
+		if (build_shares(st, s, pa, full, &ret->shares,
+		        &ret->n_shares)) {
+			ret->full = full;
+			if (full) {
+				s->replies_since_full = 0;
+				s->force_full = false;
+			}
+			s->sent_gen = svc->gen;
+		} else {
+			s->force_full = true;
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+
+	if (m != NULL) {
+		allot__metrics_add(&m->syncs, 1);
+		allot__metrics_add(&m->key_reports,
+		    req->n_reports - unknown - absurd);
+	}
+	if (unknown > 0) {
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
+		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
+		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
+		    "session %" PRIu64 " seq %" PRIu64 ": %u reports for keys "
+		    "that are out of range or have no quota were dropped",
+		    req->session, req->seq, unknown);
+	}
+	if (absurd > 0) {
+		allot__metrics_reject(m, ALLOT__REJ_ABSURD, absurd);
+		allot__log_ratelimited(st->o.lg, &st->rl_absurd,
+		    ALLOT_LOG_WARNING, "ALLOTD-ABSURD",
+		    "session %" PRIu64 " seq %" PRIu64 ": %u reports with "
+		    "impossible numbers dropped (first: key %u consumed %"
+		    PRIu64 " denied %" PRIu64 " held %" PRIu64 " demand %"
+		    PRIu64 ")", req->session, req->seq, absurd, bad_key,
+		    bad->consumed, bad->denied, bad->held, bad->demand);
+	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* Agent-supplied free text for a store row: printable, bounded. */
+static void
+sanitize(char *dst, size_t cap, const char *src)
+{
+	size_t j = 0;
+	for (size_t i = 0; src != NULL && src[i] != '\0' && j + 1 < cap; i++) {
+		unsigned char c = (unsigned char) src[i];
+		dst[j++] = c >= 0x20 && c < 0x7f ? (char) c : '?';
+	}
+	dst[j] = '\0';
+}
+
+Allot__V1__Error__Code
+allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
+    Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	allot__metrics *m = st->o.metrics;
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = allot__mono_ns();
+	session *s = hfind(st, req->session);
+	if (s == NULL) {
+		pthread_mutex_unlock(&st->mu);
+		snprintf(err, errlen, "unknown session %" PRIu64,
+		    req->session);
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
+		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
+	service *svc = s->svc;
+	session_unlink(st, s);
+	recompute(st, svc, now);
+	uint32_t remaining = svc->nsess;
+	ret->seq = 0;
+	ret->replicas = remaining;
+	ret->config_epoch = st->cur->epoch;
+	ret->lease_ms = 0;
+	ret->full = true;
+	if (st->o.store != NULL)
+		allot__store_replica_left(st->o.store, s->id, "leave");
+	pthread_mutex_unlock(&st->mu);
+
+	char reason[129];
+	sanitize(reason, sizeof reason, req->reason);
+	if (m != NULL)
+		allot__metrics_add(&m->leaves, 1);
+	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-LEAVE",
+	    "replica %s of %s left (session %" PRIu64 ", reason \"%s\"); %u "
+	    "replicas now", s->replica_id, svc->name, s->id, reason,
+	    remaining);
+	if (st->o.store != NULL) {
+		char detail[256];
+		snprintf(detail, sizeof detail, "service=%.64s session=%" PRIu64
+		    " replicas=%u reason=%s", svc->name, s->id, remaining,
+		    reason);
+		allot__store_event(st->o.store, "leave", s->replica_id,
+		    detail);
+	}
+	session_free(s);
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* ------------------------------------------------------------------ */
+/* periodic work                                                       */
+/* ------------------------------------------------------------------ */
+
+void
+allot__state_tick(allot__state *st)
+{
+	gone *list = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = allot__mono_ns();
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		service *svc = st->svcs[i];
+		for (uint32_t j = svc->nsess; j-- > 0;) {
+			session *s = svc->sess[j];
+			if (since(now, s->last_seen_ns) <= s->expiry_ns)
+				continue;
+			if (!grow((void **) &list, &cap, n + 1, sizeof *list))
+				break; /* retried on the next tick */
+			session_unlink(st, s);
+			list[n++] = (gone) {
+				.s = s,
+				.why = "expired",
+				.silent_ms = since(now, s->last_seen_ns) /
+				    1000000u,
+			};
+			if (st->o.store != NULL)
+				allot__store_replica_left(st->o.store, s->id,
+				    "expired");
+		}
+		if (svc->dirty)
+			recompute(st, svc, now);
+		record_shares(st, svc);
+	}
+	for (size_t i = 0; i < n; i++)
+		list[i].remaining = list[i].s->svc->nsess;
+	pthread_mutex_unlock(&st->mu);
+
+	for (size_t i = 0; i < n; i++) {
+		session *s = list[i].s;
+		if (st->o.metrics != NULL)
+			allot__metrics_add(&st->o.metrics->expiries, 1);
+		allot__log(st->o.lg, ALLOT_LOG_WARNING, "ALLOTD-EXPIRE",
+		    "%sreplica %s of %s expired: session %" PRIu64 " silent "
+		    "for %" PRIu64 " ms; %u replicas now",
+		    s->ghost ? "restored " : "", s->replica_id, s->svc->name,
+		    s->id, list[i].silent_ms, list[i].remaining);
+		if (st->o.store != NULL) {
+			char detail[160];
+			snprintf(detail, sizeof detail, "service=%.64s "
+			    "session=%" PRIu64 " silent_ms=%" PRIu64
+			    " replicas=%u%s",
+			    s->svc->name, s->id, list[i].silent_ms,
+			    list[i].remaining, s->ghost ? " restored" : "");
+			allot__store_event(st->o.store, "expiry",
+			    s->replica_id, detail);
+		}
+		session_free(s);
+	}
+	free(list);
+}
+
+void
+allot__state_second(allot__state *st)
+{
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = allot__mono_ns();
+	double dt = (double) since(now, st->last_second_ns) / 1e9;
+	st->last_second_ns = now;
+	if (dt <= 0)
+		dt = 1e-3;
+	const cfgv *v = st->cur;
+	allot__store *store = st->o.store;
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		service *svc = st->svcs[i];
+		for (size_t q = 0; q < v->nq; q++) {
+			squota *sq = &svc->q[q];
+			double R = v->rate[q], B = v->burst[q];
+			sq->admitted_rate = (double) sq->win_allowed / dt;
+			sq->denied_rate = (double) sq->win_denied / dt;
+			sq->utilization = sq->admitted_rate / R;
+			double lvl = sq->level + R * dt;
+			if (lvl > B)
+				lvl = B;
+			lvl -= (double) sq->win_allowed;
+			sq->level = lvl < 0 ? 0 : lvl;
+			if (store != NULL &&
+			    (sq->win_allowed > 0 || sq->win_denied > 0))
+				allot__store_usage(store, svc->name,
+				    v->q[q]->identity, sq->win_allowed,
+				    sq->win_denied, sq->demand_sum,
+				    svc->nsess);
+			if (store != NULL &&
+			    !(fabs(sq->level - sq->level_recorded) < 1e-6)) {
+				allot__store_level(store, svc->name,
+				    v->q[q]->identity, sq->level);
+				sq->level_recorded = sq->level;
+			}
+			sq->win_allowed = 0;
+			sq->win_denied = 0;
+		}
+		for (uint32_t j = 0; j < svc->nsess; j++) {
+			session *s = svc->sess[j];
+			if (!s->seen_dirty)
+				continue;
+			s->seen_dirty = false;
+			s->seen_wall_ms = allot__wall_ms();
+			if (store != NULL)
+				allot__store_replica_seen(store, s->id);
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* reload                                                              */
+/* ------------------------------------------------------------------ */
+
+int
+allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
+    const char *text, bool *ret_changed)
+{
+	if (st == NULL || cfg == NULL)
+		return ALLOT_EINVAL;
+	pthread_mutex_lock(&st->mu);
+	uint64_t digest = st->cur->cfg->digest;
+	uint64_t epoch = st->cur->epoch;
+	pthread_mutex_unlock(&st->mu);
+	if (cfg->digest == digest) {
+		allot_config_free(cfg);
+		if (ret_changed != NULL)
+			*ret_changed = false;
+		return ALLOT_OK;
+	}
+	/* Only the loop thread reloads, so the epoch read above stays the
+	 * latest while the new view is built outside the lock. */
+	cfgv *nv = cfgv_new(cfg, path, epoch + 1);
+	if (nv == NULL)
+		return ALLOT_ENOMEM;
+	squota **nq = NULL;
+	size_t nsvcs = 0;
+	int rv = ALLOT_OK;
+	uint64_t now = allot__mono_ns();
+
+	pthread_mutex_lock(&st->mu);
+	cfgv *ov = st->cur;
+	nsvcs = st->nsvcs;
+	nq = calloc(nsvcs ? nsvcs : 1, sizeof *nq);
+	if (nq == NULL) {
+		rv = ALLOT_ENOMEM;
+		goto unlock;
+	}
+	for (size_t i = 0; i < nsvcs; i++) {
+		nq[i] = calloc(nv->nq, sizeof **nq);
+		if (nq[i] == NULL) {
+			rv = ALLOT_ENOMEM;
+			goto unlock;
+		}
+	}
+	/* Nothing can fail from here on. */
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		service *svc = st->svcs[i];
+		for (size_t q = 0; q < nv->nq; q++) {
+			const char *id = nv->q[q]->identity;
+			int32_t oq = cfgv_find(ov, id, strlen(id));
+			if (oq >= 0) {
+				nq[i][q] = svc->q[oq];
+				if (nq[i][q].level > nv->burst[q])
+					nq[i][q].level = nv->burst[q];
+			} else {
+				squota_init(&nq[i][q], nv, q);
+			}
+		}
+		free(svc->q);
+		svc->q = nq[i];
+		nq[i] = NULL;
+		for (uint32_t j = 0; j < svc->nsess; j++) {
+			session *s = svc->sess[j];
+			s->nknown = 0;
+			for (uint32_t k = 0; k < s->nkeys; k++) {
+				skey *key = &s->keys[k];
+				key->q = cfgv_find(nv, s->names[k],
+				    strlen(s->names[k]));
+				if (key->q >= 0)
+					s->nknown++;
+			}
+			s->force_full = true;
+		}
+		/* demand_sum follows the keys that moved with the quota;
+		 * rebuild it from the sessions to be exact. */
+		for (size_t q = 0; q < nv->nq; q++)
+			svc->q[q].demand_sum = 0;
+		for (uint32_t j = 0; j < svc->nsess; j++) {
+			session *s = svc->sess[j];
+			for (uint32_t k = 0; k < s->nkeys; k++)
+				if (s->keys[k].q >= 0)
+					svc->q[s->keys[k].q].demand_sum +=
+					    s->keys[k].demand;
+		}
+		svc->dirty = true;
+	}
+	st->cur = nv;
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		recompute(st, st->svcs[i], now);
+		st->svcs[i]->gen++;
+	}
+	record_config(st, nv, text);
+	nv = NULL;
+unlock:
+	pthread_mutex_unlock(&st->mu);
+	if (nq != NULL) {
+		for (size_t i = 0; i < nsvcs; i++)
+			free(nq[i]);
+		free(nq);
+	}
+	if (rv != ALLOT_OK) {
+		/* The caller keeps cfg; detach it from the unused view. */
+		nv->cfg = NULL;
+		cfgv_free(nv);
+		return rv;
+	}
+	cfgv_free(ov);
+	if (ret_changed != NULL)
+		*ret_changed = true;
+	return ALLOT_OK;
+}
+
+uint64_t
+allot__state_epoch(allot__state *st)
+{
+	pthread_mutex_lock(&st->mu);
+	uint64_t e = st->cur->epoch;
+	pthread_mutex_unlock(&st->mu);
+	return e;
+}
+
+uint64_t
+allot__state_digest(allot__state *st)
+{
+	pthread_mutex_lock(&st->mu);
+	uint64_t d = st->cur->cfg->digest;
+	pthread_mutex_unlock(&st->mu);
+	return d;
+}
+
+size_t
+allot__state_replicas(allot__state *st)
+{
+	pthread_mutex_lock(&st->mu);
+	size_t n = st->nsessions;
+	pthread_mutex_unlock(&st->mu);
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* rendering                                                           */
+/* ------------------------------------------------------------------ */
+
+static void
+sq_labels(allot__buf *b, const char *metric, const service *svc,
+    const char *quota)
+{
+	allot__buf_printf(b, "%s{service=\"", metric);
+	allot__buf_label(b, svc->name);
+	allot__buf_puts(b, "\",quota=\"");
+	allot__buf_label(b, quota);
+	allot__buf_puts(b, "\"} ");
+}
+
+typedef enum sq_field {
+	F_ALLOWED, F_DENIED, F_UTIL, F_ARATE, F_ABURST, F_LEVEL
+} sq_field;
+
+static void
+sq_family(allot__state *st, allot__buf *b, const char *name,
+    const char *type, const char *help, sq_field f)
+{
+	const cfgv *v = st->cur;
+	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+	    type);
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		const service *svc = st->svcs[i];
+		for (size_t q = 0; q < v->nq; q++) {
+			const squota *sq = &svc->q[q];
+			sq_labels(b, name, svc, v->q[q]->identity);
+			switch (f) {
+			case F_ALLOWED:
+				allot__buf_printf(b, "%" PRIu64 "\n",
+				    sq->allowed_total);
+				continue;
+			case F_DENIED:
+				allot__buf_printf(b, "%" PRIu64 "\n",
+				    sq->denied_total);
+				continue;
+			case F_UTIL:
+				allot__buf_num(b, sq->utilization);
+				break;
+			case F_ARATE:
+				allot__buf_num(b, sq->granted_rate);
+				break;
+			case F_ABURST:
+				allot__buf_num(b, sq->granted_burst);
+				break;
+			case F_LEVEL:
+				allot__buf_num(b, sq->level);
+				break;
+			}
+			allot__buf_puts(b, "\n");
+		}
+	}
+}
+
+void
+allot__state_render_metrics(allot__state *st, allot__buf *b)
+{
+	pthread_mutex_lock(&st->mu);
+	const cfgv *v = st->cur;
+	allot__buf_printf(b, "# HELP allotd_config_epoch Epoch of the quota "
+	    "config in force.\n# TYPE allotd_config_epoch gauge\n"
+	    "allotd_config_epoch %" PRIu64 "\n", v->epoch);
+	allot__buf_printf(b, "# HELP allotd_config_info Digest of the quota "
+	    "config in force.\n# TYPE allotd_config_info gauge\n"
+	    "allotd_config_info{digest=\"%016" PRIx64 "\",epoch=\"%" PRIu64
+	    "\"} 1\n", v->cfg->digest, v->epoch);
+	allot__buf_puts(b, "# HELP allotd_replicas Live replicas per service "
+	    "(restored ones included).\n# TYPE allotd_replicas gauge\n");
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		allot__buf_puts(b, "allotd_replicas{service=\"");
+		allot__buf_label(b, st->svcs[i]->name);
+		allot__buf_printf(b, "\"} %u\n", st->svcs[i]->nsess);
+	}
+	allot__buf_printf(b, "# HELP allotd_sessions Live sessions, all "
+	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
+	    st->nsessions);
+	allot__buf_puts(b, "# HELP allotd_quota_rate Configured rate R per "
+	    "quota, tokens/s.\n# TYPE allotd_quota_rate gauge\n");
+	for (size_t q = 0; q < v->nq; q++) {
+		allot__buf_puts(b, "allotd_quota_rate{quota=\"");
+		allot__buf_label(b, v->q[q]->identity);
+		allot__buf_puts(b, "\"} ");
+		allot__buf_num(b, v->rate[q]);
+		allot__buf_puts(b, "\n");
+	}
+	allot__buf_puts(b, "# HELP allotd_quota_burst Configured burst B per "
+	    "quota, tokens.\n# TYPE allotd_quota_burst gauge\n");
+	for (size_t q = 0; q < v->nq; q++) {
+		allot__buf_puts(b, "allotd_quota_burst{quota=\"");
+		allot__buf_label(b, v->q[q]->identity);
+		allot__buf_puts(b, "\"} ");
+		allot__buf_num(b, v->burst[q]);
+		allot__buf_puts(b, "\n");
+	}
+	sq_family(st, b, "allotd_allowed_tokens_total", "counter",
+	    "Tokens admitted, as reported by the agents.", F_ALLOWED);
+	sq_family(st, b, "allotd_denied_tokens_total", "counter",
+	    "Tokens denied, as reported by the agents.", F_DENIED);
+	sq_family(st, b, "allotd_utilization", "gauge",
+	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL);
+	sq_family(st, b, "allotd_allowance_rate", "gauge",
+	    "Sum of the rate shares the replicas hold, tokens/s (<= R).",
+	    F_ARATE);
+	sq_family(st, b, "allotd_allowance_burst", "gauge",
+	    "Sum of the burst shares the replicas hold, tokens (<= B).",
+	    F_ABURST);
+	sq_family(st, b, "allotd_bucket_level_tokens", "gauge",
+	    "Estimated level of the global bucket.", F_LEVEL);
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* The (session, key) pairs of a service grouped by quota, so /status
+ * lists each quota's shares in time linear in the number of keys. */
+typedef struct share_index {
+	uint32_t *start;           /* nq + 1 offsets into sess/key */
+	uint32_t *sess;
+	uint32_t *key;
+} share_index;
+
+static void
+share_index_free(share_index *x)
+{
+	free(x->start);
+	free(x->sess);
+	free(x->key);
+}
+
+static bool
+share_index_build(share_index *x, const service *svc, size_t nq)
+{
+	size_t total = 0;
+	for (uint32_t j = 0; j < svc->nsess; j++)
+		total += svc->sess[j]->nknown;
+	x->start = calloc(nq + 2, sizeof *x->start);
+	x->sess = malloc((total + 1) * sizeof *x->sess);
+	x->key = malloc((total + 1) * sizeof *x->key);
+	if (x->start == NULL || x->sess == NULL || x->key == NULL) {
+		share_index_free(x);
+		return false;
+	}
+	for (uint32_t j = 0; j < svc->nsess; j++) {
+		const session *s = svc->sess[j];
+		for (uint32_t k = 0; k < s->nkeys; k++)
+			if (s->keys[k].q >= 0)
+				x->start[s->keys[k].q + 2]++;
+	}
+	for (size_t q = 2; q < nq + 2; q++)
+		x->start[q] += x->start[q - 1];
+	/* start[q + 1] is now the fill cursor of quota q; after the fill
+	 * start[q] .. start[q + 1] are quota q's entries. */
+	for (uint32_t j = 0; j < svc->nsess; j++) {
+		const session *s = svc->sess[j];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			if (s->keys[k].q < 0)
+				continue;
+			uint32_t e = x->start[s->keys[k].q + 1]++;
+			x->sess[e] = j;
+			x->key[e] = k;
+		}
+	}
+	return true;
+}
+
+void
+allot__state_render_status(allot__state *st, allot__buf *b)
+{
+	int64_t wall = allot__wall_ms();
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = allot__mono_ns();
+	const cfgv *v = st->cur;
+	allot__buf_printf(b, "{\"version\":\"%s\",\"config\":{\"epoch\":%"
+	    PRIu64 ",\"digest\":\"%016" PRIx64 "\",\"path\":",
+	    ALLOT_VERSION_STRING, v->epoch, v->cfg->digest);
+	allot__buf_json(b, v->path);
+	allot__buf_printf(b, ",\"loaded_at_ms\":%" PRId64 ",\"quotas\":%zu,"
+	    "\"ceiling_rate\":", v->loaded_wall_ms, v->nq);
+	allot__buf_num(b, v->cfg->ceiling_rate);
+	allot__buf_printf(b, "},\"settings\":{\"lease_ms\":%u,\"interval_ms\":"
+	    "%u,\"expiry_intervals\":%u,\"allocator\":\"%s\"},"
+	    "\"sessions\":%zu,\"services\":[", st->o.lease_ms,
+	    st->o.interval_ms, st->o.expiry_intervals,
+	    allot__alloc_name(&st->o.policy), st->nsessions);
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		const service *svc = st->svcs[i];
+		allot__buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+		allot__buf_json(b, svc->name);
+		allot__buf_printf(b, ",\"live_replicas\":%u,\"replicas\":[",
+		    svc->nsess);
+		for (uint32_t j = 0; j < svc->nsess; j++) {
+			const session *s = svc->sess[j];
+			allot__buf_printf(b, "%s{\"session\":%" PRIu64
+			    ",\"replica_id\":", j ? "," : "", s->id);
+			allot__buf_json(b, s->replica_id);
+			allot__buf_puts(b, ",\"host\":");
+			allot__buf_json(b, s->host != NULL ? s->host : "");
+			allot__buf_printf(b, ",\"pid\":%u,\"agent_version\":",
+			    s->pid);
+			allot__buf_json(b, s->agent_version != NULL ?
+			    s->agent_version : "");
+			allot__buf_printf(b, ",\"restored\":%s,\"keys\":%u,"
+			    "\"unknown_keys\":%u,\"last_seq\":%" PRIu64
+			    ",\"last_seen_ms\":%" PRId64 ",\"silent_ms\":%"
+			    PRIu64 "}", s->ghost ? "true" : "false", s->nkeys,
+			    s->nkeys - s->nknown, s->last_seq,
+			    s->seen_wall_ms,
+			    since(now, s->last_seen_ns) / 1000000u);
+		}
+		allot__buf_puts(b, "],\"quotas\":[");
+		share_index idx;
+		if (!share_index_build(&idx, svc, v->nq)) {
+			b->oom = true;
+			break;
+		}
+		for (size_t q = 0; q < v->nq; q++) {
+			const squota *sq = &svc->q[q];
+			allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+			allot__buf_json(b, v->q[q]->identity);
+			allot__buf_puts(b, ",\"rate\":");
+			allot__buf_num(b, v->rate[q]);
+			allot__buf_puts(b, ",\"burst\":");
+			allot__buf_num(b, v->burst[q]);
+			allot__buf_puts(b, ",\"priority\":");
+			allot__buf_json(b, priority_name(v, v->q[q]->priority));
+			allot__buf_puts(b, ",\"sum_rate\":");
+			allot__buf_num(b, sq->granted_rate);
+			allot__buf_puts(b, ",\"sum_burst\":");
+			allot__buf_num(b, sq->granted_burst);
+			allot__buf_puts(b, ",\"target_sum_rate\":");
+			allot__buf_num(b, sq->sum_rate);
+			allot__buf_printf(b, ",\"holders\":%u,"
+			    "\"admitted_per_s\":", sq->nslots);
+			allot__buf_num(b, sq->admitted_rate);
+			allot__buf_puts(b, ",\"denied_per_s\":");
+			allot__buf_num(b, sq->denied_rate);
+			allot__buf_puts(b, ",\"utilization\":");
+			allot__buf_num(b, sq->utilization);
+			allot__buf_puts(b, ",\"level\":");
+			allot__buf_num(b, sq->level);
+			allot__buf_puts(b, ",\"demand\":");
+			allot__buf_num(b, sq->demand_sum);
+			allot__buf_printf(b, ",\"admitted_total\":%" PRIu64
+			    ",\"denied_total\":%" PRIu64 ",\"shares\":[",
+			    sq->allowed_total, sq->denied_total);
+			for (uint32_t e = idx.start[q]; e < idx.start[q + 1];
+			     e++) {
+				const session *s = svc->sess[idx.sess[e]];
+				const skey *key = &s->keys[idx.key[e]];
+				allot__buf_printf(b, "%s{\"session\":%" PRIu64
+				    ",\"replica_id\":",
+				    e > idx.start[q] ? "," : "", s->id);
+				allot__buf_json(b, s->replica_id);
+				allot__buf_puts(b, ",\"rate\":");
+				allot__buf_num(b, isnan(key->sent_rate) ? 0 :
+				    key->sent_rate);
+				allot__buf_puts(b, ",\"burst\":");
+				allot__buf_num(b, isnan(key->sent_burst) ? 0 :
+				    key->sent_burst);
+				allot__buf_puts(b, ",\"target_rate\":");
+				allot__buf_num(b, key->rate);
+				allot__buf_puts(b, "}");
+			}
+			allot__buf_puts(b, "]}");
+		}
+		share_index_free(&idx);
+		allot__buf_puts(b, "]}");
+	}
+	allot__buf_printf(b, "],\"now_ms\":%" PRId64 "}\n", wall);
+	pthread_mutex_unlock(&st->mu);
+}

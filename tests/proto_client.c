@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The raw protocol test client (proto_client.h). Blocking nng req0 calls
+ * with timeouts, so a test that waits on a silent coordinator fails
+ * instead of hanging; no request is ever resent by nng (the resend timer
+ * is pushed out), because a resend would reuse the sequence number.
+ */
+#include "proto_client.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/protocol/reqrep0/req.h>
+
+uint64_t
+pc_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
+
+void
+pc_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000u, (long) (ms % 1000u) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+int
+pc_open(pc_conn *c, const char *url, int timeout_ms)
+{
+	int rv = nng_req0_open(&c->sock);
+	if (rv != 0)
+		return rv;
+	c->open = true;
+	nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, 5000);
+	nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, 5000);
+	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 3600000);
+	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
+	uint64_t end = pc_now_ms() + (uint64_t) timeout_ms;
+	for (;;) {
+		rv = nng_dial(c->sock, url, NULL, 0);
+		if (rv == 0 || pc_now_ms() >= end)
+			break;
+		pc_sleep_ms(20);
+	}
+	if (rv != 0)
+		pc_close(c);
+	return rv;
+}
+
+void
+pc_close(pc_conn *c)
+{
+	if (c->open)
+		nng_close(c->sock);
+	c->open = false;
+}
+
+void
+pc_free(Allot__V1__Envelope *env)
+{
+	if (env != NULL)
+		allot__v1__envelope__free_unpacked(env, NULL);
+}
+
+Allot__V1__Envelope *
+pc_raw(pc_conn *c, const void *buf, size_t len)
+{
+	nng_msg *m;
+	if (nng_msg_alloc(&m, len) != 0)
+		return NULL;
+	if (len > 0)
+		memcpy(nng_msg_body(m), buf, len);
+	if (nng_sendmsg(c->sock, m, 0) != 0) {
+		nng_msg_free(m);
+		return NULL;
+	}
+	if (nng_recvmsg(c->sock, &m, 0) != 0)
+		return NULL;
+	Allot__V1__Envelope *env = allot__v1__envelope__unpack(NULL,
+	    nng_msg_len(m), nng_msg_body(m));
+	nng_msg_free(m);
+	return env;
+}
+
+Allot__V1__Envelope *
+pc_send(pc_conn *c, const Allot__V1__Envelope *env)
+{
+	size_t n = allot__v1__envelope__get_packed_size(env);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf == NULL)
+		return NULL;
+	allot__v1__envelope__pack(env, buf);
+	Allot__V1__Envelope *r = pc_raw(c, buf, n);
+	free(buf);
+	return r;
+}
+
+Allot__V1__Envelope *
+pc_register(pc_conn *c, const char *replica_id, const char *service,
+    const char *const *keys, size_t nkeys, uint32_t interval_ms)
+{
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
+	char host[] = "testhost";
+	char ver[] = "test-0";
+	reg.replica_id = (char *) replica_id;
+	reg.service = (char *) service;
+	reg.host = host;
+	reg.pid = (uint32_t) getpid();
+	reg.agent_version = ver;
+	reg.config_digest = 42;
+	reg.keys = (char **) keys;
+	reg.n_keys = nkeys;
+	reg.sync_interval_ms = interval_ms;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
+	env.register_ = &reg;
+	return pc_send(c, &env);
+}
+
+Allot__V1__Envelope *
+pc_sync(pc_conn *c, uint64_t session, uint64_t seq, uint32_t elapsed_ms,
+    const pc_report *r, size_t n)
+{
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Sync sync = ALLOT__V1__SYNC__INIT;
+	Allot__V1__KeyReport *kr = calloc(n ? n : 1, sizeof *kr);
+	Allot__V1__KeyReport **krp = calloc(n ? n : 1, sizeof *krp);
+	if (kr == NULL || krp == NULL) {
+		free(kr);
+		free(krp);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		allot__v1__key_report__init(&kr[i]);
+		kr[i].key = r[i].key;
+		kr[i].consumed = r[i].consumed;
+		kr[i].denied = r[i].denied;
+		kr[i].held = r[i].held;
+		kr[i].demand = r[i].demand;
+		krp[i] = &kr[i];
+	}
+	sync.session = session;
+	sync.seq = seq;
+	sync.elapsed_ms = elapsed_ms;
+	sync.reports = krp;
+	sync.n_reports = n;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
+	env.sync = &sync;
+	Allot__V1__Envelope *ret = pc_send(c, &env);
+	free(kr);
+	free(krp);
+	return ret;
+}
+
+Allot__V1__Envelope *
+pc_leave(pc_conn *c, uint64_t session, const char *reason)
+{
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Leave leave = ALLOT__V1__LEAVE__INIT;
+	leave.session = session;
+	leave.reason = (char *) reason;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_LEAVE;
+	env.leave = &leave;
+	return pc_send(c, &env);
+}
+
+int
+pc_error_code(const Allot__V1__Envelope *env)
+{
+	if (env == NULL || env->body_case != ALLOT__V1__ENVELOPE__BODY_ERROR)
+		return -1;
+	return (int) env->error->code;
+}
+
+/* ---- replicas ---- */
+
+static void
+apply_shares(pc_replica *r, Allot__V1__Share **shares, size_t n, bool full)
+{
+	if (full) {
+		for (size_t k = 0; k < PC_MAX_KEYS; k++)
+			r->rate[k] = r->burst[k] = NAN;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (shares[i]->key >= PC_MAX_KEYS)
+			continue;
+		r->rate[shares[i]->key] = shares[i]->rate;
+		r->burst[shares[i]->key] = shares[i]->burst;
+	}
+}
+
+int
+pc_replica_join(pc_replica *r, const char *url, const char *id,
+    const char *service, const char *const *keys, size_t nkeys)
+{
+	if (!r->c.open && pc_open(&r->c, url, 5000) != 0)
+		return -1;
+	snprintf(r->id, sizeof r->id, "%s", id);
+	r->nkeys = nkeys;
+	Allot__V1__Envelope *e = pc_register(&r->c, id, service, keys, nkeys,
+	    100);
+	if (e == NULL)
+		return -1;
+	int code = pc_error_code(e);
+	if (code >= 0) {
+		pc_free(e);
+		return code;
+	}
+	if (e->body_case != ALLOT__V1__ENVELOPE__BODY_WELCOME) {
+		pc_free(e);
+		return -1;
+	}
+	const Allot__V1__Welcome *w = e->welcome;
+	r->session = w->session;
+	r->seq = 0;
+	r->replicas = w->replicas;
+	r->epoch = w->config_epoch;
+	r->lease_ms = w->lease_ms;
+	apply_shares(r, w->shares, w->n_shares, true);
+	r->nunknown = w->n_unknown_keys < PC_MAX_KEYS ? w->n_unknown_keys :
+	    PC_MAX_KEYS;
+	for (size_t i = 0; i < r->nunknown; i++)
+		r->unknown[i] = w->unknown_keys[i];
+	pc_free(e);
+	return 0;
+}
+
+int
+pc_replica_sync(pc_replica *r, const pc_report *rep, size_t n,
+    uint32_t *ret_rejected)
+{
+	Allot__V1__Envelope *e = pc_sync(&r->c, r->session, ++r->seq, 100,
+	    rep, n);
+	if (e == NULL)
+		return -1;
+	int code = pc_error_code(e);
+	if (code >= 0) {
+		pc_free(e);
+		return code;
+	}
+	if (e->body_case != ALLOT__V1__ENVELOPE__BODY_REPLY ||
+	    e->reply->seq != r->seq) {
+		pc_free(e);
+		return -1;
+	}
+	const Allot__V1__Reply *rp = e->reply;
+	r->replicas = rp->replicas;
+	r->epoch = rp->config_epoch;
+	r->lease_ms = rp->lease_ms;
+	apply_shares(r, rp->shares, rp->n_shares, rp->full);
+	if (ret_rejected != NULL)
+		*ret_rejected = rp->rejected_reports;
+	pc_free(e);
+	return 0;
+}
+
+void
+pc_replica_close(pc_replica *r)
+{
+	pc_close(&r->c);
+}
+
+/* ---- HTTP ---- */
+
+char *
+pc_http_get(int port, const char *path, int *ret_status)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return NULL;
+	struct timeval tv = { 5, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons((uint16_t) port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	char *buf = NULL;
+	if (connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0)
+		goto fail;
+	char req[256];
+	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: "
+	    "127.0.0.1\r\n\r\n", path);
+	if (write(fd, req, (size_t) n) != n)
+		goto fail;
+	size_t len = 0, cap = 65536;
+	buf = malloc(cap + 1);
+	if (buf == NULL)
+		goto fail;
+	for (;;) {
+		if (len == cap) {
+			char *nb = realloc(buf, cap * 2 + 1);
+			if (nb == NULL)
+				goto fail;
+			buf = nb;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + len, cap - len);
+		if (r < 0)
+			goto fail;
+		if (r == 0)
+			break;
+		len += (size_t) r;
+	}
+	buf[len] = '\0';
+	close(fd);
+	int status = 0;
+	if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+		free(buf);
+		return NULL;
+	}
+	char *body = strstr(buf, "\r\n\r\n");
+	if (body == NULL) {
+		free(buf);
+		return NULL;
+	}
+	body += 4;
+	memmove(buf, body, strlen(body) + 1);
+	if (ret_status != NULL)
+		*ret_status = status;
+	return buf;
+fail:
+	free(buf);
+	close(fd);
+	return NULL;
+}
+
+double
+pc_metric(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *p = text; p != NULL && *p != '\0';) {
+		if (strncmp(p, series, n) == 0 && p[n] == ' ')
+			return strtod(p + n + 1, NULL);
+		p = strchr(p, '\n');
+		if (p != NULL)
+			p++;
+	}
+	return NAN;
+}
+
+double
+pc_metric_get(int port, const char *series)
+{
+	int status = 0;
+	char *body = pc_http_get(port, "/metrics", &status);
+	double v = NAN;
+	if (body != NULL && status == 200)
+		v = pc_metric(body, series);
+	free(body);
+	return v;
+}
+
+/* ---- processes ---- */
+
+int
+pc_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof sa;
+	int port = -1;
+	if (bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0 &&
+	    getsockname(fd, (struct sockaddr *) &sa, &sl) == 0)
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+pid_t
+pc_spawn(char *const argv[], const char *log_path)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (fd >= 0) {
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		close(fd);
+	}
+	execv(argv[0], argv);
+	_exit(127);
+}
+
+int
+pc_wait_exit(pid_t pid, int timeout_ms)
+{
+	uint64_t end = pc_now_ms() + (uint64_t) timeout_ms;
+	for (;;) {
+		int st;
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid) {
+			if (WIFEXITED(st))
+				return WEXITSTATUS(st);
+			if (WIFSIGNALED(st))
+				return 128 + WTERMSIG(st);
+			return -1;
+		}
+		if (r < 0 || pc_now_ms() >= end)
+			return -1;
+		pc_sleep_ms(10);
+	}
+}
+
+char *
+pc_read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap + 1);
+	while (buf != NULL) {
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+		if (len == cap) {
+			char *nb = realloc(buf, cap * 2 + 1);
+			if (nb == NULL) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	fclose(f);
+	if (buf != NULL)
+		buf[len] = '\0';
+	return buf;
+}
+
+char *
+pc_shell(const char *cmd)
+{
+	FILE *p = popen(cmd, "r");
+	if (p == NULL)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap + 1);
+	while (buf != NULL) {
+		size_t n = fread(buf + len, 1, cap - len, p);
+		len += n;
+		if (n == 0)
+			break;
+		if (len == cap) {
+			char *nb = realloc(buf, cap * 2 + 1);
+			if (nb == NULL) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	int st = pclose(p);
+	if (buf == NULL)
+		return NULL;
+	buf[len] = '\0';
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	if (st != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A raw allot protocol client for tests: one nng req0 socket per simulated
+ * replica, protobuf-c messages built by hand, so the tests see exactly
+ * what goes over the wire (and can send what a real agent never would).
+ * Also a tiny HTTP/1.0 GET over a plain socket for /metrics and /status,
+ * and helpers to spawn and stop a real allotd child process.
+ */
+#ifndef ALLOT_TESTS_PROTO_CLIENT_H
+#define ALLOT_TESTS_PROTO_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <nng/nng.h>
+
+#include "allot.pb-c.h"
+
+typedef struct pc_conn {
+	nng_socket sock;
+	bool open;
+} pc_conn;
+
+/* Dial `url` (blocking, retried until `timeout_ms`). 0 or an nng error. */
+int pc_open(pc_conn *c, const char *url, int timeout_ms);
+void pc_close(pc_conn *c);
+
+/* Send `len` raw bytes and decode the answer. NULL on a transport error
+ * or timeout; free with pc_free(). */
+Allot__V1__Envelope *pc_raw(pc_conn *c, const void *buf, size_t len);
+/* Pack `env` and exchange it. */
+Allot__V1__Envelope *pc_send(pc_conn *c, const Allot__V1__Envelope *env);
+void pc_free(Allot__V1__Envelope *env);
+
+Allot__V1__Envelope *pc_register(pc_conn *c, const char *replica_id,
+    const char *service, const char *const *keys, size_t nkeys,
+    uint32_t interval_ms);
+
+typedef struct pc_report {
+	uint32_t key;
+	uint64_t consumed;
+	uint64_t denied;
+	uint64_t held;
+	uint64_t demand;
+} pc_report;
+
+Allot__V1__Envelope *pc_sync(pc_conn *c, uint64_t session, uint64_t seq,
+    uint32_t elapsed_ms, const pc_report *r, size_t n);
+Allot__V1__Envelope *pc_leave(pc_conn *c, uint64_t session,
+    const char *reason);
+
+/* The error code of an Error answer, or -1 if `env` is not an Error. */
+int pc_error_code(const Allot__V1__Envelope *env);
+
+/* ---- a simulated replica: session, sequence and the shares it holds */
+
+#define PC_MAX_KEYS 16
+
+typedef struct pc_replica {
+	pc_conn c;
+	char id[64];
+	uint64_t session;
+	uint64_t seq;
+	uint32_t replicas;
+	uint64_t epoch;
+	uint32_t lease_ms;
+	size_t nkeys;
+	double rate[PC_MAX_KEYS];   /* NaN: no share for the key */
+	double burst[PC_MAX_KEYS];
+	size_t nunknown;
+	uint32_t unknown[PC_MAX_KEYS];
+} pc_replica;
+
+/* Connect and register; 0, or the Error code / -1 on failure. */
+int pc_replica_join(pc_replica *r, const char *url, const char *id,
+    const char *service, const char *const *keys, size_t nkeys);
+/* One Sync with the next seq; shares in the Reply are applied. Returns
+ * 0, an Error code, or -1 on a transport failure. `ret_rejected` (may be
+ * NULL) receives Reply.rejected_reports. */
+int pc_replica_sync(pc_replica *r, const pc_report *rep, size_t n,
+    uint32_t *ret_rejected);
+void pc_replica_close(pc_replica *r);
+
+/* ---- HTTP ---- */
+
+/* GET http://127.0.0.1:port/path. Returns the body (malloc'd, NUL
+ * terminated) and the status, or NULL. */
+char *pc_http_get(int port, const char *path, int *ret_status);
+/* The value of the sample whose name and labels are exactly `series`
+ * (e.g. "allotd_rejected_messages_total{reason=\"malformed\"}"), or NaN. */
+double pc_metric(const char *text, const char *series);
+/* Fetch /metrics and return one series (NaN when unavailable). */
+double pc_metric_get(int port, const char *series);
+
+/* ---- processes and ports ---- */
+
+/* A free loopback TCP port (bound and released; good enough for tests). */
+int pc_free_port(void);
+
+/* Spawn `argv[0]` with stdout+stderr appended to `log_path`. */
+pid_t pc_spawn(char *const argv[], const char *log_path);
+/* Wait up to `timeout_ms` for `pid` to exit: its exit status (0-255),
+ * 128 + signal when killed, or -1 on timeout. */
+int pc_wait_exit(pid_t pid, int timeout_ms);
+
+/* Monotonic milliseconds. */
+uint64_t pc_now_ms(void);
+void pc_sleep_ms(unsigned ms);
+
+/* Whole file into a malloc'd string (NULL if unreadable). */
+char *pc_read_file(const char *path);
+/* Run a shell command and capture its trimmed stdout (NULL on failure). */
+char *pc_shell(const char *cmd);
+
+#endif

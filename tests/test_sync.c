@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The agent's sync loop against a real allotd process over loopback TCP:
+ * shares follow the replica count (join, crash without leave, graceful
+ * leave), the sum of what agents hold never exceeds the quota, and when
+ * allotd is killed with SIGKILL agents keep their allowance for the lease
+ * (fail-static), then apply each quota's fallback, and re-register when a
+ * new allotd starts on the same database.
+ */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <allot/allot.h>
+
+#include "proto_client.h"
+#include "runner.h"
+
+static const char *CFG =
+    "quotas:\n"
+    "  default: {tokens_per_second: 10, burst: 20}\n"
+    "  callers:\n"
+    "    - identity: a\n"
+    "      tokens_per_second: 400\n"
+    "      burst: 800\n"
+    "    - identity: closed\n"
+    "      tokens_per_second: 100\n"
+    "      burst: 100\n"
+    "      fallback: closed\n"
+    "    - identity: open\n"
+    "      tokens_per_second: 10\n"
+    "      burst: 10\n"
+    "      fallback: open\n";
+
+typedef struct env {
+	char dir[64];
+	char cfg[128];
+	char db[128];
+	char log[128];
+	char url[64];
+	int port;
+	int http;
+	pid_t allotd;
+} env;
+
+static void
+start_allotd(env *e)
+{
+	char bin[512];
+	snprintf(bin, sizeof bin, "%s/coordinator/allotd",
+	    getenv("ALLOT_BUILD_DIR"));
+	char http[32];
+	snprintf(http, sizeof http, "127.0.0.1:%d", e->http);
+	char *argv[] = { bin, "--config", e->cfg, "--db", e->db, "--listen",
+		e->url, "--http", http, "--interval-ms", "50",
+		"--expiry-intervals", "4", "--lease-ms", "600", NULL };
+	e->allotd = pc_spawn(argv, e->log);
+	ck_assert_int_gt(e->allotd, 0);
+	/* Ready when /healthz answers. */
+	uint64_t t0 = pc_now_ms();
+	for (;;) {
+		int st = 0;
+		char *body = pc_http_get(e->http, "/healthz", &st);
+		free(body);
+		if (st == 200)
+			break;
+		ck_assert_msg(pc_now_ms() - t0 < 10000, "allotd not ready");
+		pc_sleep_ms(20);
+	}
+}
+
+static void
+env_init(env *e)
+{
+	memset(e, 0, sizeof *e);
+	snprintf(e->dir, sizeof e->dir, "/tmp/allot-sync-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(e->dir));
+	snprintf(e->cfg, sizeof e->cfg, "%s/quotas.yaml", e->dir);
+	snprintf(e->db, sizeof e->db, "%s/allot.db", e->dir);
+	snprintf(e->log, sizeof e->log, "%s/allotd.log", e->dir);
+	FILE *f = fopen(e->cfg, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(CFG, f);
+	fclose(f);
+	e->port = pc_free_port();
+	e->http = pc_free_port();
+	snprintf(e->url, sizeof e->url, "tcp://127.0.0.1:%d", e->port);
+}
+
+static void
+env_fini(env *e)
+{
+	if (e->allotd > 0) {
+		kill(e->allotd, SIGTERM);
+		if (pc_wait_exit(e->allotd, 5000) < 0) {
+			kill(e->allotd, SIGKILL);
+			pc_wait_exit(e->allotd, 5000);
+		}
+	}
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
+	free(pc_shell(cmd));
+}
+
+static allot_agent *
+mkagent(const env *e, const char *replica)
+{
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(allot_config_load(e->cfg, err, sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = e->url;
+	o.service = "svc";
+	o.replica_id = replica;
+	o.sync_interval_ms = 50;
+	o.reconnect_min_ms = 50;
+	o.reconnect_max_ms = 200;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	return a;
+}
+
+static double
+rate_of(allot_agent *a, const char *caller)
+{
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, caller, "/x", &k), ALLOT_OK);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	return st.rate;
+}
+
+/* Wait until every agent runs caller "a" at `want`. While waiting, the
+ * rates held by the agents that have heard from the coordinator never
+ * sum above `cap`. (An agent before its first reply runs the static
+ * split over initial_replicas: the bounded bootstrap term of
+ * docs/allocation.md, not something the coordinator handed out.) */
+static void
+await_rates(allot_agent **as, int n, double want, double cap,
+    int timeout_ms)
+{
+	uint64_t t0 = pc_now_ms();
+	for (;;) {
+		double sum = 0;
+		int at = 0;
+		for (int i = 0; i < n; i++) {
+			allot_sync_stats ss;
+			allot_sync_stats_get(as[i], &ss);
+			double r = rate_of(as[i], "a");
+			if (ss.registers > 0)
+				sum += r;
+			at += fabs(r - want) < 1e-6 * want;
+		}
+		ck_assert_msg(sum <= cap * (1 + 1e-9),
+		    "agents hold %.3f tokens/s of a %.0f quota", sum, cap);
+		if (at == n)
+			return;
+		ck_assert_msg(pc_now_ms() - t0 < (uint64_t) timeout_ms,
+		    "rates did not reach %.3f (first agent at %.3f)", want,
+		    rate_of(as[0], "a"));
+		pc_sleep_ms(2);
+	}
+}
+
+START_TEST(shares_follow_replica_count)
+{
+	env e;
+	env_init(&e);
+	/* The replica that will crash runs in its own process, forked
+	 * before this process has any thread. */
+	int pipefd[2];
+	ck_assert_int_eq(pipe(pipefd), 0);
+	pid_t child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		close(pipefd[1]);
+		char b;
+		/* Wait for allotd to be up, then run until killed. */
+		if (read(pipefd[0], &b, 1) != 1)
+			_exit(1);
+		allot_agent *a = mkagent(&e, "crasher");
+		(void) a;
+		for (;;)
+			pause();
+	}
+	close(pipefd[0]);
+	start_allotd(&e);
+	ck_assert_int_eq(write(pipefd[1], "g", 1), 1);
+
+	allot_agent *as[5];
+	for (int i = 0; i < 3; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(&e, id);
+	}
+	/* Four replicas: R/4 each. */
+	await_rates(as, 3, 100.0, 400.0, 10000);
+	ck_assert_double_eq_tol(pc_metric_get(e.http,
+				    "allotd_replicas{service=\"svc\"}"),
+	    4, 1e-9);
+
+	/* One dies without leave: after expiry, R/3. */
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	await_rates(as, 3, 400.0 / 3, 400.0, 10000);
+
+	/* Two more join: R/5, the sum never above R on the way. */
+	as[3] = mkagent(&e, "r3");
+	as[4] = mkagent(&e, "r4");
+	await_rates(as, 5, 80.0, 400.0, 10000);
+
+	/* A graceful leave is seen at once, not after expiry. */
+	allot_agent_destroy(as[4]);
+	uint64_t t0 = pc_now_ms();
+	while (pc_metric_get(e.http, "allotd_replicas{service=\"svc\"}") != 4)
+		ck_assert(pc_now_ms() - t0 < 150);
+	await_rates(as, 4, 100.0, 400.0, 10000);
+
+	allot_sync_stats ss;
+	allot_sync_stats_get(as[0], &ss);
+	ck_assert(ss.enabled && ss.connected && !ss.in_fallback);
+	ck_assert_uint_eq(ss.replicas, 4);
+	ck_assert_uint_ge(ss.syncs_ok, 3);
+	ck_assert_uint_eq(ss.fallback_enters, 0);
+	for (int i = 0; i < 4; i++)
+		allot_agent_destroy(as[i]);
+	env_fini(&e);
+}
+END_TEST
+
+static int
+admit(allot_agent *a, const char *caller, int n)
+{
+	int ok = 0;
+	allot_decision d;
+	for (int i = 0; i < n; i++) {
+		allot_acquire_id(a, caller, "/x", 1, &d);
+		ok += d.allowed;
+	}
+	return ok;
+}
+
+START_TEST(coordinator_killed_and_restarted)
+{
+	env e;
+	env_init(&e);
+	start_allotd(&e);
+	allot_agent *as[2] = { mkagent(&e, "r0"), mkagent(&e, "r1") };
+	await_rates(as, 2, 200.0, 400.0, 10000);
+	/* Some traffic so allotd has usage rows to keep. */
+	for (int i = 0; i < 10; i++) {
+		admit(as[0], "a", 20);
+		pc_sleep_ms(50);
+	}
+	pc_sleep_ms(1200); /* one group commit at least */
+	char q[256];
+	snprintf(q, sizeof q,
+	    "sqlite3 %s 'SELECT count(*) FROM replicas; SELECT "
+	    "coalesce(sum(admitted),0) FROM usage'",
+	    e.db);
+	char *before = pc_shell(q);
+	ck_assert_ptr_nonnull(before);
+
+	kill(e.allotd, SIGKILL);
+	pc_wait_exit(e.allotd, 5000);
+	e.allotd = 0;
+	uint64_t killed = pc_now_ms();
+	/* Fail-static: within the lease (600 ms) the allowance in force
+	 * stays: "closed" still admits from its bucket. */
+	ck_assert_int_gt(admit(as[1], "closed", 5), 0);
+	allot_sync_stats ss;
+	allot_sync_stats_get(as[1], &ss);
+	ck_assert(!ss.in_fallback);
+	/* After the lease: each quota's fallback. */
+	for (;;) {
+		allot_sync_stats_get(as[1], &ss);
+		if (ss.in_fallback)
+			break;
+		ck_assert_msg(pc_now_ms() - killed < 3000, "no fallback");
+		pc_sleep_ms(10);
+	}
+	ck_assert_uint_ge(pc_now_ms() - killed, 400);
+	ck_assert_uint_eq(ss.fallback_enters, 1);
+	ck_assert(!ss.connected);
+	/* closed: nothing passes; open: everything passes; static_share:
+	 * R / last known replicas (2). */
+	ck_assert_int_eq(admit(as[1], "closed", 50), 0);
+	ck_assert_int_eq(admit(as[1], "open", 500), 500);
+	ck_assert_double_eq_tol(rate_of(as[1], "a"), 200.0, 1e-6);
+	allot_decision d;
+	allot_acquire_id(as[1], "closed", "/x", 1, &d);
+	ck_assert(!d.allowed);
+	ck_assert_uint_gt(d.retry_after_ns, 0);
+
+	/* A new allotd on the same database: agents re-register without
+	 * losing their buckets, fallback ends, shares come back. */
+	start_allotd(&e);
+	uint64_t t0 = pc_now_ms();
+	for (;;) {
+		allot_sync_stats_get(as[1], &ss);
+		if (!ss.in_fallback && ss.connected && ss.registers >= 2)
+			break;
+		ck_assert_msg(pc_now_ms() - t0 < 10000, "no recovery");
+		pc_sleep_ms(10);
+	}
+	ck_assert_uint_eq(ss.fallback_leaves, 1);
+	await_rates(as, 2, 200.0, 400.0, 10000);
+	ck_assert_int_gt(admit(as[1], "closed", 5), 0);
+	/* Every committed row survived the kill. */
+	char *after = pc_shell(q);
+	ck_assert_ptr_nonnull(after);
+	long r0, u0, r1, u1;
+	ck_assert_int_eq(sscanf(before, "%ld %ld", &r0, &u0), 2);
+	ck_assert_int_eq(sscanf(after, "%ld %ld", &r1, &u1), 2);
+	ck_assert_int_ge(r1, r0);
+	ck_assert_int_ge(u1, u0);
+	ck_assert_int_gt(u0, 0);
+	free(before);
+	free(after);
+	for (int i = 0; i < 2; i++)
+		allot_agent_destroy(as[i]);
+	env_fini(&e);
+}
+END_TEST
+
+static Suite *
+sync_suite(void)
+{
+	Suite *s = suite_create("sync");
+	TCase *tc = tcase_create("allotd");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, shares_follow_replica_count);
+	tcase_add_test(tc, coordinator_killed_and_restarted);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(sync_suite)
