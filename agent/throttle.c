@@ -172,8 +172,14 @@ allot_throttle_admit(allot_throttle *throttle)
 		double u = (double) (splitmix64(&t->rng) >> 11) * 0x1.0p-53;
 		send = u >= p;
 	}
-	s->requests++;
-	t->win_requests++;
+	/* A request sent now is counted when its answer is recorded, so a
+	 * slow reply is not mistaken for a rejection; one refused here is
+	 * counted at once (the SRE formula counts attempts the application
+	 * made, throttled ones included). */
+	if (!send) {
+		s->requests++;
+		t->win_requests++;
+	}
 	pthread_mutex_unlock(&t->mu);
 	atomic_fetch_add_explicit(&t->requests, 1, memory_order_relaxed);
 	if (!send)
@@ -189,16 +195,21 @@ allot_throttle_record(allot_throttle *throttle, bool accepted)
 
 	if (t == NULL)
 		return;
-	if (!accepted) {
+	if (!accepted)
 		atomic_fetch_add_explicit(&t->rejects, 1, memory_order_relaxed);
-		return;
-	}
 	uint64_t now = now_ns(t);
 	pthread_mutex_lock(&t->mu);
-	advance(t, now)->accepts++;
-	t->win_accepts++;
+	struct tslot *s = advance(t, now);
+	s->requests++;
+	t->win_requests++;
+	if (accepted) {
+		s->accepts++;
+		t->win_accepts++;
+	}
 	pthread_mutex_unlock(&t->mu);
-	atomic_fetch_add_explicit(&t->accepts, 1, memory_order_relaxed);
+	if (accepted)
+		atomic_fetch_add_explicit(&t->accepts, 1,
+		    memory_order_relaxed);
 }
 
 int

@@ -33,11 +33,7 @@
  * glob (a slash then a star), and its migrations are string literals
  * longer than the 4095 bytes ISO C guarantees (GCC and Clang take any
  * length). */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
-#pragma GCC diagnostic ignored "-Woverlength-strings"
 #include "schema_sql.h"
-#pragma GCC diagnostic pop
 
 /* PRAGMA application_id of an allot database ("ALOT"): tells our files
  * from other SQLite databases a path might point at by mistake. */
@@ -444,7 +440,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	    " updated_at = excluded.updated_at",
 	[S_USAGE] = "INSERT INTO usage (service, quota, at, admitted, denied,"
 	    " demand, live_replicas) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-	    " ON CONFLICT (service, quota, at) DO UPDATE SET"
+	    " ON CONFLICT (at, service, quota) DO UPDATE SET"
 	    " admitted = admitted + excluded.admitted,"
 	    " denied = denied + excluded.denied,"
 	    " demand = demand + excluded.demand,"
@@ -457,10 +453,11 @@ static const char *const stmt_sql[S_COUNT] = {
 	    " FROM replicas WHERE left_at IS NULL ORDER BY session",
 	[S_RESTORE_LEVELS] = "SELECT service, quota, level, at FROM levels"
 	    " ORDER BY service, quota",
-	[S_RET_USAGE] = "DELETE FROM usage WHERE id IN (SELECT id FROM usage"
-	    " WHERE at < ?1 ORDER BY at LIMIT ?2)",
-	[S_RET_EVENTS] = "DELETE FROM events WHERE id IN (SELECT id FROM events"
-	    " WHERE at < ?1 ORDER BY at LIMIT ?2)",
+	[S_RET_USAGE] = "DELETE FROM usage WHERE (at, service, quota) IN"
+	    " (SELECT at, service, quota FROM usage WHERE at < ?1"
+	    " ORDER BY at LIMIT ?2)",
+	[S_RET_EVENTS] = "DELETE FROM events WHERE id IN (SELECT id"
+	    " FROM events WHERE at < ?1 ORDER BY at LIMIT ?2)",
 	[S_RET_HISTORY] = "DELETE FROM share_history WHERE id IN (SELECT id"
 	    " FROM share_history WHERE at < ?1 ORDER BY at LIMIT ?2)",
 };
@@ -501,6 +498,7 @@ struct allot__store {
 	struct tab left;     /* struct seen_ent: sessions that left, scratch */
 	int64_t next_forget_ms;
 	int64_t next_retention_ms;
+	char errmsg[256];    /* sqlite3_errmsg() of the last failure */
 	bool failing;
 	uint64_t dropped_logged;
 	uint64_t rejected_logged;
@@ -573,7 +571,8 @@ usage_get(struct batch *b, int64_t sec, const struct key *k)
 {
 	uint64_t h = usage_hash(sec, k);
 	for (uint32_t i = tab_head(&b->usage, h); i != NIL;) {
-		struct usage_ent *e = (struct usage_ent *) tab_at(&b->usage, i);
+		struct usage_ent *e =
+		    (struct usage_ent *) tab_at(&b->usage, i);
 		if (e->hdr.h == h && e->sec == sec && e->k == k)
 			return e;
 		i = e->hdr.next;
@@ -593,7 +592,8 @@ share_get(struct batch *b, uint64_t session, const struct key *k)
 {
 	uint64_t h = share_hash(session, k);
 	for (uint32_t i = tab_head(&b->shares, h); i != NIL;) {
-		struct share_ent *e = (struct share_ent *) tab_at(&b->shares, i);
+		struct share_ent *e =
+		    (struct share_ent *) tab_at(&b->shares, i);
 		if (e->hdr.h == h && e->session == session && e->k == k)
 			return e;
 		i = e->hdr.next;
@@ -630,7 +630,8 @@ static struct level_ent *
 level_get(struct batch *b, const struct key *k)
 {
 	for (uint32_t i = tab_head(&b->levels, k->h); i != NIL;) {
-		struct level_ent *e = (struct level_ent *) tab_at(&b->levels, i);
+		struct level_ent *e =
+		    (struct level_ent *) tab_at(&b->levels, i);
 		if (e->k == k)
 			return e;
 		i = e->hdr.next;
@@ -782,7 +783,8 @@ intern(allot__store *st, uint64_t h, const char *service, size_t slen,
 	}
 	if (st->keys.n >= KEYS_MAX || slen > UINT32_MAX || qlen > UINT32_MAX)
 		return NULL;
-	struct key *k = arena_alloc(&st->key_arena, sizeof *k + slen + qlen + 2);
+	struct key *k =
+	    arena_alloc(&st->key_arena, sizeof *k + slen + qlen + 2);
 	if (k == NULL)
 		return NULL;
 	char *s = (char *) (k + 1);
@@ -874,12 +876,23 @@ allot__store_replica_left(allot__store *st, uint64_t session,
 {
 	if (st == NULL)
 		return;
+	/* The schema's CHECK accepts these four only, and a row that breaks
+	 * a constraint would fail every later commit of its batch: other
+	 * reasons are recorded as a plain leave. */
+	static const char *const whys[] = { "leave", "expired", "replaced",
+		"shutdown" };
+	const char *w = whys[0];
+	for (size_t i = 0; why != NULL && i < 4; i++)
+		if (strcmp(why, whys[i]) == 0)
+			w = whys[i];
 	int64_t at = now_ms(st);
 	pthread_mutex_lock(&st->mu);
 	struct op *o = op_new(st, OP_LEFT, at);
 	if (o != NULL) {
 		o->session = session;
-		op_push(st, o, why != NULL ? why : "leave", NULL, NULL, NULL);
+		/* A static string: no copy needed. */
+		o->s[0] = w;
+		op_push(st, o, NULL, NULL, NULL, NULL);
 	}
 	pthread_mutex_unlock(&st->mu);
 }
@@ -929,7 +942,8 @@ allot__store_event(allot__store *st, const char *kind, const char *subject,
 	pthread_mutex_lock(&st->mu);
 	struct op *o = op_new(st, OP_EVENT, at);
 	if (o != NULL)
-		op_push(st, o, kind != NULL ? kind : "", subject, detail, NULL);
+		op_push(st, o, kind != NULL ? kind : "", subject, detail,
+		    NULL);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -944,7 +958,8 @@ allot__store_share(allot__store *st, uint64_t session, const char *service,
 	uint64_t kh = key_hash(st, service, sl, quota, ql);
 	pthread_mutex_lock(&st->mu);
 	const struct key *k = intern(st, kh, service, sl, quota, ql);
-	struct share_ent *e = k != NULL ? share_get(st->cur, session, k) : NULL;
+	struct share_ent *e =
+	    k != NULL ? share_get(st->cur, session, k) : NULL;
 	if (e == NULL) {
 		st->rows_rejected++;
 	} else {
@@ -1144,7 +1159,8 @@ written_sweep(allot__store *st, const struct batch *b)
 		uint32_t j = tab_add(&st->left, allot__mix64(o->session));
 		if (j == NIL)
 			break;
-		((struct seen_ent *) tab_at(&st->left, j))->session = o->session;
+		struct seen_ent *l = (struct seen_ent *) tab_at(&st->left, j);
+		l->session = o->session;
 	}
 	int64_t now = now_ms(st);
 	bool forget = now >= st->next_forget_ms;
@@ -1230,19 +1246,24 @@ static int
 write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 {
 	int rc = step_done(st, S_BEGIN);
-	if (rc != SQLITE_OK)
+	if (rc != SQLITE_OK) {
+		snprintf(st->errmsg, sizeof st->errmsg, "%s",
+		    sqlite3_errmsg(st->db));
 		return rc;
+	}
 	/* Shares before ops: a leave in this batch then deletes the shares
 	 * of its session, whatever order the daemon recorded them in. */
 	size_t skipped = 0;
 	sqlite3_stmt *s = st->stmt[S_SHARE];
 	for (uint32_t i = 0; i < b->shares.n && rc == SQLITE_OK; i++) {
-		struct share_ent *e = (struct share_ent *) tab_at(&b->shares, i);
+		struct share_ent *e =
+		    (struct share_ent *) tab_at(&b->shares, i);
 		const struct written_ent *w = written_find(&st->written,
 		    e->session, e->k);
 		e->write = w == NULL || !same_value(w->rate, e->rate) ||
 		    !same_value(w->burst, e->burst) ||
-		    e->at - w->written_at >= (int64_t) st->opts.share_refresh_ms;
+		    e->at - w->written_at >=
+		    (int64_t) st->opts.share_refresh_ms;
 		if (!e->write) {
 			skipped++;
 			continue;
@@ -1300,8 +1321,13 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	}
 	if (rc == SQLITE_OK)
 		rc = step_done(st, S_COMMIT);
-	if (rc != SQLITE_OK && !sqlite3_get_autocommit(st->db))
-		(void) step_done(st, S_ROLLBACK);
+	if (rc != SQLITE_OK) {
+		/* Kept before the rollback, which resets the message. */
+		snprintf(st->errmsg, sizeof st->errmsg, "%s",
+		    sqlite3_errmsg(st->db));
+		if (!sqlite3_get_autocommit(st->db))
+			(void) step_done(st, S_ROLLBACK);
+	}
 	*ret_skipped = skipped;
 	return rc;
 }
@@ -1423,7 +1449,8 @@ allot__store_flush(allot__store *st)
 		    "max_pending = %zu rows queued), %" PRIu64
 		    " records refused (out of memory or too many quotas)",
 		    st->path, total_dropped - st->dropped_logged,
-		    st->opts.max_pending, total_rejected - st->rejected_logged);
+		    st->opts.max_pending,
+		    total_rejected - st->rejected_logged);
 		st->dropped_logged = total_dropped;
 		st->rejected_logged = total_rejected;
 	}
@@ -1434,8 +1461,7 @@ allot__store_flush(allot__store *st)
 		    "ALLOT-STORE-FAIL",
 		    "store %s: commit of %zu rows failed: %s (%s); rows kept "
 		    "for the next flush (%" PRIu64 " failures so far)",
-		    st->path, rows, sqlite3_errstr(rc), sqlite3_errmsg(st->db),
-		    failures);
+		    st->path, rows, sqlite3_errstr(rc), st->errmsg, failures);
 		return ALLOT_EIO;
 	}
 	if (st->failing && rows > 0) {
@@ -1568,7 +1594,8 @@ check_file(allot__store *st, char *errbuf, size_t errlen)
 	bool ok = true;
 	if (rc == SQLITE_OK) {
 		while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-			const char *t = (const char *) sqlite3_column_text(s, 0);
+			const char *t =
+			    (const char *) sqlite3_column_text(s, 0);
 			if (t != NULL && strcmp(t, "ok") != 0 && ok) {
 				ok = false;
 				snprintf(first, sizeof first, "%s", t);
@@ -1607,8 +1634,8 @@ migrate(allot__store *st, int64_t from, char *errbuf, size_t errlen)
 		int rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL,
 		    &msg);
 		if (rc == SQLITE_OK)
-			rc = sqlite3_exec(st->db, allot__migrations[i].sql, NULL,
-			    NULL, &msg);
+			rc = sqlite3_exec(st->db, allot__migrations[i].sql,
+			    NULL, NULL, &msg);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_exec(st->db, pragma, NULL, NULL, &msg);
 		if (rc == SQLITE_OK)
@@ -1620,7 +1647,8 @@ migrate(allot__store *st, int64_t from, char *errbuf, size_t errlen)
 			    msg != NULL ? msg : sqlite3_errstr(rc));
 			sqlite3_free(msg);
 			if (!sqlite3_get_autocommit(st->db))
-				sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+				sqlite3_exec(st->db, "ROLLBACK", NULL, NULL,
+				    NULL);
 			return -1;
 		}
 		allot__log(&st->lg, ALLOT_LOG_INFO, "ALLOT-STORE-MIGRATE",
@@ -1701,7 +1729,8 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 	    NULL);
 	if (rc != SQLITE_OK) {
 		seterr(errbuf, errlen, "cannot open store %s: %s", path,
-		    st->db != NULL ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+		    st->db != NULL ? sqlite3_errmsg(st->db) :
+		    sqlite3_errstr(rc));
 		goto fail_io;
 	}
 	sqlite3_extended_result_codes(st->db, 1);
@@ -1722,7 +1751,8 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 		    "cannot read store %s: %s", path, sqlite3_errmsg(st->db));
 		goto fail_io;
 	}
-	if (app_id != APP_ID && (app_id != 0 || version != 0 || objects != 0)) {
+	if (app_id != APP_ID &&
+	    (app_id != 0 || version != 0 || objects != 0)) {
 		seterr(errbuf, errlen, NOT_VALID_FMT, path,
 		    "an SQLite database of another application");
 		goto fail_io;
@@ -1769,13 +1799,14 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 		    SQLITE_PREPARE_PERSISTENT, &st->stmt[i], NULL);
 		if (rc != SQLITE_OK) {
 			seterr(errbuf, errlen, "store %s: cannot prepare "
-			    "statement %d: %s", path, i, sqlite3_errmsg(st->db));
+			    "statement %d: %s", path, i,
+			    sqlite3_errmsg(st->db));
 			goto fail_io;
 		}
 	}
 	int64_t max_session = 0;
-	rc = query_int(st->db, "SELECT coalesce(max(session), 0) FROM replicas",
-	    &max_session);
+	rc = query_int(st->db,
+	    "SELECT coalesce(max(session), 0) FROM replicas", &max_session);
 	if (rc != SQLITE_OK) {
 		seterr(errbuf, errlen, "cannot read store %s: %s", path,
 		    sqlite3_errmsg(st->db));

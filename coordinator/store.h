@@ -13,7 +13,8 @@
  * recorded is lost while the queue stays under its bound (max_pending
  * rows; beyond it the oldest usage rows are dropped and counted, never
  * replica/event rows). Committed rows are never rewritten except by
- * retention, which deletes usage and event rows older than the setting.
+ * retention, which deletes usage, event and share-history rows older than
+ * the setting.
  */
 #ifndef ALLOT_COORDINATOR_STORE_H
 #define ALLOT_COORDINATOR_STORE_H
@@ -27,10 +28,12 @@
 typedef struct allot__store allot__store;
 
 typedef struct allot__store_opts {
-	uint32_t retention_s;    /* usage/events older than this are deleted
-	                            (default 7 days; 0 keeps everything) */
+	uint32_t retention_s;    /* usage, events and share_history rows
+	                            older than this are deleted (default 7
+	                            days; 0 keeps everything) */
 	size_t max_pending;      /* queued rows bound (default 1,000,000) */
-	uint32_t busy_timeout_ms; /* sqlite3_busy_timeout on flush (default 50) */
+	uint32_t busy_timeout_ms; /* sqlite3_busy_timeout on flush
+	                             (default 50) */
 	uint32_t retention_chunk; /* rows deleted per table per flush by
 	                             retention (default 10,000) */
 	uint32_t share_refresh_ms; /* a share recorded again unchanged is
@@ -71,7 +74,9 @@ int allot__store_open(const char *path, const allot__store_opts *opts,
     const allot__logger *lg, char *errbuf, size_t errlen,
     allot__store **ret);
 
-/* Flush what is queued (best effort) and close; accepts NULL. */
+/* Flush what is queued (best effort: rows that cannot be written are
+ * logged as ALLOT-STORE-LOST) and close; accepts NULL. Loop thread, with
+ * no record call running or to come. */
 void allot__store_close(allot__store *st);
 
 /* Group commit of everything queued. Returns ALLOT_OK, or ALLOT_EIO with
@@ -101,7 +106,8 @@ int64_t allot__wall_ms(void);
 void allot__store_replica_joined(allot__store *st, uint64_t session,
     const char *replica_id, const char *service, const char *host,
     uint32_t pid, const char *agent_version, uint64_t config_digest);
-/* why: "leave", "expired", "replaced", "shutdown" */
+/* why: "leave", "expired", "replaced", "shutdown" (anything else, or
+ * NULL, is recorded as "leave"). */
 void allot__store_replica_left(allot__store *st, uint64_t session,
     const char *why);
 void allot__store_replica_seen(allot__store *st, uint64_t session);

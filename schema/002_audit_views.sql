@@ -2,8 +2,9 @@
 -- allot store, migration 2: the audit views operators query with the
 -- sqlite3 shell (docs/operations.md has the cookbook). They only read the
 -- tables of 001_initial.sql; times are shown as UTC text next to the raw
--- millisecond columns (*_ms), which are the ones to filter on. A later
--- migration that changes a view drops and recreates it.
+-- millisecond columns (*_ms), which are the ones to filter on; "now" is
+-- julianday('now') in milliseconds (strftime('%s') has whole seconds
+-- only). A later migration that changes a view drops and recreates it.
 
 -- Who consumed what, per minute.
 CREATE VIEW v_consumption_per_minute AS
@@ -83,7 +84,7 @@ SELECT session,
        datetime(left_at / 1000, 'unixepoch') AS left,
        left_why,
        round((coalesce(left_at,
-           CAST(strftime('%s', 'now') AS INTEGER) * 1000) - joined_at)
+           (julianday('now') - 2440587.5) * 86400000.0) - joined_at)
            / 1000.0, 1) AS lifetime_s,
        joined_at AS joined_ms
 FROM replicas;
@@ -101,7 +102,7 @@ SELECT session,
        config_digest,
        datetime(joined_at / 1000, 'unixepoch') AS joined,
        datetime(last_seen / 1000, 'unixepoch') AS last_seen,
-       round((CAST(strftime('%s', 'now') AS INTEGER) * 1000 - last_seen)
+       round(((julianday('now') - 2440587.5) * 86400000.0 - last_seen)
            / 1000.0, 1) AS silent_s
 FROM replicas
 WHERE left_at IS NULL;

@@ -617,34 +617,38 @@ START_TEST(throttle_formula)
 	allot_throttle_stats st;
 
 	ck_assert(throttle_p(t) == 0.0);
-	/* Admit 100 attempts (the draws do not matter for the counts: every
-	 * admit() counts a request) and record 30 accepts. */
-	for (int i = 0; i < 100; i++)
-		(void) allot_throttle_admit(t);
+	/* An attempt that was sent counts when its answer is recorded: an
+	 * admit alone (a reply still in flight) changes nothing. */
+	for (int i = 0; i < 50; i++)
+		ck_assert(allot_throttle_admit(t));
+	ck_assert(throttle_p(t) == 0.0);
+	/* 100 answers: 30 accepted, 70 rejected. */
 	for (int i = 0; i < 30; i++)
 		allot_throttle_record(t, true);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 70; i++)
 		allot_throttle_record(t, false);
 	ck_assert_int_eq(allot_throttle_stats_get(t, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.window_requests, 100);
 	ck_assert_uint_eq(st.window_accepts, 30);
-	ck_assert_uint_eq(st.requests, 100);
 	ck_assert_uint_eq(st.accepts, 30);
-	ck_assert_uint_eq(st.rejects, 5);
+	ck_assert_uint_eq(st.rejects, 70);
 	ck_assert_double_eq_tol(st.reject_probability, (100.0 - 60.0) / 101.0,
 	    1e-12);
-	/* requests <= K * accepts: nothing is rejected. */
-	for (int i = 0; i < 20; i++)
+	/* 40 more accepted: 140 requests <= K * 70 accepts, nothing is
+	 * rejected; one fewer is not enough. */
+	for (int i = 0; i < 39; i++)
 		allot_throttle_record(t, true);
+	ck_assert(throttle_p(t) > 0.0);
+	allot_throttle_record(t, true);
 	ck_assert(throttle_p(t) == 0.0);
 	allot_throttle_destroy(t);
 
 	/* K is honoured. */
 	t = throttle_new(1.5);
-	for (int i = 0; i < 100; i++)
-		(void) allot_throttle_admit(t);
 	for (int i = 0; i < 40; i++)
 		allot_throttle_record(t, true);
+	for (int i = 0; i < 60; i++)
+		allot_throttle_record(t, false);
 	ck_assert_double_eq_tol(throttle_p(t), (100.0 - 60.0) / 101.0, 1e-12);
 	allot_throttle_destroy(t);
 }
@@ -654,12 +658,13 @@ START_TEST(throttle_draws_match_probability)
 {
 	allot_throttle *t = throttle_new(2.0);
 
-	/* 1000 requests, 250 accepts: p = 500 / 1001. Further admits move
-	 * p slowly; count the draws over the next 2000. */
-	for (int i = 0; i < 1000; i++)
-		(void) allot_throttle_admit(t);
+	/* 1000 answers, 250 accepted: p = 500 / 1001. Each local refusal
+	 * counts as a request and moves p slowly; count the draws over the
+	 * next 2000 admits. */
 	for (int i = 0; i < 250; i++)
 		allot_throttle_record(t, true);
+	for (int i = 0; i < 750; i++)
+		allot_throttle_record(t, false);
 	double p0 = throttle_p(t);
 	int rejected = 0;
 	for (int i = 0; i < 2000; i++)
@@ -682,10 +687,10 @@ START_TEST(throttle_window_slides)
 
 	/* 10 requests at t = 0, 10 more at t = 30 s. */
 	for (int i = 0; i < 10; i++)
-		(void) allot_throttle_admit(t);
+		allot_throttle_record(t, false);
 	advance_ms(30000);
 	for (int i = 0; i < 10; i++)
-		(void) allot_throttle_admit(t);
+		allot_throttle_record(t, false);
 	advance_ms(29500); /* t = 59.5 s: both batches in the window */
 	ck_assert_int_eq(allot_throttle_stats_get(t, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.window_requests, 20);
@@ -696,10 +701,10 @@ START_TEST(throttle_window_slides)
 	ck_assert_int_eq(allot_throttle_stats_get(t, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.window_requests, 0);
 	ck_assert(st.reject_probability == 0.0);
-	ck_assert_uint_eq(st.requests, 20);
+	ck_assert_uint_eq(st.rejects, 20);
 	/* A long silence clears the whole ring at once. */
 	for (int i = 0; i < 10; i++)
-		(void) allot_throttle_admit(t);
+		allot_throttle_record(t, false);
 	advance_ms(1000000);
 	ck_assert_int_eq(allot_throttle_stats_get(t, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.window_requests, 0);

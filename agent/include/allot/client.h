@@ -182,8 +182,10 @@ ALLOT_API int allot_retry_stats_get(allot_retry *retry,
  * Client-side adaptive throttling. Over a sliding window the client
  * counts `requests` (every attempt the application wanted to send,
  * including those this throttle rejected) and `accepts` (responses the
- * backend did not reject for quota or overload). Before each send it
- * rejects locally with probability
+ * backend did not reject for quota or overload). A sent attempt counts
+ * when its answer is recorded, so replies still in flight (a slow
+ * backend) are not mistaken for rejections; a locally rejected one
+ * counts at once. Before each send it rejects locally with probability
  *
  *     max(0, (requests - K * accepts) / (requests + 1))
  *
