@@ -620,6 +620,12 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 	d->rate = atomic_load_explicit(&r->rate, memory_order_relaxed);
 	double rem = burst - (double) t->debt_ns * tpn;
 	d->remaining = rem > 0 ? rem : 0;
+	/* A closed bucket (fallback: closed, or a zero grant) has nothing
+	 * to offer, whatever level it will resume from. */
+	if (allot__unlikely(!t->allowed && t->wait_ns != 0 &&
+		atomic_load_explicit(&r->mode, memory_order_relaxed) ==
+		    ALLOT__MODE_CLOSED))
+		d->remaining = 0;
 }
 
 static inline int

@@ -14,8 +14,9 @@
  * later return to MODE_LIMIT converts the level through them unchanged. */
 static void
 fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
-    const allot__rate *prev)
+    const allot__rate *prev, uint64_t since)
 {
+	atomic_store_explicit(&r->since_ns, since, memory_order_relaxed);
 	if (a->mode != ALLOT__MODE_LIMIT && prev != NULL) {
 		atomic_store_explicit(&r->interval_fp,
 		    atomic_load_explicit(&prev->interval_fp,
@@ -71,10 +72,10 @@ allot__bucket_init(allot__bucket *b, const allot__allowance *a)
 {
 	allot__allowance lim = *a;
 	lim.mode = ALLOT__MODE_LIMIT;
-	fill_slot(&b->slot[0], &lim, 0, NULL);
-	fill_slot(&b->slot[1], &lim, 0, NULL);
+	fill_slot(&b->slot[0], &lim, 0, NULL, 0);
+	fill_slot(&b->slot[1], &lim, 0, NULL, 0);
 	if (a->mode != ALLOT__MODE_LIMIT) {
-		fill_slot(&b->slot[1], a, 1, &b->slot[0]);
+		fill_slot(&b->slot[1], a, 1, &b->slot[0], 0);
 		atomic_init(&b->cur, 1);
 		atomic_init(&b->shadow, false);
 		atomic_init(&b->state, 1); /* z = 0, version 1 */
@@ -137,7 +138,12 @@ allot__bucket_upgrade(allot__bucket *b, uint64_t s, uint64_t now)
 		 * rewrites slot v & 1 after the state has left version v. */
 		const allot__rate *from = &b->slot[v & 1u];
 		const allot__rate *to = &b->slot[cur & 1u];
-		uint64_t nz = convert(s, now, from, to);
+		/* Convert at the time the new allowance took effect, never
+		 * earlier: a caller holding an older `now` would otherwise
+		 * credit the time before the swap at the new rate. */
+		uint64_t since = atomic_load_explicit(&to->since_ns,
+		    memory_order_relaxed);
+		uint64_t nz = convert(s, now > since ? now : since, from, to);
 		uint64_t ns = (nz << ALLOT__VBITS) | (cur & ALLOT__VMASK);
 		if (atomic_compare_exchange_strong_explicit(&b->state, &s, ns,
 			memory_order_acq_rel, memory_order_acquire))
@@ -154,7 +160,7 @@ allot__bucket_set(allot__bucket *b, const allot__allowance *a, uint64_t now)
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
 	allot__bucket_upgrade(b, s, now);
 	uint32_t next = cur + 1;
-	fill_slot(&b->slot[next & 1u], a, next, &b->slot[cur & 1u]);
+	fill_slot(&b->slot[next & 1u], a, next, &b->slot[cur & 1u], now);
 	atomic_store_explicit(&b->cur, next, memory_order_seq_cst);
 	s = atomic_load_explicit(&b->state, memory_order_acquire);
 	allot__bucket_upgrade(b, s, now);

@@ -66,6 +66,7 @@ typedef struct allot__rate {
 	_Atomic double burst;         /* tokens */
 	_Atomic double tokens_per_ns; /* rate / 1e9, for levels */
 	_Atomic uint64_t hint_ns;     /* CLOSED: retry-after to suggest */
+	_Atomic uint64_t since_ns;    /* when this version took effect */
 	_Atomic uint32_t mode;        /* allot__mode */
 	_Atomic uint32_t ver;         /* version stored in this slot */
 } allot__rate;

@@ -288,9 +288,15 @@ START_TEST(swap_under_concurrent_acquires)
 	double rate = 1000;
 	const int steps = 400;
 	for (int i = 0; i < steps; i++) {
-		/* Let the acquirers drain the bucket at this time. */
-		struct timespec ts = { 0, 200000 };
-		nanosleep(&ts, NULL);
+		/* Let the acquirers drain the bucket at this time (bounded:
+		 * a starved machine fails loudly rather than hanging). */
+		struct timespec ts = { 0, 50000 };
+		int waited = 0;
+		while (allot__bucket_level(&b, atomic_load(&vclock)) >= 1.0) {
+			nanosleep(&ts, NULL);
+			ck_assert_msg(++waited < 100000,
+			    "acquirers did not drain the bucket");
+		}
 		atomic_fetch_add(&vclock, 1 * MS);
 		expected += rate * 0.001;
 		rate = (i % 2) ? 1000 : 5000;
@@ -298,8 +304,10 @@ START_TEST(swap_under_concurrent_acquires)
 			.mode = ALLOT__MODE_LIMIT };
 		allot__bucket_set(&b, &a, atomic_load(&vclock));
 	}
-	struct timespec ts = { 0, 2000000 };
-	nanosleep(&ts, NULL);
+	struct timespec ts = { 0, 50000 };
+	for (int w = 0; w < 100000 &&
+	    allot__bucket_level(&b, atomic_load(&vclock)) >= 1.0; w++)
+		nanosleep(&ts, NULL);
 	atomic_store(&stop_flag, 1);
 	for (int i = 0; i < 3; i++)
 		pthread_join(th[i], NULL);
