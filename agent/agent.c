@@ -3,7 +3,8 @@
  * The agent: creation from a quota config, key resolution and the hot
  * path. Everything allocated here is allocated at create; the per-request
  * path (allot_acquire) reads the key, reads the clock, runs the bucket
- * (bucket.h) and bumps two counters on the stripe of the current CPU.
+ * (bucket.h) and adds to two counters in the calling thread's own block
+ * (thread.c), with no locked instruction.
  * Keys of unknown identities come from a bounded pool; when it is full
  * they share one overflow key per endpoint class, and idle unpinned keys
  * are evicted to make room.
@@ -30,6 +31,7 @@ allot_agent_options_init(allot_agent_options *o)
 	memset(o, 0, sizeof *o);
 	o->max_unknown_keys = 4096;
 	o->idle_evict_ms = 300000;
+	o->max_threads = 64;
 	o->log_level = ALLOT_LOG_INFO;
 	o->sync_interval_ms = 100;
 	o->sync_jitter = 0.1;
@@ -118,17 +120,26 @@ find_caller(const allot_agent *a, const char *id, size_t len, uint64_t h)
 static inline uint32_t
 find_class(const allot_agent *a, const char *ep)
 {
-	if (ep == NULL || a->nclasses == 1)
-		return a->nclasses - 1;
+	uint32_t dflt = a->nclasses - 1;
+	if (ep == NULL || dflt == 0)
+		return dflt;
 	size_t len = strlen(ep);
+	/* A handful of endpoints: compare lengths, then bytes. */
+	if (dflt <= ALLOT__EP_LINEAR) {
+		for (uint32_t i = 0; i < dflt; i++)
+			if (a->ep_len[i] == len &&
+			    memcmp(a->cfg->endpoints[i].name, ep, len) == 0)
+				return i;
+		return dflt;
+	}
 	uint64_t h = allot__hash(ep, len, a->seed);
 	uint32_t p = (uint32_t) h & a->ep_mask;
 	for (;;) {
 		uint32_t v = a->ep_index[p];
 		if (v == 0)
-			return a->nclasses - 1;
-		if (a->ep_hash[p] == h &&
-		    strcmp(a->cfg->endpoints[v - 1].name, ep) == 0)
+			return dflt;
+		if (a->ep_hash[p] == h && a->ep_len[v - 1] == len &&
+		    memcmp(a->cfg->endpoints[v - 1].name, ep, len) == 0)
 			return v - 1;
 		p = (p + 1) & a->ep_mask;
 	}
@@ -138,11 +149,11 @@ find_class(const allot_agent *a, const char *ep)
 
 static void
 key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
-    const char *identity, bool known, allot__kstripe *stripes)
+    const char *identity, bool known, uint32_t id)
 {
 	k->bucket = &q->bucket;
 	k->quota = q;
-	k->stripes = stripes;
+	k->id = id;
 	k->cls = cls;
 	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
 	    a->cfg->endpoints[cls].weight;
@@ -154,16 +165,6 @@ key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
 	atomic_init(&k->gen, 0);
 	k->slot = NONE;
 	k->next_free = NONE;
-}
-
-static uint32_t
-stripes_for_cpus(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_CONF);
-	uint32_t s = 1;
-	while (s < (uint32_t) (n > 0 ? n : 1) && s < ALLOT__MAX_STRIPES)
-		s <<= 1;
-	return s;
 }
 
 int
@@ -178,6 +179,7 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	else
 		allot_agent_options_init(&o);
 	if (o.sync_interval_ms == 0 || o.initial_replicas == 0 ||
+	    o.max_threads == 0 || o.max_threads > 65536 ||
 	    !(o.sync_jitter >= 0 && o.sync_jitter < 1) ||
 	    o.reconnect_min_ms == 0 || o.reconnect_max_ms < o.reconnect_min_ms)
 		return ALLOT_EINVAL;
@@ -196,8 +198,7 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	a->clock_ctx = o.clock_ctx;
 	a->tsc = allot__tsc_get();
 	a->seed = allot__hash_seed();
-	a->nstripes = stripes_for_cpus();
-	a->stripe_mask = a->nstripes - 1;
+	a->max_blocks = o.max_threads;
 	a->idle_evict_ns = (uint64_t) o.idle_evict_ms * 1000000u;
 	a->dyn_free = NONE;
 
@@ -235,15 +236,16 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	a->overflow_keys = calloc(a->nclasses, sizeof(allot_key));
 	a->dyn_keys = calloc(a->dyn_cap + 1, sizeof(allot_key));
 	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
-	size_t spsz = sizeof(allot__kstripe) * a->nstripes * nkeys;
-	a->stripe_pool = aligned_alloc(64, spsz);
+	a->nkeys = (uint32_t) nkeys;
 	if (a->quotas == NULL || a->class_names == NULL ||
 	    a->known_keys == NULL || a->anon_keys == NULL ||
 	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
-	    a->dyn_names == NULL || a->stripe_pool == NULL)
+	    a->dyn_names == NULL)
 		goto fail;
 	memset(a->quotas, 0, sizeof(allot__qrt) * a->nquotas);
-	memset(a->stripe_pool, 0, spsz);
+	if ((rc = allot__blocks_init(a)) != ALLOT_OK)
+		goto fail;
+	rc = ALLOT_ENOMEM;
 
 	/* Quotas: before the first reply from a coordinator every bucket
 	 * runs at the static split R / initial_replicas. */
@@ -261,8 +263,13 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		allot__bucket_init(&q->bucket, &al);
 		atomic_store(&q->bucket.shadow, q->q->shadow);
 	}
-	for (uint32_t j = 0; j + 1 < a->nclasses; j++)
+	a->ep_len = calloc(a->nclasses, sizeof *a->ep_len);
+	if (a->ep_len == NULL)
+		goto fail;
+	for (uint32_t j = 0; j + 1 < a->nclasses; j++) {
 		a->class_names[j] = c->endpoints[j].name;
+		a->ep_len[j] = strlen(c->endpoints[j].name);
+	}
 	a->class_names[a->nclasses - 1] = "default";
 
 	if ((rc = index_build((uint32_t) c->ncallers, caller_name,
@@ -273,27 +280,22 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		 &a->ep_mask)) != ALLOT_OK)
 		goto fail;
 
-	allot__kstripe *sp = a->stripe_pool;
+	uint32_t id = 0;
 	allot__qrt *def = &a->quotas[a->nquotas - 1];
 	for (size_t i = 0; i < c->ncallers; i++)
-		for (uint32_t j = 0; j < a->nclasses; j++) {
+		for (uint32_t j = 0; j < a->nclasses; j++)
 			key_init(a, &a->known_keys[i * a->nclasses + j],
 			    &a->quotas[i], j, c->callers[i].identity, true,
-			    sp);
-			sp += a->nstripes;
-		}
+			    id++);
 	for (uint32_t j = 0; j < a->nclasses; j++) {
-		key_init(a, &a->anon_keys[j], def, j, "", false, sp);
-		sp += a->nstripes;
+		key_init(a, &a->anon_keys[j], def, j, "", false, id++);
 		key_init(a, &a->overflow_keys[j], def, j, "(overflow)", false,
-		    sp);
-		sp += a->nstripes;
+		    id++);
 	}
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
 		key_init(a, k, def, 0, &a->dyn_names[(size_t) i * NAME_SZ],
-		    false, sp);
-		sp += a->nstripes;
+		    false, id++);
 		k->dynamic = true;
 		k->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
 	}
@@ -310,11 +312,11 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		goto fail;
 	allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-AGENT-START",
 	    "agent %s for service %s: %zu callers, %u endpoint classes, "
-	    "clock %s, %u counter stripes, coordinator %s",
+	    "clock %s, counters for up to %u threads, coordinator %s",
 	    a->replica_id, a->service, c->ncallers, a->nclasses,
 	    a->clock_fn != NULL ? "injected" :
 	    a->tsc->usable ? "tsc" : "CLOCK_MONOTONIC",
-	    a->nstripes, a->coordinator != NULL ? a->coordinator :
+	    a->max_blocks, a->coordinator != NULL ? a->coordinator :
 	    "none (local-only)");
 	*ret_agent = a;
 	return ALLOT_OK;
@@ -331,7 +333,8 @@ allot_agent_destroy(allot_agent *a)
 	if (a->sync != NULL)
 		allot__sync_stop(a);
 	free(a->dyn_index);
-	free(a->stripe_pool);
+	if (a->blocks != NULL || a->shared_block != NULL)
+		allot__blocks_fini(a);
 	free(a->dyn_names);
 	free(a->dyn_keys);
 	free(a->overflow_keys);
@@ -339,6 +342,7 @@ allot_agent_destroy(allot_agent *a)
 	free(a->known_keys);
 	free(a->ep_index);
 	free(a->ep_hash);
+	free(a->ep_len);
 	free(a->id_index);
 	free(a->id_hash);
 	free(a->class_names);
@@ -449,16 +453,15 @@ dyn_recycle(allot_agent *a, allot_key *k)
 	fold_retired(a, k);
 	dyn_remove(a, k);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_acq_rel);
-	for (uint32_t s = 0; s < a->nstripes; s++) {
-		allot__kstripe *st = &k->stripes[s];
-		atomic_store_explicit(&st->allowed, 0, memory_order_relaxed);
-		atomic_store_explicit(&st->denied, 0, memory_order_relaxed);
-		atomic_store_explicit(&st->shadow_denied, 0,
-		    memory_order_relaxed);
-		atomic_store_explicit(&st->spent, 0, memory_order_relaxed);
-		atomic_store_explicit(&st->denied_tokens, 0,
-		    memory_order_relaxed);
-	}
+	/* The next identity counts from here: other threads' blocks are
+	 * never written by anyone but their owner. */
+	allot__ktotals raw;
+	allot__key_totals(a, k, &raw);
+	k->base.allowed += raw.allowed;
+	k->base.denied += raw.denied;
+	k->base.shadow_denied += raw.shadow_denied;
+	k->base.spent += raw.spent;
+	k->base.denied_tokens += raw.denied_tokens;
 	((char *) k->identity)[0] = '\0'; /* dyn_names storage */
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
 	k->next_free = a->dyn_free;
@@ -509,8 +512,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	if (k != NULL)
 		goto out;
 	if (a->dyn_free == NONE && a->idle_evict_ns != 0) {
-		unsigned cpu;
-		uint64_t now = allot__agent_now(a, &cpu);
+		uint64_t now = allot__agent_now(a);
 		/* At most one full scan per quarter of the idle period. */
 		if (now - a->last_sweep_ns >= a->idle_evict_ns / 4)
 			sweep_locked(a, now);
@@ -532,8 +534,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
 	    a->cfg->endpoints[cls].weight;
 	k->sweep_sum = 0;
-	unsigned cpu;
-	k->sweep_ns = allot__agent_now(a, &cpu);
+	k->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
 	uint32_t p = (uint32_t) h & a->dyn_mask;
 	while (atomic_load_explicit(&a->dyn_index[p], memory_order_relaxed) !=
@@ -633,28 +634,24 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 {
 	if (cost == ALLOT_COST_DEFAULT)
 		cost = k->weight;
-	unsigned cpu;
-	uint64_t now = allot__agent_now(a, &cpu);
-	allot__kstripe *st = &k->stripes[cpu & a->stripe_mask];
+	allot__tblock *b = allot__thread_block(a);
+	allot__kcount *c = &b->c[k->id];
 	if (allot__unlikely(cost > k->max_cost)) {
 		memset(ret, 0, sizeof *ret);
 		ret->cost = cost;
-		atomic_fetch_add_explicit(&st->denied, 1,
-		    memory_order_relaxed);
-		atomic_fetch_add_explicit(&st->denied_tokens, cost,
-		    memory_order_relaxed);
+		allot__bump(b, &c->denied, 1);
+		allot__bump(b, &c->denied_tokens, cost);
 		return ALLOT_ETOOBIG;
 	}
+	uint64_t now = allot__agent_now(a);
 	allot__take t;
 	allot__bucket_take(k->bucket, now, cost, &t);
 	fill_decision(&t, cost, ret);
 	if (allot__likely(t.allowed)) {
 		ret->allowed = true;
 		ret->shadow_denied = false;
-		atomic_fetch_add_explicit(&st->allowed, 1,
-		    memory_order_relaxed);
-		atomic_fetch_add_explicit(&st->spent, cost,
-		    memory_order_relaxed);
+		allot__bump(b, &c->allowed, 1);
+		allot__bump(b, &c->spent, cost);
 		return ALLOT_OK;
 	}
 	if (atomic_load_explicit(&k->bucket->shadow, memory_order_relaxed)) {
@@ -662,17 +659,14 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 		 * would-be denial takes no tokens), the request passes. */
 		ret->allowed = true;
 		ret->shadow_denied = true;
-		atomic_fetch_add_explicit(&st->shadow_denied, 1,
-		    memory_order_relaxed);
-		atomic_fetch_add_explicit(&st->denied_tokens, cost,
-		    memory_order_relaxed);
+		allot__bump(b, &c->shadow_denied, 1);
+		allot__bump(b, &c->denied_tokens, cost);
 		return ALLOT_OK;
 	}
 	ret->allowed = false;
 	ret->shadow_denied = false;
-	atomic_fetch_add_explicit(&st->denied, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&st->denied_tokens, cost,
-	    memory_order_relaxed);
+	allot__bump(b, &c->denied, 1);
+	allot__bump(b, &c->denied_tokens, cost);
 	return ALLOT_OK;
 }
 
@@ -706,14 +700,11 @@ allot_settle(allot_agent *a, allot_key *k, uint32_t charged,
 		return ALLOT_EINVAL;
 	if (charged == measured)
 		return ALLOT_OK;
-	unsigned cpu;
-	uint64_t now = allot__agent_now(a, &cpu);
 	int64_t extra = (int64_t) measured - (int64_t) charged;
-	allot__bucket_adjust(k->bucket, extra, now);
-	allot__kstripe *st = &k->stripes[cpu & a->stripe_mask];
+	allot__bucket_adjust(k->bucket, extra, allot__agent_now(a));
+	allot__tblock *b = allot__thread_block(a);
 	/* Unsigned wrap-around subtracts a refund. */
-	atomic_fetch_add_explicit(&st->spent, (uint64_t) extra,
-	    memory_order_relaxed);
+	allot__bump(b, &b->c[k->id].spent, (uint64_t) extra);
 	return ALLOT_OK;
 }
 
@@ -728,8 +719,7 @@ allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
 	if (x.mode == ALLOT__MODE_LIMIT &&
 	    x.burst < (double) a->cfg->max_weight)
 		x.burst = (double) a->cfg->max_weight;
-	unsigned cpu;
 	pthread_mutex_lock(&a->set_lock);
-	allot__bucket_set(&q->bucket, &x, allot__agent_now(a, &cpu));
+	allot__bucket_set(&q->bucket, &x, allot__agent_now(a));
 	pthread_mutex_unlock(&a->set_lock);
 }

@@ -5,9 +5,10 @@
  * hot path and key tables), stats.c (snapshots) and sync.c (the
  * coordinator loop). Nothing here is part of the public interface.
  *
- * Memory per key: sizeof(allot_key) plus nstripes * 64 bytes of counters
- * (nstripes = the CPU count rounded up to a power of two, at most 16);
- * unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes for the name.
+ * Memory per key: sizeof(allot_key) plus 40 bytes of counters in each
+ * thread block (one block per thread that has called acquire, at most
+ * max_threads); unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes
+ * for the name.
  * docs/configuration.md ("Memory") gives the figures for common sizes.
  */
 #ifndef ALLOT_AGENT_INT_H
@@ -24,24 +25,40 @@
 #include "hash.h"
 #include "log.h"
 
-#define ALLOT__MAX_STRIPES 16u
-
-/* Counters of one key on one stripe (one cache line). Threads pick the
- * stripe of the CPU they run on, so two threads rarely share a line. */
-typedef struct allot__kstripe {
-	_Alignas(64) _Atomic uint64_t allowed;
+/* Counters of one key in one thread's block. */
+typedef struct allot__kcount {
+	_Atomic uint64_t allowed;
 	_Atomic uint64_t denied;
 	_Atomic uint64_t shadow_denied;
 	_Atomic uint64_t spent;        /* may be lowered by refunds */
 	_Atomic uint64_t denied_tokens;
-} allot__kstripe;
+} allot__kcount;
 
-/* Totals of a set of stripes. */
+/*
+ * A thread's counters for every key of the agent. A block has a single
+ * writer, the thread that owns it, so counting is a plain load, add and
+ * store (relaxed atomics, no lock prefix): no cache line is shared
+ * between threads and no locked instruction is spent on counting. A
+ * thread gets its block on its first acquire (the only allocation it
+ * causes) and gives it back when it exits, for the next thread to adopt.
+ * Past max_threads live threads, the rest share one block and count with
+ * atomic read-modify-writes. Readers sum all blocks with relaxed loads.
+ */
+typedef struct allot__tblock {
+	_Atomic int owned;             /* a live thread writes it */
+	bool shared;                   /* the overflow block: atomic RMW */
+	_Alignas(64) allot__kcount c[]; /* indexed by allot_key.id */
+} allot__tblock;
+
+/* Totals of a set of counters. */
 typedef struct allot__ktotals {
 	uint64_t allowed, denied, shadow_denied, spent, denied_tokens;
 } allot__ktotals;
 
 struct allot__sync;
+
+/* Up to this many endpoints are found by a linear scan. */
+#define ALLOT__EP_LINEAR 8u
 
 /* Runtime state of one quota: its bucket and what the sync loop needs. */
 typedef struct allot__qrt {
@@ -56,7 +73,7 @@ typedef struct allot__qrt {
 struct allot_key {
 	allot__bucket *bucket;
 	allot__qrt *quota;
-	allot__kstripe *stripes;
+	uint32_t id;                   /* index into every thread block */
 	uint32_t weight;
 	uint32_t max_cost;             /* floor(quota burst) */
 	uint32_t cls;                  /* endpoint class index */
@@ -67,6 +84,9 @@ struct allot_key {
 	_Atomic uint32_t gen;
 	uint64_t hash;
 	const char *identity;
+	/* Counts before the key's current identity (dyn_lock): a recycled
+	 * key starts from these instead of zeroing other threads' blocks. */
+	allot__ktotals base;
 	/* Eviction bookkeeping (dyn_lock). */
 	uint64_t sweep_sum;
 	uint64_t sweep_ns;
@@ -80,9 +100,8 @@ struct allot_agent {
 	allot_clock_fn clock_fn;
 	void *clock_ctx;
 	const allot__tsc *tsc;
-	uint32_t stripe_mask;
-	uint32_t nstripes;
 	uint64_t seed;
+	uint64_t gen;                  /* unique per agent, keys TLS caches */
 
 	allot__qrt *quotas;            /* ncallers + 1; the last is default */
 	uint32_t nquotas;
@@ -96,6 +115,7 @@ struct allot_agent {
 	uint32_t id_mask;
 	uint32_t *ep_index;
 	uint64_t *ep_hash;
+	size_t *ep_len;                /* per endpoint class */
 	uint32_t ep_mask;
 
 	allot_key *known_keys;         /* ncallers * nclasses */
@@ -117,7 +137,15 @@ struct allot_agent {
 	_Atomic uint64_t evictions;
 	_Atomic uint64_t overflowed;
 
-	allot__kstripe *stripe_pool;
+	/* Per-thread counter blocks (thread.c). */
+	uint32_t nkeys;                /* keys of every kind: block size */
+	uint32_t max_blocks;
+	_Atomic uint32_t nblocks;
+	allot__tblock **blocks;        /* max_blocks slots */
+	allot__tblock *shared_block;
+	pthread_mutex_t blk_lock;
+	pthread_key_t tkey;
+	bool tkey_ok;
 
 	pthread_mutex_t set_lock;      /* serialises allowance writers */
 	allot_agent_options opts;
@@ -128,16 +156,47 @@ struct allot_agent {
 };
 
 static inline uint64_t
-allot__agent_now(const allot_agent *a, unsigned *cpu)
+allot__agent_now(const allot_agent *a)
 {
-	if (allot__unlikely(a->clock_fn != NULL)) {
-		*cpu = 0;
+	if (allot__unlikely(a->clock_fn != NULL))
 		return a->clock_fn(a->clock_ctx);
-	}
-	return allot__tsc_ns(a->tsc, cpu);
+	return allot__tsc_ns(a->tsc);
 }
 
-/* Sum a key's stripes. */
+/* This thread's counter block (thread.c). The fast path is one
+ * initial-exec TLS load and a compare. */
+typedef struct allot__tlcache {
+	uint64_t gen;
+	allot__tblock *b;
+} allot__tlcache;
+extern _Thread_local allot__tlcache allot__tl
+    __attribute__((tls_model("initial-exec")));
+allot__tblock *allot__thread_block_slow(allot_agent *a);
+
+static inline allot__tblock *
+allot__thread_block(allot_agent *a)
+{
+	if (allot__likely(allot__tl.gen == a->gen))
+		return allot__tl.b;
+	return allot__thread_block_slow(a);
+}
+
+/* Add to a counter of a block: its owner alone writes an owned block. */
+static inline void
+allot__bump(const allot__tblock *b, _Atomic uint64_t *c, uint64_t v)
+{
+	if (allot__likely(!b->shared))
+		atomic_store_explicit(c,
+		    atomic_load_explicit(c, memory_order_relaxed) + v,
+		    memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+int allot__blocks_init(allot_agent *a);
+void allot__blocks_fini(allot_agent *a);
+
+/* Sum a key's counters over every thread block, minus its base. */
 void allot__key_totals(const allot_agent *a, const allot_key *k,
     allot__ktotals *ret);
 

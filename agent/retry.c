@@ -11,6 +11,7 @@
  * jitter generator; nothing here is on a hot path.
  */
 #include <errno.h>
+#include <limits.h>
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
@@ -287,13 +288,17 @@ parse_http_date(const char *s, int64_t now_unix, uint64_t *ret_ms)
 		time_t nt = (time_t) now_unix;
 		if (gmtime_r(&nt, &now_tm) == NULL)
 			return ALLOT_EINVAL;
-		int now_year = now_tm.tm_year + 1900;
-		int year = now_year - now_year % 100 + tm.tm_year % 100;
+		/* 64-bit: now_unix may be any int64_t, and gmtime_r
+		 * accepts years up to INT_MAX + 1900. */
+		int64_t now_year = (int64_t) now_tm.tm_year + 1900;
+		int64_t year = now_year - now_year % 100 + tm.tm_year % 100;
 		if (year > now_year + 50)
 			year -= 100;
 		else if (year <= now_year - 50)
 			year += 100;
-		tm.tm_year = year - 1900;
+		if (year - 1900 > INT_MAX || year - 1900 < INT_MIN)
+			return ALLOT_EINVAL;
+		tm.tm_year = (int) (year - 1900);
 	}
 
 	/* strptime checks each field's range but not the whole date:
@@ -306,7 +311,9 @@ parse_http_date(const char *s, int64_t now_unix, uint64_t *ret_ms)
 	    check.tm_year != tm.tm_year)
 		return ALLOT_EINVAL;
 
-	int64_t delta = (int64_t) t - now_unix;
+	int64_t delta;
+	if (__builtin_sub_overflow((int64_t) t, now_unix, &delta))
+		delta = now_unix < 0 ? INT64_MAX : 0;
 	if (delta < 0)
 		delta = 0;
 	if ((uint64_t) delta > DELTA_SECONDS_MAX)

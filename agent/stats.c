@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Counter snapshots: per-key totals summed over the CPU stripes, per-quota
+ * Counter snapshots: per-key totals summed over the thread blocks, per-quota
  * totals for the sync loop, and the public allot_stats() view. Readers
  * only load counters; they never stop the hot path.
  */
@@ -14,19 +14,26 @@ allot__key_totals(const allot_agent *a, const allot_key *k,
     allot__ktotals *t)
 {
 	memset(t, 0, sizeof *t);
-	for (uint32_t s = 0; s < a->nstripes; s++) {
-		const allot__kstripe *st = &k->stripes[s];
-		t->allowed += atomic_load_explicit(&st->allowed,
+	uint32_t n = atomic_load_explicit(&a->nblocks, memory_order_acquire);
+	for (uint32_t i = 0; i <= n; i++) {
+		const allot__tblock *b = i < n ? a->blocks[i] : a->shared_block;
+		const allot__kcount *c = &b->c[k->id];
+		t->allowed += atomic_load_explicit(&c->allowed,
 		    memory_order_relaxed);
-		t->denied += atomic_load_explicit(&st->denied,
+		t->denied += atomic_load_explicit(&c->denied,
 		    memory_order_relaxed);
-		t->shadow_denied += atomic_load_explicit(&st->shadow_denied,
+		t->shadow_denied += atomic_load_explicit(&c->shadow_denied,
 		    memory_order_relaxed);
-		t->spent += atomic_load_explicit(&st->spent,
+		t->spent += atomic_load_explicit(&c->spent,
 		    memory_order_relaxed);
-		t->denied_tokens += atomic_load_explicit(&st->denied_tokens,
+		t->denied_tokens += atomic_load_explicit(&c->denied_tokens,
 		    memory_order_relaxed);
 	}
+	t->allowed -= k->base.allowed;
+	t->denied -= k->base.denied;
+	t->shadow_denied -= k->base.shadow_denied;
+	t->spent -= k->base.spent;
+	t->denied_tokens -= k->base.denied_tokens;
 }
 
 static void
@@ -92,9 +99,7 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	allot__bucket_get(k->bucket, &al);
 	out->rate = al.mode == ALLOT__MODE_CLOSED ? 0.0 : al.rate;
 	out->limit = al.burst;
-	unsigned cpu;
-	double level = allot__bucket_level(k->bucket,
-	    allot__agent_now(a, &cpu));
+	double level = allot__bucket_level(k->bucket, allot__agent_now(a));
 	double u = al.burst > 0 ? 1.0 - level / al.burst : 0.0;
 	out->utilization = u < 0 ? 0 : u;
 }

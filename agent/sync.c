@@ -45,8 +45,7 @@ struct allot__sync {
 static uint64_t
 now_ns(const allot_agent *a)
 {
-	unsigned cpu;
-	return allot__agent_now(a, &cpu);
+	return allot__agent_now(a);
 }
 
 static uint32_t
@@ -121,6 +120,18 @@ start_exchange(struct allot__sync *s)
 	nng_aio_set_msg(s->aio, m);
 	nng_aio_set_timeout(s->aio, (nng_duration) request_timeout_ms(a));
 	nng_ctx_send(s->ctx, s->aio);
+	/* An exchange may take up to its timeout, and nothing else wakes
+	 * the loop meanwhile: if the lease runs out first, wake up then so
+	 * that the fallback starts on time, not when the exchange gives up
+	 * (on_timer only checks the lease while an exchange is in flight;
+	 * the completion re-arms the timer). */
+	const allot__syncc *c = &s->core;
+	if (c->lease_until_ns != 0 && !atomic_load(&c->in_fallback)) {
+		uint64_t left = c->lease_until_ns > now ?
+		    (c->lease_until_ns - now) / 1000000u + 1 : 0;
+		if (left < request_timeout_ms(a))
+			schedule(s, left);
+	}
 }
 
 static void

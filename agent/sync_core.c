@@ -228,8 +228,13 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
 	int bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		const Allot__V1__Share *sh = shares[i];
-		if (sh->key >= a->nquotas || !isfinite(sh->rate) ||
-		    !isfinite(sh->burst) || sh->rate < 0 || sh->burst < 0) {
+		/* No quota file allows more than ALLOT__RATE_MAX or
+		 * ALLOT__BURST_MAX: a share above (or NaN, or negative) is
+		 * not an allowance, and would overflow the counters the
+		 * next report is built from. */
+		if (sh->key >= a->nquotas ||
+		    !(sh->rate >= 0 && sh->rate <= ALLOT__RATE_MAX) ||
+		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX)) {
 			bad++;
 			continue;
 		}

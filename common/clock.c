@@ -81,7 +81,7 @@ calibrate(void)
 #if defined(__x86_64__)
 	if (!kernel_trusts_tsc())
 		return;
-	uint64_t t0, m0, t1, m1;
+	uint64_t t0 = 0, m0 = 0, t1 = 0, m1 = 0;
 	sample(&t0, &m0);
 	struct timespec ts = { 0, 20 * 1000 * 1000 };
 	nanosleep(&ts, NULL);

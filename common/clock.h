@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Monotonic time for bucket arithmetic. The fast source reads the CPU's
- * invariant time-stamp counter with RDTSCP (which also yields the CPU
- * number, used to stripe counters) and scales it to nanoseconds with a
+ * invariant time-stamp counter with RDTSC and scales it to nanoseconds with a
  * multiplier calibrated once per process against CLOCK_MONOTONIC. It is
  * used only where the kernel itself trusts the TSC (its clocksource is
  * "tsc" and the CPU reports constant_tsc and nonstop_tsc); otherwise the
@@ -41,22 +40,20 @@ allot__mono_ns(void)
 	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
-/* Nanoseconds on the CLOCK_MONOTONIC time line, from the TSC when usable.
- * `*cpu` receives the CPU number (or 0 when unknown). */
+/* Nanoseconds on the CLOCK_MONOTONIC time line, from the TSC when
+ * usable. RDTSC is not serialising, which is fine: a read that executes
+ * a few cycles early only makes a decision more conservative. */
 static inline uint64_t
-allot__tsc_ns(const allot__tsc *t, unsigned *cpu)
+allot__tsc_ns(const allot__tsc *t)
 {
 #if defined(__x86_64__)
 	if (t->usable) {
-		unsigned aux;
-		uint64_t c = __rdtscp(&aux);
-		*cpu = aux & 0xfff;
+		uint64_t c = __rdtsc();
 		__extension__ typedef unsigned __int128 u128;
 		return t->mono0 +
 		    (uint64_t) (((u128) (c - t->tsc0) * t->mult) >> 32);
 	}
 #endif
-	*cpu = 0;
 	return allot__mono_ns();
 }
 

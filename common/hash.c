@@ -1,30 +1,72 @@
 /* SPDX-License-Identifier: MIT */
-/* A fast string hash: eight bytes per multiply, then a full finaliser. */
+/*
+ * A fast string hash for in-memory tables: sixteen bytes per 64x64->128
+ * bit multiply, folded high into low, with the tail read as (possibly
+ * overlapping) whole words so no byte loop or library call runs for the
+ * short strings identities and endpoints are. Seeded per process; never
+ * persisted, so it may change between versions.
+ */
 #include "hash.h"
 
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/random.h>
 
+#define K0 0xa0761d6478bd642full
+#define K1 0xe7037ed1a0b428dbull
+#define K2 0x8ebc6af09c88c6e3ull
+#define K3 0x589965cc75374cc3ull
+
+static inline uint64_t
+mum(uint64_t a, uint64_t b)
+{
+	__extension__ typedef unsigned __int128 u128;
+	u128 r = (u128) a * b;
+	return (uint64_t) r ^ (uint64_t) (r >> 64);
+}
+
+static inline uint64_t
+load64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+static inline uint64_t
+load32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
 uint64_t
 allot__hash(const void *data, size_t len, uint64_t seed)
 {
 	const unsigned char *p = data;
-	uint64_t h = seed ^ (len * 0x9e3779b97f4a7c15ull);
-	while (len >= 8) {
-		uint64_t w;
-		memcpy(&w, p, 8);
-		h = (h ^ allot__mix64(w + 0x9e3779b97f4a7c15ull)) *
-		    0xbf58476d1ce4e5b9ull;
-		p += 8;
-		len -= 8;
+	uint64_t h = seed ^ mum(seed ^ K0, (uint64_t) len ^ K1);
+	size_t n = len;
+	while (n > 16) {
+		h = mum(load64(p) ^ K1 ^ h, load64(p + 8) ^ K2);
+		p += 16;
+		n -= 16;
 	}
-	if (len > 0) {
-		uint64_t w = 0;
-		memcpy(&w, p, len);
-		h = (h ^ allot__mix64(w + len)) * 0x94d049bb133111ebull;
+	uint64_t a, b;
+	if (n > 8) {
+		a = load64(p);
+		b = load64(p + n - 8);
+	} else if (n >= 4) {
+		a = load32(p) << 32 | load32(p + n - 4);
+		b = 0;
+	} else if (n > 0) {
+		a = (uint64_t) p[0] << 16 | (uint64_t) p[n >> 1] << 8 | p[n - 1];
+		b = 0;
+	} else {
+		a = b = 0;
 	}
-	return allot__mix64(h);
+	h = mum(a ^ K1 ^ h, b ^ K3 ^ (uint64_t) len);
+	return mum(h ^ K0, h ^ K2 ^ (uint64_t) len);
 }
 
 uint64_t

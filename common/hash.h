@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Key hashing: a fast 64-bit hash for identity and endpoint strings
- * (eight bytes per step, multiply-xorshift mixing) used by the agent's key
- * tables and the coordinator's indexes, and a seeded variant for
- * rendezvous hashing. Not a cryptographic hash: tables that hold
- * attacker-chosen identities are bounded and use a per-process seed.
+ * Key hashing: a fast seeded 64-bit hash for identity and endpoint
+ * strings (sixteen bytes per 128-bit multiply) used by the agent's key
+ * tables and the coordinator's indexes, and a 64-bit finaliser. Not a
+ * cryptographic hash: tables that hold attacker-chosen identities are
+ * bounded and use a per-process random seed.
  */
 #ifndef ALLOT_COMMON_HASH_H
 #define ALLOT_COMMON_HASH_H

@@ -398,6 +398,70 @@ START_TEST(n_threads_m_acquires)
 }
 END_TEST
 
+static void *
+churn_thread(void *p)
+{
+	struct nm_arg *x = p;
+	allot_decision d;
+	for (int i = 0; i < x->m; i++) {
+		allot_acquire(x->a, x->k, 1, &d);
+		x->admitted += d.allowed;
+	}
+	return NULL;
+}
+
+START_TEST(thread_blocks_bounded)
+{
+	/* Counting stays exact when more threads run than have blocks of
+	 * their own (the rest share one, atomically), and thread churn
+	 * reuses the blocks of threads that exited. */
+	const char *yaml =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n"
+	    "    - {identity: a, tokens_per_second: 1000000000, "
+	    "burst: 1000000000}\n";
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(allot_config_parse("t", yaml, strlen(yaml), err,
+			     sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.max_threads = 2;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	allot_key *k;
+	allot_key_resolve(a, "a", "/x", &k);
+	enum { N = 8, M = 50000 };
+	pthread_t th[N];
+	struct nm_arg arg[N];
+	for (int i = 0; i < N; i++) {
+		arg[i] = (struct nm_arg) { a, k, M, 0 };
+		pthread_create(&th[i], NULL, churn_thread, &arg[i]);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.allowed, (uint64_t) N * M);
+	ck_assert_uint_eq(st.tokens_spent, (uint64_t) N * M);
+	ck_assert_uint_le(atomic_load(&a->nblocks), 2);
+	/* Twenty short-lived threads, one after another: no new blocks. */
+	for (int i = 0; i < 20; i++) {
+		struct nm_arg x = { a, k, 1000, 0 };
+		pthread_create(&th[0], NULL, churn_thread, &x);
+		pthread_join(th[0], NULL);
+		ck_assert_uint_eq(x.admitted, 1000);
+	}
+	ck_assert_uint_le(atomic_load(&a->nblocks), 2);
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.allowed, (uint64_t) N * M + 20000);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 agent_suite(void)
 {
@@ -413,6 +477,7 @@ agent_suite(void)
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, n_threads_m_acquires);
+	tcase_add_test(tc, thread_blocks_bounded);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -224,8 +224,7 @@ burst_thread(void *p)
 	struct burst_arg *a = p;
 	pthread_barrier_wait(a->bar);
 	allot__take t;
-	unsigned cpu;
-	allot__bucket_take(&b, allot__tsc_ns(allot__tsc_get(), &cpu), 1, &t);
+	allot__bucket_take(&b, allot__tsc_ns(allot__tsc_get()), 1, &t);
 	if (t.allowed)
 		atomic_fetch_add(a->admitted, 1);
 	return NULL;
