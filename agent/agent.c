@@ -219,6 +219,16 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	if (a->service == NULL || a->replica_id == NULL ||
 	    (o.coordinator != NULL && a->coordinator == NULL))
 		goto fail;
+	a->tls_ca = dup_or_null(o.tls_ca_file);
+	a->tls_cert = dup_or_null(o.tls_cert_key_file);
+	a->tls_name = dup_or_null(o.tls_server_name);
+	if ((o.tls_ca_file != NULL && a->tls_ca == NULL) ||
+	    (o.tls_cert_key_file != NULL && a->tls_cert == NULL) ||
+	    (o.tls_server_name != NULL && a->tls_name == NULL))
+		goto fail;
+	a->opts.tls_ca_file = a->tls_ca;
+	a->opts.tls_cert_key_file = a->tls_cert;
+	a->opts.tls_server_name = a->tls_name;
 	a->opts.coordinator = a->coordinator;
 	a->opts.service = a->service;
 	a->opts.replica_id = a->replica_id;
@@ -348,6 +358,9 @@ allot_agent_destroy(allot_agent *a)
 	free(a->class_names);
 	free(a->quotas);
 	free(a->coordinator);
+	free(a->tls_ca);
+	free(a->tls_cert);
+	free(a->tls_name);
 	free(a->service);
 	free(a->replica_id);
 	allot_config_free(a->cfg);

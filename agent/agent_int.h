@@ -150,6 +150,9 @@ struct allot_agent {
 	pthread_mutex_t set_lock;      /* serialises allowance writers */
 	allot_agent_options opts;
 	char *coordinator;
+	char *tls_ca;
+	char *tls_cert;
+	char *tls_name;
 	char *service;
 	char *replica_id;
 	struct allot__sync *sync;

@@ -21,6 +21,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 #include <uv.h>
 
 enum phase { IDLE, SENDING, RECEIVING };
@@ -240,6 +241,46 @@ sync_free(struct allot__sync *s)
 	free(s);
 }
 
+/* Dial `url` in the background (nng reconnects by itself). tls+tcp://
+ * gets a client TLS configuration that verifies allotd against the CA
+ * and presents this replica's certificate. */
+static int
+dial(allot_agent *a, nng_socket sock, const char *url)
+{
+	if (strncmp(url, "tls+tcp", 7) != 0) {
+		if (strncmp(url, "tcp://", 6) == 0)
+			allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-SYNC-PLAIN",
+			    "coordinator %s over plain TCP: local use only, "
+			    "use tls+tcp:// across hosts", url);
+		return nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK);
+	}
+	const allot_agent_options *o = &a->opts;
+	if (o->tls_ca_file == NULL)
+		return NNG_EINVAL;
+	nng_tls_config *cfg;
+	nng_dialer d;
+	int rv;
+	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) != 0)
+		return rv;
+	if ((rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
+	    (o->tls_cert_key_file != NULL &&
+		(rv = nng_tls_config_cert_key_file(cfg, o->tls_cert_key_file,
+		     NULL)) != 0) ||
+	    (o->tls_server_name != NULL &&
+		(rv = nng_tls_config_server_name(cfg, o->tls_server_name)) !=
+		    0) ||
+	    (rv = nng_tls_config_auth_mode(cfg,
+		 NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+	    (rv = nng_dialer_create(&d, sock, url)) != 0 ||
+	    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
+	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+		nng_tls_config_free(cfg);
+		return rv;
+	}
+	nng_tls_config_free(cfg); /* the dialer holds its own reference */
+	return 0;
+}
+
 int
 allot__sync_start(allot_agent *a)
 {
@@ -276,7 +317,7 @@ allot__sync_start(allot_agent *a)
 		sync_free(s);
 		return ALLOT_ENOMEM;
 	}
-	if ((rv = nng_dial(s->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rv = dial(a, s->sock, url)) != 0) {
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
 		    "cannot use coordinator address \"%s\": %s", url,
 		    nng_strerror(rv));

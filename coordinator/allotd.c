@@ -98,8 +98,14 @@ usage(FILE *f)
 "        Protocol address, nng syntax: tcp://HOST:PORT or ipc:///PATH.\n"
 "        Repeat for several. Default " DEFAULT_LISTEN ".\n"
 "    -H, --http HOST:PORT\n"
-"        Address of /metrics, /status and /healthz, or \"off\".\n"
+"        Address of the dashboard (/), /metrics, /status and /healthz,\n"
+"        or \"off\". Read-only: nothing on it changes allotd.\n"
 "        Default " DEFAULT_HTTP ".\n"
+"    --tls-cert FILE, --tls-ca FILE\n"
+"        For tls+tcp:// listeners (mutual TLS): allotd's certificate and\n"
+"        private key in one PEM file, and the CA that agents'\n"
+"        certificates must chain to. Agents without a valid certificate\n"
+"        cannot connect. Plain tcp:// beyond loopback logs a warning.\n"
 "    --lease-ms MS\n"
 "        How long an agent may use a share without hearing from allotd\n"
 "        (default 3000).\n"
@@ -438,7 +444,7 @@ on_signal(uv_signal_t *s, int signum)
 
 enum {
 	OPT_LEASE = 256, OPT_INTERVAL, OPT_EXPIRY, OPT_RETENTION, OPT_WORKERS,
-	OPT_LOGLEVEL, OPT_MAXREP,
+	OPT_LOGLEVEL, OPT_MAXREP, OPT_TLSCERT, OPT_TLSCA,
 };
 
 int
@@ -455,6 +461,8 @@ main(int argc, char **argv)
 		{ "retention-s", required_argument, NULL, OPT_RETENTION },
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "max-replicas", required_argument, NULL, OPT_MAXREP },
+		{ "tls-cert", required_argument, NULL, OPT_TLSCERT },
+		{ "tls-ca", required_argument, NULL, OPT_TLSCA },
 		{ "log-level", required_argument, NULL, OPT_LOGLEVEL },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -463,6 +471,7 @@ main(int argc, char **argv)
 	const char *urls[ALLOT__SERVER_MAX_URLS];
 	size_t nurls = 0;
 	const char *db_path = NULL, *http_addr = DEFAULT_HTTP;
+	const char *tls_cert = NULL, *tls_ca = NULL;
 	uint32_t retention_s = 7u * 24u * 3600u, workers = 8;
 	int log_level = ALLOT_LOG_INFO;
 	allot__state_opts so;
@@ -521,6 +530,12 @@ main(int argc, char **argv)
 			if (parse_u32("--max-replicas", optarg, 1, 10000000,
 			        &so.max_replicas) != 0)
 				return EXIT_USAGE;
+			break;
+		case OPT_TLSCERT:
+			tls_cert = optarg;
+			break;
+		case OPT_TLSCA:
+			tls_ca = optarg;
 			break;
 		case OPT_LOGLEVEL:
 			if (parse_level(optarg, &log_level) != 0)
@@ -622,6 +637,8 @@ main(int argc, char **argv)
 	svo.state = d.state;
 	svo.metrics = &d.metrics;
 	svo.lg = &d.lg;
+	svo.tls_cert_key_file = tls_cert;
+	svo.tls_ca_file = tls_ca;
 	if (allot__server_start(&svo, err, sizeof err, &d.server) !=
 	    ALLOT_OK) {
 		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s",

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <nng/nng.h>
+#include <nng/supplemental/tls/tls.h>
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "clock.h"
@@ -443,6 +444,45 @@ worker_cb(void *arg)
 	}
 }
 
+/* Listen on one URL. tls+tcp:// needs a certificate and a CA: both
+ * sides verify (mutual TLS); plain tcp:// and ipc:// are for local use
+ * and say so in the log. */
+static int
+listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
+    nng_listener *ret)
+{
+	if (strncmp(url, "tls+tcp", 7) != 0) {
+		if (strncmp(url, "tcp://", 6) == 0 &&
+		    strstr(url, "//127.") == NULL &&
+		    strstr(url, "//localhost") == NULL &&
+		    strstr(url, "//[::1]") == NULL)
+			allot__log(o->lg, ALLOT_LOG_WARNING, "ALLOTD-PLAINTEXT",
+			    "%s is plain TCP beyond loopback: agents are not "
+			    "authenticated; use tls+tcp:// with --tls-cert "
+			    "and --tls-ca", url);
+		return nng_listen(srv->sock, url, ret, 0);
+	}
+	if (o->tls_cert_key_file == NULL || o->tls_ca_file == NULL)
+		return NNG_EINVAL;
+	nng_tls_config *cfg;
+	int rv;
+	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) != 0)
+		return rv;
+	if ((rv = nng_tls_config_cert_key_file(cfg, o->tls_cert_key_file,
+		 NULL)) != 0 ||
+	    (rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
+	    (rv = nng_tls_config_auth_mode(cfg,
+		 NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+	    (rv = nng_listener_create(ret, srv->sock, url)) != 0 ||
+	    (rv = nng_listener_set_ptr(*ret, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
+	    (rv = nng_listener_start(*ret, 0)) != 0) {
+		nng_tls_config_free(cfg);
+		return rv;
+	}
+	nng_tls_config_free(cfg);
+	return 0;
+}
+
 int
 allot__server_start(const allot__server_opts *opts, char *err,
     size_t errlen, allot__server **ret)
@@ -499,8 +539,7 @@ allot__server_start(const allot__server_opts *opts, char *err,
 		w->ctx_open = true;
 	}
 	for (size_t i = 0; i < opts->nurls; i++) {
-		rv = nng_listen(srv->sock, opts->urls[i], &srv->listeners[i],
-		    0);
+		rv = listen_url(srv, opts, opts->urls[i], &srv->listeners[i]);
 		if (rv != 0) {
 			snprintf(err, errlen, "cannot listen on %s: %s",
 			    opts->urls[i], nng_strerror(rv));

@@ -39,6 +39,11 @@ typedef struct allot__server_opts {
 	allot__state *state;
 	allot__metrics *metrics;
 	const allot__logger *lg;
+	/* tls+tcp:// listeners: allotd's certificate and key (one PEM) and
+	 * the CA agents' certificates must chain to. Agents without a valid
+	 * certificate cannot connect. */
+	const char *tls_cert_key_file;
+	const char *tls_ca_file;
 } allot__server_opts;
 
 void allot__server_opts_init(allot__server_opts *o);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <sqlite3.h>
@@ -1598,7 +1599,18 @@ check_file(allot__store *st, char *errbuf, size_t errlen)
 			    (const char *) sqlite3_column_text(s, 0);
 			if (t != NULL && strcmp(t, "ok") != 0 && ok) {
 				ok = false;
-				snprintf(first, sizeof first, "%s", t);
+				/* A finding may span lines ("*** in database
+				 * main ***\nPage 2: ..."): keep the log line
+				 * one line. */
+				size_t n = 0;
+				for (; *t != '\0' && n + 3 < sizeof first;
+				     t++) {
+					bool nl = *t == '\n' || *t == '\r';
+					first[n++] = nl ? ';' : *t;
+					if (nl)
+						first[n++] = ' ';
+				}
+				first[n] = '\0';
 			}
 		}
 		if (rc == SQLITE_DONE)
@@ -1724,6 +1736,19 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 	st->rl_drop = (allot__logrl) ALLOT__LOGRL_INIT(3, 60000);
 	st->rl_retention = (allot__logrl) ALLOT__LOGRL_INIT(3, 60000);
 
+	/* An existing file of zero bytes is a store truncated to nothing
+	 * (SQLite would take it for a new, empty database): refuse it
+	 * rather than reset the audit trail silently. */
+	struct stat sb;
+	if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0) {
+		seterr(errbuf, errlen,
+		    "%s exists but is empty (0 bytes): it is not a valid "
+		    "allot database; if it was truncated, restore it from a "
+		    "backup; to start a new store remove the file. allotd "
+		    "will not overwrite it",
+		    path);
+		goto fail_io;
+	}
 	int rc = sqlite3_open_v2(path, &st->db,
 	    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
 	    NULL);

@@ -679,10 +679,26 @@ START_TEST(unopenable_path_refused)
 }
 END_TEST
 
-START_TEST(empty_file_initialised)
+START_TEST(empty_file_refused)
 {
+	/* A store truncated to nothing is not silently started afresh. */
 	write_file(dbpath, "", 0);
-	allot__store *st = open_store();
+	char err[512] = "";
+	allot__store *st = NULL;
+	int rc = allot__store_open(dbpath, NULL, &test_log, err, sizeof err,
+	    &st);
+	ck_assert_int_ne(rc, ALLOT_OK);
+	ck_assert_ptr_null(st);
+	ck_assert_msg(strstr(err, dbpath) != NULL &&
+		strstr(err, "empty") != NULL &&
+		strstr(err, "remove the file") != NULL,
+	    "message: %s", err);
+	struct stat sb;
+	ck_assert_int_eq(stat(dbpath, &sb), 0);
+	ck_assert_int_eq(sb.st_size, 0);
+	/* Once removed, a new store is created. */
+	unlink(dbpath);
+	st = open_store();
 	allot__store_close(st);
 	ck_assert_int_eq(q_int("PRAGMA user_version"), 2);
 }
@@ -1117,7 +1133,7 @@ store_suite(void)
 	TCase *tc = tcase_create("schema");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, migrations_apply);
-	tcase_add_test(tc, empty_file_initialised);
+	tcase_add_test(tc, empty_file_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("records");

@@ -123,7 +123,9 @@ typedef struct allot_key allot_key;
 
 /**
  * Time source for all bucket arithmetic: monotonic nanoseconds from an
- * arbitrary origin. Injectable for simulation and tests; production leaves
+ * arbitrary origin, below 2^59 (18 years: buckets store 60-bit times, so
+ * an epoch-based wall clock such as CLOCK_REALTIME is not a valid
+ * source). Injectable for simulation and tests; production leaves
  * it NULL and the agent uses the CPU's invariant TSC when the kernel trusts
  * it, CLOCK_MONOTONIC otherwise (docs/configuration.md, "Time").
  */
@@ -152,6 +154,14 @@ typedef struct allot_agent_options {
 	 *  "tcp://127.0.0.1:7400" or "ipc:///run/allot.sock"). NULL runs
 	 *  local-only: buckets keep the configured quota as-is. */
 	const char *coordinator;
+	/** Mutual TLS to the coordinator, for "tls+tcp://" addresses: the
+	 *  CA that signed allotd's certificate, this replica's certificate
+	 *  and private key in one PEM file, and the name to verify allotd's
+	 *  certificate against (default: the address's host). Both sides
+	 *  verify; a tls+tcp:// address without tls_ca_file is rejected. */
+	const char *tls_ca_file;
+	const char *tls_cert_key_file;
+	const char *tls_server_name;
 	/** Name of the protected service (keys are scoped to it). */
 	const char *service;
 	/** Replica id; default "<hostname>-<pid>". */

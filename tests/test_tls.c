@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mutual TLS between agents and allotd (nng's tls+tcp transport): an
+ * agent with a certificate from the configured CA registers and syncs; an
+ * agent with a certificate from another CA, or with none, never gets a
+ * session, and allotd keeps serving the good one. Certificates come from
+ * scripts/mkcerts.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <allot/allot.h>
+
+#include "proto_client.h"
+#include "runner.h"
+
+static char dir[64];
+static char url[64];
+static pid_t allotd;
+
+static void
+setup(void)
+{
+	snprintf(dir, sizeof dir, "/tmp/allot-tls-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	const char *src = getenv("ALLOT_SOURCE_DIR");
+	char cmd[4096];
+	snprintf(cmd, sizeof cmd,
+	    "%s/scripts/mkcerts %s/ca1 a=spiffe://t/a >/dev/null && "
+	    "%s/scripts/mkcerts %s/ca2 a=spiffe://t/a >/dev/null && "
+	    "cat %s/ca1/server.pem %s/ca1/server.key > %s/allotd.pem && "
+	    "cat %s/ca1/a.pem %s/ca1/a.key > %s/good.pem && "
+	    "cat %s/ca2/a.pem %s/ca2/a.key > %s/bad.pem && "
+	    "printf 'quotas:\\n  default: {tokens_per_second: 10, burst: 20}\\n'"
+	    " > %s/q.yaml && echo ok",
+	    src, dir, src, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir,
+	    dir);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
+	    "certificates: %s", out ? out : "(failed)");
+	free(out);
+	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
+	char bin[512], cfg[128], db[128], cert[128], ca[128], log[128],
+	    http[32];
+	snprintf(bin, sizeof bin, "%s/coordinator/allotd",
+	    getenv("ALLOT_BUILD_DIR"));
+	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
+	snprintf(db, sizeof db, "%s/a.db", dir);
+	snprintf(cert, sizeof cert, "%s/allotd.pem", dir);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", dir);
+	snprintf(log, sizeof log, "%s/allotd.log", dir);
+	int hp = pc_free_port();
+	snprintf(http, sizeof http, "127.0.0.1:%d", hp);
+	char *argv[] = { bin, "--config", cfg, "--db", db, "--listen", url,
+		"--http", http, "--tls-cert", cert, "--tls-ca", ca,
+		"--interval-ms", "50", NULL };
+	allotd = pc_spawn(argv, log);
+	uint64_t t0 = pc_now_ms();
+	for (;;) {
+		int st = 0;
+		free(pc_http_get(hp, "/healthz", &st));
+		if (st == 200)
+			break;
+		ck_assert_msg(pc_now_ms() - t0 < 10000, "allotd not ready");
+		pc_sleep_ms(20);
+	}
+}
+
+static void
+teardown(void)
+{
+	kill(allotd, SIGTERM);
+	if (pc_wait_exit(allotd, 5000) < 0) {
+		kill(allotd, SIGKILL);
+		pc_wait_exit(allotd, 5000);
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	free(pc_shell(cmd));
+}
+
+static allot_agent *
+agent(const char *id, const char *cert)
+{
+	char cfgp[128], ca[128], certp[128], err[256];
+	snprintf(cfgp, sizeof cfgp, "%s/q.yaml", dir);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", dir);
+	snprintf(certp, sizeof certp, "%s/%s", dir, cert != NULL ? cert : "");
+	allot_config *cfg;
+	ck_assert_int_eq(allot_config_load(cfgp, err, sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = url;
+	o.service = "svc";
+	o.replica_id = id;
+	o.sync_interval_ms = 50;
+	o.tls_ca_file = ca;
+	o.tls_cert_key_file = cert != NULL ? certp : NULL;
+	o.tls_server_name = "localhost";
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	return a;
+}
+
+START_TEST(mutual_tls)
+{
+	allot_agent *good = agent("good", "good.pem");
+	allot_agent *bad = agent("bad", "bad.pem");
+	allot_agent *none = agent("none", NULL);
+	allot_sync_stats gs, bs, ns;
+	uint64_t t0 = pc_now_ms();
+	do {
+		pc_sleep_ms(50);
+		allot_sync_stats_get(good, &gs);
+	} while (gs.syncs_ok < 5 && pc_now_ms() - t0 < 10000);
+	ck_assert_msg(gs.connected && gs.syncs_ok >= 5,
+	    "the agent with a valid certificate did not sync");
+	pc_sleep_ms(500);
+	allot_sync_stats_get(bad, &bs);
+	allot_sync_stats_get(none, &ns);
+	ck_assert_uint_eq(bs.registers, 0);
+	ck_assert(!bs.connected);
+	ck_assert_uint_eq(ns.registers, 0);
+	ck_assert(!ns.connected);
+	/* allotd saw one replica only. */
+	allot_sync_stats_get(good, &gs);
+	ck_assert_uint_eq(gs.replicas, 1);
+	/* A tls+tcp address without a CA is refused at create. */
+	char err[256];
+	allot_config *cfg;
+	char cfgp[128];
+	snprintf(cfgp, sizeof cfgp, "%s/q.yaml", dir);
+	ck_assert_int_eq(allot_config_load(cfgp, err, sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = url;
+	allot_agent *x = NULL;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &x), ALLOT_EINVAL);
+	allot_config_free(cfg);
+	allot_agent_destroy(good);
+	allot_agent_destroy(bad);
+	allot_agent_destroy(none);
+}
+END_TEST
+
+static Suite *
+tls_suite(void)
+{
+	Suite *s = suite_create("tls");
+	TCase *tc = tcase_create("mtls");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, mutual_tls);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(tls_suite)
