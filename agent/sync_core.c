@@ -415,6 +415,12 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			    (unsigned long long) w->config_digest,
 			    (unsigned long long) a->cfg->digest);
 		apply_shares(s, w->shares, w->n_shares, true);
+		/* A Welcome that could not grant every key yet (others had
+		 * not given back): ask again after half an interval. */
+		s->short_grant = false;
+		for (size_t i = 0; i < w->n_shares; i++)
+			if (!(w->shares[i]->rate > 0))
+				s->short_grant = true;
 		set_lease(s, now, w->lease_ms);
 		ok = true;
 	} else if (s->expect == ALLOT__EXPECT_REPLY &&
@@ -469,6 +475,10 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 	if (ok) {
 		double j = a->opts.sync_jitter;
 		t = a->opts.sync_interval_ms * (1.0 + j * (2 * uniform(s) - 1));
+		if (s->short_grant) {
+			s->short_grant = false;
+			t /= 2;
+		}
 	} else {
 		/* Full jitter between the floor and the current backoff. */
 		double lo = a->opts.reconnect_min_ms;

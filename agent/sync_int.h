@@ -38,6 +38,7 @@ typedef struct allot__syncc {
 	uint32_t sent_reports;
 	size_t sent_bytes;
 	uint32_t backoff_ms;
+	bool short_grant;       /* the Welcome left a key without a grant */
 	uint64_t rng;
 	allot__qsync *q;
 	bool *seen;             /* scratch, nquotas */

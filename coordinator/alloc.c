@@ -1,15 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Allocation policies behind allot__alloc_compute() (alloc.h). For now the
- * static split: every replica that enforces a quota gets R/n of its rate
- * and B/n of its burst, n being the number of those replicas, so the sums
- * are R and B exactly (up to rounding, which is taken off the shares so
- * the sums never exceed the quota). Consumption inputs are ignored here;
- * they are what the demand-aware allocator will water-fill on.
+ * Allocation policies behind allot__alloc_compute() (alloc.h): the static
+ * split and the demand-aware allocator. docs/allocation.md states the
+ * algorithm and the bound it guarantees; in short, per round and service:
+ * every slot claims its demand estimate plus a headroom (a newcomer
+ * without an estimate claims the average of the others); under a global
+ * ceiling the quotas' allowances are served in reverse shed order,
+ * max-min fair by claim within a class, and otherwise the ceiling's
+ * leftover is spread in proportion to R; each quota's allowance is
+ * water-filled across its slots (max-min fair by claim when the claims
+ * exceed it, everyone raised to a common level when they do not, never
+ * below a small floor); a target moves only by more than a dead band
+ * that also covers the noise of the slot's estimate, except a rise for a
+ * replica that was denied; and the burst budget, the global bucket's
+ * level plus its refill until the next round, is split in proportion to
+ * the rates with at least the largest endpoint weight each when it
+ * allows. All sums are shaved so that, added in double precision, they
+ * never exceed their bound.
  */
 #include "alloc.h"
 
+#include <math.h>
+
 #include <allot/allot.h>
+
+/* A double at byte offset i * stride from base. */
+#define AT(base, stride, i) \
+	(*(double *) (void *) ((char *) (base) + (i) * (stride)))
+
+void
+allot__alloc_policy_init(allot__alloc_policy *pol)
+{
+	pol->kind = ALLOT__ALLOC_DEMAND;
+	pol->floor_fraction = ALLOT__ALLOC_FLOOR_FRACTION;
+	pol->headroom = ALLOT__ALLOC_HEADROOM;
+	pol->deadband = ALLOT__ALLOC_DEADBAND;
+	pol->noise_z = ALLOT__ALLOC_NOISE_Z;
+}
 
 /* Divide `total` in n equal parts whose sum, added in double precision,
  * does not exceed `total`: rounding may make n * (total / n) a hair
@@ -31,6 +58,96 @@ equal_part(double total, size_t n)
 	return part;
 }
 
+/* Scale n non-negative values down until their sum, added in order,
+ * is at most `total`; returns that sum. The values are already within a
+ * few ulps of fitting, so this is one or two passes. */
+static double
+fit_sum(double *base, size_t stride, size_t n, double total)
+{
+	double sum = 0;
+	for (size_t i = 0; i < n; i++)
+		sum += AT(base, stride, i);
+	for (int pass = 0; sum > total; pass++) {
+		double f = pass < 60 && total > 0 ? total / sum *
+		    (1.0 - 4e-16 * (double) (pass + 1)) : 0;
+		sum = 0;
+		for (size_t i = 0; i < n; i++) {
+			AT(base, stride, i) *= f;
+			sum += AT(base, stride, i);
+		}
+	}
+	return sum;
+}
+
+/* The water level x with sum_i min(c_i, w_i x) = total, for
+ * sum_i c_i >= total (max-min fair: everyone below the level keeps its
+ * claim, the others get the level). w == NULL means w_i = 1; an item
+ * with c_i = w_i = 0 takes no part. Each pass pins the claims at or
+ * below the current level; the level only rises, so at most n + 1
+ * passes (a handful in practice). */
+static double
+level_cap(const double *c, size_t cs, const double *w, size_t ws, size_t n,
+    double total)
+{
+	double sw = 0;
+	for (size_t i = 0; i < n; i++)
+		sw += w != NULL ? AT(w, ws, i) : 1.0;
+	if (!(sw > 0))
+		return 0;
+	double x = total / sw;
+	for (size_t pass = 0; pass <= n; pass++) {
+		double fixed = 0, free_w = 0;
+		for (size_t i = 0; i < n; i++) {
+			double wi = w != NULL ? AT(w, ws, i) : 1.0;
+			double ci = AT(c, cs, i);
+			if (ci <= wi * x)
+				fixed += ci;
+			else
+				free_w += wi;
+		}
+		if (!(free_w > 0))
+			return x;
+		double nx = (total - fixed) / free_w;
+		if (!(nx > x))
+			return x;
+		x = nx;
+	}
+	return x;
+}
+
+/* The level x with sum_i max(m_i, w_i x) = total, for sum_i m_i <= total
+ * (everyone is raised to the level, those above keep their own). The
+ * level only falls from total / sum w. */
+static double
+level_floor(const double *m, size_t ms, const double *w, size_t ws,
+    size_t n, double total)
+{
+	double sw = 0;
+	for (size_t i = 0; i < n; i++)
+		sw += w != NULL ? AT(w, ws, i) : 1.0;
+	if (!(sw > 0))
+		return 0;
+	double x = total / sw;
+	for (size_t pass = 0; pass <= n; pass++) {
+		double fixed = 0, free_w = 0;
+		for (size_t i = 0; i < n; i++) {
+			double wi = w != NULL ? AT(w, ws, i) : 1.0;
+			double mi = AT(m, ms, i);
+			if (mi >= wi * x)
+				fixed += mi;
+			else
+				free_w += wi;
+		}
+		if (!(free_w > 0))
+			return 0;
+		double nx = (total - fixed) / free_w;
+		if (!(nx < x))
+			return x;
+		x = nx < 0 ? 0 : nx;
+	}
+	return x;
+}
+
 static void
 zero_outputs(allot__alloc_service *svc)
 {
@@ -40,6 +157,9 @@ zero_outputs(allot__alloc_service *svc)
 			aq->slots[i].rate = 0;
 			aq->slots[i].burst = 0;
 		}
+		aq->allowance = 0;
+		aq->burst_budget = 0;
+		aq->claim = 0;
 		aq->sum_rate = 0;
 		aq->sum_burst = 0;
 	}
@@ -52,6 +172,9 @@ static_split(allot__alloc_service *svc)
 		allot__alloc_quota *aq = &svc->quotas[q];
 		aq->sum_rate = 0;
 		aq->sum_burst = 0;
+		aq->claim = 0;
+		aq->allowance = aq->rate;
+		aq->burst_budget = aq->burst;
 		if (aq->nslots == 0)
 			continue;
 		double r = equal_part(aq->rate, aq->nslots);
@@ -63,6 +186,320 @@ static_split(allot__alloc_service *svc)
 			aq->sum_burst += b;
 		}
 	}
+}
+
+/* ---- demand-aware ---- */
+
+static double
+nonneg(double x)
+{
+	return x > 0 && isfinite(x) ? x : 0;
+}
+
+/* Every slot's demand estimate into slot->rate (scratch until
+ * fill_quota) and the quota's claim, its demand plus headroom, into
+ * aq->claim. */
+static void
+claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
+{
+	double known = 0;
+	size_t nknown = 0;
+	for (size_t i = 0; i < aq->nslots; i++) {
+		allot__alloc_slot *s = &aq->slots[i];
+		if (s->fresh)
+			continue;
+		s->rate = nonneg(s->demand);
+		known += s->rate;
+		nknown++;
+	}
+	/* A newcomer has reported nothing yet: assume it takes its part of
+	 * the load, the average of the others. That is what a load
+	 * balancer spreading evenly gives it, and it makes a scale-up land
+	 * on the equal split at once instead of starving the newcomers
+	 * until the old replicas' estimates decay. */
+	double avg = nknown > 0 ? known / (double) nknown : 0;
+	double total = 0;
+	for (size_t i = 0; i < aq->nslots; i++) {
+		allot__alloc_slot *s = &aq->slots[i];
+		if (s->fresh)
+			s->rate = avg;
+		/* What the quota claims against the ceiling also covers the
+		 * noise of each replica's estimate: the allowance is split
+		 * by those estimates, and one that reads low must not leave
+		 * its replica short when the ceiling binds. */
+		total += s->rate + (s->fresh ? 0 : nonneg(pol->noise_z) *
+		    sqrt(nonneg(s->demand_var)));
+	}
+	aq->claim = total * (1.0 + nonneg(pol->headroom));
+}
+
+/* The max-min fair level of class p sharing `left` (the level_cap of
+ * the quotas of that class, by their wants in sum_rate). */
+static double
+class_level(const allot__alloc_quota *qs, size_t nq, uint32_t p,
+    double left)
+{
+	double members = 0;
+	for (size_t q = 0; q < nq; q++)
+		if (qs[q].sum_burst > 0 && qs[q].priority == p)
+			members += 1;
+	if (!(members > 0))
+		return 0;
+	double x = left / members;
+	for (size_t pass = 0; pass <= nq; pass++) {
+		double fixed = 0, nfree = 0;
+		for (size_t q = 0; q < nq; q++) {
+			if (!(qs[q].sum_burst > 0) || qs[q].priority != p)
+				continue;
+			if (qs[q].sum_rate <= x)
+				fixed += qs[q].sum_rate;
+			else
+				nfree += 1;
+		}
+		if (!(nfree > 0))
+			return x;
+		double nx = (left - fixed) / nfree;
+		if (!(nx > x))
+			return x;
+		x = nx;
+	}
+	return x;
+}
+
+/* Add to every quota's allowance what it asks for in sum_rate, classes
+ * in reverse shed order, out of `left`. */
+static void
+serve(allot__alloc_quota *qs, size_t nq, uint32_t top, double left)
+{
+	for (int64_t p = top; p >= 0 && left > 0; p--) {
+		double want = 0;
+		for (size_t q = 0; q < nq; q++)
+			if (qs[q].sum_burst > 0 &&
+			    qs[q].priority == (uint32_t) p)
+				want += qs[q].sum_rate;
+		if (!(want > 0))
+			continue;
+		if (want <= left) {
+			for (size_t q = 0; q < nq; q++)
+				if (qs[q].sum_burst > 0 &&
+				    qs[q].priority == (uint32_t) p)
+					qs[q].allowance += qs[q].sum_rate;
+			left -= want;
+			continue;
+		}
+		double x = class_level(qs, nq, (uint32_t) p, left);
+		for (size_t q = 0; q < nq; q++)
+			if (qs[q].sum_burst > 0 &&
+			    qs[q].priority == (uint32_t) p)
+				qs[q].allowance += fmin(qs[q].sum_rate, x);
+		return;
+	}
+}
+
+/* The allowance of every quota under the ceiling. sum_rate and
+ * sum_burst serve as scratch (claim and weight) until fill_quota. */
+static void
+ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
+{
+	size_t nq = svc->nquotas;
+	allot__alloc_quota *qs = svc->quotas;
+	double C = svc->ceiling_rate;
+	double ff = pol->floor_fraction > 0 ? fmin(pol->floor_fraction, 1) : 0;
+	double total_r = 0, total_want = 0;
+	uint32_t top = 0;
+	for (size_t q = 0; q < nq; q++) {
+		allot__alloc_quota *aq = &qs[q];
+		aq->allowance = 0;
+		if (aq->nslots == 0 || !(aq->rate > 0)) {
+			aq->sum_rate = 0;  /* want */
+			aq->sum_burst = 0; /* weight: takes no part */
+			continue;
+		}
+		/* A quota wants what its replicas claim, at most R, and at
+		 * least a small part of R so that a quota that just went
+		 * quiet can admit again before the next round. */
+		double want = fmin(aq->rate, fmax(aq->claim, ff * aq->rate));
+		aq->sum_rate = want;
+		aq->sum_burst = aq->rate;
+		total_r += aq->rate;
+		total_want += want;
+		if (aq->priority > top)
+			top = aq->priority;
+	}
+	const size_t st = sizeof *qs;
+	if (!(C > 0) || total_r <= C) {
+		for (size_t q = 0; q < nq; q++)
+			qs[q].allowance = qs[q].sum_burst > 0 ? qs[q].rate : 0;
+		return;
+	}
+	if (total_want <= C) {
+		/* The ceiling does not bind: everyone gets what it wants and
+		 * the rest is spread in proportion to R (capped at R), so a
+		 * quota whose demand rises has room before the next round. */
+		double mu = level_floor(&qs[0].sum_rate, st, &qs[0].sum_burst,
+		    st, nq, C);
+		for (size_t q = 0; q < nq; q++) {
+			allot__alloc_quota *aq = &qs[q];
+			if (aq->sum_burst > 0)
+				aq->allowance = fmin(aq->rate,
+				    fmax(aq->sum_rate, mu * aq->rate));
+		}
+		fit_sum(&qs[0].allowance, st, nq, C);
+		return;
+	}
+	/* It binds: the classes kept longest are served first, each in
+	 * full while the ceiling lasts; the class where it runs out shares
+	 * the rest max-min fairly by claim (in tokens/s: cost-weighted, and
+	 * a claim includes the headroom, so a caller far above its demand
+	 * cannot crowd the margin of the others out) and the classes below
+	 * get nothing. */
+	serve(qs, nq, top, C);
+	fit_sum(&qs[0].allowance, st, nq, C);
+}
+
+/* The burst a slot with rate r gets: at least the largest endpoint
+ * weight w when the budget has that for every slot with a rate, the
+ * rest in proportion to the rates. */
+static double
+burst_of(double r, double sum_r, double budget, double w, size_t npos)
+{
+	if (!(r > 0) || !(sum_r > 0))
+		return 0;
+	double base = budget >= (double) npos * w ? w : 0;
+	double rest = budget - (double) npos * base;
+	return base + (rest > 0 ? rest : 0) * (r / sum_r);
+}
+
+static void
+fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
+{
+	size_t n = aq->nslots;
+	double A = aq->allowance;
+	aq->sum_rate = 0;
+	aq->sum_burst = 0;
+	aq->burst_budget = 0;
+	if (n == 0)
+		return;
+	allot__alloc_slot *sl = aq->slots;
+	const size_t st = sizeof *sl;
+	if (!(A > 0)) {
+		for (size_t i = 0; i < n; i++)
+			sl[i].rate = sl[i].burst = 0;
+		return;
+	}
+	double db = pol->deadband > 0 ? fmin(pol->deadband, 0.5) : 0;
+	double ff = pol->floor_fraction > 0 ? fmin(pol->floor_fraction, 1) : 0;
+	double f = ff * A / (double) n;
+	/* A slot claims its demand plus the headroom that absorbs its
+	 * fluctuations until the next round. */
+	double h = nonneg(pol->headroom);
+	/* Water-fill A: claims (with the floor) above A are served
+	 * max-min fairly; below A everyone is raised to a common level,
+	 * which spreads the leftover over idle and busy replicas alike. */
+	double s = 0;
+	for (size_t i = 0; i < n; i++) {
+		sl[i].rate = fmax(sl[i].rate * (1.0 + h), f);
+		s += sl[i].rate;
+	}
+	if (s > A) {
+		double x = level_cap(&sl[0].rate, st, NULL, 0, n, A);
+		for (size_t i = 0; i < n; i++)
+			sl[i].rate = fmin(sl[i].rate, x);
+	} else {
+		double x = level_floor(&sl[0].rate, st, NULL, 0, n, A);
+		for (size_t i = 0; i < n; i++)
+			sl[i].rate = fmax(sl[i].rate, x);
+	}
+	/* Dead band: a target moves only when the new one differs by more
+	 * than the band, the larger of `deadband` (relative) and noise_z
+	 * standard deviations of the demand estimate; a rise passes at once
+	 * when the replica was short (denied something). Then whatever
+	 * takes the sum above A is taken back from the targets kept above
+	 * their new value, in proportion to that excess. */
+	double z = nonneg(pol->noise_z);
+	if (db > 0 || z > 0) {
+		double sum = 0, slack = 0;
+		for (size_t i = 0; i < n; i++) {
+			allot__alloc_slot *x = &sl[i];
+			x->burst = x->rate; /* scratch: the new rate */
+			double p = x->prev_rate;
+			if (x->has_prev && p >= 0 && isfinite(p)) {
+				double nw = x->rate;
+				double band = fmax(db * fmax(nw, p),
+				    z * sqrt(nonneg(x->demand_var)) * (1 + h));
+				bool keep = nw > p ?
+				    !(x->denied > 0) && nw - p <= band :
+				    p - nw <= band;
+				if (keep)
+					x->rate = p;
+			}
+			sum += x->rate;
+			if (x->rate > x->burst)
+				slack += x->rate - x->burst;
+		}
+		if (sum > A && slack > 0) {
+			double cut = fmin(1.0, (sum - A) / slack);
+			for (size_t i = 0; i < n; i++)
+				if (sl[i].rate > sl[i].burst)
+					sl[i].rate -= (sl[i].rate -
+					    sl[i].burst) * cut;
+		}
+	}
+	aq->sum_rate = fit_sum(&sl[0].rate, st, n, A);
+
+	/* Bursts: only what the global bucket has (its level now plus what
+	 * it refills until the next round), scaled down with the
+	 * allowance when the ceiling cut it. */
+	double R = aq->rate, B = aq->burst;
+	double L = isnan(aq->level) ? B : nonneg(aq->level);
+	double budget = fmin(B * fmin(1.0, A / R),
+	    L + A * nonneg(aq->horizon_s));
+	budget = nonneg(budget);
+	double w = nonneg(aq->min_burst);
+	size_t npos = 0;
+	double sum_r = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (sl[i].rate > 0) {
+			npos++;
+			sum_r += sl[i].rate;
+		}
+	}
+	double sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		allot__alloc_slot *x = &sl[i];
+		x->burst = burst_of(x->rate, sum_r, budget, w, npos);
+		double p = x->prev_burst;
+		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
+		    isfinite(p) &&
+		    fabs(x->burst - p) <= db * fmax(x->burst, p))
+			x->burst = p;
+		sum += x->burst;
+	}
+	if (sum > budget) {
+		double slack = 0;
+		for (size_t i = 0; i < n; i++)
+			slack += fmax(0, sl[i].burst - burst_of(sl[i].rate,
+			    sum_r, budget, w, npos));
+		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
+		for (size_t i = 0; i < n; i++) {
+			double nb = burst_of(sl[i].rate, sum_r, budget, w,
+			    npos);
+			if (sl[i].burst > nb)
+				sl[i].burst -= (sl[i].burst - nb) * cut;
+		}
+	}
+	aq->burst_budget = budget;
+	aq->sum_burst = fit_sum(&sl[0].burst, st, n, budget);
+}
+
+static void
+demand_alloc(const allot__alloc_policy *pol, allot__alloc_service *svc)
+{
+	for (size_t q = 0; q < svc->nquotas; q++)
+		claims(pol, &svc->quotas[q]);
+	ceiling_split(pol, svc);
+	for (size_t q = 0; q < svc->nquotas; q++)
+		fill_quota(pol, &svc->quotas[q]);
 }
 
 int
@@ -79,6 +516,9 @@ allot__alloc_compute(const allot__alloc_policy *pol,
 	case ALLOT__ALLOC_STATIC:
 		static_split(svc);
 		return ALLOT_OK;
+	case ALLOT__ALLOC_DEMAND:
+		demand_alloc(pol, svc);
+		return ALLOT_OK;
 	}
 	zero_outputs(svc);
 	return ALLOT_EINVAL;
@@ -87,7 +527,13 @@ allot__alloc_compute(const allot__alloc_policy *pol,
 const char *
 allot__alloc_name(const allot__alloc_policy *pol)
 {
-	if (pol != NULL && pol->kind == ALLOT__ALLOC_STATIC)
+	if (pol == NULL)
+		return "unknown";
+	switch (pol->kind) {
+	case ALLOT__ALLOC_STATIC:
 		return "static_split";
+	case ALLOT__ALLOC_DEMAND:
+		return "demand";
+	}
 	return "unknown";
 }

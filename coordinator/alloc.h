@@ -3,45 +3,81 @@
  * The allocator: the one place that decides how each quota's global rate R
  * and burst B are divided among the live replicas of a service. The
  * registry (state.c) fills an allot__alloc_service with, per quota, one
- * slot per participating replica carrying what that replica reported since
- * the previous round (consumed, denied, demand, held), calls
+ * slot per participating replica carrying its demand estimate, what it
+ * reported since the previous round and its current target, calls
  * allot__alloc_compute() and hands the slot outputs (rate, burst) to the
- * replicas. The allocator keeps no state of its own between rounds and
- * never allocates memory, takes locks or does I/O, so it can run under the
- * registry's mutex. This issue ships the static split (each participant
- * gets R/n and B/n); the demand-aware water-filling allocator replaces the
- * body of allot__alloc_compute() behind the same interface. Every policy
- * must keep, per quota, the sum of slot rates <= R and the sum of slot
- * bursts <= B.
+ * replicas as targets. The allocator keeps no state of its own between
+ * rounds and never allocates memory, takes locks or does I/O, so it can
+ * run under the registry's mutex. Two policies: the static split (R/n and
+ * B/n, the bootstrap and the reference) and the demand-aware allocator
+ * (docs/allocation.md): a global ceiling shared across quotas in priority
+ * order, max-min fair water-filling of each quota's allowance across its
+ * replicas by demand with a floor for idle replicas and the leftover
+ * spread over everyone, and burst shares cut from the global bucket's
+ * level. Every policy keeps, per quota, the sum of slot rates <= the
+ * quota's allowance <= R, the sum of slot bursts <= the burst budget <= B,
+ * and the sum of allowances <= the ceiling.
  */
 #ifndef ALLOT_COORDINATOR_ALLOC_H
 #define ALLOT_COORDINATOR_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef enum allot__alloc_kind {
 	ALLOT__ALLOC_STATIC = 0,  /* R/n and B/n for each participant */
+	ALLOT__ALLOC_DEMAND = 1,  /* demand-aware water-filling */
 } allot__alloc_kind;
+
+/* Defaults of the demand-aware policy (allot__alloc_policy_init()). */
+#define ALLOT__ALLOC_FLOOR_FRACTION 0.05
+#define ALLOT__ALLOC_HEADROOM 0.25
+#define ALLOT__ALLOC_DEADBAND 0.05
+#define ALLOT__ALLOC_NOISE_Z 2.0
 
 typedef struct allot__alloc_policy {
 	allot__alloc_kind kind;
-	/* Demand-aware policies: the fraction of the equal share an idle
-	 * replica keeps so it can admit its first requests (unused by the
-	 * static split). */
+	/* The fraction of the equal share (allowance / n) an idle replica
+	 * keeps so it can admit its first requests. In [0, 1]. */
 	double floor_fraction;
+	/* A replica claims its demand estimate times (1 + headroom): the
+	 * margin that absorbs the fluctuation of its arrivals between two
+	 * rounds. >= 0. */
+	double headroom;
+	/* A slot whose new rate is within this fraction of its current
+	 * target keeps the current target (as long as the quota's sum
+	 * allows): shares do not follow noise in the demand estimates, and
+	 * Replies stay small. In [0, 1); 0 disables it. */
+	double deadband;
+	/* The dead band is also at least this many standard deviations of
+	 * the slot's demand estimate (a replica that sees a few requests
+	 * per interval has a noisy one). A rise beyond the current target
+	 * passes regardless when the replica was denied something. >= 0. */
+	double noise_z;
 } allot__alloc_policy;
 
-/* One replica's use of one quota. Inputs cover the window since the
- * previous round of this service; outputs are the new allowance. */
+/* The demand-aware policy with its defaults. */
+void allot__alloc_policy_init(allot__alloc_policy *pol);
+
+/* One replica's use of one quota. Inputs describe the replica now;
+ * outputs are its new target allowance. */
 typedef struct allot__alloc_slot {
 	/* inputs */
 	uint32_t replica;       /* index of the replica within the service,
 	                           the same across quotas of one round */
 	double consumed;        /* tokens admitted during the window */
 	double denied;          /* tokens denied during the window */
-	double demand;          /* last demand estimate, tokens/s */
+	double demand;          /* demand estimate, tokens/s (admitted +
+	                           denied cost, smoothed) */
+	double demand_var;      /* its variance (noise), (tokens/s)^2;
+	                           0: unknown */
+	bool fresh;             /* no estimate yet (a newcomer): it claims
+	                           what the others claim on average */
 	double held;            /* tokens in the replica's bucket, last seen */
+	bool has_prev;          /* prev_* is the current target */
+	double prev_rate;
+	double prev_burst;
 	/* outputs */
 	double rate;            /* local refill rate, tokens/s */
 	double burst;           /* local capacity, tokens */
@@ -51,13 +87,23 @@ typedef struct allot__alloc_quota {
 	/* inputs */
 	double rate;            /* R, tokens/s */
 	double burst;           /* B, tokens */
-	uint32_t priority;      /* index into the config's shed order */
-	double level;           /* estimated global bucket level, tokens */
+	uint32_t priority;      /* index into the config's shed order:
+	                           0 is shed first, higher is kept longer */
+	double level;           /* estimated global bucket level now, tokens
+	                           (demand policy; the static split ignores
+	                           it) */
+	double horizon_s;       /* time until the next round: the level
+	                           refills by allowance * horizon meanwhile */
+	double min_burst;       /* the largest endpoint weight: an agent
+	                           raises a smaller local burst to it */
 	allot__alloc_slot *slots; /* one per participating replica */
 	size_t nslots;
 	/* outputs */
-	double sum_rate;        /* sum of slot rates, <= rate */
-	double sum_burst;       /* sum of slot bursts, <= burst */
+	double allowance;       /* the quota's share of the ceiling, <= R */
+	double burst_budget;    /* what the slot bursts may sum to, <= B */
+	double claim;           /* sum of the slots' claims, tokens/s */
+	double sum_rate;        /* sum of slot rates, <= allowance */
+	double sum_burst;       /* sum of slot bursts, <= burst_budget */
 } allot__alloc_quota;
 
 /* One round for one service: all its quotas at once, so a policy may
@@ -70,7 +116,7 @@ typedef struct allot__alloc_service {
 	size_t nquotas;
 } allot__alloc_service;
 
-/* Compute every slot's rate and burst and each quota's sums in place.
+/* Compute every slot's rate and burst and each quota's outputs in place.
  * Inputs are not modified. Safe from any thread; the caller owns `svc`.
  * Returns ALLOT_OK, or ALLOT_EINVAL for a NULL argument or an unknown
  * policy (the outputs are then zero: nothing is handed out). */

@@ -7,6 +7,7 @@
  * releases (running our destructor) only once the server is finalised.
  */
 #include "http.h"
+#include "dashboard.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -207,7 +208,8 @@ allot__http_start(const char *addr, allot__state *st, allot__metrics *m,
 	if ((rv = nng_http_server_hold(&h->srv, h->url)) != 0 ||
 	    (rv = add_handler(h, "/metrics", on_metrics)) != 0 ||
 	    (rv = add_handler(h, "/status", on_status)) != 0 ||
-	    (rv = add_handler(h, "/healthz", on_healthz)) != 0) {
+	    (rv = add_handler(h, "/healthz", on_healthz)) != 0 ||
+	    (rv = add_handler(h, "/", allot__dashboard_serve)) != 0) {
 		snprintf(err, errlen, "cannot set up HTTP on %s: %s", url,
 		    nng_strerror(rv));
 		goto fail;

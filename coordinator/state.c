@@ -22,6 +22,18 @@
  * their next sync and the newcomer grows on the sync after that, so a
  * change settles within two intervals. Replicas restored after a restart
  * are assumed to hold their equal share until they return or expire.
+ *
+ * Demand and the live bound (docs/allocation.md). Each key keeps a demand
+ * estimate, admitted plus denied cost per second smoothed over the
+ * session's own sync windows, from which the allocator water-fills every
+ * interval. Each quota keeps the global bucket's level, refilled at R and
+ * drained by reported consumption, which caps the bursts handed out.
+ * What an agent may really hold can exceed its grant: a decrease counts
+ * from its Reply but the agent applies it only on receipt, so a key
+ * remembers the largest grant not acknowledged yet (the next Sync without
+ * a sequence gap acknowledges), and an expired replica may still run on
+ * its lease and then its fallback, so it stays counted for a while as an
+ * "expired, counted" record. Those sums are the live bound in /metrics.
  */
 #include "state.h"
 
@@ -31,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "hash.h"
@@ -62,7 +75,26 @@ typedef struct skey {
 	double burst;
 	double sent_rate;          /* grant: what the agent was last sent */
 	double sent_burst;         /* (NaN: nothing yet, holds no share) */
+	double may_rate;           /* the largest grant it may still hold: */
+	double may_burst;          /* sent, or more until acknowledged */
+	double reply_target;       /* the target when it was last answered */
+	double est;                /* demand estimate, tokens/s */
+	double est2;               /* its second moment, (tokens/s)^2 */
+	uint64_t est_ns;           /* est covers up to here; 0: never */
+	bool targeted;             /* rate/burst hold an allocator output */
+	bool was_short;            /* its grant was below its target at some
+	                              point since the last round */
 } skey;
+
+/* The rate an agent may hold on a key: its grant, or an earlier larger
+ * grant it has not acknowledged, or what it ran on before registering
+ * again. */
+static inline double
+key_hold(const skey *key)
+{
+	double r = isnan(key->sent_rate) ? 0 : key->sent_rate;
+	return isnan(key->may_rate) || key->may_rate < r ? r : key->may_rate;
+}
 
 struct service;
 
@@ -93,6 +125,12 @@ typedef struct session {
 	bool ghost;                /* restored from the store, not back yet;
 	                              holds a key per quota, never syncs */
 	bool seen_dirty;           /* synced since its last-seen row */
+	bool unacked;              /* some key's may_* is above its grant */
+	double interval_s;         /* its sync interval (demand smoothing) */
+	uint64_t last_reply_ns;    /* our last answer: its lease runs from */
+	uint32_t last_replicas;    /* here at the latest, and the count */
+	uint64_t acked_reply_ns;   /* the last answer it acknowledged: its */
+	uint32_t acked_replicas;   /* lease runs from here at the earliest */
 	struct session *hnext;
 } session;
 
@@ -102,18 +140,41 @@ typedef struct squota {
 	uint64_t denied_total;
 	uint64_t win_allowed;      /* since the last per-second pass */
 	uint64_t win_denied;
-	double demand_sum;         /* sum over sessions of the last demand */
+	double demand_sum;         /* sum of the demand estimates, tokens/s */
 	double level;              /* global bucket estimate, tokens */
+	uint64_t level_ns;         /* when `level` was last brought up */
 	double level_recorded;
 	double sum_rate;           /* sum of targets (allocator outputs) */
 	double sum_burst;
 	double granted_rate;       /* sum of grants: what replicas hold */
 	double granted_burst;
+	double allowance;          /* its part of the ceiling (allocator) */
+	double burst_budget;       /* what the bursts may sum to */
+	double bound_rate;         /* the live bound, see compute_bounds() */
+	double bound_burst;
+	uint32_t counted_expired;  /* expired replicas in the bound */
 	uint32_t nslots;           /* replicas holding a share */
 	double admitted_rate;      /* last second, tokens/s */
 	double denied_rate;
 	double utilization;        /* admitted / (R * 1 s) */
 } squota;
+
+/* An expired replica that may still be running: on its last grants
+ * until its lease ends, then on each quota's fallback. Counted in the
+ * live bound (not in the headroom) until it registers again or
+ * zombie_ms pass. */
+typedef struct zombie {
+	char *replica_id;
+	uint64_t reply_ns;         /* as in its session */
+	uint64_t acked_ns;
+	uint64_t drop_ns;
+	uint32_t n_last;           /* the fewest replicas it may have been
+	                              told last (the largest fallback) */
+	double interval_s;
+	uint64_t epoch;            /* config the arrays index */
+	double *rate;              /* per quota index: what it may hold */
+	double *burst;
+} zombie;
 
 typedef struct service {
 	char *name;
@@ -121,6 +182,11 @@ typedef struct service {
 	uint32_t nsess;
 	uint32_t cap;
 	squota *q;                 /* one per quota index of st->cur */
+	double held_total;         /* sum over every quota of what the agents
+	                              may hold (key_hold()): the ceiling */
+	zombie *zs;
+	uint32_t nzs;
+	uint32_t nsess_silenced;   /* sessions when the last silence ended */
 	uint64_t gen;              /* bumped when any share changes */
 	bool dirty;                /* replica set or config changed */
 	bool rec_pending;          /* some key has rec_pending */
@@ -147,6 +213,9 @@ struct allot__state {
 	size_t nsessions;          /* live sessions, restored ones included */
 	uint64_t next_session;
 	uint64_t last_second_ns;
+	uint64_t last_heard_ns;    /* last request from any replica */
+	bool hold;                 /* grant(): no increase (see register) */
+	uint64_t grace_until_ns;   /* no expiry before (after a silence) */
 	uint32_t *stamp;           /* duplicate-key detection, per quota */
 	size_t stamp_cap;
 	uint32_t stamp_gen;
@@ -170,6 +239,101 @@ static inline uint64_t
 since(uint64_t now, uint64_t then)
 {
 	return now > then ? now - then : 0;
+}
+
+static inline uint64_t
+now_ns(const allot__state *st)
+{
+	return st->o.clock != NULL ? st->o.clock(st->o.clock_ctx) :
+	    allot__mono_ns();
+}
+
+/* ---- the global bucket and the demand estimates ---- */
+
+/* Refill the quota's global bucket estimate up to `now`. */
+static void
+level_bring(squota *sq, double rate, double burst, uint64_t now)
+{
+	if (sq->level_ns != 0 && now > sq->level_ns) {
+		sq->level += rate * (double) (now - sq->level_ns) / 1e9;
+		if (sq->level > burst)
+			sq->level = burst;
+	}
+	if (now > sq->level_ns)
+		sq->level_ns = now;
+}
+
+/* The time constant of a session's demand estimates, seconds: a few
+ * intervals, and never so short that a fast-syncing replica's estimate
+ * rests on a handful of requests. */
+static double
+est_tau(const session *s)
+{
+	double tau = ALLOT__STATE_TAU * s->interval_s;
+	return tau > ALLOT__STATE_TAU_MIN_S ? tau : ALLOT__STATE_TAU_MIN_S;
+}
+
+/* The decay of the demand estimates over `idle` seconds. */
+static double
+est_decay(const session *s, double idle)
+{
+	return idle > 0 ? exp(-idle / est_tau(s)) : 1;
+}
+
+/* The demand estimate of a key as of its session's last Sync: a key not
+ * reported since was idle in between, so the estimate decays over that
+ * time (lazily: an unreported key costs nothing per Sync). */
+static double
+est_read(const session *s, const skey *key)
+{
+	if (key->est_ns == 0)
+		return 0;
+	return key->est * est_decay(s, (double) since(s->last_sync_ns,
+	    key->est_ns) / 1e9);
+}
+
+/* The variance of that estimate: the variance of the per-window rates
+ * (from the second moment kept beside the mean) times what an
+ * exponential average of weight a keeps of it, a / (2 - a). */
+static double
+est_var(const session *s, const skey *key)
+{
+	if (key->est_ns == 0)
+		return 0;
+	double d = est_decay(s, (double) since(s->last_sync_ns,
+	    key->est_ns) / 1e9);
+	double m1 = key->est * d, m2 = key->est2 * d;
+	double var = m2 - m1 * m1;
+	double a = 1.0 - exp(-s->interval_s / est_tau(s));
+	return var > 0 ? var * a / (2.0 - a) : 0;
+}
+
+/* Fold `amount` tokens (admitted + denied) over the `w` seconds ending at
+ * `now` into the estimate: first the decay over the idle time before
+ * the window (zeros, in effect), then an exponential average of the
+ * window's rate and of its square with the time constant
+ * ALLOT__STATE_TAU intervals. A first window is taken as it is, with
+ * the variance of a single noisy measure (its own square). */
+static void
+est_update(const session *s, skey *key, double amount, double w,
+    uint64_t now)
+{
+	double inst = amount / w;
+	if (key->est_ns == 0) {
+		key->est = inst;
+		key->est2 = 2 * inst * inst;
+		key->est_ns = now;
+		return;
+	}
+	uint64_t wns = (uint64_t) (w * 1e9);
+	uint64_t start = now > wns ? now - wns : 0;
+	double d = est_decay(s, (double) since(start, key->est_ns) / 1e9);
+	key->est *= d;
+	key->est2 *= d;
+	double a = 1.0 - exp(-w / est_tau(s));
+	key->est += a * (inst - key->est);
+	key->est2 += a * (inst * inst - key->est2);
+	key->est_ns = now;
 }
 
 /* ------------------------------------------------------------------ */
@@ -382,8 +546,8 @@ session_unlink(allot__state *st, session *s)
 		if (key->q < 0)
 			continue;
 		squota *sq = &svc->q[key->q];
-		sq->demand_sum -= key->demand;
 		/* Its grant goes back to the headroom. */
+		svc->held_total -= key_hold(key);
 		if (!isnan(key->sent_rate)) {
 			sq->granted_rate -= key->sent_rate;
 			sq->granted_burst -= key->sent_burst;
@@ -407,7 +571,410 @@ expiry_ns(const allot__state *st, uint32_t agent_interval_ms)
 		agent_interval_ms = ALLOT__STATE_AGENT_INTERVAL_MAX;
 	if (agent_interval_ms > iv)
 		iv = agent_interval_ms;
-	return (uint64_t) iv * st->o.expiry_intervals * 1000000u;
+	/* An agent gives an exchange up after max(2T, 250 ms) and retries
+	 * after a backoff: one lost reply must never expire a replica, so
+	 * the silence tolerated covers two such timeouts plus an interval. */
+	uint64_t timeout = 2u * (uint64_t) iv > 250u ? 2u * (uint64_t) iv :
+	    250u;
+	uint64_t floor_ms = 2u * timeout + iv;
+	uint64_t k_ms = (uint64_t) iv * st->o.expiry_intervals;
+	return (k_ms > floor_ms ? k_ms : floor_ms) * 1000000u;
+}
+
+/* Demand is the callers', not the replicas': when the replica set
+ * changes, the load balancer moves it, it does not appear or vanish. A
+ * newcomer claims the average of the others (alloc.c), so the others'
+ * estimates give up the same part (n / (n + 1) each); a replica that
+ * leaves hands its estimate to the survivors in equal parts. The
+ * estimates then correct themselves from the next reports; without
+ * this they would lag a change by a few intervals, and the shares with
+ * them. Under the lock. */
+static void
+conserve_join(service *svc)
+{
+	double n = 0;
+	for (uint32_t i = 0; i < svc->nsess; i++)
+		n += !svc->sess[i]->ghost;
+	if (n < 1)
+		return;
+	double f = n / (n + 1);
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		session *s = svc->sess[i];
+		for (uint32_t k = 0; !s->ghost && k < s->nkeys; k++) {
+			s->keys[k].est *= f;
+			s->keys[k].est2 *= f * f;
+		}
+	}
+}
+
+static void
+conserve_leave(service *svc, const session *gone_s)
+{
+	if (gone_s->ghost || gone_s->last_seq == 0)
+		return;
+	double n = 0;
+	for (uint32_t i = 0; i < svc->nsess; i++)
+		n += svc->sess[i] != gone_s && !svc->sess[i]->ghost;
+	if (n < 1)
+		return;
+	for (uint32_t k = 0; k < gone_s->nkeys; k++) {
+		const skey *gk = &gone_s->keys[k];
+		if (gk->q < 0 || gk->est_ns == 0)
+			continue;
+		double add = est_read(gone_s, gk) / n;
+		for (uint32_t i = 0; i < svc->nsess; i++) {
+			session *s = svc->sess[i];
+			if (s == gone_s || s->ghost)
+				continue;
+			for (uint32_t j = 0; j < s->nkeys; j++) {
+				skey *key = &s->keys[j];
+				if (key->q != gk->q)
+					continue;
+				if (key->est_ns == 0) {
+					key->est = key->est2 = 0;
+					key->est_ns = s->last_sync_ns;
+				}
+				/* Shift the mean, keep the variance. */
+				key->est2 += add * (2 * key->est + add);
+				key->est += add;
+				break;
+			}
+		}
+	}
+}
+
+/* A replica registering again keeps its estimates. */
+static void
+inherit(session *s, const session *old)
+{
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		skey *key = &s->keys[k];
+		for (uint32_t j = 0; key->q >= 0 && j < old->nkeys; j++) {
+			const skey *ok = &old->keys[j];
+			if (ok->q == key->q && ok->est_ns != 0 &&
+			    !old->ghost) {
+				double d = est_decay(old, (double) since(
+				    old->last_sync_ns, ok->est_ns) / 1e9);
+				key->est = ok->est * d;
+				key->est2 = ok->est2 * d;
+				key->est_ns = old->last_sync_ns;
+				break;
+			}
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* expired replicas and the live bound                                 */
+/* ------------------------------------------------------------------ */
+
+static void
+zombie_free(zombie *z)
+{
+	free(z->replica_id);
+	free(z->rate);
+	free(z->burst);
+}
+
+static void
+zombies_clear(service *svc)
+{
+	for (uint32_t i = 0; i < svc->nzs; i++)
+		zombie_free(&svc->zs[i]);
+	free(svc->zs);
+	svc->zs = NULL;
+	svc->nzs = 0;
+}
+
+static void
+zombie_remove(service *svc, uint32_t i)
+{
+	zombie_free(&svc->zs[i]);
+	svc->zs[i] = svc->zs[--svc->nzs];
+}
+
+/* The replica registered again: its new session is what it holds. */
+static void
+zombie_forget(service *svc, const char *replica_id)
+{
+	for (uint32_t i = 0; i < svc->nzs; i++) {
+		if (strcmp(svc->zs[i].replica_id, replica_id) == 0) {
+			zombie_remove(svc, i);
+			return;
+		}
+	}
+}
+
+/* The fewest replicas a session may have been told in its last answer:
+ * its fallback is R divided by that. */
+static uint32_t
+fewest(const session *s)
+{
+	uint32_t a = s->last_replicas, b = s->acked_replicas;
+	return b != 0 && b < a ? b : a;
+}
+
+/* Remember what the expiring session `s` may still hold. Without memory
+ * it is simply not counted (the bound then under-reports). */
+static void
+zombie_add(allot__state *st, service *svc, const session *s, uint64_t now)
+{
+	zombie_forget(svc, s->replica_id);
+	const cfgv *v = st->cur;
+	zombie *arr = realloc(svc->zs, (svc->nzs + 1) * sizeof *arr);
+	if (arr == NULL)
+		return;
+	svc->zs = arr;
+	zombie z = {
+		.replica_id = strdup(s->replica_id),
+		.reply_ns = s->last_reply_ns,
+		.acked_ns = s->acked_reply_ns,
+		.drop_ns = now + (uint64_t) st->o.zombie_ms * 1000000u,
+		.n_last = fewest(s),
+		.interval_s = s->interval_s,
+		.epoch = v->epoch,
+		.rate = malloc(v->nq * sizeof(double)),
+		.burst = malloc(v->nq * sizeof(double)),
+	};
+	if (z.replica_id == NULL || z.rate == NULL || z.burst == NULL) {
+		zombie_free(&z);
+		return;
+	}
+	for (size_t q = 0; q < v->nq; q++)
+		z.rate[q] = z.burst[q] = NAN; /* no key for it */
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		const skey *key = &s->keys[k];
+		if (key->q < 0)
+			continue;
+		z.rate[key->q] = isnan(key->sent_rate) ? 0 :
+		    fmax(key->sent_rate, key->may_rate);
+		z.burst[key->q] = isnan(key->sent_burst) ? 0 :
+		    fmax(key->sent_burst, key->may_burst);
+	}
+	svc->zs[svc->nzs++] = z;
+}
+
+static void
+zombies_expire(service *svc, uint64_t now)
+{
+	for (uint32_t i = svc->nzs; i-- > 0;)
+		if (now >= svc->zs[i].drop_ns)
+			zombie_remove(svc, i);
+}
+
+/* What an agent runs on when its lease ran out: the quota's fallback
+ * (agent/sync_core.c), with the agent's minimum burst applied. */
+static void
+fallback_allowance(const cfgv *v, size_t q, uint32_t n, double *ret_r,
+    double *ret_b)
+{
+	const allot__quota *qq = v->q[q];
+	if (qq->fallback == ALLOT_FALLBACK_OPEN) {
+		*ret_r = *ret_b = INFINITY;
+		return;
+	}
+	if (qq->fallback == ALLOT_FALLBACK_CLOSED) {
+		*ret_r = *ret_b = 0;
+		return;
+	}
+	double nn = n > 0 ? (double) n : 1.0;
+	*ret_r = v->rate[q] / nn;
+	*ret_b = fmax(v->burst[q] / nn, (double) v->cfg->max_weight);
+}
+
+/* Where a replica stands with its lease at `now`, as far as the
+ * coordinator can tell (see lease_at()). */
+typedef enum lease_phase {
+	LEASE_HELD,
+	LEASE_EITHER,
+	LEASE_LAPSED,
+} lease_phase;
+
+static lease_phase
+lease_at(const allot__state *st, uint64_t sent_ns, uint64_t acked_ns,
+    double interval_s, uint64_t now)
+{
+	/* Its lease started with the last answer it received: no earlier
+	 * than the last it acknowledged (its Welcome counts: without it,
+	 * it runs on its bootstrap allowance, a term of its own), no later
+	 * than the last we sent plus its travel. And an agent notices the
+	 * end of its lease between exchanges only, up to one request
+	 * timeout late (agent/sync.c: 2 T, 250 ms to 2 s). */
+	uint64_t lease = (uint64_t) st->o.lease_ms * 1000000u;
+	double to = 2 * interval_s;
+	to = to < 0.25 ? 0.25 : to > 2.0 ? 2.0 : to;
+	if (acked_ns == 0)
+		acked_ns = sent_ns;
+	if (sent_ns == 0 || now < acked_ns + lease)
+		return LEASE_HELD;
+	if (now < sent_ns + lease + (uint64_t) ((to + interval_s) * 1e9))
+		return LEASE_EITHER;
+	return LEASE_LAPSED;
+}
+
+/* The local burst an agent really runs with: it raises any burst of a
+ * limiting allowance to the largest endpoint weight (agent.c), and a
+ * zero rate closes the bucket. */
+static double
+eff_burst(const cfgv *v, double r, double b)
+{
+	return r > 0 ? fmax(b, (double) v->cfg->max_weight) : 0;
+}
+
+/* What one key of a session may run on now (live bound terms). */
+static void
+key_bound(const allot__state *st, const session *s, const skey *key,
+    uint64_t now, double *ret_r, double *ret_b)
+{
+	const cfgv *v = st->cur;
+	double r = isnan(key->sent_rate) ? 0 : key->sent_rate;
+	double b = isnan(key->sent_burst) ? 0 : key->sent_burst;
+	if (!s->ghost && !isnan(key->may_rate)) {
+		r = fmax(r, key->may_rate);
+		b = fmax(b, key->may_burst);
+	}
+	b = eff_burst(v, r, b);
+	lease_phase ph = s->ghost ? LEASE_HELD :
+	    lease_at(st, s->last_reply_ns, s->acked_reply_ns, s->interval_s,
+	    now);
+	if (ph != LEASE_HELD) {
+		double fr, fb;
+		fallback_allowance(v, (size_t) key->q, fewest(s), &fr, &fb);
+		r = ph == LEASE_LAPSED ? fr : fmax(r, fr);
+		b = ph == LEASE_LAPSED ? fb : fmax(b, fb);
+	}
+	*ret_r = r;
+	*ret_b = b;
+}
+
+/* What expired replica `z` may run quota q on at `now`; false when it had
+ * no key for it. */
+static bool
+zombie_value(const allot__state *st, const zombie *z, size_t q,
+    uint64_t now, double *ret_r, double *ret_b)
+{
+	const cfgv *v = st->cur;
+	if (z->epoch != v->epoch || q >= v->nq || isnan(z->rate[q]))
+		return false;
+	double r = z->rate[q];
+	double b = eff_burst(v, r, z->burst[q]);
+	lease_phase ph = lease_at(st, z->reply_ns, z->acked_ns, z->interval_s,
+	    now);
+	if (ph != LEASE_HELD) {
+		double fr, fb;
+		fallback_allowance(v, q, z->n_last, &fr, &fb);
+		r = ph == LEASE_LAPSED ? fr : fmax(r, fr);
+		b = ph == LEASE_LAPSED ? fb : fmax(b, fb);
+	}
+	*ret_r = r;
+	*ret_b = b;
+	return true;
+}
+
+/* The live bound of every quota of `svc` (squota.bound_*): per replica
+ * the larger of its grant and any earlier grant it has not acknowledged,
+ * its fallback once its lease ran out, a placeholder's assumed share,
+ * and the expired replicas still counted. Under the lock. */
+static void
+compute_bounds(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	for (size_t q = 0; q < v->nq; q++) {
+		svc->q[q].bound_rate = 0;
+		svc->q[q].bound_burst = 0;
+		svc->q[q].counted_expired = 0;
+	}
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		const session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			const skey *key = &s->keys[k];
+			if (key->q < 0)
+				continue;
+			double r, b;
+			key_bound(st, s, key, now, &r, &b);
+			svc->q[key->q].bound_rate += r;
+			svc->q[key->q].bound_burst += b;
+		}
+	}
+	for (uint32_t i = 0; i < svc->nzs; i++) {
+		const zombie *z = &svc->zs[i];
+		if (z->epoch != v->epoch)
+			continue;
+		for (size_t q = 0; q < v->nq; q++) {
+			double r, b;
+			if (!zombie_value(st, z, q, now, &r, &b))
+				continue;
+			svc->q[q].bound_rate += r;
+			svc->q[q].bound_burst += b;
+			svc->q[q].counted_expired++;
+		}
+	}
+}
+
+static double
+bound_ratio(const squota *sq, double R, double B)
+{
+	double a = sq->bound_rate / R, b = sq->bound_burst / B;
+	return a > b ? a : b;
+}
+
+/* A replica registering again keeps its local buckets and the
+ * allowances it ran on (docs/protocol.md) until our Welcome reaches it,
+ * so its new session may hold those until it acknowledges the Welcome.
+ * `old` is its previous live session, or NULL. Under the lock. */
+static void
+carry_allowances(allot__state *st, service *svc, session *s,
+    const session *old, uint64_t now)
+{
+	const zombie *z = NULL;
+	for (uint32_t i = 0; i < svc->nzs; i++)
+		if (strcmp(svc->zs[i].replica_id, s->replica_id) == 0)
+			z = &svc->zs[i];
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		skey *key = &s->keys[k];
+		if (key->q < 0)
+			continue;
+		double r = -1, b = -1, x, y;
+		if (z != NULL && zombie_value(st, z, (size_t) key->q, now, &x,
+		        &y)) {
+			r = x;
+			b = y;
+		}
+		for (uint32_t j = 0; old != NULL && !old->ghost &&
+		     j < old->nkeys; j++) {
+			if (old->keys[j].q != key->q)
+				continue;
+			key_bound(st, old, &old->keys[j], now, &x, &y);
+			r = fmax(r, x);
+			b = fmax(b, y);
+		}
+		if (r >= 0) {
+			key->may_rate = r;
+			key->may_burst = b;
+			s->unacked = true;
+		}
+	}
+}
+
+/* A request from a replica: the coordinator is not cut off. When nobody
+ * had been heard for K intervals, that silence was more likely the
+ * coordinator's own network than every replica dying at once: the
+ * silent replicas of services that had two or more get learn_ms to come
+ * back before they expire, so the first to return is not handed the
+ * shares of the others, which are running on their lease or fallback.
+ * Under the lock. */
+static void
+heard(allot__state *st, uint64_t now)
+{
+	uint64_t win = expiry_ns(st, 0);
+	if (st->last_heard_ns != 0 && since(now, st->last_heard_ns) > win &&
+	    st->o.learn_ms > 0) {
+		st->grace_until_ns = now +
+		    (uint64_t) st->o.learn_ms * 1000000u;
+		for (size_t i = 0; i < st->nsvcs; i++)
+			st->svcs[i]->nsess_silenced = st->svcs[i]->nsess;
+	}
+	st->last_heard_ns = now;
 }
 
 /* ------------------------------------------------------------------ */
@@ -430,6 +997,13 @@ grow(void **p, size_t *cap, size_t need, size_t elem)
 	return true;
 }
 
+/* Differences below this are rounding, not a change worth a message. */
+static double
+tolerance(double total)
+{
+	return 1e-9 * (total > 1 ? total : 1);
+}
+
 /* The sums of grants of each quota of `svc`, from scratch (the running
  * sums are kept incrementally; this removes any rounding drift). */
 static void
@@ -439,11 +1013,15 @@ rebuild_granted(allot__state *st, service *svc)
 		svc->q[q].granted_rate = 0;
 		svc->q[q].granted_burst = 0;
 	}
+	svc->held_total = 0;
 	for (uint32_t i = 0; i < svc->nsess; i++) {
 		const session *s = svc->sess[i];
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			const skey *key = &s->keys[k];
-			if (key->q < 0 || isnan(key->sent_rate))
+			if (key->q < 0)
+				continue;
+			svc->held_total += key_hold(key);
+			if (isnan(key->sent_rate))
 				continue;
 			svc->q[key->q].granted_rate += key->sent_rate;
 			svc->q[key->q].granted_burst += key->sent_burst;
@@ -462,12 +1040,16 @@ recompute(allot__state *st, service *svc, uint64_t now)
 		return false;
 	allot__alloc_quota *aq = st->aq;
 	for (size_t q = 0; q < nq; q++) {
+		level_bring(&svc->q[q], v->rate[q], v->burst[q], now);
 		aq[q] = (allot__alloc_quota) {
 			.rate = v->rate[q],
 			.burst = v->burst[q],
 			.priority = v->q[q]->priority,
 			.level = svc->q[q].level,
+			.horizon_s = (double) st->o.interval_ms / 1e3,
+			.min_burst = (double) v->cfg->max_weight,
 		};
+		svc->q[q].demand_sum = 0;
 	}
 	size_t total = 0;
 	for (uint32_t i = 0; i < svc->nsess; i++) {
@@ -503,12 +1085,28 @@ recompute(allot__state *st, service *svc, uint64_t now)
 				continue;
 			allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
 			size_t idx = (size_t) (sl - st->slots);
+			const skey *key = &s->keys[k];
+			/* Until its first Sync a replica's demand is unknown
+			 * (a placeholder's too); after it, a key it does not
+			 * report is idle. */
+			bool fresh = s->ghost || s->last_seq < 2;
+			double d = fresh ? 0 : est_read(s, key);
+			double dv = fresh ? 0 : est_var(s, key);
+			svc->q[q].demand_sum += d;
 			*sl = (allot__alloc_slot) {
 				.replica = i,
-				.consumed = s->keys[k].consumed,
-				.denied = s->keys[k].denied,
-				.demand = s->keys[k].demand,
-				.held = s->keys[k].held,
+				.consumed = key->consumed,
+				/* Denials while its grant lagged its target
+				 * (waiting for headroom) say nothing about
+				 * the target. */
+				.denied = key->was_short ? 0 : key->denied,
+				.demand = d,
+				.demand_var = dv,
+				.fresh = fresh,
+				.held = key->held,
+				.has_prev = key->targeted,
+				.prev_rate = key->rate,
+				.prev_burst = key->burst,
 			};
 			st->owner_sess[idx] = i;
 			st->owner_key[idx] = k;
@@ -527,19 +1125,26 @@ recompute(allot__state *st, service *svc, uint64_t now)
 	for (size_t q = 0; q < nq; q++) {
 		svc->q[q].sum_rate = aq[q].sum_rate;
 		svc->q[q].sum_burst = aq[q].sum_burst;
+		svc->q[q].allowance = aq[q].allowance;
+		svc->q[q].burst_budget = aq[q].burst_budget;
 		svc->q[q].nslots = (uint32_t) aq[q].nslots;
 		for (size_t j = 0; j < aq[q].nslots; j++) {
 			size_t idx = (size_t) (&aq[q].slots[j] - st->slots);
 			session *s = svc->sess[st->owner_sess[idx]];
 			skey *key = &s->keys[st->owner_key[idx]];
-			if (key->rate != aq[q].slots[j].rate ||
+			if (!key->targeted ||
+			    key->rate != aq[q].slots[j].rate ||
 			    key->burst != aq[q].slots[j].burst) {
 				key->rate = aq[q].slots[j].rate;
 				key->burst = aq[q].slots[j].burst;
+				key->targeted = true;
 				changed = true;
 			}
 			key->consumed = 0;
 			key->denied = 0;
+			key->was_short = isnan(key->sent_rate) ||
+			    key->rate - key->sent_rate > 0.01 * key->rate +
+			    tolerance(v->rate[q]);
 		}
 	}
 	if (changed)
@@ -550,12 +1155,6 @@ recompute(allot__state *st, service *svc, uint64_t now)
 	return true;
 }
 
-/* Differences below this are rounding, not a change worth a message. */
-static double
-tolerance(double total)
-{
-	return 1e-9 * (total > 1 ? total : 1);
-}
 
 /* Move the grant of one key toward its target: a decrease at once, an
  * increase only as far as the quota's headroom allows, so the grants of
@@ -563,28 +1162,51 @@ tolerance(double total)
  * grant changed (the key belongs in the Reply); *ret_short is set when
  * the grant is still below the target. Under the lock. */
 static bool
-grant(allot__state *st, service *svc, skey *key, bool *ret_short)
+grant(allot__state *st, service *svc, session *s, skey *key,
+    bool *ret_short)
 {
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
+	double C = st->cur->cfg->ceiling_rate;
 	bool fresh = isnan(key->sent_rate);
 	double held_r = fresh ? 0 : key->sent_rate;
 	double held_b = fresh ? 0 : key->sent_burst;
 	double room_r = R - sq->granted_rate;
-	double room_b = B - sq->granted_burst;
+	/* Bursts only out of what the global bucket has (the allocator's
+	 * budget), and rates also within the ceiling across quotas. The
+	 * ceiling counts what the agents may hold, decreases they have not
+	 * acknowledged included: it moves capacity between callers, where
+	 * a lost Reply would otherwise let two of them use it at once. */
+	double room_b = fmin(B, sq->burst_budget) - sq->granted_burst;
+	if (C > 0 && C - svc->held_total < room_r)
+		room_r = C - svc->held_total;
+	if (st->hold)
+		room_r = room_b = 0;
 	double gr = key->rate <= held_r ? key->rate :
 	    fmin(key->rate, held_r + (room_r > 0 ? room_r : 0));
 	double gb = key->burst <= held_b ? key->burst :
 	    fmin(key->burst, held_b + (room_b > 0 ? room_b : 0));
 	*ret_short = key->rate - gr > tolerance(R) ||
 	    key->burst - gb > tolerance(B);
+	if (key->rate - gr > 0.01 * key->rate + tolerance(R))
+		key->was_short = true;
+	key->reply_target = key->rate;
 	if (!fresh && fabs(gr - held_r) <= tolerance(R) &&
 	    fabs(gb - held_b) <= tolerance(B))
 		return false;
 	sq->granted_rate += gr - held_r;
 	sq->granted_burst += gb - held_b;
+	double h0 = key_hold(key);
 	key->sent_rate = gr;
 	key->sent_burst = gb;
+	/* Until the agent acknowledges, it may still run on the larger of
+	 * this grant and any earlier one it has not confirmed. */
+	key->may_rate = isnan(key->may_rate) ? gr : fmax(key->may_rate, gr);
+	key->may_burst = isnan(key->may_burst) ? gb :
+	    fmax(key->may_burst, gb);
+	if (key->may_rate != gr || key->may_burst != gb)
+		s->unacked = true;
+	svc->held_total += key_hold(key) - h0;
 	key->rec_pending = true;
 	svc->rec_pending = true;
 	return true;
@@ -629,7 +1251,9 @@ allot__state_opts_init(allot__state_opts *o)
 	o->max_services = ALLOT__STATE_MAX_SERVICES;
 	o->full_every = ALLOT__STATE_FULL_EVERY;
 	o->absurd_factor = ALLOT__STATE_ABSURD_FACTOR;
-	o->policy.kind = ALLOT__ALLOC_STATIC;
+	allot__alloc_policy_init(&o->policy);
+	o->learn_ms = 2 * ALLOT__STATE_LEASE_MS;
+	o->zombie_ms = ALLOT__STATE_ZOMBIE_MS;
 }
 
 static void
@@ -677,7 +1301,7 @@ allot__state_create(const allot__state_opts *opts, allot_config *cfg,
 		return ALLOT_ENOMEM;
 	}
 	record_config(st, st->cur, text);
-	st->last_second_ns = allot__mono_ns();
+	st->last_second_ns = now_ns(st);
 	*ret = st;
 	return ALLOT_OK;
 }
@@ -691,6 +1315,7 @@ allot__state_destroy(allot__state *st)
 		service *svc = st->svcs[i];
 		for (uint32_t j = 0; j < svc->nsess; j++)
 			session_free(svc->sess[j]);
+		zombies_clear(svc);
 		free(svc->sess);
 		free(svc->q);
 		free(svc->name);
@@ -760,6 +1385,7 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 	s->nkeys = s->nknown = (uint32_t) v->nq;
 	s->id = r->session;
 	s->ghost = true;
+	s->interval_s = (double) st->o.interval_ms / 1e3;
 	s->last_seen_ns = rc->now;
 	s->expiry_ns = expiry_ns(st, 0);
 	s->joined_wall_ms = allot__wall_ms();
@@ -793,6 +1419,7 @@ on_restored_level(void *arg, const allot__store_level *l)
 		return;
 	double b = st->cur->burst[q];
 	svc->q[q].level = l->level < 0 ? 0 : l->level > b ? b : l->level;
+	svc->q[q].level_ns = rc->now;
 	svc->q[q].level_recorded = svc->q[q].level;
 }
 
@@ -801,7 +1428,7 @@ allot__state_restore(allot__state *st)
 {
 	if (st == NULL)
 		return ALLOT_EINVAL;
-	restore_ctx rc = { .st = st, .now = allot__mono_ns() };
+	restore_ctx rc = { .st = st, .now = now_ns(st) };
 	int rv = ALLOT_OK;
 	pthread_mutex_lock(&st->mu);
 	if (st->o.store != NULL) {
@@ -813,7 +1440,7 @@ allot__state_restore(allot__state *st)
 	}
 	if (rc.max_id >= st->next_session)
 		st->next_session = rc.max_id + 1;
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
 	for (size_t i = 0; i < st->nsvcs; i++) {
 		service *svc = st->svcs[i];
 		if (!svc->dirty)
@@ -901,7 +1528,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
 		if (key->q < 0)
 			continue;
 		bool is_short;
-		bool changed = grant(st, s->svc, key, &is_short);
+		bool changed = grant(st, s->svc, s, key, &is_short);
 		s->pending += is_short;
 		if (!changed && !all)
 			continue;
@@ -952,6 +1579,8 @@ session_new(const Allot__V1__Register *req)
 		s->keys[k].q = -1;
 		s->keys[k].sent_rate = NAN;
 		s->keys[k].sent_burst = NAN;
+		s->keys[k].may_rate = NAN;
+		s->keys[k].may_burst = NAN;
 	}
 	return s;
 }
@@ -998,7 +1627,8 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	uint32_t replicas = 0;
 
 	pthread_mutex_lock(&st->mu);
-	now = allot__mono_ns();
+	now = now_ns(st);
+	heard(st, now);
 	const cfgv *v = st->cur;
 	if (!grow((void **) &st->stamp, &st->stamp_cap, v->nq,
 	        sizeof *st->stamp)) {
@@ -1050,8 +1680,17 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 		    st->o.max_replicas);
 		goto unlock;
 	}
-	if (old != NULL)
+	bool returning = old != NULL;
+	for (uint32_t i = 0; i < svc->nzs && !returning; i++)
+		returning = strcmp(svc->zs[i].replica_id, s->replica_id) == 0;
+	carry_allowances(st, svc, s, old, now);
+	if (old != NULL) {
+		inherit(s, old);
 		session_unlink(st, old);
+	} else {
+		conserve_join(svc);
+	}
+	zombie_forget(svc, s->replica_id);
 	if (!service_add(svc, s)) {
 		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 		why = ALLOT__REJ_CAPACITY;
@@ -1068,6 +1707,9 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	s->last_seen_ns = now;
 	s->last_sync_ns = now;
 	s->expiry_ns = expiry_ns(st, req->sync_interval_ms);
+	s->interval_s = (double) (req->sync_interval_ms > 0 &&
+	    req->sync_interval_ms <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
+	    req->sync_interval_ms : st->o.interval_ms) / 1e3;
 	s->joined_wall_ms = allot__wall_ms();
 	s->seen_wall_ms = s->joined_wall_ms;
 	hinsert(st, s);
@@ -1079,11 +1721,26 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	ret->config_epoch = v->epoch;
 	ret->config_digest = v->cfg->digest;
 	ret->lease_ms = st->o.lease_ms;
-	if (!build_shares(st, s, pa, true, &ret->shares, &ret->n_shares)) {
+	/* A newcomer takes headroom at its Welcome only when it is alone
+	 * (placeholders of a restart aside); otherwise it gets its first
+	 * grant in its first Reply. In a wave of joins this keeps an early
+	 * newcomer from taking a share sized for the smaller replica set,
+	 * which it would only give back at its next Sync while the later
+	 * ones wait for it: the wave settles in one round, not two. A
+	 * replica coming back (replacing its session, or after it expired)
+	 * is no newcomer: it gets what the headroom has at once. */
+	for (uint32_t i = 0; i < svc->nsess && !st->hold && !returning; i++)
+		st->hold = svc->sess[i] != s && !svc->sess[i]->ghost;
+	bool built = build_shares(st, s, pa, true, &ret->shares,
+	    &ret->n_shares);
+	st->hold = false;
+	if (!built) {
 		/* Welcome without shares: the agent keeps its static split;
 		 * the first Reply is full. */
 		s->force_full = true;
 	}
+	s->last_reply_ns = now;
+	s->last_replicas = replicas;
 	s->sent_gen = svc->gen;
 	ret->unknown_keys = unknown;
 	ret->n_unknown_keys = nunknown;
@@ -1161,7 +1818,8 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 	uint64_t last_seq = 0;
 
 	pthread_mutex_lock(&st->mu);
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
+	heard(st, now);
 	session *s = hfind(st, req->session);
 	if (s == NULL) {
 		pthread_mutex_unlock(&st->mu);
@@ -1184,6 +1842,15 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 	double n = svc->nsess;
 	double window_s = (double) since(now, s->last_sync_ns) / 1e9 + 1.0;
 	double f = st->o.absurd_factor;
+	/* The window the reports cover, for the demand estimates: the
+	 * agent's own measure (no network jitter in it) unless it is
+	 * missing or beyond what the coordinator saw. */
+	double w = (double) req->elapsed_ms / 1e3;
+	double wseen = window_s - 1.0;
+	if (!(w > 0) || w > wseen + 1.0)
+		w = wseen;
+	if (w < 1e-3)
+		w = 1e-3;
 	for (size_t i = 0; i < req->n_reports; i++) {
 		const Allot__V1__KeyReport *r = req->reports[i];
 		if (r->key >= s->nkeys || s->keys[r->key].q < 0) {
@@ -1210,13 +1877,35 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		sq->denied_total += r->denied;
 		sq->win_allowed += r->consumed;
 		sq->win_denied += r->denied;
-		sq->demand_sum += (double) r->demand - key->demand;
+		level_bring(sq, rate, burst, now);
+		sq->level -= (double) r->consumed;
+		if (sq->level < 0)
+			sq->level = 0;
+		est_update(s, key, (double) r->consumed + (double) r->denied,
+		    w, now);
 		key->consumed += (double) r->consumed;
 		key->denied += (double) r->denied;
 		key->demand = (double) r->demand;
 		key->held = (double) r->held;
 	}
 	bool gap = req->seq != s->last_seq + 1;
+	/* No gap: the agent applied our previous answer, so what it holds
+	 * is its grant again, and its lease runs from that answer. */
+	if (!gap) {
+		s->acked_reply_ns = s->last_reply_ns;
+		s->acked_replicas = s->last_replicas;
+	}
+	if (!gap && s->unacked) {
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			skey *key = &s->keys[k];
+			double h0 = key->q >= 0 ? key_hold(key) : 0;
+			key->may_rate = key->sent_rate;
+			key->may_burst = key->sent_burst;
+			if (key->q >= 0)
+				svc->held_total += key_hold(key) - h0;
+		}
+		s->unacked = false;
+	}
 	s->last_seq = req->seq;
 	s->last_seen_ns = now;
 	s->last_sync_ns = now;
@@ -1242,6 +1931,8 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 			s->force_full = true;
 		}
 	}
+	s->last_reply_ns = now;
+	s->last_replicas = svc->nsess;
 	pthread_mutex_unlock(&st->mu);
 
 	if (m != NULL) {
@@ -1288,7 +1979,8 @@ allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
 {
 	allot__metrics *m = st->o.metrics;
 	pthread_mutex_lock(&st->mu);
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
+	heard(st, now);
 	session *s = hfind(st, req->session);
 	if (s == NULL) {
 		pthread_mutex_unlock(&st->mu);
@@ -1298,6 +1990,7 @@ allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
 	}
 	service *svc = s->svc;
+	conserve_leave(svc, s);
 	session_unlink(st, s);
 	recompute(st, svc, now);
 	uint32_t remaining = svc->nsess;
@@ -1341,16 +2034,29 @@ allot__state_tick(allot__state *st)
 	size_t n = 0, cap = 0;
 
 	pthread_mutex_lock(&st->mu);
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
+	uint64_t win = expiry_ns(st, 0);
+	/* Nobody heard for K intervals: the coordinator is probably the one
+	 * cut off (see heard()), so it expires no one for now. */
+	bool quiet = st->last_heard_ns == 0 ||
+	    since(now, st->last_heard_ns) > win;
+	bool grace = now < st->grace_until_ns;
 	for (size_t i = 0; i < st->nsvcs; i++) {
 		service *svc = st->svcs[i];
+		zombies_expire(svc, now);
 		for (uint32_t j = svc->nsess; j-- > 0;) {
 			session *s = svc->sess[j];
 			if (since(now, s->last_seen_ns) <= s->expiry_ns)
 				continue;
+			if (!s->ghost && (quiet ||
+			        (grace && svc->nsess_silenced >= 2)))
+				continue;
 			if (!grow((void **) &list, &cap, n + 1, sizeof *list))
 				break; /* retried on the next tick */
+			conserve_leave(svc, s);
 			session_unlink(st, s);
+			if (!s->ghost)
+				zombie_add(st, svc, s, now);
 			list[n++] = (gone) {
 				.s = s,
 				.why = "expired",
@@ -1361,7 +2067,9 @@ allot__state_tick(allot__state *st)
 				allot__store_replica_left(st->o.store, s->id,
 				    "expired");
 		}
-		if (svc->dirty)
+		/* The demand-aware allocator follows demand every interval;
+		 * the static split only changes with the replica set. */
+		if (svc->dirty || st->o.policy.kind != ALLOT__ALLOC_STATIC)
 			recompute(st, svc, now);
 		record_shares(st, svc);
 	}
@@ -1397,7 +2105,7 @@ void
 allot__state_second(allot__state *st)
 {
 	pthread_mutex_lock(&st->mu);
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
 	double dt = (double) since(now, st->last_second_ns) / 1e9;
 	st->last_second_ns = now;
 	if (dt <= 0)
@@ -1412,11 +2120,8 @@ allot__state_second(allot__state *st)
 			sq->admitted_rate = (double) sq->win_allowed / dt;
 			sq->denied_rate = (double) sq->win_denied / dt;
 			sq->utilization = sq->admitted_rate / R;
-			double lvl = sq->level + R * dt;
-			if (lvl > B)
-				lvl = B;
-			lvl -= (double) sq->win_allowed;
-			sq->level = lvl < 0 ? 0 : lvl;
+			/* Consumption was taken off as it was reported. */
+			level_bring(sq, R, B, now);
 			if (store != NULL &&
 			    (sq->win_allowed > 0 || sq->win_denied > 0))
 				allot__store_usage(store, svc->name,
@@ -1473,7 +2178,7 @@ allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
 	squota **nq = NULL;
 	size_t nsvcs = 0;
 	int rv = ALLOT_OK;
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
 
 	pthread_mutex_lock(&st->mu);
 	cfgv *ov = st->cur;
@@ -1519,17 +2224,9 @@ allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
 			}
 			s->force_full = true;
 		}
-		/* demand_sum follows the keys that moved with the quota;
-		 * rebuild it from the sessions to be exact. */
-		for (size_t q = 0; q < nv->nq; q++)
-			svc->q[q].demand_sum = 0;
-		for (uint32_t j = 0; j < svc->nsess; j++) {
-			session *s = svc->sess[j];
-			for (uint32_t k = 0; k < s->nkeys; k++)
-				if (s->keys[k].q >= 0)
-					svc->q[s->keys[k].q].demand_sum +=
-					    s->keys[k].demand;
-		}
+		/* Expired replicas were counted per quota index of the old
+		 * config; a reload forgets them (docs/allocation.md). */
+		zombies_clear(svc);
 		svc->dirty = true;
 	}
 	st->cur = nv;
@@ -1585,9 +2282,109 @@ allot__state_replicas(allot__state *st)
 	return n;
 }
 
+uint32_t
+allot__state_service_replicas(allot__state *st, const char *name)
+{
+	pthread_mutex_lock(&st->mu);
+	const struct service *svc = service_find(st, name);
+	uint32_t n = svc != NULL ? svc->nsess : 0;
+	pthread_mutex_unlock(&st->mu);
+	return n;
+}
+
+size_t
+allot__state_foreach_share(allot__state *st, const char *name,
+    allot__state_share_fn fn, void *ctx)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&st->mu);
+	const cfgv *v = st->cur;
+	const struct service *svc = service_find(st, name);
+	uint64_t now = now_ns(st);
+	for (uint32_t i = 0; svc != NULL && i < svc->nsess; i++) {
+		const session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			const skey *key = &s->keys[k];
+			if (key->q < 0)
+				continue;
+			allot__state_share sh = {
+				.replica_id = s->replica_id,
+				.session = s->id,
+				.quota = key->q,
+				.identity = v->q[key->q]->identity,
+				.restored = s->ghost,
+				.fresh = s->ghost || s->last_seq < 2,
+				.demand = s->ghost ? 0 : est_read(s, key),
+				.target_rate = key->rate,
+				.target_burst = key->burst,
+				.reply_target_rate = key->reply_target,
+				.rate = isnan(key->sent_rate) ? 0 :
+				    key->sent_rate,
+				.burst = isnan(key->sent_burst) ? 0 :
+				    key->sent_burst,
+			};
+			key_bound(st, s, key, now, &sh.bound_rate,
+			    &sh.bound_burst);
+			if (fn != NULL)
+				fn(ctx, &sh);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&st->mu);
+	return n;
+}
+
+int
+allot__state_quota_get(allot__state *st, const char *name, size_t q,
+    allot__state_quota *ret)
+{
+	int rc = ALLOT_ENOENT;
+	pthread_mutex_lock(&st->mu);
+	const cfgv *v = st->cur;
+	struct service *svc = service_find(st, name);
+	if (svc != NULL && q < v->nq) {
+		uint64_t now = now_ns(st);
+		compute_bounds(st, svc, now);
+		squota *sq = &svc->q[q];
+		level_bring(sq, v->rate[q], v->burst[q], now);
+		*ret = (allot__state_quota) {
+			.identity = v->q[q]->identity,
+			.rate = v->rate[q],
+			.burst = v->burst[q],
+			.allowance = sq->allowance,
+			.burst_budget = sq->burst_budget,
+			.level = sq->level,
+			.demand = sq->demand_sum,
+			.target_rate = sq->sum_rate,
+			.granted_rate = sq->granted_rate,
+			.granted_burst = sq->granted_burst,
+			.bound_rate = sq->bound_rate,
+			.bound_burst = sq->bound_burst,
+			.bound_ratio = bound_ratio(sq, v->rate[q],
+			    v->burst[q]),
+			.holders = sq->nslots,
+			.expired_counted = sq->counted_expired,
+		};
+		rc = ALLOT_OK;
+	}
+	pthread_mutex_unlock(&st->mu);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* rendering                                                           */
 /* ------------------------------------------------------------------ */
+
+/* A bound is +Inf when a replica runs an `open` fallback: Prometheus
+ * says so, JSON has null. */
+static void
+put_bound(allot__buf *b, double v, bool json)
+{
+	if (isinf(v))
+		allot__buf_puts(b, json ? "null" : "+Inf");
+	else
+		allot__buf_num(b, v);
+}
 
 static void
 sq_labels(allot__buf *b, const char *metric, const service *svc,
@@ -1601,7 +2398,9 @@ sq_labels(allot__buf *b, const char *metric, const service *svc,
 }
 
 typedef enum sq_field {
-	F_ALLOWED, F_DENIED, F_UTIL, F_ARATE, F_ABURST, F_LEVEL
+	F_ALLOWED, F_DENIED, F_UTIL, F_ARATE, F_ABURST, F_LEVEL,
+	F_BRATE, F_BBURST, F_BRATIO, F_ALLOWANCE, F_BUDGET, F_DEMAND,
+	F_EXPIRED
 } sq_field;
 
 static void
@@ -1637,6 +2436,29 @@ sq_family(allot__state *st, allot__buf *b, const char *name,
 			case F_LEVEL:
 				allot__buf_num(b, sq->level);
 				break;
+			case F_BRATE:
+				put_bound(b, sq->bound_rate, false);
+				break;
+			case F_BBURST:
+				put_bound(b, sq->bound_burst, false);
+				break;
+			case F_BRATIO:
+				put_bound(b, bound_ratio(sq, v->rate[q],
+				    v->burst[q]), false);
+				break;
+			case F_ALLOWANCE:
+				allot__buf_num(b, sq->allowance);
+				break;
+			case F_BUDGET:
+				allot__buf_num(b, sq->burst_budget);
+				break;
+			case F_DEMAND:
+				allot__buf_num(b, sq->demand_sum);
+				break;
+			case F_EXPIRED:
+				allot__buf_printf(b, "%u\n",
+				    sq->counted_expired);
+				continue;
 			}
 			allot__buf_puts(b, "\n");
 		}
@@ -1648,6 +2470,9 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 {
 	pthread_mutex_lock(&st->mu);
 	const cfgv *v = st->cur;
+	uint64_t bnow = now_ns(st);
+	for (size_t i = 0; i < st->nsvcs; i++)
+		compute_bounds(st, st->svcs[i], bnow);
 	allot__buf_printf(b, "# HELP allotd_config_epoch Epoch of the quota "
 	    "config in force.\n# TYPE allotd_config_epoch gauge\n"
 	    "allotd_config_epoch %" PRIu64 "\n", v->epoch);
@@ -1697,6 +2522,31 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 	    F_ABURST);
 	sq_family(st, b, "allotd_bucket_level_tokens", "gauge",
 	    "Estimated level of the global bucket.", F_LEVEL);
+	/* The live bound (docs/allocation.md, "The live bound"). */
+	sq_family(st, b, "allotd_allowance_bound_rate", "gauge",
+	    "Rate the agents may admit at now, tokens/s: grants, decreases "
+	    "not acknowledged yet, fallbacks of lapsed and expired "
+	    "replicas.", F_BRATE);
+	sq_family(st, b, "allotd_allowance_bound_burst", "gauge",
+	    "Tokens the agents' local buckets may hold now (same terms, "
+	    "local bursts raised to the largest endpoint weight).",
+	    F_BBURST);
+	sq_family(st, b, "allotd_overadmission_bound_ratio", "gauge",
+	    "max(bound rate / R, bound burst / B): the worst-case "
+	    "admission over any window relative to the quota's (1 = "
+	    "none above it).", F_BRATIO);
+	sq_family(st, b, "allotd_expired_replicas_counted", "gauge",
+	    "Expired replicas whose lease or fallback is still counted in "
+	    "the bound.", F_EXPIRED);
+	sq_family(st, b, "allotd_allocation_rate", "gauge",
+	    "The quota's allowance under the global ceiling, tokens/s "
+	    "(<= R).", F_ALLOWANCE);
+	sq_family(st, b, "allotd_burst_budget_tokens", "gauge",
+	    "What the burst shares may sum to: the global bucket's level "
+	    "plus one interval of refill (<= B).", F_BUDGET);
+	sq_family(st, b, "allotd_demand_rate", "gauge",
+	    "Sum of the replicas' demand estimates (admitted + denied "
+	    "cost), tokens/s.", F_DEMAND);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -1756,9 +2606,15 @@ void
 allot__state_render_status(allot__state *st, allot__buf *b)
 {
 	int64_t wall = allot__wall_ms();
+	/* Taken before st->mu: the store has its own lock. */
+	allot__store_stats ss;
+	memset(&ss, 0, sizeof ss);
+	allot__store_stats_get(st->o.store, &ss);
 	pthread_mutex_lock(&st->mu);
-	uint64_t now = allot__mono_ns();
+	uint64_t now = now_ns(st);
 	const cfgv *v = st->cur;
+	for (size_t i = 0; i < st->nsvcs; i++)
+		compute_bounds(st, st->svcs[i], now);
 	allot__buf_printf(b, "{\"version\":\"%s\",\"config\":{\"epoch\":%"
 	    PRIu64 ",\"digest\":\"%016" PRIx64 "\",\"path\":",
 	    ALLOT_VERSION_STRING, v->epoch, v->cfg->digest);
@@ -1818,6 +2674,21 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_num(b, sq->granted_burst);
 			allot__buf_puts(b, ",\"target_sum_rate\":");
 			allot__buf_num(b, sq->sum_rate);
+			allot__buf_puts(b, ",\"target_sum_burst\":");
+			allot__buf_num(b, sq->sum_burst);
+			allot__buf_puts(b, ",\"allocation_rate\":");
+			allot__buf_num(b, sq->allowance);
+			allot__buf_puts(b, ",\"burst_budget\":");
+			allot__buf_num(b, sq->burst_budget);
+			allot__buf_puts(b, ",\"bound_rate\":");
+			put_bound(b, sq->bound_rate, true);
+			allot__buf_puts(b, ",\"bound_burst\":");
+			put_bound(b, sq->bound_burst, true);
+			allot__buf_puts(b, ",\"overadmission_bound_ratio\":");
+			put_bound(b, bound_ratio(sq, v->rate[q], v->burst[q]),
+			    true);
+			allot__buf_printf(b, ",\"expired_counted\":%u",
+			    sq->counted_expired);
 			allot__buf_printf(b, ",\"holders\":%u,"
 			    "\"admitted_per_s\":", sq->nslots);
 			allot__buf_num(b, sq->admitted_rate);
@@ -1848,6 +2719,11 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 				    key->sent_burst);
 				allot__buf_puts(b, ",\"target_rate\":");
 				allot__buf_num(b, key->rate);
+				allot__buf_puts(b, ",\"target_burst\":");
+				allot__buf_num(b, key->burst);
+				allot__buf_puts(b, ",\"demand\":");
+				allot__buf_num(b, s->ghost ? 0 :
+				    est_read(s, key));
 				allot__buf_puts(b, "}");
 			}
 			allot__buf_puts(b, "]}");
@@ -1855,6 +2731,32 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 		share_index_free(&idx);
 		allot__buf_puts(b, "]}");
 	}
-	allot__buf_printf(b, "],\"now_ms\":%" PRId64 "}\n", wall);
+	/* For allotctl and the dashboard: every configured quota (also
+	 * before any service registered), the pid (allotctl reload signals
+	 * it) and the store's counters (its health). */
+	allot__buf_printf(b, "],\"pid\":%ld,\"quotas\":[", (long) getpid());
+	for (size_t q = 0; q < v->nq; q++) {
+		allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+		allot__buf_json(b, v->q[q]->identity);
+		allot__buf_puts(b, ",\"rate\":");
+		allot__buf_num(b, v->rate[q]);
+		allot__buf_puts(b, ",\"burst\":");
+		allot__buf_num(b, v->burst[q]);
+		allot__buf_puts(b, ",\"priority\":");
+		allot__buf_json(b, priority_name(v, v->q[q]->priority));
+		allot__buf_printf(b, ",\"shadow\":%s}",
+		    v->q[q]->shadow ? "true" : "false");
+	}
+	allot__buf_puts(b, "],\"store\":");
+	if (st->o.store == NULL)
+		allot__buf_puts(b, "null");
+	else
+		allot__buf_printf(b, "{\"commits\":%" PRIu64
+		    ",\"commit_failures\":%" PRIu64 ",\"pending_rows\":%"
+		    PRIu64 ",\"rows_written\":%" PRIu64 ",\"rows_dropped\":%"
+		    PRIu64 ",\"last_error\":%d}", ss.commits,
+		    ss.commit_failures, ss.pending, ss.rows_written,
+		    ss.rows_dropped, ss.last_error);
+	allot__buf_printf(b, ",\"now_ms\":%" PRId64 "}\n", wall);
 	pthread_mutex_unlock(&st->mu);
 }

@@ -47,6 +47,17 @@ typedef struct allot__state allot__state;
 #define ALLOT__STATE_VERSION_MAX 64u
 /* Agent sync intervals above this are treated as this for expiry. */
 #define ALLOT__STATE_AGENT_INTERVAL_MAX 60000u
+/* The time constant of the demand estimates (docs/allocation.md): this
+ * many sync intervals, at least ALLOT__STATE_TAU_MIN_S seconds. */
+#define ALLOT__STATE_TAU 2.0
+#define ALLOT__STATE_TAU_MIN_S 0.25
+/* How long an expired replica still counts in the live bound (its lease,
+ * then its fallback allowance), unless it registers again before. */
+#define ALLOT__STATE_ZOMBIE_MS 60000u
+
+/* Time source of the state (monotonic ns); NULL in the options means
+ * CLOCK_MONOTONIC. The simulator runs the state on a virtual clock. */
+typedef uint64_t (*allot__state_clock_fn)(void *ctx);
 
 typedef struct allot__state_opts {
 	uint32_t lease_ms;          /* validity of every allowance sent */
@@ -60,6 +71,16 @@ typedef struct allot__state_opts {
 	allot__store *store;        /* may be NULL (no durable rows) */
 	const allot__logger *lg;
 	allot__metrics *metrics;    /* may be NULL */
+	allot__state_clock_fn clock; /* NULL: CLOCK_MONOTONIC */
+	void *clock_ctx;
+	/* After a silence of the whole coordinator (no request from any
+	 * replica for K intervals: more likely its own network than every
+	 * replica dying at once), replicas of services with two or more
+	 * get this long to come back before they expire. 0 disables it;
+	 * the default is twice the default lease, longer than an agent's
+	 * longest reconnect backoff (5 s). */
+	uint32_t learn_ms;
+	uint32_t zombie_ms;         /* ALLOT__STATE_ZOMBIE_MS */
 } allot__state_opts;
 
 void allot__state_opts_init(allot__state_opts *o);
@@ -115,6 +136,67 @@ int allot__state_reload(allot__state *st, allot_config *cfg,
 uint64_t allot__state_epoch(allot__state *st);
 uint64_t allot__state_digest(allot__state *st);
 size_t allot__state_replicas(allot__state *st);
+
+/* One replica's share of one quota, for the simulator and tests. */
+typedef struct allot__state_share {
+	const char *replica_id;
+	uint64_t session;
+	int32_t quota;              /* quota index: 0 default, i caller i-1 */
+	const char *identity;       /* the quota's identity */
+	bool restored;              /* a placeholder after a restart */
+	bool fresh;                 /* no Sync since its Register yet */
+	double demand;              /* the coordinator's estimate, tokens/s */
+	double target_rate;         /* allocator output */
+	double target_burst;
+	double reply_target_rate;   /* the target when it was last answered:
+	                               what its grant moved toward */
+	double rate;                /* grant: what it was last sent */
+	double burst;
+	double bound_rate;          /* what it may hold (live bound) */
+	double bound_burst;
+} allot__state_share;
+
+/* One quota of one service: the allocation and the live bound. */
+typedef struct allot__state_quota {
+	const char *identity;
+	double rate;                /* R */
+	double burst;               /* B */
+	double allowance;           /* its part of the ceiling, <= R */
+	double burst_budget;        /* what the bursts may sum to, <= B */
+	double level;               /* global bucket estimate, tokens */
+	double demand;              /* sum of the estimates, tokens/s */
+	double target_rate;         /* sum of targets */
+	double granted_rate;        /* sum of grants (<= R at all times) */
+	double granted_burst;
+	/* The live bound: what the agents may admit at, counting grants,
+	 * decreases not acknowledged yet, the allowance of expired
+	 * replicas (their lease, then their fallback) and the agents'
+	 * minimum burst. Over any window W they admit at most
+	 * bound_burst + bound_rate * W. */
+	double bound_rate;
+	double bound_burst;
+	double bound_ratio;         /* max(bound_rate/R, bound_burst/B) */
+	uint32_t holders;
+	uint32_t expired_counted;   /* expired replicas still in the bound */
+} allot__state_quota;
+
+typedef void (*allot__state_share_fn)(void *ctx,
+    const allot__state_share *sh);
+
+/* Call `fn` for every share of every replica of `service` (ghosts
+ * included), under the state's lock: `fn` must not call back into the
+ * state. Returns the number of shares, 0 for an unknown service. */
+size_t allot__state_foreach_share(allot__state *st, const char *service,
+    allot__state_share_fn fn, void *ctx);
+
+/* The allocation and live bound of quota index `q` of `service`.
+ * Returns ALLOT_OK, or ALLOT_ENOENT when either is unknown. */
+int allot__state_quota_get(allot__state *st, const char *service,
+    size_t q, allot__state_quota *ret);
+
+/* Live replicas of `service` (restored ones included), 0 if unknown. */
+uint32_t allot__state_service_replicas(allot__state *st,
+    const char *service);
 
 /* Append the per-service and per-quota series (Prometheus text). */
 void allot__state_render_metrics(allot__state *st, allot__buf *b);

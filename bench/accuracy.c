@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Suite `accuracy`: the simulator's figures (sim/, docs/allocation.md)
+ * for every built-in scenario and mode, named
+ * accuracy.<scenario>.<mode>.<metric> with modes ideal, allot and split
+ * and metrics over (units of R*T), under (%), util (%) and converge
+ * (intervals); plus the noisy neighbour (accuracy.noisy.<mode>.neighbour,
+ * %), the share of its quota each priority class gets in overload
+ * (accuracy.overload.allot.class_<name>, %), the bootstrap term, and a
+ * sweep of T (accuracy.sweep.t<ms>.allot.<metric>, with the coordinator's
+ * syncs/s). Every scenario runs once per seed (--rounds N: seeds 1..N,
+ * default 5); over-admission is the worst seed, the other figures the
+ * median. Simulated time, so the figures do not depend on the machine;
+ * the suite takes a few seconds.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "sim.h"
+
+#define MAX_FIGURES 256
+#define SIM_SECONDS 60.0
+
+static bench_figure figs[MAX_FIGURES];
+static char names[MAX_FIGURES][96];
+static size_t nfigs;
+
+static void
+add(const char *name, const char *unit, int dec, const char *what,
+    bench_cmp cmp, double target, double value)
+{
+	if (nfigs == MAX_FIGURES)
+		bench_fail("too many figures");
+	snprintf(names[nfigs], sizeof names[nfigs], "accuracy.%s", name);
+	figs[nfigs] = (bench_figure) { .name = names[nfigs], .unit = unit,
+		.decimals = dec, .what = what, .cmp = cmp, .target = target,
+		.value = value };
+	nfigs++;
+}
+
+/* One scenario over `rounds` seeds. */
+typedef struct agg {
+	sim_result r[BENCH_MAX_ROUNDS];
+	unsigned n;
+} agg;
+
+static void
+run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms,
+    agg *a)
+{
+	a->n = o->rounds;
+	for (unsigned i = 0; i < o->rounds; i++) {
+		sim_params p;
+		sim_params_init(&p);
+		p.seed = i + 1;
+		p.interval_ms = interval_ms;
+		char err[256] = "";
+		sim_scenario s;
+		if (sim_scenario_builtin(name, &p, SIM_SECONDS, false, &s, err,
+		        sizeof err) != ALLOT_OK)
+			bench_fail("%s: %s", name, err);
+		if (sim_run(&s, &p, &a->r[i]) != ALLOT_OK)
+			bench_fail("%s: the simulation failed", name);
+		if (s.noisy_caller >= 0) {
+			sim_scenario q;
+			sim_result rq;
+			if (sim_scenario_builtin(name, &p, SIM_SECONDS, true,
+			        &q, err, sizeof err) != ALLOT_OK ||
+			    sim_run(&q, &p, &rq) != ALLOT_OK)
+				bench_fail("%s: the reference run failed",
+				    name);
+			sim_neighbour(&a->r[i], &rq, s.noisy_caller);
+			sim_scenario_free(&q);
+		}
+		sim_scenario_free(&s);
+		bench_progress(o, "accuracy: %s T=%u ms seed %u: %.2f s",
+		    name, interval_ms, i + 1, a->r[i].wall_s);
+	}
+}
+
+typedef enum pick { MEDIAN, WORST_HIGH } pick;
+
+/* The median (NaN entries are skipped; all NaN gives NaN), or the
+ * largest value. */
+static double
+over_seeds(const agg *a, size_t off, int mode, pick how)
+{
+	double v[BENCH_MAX_ROUNDS];
+	size_t n = 0;
+	for (unsigned i = 0; i < a->n; i++) {
+		const double *arr = (const double *) (const void *)
+		    ((const char *) &a->r[i] + off);
+		double x = arr[mode];
+		if (!isnan(x))
+			v[n++] = x;
+	}
+	if (n == 0)
+		return NAN;
+	if (how == WORST_HIGH) {
+		double m = v[0];
+		for (size_t i = 1; i < n; i++)
+			m = v[i] > m ? v[i] : m;
+		return m;
+	}
+	return bench_median(v, n);
+}
+
+#define OFF(field) offsetof(sim_result, field)
+
+static void
+scenario_figures(const bench_opts *o, const char *sc)
+{
+	agg *a = calloc(1, sizeof *a);
+	if (a == NULL)
+		bench_fail("out of memory");
+	run_seeds(o, sc, 100, a);
+	bool ss = strcmp(sc, "sticky") == 0 || strcmp(sc, "skewed") == 0;
+	bool graceful = strcmp(sc, "scaleup") == 0 ||
+	    strcmp(sc, "scaledown") == 0;
+	double boot = 0;
+	for (unsigned i = 0; i < a->n; i++)
+		boot = a->r[i].bootstrap > boot ? a->r[i].bootstrap : boot;
+	for (int m = 0; m < SIM_NMODES; m++) {
+		const char *mn = sim_mode_names[m];
+		bool al = m == SIM_ALLOT;
+		char n[96];
+		snprintf(n, sizeof n, "%s.%s.over", sc, mn);
+		add(n, "R*T", 3, "max over windows T, 1 s, 10 s of admitted - "
+		    "(B + R W), worst seed",
+		    al ? BENCH_AT_MOST : BENCH_NO_TARGET, 1.0,
+		    over_seeds(a, OFF(over), m, WORST_HIGH));
+		snprintf(n, sizeof n, "%s.%s.under", sc, mn);
+		add(n, "%", 3, "(ideal - admitted) / ideal after 3 T, median "
+		    "seed", al && ss ? BENCH_AT_MOST : BENCH_NO_TARGET, 1.0,
+		    100 * over_seeds(a, OFF(under), m, MEDIAN));
+		snprintf(n, sizeof n, "%s.%s.util", sc, mn);
+		add(n, "%", 2, "admitted / (R * duration + B), median seed",
+		    al && strcmp(sc, "overload") == 0 ? BENCH_AT_LEAST :
+		    BENCH_NO_TARGET, 98.0,
+		    100 * over_seeds(a, OFF(util), m, MEDIAN));
+		snprintf(n, sizeof n, "%s.%s.converge", sc, mn);
+		add(n, "T", 2, "intervals from the change until every share "
+		    "is at its target, median seed", al && graceful ?
+		    BENCH_AT_MOST : BENCH_NO_TARGET, 2.0,
+		    over_seeds(a, OFF(converge), m, MEDIAN));
+	}
+	if (graceful) {
+		char n[96];
+		snprintf(n, sizeof n, "%s.allot.converge_worst", sc);
+		add(n, "T", 2, "the slowest seed: at most 2 sync rounds",
+		    BENCH_NO_TARGET, 0, over_seeds(a, OFF(converge), SIM_ALLOT,
+		    WORST_HIGH));
+	}
+	char n[96];
+	snprintf(n, sizeof n, "%s.allot.bootstrap", sc);
+	add(n, "R*T", 3, "admitted by agents before their first Welcome, "
+	    "worst seed", BENCH_NO_TARGET, 0, boot);
+	if (strcmp(sc, "noisy") == 0) {
+		for (int m = 0; m < SIM_NMODES; m++) {
+			snprintf(n, sizeof n, "noisy.%s.neighbour",
+			    sim_mode_names[m]);
+			add(n, "%", 3, "others' admitted cost against a run "
+			    "without the noisy caller, median seed",
+			    m == SIM_ALLOT ? BENCH_AT_MOST :
+			    BENCH_NO_TARGET, 1.0,
+			    100 * over_seeds(a, OFF(neighbour), m, MEDIAN));
+		}
+	}
+	if (strcmp(sc, "overload") == 0) {
+		/* callers 0..3: critical, standard, batch, low */
+		for (size_t k = 0; k < 4; k++) {
+			double v[BENCH_MAX_ROUNDS];
+			for (unsigned i = 0; i < a->n; i++) {
+				const sim_key *key = &a->r[i].keys[k];
+				v[i] = 100 * key->f[SIM_ALLOT].admitted /
+				    (key->rate * a->r[i].duration_s);
+			}
+			snprintf(n, sizeof n, "overload.allot.class_%s",
+			    a->r[0].keys[k].priority);
+			add(n, "%", 1, "admitted / (R * duration) of the "
+			    "class's caller, median seed", BENCH_NO_TARGET,
+			    0, bench_median(v, a->n));
+		}
+	}
+	free(a);
+}
+
+static void
+sweep_figures(const bench_opts *o)
+{
+	static const uint32_t ts[] = { 50, 100, 250, 1000 };
+	agg *a = calloc(1, sizeof *a);
+	if (a == NULL)
+		bench_fail("out of memory");
+	for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+		char n[96];
+		uint32_t t = ts[i];
+		run_seeds(o, "sticky", t, a);
+		snprintf(n, sizeof n, "sweep.t%u.allot.sticky_under", t);
+		add(n, "%", 3, "sticky: under-admission, median seed",
+		    BENCH_NO_TARGET, 0, 100 * over_seeds(a, OFF(under),
+		    SIM_ALLOT, MEDIAN));
+		double v[BENCH_MAX_ROUNDS];
+		for (unsigned k = 0; k < a->n; k++)
+			v[k] = a->r[k].syncs_per_s;
+		snprintf(n, sizeof n, "sweep.t%u.allot.syncs", t);
+		add(n, "/s", 0, "sticky: Syncs the coordinator answers (8 "
+		    "replicas)", BENCH_NO_TARGET, 0, bench_median(v, a->n));
+		for (unsigned k = 0; k < a->n; k++)
+			v[k] = a->r[k].bytes_per_s / 1024;
+		snprintf(n, sizeof n, "sweep.t%u.allot.kib", t);
+		add(n, "KiB/s", 1, "sticky: protocol bytes, both ways",
+		    BENCH_NO_TARGET, 0, bench_median(v, a->n));
+		run_seeds(o, "scaleup", t, a);
+		snprintf(n, sizeof n, "sweep.t%u.allot.converge_ms", t);
+		add(n, "ms", 0, "scaleup: time to converge, median seed",
+		    BENCH_NO_TARGET, 0, t * over_seeds(a, OFF(converge),
+		    SIM_ALLOT, MEDIAN));
+		snprintf(n, sizeof n, "sweep.t%u.allot.scaleup_under", t);
+		add(n, "%", 3, "scaleup: under-admission, median seed",
+		    BENCH_NO_TARGET, 0, 100 * over_seeds(a, OFF(under),
+		    SIM_ALLOT, MEDIAN));
+		run_seeds(o, "overload", t, a);
+		snprintf(n, sizeof n, "sweep.t%u.allot.overload_over", t);
+		add(n, "R*T", 3, "overload: over-admission (its unit R * T "
+		    "grows with T), worst seed", BENCH_NO_TARGET, 0,
+		    over_seeds(a, OFF(over), SIM_ALLOT, WORST_HIGH));
+		snprintf(n, sizeof n, "sweep.t%u.allot.overload_util", t);
+		add(n, "%", 2, "overload: utilization of the ceiling, median "
+		    "seed", BENCH_NO_TARGET, 0, 100 * over_seeds(a,
+		    OFF(util), SIM_ALLOT, MEDIAN));
+	}
+	free(a);
+}
+
+int
+main(int argc, char **argv)
+{
+	bench_opts o;
+	bench_parse_args(argc, argv, "accuracy", 0, &o);
+	if (o.rounds == 0)
+		o.rounds = 1;
+	for (size_t i = 0; sim_scenario_names[i] != NULL; i++)
+		if (bench_selected(&o, sim_scenario_names[i]))
+			scenario_figures(&o, sim_scenario_names[i]);
+	if (bench_selected(&o, "sweep"))
+		sweep_figures(&o);
+	char header[160];
+	snprintf(header, sizeof header, "accuracy: allot against the ideal "
+	    "global bucket and the equal split, %.0f simulated s per "
+	    "scenario, seeds 1..%u (docs/allocation.md)", SIM_SECONDS,
+	    o.rounds);
+	bench_report(&o, header, figs, nfigs);
+	return 0;
+}

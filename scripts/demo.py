@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The main job: allot protecting a real service, live.
+
+Starts allotd with a SQLite file, four replicas of the example protected
+service (HTTPS, mutual TLS, liballot embedded and synced with allotd) and
+the load generator with the callers of the reference configuration:
+checkout (critical), search (standard), reporting (batch, /export), an
+unknown caller and a misconfigured backfill sending ten times its quota.
+Traffic is sticky: most of a caller's requests land on its home replica.
+
+Every second it shows, per caller, what was sent, admitted and denied,
+the quota and the global admitted rate against it (the error in % and in
+units of one sync interval of traffic), each replica's share of every
+quota and the coordinator's state. Midway one replica is killed without
+warning, later two more start, and the shares follow the replica count.
+At the end: a summary computed from the database allotd wrote, and the
+sqlite3 commands to audit the run.
+
+Run through scripts/demo, which installs packages and builds first.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SPIFFE = "spiffe://prod.example.internal/ns/"
+CALLERS = {
+    # name: (identity, quota tokens/s, burst, priority, sent req/s, mix)
+    "checkout": (SPIFFE + "payments/sa/checkout", 500, 1000, "critical",
+                 300, "/lookup:1"),
+    "search": (SPIFFE + "search/sa/search", 300, 600, "standard", 200,
+               "/lookup:1"),
+    "reporting": (SPIFFE + "analytics/sa/reporting", 100, 200, "batch", 5,
+                  "/export?rows=1000:1"),
+    "backfill": (SPIFFE + "batch/sa/backfill", 50, 100, "batch", 500,
+                 "/lookup:1"),
+    "unknown": (SPIFFE + "misc/sa/unregistered", None, None, None, 15,
+                "/lookup:1"),
+}
+DEFAULT_QUOTA = (10, 20)
+INTERVAL_MS = 100
+
+
+def config_yaml():
+    lines = [
+        "# The reference configuration (docs/configuration.md) plus a",
+        "# backfill job whose owner set its client to ten times this.",
+        "quotas:",
+        "  default:",
+        "    tokens_per_second: %d" % DEFAULT_QUOTA[0],
+        "    burst: %d" % DEFAULT_QUOTA[1],
+        "    shared: true",
+        "    priority: low",
+        "  callers:",
+    ]
+    for name, (ident, rate, burst, prio, _, _) in CALLERS.items():
+        if rate is None:
+            continue
+        lines += [
+            '    - identity: "%s"' % ident,
+            "      tokens_per_second: %d" % rate,
+            "      burst: %d" % burst,
+            "      priority: %s" % prio,
+        ]
+    lines += [
+        "  endpoint_weights:",
+        "    default: 1",
+        '    "/lookup": 1',
+        '    "/export": 20',
+        "  global_ceiling:",
+        "    tokens_per_second: 1000",
+        "    shed_order: [low, batch, standard, critical]",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(port, path, timeout=1.0):
+    try:
+        with urllib.request.urlopen(
+                "http://127.0.0.1:%d%s" % (port, path),
+                timeout=timeout) as r:
+            return json.loads(r.read().decode())
+    except Exception:
+        return None
+
+
+class Demo:
+    def __init__(self, args):
+        self.args = args
+        self.build = os.path.abspath(args.build_dir)
+        self.root = os.path.dirname(os.path.dirname(os.path.abspath(
+            __file__)))
+        self.dir = args.dir or tempfile.mkdtemp(prefix="allot-demo-")
+        os.makedirs(self.dir, exist_ok=True)
+        self.db = os.path.join(self.dir, "allot.db")
+        self.procs = {}
+        self.replicas = {}  # name -> (port, Popen)
+        self.events = []
+        self.t0 = None
+        self.history = []
+        self.live = not args.no_live and sys.stdout.isatty()
+
+    # ---- processes ----
+
+    def log(self, msg):
+        t = time.monotonic() - self.t0 if self.t0 else 0.0
+        line = "[%5.1fs] %s" % (t, msg)
+        self.events.append({"t": round(t, 1), "what": msg})
+        print(line, flush=True)
+
+    def spawn(self, name, argv, wait_for=None, timeout=15):
+        logf = open(os.path.join(self.dir, name + ".log"), "w")
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE if wait_for
+                             else logf, stderr=logf, text=True)
+        self.procs[name] = p
+        if wait_for:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                logf.write(line)
+                logf.flush()
+                if wait_for in line:
+                    # Keep draining stdout into the log.
+                    import threading
+
+                    def drain():
+                        for ln in p.stdout:
+                            logf.write(ln)
+                            logf.flush()
+                    threading.Thread(target=drain, daemon=True).start()
+                    return p
+            raise SystemExit("demo: %s did not start; see %s" % (
+                name, os.path.join(self.dir, name + ".log")))
+        return p
+
+    def certs(self):
+        cdir = os.path.join(self.dir, "certs")
+        ids = ["%s=%s" % (n, c[0]) for n, c in CALLERS.items()]
+        subprocess.run([os.path.join(self.root, "scripts", "mkcerts"),
+                        cdir] + ids, check=True, stdout=subprocess.DEVNULL)
+        return cdir
+
+    def start_allotd(self):
+        self.sync_port = free_port()
+        self.http_port = free_port()
+        self.spawn("allotd", [
+            os.path.join(self.build, "coordinator", "allotd"),
+            "--config", self.cfg, "--db", self.db,
+            "--listen", "tcp://127.0.0.1:%d" % self.sync_port,
+            "--http", "127.0.0.1:%d" % self.http_port,
+            "--interval-ms", str(INTERVAL_MS), "--expiry-intervals", "5",
+            "--lease-ms", "3000"])
+        deadline = time.monotonic() + 10
+        while http_json(self.http_port, "/status") is None:
+            if time.monotonic() > deadline:
+                raise SystemExit("demo: allotd did not start")
+            time.sleep(0.05)
+
+    def start_replica(self, name):
+        port = free_port()
+        p = self.spawn(name, [
+            os.path.join(self.build, "examples", "allot-example-service"),
+            "--config", self.cfg, "--listen", "127.0.0.1:%d" % port,
+            "--tls-cert", os.path.join(self.certdir, "server.pem"),
+            "--tls-key", os.path.join(self.certdir, "server.key"),
+            "--ca", os.path.join(self.certdir, "ca.pem"),
+            "--coordinator", "tcp://127.0.0.1:%d" % self.sync_port,
+            "--service", "orders", "--replica-id", name,
+            "--sync-interval-ms", str(INTERVAL_MS),
+            "--export-ms", "0.005"], wait_for="listening on")
+        self.replicas[name] = (port, p)
+        self.write_targets()
+        return p
+
+    def write_targets(self):
+        tmp = self.targets + ".tmp"
+        with open(tmp, "w") as f:
+            for name, (port, _) in sorted(self.replicas.items()):
+                f.write("https://127.0.0.1:%d\n" % port)
+        os.rename(tmp, self.targets)
+
+    def start_loadgen(self, duration):
+        argv = [os.path.join(self.build, "tools", "allot-loadgen"),
+                "--ca", os.path.join(self.certdir, "ca.pem"),
+                "--targets-file", self.targets,
+                "--duration", str(duration), "--stats-file", self.stats,
+                "--seed", "7", "--json", "-q",
+                "--max-requests", str(int(duration * 1400) + 1000)]
+        for name, (_, _, _, _, sent, mix) in CALLERS.items():
+            spec = ("name=%s,cert=%s,key=%s,rate=%g,mix=%s,sticky=0.8,"
+                    "concurrency=%d" % (
+                        name, os.path.join(self.certdir, name + ".pem"),
+                        os.path.join(self.certdir, name + ".key"),
+                        sent * self.args.scale, mix,
+                        8 if name == "reporting" else 128))
+            argv += ["--caller", spec]
+        out = open(os.path.join(self.dir, "loadgen.json"), "w")
+        err = open(os.path.join(self.dir, "loadgen.log"), "w")
+        self.procs["loadgen"] = subprocess.Popen(argv, stdout=out,
+                                                 stderr=err)
+
+    def stop_all(self):
+        for name, p in list(self.procs.items()):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for name, p in list(self.procs.items()):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    # ---- the live view ----
+
+    def last_stats(self):
+        try:
+            with open(self.stats, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - 65536))
+                lines = f.read().decode(errors="replace").splitlines()
+            for line in reversed(lines):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+        except OSError:
+            pass
+        return None
+
+    def frame(self):
+        st = http_json(self.http_port, "/status")
+        lg = self.last_stats()
+        t = time.monotonic() - self.t0
+        svc = None
+        if st:
+            for s in st.get("services", []):
+                if s.get("name") == "orders":
+                    svc = s
+        quotas = {q["quota"]: q for q in (svc or {}).get("quotas", [])}
+        callers = {c.get("name"): c for c in (lg or {}).get("callers", [])}
+        self.history.append({"t": round(t, 1), "status": svc,
+                             "loadgen": lg})
+        out = []
+        out.append("allot demo  t=%4.0fs  coordinator epoch %s, %s live "
+                   "replicas, sync interval %d ms   dashboard "
+                   "http://127.0.0.1:%d/" % (
+                       t, (st or {}).get("config", {}).get("epoch", "?"),
+                       (svc or {}).get("live_replicas", "?"), INTERVAL_MS,
+                       self.http_port))
+        out.append("%-10s %8s %8s %9s %8s %9s %10s %8s" % (
+            "caller", "quota/s", "sent/s", "admit/s", "429/s",
+            "global/s", "error", "(R*T)"))
+        for name, c in CALLERS.items():
+            ident = c[0] if c[1] is not None else "default"
+            q = quotas.get(ident, {})
+            lc = callers.get(name, {})
+            last = lc.get("last", lc)
+            rate = q.get("rate") or 0
+            adm = q.get("admitted_per_s") or 0
+            err = (adm - rate) / rate * 100 if rate else 0
+            units = (adm - rate) / (rate * INTERVAL_MS / 1000.0) \
+                if rate else 0
+            out.append("%-10s %8.0f %8.0f %9.0f %8.0f %9.1f %9.1f%% "
+                       "%8.2f" % (
+                           name, rate, last.get("sent", 0),
+                           last.get("ok", 0), last.get("denied", 0), adm,
+                           err, units))
+        out.append("shares (tokens/s) per replica:")
+        reps = sorted({s["replica_id"] for q in quotas.values()
+                       for s in q.get("shares", [])})
+        names = [n for n in CALLERS if CALLERS[n][1] is not None]
+        out.append("  %-12s" % "replica" + "".join(
+            "%11s" % n for n in names) + "%11s" % "default")
+        for r in reps:
+            row = "  %-12s" % r
+            for n in names + ["default"]:
+                ident = CALLERS[n][0] if n != "default" else "default"
+                sh = [s for s in quotas.get(ident, {}).get("shares", [])
+                      if s["replica_id"] == r]
+                row += "%11.1f" % (sh[0]["rate"] if sh else 0)
+            out.append(row)
+        for e in self.events[-4:]:
+            out.append("  event %5.1fs: %s" % (e["t"], e["what"]))
+        text = "\n".join(out)
+        if self.live:
+            sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+        else:
+            print(text + "\n")
+        sys.stdout.flush()
+
+    # ---- the run ----
+
+    def run(self):
+        args = self.args
+        print("allot demo: working directory %s" % self.dir)
+        self.cfg = os.path.join(self.dir, "quotas.yaml")
+        with open(self.cfg, "w") as f:
+            f.write(config_yaml())
+        self.certdir = self.certs()
+        self.targets = os.path.join(self.dir, "targets.txt")
+        self.stats = os.path.join(self.dir, "loadgen.jsonl")
+        self.t0 = time.monotonic()
+        self.start_allotd()
+        self.log("allotd up: sync tcp://127.0.0.1:%d, dashboard "
+                 "http://127.0.0.1:%d/, database %s" % (
+                     self.sync_port, self.http_port, self.db))
+        for i in range(1, 5):
+            self.start_replica("replica-%d" % i)
+        self.log("4 replicas of the protected service up (mTLS)")
+        d = args.duration
+        self.start_loadgen(d)
+        self.log("load generator started: %s" % ", ".join(
+            "%s %g/s" % (n, c[4] * args.scale) for n, c in
+            CALLERS.items()))
+        kill_at, add_at = 0.4 * d, 0.65 * d
+        killed = added = False
+        start = time.monotonic()
+        while time.monotonic() - start < d:
+            time.sleep(1.0)
+            el = time.monotonic() - start
+            if not killed and el >= kill_at:
+                port, p = self.replicas.pop("replica-2")
+                p.kill()
+                p.wait()
+                self.procs.pop("replica-2", None)
+                self.write_targets()
+                self.log("killed replica-2 with SIGKILL (no leave): "
+                         "allotd expires it after 5 missed intervals")
+                killed = True
+            if not added and el >= add_at:
+                self.start_replica("replica-5")
+                self.start_replica("replica-6")
+                self.log("started replica-5 and replica-6")
+                added = True
+            self.frame()
+        lg = self.procs["loadgen"]
+        try:
+            lg.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            lg.send_signal(signal.SIGINT)
+            lg.wait(timeout=10)
+        final = http_json(self.http_port, "/status")
+        self.stop_all()
+        self.summary(final)
+
+    # ---- the summary, from the database ----
+
+    def sql(self, q):
+        r = subprocess.run(["sqlite3", "-json", self.db, q],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise SystemExit("demo: sqlite3 failed: " + r.stderr)
+        return json.loads(r.stdout or "[]")
+
+    def summary(self, final_status):
+        try:
+            with open(os.path.join(self.dir, "loadgen.json")) as f:
+                lgsum = json.load(f)
+        except (OSError, ValueError):
+            lgsum = {}
+        lgc = {c.get("name"): c for c in lgsum.get("callers", [])}
+        per_sec = self.sql(
+            "SELECT quota, at / 1000 AS second, admitted, denied, "
+            "live_replicas FROM usage WHERE service = 'orders' "
+            "ORDER BY at")
+        replicas_hist = self.sql(
+            "SELECT replica_id, joined_at, left_at, left_why FROM replicas"
+            " WHERE service = 'orders' ORDER BY joined_at")
+        result = {"dir": self.dir, "db": self.db, "callers": {},
+                  "events": self.events, "replicas": replicas_hist}
+        print()
+        print("summary (admitted and denied from allotd's database; "
+              "requests from the load generator)")
+        print("%-10s %9s %9s %9s %9s %12s %10s" % (
+            "caller", "quota/s", "requests", "admitted", "denied",
+            "worst 1s", "over (R*T)"))
+        T = INTERVAL_MS / 1000.0
+        for name, c in CALLERS.items():
+            ident = c[0] if c[1] is not None else "default"
+            rate, burst = (c[1], c[2]) if c[1] else DEFAULT_QUOTA
+            rows = [r for r in per_sec if r["quota"] == ident]
+            adm = sum(r["admitted"] for r in rows)
+            den = sum(r["denied"] for r in rows)
+            # Worst window of 1 s, the issue's definition: admitted cost
+            # minus (B + R*W), in units of one interval of traffic.
+            worst_s = max([r["admitted"] for r in rows] or [0])
+            over = max(0.0, (worst_s - (burst + rate * 1.0)) / (rate * T))
+            tot = lgc.get(name, {}).get("total", {})
+            req = tot.get("requests", 0)
+            # Steady seconds: away from start-up and from every change of
+            # the replica set (one second either side), where transition
+            # costs (a killed replica's share held until it expires, a
+            # newcomer's first interval) do not count.
+            steady = [r for i, r in enumerate(rows)
+                      if 2 <= i < len(rows) - 1 and
+                      all(rows[j]["live_replicas"] == r["live_replicas"]
+                          for j in (i - 1, i + 1))]
+            s_adm = sum(r["admitted"] for r in steady)
+            s_den = sum(r["denied"] for r in steady)
+            print("%-10s %9d %9d %9d %9d %12d %10.2f" % (
+                name, rate, req, adm, den, worst_s, over))
+            result["callers"][name] = {
+                "quota": rate, "burst": burst, "requests": req,
+                "admitted_tokens": adm, "denied_tokens": den,
+                "worst_1s_tokens": worst_s, "over_rt": over,
+                "sent_rate": c[4] * self.args.scale,
+                "seconds": len(rows),
+                "steady_seconds": len(steady),
+                "steady_admitted_tokens": s_adm,
+                "steady_denied_tokens": s_den,
+                "loadgen": tot}
+        counts = sorted({r["live_replicas"] for r in per_sec})
+        result["live_replica_counts"] = counts
+        print()
+        print("live replica counts seen by allotd: %s" % counts)
+        for e in self.events:
+            print("  %5.1fs  %s" % (e["t"], e["what"]))
+        print()
+        print("audit the run (sqlite3 shell, read-only):")
+        for q in [
+            "SELECT * FROM v_consumption_per_minute",
+            "SELECT * FROM v_denied",
+            "SELECT * FROM v_share_history WHERE quota LIKE '%checkout'"
+            " LIMIT 20",
+            "SELECT * FROM v_replica_churn",
+            "SELECT at, kind, subject, detail FROM v_events "
+            "ORDER BY at_ms LIMIT 30",
+        ]:
+            print('  sqlite3 -readonly -header -column %s "%s"' % (
+                self.db, q))
+        print("  (docs/operations.md explains every table and view)")
+        if self.args.summary_json:
+            with open(self.args.summary_json, "w") as f:
+                json.dump(result, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", default="build-demo")
+    ap.add_argument("--duration", type=float, default=30,
+                    help="seconds of traffic (default 30)")
+    ap.add_argument("--dir", help="working directory (default: a new "
+                    "one under /tmp)")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every caller's request rate")
+    ap.add_argument("--no-live", action="store_true",
+                    help="print frames one after another")
+    ap.add_argument("--summary-json", help="write the summary here")
+    args = ap.parse_args()
+    if args.duration < 8:
+        ap.error("--duration must be at least 8 seconds")
+    d = Demo(args)
+    try:
+        d.run()
+    except KeyboardInterrupt:
+        d.stop_all()
+        print("\ninterrupted; files are in %s" % d.dir)
+        return 130
+    except BaseException:
+        d.stop_all()
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The simulator's engine (sim.h). One virtual clock, one event heap,
+ * three limiters fed the same arrivals:
+ *
+ * - ideal: one GCRA bucket (common/bucket.h) of (R, B) per quota, and
+ *   one of (C, B_C) for the ceiling, as if every replica shared them;
+ * - allot: per replica a real agent (liballot, its clock injected) whose
+ *   sync engine (agent/sync_core.c) is driven exactly as agent/sync.c
+ *   drives it (timer, request, reply or timeout, lease check, next
+ *   delay), its messages carried by a simulated transport (latency,
+ *   jitter, loss, coordinator outage) to the real registry
+ *   (coordinator/state.c, its clock injected), decoded and encoded as
+ *   allotd's server does;
+ * - split: per replica buckets of R/n and B/n (and C/n), n being the live
+ *   replica count at every instant, i.e. the equal split at its best.
+ *
+ * Admissions are recorded per quota with their time, and the figures of
+ * docs/allocation.md are computed from them exactly (sliding windows
+ * over the recorded instants, not over bins). While allot runs, its
+ * invariants are checked at every coordinator tick: the grants never
+ * exceed R, and what the agents hold never exceeds the coordinator's
+ * live bound.
+ */
+#include "sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "allot.pb-c.h"
+#include "bucket.h"
+#include "config.h"
+#include "state.h"
+#include "sync_int.h"
+
+const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
+
+#define SERVICE "svc"
+
+/* ---- admissions ---- */
+
+typedef struct adm {
+	uint64_t t;
+	uint32_t cost;
+} adm;
+
+typedef struct admvec {
+	adm *a;
+	size_t n, cap;
+	double after_warmup;     /* tokens admitted from arrivals >= 3T */
+	double total;
+} admvec;
+
+static int
+adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 4096;
+		adm *na = realloc(v->a, cap * sizeof *na);
+		if (na == NULL)
+			return ALLOT_ENOMEM;
+		v->a = na;
+		v->cap = cap;
+	}
+	v->a[v->n++] = (adm) { t, cost };
+	v->total += cost;
+	if (t >= warm)
+		v->after_warmup += cost;
+	return ALLOT_OK;
+}
+
+/* max over windows [t, t + W] of the admitted cost in them. */
+static double
+max_window(const admvec *v, uint64_t w)
+{
+	double best = 0, sum = 0;
+	size_t j = 0;
+	for (size_t i = 0; i < v->n; i++) {
+		if (j < i) {
+			j = i;
+			sum = 0;
+		}
+		while (j < v->n && v->a[j].t <= v->a[i].t + w)
+			sum += v->a[j++].cost;
+		if (sum > best)
+			best = sum;
+		sum -= v->a[i].cost;
+	}
+	return best;
+}
+
+/* ---- events ---- */
+
+typedef enum evkind {
+	EV_CHANGE,
+	EV_TIMER,
+	EV_TO_COORD,
+	EV_TO_AGENT,
+	EV_TIMEOUT,
+	EV_TICK,
+	EV_SECOND,
+} evkind;
+
+typedef struct ev {
+	uint64_t t;
+	uint64_t seq;
+	evkind kind;
+	uint32_t replica;
+	uint64_t tag;            /* timer generation, exchange id, change */
+	void *buf;
+	size_t len;
+} ev;
+
+typedef struct heap {
+	ev *e;
+	size_t n, cap;
+	uint64_t seq;
+} heap;
+
+static bool
+ev_less(const ev *a, const ev *b)
+{
+	return a->t != b->t ? a->t < b->t : a->seq < b->seq;
+}
+
+static int
+heap_push(heap *h, ev x)
+{
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? h->cap * 2 : 1024;
+		ev *ne = realloc(h->e, cap * sizeof *ne);
+		if (ne == NULL)
+			return ALLOT_ENOMEM;
+		h->e = ne;
+		h->cap = cap;
+	}
+	x.seq = h->seq++;
+	size_t i = h->n++;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!ev_less(&x, &h->e[p]))
+			break;
+		h->e[i] = h->e[p];
+		i = p;
+	}
+	h->e[i] = x;
+	return ALLOT_OK;
+}
+
+static ev
+heap_pop(heap *h)
+{
+	ev top = h->e[0];
+	ev last = h->e[--h->n];
+	size_t i = 0;
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		const ev *best = &last;
+		if (l < h->n && ev_less(&h->e[l], best)) {
+			m = l;
+			best = &h->e[l];
+		}
+		if (r < h->n && ev_less(&h->e[r], best))
+			m = r;
+		if (m == i)
+			break;
+		h->e[i] = h->e[m];
+		i = m;
+	}
+	if (h->n > 0)
+		h->e[i] = last;
+	return top;
+}
+
+/* ---- the run ---- */
+
+typedef struct replica {
+	bool live;
+	bool welcomed;           /* applied a first Welcome */
+	allot_agent *a;
+	allot__syncc sc;
+	bool sc_init;
+	allot_key **keys;        /* [caller * nep + endpoint] */
+	uint64_t timer_gen;
+	bool waiting;
+	uint64_t xid;
+	char id[16];
+	/* split */
+	allot__bucket *sb;       /* per quota, + 1 for the ceiling */
+} replica;
+
+typedef struct engine {
+	const sim_scenario *s;
+	const sim_params *p;
+	const allot_config *cfg;
+	uint64_t now;
+	uint64_t T;              /* ns */
+	uint64_t warm;
+	size_t nq;               /* agent quota order: callers, default */
+	size_t nep;              /* endpoints + default */
+	double ceiling;
+	double ceiling_burst;
+	admvec adm[SIM_NMODES][SIM_MAX_KEYS + 1]; /* last: the ceiling */
+	double boot[SIM_MAX_KEYS];
+	double offered[SIM_MAX_KEYS];
+	replica *r;
+	heap h;
+	uint64_t rng;
+	allot__state *st;
+	/* convergence */
+	bool conv_pending;
+	uint64_t conv_t0;
+	double conv_worst;
+	bool conv_any;
+	/* load */
+	uint64_t syncs, reports, bytes;
+	/* invariants */
+	double max_granted_ratio, max_held_over_bound, max_bound_ratio;
+	uint64_t checks;
+	int err;
+} engine;
+
+static uint64_t
+eng_clock(void *ctx)
+{
+	return ((const engine *) ctx)->now;
+}
+
+static double
+eng_unit(engine *e)
+{
+	uint64_t z = (e->rng += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (double) (z >> 11) / 9007199254740992.0;
+}
+
+static size_t
+quota_of(const engine *e, uint16_t caller)
+{
+	return caller < e->cfg->ncallers ? caller : e->cfg->ncallers;
+}
+
+static const allot__quota *
+quota_cfg(const engine *e, size_t q)
+{
+	return q < e->cfg->ncallers ? &e->cfg->callers[q] : &e->cfg->def;
+}
+
+static uint32_t
+weight_of(const engine *e, uint16_t ep)
+{
+	return ep < e->cfg->nendpoints ? e->cfg->endpoints[ep].weight :
+	    e->cfg->default_weight;
+}
+
+static void
+record(engine *e, sim_mode m, size_t q, uint64_t t, uint32_t cost)
+{
+	if (adm_push(&e->adm[m][q], t, cost, e->warm) != ALLOT_OK ||
+	    (e->ceiling > 0 && adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost,
+	        e->warm) != ALLOT_OK))
+		e->err = ALLOT_ENOMEM;
+}
+
+static void
+bucket_new(allot__bucket *b, double rate, double burst)
+{
+	allot__allowance al = { .rate = rate, .burst = burst,
+		.mode = ALLOT__MODE_LIMIT };
+	allot__bucket_init(b, &al);
+}
+
+/* Take `cost` from the quota bucket and, when there is one, the ceiling
+ * bucket; undo the first when the second says no. */
+static bool
+take2(allot__bucket *bq, allot__bucket *bc, uint64_t now, uint32_t cost)
+{
+	allot__take t;
+	allot__bucket_take(bq, now, cost, &t);
+	if (!t.allowed)
+		return false;
+	if (bc == NULL)
+		return true;
+	allot__bucket_take(bc, now, cost, &t);
+	if (t.allowed)
+		return true;
+	allot__bucket_adjust(bq, -(int64_t) cost, now);
+	return false;
+}
+
+/* ---- ideal ---- */
+
+static void
+run_ideal(engine *e)
+{
+	const sim_scenario *s = e->s;
+	allot__bucket *b = aligned_alloc(64, sizeof *b * (e->nq + 1));
+	if (b == NULL) {
+		e->err = ALLOT_ENOMEM;
+		return;
+	}
+	for (size_t q = 0; q < e->nq; q++)
+		bucket_new(&b[q], quota_cfg(e, q)->rate,
+		    quota_cfg(e, q)->burst);
+	if (e->ceiling > 0)
+		bucket_new(&b[e->nq], e->ceiling, e->ceiling_burst);
+	for (size_t i = 0; i < s->narr; i++) {
+		const sim_arrival *a = &s->arr[i];
+		size_t q = quota_of(e, a->caller);
+		uint32_t cost = weight_of(e, a->endpoint);
+		e->offered[q] += cost;
+		if (take2(&b[q], e->ceiling > 0 ? &b[e->nq] : NULL, a->t,
+		        cost))
+			record(e, SIM_IDEAL, q, a->t, cost);
+	}
+	free(b);
+}
+
+/* ---- split ---- */
+
+static void
+split_set(engine *e, replica *r, uint32_t n, bool init)
+{
+	double w = (double) e->cfg->max_weight;
+	for (size_t q = 0; q <= e->nq; q++) {
+		double R, B;
+		if (q == e->nq) {
+			if (!(e->ceiling > 0))
+				break;
+			R = e->ceiling;
+			B = e->ceiling_burst;
+		} else {
+			R = quota_cfg(e, q)->rate;
+			B = quota_cfg(e, q)->burst;
+		}
+		allot__allowance al = { .rate = R / n,
+			.burst = fmax(B / n, w), .mode = ALLOT__MODE_LIMIT };
+		if (init)
+			allot__bucket_init(&r->sb[q], &al);
+		else
+			allot__bucket_set(&r->sb[q], &al, e->now);
+	}
+}
+
+static void
+run_split(engine *e)
+{
+	const sim_scenario *s = e->s;
+	size_t ci = 0;
+	uint32_t live = 0;
+	for (uint32_t i = 0; i < s->nreplicas; i++) {
+		e->r[i].sb = aligned_alloc(64, sizeof(allot__bucket) *
+		    (e->nq + 1));
+		if (e->r[i].sb == NULL) {
+			e->err = ALLOT_ENOMEM;
+			return;
+		}
+		e->r[i].live = false;
+	}
+	bool *fresh = calloc(s->nreplicas + 1, sizeof *fresh);
+	if (fresh == NULL) {
+		e->err = ALLOT_ENOMEM;
+		return;
+	}
+	for (size_t i = 0; i <= s->narr; i++) {
+		uint64_t t = i < s->narr ? s->arr[i].t : UINT64_MAX;
+		/* Replica changes up to t: every live replica moves to the
+		 * new R/n at once (the split's best case). */
+		while (ci < s->nchanges && s->changes[ci].t <= t) {
+			uint64_t ct = s->changes[ci].t;
+			e->now = ct;
+			for (; ci < s->nchanges && s->changes[ci].t == ct;
+			     ci++) {
+				const sim_change *c = &s->changes[ci];
+				replica *r = &e->r[c->replica];
+				if (c->kind == SIM_START && !r->live) {
+					r->live = fresh[c->replica] = true;
+					live++;
+				} else if (c->kind != SIM_START && r->live) {
+					r->live = false;
+					live--;
+				}
+			}
+			for (uint32_t k = 0; k < s->nreplicas; k++) {
+				if (!e->r[k].live)
+					continue;
+				split_set(e, &e->r[k], live, fresh[k]);
+				fresh[k] = false;
+			}
+		}
+		if (i == s->narr)
+			break;
+		const sim_arrival *a = &s->arr[i];
+		replica *r = &e->r[a->replica];
+		if (!r->live)
+			continue;
+		size_t q = quota_of(e, a->caller);
+		uint32_t cost = weight_of(e, a->endpoint);
+		if (take2(&r->sb[q], e->ceiling > 0 ? &r->sb[e->nq] : NULL,
+		        a->t, cost))
+			record(e, SIM_SPLIT, q, a->t, cost);
+	}
+	free(fresh);
+	for (uint32_t i = 0; i < s->nreplicas; i++) {
+		free(e->r[i].sb);
+		e->r[i].sb = NULL;
+		e->r[i].live = false;
+	}
+}
+
+/* ---- allot: the transport and the coordinator ---- */
+
+typedef struct arena {
+	void **p;
+	size_t n, cap;
+	int oom;
+} arena;
+
+static void *
+arena_alloc(void *d, size_t size)
+{
+	arena *a = d;
+	if (a->n == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 64;
+		void **np = realloc(a->p, cap * sizeof *np);
+		if (np == NULL) {
+			a->oom = 1;
+			return NULL;
+		}
+		a->p = np;
+		a->cap = cap;
+	}
+	void *x = malloc(size ? size : 1);
+	if (x == NULL) {
+		a->oom = 1;
+		return NULL;
+	}
+	return a->p[a->n++] = x;
+}
+
+static void
+arena_free(void *d, void *p)
+{
+	(void) d;
+	(void) p;
+}
+
+static void
+arena_reset(arena *a)
+{
+	for (size_t i = 0; i < a->n; i++)
+		free(a->p[i]);
+	a->n = 0;
+}
+
+/* Decode, dispatch to the registry and encode, as allotd's server does
+ * (coordinator/server.c) minus nng. The answer is malloc'd. */
+static int
+coord_handle(engine *e, const void *buf, size_t len, void **ret,
+    size_t *ret_len)
+{
+	arena ar = { 0 };
+	ProtobufCAllocator pa = { arena_alloc, arena_free, &ar };
+	Allot__V1__Envelope *in = allot__v1__envelope__unpack(NULL, len, buf);
+	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
+	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
+	Allot__V1__Error er = ALLOT__V1__ERROR__INIT;
+	char err[256] = "";
+	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__MALFORMED;
+	out.version = 1;
+	e->bytes += len;
+	if (in != NULL && in->version == 1) {
+		switch (in->body_case) {
+		case ALLOT__V1__ENVELOPE__BODY_REGISTER:
+			code = allot__state_register(e->st, in->register_, &pa,
+			    &w, err, sizeof err);
+			out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
+			out.welcome = &w;
+			break;
+		case ALLOT__V1__ENVELOPE__BODY_SYNC:
+			e->syncs++;
+			e->reports += in->sync->n_reports;
+			code = allot__state_sync(e->st, in->sync, &pa, &rp,
+			    err, sizeof err);
+			out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
+			out.reply = &rp;
+			break;
+		case ALLOT__V1__ENVELOPE__BODY_LEAVE:
+			code = allot__state_leave(e->st, in->leave, &rp, err,
+			    sizeof err);
+			out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
+			out.reply = &rp;
+			break;
+		default:
+			snprintf(err, sizeof err, "not an agent message");
+			break;
+		}
+	} else {
+		snprintf(err, sizeof err, "undecodable or wrong version");
+	}
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		er.code = code;
+		er.message = err;
+		out.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
+		out.error = &er;
+	}
+	size_t n = allot__v1__envelope__get_packed_size(&out);
+	void *b = malloc(n ? n : 1);
+	if (b != NULL)
+		allot__v1__envelope__pack(&out, b);
+	arena_reset(&ar);
+	free(ar.p);
+	if (in != NULL)
+		allot__v1__envelope__free_unpacked(in, NULL);
+	if (b == NULL)
+		return ALLOT_ENOMEM;
+	e->bytes += n;
+	*ret = b;
+	*ret_len = n;
+	return ALLOT_OK;
+}
+
+static bool
+outage(const engine *e)
+{
+	return e->now >= e->s->outage_from && e->now < e->s->outage_to;
+}
+
+static uint64_t
+one_way(engine *e)
+{
+	double ms = e->p->latency_ms + e->p->latency_jitter_ms * eng_unit(e);
+	return (uint64_t) (ms * 1e6);
+}
+
+/* Put a message on the wire; it may be lost (or the coordinator be
+ * unreachable). Takes `buf`. */
+static void
+send_msg(engine *e, evkind kind, uint32_t idx, uint64_t tag,
+    void *buf, size_t len)
+{
+	if (outage(e) || (e->p->loss > 0 && eng_unit(e) < e->p->loss)) {
+		free(buf);
+		return;
+	}
+	ev x = { .t = e->now + one_way(e), .kind = kind, .replica = idx,
+		.tag = tag, .buf = buf, .len = len };
+	if (heap_push(&e->h, x) != ALLOT_OK) {
+		free(buf);
+		e->err = ALLOT_ENOMEM;
+	}
+}
+
+static void
+push(engine *e, uint64_t t, evkind kind, uint32_t idx, uint64_t tag)
+{
+	ev x = { .t = t, .kind = kind, .replica = idx, .tag = tag };
+	if (heap_push(&e->h, x) != ALLOT_OK)
+		e->err = ALLOT_ENOMEM;
+}
+
+/* agent/sync.c's request timeout. */
+static uint64_t
+request_timeout_ns(const engine *e)
+{
+	uint32_t t = e->p->interval_ms * 2;
+	t = t < 250 ? 250 : t > 2000 ? 2000 : t;
+	return (uint64_t) t * 1000000u;
+}
+
+static void
+schedule_timer(engine *e, replica *r, uint32_t idx, uint64_t delay_ms)
+{
+	push(e, e->now + delay_ms * 1000000u, EV_TIMER, idx, ++r->timer_gen);
+}
+
+/* The rate and burst an agent runs quota q (agent order) with now. */
+static void
+held(const replica *r, size_t q, double *ret_r, double *ret_b)
+{
+	allot__allowance al;
+	allot__bucket_get(&r->a->quotas[q].bucket, &al);
+	if (al.mode == ALLOT__MODE_OPEN) {
+		*ret_r = *ret_b = INFINITY;
+	} else if (al.mode == ALLOT__MODE_CLOSED) {
+		*ret_r = *ret_b = 0;
+	} else {
+		*ret_r = al.rate;
+		*ret_b = al.burst;
+	}
+}
+
+/* Coordinator quota index of agent quota q. */
+static size_t
+cq_of(const engine *e, size_t q)
+{
+	return q < e->cfg->ncallers ? q + 1 : 0;
+}
+
+static int
+replica_start(engine *e, uint32_t idx, uint32_t nlive)
+{
+	replica *r = &e->r[idx];
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = eng_clock;
+	o.clock_ctx = e;
+	o.service = SERVICE;
+	snprintf(r->id, sizeof r->id, "r%u", idx);
+	o.replica_id = r->id;
+	o.max_unknown_keys = 0;
+	o.sync_interval_ms = e->p->interval_ms;
+	o.sync_jitter = e->p->sync_jitter;
+	/* The operator's expected count: what runs right after it. */
+	o.initial_replicas = nlive > 0 ? nlive : 1;
+	o.log = NULL;
+	int rc = allot_agent_create(e->cfg, &o, &r->a);
+	if (rc != ALLOT_OK)
+		return rc;
+	rc = allot__syncc_init(&r->sc, r->a, e->p->seed * 7919u + idx + 1);
+	if (rc != ALLOT_OK) {
+		allot_agent_destroy(r->a);
+		r->a = NULL;
+		return rc;
+	}
+	r->sc_init = true;
+	r->keys = calloc((e->cfg->ncallers + 1) * e->nep, sizeof *r->keys);
+	if (r->keys == NULL)
+		return ALLOT_ENOMEM;
+	for (size_t c = 0; c <= e->cfg->ncallers; c++) {
+		for (size_t p = 0; p < e->nep; p++) {
+			const char *id = c < e->cfg->ncallers ?
+			    e->cfg->callers[c].identity : NULL;
+			const char *ep = p < e->cfg->nendpoints ?
+			    e->cfg->endpoints[p].name : NULL;
+			rc = allot_key_resolve(r->a, id, ep,
+			    &r->keys[c * e->nep + p]);
+			if (rc != ALLOT_OK)
+				return rc;
+		}
+	}
+	r->live = true;
+	r->welcomed = false;
+	r->waiting = false;
+	schedule_timer(e, r, idx, 0);
+	return ALLOT_OK;
+}
+
+static void
+replica_stop(engine *e, uint32_t idx, bool graceful)
+{
+	replica *r = &e->r[idx];
+	if (!r->live)
+		return;
+	if (graceful) {
+		void *buf;
+		size_t len;
+		if (allot__syncc_leave(&r->sc, &buf, &len) == ALLOT_OK)
+			send_msg(e, EV_TO_COORD, idx, 0, buf, len);
+	}
+	r->live = false;
+	r->waiting = false;
+	r->timer_gen++;
+	if (r->sc_init)
+		allot__syncc_fini(&r->sc);
+	r->sc_init = false;
+	allot_agent_destroy(r->a);
+	r->a = NULL;
+	free(r->keys);
+	r->keys = NULL;
+}
+
+static void
+on_timer(engine *e, uint32_t idx)
+{
+	replica *r = &e->r[idx];
+	allot__syncc_check_lease(&r->sc, e->now);
+	if (r->waiting)
+		return;
+	void *buf;
+	size_t len;
+	if (allot__syncc_request(&r->sc, e->now, &buf, &len) != ALLOT_OK) {
+		allot__syncc_failed(&r->sc, e->now, "out of memory");
+		schedule_timer(e, r, idx,
+		    allot__syncc_next_delay_ms(&r->sc, e->now, false));
+		return;
+	}
+	r->waiting = true;
+	r->xid++;
+	send_msg(e, EV_TO_COORD, idx, r->xid, buf, len);
+	push(e, e->now + request_timeout_ns(e), EV_TIMEOUT, idx, r->xid);
+}
+
+static void
+on_coord(engine *e, ev *x)
+{
+	void *out;
+	size_t len;
+	if (outage(e))
+		return; /* arrived at an unreachable coordinator */
+	if (coord_handle(e, x->buf, x->len, &out, &len) != ALLOT_OK) {
+		e->err = ALLOT_ENOMEM;
+		return;
+	}
+	if (x->tag == 0) {
+		free(out); /* the answer to a Leave: nobody waits */
+		return;
+	}
+	send_msg(e, EV_TO_AGENT, x->replica, x->tag, out, len);
+}
+
+static void
+on_agent(engine *e, ev *x)
+{
+	replica *r = &e->r[x->replica];
+	if (!r->live || !r->waiting || x->tag != r->xid)
+		return; /* too late: the exchange was given up */
+	r->waiting = false;
+	bool ok = allot__syncc_reply(&r->sc, e->now, x->buf, x->len);
+	if (atomic_load(&r->sc.registers) > 0)
+		r->welcomed = true;
+	allot__syncc_check_lease(&r->sc, e->now);
+	schedule_timer(e, r, x->replica,
+	    allot__syncc_next_delay_ms(&r->sc, e->now, ok));
+}
+
+static void
+on_timeout(engine *e, ev *x)
+{
+	replica *r = &e->r[x->replica];
+	if (!r->live || !r->waiting || x->tag != r->xid)
+		return;
+	r->waiting = false;
+	allot__syncc_failed(&r->sc, e->now, "timed out");
+	allot__syncc_check_lease(&r->sc, e->now);
+	schedule_timer(e, r, x->replica,
+	    allot__syncc_next_delay_ms(&r->sc, e->now, false));
+}
+
+/* ---- allot: checks ---- */
+
+typedef struct conv_ctx {
+	engine *e;
+	bool ok;
+	size_t shares;
+	double *sum;             /* per coordinator quota */
+} conv_ctx;
+
+static void
+conv_share(void *ctx, const allot__state_share *sh)
+{
+	conv_ctx *c = ctx;
+	engine *e = c->e;
+	unsigned idx;
+	if (sscanf(sh->replica_id, "r%u", &idx) != 1 ||
+	    idx >= e->s->nreplicas || !e->r[idx].live) {
+		c->ok = false;
+		return;
+	}
+	size_t q = sh->quota == 0 ? e->cfg->ncallers : (size_t) sh->quota - 1;
+	double hr, hb;
+	held(&e->r[idx], q, &hr, &hb);
+	double R = quota_cfg(e, q)->rate;
+	/* Its target as of the coordinator's last answer to it: targets
+	 * can only reach an agent in an answer. */
+	if (fabs(hr - sh->reply_target_rate) > SIM_CONVERGE_TOL *
+	    sh->reply_target_rate + 1e-9 * R)
+		c->ok = false;
+	c->sum[sh->quota] += hr;
+	c->shares++;
+}
+
+/* Every live replica holds its target within 1 % and the held rates of
+ * every quota sum to at most R. */
+static bool
+converged(engine *e)
+{
+	uint32_t live = 0;
+	for (uint32_t i = 0; i < e->s->nreplicas; i++) {
+		if (!e->r[i].live)
+			continue;
+		live++;
+		if (!e->r[i].welcomed || e->r[i].sc.session == 0)
+			return false;
+	}
+	if (allot__state_service_replicas(e->st, SERVICE) != live)
+		return false;
+	double sum[SIM_MAX_KEYS + 1] = { 0 };
+	conv_ctx c = { .e = e, .ok = true, .sum = sum };
+	allot__state_foreach_share(e->st, SERVICE, conv_share, &c);
+	if (!c.ok || c.shares != (size_t) live * e->nq)
+		return false;
+	for (size_t q = 0; q < e->nq; q++)
+		if (sum[cq_of(e, q)] > quota_cfg(e, q)->rate * (1 + 1e-9))
+			return false;
+	return true;
+}
+
+static void
+conv_check(engine *e)
+{
+	if (!e->conv_pending)
+		return;
+	double iv = (double) (e->now - e->conv_t0) / (double) e->T;
+	if (converged(e)) {
+		e->conv_pending = false;
+		if (!(iv <= e->conv_worst))
+			e->conv_worst = iv;
+	} else if (iv > SIM_CONVERGE_MAX_INTERVALS) {
+		e->conv_pending = false;
+		e->conv_worst = NAN;
+	}
+}
+
+/* Grants within R, and what the welcomed agents hold within the live
+ * bound. */
+static void
+invariants(engine *e)
+{
+	for (size_t q = 0; q < e->nq; q++) {
+		allot__state_quota sq;
+		if (allot__state_quota_get(e->st, SERVICE, cq_of(e, q), &sq) !=
+		    ALLOT_OK)
+			continue;
+		double hr = 0, hb = 0;
+		for (uint32_t i = 0; i < e->s->nreplicas; i++) {
+			if (!e->r[i].live || !e->r[i].welcomed)
+				continue;
+			double r, b;
+			held(&e->r[i], q, &r, &b);
+			hr += r;
+			hb += b;
+		}
+		double g = sq.granted_rate / sq.rate;
+		if (g > e->max_granted_ratio)
+			e->max_granted_ratio = g;
+		if (sq.bound_ratio > e->max_bound_ratio)
+			e->max_bound_ratio = sq.bound_ratio;
+		double x = fmax((hr - sq.bound_rate) / sq.rate,
+		    (hb - sq.bound_burst) / sq.burst);
+		if (isnan(x))
+			x = 0; /* both +Inf: an open fallback, counted */
+		if (x > e->max_held_over_bound)
+			e->max_held_over_bound = x;
+		e->checks++;
+	}
+}
+
+static int
+run_allot(engine *e)
+{
+	const sim_scenario *s = e->s;
+	allot__state_opts o;
+	allot__state_opts_init(&o);
+	o.clock = eng_clock;
+	o.clock_ctx = e;
+	o.interval_ms = e->p->interval_ms;
+	o.lease_ms = e->p->lease_ms;
+	o.expiry_intervals = e->p->expiry_intervals;
+	allot_config *cc = allot__config_dup(e->cfg);
+	if (cc == NULL)
+		return ALLOT_ENOMEM;
+	e->now = 0;
+	int rc = allot__state_create(&o, cc, "sim", s->config_text, &e->st);
+	if (rc != ALLOT_OK) {
+		allot_config_free(cc);
+		return rc;
+	}
+	e->max_held_over_bound = -INFINITY;
+	for (size_t i = 0; i < s->nchanges; i++)
+		push(e, s->changes[i].t, EV_CHANGE, s->changes[i].replica, i);
+	push(e, e->T, EV_TICK, 0, 0);
+	push(e, SIM_NS, EV_SECOND, 0, 0);
+	size_t ai = 0;
+	while (e->err == ALLOT_OK) {
+		uint64_t ta = ai < s->narr ? s->arr[ai].t : UINT64_MAX;
+		uint64_t te = e->h.n > 0 ? e->h.e[0].t : UINT64_MAX;
+		if (ta == UINT64_MAX && te == UINT64_MAX)
+			break;
+		if (ta < te) {
+			if (ta >= s->duration)
+				break;
+			const sim_arrival *a = &s->arr[ai++];
+			e->now = a->t;
+			replica *r = &e->r[a->replica];
+			if (!r->live)
+				continue;
+			size_t q = quota_of(e, a->caller);
+			allot_decision d;
+			allot_key *k = r->keys[(size_t) a->caller * e->nep +
+			    a->endpoint];
+			if (allot_acquire(r->a, k, ALLOT_COST_DEFAULT, &d) ==
+			        ALLOT_OK && d.allowed) {
+				record(e, SIM_ALLOT, q, a->t, d.cost);
+				if (!r->welcomed)
+					e->boot[q] += d.cost;
+			}
+			continue;
+		}
+		if (te >= s->duration)
+			break;
+		ev x = heap_pop(&e->h);
+		e->now = x.t;
+		switch (x.kind) {
+		case EV_CHANGE: {
+			const sim_change *c = &s->changes[x.tag];
+			if (c->kind == SIM_START) {
+				int64_t live = 0;
+				for (size_t j = 0; j < s->nchanges &&
+				     s->changes[j].t <= c->t; j++)
+					live += s->changes[j].kind ==
+					    SIM_START ? 1 : -1;
+				rc = replica_start(e, c->replica,
+				    live > 0 ? (uint32_t) live : 1);
+				if (rc != ALLOT_OK)
+					e->err = rc;
+			} else {
+				replica_stop(e, c->replica,
+				    c->kind == SIM_LEAVE);
+			}
+			if (c->t > 0) {
+				if (e->conv_pending && e->conv_t0 != c->t)
+					e->conv_worst = NAN;
+				if (!e->conv_pending || e->conv_t0 != c->t) {
+					e->conv_pending = true;
+					e->conv_t0 = c->t;
+					e->conv_any = true;
+				}
+			}
+			conv_check(e);
+			break;
+		}
+		case EV_TIMER:
+			if (e->r[x.replica].live &&
+			    x.tag == e->r[x.replica].timer_gen)
+				on_timer(e, x.replica);
+			break;
+		case EV_TO_COORD:
+			on_coord(e, &x);
+			break;
+		case EV_TO_AGENT:
+			on_agent(e, &x);
+			conv_check(e);
+			break;
+		case EV_TIMEOUT:
+			on_timeout(e, &x);
+			break;
+		case EV_TICK:
+			allot__state_tick(e->st);
+			invariants(e);
+			conv_check(e);
+			push(e, e->now + e->T, EV_TICK, 0, 0);
+			break;
+		case EV_SECOND:
+			allot__state_second(e->st);
+			push(e, e->now + SIM_NS, EV_SECOND, 0, 0);
+			break;
+		}
+		free(x.buf);
+	}
+	if (e->conv_pending)
+		e->conv_worst = NAN;
+	for (uint32_t i = 0; i < s->nreplicas; i++)
+		replica_stop(e, i, false);
+	while (e->h.n > 0) {
+		ev x = heap_pop(&e->h);
+		free(x.buf);
+	}
+	allot__state_destroy(e->st);
+	e->st = NULL;
+	return e->err;
+}
+
+/* ---- figures ---- */
+
+static void
+figures(engine *e, sim_result *res)
+{
+	const sim_scenario *s = e->s;
+	double dur = (double) s->duration / SIM_NS;
+	double Ts = (double) e->T / SIM_NS;
+	uint64_t wins[3] = { e->T, SIM_NS, 10 * SIM_NS };
+	res->nkeys = 0;
+	for (size_t q = 0; q <= e->nq && q <= SIM_MAX_KEYS; q++) {
+		bool ceil_row = q == e->nq;
+		if (ceil_row && !(e->ceiling > 0))
+			break;
+		size_t src = ceil_row ? SIM_MAX_KEYS : q;
+		if (!ceil_row && e->offered[q] == 0 && q == e->cfg->ncallers)
+			continue; /* the default quota, unused */
+		sim_key *k = &res->keys[res->nkeys++];
+		memset(k, 0, sizeof *k);
+		if (ceil_row) {
+			snprintf(k->identity, sizeof k->identity, "(ceiling)");
+			k->rate = e->ceiling;
+			k->burst = e->ceiling_burst;
+			k->ceiling = true;
+			for (size_t j = 0; j < e->nq; j++)
+				k->offered += e->offered[j];
+		} else {
+			const allot__quota *qc = quota_cfg(e, q);
+			snprintf(k->identity, sizeof k->identity, "%s",
+			    qc->identity);
+			k->rate = qc->rate;
+			k->burst = qc->burst;
+			snprintf(k->priority, sizeof k->priority, "%s",
+			    qc->priority < e->cfg->nclasses ?
+			    e->cfg->classes[qc->priority] : "?");
+			k->offered = e->offered[q];
+			k->bootstrap = e->boot[q] / (k->rate * Ts);
+		}
+		double ideal_after = e->adm[SIM_IDEAL][src].after_warmup;
+		for (int m = 0; m < SIM_NMODES; m++) {
+			const admvec *v = &e->adm[m][src];
+			sim_fig *f = &k->f[m];
+			f->admitted = v->total;
+			f->over = -INFINITY;
+			for (int w = 0; w < 3; w++) {
+				double W = (double) wins[w] / SIM_NS;
+				f->over_w[w] = (max_window(v, wins[w]) -
+				    (k->burst + k->rate * W)) / (k->rate * Ts);
+				if (f->over_w[w] > f->over)
+					f->over = f->over_w[w];
+			}
+			f->under = ideal_after > 0 ? fmax(0, (ideal_after -
+			    v->after_warmup) / ideal_after) : 0;
+			f->util = v->total / (k->rate * dur + k->burst);
+		}
+	}
+	/* Under-admission of the scenario: of all the quotas' admissions
+	 * (per quota in the rows). */
+	double ideal_all = 0;
+	for (size_t q = 0; q < e->nq; q++)
+		ideal_all += e->adm[SIM_IDEAL][q].after_warmup;
+	for (int m = 0; m < SIM_NMODES; m++) {
+		double over = -INFINITY, sum = 0, cap = 0, after = 0;
+		double cutil = NAN;
+		for (size_t q = 0; q < e->nq; q++)
+			after += e->adm[m][q].after_warmup;
+		for (size_t i = 0; i < res->nkeys; i++) {
+			const sim_key *k = &res->keys[i];
+			if (k->f[m].over > over)
+				over = k->f[m].over;
+			if (k->ceiling) {
+				cutil = k->f[m].util;
+				continue;
+			}
+			sum += k->f[m].admitted;
+			cap += k->rate * dur + k->burst;
+		}
+		res->over[m] = over;
+		/* The quotas whose callers stay below R: none of their
+		 * demand should be refused; the worst of them. Without
+		 * any (overload), all the quotas' admissions together. */
+		double worst = -1;
+		for (size_t i = 0; i < res->nkeys; i++) {
+			const sim_key *k = &res->keys[i];
+			if (!k->ceiling && k->offered < k->rate * dur &&
+			    k->f[m].under > worst)
+				worst = k->f[m].under;
+		}
+		res->under[m] = worst >= 0 ? worst : ideal_all > 0 ?
+		    fmax(0, (ideal_all - after) / ideal_all) : 0;
+		res->util[m] = !isnan(cutil) ? cutil : cap > 0 ? sum / cap : 0;
+		res->converge[m] = NAN;
+		res->neighbour[m] = NAN;
+	}
+	res->bootstrap = 0;
+	for (size_t i = 0; i < res->nkeys; i++)
+		if (res->keys[i].bootstrap > res->bootstrap)
+			res->bootstrap = res->keys[i].bootstrap;
+}
+
+int
+sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
+{
+	struct timespec w0, w1;
+	clock_gettime(CLOCK_MONOTONIC, &w0);
+	memset(res, 0, sizeof *res);
+	if (s->cfg == NULL || s->cfg->ncallers + 1 > SIM_MAX_KEYS ||
+	    s->nreplicas > SIM_MAX_REPLICAS || p->interval_ms == 0)
+		return ALLOT_EINVAL;
+	engine *e = calloc(1, sizeof *e);
+	if (e == NULL)
+		return ALLOT_ENOMEM;
+	e->s = s;
+	e->p = p;
+	e->cfg = s->cfg;
+	e->T = (uint64_t) p->interval_ms * 1000000u;
+	e->warm = (uint64_t) (SIM_WARMUP_INTERVALS * (double) e->T);
+	e->nq = s->cfg->ncallers + 1;
+	e->nep = s->cfg->nendpoints + 1;
+	e->ceiling = s->cfg->ceiling_rate;
+	double horizon = 0;
+	for (size_t q = 0; q < s->cfg->ncallers; q++)
+		horizon = fmax(horizon, s->cfg->callers[q].burst /
+		    s->cfg->callers[q].rate);
+	e->ceiling_burst = e->ceiling * (horizon > 0 ? horizon : 1.0);
+	e->rng = p->seed ^ 0x5deece66dull;
+	e->r = calloc(s->nreplicas + 1, sizeof *e->r);
+	int rc = e->r == NULL ? ALLOT_ENOMEM : ALLOT_OK;
+	if (rc == ALLOT_OK) {
+		run_ideal(e);
+		run_split(e);
+		rc = e->err;
+	}
+	if (rc == ALLOT_OK)
+		rc = run_allot(e);
+	if (rc == ALLOT_OK) {
+		snprintf(res->scenario, sizeof res->scenario, "%s", s->name);
+		res->interval_ms = p->interval_ms;
+		res->seed = p->seed;
+		res->duration_s = (double) s->duration / SIM_NS;
+		res->nreplicas_max = s->nreplicas;
+		figures(e, res);
+		res->converge[SIM_ALLOT] = e->conv_any ? e->conv_worst : NAN;
+		res->syncs_per_s = (double) e->syncs / res->duration_s;
+		res->reports_per_s = (double) e->reports / res->duration_s;
+		res->bytes_per_s = (double) e->bytes / res->duration_s;
+		res->max_granted_ratio = e->max_granted_ratio;
+		res->max_held_over_bound = e->max_held_over_bound;
+		res->max_bound_ratio = e->max_bound_ratio;
+		res->invariant_checks = e->checks;
+	}
+	for (int m = 0; m < SIM_NMODES; m++)
+		for (size_t q = 0; q <= SIM_MAX_KEYS; q++)
+			free(e->adm[m][q].a);
+	free(e->h.e);
+	free(e->r);
+	free(e);
+	clock_gettime(CLOCK_MONOTONIC, &w1);
+	res->wall_s = (double) (w1.tv_sec - w0.tv_sec) +
+	    (double) (w1.tv_nsec - w0.tv_nsec) / 1e9;
+	return rc;
+}
+
+void
+sim_neighbour(sim_result *with, const sim_result *without, int noisy)
+{
+	for (int m = 0; m < SIM_NMODES; m++) {
+		double worst = 0;
+		for (size_t i = 0; i < with->nkeys; i++) {
+			const sim_key *k = &with->keys[i];
+			if (k->ceiling || (int) i == noisy)
+				continue;
+			for (size_t j = 0; j < without->nkeys; j++) {
+				const sim_key *o = &without->keys[j];
+				if (strcmp(o->identity, k->identity) != 0 ||
+				    !(o->f[m].admitted > 0))
+					continue;
+				double d = fabs(k->f[m].admitted -
+				    o->f[m].admitted) / o->f[m].admitted;
+				if (d > worst)
+					worst = d;
+			}
+		}
+		with->neighbour[m] = worst;
+	}
+}

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allot-sim: run a scenario (built-in, or an arrival trace with its quota
+ * file and replica schedule) through the ideal global bucket, allot and
+ * the equal split, and print the accuracy figures of docs/allocation.md
+ * as a table or JSON. `--scenario all` runs every built-in scenario;
+ * `--sweep` repeats the run for T = 50, 100, 250 and 1000 ms.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+static void
+usage(FILE *f)
+{
+	fputs("usage: allot-sim [OPTION]...\n"
+	    "Simulate allot against the ideal global token bucket and the "
+	    "equal split.\n\n"
+	    "  -s, --scenario NAME   built-in scenario, or \"all\" (default "
+	    "uniform):\n"
+	    "                        uniform sticky skewed burst scaleup "
+	    "scaledown crash\n"
+	    "                        noisy overload outage\n"
+	    "      --trace FILE      arrival trace, CSV time_s,replica,caller,"
+	    "endpoint\n"
+	    "      --config FILE     quota file of the trace\n"
+	    "      --schedule SPEC   replica changes of the trace: TIME:+N "
+	    "(start N),\n"
+	    "                        TIME:-N (N leave), TIME:xN (N crash), "
+	    "comma separated\n"
+	    "  -T, --interval-ms T   sync interval, agents and coordinator "
+	    "(default 100)\n"
+	    "      --sweep           run for T = 50, 100, 250 and 1000 ms\n"
+	    "      --seed N          random seed (default 1)\n"
+	    "      --duration S      simulated seconds (default: the "
+	    "scenario's)\n"
+	    "      --latency-ms L    one-way latency (default 1)\n"
+	    "      --jitter-ms J     extra one-way latency, uniform (default "
+	    "0.5)\n"
+	    "      --loss P          probability a message is lost (default "
+	    "0)\n"
+	    "      --json            one JSON object per run\n"
+	    "      --no-keys         no per-quota rows in the table\n"
+	    "  -h, --help            this text\n"
+	    "docs/allocation.md defines every figure.\n", f);
+}
+
+static bool
+num_arg(const char *s, double lo, double hi, double *ret)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi))
+		return false;
+	*ret = v;
+	return true;
+}
+
+typedef struct opts {
+	const char *scenario;
+	const char *trace;
+	const char *config;
+	const char *schedule;
+	double duration;
+	bool json;
+	bool keys;
+	bool sweep;
+	sim_params p;
+} opts;
+
+/* One run (two for the noisy neighbour); prints it. */
+static int
+run_one(const opts *o, const char *name, const sim_params *p, bool summary)
+{
+	char err[512] = "";
+	sim_scenario s;
+	int rc = name != NULL ?
+	    sim_scenario_builtin(name, p, o->duration, false, &s, err,
+	        sizeof err) :
+	    sim_scenario_trace(o->trace, o->config, o->schedule, o->duration,
+	        &s, err, sizeof err);
+	if (rc != ALLOT_OK) {
+		fprintf(stderr, "allot-sim: %s\n", err);
+		return rc == ALLOT_ENOENT ? 2 : 1;
+	}
+	sim_result r;
+	rc = sim_run(&s, p, &r);
+	if (rc == ALLOT_OK && s.noisy_caller >= 0) {
+		sim_scenario q;
+		sim_result rq;
+		if (sim_scenario_builtin(name, p, o->duration, true, &q, err,
+		        sizeof err) == ALLOT_OK) {
+			if (sim_run(&q, p, &rq) == ALLOT_OK)
+				sim_neighbour(&r, &rq, s.noisy_caller);
+			sim_scenario_free(&q);
+		}
+	}
+	if (rc != ALLOT_OK) {
+		fprintf(stderr, "allot-sim: %s: %s\n", s.name,
+		    allot_strerror(rc));
+		sim_scenario_free(&s);
+		return 1;
+	}
+	if (o->json) {
+		sim_print_json(stdout, &r);
+	} else if (summary) {
+		sim_print_summary_row(stdout, &r);
+	} else {
+		printf("%s\n", s.description != NULL ? s.description : "");
+		sim_print_table(stdout, &r, o->keys);
+		putchar('\n');
+	}
+	fflush(stdout);
+	sim_scenario_free(&s);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { O_TRACE = 256, O_CONFIG, O_SCHEDULE, O_SWEEP, O_SEED,
+		O_DURATION, O_LATENCY, O_JITTER, O_LOSS, O_JSON, O_NOKEYS };
+	static const struct option lo[] = {
+		{ "scenario", required_argument, NULL, 's' },
+		{ "trace", required_argument, NULL, O_TRACE },
+		{ "config", required_argument, NULL, O_CONFIG },
+		{ "schedule", required_argument, NULL, O_SCHEDULE },
+		{ "interval-ms", required_argument, NULL, 'T' },
+		{ "sweep", no_argument, NULL, O_SWEEP },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "duration", required_argument, NULL, O_DURATION },
+		{ "latency-ms", required_argument, NULL, O_LATENCY },
+		{ "jitter-ms", required_argument, NULL, O_JITTER },
+		{ "loss", required_argument, NULL, O_LOSS },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "no-keys", no_argument, NULL, O_NOKEYS },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	opts o = { .scenario = NULL, .keys = true };
+	sim_params_init(&o.p);
+	int c;
+	double v;
+	while ((c = getopt_long(argc, argv, "s:T:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			o.scenario = optarg;
+			break;
+		case O_TRACE:
+			o.trace = optarg;
+			break;
+		case O_CONFIG:
+			o.config = optarg;
+			break;
+		case O_SCHEDULE:
+			o.schedule = optarg;
+			break;
+		case 'T':
+			if (!num_arg(optarg, 1, 60000, &v))
+				goto bad;
+			o.p.interval_ms = (uint32_t) v;
+			break;
+		case O_SWEEP:
+			o.sweep = true;
+			break;
+		case O_SEED:
+			if (!num_arg(optarg, 0, 1e18, &v))
+				goto bad;
+			o.p.seed = (uint64_t) v;
+			break;
+		case O_DURATION:
+			if (!num_arg(optarg, 0.1, 1e6, &o.duration))
+				goto bad;
+			break;
+		case O_LATENCY:
+			if (!num_arg(optarg, 0, 10000, &o.p.latency_ms))
+				goto bad;
+			break;
+		case O_JITTER:
+			if (!num_arg(optarg, 0, 10000, &o.p.latency_jitter_ms))
+				goto bad;
+			break;
+		case O_LOSS:
+			if (!num_arg(optarg, 0, 1, &o.p.loss))
+				goto bad;
+			break;
+		case O_JSON:
+			o.json = true;
+			break;
+		case O_NOKEYS:
+			o.keys = false;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc)
+		goto bad;
+	if (o.trace != NULL && o.config == NULL) {
+		fprintf(stderr, "allot-sim: --trace needs --config\n");
+		return 2;
+	}
+	if (o.trace == NULL && o.scenario == NULL)
+		o.scenario = "uniform";
+	static const uint32_t sweep[] = { 50, 100, 250, 1000 };
+	size_t nt = o.sweep ? sizeof sweep / sizeof sweep[0] : 1;
+	bool all = o.trace == NULL && strcmp(o.scenario, "all") == 0;
+	bool summary = all || o.sweep;
+	if (summary && !o.json)
+		sim_print_summary_header(stdout);
+	int status = 0;
+	for (size_t ti = 0; ti < nt; ti++) {
+		sim_params p = o.p;
+		if (o.sweep)
+			p.interval_ms = sweep[ti];
+		if (o.trace != NULL) {
+			status |= run_one(&o, NULL, &p, summary);
+			continue;
+		}
+		for (size_t i = 0; all ? sim_scenario_names[i] != NULL : i < 1;
+		     i++) {
+			int rc = run_one(&o, all ? sim_scenario_names[i] :
+			    o.scenario, &p, summary);
+			if (rc == 2)
+				return 2;
+			status |= rc;
+		}
+	}
+	return status;
+bad:
+	fprintf(stderr, "allot-sim: bad argument (see --help)\n");
+	return 2;
+}

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The simulator's output (sim.h): a table per run (per quota and per
+ * mode, then the summary, the coordinator's load and allot's checked
+ * invariants), a one-row-per-run summary for --all and sweeps, and the
+ * same figures as one JSON object per run. NaN (not applicable, or no
+ * convergence) prints as "-" and as null.
+ */
+#include "sim.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A right-aligned number with `dec` decimals, or "-" for NaN. */
+static void
+num(FILE *f, const char *pre, double v, int width, int dec)
+{
+	fputs(pre, f);
+	if (isnan(v) || isinf(v))
+		fprintf(f, "%*s", width, isnan(v) ? "-" : v > 0 ? "inf" :
+		    "-inf");
+	else
+		fprintf(f, "%*.*f", width, dec, v);
+}
+
+static void
+jnum(FILE *f, double v)
+{
+	if (isnan(v) || isinf(v))
+		fputs("null", f);
+	else
+		fprintf(f, "%.6g", v);
+}
+
+static void
+jstr(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s != NULL && *s != '\0'; s++) {
+		unsigned char c = (unsigned char) *s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+void
+sim_print_table(FILE *f, const sim_result *r, bool per_key)
+{
+	fprintf(f, "scenario %s: T = %u ms, seed %llu, %.0f s, up to %u "
+	    "replicas (run in %.2f s: %.0f simulated s per s)\n", r->scenario,
+	    r->interval_ms, (unsigned long long) r->seed, r->duration_s,
+	    r->nreplicas_max, r->wall_s, r->wall_s > 0 ? r->duration_s /
+	    r->wall_s : 0);
+	if (per_key) {
+		fprintf(f, "  %-28s %8s %7s %9s | %9s | %9s %6s %6s | %9s "
+		    "%6s %6s\n", "quota", "R", "B", "offered", "ideal",
+		    "allot", "over", "under%", "split", "over", "under%");
+		for (size_t i = 0; i < r->nkeys; i++) {
+			const sim_key *k = &r->keys[i];
+			const char *id = k->identity;
+			if (strncmp(id, "spiffe://sim/", 13) == 0)
+				id += 13;
+			fprintf(f, "  %-28.28s %8.0f %7.0f %9.0f | %9.0f | "
+			    "%9.0f ", id, k->rate, k->burst, k->offered,
+			    k->f[SIM_IDEAL].admitted,
+			    k->f[SIM_ALLOT].admitted);
+			num(f, "", k->f[SIM_ALLOT].over, 6, 2);
+			num(f, " ", 100 * k->f[SIM_ALLOT].under, 6, 2);
+			fprintf(f, " | %9.0f ", k->f[SIM_SPLIT].admitted);
+			num(f, "", k->f[SIM_SPLIT].over, 6, 2);
+			num(f, " ", 100 * k->f[SIM_SPLIT].under, 6, 2);
+			fputc('\n', f);
+		}
+	}
+	fprintf(f, "  %-6s %12s %9s %8s %10s\n", "mode", "over (R*T)",
+	    "under %", "util %", "converge");
+	for (int m = 0; m < SIM_NMODES; m++) {
+		fprintf(f, "  %-6s ", sim_mode_names[m]);
+		num(f, "", r->over[m], 12, 3);
+		num(f, " ", 100 * r->under[m], 9, 3);
+		num(f, " ", 100 * r->util[m], 8, 2);
+		num(f, " ", r->converge[m], 10, 2);
+		if (!isnan(r->neighbour[m]))
+			fprintf(f, "   others vs. no noisy caller: %.3f %%",
+			    100 * r->neighbour[m]);
+		fputc('\n', f);
+	}
+	fprintf(f, "  allot: bootstrap term %.3f R*T; coordinator %.0f "
+	    "syncs/s, %.0f key reports/s, %.1f KiB/s; grants/R max %.6f; "
+	    "held - bound max %+.2e R; bound ratio max %.3f (%llu checks)"
+	    "\n", r->bootstrap, r->syncs_per_s, r->reports_per_s,
+	    r->bytes_per_s / 1024, r->max_granted_ratio,
+	    r->max_held_over_bound, r->max_bound_ratio,
+	    (unsigned long long) r->invariant_checks);
+}
+
+void
+sim_print_summary_header(FILE *f)
+{
+	fprintf(f, "%-10s %5s | %7s %7s %7s | %7s %7s | %6s %6s %6s | "
+	    "%6s %6s | %9s\n", "scenario", "T ms", "over:id", "allot",
+	    "split", "under:al", "split", "util:id", "allot", "split",
+	    "conv", "boot", "syncs/s");
+}
+
+void
+sim_print_summary_row(FILE *f, const sim_result *r)
+{
+	fprintf(f, "%-10s %5u | ", r->scenario, r->interval_ms);
+	num(f, "", r->over[SIM_IDEAL], 7, 2);
+	num(f, " ", r->over[SIM_ALLOT], 7, 2);
+	num(f, " ", r->over[SIM_SPLIT], 7, 2);
+	fputs(" | ", f);
+	num(f, "", 100 * r->under[SIM_ALLOT], 6, 2);
+	fputc('%', f);
+	num(f, " ", 100 * r->under[SIM_SPLIT], 6, 2);
+	fputc('%', f);
+	fputs(" | ", f);
+	num(f, "", 100 * r->util[SIM_IDEAL], 6, 1);
+	num(f, " ", 100 * r->util[SIM_ALLOT], 6, 1);
+	num(f, " ", 100 * r->util[SIM_SPLIT], 6, 1);
+	fputs(" | ", f);
+	num(f, "", r->converge[SIM_ALLOT], 6, 2);
+	num(f, " ", r->bootstrap, 6, 2);
+	fprintf(f, " | %9.0f\n", r->syncs_per_s);
+}
+
+void
+sim_print_json(FILE *f, const sim_result *r)
+{
+	fputs("{\"scenario\":", f);
+	jstr(f, r->scenario);
+	fprintf(f, ",\"interval_ms\":%u,\"seed\":%llu,\"duration_s\":",
+	    r->interval_ms, (unsigned long long) r->seed);
+	jnum(f, r->duration_s);
+	fprintf(f, ",\"replicas\":%u,\"modes\":{", r->nreplicas_max);
+	for (int m = 0; m < SIM_NMODES; m++) {
+		fprintf(f, "%s\"%s\":{\"over\":", m ? "," : "",
+		    sim_mode_names[m]);
+		jnum(f, r->over[m]);
+		fputs(",\"under\":", f);
+		jnum(f, r->under[m]);
+		fputs(",\"util\":", f);
+		jnum(f, r->util[m]);
+		fputs(",\"converge\":", f);
+		jnum(f, r->converge[m]);
+		fputs(",\"neighbour\":", f);
+		jnum(f, r->neighbour[m]);
+		fputc('}', f);
+	}
+	fputs("},\"keys\":[", f);
+	for (size_t i = 0; i < r->nkeys; i++) {
+		const sim_key *k = &r->keys[i];
+		fputs(i ? ",{\"quota\":" : "{\"quota\":", f);
+		jstr(f, k->identity);
+		fputs(",\"rate\":", f);
+		jnum(f, k->rate);
+		fputs(",\"burst\":", f);
+		jnum(f, k->burst);
+		fputs(",\"priority\":", f);
+		jstr(f, k->priority);
+		fputs(",\"offered\":", f);
+		jnum(f, k->offered);
+		fputs(",\"bootstrap\":", f);
+		jnum(f, k->bootstrap);
+		for (int m = 0; m < SIM_NMODES; m++) {
+			const sim_fig *g = &k->f[m];
+			fprintf(f, ",\"%s\":{\"admitted\":",
+			    sim_mode_names[m]);
+			jnum(f, g->admitted);
+			fputs(",\"over\":", f);
+			jnum(f, g->over);
+			fputs(",\"over_T\":", f);
+			jnum(f, g->over_w[0]);
+			fputs(",\"over_1s\":", f);
+			jnum(f, g->over_w[1]);
+			fputs(",\"over_10s\":", f);
+			jnum(f, g->over_w[2]);
+			fputs(",\"under\":", f);
+			jnum(f, g->under);
+			fputs(",\"util\":", f);
+			jnum(f, g->util);
+			fputc('}', f);
+		}
+		fputc('}', f);
+	}
+	fputs("],\"bootstrap\":", f);
+	jnum(f, r->bootstrap);
+	fputs(",\"load\":{\"syncs_per_s\":", f);
+	jnum(f, r->syncs_per_s);
+	fputs(",\"reports_per_s\":", f);
+	jnum(f, r->reports_per_s);
+	fputs(",\"bytes_per_s\":", f);
+	jnum(f, r->bytes_per_s);
+	fputs("},\"checks\":{\"max_granted_ratio\":", f);
+	jnum(f, r->max_granted_ratio);
+	fputs(",\"max_held_over_bound\":", f);
+	jnum(f, r->max_held_over_bound);
+	fputs(",\"max_bound_ratio\":", f);
+	jnum(f, r->max_bound_ratio);
+	fprintf(f, ",\"count\":%llu},\"wall_s\":",
+	    (unsigned long long) r->invariant_checks);
+	jnum(f, r->wall_s);
+	fputs("}\n", f);
+}

@@ -1,0 +1,802 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The simulator's scenarios (sim.h): the ten built-in ones and arrival
+ * traces. A built-in scenario writes its quota file, its replica schedule
+ * and its arrivals: every caller is a Poisson stream of requests (5 % of
+ * them exports of weight 10, the rest lookups of weight 1) with its own
+ * random generator, so dropping one caller leaves the others' arrivals
+ * unchanged, and a load-balancing rule sends each request to a replica
+ * live at that instant (uniform, sticky or Zipf). docs/allocation.md
+ * describes each scenario and the trace format.
+ */
+#include "sim.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+const char *const sim_scenario_names[] = {
+	"uniform", "sticky", "skewed", "burst", "scaleup", "scaledown",
+	"crash", "noisy", "overload", "outage", NULL,
+};
+
+void
+sim_params_init(sim_params *p)
+{
+	memset(p, 0, sizeof *p);
+	p->interval_ms = 100;
+	p->seed = 1;
+	p->latency_ms = 1.0;
+	p->latency_jitter_ms = 0.5;
+	p->loss = 0;
+	p->sync_jitter = 0.1;
+	p->lease_ms = 3000;
+	p->expiry_intervals = 5;
+}
+
+/* ---- random numbers (splitmix64 streams) ---- */
+
+typedef struct rng {
+	uint64_t s;
+} rng;
+
+static uint64_t
+rng_next(rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double
+rng_unit(rng *r)
+{
+	return (double) (rng_next(r) >> 11) / 9007199254740992.0;
+}
+
+static rng
+rng_stream(uint64_t seed, uint64_t a, uint64_t b)
+{
+	rng r = { seed * 0x9e3779b97f4a7c15ull ^ (a << 32) ^ b };
+	rng_next(&r);
+	return r;
+}
+
+/* ---- building blocks ---- */
+
+static void
+set_err(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+set_err(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+}
+
+typedef struct arrvec {
+	sim_arrival *a;
+	size_t n, cap;
+} arrvec;
+
+static int
+arr_push(arrvec *v, sim_arrival x)
+{
+	if (v->n == v->cap) {
+		size_t cap = v->cap ? v->cap * 2 : 4096;
+		sim_arrival *na = realloc(v->a, cap * sizeof *na);
+		if (na == NULL)
+			return ALLOT_ENOMEM;
+		v->a = na;
+		v->cap = cap;
+	}
+	v->a[v->n++] = x;
+	return ALLOT_OK;
+}
+
+static int
+cmp_arrival(const void *pa, const void *pb)
+{
+	const sim_arrival *a = pa, *b = pb;
+	if (a->t != b->t)
+		return a->t < b->t ? -1 : 1;
+	if (a->caller != b->caller)
+		return a->caller < b->caller ? -1 : 1;
+	if (a->replica != b->replica)
+		return a->replica < b->replica ? -1 : 1;
+	return (int) a->endpoint - (int) b->endpoint;
+}
+
+static int
+cmp_change(const void *pa, const void *pb)
+{
+	const sim_change *a = pa, *b = pb;
+	if (a->t != b->t)
+		return a->t < b->t ? -1 : 1;
+	if (a->kind != b->kind)
+		return (int) a->kind - (int) b->kind;
+	return a->replica < b->replica ? -1 : a->replica > b->replica;
+}
+
+/* The live replicas between consecutive changes. */
+typedef struct epochs {
+	size_t n;
+	uint64_t *from;          /* epoch i covers [from[i], from[i + 1]) */
+	uint32_t **live;         /* replica ids, in id order */
+	uint32_t *nlive;
+} epochs;
+
+static void
+epochs_free(epochs *e)
+{
+	for (size_t i = 0; i < e->n; i++)
+		free(e->live[i]);
+	free(e->from);
+	free(e->live);
+	free(e->nlive);
+	memset(e, 0, sizeof *e);
+}
+
+static int
+epochs_build(const sim_scenario *s, epochs *e)
+{
+	memset(e, 0, sizeof *e);
+	size_t cap = s->nchanges + 1;
+	e->from = calloc(cap, sizeof *e->from);
+	e->live = calloc(cap, sizeof *e->live);
+	e->nlive = calloc(cap, sizeof *e->nlive);
+	bool *on = calloc(s->nreplicas + 1, sizeof *on);
+	if (e->from == NULL || e->live == NULL || e->nlive == NULL ||
+	    on == NULL) {
+		free(on);
+		epochs_free(e);
+		return ALLOT_ENOMEM;
+	}
+	size_t i = 0;
+	while (i < s->nchanges) {
+		uint64_t t = s->changes[i].t;
+		for (; i < s->nchanges && s->changes[i].t == t; i++)
+			on[s->changes[i].replica] =
+			    s->changes[i].kind == SIM_START;
+		uint32_t *l = malloc((s->nreplicas + 1) * sizeof *l);
+		if (l == NULL) {
+			free(on);
+			epochs_free(e);
+			return ALLOT_ENOMEM;
+		}
+		uint32_t n = 0;
+		for (uint32_t r = 0; r < s->nreplicas; r++)
+			if (on[r])
+				l[n++] = r;
+		e->from[e->n] = t;
+		e->live[e->n] = l;
+		e->nlive[e->n] = n;
+		e->n++;
+	}
+	free(on);
+	return ALLOT_OK;
+}
+
+/* How a caller's requests are spread over the live replicas. */
+typedef enum lb_kind {
+	LB_UNIFORM,
+	LB_STICKY,               /* `frac` on replica `hot`, rest uniform */
+	LB_ZIPF,                 /* weight 1 / rank^s, per-caller ranks */
+} lb_kind;
+
+typedef struct caller_spec {
+	double rate;             /* quota R */
+	double burst;            /* quota B */
+	const char *priority;
+	double demand;           /* tokens/s of Poisson arrivals */
+	lb_kind lb;
+	double frac;             /* LB_STICKY */
+	uint32_t hot;
+	double zipf_s;           /* LB_ZIPF */
+	/* Correlated bursts: every `burst_every` s from `burst_at`, this
+	 * many tokens within `burst_len` s (0: none). */
+	double burst_tokens;
+	double burst_at;
+	double burst_every;
+	double burst_len;
+} caller_spec;
+
+#define P_EXPORT 0.05
+#define W_EXPORT 10u
+#define MEAN_COST (1.0 + (W_EXPORT - 1.0) * P_EXPORT)
+
+static uint32_t
+pick_replica(const caller_spec *c, rng *r, const uint32_t *live,
+    uint32_t n, const uint32_t *perm)
+{
+	switch (c->lb) {
+	case LB_STICKY: {
+		bool hot_live = false;
+		for (uint32_t i = 0; i < n; i++)
+			hot_live |= live[i] == c->hot;
+		if (hot_live && (rng_unit(r) < c->frac || n == 1))
+			return c->hot;
+		uint32_t others = n - (hot_live ? 1 : 0);
+		uint32_t k = (uint32_t) (rng_unit(r) * others);
+		for (uint32_t i = 0; i < n; i++) {
+			if (hot_live && live[i] == c->hot)
+				continue;
+			if (k-- == 0)
+				return live[i];
+		}
+		return live[n - 1];
+	}
+	case LB_ZIPF: {
+		double tot = 0;
+		for (uint32_t i = 0; i < n; i++)
+			tot += 1.0 / pow((double) (perm[live[i]] + 1),
+			    c->zipf_s);
+		double u = rng_unit(r) * tot;
+		for (uint32_t i = 0; i < n; i++) {
+			u -= 1.0 / pow((double) (perm[live[i]] + 1),
+			    c->zipf_s);
+			if (u <= 0)
+				return live[i];
+		}
+		return live[n - 1];
+	}
+	case LB_UNIFORM:
+		break;
+	}
+	uint32_t k = (uint32_t) (rng_unit(r) * n);
+	return live[k < n ? k : n - 1];
+}
+
+static uint16_t
+pick_endpoint(rng *r)
+{
+	/* cfg endpoints: 0 "/lookup" (1), 1 "/export" (10). */
+	return rng_unit(r) < P_EXPORT ? 1 : 0;
+}
+
+/* The epoch live at t (epochs are sorted; `hint` walks forward). */
+static size_t
+epoch_at(const epochs *e, uint64_t t, size_t hint)
+{
+	while (hint + 1 < e->n && e->from[hint + 1] <= t)
+		hint++;
+	return hint;
+}
+
+static int
+gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
+    uint16_t ci, uint64_t seed, arrvec *out)
+{
+	rng r = rng_stream(seed, ci + 1, 1);
+	rng rr = rng_stream(seed, ci + 1, 2);
+	uint32_t perm[SIM_MAX_REPLICAS];
+	for (uint32_t i = 0; i < s->nreplicas; i++)
+		perm[i] = i;
+	/* A different ranking of the replicas for every caller. */
+	for (uint32_t i = s->nreplicas; i > 1; i--) {
+		uint32_t j = (uint32_t) (rng_unit(&rr) * i);
+		uint32_t x = perm[i - 1];
+		perm[i - 1] = perm[j < i ? j : i - 1];
+		perm[j < i ? j : i - 1] = x;
+	}
+	size_t h = 0;
+	double req_rate = c->demand / MEAN_COST;
+	if (req_rate > 0) {
+		double t = 0;
+		double end = (double) s->duration / SIM_NS;
+		for (;;) {
+			t += -log(1.0 - rng_unit(&r)) / req_rate;
+			if (t >= end)
+				break;
+			uint64_t tn = (uint64_t) (t * SIM_NS);
+			h = epoch_at(e, tn, h);
+			if (e->n == 0 || tn < e->from[0] || e->nlive[h] == 0)
+				continue;
+			sim_arrival a = { .t = tn, .caller = ci,
+				.endpoint = pick_endpoint(&r) };
+			a.replica = pick_replica(c, &rr, e->live[h],
+			    e->nlive[h], perm);
+			if (arr_push(out, a) != ALLOT_OK)
+				return ALLOT_ENOMEM;
+		}
+	}
+	if (c->burst_tokens > 0 && c->burst_every > 0) {
+		rng rb = rng_stream(seed, ci + 1, 3);
+		double end = (double) s->duration / SIM_NS;
+		for (double at = c->burst_at; at < end; at += c->burst_every) {
+			double tokens = 0;
+			while (tokens < c->burst_tokens) {
+				double t = at + rng_unit(&rb) * c->burst_len;
+				uint64_t tn = (uint64_t) (t * SIM_NS);
+				size_t hh = epoch_at(e, tn, 0);
+				if (e->nlive[hh] == 0)
+					break;
+				sim_arrival a = { .t = tn, .caller = ci,
+					.endpoint = pick_endpoint(&rb) };
+				a.replica = e->live[hh][(uint32_t) (rng_unit(
+				    &rb) * e->nlive[hh]) % e->nlive[hh]];
+				tokens += a.endpoint == 1 ? W_EXPORT : 1;
+				if (arr_push(out, a) != ALLOT_OK)
+					return ALLOT_ENOMEM;
+			}
+		}
+	}
+	return ALLOT_OK;
+}
+
+/* The quota file of a scenario: callers spiffe://sim/caller-<i>. */
+static char *
+make_config(const caller_spec *cs, size_t n, double ceiling)
+{
+	size_t cap = 1024 + n * 256;
+	char *t = malloc(cap);
+	if (t == NULL)
+		return NULL;
+	size_t len = (size_t) snprintf(t, cap,
+	    "# generated by allot-sim\n"
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 200, priority: low}\n"
+	    "  callers:\n");
+	for (size_t i = 0; i < n; i++)
+		len += (size_t) snprintf(t + len, cap - len,
+		    "    - identity: \"spiffe://sim/caller-%zu\"\n"
+		    "      tokens_per_second: %.17g\n"
+		    "      burst: %.17g\n"
+		    "      priority: %s\n", i, cs[i].rate, cs[i].burst,
+		    cs[i].priority != NULL ? cs[i].priority : "standard");
+	len += (size_t) snprintf(t + len, cap - len,
+	    "  endpoint_weights:\n    default: 1\n    \"/lookup\": 1\n"
+	    "    \"/export\": %u\n", W_EXPORT);
+	if (ceiling > 0)
+		snprintf(t + len, cap - len, "  global_ceiling:\n"
+		    "    tokens_per_second: %.17g\n"
+		    "    shed_order: [low, batch, standard, critical]\n",
+		    ceiling);
+	return t;
+}
+
+static int
+add_change(sim_scenario *s, size_t *cap, double t, uint32_t r,
+    sim_change_kind k)
+{
+	if (s->nchanges == *cap) {
+		size_t nc = *cap ? *cap * 2 : 32;
+		sim_change *a = realloc(s->changes, nc * sizeof *a);
+		if (a == NULL)
+			return ALLOT_ENOMEM;
+		s->changes = a;
+		*cap = nc;
+	}
+	s->changes[s->nchanges++] = (sim_change) {
+		.t = (uint64_t) (t * SIM_NS), .replica = r, .kind = k };
+	return ALLOT_OK;
+}
+
+/* Parse the config, build the epochs and generate every caller. */
+static int
+finish(sim_scenario *s, const caller_spec *cs, size_t ncallers,
+    double ceiling, uint64_t seed, int skip_caller, char *err,
+    size_t errlen)
+{
+	qsort(s->changes, s->nchanges, sizeof *s->changes, cmp_change);
+	s->config_text = make_config(cs, ncallers, ceiling);
+	if (s->config_text == NULL)
+		return ALLOT_ENOMEM;
+	int rc = allot_config_parse(s->name, s->config_text,
+	    strlen(s->config_text), err, errlen, &s->cfg);
+	if (rc != ALLOT_OK)
+		return rc;
+	epochs e;
+	if ((rc = epochs_build(s, &e)) != ALLOT_OK)
+		return rc;
+	arrvec v = { 0 };
+	for (size_t i = 0; i < ncallers && rc == ALLOT_OK; i++)
+		if ((int) i != skip_caller)
+			rc = gen_caller(s, &e, &cs[i], (uint16_t) i, seed, &v);
+	epochs_free(&e);
+	if (rc != ALLOT_OK) {
+		free(v.a);
+		return rc;
+	}
+	qsort(v.a, v.n, sizeof *v.a, cmp_arrival);
+	s->arr = v.a;
+	s->narr = v.n;
+	s->demand_below_r = true;
+	for (size_t i = 0; i < ncallers; i++)
+		if ((int) i != skip_caller && cs[i].demand >= cs[i].rate)
+			s->demand_below_r = false;
+	if (ceiling > 0) {
+		double d = 0;
+		for (size_t i = 0; i < ncallers; i++)
+			if ((int) i != skip_caller)
+				d += cs[i].demand;
+		if (d >= ceiling)
+			s->demand_below_r = false;
+	}
+	return ALLOT_OK;
+}
+
+int
+sim_scenario_builtin(const char *name, const sim_params *p,
+    double duration_s, bool without_noisy, sim_scenario *s, char *err,
+    size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	s->noisy_caller = -1;
+	s->graceful = true;
+	size_t ccap = 0;
+	enum { NC = 4 };
+	caller_spec cs[NC];
+	for (size_t i = 0; i < NC; i++)
+		cs[i] = (caller_spec) { .rate = 1000, .burst = 1000,
+			.priority = "standard", .demand = 700,
+			.lb = LB_UNIFORM };
+	double ceiling = 0;
+	uint32_t n0 = 8, n1 = 0;       /* replicas before / after */
+	double change_at = 30;
+	sim_change_kind ck = SIM_START;
+	double dur = 60;
+	const char *desc = NULL;
+	if (strcmp(name, "uniform") == 0) {
+		desc = "8 replicas, 4 callers at 70 % of R, requests spread "
+		    "evenly";
+	} else if (strcmp(name, "sticky") == 0) {
+		desc = "8 replicas; 80 % of caller-0's traffic on replica 0 "
+		    "(sticky streams); demand 70 % of R";
+		cs[0].lb = LB_STICKY;
+		cs[0].frac = 0.8;
+		cs[0].hot = 0;
+	} else if (strcmp(name, "skewed") == 0) {
+		desc = "8 replicas; each caller's traffic Zipf(1.2) over the "
+		    "replicas (its own ranking); demand 70 % of R";
+		for (size_t i = 0; i < NC; i++) {
+			cs[i].lb = LB_ZIPF;
+			cs[i].zipf_s = 1.2;
+		}
+	} else if (strcmp(name, "burst") == 0) {
+		desc = "8 replicas, callers at 30 % of R; every 10 s all "
+		    "callers burst B tokens together within 50 ms";
+		for (size_t i = 0; i < NC; i++) {
+			cs[i].demand = 300;
+			cs[i].burst_tokens = cs[i].burst;
+			cs[i].burst_at = 5;
+			cs[i].burst_every = 10;
+			cs[i].burst_len = 0.05;
+		}
+	} else if (strcmp(name, "scaleup") == 0) {
+		desc = "4 -> 16 replicas at 30 s (graceful: the newcomers "
+		    "register), demand 70 % of R spread evenly";
+		n0 = 4;
+		n1 = 16;
+	} else if (strcmp(name, "scaledown") == 0) {
+		desc = "16 -> 4 replicas at 30 s (graceful: Leave), demand "
+		    "70 % of R spread evenly";
+		n0 = 16;
+		n1 = 4;
+		ck = SIM_LEAVE;
+	} else if (strcmp(name, "crash") == 0) {
+		desc = "16 -> 4 replicas at 30 s by crash (no Leave: expiry "
+		    "after K intervals), demand 70 % of R";
+		n0 = 16;
+		n1 = 4;
+		ck = SIM_CRASH;
+		s->graceful = false;
+	} else if (strcmp(name, "noisy") == 0) {
+		desc = "8 replicas, ceiling 3000 over 4 quotas of 1000; "
+		    "caller-3 at 10x its quota, the others at 60 %";
+		ceiling = 3000;
+		for (size_t i = 0; i < NC; i++)
+			cs[i].demand = 600;
+		cs[3].demand = 10000;
+		s->noisy_caller = 3;
+	} else if (strcmp(name, "overload") == 0) {
+		desc = "8 replicas, ceiling 2500 over quotas of 1000 in "
+		    "classes critical, standard, batch, low; demand 3x the "
+		    "ceiling";
+		ceiling = 2500;
+		static const char *const cls[NC] = { "critical", "standard",
+			"batch", "low" };
+		for (size_t i = 0; i < NC; i++) {
+			cs[i].priority = cls[i];
+			cs[i].demand = 3 * ceiling / NC;
+		}
+	} else if (strcmp(name, "outage") == 0) {
+		desc = "8 replicas, demand 70 % of R; the coordinator is "
+		    "unreachable from 20 s to 25 s (lease 3 s, then "
+		    "fallback)";
+		s->outage_from = 20 * SIM_NS;
+		s->outage_to = 25 * SIM_NS;
+	} else {
+		set_err(err, errlen, "unknown scenario \"%s\"", name);
+		return ALLOT_ENOENT;
+	}
+	if (duration_s > 0)
+		dur = duration_s;
+	if (change_at >= dur)
+		change_at = dur / 2;
+	if (s->outage_to > (uint64_t) (dur * SIM_NS)) {
+		s->outage_from = (uint64_t) (dur * 0.4 * SIM_NS);
+		s->outage_to = (uint64_t) (dur * 0.4 * SIM_NS) +
+		    (uint64_t) (fmin(5.0, dur * 0.2) * SIM_NS);
+	}
+	snprintf(s->name, sizeof s->name, "%s", name);
+	s->description = strdup(desc);
+	s->duration = (uint64_t) (dur * SIM_NS);
+	s->nreplicas = n0 > n1 ? n0 : n1;
+	int rc = ALLOT_OK;
+	for (uint32_t r = 0; r < n0 && rc == ALLOT_OK; r++)
+		rc = add_change(s, &ccap, 0, r, SIM_START);
+	if (n1 > n0)
+		for (uint32_t r = n0; r < n1 && rc == ALLOT_OK; r++)
+			rc = add_change(s, &ccap, change_at, r, SIM_START);
+	else if (n1 != 0 && n1 < n0)
+		for (uint32_t r = n1; r < n0 && rc == ALLOT_OK; r++)
+			rc = add_change(s, &ccap, change_at, r, ck);
+	if (rc == ALLOT_OK)
+		rc = finish(s, cs, NC, ceiling, p->seed,
+		    without_noisy ? s->noisy_caller : -1, err, errlen);
+	if (rc != ALLOT_OK) {
+		if (err[0] == '\0')
+			set_err(err, errlen, "%s", allot_strerror(rc));
+		sim_scenario_free(s);
+	}
+	return rc;
+}
+
+/* ---- traces ---- */
+
+static char *
+read_file(const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL) {
+		set_err(err, errlen, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	size_t cap = 1 << 16, n = 0;
+	char *b = malloc(cap);
+	while (b != NULL) {
+		size_t got = fread(b + n, 1, cap - n - 1, f);
+		n += got;
+		if (got == 0)
+			break;
+		if (n + 1 == cap) {
+			char *nb = realloc(b, cap * 2);
+			if (nb == NULL) {
+				free(b);
+				b = NULL;
+				break;
+			}
+			b = nb;
+			cap *= 2;
+		}
+	}
+	fclose(f);
+	if (b == NULL)
+		set_err(err, errlen, "%s: out of memory", path);
+	else
+		b[n] = '\0';
+	return b;
+}
+
+/* Split one CSV line in place into at most `max` trimmed fields. */
+static size_t
+split_csv(char *line, char **f, size_t max)
+{
+	size_t n = 0;
+	char *p = line;
+	while (n < max) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		f[n++] = p;
+		char *c = strchr(p, ',');
+		char *end = c != NULL ? c : p + strlen(p);
+		while (end > p && isspace((unsigned char) end[-1]))
+			end--;
+		if (c == NULL) {
+			*end = '\0';
+			break;
+		}
+		*end = '\0';
+		p = c + 1;
+	}
+	return n;
+}
+
+int
+sim_scenario_trace(const char *csv_path, const char *config_path,
+    const char *schedule, double duration_s, sim_scenario *s, char *err,
+    size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	s->noisy_caller = -1;
+	s->graceful = true;
+	err[0] = '\0';
+	int rc = ALLOT_EINVAL;
+	char *text = NULL, *csv = NULL;
+	char names[SIM_MAX_REPLICAS][64];
+	uint32_t nnames = 0;
+	arrvec v = { 0 };
+	size_t ccap = 0;
+	snprintf(s->name, sizeof s->name, "trace");
+	if ((text = read_file(config_path, err, errlen)) == NULL)
+		goto fail;
+	s->config_text = text;
+	text = NULL;
+	if ((rc = allot_config_parse(config_path, s->config_text,
+	    strlen(s->config_text), err, errlen, &s->cfg)) != ALLOT_OK)
+		goto fail;
+	if ((csv = read_file(csv_path, err, errlen)) == NULL) {
+		rc = ALLOT_EIO;
+		goto fail;
+	}
+	const allot_config *cfg = s->cfg;
+	size_t lineno = 0;
+	uint64_t tmax = 0;
+	for (char *line = strtok(csv, "\n"); line != NULL;
+	     line = strtok(NULL, "\n")) {
+		lineno++;
+		char *f[4];
+		char *hash = strchr(line, '#');
+		if (hash != NULL)
+			*hash = '\0';
+		size_t nf = split_csv(line, f, 4);
+		if (nf == 1 && f[0][0] == '\0')
+			continue;
+		char *end;
+		double t = strtod(f[0], &end);
+		if (end == f[0] && lineno == 1)
+			continue; /* header */
+		if (nf != 4 || *end != '\0' || !(t >= 0) || !isfinite(t)) {
+			set_err(err, errlen, "%s:%zu: want time_s,replica,"
+			    "caller,endpoint with time_s >= 0", csv_path,
+			    lineno);
+			rc = ALLOT_EINVAL;
+			goto fail;
+		}
+		uint32_t r = 0;
+		while (r < nnames && strcmp(names[r], f[1]) != 0)
+			r++;
+		if (r == nnames) {
+			if (nnames == SIM_MAX_REPLICAS || strlen(f[1]) >= 64) {
+				set_err(err, errlen, "%s:%zu: at most %u "
+				    "replicas, names below 64 bytes",
+				    csv_path, lineno, SIM_MAX_REPLICAS);
+				rc = ALLOT_EINVAL;
+				goto fail;
+			}
+			snprintf(names[nnames++], 64, "%s", f[1]);
+		}
+		uint16_t c = (uint16_t) cfg->ncallers;
+		for (size_t i = 0; i < cfg->ncallers; i++)
+			if (strcmp(cfg->callers[i].identity, f[2]) == 0)
+				c = (uint16_t) i;
+		uint16_t ep = (uint16_t) cfg->nendpoints;
+		for (size_t i = 0; i < cfg->nendpoints; i++)
+			if (strcmp(cfg->endpoints[i].name, f[3]) == 0)
+				ep = (uint16_t) i;
+		sim_arrival a = { .t = (uint64_t) (t * SIM_NS), .replica = r,
+			.caller = c, .endpoint = ep };
+		if (a.t > tmax)
+			tmax = a.t;
+		if ((rc = arr_push(&v, a)) != ALLOT_OK)
+			goto fail;
+	}
+	if (v.n == 0) {
+		set_err(err, errlen, "%s: no arrivals", csv_path);
+		rc = ALLOT_EINVAL;
+		goto fail;
+	}
+	qsort(v.a, v.n, sizeof *v.a, cmp_arrival);
+	s->duration = duration_s > 0 ? (uint64_t) (duration_s * SIM_NS) :
+	    tmax + SIM_NS;
+	s->nreplicas = nnames;
+	if (schedule == NULL) {
+		for (uint32_t r = 0; r < nnames; r++)
+			if ((rc = add_change(s, &ccap, 0, r, SIM_START)) !=
+			    ALLOT_OK)
+				goto fail;
+	} else {
+		/* "TIME:+N", "TIME:-N", "TIME:xN": start the next N
+		 * replicas, or stop the last N started. */
+		uint32_t started = 0, stopped = 0;
+		char *sc = strdup(schedule);
+		if (sc == NULL) {
+			rc = ALLOT_ENOMEM;
+			goto fail;
+		}
+		for (char *tok = strtok(sc, ","); tok != NULL;
+		     tok = strtok(NULL, ",")) {
+			double t;
+			char op;
+			unsigned cnt;
+			if (sscanf(tok, "%lf:%c%u", &t, &op, &cnt) != 3 ||
+			    !(t >= 0) ||
+			    (op != '+' && op != '-' && op != 'x')) {
+				set_err(err, errlen, "schedule item \"%s\": "
+				    "want TIME:+N, TIME:-N or TIME:xN", tok);
+				free(sc);
+				rc = ALLOT_EINVAL;
+				goto fail;
+			}
+			for (unsigned k = 0; k < cnt; k++) {
+				if (op == '+') {
+					if (started == SIM_MAX_REPLICAS)
+						break;
+					rc = add_change(s, &ccap, t, started++,
+					    SIM_START);
+				} else if (started > stopped) {
+					rc = add_change(s, &ccap, t,
+					    started - 1 - stopped++,
+					    op == '-' ? SIM_LEAVE : SIM_CRASH);
+					if (op == 'x')
+						s->graceful = false;
+				}
+				if (rc != ALLOT_OK) {
+					free(sc);
+					goto fail;
+				}
+			}
+		}
+		free(sc);
+		if (started > s->nreplicas)
+			s->nreplicas = started;
+		qsort(s->changes, s->nchanges, sizeof *s->changes,
+		    cmp_change);
+	}
+	/* Keep the arrivals of live replicas only. */
+	epochs e;
+	if ((rc = epochs_build(s, &e)) != ALLOT_OK)
+		goto fail;
+	size_t h = 0, kept = 0;
+	for (size_t i = 0; i < v.n; i++) {
+		h = epoch_at(&e, v.a[i].t, h);
+		bool live = false;
+		for (uint32_t j = 0; e.n > 0 && v.a[i].t >= e.from[0] &&
+		     j < e.nlive[h]; j++)
+			live |= e.live[h][j] == v.a[i].replica;
+		if (live && v.a[i].t < s->duration)
+			v.a[kept++] = v.a[i];
+	}
+	epochs_free(&e);
+	s->arr = v.a;
+	s->narr = kept;
+	v.a = NULL;
+	char d[160];
+	snprintf(d, sizeof d, "trace %s: %zu arrivals kept of %zu, %u "
+	    "replicas", csv_path, kept, v.n, s->nreplicas);
+	s->description = strdup(d);
+	s->demand_below_r = false;
+	free(csv);
+	return ALLOT_OK;
+fail:
+	free(text);
+	free(csv);
+	free(v.a);
+	if (err[0] == '\0')
+		set_err(err, errlen, "%s", allot_strerror(rc));
+	sim_scenario_free(s);
+	return rc != ALLOT_OK ? rc : ALLOT_EINVAL;
+}
+
+void
+sim_scenario_free(sim_scenario *s)
+{
+	if (s == NULL)
+		return;
+	free(s->description);
+	free(s->config_text);
+	allot_config_free(s->cfg);
+	free(s->changes);
+	free(s->arr);
+	memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,697 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The demand-aware allocator (coordinator/alloc.c) on exact inputs, and
+ * the registry (coordinator/state.c) driving it in-process on a virtual
+ * clock: water-filling levels computed by hand, the floor of idle
+ * replicas, the leftover spread, newcomers claiming the average, the
+ * dead band, sums that never exceed R, B, the burst budget or the
+ * ceiling over thousands of random rounds, bursts cut from the global
+ * bucket's level, the ceiling served in reverse shed order and max-min
+ * fair within a class, and in the registry: shares that follow
+ * cost-weighted demand, the headroom rule at every step, and the live
+ * bound counting unacknowledged decreases and expired replicas.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <allot/allot.h>
+
+#include "alloc.h"
+#include "runner.h"
+#include "state.h"
+
+#define EPS 1e-9
+
+/* A policy with the margins off, so that levels are exact numbers. */
+static allot__alloc_policy
+exact_policy(void)
+{
+	allot__alloc_policy p;
+	allot__alloc_policy_init(&p);
+	p.headroom = 0;
+	p.floor_fraction = 0;
+	p.deadband = 0;
+	return p;
+}
+
+/* One quota over `n` slots with the given demands; level full. */
+static void
+one_quota(allot__alloc_quota *q, allot__alloc_slot *sl, size_t n,
+    const double *demand, double R, double B)
+{
+	for (size_t i = 0; i < n; i++)
+		sl[i] = (allot__alloc_slot) { .replica = (uint32_t) i,
+			.demand = demand[i] };
+	*q = (allot__alloc_quota) { .rate = R, .burst = B, .level = B,
+		.horizon_s = 0.1, .min_burst = 1, .slots = sl, .nslots = n };
+}
+
+static void
+run(const allot__alloc_policy *p, allot__alloc_quota *q, size_t nq,
+    double ceiling)
+{
+	allot__alloc_service svc = { .ceiling_rate = ceiling,
+		.quotas = q, .nquotas = nq };
+	ck_assert_int_eq(allot__alloc_compute(p, &svc), ALLOT_OK);
+}
+
+START_TEST(waterfill_contended)
+{
+	/* Claims 160 > R = 100: 10 and 20 are served in full, the two
+	 * larger share the remaining 70 equally. */
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[4];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 4, (double[]) { 10, 20, 50, 80 }, 100, 200);
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 10, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 20, EPS);
+	ck_assert_double_eq_tol(sl[2].rate, 35, EPS);
+	ck_assert_double_eq_tol(sl[3].rate, 35, EPS);
+	ck_assert(q.sum_rate <= 100);
+	ck_assert_double_eq_tol(q.claim, 160, EPS);
+	ck_assert_double_eq_tol(q.allowance, 100, EPS);
+	/* Max-min fair: nobody above the level, nobody below its claim
+	 * unless at the level. */
+	for (int i = 0; i < 4; i++)
+		ck_assert(sl[i].rate <= 35 + EPS);
+}
+END_TEST
+
+START_TEST(waterfill_leftover)
+{
+	/* Claims 90 < R: everyone is raised to the common level, the big
+	 * one keeps its claim: 2x + 60 = 100, x = 20. */
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[3];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 3, (double[]) { 10, 20, 60 }, 100, 200);
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 20, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 20, EPS);
+	ck_assert_double_eq_tol(sl[2].rate, 60, EPS);
+	/* Low and equal demands: exactly the equal split, whatever the
+	 * noise below it. */
+	one_quota(&q, sl, 3, (double[]) { 3, 17, 31 }, 100, 200);
+	run(&p, &q, 1, 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_double_eq_tol(sl[i].rate, 100.0 / 3, EPS);
+	/* With the default headroom the claims are demand * 1.25. */
+	allot__alloc_policy d;
+	allot__alloc_policy_init(&d);
+	d.deadband = 0;
+	one_quota(&q, sl, 3, (double[]) { 0, 0, 64 }, 100, 200);
+	run(&d, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[2].rate, 80, EPS);
+	ck_assert_double_eq_tol(sl[0].rate, 10, EPS);
+}
+END_TEST
+
+START_TEST(waterfill_floor)
+{
+	/* An idle replica keeps floor_fraction of the equal share even
+	 * when the others want everything. */
+	allot__alloc_policy p = exact_policy();
+	p.floor_fraction = 0.3;
+	allot__alloc_slot sl[3];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 3, (double[]) { 0, 200, 200 }, 100, 200);
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 10, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 45, EPS);
+	ck_assert_double_eq_tol(sl[2].rate, 45, EPS);
+}
+END_TEST
+
+START_TEST(newcomer_claims_average)
+{
+	/* Three replicas each claim 80 of R = 100 (an old estimate from
+	 * before a scale-up); the newcomer has no estimate. It claims the
+	 * average, so the split lands on R/4 at once rather than leaving it
+	 * the crumbs. */
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[4];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 4, (double[]) { 80, 80, 80, 0 }, 100, 200);
+	sl[3].fresh = true;
+	run(&p, &q, 1, 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].rate, 25, EPS);
+	/* Nobody known: the newcomers claim nothing and get the split. */
+	for (int i = 0; i < 4; i++)
+		sl[i].fresh = true;
+	run(&p, &q, 1, 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].rate, 25, EPS);
+}
+END_TEST
+
+START_TEST(deadband)
+{
+	allot__alloc_policy p = exact_policy();
+	p.deadband = 0.05;
+	allot__alloc_slot sl[2];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 2, (double[]) { 30, 70 }, 100, 200);
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 30, EPS);
+	/* A 3 % move is ignored when the sum allows it... */
+	for (int i = 0; i < 2; i++) {
+		sl[i].has_prev = true;
+		sl[i].prev_rate = sl[i].rate;
+		sl[i].prev_burst = sl[i].burst;
+	}
+	sl[0].demand = 31;
+	sl[1].demand = 69;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 30, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 70, EPS);
+	/* ...and a 20 % one is not; the sum never exceeds R. */
+	sl[0].demand = 40;
+	sl[1].demand = 60;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 40, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 60, EPS);
+	/* A noisy estimate (a replica seeing a few requests per interval)
+	 * widens the band to 2 standard deviations: a 33 % rise on an
+	 * estimate of 40 +- 20 stays put... */
+	p.noise_z = 2;
+	sl[0].prev_rate = 30;
+	sl[1].prev_rate = 70;
+	sl[0].demand = 40;
+	sl[0].demand_var = 400;
+	sl[1].demand = 60;
+	sl[1].demand_var = 400;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 30, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 70, EPS);
+	/* ...unless the replica was denied: it is short, the rise passes
+	 * (and the other gives way for the sum). */
+	sl[0].denied = 5;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 40, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 60, EPS);
+	sl[0].denied = 0;
+	sl[0].demand_var = sl[1].demand_var = 0;
+	/* A kept target that no longer fits gives way. */
+	sl[0].prev_rate = 40;
+	sl[1].prev_rate = 60;
+	sl[0].demand = 41.5; /* within 5 % of 40, but 60 -> 58.5 also */
+	sl[1].demand = 58.5;
+	run(&p, &q, 1, 0);
+	ck_assert(sl[0].rate + sl[1].rate <= 100);
+}
+END_TEST
+
+/* xorshift64* for the property test. */
+static uint64_t rng = 88172645463325252ull;
+static double
+urand(void)
+{
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return (double) ((rng * 0x2545f4914f6cdd1dull) >> 11) /
+	    9007199254740992.0;
+}
+
+START_TEST(sums_never_exceed)
+{
+	enum { NQ = 6, NS = 40 };
+	static allot__alloc_slot sl[NQ][NS];
+	allot__alloc_quota q[NQ];
+	allot__alloc_policy p;
+	allot__alloc_policy_init(&p);
+	for (int round = 0; round < 4000; round++) {
+		double ceiling = urand() < 0.5 ? 0 : 1 + urand() * 3000;
+		for (int k = 0; k < NQ; k++) {
+			size_t n = (size_t) (urand() * NS);
+			double R = pow(10, urand() * 6 - 2);
+			double B = R * (0.01 + urand() * 10);
+			for (size_t i = 0; i < n; i++) {
+				double u = urand();
+				sl[k][i] = (allot__alloc_slot) {
+					.demand = u < 0.2 ? 0 : u < 0.3 ? NAN :
+					    R * urand() * 3,
+					.fresh = urand() < 0.1,
+					.has_prev = urand() < 0.7,
+					.prev_rate = R * urand(),
+					.prev_burst = B * urand(),
+				};
+			}
+			q[k] = (allot__alloc_quota) { .rate = R, .burst = B,
+				.priority = (uint32_t) (urand() * 4),
+				.level = urand() < 0.1 ? NAN : B * urand(),
+				.horizon_s = 0.1, .min_burst = urand() * 20,
+				.slots = sl[k], .nslots = n };
+		}
+		run(&p, q, NQ, ceiling);
+		double total = 0;
+		for (int k = 0; k < NQ; k++) {
+			double sr = 0, sb = 0;
+			for (size_t i = 0; i < q[k].nslots; i++) {
+				ck_assert(sl[k][i].rate >= 0);
+				ck_assert(sl[k][i].burst >= 0);
+				sr += sl[k][i].rate;
+				sb += sl[k][i].burst;
+			}
+			ck_assert_msg(sr <= q[k].allowance, "round %d quota "
+			    "%d: %.17g > %.17g", round, k, sr,
+			    q[k].allowance);
+			ck_assert(q[k].allowance <= q[k].rate);
+			ck_assert(sb <= q[k].burst_budget);
+			ck_assert(q[k].burst_budget <= q[k].burst);
+			ck_assert(q[k].sum_rate == sr);
+			total += q[k].allowance;
+		}
+		if (ceiling > 0)
+			ck_assert_msg(total <= ceiling, "round %d: %.17g > "
+			    "ceiling %.17g", round, total, ceiling);
+	}
+}
+END_TEST
+
+START_TEST(burst_from_level)
+{
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[4];
+	allot__alloc_quota q;
+	/* Full bucket: B split in proportion to the rates, each at least
+	 * the largest weight (5). */
+	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 400);
+	q.min_burst = 5;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(q.burst_budget, 400, EPS);
+	ck_assert_double_eq_tol(sl[3].burst, 5 + 380 * 0.7, 1e-6);
+	ck_assert_double_eq_tol(sl[0].burst, 5 + 380 * 0.1, 1e-6);
+	ck_assert(q.sum_burst <= 400);
+	/* An empty global bucket: only one interval of refill (R * 0.1
+	 * s = 10 tokens) is handed out, so a correlated burst of every
+	 * replica stays within what the global bucket really has. */
+	q.level = 0;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(q.burst_budget, 10, EPS);
+	ck_assert(q.sum_burst <= 10);
+	/* Below the weights of all: no minimum, proportional. */
+	ck_assert_double_eq_tol(sl[3].burst, 7, 1e-9);
+	/* Half full. */
+	q.level = 150;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(q.burst_budget, 160, EPS);
+}
+END_TEST
+
+START_TEST(ceiling_shed_order)
+{
+	/* Four classes (0 low .. 3 critical), R = 100 each and demand
+	 * 300 each: a ceiling of 250 goes to critical, standard, then half
+	 * of batch; low gets nothing. */
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[4][2];
+	allot__alloc_quota q[4];
+	for (int k = 0; k < 4; k++) {
+		one_quota(&q[k], sl[k], 2, (double[]) { 150, 150 }, 100, 100);
+		q[k].priority = (uint32_t) k;
+	}
+	run(&p, q, 4, 250);
+	ck_assert_double_eq_tol(q[3].allowance, 100, EPS);
+	ck_assert_double_eq_tol(q[2].allowance, 100, EPS);
+	ck_assert_double_eq_tol(q[1].allowance, 50, EPS);
+	ck_assert_double_eq_tol(q[0].allowance, 0, EPS);
+	ck_assert_double_eq_tol(sl[1][0].rate, 25, EPS);
+	ck_assert_double_eq_tol(sl[0][0].rate, 0, EPS);
+	ck_assert_double_eq_tol(sl[0][0].burst, 0, EPS);
+	/* Bursts shrink with the allowance. */
+	ck_assert(q[1].burst_budget <= 50 + EPS);
+
+	/* Within a class, max-min fair across callers in tokens/s: wants
+	 * 30 and 200 (capped at R = 100) share 80 as 30 and 50. */
+	one_quota(&q[0], sl[0], 1, (double[]) { 30 }, 100, 100);
+	one_quota(&q[1], sl[1], 1, (double[]) { 200 }, 100, 100);
+	q[0].priority = q[1].priority = 1;
+	run(&p, q, 2, 80);
+	ck_assert_double_eq_tol(q[0].allowance, 30, EPS);
+	ck_assert_double_eq_tol(q[1].allowance, 50, EPS);
+
+	/* Not binding: everyone gets its want and the rest of the ceiling
+	 * in proportion to R (quota 1 has R = 300). */
+	one_quota(&q[0], sl[0], 1, (double[]) { 10 }, 100, 100);
+	one_quota(&q[1], sl[1], 1, (double[]) { 10 }, 300, 100);
+	run(&p, q, 2, 200);
+	ck_assert_double_eq_tol(q[0].allowance, 50, EPS);
+	ck_assert_double_eq_tol(q[1].allowance, 150, EPS);
+	/* No ceiling, or one above the sum of R: the quotas as they are. */
+	run(&p, q, 2, 1000);
+	ck_assert_double_eq_tol(q[1].allowance, 300, EPS);
+}
+END_TEST
+
+START_TEST(static_and_names)
+{
+	allot__alloc_policy p = { .kind = ALLOT__ALLOC_STATIC };
+	ck_assert_str_eq(allot__alloc_name(&p), "static_split");
+	allot__alloc_policy_init(&p);
+	ck_assert_str_eq(allot__alloc_name(&p), "demand");
+	p.kind = (allot__alloc_kind) 77;
+	ck_assert_str_eq(allot__alloc_name(&p), "unknown");
+	allot__alloc_slot sl[2];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 2, (double[]) { 1, 1 }, 10, 10);
+	allot__alloc_service svc = { .quotas = &q, .nquotas = 1 };
+	ck_assert_int_eq(allot__alloc_compute(&p, &svc), ALLOT_EINVAL);
+	ck_assert(sl[0].rate == 0 && q.sum_rate == 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* the registry on a virtual clock                                     */
+/* ------------------------------------------------------------------ */
+
+static uint64_t vclock;
+
+static uint64_t
+vnow(void *ctx)
+{
+	(void) ctx;
+	return vclock;
+}
+
+/* Reply arrays come from this allocator; freed after each call. */
+typedef struct arena {
+	void *p[4096];
+	size_t n;
+} arena;
+
+static void *
+a_alloc(void *d, size_t size)
+{
+	arena *a = d;
+	ck_assert(a->n < 4096);
+	return a->p[a->n++] = malloc(size ? size : 1);
+}
+
+static void
+a_free(void *d, void *p)
+{
+	(void) d;
+	(void) p;
+}
+
+static void
+a_reset(arena *a)
+{
+	for (size_t i = 0; i < a->n; i++)
+		free(a->p[i]);
+	a->n = 0;
+}
+
+static const char STATE_CFG[] =
+    "quotas:\n"
+    "  default: {tokens_per_second: 10, burst: 20}\n"
+    "  callers:\n"
+    "    - identity: a\n"
+    "      tokens_per_second: 1000\n"
+    "      burst: 1000\n"
+    "  endpoint_weights:\n"
+    "    default: 1\n"
+    "    /export: 20\n";
+
+typedef struct rep {
+	uint64_t session;
+	uint64_t seq;
+	double rate;     /* key 1 ("a") as last received */
+	double burst;
+} rep;
+
+static allot__state *
+mkstate(void)
+{
+	allot_config *cfg;
+	char err[256];
+	ck_assert_int_eq(allot_config_parse("t", STATE_CFG,
+	    sizeof STATE_CFG - 1, err, sizeof err, &cfg), ALLOT_OK);
+	allot__state_opts o;
+	allot__state_opts_init(&o);
+	o.clock = vnow;
+	o.interval_ms = 100;
+	allot__state *st;
+	ck_assert_int_eq(allot__state_create(&o, cfg, "t", STATE_CFG, &st),
+	    ALLOT_OK);
+	return st;
+}
+
+static void
+take_shares(rep *r, Allot__V1__Share **sh, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (sh[i]->key == 1) {
+			r->rate = sh[i]->rate;
+			r->burst = sh[i]->burst;
+		}
+	}
+}
+
+static void
+reg(allot__state *st, rep *r, const char *id)
+{
+	static char *keys[] = { "default", "a" };
+	Allot__V1__Register rq = ALLOT__V1__REGISTER__INIT;
+	rq.replica_id = (char *) id;
+	rq.service = "svc";
+	rq.n_keys = 2;
+	rq.keys = keys;
+	rq.sync_interval_ms = 100;
+	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
+	arena a = { .n = 0 };
+	ProtobufCAllocator pa = { a_alloc, a_free, &a };
+	char err[256];
+	ck_assert_int_eq(allot__state_register(st, &rq, &pa, &w, err,
+	    sizeof err), 0);
+	memset(r, 0, sizeof *r);
+	r->session = w.session;
+	take_shares(r, w.shares, w.n_shares);
+	a_reset(&a);
+}
+
+/* One Sync of `r` reporting `tokens` of demand on key "a" over 100 ms:
+ * admitted up to its rate, the rest denied. `lost`: the Reply never
+ * arrives (the next Sync skips a seq). */
+static void
+sync1(allot__state *st, rep *r, uint64_t tokens, bool lost)
+{
+	Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+	kr.key = 1;
+	uint64_t can = (uint64_t) (r->rate * 0.1);
+	kr.consumed = tokens < can ? tokens : can;
+	kr.denied = tokens - kr.consumed;
+	Allot__V1__KeyReport *krp = &kr;
+	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
+	sy.session = r->session;
+	sy.seq = ++r->seq;
+	sy.elapsed_ms = 100;
+	sy.n_reports = tokens > 0;
+	sy.reports = &krp;
+	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
+	arena a = { .n = 0 };
+	ProtobufCAllocator pa = { a_alloc, a_free, &a };
+	char err[256];
+	ck_assert_int_eq(allot__state_sync(st, &sy, &pa, &rp, err,
+	    sizeof err), 0);
+	if (lost)
+		r->seq++;
+	else
+		take_shares(r, rp.shares, rp.n_shares);
+	a_reset(&a);
+}
+
+static allot__state_quota
+quota_a(allot__state *st)
+{
+	allot__state_quota q;
+	ck_assert_int_eq(allot__state_quota_get(st, "svc", 1, &q), ALLOT_OK);
+	return q;
+}
+
+START_TEST(state_follows_demand)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[2];
+	reg(st, &r[0], "r0");
+	reg(st, &r[1], "r1");
+	/* Idle: the equal split. */
+	for (int i = 0; i < 3; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+		sync1(st, &r[1], 0, false);
+	}
+	ck_assert_double_eq_tol(r[0].rate, 500, 1e-6);
+	ck_assert_double_eq_tol(r[1].rate, 500, 1e-6);
+	/* Sticky load: r0 gets 70 tokens per 100 ms (700/s, e.g. 35
+	 * exports of weight 20: the coordinator only sees tokens), r1
+	 * nothing. r0 is short (it denies what is above its 500) so within
+	 * two intervals it holds its claim (700 * 1.25), r1 the leftover,
+	 * and at every step the grants sum to at most R. */
+	int settled = -1;
+	for (int i = 0; i < 8; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 70, false);
+		ck_assert(r[0].rate + r[1].rate <= 1000 * (1 + 1e-12));
+		sync1(st, &r[1], 0, false);
+		ck_assert(r[0].rate + r[1].rate <= 1000 * (1 + 1e-12));
+		allot__state_quota q = quota_a(st);
+		ck_assert(q.granted_rate <= 1000 * (1 + 1e-12));
+		ck_assert(q.granted_burst <= q.burst * (1 + 1e-12));
+		if (settled < 0 && r[0].rate > 800)
+			settled = i;
+	}
+	ck_assert_int_ge(settled, 0);
+	ck_assert_int_le(settled, 2);
+	ck_assert_double_eq_tol(r[0].rate, 875, 1e-6);
+	ck_assert_double_eq_tol(r[1].rate, 125, 1e-6);
+	allot__state_quota q = quota_a(st);
+	ck_assert_double_eq_tol(q.demand, 700, 10);
+	/* The global level was drained by 70 per 100 ms against a refill
+	 * of 100: it stays near full, so bursts are not cut. */
+	ck_assert(q.burst_budget > 900);
+	allot__state_destroy(st);
+}
+END_TEST
+
+START_TEST(state_live_bound)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[2];
+	reg(st, &r[0], "r0");
+	vclock += 100000000ull;
+	sync1(st, &r[0], 0, false);
+	ck_assert_double_eq_tol(r[0].rate, 1000, 1e-6);
+	reg(st, &r[1], "r1");
+	/* r0's decrease to 500 is in a Reply that is lost: the coordinator
+	 * granted 500 but r0 still runs on 1000 until it acknowledges. */
+	vclock += 100000000ull;
+	sync1(st, &r[0], 0, true);
+	allot__state_quota q = quota_a(st);
+	ck_assert_double_eq_tol(q.granted_rate, 500, 1e-6);
+	ck_assert_double_eq_tol(q.bound_rate, 1000, 1e-6);
+	ck_assert_double_eq_tol(q.bound_ratio, 1.0, 1e-9);
+	sync1(st, &r[1], 0, false); /* r1 grows into the headroom */
+	q = quota_a(st);
+	ck_assert_double_eq_tol(q.granted_rate, 1000, 1e-6);
+	ck_assert_double_eq_tol(q.bound_rate, 1500, 1e-6);
+	ck_assert_double_eq_tol(q.bound_ratio, 1.5, 1e-9);
+	/* The next Sync skips a seq: a gap is no acknowledgement... */
+	vclock += 100000000ull;
+	sync1(st, &r[0], 0, false);
+	ck_assert_double_eq_tol(quota_a(st).bound_rate, 1500, 1e-6);
+	/* ...the one after it is. */
+	vclock += 100000000ull;
+	sync1(st, &r[0], 0, false);
+	sync1(st, &r[1], 0, false);
+	q = quota_a(st);
+	ck_assert_double_eq_tol(q.bound_rate, 1000, 1e-6);
+	ck_assert_double_eq_tol(q.bound_ratio, 1.0, 1e-9);
+
+	/* r1 goes silent while r0 keeps syncing: expired after K = 5
+	 * intervals, its grant goes back to r0, but r1 may still run on it
+	 * for its lease (3 s) and then on its fallback, R / 2. */
+	for (int i = 0; i < 7; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+	}
+	ck_assert_uint_eq(allot__state_service_replicas(st, "svc"), 1);
+	ck_assert_double_eq_tol(r[0].rate, 1000, 1e-6);
+	q = quota_a(st);
+	ck_assert_uint_eq(q.expired_counted, 1);
+	ck_assert_double_eq_tol(q.bound_rate, 1500, 1e-6);
+	vclock += 3000000000ull;
+	allot__state_tick(st);
+	sync1(st, &r[0], 0, false);
+	q = quota_a(st);
+	ck_assert_double_eq_tol(q.bound_rate, 1500, 1e-6); /* R/2 fallback */
+	/* It registers again: counted once, through its new session,
+	 * which may run on its fallback until it acknowledges the Welcome
+	 * (its first Sync). */
+	reg(st, &r[1], "r1");
+	q = quota_a(st);
+	ck_assert_uint_eq(q.expired_counted, 0);
+	ck_assert_double_eq_tol(q.bound_rate, 1500, 1e-6);
+	vclock += 100000000ull;
+	sync1(st, &r[1], 0, false);
+	q = quota_a(st);
+	ck_assert_double_eq_tol(q.bound_rate, 1000, 1e-6);
+	allot__state_destroy(st);
+}
+END_TEST
+
+START_TEST(state_silence_grace)
+{
+	/* The coordinator hears from nobody for 2 s (its own network):
+	 * when the first replica returns, the other is not expired for
+	 * learn_ms, so its share is not handed to the first. */
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[2];
+	reg(st, &r[0], "r0");
+	reg(st, &r[1], "r1");
+	for (int i = 0; i < 3; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+		sync1(st, &r[1], 0, false);
+	}
+	for (int i = 0; i < 20; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+	}
+	ck_assert_uint_eq(allot__state_service_replicas(st, "svc"), 2);
+	for (int i = 0; i < 20; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+		ck_assert_double_eq_tol(r[0].rate, 500, 1e-6);
+	}
+	ck_assert_uint_eq(allot__state_service_replicas(st, "svc"), 2);
+	/* After the grace (6 s) it expires like any silent replica. */
+	for (int i = 0; i < 50; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+	}
+	ck_assert_uint_eq(allot__state_service_replicas(st, "svc"), 1);
+	ck_assert_double_eq_tol(r[0].rate, 1000, 1e-6);
+	allot__state_destroy(st);
+}
+END_TEST
+
+static Suite *
+alloc_suite(void)
+{
+	Suite *s = suite_create("alloc");
+	TCase *tc = tcase_create("allocator");
+	tcase_add_test(tc, waterfill_contended);
+	tcase_add_test(tc, waterfill_leftover);
+	tcase_add_test(tc, waterfill_floor);
+	tcase_add_test(tc, newcomer_claims_average);
+	tcase_add_test(tc, deadband);
+	tcase_add_test(tc, sums_never_exceed);
+	tcase_add_test(tc, burst_from_level);
+	tcase_add_test(tc, ceiling_shed_order);
+	tcase_add_test(tc, static_and_names);
+	suite_add_tcase(s, tc);
+	TCase *ts = tcase_create("registry");
+	tcase_add_test(ts, state_follows_demand);
+	tcase_add_test(ts, state_live_bound);
+	tcase_add_test(ts, state_silence_grace);
+	suite_add_tcase(s, ts);
+	return s;
+}
+
+ALLOT_TEST_MAIN(alloc_suite)

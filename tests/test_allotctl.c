@@ -1,0 +1,855 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allotctl against a real allotd: each test that needs a coordinator
+ * starts $ALLOT_BUILD_DIR/coordinator/allotd on free loopback ports with
+ * a temporary quota file and database, keeps three replicas of one
+ * service syncing with the raw protocol client (one caller inside its
+ * quota, one flooding and denied), and runs
+ * $ALLOT_BUILD_DIR/tools/allotctl as a child process, checking its
+ * output, its stderr and its exit status: status, replicas, quotas,
+ * shares and top-denied show the right figures; reload moves the epoch
+ * on a good file and reports a bad one with FILE:LINE:COL (whether
+ * allotctl or allotd catches it); check-config prints the overcommit and
+ * the correlated-burst arithmetic and rejects a bad file; audit prints
+ * rows from a store allotd wrote, for one file and for two; an
+ * unreachable coordinator is exit 3 with a clear message; every command
+ * has a manual. Exits 77 (skipped) when allotctl was not built. Every
+ * wait is bounded.
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "proto_client.h"
+
+#define SVC "checkout-api"
+#define QA "spiffe://test/ns/payments/sa/checkout"
+#define QB "spiffe://test/ns/batch/sa/backfill"
+#define NREP 3
+#define RUN_TIMEOUT_MS 20000
+
+#define CFG_HEAD \
+    "quotas:\n" \
+    "  default:\n" \
+    "    tokens_per_second: 10\n" \
+    "    burst: 20\n" \
+    "    priority: low\n" \
+    "  callers:\n" \
+    "    - identity: \"" QA "\"\n"
+
+static const char cfg_good[] = CFG_HEAD
+    "      tokens_per_second: 400\n"
+    "      burst: 800\n"
+    "      priority: critical\n"
+    "    - identity: \"" QB "\"\n"
+    "      tokens_per_second: 60\n"
+    "      burst: 120\n"
+    "      priority: batch\n"
+    "  global_ceiling:\n"
+    "    tokens_per_second: 500\n";
+
+/* Caller A halved. */
+static const char cfg_halved[] = CFG_HEAD
+    "      tokens_per_second: 200\n"
+    "      burst: 400\n"
+    "      priority: critical\n"
+    "    - identity: \"" QB "\"\n"
+    "      tokens_per_second: 60\n"
+    "      burst: 120\n"
+    "      priority: batch\n"
+    "  global_ceiling:\n"
+    "    tokens_per_second: 500\n";
+
+/* Line 8, column 26: a rate that is a string. */
+static const char cfg_bad[] = CFG_HEAD
+    "      tokens_per_second: fast\n"
+    "      burst: 800\n";
+
+static const char *const keys[] = { "default", QA, QB };
+#define NKEYS 3
+
+static char ctl_path[512];
+
+/* ---- allotd ---- */
+
+typedef struct coord {
+	char dir[128];
+	char cfg[192];
+	char db[192];
+	char log[192];
+	char url[64];
+	char http[32];
+	int http_port;
+	pid_t pid;
+} coord;
+
+static coord C;
+
+static void
+write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void
+coord_init(coord *c)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->dir, sizeof c->dir, "/tmp/allot-ctl-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
+	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
+	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
+	write_text(c->cfg, cfg_good);
+}
+
+static void
+coord_start(coord *c)
+{
+	int port = pc_free_port();
+	c->http_port = pc_free_port();
+	ck_assert_int_gt(port, 0);
+	ck_assert_int_gt(c->http_port, 0);
+	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
+	snprintf(c->http, sizeof c->http, "127.0.0.1:%d", c->http_port);
+	char bin[512];
+	const char *b = getenv("ALLOT_BUILD_DIR");
+	snprintf(bin, sizeof bin, "%s/coordinator/allotd", b ? b : ".");
+	char *const argv[] = { bin, "--config", c->cfg, "--db", c->db,
+		"--listen", c->url, "--http", c->http, NULL };
+	pid_t parent = getpid();
+	c->pid = fork();
+	ck_assert_int_ge(c->pid, 0);
+	if (c->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(126);
+		int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, STDOUT_FILENO);
+			dup2(fd, STDERR_FILENO);
+			close(fd);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	uint64_t end = pc_now_ms() + 10000;
+	for (;;) {
+		int status = 0;
+		free(pc_http_get(c->http_port, "/healthz", &status));
+		if (status == 200)
+			break;
+		int ex = pc_wait_exit(c->pid, 0);
+		ck_assert_msg(ex == -1, "allotd exited early with %d", ex);
+		ck_assert_msg(pc_now_ms() < end, "allotd did not come up");
+		pc_sleep_ms(20);
+	}
+}
+
+/* SIGTERM and wait for the drain (exit 0). */
+static void
+coord_stop(coord *c)
+{
+	if (c->pid <= 0)
+		return;
+	kill(c->pid, SIGTERM);
+	int ex = pc_wait_exit(c->pid, 10000);
+	if (ex < 0) {
+		kill(c->pid, SIGKILL);
+		pc_wait_exit(c->pid, 2000);
+	}
+	c->pid = 0;
+	ck_assert_int_eq(ex, 0);
+}
+
+static bool at_exit; /* the atexit clean-up of a failed test */
+
+static void
+coord_done(coord *c)
+{
+	if (c->pid > 0) {
+		kill(c->pid, SIGKILL);
+		pc_wait_exit(c->pid, 2000);
+		c->pid = 0;
+	}
+	/* Sanitizer builds: allotd's own reports end up in its log. */
+	char *log = c->dir[0] != '\0' ? pc_read_file(c->log) : NULL;
+	bool dirty = log != NULL && (strstr(log, "Sanitizer") != NULL ||
+	    strstr(log, "runtime error:") != NULL);
+	if (dirty)
+		fprintf(stderr, "%s\n", log);
+	free(log);
+	if (c->dir[0] != '\0') {
+		char cmd[256];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", c->dir);
+		c->dir[0] = '\0';
+	}
+	if (!at_exit)
+		ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+}
+
+/* ---- replicas: a thread keeps them syncing every 100 ms ---- */
+
+typedef struct driver {
+	pc_replica r[NREP];
+	pthread_t thread;
+	bool running;
+	atomic_bool stop;
+	atomic_int syncs;
+} driver;
+
+static driver D;
+
+static void *
+drive(void *arg)
+{
+	driver *d = arg;
+	while (!atomic_load(&d->stop)) {
+		for (int i = 0; i < NREP; i++) {
+			/* Caller A: 10 tokens per replica per 100 ms. Caller
+			 * B floods replica 0 and is denied there. */
+			pc_report rep[2] = {
+				{ .key = 1, .consumed = 10, .held = 50,
+				  .demand = 100 },
+				{ .key = 2, .consumed = i == 0 ? 6 : 1,
+				  .denied = i == 0 ? 30 : 0,
+				  .demand = i == 0 ? 360 : 10 },
+			};
+			if (pc_replica_sync(&d->r[i], rep, 2, NULL) == 0)
+				atomic_fetch_add(&d->syncs, 1);
+		}
+		pc_sleep_ms(100);
+	}
+	return NULL;
+}
+
+/* Per-second rate of a quota in /status, or -1. */
+static double
+status_rate(const coord *c, const char *quota, const char *field)
+{
+	int st = 0;
+	char *body = pc_http_get(c->http_port, "/status", &st);
+	double v = -1;
+	char pat[160];
+	snprintf(pat, sizeof pat, "\"quota\":\"%s\"", quota);
+	const char *q = body ? strstr(body, pat) : NULL;
+	char fpat[64];
+	snprintf(fpat, sizeof fpat, "\"%s\":", field);
+	const char *f = q ? strstr(q, fpat) : NULL;
+	if (f != NULL)
+		v = strtod(f + strlen(fpat), NULL);
+	free(body);
+	return v;
+}
+
+static void
+driver_start(driver *d, const coord *c)
+{
+	memset(d, 0, sizeof *d);
+	for (int i = 0; i < NREP; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "web-%d", i + 1);
+		ck_assert_int_eq(pc_replica_join(&d->r[i], c->url, id, SVC,
+		    keys, NKEYS), 0);
+	}
+	ck_assert_int_eq(pthread_create(&d->thread, NULL, drive, d), 0);
+	d->running = true;
+	/* Until /status has a whole second of both callers' traffic and
+	 * the shares have settled (three replicas, R / 3 each). */
+	uint64_t end = pc_now_ms() + 10000;
+	while (status_rate(c, QA, "admitted_per_s") <= 0 ||
+	    status_rate(c, QB, "denied_per_s") <= 0 ||
+	    status_rate(c, QA, "sum_rate") < 399.9) {
+		ck_assert_msg(pc_now_ms() < end, "no traffic in /status "
+		    "after 10 s");
+		pc_sleep_ms(100);
+	}
+}
+
+static void
+driver_stop(driver *d)
+{
+	if (!d->running)
+		return;
+	atomic_store(&d->stop, true);
+	pthread_join(d->thread, NULL);
+	for (int i = 0; i < NREP; i++)
+		pc_replica_close(&d->r[i]);
+	d->running = false;
+}
+
+/* ---- running allotctl ---- */
+
+typedef struct run {
+	int status;      /* exit status, 128 + signal, or -1 */
+	char *out;
+	char *err;
+} run;
+
+static void
+run_free(run *r)
+{
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof *r);
+}
+
+/* Run allotctl with the NULL-terminated arguments. */
+static run
+ctl(const char *first, ...)
+{
+	const char *argv[40] = { ctl_path };
+	size_t n = 1;
+	va_list ap;
+	va_start(ap, first);
+	for (const char *a = first; a != NULL && n < 39;
+	     a = va_arg(ap, const char *))
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	char out_path[256], err_path[256];
+	const char *dir = C.dir[0] ? C.dir : "/tmp";
+	snprintf(out_path, sizeof out_path, "%s/ctl-%d.out", dir, getpid());
+	snprintf(err_path, sizeof err_path, "%s/ctl-%d.err", dir, getpid());
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fo < 0 || fe < 0)
+			_exit(126);
+		dup2(fo, STDOUT_FILENO);
+		dup2(fe, STDERR_FILENO);
+		execv(argv[0], (char *const *) argv);
+		_exit(127);
+	}
+	run r = { .status = pc_wait_exit(pid, RUN_TIMEOUT_MS) };
+	if (r.status < 0) {
+		kill(pid, SIGKILL);
+		pc_wait_exit(pid, 2000);
+	}
+	r.out = pc_read_file(out_path);
+	r.err = pc_read_file(err_path);
+	unlink(out_path);
+	unlink(err_path);
+	if (r.out == NULL)
+		r.out = strdup("");
+	if (r.err == NULL)
+		r.err = strdup("");
+	return r;
+}
+
+#define assert_has(text, needle)                                        \
+	ck_assert_msg(strstr((text), (needle)) != NULL,                 \
+	    "expected \"%s\" in:\n%s", (needle), (text))
+
+#define assert_lacks(text, needle)                                      \
+	ck_assert_msg(strstr((text), (needle)) == NULL,                 \
+	    "did not expect \"%s\" in:\n%s", (needle), (text))
+
+/* The line of `text` that contains `needle` (static copy), or "". */
+static const char *
+line_with(const char *text, const char *needle)
+{
+	static char line[1024];
+	const char *p = strstr(text, needle);
+	line[0] = '\0';
+	if (p == NULL)
+		return line;
+	const char *s = p;
+	while (s > text && s[-1] != '\n')
+		s--;
+	size_t l = strcspn(s, "\n");
+	snprintf(line, sizeof line, "%.*s", (int) l, s);
+	return line;
+}
+
+/* Whitespace-separated field `i` (0-based) of `line`, static copy. */
+static const char *
+field(const char *line, int i)
+{
+	static char f[256];
+	const char *p = line;
+	for (int k = 0;; k++) {
+		p += strspn(p, " \t");
+		size_t l = strcspn(p, " \t");
+		if (l == 0) {
+			f[0] = '\0';
+			return f;
+		}
+		if (k == i) {
+			snprintf(f, sizeof f, "%.*s", (int) l, p);
+			return f;
+		}
+		p += l;
+	}
+}
+
+static double
+status_epoch(const coord *c)
+{
+	int st = 0;
+	char *body = pc_http_get(c->http_port, "/status", &st);
+	const char *e = body ? strstr(body, "\"epoch\":") : NULL;
+	double v = e ? strtod(e + 8, NULL) : -1;
+	free(body);
+	return v;
+}
+
+/* ---- tests ---- */
+
+START_TEST(inspect_commands)
+{
+	coord_init(&C);
+	coord_start(&C);
+	driver_start(&D, &C);
+
+	run r = ctl("--http", C.http, "status", NULL);
+	ck_assert_msg(r.status == 0, "status: %d %s", r.status, r.err);
+	assert_has(r.out, "allotd 0.1.0 at ");
+	assert_has(r.out, C.cfg);
+	assert_has(r.out, "epoch 1,");
+	assert_has(r.out, "global ceiling 500 tokens/s");
+	assert_has(r.out, SVC ": 3 replicas, admitted ");
+	assert_has(r.out, "store     ok:");
+	char pid[32];
+	snprintf(pid, sizeof pid, "(pid %d)", (int) C.pid);
+	assert_has(r.out, pid);
+	run_free(&r);
+
+	/* The common options may also follow the command. */
+	r = ctl("replicas", "--http", C.http, NULL);
+	ck_assert_msg(r.status == 0, "replicas: %d %s", r.status, r.err);
+	assert_has(r.out, "SERVICE");
+	for (int i = 1; i <= NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "web-%d", i);
+		const char *l = line_with(r.out, id);
+		ck_assert_str_eq(field(l, 0), SVC);
+		ck_assert_str_eq(field(l, 1), id);
+		ck_assert_str_eq(field(l, 8), "live");
+	}
+	run_free(&r);
+	r = ctl("--http", C.http, "replicas", "no-such-service", NULL);
+	ck_assert_int_eq(r.status, 0);
+	assert_has(r.out, "no live replica of service \"no-such-service\"");
+	run_free(&r);
+
+	r = ctl("--http", C.http, "quotas", NULL);
+	ck_assert_msg(r.status == 0, "quotas: %d %s", r.status, r.err);
+	const char *la = line_with(r.out, QA);
+	ck_assert_str_eq(field(la, 2), "critical");
+	ck_assert_str_eq(field(la, 3), "400");    /* RATE/S */
+	ck_assert_str_eq(field(la, 4), "800");    /* BURST */
+	double adm = strtod(field(la, 5), NULL);  /* ADMITTED/S, ~300 */
+	ck_assert_msg(adm >= 150 && adm <= 450, "admitted %g", adm);
+	ck_assert_str_eq(field(la, 6), "0");      /* DENIED/S */
+	ck_assert_str_eq(field(la, 8), "400");    /* GRANTED/S */
+	ck_assert_str_eq(field(la, 9), "3/3");    /* HOLDERS */
+	const char *lb = line_with(r.out, QB);
+	ck_assert_str_eq(field(lb, 3), "60");
+	ck_assert_double_gt(strtod(field(lb, 6), NULL), 100);
+	run_free(&r);
+
+	/* Shares by full identity and by the last path segment. */
+	const char *callers[] = { QA, "checkout" };
+	for (int k = 0; k < 2; k++) {
+		r = ctl("--http", C.http, "shares", callers[k], NULL);
+		ck_assert_msg(r.status == 0, "shares: %d %s", r.status,
+		    r.err);
+		assert_has(r.out, QA " in service " SVC ": quota 400 "
+		    "tokens/s, burst 800; 3 replicas hold 400 tokens/s (100%)");
+		for (int i = 1; i <= NREP; i++) {
+			char id[16];
+			snprintf(id, sizeof id, "web-%d ", i);
+			const char *l = line_with(r.out, id);
+			ck_assert_str_eq(field(l, 2), "133.3"); /* RATE/S */
+			ck_assert_str_eq(field(l, 3), "266.7"); /* BURST */
+			ck_assert_str_eq(field(l, 5), "33%");
+		}
+		run_free(&r);
+	}
+	r = ctl("--http", C.http, "shares", "nobody", NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "no quota matches \"nobody\"");
+	assert_has(r.err, QB);
+	run_free(&r);
+	/* "sa/" is in both identities. */
+	r = ctl("--http", C.http, "shares", "sa/", NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "matches 2 quotas");
+	run_free(&r);
+
+	/* Only the flooding caller is denied, and it comes first. */
+	r = ctl("--http", C.http, "top-denied", NULL);
+	ck_assert_msg(r.status == 0, "top-denied: %d %s", r.status, r.err);
+	const char *first = strchr(r.out, '\n');
+	ck_assert_ptr_nonnull(first);
+	ck_assert_str_eq(field(first + 1, 1), QB);
+	ck_assert_double_gt(strtod(field(first + 1, 2), NULL), 100);
+	assert_lacks(r.out, QA);
+	run_free(&r);
+	r = ctl("--http", C.http, "top-denied", "-n", "0", NULL);
+	ck_assert_int_eq(r.status, 2);
+	run_free(&r);
+
+	driver_stop(&D);
+	coord_done(&C);
+}
+END_TEST
+
+START_TEST(reload_good_and_bad_files)
+{
+	coord_init(&C);
+	coord_start(&C);
+	ck_assert_double_eq(status_epoch(&C), 1);
+
+	/* Unchanged: same digest, same epoch. */
+	run r = ctl("--http", C.http, "reload", NULL);
+	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
+	assert_has(r.out, "is unchanged");
+	assert_has(r.out, "epoch stays 1");
+	run_free(&r);
+
+	/* A new file: epoch 2, the new rate in force. */
+	write_text(C.cfg, cfg_halved);
+	r = ctl("--http", C.http, "reload", NULL);
+	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
+	assert_has(r.out, "epoch 1 -> 2");
+	run_free(&r);
+	ck_assert_double_eq(status_epoch(&C), 2);
+	r = ctl("--http", C.http, "quotas", NULL);
+	ck_assert_str_eq(field(line_with(r.out, QA), 2), "200");
+	run_free(&r);
+
+	/* A bad file is reported with the loader's position, and allotd is
+	 * not even signalled. */
+	write_text(C.cfg, cfg_bad);
+	r = ctl("--http", C.http, "reload", NULL);
+	ck_assert_int_eq(r.status, 1);
+	char where[256];
+	snprintf(where, sizeof where, "%s:8:26: ", C.cfg);
+	assert_has(r.err, where);
+	assert_has(r.err, "nothing was sent, allotd keeps config epoch 2");
+	run_free(&r);
+	ck_assert_double_eq(status_epoch(&C), 2);
+	ck_assert_double_eq(pc_metric_get(C.http_port,
+	    "allotd_config_reloads_total{result=\"fail\"}"), 0);
+
+	/* Without the check, allotd itself refuses it, and says so. */
+	r = ctl("--http", C.http, "reload", "--no-check", NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "allotd rejected");
+	assert_has(r.err, "keeps config epoch 2");
+	run_free(&r);
+	ck_assert_double_eq(status_epoch(&C), 2);
+	ck_assert_double_eq(pc_metric_get(C.http_port,
+	    "allotd_config_reloads_total{result=\"fail\"}"), 1);
+
+	/* The same through a pid file. */
+	write_text(C.cfg, cfg_good);
+	char pidfile[256], pidtext[32];
+	snprintf(pidfile, sizeof pidfile, "%s/allotd.pid", C.dir);
+	snprintf(pidtext, sizeof pidtext, "%d\n", (int) C.pid);
+	write_text(pidfile, pidtext);
+	r = ctl("--http", C.http, "reload", "--pid-file", pidfile, NULL);
+	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
+	assert_has(r.out, "epoch 2 -> 3");
+	run_free(&r);
+
+	/* Never a process that is not this allotd. */
+	char self[32];
+	snprintf(self, sizeof self, "%d", (int) getpid());
+	r = ctl("--http", C.http, "reload", "--pid", self, NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "refusing to signal another process");
+	run_free(&r);
+	ck_assert_double_eq(status_epoch(&C), 3);
+	coord_done(&C);
+}
+END_TEST
+
+START_TEST(check_config_sizing)
+{
+	char ref[512];
+	snprintf(ref, sizeof ref, "%s/reference.yaml", ALLOT_TEST_DATA);
+	run r = ctl("check-config", ref, NULL);
+	ck_assert_msg(r.status == 0, "check-config: %d %s", r.status, r.err);
+	assert_has(r.out, "valid, digest ");
+	assert_has(r.out, "allocation: 3 callers, 900 tokens/s in total");
+	assert_has(r.out, "overcommitted 1.125x (900 vs 800, 100 tokens/s "
+	    "more than the ceiling)");
+	assert_has(r.out, "sum(rate + burst) = 900 + 1800 = 2700 tokens");
+	assert_has(r.out, "3.375x the ceiling for that second");
+	const char *l = line_with(r.out, "sa/checkout");
+	ck_assert_str_eq(field(l, 1), "critical");
+	ck_assert_str_eq(field(l, 4), "1500"); /* FIRST_SECOND */
+	run_free(&r);
+
+	/* Over a policy limit: exit 1. */
+	r = ctl("check-config", "--max-overcommit", "1.1", ref, NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "overcommit 1.125x is above --max-overcommit 1.1");
+	run_free(&r);
+
+	/* The reference's own example: 10 callers at 140/s with a burst of
+	 * 280 against a service tested at 2000 requests/s. */
+	char dir[] = "/tmp/allot-ctl-cfg-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char ten[256];
+	snprintf(ten, sizeof ten, "%s/ten.yaml", dir);
+	FILE *f = fopen(ten, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("quotas:\n  default: {tokens_per_second: 1, burst: 2}\n"
+	    "  callers:\n", f);
+	for (int i = 0; i < 10; i++)
+		fprintf(f, "    - {identity: \"spiffe://x/c%d\", "
+		    "tokens_per_second: 140, burst: 280}\n", i);
+	fputs("  global_ceiling: {tokens_per_second: 1400}\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	r = ctl("check-config", "--capacity", "2000", ten, NULL);
+	ck_assert_msg(r.status == 0, "check-config: %d %s", r.status, r.err);
+	assert_has(r.out, "= 1400 + 2800 = 4200 tokens (10 callers x "
+	    "(140 + 280) = 10 x 420)");
+	assert_has(r.out, "not overcommitted (1400 vs 1400, 100% allocated)");
+	assert_has(r.out, "the allocation is 70% of it, the correlated first "
+	    "second 210% (2.1x)");
+	run_free(&r);
+
+	/* A bad file: the loader's FILE:LINE:COL message, exit 1. */
+	char bad[256];
+	snprintf(bad, sizeof bad, "%s/bad.yaml", dir);
+	write_text(bad, cfg_bad);
+	r = ctl("check-config", bad, NULL);
+	ck_assert_int_eq(r.status, 1);
+	char want[512];
+	snprintf(want, sizeof want, "%s:8:26: quotas.callers[0]."
+	    "tokens_per_second is the string \"fast\", expected a number",
+	    bad);
+	ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0,
+	    "stderr: %s", r.err);
+	ck_assert_str_eq(r.out, "");
+	run_free(&r);
+	snprintf(bad, sizeof bad, "%s/bad-burst.yaml", ALLOT_TEST_DATA);
+	r = ctl("check-config", bad, NULL);
+	ck_assert_int_eq(r.status, 1);
+	snprintf(want, sizeof want, "%s:10:14: ", bad);
+	ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0,
+	    "stderr: %s", r.err);
+	run_free(&r);
+	snprintf(bad, sizeof bad, "%s/missing.yaml", dir);
+	r = ctl("check-config", bad, NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, bad);
+	run_free(&r);
+	r = ctl("check-config", NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "Try 'allotctl help check-config'.");
+	run_free(&r);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(audit_stores)
+{
+	coord_init(&C);
+	coord_start(&C);
+	driver_start(&D, &C);
+	pc_sleep_ms(1200); /* one more committed second */
+	driver_stop(&D);
+	coord_stop(&C);
+
+	run r = ctl("audit", C.db, NULL);
+	ck_assert_msg(r.status == 0, "audit: %d %s", r.status, r.err);
+	assert_has(r.out, "== Configs loaded");
+	assert_has(r.out, "== Consumption per caller (tokens)");
+	assert_has(r.out, "== Who was denied");
+	assert_has(r.out, "== Replicas per service");
+	assert_has(r.out, "== Events");
+	/* Consumption: caller A admitted, nothing denied. */
+	const char *cons = strstr(r.out, "== Consumption");
+	const char *l = line_with(cons, QA);
+	ck_assert_str_eq(field(l, 0), SVC);
+	ck_assert_double_gt(strtod(field(l, 2), NULL), 100);
+	ck_assert_str_eq(field(l, 3), "0");
+	/* Denied: only caller B. */
+	const char *den = strstr(r.out, "== Who was denied");
+	const char *next = strstr(den, "\n== ");
+	l = line_with(den, QB);
+	ck_assert(strstr(den, QB) != NULL && next != NULL &&
+	    strstr(den, QB) < next);
+	ck_assert(strstr(den, QA) == NULL || strstr(den, QA) > next);
+	ck_assert_double_gt(strtod(field(l, 2), NULL), 100);
+	/* Three sessions; they stay open in the store (the replicas did
+	 * not leave, allotd stopped). */
+	l = line_with(strstr(r.out, "== Replicas per service"), SVC " ");
+	ck_assert_str_eq(field(l, 1), "3");
+	assert_has(strstr(r.out, "== Events"), "start");
+	run_free(&r);
+
+	/* Two stores at once: a "db" column names each file. */
+	char copy[256], cmd[600];
+	snprintf(copy, sizeof copy, "%s/copy.db", C.dir);
+	snprintf(cmd, sizeof cmd, "sqlite3 '%s' \".backup '%s'\"", C.db,
+	    copy);
+	ck_assert_int_eq(system(cmd), 0);
+	r = ctl("audit", "--limit", "5", "--sql", C.db, copy, NULL);
+	ck_assert_msg(r.status == 0, "audit: %d %s", r.status, r.err);
+	assert_has(r.out, "-- SELECT");
+	cons = strstr(r.out, "== Consumption");
+	ck_assert_ptr_nonnull(cons);
+	const char *a = strstr(cons, C.db);
+	const char *b = strstr(cons, copy);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_msg(strstr(cons, "\ndb ") != NULL, "no db column:\n%s",
+	    cons);
+	run_free(&r);
+
+	/* Not a store; missing. */
+	r = ctl("audit", C.cfg, NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, C.cfg);
+	run_free(&r);
+	snprintf(copy, sizeof copy, "%s/none.db", C.dir);
+	r = ctl("audit", copy, NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "cannot open");
+	run_free(&r);
+	coord_done(&C);
+}
+END_TEST
+
+START_TEST(unreachable_coordinator)
+{
+	int port = pc_free_port();
+	ck_assert_int_gt(port, 0);
+	char addr[32], want[128];
+	snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+	snprintf(want, sizeof want, "allotctl: cannot reach allotd at %s: "
+	    "connection refused\n", addr);
+	const char *cmds[][2] = { { "status", NULL }, { "replicas", NULL },
+		{ "quotas", NULL }, { "shares", "x" }, { "top-denied", NULL },
+		{ "reload", NULL } };
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		run r = ctl("--http", addr, cmds[i][0], cmds[i][1], NULL);
+		ck_assert_msg(r.status == 3, "%s: exit %d", cmds[i][0],
+		    r.status);
+		ck_assert_str_eq(r.err, want);
+		ck_assert_str_eq(r.out, "");
+		run_free(&r);
+	}
+	/* The environment variable is the default address. */
+	setenv("ALLOT_HTTP", addr, 1);
+	run r = ctl("status", NULL);
+	unsetenv("ALLOT_HTTP");
+	ck_assert_int_eq(r.status, 3);
+	ck_assert_str_eq(r.err, want);
+	run_free(&r);
+	r = ctl("--http", "no-such-host.invalid:7480", "status", NULL);
+	ck_assert_int_eq(r.status, 3);
+	assert_has(r.err, "cannot reach allotd at no-such-host.invalid:7480: "
+	    "cannot resolve");
+	run_free(&r);
+	r = ctl("--http", "127.0.0.1:99999", "status", NULL);
+	ck_assert_int_eq(r.status, 2);
+	run_free(&r);
+}
+END_TEST
+
+START_TEST(manuals)
+{
+	const char *cmds[] = { "status", "replicas", "quotas", "shares",
+		"top-denied", "reload", "check-config", "audit" };
+	run r = ctl("--help", NULL);
+	ck_assert_int_eq(r.status, 0);
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		assert_has(r.out, cmds[i]);
+	assert_has(r.out, "EXIT STATUS");
+	run_free(&r);
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		run a = ctl("help", cmds[i], NULL);
+		run b = ctl(cmds[i], "--help", NULL);
+		ck_assert_int_eq(a.status, 0);
+		ck_assert_int_eq(b.status, 0);
+		ck_assert_str_eq(a.out, b.out);
+		char name[64];
+		snprintf(name, sizeof name, "allotctl %s - ", cmds[i]);
+		assert_has(a.out, name);
+		assert_has(a.out, "SYNOPSIS");
+		assert_has(a.out, "DESCRIPTION");
+		assert_has(a.out, "EXIT STATUS");
+		run_free(&a);
+		run_free(&b);
+	}
+	r = ctl("help", "reload", NULL);
+	assert_has(r.out, "AUTHENTICATION");
+	run_free(&r);
+	r = ctl("frobnicate", NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "no command \"frobnicate\"");
+	run_free(&r);
+	r = ctl("status", "--pid", "1", NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "status does not take \"--pid\"");
+	run_free(&r);
+}
+END_TEST
+
+static Suite *
+allotctl_suite(void)
+{
+	Suite *s = suite_create("allotctl");
+	TCase *tc = tcase_create("allotctl");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, inspect_commands);
+	tcase_add_test(tc, reload_good_and_bad_files);
+	tcase_add_test(tc, check_config_sizing);
+	tcase_add_test(tc, audit_stores);
+	tcase_add_test(tc, unreachable_coordinator);
+	tcase_add_test(tc, manuals);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+static void
+cleanup(void)
+{
+	at_exit = true;
+	coord_done(&C);
+}
+
+int
+main(void)
+{
+	const char *b = getenv("ALLOT_BUILD_DIR");
+	snprintf(ctl_path, sizeof ctl_path, "%s/tools/allotctl", b ? b : ".");
+	if (access(ctl_path, X_OK) != 0) {
+		printf("SKIP: %s was not built (it needs json-c, "
+		    "libjson-c-dev)\n", ctl_path);
+		return 77;
+	}
+	atexit(cleanup);
+	SRunner *sr = srunner_create(allotctl_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

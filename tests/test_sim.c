@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The accuracy targets of docs/allocation.md, asserted on short,
+ * deterministic runs of the simulator (sim/): the real agents and the
+ * real coordinator registry on a virtual clock against the ideal global
+ * bucket and the equal split, fed the same arrivals. Every scenario:
+ * over-admission within one interval of traffic plus the bootstrap term,
+ * grants within R and agents within the live bound at every tick. Then
+ * the scenario-specific targets: under-admission in sticky and skewed
+ * (and the split's failure there), utilization and priority order in
+ * overload, convergence after graceful changes, the noisy neighbour, the
+ * coordinator outage, message loss, determinism, the T sweep and traces.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner.h"
+#include "sim.h"
+
+#define DURATION 30.0
+
+static void
+run(const char *name, const sim_params *p, double dur, bool without_noisy,
+    sim_result *r)
+{
+	char err[256] = "";
+	sim_scenario s;
+	ck_assert_msg(sim_scenario_builtin(name, p, dur, without_noisy, &s,
+	    err, sizeof err) == ALLOT_OK, "%s: %s", name, err);
+	ck_assert_int_eq(sim_run(&s, p, r), ALLOT_OK);
+	sim_scenario_free(&s);
+}
+
+/* What holds in every run of allot. */
+static void
+assert_invariants(const sim_result *r)
+{
+	ck_assert_msg(r->over[SIM_ALLOT] <= 1.0 + r->bootstrap,
+	    "%s T=%u: over-admission %.3f R*T (bootstrap %.3f)", r->scenario,
+	    r->interval_ms, r->over[SIM_ALLOT], r->bootstrap);
+	ck_assert_msg(r->max_granted_ratio <= 1 + 1e-9, "%s: grants %.12f R",
+	    r->scenario, r->max_granted_ratio);
+	ck_assert_msg(r->max_held_over_bound <= 1e-9, "%s: agents hold %.3g R "
+	    "above the live bound", r->scenario, r->max_held_over_bound);
+	ck_assert_uint_gt(r->invariant_checks, 0);
+	/* The ideal bucket never admits above B + R W: the figures are
+	 * computed right. */
+	ck_assert(r->over[SIM_IDEAL] <= 1e-9);
+}
+
+START_TEST(every_scenario_bounded)
+{
+	sim_params p;
+	sim_params_init(&p);
+	for (size_t i = 0; sim_scenario_names[i] != NULL; i++) {
+		sim_result r;
+		run(sim_scenario_names[i], &p, DURATION, false, &r);
+		assert_invariants(&r);
+		/* Bounded bootstrap: what agents admit before their first
+		 * Welcome is a fraction of one interval of traffic here. */
+		ck_assert_msg(r.bootstrap < 0.5, "%s: bootstrap %.3f",
+		    r.scenario, r.bootstrap);
+	}
+}
+END_TEST
+
+START_TEST(sticky_and_skewed)
+{
+	sim_params p;
+	sim_params_init(&p);
+	static const char *const names[] = { "sticky", "skewed" };
+	for (int i = 0; i < 2; i++) {
+		sim_result r;
+		run(names[i], &p, DURATION, false, &r);
+		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01, "%s: allot under "
+		    "%.3f %%", names[i], 100 * r.under[SIM_ALLOT]);
+		/* What allot is for: the split refuses a good part. */
+		ck_assert_msg(r.under[SIM_SPLIT] >= 0.10, "%s: split under "
+		    "%.3f %%", names[i], 100 * r.under[SIM_SPLIT]);
+		ck_assert(r.under[SIM_IDEAL] == 0);
+	}
+}
+END_TEST
+
+START_TEST(overload_priorities)
+{
+	sim_params p;
+	sim_params_init(&p);
+	sim_result r;
+	run("overload", &p, DURATION, false, &r);
+	ck_assert_msg(r.util[SIM_ALLOT] >= 0.98, "utilization %.4f",
+	    r.util[SIM_ALLOT]);
+	/* callers 0..3 are critical, standard, batch, low; the ceiling of
+	 * 2500 covers the first two in full and half of the third. */
+	double got[4];
+	for (int i = 0; i < 4; i++) {
+		const sim_key *k = &r.keys[i];
+		got[i] = k->f[SIM_ALLOT].admitted / (k->rate * r.duration_s);
+	}
+	ck_assert_msg(got[0] >= 0.99 && got[1] >= 0.99, "critical %.3f "
+	    "standard %.3f of their quota", got[0], got[1]);
+	ck_assert(got[1] > got[2] && got[2] > got[3]);
+	ck_assert(got[2] > 0.45 && got[2] < 0.55);
+	ck_assert(got[3] < 0.01);
+	ck_assert(r.keys[4].ceiling);
+	ck_assert(r.keys[4].f[SIM_ALLOT].over <= 1.0 + r.bootstrap);
+}
+END_TEST
+
+START_TEST(convergence)
+{
+	sim_params p;
+	sim_params_init(&p);
+	/* A graceful change settles in two sync rounds at most: the old
+	 * replicas give back on their next Sync, the others take on theirs;
+	 * with the agents' 10 % jitter and the transport's latency a round
+	 * lasts up to 1.1 T, so 2 rounds are within 2.25 T. */
+	static const char *const names[] = { "scaleup", "scaledown" };
+	for (int i = 0; i < 2; i++) {
+		for (uint64_t seed = 1; seed <= 3; seed++) {
+			p.seed = seed;
+			sim_result r;
+			run(names[i], &p, DURATION, false, &r);
+			ck_assert_msg(r.converge[SIM_ALLOT] <= 2.25,
+			    "%s seed %llu: %.3f intervals", names[i],
+			    (unsigned long long) seed, r.converge[SIM_ALLOT]);
+			assert_invariants(&r);
+		}
+	}
+	/* A crash is noticed after K = 5 silent intervals. */
+	p.seed = 1;
+	sim_result r;
+	run("crash", &p, DURATION, false, &r);
+	ck_assert(r.converge[SIM_ALLOT] >= 4 && r.converge[SIM_ALLOT] <= 8);
+}
+END_TEST
+
+START_TEST(noisy_neighbour)
+{
+	sim_params p;
+	sim_params_init(&p);
+	sim_result with, without;
+	run("noisy", &p, DURATION, false, &with);
+	run("noisy", &p, DURATION, true, &without);
+	sim_neighbour(&with, &without, 3);
+	ck_assert_msg(with.neighbour[SIM_ALLOT] <= 0.01, "others moved "
+	    "%.3f %%", 100 * with.neighbour[SIM_ALLOT]);
+	/* The noisy caller itself never gets more than its quota. */
+	const sim_key *k = &with.keys[3];
+	ck_assert(k->f[SIM_ALLOT].admitted <= k->rate * with.duration_s +
+	    k->burst);
+}
+END_TEST
+
+START_TEST(outage_and_loss)
+{
+	sim_params p;
+	sim_params_init(&p);
+	sim_result r;
+	run("outage", &p, DURATION, false, &r);
+	assert_invariants(&r);
+	ck_assert(r.under[SIM_ALLOT] <= 0.01);
+	/* 5 % of the messages lost: decreases not acknowledged are in the
+	 * bound, nothing goes above it. */
+	p.loss = 0.05;
+	run("skewed", &p, DURATION, false, &r);
+	assert_invariants(&r);
+	ck_assert(r.under[SIM_ALLOT] <= 0.02);
+	ck_assert(r.max_bound_ratio > 1.0); /* the lost replies showed */
+}
+END_TEST
+
+START_TEST(deterministic)
+{
+	sim_params p;
+	sim_params_init(&p);
+	sim_result a, b, c;
+	run("sticky", &p, 10, false, &a);
+	run("sticky", &p, 10, false, &b);
+	a.wall_s = b.wall_s = 0;
+	char *ja = NULL, *jb = NULL;
+	size_t la = 0, lb = 0;
+	FILE *fa = open_memstream(&ja, &la);
+	FILE *fb = open_memstream(&jb, &lb);
+	ck_assert(fa != NULL && fb != NULL);
+	sim_print_json(fa, &a);
+	sim_print_json(fb, &b);
+	fclose(fa);
+	fclose(fb);
+	ck_assert_uint_gt(la, 100);
+	ck_assert(la == lb && strcmp(ja, jb) == 0);
+	free(ja);
+	free(jb);
+	p.seed = 2;
+	run("sticky", &p, 10, false, &c);
+	ck_assert(c.keys[0].offered != a.keys[0].offered);
+}
+END_TEST
+
+START_TEST(interval_sweep)
+{
+	static const uint32_t ts[] = { 50, 100, 250, 1000 };
+	sim_params p;
+	sim_params_init(&p);
+	double syncs = INFINITY;
+	for (int i = 0; i < 4; i++) {
+		p.interval_ms = ts[i];
+		sim_result r;
+		run("sticky", &p, 60, false, &r);
+		assert_invariants(&r);
+		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01, "T=%u: under "
+		    "%.3f %%", ts[i], 100 * r.under[SIM_ALLOT]);
+		/* The coordinator's load falls with T. */
+		ck_assert(r.syncs_per_s < syncs);
+		syncs = r.syncs_per_s;
+	}
+}
+END_TEST
+
+START_TEST(trace_file)
+{
+	char dir[] = "/tmp/allot-sim-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char csv[64], cfg[64];
+	snprintf(csv, sizeof csv, "%s/t.csv", dir);
+	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
+	FILE *f = fopen(cfg, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n    - identity: a\n      tokens_per_second: 100\n"
+	    "      burst: 100\n  endpoint_weights:\n    default: 1\n"
+	    "    /export: 5\n", f);
+	fclose(f);
+	f = fopen(csv, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("time_s,replica,caller,endpoint\n", f);
+	/* 300/s of caller a for 10 s on two replicas, one in twenty an
+	 * export; plus a few unknown callers. */
+	double offered = 0;
+	for (int i = 0; i < 3000; i++) {
+		bool exp = i % 20 == 0;
+		fprintf(f, "%.6f,%s,%s,%s\n", i / 300.0, i % 3 ? "pod-a" :
+		    "pod-b", i % 100 == 7 ? "mallory" : "a",
+		    exp ? "/export" : "/list");
+		if (i % 100 != 7)
+			offered += exp ? 5 : 1;
+	}
+	fclose(f);
+	char err[256] = "";
+	sim_scenario s;
+	ck_assert_msg(sim_scenario_trace(csv, cfg, NULL, 0, &s, err,
+	    sizeof err) == ALLOT_OK, "%s", err);
+	ck_assert_uint_eq(s.nreplicas, 2);
+	ck_assert_uint_eq(s.narr, 3000);
+	sim_params p;
+	sim_params_init(&p);
+	sim_result r;
+	ck_assert_int_eq(sim_run(&s, &p, &r), ALLOT_OK);
+	sim_scenario_free(&s);
+	ck_assert_str_eq(r.keys[0].identity, "a");
+	ck_assert_double_eq_tol(r.keys[0].offered, offered, 1e-9);
+	/* Demand 3x R: everyone admits about R for 10 s plus B. */
+	for (int m = 0; m < SIM_NMODES; m++)
+		ck_assert(r.keys[0].f[m].admitted < 100 * 11 + 100 + 1);
+	ck_assert(r.keys[0].f[SIM_ALLOT].admitted > 900);
+	assert_invariants(&r);
+	/* A schedule: the second replica crashes at 5 s; its arrivals
+	 * after that are dropped. */
+	ck_assert_int_eq(sim_scenario_trace(csv, cfg, "0:+2,5:x1", 0, &s, err,
+	    sizeof err), ALLOT_OK);
+	ck_assert_uint_lt(s.narr, 3000);
+	sim_scenario_free(&s);
+	/* Bad input is refused with a message. */
+	ck_assert_int_ne(sim_scenario_trace(csv, cfg, "5:y1", 0, &s, err,
+	    sizeof err), ALLOT_OK);
+	ck_assert_ptr_nonnull(strstr(err, "schedule"));
+	f = fopen(csv, "w");
+	fputs("1.0,pod-a,a\n", f);
+	fclose(f);
+	ck_assert_int_ne(sim_scenario_trace(csv, cfg, NULL, 0, &s, err,
+	    sizeof err), ALLOT_OK);
+	ck_assert_ptr_nonnull(strstr(err, ":1:"));
+	unlink(csv);
+	unlink(cfg);
+	rmdir(dir);
+	ck_assert_int_eq(sim_scenario_builtin("nope", &p, 0, false, &s, err,
+	    sizeof err), ALLOT_ENOENT);
+}
+END_TEST
+
+static Suite *
+sim_suite(void)
+{
+	Suite *s = suite_create("sim");
+	TCase *tc = tcase_create("targets");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, every_scenario_bounded);
+	tcase_add_test(tc, sticky_and_skewed);
+	tcase_add_test(tc, overload_priorities);
+	tcase_add_test(tc, convergence);
+	tcase_add_test(tc, noisy_neighbour);
+	tcase_add_test(tc, outage_and_loss);
+	tcase_add_test(tc, deterministic);
+	tcase_add_test(tc, interval_sweep);
+	tcase_add_test(tc, trace_file);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(sim_suite)
