@@ -552,6 +552,7 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 	/* A cluster: counters add up over the members; connected and
 	 * in_fallback hold if they hold for any member; the lease is the
 	 * shortest among the members that are up. */
+	bool have_lease = !s->m[0].down;
 	for (size_t i = 1; i < s->n; i++) {
 		allot_sync_stats m;
 		allot__syncc_stats(&s->m[i].core, now, &m);
@@ -569,9 +570,11 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->reports_sent += m.reports_sent;
 		ret->bytes_sent += m.bytes_sent;
 		ret->unreported_tokens += m.unreported_tokens;
-		if (!s->m[i].down && m.lease_remaining_ms <
-		    ret->lease_remaining_ms)
+		if (!s->m[i].down && (!have_lease ||
+			m.lease_remaining_ms < ret->lease_remaining_ms)) {
 			ret->lease_remaining_ms = m.lease_remaining_ms;
+			have_lease = true;
+		}
 	}
 	ret->members = (uint32_t) s->n;
 	ret->members_down = atomic_load(&s->down_pub);
