@@ -6,6 +6,14 @@
  * engine's request and feeds it the reply; allowances are installed into
  * the buckets atomically (bucket.h), so acquirers never wait.
  *
+ * Cluster mode (several coordinator addresses): one session per member,
+ * each on its own socket and timer; every key is reported to, and takes
+ * its allowance from, its owner by rendezvous hashing (rendezvous.h)
+ * over the members that answer. A member that misses MEMBER_DOWN_AFTER
+ * exchanges in a row is marked down and its keys go to their next
+ * owner, keeping their allowance (fail-static) until it answers; it is
+ * still probed, and its first reply moves its keys back.
+ *
  * Threads: nng completes each exchange on its own threads; the completion
  * only records the result and wakes the loop with uv_async_send. Engine
  * state is touched by the loop thread alone. Destroy wakes the loop,
@@ -24,23 +32,50 @@
 #include <nng/supplemental/tls/tls.h>
 #include <uv.h>
 
+#include "rendezvous.h"
+
 enum phase { IDLE, SENDING, RECEIVING };
 
-struct allot__sync {
+/* Consecutive failed exchanges (timeouts, transport errors) after which
+ * a cluster member is taken as down and its keys re-routed; a single
+ * lost exchange is retried first. */
+#define MEMBER_DOWN_AFTER 2u
+
+/* One session with one coordinator (one cluster member). */
+struct member {
+	struct allot__sync *s;
 	allot__syncc core;
-	uv_loop_t loop;
-	uv_thread_t thread;
+	allot__member m;
+	bool *mine;             /* nquotas; NULL with a single coordinator */
 	uv_timer_t timer;
-	uv_async_t wake;
+	bool timer_init;
 
 	nng_socket sock;
+	bool sock_open;
 	nng_ctx ctx;
 	nng_aio *aio;
 	_Atomic int phase;      /* enum phase; nng thread and loop thread */
 	_Atomic int done;       /* an exchange completed */
-	_Atomic int stopping;
 	int result;             /* written by the nng thread before `done` */
 	nng_msg *reply;
+	uint32_t fails;         /* consecutive failed exchanges */
+	_Atomic bool down;      /* read by allot_sync_stats_get() */
+};
+
+struct allot__sync {
+	allot_agent *a;
+	uv_loop_t loop;
+	uv_thread_t thread;
+	uv_async_t wake;
+	_Atomic int stopping;
+
+	size_t n;
+	struct member *m;
+	uint64_t *hashes;       /* n: rendezvous identity of each member */
+	bool *live;             /* n: scratch */
+	uint64_t *keyhash;      /* nquotas: rendezvous identity of each key */
+	_Atomic uint32_t down_pub;
+	_Atomic uint64_t reroutes;
 };
 
 static uint64_t
@@ -59,30 +94,93 @@ request_timeout_ms(const allot_agent *a)
 /* ---- completion, on an nng thread ---- */
 
 static void
-post(struct allot__sync *s, int rv)
+post(struct member *mb, int rv)
 {
-	s->result = rv;
-	atomic_store_explicit(&s->done, 1, memory_order_release);
-	uv_async_send(&s->wake);
+	mb->result = rv;
+	atomic_store_explicit(&mb->done, 1, memory_order_release);
+	uv_async_send(&mb->s->wake);
 }
 
 static void
 aio_cb(void *arg)
 {
-	struct allot__sync *s = arg;
-	int rv = nng_aio_result(s->aio);
-	if (atomic_load(&s->phase) == SENDING) {
+	struct member *mb = arg;
+	int rv = nng_aio_result(mb->aio);
+	if (atomic_load(&mb->phase) == SENDING) {
 		if (rv != 0) {
-			nng_msg_free(nng_aio_get_msg(s->aio));
-			post(s, rv);
+			nng_msg_free(nng_aio_get_msg(mb->aio));
+			post(mb, rv);
 			return;
 		}
-		atomic_store(&s->phase, RECEIVING);
-		nng_ctx_recv(s->ctx, s->aio);
+		atomic_store(&mb->phase, RECEIVING);
+		nng_ctx_recv(mb->ctx, mb->aio);
 		return;
 	}
-	s->reply = rv == 0 ? nng_aio_get_msg(s->aio) : NULL;
-	post(s, rv);
+	mb->reply = rv == 0 ? nng_aio_get_msg(mb->aio) : NULL;
+	post(mb, rv);
+}
+
+/* ---- routing (cluster mode) ---- */
+
+/* Give every key to its owner among the members not marked down (all
+ * of them when every one is down: the leases and fallbacks of the
+ * static owners then apply). A key that moves keeps the allowance in
+ * force (fail-static) until its new owner's next reply replaces it. */
+static void
+reroute(struct allot__sync *s)
+{
+	allot_agent *a = s->a;
+	size_t up = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		s->live[i] = !s->m[i].down;
+		up += s->live[i];
+	}
+	atomic_store(&s->down_pub, (uint32_t) (s->n - up));
+	uint64_t moved = 0;
+	for (uint32_t k = 0; k < a->nquotas; k++) {
+		int o = allot__rendezvous_owner(s->keyhash[k], s->hashes,
+		    up > 0 ? s->live : NULL, s->n);
+		for (size_t i = 0; i < s->n; i++) {
+			bool mine = (int) i == o;
+			if (mine && !s->m[i].mine[k])
+				moved++;
+			s->m[i].mine[k] = mine;
+		}
+	}
+	atomic_fetch_add(&s->reroutes, moved);
+	if (moved > 0)
+		allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CLUSTER-REROUTE",
+		    "%llu keys moved to another member (%zu of %zu members "
+		    "up); they keep their allowance until the new owner "
+		    "answers", (unsigned long long) moved, up, s->n);
+}
+
+/* Track a member's health after an exchange: down after
+ * MEMBER_DOWN_AFTER consecutive failures, up again on the first reply. */
+static void
+member_health(struct member *mb, bool ok)
+{
+	struct allot__sync *s = mb->s;
+	if (mb->mine == NULL)
+		return;
+	if (ok) {
+		mb->fails = 0;
+		if (!mb->down)
+			return;
+		mb->down = false;
+		allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-CLUSTER-UP",
+		    "member %s (%s) answers again: its keys move back",
+		    mb->m.name, mb->m.url);
+	} else {
+		if (++mb->fails < MEMBER_DOWN_AFTER || mb->down)
+			return;
+		mb->down = true;
+		allot__log(&s->a->log, ALLOT_LOG_WARNING,
+		    "ALLOT-CLUSTER-DOWN", "member %s (%s) missed %u exchanges "
+		    "in a row: its keys go to their next owner",
+		    mb->m.name, mb->m.url, mb->fails);
+	}
+	reroute(s);
 }
 
 /* ---- the loop ---- */
@@ -90,49 +188,78 @@ aio_cb(void *arg)
 static void on_timer(uv_timer_t *t);
 
 static void
-schedule(struct allot__sync *s, uint64_t delay_ms)
+schedule(struct member *mb, uint64_t delay_ms)
 {
-	uv_timer_start(&s->timer, on_timer, delay_ms, 0);
+	uv_timer_start(&mb->timer, on_timer, delay_ms, 0);
 }
 
 static void
-start_exchange(struct allot__sync *s)
+exchange_failed(struct member *mb, uint64_t now, const char *why)
 {
-	allot_agent *a = s->core.a;
+	allot__syncc_failed(&mb->core, now, why);
+	member_health(mb, false);
+	schedule(mb, allot__syncc_next_delay_ms(&mb->core, now, false));
+}
+
+static void
+start_exchange(struct member *mb)
+{
+	allot_agent *a = mb->s->a;
 	uint64_t now = now_ns(a);
 	void *buf;
 	size_t len;
 	nng_msg *m;
-	if (allot__syncc_request(&s->core, now, &buf, &len) != ALLOT_OK) {
-		allot__syncc_failed(&s->core, now, "out of memory");
-		schedule(s, allot__syncc_next_delay_ms(&s->core, now, false));
+	if (allot__syncc_request(&mb->core, now, &buf, &len) != ALLOT_OK) {
+		exchange_failed(mb, now, "out of memory");
 		return;
 	}
 	if (nng_msg_alloc(&m, len) != 0) {
 		free(buf);
-		allot__syncc_failed(&s->core, now, "out of memory");
-		schedule(s, allot__syncc_next_delay_ms(&s->core, now, false));
+		exchange_failed(mb, now, "out of memory");
 		return;
 	}
 	memcpy(nng_msg_body(m), buf, len);
 	free(buf);
-	atomic_store(&s->done, 0);
-	atomic_store(&s->phase, SENDING);
-	nng_aio_set_msg(s->aio, m);
-	nng_aio_set_timeout(s->aio, (nng_duration) request_timeout_ms(a));
-	nng_ctx_send(s->ctx, s->aio);
+	atomic_store(&mb->done, 0);
+	atomic_store(&mb->phase, SENDING);
+	nng_aio_set_msg(mb->aio, m);
+	nng_aio_set_timeout(mb->aio, (nng_duration) request_timeout_ms(a));
+	nng_ctx_send(mb->ctx, mb->aio);
 	/* An exchange may take up to its timeout, and nothing else wakes
 	 * the loop meanwhile: if the lease runs out first, wake up then so
 	 * that the fallback starts on time, not when the exchange gives up
 	 * (on_timer only checks the lease while an exchange is in flight;
 	 * the completion re-arms the timer). */
-	const allot__syncc *c = &s->core;
+	const allot__syncc *c = &mb->core;
 	if (c->lease_until_ns != 0 && !atomic_load(&c->in_fallback)) {
 		uint64_t left = c->lease_until_ns > now ?
 		    (c->lease_until_ns - now) / 1000000u + 1 : 0;
 		if (left < request_timeout_ms(a))
-			schedule(s, left);
+			schedule(mb, left);
 	}
+}
+
+static void
+complete(struct member *mb)
+{
+	if (atomic_load(&mb->phase) == IDLE ||
+	    !atomic_load_explicit(&mb->done, memory_order_acquire))
+		return;
+	atomic_store(&mb->done, 0);
+	atomic_store(&mb->phase, IDLE);
+	uint64_t now = now_ns(mb->s->a);
+	bool ok = false;
+	if (mb->result != 0) {
+		allot__syncc_failed(&mb->core, now, nng_strerror(mb->result));
+	} else {
+		ok = allot__syncc_reply(&mb->core, now,
+		    nng_msg_body(mb->reply), nng_msg_len(mb->reply));
+		nng_msg_free(mb->reply);
+		mb->reply = NULL;
+	}
+	member_health(mb, ok);
+	allot__syncc_check_lease(&mb->core, now);
+	schedule(mb, allot__syncc_next_delay_ms(&mb->core, now, ok));
 }
 
 static void
@@ -143,41 +270,26 @@ on_wake(uv_async_t *h)
 		uv_stop(&s->loop);
 		return;
 	}
-	if (atomic_load(&s->phase) == IDLE ||
-	    !atomic_load_explicit(&s->done, memory_order_acquire))
-		return;
-	atomic_store(&s->done, 0);
-	atomic_store(&s->phase, IDLE);
-	uint64_t now = now_ns(s->core.a);
-	bool ok = false;
-	if (s->result != 0) {
-		allot__syncc_failed(&s->core, now, nng_strerror(s->result));
-	} else {
-		ok = allot__syncc_reply(&s->core, now, nng_msg_body(s->reply),
-		    nng_msg_len(s->reply));
-		nng_msg_free(s->reply);
-		s->reply = NULL;
-	}
-	allot__syncc_check_lease(&s->core, now);
-	schedule(s, allot__syncc_next_delay_ms(&s->core, now, ok));
+	for (size_t i = 0; i < s->n; i++)
+		complete(&s->m[i]);
 }
 
 static void
 on_timer(uv_timer_t *t)
 {
-	struct allot__sync *s = t->data;
-	allot__syncc_check_lease(&s->core, now_ns(s->core.a));
-	if (atomic_load(&s->phase) != IDLE)
+	struct member *mb = t->data;
+	allot__syncc_check_lease(&mb->core, now_ns(mb->s->a));
+	if (atomic_load(&mb->phase) != IDLE)
 		return;
-	start_exchange(s);
+	start_exchange(mb);
 }
 
 static void
-send_leave(struct allot__sync *s)
+send_leave(struct member *mb)
 {
 	void *buf;
 	size_t len;
-	if (allot__syncc_leave(&s->core, &buf, &len) != ALLOT_OK)
+	if (allot__syncc_leave(&mb->core, &buf, &len) != ALLOT_OK)
 		return;
 	nng_aio *aio;
 	nng_msg *m;
@@ -189,12 +301,12 @@ send_leave(struct allot__sync *s)
 		memcpy(nng_msg_body(m), buf, len);
 		nng_aio_set_msg(aio, m);
 		nng_aio_set_timeout(aio, 300);
-		nng_ctx_send(s->ctx, aio);
+		nng_ctx_send(mb->ctx, aio);
 		nng_aio_wait(aio);
 		if (nng_aio_result(aio) != 0) {
 			nng_msg_free(nng_aio_get_msg(aio));
 		} else {
-			nng_ctx_recv(s->ctx, aio);
+			nng_ctx_recv(mb->ctx, aio);
 			nng_aio_wait(aio);
 			if (nng_aio_result(aio) == 0)
 				nng_msg_free(nng_aio_get_msg(aio));
@@ -202,8 +314,8 @@ send_leave(struct allot__sync *s)
 	}
 	free(buf);
 	nng_aio_free(aio);
-	allot__log(&s->core.a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-LEAVE",
-	    "left session %llu", (unsigned long long) s->core.session);
+	allot__log(&mb->s->a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-LEAVE",
+	    "left session %llu", (unsigned long long) mb->core.session);
 }
 
 static void
@@ -216,17 +328,21 @@ static void
 thread_main(void *arg)
 {
 	struct allot__sync *s = arg;
-	schedule(s, 0);
+	for (size_t i = 0; i < s->n; i++)
+		schedule(&s->m[i], 0);
 	uv_run(&s->loop, UV_RUN_DEFAULT);
-	/* Stopping: cancel the exchange in flight, then leave. */
-	nng_aio_stop(s->aio);
-	if (s->reply != NULL) {
-		nng_msg_free(s->reply);
-		s->reply = NULL;
+	/* Stopping: cancel the exchanges in flight, then leave. */
+	for (size_t i = 0; i < s->n; i++) {
+		struct member *mb = &s->m[i];
+		nng_aio_stop(mb->aio);
+		if (mb->reply != NULL) {
+			nng_msg_free(mb->reply);
+			mb->reply = NULL;
+		}
+		atomic_store(&mb->phase, IDLE);
+		send_leave(mb);
+		uv_close((uv_handle_t *) &mb->timer, close_cb);
 	}
-	atomic_store(&s->phase, IDLE);
-	send_leave(s);
-	uv_close((uv_handle_t *) &s->timer, close_cb);
 	uv_close((uv_handle_t *) &s->wake, close_cb);
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 }
@@ -234,10 +350,19 @@ thread_main(void *arg)
 static void
 sync_free(struct allot__sync *s)
 {
-	if (s->aio != NULL)
-		nng_aio_free(s->aio);
-	nng_close(s->sock);
-	allot__syncc_fini(&s->core);
+	for (size_t i = 0; i < s->n; i++) {
+		struct member *mb = &s->m[i];
+		if (mb->aio != NULL)
+			nng_aio_free(mb->aio);
+		if (mb->sock_open)
+			nng_close(mb->sock);
+		allot__syncc_fini(&mb->core);
+		free(mb->mine);
+	}
+	free(s->m);
+	free(s->hashes);
+	free(s->live);
+	free(s->keyhash);
 	free(s);
 }
 
@@ -281,60 +406,111 @@ dial(allot_agent *a, nng_socket sock, const char *url)
 	return 0;
 }
 
+/* Open member `i`'s socket and start dialling it. */
+static int
+member_open(struct allot__sync *s, size_t i, bool cluster)
+{
+	allot_agent *a = s->a;
+	struct member *mb = &s->m[i];
+	mb->s = s;
+	if (allot__syncc_init(&mb->core, a, allot__hash_seed() ^
+		(uint64_t) getpid() ^ allot__mix64(i + 1)) != ALLOT_OK)
+		return ALLOT_ENOMEM;
+	if (cluster) {
+		mb->mine = calloc(a->nquotas > 0 ? a->nquotas : 1,
+		    sizeof *mb->mine);
+		if (mb->mine == NULL)
+			return ALLOT_ENOMEM;
+		mb->core.mine = mb->mine;
+		mb->core.peer = mb->m.url;
+	}
+	if (nng_req0_open(&mb->sock) != 0)
+		return ALLOT_ENOMEM;
+	mb->sock_open = true;
+	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMINT,
+	    (nng_duration) a->opts.reconnect_min_ms);
+	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMAXT,
+	    (nng_duration) a->opts.reconnect_max_ms);
+	nng_socket_set_ms(mb->sock, NNG_OPT_REQ_RESENDTIME,
+	    NNG_DURATION_INFINITE);
+	nng_socket_set_size(mb->sock, NNG_OPT_RECVMAXSZ, 4u << 20);
+	if (nng_ctx_open(&mb->ctx, mb->sock) != 0 ||
+	    nng_aio_alloc(&mb->aio, aio_cb, mb) != 0)
+		return ALLOT_ENOMEM;
+	int rv = dial(a, mb->sock, mb->m.url);
+	if (rv != 0) {
+		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
+		    "cannot use coordinator address \"%s\": %s", mb->m.url,
+		    nng_strerror(rv));
+		return ALLOT_EINVAL;
+	}
+	return ALLOT_OK;
+}
+
 int
 allot__sync_start(allot_agent *a)
 {
 	struct allot__sync *s = calloc(1, sizeof *s);
 	if (s == NULL)
 		return ALLOT_ENOMEM;
-	if (allot__syncc_init(&s->core, a,
-		allot__hash_seed() ^ (uint64_t) getpid()) != ALLOT_OK) {
-		free(s);
-		return ALLOT_ENOMEM;
-	}
-	/* One coordinator per agent: the first address is used. */
-	char url[512];
-	snprintf(url, sizeof url, "%s", a->coordinator);
-	char *comma = strchr(url, ',');
-	if (comma != NULL)
-		*comma = '\0';
-
-	int rv;
-	if ((rv = nng_req0_open(&s->sock)) != 0) {
-		allot__syncc_fini(&s->core);
-		free(s);
-		return ALLOT_ENOMEM;
-	}
-	nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT,
-	    (nng_duration) a->opts.reconnect_min_ms);
-	nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT,
-	    (nng_duration) a->opts.reconnect_max_ms);
-	nng_socket_set_ms(s->sock, NNG_OPT_REQ_RESENDTIME,
-	    NNG_DURATION_INFINITE);
-	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, 4u << 20);
-	if ((rv = nng_ctx_open(&s->ctx, s->sock)) != 0 ||
-	    (rv = nng_aio_alloc(&s->aio, aio_cb, s)) != 0) {
-		sync_free(s);
-		return ALLOT_ENOMEM;
-	}
-	if ((rv = dial(a, s->sock, url)) != 0) {
+	s->a = a;
+	/* Several comma-separated addresses are a cluster: NAME=URL
+	 * entries named as in allotd's --member (a bare URL is named by
+	 * itself). One address is the single-coordinator path. */
+	allot__member list[ALLOT__CLUSTER_MAX_MEMBERS];
+	char err[256];
+	int n = allot__member_parse_list(a->coordinator, true, list,
+	    ALLOT__CLUSTER_MAX_MEMBERS, err, sizeof err);
+	if (n <= 0) {
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
-		    "cannot use coordinator address \"%s\": %s", url,
-		    nng_strerror(rv));
-		sync_free(s);
+		    "cannot use coordinator list \"%s\": %s", a->coordinator,
+		    err);
+		free(s);
 		return ALLOT_EINVAL;
+	}
+	bool cluster = n > 1;
+	s->m = calloc((size_t) n, sizeof *s->m);
+	s->hashes = calloc((size_t) n, sizeof *s->hashes);
+	s->live = calloc((size_t) n, sizeof *s->live);
+	s->keyhash = calloc(a->nquotas > 0 ? a->nquotas : 1,
+	    sizeof *s->keyhash);
+	if (s->m == NULL || s->hashes == NULL || s->live == NULL ||
+	    s->keyhash == NULL) {
+		sync_free(s);
+		return ALLOT_ENOMEM;
+	}
+	int rc = ALLOT_OK;
+	for (int i = 0; i < n && rc == ALLOT_OK; i++) {
+		s->m[i].m = list[i];
+		s->hashes[i] = list[i].hash;
+		s->n = (size_t) i + 1;
+		rc = member_open(s, (size_t) i, cluster);
+	}
+	if (rc != ALLOT_OK) {
+		sync_free(s);
+		return rc;
+	}
+	if (cluster) {
+		for (uint32_t k = 0; k < a->nquotas; k++)
+			s->keyhash[k] = allot__rendezvous_key(a->service,
+			    a->quotas[k].q->identity);
+		reroute(s);
+		atomic_store(&s->reroutes, 0);
 	}
 	if (uv_loop_init(&s->loop) != 0) {
 		sync_free(s);
 		return ALLOT_ENOMEM;
 	}
-	uv_timer_init(&s->loop, &s->timer);
-	s->timer.data = s;
+	for (size_t i = 0; i < s->n; i++) {
+		uv_timer_init(&s->loop, &s->m[i].timer);
+		s->m[i].timer.data = &s->m[i];
+	}
 	uv_async_init(&s->loop, &s->wake, on_wake);
 	s->wake.data = s;
 	a->sync = s;
 	if (uv_thread_create(&s->thread, thread_main, s) != 0) {
-		uv_close((uv_handle_t *) &s->timer, NULL);
+		for (size_t i = 0; i < s->n; i++)
+			uv_close((uv_handle_t *) &s->m[i].timer, NULL);
 		uv_close((uv_handle_t *) &s->wake, NULL);
 		uv_run(&s->loop, UV_RUN_DEFAULT);
 		uv_loop_close(&s->loop);
@@ -370,6 +546,38 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 	memset(ret, 0, sizeof *ret);
 	if (a->sync == NULL)
 		return ALLOT_OK;
-	allot__syncc_stats(&a->sync->core, now_ns(a), ret);
+	struct allot__sync *s = a->sync;
+	uint64_t now = now_ns(a);
+	allot__syncc_stats(&s->m[0].core, now, ret);
+	/* A cluster: counters add up over the members; connected and
+	 * in_fallback hold if they hold for any member; the lease is the
+	 * shortest among the members that are up. */
+	bool have_lease = !s->m[0].down;
+	for (size_t i = 1; i < s->n; i++) {
+		allot_sync_stats m;
+		allot__syncc_stats(&s->m[i].core, now, &m);
+		ret->connected |= m.connected;
+		ret->in_fallback |= m.in_fallback;
+		ret->replicas = m.replicas > ret->replicas ? m.replicas :
+		    ret->replicas;
+		ret->registers += m.registers;
+		ret->syncs_ok += m.syncs_ok;
+		ret->syncs_failed += m.syncs_failed;
+		ret->errors_received += m.errors_received;
+		ret->fallback_enters += m.fallback_enters;
+		ret->fallback_leaves += m.fallback_leaves;
+		ret->unknown_keys += m.unknown_keys;
+		ret->reports_sent += m.reports_sent;
+		ret->bytes_sent += m.bytes_sent;
+		ret->unreported_tokens += m.unreported_tokens;
+		if (!s->m[i].down && (!have_lease ||
+			m.lease_remaining_ms < ret->lease_remaining_ms)) {
+			ret->lease_remaining_ms = m.lease_remaining_ms;
+			have_lease = true;
+		}
+	}
+	ret->members = (uint32_t) s->n;
+	ret->members_down = atomic_load(&s->down_pub);
+	ret->reroutes = atomic_load(&s->reroutes);
 	return ALLOT_OK;
 }

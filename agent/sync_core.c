@@ -37,6 +37,18 @@ uniform(syncc *s)
 	    9007199254740992.0;
 }
 
+static inline bool
+is_mine(const syncc *s, uint32_t key)
+{
+	return s->mine == NULL || s->mine[key];
+}
+
+static const char *
+peer(const syncc *s)
+{
+	return s->peer != NULL ? s->peer : s->a->coordinator;
+}
+
 int
 allot__syncc_init(syncc *s, allot_agent *a, uint64_t seed)
 {
@@ -139,7 +151,10 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 			double inst = (double) (consumed + denied) / elapsed;
 			qs->demand = 0.5 * qs->demand + 0.5 * inst;
 		}
-		if (consumed == 0 && denied == 0)
+		/* In a cluster, another member's keys only move the
+		 * baseline: each is reported to its owner alone, and a key
+		 * that moves here starts counting from the move. */
+		if ((consumed == 0 && denied == 0) || !is_mine(s, i))
 			continue;
 		Allot__V1__KeyReport *r = &reps[n];
 		allot__v1__key_report__init(r);
@@ -238,6 +253,8 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
 			bad++;
 			continue;
 		}
+		if (!is_mine(s, sh->key))
+			continue;
 		install_share(s, sh->key, sh->rate, sh->burst);
 		seen[sh->key] = true;
 	}
@@ -245,7 +262,7 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
 	 * coordinator left out keep their last coordinator allowance. */
 	if (!full && atomic_load(&s->in_fallback))
 		for (uint32_t k = 0; k < a->nquotas; k++)
-			if (!seen[k] && s->q[k].has_share)
+			if (!seen[k] && s->q[k].has_share && is_mine(s, k))
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
 	if (bad > 0)
@@ -283,7 +300,16 @@ enter_fallback(syncc *s)
 	uint32_t n = atomic_load(&s->replicas);
 	if (n == 0)
 		n = a->opts.initial_replicas;
+	/* A cluster member that owns no key now (it is down and its keys
+	 * went to their next owner) has nothing to fall back on. */
+	uint32_t owned = 0;
+	for (uint32_t i = 0; i < a->nquotas; i++)
+		owned += is_mine(s, i);
+	if (owned == 0)
+		return;
 	for (uint32_t i = 0; i < a->nquotas; i++) {
+		if (!is_mine(s, i))
+			continue;
 		const allot__quota *q = a->quotas[i].q;
 		allot__allowance al = { .rate = q->rate / n,
 			.burst = q->burst / n,
@@ -301,7 +327,7 @@ enter_fallback(syncc *s)
 	allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-FALLBACK-ENTER",
 	    "lease expired without a reply from %s: applying each quota's "
 	    "fallback (static share over %u replicas where configured)",
-	    a->coordinator, n);
+	    peer(s), n);
 }
 
 static void
@@ -313,7 +339,7 @@ leave_fallback(syncc *s)
 	atomic_fetch_add(&s->fallback_leaves, 1);
 	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-FALLBACK-LEAVE",
 	    "coordinator %s answers again: allowances restored",
-	    s->a->coordinator);
+	    peer(s));
 }
 
 static void
@@ -339,12 +365,12 @@ allot__syncc_failed(syncc *s, uint64_t now, const char *why)
 	if (atomic_exchange(&s->connected, false))
 		allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-SYNC-LOST",
 		    "lost the coordinator %s: %s; keeping current "
-		    "allowances until the lease expires", a->coordinator,
+		    "allowances until the lease expires", peer(s),
 		    why);
 	else
 		allot__log_ratelimited(&a->log, &s->fail_rl,
 		    ALLOT_LOG_WARNING, "ALLOT-SYNC-FAIL",
-		    "exchange with %s failed: %s", a->coordinator, why);
+		    "exchange with %s failed: %s", peer(s), why);
 	uint32_t max = a->opts.reconnect_max_ms;
 	uint32_t next = s->backoff_ms == 0 ? a->opts.reconnect_min_ms :
 	    s->backoff_ms * 2;
@@ -419,7 +445,9 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		 * not given back): ask again after half an interval. */
 		s->short_grant = false;
 		for (size_t i = 0; i < w->n_shares; i++)
-			if (!(w->shares[i]->rate > 0))
+			if (!(w->shares[i]->rate > 0) &&
+			    w->shares[i]->key < a->nquotas &&
+			    is_mine(s, w->shares[i]->key))
 				s->short_grant = true;
 		set_lease(s, now, w->lease_ms);
 		ok = true;
@@ -445,7 +473,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	if (!atomic_exchange(&s->connected, true))
 		allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-CONNECTED",
 		    "synced with %s: session %llu, %u live replicas",
-		    a->coordinator, (unsigned long long) s->session,
+		    peer(s), (unsigned long long) s->session,
 		    atomic_load(&s->replicas));
 	leave_fallback(s);
 	s->backoff_ms = 0;

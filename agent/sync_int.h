@@ -42,6 +42,11 @@ typedef struct allot__syncc {
 	uint64_t rng;
 	allot__qsync *q;
 	bool *seen;             /* scratch, nquotas */
+	/* Cluster mode (sync.c): the keys this session reports and takes
+	 * allowances for, owned by the driver, and the member's address
+	 * for log lines. NULL: every key, and the agent's coordinator. */
+	const bool *mine;
+	const char *peer;
 
 	_Atomic bool connected;
 	_Atomic bool in_fallback;

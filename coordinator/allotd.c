@@ -30,6 +30,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "rendezvous.h"
 #include "server.h"
 #include "state.h"
 #include "store.h"
@@ -74,6 +75,7 @@ usage(FILE *f)
 "    allotd --config FILE --db FILE [--listen URL]... [--http HOST:PORT]\n"
 "           [--lease-ms MS] [--interval-ms MS] [--expiry-intervals K]\n"
 "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
+"           [--member NAME=SYNC_URL]... [--self NAME]\n"
 "    allotd --help | --version\n"
 "\n"
 "DESCRIPTION\n"
@@ -106,6 +108,14 @@ usage(FILE *f)
 "        private key in one PEM file, and the CA that agents'\n"
 "        certificates must chain to. Agents without a valid certificate\n"
 "        cannot connect. Plain tcp:// beyond loopback logs a warning.\n"
+"    --member NAME=SYNC_URL, --self NAME\n"
+"        Cluster mode: the full static member list (repeat --member\n"
+"        for each member, identical on every member and in every\n"
+"        agent's coordinator list) and which of them this allotd is.\n"
+"        Each key (service, quota) is owned by one live member chosen\n"
+"        by rendezvous hashing of the member names. Without --listen,\n"
+"        allotd listens on its own SYNC_URL. See docs/operations.md,\n"
+"        \"Cluster\".\n"
 "    --lease-ms MS\n"
 "        How long an agent may use a share without hearing from allotd\n"
 "        (default 3000).\n"
@@ -128,7 +138,8 @@ usage(FILE *f)
 "        Print this text and exit.\n"
 "    -V, --version\n"
 "        Print the version and exit.\n"
-"\n"
+"\n", f);
+	fputs(
 "SIGNALS\n"
 "    SIGHUP   reload the quota file: a new epoch and new shares, or an\n"
 "             ALLOTD-RELOAD-FAIL line naming the error.\n"
@@ -444,7 +455,7 @@ on_signal(uv_signal_t *s, int signum)
 
 enum {
 	OPT_LEASE = 256, OPT_INTERVAL, OPT_EXPIRY, OPT_RETENTION, OPT_WORKERS,
-	OPT_LOGLEVEL, OPT_MAXREP, OPT_TLSCERT, OPT_TLSCA,
+	OPT_LOGLEVEL, OPT_MAXREP, OPT_TLSCERT, OPT_TLSCA, OPT_MEMBER, OPT_SELF,
 };
 
 int
@@ -464,6 +475,8 @@ main(int argc, char **argv)
 		{ "tls-cert", required_argument, NULL, OPT_TLSCERT },
 		{ "tls-ca", required_argument, NULL, OPT_TLSCA },
 		{ "log-level", required_argument, NULL, OPT_LOGLEVEL },
+		{ "member", required_argument, NULL, OPT_MEMBER },
+		{ "self", required_argument, NULL, OPT_SELF },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -474,6 +487,10 @@ main(int argc, char **argv)
 	const char *tls_cert = NULL, *tls_ca = NULL;
 	uint32_t retention_s = 7u * 24u * 3600u, workers = 8;
 	int log_level = ALLOT_LOG_INFO;
+	static allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
+	size_t nmembers = 0;
+	const char *self_name = NULL;
+	int self = -1;
 	allot__state_opts so;
 	allot__state_opts_init(&so);
 	static allotd d;
@@ -537,6 +554,31 @@ main(int argc, char **argv)
 		case OPT_TLSCA:
 			tls_ca = optarg;
 			break;
+		case OPT_MEMBER: {
+			char merr[256];
+			if (nmembers == ALLOT__CLUSTER_MAX_MEMBERS) {
+				fprintf(stderr, "allotd: at most %u --member\n",
+				    ALLOT__CLUSTER_MAX_MEMBERS);
+				return EXIT_USAGE;
+			}
+			if (allot__member_parse(optarg, false, merr,
+			        sizeof merr, &members[nmembers]) != 0) {
+				fprintf(stderr, "allotd: --member: %s\n", merr);
+				return EXIT_USAGE;
+			}
+			for (size_t i = 0; i < nmembers; i++)
+				if (strcmp(members[i].name,
+				        members[nmembers].name) == 0) {
+					fprintf(stderr, "allotd: --member %s "
+					    "given twice\n", members[i].name);
+					return EXIT_USAGE;
+				}
+			nmembers++;
+			break;
+		}
+		case OPT_SELF:
+			self_name = optarg;
+			break;
 		case OPT_LOGLEVEL:
 			if (parse_level(optarg, &log_level) != 0)
 				return EXIT_USAGE;
@@ -562,8 +604,21 @@ main(int argc, char **argv)
 		    "Try 'allotd --help'.\n");
 		return EXIT_USAGE;
 	}
+	if ((nmembers > 0) != (self_name != NULL)) {
+		fprintf(stderr, "allotd: --member and --self go together\n"
+		    "Try 'allotd --help'.\n");
+		return EXIT_USAGE;
+	}
+	for (size_t i = 0; i < nmembers; i++)
+		if (strcmp(members[i].name, self_name) == 0)
+			self = (int) i;
+	if (nmembers > 0 && self < 0) {
+		fprintf(stderr, "allotd: --self %s is not one of the --member "
+		    "names\n", self_name);
+		return EXIT_USAGE;
+	}
 	if (nurls == 0)
-		urls[nurls++] = DEFAULT_LISTEN;
+		urls[nurls++] = self >= 0 ? members[self].url : DEFAULT_LISTEN;
 	if (strcmp(http_addr, "off") == 0 || strcmp(http_addr, "none") == 0)
 		http_addr = NULL;
 	signal(SIGPIPE, SIG_IGN);
@@ -658,12 +713,27 @@ main(int argc, char **argv)
 		snprintf(listen_list + l, sizeof listen_list - l, "%s%s",
 		    i ? "," : "", urls[i]);
 	}
-	char detail[768];
+	char detail[2048];
 	snprintf(detail, sizeof detail, "version=%s pid=%ld listen=%s "
 	    "http=%s epoch=%" PRIu64 " digest=%016" PRIx64,
 	    ALLOT_VERSION_STRING, (long) getpid(), listen_list,
 	    http_addr ? http_addr : "off", allot__state_epoch(d.state),
 	    allot__state_digest(d.state));
+	if (self >= 0) {
+		char mlist[1024] = "";
+		for (size_t i = 0; i < nmembers; i++) {
+			size_t l = strlen(mlist);
+			snprintf(mlist + l, sizeof mlist - l, "%s%s", i ? "," :
+			    "", members[i].name);
+		}
+		size_t l = strlen(detail);
+		snprintf(detail + l, sizeof detail - l, " self=%s members=%s",
+		    members[self].name, mlist);
+		allot__log(&d.lg, ALLOT_LOG_NOTICE, "ALLOTD-CLUSTER",
+		    "member %s of a %zu-member cluster (%s); keys are owned "
+		    "by rendezvous hashing of the member names",
+		    members[self].name, nmembers, mlist);
+	}
 	allot__store_event(d.store, "start", NULL, detail);
 	store_commit(&d);
 	allot__log(&d.lg, ALLOT_LOG_NOTICE, "ALLOTD-START",

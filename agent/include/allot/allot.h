@@ -152,7 +152,10 @@ typedef struct allot_agent_options {
 	void *clock_ctx;
 	/** Coordinator address(es), comma separated (nng URLs such as
 	 *  "tcp://127.0.0.1:7400" or "ipc:///run/allot.sock"). NULL runs
-	 *  local-only: buckets keep the configured quota as-is. */
+	 *  local-only: buckets keep the configured quota as-is. Several
+	 *  entries are an allotd cluster: write each as NAME=URL with the
+	 *  names of allotd's --member options (a bare URL is named by
+	 *  itself); each key then syncs with its owning member. */
 	const char *coordinator;
 	/** Mutual TLS to the coordinator, for "tls+tcp://" addresses: the
 	 *  CA that signed allotd's certificate, this replica's certificate
@@ -323,6 +326,9 @@ typedef struct allot_sync_stats {
 	                             during an outage), not replayed to the
 	                             new session */
 	int64_t lease_remaining_ms; /**< < 0 once expired */
+	uint32_t members;         /**< coordinator cluster members (1: none) */
+	uint32_t members_down;    /**< members marked down, keys re-routed */
+	uint64_t reroutes;        /**< keys moved to another member */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
