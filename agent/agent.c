@@ -59,8 +59,7 @@ pow2_at_least(uint64_t n)
 
 static int
 index_build(uint32_t n, const char *(*name)(void *, uint32_t), void *ctx,
-    uint64_t seed, uint32_t **ret_idx, uint64_t **ret_hash,
-    uint32_t *ret_mask)
+    uint64_t seed, uint32_t **ret_idx, uint64_t **ret_hash, uint32_t *ret_mask)
 {
 	uint32_t cap = pow2_at_least((uint64_t) n * 2 + 1);
 	uint32_t *idx = calloc(cap, sizeof *idx);
@@ -156,7 +155,7 @@ key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
 	k->id = id;
 	k->cls = cls;
 	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
-	    a->cfg->endpoints[cls].weight;
+	                                     a->cfg->endpoints[cls].weight;
 	double b = floor(q->q->burst);
 	k->max_cost = b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
 	k->known = known;
@@ -282,12 +281,12 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	}
 	a->class_names[a->nclasses - 1] = "default";
 
-	if ((rc = index_build((uint32_t) c->ncallers, caller_name,
-		 (void *) c, a->seed, &a->id_index, &a->id_hash,
-		 &a->id_mask)) != ALLOT_OK ||
+	if ((rc = index_build((uint32_t) c->ncallers, caller_name, (void *) c,
+	         a->seed, &a->id_index, &a->id_hash, &a->id_mask)) !=
+	        ALLOT_OK ||
 	    (rc = index_build((uint32_t) c->nendpoints, endpoint_name,
-		 (void *) c, a->seed, &a->ep_index, &a->ep_hash,
-		 &a->ep_mask)) != ALLOT_OK)
+	         (void *) c, a->seed, &a->ep_index, &a->ep_hash,
+	         &a->ep_mask)) != ALLOT_OK)
 		goto fail;
 
 	uint32_t id = 0;
@@ -311,8 +310,7 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	}
 	a->dyn_free = a->dyn_cap > 0 ? 0 : NONE;
 	a->dyn_mask = pow2_at_least((uint64_t) a->dyn_cap * 2 + 1) - 1;
-	a->dyn_index = calloc((size_t) a->dyn_mask + 1,
-	    sizeof *a->dyn_index);
+	a->dyn_index = calloc((size_t) a->dyn_mask + 1, sizeof *a->dyn_index);
 	if (a->dyn_index == NULL) {
 		rc = ALLOT_ENOMEM;
 		goto fail;
@@ -325,9 +323,10 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	    "clock %s, counters for up to %u threads, coordinator %s",
 	    a->replica_id, a->service, c->ncallers, a->nclasses,
 	    a->clock_fn != NULL ? "injected" :
-	    a->tsc->usable ? "tsc" : "CLOCK_MONOTONIC",
-	    a->max_blocks, a->coordinator != NULL ? a->coordinator :
-	    "none (local-only)");
+	        a->tsc->usable  ? "tsc" :
+	                          "CLOCK_MONOTONIC",
+	    a->max_blocks,
+	    a->coordinator != NULL ? a->coordinator : "none (local-only)");
 	*ret_agent = a;
 	return ALLOT_OK;
 fail:
@@ -394,17 +393,17 @@ gen_recheck(allot_key *k)
 /* Lock-free lookup. A hit is verified against the key's generation so a
  * key being recycled concurrently is never returned for the wrong name. */
 static allot_key *
-dyn_lookup(allot_agent *a, const char *id, size_t len, uint64_t h,
-    uint32_t cls)
+dyn_lookup(
+    allot_agent *a, const char *id, size_t len, uint64_t h, uint32_t cls)
 {
 	uint32_t p = (uint32_t) h & a->dyn_mask;
 	for (uint32_t n = 0; n <= a->dyn_mask; n++) {
-		allot_key *k = atomic_load_explicit(&a->dyn_index[p],
-		    memory_order_acquire);
+		allot_key *k = atomic_load_explicit(
+		    &a->dyn_index[p], memory_order_acquire);
 		if (k == NULL)
 			return NULL;
-		uint32_t g = atomic_load_explicit(&k->gen,
-		    memory_order_acquire);
+		uint32_t g = atomic_load_explicit(
+		    &k->gen, memory_order_acquire);
 		if ((g & 1) == 0 && k->hash == h && k->cls == cls &&
 		    strncmp(k->identity, id, len) == 0 &&
 		    k->identity[len] == '\0') {
@@ -438,23 +437,24 @@ dyn_remove(allot_agent *a, allot_key *k)
 	atomic_store_explicit(&a->dyn_index[p], NULL, memory_order_release);
 	k->slot = NONE;
 	for (uint32_t q = (p + 1) & a->dyn_mask;; q = (q + 1) & a->dyn_mask) {
-		allot_key *e = atomic_load_explicit(&a->dyn_index[q],
-		    memory_order_relaxed);
+		allot_key *e = atomic_load_explicit(
+		    &a->dyn_index[q], memory_order_relaxed);
 		if (e == NULL)
 			break;
 		uint32_t home = (uint32_t) e->hash & a->dyn_mask;
 		uint32_t r = home;
-		while (atomic_load_explicit(&a->dyn_index[r],
-			   memory_order_relaxed) != NULL && r != q)
+		while (atomic_load_explicit(
+		           &a->dyn_index[r], memory_order_relaxed) != NULL &&
+		    r != q)
 			r = (r + 1) & a->dyn_mask;
 		if (r != q) {
 			/* Publish the copy before clearing the original, so a
 			 * concurrent lookup finds it in one place or both;
 			 * a miss is re-checked under the lock anyway. */
-			atomic_store_explicit(&a->dyn_index[r], e,
-			    memory_order_release);
-			atomic_store_explicit(&a->dyn_index[q], NULL,
-			    memory_order_release);
+			atomic_store_explicit(
+			    &a->dyn_index[r], e, memory_order_release);
+			atomic_store_explicit(
+			    &a->dyn_index[q], NULL, memory_order_release);
 			e->slot = r;
 		}
 	}
@@ -500,7 +500,7 @@ sweep_locked(allot_agent *a, uint64_t now)
 			continue;
 		}
 		if (atomic_load_explicit(&k->pins, memory_order_acquire) ==
-			0 &&
+		        0 &&
 		    now - k->sweep_ns >= a->idle_evict_ns)
 			dyn_recycle(a, k);
 	}
@@ -532,8 +532,8 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	}
 	if (a->dyn_free == NONE) {
 		k = &a->overflow_keys[cls];
-		atomic_fetch_add_explicit(&a->overflowed, 1,
-		    memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &a->overflowed, 1, memory_order_relaxed);
 		goto out;
 	}
 	k = &a->dyn_keys[a->dyn_free];
@@ -545,7 +545,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	k->hash = h;
 	k->cls = cls;
 	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
-	    a->cfg->endpoints[cls].weight;
+	                                     a->cfg->endpoints[cls].weight;
 	k->sweep_sum = 0;
 	k->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
@@ -565,8 +565,8 @@ out:
 /* ---- resolution ---- */
 
 static inline int
-resolve(allot_agent *a, const char *identity, const char *endpoint,
-    bool pin, allot_key **ret)
+resolve(allot_agent *a, const char *identity, const char *endpoint, bool pin,
+    allot_key **ret)
 {
 	uint32_t cls = find_class(a, endpoint);
 	if (identity == NULL || identity[0] == '\0') {
@@ -608,7 +608,7 @@ allot_key_release(allot_agent *a, allot_key *k)
 	uint32_t old = atomic_load_explicit(&k->pins, memory_order_relaxed);
 	while (old > 0 &&
 	    !atomic_compare_exchange_weak_explicit(&k->pins, &old, old - 1,
-		memory_order_acq_rel, memory_order_relaxed))
+	        memory_order_acq_rel, memory_order_relaxed))
 		;
 }
 
@@ -625,8 +625,8 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 {
 	const allot__rate *r = t->r;
 	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
-	double tpn = atomic_load_explicit(&r->tokens_per_ns,
-	    memory_order_relaxed);
+	double tpn = atomic_load_explicit(
+	    &r->tokens_per_ns, memory_order_relaxed);
 	d->cost = cost;
 	d->retry_after_ns = t->wait_ns;
 	d->reset_ns = t->debt_ns;
@@ -637,8 +637,8 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 	/* A closed bucket (fallback: closed, or a zero grant) has nothing
 	 * to offer, whatever level it will resume from. */
 	if (allot__unlikely(!t->allowed && t->wait_ns != 0 &&
-		atomic_load_explicit(&r->mode, memory_order_relaxed) ==
-		    ALLOT__MODE_CLOSED))
+	        atomic_load_explicit(&r->mode, memory_order_relaxed) ==
+	            ALLOT__MODE_CLOSED))
 		d->remaining = 0;
 }
 
@@ -684,8 +684,7 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 }
 
 int
-allot_acquire(allot_agent *a, allot_key *k, uint32_t cost,
-    allot_decision *ret)
+allot_acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 {
 	if (allot__unlikely(a == NULL || k == NULL || ret == NULL))
 		return ALLOT_EINVAL;
@@ -706,8 +705,7 @@ allot_acquire_id(allot_agent *a, const char *identity, const char *endpoint,
 }
 
 int
-allot_settle(allot_agent *a, allot_key *k, uint32_t charged,
-    uint32_t measured)
+allot_settle(allot_agent *a, allot_key *k, uint32_t charged, uint32_t measured)
 {
 	if (a == NULL || k == NULL)
 		return ALLOT_EINVAL;

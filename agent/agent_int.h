@@ -30,7 +30,7 @@ typedef struct allot__kcount {
 	_Atomic uint64_t allowed;
 	_Atomic uint64_t denied;
 	_Atomic uint64_t shadow_denied;
-	_Atomic uint64_t spent;        /* may be lowered by refunds */
+	_Atomic uint64_t spent; /* may be lowered by refunds */
 	_Atomic uint64_t denied_tokens;
 } allot__kcount;
 
@@ -45,8 +45,8 @@ typedef struct allot__kcount {
  * atomic read-modify-writes. Readers sum all blocks with relaxed loads.
  */
 typedef struct allot__tblock {
-	_Atomic int owned;             /* a live thread writes it */
-	bool shared;                   /* the overflow block: atomic RMW */
+	_Atomic int owned; /* a live thread writes it */
+	bool shared; /* the overflow block: atomic RMW */
 	_Alignas(64) allot__kcount c[]; /* indexed by allot_key.id */
 } allot__tblock;
 
@@ -62,9 +62,9 @@ struct allot__sync;
 
 /* Runtime state of one quota: its bucket and what the sync loop needs. */
 typedef struct allot__qrt {
-	allot__bucket bucket;          /* first: 64-byte aligned */
-	const allot__quota *q;         /* in the agent's own config copy */
-	uint32_t index;                /* wire key id */
+	allot__bucket bucket; /* first: 64-byte aligned */
+	const allot__quota *q; /* in the agent's own config copy */
+	uint32_t index; /* wire key id */
 	bool is_default;
 	/* Totals folded in from evicted unknown-identity keys (dyn_lock). */
 	allot__ktotals retired;
@@ -73,12 +73,12 @@ typedef struct allot__qrt {
 struct allot_key {
 	allot__bucket *bucket;
 	allot__qrt *quota;
-	uint32_t id;                   /* index into every thread block */
+	uint32_t id; /* index into every thread block */
 	uint32_t weight;
-	uint32_t max_cost;             /* floor(quota burst) */
-	uint32_t cls;                  /* endpoint class index */
-	bool known;                    /* a configured caller */
-	bool dynamic;                  /* in the unknown-identity pool */
+	uint32_t max_cost; /* floor(quota burst) */
+	uint32_t cls; /* endpoint class index */
+	bool known; /* a configured caller */
+	bool dynamic; /* in the unknown-identity pool */
 	_Atomic uint32_t pins;
 	/* Even when stable; odd while a dynamic key is being recycled. */
 	_Atomic uint32_t gen;
@@ -91,21 +91,21 @@ struct allot_key {
 	uint64_t sweep_sum;
 	uint64_t sweep_ns;
 	uint32_t next_free;
-	uint32_t slot;                 /* index in dyn_index, or UINT32_MAX */
+	uint32_t slot; /* index in dyn_index, or UINT32_MAX */
 };
 
 struct allot_agent {
-	allot_config *cfg;             /* owned copy */
+	allot_config *cfg; /* owned copy */
 	allot__logger log;
 	allot_clock_fn clock_fn;
 	void *clock_ctx;
 	const allot__tsc *tsc;
 	uint64_t seed;
-	uint64_t gen;                  /* unique per agent, keys TLS caches */
+	uint64_t gen; /* unique per agent, keys TLS caches */
 
-	allot__qrt *quotas;            /* ncallers + 1; the last is default */
+	allot__qrt *quotas; /* ncallers + 1; the last is default */
 	uint32_t nquotas;
-	uint32_t nclasses;             /* nendpoints + 1; last is "default" */
+	uint32_t nclasses; /* nendpoints + 1; last is "default" */
 	const char **class_names;
 
 	/* Read-only open-addressing indexes built at create: value is
@@ -115,20 +115,20 @@ struct allot_agent {
 	uint32_t id_mask;
 	uint32_t *ep_index;
 	uint64_t *ep_hash;
-	size_t *ep_len;                /* per endpoint class */
+	size_t *ep_len; /* per endpoint class */
 	uint32_t ep_mask;
 
-	allot_key *known_keys;         /* ncallers * nclasses */
-	allot_key *anon_keys;          /* nclasses: no identity */
-	allot_key *overflow_keys;      /* nclasses: pool exhausted */
+	allot_key *known_keys; /* ncallers * nclasses */
+	allot_key *anon_keys; /* nclasses: no identity */
+	allot_key *overflow_keys; /* nclasses: pool exhausted */
 
 	/* Unknown identities. Lookups are lock-free; inserts, evictions
 	 * and recycling take dyn_lock. */
 	pthread_mutex_t dyn_lock;
 	allot_key *dyn_keys;
-	char *dyn_names;               /* dyn_cap * (ALLOT_IDENTITY_MAX + 1) */
+	char *dyn_names; /* dyn_cap * (ALLOT_IDENTITY_MAX + 1) */
 	uint32_t dyn_cap;
-	uint32_t dyn_free;             /* free list head, UINT32_MAX = none */
+	uint32_t dyn_free; /* free list head, UINT32_MAX = none */
 	uint32_t dyn_used;
 	_Atomic(allot_key *) *dyn_index;
 	uint32_t dyn_mask;
@@ -138,16 +138,16 @@ struct allot_agent {
 	_Atomic uint64_t overflowed;
 
 	/* Per-thread counter blocks (thread.c). */
-	uint32_t nkeys;                /* keys of every kind: block size */
+	uint32_t nkeys; /* keys of every kind: block size */
 	uint32_t max_blocks;
 	_Atomic uint32_t nblocks;
-	allot__tblock **blocks;        /* max_blocks slots */
+	allot__tblock **blocks; /* max_blocks slots */
 	allot__tblock *shared_block;
 	pthread_mutex_t blk_lock;
 	pthread_key_t tkey;
 	bool tkey_ok;
 
-	pthread_mutex_t set_lock;      /* serialises allowance writers */
+	pthread_mutex_t set_lock; /* serialises allowance writers */
 	allot_agent_options opts;
 	char *coordinator;
 	char *tls_ca;
@@ -200,16 +200,16 @@ int allot__blocks_init(allot_agent *a);
 void allot__blocks_fini(allot_agent *a);
 
 /* Sum a key's counters over every thread block, minus its base. */
-void allot__key_totals(const allot_agent *a, const allot_key *k,
-    allot__ktotals *ret);
+void allot__key_totals(
+    const allot_agent *a, const allot_key *k, allot__ktotals *ret);
 
 /* Sum of every key charging quota `q`, evicted keys included. */
-void allot__quota_totals(allot_agent *a, const allot__qrt *q,
-    allot__ktotals *ret);
+void allot__quota_totals(
+    allot_agent *a, const allot__qrt *q, allot__ktotals *ret);
 
 /* Install an allowance on a quota's bucket (any thread). */
-void allot__quota_set(allot_agent *a, allot__qrt *q,
-    const allot__allowance *al);
+void allot__quota_set(
+    allot_agent *a, allot__qrt *q, const allot__allowance *al);
 
 /* Evict idle unknown-identity keys now (any thread; takes dyn_lock). */
 void allot__agent_sweep(allot_agent *a, uint64_t now);

@@ -35,7 +35,7 @@ struct waiter {
 	struct waiter *prev;
 	struct waiter *next;
 	uint32_t caller;
-	bool granted;     /* set by the granter, under the mutex */
+	bool granted; /* set by the granter, under the mutex */
 	uint64_t enq_ns;
 	pthread_cond_t cv;
 };
@@ -46,7 +46,7 @@ struct queue {
 };
 
 struct name_ent {
-	char *name;       /* NULL: empty */
+	char *name; /* NULL: empty */
 	uint32_t slot;
 };
 
@@ -59,7 +59,7 @@ struct allot_conc {
 	struct cstats lane[ALLOT_CONC_LANES];
 	struct cstats *caller; /* [slot * ALLOT_CONC_LANES + lane] */
 	struct name_ent *names;
-	uint32_t names_cap;    /* power of two, >= 2 * max_callers */
+	uint32_t names_cap; /* power of two, >= 2 * max_callers */
 	uint32_t next_slot;
 	uint64_t seed;
 };
@@ -113,8 +113,8 @@ allot_conc_create(const allot_conc_options *opts, allot_conc **ret_conc)
 	c->names_cap = 4;
 	while (c->names_cap < 2 * o.max_callers)
 		c->names_cap *= 2;
-	c->caller = calloc((size_t) o.max_callers * ALLOT_CONC_LANES,
-	    sizeof(*c->caller));
+	c->caller = calloc(
+	    (size_t) o.max_callers * ALLOT_CONC_LANES, sizeof(*c->caller));
 	c->names = calloc(c->names_cap, sizeof(*c->names));
 	if (c->caller == NULL || c->names == NULL)
 		goto fail_mem;
@@ -210,7 +210,6 @@ may_run(const allot_conc *c, uint32_t caller, uint32_t lane)
 	    cs->in_flight < c->o.caller_max[lane];
 }
 
-
 /* The three levels a permit counts at: the caller in the lane, the lane,
  * and the whole limiter. */
 static void
@@ -296,8 +295,8 @@ check_args(allot_conc *c, uint32_t caller, allot_conc_lane lane,
 }
 
 static void
-fill_permit(allot_conc *c, uint32_t caller, uint32_t lane,
-    allot_conc_permit *p)
+fill_permit(
+    allot_conc *c, uint32_t caller, uint32_t lane, allot_conc_permit *p)
 {
 	p->conc = c;
 	p->caller = caller;
@@ -317,7 +316,8 @@ allot_conc_acquire(allot_conc *conc, uint32_t caller, allot_conc_lane lane,
 		return rc;
 	uint32_t l = (uint32_t) lane;
 	uint32_t wait_ms = timeout_ms < c->o.max_wait_ms[l] ?
-	    timeout_ms : c->o.max_wait_ms[l];
+	    timeout_ms :
+	    c->o.max_wait_ms[l];
 
 	pthread_mutex_lock(&c->mu);
 	if (may_run(c, caller, l)) {
@@ -375,8 +375,8 @@ allot_conc_acquire(allot_conc *conc, uint32_t caller, allot_conc_lane lane,
 }
 
 int
-allot_conc_try_acquire(allot_conc *conc, uint32_t caller,
-    allot_conc_lane lane, allot_conc_permit *ret_permit)
+allot_conc_try_acquire(allot_conc *conc, uint32_t caller, allot_conc_lane lane,
+    allot_conc_permit *ret_permit)
 {
 	return allot_conc_acquire(conc, caller, lane, 0, ret_permit);
 }
@@ -425,8 +425,8 @@ allot_conc_caller_stats(allot_conc *conc, uint32_t caller,
 }
 
 int
-allot_conc_lane_stats(allot_conc *conc, allot_conc_lane lane,
-    allot_conc_stats *ret)
+allot_conc_lane_stats(
+    allot_conc *conc, allot_conc_lane lane, allot_conc_stats *ret)
 {
 	if (conc == NULL || ret == NULL || (unsigned) lane >= ALLOT_CONC_LANES)
 		return ALLOT_EINVAL;

@@ -46,8 +46,8 @@ set_delay(allot_grpc_status *st, const char *what, uint64_t ns)
 }
 
 int
-allot_grpc_from_decision(const allot_decision *d, int acquire_rc,
-    allot_grpc_status *ret)
+allot_grpc_from_decision(
+    const allot_decision *d, int acquire_rc, allot_grpc_status *ret)
 {
 	if (d == NULL || ret == NULL)
 		return ALLOT_EINVAL;
@@ -73,8 +73,8 @@ allot_grpc_from_decision(const allot_decision *d, int acquire_rc,
 }
 
 int
-allot_grpc_from_conc(int conc_rc, uint64_t retry_after_ms,
-    allot_grpc_status *ret)
+allot_grpc_from_conc(
+    int conc_rc, uint64_t retry_after_ms, allot_grpc_status *ret)
 {
 	if (ret == NULL || retry_after_ms == 0 ||
 	    retry_after_ms > UINT64_MAX / NS_PER_MS ||
@@ -82,8 +82,8 @@ allot_grpc_from_conc(int conc_rc, uint64_t retry_after_ms,
 		return ALLOT_EINVAL;
 	clear(ret);
 	ret->code = ALLOT_GRPC_UNAVAILABLE;
-	set_delay(ret, "concurrency limit exceeded",
-	    retry_after_ms * NS_PER_MS);
+	set_delay(
+	    ret, "concurrency limit exceeded", retry_after_ms * NS_PER_MS);
 	return ALLOT_OK;
 }
 
@@ -167,8 +167,8 @@ put_int_field(struct pbuf *b, unsigned field, int64_t v)
 }
 
 int
-allot_grpc_status_details(const allot_grpc_status *st, uint8_t *buf,
-    size_t len)
+allot_grpc_status_details(
+    const allot_grpc_status *st, uint8_t *buf, size_t len)
 {
 	if (st == NULL)
 		return -1;

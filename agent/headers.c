@@ -46,8 +46,8 @@ allot_fmt_retry_after(const allot_decision *d, char *buf, size_t len)
 }
 
 int
-allot_fmt_ratelimit_policy(const allot_decision *d, const char *name,
-    char *buf, size_t len)
+allot_fmt_ratelimit_policy(
+    const allot_decision *d, const char *name, char *buf, size_t len)
 {
 	if (d == NULL || (buf == NULL && len > 0))
 		return -1;
@@ -58,25 +58,25 @@ allot_fmt_ratelimit_policy(const allot_decision *d, const char *name,
 }
 
 int
-allot_fmt_ratelimit(const allot_decision *d, const char *name, char *buf,
-    size_t len)
+allot_fmt_ratelimit(
+    const allot_decision *d, const char *name, char *buf, size_t len)
 {
 	if (d == NULL || (buf == NULL && len > 0))
 		return -1;
 	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
-	    wait_s(d);
+	                                               wait_s(d);
 	return snprintf(buf, len, "\"%s\";r=%" PRIu64 ";t=%" PRIu64,
 	    name != NULL ? name : "default", whole(d->remaining), t);
 }
 
 void
-allot_fmt_xratelimit(const allot_decision *d, int64_t now_unix,
-    allot_xheaders *ret)
+allot_fmt_xratelimit(
+    const allot_decision *d, int64_t now_unix, allot_xheaders *ret)
 {
 	if (d == NULL || ret == NULL)
 		return;
 	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
-	    wait_s(d);
+	                                               wait_s(d);
 	snprintf(ret->limit, sizeof ret->limit, "%" PRIu64, whole(d->limit));
 	snprintf(ret->remaining, sizeof ret->remaining, "%" PRIu64,
 	    whole(d->remaining));

@@ -40,10 +40,10 @@ struct budget_slot {
 
 struct allot_retry {
 	allot_retry_policy pol;
-	uint64_t width_ns;     /* one bucket of the budget window */
-	pthread_mutex_t mu;    /* guards ring and rng */
+	uint64_t width_ns; /* one bucket of the budget window */
+	pthread_mutex_t mu; /* guards ring and rng */
 	struct budget_slot ring[BUDGET_BUCKETS];
-	uint64_t rng;          /* splitmix64 state */
+	uint64_t rng; /* splitmix64 state */
 	_Atomic uint64_t requests;
 	_Atomic uint64_t retries;
 	_Atomic uint64_t budget_denied;
@@ -323,8 +323,8 @@ parse_http_date(const char *s, int64_t now_unix, uint64_t *ret_ms)
 }
 
 int
-allot_retry_parse_after(const char *header_value, int64_t now_unix,
-    uint64_t *ret_ms)
+allot_retry_parse_after(
+    const char *header_value, int64_t now_unix, uint64_t *ret_ms)
 {
 	char buf[64];
 
@@ -361,8 +361,8 @@ give_up(allot_retry *r, _Atomic uint64_t *why, int err)
 }
 
 int
-allot_retry_next(allot_retry *retry, uint32_t attempt,
-    const char *retry_after, uint32_t status, uint64_t *ret_delay_ms)
+allot_retry_next(allot_retry *retry, uint32_t attempt, const char *retry_after,
+    uint32_t status, uint64_t *ret_delay_ms)
 {
 	allot_retry *r = retry;
 	uint64_t hint_ms = 0, delay;
@@ -373,7 +373,7 @@ allot_retry_next(allot_retry *retry, uint32_t attempt,
 
 	if (retry_after != NULL)
 		have_hint = allot_retry_parse_after(retry_after,
-		    (int64_t) time(NULL), &hint_ms) == ALLOT_OK;
+		                (int64_t) time(NULL), &hint_ms) == ALLOT_OK;
 	if (status != 429 && !(status == 503 && have_hint))
 		return give_up(r, &r->not_retryable, ALLOT_EPROTO);
 	if ((uint64_t) attempt + 1 >= r->pol.max_attempts)
@@ -396,7 +396,8 @@ allot_retry_next(allot_retry *retry, uint32_t attempt,
 		 * the window is the cap whatever base is. */
 		uint64_t window = r->pol.max_delay_ms;
 		if (attempt < 32) {
-			uint64_t w = (uint64_t) r->pol.base_delay_ms << attempt;
+			uint64_t w = (uint64_t) r->pol.base_delay_ms
+			    << attempt;
 			if (w < window)
 				window = w;
 		}

@@ -10,24 +10,24 @@
 #include <string.h>
 
 void
-allot__key_totals(const allot_agent *a, const allot_key *k,
-    allot__ktotals *t)
+allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
 {
 	memset(t, 0, sizeof *t);
 	uint32_t n = atomic_load_explicit(&a->nblocks, memory_order_acquire);
 	for (uint32_t i = 0; i <= n; i++) {
-		const allot__tblock *b = i < n ? a->blocks[i] : a->shared_block;
+		const allot__tblock *b = i < n ? a->blocks[i] :
+		                                 a->shared_block;
 		const allot__kcount *c = &b->c[k->id];
-		t->allowed += atomic_load_explicit(&c->allowed,
-		    memory_order_relaxed);
-		t->denied += atomic_load_explicit(&c->denied,
-		    memory_order_relaxed);
-		t->shadow_denied += atomic_load_explicit(&c->shadow_denied,
-		    memory_order_relaxed);
-		t->spent += atomic_load_explicit(&c->spent,
-		    memory_order_relaxed);
-		t->denied_tokens += atomic_load_explicit(&c->denied_tokens,
-		    memory_order_relaxed);
+		t->allowed += atomic_load_explicit(
+		    &c->allowed, memory_order_relaxed);
+		t->denied += atomic_load_explicit(
+		    &c->denied, memory_order_relaxed);
+		t->shadow_denied += atomic_load_explicit(
+		    &c->shadow_denied, memory_order_relaxed);
+		t->spent += atomic_load_explicit(
+		    &c->spent, memory_order_relaxed);
+		t->denied_tokens += atomic_load_explicit(
+		    &c->denied_tokens, memory_order_relaxed);
 	}
 	t->allowed -= k->base.allowed;
 	t->denied -= k->base.denied;
@@ -52,8 +52,8 @@ allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 	allot__ktotals t;
 	memset(ret, 0, sizeof *ret);
 	if (!q->is_default) {
-		const allot_key *k = &a->known_keys[(size_t) q->index *
-		    a->nclasses];
+		const allot_key *k =
+		    &a->known_keys[(size_t) q->index * a->nclasses];
 		for (uint32_t j = 0; j < a->nclasses; j++) {
 			allot__key_totals(a, &k[j], &t);
 			add_totals(ret, &t);
@@ -85,8 +85,8 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 {
 	memset(out, 0, sizeof *out);
 	snprintf(out->identity, sizeof out->identity, "%s", k->identity);
-	snprintf(out->endpoint, sizeof out->endpoint, "%s",
-	    a->class_names[k->cls]);
+	snprintf(
+	    out->endpoint, sizeof out->endpoint, "%s", a->class_names[k->cls]);
 	out->quota = k->quota->q->identity;
 	out->known = k->known;
 	out->shadow = atomic_load(&k->bucket->shadow);

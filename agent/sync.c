@@ -46,7 +46,7 @@ struct member {
 	struct allot__sync *s;
 	allot__syncc core;
 	allot__member m;
-	bool *mine;             /* nquotas; NULL with a single coordinator */
+	bool *mine; /* nquotas; NULL with a single coordinator */
 	uv_timer_t timer;
 	bool timer_init;
 
@@ -54,12 +54,12 @@ struct member {
 	bool sock_open;
 	nng_ctx ctx;
 	nng_aio *aio;
-	_Atomic int phase;      /* enum phase; nng thread and loop thread */
-	_Atomic int done;       /* an exchange completed */
-	int result;             /* written by the nng thread before `done` */
+	_Atomic int phase; /* enum phase; nng thread and loop thread */
+	_Atomic int done; /* an exchange completed */
+	int result; /* written by the nng thread before `done` */
 	nng_msg *reply;
-	uint32_t fails;         /* consecutive failed exchanges */
-	_Atomic bool down;      /* read by allot_sync_stats_get() */
+	uint32_t fails; /* consecutive failed exchanges */
+	_Atomic bool down; /* read by allot_sync_stats_get() */
 };
 
 struct allot__sync {
@@ -71,9 +71,9 @@ struct allot__sync {
 
 	size_t n;
 	struct member *m;
-	uint64_t *hashes;       /* n: rendezvous identity of each member */
-	bool *live;             /* n: scratch */
-	uint64_t *keyhash;      /* nquotas: rendezvous identity of each key */
+	uint64_t *hashes; /* n: rendezvous identity of each member */
+	bool *live; /* n: scratch */
+	uint64_t *keyhash; /* nquotas: rendezvous identity of each key */
 	_Atomic uint32_t down_pub;
 	_Atomic uint64_t reroutes;
 };
@@ -138,8 +138,8 @@ reroute(struct allot__sync *s)
 	atomic_store(&s->down_pub, (uint32_t) (s->n - up));
 	uint64_t moved = 0;
 	for (uint32_t k = 0; k < a->nquotas; k++) {
-		int o = allot__rendezvous_owner(s->keyhash[k], s->hashes,
-		    up > 0 ? s->live : NULL, s->n);
+		int o = allot__rendezvous_owner(
+		    s->keyhash[k], s->hashes, up > 0 ? s->live : NULL, s->n);
 		for (size_t i = 0; i < s->n; i++) {
 			bool mine = (int) i == o;
 			if (mine && !s->m[i].mine[k])
@@ -152,7 +152,8 @@ reroute(struct allot__sync *s)
 		allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CLUSTER-REROUTE",
 		    "%llu keys moved to another member (%zu of %zu members "
 		    "up); they keep their allowance until the new owner "
-		    "answers", (unsigned long long) moved, up, s->n);
+		    "answers",
+		    (unsigned long long) moved, up, s->n);
 }
 
 /* Track a member's health after an exchange: down after
@@ -175,8 +176,8 @@ member_health(struct member *mb, bool ok)
 		if (++mb->fails < MEMBER_DOWN_AFTER || mb->down)
 			return;
 		mb->down = true;
-		allot__log(&s->a->log, ALLOT_LOG_WARNING,
-		    "ALLOT-CLUSTER-DOWN", "member %s (%s) missed %u exchanges "
+		allot__log(&s->a->log, ALLOT_LOG_WARNING, "ALLOT-CLUSTER-DOWN",
+		    "member %s (%s) missed %u exchanges "
 		    "in a row: its keys go to their next owner",
 		    mb->m.name, mb->m.url, mb->fails);
 	}
@@ -233,7 +234,8 @@ start_exchange(struct member *mb)
 	const allot__syncc *c = &mb->core;
 	if (c->lease_until_ns != 0 && !atomic_load(&c->in_fallback)) {
 		uint64_t left = c->lease_until_ns > now ?
-		    (c->lease_until_ns - now) / 1000000u + 1 : 0;
+		    (c->lease_until_ns - now) / 1000000u + 1 :
+		    0;
 		if (left < request_timeout_ms(a))
 			schedule(mb, left);
 	}
@@ -374,9 +376,11 @@ dial(allot_agent *a, nng_socket sock, const char *url)
 {
 	if (strncmp(url, "tls+tcp", 7) != 0) {
 		if (strncmp(url, "tcp://", 6) == 0)
-			allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-SYNC-PLAIN",
+			allot__log(&a->log, ALLOT_LOG_NOTICE,
+			    "ALLOT-SYNC-PLAIN",
 			    "coordinator %s over plain TCP: local use only, "
-			    "use tls+tcp:// across hosts", url);
+			    "use tls+tcp:// across hosts",
+			    url);
 		return nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK);
 	}
 	const allot_agent_options *o = &a->opts;
@@ -389,13 +393,13 @@ dial(allot_agent *a, nng_socket sock, const char *url)
 		return rv;
 	if ((rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
 	    (o->tls_cert_key_file != NULL &&
-		(rv = nng_tls_config_cert_key_file(cfg, o->tls_cert_key_file,
-		     NULL)) != 0) ||
+	        (rv = nng_tls_config_cert_key_file(
+	             cfg, o->tls_cert_key_file, NULL)) != 0) ||
 	    (o->tls_server_name != NULL &&
-		(rv = nng_tls_config_server_name(cfg, o->tls_server_name)) !=
-		    0) ||
-	    (rv = nng_tls_config_auth_mode(cfg,
-		 NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+	        (rv = nng_tls_config_server_name(cfg, o->tls_server_name)) !=
+	            0) ||
+	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
+	        0 ||
 	    (rv = nng_dialer_create(&d, sock, url)) != 0 ||
 	    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
 	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
@@ -413,12 +417,13 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	allot_agent *a = s->a;
 	struct member *mb = &s->m[i];
 	mb->s = s;
-	if (allot__syncc_init(&mb->core, a, allot__hash_seed() ^
-		(uint64_t) getpid() ^ allot__mix64(i + 1)) != ALLOT_OK)
+	if (allot__syncc_init(&mb->core, a,
+	        allot__hash_seed() ^ (uint64_t) getpid() ^
+	            allot__mix64(i + 1)) != ALLOT_OK)
 		return ALLOT_ENOMEM;
 	if (cluster) {
-		mb->mine = calloc(a->nquotas > 0 ? a->nquotas : 1,
-		    sizeof *mb->mine);
+		mb->mine = calloc(
+		    a->nquotas > 0 ? a->nquotas : 1, sizeof *mb->mine);
 		if (mb->mine == NULL)
 			return ALLOT_ENOMEM;
 		mb->core.mine = mb->mine;
@@ -431,8 +436,8 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	    (nng_duration) a->opts.reconnect_min_ms);
 	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMAXT,
 	    (nng_duration) a->opts.reconnect_max_ms);
-	nng_socket_set_ms(mb->sock, NNG_OPT_REQ_RESENDTIME,
-	    NNG_DURATION_INFINITE);
+	nng_socket_set_ms(
+	    mb->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_socket_set_size(mb->sock, NNG_OPT_RECVMAXSZ, 4u << 20);
 	if (nng_ctx_open(&mb->ctx, mb->sock) != 0 ||
 	    nng_aio_alloc(&mb->aio, aio_cb, mb) != 0)
@@ -472,8 +477,8 @@ allot__sync_start(allot_agent *a)
 	s->m = calloc((size_t) n, sizeof *s->m);
 	s->hashes = calloc((size_t) n, sizeof *s->hashes);
 	s->live = calloc((size_t) n, sizeof *s->live);
-	s->keyhash = calloc(a->nquotas > 0 ? a->nquotas : 1,
-	    sizeof *s->keyhash);
+	s->keyhash = calloc(
+	    a->nquotas > 0 ? a->nquotas : 1, sizeof *s->keyhash);
 	if (s->m == NULL || s->hashes == NULL || s->live == NULL ||
 	    s->keyhash == NULL) {
 		sync_free(s);
@@ -492,8 +497,8 @@ allot__sync_start(allot_agent *a)
 	}
 	if (cluster) {
 		for (uint32_t k = 0; k < a->nquotas; k++)
-			s->keyhash[k] = allot__rendezvous_key(a->service,
-			    a->quotas[k].q->identity);
+			s->keyhash[k] = allot__rendezvous_key(
+			    a->service, a->quotas[k].q->identity);
 		reroute(s);
 		atomic_store(&s->reroutes, 0);
 	}
@@ -559,7 +564,7 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->connected |= m.connected;
 		ret->in_fallback |= m.in_fallback;
 		ret->replicas = m.replicas > ret->replicas ? m.replicas :
-		    ret->replicas;
+		                                             ret->replicas;
 		ret->registers += m.registers;
 		ret->syncs_ok += m.syncs_ok;
 		ret->syncs_failed += m.syncs_failed;
@@ -570,8 +575,9 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->reports_sent += m.reports_sent;
 		ret->bytes_sent += m.bytes_sent;
 		ret->unreported_tokens += m.unreported_tokens;
-		if (!s->m[i].down && (!have_lease ||
-			m.lease_remaining_ms < ret->lease_remaining_ms)) {
+		if (!s->m[i].down &&
+		    (!have_lease ||
+		        m.lease_remaining_ms < ret->lease_remaining_ms)) {
 			ret->lease_remaining_ms = m.lease_remaining_ms;
 			have_lease = true;
 		}

@@ -125,7 +125,8 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 {
 	allot_agent *a = s->a;
 	double elapsed = s->last_sync_ns != 0 && now > s->last_sync_ns ?
-	    (double) (now - s->last_sync_ns) / 1e9 : 0.0;
+	    (double) (now - s->last_sync_ns) / 1e9 :
+	    0.0;
 	uint32_t elapsed_ms = (uint32_t) (elapsed * 1000.0 + 0.5);
 	s->last_sync_ns = now;
 
@@ -190,7 +191,7 @@ allot__syncc_request(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 {
 	s->sent_ns = now;
 	int rc = s->session == 0 ? build_register(s, ret_buf, ret_len) :
-	    build_sync(s, now, ret_buf, ret_len);
+	                           build_sync(s, now, ret_buf, ret_len);
 	if (rc == ALLOT_OK && s->expect == ALLOT__EXPECT_REPLY)
 		s->sent_bytes = *ret_len;
 	return rc;
@@ -222,7 +223,9 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 {
 	allot_agent *a = s->a;
 	allot__allowance al = {
-		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT,
+		.rate = rate,
+		.burst = burst,
+		.mode = ALLOT__MODE_LIMIT,
 		.hint_ns = (uint64_t) a->opts.sync_interval_ms * 1000000u,
 	};
 	if (!(rate > 0))
@@ -234,8 +237,7 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 }
 
 static int
-apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
-    bool full)
+apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 {
 	allot_agent *a = s->a;
 	bool *seen = s->seen;
@@ -266,8 +268,8 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n,
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
 	if (bad > 0)
-		allot__log_ratelimited(&a->log, &s->fail_rl,
-		    ALLOT_LOG_WARNING, "ALLOT-SYNC-BADSHARE",
+		allot__log_ratelimited(&a->log, &s->fail_rl, ALLOT_LOG_WARNING,
+		    "ALLOT-SYNC-BADSHARE",
 		    "coordinator sent %d invalid shares; ignored", bad);
 	return bad;
 }
@@ -285,10 +287,10 @@ rebaseline(syncc *s)
 		allot__quota_totals(a, &a->quotas[i], &t);
 		qsync *qs = &s->q[i];
 		if (t.spent > qs->last_spent)
-			atomic_fetch_add(&s->unreported_tokens,
-			    t.spent - qs->last_spent);
+			atomic_fetch_add(
+			    &s->unreported_tokens, t.spent - qs->last_spent);
 		qs->last_spent = t.spent > qs->last_spent ? t.spent :
-		    qs->last_spent;
+		                                            qs->last_spent;
 		qs->last_denied = t.denied_tokens;
 	}
 }
@@ -338,15 +340,15 @@ leave_fallback(syncc *s)
 	atomic_store(&s->in_fallback, false);
 	atomic_fetch_add(&s->fallback_leaves, 1);
 	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-FALLBACK-LEAVE",
-	    "coordinator %s answers again: allowances restored",
-	    peer(s));
+	    "coordinator %s answers again: allowances restored", peer(s));
 }
 
 static void
 set_lease(syncc *s, uint64_t now, uint32_t lease_ms)
 {
 	s->lease_until_ns = now + (uint64_t) lease_ms * 1000000u;
-	atomic_store(&s->lease_until_pub, (int64_t) (s->lease_until_ns / 1000000u));
+	atomic_store(
+	    &s->lease_until_pub, (int64_t) (s->lease_until_ns / 1000000u));
 }
 
 /* ---- replies ---- */
@@ -365,15 +367,15 @@ allot__syncc_failed(syncc *s, uint64_t now, const char *why)
 	if (atomic_exchange(&s->connected, false))
 		allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-SYNC-LOST",
 		    "lost the coordinator %s: %s; keeping current "
-		    "allowances until the lease expires", peer(s),
-		    why);
+		    "allowances until the lease expires",
+		    peer(s), why);
 	else
-		allot__log_ratelimited(&a->log, &s->fail_rl,
-		    ALLOT_LOG_WARNING, "ALLOT-SYNC-FAIL",
-		    "exchange with %s failed: %s", peer(s), why);
+		allot__log_ratelimited(&a->log, &s->fail_rl, ALLOT_LOG_WARNING,
+		    "ALLOT-SYNC-FAIL", "exchange with %s failed: %s", peer(s),
+		    why);
 	uint32_t max = a->opts.reconnect_max_ms;
 	uint32_t next = s->backoff_ms == 0 ? a->opts.reconnect_min_ms :
-	    s->backoff_ms * 2;
+	                                     s->backoff_ms * 2;
 	s->backoff_ms = next > max ? max : next;
 }
 
@@ -390,7 +392,8 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	bool ok = false;
 	atomic_store(&s->last_rtt_us, (now - s->sent_ns) / 1000u);
 	if (env->version != PROTO_VERSION) {
-		allot__syncc_failed(s, now, "reply with an unsupported protocol version");
+		allot__syncc_failed(
+		    s, now, "reply with an unsupported protocol version");
 		goto out;
 	}
 	if (env->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR) {
@@ -409,8 +412,10 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			s->backoff_ms = 0;
 			goto out;
 		}
-		allot__syncc_failed(s, now, e->message != NULL && e->message[0] != '\0' ?
-		    e->message : "error reply");
+		allot__syncc_failed(s, now,
+		    e->message != NULL && e->message[0] != '\0' ?
+		        e->message :
+		        "error reply");
 		goto out;
 	}
 	if (s->expect == ALLOT__EXPECT_WELCOME &&
@@ -435,8 +440,10 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		if (w->config_digest != a->cfg->digest)
 			allot__log(&a->log, ALLOT_LOG_NOTICE,
 			    "ALLOT-SYNC-CONFIG-DIFFERS",
-			    "coordinator quota config (digest %016llx) differs "
-			    "from ours (%016llx); the coordinator's allowances "
+			    "coordinator quota config (digest %016llx) "
+			    "differs "
+			    "from ours (%016llx); the coordinator's "
+			    "allowances "
 			    "win",
 			    (unsigned long long) w->config_digest,
 			    (unsigned long long) a->cfg->digest);
@@ -455,7 +462,8 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
 		const Allot__V1__Reply *r = env->reply;
 		if (r->seq != s->seq) {
-			allot__syncc_failed(s, now, "reply to another request");
+			allot__syncc_failed(
+			    s, now, "reply to another request");
 			goto out;
 		}
 		atomic_store(&s->replicas, r->replicas);
@@ -472,8 +480,8 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	}
 	if (!atomic_exchange(&s->connected, true))
 		allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-CONNECTED",
-		    "synced with %s: session %llu, %u live replicas",
-		    peer(s), (unsigned long long) s->session,
+		    "synced with %s: session %llu, %u live replicas", peer(s),
+		    (unsigned long long) s->session,
 		    atomic_load(&s->replicas));
 	leave_fallback(s);
 	s->backoff_ms = 0;
@@ -502,7 +510,8 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 	double t;
 	if (ok) {
 		double j = a->opts.sync_jitter;
-		t = a->opts.sync_interval_ms * (1.0 + j * (2 * uniform(s) - 1));
+		t = a->opts.sync_interval_ms *
+		    (1.0 + j * (2 * uniform(s) - 1));
 		if (s->short_grant) {
 			s->short_grant = false;
 			t /= 2;
@@ -516,7 +525,8 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 	/* Wake up in time to notice the lease running out. */
 	if (s->lease_until_ns != 0 && !atomic_load(&s->in_fallback)) {
 		double left = s->lease_until_ns > now ?
-		    (double) (s->lease_until_ns - now) / 1e6 : 0;
+		    (double) (s->lease_until_ns - now) / 1e6 :
+		    0;
 		if (left + 1 < t)
 			t = left + 1;
 	}
@@ -545,6 +555,7 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
 	ret->unreported_tokens = atomic_load(&s->unreported_tokens);
 	int64_t until = atomic_load(&s->lease_until_pub);
-	ret->lease_remaining_ms = until == 0 ? 0 :
+	ret->lease_remaining_ms = until == 0 ?
+	    0 :
 	    until - (int64_t) (now / 1000000u);
 }

@@ -14,10 +14,10 @@
 #include "agent_int.h"
 
 typedef struct allot__qsync {
-	uint64_t last_spent;    /* tokens reported as consumed so far */
+	uint64_t last_spent; /* tokens reported as consumed so far */
 	uint64_t last_denied;
-	double demand;          /* smoothed tokens/s */
-	double share_rate;      /* last allowance from the coordinator */
+	double demand; /* smoothed tokens/s */
+	double share_rate; /* last allowance from the coordinator */
 	double share_burst;
 	bool has_share;
 } allot__qsync;
@@ -38,10 +38,10 @@ typedef struct allot__syncc {
 	uint32_t sent_reports;
 	size_t sent_bytes;
 	uint32_t backoff_ms;
-	bool short_grant;       /* the Welcome left a key without a grant */
+	bool short_grant; /* the Welcome left a key without a grant */
 	uint64_t rng;
 	allot__qsync *q;
-	bool *seen;             /* scratch, nquotas */
+	bool *seen; /* scratch, nquotas */
 	/* Cluster mode (sync.c): the keys this session reports and takes
 	 * allowances for, owned by the driver, and the member's address
 	 * for log lines. NULL: every key, and the agent's coordinator. */
@@ -74,16 +74,16 @@ void allot__syncc_fini(allot__syncc *c);
 
 /* The next request: Register when there is no session, else Sync.
  * On ALLOT_OK `*ret_buf` (malloc) belongs to the caller. */
-int allot__syncc_request(allot__syncc *c, uint64_t now, void **ret_buf,
-    size_t *ret_len);
+int allot__syncc_request(
+    allot__syncc *c, uint64_t now, void **ret_buf, size_t *ret_len);
 
 /* A Leave for the current session, or ALLOT_ESTATE when there is none. */
 int allot__syncc_leave(allot__syncc *c, void **ret_buf, size_t *ret_len);
 
 /* Apply a reply received at `now`. Returns true when the exchange
  * succeeded (the coordinator is alive and answered sensibly). */
-bool allot__syncc_reply(allot__syncc *c, uint64_t now, const void *buf,
-    size_t len);
+bool allot__syncc_reply(
+    allot__syncc *c, uint64_t now, const void *buf, size_t len);
 
 /* The exchange failed (timeout, transport error): back off. */
 void allot__syncc_failed(allot__syncc *c, uint64_t now, const char *why);
@@ -94,8 +94,7 @@ void allot__syncc_check_lease(allot__syncc *c, uint64_t now);
 /* When to run the next exchange, in ms from now: the interval with
  * jitter after success, a full-jitter backoff after failure, never past
  * the lease expiry, and 0 when a re-registration is due. */
-uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now,
-    bool ok);
+uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
 
 /* Fill the public stats from the engine. */
 void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);

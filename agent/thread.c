@@ -75,23 +75,23 @@ allot__thread_block_slow(allot_agent *a)
 	allot__tblock *b = pthread_getspecific(a->tkey);
 	if (b == NULL) {
 		pthread_mutex_lock(&a->blk_lock);
-		uint32_t n = atomic_load_explicit(&a->nblocks,
-		    memory_order_relaxed);
+		uint32_t n = atomic_load_explicit(
+		    &a->nblocks, memory_order_relaxed);
 		for (uint32_t i = 0; i < n; i++)
-			if (!atomic_load_explicit(&a->blocks[i]->owned,
-				memory_order_acquire)) {
+			if (!atomic_load_explicit(
+			        &a->blocks[i]->owned, memory_order_acquire)) {
 				b = a->blocks[i];
 				break;
 			}
 		if (b == NULL && n < a->max_blocks &&
 		    (b = block_new(a, false)) != NULL) {
 			a->blocks[n] = b;
-			atomic_store_explicit(&a->nblocks, n + 1,
-			    memory_order_release);
+			atomic_store_explicit(
+			    &a->nblocks, n + 1, memory_order_release);
 		}
 		if (b != NULL)
-			atomic_store_explicit(&b->owned, 1,
-			    memory_order_relaxed);
+			atomic_store_explicit(
+			    &b->owned, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&a->blk_lock);
 		if (b == NULL || pthread_setspecific(a->tkey, b) != 0) {
 			if (b != NULL)

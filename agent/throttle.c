@@ -29,10 +29,10 @@ struct tslot {
 struct allot_throttle {
 	allot_throttle_options opts;
 	uint64_t width_ns;
-	uint32_t n;            /* buckets in the window */
-	pthread_mutex_t mu;    /* guards everything below but the counters */
-	struct tslot *ring;    /* bucket e lives in ring[e % n] */
-	uint64_t head;         /* newest bucket index seen */
+	uint32_t n; /* buckets in the window */
+	pthread_mutex_t mu; /* guards everything below but the counters */
+	struct tslot *ring; /* bucket e lives in ring[e % n] */
+	uint64_t head; /* newest bucket index seen */
 	uint64_t win_requests; /* sums over the ring */
 	uint64_t win_accepts;
 	uint64_t rng;
@@ -71,8 +71,8 @@ now_ns(const allot_throttle *t)
 }
 
 int
-allot_throttle_create(const allot_throttle_options *opts,
-    allot_throttle **ret_throttle)
+allot_throttle_create(
+    const allot_throttle_options *opts, allot_throttle **ret_throttle)
 {
 	allot_throttle_options o;
 	allot_throttle *t;
@@ -136,7 +136,8 @@ advance(allot_throttle *t, uint64_t now)
 			t->win_accepts = 0;
 		} else {
 			for (uint64_t i = 1; i <= steps; i++) {
-				struct tslot *s = &t->ring[(t->head + i) % t->n];
+				struct tslot *s =
+				    &t->ring[(t->head + i) % t->n];
 				t->win_requests -= s->requests;
 				t->win_accepts -= s->accepts;
 				s->requests = 0;
@@ -183,8 +184,8 @@ allot_throttle_admit(allot_throttle *throttle)
 	pthread_mutex_unlock(&t->mu);
 	atomic_fetch_add_explicit(&t->requests, 1, memory_order_relaxed);
 	if (!send)
-		atomic_fetch_add_explicit(&t->throttled, 1,
-		    memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &t->throttled, 1, memory_order_relaxed);
 	return send;
 }
 
@@ -196,7 +197,8 @@ allot_throttle_record(allot_throttle *throttle, bool accepted)
 	if (t == NULL)
 		return;
 	if (!accepted)
-		atomic_fetch_add_explicit(&t->rejects, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &t->rejects, 1, memory_order_relaxed);
 	uint64_t now = now_ns(t);
 	pthread_mutex_lock(&t->mu);
 	struct tslot *s = advance(t, now);
@@ -208,8 +210,8 @@ allot_throttle_record(allot_throttle *throttle, bool accepted)
 	}
 	pthread_mutex_unlock(&t->mu);
 	if (accepted)
-		atomic_fetch_add_explicit(&t->accepts, 1,
-		    memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &t->accepts, 1, memory_order_relaxed);
 }
 
 int
@@ -226,9 +228,10 @@ allot_throttle_stats_get(allot_throttle *throttle, allot_throttle_stats *ret)
 	ret->window_accepts = t->win_accepts;
 	ret->reject_probability = probability(t);
 	pthread_mutex_unlock(&t->mu);
-	ret->requests = atomic_load_explicit(&t->requests, memory_order_relaxed);
-	ret->throttled = atomic_load_explicit(&t->throttled,
-	    memory_order_relaxed);
+	ret->requests = atomic_load_explicit(
+	    &t->requests, memory_order_relaxed);
+	ret->throttled = atomic_load_explicit(
+	    &t->throttled, memory_order_relaxed);
 	ret->accepts = atomic_load_explicit(&t->accepts, memory_order_relaxed);
 	ret->rejects = atomic_load_explicit(&t->rejects, memory_order_relaxed);
 	return ALLOT_OK;

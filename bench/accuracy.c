@@ -35,8 +35,12 @@ add(const char *name, const char *unit, int dec, const char *what,
 	if (nfigs == MAX_FIGURES)
 		bench_fail("too many figures");
 	snprintf(names[nfigs], sizeof names[nfigs], "accuracy.%s", name);
-	figs[nfigs] = (bench_figure) { .name = names[nfigs], .unit = unit,
-		.decimals = dec, .what = what, .cmp = cmp, .target = target,
+	figs[nfigs] = (bench_figure) { .name = names[nfigs],
+		.unit = unit,
+		.decimals = dec,
+		.what = what,
+		.cmp = cmp,
+		.target = target,
 		.value = value };
 	nfigs++;
 }
@@ -48,8 +52,7 @@ typedef struct agg {
 } agg;
 
 static void
-run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms,
-    agg *a)
+run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms, agg *a)
 {
 	a->n = o->rounds;
 	for (unsigned i = 0; i < o->rounds; i++) {
@@ -70,14 +73,14 @@ run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms,
 			if (sim_scenario_builtin(name, &p, SIM_SECONDS, true,
 			        &q, err, sizeof err) != ALLOT_OK ||
 			    sim_run(&q, &p, &rq) != ALLOT_OK)
-				bench_fail("%s: the reference run failed",
-				    name);
+				bench_fail(
+				    "%s: the reference run failed", name);
 			sim_neighbour(&a->r[i], &rq, s.noisy_caller);
 			sim_scenario_free(&q);
 		}
 		sim_scenario_free(&s);
-		bench_progress(o, "accuracy: %s T=%u ms seed %u: %.2f s",
-		    name, interval_ms, i + 1, a->r[i].wall_s);
+		bench_progress(o, "accuracy: %s T=%u ms seed %u: %.2f s", name,
+		    interval_ms, i + 1, a->r[i].wall_s);
 	}
 }
 
@@ -91,8 +94,9 @@ over_seeds(const agg *a, size_t off, int mode, pick how)
 	double v[BENCH_MAX_ROUNDS];
 	size_t n = 0;
 	for (unsigned i = 0; i < a->n; i++) {
-		const double *arr = (const double *) (const void *)
-		    ((const char *) &a->r[i] + off);
+		const double *arr =
+		    (const double *) (const void *) ((const char *) &a->r[i] +
+		        off);
 		double x = arr[mode];
 		if (!isnan(x))
 			v[n++] = x;
@@ -128,44 +132,51 @@ scenario_figures(const bench_opts *o, const char *sc)
 		bool al = m == SIM_ALLOT;
 		char n[96];
 		snprintf(n, sizeof n, "%s.%s.over", sc, mn);
-		add(n, "R*T", 3, "max over windows T, 1 s, 10 s of admitted - "
+		add(n, "R*T", 3,
+		    "max over windows T, 1 s, 10 s of admitted - "
 		    "(B + R W), worst seed",
 		    al ? BENCH_AT_MOST : BENCH_NO_TARGET, 1.0,
 		    over_seeds(a, OFF(over), m, WORST_HIGH));
 		snprintf(n, sizeof n, "%s.%s.under", sc, mn);
-		add(n, "%", 3, "(ideal - admitted) / ideal after 3 T, median "
-		    "seed", al && ss ? BENCH_AT_MOST : BENCH_NO_TARGET, 1.0,
+		add(n, "%", 3,
+		    "(ideal - admitted) / ideal after 3 T, median "
+		    "seed",
+		    al && ss ? BENCH_AT_MOST : BENCH_NO_TARGET, 1.0,
 		    100 * over_seeds(a, OFF(under), m, MEDIAN));
 		snprintf(n, sizeof n, "%s.%s.util", sc, mn);
 		add(n, "%", 2, "admitted / (R * duration + B), median seed",
 		    al && strcmp(sc, "overload") == 0 ? BENCH_AT_LEAST :
-		    BENCH_NO_TARGET, 98.0,
-		    100 * over_seeds(a, OFF(util), m, MEDIAN));
+		                                        BENCH_NO_TARGET,
+		    98.0, 100 * over_seeds(a, OFF(util), m, MEDIAN));
 		snprintf(n, sizeof n, "%s.%s.converge", sc, mn);
-		add(n, "T", 2, "intervals from the change until every share "
-		    "is at its target, median seed", al && graceful ?
-		    BENCH_AT_MOST : BENCH_NO_TARGET, 2.0,
+		add(n, "T", 2,
+		    "intervals from the change until every share "
+		    "is at its target, median seed",
+		    al && graceful ? BENCH_AT_MOST : BENCH_NO_TARGET, 2.0,
 		    over_seeds(a, OFF(converge), m, MEDIAN));
 	}
 	if (graceful) {
 		char n[96];
 		snprintf(n, sizeof n, "%s.allot.converge_worst", sc);
 		add(n, "T", 2, "the slowest seed: at most 2 sync rounds",
-		    BENCH_NO_TARGET, 0, over_seeds(a, OFF(converge), SIM_ALLOT,
-		    WORST_HIGH));
+		    BENCH_NO_TARGET, 0,
+		    over_seeds(a, OFF(converge), SIM_ALLOT, WORST_HIGH));
 	}
 	char n[96];
 	snprintf(n, sizeof n, "%s.allot.bootstrap", sc);
-	add(n, "R*T", 3, "admitted by agents before their first Welcome, "
-	    "worst seed", BENCH_NO_TARGET, 0, boot);
+	add(n, "R*T", 3,
+	    "admitted by agents before their first Welcome, "
+	    "worst seed",
+	    BENCH_NO_TARGET, 0, boot);
 	if (strcmp(sc, "noisy") == 0) {
 		for (int m = 0; m < SIM_NMODES; m++) {
 			snprintf(n, sizeof n, "noisy.%s.neighbour",
 			    sim_mode_names[m]);
-			add(n, "%", 3, "others' admitted cost against a run "
+			add(n, "%", 3,
+			    "others' admitted cost against a run "
 			    "without the noisy caller, median seed",
-			    m == SIM_ALLOT ? BENCH_AT_MOST :
-			    BENCH_NO_TARGET, 1.0,
+			    m == SIM_ALLOT ? BENCH_AT_MOST : BENCH_NO_TARGET,
+			    1.0,
 			    100 * over_seeds(a, OFF(neighbour), m, MEDIAN));
 		}
 	}
@@ -180,9 +191,10 @@ scenario_figures(const bench_opts *o, const char *sc)
 			}
 			snprintf(n, sizeof n, "overload.allot.class_%s",
 			    a->r[0].keys[k].priority);
-			add(n, "%", 1, "admitted / (R * duration) of the "
-			    "class's caller, median seed", BENCH_NO_TARGET,
-			    0, bench_median(v, a->n));
+			add(n, "%", 1,
+			    "admitted / (R * duration) of the "
+			    "class's caller, median seed",
+			    BENCH_NO_TARGET, 0, bench_median(v, a->n));
 		}
 	}
 	free(a);
@@ -201,14 +213,16 @@ sweep_figures(const bench_opts *o)
 		run_seeds(o, "sticky", t, a);
 		snprintf(n, sizeof n, "sweep.t%u.allot.sticky_under", t);
 		add(n, "%", 3, "sticky: under-admission, median seed",
-		    BENCH_NO_TARGET, 0, 100 * over_seeds(a, OFF(under),
-		    SIM_ALLOT, MEDIAN));
+		    BENCH_NO_TARGET, 0,
+		    100 * over_seeds(a, OFF(under), SIM_ALLOT, MEDIAN));
 		double v[BENCH_MAX_ROUNDS];
 		for (unsigned k = 0; k < a->n; k++)
 			v[k] = a->r[k].syncs_per_s;
 		snprintf(n, sizeof n, "sweep.t%u.allot.syncs", t);
-		add(n, "/s", 0, "sticky: Syncs the coordinator answers (8 "
-		    "replicas)", BENCH_NO_TARGET, 0, bench_median(v, a->n));
+		add(n, "/s", 0,
+		    "sticky: Syncs the coordinator answers (8 "
+		    "replicas)",
+		    BENCH_NO_TARGET, 0, bench_median(v, a->n));
 		for (unsigned k = 0; k < a->n; k++)
 			v[k] = a->r[k].bytes_per_s / 1024;
 		snprintf(n, sizeof n, "sweep.t%u.allot.kib", t);
@@ -217,21 +231,25 @@ sweep_figures(const bench_opts *o)
 		run_seeds(o, "scaleup", t, a);
 		snprintf(n, sizeof n, "sweep.t%u.allot.converge_ms", t);
 		add(n, "ms", 0, "scaleup: time to converge, median seed",
-		    BENCH_NO_TARGET, 0, t * over_seeds(a, OFF(converge),
-		    SIM_ALLOT, MEDIAN));
+		    BENCH_NO_TARGET, 0,
+		    t * over_seeds(a, OFF(converge), SIM_ALLOT, MEDIAN));
 		snprintf(n, sizeof n, "sweep.t%u.allot.scaleup_under", t);
 		add(n, "%", 3, "scaleup: under-admission, median seed",
-		    BENCH_NO_TARGET, 0, 100 * over_seeds(a, OFF(under),
-		    SIM_ALLOT, MEDIAN));
+		    BENCH_NO_TARGET, 0,
+		    100 * over_seeds(a, OFF(under), SIM_ALLOT, MEDIAN));
 		run_seeds(o, "overload", t, a);
 		snprintf(n, sizeof n, "sweep.t%u.allot.overload_over", t);
-		add(n, "R*T", 3, "overload: over-admission (its unit R * T "
-		    "grows with T), worst seed", BENCH_NO_TARGET, 0,
+		add(n, "R*T", 3,
+		    "overload: over-admission (its unit R * T "
+		    "grows with T), worst seed",
+		    BENCH_NO_TARGET, 0,
 		    over_seeds(a, OFF(over), SIM_ALLOT, WORST_HIGH));
 		snprintf(n, sizeof n, "sweep.t%u.allot.overload_util", t);
-		add(n, "%", 2, "overload: utilization of the ceiling, median "
-		    "seed", BENCH_NO_TARGET, 0, 100 * over_seeds(a,
-		    OFF(util), SIM_ALLOT, MEDIAN));
+		add(n, "%", 2,
+		    "overload: utilization of the ceiling, median "
+		    "seed",
+		    BENCH_NO_TARGET, 0,
+		    100 * over_seeds(a, OFF(util), SIM_ALLOT, MEDIAN));
 	}
 	free(a);
 }
@@ -249,10 +267,11 @@ main(int argc, char **argv)
 	if (bench_selected(&o, "sweep"))
 		sweep_figures(&o);
 	char header[160];
-	snprintf(header, sizeof header, "accuracy: allot against the ideal "
+	snprintf(header, sizeof header,
+	    "accuracy: allot against the ideal "
 	    "global bucket and the equal split, %.0f simulated s per "
-	    "scenario, seeds 1..%u (docs/allocation.md)", SIM_SECONDS,
-	    o.rounds);
+	    "scenario, seeds 1..%u (docs/allocation.md)",
+	    SIM_SECONDS, o.rounds);
 	bench_report(&o, header, figs, nfigs);
 	return 0;
 }

@@ -49,8 +49,10 @@ parse_u64(const char *suite, const char *opt, const char *s)
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (errno != 0 || end == s || *end != '\0' || v == 0) {
-		fprintf(stderr, "bench-%s: %s needs a positive integer, "
-		    "not '%s'\n", suite, opt, s);
+		fprintf(stderr,
+		    "bench-%s: %s needs a positive integer, "
+		    "not '%s'\n",
+		    suite, opt, s);
 		usage(suite, 2);
 	}
 	return v;
@@ -74,8 +76,10 @@ bench_parse_args(int argc, char **argv, const char *suite,
 		} else if (strcmp(a, "--rounds") == 0 && i + 1 < argc) {
 			uint64_t r = parse_u64(suite, a, argv[++i]);
 			if (r > BENCH_MAX_ROUNDS) {
-				fprintf(stderr, "bench-%s: at most %d "
-				    "rounds\n", suite, BENCH_MAX_ROUNDS);
+				fprintf(stderr,
+				    "bench-%s: at most %d "
+				    "rounds\n",
+				    suite, BENCH_MAX_ROUNDS);
 				usage(suite, 2);
 			}
 			o.rounds = (unsigned) r;
@@ -236,8 +240,8 @@ bench_cpu_mark(bench_cpu *ret)
 	if (f != NULL) {
 		unsigned long long v[8] = { 0 };
 		if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu",
-		    &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-		    &v[7]) == 8) {
+		        &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+		        &v[7]) == 8) {
 			double hz = (double) sysconf(_SC_CLK_TCK);
 			/* user nice system idle iowait irq softirq steal */
 			double busy = (double) (v[0] + v[1] + v[2] + v[5] +
@@ -279,13 +283,13 @@ verdict(const bench_figure *f)
 	if (isnan(f->value))
 		return "n/a";
 	bool ok = f->cmp == BENCH_AT_MOST ? f->value <= f->target :
-	    f->value >= f->target;
+	                                    f->value >= f->target;
 	return ok ? "PASS" : "MISS";
 }
 
 void
-bench_report(const bench_opts *o, const char *header, const bench_figure *f,
-    size_t n)
+bench_report(
+    const bench_opts *o, const char *header, const bench_figure *f, size_t n)
 {
 	if (o->json) {
 		fputc('{', stdout);

@@ -20,14 +20,14 @@
 
 /* Command-line options common to every suite. */
 typedef struct bench_opts {
-	const char *suite;   /* suite name, e.g. "hotpath" */
-	bool json;           /* --json: one flat JSON object on stdout */
-	unsigned rounds;     /* --rounds N: repetitions, median reported */
-	uint64_t iters;      /* --iters N: decisions per round and thread
-	                        for ns-scale loops */
-	bool quiet;          /* --quiet: no progress on stderr */
-	const char *only;    /* --only LIST: run only the measurements named
-	                        (for profiling); NULL: all */
+	const char *suite; /* suite name, e.g. "hotpath" */
+	bool json; /* --json: one flat JSON object on stdout */
+	unsigned rounds; /* --rounds N: repetitions, median reported */
+	uint64_t iters; /* --iters N: decisions per round and thread
+	                   for ns-scale loops */
+	bool quiet; /* --quiet: no progress on stderr */
+	const char *only; /* --only LIST: run only the measurements named
+	                     (for profiling); NULL: all */
 } bench_opts;
 
 /* Whether the measurement `name` runs under o->only. */
@@ -87,10 +87,10 @@ void bench_buf_free(bench_buf *b);
  * is high, so suites report it beside their figures.
  */
 typedef struct bench_cpu {
-	double busy_s;      /* all CPUs, non-idle (steal included) */
-	double total_s;     /* all CPUs, busy + idle */
-	double self_s;      /* this process + waited-for children */
-	bool ok;            /* /proc/stat was readable */
+	double busy_s; /* all CPUs, non-idle (steal included) */
+	double total_s; /* all CPUs, busy + idle */
+	double self_s; /* this process + waited-for children */
+	bool ok; /* /proc/stat was readable */
 } bench_cpu;
 void bench_cpu_mark(bench_cpu *ret);
 /* Percent of the machine's CPU time used by others; NaN if unknown. */
@@ -99,25 +99,25 @@ double bench_cpu_others_pct(const bench_cpu *start, const bench_cpu *end);
 /* How a figure is judged against its target; a miss never fails the run. */
 typedef enum bench_cmp {
 	BENCH_NO_TARGET = 0,
-	BENCH_AT_MOST,   /* PASS when value <= target */
-	BENCH_AT_LEAST,  /* PASS when value >= target */
+	BENCH_AT_MOST, /* PASS when value <= target */
+	BENCH_AT_LEAST, /* PASS when value >= target */
 } bench_cmp;
 
 typedef struct bench_figure {
-	const char *name;    /* JSON key, "<suite>.<figure>" */
-	const char *unit;    /* "ns", "x", ... (table only) */
-	int decimals;        /* digits after the point, table and JSON */
-	const char *what;    /* one-line meaning (table only) */
+	const char *name; /* JSON key, "<suite>.<figure>" */
+	const char *unit; /* "ns", "x", ... (table only) */
+	int decimals; /* digits after the point, table and JSON */
+	const char *what; /* one-line meaning (table only) */
 	bench_cmp cmp;
 	double target;
-	double value;        /* NaN: not measured, reported as null */
+	double value; /* NaN: not measured, reported as null */
 } bench_figure;
 
 /*
  * Print the figures: a table (with `header` above it, PASS/MISS beside
  * targets) or, with o->json, one flat JSON object on a single line.
  */
-void bench_report(const bench_opts *o, const char *header,
-    const bench_figure *f, size_t n);
+void bench_report(
+    const bench_opts *o, const char *header, const bench_figure *f, size_t n);
 
 #endif

@@ -69,8 +69,9 @@ static void
 write_config(const char *path)
 {
 	bench_buf b = { 0 };
-	bench_buf_printf(&b, "quotas:\n  default: {tokens_per_second: 10, "
-			     "burst: 20}\n  callers:\n");
+	bench_buf_printf(&b,
+	    "quotas:\n  default: {tokens_per_second: 10, "
+	    "burst: 20}\n  callers:\n");
 	for (int i = 0; i < NKEYS; i++)
 		bench_buf_printf(&b,
 		    "    - {identity: \"spiffe://bench/c%02d\", "
@@ -175,7 +176,7 @@ client(void *arg)
 	for (int i = 0; i < SESSIONS_PER_THREAD; i++)
 		if (join(&ss[i], t * SESSIONS_PER_THREAD + i) != 0)
 			bench_fail("session %d could not register with allotd "
-				   "(see %s/allotd.log)",
+			           "(see %s/allotd.log)",
 			    t * SESSIONS_PER_THREAD + i, dir);
 	Allot__V1__KeyReport reps[NKEYS];
 	Allot__V1__KeyReport *ptrs[NKEYS];
@@ -204,11 +205,11 @@ client(void *arg)
 			Allot__V1__Envelope *r = exchange(ss[i].s, &env);
 			if (r != NULL &&
 			    r->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
-				if (atomic_load_explicit(&measuring,
-					memory_order_relaxed))
-					n += NKEYS - r->reply->rejected_reports;
-			}
-			else
+				if (atomic_load_explicit(
+				        &measuring, memory_order_relaxed))
+					n += NKEYS -
+					    r->reply->rejected_reports;
+			} else
 				atomic_fetch_add(&errors, 1);
 			if (r != NULL)
 				allot__v1__envelope__free_unpacked(r, NULL);
@@ -236,8 +237,8 @@ measure_throughput(const bench_opts *o, const char *bin)
 		atomic_store(&acked_reports, 0);
 		pthread_t th[NTHREADS];
 		for (int i = 0; i < NTHREADS; i++)
-			pthread_create(&th[i], NULL, client,
-			    (void *) (intptr_t) i);
+			pthread_create(
+			    &th[i], NULL, client, (void *) (intptr_t) i);
 		/* Let every session register, then measure 3 s. */
 		usleep(500000);
 		atomic_store(&measuring, 1);
@@ -255,7 +256,7 @@ measure_throughput(const bench_opts *o, const char *bin)
 		waitpid(pid, &st, 0);
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 			bench_fail("allotd did not drain cleanly (see "
-				   "%s/allotd.log)",
+			           "%s/allotd.log)",
 			    dir);
 		bench_progress(o, "round %u: %.0f key reports/s", r, v[r]);
 	}
@@ -315,8 +316,8 @@ measure_agent(const bench_opts *o, double *ret_bytes, double *ret_us)
 		for (int i = 0; i < intervals; i++) {
 			allot_decision d;
 			for (int k = 0; k < NKEYS; k++)
-				allot_acquire(a, keyh[k], 1 + (uint32_t) (i % 7),
-				    &d);
+				allot_acquire(
+				    a, keyh[k], 1 + (uint32_t) (i % 7), &d);
 			vnow += 100000000ull;
 			for (int k = 0; k < NKEYS; k++) {
 				sh[k].rate = 1000.0 + (i % 3);
@@ -334,12 +335,14 @@ measure_agent(const bench_opts *o, double *ret_bytes, double *ret_us)
 			uint64_t t0 = bench_now_ns();
 			void *buf;
 			size_t len;
-			if (allot__syncc_request(&c, vnow, &buf, &len) != ALLOT_OK)
+			if (allot__syncc_request(&c, vnow, &buf, &len) !=
+			    ALLOT_OK)
 				bench_fail("syncc_request");
 			/* Encoding the Reply is the coordinator's work but
 			 * small; it stays inside the timed span. */
 			rep.seq = c.seq;
-			size_t rlen = allot__v1__envelope__get_packed_size(&env);
+			size_t rlen = allot__v1__envelope__get_packed_size(
+			    &env);
 			uint8_t *rbuf = malloc(rlen);
 			allot__v1__envelope__pack(&env, rbuf);
 			if (!allot__syncc_reply(&c, vnow, rbuf, rlen))
@@ -369,7 +372,8 @@ main(int argc, char **argv)
 	if (mkdtemp(dir) == NULL)
 		bench_fail("mkdtemp: %s", strerror(errno));
 	for (int k = 0; k < NKEYS; k++) {
-		snprintf(keybuf[k], sizeof keybuf[k], "spiffe://bench/c%02d", k);
+		snprintf(
+		    keybuf[k], sizeof keybuf[k], "spiffe://bench/c%02d", k);
 		keys[k] = keybuf[k];
 	}
 	keys[NKEYS] = NULL;

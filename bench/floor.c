@@ -40,7 +40,7 @@ floor_acquire(floor_bucket *b, uint32_t cost)
 		if (next - now > b->tolerance_ns)
 			return false;
 		if (atomic_compare_exchange_weak_explicit(&b->tat, &tat, next,
-		    memory_order_relaxed, memory_order_relaxed))
+		        memory_order_relaxed, memory_order_relaxed))
 			return true;
 	}
 }

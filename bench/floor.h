@@ -20,9 +20,9 @@
 typedef struct floor_bucket {
 	_Alignas(64) _Atomic uint64_t tat; /* theoretical arrival time, ns
 	                                      since `origin` */
-	uint64_t interval_ns;  /* ns per token, >= 1 */
+	uint64_t interval_ns; /* ns per token, >= 1 */
 	uint64_t tolerance_ns; /* burst * interval_ns */
-	uint64_t origin;       /* CLOCK_MONOTONIC ns at creation */
+	uint64_t origin; /* CLOCK_MONOTONIC ns at creation */
 } floor_bucket;
 
 /* A full bucket of `burst` tokens refilling at `rate` tokens/s. Time has

@@ -40,17 +40,17 @@
 #define DENY_BURST "1"
 
 #define NCALLERS_10K 10000u
-#define ORDER_LEN 65536u          /* random access pattern, cycled */
+#define ORDER_LEN 65536u /* random access pattern, cycled */
 #define REDIS_CALLS_DEFAULT 20000u /* EVALSHA round trips, all rounds */
 #define REDIS_KEY "allot-bench:checkout"
 
 typedef enum job_kind {
-	JOB_CLOCK,          /* clock_gettime(CLOCK_MONOTONIC) alone */
-	JOB_FLOOR,          /* floor_acquire() */
-	JOB_RESOLVED,       /* allot_acquire() on one key */
-	JOB_RESOLVED_MANY,  /* allot_acquire() on keys[order[i]] */
-	JOB_LOOKUP,         /* allot_acquire_id() for one identity */
-	JOB_LOOKUP_MANY,    /* allot_acquire_id() for ids[order[i]] */
+	JOB_CLOCK, /* clock_gettime(CLOCK_MONOTONIC) alone */
+	JOB_FLOOR, /* floor_acquire() */
+	JOB_RESOLVED, /* allot_acquire() on one key */
+	JOB_RESOLVED_MANY, /* allot_acquire() on keys[order[i]] */
+	JOB_LOOKUP, /* allot_acquire_id() for one identity */
+	JOB_LOOKUP_MANY, /* allot_acquire_id() for ids[order[i]] */
 } job_kind;
 
 typedef enum expect {
@@ -88,14 +88,14 @@ run_job(job *j)
 	allot_decision d;
 	int rc;
 
-#define TALLY()                                                         \
-	do {                                                            \
-		if (rc != ALLOT_OK) {                                   \
-			errors++;                                       \
-			last_err = rc;                                  \
-		} else {                                                \
-			allowed += d.allowed;                           \
-		}                                                       \
+#define TALLY()                               \
+	do {                                  \
+		if (rc != ALLOT_OK) {         \
+			errors++;             \
+			last_err = rc;        \
+		} else {                      \
+			allowed += d.allowed; \
+		}                             \
 	} while (0)
 
 	j->t0 = bench_now_ns();
@@ -116,8 +116,8 @@ run_job(job *j)
 		break;
 	case JOB_RESOLVED:
 		for (uint64_t i = 0; i < n; i++) {
-			rc = allot_acquire(j->agent, j->key,
-			    ALLOT_COST_DEFAULT, &d);
+			rc = allot_acquire(
+			    j->agent, j->key, ALLOT_COST_DEFAULT, &d);
 			TALLY();
 		}
 		break;
@@ -159,16 +159,17 @@ check(const job *j)
 {
 	if (j->errors != 0)
 		bench_fail("%s: %" PRIu64 " of %" PRIu64 " calls returned "
-		    "an error (%s)", j->name, j->errors, j->n,
-		    allot_strerror(j->last_err));
+		           "an error (%s)",
+		    j->name, j->errors, j->n, allot_strerror(j->last_err));
 	if (j->expect == EXPECT_ALLOW && j->allowed != j->n)
 		bench_fail("%s: meant to measure the allow path, but %" PRIu64
-		    " of %" PRIu64 " decisions were denials (the quota is "
-		    "%s tokens/s, burst %s, and must never run dry)",
-		    j->name, j->n - j->allowed, j->n, ALLOW_RATE,
-		    ALLOW_BURST);
+		           " of %" PRIu64
+		           " decisions were denials (the quota is "
+		           "%s tokens/s, burst %s, and must never run dry)",
+		    j->name, j->n - j->allowed, j->n, ALLOW_RATE, ALLOW_BURST);
 	if (j->expect == EXPECT_DENY && j->allowed != 0)
-		bench_fail("%s: meant to measure the deny path, but %" PRIu64
+		bench_fail(
+		    "%s: meant to measure the deny path, but %" PRIu64
 		    " of %" PRIu64 " decisions were admissions (the quota "
 		    "is %s tokens/s, burst %s, emptied before measuring)",
 		    j->name, j->allowed, j->n, DENY_RATE, DENY_BURST);
@@ -205,7 +206,7 @@ thread_main(void *arg)
 
 typedef struct result2 {
 	double per_thread_ns; /* mean over both threads of ns per decision */
-	double wall_ns;       /* first start to last finish */
+	double wall_ns; /* first start to last finish */
 } result2;
 
 /* Two threads released together by a barrier, `n` decisions each. */
@@ -234,7 +235,8 @@ measure2(job *a, job *b, uint64_t n)
 	uint64_t end = a->t1 > b->t1 ? a->t1 : b->t1;
 	return (result2) {
 		.per_thread_ns = ((double) (a->t1 - a->t0) +
-		    (double) (b->t1 - b->t0)) / (2.0 * (double) n),
+		                     (double) (b->t1 - b->t0)) /
+		    (2.0 * (double) n),
 		.wall_ns = (double) (end - start),
 	};
 }
@@ -253,7 +255,8 @@ yaml_head(bench_buf *b, const char *def_rate, const char *def_burst)
 	    "    burst: %s\n"
 	    "    shared: true\n"
 	    "    priority: low\n"
-	    "  callers:\n", def_rate, def_burst);
+	    "  callers:\n",
+	    def_rate, def_burst);
 }
 
 static void
@@ -264,7 +267,8 @@ yaml_caller(bench_buf *b, const char *identity, const char *rate,
 	    "    - identity: \"%s\"\n"
 	    "      tokens_per_second: %s\n"
 	    "      burst: %s\n"
-	    "      priority: %s\n", identity, rate, burst, priority);
+	    "      priority: %s\n",
+	    identity, rate, burst, priority);
 }
 
 static void
@@ -282,8 +286,8 @@ make_agent(const char *name, bench_buf *yaml)
 	char err[512];
 	allot_config *cfg;
 	allot_agent *agent;
-	int rc = allot_config_parse(name, yaml->p, yaml->len, err, sizeof err,
-	    &cfg);
+	int rc = allot_config_parse(
+	    name, yaml->p, yaml->len, err, sizeof err, &cfg);
 	if (rc != ALLOT_OK)
 		bench_fail("config %s: %s: %s", name, allot_strerror(rc), err);
 	rc = allot_agent_create(cfg, NULL, &agent);
@@ -300,8 +304,8 @@ resolve(allot_agent *agent, const char *identity)
 	allot_key *key;
 	int rc = allot_key_resolve(agent, identity, ENDPOINT, &key);
 	if (rc != ALLOT_OK)
-		bench_fail("allot_key_resolve(%s): %s", identity,
-		    allot_strerror(rc));
+		bench_fail(
+		    "allot_key_resolve(%s): %s", identity, allot_strerror(rc));
 	return key;
 }
 
@@ -313,12 +317,13 @@ exhaust(allot_agent *agent, allot_key *key)
 	int rc = allot_acquire(agent, key, ALLOT_COST_DEFAULT, &d);
 	if (rc != ALLOT_OK || !d.allowed)
 		bench_fail("deny setup: the first acquire on a full bucket of "
-		    "burst %s was not admitted (%s)", DENY_BURST,
-		    allot_strerror(rc));
+		           "burst %s was not admitted (%s)",
+		    DENY_BURST, allot_strerror(rc));
 	rc = allot_acquire(agent, key, ALLOT_COST_DEFAULT, &d);
 	if (rc != ALLOT_OK || d.allowed)
 		bench_fail("deny setup: the bucket is not empty after %s "
-		    "token(s)", DENY_BURST);
+		           "token(s)",
+		    DENY_BURST);
 }
 
 /* ------------------------------------------------------------------ */
@@ -372,8 +377,8 @@ static bench_figure figs[NFIG] = {
 	[F_RESOLVED_2T_DISTINCT] = { "hotpath.resolved_2t_distinct_ns", "ns",
 	    1, "allot_acquire, 2 threads, distinct keys (per thread)" },
 	[F_SCALE] = { "hotpath.scale_2t_distinct", "x", 2,
-	    "throughput 2 threads distinct keys / 1 thread",
-	    BENCH_AT_LEAST, 1.7 },
+	    "throughput 2 threads distinct keys / 1 thread", BENCH_AT_LEAST,
+	    1.7 },
 	[F_DENY_2T_SAME] = { "hotpath.deny_2t_same_key_ns", "ns", 1,
 	    "allot_acquire, 2 threads, one empty key, deny (per thread)" },
 	[F_LOOKUP] = { "hotpath.lookup_ns", "ns", 1,
@@ -406,10 +411,10 @@ static double samples[NFIG][BENCH_MAX_ROUNDS];
 
 /* The world the jobs run in. */
 typedef struct world {
-	allot_agent *one;   /* 1 caller (checkout), allow; default allow */
-	allot_agent *deny;  /* 1 caller (checkout), empty, deny */
-	allot_agent *two;   /* 2 callers (checkout, search), allow */
-	allot_agent *tenk;  /* 10,000 callers, allow */
+	allot_agent *one; /* 1 caller (checkout), allow; default allow */
+	allot_agent *deny; /* 1 caller (checkout), empty, deny */
+	allot_agent *two; /* 2 callers (checkout, search), allow */
+	allot_agent *tenk; /* 10,000 callers, allow */
 	allot_key *k_one, *k_deny, *k_two_a, *k_two_b;
 	allot_key **keys10k;
 	char **ids10k;
@@ -447,8 +452,7 @@ setup(world *w, const bench_opts *o)
 	exhaust(w->deny, w->k_deny);
 
 	/* 10,000 callers: 1,000 namespaces of 10 service accounts. */
-	static const char *prio[] = { "low", "batch", "standard",
-		"critical" };
+	static const char *prio[] = { "low", "batch", "standard", "critical" };
 	w->ids10k = calloc(NCALLERS_10K, sizeof *w->ids10k);
 	w->keys10k = calloc(NCALLERS_10K, sizeof *w->keys10k);
 	w->order = calloc(ORDER_LEN, sizeof *w->order);
@@ -456,23 +460,27 @@ setup(world *w, const bench_opts *o)
 		bench_fail("out of memory");
 	for (uint32_t i = 0; i < NCALLERS_10K; i++) {
 		char id[128];
-		snprintf(id, sizeof id, "spiffe://prod.example.internal/ns/"
-		    "team-%04u/sa/workload-%05u", i / 10, i);
+		snprintf(id, sizeof id,
+		    "spiffe://prod.example.internal/ns/"
+		    "team-%04u/sa/workload-%05u",
+		    i / 10, i);
 		if ((w->ids10k[i] = strdup(id)) == NULL)
 			bench_fail("out of memory");
 	}
 	yaml_head(&y, "10", "20");
 	for (uint32_t i = 0; i < NCALLERS_10K; i++)
-		yaml_caller(&y, w->ids10k[i], ALLOW_RATE, ALLOW_BURST,
-		    prio[i % 4]);
+		yaml_caller(
+		    &y, w->ids10k[i], ALLOW_RATE, ALLOW_BURST, prio[i % 4]);
 	yaml_tail(&y);
 	uint64_t t0 = bench_now_ns();
 	w->tenk = make_agent("bench-10k.yaml", &y);
 	for (uint32_t i = 0; i < NCALLERS_10K; i++)
 		w->keys10k[i] = resolve(w->tenk, w->ids10k[i]);
 	figs[F_SETUP_10K].value = (double) (bench_now_ns() - t0) / 1e6;
-	bench_progress(o, "10,000-caller config parsed, agent created and "
-	    "keys resolved in %.1f ms", figs[F_SETUP_10K].value);
+	bench_progress(o,
+	    "10,000-caller config parsed, agent created and "
+	    "keys resolved in %.1f ms",
+	    figs[F_SETUP_10K].value);
 
 	bench_rng rng;
 	bench_rng_seed(&rng, 20240601);
@@ -536,7 +544,7 @@ measure_redis(world *w, uint64_t calls)
 	uint64_t t1 = bench_now_ns();
 	if (allowed != calls)
 		bench_fail("redis: meant to measure the allow path, but "
-		    "%" PRIu64 " of %" PRIu64 " decisions were denials",
+		           "%" PRIu64 " of %" PRIu64 " decisions were denials",
 		    calls - allowed, calls);
 	return (double) (t1 - t0) / (double) calls;
 }
@@ -544,23 +552,28 @@ measure_redis(world *w, uint64_t calls)
 static job
 floor_job(const char *name, floor_bucket *fb, expect e)
 {
-	return (job) { .name = name, .kind = JOB_FLOOR, .expect = e,
-		.floor = fb };
+	return (
+	    job) { .name = name, .kind = JOB_FLOOR, .expect = e, .floor = fb };
 }
 
 static job
 key_job(const char *name, allot_agent *agent, allot_key *key, expect e)
 {
-	return (job) { .name = name, .kind = JOB_RESOLVED, .expect = e,
-		.agent = agent, .key = key };
+	return (job) { .name = name,
+		.kind = JOB_RESOLVED,
+		.expect = e,
+		.agent = agent,
+		.key = key };
 }
 
 static job
-id_job(const char *name, allot_agent *agent, const char *identity,
-    expect e)
+id_job(const char *name, allot_agent *agent, const char *identity, expect e)
 {
-	return (job) { .name = name, .kind = JOB_LOOKUP, .expect = e,
-		.agent = agent, .identity = identity };
+	return (job) { .name = name,
+		.kind = JOB_LOOKUP,
+		.expect = e,
+		.agent = agent,
+		.identity = identity };
 }
 
 /* One round: every measurement once, in a fixed order. */
@@ -630,8 +643,8 @@ round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
 
 	/* One hot key shared by two threads: allow (CAS contention) and
 	 * deny (read-only, should scale). */
-	a = b = key_job("resolved_2t_same_key", w->one, w->k_one,
-	    EXPECT_ALLOW);
+	a = b = key_job(
+	    "resolved_2t_same_key", w->one, w->k_one, EXPECT_ALLOW);
 	samples[F_RESOLVED_2T_SAME][r] = measure2(&a, &b, n).per_thread_ns;
 	a = b = key_job("deny_2t_same_key", w->deny, w->k_deny, EXPECT_DENY);
 	samples[F_DENY_2T_SAME][r] = measure2(&a, &b, n).per_thread_ns;
@@ -661,9 +674,10 @@ main(int argc, char **argv)
 	round_once(&w, o.iters / 10 ? o.iters / 10 : 1, 200, 0);
 
 	for (unsigned r = 0; r < o.rounds; r++) {
-		bench_progress(&o, "round %u/%u (%" PRIu64 " decisions per "
-		    "loop, %" PRIu64 " EVALSHA)", r + 1, o.rounds, o.iters,
-		    redis_calls);
+		bench_progress(&o,
+		    "round %u/%u (%" PRIu64 " decisions per "
+		    "loop, %" PRIu64 " EVALSHA)",
+		    r + 1, o.rounds, o.iters, redis_calls);
 		round_once(&w, o.iters, redis_calls, r);
 	}
 
@@ -681,14 +695,18 @@ main(int argc, char **argv)
 	bench_cpu_mark(&cpu1);
 	figs[F_NOISE].value = bench_cpu_others_pct(&cpu0, &cpu1);
 	if (figs[F_NOISE].value > 5.0)
-		bench_progress(&o, "warning: other processes used %.0f%% of "
+		bench_progress(&o,
+		    "warning: other processes used %.0f%% of "
 		    "the machine's CPU during the run; two-thread figures "
-		    "(and Redis) are unreliable", figs[F_NOISE].value);
+		    "(and Redis) are unreliable",
+		    figs[F_NOISE].value);
 
 	char header[256];
-	snprintf(header, sizeof header, "hotpath: median of %u rounds, "
+	snprintf(header, sizeof header,
+	    "hotpath: median of %u rounds, "
 	    "%" PRIu64 " decisions per loop and thread, %" PRIu64
-	    " EVALSHA per round; %.1f s", o.rounds, o.iters, redis_calls,
+	    " EVALSHA per round; %.1f s",
+	    o.rounds, o.iters, redis_calls,
 	    (double) (bench_now_ns() - t_start) / 1e9);
 	bench_report(&o, header, figs, NFIG);
 	return 0;

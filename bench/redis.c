@@ -119,8 +119,9 @@ log_tail(bench_redis *r, char *err, size_t errlen)
 	if (fd < 0)
 		return;
 	off_t end = lseek(fd, 0, SEEK_END);
-	lseek(fd, end > (off_t) sizeof buf - 1 ? end - (off_t) sizeof buf + 1 :
-	    0, SEEK_SET);
+	lseek(fd,
+	    end > (off_t) sizeof buf - 1 ? end - (off_t) sizeof buf + 1 : 0,
+	    SEEK_SET);
 	ssize_t n = read(fd, buf, sizeof buf - 1);
 	close(fd);
 	if (n <= 0)
@@ -154,8 +155,7 @@ spawn(bench_redis *r, const char *bin, char *err, size_t errlen)
 		}
 		execlp(bin, bin, "--port", port, "--bind", "127.0.0.1",
 		    "--save", "", "--appendonly", "no", "--dir", r->dir,
-		    "--logfile", logf, "--daemonize", "no",
-		    (char *) NULL);
+		    "--logfile", logf, "--daemonize", "no", (char *) NULL);
 		_exit(127);
 	}
 	r->pid = pid;
@@ -171,14 +171,17 @@ connect_and_load(bench_redis *r, char *err, size_t errlen)
 		int st;
 		if (waitpid(r->pid, &st, WNOHANG) == r->pid) {
 			r->pid = 0;
-			snprintf(err, errlen, "redis-server exited (status "
-			    "%d)%s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+			snprintf(err, errlen,
+			    "redis-server exited (status "
+			    "%d)%s",
+			    WIFEXITED(st) ? WEXITSTATUS(st) : -1,
 			    WIFEXITED(st) && WEXITSTATUS(st) == 127 ?
-			    ": not installed? run scripts/bootstrap" : "");
+			        ": not installed? run scripts/bootstrap" :
+			        "");
 			return false;
 		}
-		c = redisConnectWithTimeout("127.0.0.1", r->port,
-		    (struct timeval) { 1, 0 });
+		c = redisConnectWithTimeout(
+		    "127.0.0.1", r->port, (struct timeval) { 1, 0 });
 		if (c != NULL && c->err == 0)
 			break;
 		redisFree(c);
@@ -186,8 +189,10 @@ connect_and_load(bench_redis *r, char *err, size_t errlen)
 		nanosleep(&(struct timespec) { 0, 10000000 }, NULL);
 	}
 	if (c == NULL) {
-		snprintf(err, errlen, "could not connect to redis-server on "
-		    "127.0.0.1:%d within 5 s", r->port);
+		snprintf(err, errlen,
+		    "could not connect to redis-server on "
+		    "127.0.0.1:%d within 5 s",
+		    r->port);
 		return false;
 	}
 	r->ctx = c;
@@ -203,14 +208,14 @@ connect_and_load(bench_redis *r, char *err, size_t errlen)
 		return false;
 	}
 	rep = redisCommand(c, "SCRIPT LOAD %s", bucket_lua);
-	ok = rep != NULL && rep->type == REDIS_REPLY_STRING &&
-	    rep->len == 40;
+	ok = rep != NULL && rep->type == REDIS_REPLY_STRING && rep->len == 40;
 	if (ok)
 		memcpy(r->sha, rep->str, 41);
 	else
 		snprintf(err, errlen, "SCRIPT LOAD failed: %s",
 		    rep && rep->type == REDIS_REPLY_ERROR ? rep->str :
-		    c->err ? c->errstr : "unexpected reply");
+		        c->err                            ? c->errstr :
+		                                            "unexpected reply");
 	if (rep != NULL)
 		freeReplyObject(rep);
 	return ok;

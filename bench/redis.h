@@ -17,11 +17,11 @@
 #include <sys/types.h>
 
 typedef struct bench_redis {
-	pid_t pid;          /* redis-server, 0 when not running */
+	pid_t pid; /* redis-server, 0 when not running */
 	int port;
-	char dir[64];       /* its --dir (log file only) */
-	void *ctx;          /* redisContext * */
-	char sha[41];       /* SHA1 of the loaded script */
+	char dir[64]; /* its --dir (log file only) */
+	void *ctx; /* redisContext * */
+	char sha[41]; /* SHA1 of the loaded script */
 } bench_redis;
 
 /* Start, connect, load the script. On failure `err` says why and nothing

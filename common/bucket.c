@@ -19,8 +19,8 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 	atomic_store_explicit(&r->since_ns, since, memory_order_relaxed);
 	if (a->mode != ALLOT__MODE_LIMIT && prev != NULL) {
 		atomic_store_explicit(&r->interval_fp,
-		    atomic_load_explicit(&prev->interval_fp,
-			memory_order_relaxed),
+		    atomic_load_explicit(
+		        &prev->interval_fp, memory_order_relaxed),
 		    memory_order_relaxed);
 		atomic_store_explicit(&r->tau_ns,
 		    atomic_load_explicit(&prev->tau_ns, memory_order_relaxed),
@@ -32,13 +32,13 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 		    atomic_load_explicit(&prev->burst, memory_order_relaxed),
 		    memory_order_relaxed);
 		atomic_store_explicit(&r->tokens_per_ns,
-		    atomic_load_explicit(&prev->tokens_per_ns,
-			memory_order_relaxed),
+		    atomic_load_explicit(
+		        &prev->tokens_per_ns, memory_order_relaxed),
 		    memory_order_relaxed);
-		atomic_store_explicit(&r->hint_ns, a->hint_ns,
-		    memory_order_relaxed);
-		atomic_store_explicit(&r->mode, (uint32_t) a->mode,
-		    memory_order_relaxed);
+		atomic_store_explicit(
+		    &r->hint_ns, a->hint_ns, memory_order_relaxed);
+		atomic_store_explicit(
+		    &r->mode, (uint32_t) a->mode, memory_order_relaxed);
 		atomic_store_explicit(&r->ver, ver, memory_order_release);
 		return;
 	}
@@ -50,20 +50,21 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 	double ns_per_token = 1e9 / rate;
 	double ifp = ns_per_token * (double) (1u << ALLOT__FPBITS);
 	uint64_t interval_fp = ifp >= 1.8e19 ? UINT64_MAX :
-	    ifp < 1.0 ? 1 : (uint64_t) ifp;
+	    ifp < 1.0                        ? 1 :
+	                                       (uint64_t) ifp;
 	double tau = burst * ns_per_token;
 	uint64_t tau_ns = tau >= (double) ALLOT__TAU_MAX ? ALLOT__TAU_MAX :
-	    (uint64_t) tau;
-	atomic_store_explicit(&r->interval_fp, interval_fp,
-	    memory_order_relaxed);
+	                                                   (uint64_t) tau;
+	atomic_store_explicit(
+	    &r->interval_fp, interval_fp, memory_order_relaxed);
 	atomic_store_explicit(&r->tau_ns, tau_ns, memory_order_relaxed);
 	atomic_store_explicit(&r->rate, rate, memory_order_relaxed);
 	atomic_store_explicit(&r->burst, burst, memory_order_relaxed);
-	atomic_store_explicit(&r->tokens_per_ns, rate / 1e9,
-	    memory_order_relaxed);
+	atomic_store_explicit(
+	    &r->tokens_per_ns, rate / 1e9, memory_order_relaxed);
 	atomic_store_explicit(&r->hint_ns, a->hint_ns, memory_order_relaxed);
-	atomic_store_explicit(&r->mode, (uint32_t) a->mode,
-	    memory_order_relaxed);
+	atomic_store_explicit(
+	    &r->mode, (uint32_t) a->mode, memory_order_relaxed);
 	atomic_store_explicit(&r->ver, ver, memory_order_release);
 }
 
@@ -93,8 +94,8 @@ debt_tokens(const allot__rate *r, uint64_t s, uint64_t now)
 	uint64_t z = s >> ALLOT__VBITS;
 	if (z <= now)
 		return 0.0;
-	double ns_per_token = (double) atomic_load_explicit(&r->interval_fp,
-				  memory_order_relaxed) /
+	double ns_per_token = (double) atomic_load_explicit(
+	                          &r->interval_fp, memory_order_relaxed) /
 	    (double) (1u << ALLOT__FPBITS);
 	return (double) (z - now) / ns_per_token;
 }
@@ -102,19 +103,19 @@ debt_tokens(const allot__rate *r, uint64_t s, uint64_t now)
 /* z for a bucket of allowance `to` holding the level that `s` holds
  * under `from`. */
 static uint64_t
-convert(uint64_t s, uint64_t now, const allot__rate *from,
-    const allot__rate *to)
+convert(
+    uint64_t s, uint64_t now, const allot__rate *from, const allot__rate *to)
 {
-	double from_burst = atomic_load_explicit(&from->burst,
-	    memory_order_relaxed);
-	double to_burst = atomic_load_explicit(&to->burst,
-	    memory_order_relaxed);
+	double from_burst = atomic_load_explicit(
+	    &from->burst, memory_order_relaxed);
+	double to_burst = atomic_load_explicit(
+	    &to->burst, memory_order_relaxed);
 	double level = from_burst - debt_tokens(from, s, now);
 	if (level > to_burst)
 		level = to_burst;
 	double debt = to_burst - level; /* > to_burst after settle debt */
-	double ns_per_token = (double) atomic_load_explicit(&to->interval_fp,
-				  memory_order_relaxed) /
+	double ns_per_token = (double) atomic_load_explicit(
+	                          &to->interval_fp, memory_order_relaxed) /
 	    (double) (1u << ALLOT__FPBITS);
 	/* Rounded up: a conversion never creates a token. */
 	double dz = ceil(debt * ns_per_token);
@@ -129,8 +130,8 @@ uint64_t
 allot__bucket_upgrade(allot__bucket *b, uint64_t s, uint64_t now)
 {
 	for (;;) {
-		uint32_t cur = atomic_load_explicit(&b->cur,
-		    memory_order_acquire);
+		uint32_t cur = atomic_load_explicit(
+		    &b->cur, memory_order_acquire);
 		uint32_t v = (uint32_t) s & ALLOT__VMASK;
 		if (v == (cur & ALLOT__VMASK))
 			return s;
@@ -141,12 +142,12 @@ allot__bucket_upgrade(allot__bucket *b, uint64_t s, uint64_t now)
 		/* Convert at the time the new allowance took effect, never
 		 * earlier: a caller holding an older `now` would otherwise
 		 * credit the time before the swap at the new rate. */
-		uint64_t since = atomic_load_explicit(&to->since_ns,
-		    memory_order_relaxed);
+		uint64_t since = atomic_load_explicit(
+		    &to->since_ns, memory_order_relaxed);
 		uint64_t nz = convert(s, now > since ? now : since, from, to);
 		uint64_t ns = (nz << ALLOT__VBITS) | (cur & ALLOT__VMASK);
 		if (atomic_compare_exchange_strong_explicit(&b->state, &s, ns,
-			memory_order_acq_rel, memory_order_acquire))
+		        memory_order_acq_rel, memory_order_acquire))
 			return ns;
 	}
 }
@@ -173,10 +174,9 @@ allot__bucket_get(const allot__bucket *b, allot__allowance *ret)
 	const allot__rate *r = &b->slot[cur & 1u];
 	ret->rate = atomic_load_explicit(&r->rate, memory_order_relaxed);
 	ret->burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
-	ret->mode = (allot__mode) atomic_load_explicit(&r->mode,
-	    memory_order_relaxed);
-	ret->hint_ns = atomic_load_explicit(&r->hint_ns,
-	    memory_order_relaxed);
+	ret->mode = (allot__mode) atomic_load_explicit(
+	    &r->mode, memory_order_relaxed);
+	ret->hint_ns = atomic_load_explicit(&r->hint_ns, memory_order_relaxed);
 }
 
 double
@@ -199,8 +199,8 @@ allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
 		s = allot__bucket_upgrade(b, s, now);
 		uint32_t v = (uint32_t) s & ALLOT__VMASK;
 		const allot__rate *r = &b->slot[v & 1u];
-		uint64_t iv = atomic_load_explicit(&r->interval_fp,
-		    memory_order_relaxed);
+		uint64_t iv = atomic_load_explicit(
+		    &r->interval_fp, memory_order_relaxed);
 		uint64_t z = s >> ALLOT__VBITS;
 		uint64_t nz;
 		if (extra > 0) {
@@ -215,8 +215,8 @@ allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
 			nz = z - now > back ? z - back : now;
 		}
 		if (atomic_compare_exchange_weak_explicit(&b->state, &s,
-			(nz << ALLOT__VBITS) | v, memory_order_acq_rel,
-			memory_order_acquire))
+		        (nz << ALLOT__VBITS) | v, memory_order_acq_rel,
+		        memory_order_acquire))
 			return;
 	}
 }

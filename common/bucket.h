@@ -38,9 +38,9 @@
 
 #define ALLOT__VBITS 4u
 #define ALLOT__VMASK ((1u << ALLOT__VBITS) - 1u)
-#define ALLOT__FPBITS 16u                 /* fraction bits of interval_fp */
-#define ALLOT__TAU_MAX (1ull << 50)       /* ns, ~13 days */
-#define ALLOT__NEED_MAX (1ull << 52)      /* ns */
+#define ALLOT__FPBITS 16u /* fraction bits of interval_fp */
+#define ALLOT__TAU_MAX (1ull << 50) /* ns, ~13 days */
+#define ALLOT__NEED_MAX (1ull << 52) /* ns */
 
 #if defined(__GNUC__)
 #define allot__likely(x) __builtin_expect(!!(x), 1)
@@ -52,7 +52,7 @@
 
 typedef enum allot__mode {
 	ALLOT__MODE_LIMIT = 0, /* a token bucket */
-	ALLOT__MODE_OPEN = 1,  /* admit everything (fallback: open) */
+	ALLOT__MODE_OPEN = 1, /* admit everything (fallback: open) */
 	ALLOT__MODE_CLOSED = 2, /* deny everything (fallback: closed) */
 } allot__mode;
 
@@ -61,38 +61,38 @@ typedef enum allot__mode {
  * then retries, see above). */
 typedef struct allot__rate {
 	_Atomic uint64_t interval_fp; /* ns per token, 48.16 fixed point */
-	_Atomic uint64_t tau_ns;      /* burst * interval, <= TAU_MAX */
-	_Atomic double rate;          /* tokens per second */
-	_Atomic double burst;         /* tokens */
+	_Atomic uint64_t tau_ns; /* burst * interval, <= TAU_MAX */
+	_Atomic double rate; /* tokens per second */
+	_Atomic double burst; /* tokens */
 	_Atomic double tokens_per_ns; /* rate / 1e9, for levels */
-	_Atomic uint64_t hint_ns;     /* CLOSED: retry-after to suggest */
-	_Atomic uint64_t since_ns;    /* when this version took effect */
-	_Atomic uint32_t mode;        /* allot__mode */
-	_Atomic uint32_t ver;         /* version stored in this slot */
+	_Atomic uint64_t hint_ns; /* CLOSED: retry-after to suggest */
+	_Atomic uint64_t since_ns; /* when this version took effect */
+	_Atomic uint32_t mode; /* allot__mode */
+	_Atomic uint32_t ver; /* version stored in this slot */
 } allot__rate;
 
 typedef struct allot__bucket {
 	_Alignas(64) _Atomic uint64_t state; /* z << VBITS | version */
-	_Atomic uint32_t cur;         /* version in force (full counter) */
-	_Atomic bool shadow;          /* evaluate, count, never deny */
-	allot__rate slot[2];          /* slot[v & 1] holds version v */
+	_Atomic uint32_t cur; /* version in force (full counter) */
+	_Atomic bool shadow; /* evaluate, count, never deny */
+	allot__rate slot[2]; /* slot[v & 1] holds version v */
 } allot__bucket;
 
 /* What one take decided. */
 typedef struct allot__take {
 	bool allowed;
-	bool open;          /* decided by MODE_OPEN */
-	uint64_t debt_ns;   /* z - now after the decision: time until full */
-	uint64_t wait_ns;   /* denied: time until `cost` tokens exist */
+	bool open; /* decided by MODE_OPEN */
+	uint64_t debt_ns; /* z - now after the decision: time until full */
+	uint64_t wait_ns; /* denied: time until `cost` tokens exist */
 	const allot__rate *r;
 } allot__take;
 
 /* An allowance to install. */
 typedef struct allot__allowance {
-	double rate;        /* tokens/s, > 0 for MODE_LIMIT */
-	double burst;       /* tokens, > 0 for MODE_LIMIT */
+	double rate; /* tokens/s, > 0 for MODE_LIMIT */
+	double burst; /* tokens, > 0 for MODE_LIMIT */
 	allot__mode mode;
-	uint64_t hint_ns;   /* MODE_CLOSED: suggested retry-after */
+	uint64_t hint_ns; /* MODE_CLOSED: suggested retry-after */
 } allot__allowance;
 
 /* Initialise a full bucket at `a` (not thread-safe: before publication). */
@@ -101,8 +101,8 @@ void allot__bucket_init(allot__bucket *b, const allot__allowance *a);
 /* Install a new allowance; the level is preserved (capped at the new
  * burst). One writer at a time per bucket; any number of concurrent
  * acquirers. */
-void allot__bucket_set(allot__bucket *b, const allot__allowance *a,
-    uint64_t now);
+void allot__bucket_set(
+    allot__bucket *b, const allot__allowance *a, uint64_t now);
 
 /* The allowance currently in force. */
 void allot__bucket_get(const allot__bucket *b, allot__allowance *ret);
@@ -132,14 +132,14 @@ allot__need_ns(uint64_t cost, uint64_t interval_fp)
  * allow path is one CAS, the deny path only reads.
  */
 static inline void
-allot__bucket_take(allot__bucket *b, uint64_t now, uint64_t cost,
-    allot__take *out)
+allot__bucket_take(
+    allot__bucket *b, uint64_t now, uint64_t cost, allot__take *out)
 {
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
 	for (;;) {
 		uint32_t v = (uint32_t) s & ALLOT__VMASK;
-		uint32_t cur = atomic_load_explicit(&b->cur,
-		    memory_order_acquire);
+		uint32_t cur = atomic_load_explicit(
+		    &b->cur, memory_order_acquire);
 		if (allot__unlikely(v != (cur & ALLOT__VMASK))) {
 			s = allot__bucket_upgrade(b, s, now);
 			continue;
@@ -147,12 +147,12 @@ allot__bucket_take(allot__bucket *b, uint64_t now, uint64_t cost,
 		const allot__rate *r = &b->slot[v & 1u];
 		/* Acquire loads (plain moves on x86): the state re-read
 		 * below cannot be hoisted above them. */
-		uint64_t iv = atomic_load_explicit(&r->interval_fp,
-		    memory_order_acquire);
-		uint64_t tau = atomic_load_explicit(&r->tau_ns,
-		    memory_order_acquire);
-		uint32_t mode = atomic_load_explicit(&r->mode,
-		    memory_order_acquire);
+		uint64_t iv = atomic_load_explicit(
+		    &r->interval_fp, memory_order_acquire);
+		uint64_t tau = atomic_load_explicit(
+		    &r->tau_ns, memory_order_acquire);
+		uint32_t mode = atomic_load_explicit(
+		    &r->mode, memory_order_acquire);
 		uint64_t z = s >> ALLOT__VBITS;
 		uint64_t base = z > now ? z : now;
 		uint64_t nz = base + allot__need_ns(cost, iv);
@@ -160,10 +160,10 @@ allot__bucket_take(allot__bucket *b, uint64_t now, uint64_t cost,
 		if (allot__likely(mode == ALLOT__MODE_LIMIT)) {
 			if (nz - now <= tau) {
 				if (atomic_compare_exchange_weak_explicit(
-					&b->state, &s,
-					(nz << ALLOT__VBITS) | v,
-					memory_order_acq_rel,
-					memory_order_acquire)) {
+				        &b->state, &s,
+				        (nz << ALLOT__VBITS) | v,
+				        memory_order_acq_rel,
+				        memory_order_acquire)) {
 					out->allowed = true;
 					out->open = false;
 					out->debt_ns = nz - now;
@@ -175,8 +175,8 @@ allot__bucket_take(allot__bucket *b, uint64_t now, uint64_t cost,
 		}
 		/* Not admitted by the bucket (or not a bucket): validate that
 		 * the slot we read belonged to the state we read. */
-		uint64_t s2 = atomic_load_explicit(&b->state,
-		    memory_order_acquire);
+		uint64_t s2 = atomic_load_explicit(
+		    &b->state, memory_order_acquire);
 		if (allot__unlikely(s2 != s)) {
 			s = s2;
 			continue;
@@ -189,8 +189,8 @@ allot__bucket_take(allot__bucket *b, uint64_t now, uint64_t cost,
 		} else if (mode == ALLOT__MODE_CLOSED) {
 			out->allowed = false;
 			out->open = false;
-			out->wait_ns = atomic_load_explicit(&r->hint_ns,
-			    memory_order_relaxed);
+			out->wait_ns = atomic_load_explicit(
+			    &r->hint_ns, memory_order_relaxed);
 		} else {
 			out->allowed = false;
 			out->open = false;

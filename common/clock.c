@@ -25,7 +25,8 @@ kernel_trusts_tsc(void)
 {
 	char buf[64] = { 0 };
 	FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/"
-			"current_clocksource", "r");
+	                "current_clocksource",
+	    "r");
 	if (f == NULL)
 		return false;
 	bool ok = fgets(buf, sizeof buf, f) != NULL &&

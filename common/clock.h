@@ -19,11 +19,11 @@
 #endif
 
 typedef struct allot__tsc {
-	bool usable;       /* TSC trusted and calibrated */
-	uint64_t tsc0;     /* counter value at the origin */
-	uint64_t mono0;    /* CLOCK_MONOTONIC ns at the origin */
-	uint64_t mult;     /* ns = ((tsc - tsc0) * mult) >> 32 */
-	double ghz;        /* calibrated frequency, for reports */
+	bool usable; /* TSC trusted and calibrated */
+	uint64_t tsc0; /* counter value at the origin */
+	uint64_t mono0; /* CLOCK_MONOTONIC ns at the origin */
+	uint64_t mult; /* ns = ((tsc - tsc0) * mult) >> 32 */
+	double ghz; /* calibrated frequency, for reports */
 } allot__tsc;
 
 /* Process-wide calibration, done once (about 10 ms) on first use. */

@@ -27,7 +27,7 @@
 #include "hash.h"
 
 #define STR_(x) #x
-#define STR(x)  STR_(x)
+#define STR(x) STR_(x)
 
 /* The schema nests five levels; anything much deeper is hostile. */
 #define MAX_DEPTH 32
@@ -144,7 +144,7 @@ report(struct ctx *c, const struct node *n, const char *fmt, ...)
  * ALLOT_ECONFIG. Macros, so that the constant is visible at each call
  * site (to readers and to static analysers). */
 #define FAIL_AT(...) (report_at(__VA_ARGS__), ALLOT_ECONFIG)
-#define FAIL(...)    (report(__VA_ARGS__), ALLOT_ECONFIG)
+#define FAIL(...) (report(__VA_ARGS__), ALLOT_ECONFIG)
 
 static int
 nomem(struct ctx *c)
@@ -194,9 +194,9 @@ numtext(char *buf, size_t size, const char *s, size_t len)
 	return buf;
 }
 
-#define QBUF        (QUOTE_MAX + 8)
-#define Q(buf, s)   quote((buf), sizeof(buf), (s), strlen(s))
-#define QN(buf, n)  quote((buf), sizeof(buf), (n)->str, (n)->len)
+#define QBUF (QUOTE_MAX + 8)
+#define Q(buf, s) quote((buf), sizeof(buf), (s), strlen(s))
+#define QN(buf, n) quote((buf), sizeof(buf), (n)->str, (n)->len)
 #define NUM(buf, n) numtext((buf), sizeof(buf), (n)->str, (n)->len)
 
 /* ------------------------------------------------------------------ */
@@ -212,18 +212,18 @@ is_one_of(const char *s, const char *const *words)
 	return false;
 }
 
-static const char *const null_words[]
-    = { "", "~", "null", "Null", "NULL", NULL };
-static const char *const true_words[]
-    = { "true", "True", "TRUE", "yes", "Yes", "YES", NULL };
-static const char *const false_words[]
-    = { "false", "False", "FALSE", "no", "No", "NO", NULL };
+static const char *const null_words[] = { "", "~", "null", "Null", "NULL",
+	NULL };
+static const char *const true_words[] = { "true", "True", "TRUE", "yes", "Yes",
+	"YES", NULL };
+static const char *const false_words[] = { "false", "False", "FALSE", "no",
+	"No", "NO", NULL };
 
 static bool
 is_null(const struct node *n)
 {
-	return n->type == NODE_SCALAR && n->plain
-	    && is_one_of(n->str, null_words);
+	return n->type == NODE_SCALAR && n->plain &&
+	    is_one_of(n->str, null_words);
 }
 
 enum numkind {
@@ -587,9 +587,9 @@ read_tree(struct ctx *c, const char *text, size_t len, struct node **ret)
 			if (rc != ALLOT_OK)
 				break;
 			n = calloc(1, sizeof *n);
-			if (n == NULL
-			    || (n->str = malloc(ev.data.scalar.length + 1))
-			        == NULL) {
+			if (n == NULL ||
+			    (n->str = malloc(ev.data.scalar.length + 1)) ==
+			        NULL) {
 				free(n);
 				n = NULL;
 				rc = nomem(c);
@@ -599,8 +599,8 @@ read_tree(struct ctx *c, const char *text, size_t len, struct node **ret)
 			n->len = ev.data.scalar.length;
 			memcpy(n->str, ev.data.scalar.value, n->len);
 			n->str[n->len] = '\0';
-			n->plain
-			    = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+			n->plain = ev.data.scalar.style ==
+			    YAML_PLAIN_SCALAR_STYLE;
 			break;
 		case YAML_SEQUENCE_START_EVENT:
 		case YAML_MAPPING_START_EVENT:
@@ -626,9 +626,9 @@ read_tree(struct ctx *c, const char *text, size_t len, struct node **ret)
 				rc = nomem(c);
 				break;
 			}
-			n->type = ev.type == YAML_SEQUENCE_START_EVENT
-			    ? NODE_SEQ
-			    : NODE_MAP;
+			n->type = ev.type == YAML_SEQUENCE_START_EVENT ?
+			    NODE_SEQ :
+			    NODE_MAP;
 			break;
 		case YAML_SEQUENCE_END_EVENT:
 		case YAML_MAPPING_END_EVENT:
@@ -643,8 +643,8 @@ read_tree(struct ctx *c, const char *text, size_t len, struct node **ret)
 		n->line = line;
 		n->col = col;
 		struct node *parent = depth > 0 ? stack[depth - 1] : NULL;
-		if (parent != NULL && parent->type == NODE_MAP
-		    && parent->nkids % 2 == 0 && n->type != NODE_SCALAR) {
+		if (parent != NULL && parent->type == NODE_MAP &&
+		    parent->nkids % 2 == 0 && n->type != NODE_SCALAR) {
 			rc = FAIL(c, n,
 			    "%s used as a mapping key, expected a plain key "
 			    "such as burst",
@@ -824,9 +824,9 @@ parse_quota(struct ctx *c, const struct node *map, const char *path,
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
 		const struct node *k = map->kids[i], *v = map->kids[i + 1];
 		size_t j = key_index(k, keys, 6);
-		int field = is_default ? (int) j
-		    : j == 0           ? QK_IDENTITY
-		                       : (int) j - 1;
+		int field = is_default ? (int) j :
+		    j == 0             ? QK_IDENTITY :
+		                         (int) j - 1;
 		const char *s = NULL;
 		snprintf(what, sizeof what, "%s.%s", path, keys[j]);
 		switch (field) {
@@ -911,8 +911,8 @@ parse_weights(struct ctx *c, const struct node *map)
 		    "endpoint: weight",
 		    describe(map, d, sizeof d));
 	size_t pairs = map->nkids / 2;
-	size_t cap
-	    = pairs < ALLOT__MAX_ENDPOINTS ? pairs : ALLOT__MAX_ENDPOINTS;
+	size_t cap = pairs < ALLOT__MAX_ENDPOINTS ? pairs :
+	                                            ALLOT__MAX_ENDPOINTS;
 	if (cap > 0) {
 		cfg->endpoints = calloc(cap, sizeof *cfg->endpoints);
 		if (cfg->endpoints == NULL)
@@ -927,8 +927,8 @@ parse_weights(struct ctx *c, const struct node *map)
 			return rc;
 		for (size_t j = 0; j < i; j += 2) {
 			const struct node *o = map->kids[j];
-			if (o->len == k->len
-			    && memcmp(o->str, k->str, k->len) == 0)
+			if (o->len == k->len &&
+			    memcmp(o->str, k->str, k->len) == 0)
 				return FAIL(c, k,
 				    "duplicate key %s in "
 				    "quotas.endpoint_weights (first at line "
@@ -1003,8 +1003,8 @@ parse_shed_order(struct ctx *c, const struct node *seq)
 static int
 parse_ceiling(struct ctx *c, const struct node *map)
 {
-	static const char *const keys[]
-	    = { "tokens_per_second", "shed_order" };
+	static const char *const keys[] = { "tokens_per_second",
+		"shed_order" };
 	const char *path = "quotas.global_ceiling";
 	const struct node *vals[2];
 	int rc = walk_map(c, map, path, keys, 2, vals);
@@ -1030,8 +1030,8 @@ parse_root(struct ctx *c, const struct node *root)
 {
 	static const char *const top_keys[] = { "quotas" };
 	enum { K_DEFAULT, K_CALLERS, K_WEIGHTS, K_CEILING };
-	static const char *const keys[]
-	    = { "default", "callers", "endpoint_weights", "global_ceiling" };
+	static const char *const keys[] = { "default", "callers",
+		"endpoint_weights", "global_ceiling" };
 	const struct node *top[1], *vals[4];
 	char d[DBUF];
 	if (root == NULL || is_null(root))
@@ -1078,8 +1078,8 @@ parse_root(struct ctx *c, const struct node *root)
 static int
 set_default_classes(struct ctx *c)
 {
-	static const char *const names[]
-	    = { "low", "batch", "standard", "critical" };
+	static const char *const names[] = { "low", "batch", "standard",
+		"critical" };
 	allot_config *cfg = c->cfg;
 	for (size_t i = 0; i < 4; i++) {
 		if ((cfg->classes[i] = strdup(names[i])) == NULL)
@@ -1143,8 +1143,8 @@ check_identities(struct ctx *c)
 	const allot__quota *dup = NULL, *first = NULL;
 	for (size_t i = 0, j; i < cfg->ncallers; i = j) {
 		for (j = i + 1; j < cfg->ncallers; j++)
-			if (strcmp(c->byid[i]->identity, c->byid[j]->identity)
-			    != 0)
+			if (strcmp(c->byid[i]->identity,
+			        c->byid[j]->identity) != 0)
 				break;
 		if (j - i > 1 && (dup == NULL || c->byid[i + 1] < dup)) {
 			dup = c->byid[i + 1];
@@ -1221,7 +1221,7 @@ check_all(struct ctx *c)
  * Two files that load to the same quotas have the same digest whatever
  * their comments, layout, quoting, key order or number spelling. */
 #define FNV_OFFSET 0xcbf29ce484222325ull
-#define FNV_PRIME  0x100000001b3ull
+#define FNV_PRIME 0x100000001b3ull
 
 static void
 dg_bytes(uint64_t *h, const void *data, size_t len)
@@ -1351,8 +1351,8 @@ allot_config_parse(const char *name, const char *text, size_t len,
 		goto out;
 	}
 	c.cfg->default_weight = 1;
-	if ((c.cfg->source = strdup(c.name)) == NULL
-	    || (c.cfg->def.identity = strdup("default")) == NULL) {
+	if ((c.cfg->source = strdup(c.name)) == NULL ||
+	    (c.cfg->def.identity = strdup("default")) == NULL) {
 		rc = nomem(&c);
 		goto out;
 	}
@@ -1495,8 +1495,8 @@ allot__config_dup(const allot_config *cfg)
 	d->nendpoints = 0;
 	d->nclasses = 0;
 	memset(d->classes, 0, sizeof d->classes);
-	if ((d->source = strdup(cfg->source)) == NULL
-	    || (d->def.identity = strdup(cfg->def.identity)) == NULL)
+	if ((d->source = strdup(cfg->source)) == NULL ||
+	    (d->def.identity = strdup(cfg->def.identity)) == NULL)
 		goto fail;
 	if (cfg->ncallers > 0) {
 		d->callers = calloc(cfg->ncallers, sizeof *d->callers);
@@ -1521,9 +1521,8 @@ allot__config_dup(const allot_config *cfg)
 		}
 	}
 	for (; d->nclasses < cfg->nclasses; d->nclasses++)
-		if ((d->classes[d->nclasses]
-		        = strdup(cfg->classes[d->nclasses]))
-		    == NULL)
+		if ((d->classes[d->nclasses] = strdup(
+		         cfg->classes[d->nclasses])) == NULL)
 			goto fail;
 	return d;
 fail:

@@ -15,54 +15,54 @@
 #include <allot/allot.h>
 
 /* Limits enforced by the loader; docs/configuration.md lists them. */
-#define ALLOT__RATE_MIN 0.001     /* tokens/s */
-#define ALLOT__RATE_MAX 1e9       /* tokens/s */
-#define ALLOT__BURST_MAX 1e9      /* tokens */
+#define ALLOT__RATE_MIN 0.001 /* tokens/s */
+#define ALLOT__RATE_MAX 1e9 /* tokens/s */
+#define ALLOT__BURST_MAX 1e9 /* tokens */
 #define ALLOT__WEIGHT_MAX 1000000u
 #define ALLOT__MAX_CALLERS 65536
 #define ALLOT__MAX_ENDPOINTS 256
-#define ALLOT__ENDPOINT_MAX 63    /* bytes */
+#define ALLOT__ENDPOINT_MAX 63 /* bytes */
 #define ALLOT__MAX_CLASSES 8
-#define ALLOT__CLASS_MAX 31       /* bytes */
+#define ALLOT__CLASS_MAX 31 /* bytes */
 
 /* One quota: a configured caller, or the shared default bucket. */
 typedef struct allot__quota {
-	char *identity;        /* SPIFFE ID; "default" for the default quota */
-	double rate;           /* tokens_per_second, > 0 */
-	double burst;          /* burst, >= the largest endpoint weight */
-	uint32_t priority;     /* index into allot_config.classes */
-	bool shadow;           /* evaluate and count, never deny */
-	bool shared;           /* the default bucket: one bucket for all */
+	char *identity; /* SPIFFE ID; "default" for the default quota */
+	double rate; /* tokens_per_second, > 0 */
+	double burst; /* burst, >= the largest endpoint weight */
+	uint32_t priority; /* index into allot_config.classes */
+	bool shadow; /* evaluate and count, never deny */
+	bool shared; /* the default bucket: one bucket for all */
 	allot_fallback fallback;
-	uint32_t line;         /* where it was defined, for messages */
+	uint32_t line; /* where it was defined, for messages */
 } allot__quota;
 
 typedef struct allot__endpoint {
-	char *name;            /* e.g. "/export" */
-	uint32_t weight;       /* tokens per request, >= 1 */
+	char *name; /* e.g. "/export" */
+	uint32_t weight; /* tokens per request, >= 1 */
 } allot__endpoint;
 
 struct allot_config {
-	char *source;          /* file name used in messages */
-	allot__quota def;      /* quotas.default */
+	char *source; /* file name used in messages */
+	allot__quota def; /* quotas.default */
 	allot__quota *callers; /* quotas.callers, in file order */
 	size_t ncallers;
 	allot__endpoint *endpoints; /* endpoint_weights except `default` */
 	size_t nendpoints;
 	uint32_t default_weight; /* endpoint_weights.default (1 if absent) */
-	uint32_t max_weight;   /* max over all weights */
-	double ceiling_rate;   /* global_ceiling.tokens_per_second; 0 = none */
+	uint32_t max_weight; /* max over all weights */
+	double ceiling_rate; /* global_ceiling.tokens_per_second; 0 = none */
 	/* Priority classes in shed order: classes[0] is shed first. Defaults
 	 * to low, batch, standard, critical when shed_order is absent. */
 	char *classes[ALLOT__MAX_CLASSES];
 	size_t nclasses;
-	uint64_t digest;       /* 64-bit digest of the canonical content */
+	uint64_t digest; /* 64-bit digest of the canonical content */
 };
 
 /* The quota for an identity, or NULL if it is not a configured caller.
  * Linear scan: for set-up paths only (agents build their own index). */
-const allot__quota *allot__config_find(const allot_config *cfg,
-    const char *identity);
+const allot__quota *allot__config_find(
+    const allot_config *cfg, const char *identity);
 
 /* The weight of an endpoint (default_weight if not listed). */
 uint32_t allot__config_weight(const allot_config *cfg, const char *endpoint);

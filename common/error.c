@@ -12,7 +12,8 @@ allot_strerror(int err)
 	case ALLOT_ECONFIG: return "invalid quota configuration";
 	case ALLOT_ENOENT: return "no such entry";
 	case ALLOT_EFULL: return "table full";
-	case ALLOT_ETOOBIG: return "cost exceeds the burst: the request can never pass";
+	case ALLOT_ETOOBIG:
+		return "cost exceeds the burst: the request can never pass";
 	case ALLOT_EIO: return "I/O error";
 	case ALLOT_EPROTO: return "protocol error";
 	case ALLOT_ETIMEDOUT: return "timed out";

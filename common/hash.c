@@ -60,7 +60,8 @@ allot__hash(const void *data, size_t len, uint64_t seed)
 		a = load32(p) << 32 | load32(p + n - 4);
 		b = 0;
 	} else if (n > 0) {
-		a = (uint64_t) p[0] << 16 | (uint64_t) p[n >> 1] << 8 | p[n - 1];
+		a = (uint64_t) p[0] << 16 | (uint64_t) p[n >> 1] << 8 |
+		    p[n - 1];
 		b = 0;
 	} else {
 		a = b = 0;

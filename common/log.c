@@ -21,8 +21,8 @@ vlog(const allot__logger *lg, int level, const char *id, const char *fmt,
 }
 
 void
-allot__log(const allot__logger *lg, int level, const char *id,
-    const char *fmt, ...)
+allot__log(
+    const allot__logger *lg, int level, const char *id, const char *fmt, ...)
 {
 	if (lg == NULL || lg->fn == NULL || level > lg->level)
 		return;
@@ -41,7 +41,8 @@ allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl, int level,
 	uint64_t now = allot__mono_ns() / 1000000u;
 	uint64_t start = atomic_load(&rl->window_start_ms);
 	if (now - start >= rl->interval_ms &&
-	    atomic_compare_exchange_strong(&rl->window_start_ms, &start, now)) {
+	    atomic_compare_exchange_strong(
+	        &rl->window_start_ms, &start, now)) {
 		uint32_t dropped = atomic_exchange(&rl->suppressed, 0);
 		atomic_store(&rl->count, 0);
 		if (dropped > 0) {
@@ -74,5 +75,8 @@ allot__log_stderr(void *ctx, int level, const char *id, const char *msg)
 	char when[32];
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
 	fprintf(stderr, "%s.%03ldZ %s %s %s\n", when, ts.tv_nsec / 1000000,
-	    names[level < 0 ? 0 : level > 7 ? 7 : level], id, msg);
+	    names[level < 0   ? 0 :
+	            level > 7 ? 7 :
+	                        level],
+	    id, msg);
 }

@@ -23,7 +23,7 @@
 typedef struct allot__logger {
 	allot_log_fn fn; /* NULL: discard */
 	void *ctx;
-	int level;       /* messages above this level are dropped */
+	int level; /* messages above this level are dropped */
 } allot__logger;
 
 /* A rate limit for one call site: at most `burst` lines per `interval_ms`. */
@@ -35,8 +35,10 @@ typedef struct allot__logrl {
 	uint32_t interval_ms;
 } allot__logrl;
 
-#define ALLOT__LOGRL_INIT(burst_, interval_ms_) \
-	{ 0, 0, 0, (burst_), (interval_ms_) }
+#define ALLOT__LOGRL_INIT(burst_, interval_ms_)   \
+	{                                         \
+		0, 0, 0, (burst_), (interval_ms_) \
+	}
 
 void allot__log(const allot__logger *lg, int level, const char *id,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -47,7 +49,6 @@ void allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl,
 
 /* A handler that writes "LEVEL ID message" lines to stderr, with a
  * monotonic timestamp; used by allotd and the tools. */
-void allot__log_stderr(void *ctx, int level, const char *id,
-    const char *msg);
+void allot__log_stderr(void *ctx, int level, const char *id, const char *msg);
 
 #endif

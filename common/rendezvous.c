@@ -24,8 +24,8 @@ allot__rendezvous_key(const char *service, const char *quota)
 uint64_t
 allot__rendezvous_member(const char *name)
 {
-	return allot__mix64(allot__hash(name, strlen(name),
-	    ALLOT__RENDEZVOUS_SEED ^ 0x6d656d626572ull));
+	return allot__mix64(allot__hash(
+	    name, strlen(name), ALLOT__RENDEZVOUS_SEED ^ 0x6d656d626572ull));
 }
 
 uint64_t
@@ -35,8 +35,8 @@ allot__rendezvous_weight(uint64_t key, uint64_t member)
 }
 
 int
-allot__rendezvous_owner(uint64_t key, const uint64_t *members,
-    const bool *live, size_t n)
+allot__rendezvous_owner(
+    uint64_t key, const uint64_t *members, const bool *live, size_t n)
 {
 	int best = -1;
 	uint64_t best_w = 0;
@@ -53,8 +53,8 @@ allot__rendezvous_owner(uint64_t key, const uint64_t *members,
 }
 
 int
-allot__member_parse(const char *spec, bool bare_ok, char *err,
-    size_t errlen, allot__member *ret)
+allot__member_parse(const char *spec, bool bare_ok, char *err, size_t errlen,
+    allot__member *ret)
 {
 	const char *eq = strchr(spec, '=');
 	const char *url = eq != NULL ? eq + 1 : spec;
@@ -64,19 +64,21 @@ allot__member_parse(const char *spec, bool bare_ok, char *err,
 		return -1;
 	}
 	if (nl == 0 || url[0] == '\0') {
-		snprintf(err, errlen, "member \"%s\": empty name or URL",
-		    spec);
+		snprintf(
+		    err, errlen, "member \"%s\": empty name or URL", spec);
 		return -1;
 	}
 	if (nl >= ALLOT__MEMBER_NAME_MAX ||
 	    strlen(url) >= ALLOT__MEMBER_URL_MAX) {
-		snprintf(err, errlen, "member \"%.40s...\": name or URL too "
-		    "long", spec);
+		snprintf(err, errlen,
+		    "member \"%.40s...\": name or URL too "
+		    "long",
+		    spec);
 		return -1;
 	}
 	if (memchr(spec, ',', nl) != NULL || strchr(url, ',') != NULL) {
-		snprintf(err, errlen, "member \"%s\": ',' in a name or URL",
-		    spec);
+		snprintf(
+		    err, errlen, "member \"%s\": ',' in a name or URL", spec);
 		return -1;
 	}
 	allot__member m;
@@ -89,8 +91,8 @@ allot__member_parse(const char *spec, bool bare_ok, char *err,
 }
 
 int
-allot__member_parse_list(const char *list, bool bare_ok,
-    allot__member *ret, size_t max, char *err, size_t errlen)
+allot__member_parse_list(const char *list, bool bare_ok, allot__member *ret,
+    size_t max, char *err, size_t errlen)
 {
 	size_t n = 0;
 	const char *p = list;
@@ -113,8 +115,10 @@ allot__member_parse_list(const char *list, bool bare_ok,
 			return -1;
 		for (size_t i = 0; i < n; i++)
 			if (strcmp(ret[i].name, ret[n].name) == 0) {
-				snprintf(err, errlen, "member \"%s\" listed "
-				    "twice", ret[n].name);
+				snprintf(err, errlen,
+				    "member \"%s\" listed "
+				    "twice",
+				    ret[n].name);
 				return -1;
 			}
 		n++;

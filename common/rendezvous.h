@@ -25,7 +25,7 @@
 typedef struct allot__member {
 	char name[ALLOT__MEMBER_NAME_MAX];
 	char url[ALLOT__MEMBER_URL_MAX];
-	uint64_t hash;          /* allot__rendezvous_member(name) */
+	uint64_t hash; /* allot__rendezvous_member(name) */
 } allot__member;
 
 /* The rendezvous identity of a key: service and quota identity. */
@@ -40,8 +40,8 @@ uint64_t allot__rendezvous_weight(uint64_t key, uint64_t member);
 /* The index of the owner of `key` among the `n` members whose `live[i]`
  * is true (every member when `live` is NULL), or -1 when none is live.
  * Ties (never seen in practice) go to the lower index. */
-int allot__rendezvous_owner(uint64_t key, const uint64_t *members,
-    const bool *live, size_t n);
+int allot__rendezvous_owner(
+    uint64_t key, const uint64_t *members, const bool *live, size_t n);
 
 /* Parse one "NAME=URL" entry. An entry without "NAME=" (a bare URL) is
  * named by its URL when `bare_ok`. Returns 0, or -1 with a reason in

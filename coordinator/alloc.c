@@ -68,8 +68,9 @@ fit_sum(double *base, size_t stride, size_t n, double total)
 	for (size_t i = 0; i < n; i++)
 		sum += AT(base, stride, i);
 	for (int pass = 0; sum > total; pass++) {
-		double f = pass < 60 && total > 0 ? total / sum *
-		    (1.0 - 4e-16 * (double) (pass + 1)) : 0;
+		double f = pass < 60 && total > 0 ?
+		    total / sum * (1.0 - 4e-16 * (double) (pass + 1)) :
+		    0;
 		sum = 0;
 		for (size_t i = 0; i < n; i++) {
 			AT(base, stride, i) *= f;
@@ -119,8 +120,8 @@ level_cap(const double *c, size_t cs, const double *w, size_t ws, size_t n,
  * (everyone is raised to the level, those above keep their own). The
  * level only falls from total / sum w. */
 static double
-level_floor(const double *m, size_t ms, const double *w, size_t ws,
-    size_t n, double total)
+level_floor(const double *m, size_t ms, const double *w, size_t ws, size_t n,
+    double total)
 {
 	double sw = 0;
 	for (size_t i = 0; i < n; i++)
@@ -227,8 +228,10 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 		 * noise of each replica's estimate: the allowance is split
 		 * by those estimates, and one that reads low must not leave
 		 * its replica short when the ceiling binds. */
-		total += s->rate + (s->fresh ? 0 : nonneg(pol->noise_z) *
-		    sqrt(nonneg(s->demand_var)));
+		total += s->rate +
+		    (s->fresh ? 0 :
+		                nonneg(pol->noise_z) *
+		                sqrt(nonneg(s->demand_var)));
 	}
 	aq->claim = total * (1.0 + nonneg(pol->headroom));
 }
@@ -236,8 +239,7 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 /* The max-min fair level of class p sharing `left` (the level_cap of
  * the quotas of that class, by their wants in sum_rate). */
 static double
-class_level(const allot__alloc_quota *qs, size_t nq, uint32_t p,
-    double left)
+class_level(const allot__alloc_quota *qs, size_t nq, uint32_t p, double left)
 {
 	double members = 0;
 	for (size_t q = 0; q < nq; q++)
@@ -311,7 +313,7 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 		allot__alloc_quota *aq = &qs[q];
 		aq->allowance = 0;
 		if (aq->nslots == 0 || !(aq->rate > 0)) {
-			aq->sum_rate = 0;  /* want */
+			aq->sum_rate = 0; /* want */
 			aq->sum_burst = 0; /* weight: takes no part */
 			continue;
 		}
@@ -336,8 +338,8 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 		/* The ceiling does not bind: everyone gets what it wants and
 		 * the rest is spread in proportion to R (capped at R), so a
 		 * quota whose demand rises has room before the next round. */
-		double mu = level_floor(&qs[0].sum_rate, st, &qs[0].sum_burst,
-		    st, nq, C);
+		double mu = level_floor(
+		    &qs[0].sum_rate, st, &qs[0].sum_burst, st, nq, C);
 		for (size_t q = 0; q < nq; q++) {
 			allot__alloc_quota *aq = &qs[q];
 			if (aq->sum_burst > 0)
@@ -442,7 +444,8 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 			for (size_t i = 0; i < n; i++)
 				if (sl[i].rate > sl[i].burst)
 					sl[i].rate -= (sl[i].rate -
-					    sl[i].burst) * cut;
+					                  sl[i].burst) *
+					    cut;
 		}
 	}
 	aq->sum_rate = fit_sum(&sl[0].rate, st, n, A);
@@ -452,8 +455,8 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * allowance when the ceiling cut it. */
 	double R = aq->rate, B = aq->burst;
 	double L = isnan(aq->level) ? B : nonneg(aq->level);
-	double budget = fmin(B * fmin(1.0, A / R),
-	    L + A * nonneg(aq->horizon_s));
+	double budget = fmin(
+	    B * fmin(1.0, A / R), L + A * nonneg(aq->horizon_s));
 	budget = nonneg(budget);
 	double w = nonneg(aq->min_burst);
 	size_t npos = 0;
@@ -478,12 +481,13 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	if (sum > budget) {
 		double slack = 0;
 		for (size_t i = 0; i < n; i++)
-			slack += fmax(0, sl[i].burst - burst_of(sl[i].rate,
-			    sum_r, budget, w, npos));
+			slack += fmax(0,
+			    sl[i].burst -
+			        burst_of(sl[i].rate, sum_r, budget, w, npos));
 		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
 		for (size_t i = 0; i < n; i++) {
-			double nb = burst_of(sl[i].rate, sum_r, budget, w,
-			    npos);
+			double nb = burst_of(
+			    sl[i].rate, sum_r, budget, w, npos);
 			if (sl[i].burst > nb)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
 		}
@@ -503,8 +507,7 @@ demand_alloc(const allot__alloc_policy *pol, allot__alloc_service *svc)
 }
 
 int
-allot__alloc_compute(const allot__alloc_policy *pol,
-    allot__alloc_service *svc)
+allot__alloc_compute(const allot__alloc_policy *pol, allot__alloc_service *svc)
 {
 	if (svc == NULL)
 		return ALLOT_EINVAL;
@@ -513,12 +516,8 @@ allot__alloc_compute(const allot__alloc_policy *pol,
 		return ALLOT_EINVAL;
 	}
 	switch (pol->kind) {
-	case ALLOT__ALLOC_STATIC:
-		static_split(svc);
-		return ALLOT_OK;
-	case ALLOT__ALLOC_DEMAND:
-		demand_alloc(pol, svc);
-		return ALLOT_OK;
+	case ALLOT__ALLOC_STATIC: static_split(svc); return ALLOT_OK;
+	case ALLOT__ALLOC_DEMAND: demand_alloc(pol, svc); return ALLOT_OK;
 	}
 	zero_outputs(svc);
 	return ALLOT_EINVAL;
@@ -530,10 +529,8 @@ allot__alloc_name(const allot__alloc_policy *pol)
 	if (pol == NULL)
 		return "unknown";
 	switch (pol->kind) {
-	case ALLOT__ALLOC_STATIC:
-		return "static_split";
-	case ALLOT__ALLOC_DEMAND:
-		return "demand";
+	case ALLOT__ALLOC_STATIC: return "static_split";
+	case ALLOT__ALLOC_DEMAND: return "demand";
 	}
 	return "unknown";
 }

@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 typedef enum allot__alloc_kind {
-	ALLOT__ALLOC_STATIC = 0,  /* R/n and B/n for each participant */
-	ALLOT__ALLOC_DEMAND = 1,  /* demand-aware water-filling */
+	ALLOT__ALLOC_STATIC = 0, /* R/n and B/n for each participant */
+	ALLOT__ALLOC_DEMAND = 1, /* demand-aware water-filling */
 } allot__alloc_kind;
 
 /* Defaults of the demand-aware policy (allot__alloc_policy_init()). */
@@ -64,54 +64,54 @@ void allot__alloc_policy_init(allot__alloc_policy *pol);
  * outputs are its new target allowance. */
 typedef struct allot__alloc_slot {
 	/* inputs */
-	uint32_t replica;       /* index of the replica within the service,
-	                           the same across quotas of one round */
-	double consumed;        /* tokens admitted during the window */
-	double denied;          /* tokens denied during the window */
-	double demand;          /* demand estimate, tokens/s (admitted +
-	                           denied cost, smoothed) */
-	double demand_var;      /* its variance (noise), (tokens/s)^2;
-	                           0: unknown */
-	bool fresh;             /* no estimate yet (a newcomer): it claims
-	                           what the others claim on average */
-	double held;            /* tokens in the replica's bucket, last seen */
-	bool has_prev;          /* prev_* is the current target */
+	uint32_t replica; /* index of the replica within the service,
+	                     the same across quotas of one round */
+	double consumed; /* tokens admitted during the window */
+	double denied; /* tokens denied during the window */
+	double demand; /* demand estimate, tokens/s (admitted +
+	                  denied cost, smoothed) */
+	double demand_var; /* its variance (noise), (tokens/s)^2;
+	                      0: unknown */
+	bool fresh; /* no estimate yet (a newcomer): it claims
+	               what the others claim on average */
+	double held; /* tokens in the replica's bucket, last seen */
+	bool has_prev; /* prev_* is the current target */
 	double prev_rate;
 	double prev_burst;
 	/* outputs */
-	double rate;            /* local refill rate, tokens/s */
-	double burst;           /* local capacity, tokens */
+	double rate; /* local refill rate, tokens/s */
+	double burst; /* local capacity, tokens */
 } allot__alloc_slot;
 
 typedef struct allot__alloc_quota {
 	/* inputs */
-	double rate;            /* R, tokens/s */
-	double burst;           /* B, tokens */
-	uint32_t priority;      /* index into the config's shed order:
-	                           0 is shed first, higher is kept longer */
-	double level;           /* estimated global bucket level now, tokens
-	                           (demand policy; the static split ignores
-	                           it) */
-	double horizon_s;       /* time until the next round: the level
-	                           refills by allowance * horizon meanwhile */
-	double min_burst;       /* the largest endpoint weight: an agent
-	                           raises a smaller local burst to it */
+	double rate; /* R, tokens/s */
+	double burst; /* B, tokens */
+	uint32_t priority; /* index into the config's shed order:
+	                      0 is shed first, higher is kept longer */
+	double level; /* estimated global bucket level now, tokens
+	                 (demand policy; the static split ignores
+	                 it) */
+	double horizon_s; /* time until the next round: the level
+	                     refills by allowance * horizon meanwhile */
+	double min_burst; /* the largest endpoint weight: an agent
+	                     raises a smaller local burst to it */
 	allot__alloc_slot *slots; /* one per participating replica */
 	size_t nslots;
 	/* outputs */
-	double allowance;       /* the quota's share of the ceiling, <= R */
-	double burst_budget;    /* what the slot bursts may sum to, <= B */
-	double claim;           /* sum of the slots' claims, tokens/s */
-	double sum_rate;        /* sum of slot rates, <= allowance */
-	double sum_burst;       /* sum of slot bursts, <= burst_budget */
+	double allowance; /* the quota's share of the ceiling, <= R */
+	double burst_budget; /* what the slot bursts may sum to, <= B */
+	double claim; /* sum of the slots' claims, tokens/s */
+	double sum_rate; /* sum of slot rates, <= allowance */
+	double sum_burst; /* sum of slot bursts, <= burst_budget */
 } allot__alloc_quota;
 
 /* One round for one service: all its quotas at once, so a policy may
  * apply a cross-quota bound (the global ceiling) as well. */
 typedef struct allot__alloc_service {
-	double ceiling_rate;    /* global ceiling over all quotas; 0 = none */
-	double window_s;        /* time covered by the slot inputs */
-	uint32_t nreplicas;     /* live replicas of the service */
+	double ceiling_rate; /* global ceiling over all quotas; 0 = none */
+	double window_s; /* time covered by the slot inputs */
+	uint32_t nreplicas; /* live replicas of the service */
 	allot__alloc_quota *quotas;
 	size_t nquotas;
 } allot__alloc_service;
@@ -120,8 +120,8 @@ typedef struct allot__alloc_service {
  * Inputs are not modified. Safe from any thread; the caller owns `svc`.
  * Returns ALLOT_OK, or ALLOT_EINVAL for a NULL argument or an unknown
  * policy (the outputs are then zero: nothing is handed out). */
-int allot__alloc_compute(const allot__alloc_policy *pol,
-    allot__alloc_service *svc);
+int allot__alloc_compute(
+    const allot__alloc_policy *pol, allot__alloc_service *svc);
 
 /* The name of a policy for logs and /status. */
 const char *allot__alloc_name(const allot__alloc_policy *pol);

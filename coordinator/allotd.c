@@ -68,121 +68,166 @@ static void
 usage(FILE *f)
 {
 	fputs(
-"NAME\n"
-"    allotd - the allot coordinator: global quotas, per-replica shares\n"
-"\n"
-"SYNOPSIS\n"
-"    allotd --config FILE --db FILE [--listen URL]... [--http HOST:PORT]\n"
-"           [--lease-ms MS] [--interval-ms MS] [--expiry-intervals K]\n"
-"           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
-"           [--member NAME=SYNC_URL]... [--self NAME]\n"
-"    allotd --help | --version\n"
-"\n"
-"DESCRIPTION\n"
-"    allotd receives what every replica's agent (liballot) admitted and\n"
-"    denied per quota, keeps global usage in memory and in a SQLite file,\n"
-"    and answers each agent with its share of every quota: a local rate\n"
-"    and burst valid for a lease. Shares are recomputed whenever the\n"
-"    number of live replicas of a service or the quota config changes,\n"
-"    and reach the agents on their next sync. The quota file applies to\n"
-"    every service; each agent names its service when it registers.\n"
-"    The wire protocol is described in docs/protocol.md.\n"
-"\n"
-"OPTIONS\n"
-"    -c, --config FILE\n"
-"        Quota file (YAML, docs/configuration.md). Required. A bad file\n"
-"        at start-up is fatal; on SIGHUP it is logged and the config in\n"
-"        force is kept.\n"
-"    -d, --db FILE\n"
-"        SQLite store, created if missing (WAL mode, schema migrated).\n"
-"        Required. Query it with the sqlite3 shell (docs/operations.md).\n"
-"    -l, --listen URL\n"
-"        Protocol address, nng syntax: tcp://HOST:PORT or ipc:///PATH.\n"
-"        Repeat for several. Default " DEFAULT_LISTEN ".\n"
-"    -H, --http HOST:PORT\n"
-"        Address of the dashboard (/), /metrics, /status and /healthz,\n"
-"        or \"off\". Read-only: nothing on it changes allotd.\n"
-"        Default " DEFAULT_HTTP ".\n"
-"    --tls-cert FILE, --tls-ca FILE\n"
-"        For tls+tcp:// listeners (mutual TLS): allotd's certificate and\n"
-"        private key in one PEM file, and the CA that agents'\n"
-"        certificates must chain to. Agents without a valid certificate\n"
-"        cannot connect. Plain tcp:// beyond loopback logs a warning.\n"
-"    --member NAME=SYNC_URL, --self NAME\n"
-"        Cluster mode: the full static member list (repeat --member\n"
-"        for each member, identical on every member and in every\n"
-"        agent's coordinator list) and which of them this allotd is.\n"
-"        Each key (service, quota) is owned by one live member chosen\n"
-"        by rendezvous hashing of the member names. Without --listen,\n"
-"        allotd listens on its own SYNC_URL. See docs/operations.md,\n"
-"        \"Cluster\".\n"
-"    --lease-ms MS\n"
-"        How long an agent may use a share without hearing from allotd\n"
-"        (default 3000).\n"
-"    --interval-ms MS\n"
-"        Expected agent sync interval T; also allotd's sweep period\n"
-"        (default 100).\n"
-"    --expiry-intervals K\n"
-"        A replica silent for K intervals (of T, or of its own longer\n"
-"        interval) is expired and its share given back (default 5).\n"
-"    --retention-s S\n"
-"        Usage and event rows older than S seconds are deleted\n"
-"        (default 604800, 7 days; 0 keeps everything).\n"
-"    --workers N\n"
-"        Requests handled concurrently, one nng context each (default 8).\n"
-"    --max-replicas N\n"
-"        Live replicas over all services (default 10000).\n"
-"    --log-level LEVEL\n"
-"        err, warning, notice, info or debug, or 0-7 (default info).\n"
-"    -h, --help\n"
-"        Print this text and exit.\n"
-"    -V, --version\n"
-"        Print the version and exit.\n"
-"\n", f);
+	    "NAME\n"
+	    "    allotd - the allot coordinator: global quotas, per-replica "
+	    "shares\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotd --config FILE --db FILE [--listen URL]... [--http "
+	    "HOST:PORT]\n"
+	    "           [--lease-ms MS] [--interval-ms MS] "
+	    "[--expiry-intervals K]\n"
+	    "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
+	    "           [--member NAME=SYNC_URL]... [--self NAME]\n"
+	    "    allotd --help | --version\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    allotd receives what every replica's agent (liballot) "
+	    "admitted and\n"
+	    "    denied per quota, keeps global usage in memory and in a "
+	    "SQLite file,\n"
+	    "    and answers each agent with its share of every quota: a "
+	    "local rate\n"
+	    "    and burst valid for a lease. Shares are recomputed whenever "
+	    "the\n"
+	    "    number of live replicas of a service or the quota config "
+	    "changes,\n"
+	    "    and reach the agents on their next sync. The quota file "
+	    "applies to\n"
+	    "    every service; each agent names its service when it "
+	    "registers.\n"
+	    "    The wire protocol is described in docs/protocol.md.\n"
+	    "\n"
+	    "OPTIONS\n"
+	    "    -c, --config FILE\n"
+	    "        Quota file (YAML, docs/configuration.md). Required. A "
+	    "bad file\n"
+	    "        at start-up is fatal; on SIGHUP it is logged and the "
+	    "config in\n"
+	    "        force is kept.\n"
+	    "    -d, --db FILE\n"
+	    "        SQLite store, created if missing (WAL mode, schema "
+	    "migrated).\n"
+	    "        Required. Query it with the sqlite3 shell "
+	    "(docs/operations.md).\n"
+	    "    -l, --listen URL\n"
+	    "        Protocol address, nng syntax: tcp://HOST:PORT or "
+	    "ipc:///PATH.\n"
+	    "        Repeat for several. Default " DEFAULT_LISTEN ".\n"
+	    "    -H, --http HOST:PORT\n"
+	    "        Address of the dashboard (/), /metrics, /status and "
+	    "/healthz,\n"
+	    "        or \"off\". Read-only: nothing on it changes allotd.\n"
+	    "        Default " DEFAULT_HTTP ".\n"
+	    "    --tls-cert FILE, --tls-ca FILE\n"
+	    "        For tls+tcp:// listeners (mutual TLS): allotd's "
+	    "certificate and\n"
+	    "        private key in one PEM file, and the CA that agents'\n"
+	    "        certificates must chain to. Agents without a valid "
+	    "certificate\n"
+	    "        cannot connect. Plain tcp:// beyond loopback logs a "
+	    "warning.\n"
+	    "    --member NAME=SYNC_URL, --self NAME\n"
+	    "        Cluster mode: the full static member list (repeat "
+	    "--member\n"
+	    "        for each member, identical on every member and in every\n"
+	    "        agent's coordinator list) and which of them this allotd "
+	    "is.\n"
+	    "        Each key (service, quota) is owned by one live member "
+	    "chosen\n"
+	    "        by rendezvous hashing of the member names. Without "
+	    "--listen,\n"
+	    "        allotd listens on its own SYNC_URL. See "
+	    "docs/operations.md,\n"
+	    "        \"Cluster\".\n"
+	    "    --lease-ms MS\n"
+	    "        How long an agent may use a share without hearing from "
+	    "allotd\n"
+	    "        (default 3000).\n"
+	    "    --interval-ms MS\n"
+	    "        Expected agent sync interval T; also allotd's sweep "
+	    "period\n"
+	    "        (default 100).\n"
+	    "    --expiry-intervals K\n"
+	    "        A replica silent for K intervals (of T, or of its own "
+	    "longer\n"
+	    "        interval) is expired and its share given back (default "
+	    "5).\n"
+	    "    --retention-s S\n"
+	    "        Usage and event rows older than S seconds are deleted\n"
+	    "        (default 604800, 7 days; 0 keeps everything).\n"
+	    "    --workers N\n"
+	    "        Requests handled concurrently, one nng context each "
+	    "(default 8).\n"
+	    "    --max-replicas N\n"
+	    "        Live replicas over all services (default 10000).\n"
+	    "    --log-level LEVEL\n"
+	    "        err, warning, notice, info or debug, or 0-7 (default "
+	    "info).\n"
+	    "    -h, --help\n"
+	    "        Print this text and exit.\n"
+	    "    -V, --version\n"
+	    "        Print the version and exit.\n"
+	    "\n",
+	    f);
 	fputs(
-"SIGNALS\n"
-"    SIGHUP   reload the quota file: a new epoch and new shares, or an\n"
-"             ALLOTD-RELOAD-FAIL line naming the error.\n"
-"    SIGTERM, SIGINT\n"
-"             drain: stop accepting, finish requests in flight (at most\n"
-"             2 s), commit the store, record a \"stop\" event, exit 0.\n"
-"\n"
-"RESTART\n"
-"    Sessions do not survive a restart: agents get UNKNOWN_SESSION and\n"
-"    register again, keeping their local buckets. Replicas that were\n"
-"    live are restored as placeholders that keep counting toward their\n"
-"    service's replica count (so the first to return is not handed the\n"
-"    whole quota) until they register again or expire.\n"
-"\n"
-"LOGGING\n"
-"    Lines on stderr: time, level, a stable id (ALLOTD-START, -JOIN,\n"
-"    -LEAVE, -EXPIRE, -REPLACE, -REJECT, -RELOAD, -RELOAD-FAIL,\n"
-"    -STORE-FAIL, -DRAIN, -STOP, ...), then the message.\n"
-"\n"
-"EXIT STATUS\n"
-"    0 after a clean drain; 1 when the store, a listener or the event\n"
-"    loop fails; 2 for a bad command line or quota file.\n"
-"\n"
-"EXAMPLE\n"
-"    allotd --config /etc/allot/quotas.yaml --db /var/lib/allot/allot.db \\\n"
-"        --listen tcp://0.0.0.0:7400 --listen ipc:///run/allot/allotd.sock\n"
-"\n"
-"SEE ALSO\n"
-"    docs/protocol.md, docs/operations.md, docs/configuration.md\n",
+	    "SIGNALS\n"
+	    "    SIGHUP   reload the quota file: a new epoch and new shares, "
+	    "or an\n"
+	    "             ALLOTD-RELOAD-FAIL line naming the error.\n"
+	    "    SIGTERM, SIGINT\n"
+	    "             drain: stop accepting, finish requests in flight "
+	    "(at most\n"
+	    "             2 s), commit the store, record a \"stop\" event, "
+	    "exit 0.\n"
+	    "\n"
+	    "RESTART\n"
+	    "    Sessions do not survive a restart: agents get "
+	    "UNKNOWN_SESSION and\n"
+	    "    register again, keeping their local buckets. Replicas that "
+	    "were\n"
+	    "    live are restored as placeholders that keep counting toward "
+	    "their\n"
+	    "    service's replica count (so the first to return is not "
+	    "handed the\n"
+	    "    whole quota) until they register again or expire.\n"
+	    "\n"
+	    "LOGGING\n"
+	    "    Lines on stderr: time, level, a stable id (ALLOTD-START, "
+	    "-JOIN,\n"
+	    "    -LEAVE, -EXPIRE, -REPLACE, -REJECT, -RELOAD, -RELOAD-FAIL,\n"
+	    "    -STORE-FAIL, -DRAIN, -STOP, ...), then the message.\n"
+	    "\n"
+	    "EXIT STATUS\n"
+	    "    0 after a clean drain; 1 when the store, a listener or the "
+	    "event\n"
+	    "    loop fails; 2 for a bad command line or quota file.\n"
+	    "\n"
+	    "EXAMPLE\n"
+	    "    allotd --config /etc/allot/quotas.yaml --db "
+	    "/var/lib/allot/allot.db \\\n"
+	    "        --listen tcp://0.0.0.0:7400 --listen "
+	    "ipc:///run/allot/allotd.sock\n"
+	    "\n"
+	    "SEE ALSO\n"
+	    "    docs/protocol.md, docs/operations.md, "
+	    "docs/configuration.md\n",
 	    f);
 }
 
 static int
-parse_u32(const char *opt, const char *s, uint32_t min, uint32_t max,
-    uint32_t *ret)
+parse_u32(
+    const char *opt, const char *s, uint32_t min, uint32_t max, uint32_t *ret)
 {
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' ||
-	    v < min || v > max) {
-		fprintf(stderr, "allotd: %s expects an integer from %" PRIu32
-		    " to %" PRIu32 ", not \"%s\"\n", opt, min, max, s);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v < min ||
+	    v > max) {
+		fprintf(stderr,
+		    "allotd: %s expects an integer from %" PRIu32
+		    " to %" PRIu32 ", not \"%s\"\n",
+		    opt, min, max, s);
 		return -1;
 	}
 	*ret = (uint32_t) v;
@@ -196,8 +241,13 @@ parse_level(const char *s, int *ret)
 		const char *name;
 		int level;
 	} names[] = {
-		{ "err", 3 }, { "error", 3 }, { "warning", 4 }, { "warn", 4 },
-		{ "notice", 5 }, { "info", 6 }, { "debug", 7 },
+		{ "err", 3 },
+		{ "error", 3 },
+		{ "warning", 4 },
+		{ "warn", 4 },
+		{ "notice", 5 },
+		{ "info", 6 },
+		{ "debug", 7 },
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		if (strcmp(s, names[i].name) == 0) {
@@ -209,15 +259,17 @@ parse_level(const char *s, int *ret)
 		*ret = s[0] - '0';
 		return 0;
 	}
-	fprintf(stderr, "allotd: --log-level expects err, warning, notice, "
-	    "info, debug or 0-7, not \"%s\"\n", s);
+	fprintf(stderr,
+	    "allotd: --log-level expects err, warning, notice, "
+	    "info, debug or 0-7, not \"%s\"\n",
+	    s);
 	return -1;
 }
 
 /* Read a whole file (the store keeps the config text as it was read). */
 static int
-read_file(const char *path, char **ret, size_t *ret_len, char *err,
-    size_t errlen)
+read_file(
+    const char *path, char **ret, size_t *ret_len, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "rb");
 	if (f == NULL) {
@@ -232,8 +284,8 @@ read_file(const char *path, char **ret, size_t *ret_len, char *err,
 			cap = cap ? cap * 2 : 8192;
 			char *nb = realloc(buf, cap + 1);
 			if (nb == NULL) {
-				snprintf(err, errlen, "%s: out of memory",
-				    path);
+				snprintf(
+				    err, errlen, "%s: out of memory", path);
 				rc = ALLOT_ENOMEM;
 				goto out;
 			}
@@ -297,8 +349,8 @@ store_commit(allotd *d)
 		return;
 	uint64_t t0 = allot__mono_ns();
 	int rc = allot__store_flush(d->store);
-	allot__hist_observe_ns(&d->metrics.store_commit,
-	    allot__mono_ns() - t0);
+	allot__hist_observe_ns(
+	    &d->metrics.store_commit, allot__mono_ns() - t0);
 	allot__store_stats s;
 	allot__store_stats_get(d->store, &s);
 	atomic_store(&d->metrics.store_commit_failures, s.commit_failures);
@@ -307,7 +359,8 @@ store_commit(allotd *d)
 	atomic_store(&d->metrics.store_rows_written, s.rows_written);
 	if (rc != ALLOT_OK)
 		allot__log_ratelimited(&d->lg, &d->rl_store, ALLOT_LOG_ERR,
-		    "ALLOTD-STORE-FAIL", "group commit failed (SQLite code "
+		    "ALLOTD-STORE-FAIL",
+		    "group commit failed (SQLite code "
 		    "%d, %" PRIu64 " rows queued, %" PRIu64 " failures so "
 		    "far); allocating from memory and retrying",
 		    s.last_error, s.pending, s.commit_failures);
@@ -337,16 +390,17 @@ reload(allotd *d)
 		allot__metrics_add(&d->metrics.reloads_failed, 1);
 		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-RELOAD-FAIL",
 		    "%s; keeping config epoch %" PRIu64 " (digest %016" PRIx64
-		    ")", err, allot__state_epoch(d->state),
+		    ")",
+		    err, allot__state_epoch(d->state),
 		    allot__state_digest(d->state));
-		allot__store_event(d->store, "config_rejected",
-		    d->config_path, err);
+		allot__store_event(
+		    d->store, "config_rejected", d->config_path, err);
 		return;
 	}
 	bool changed = false;
 	uint64_t digest = cfg->digest;
-	rc = allot__state_reload(d->state, cfg, d->config_path, text,
-	    &changed);
+	rc = allot__state_reload(
+	    d->state, cfg, d->config_path, text, &changed);
 	free(text);
 	if (rc != ALLOT_OK) {
 		allot_config_free(cfg);
@@ -359,15 +413,16 @@ reload(allotd *d)
 	allot__metrics_add(&d->metrics.reloads_ok, 1);
 	if (!changed) {
 		allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD-SAME",
-		    "%s is unchanged (digest %016" PRIx64 "); epoch stays %"
-		    PRIu64, d->config_path, digest,
-		    allot__state_epoch(d->state));
+		    "%s is unchanged (digest %016" PRIx64
+		    "); epoch stays %" PRIu64,
+		    d->config_path, digest, allot__state_epoch(d->state));
 		return;
 	}
 	uint64_t epoch = allot__state_epoch(d->state);
 	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD",
 	    "loaded %s: epoch %" PRIu64 ", digest %016" PRIx64
-	    "; shares recomputed", d->config_path, epoch, digest);
+	    "; shares recomputed",
+	    d->config_path, epoch, digest);
 	char detail[96];
 	snprintf(detail, sizeof detail, "epoch=%" PRIu64 " digest=%016" PRIx64,
 	    epoch, digest);
@@ -398,8 +453,8 @@ finish(allotd *d)
 	    d->stop_signal, allot__state_replicas(d->state));
 	allot__store_event(d->store, "stop", NULL, detail);
 	store_commit(d);
-	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-STOP",
-	    "stopped on %s", d->stop_signal);
+	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-STOP", "stopped on %s",
+	    d->stop_signal);
 	if (d->handles_open) {
 		uv_close((uv_handle_t *) &d->tick, close_cb);
 		uv_close((uv_handle_t *) &d->drain_timer, close_cb);
@@ -454,8 +509,17 @@ on_signal(uv_signal_t *s, int signum)
 /* ------------------------------------------------------------------ */
 
 enum {
-	OPT_LEASE = 256, OPT_INTERVAL, OPT_EXPIRY, OPT_RETENTION, OPT_WORKERS,
-	OPT_LOGLEVEL, OPT_MAXREP, OPT_TLSCERT, OPT_TLSCA, OPT_MEMBER, OPT_SELF,
+	OPT_LEASE = 256,
+	OPT_INTERVAL,
+	OPT_EXPIRY,
+	OPT_RETENTION,
+	OPT_WORKERS,
+	OPT_LOGLEVEL,
+	OPT_MAXREP,
+	OPT_TLSCERT,
+	OPT_TLSCA,
+	OPT_MEMBER,
+	OPT_SELF,
 };
 
 int
@@ -501,23 +565,18 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "c:d:l:H:hV", longopts, NULL)) !=
 	    -1) {
 		switch (c) {
-		case 'c':
-			d.config_path = optarg;
-			break;
-		case 'd':
-			db_path = optarg;
-			break;
+		case 'c': d.config_path = optarg; break;
+		case 'd': db_path = optarg; break;
 		case 'l':
 			if (nurls == ALLOT__SERVER_MAX_URLS) {
-				fprintf(stderr, "allotd: at most %u --listen\n",
+				fprintf(stderr,
+				    "allotd: at most %u --listen\n",
 				    ALLOT__SERVER_MAX_URLS);
 				return EXIT_USAGE;
 			}
 			urls[nurls++] = optarg;
 			break;
-		case 'H':
-			http_addr = optarg;
-			break;
+		case 'H': http_addr = optarg; break;
 		case OPT_LEASE:
 			if (parse_u32("--lease-ms", optarg, 10, 3600000,
 			        &so.lease_ms) != 0)
@@ -539,8 +598,8 @@ main(int argc, char **argv)
 				return EXIT_USAGE;
 			break;
 		case OPT_WORKERS:
-			if (parse_u32("--workers", optarg, 1, 1024,
-			        &workers) != 0)
+			if (parse_u32(
+			        "--workers", optarg, 1, 1024, &workers) != 0)
 				return EXIT_USAGE;
 			break;
 		case OPT_MAXREP:
@@ -548,44 +607,40 @@ main(int argc, char **argv)
 			        &so.max_replicas) != 0)
 				return EXIT_USAGE;
 			break;
-		case OPT_TLSCERT:
-			tls_cert = optarg;
-			break;
-		case OPT_TLSCA:
-			tls_ca = optarg;
-			break;
+		case OPT_TLSCERT: tls_cert = optarg; break;
+		case OPT_TLSCA: tls_ca = optarg; break;
 		case OPT_MEMBER: {
 			char merr[256];
 			if (nmembers == ALLOT__CLUSTER_MAX_MEMBERS) {
-				fprintf(stderr, "allotd: at most %u --member\n",
+				fprintf(stderr,
+				    "allotd: at most %u --member\n",
 				    ALLOT__CLUSTER_MAX_MEMBERS);
 				return EXIT_USAGE;
 			}
 			if (allot__member_parse(optarg, false, merr,
 			        sizeof merr, &members[nmembers]) != 0) {
-				fprintf(stderr, "allotd: --member: %s\n", merr);
+				fprintf(
+				    stderr, "allotd: --member: %s\n", merr);
 				return EXIT_USAGE;
 			}
 			for (size_t i = 0; i < nmembers; i++)
 				if (strcmp(members[i].name,
 				        members[nmembers].name) == 0) {
-					fprintf(stderr, "allotd: --member %s "
-					    "given twice\n", members[i].name);
+					fprintf(stderr,
+					    "allotd: --member %s "
+					    "given twice\n",
+					    members[i].name);
 					return EXIT_USAGE;
 				}
 			nmembers++;
 			break;
 		}
-		case OPT_SELF:
-			self_name = optarg;
-			break;
+		case OPT_SELF: self_name = optarg; break;
 		case OPT_LOGLEVEL:
 			if (parse_level(optarg, &log_level) != 0)
 				return EXIT_USAGE;
 			break;
-		case 'h':
-			usage(stdout);
-			return EXIT_SUCCESS;
+		case 'h': usage(stdout); return EXIT_SUCCESS;
 		case 'V':
 			printf("allotd %s\n", ALLOT_VERSION_STRING);
 			return EXIT_SUCCESS;
@@ -595,17 +650,21 @@ main(int argc, char **argv)
 		}
 	}
 	if (optind < argc) {
-		fprintf(stderr, "allotd: unexpected argument \"%s\"\n"
-		    "Try 'allotd --help'.\n", argv[optind]);
+		fprintf(stderr,
+		    "allotd: unexpected argument \"%s\"\n"
+		    "Try 'allotd --help'.\n",
+		    argv[optind]);
 		return EXIT_USAGE;
 	}
 	if (d.config_path == NULL || db_path == NULL) {
-		fprintf(stderr, "allotd: --config and --db are required\n"
+		fprintf(stderr,
+		    "allotd: --config and --db are required\n"
 		    "Try 'allotd --help'.\n");
 		return EXIT_USAGE;
 	}
 	if ((nmembers > 0) != (self_name != NULL)) {
-		fprintf(stderr, "allotd: --member and --self go together\n"
+		fprintf(stderr,
+		    "allotd: --member and --self go together\n"
 		    "Try 'allotd --help'.\n");
 		return EXIT_USAGE;
 	}
@@ -613,8 +672,10 @@ main(int argc, char **argv)
 		if (strcmp(members[i].name, self_name) == 0)
 			self = (int) i;
 	if (nmembers > 0 && self < 0) {
-		fprintf(stderr, "allotd: --self %s is not one of the --member "
-		    "names\n", self_name);
+		fprintf(stderr,
+		    "allotd: --self %s is not one of the --member "
+		    "names\n",
+		    self_name);
 		return EXIT_USAGE;
 	}
 	if (nurls == 0)
@@ -629,7 +690,9 @@ main(int argc, char **argv)
 	char *text = NULL;
 	allot_config *cfg = NULL;
 	d.lg = (allot__logger) {
-		.fn = allot__log_stderr, .ctx = NULL, .level = log_level,
+		.fn = allot__log_stderr,
+		.ctx = NULL,
+		.level = log_level,
 	};
 	allot__metrics_init(&d.metrics);
 	d.metrics.start_wall_ms = (uint64_t) allot__wall_ms();
@@ -637,8 +700,8 @@ main(int argc, char **argv)
 
 	if (load_config(d.config_path, &cfg, &text, err, sizeof err) !=
 	    ALLOT_OK) {
-		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL", "%s",
-		    err);
+		allot__log(
+		    &d.lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL", "%s", err);
 		return EXIT_USAGE;
 	}
 	allot__store_opts sto = {
@@ -646,10 +709,10 @@ main(int argc, char **argv)
 		.max_pending = 1000000,
 		.busy_timeout_ms = 50,
 	};
-	if (allot__store_open(db_path, &sto, &d.lg, err, sizeof err,
-	        &d.store) != ALLOT_OK) {
-		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-STORE-FAIL", "%s",
-		    err);
+	if (allot__store_open(
+	        db_path, &sto, &d.lg, err, sizeof err, &d.store) != ALLOT_OK) {
+		allot__log(
+		    &d.lg, ALLOT_LOG_ERR, "ALLOTD-STORE-FAIL", "%s", err);
 		goto out;
 	}
 	so.store = d.store;
@@ -665,7 +728,8 @@ main(int argc, char **argv)
 	if (allot__state_restore(d.state) != ALLOT_OK)
 		allot__log(&d.lg, ALLOT_LOG_WARNING, "ALLOTD-RESTORE-FAIL",
 		    "could not read the replicas of the last run from %s; "
-		    "starting with none", db_path);
+		    "starting with none",
+		    db_path);
 
 	if (uv_loop_init(&d.loop) != 0) {
 		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-LOOP-FAIL",
@@ -696,15 +760,15 @@ main(int argc, char **argv)
 	svo.tls_ca_file = tls_ca;
 	if (allot__server_start(&svo, err, sizeof err, &d.server) !=
 	    ALLOT_OK) {
-		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s",
-		    err);
+		allot__log(
+		    &d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		goto out_loop;
 	}
 	if (http_addr != NULL &&
 	    allot__http_start(http_addr, d.state, &d.metrics, &d.lg, err,
 	        sizeof err, &d.http) != ALLOT_OK) {
-		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s",
-		    err);
+		allot__log(
+		    &d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		goto out_loop;
 	}
 	char listen_list[512] = "";
@@ -714,7 +778,8 @@ main(int argc, char **argv)
 		    i ? "," : "", urls[i]);
 	}
 	char detail[2048];
-	snprintf(detail, sizeof detail, "version=%s pid=%ld listen=%s "
+	snprintf(detail, sizeof detail,
+	    "version=%s pid=%ld listen=%s "
 	    "http=%s epoch=%" PRIu64 " digest=%016" PRIx64,
 	    ALLOT_VERSION_STRING, (long) getpid(), listen_list,
 	    http_addr ? http_addr : "off", allot__state_epoch(d.state),
@@ -723,8 +788,8 @@ main(int argc, char **argv)
 		char mlist[1024] = "";
 		for (size_t i = 0; i < nmembers; i++) {
 			size_t l = strlen(mlist);
-			snprintf(mlist + l, sizeof mlist - l, "%s%s", i ? "," :
-			    "", members[i].name);
+			snprintf(mlist + l, sizeof mlist - l, "%s%s",
+			    i ? "," : "", members[i].name);
 		}
 		size_t l = strlen(detail);
 		snprintf(detail + l, sizeof detail - l, " self=%s members=%s",
@@ -739,11 +804,11 @@ main(int argc, char **argv)
 	allot__log(&d.lg, ALLOT_LOG_NOTICE, "ALLOTD-START",
 	    "allotd %s listening on %s, HTTP on %s; config %s epoch %" PRIu64
 	    " digest %016" PRIx64 "; store %s; lease %u ms, interval %u ms, "
-	    "expiry after %u intervals, %u workers", ALLOT_VERSION_STRING,
-	    listen_list, http_addr ? http_addr : "off", d.config_path,
-	    allot__state_epoch(d.state), allot__state_digest(d.state),
-	    db_path, so.lease_ms, so.interval_ms, so.expiry_intervals,
-	    workers);
+	    "expiry after %u intervals, %u workers",
+	    ALLOT_VERSION_STRING, listen_list, http_addr ? http_addr : "off",
+	    d.config_path, allot__state_epoch(d.state),
+	    allot__state_digest(d.state), db_path, so.lease_ms, so.interval_ms,
+	    so.expiry_intervals, workers);
 
 	d.last_second_ns = allot__mono_ns();
 	uv_timer_start(&d.tick, on_tick, so.interval_ms, so.interval_ms);

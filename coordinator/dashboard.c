@@ -15,8 +15,9 @@
 
 #include "dashboard_html.h"
 
-#define CSP "default-src 'none'; script-src 'unsafe-inline'; " \
-	"style-src 'unsafe-inline'; connect-src 'self'; " \
+#define CSP                                                           \
+	"default-src 'none'; script-src 'unsafe-inline'; "            \
+	"style-src 'unsafe-inline'; connect-src 'self'; "             \
 	"img-src 'self' data:; base-uri 'none'; form-action 'none'; " \
 	"frame-ancestors 'none'"
 
@@ -38,18 +39,18 @@ allot__dashboard_serve(nng_aio *aio)
 		return;
 	}
 	if ((rv = nng_http_res_set_status(res, NNG_HTTP_STATUS_OK)) != 0 ||
-	    (rv = nng_http_res_set_header(res, "Content-Type",
-	        "text/html; charset=utf-8")) != 0 ||
-	    (rv = nng_http_res_set_header(res, "Cache-Control",
-	        "no-store")) != 0 ||
-	    (rv = nng_http_res_set_header(res, "Content-Security-Policy",
-	        CSP)) != 0 ||
-	    (rv = nng_http_res_set_header(res, "X-Content-Type-Options",
-	        "nosniff")) != 0 ||
-	    (rv = nng_http_res_set_header(res, "Referrer-Policy",
-	        "no-referrer")) != 0 ||
+	    (rv = nng_http_res_set_header(
+	         res, "Content-Type", "text/html; charset=utf-8")) != 0 ||
+	    (rv = nng_http_res_set_header(res, "Cache-Control", "no-store")) !=
+	        0 ||
+	    (rv = nng_http_res_set_header(
+	         res, "Content-Security-Policy", CSP)) != 0 ||
+	    (rv = nng_http_res_set_header(
+	         res, "X-Content-Type-Options", "nosniff")) != 0 ||
+	    (rv = nng_http_res_set_header(
+	         res, "Referrer-Policy", "no-referrer")) != 0 ||
 	    (rv = nng_http_res_set_data(res, allot__dashboard_html,
-	        allot__dashboard_html_len)) != 0) {
+	         allot__dashboard_html_len)) != 0) {
 		nng_http_res_free(res);
 		nng_aio_finish(aio, rv);
 		return;

@@ -22,8 +22,8 @@
 struct allot__http {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int refs;                  /* the owner plus one per handler */
-	int active;                /* handlers using state/metrics */
+	int refs; /* the owner plus one per handler */
+	int active; /* handlers using state/metrics */
 	bool stopped;
 	_Atomic bool draining;
 	allot__state *state;
@@ -224,7 +224,9 @@ allot__http_start(const char *addr, allot__state *st, allot__metrics *m,
 fail:
 	allot__http_stop(h);
 	return rv == NNG_EADDRINUSE || rv == NNG_EADDRINVAL ||
-	    rv == NNG_EINVAL ? ALLOT_EINVAL : ALLOT_EIO;
+	        rv == NNG_EINVAL ?
+	    ALLOT_EINVAL :
+	    ALLOT_EIO;
 }
 
 void

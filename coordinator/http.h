@@ -19,9 +19,8 @@ typedef struct allot__http allot__http;
 
 /* Listen on `addr`: "HOST:PORT", "[V6]:PORT" or a full "http://" URL.
  * On failure `err` says why and nothing is left running. */
-int allot__http_start(const char *addr, allot__state *st,
-    allot__metrics *m, const allot__logger *lg, char *err, size_t errlen,
-    allot__http **ret);
+int allot__http_start(const char *addr, allot__state *st, allot__metrics *m,
+    const allot__logger *lg, char *err, size_t errlen, allot__http **ret);
 
 /* Answer /healthz with 503 from now on. */
 void allot__http_drain(allot__http *h);

@@ -150,15 +150,43 @@ allot__reject_name(allot__reject r)
 
 /* Request handling takes microseconds; the buckets span 5 µs to 1 s. */
 static const double latency_bounds[ALLOT__HIST_BUCKETS] = {
-	5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,
-	2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1.0,
+	5e-6,
+	10e-6,
+	25e-6,
+	50e-6,
+	100e-6,
+	250e-6,
+	500e-6,
+	1e-3,
+	2.5e-3,
+	5e-3,
+	10e-3,
+	25e-3,
+	50e-3,
+	100e-3,
+	250e-3,
+	1.0,
 };
 
 /* A group commit takes about a millisecond on an idle disk and up to the
  * busy timeout when an auditor holds a lock. */
 static const double commit_bounds[ALLOT__HIST_BUCKETS] = {
-	100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
-	50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+	100e-6,
+	250e-6,
+	500e-6,
+	1e-3,
+	2.5e-3,
+	5e-3,
+	10e-3,
+	25e-3,
+	50e-3,
+	100e-3,
+	250e-3,
+	500e-3,
+	1.0,
+	2.5,
+	5.0,
+	10.0,
 };
 
 void
@@ -197,16 +225,16 @@ counter(allot__buf *b, const char *name, const char *help, uint64_t v)
 static void
 gauge(allot__buf *b, const char *name, const char *help, uint64_t v)
 {
-	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n",
-	    name, help, name, name, (unsigned long long) v);
+	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name,
+	    help, name, name, (unsigned long long) v);
 }
 
 static void
-histogram(allot__buf *b, const char *name, const char *help,
-    const allot__hist *h)
+histogram(
+    allot__buf *b, const char *name, const char *help, const allot__hist *h)
 {
-	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
-	    name);
+	allot__buf_printf(
+	    b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	uint64_t cum = 0;
 	for (size_t i = 0; i < ALLOT__HIST_BUCKETS; i++) {
 		cum += ld(&h->bucket[i]);
@@ -223,17 +251,20 @@ histogram(allot__buf *b, const char *name, const char *help,
 void
 allot__metrics_render(const allot__metrics *m, allot__buf *b)
 {
-	allot__buf_printf(b, "# HELP allotd_build_info allotd version.\n"
+	allot__buf_printf(b,
+	    "# HELP allotd_build_info allotd version.\n"
 	    "# TYPE allotd_build_info gauge\n"
-	    "allotd_build_info{version=\"%s\"} 1\n", ALLOT_VERSION_STRING);
-	allot__buf_printf(b, "# HELP allotd_start_time_seconds Wall-clock "
+	    "allotd_build_info{version=\"%s\"} 1\n",
+	    ALLOT_VERSION_STRING);
+	allot__buf_printf(b,
+	    "# HELP allotd_start_time_seconds Wall-clock "
 	    "start time.\n# TYPE allotd_start_time_seconds gauge\n"
 	    "allotd_start_time_seconds %.3f\n",
 	    (double) m->start_wall_ms / 1e3);
 	counter(b, "allotd_registers_total", "Register messages accepted.",
 	    ld(&m->registers));
-	counter(b, "allotd_syncs_total", "Sync messages accepted.",
-	    ld(&m->syncs));
+	counter(
+	    b, "allotd_syncs_total", "Sync messages accepted.", ld(&m->syncs));
 	counter(b, "allotd_leaves_total", "Leave messages accepted.",
 	    ld(&m->leaves));
 	counter(b, "allotd_key_reports_total", "Key reports accepted.",
@@ -241,7 +272,8 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	counter(b, "allotd_register_unknown_keys_total",
 	    "Keys named at registration that have no quota.",
 	    ld(&m->register_unknown_keys));
-	allot__buf_puts(b, "# HELP allotd_rejected_messages_total Rejected "
+	allot__buf_puts(b,
+	    "# HELP allotd_rejected_messages_total Rejected "
 	    "input by reason (unknown_key and absurd count key reports, the "
 	    "others whole messages).\n"
 	    "# TYPE allotd_rejected_messages_total counter\n");
@@ -250,7 +282,8 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 		    "allotd_rejected_messages_total{reason=\"%s\"} %llu\n",
 		    allot__reject_name((allot__reject) r),
 		    (unsigned long long) ld(&m->rejected[r]));
-	allot__buf_printf(b, "# HELP allotd_replica_events_total Replica "
+	allot__buf_printf(b,
+	    "# HELP allotd_replica_events_total Replica "
 	    "registry changes by kind.\n"
 	    "# TYPE allotd_replica_events_total counter\n"
 	    "allotd_replica_events_total{kind=\"join\"} %llu\n"
@@ -261,14 +294,15 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    (unsigned long long) ld(&m->leaves),
 	    (unsigned long long) ld(&m->expiries),
 	    (unsigned long long) ld(&m->replaced));
-	allot__buf_printf(b, "# HELP allotd_config_reloads_total Quota config "
+	allot__buf_printf(b,
+	    "# HELP allotd_config_reloads_total Quota config "
 	    "reloads by result.\n# TYPE allotd_config_reloads_total counter\n"
 	    "allotd_config_reloads_total{result=\"ok\"} %llu\n"
 	    "allotd_config_reloads_total{result=\"fail\"} %llu\n",
 	    (unsigned long long) ld(&m->reloads_ok),
 	    (unsigned long long) ld(&m->reloads_failed));
-	counter(b, "allotd_received_bytes_total",
-	    "Protocol bytes received.", ld(&m->bytes_in));
+	counter(b, "allotd_received_bytes_total", "Protocol bytes received.",
+	    ld(&m->bytes_in));
 	counter(b, "allotd_sent_bytes_total", "Protocol bytes sent.",
 	    ld(&m->bytes_out));
 	histogram(b, "allotd_sync_latency_seconds",
@@ -280,8 +314,7 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    "Store group commits that failed (the batch is retried).",
 	    ld(&m->store_commit_failures));
 	gauge(b, "allotd_store_pending_rows",
-	    "Rows queued for the next group commit.",
-	    ld(&m->store_pending));
+	    "Rows queued for the next group commit.", ld(&m->store_pending));
 	counter(b, "allotd_store_rows_written_total",
 	    "Rows committed to the store.", ld(&m->store_rows_written));
 	counter(b, "allotd_store_rows_dropped_total",

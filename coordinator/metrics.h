@@ -23,7 +23,7 @@ typedef struct allot__buf {
 	char *p;
 	size_t len;
 	size_t cap;
-	bool oom;               /* an append failed: the text is truncated */
+	bool oom; /* an append failed: the text is truncated */
 } allot__buf;
 
 void allot__buf_printf(allot__buf *b, const char *fmt, ...)
@@ -44,10 +44,10 @@ typedef enum allot__reject {
 	ALLOT__REJ_MALFORMED,
 	ALLOT__REJ_UNKNOWN_SESSION,
 	ALLOT__REJ_STALE_SEQ,
-	ALLOT__REJ_UNKNOWN_KEY,   /* counts key reports, not messages */
-	ALLOT__REJ_ABSURD,        /* counts key reports, not messages */
+	ALLOT__REJ_UNKNOWN_KEY, /* counts key reports, not messages */
+	ALLOT__REJ_ABSURD, /* counts key reports, not messages */
 	ALLOT__REJ_TOO_LARGE,
-	ALLOT__REJ_CAPACITY,      /* replica or service table full */
+	ALLOT__REJ_CAPACITY, /* replica or service table full */
 	ALLOT__REJ_SHUTTING_DOWN,
 	ALLOT__REJ_COUNT
 } allot__reject;
@@ -59,7 +59,7 @@ const char *allot__reject_name(allot__reject r);
 #define ALLOT__HIST_BUCKETS 16
 
 typedef struct allot__hist {
-	const double *bounds;   /* ALLOT__HIST_BUCKETS upper bounds, seconds */
+	const double *bounds; /* ALLOT__HIST_BUCKETS upper bounds, seconds */
 	_Atomic uint64_t bucket[ALLOT__HIST_BUCKETS + 1]; /* last: +Inf */
 	_Atomic uint64_t count;
 	_Atomic uint64_t sum_ns;
@@ -71,7 +71,7 @@ typedef struct allot__metrics {
 	_Atomic uint64_t registers;
 	_Atomic uint64_t syncs;
 	_Atomic uint64_t leaves;
-	_Atomic uint64_t key_reports;       /* accepted key reports */
+	_Atomic uint64_t key_reports; /* accepted key reports */
 	_Atomic uint64_t register_unknown_keys;
 	_Atomic uint64_t rejected[ALLOT__REJ_COUNT];
 	_Atomic uint64_t joins;
@@ -81,8 +81,8 @@ typedef struct allot__metrics {
 	_Atomic uint64_t reloads_failed;
 	_Atomic uint64_t bytes_in;
 	_Atomic uint64_t bytes_out;
-	allot__hist sync_latency;           /* decode to reply, per request */
-	allot__hist store_commit;           /* allot__store_flush duration */
+	allot__hist sync_latency; /* decode to reply, per request */
+	allot__hist store_commit; /* allot__store_flush duration */
 	/* Written by the loop thread from the store's statistics. */
 	_Atomic uint64_t store_commit_failures;
 	_Atomic uint64_t store_pending;
@@ -97,8 +97,8 @@ static inline void
 allot__metrics_reject(allot__metrics *m, allot__reject r, uint64_t n)
 {
 	if (m != NULL && r < ALLOT__REJ_COUNT)
-		atomic_fetch_add_explicit(&m->rejected[r], n,
-		    memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &m->rejected[r], n, memory_order_relaxed);
 }
 
 static inline void

@@ -39,9 +39,9 @@ typedef struct chunk {
 } chunk;
 
 typedef struct arena {
-	chunk *head;               /* the chunk being filled */
-	chunk *base;               /* kept across resets */
-	size_t total;              /* bytes handed out since the last reset */
+	chunk *head; /* the chunk being filled */
+	chunk *base; /* kept across resets */
+	size_t total; /* bytes handed out since the last reset */
 } arena;
 
 static chunk *
@@ -162,7 +162,7 @@ struct allot__server {
 	size_t nworkers;
 	_Atomic bool draining;
 	_Atomic bool closing;
-	_Atomic uint32_t busy;     /* requests between recv and send */
+	_Atomic uint32_t busy; /* requests between recv and send */
 	allot__logrl rl[ALLOT__REJ_COUNT];
 	allot__logrl rl_io;
 };
@@ -181,22 +181,16 @@ static allot__reject
 reason_of(Allot__V1__Error__Code c)
 {
 	switch (c) {
-	case ALLOT__V1__ERROR__CODE__VERSION:
-		return ALLOT__REJ_VERSION;
-	case ALLOT__V1__ERROR__CODE__MALFORMED:
-		return ALLOT__REJ_MALFORMED;
+	case ALLOT__V1__ERROR__CODE__VERSION: return ALLOT__REJ_VERSION;
+	case ALLOT__V1__ERROR__CODE__MALFORMED: return ALLOT__REJ_MALFORMED;
 	case ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION:
 		return ALLOT__REJ_UNKNOWN_SESSION;
-	case ALLOT__V1__ERROR__CODE__STALE_SEQ:
-		return ALLOT__REJ_STALE_SEQ;
-	case ALLOT__V1__ERROR__CODE__TOO_LARGE:
-		return ALLOT__REJ_TOO_LARGE;
+	case ALLOT__V1__ERROR__CODE__STALE_SEQ: return ALLOT__REJ_STALE_SEQ;
+	case ALLOT__V1__ERROR__CODE__TOO_LARGE: return ALLOT__REJ_TOO_LARGE;
 	case ALLOT__V1__ERROR__CODE__SHUTTING_DOWN:
 		return ALLOT__REJ_SHUTTING_DOWN;
-	case ALLOT__V1__ERROR__CODE__RATE_LIMITED:
-		return ALLOT__REJ_CAPACITY;
-	default:
-		return ALLOT__REJ_MALFORMED;
+	case ALLOT__V1__ERROR__CODE__RATE_LIMITED: return ALLOT__REJ_CAPACITY;
+	default: return ALLOT__REJ_MALFORMED;
 	}
 }
 
@@ -204,20 +198,13 @@ static const char *
 body_name(Allot__V1__Envelope__BodyCase c)
 {
 	switch (c) {
-	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-		return "Register";
-	case ALLOT__V1__ENVELOPE__BODY_WELCOME:
-		return "Welcome";
-	case ALLOT__V1__ENVELOPE__BODY_SYNC:
-		return "Sync";
-	case ALLOT__V1__ENVELOPE__BODY_REPLY:
-		return "Reply";
-	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		return "Leave";
-	case ALLOT__V1__ENVELOPE__BODY_ERROR:
-		return "Error";
-	default:
-		return "nothing";
+	case ALLOT__V1__ENVELOPE__BODY_REGISTER: return "Register";
+	case ALLOT__V1__ENVELOPE__BODY_WELCOME: return "Welcome";
+	case ALLOT__V1__ENVELOPE__BODY_SYNC: return "Sync";
+	case ALLOT__V1__ENVELOPE__BODY_REPLY: return "Reply";
+	case ALLOT__V1__ENVELOPE__BODY_LEAVE: return "Leave";
+	case ALLOT__V1__ENVELOPE__BODY_ERROR: return "Error";
+	default: return "nothing";
 	}
 }
 
@@ -237,12 +224,8 @@ peer_name(nng_msg *msg, char *buf, size_t len)
 		    (unsigned) ntohs(sa.s_in.sa_port));
 		break;
 	}
-	case NNG_AF_IPC:
-		snprintf(buf, len, "ipc:%s", sa.s_ipc.sa_path);
-		break;
-	default:
-		snprintf(buf, len, "pipe %d", nng_pipe_id(p));
-		break;
+	case NNG_AF_IPC: snprintf(buf, len, "ipc:%s", sa.s_ipc.sa_path); break;
+	default: snprintf(buf, len, "pipe %d", nng_pipe_id(p)); break;
 	}
 }
 
@@ -274,32 +257,38 @@ handle(worker *w, nng_msg *req)
 	Allot__V1__Reply reply = ALLOT__V1__REPLY__INIT;
 	Allot__V1__Error error = ALLOT__V1__ERROR__INIT;
 	out.version = ALLOT__PROTOCOL_VERSION;
-	bool counted = false;      /* the registry counted the rejection */
+	bool counted = false; /* the registry counted the rejection */
 
 	if (m != NULL)
 		allot__metrics_add(&m->bytes_in, len);
 	if (atomic_load(&srv->draining)) {
 		code = ALLOT__V1__ERROR__CODE__SHUTTING_DOWN;
-		snprintf(err, sizeof err, "the coordinator is shutting down; "
+		snprintf(err, sizeof err,
+		    "the coordinator is shutting down; "
 		    "retry on another or after it restarts");
 		goto answer;
 	}
 	if (len > srv->o.max_msg) {
 		code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-		snprintf(err, sizeof err, "message of %zu bytes is above the "
-		    "limit of %zu", len, srv->o.max_msg);
+		snprintf(err, sizeof err,
+		    "message of %zu bytes is above the "
+		    "limit of %zu",
+		    len, srv->o.max_msg);
 		goto answer;
 	}
 	in = allot__v1__envelope__unpack(&w->pa, len, nng_msg_body(req));
 	if (in == NULL) {
 		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		snprintf(err, sizeof err, "could not decode an Envelope from "
-		    "%zu bytes", len);
+		snprintf(err, sizeof err,
+		    "could not decode an Envelope from "
+		    "%zu bytes",
+		    len);
 		goto answer;
 	}
 	if (in->version != ALLOT__PROTOCOL_VERSION) {
 		code = ALLOT__V1__ERROR__CODE__VERSION;
-		snprintf(err, sizeof err, "protocol version %" PRIu32 " is not "
+		snprintf(err, sizeof err,
+		    "protocol version %" PRIu32 " is not "
 		    "supported; this coordinator speaks version %u",
 		    in->version, ALLOT__PROTOCOL_VERSION);
 		goto answer;
@@ -308,9 +297,10 @@ handle(worker *w, nng_msg *req)
 	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
 		if (in->register_->n_keys > srv->o.max_keys) {
 			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-			snprintf(err, sizeof err, "%zu keys in Register; at "
-			    "most %u", in->register_->n_keys,
-			    srv->o.max_keys);
+			snprintf(err, sizeof err,
+			    "%zu keys in Register; at "
+			    "most %u",
+			    in->register_->n_keys, srv->o.max_keys);
 			break;
 		}
 		code = allot__state_register(srv->o.state, in->register_,
@@ -322,28 +312,31 @@ handle(worker *w, nng_msg *req)
 	case ALLOT__V1__ENVELOPE__BODY_SYNC:
 		if (in->sync->n_reports > srv->o.max_reports) {
 			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-			snprintf(err, sizeof err, "%zu reports in Sync; at "
-			    "most %u", in->sync->n_reports,
-			    srv->o.max_reports);
+			snprintf(err, sizeof err,
+			    "%zu reports in Sync; at "
+			    "most %u",
+			    in->sync->n_reports, srv->o.max_reports);
 			break;
 		}
-		code = allot__state_sync(srv->o.state, in->sync, &w->pa,
-		    &reply, err, sizeof err);
+		code = allot__state_sync(
+		    srv->o.state, in->sync, &w->pa, &reply, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave(srv->o.state, in->leave, &reply, err,
-		    sizeof err);
+		code = allot__state_leave(
+		    srv->o.state, in->leave, &reply, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		break;
 	default:
 		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		snprintf(err, sizeof err, "an agent may send Register, Sync "
-		    "or Leave, not %s", body_name(in->body_case));
+		snprintf(err, sizeof err,
+		    "an agent may send Register, Sync "
+		    "or Leave, not %s",
+		    body_name(in->body_case));
 		break;
 	}
 answer:
@@ -354,14 +347,14 @@ answer:
 		/* Unknown sessions are expected after a restart or an
 		 * expiry, and refusals while draining are by design. */
 		int level = r == ALLOT__REJ_UNKNOWN_SESSION ||
-		    r == ALLOT__REJ_SHUTTING_DOWN ? ALLOT_LOG_NOTICE :
+		        r == ALLOT__REJ_SHUTTING_DOWN ?
+		    ALLOT_LOG_NOTICE :
 		    ALLOT_LOG_WARNING;
 		if (srv->lgv.fn != NULL && level <= srv->lgv.level) {
 			char peer[160];
 			peer_name(req, peer, sizeof peer);
-			allot__log_ratelimited(&srv->lgv, &srv->rl[r],
-			    level, "ALLOTD-REJECT",
-			    "%s from %s rejected (%s): %s",
+			allot__log_ratelimited(&srv->lgv, &srv->rl[r], level,
+			    "ALLOTD-REJECT", "%s from %s rejected (%s): %s",
 			    in != NULL ? body_name(in->body_case) : "message",
 			    peer, allot__reject_name(r), err);
 		}
@@ -376,8 +369,8 @@ answer:
 	if (m != NULL) {
 		if (rep != NULL)
 			allot__metrics_add(&m->bytes_out, nng_msg_len(rep));
-		allot__hist_observe_ns(&m->sync_latency,
-		    allot__mono_ns() - t0);
+		allot__hist_observe_ns(
+		    &m->sync_latency, allot__mono_ns() - t0);
 	}
 	return rep;
 }
@@ -439,8 +432,7 @@ worker_cb(void *arg)
 		}
 		worker_recv(w);
 		return;
-	case W_IDLE:
-		return;
+	case W_IDLE: return;
 	}
 }
 
@@ -456,10 +448,12 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 		    strstr(url, "//127.") == NULL &&
 		    strstr(url, "//localhost") == NULL &&
 		    strstr(url, "//[::1]") == NULL)
-			allot__log(o->lg, ALLOT_LOG_WARNING, "ALLOTD-PLAINTEXT",
+			allot__log(o->lg, ALLOT_LOG_WARNING,
+			    "ALLOTD-PLAINTEXT",
 			    "%s is plain TCP beyond loopback: agents are not "
 			    "authenticated; use tls+tcp:// with --tls-cert "
-			    "and --tls-ca", url);
+			    "and --tls-ca",
+			    url);
 		return nng_listen(srv->sock, url, ret, 0);
 	}
 	if (o->tls_cert_key_file == NULL || o->tls_ca_file == NULL)
@@ -468,11 +462,11 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 	int rv;
 	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) != 0)
 		return rv;
-	if ((rv = nng_tls_config_cert_key_file(cfg, o->tls_cert_key_file,
-		 NULL)) != 0 ||
+	if ((rv = nng_tls_config_cert_key_file(
+	         cfg, o->tls_cert_key_file, NULL)) != 0 ||
 	    (rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
-	    (rv = nng_tls_config_auth_mode(cfg,
-		 NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
+	        0 ||
 	    (rv = nng_listener_create(ret, srv->sock, url)) != 0 ||
 	    (rv = nng_listener_set_ptr(*ret, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
 	    (rv = nng_listener_start(*ret, 0)) != 0) {
@@ -484,8 +478,8 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 }
 
 int
-allot__server_start(const allot__server_opts *opts, char *err,
-    size_t errlen, allot__server **ret)
+allot__server_start(const allot__server_opts *opts, char *err, size_t errlen,
+    allot__server **ret)
 {
 	if (opts == NULL || opts->state == NULL || opts->nurls == 0 ||
 	    opts->workers == 0 || opts->max_msg == 0) {
@@ -544,8 +538,9 @@ allot__server_start(const allot__server_opts *opts, char *err,
 			snprintf(err, errlen, "cannot listen on %s: %s",
 			    opts->urls[i], nng_strerror(rv));
 			rc = rv == NNG_EADDRINUSE || rv == NNG_EADDRINVAL ||
-			    rv == NNG_EINVAL || rv == NNG_ENOTSUP ?
-			    ALLOT_EINVAL : ALLOT_EIO;
+			        rv == NNG_EINVAL || rv == NNG_ENOTSUP ?
+			    ALLOT_EINVAL :
+			    ALLOT_EIO;
 			goto fail;
 		}
 		srv->nlisteners++;

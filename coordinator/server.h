@@ -20,9 +20,9 @@
 #include "metrics.h"
 #include "state.h"
 
-#define ALLOT__SERVER_MAX_MSG (1u << 20)      /* bytes, answered TOO_LARGE */
-#define ALLOT__SERVER_MAX_REPORTS 65536u      /* per Sync */
-#define ALLOT__SERVER_MAX_KEYS 65537u         /* per Register */
+#define ALLOT__SERVER_MAX_MSG (1u << 20) /* bytes, answered TOO_LARGE */
+#define ALLOT__SERVER_MAX_REPORTS 65536u /* per Sync */
+#define ALLOT__SERVER_MAX_KEYS 65537u /* per Register */
 #define ALLOT__SERVER_WORKERS 8u
 #define ALLOT__SERVER_MAX_URLS 16u
 #define ALLOT__PROTOCOL_VERSION 1u
@@ -30,10 +30,10 @@
 typedef struct allot__server allot__server;
 
 typedef struct allot__server_opts {
-	const char *const *urls;    /* nng URLs to listen on */
+	const char *const *urls; /* nng URLs to listen on */
 	size_t nurls;
-	uint32_t workers;           /* concurrent requests (nng contexts) */
-	size_t max_msg;             /* larger messages: Error TOO_LARGE */
+	uint32_t workers; /* concurrent requests (nng contexts) */
+	size_t max_msg; /* larger messages: Error TOO_LARGE */
 	uint32_t max_reports;
 	uint32_t max_keys;
 	allot__state *state;

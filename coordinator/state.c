@@ -54,36 +54,36 @@ typedef struct cfgv {
 	uint64_t epoch;
 	int64_t loaded_wall_ms;
 	char *path;
-	size_t nq;                 /* 1 + ncallers: index 0 is default */
-	const allot__quota **q;    /* q[i] for quota index i */
-	double *rate;              /* q[i]->rate, contiguous */
+	size_t nq; /* 1 + ncallers: index 0 is default */
+	const allot__quota **q; /* q[i] for quota index i */
+	double *rate; /* q[i]->rate, contiguous */
 	double *burst;
-	uint32_t *index;           /* identity hash table: quota index + 1 */
+	uint32_t *index; /* identity hash table: quota index + 1 */
 	size_t index_mask;
 	uint64_t seed;
 } cfgv;
 
 /* One interned key of a session. */
 typedef struct skey {
-	int32_t q;                 /* quota index; -1: no quota for it */
-	bool rec_pending;          /* share changed since its store row */
-	double consumed;           /* allocator window: tokens admitted */
-	double denied;             /* allocator window: tokens denied */
-	double demand;             /* last reported demand, tokens/s */
-	double held;               /* last reported bucket level */
-	double rate;               /* target share (allocator output) */
+	int32_t q; /* quota index; -1: no quota for it */
+	bool rec_pending; /* share changed since its store row */
+	double consumed; /* allocator window: tokens admitted */
+	double denied; /* allocator window: tokens denied */
+	double demand; /* last reported demand, tokens/s */
+	double held; /* last reported bucket level */
+	double rate; /* target share (allocator output) */
 	double burst;
-	double sent_rate;          /* grant: what the agent was last sent */
-	double sent_burst;         /* (NaN: nothing yet, holds no share) */
-	double may_rate;           /* the largest grant it may still hold: */
-	double may_burst;          /* sent, or more until acknowledged */
-	double reply_target;       /* the target when it was last answered */
-	double est;                /* demand estimate, tokens/s */
-	double est2;               /* its second moment, (tokens/s)^2 */
-	uint64_t est_ns;           /* est covers up to here; 0: never */
-	bool targeted;             /* rate/burst hold an allocator output */
-	bool was_short;            /* its grant was below its target at some
-	                              point since the last round */
+	double sent_rate; /* grant: what the agent was last sent */
+	double sent_burst; /* (NaN: nothing yet, holds no share) */
+	double may_rate; /* the largest grant it may still hold: */
+	double may_burst; /* sent, or more until acknowledged */
+	double reply_target; /* the target when it was last answered */
+	double est; /* demand estimate, tokens/s */
+	double est2; /* its second moment, (tokens/s)^2 */
+	uint64_t est_ns; /* est covers up to here; 0: never */
+	bool targeted; /* rate/burst hold an allocator output */
+	bool was_short; /* its grant was below its target at some
+	                   point since the last round */
 } skey;
 
 /* The rate an agent may hold on a key: its grant, or an earlier larger
@@ -106,11 +106,11 @@ typedef struct session {
 	uint32_t pid;
 	uint64_t digest;
 	struct service *svc;
-	uint32_t slot;             /* index in svc->sess */
+	uint32_t slot; /* index in svc->sess */
 	uint32_t nkeys;
-	uint32_t nknown;           /* keys with q >= 0 */
+	uint32_t nknown; /* keys with q >= 0 */
 	skey *keys;
-	char **names;              /* key identities (into names_blob) */
+	char **names; /* key identities (into names_blob) */
 	char *names_blob;
 	uint64_t last_seq;
 	uint64_t last_seen_ns;
@@ -120,43 +120,43 @@ typedef struct session {
 	int64_t seen_wall_ms;
 	uint64_t sent_gen;
 	uint32_t replies_since_full;
-	uint32_t pending;          /* keys whose grant is below target */
+	uint32_t pending; /* keys whose grant is below target */
 	bool force_full;
-	bool ghost;                /* restored from the store, not back yet;
-	                              holds a key per quota, never syncs */
-	bool seen_dirty;           /* synced since its last-seen row */
-	bool unacked;              /* some key's may_* is above its grant */
-	double interval_s;         /* its sync interval (demand smoothing) */
-	uint64_t last_reply_ns;    /* our last answer: its lease runs from */
-	uint32_t last_replicas;    /* here at the latest, and the count */
-	uint64_t acked_reply_ns;   /* the last answer it acknowledged: its */
-	uint32_t acked_replicas;   /* lease runs from here at the earliest */
+	bool ghost; /* restored from the store, not back yet;
+	               holds a key per quota, never syncs */
+	bool seen_dirty; /* synced since its last-seen row */
+	bool unacked; /* some key's may_* is above its grant */
+	double interval_s; /* its sync interval (demand smoothing) */
+	uint64_t last_reply_ns; /* our last answer: its lease runs from */
+	uint32_t last_replicas; /* here at the latest, and the count */
+	uint64_t acked_reply_ns; /* the last answer it acknowledged: its */
+	uint32_t acked_replicas; /* lease runs from here at the earliest */
 	struct session *hnext;
 } session;
 
 /* One quota of one service. */
 typedef struct squota {
-	uint64_t allowed_total;    /* tokens, since start (counters) */
+	uint64_t allowed_total; /* tokens, since start (counters) */
 	uint64_t denied_total;
-	uint64_t win_allowed;      /* since the last per-second pass */
+	uint64_t win_allowed; /* since the last per-second pass */
 	uint64_t win_denied;
-	double demand_sum;         /* sum of the demand estimates, tokens/s */
-	double level;              /* global bucket estimate, tokens */
-	uint64_t level_ns;         /* when `level` was last brought up */
+	double demand_sum; /* sum of the demand estimates, tokens/s */
+	double level; /* global bucket estimate, tokens */
+	uint64_t level_ns; /* when `level` was last brought up */
 	double level_recorded;
-	double sum_rate;           /* sum of targets (allocator outputs) */
+	double sum_rate; /* sum of targets (allocator outputs) */
 	double sum_burst;
-	double granted_rate;       /* sum of grants: what replicas hold */
+	double granted_rate; /* sum of grants: what replicas hold */
 	double granted_burst;
-	double allowance;          /* its part of the ceiling (allocator) */
-	double burst_budget;       /* what the bursts may sum to */
-	double bound_rate;         /* the live bound, see compute_bounds() */
+	double allowance; /* its part of the ceiling (allocator) */
+	double burst_budget; /* what the bursts may sum to */
+	double bound_rate; /* the live bound, see compute_bounds() */
 	double bound_burst;
-	uint32_t counted_expired;  /* expired replicas in the bound */
-	uint32_t nslots;           /* replicas holding a share */
-	double admitted_rate;      /* last second, tokens/s */
+	uint32_t counted_expired; /* expired replicas in the bound */
+	uint32_t nslots; /* replicas holding a share */
+	double admitted_rate; /* last second, tokens/s */
 	double denied_rate;
-	double utilization;        /* admitted / (R * 1 s) */
+	double utilization; /* admitted / (R * 1 s) */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -165,14 +165,14 @@ typedef struct squota {
  * zombie_ms pass. */
 typedef struct zombie {
 	char *replica_id;
-	uint64_t reply_ns;         /* as in its session */
+	uint64_t reply_ns; /* as in its session */
 	uint64_t acked_ns;
 	uint64_t drop_ns;
-	uint32_t n_last;           /* the fewest replicas it may have been
-	                              told last (the largest fallback) */
+	uint32_t n_last; /* the fewest replicas it may have been
+	                    told last (the largest fallback) */
 	double interval_s;
-	uint64_t epoch;            /* config the arrays index */
-	double *rate;              /* per quota index: what it may hold */
+	uint64_t epoch; /* config the arrays index */
+	double *rate; /* per quota index: what it may hold */
 	double *burst;
 } zombie;
 
@@ -181,22 +181,22 @@ typedef struct service {
 	session **sess;
 	uint32_t nsess;
 	uint32_t cap;
-	squota *q;                 /* one per quota index of st->cur */
-	double held_total;         /* sum over every quota of what the agents
-	                              may hold (key_hold()): the ceiling */
+	squota *q; /* one per quota index of st->cur */
+	double held_total; /* sum over every quota of what the agents
+	                      may hold (key_hold()): the ceiling */
 	zombie *zs;
 	uint32_t nzs;
-	uint32_t nsess_silenced;   /* sessions when the last silence ended */
-	uint64_t gen;              /* bumped when any share changes */
-	bool dirty;                /* replica set or config changed */
-	bool rec_pending;          /* some key has rec_pending */
+	uint32_t nsess_silenced; /* sessions when the last silence ended */
+	uint64_t gen; /* bumped when any share changes */
+	bool dirty; /* replica set or config changed */
+	bool rec_pending; /* some key has rec_pending */
 	uint64_t last_alloc_ns;
 } service;
 
 /* Work to finish after unlocking: log lines and store rows. */
 typedef struct gone {
 	session *s;
-	const char *why;           /* "expired", "replaced", "leave" */
+	const char *why; /* "expired", "replaced", "leave" */
 	uint64_t silent_ms;
 	uint32_t remaining;
 } gone;
@@ -210,13 +210,13 @@ struct allot__state {
 	size_t nsvcs;
 	session **htab;
 	size_t hmask;
-	size_t nsessions;          /* live sessions, restored ones included */
+	size_t nsessions; /* live sessions, restored ones included */
 	uint64_t next_session;
 	uint64_t last_second_ns;
-	uint64_t last_heard_ns;    /* last request from any replica */
-	bool hold;                 /* grant(): no increase (see register) */
-	uint64_t grace_until_ns;   /* no expiry before (after a silence) */
-	uint32_t *stamp;           /* duplicate-key detection, per quota */
+	uint64_t last_heard_ns; /* last request from any replica */
+	bool hold; /* grant(): no increase (see register) */
+	uint64_t grace_until_ns; /* no expiry before (after a silence) */
+	uint32_t *stamp; /* duplicate-key detection, per quota */
 	size_t stamp_cap;
 	uint32_t stamp_gen;
 	/* allocator scratch, reused across rounds */
@@ -224,14 +224,13 @@ struct allot__state {
 	size_t aq_cap;
 	allot__alloc_slot *slots;
 	size_t slot_cap;
-	uint32_t *owner_sess;      /* per slot: index in svc->sess */
-	uint32_t *owner_key;       /* per slot: key index in the session */
+	uint32_t *owner_sess; /* per slot: index in svc->sess */
+	uint32_t *owner_key; /* per slot: key index in the session */
 	size_t owner_cap;
 	allot__logrl rl_unknown;
 	allot__logrl rl_absurd;
 	allot__logrl rl_register;
 };
-
 
 /* Monotonic differences never wrap: a timestamp taken by another thread
  * may be a hair newer than `now`. */
@@ -245,7 +244,7 @@ static inline uint64_t
 now_ns(const allot__state *st)
 {
 	return st->o.clock != NULL ? st->o.clock(st->o.clock_ctx) :
-	    allot__mono_ns();
+	                             allot__mono_ns();
 }
 
 /* ---- the global bucket and the demand estimates ---- */
@@ -288,8 +287,8 @@ est_read(const session *s, const skey *key)
 {
 	if (key->est_ns == 0)
 		return 0;
-	return key->est * est_decay(s, (double) since(s->last_sync_ns,
-	    key->est_ns) / 1e9);
+	return key->est *
+	    est_decay(s, (double) since(s->last_sync_ns, key->est_ns) / 1e9);
 }
 
 /* The variance of that estimate: the variance of the per-window rates
@@ -300,8 +299,8 @@ est_var(const session *s, const skey *key)
 {
 	if (key->est_ns == 0)
 		return 0;
-	double d = est_decay(s, (double) since(s->last_sync_ns,
-	    key->est_ns) / 1e9);
+	double d = est_decay(
+	    s, (double) since(s->last_sync_ns, key->est_ns) / 1e9);
 	double m1 = key->est * d, m2 = key->est2 * d;
 	double var = m2 - m1 * m1;
 	double a = 1.0 - exp(-s->interval_s / est_tau(s));
@@ -315,8 +314,7 @@ est_var(const session *s, const skey *key)
  * ALLOT__STATE_TAU intervals. A first window is taken as it is, with
  * the variance of a single noisy measure (its own square). */
 static void
-est_update(const session *s, skey *key, double amount, double w,
-    uint64_t now)
+est_update(const session *s, skey *key, double amount, double w, uint64_t now)
 {
 	double inst = amount / w;
 	if (key->est_ns == 0) {
@@ -394,7 +392,7 @@ cfgv_new(allot_config *cfg, const char *path, uint64_t epoch)
 		goto fail;
 	for (size_t i = 0; i < v->nq; i++) {
 		const allot__quota *q = i == 0 ? &cfg->def :
-		    &cfg->callers[i - 1];
+		                                 &cfg->callers[i - 1];
 		v->q[i] = q;
 		v->rate[i] = q->rate;
 		v->burst[i] = q->burst;
@@ -575,7 +573,7 @@ expiry_ns(const allot__state *st, uint32_t agent_interval_ms)
 	 * after a backoff: one lost reply must never expire a replica, so
 	 * the silence tolerated covers two such timeouts plus an interval. */
 	uint64_t timeout = 2u * (uint64_t) iv > 250u ? 2u * (uint64_t) iv :
-	    250u;
+	                                               250u;
 	uint64_t floor_ms = 2u * timeout + iv;
 	uint64_t k_ms = (uint64_t) iv * st->o.expiry_intervals;
 	return (k_ms > floor_ms ? k_ms : floor_ms) * 1000000u;
@@ -653,8 +651,10 @@ inherit(session *s, const session *old)
 			const skey *ok = &old->keys[j];
 			if (ok->q == key->q && ok->est_ns != 0 &&
 			    !old->ghost) {
-				double d = est_decay(old, (double) since(
-				    old->last_sync_ns, ok->est_ns) / 1e9);
+				double d = est_decay(old,
+				    (double) since(
+				        old->last_sync_ns, ok->est_ns) /
+				        1e9);
 				key->est = ok->est * d;
 				key->est2 = ok->est2 * d;
 				key->est_ns = old->last_sync_ns;
@@ -746,9 +746,11 @@ zombie_add(allot__state *st, service *svc, const session *s, uint64_t now)
 		const skey *key = &s->keys[k];
 		if (key->q < 0)
 			continue;
-		z.rate[key->q] = isnan(key->sent_rate) ? 0 :
+		z.rate[key->q] = isnan(key->sent_rate) ?
+		    0 :
 		    fmax(key->sent_rate, key->may_rate);
-		z.burst[key->q] = isnan(key->sent_burst) ? 0 :
+		z.burst[key->q] = isnan(key->sent_burst) ?
+		    0 :
 		    fmax(key->sent_burst, key->may_burst);
 	}
 	svc->zs[svc->nzs++] = z;
@@ -765,8 +767,8 @@ zombies_expire(service *svc, uint64_t now)
 /* What an agent runs on when its lease ran out: the quota's fallback
  * (agent/sync_core.c), with the agent's minimum burst applied. */
 static void
-fallback_allowance(const cfgv *v, size_t q, uint32_t n, double *ret_r,
-    double *ret_b)
+fallback_allowance(
+    const cfgv *v, size_t q, uint32_t n, double *ret_r, double *ret_b)
 {
 	const allot__quota *qq = v->q[q];
 	if (qq->fallback == ALLOT_FALLBACK_OPEN) {
@@ -835,8 +837,8 @@ key_bound(const allot__state *st, const session *s, const skey *key,
 	}
 	b = eff_burst(v, r, b);
 	lease_phase ph = s->ghost ? LEASE_HELD :
-	    lease_at(st, s->last_reply_ns, s->acked_reply_ns, s->interval_s,
-	    now);
+	                            lease_at(st, s->last_reply_ns,
+	                                s->acked_reply_ns, s->interval_s, now);
 	if (ph != LEASE_HELD) {
 		double fr, fb;
 		fallback_allowance(v, (size_t) key->q, fewest(s), &fr, &fb);
@@ -850,16 +852,16 @@ key_bound(const allot__state *st, const session *s, const skey *key,
 /* What expired replica `z` may run quota q on at `now`; false when it had
  * no key for it. */
 static bool
-zombie_value(const allot__state *st, const zombie *z, size_t q,
-    uint64_t now, double *ret_r, double *ret_b)
+zombie_value(const allot__state *st, const zombie *z, size_t q, uint64_t now,
+    double *ret_r, double *ret_b)
 {
 	const cfgv *v = st->cur;
 	if (z->epoch != v->epoch || q >= v->nq || isnan(z->rate[q]))
 		return false;
 	double r = z->rate[q];
 	double b = eff_burst(v, r, z->burst[q]);
-	lease_phase ph = lease_at(st, z->reply_ns, z->acked_ns, z->interval_s,
-	    now);
+	lease_phase ph = lease_at(
+	    st, z->reply_ns, z->acked_ns, z->interval_s, now);
 	if (ph != LEASE_HELD) {
 		double fr, fb;
 		fallback_allowance(v, q, z->n_last, &fr, &fb);
@@ -935,13 +937,13 @@ carry_allowances(allot__state *st, service *svc, session *s,
 		if (key->q < 0)
 			continue;
 		double r = -1, b = -1, x, y;
-		if (z != NULL && zombie_value(st, z, (size_t) key->q, now, &x,
-		        &y)) {
+		if (z != NULL &&
+		    zombie_value(st, z, (size_t) key->q, now, &x, &y)) {
 			r = x;
 			b = y;
 		}
-		for (uint32_t j = 0; old != NULL && !old->ghost &&
-		     j < old->nkeys; j++) {
+		for (uint32_t j = 0;
+		     old != NULL && !old->ghost && j < old->nkeys; j++) {
 			if (old->keys[j].q != key->q)
 				continue;
 			key_bound(st, old, &old->keys[j], now, &x, &y);
@@ -1076,7 +1078,8 @@ recompute(allot__state *st, service *svc, uint64_t now)
 		aq[q].nslots = 0;
 	}
 	double window_s = svc->last_alloc_ns != 0 ?
-	    (double) since(now, svc->last_alloc_ns) / 1e9 : 0;
+	    (double) since(now, svc->last_alloc_ns) / 1e9 :
+	    0;
 	for (uint32_t i = 0; i < svc->nsess; i++) {
 		const session *s = svc->sess[i];
 		for (uint32_t k = 0; k < s->nkeys; k++) {
@@ -1143,8 +1146,8 @@ recompute(allot__state *st, service *svc, uint64_t now)
 			key->consumed = 0;
 			key->denied = 0;
 			key->was_short = isnan(key->sent_rate) ||
-			    key->rate - key->sent_rate > 0.01 * key->rate +
-			    tolerance(v->rate[q]);
+			    key->rate - key->sent_rate >
+			        0.01 * key->rate + tolerance(v->rate[q]);
 		}
 	}
 	if (changed)
@@ -1155,15 +1158,13 @@ recompute(allot__state *st, service *svc, uint64_t now)
 	return true;
 }
 
-
 /* Move the grant of one key toward its target: a decrease at once, an
  * increase only as far as the quota's headroom allows, so the grants of
  * the quota never sum above R (rate) or B (burst). Returns true when the
  * grant changed (the key belongs in the Reply); *ret_short is set when
  * the grant is still below the target. Under the lock. */
 static bool
-grant(allot__state *st, service *svc, session *s, skey *key,
-    bool *ret_short)
+grant(allot__state *st, service *svc, session *s, skey *key, bool *ret_short)
 {
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
@@ -1182,9 +1183,11 @@ grant(allot__state *st, service *svc, session *s, skey *key,
 		room_r = C - svc->held_total;
 	if (st->hold)
 		room_r = room_b = 0;
-	double gr = key->rate <= held_r ? key->rate :
+	double gr = key->rate <= held_r ?
+	    key->rate :
 	    fmin(key->rate, held_r + (room_r > 0 ? room_r : 0));
-	double gb = key->burst <= held_b ? key->burst :
+	double gb = key->burst <= held_b ?
+	    key->burst :
 	    fmin(key->burst, held_b + (room_b > 0 ? room_b : 0));
 	*ret_short = key->rate - gr > tolerance(R) ||
 	    key->burst - gb > tolerance(B);
@@ -1202,8 +1205,7 @@ grant(allot__state *st, service *svc, session *s, skey *key,
 	/* Until the agent acknowledges, it may still run on the larger of
 	 * this grant and any earlier one it has not confirmed. */
 	key->may_rate = isnan(key->may_rate) ? gr : fmax(key->may_rate, gr);
-	key->may_burst = isnan(key->may_burst) ? gb :
-	    fmax(key->may_burst, gb);
+	key->may_burst = isnan(key->may_burst) ? gb : fmax(key->may_burst, gb);
 	if (key->may_rate != gr || key->may_burst != gb)
 		s->unacked = true;
 	svc->held_total += key_hold(key) - h0;
@@ -1432,8 +1434,8 @@ allot__state_restore(allot__state *st)
 	int rv = ALLOT_OK;
 	pthread_mutex_lock(&st->mu);
 	if (st->o.store != NULL) {
-		rv = allot__store_restore(st->o.store, on_restored_replica,
-		    on_restored_level, &rc);
+		rv = allot__store_restore(
+		    st->o.store, on_restored_replica, on_restored_level, &rc);
 		uint64_t mx = allot__store_max_session(st->o.store);
 		if (mx > rc.max_id)
 			rc.max_id = mx;
@@ -1464,13 +1466,14 @@ allot__state_restore(allot__state *st)
 		    "until they re-register or expire in %" PRIu64 " ms%s",
 		    rc.restored, expiry_ns(st, 0) / 1000000u,
 		    rc.dropped ? " (some could not be restored and were "
-		    "marked expired)" : "");
+		                 "marked expired)" :
+		                 "");
 		if (st->o.store != NULL) {
 			char detail[96];
 			snprintf(detail, sizeof detail,
 			    "restored=%u dropped=%u", rc.restored, rc.dropped);
-			allot__store_event(st->o.store, "restore", NULL,
-			    detail);
+			allot__store_event(
+			    st->o.store, "restore", NULL, detail);
 		}
 	}
 	return rv;
@@ -1508,8 +1511,8 @@ pa_alloc(ProtobufCAllocator *pa, size_t size)
  * a quota when `all` is set. Returns false when `pa` is out of memory;
  * nothing is granted then. */
 static bool
-build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
-    bool all, Allot__V1__Share ***ret, size_t *ret_n)
+build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
+    Allot__V1__Share ***ret, size_t *ret_n)
 {
 	*ret = NULL;
 	*ret_n = 0;
@@ -1554,8 +1557,8 @@ session_new(const Allot__V1__Register *req)
 	s->nkeys = (uint32_t) req->n_keys;
 	s->replica_id = strdup(req->replica_id);
 	s->host = strdup(req->host != NULL ? req->host : "");
-	s->agent_version = strdup(req->agent_version != NULL ?
-	    req->agent_version : "");
+	s->agent_version = strdup(
+	    req->agent_version != NULL ? req->agent_version : "");
 	s->pid = req->pid;
 	s->digest = req->config_digest;
 	size_t blob = 0;
@@ -1587,26 +1590,27 @@ session_new(const Allot__V1__Register *req)
 
 Allot__V1__Error__Code
 allot__state_register(allot__state *st, const Allot__V1__Register *req,
-    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
-    size_t errlen)
+    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err, size_t errlen)
 {
 	allot__metrics *m = st->o.metrics;
 	if (!name_ok(req->replica_id, ALLOT__STATE_NAME_MAX, true) ||
 	    !name_ok(req->service, ALLOT__STATE_NAME_MAX, true) ||
 	    !name_ok(req->host, ALLOT__STATE_NAME_MAX, false) ||
 	    !name_ok(req->agent_version, ALLOT__STATE_VERSION_MAX, false)) {
-		snprintf(err, errlen, "replica_id and service must be 1-%u "
+		snprintf(err, errlen,
+		    "replica_id and service must be 1-%u "
 		    "printable ASCII characters (host too, agent_version "
-		    "at most %u)", ALLOT__STATE_NAME_MAX,
-		    ALLOT__STATE_VERSION_MAX);
+		    "at most %u)",
+		    ALLOT__STATE_NAME_MAX, ALLOT__STATE_VERSION_MAX);
 		allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
 		return ALLOT__V1__ERROR__CODE__MALFORMED;
 	}
 	for (size_t k = 0; k < req->n_keys; k++) {
 		if (!name_ok(req->keys[k], ALLOT__STATE_NAME_MAX, true)) {
-			snprintf(err, errlen, "key %zu: a key must be 1-%u "
-			    "printable ASCII characters", k,
-			    ALLOT__STATE_NAME_MAX);
+			snprintf(err, errlen,
+			    "key %zu: a key must be 1-%u "
+			    "printable ASCII characters",
+			    k, ALLOT__STATE_NAME_MAX);
 			allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
 			return ALLOT__V1__ERROR__CODE__MALFORMED;
 		}
@@ -1663,8 +1667,10 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	if (svc == NULL) {
 		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 		why = ALLOT__REJ_CAPACITY;
-		snprintf(err, errlen, full ? "too many services (at most %u)"
-		    : "out of memory, try again later", st->o.max_services);
+		snprintf(err, errlen,
+		    full ? "too many services (at most %u)" :
+		           "out of memory, try again later",
+		    st->o.max_services);
 		goto unlock;
 	}
 	for (uint32_t i = 0; i < svc->nsess; i++) {
@@ -1708,8 +1714,11 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	s->last_sync_ns = now;
 	s->expiry_ns = expiry_ns(st, req->sync_interval_ms);
 	s->interval_s = (double) (req->sync_interval_ms > 0 &&
-	    req->sync_interval_ms <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
-	    req->sync_interval_ms : st->o.interval_ms) / 1e3;
+	                            req->sync_interval_ms <=
+	                                ALLOT__STATE_AGENT_INTERVAL_MAX ?
+	                        req->sync_interval_ms :
+	                        st->o.interval_ms) /
+	    1e3;
 	s->joined_wall_ms = allot__wall_ms();
 	s->seen_wall_ms = s->joined_wall_ms;
 	hinsert(st, s);
@@ -1731,8 +1740,8 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	 * is no newcomer: it gets what the headroom has at once. */
 	for (uint32_t i = 0; i < svc->nsess && !st->hold && !returning; i++)
 		st->hold = svc->sess[i] != s && !svc->sess[i]->ghost;
-	bool built = build_shares(st, s, pa, true, &ret->shares,
-	    &ret->n_shares);
+	bool built = build_shares(
+	    st, s, pa, true, &ret->shares, &ret->n_shares);
 	st->hold = false;
 	if (!built) {
 		/* Welcome without shares: the agent keeps its static split;
@@ -1746,11 +1755,10 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 	ret->n_unknown_keys = nunknown;
 	if (st->o.store != NULL) {
 		if (old != NULL)
-			allot__store_replica_left(st->o.store, old->id,
-			    "replaced");
-		allot__store_replica_joined(st->o.store, s->id,
-		    s->replica_id, svc->name, s->host, s->pid,
-		    s->agent_version, s->digest);
+			allot__store_replica_left(
+			    st->o.store, old->id, "replaced");
+		allot__store_replica_joined(st->o.store, s->id, s->replica_id,
+		    svc->name, s->host, s->pid, s->agent_version, s->digest);
 	}
 unlock:
 	pthread_mutex_unlock(&st->mu);
@@ -1774,23 +1782,24 @@ unlock:
 	if (old != NULL) {
 		allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-REPLACE",
 		    "replica %s of %s registered again: session %" PRIu64
-		    " replaces %s session %" PRIu64, s->replica_id,
-		    req->service, s->id, old->ghost ? "restored" : "live",
-		    old->id);
+		    " replaces %s session %" PRIu64,
+		    s->replica_id, req->service, s->id,
+		    old->ghost ? "restored" : "live", old->id);
 		if (st->o.store != NULL) {
-			snprintf(detail, sizeof detail, "service=%.64s "
-			    "session=%" PRIu64 " by=%" PRIu64, req->service,
-			    old->id, s->id);
-			allot__store_event(st->o.store, "replaced",
-			    s->replica_id, detail);
+			snprintf(detail, sizeof detail,
+			    "service=%.64s "
+			    "session=%" PRIu64 " by=%" PRIu64,
+			    req->service, old->id, s->id);
+			allot__store_event(
+			    st->o.store, "replaced", s->replica_id, detail);
 		}
 		session_free(old);
 	}
 	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-JOIN",
-	    "replica %s of %s joined (host %s pid %u, agent %s): session %"
-	    PRIu64 ", %u keys, %zu unknown; %u replicas now", s->replica_id,
-	    req->service, s->host, s->pid, s->agent_version, s->id, s->nkeys,
-	    nunknown, replicas);
+	    "replica %s of %s joined (host %s pid %u, agent %s): session "
+	    "%" PRIu64 ", %u keys, %zu unknown; %u replicas now",
+	    s->replica_id, req->service, s->host, s->pid, s->agent_version,
+	    s->id, s->nkeys, nunknown, replicas);
 	if (nunknown > 0)
 		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
 		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
@@ -1799,9 +1808,10 @@ unlock:
 		    s->replica_id, req->service, nunknown,
 		    req->keys[unknown[0]]);
 	if (st->o.store != NULL) {
-		snprintf(detail, sizeof detail, "service=%.64s session=%" PRIu64
-		    " keys=%u unknown=%zu replicas=%u", req->service, s->id,
-		    s->nkeys, nunknown, replicas);
+		snprintf(detail, sizeof detail,
+		    "service=%.64s session=%" PRIu64
+		    " keys=%u unknown=%zu replicas=%u",
+		    req->service, s->id, s->nkeys, nunknown, replicas);
 		allot__store_event(st->o.store, "join", s->replica_id, detail);
 	}
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
@@ -1823,17 +1833,19 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 	session *s = hfind(st, req->session);
 	if (s == NULL) {
 		pthread_mutex_unlock(&st->mu);
-		snprintf(err, errlen, "unknown session %" PRIu64
-		    ": register again", req->session);
+		snprintf(err, errlen,
+		    "unknown session %" PRIu64 ": register again",
+		    req->session);
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
 	}
 	if (req->seq <= s->last_seq) {
 		last_seq = s->last_seq;
 		pthread_mutex_unlock(&st->mu);
-		snprintf(err, errlen, "seq %" PRIu64 " is not above the last "
-		    "accepted seq %" PRIu64 " of session %" PRIu64, req->seq,
-		    last_seq, req->session);
+		snprintf(err, errlen,
+		    "seq %" PRIu64 " is not above the last "
+		    "accepted seq %" PRIu64 " of session %" PRIu64,
+		    req->seq, last_seq, req->session);
 		allot__metrics_reject(m, ALLOT__REJ_STALE_SEQ, 1);
 		return ALLOT__V1__ERROR__CODE__STALE_SEQ;
 	}
@@ -1881,8 +1893,8 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		sq->level -= (double) r->consumed;
 		if (sq->level < 0)
 			sq->level = 0;
-		est_update(s, key, (double) r->consumed + (double) r->denied,
-		    w, now);
+		est_update(
+		    s, key, (double) r->consumed + (double) r->denied, w, now);
 		key->consumed += (double) r->consumed;
 		key->denied += (double) r->denied;
 		key->demand = (double) r->demand;
@@ -1919,8 +1931,8 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
 	if (full || s->sent_gen != svc->gen || s->pending > 0) {
-		if (build_shares(st, s, pa, full, &ret->shares,
-		        &ret->n_shares)) {
+		if (build_shares(
+		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
 			ret->full = full;
 			if (full) {
 				s->replies_since_full = 0;
@@ -1937,8 +1949,8 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 
 	if (m != NULL) {
 		allot__metrics_add(&m->syncs, 1);
-		allot__metrics_add(&m->key_reports,
-		    req->n_reports - unknown - absurd);
+		allot__metrics_add(
+		    &m->key_reports, req->n_reports - unknown - absurd);
 	}
 	if (unknown > 0) {
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
@@ -1953,10 +1965,11 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		allot__log_ratelimited(st->o.lg, &st->rl_absurd,
 		    ALLOT_LOG_WARNING, "ALLOTD-ABSURD",
 		    "session %" PRIu64 " seq %" PRIu64 ": %u reports with "
-		    "impossible numbers dropped (first: key %u consumed %"
-		    PRIu64 " denied %" PRIu64 " held %" PRIu64 " demand %"
-		    PRIu64 ")", req->session, req->seq, absurd, bad_key,
-		    bad->consumed, bad->denied, bad->held, bad->demand);
+		    "impossible numbers dropped (first: key %u consumed "
+		    "%" PRIu64 " denied %" PRIu64 " held %" PRIu64
+		    " demand %" PRIu64 ")",
+		    req->session, req->seq, absurd, bad_key, bad->consumed,
+		    bad->denied, bad->held, bad->demand);
 	}
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
@@ -1984,8 +1997,8 @@ allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
 	session *s = hfind(st, req->session);
 	if (s == NULL) {
 		pthread_mutex_unlock(&st->mu);
-		snprintf(err, errlen, "unknown session %" PRIu64,
-		    req->session);
+		snprintf(
+		    err, errlen, "unknown session %" PRIu64, req->session);
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
 	}
@@ -2009,15 +2022,15 @@ allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
 		allot__metrics_add(&m->leaves, 1);
 	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-LEAVE",
 	    "replica %s of %s left (session %" PRIu64 ", reason \"%s\"); %u "
-	    "replicas now", s->replica_id, svc->name, s->id, reason,
-	    remaining);
+	    "replicas now",
+	    s->replica_id, svc->name, s->id, reason, remaining);
 	if (st->o.store != NULL) {
 		char detail[256];
-		snprintf(detail, sizeof detail, "service=%.64s session=%" PRIu64
-		    " replicas=%u reason=%s", svc->name, s->id, remaining,
-		    reason);
-		allot__store_event(st->o.store, "leave", s->replica_id,
-		    detail);
+		snprintf(detail, sizeof detail,
+		    "service=%.64s session=%" PRIu64 " replicas=%u reason=%s",
+		    svc->name, s->id, remaining, reason);
+		allot__store_event(
+		    st->o.store, "leave", s->replica_id, detail);
 	}
 	session_free(s);
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
@@ -2048,8 +2061,8 @@ allot__state_tick(allot__state *st)
 			session *s = svc->sess[j];
 			if (since(now, s->last_seen_ns) <= s->expiry_ns)
 				continue;
-			if (!s->ghost && (quiet ||
-			        (grace && svc->nsess_silenced >= 2)))
+			if (!s->ghost &&
+			    (quiet || (grace && svc->nsess_silenced >= 2)))
 				continue;
 			if (!grow((void **) &list, &cap, n + 1, sizeof *list))
 				break; /* retried on the next tick */
@@ -2064,8 +2077,8 @@ allot__state_tick(allot__state *st)
 				    1000000u,
 			};
 			if (st->o.store != NULL)
-				allot__store_replica_left(st->o.store, s->id,
-				    "expired");
+				allot__store_replica_left(
+				    st->o.store, s->id, "expired");
 		}
 		/* The demand-aware allocator follows demand every interval;
 		 * the static split only changes with the replica set. */
@@ -2088,13 +2101,14 @@ allot__state_tick(allot__state *st)
 		    s->id, list[i].silent_ms, list[i].remaining);
 		if (st->o.store != NULL) {
 			char detail[160];
-			snprintf(detail, sizeof detail, "service=%.64s "
+			snprintf(detail, sizeof detail,
+			    "service=%.64s "
 			    "session=%" PRIu64 " silent_ms=%" PRIu64
 			    " replicas=%u%s",
 			    s->svc->name, s->id, list[i].silent_ms,
 			    list[i].remaining, s->ghost ? " restored" : "");
-			allot__store_event(st->o.store, "expiry",
-			    s->replica_id, detail);
+			allot__store_event(
+			    st->o.store, "expiry", s->replica_id, detail);
 		}
 		session_free(s);
 	}
@@ -2217,8 +2231,8 @@ allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
 			s->nknown = 0;
 			for (uint32_t k = 0; k < s->nkeys; k++) {
 				skey *key = &s->keys[k];
-				key->q = cfgv_find(nv, s->names[k],
-				    strlen(s->names[k]));
+				key->q = cfgv_find(
+				    nv, s->names[k], strlen(s->names[k]));
 				if (key->q >= 0)
 					s->nknown++;
 			}
@@ -2293,8 +2307,8 @@ allot__state_service_replicas(allot__state *st, const char *name)
 }
 
 size_t
-allot__state_foreach_share(allot__state *st, const char *name,
-    allot__state_share_fn fn, void *ctx)
+allot__state_foreach_share(
+    allot__state *st, const char *name, allot__state_share_fn fn, void *ctx)
 {
 	size_t n = 0;
 	pthread_mutex_lock(&st->mu);
@@ -2319,12 +2333,13 @@ allot__state_foreach_share(allot__state *st, const char *name,
 				.target_burst = key->burst,
 				.reply_target_rate = key->reply_target,
 				.rate = isnan(key->sent_rate) ? 0 :
-				    key->sent_rate,
-				.burst = isnan(key->sent_burst) ? 0 :
+				                                key->sent_rate,
+				.burst = isnan(key->sent_burst) ?
+				    0 :
 				    key->sent_burst,
 			};
-			key_bound(st, s, key, now, &sh.bound_rate,
-			    &sh.bound_burst);
+			key_bound(
+			    st, s, key, now, &sh.bound_rate, &sh.bound_burst);
 			if (fn != NULL)
 				fn(ctx, &sh);
 			n++;
@@ -2335,8 +2350,8 @@ allot__state_foreach_share(allot__state *st, const char *name,
 }
 
 int
-allot__state_quota_get(allot__state *st, const char *name, size_t q,
-    allot__state_quota *ret)
+allot__state_quota_get(
+    allot__state *st, const char *name, size_t q, allot__state_quota *ret)
 {
 	int rc = ALLOT_ENOENT;
 	pthread_mutex_lock(&st->mu);
@@ -2360,8 +2375,8 @@ allot__state_quota_get(allot__state *st, const char *name, size_t q,
 			.granted_burst = sq->granted_burst,
 			.bound_rate = sq->bound_rate,
 			.bound_burst = sq->bound_burst,
-			.bound_ratio = bound_ratio(sq, v->rate[q],
-			    v->burst[q]),
+			.bound_ratio = bound_ratio(
+			    sq, v->rate[q], v->burst[q]),
 			.holders = sq->nslots,
 			.expired_counted = sq->counted_expired,
 		};
@@ -2387,8 +2402,8 @@ put_bound(allot__buf *b, double v, bool json)
 }
 
 static void
-sq_labels(allot__buf *b, const char *metric, const service *svc,
-    const char *quota)
+sq_labels(
+    allot__buf *b, const char *metric, const service *svc, const char *quota)
 {
 	allot__buf_printf(b, "%s{service=\"", metric);
 	allot__buf_label(b, svc->name);
@@ -2398,18 +2413,28 @@ sq_labels(allot__buf *b, const char *metric, const service *svc,
 }
 
 typedef enum sq_field {
-	F_ALLOWED, F_DENIED, F_UTIL, F_ARATE, F_ABURST, F_LEVEL,
-	F_BRATE, F_BBURST, F_BRATIO, F_ALLOWANCE, F_BUDGET, F_DEMAND,
+	F_ALLOWED,
+	F_DENIED,
+	F_UTIL,
+	F_ARATE,
+	F_ABURST,
+	F_LEVEL,
+	F_BRATE,
+	F_BBURST,
+	F_BRATIO,
+	F_ALLOWANCE,
+	F_BUDGET,
+	F_DEMAND,
 	F_EXPIRED
 } sq_field;
 
 static void
-sq_family(allot__state *st, allot__buf *b, const char *name,
-    const char *type, const char *help, sq_field f)
+sq_family(allot__state *st, allot__buf *b, const char *name, const char *type,
+    const char *help, sq_field f)
 {
 	const cfgv *v = st->cur;
-	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
-	    type);
+	allot__buf_printf(
+	    b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 	for (size_t i = 0; i < st->nsvcs; i++) {
 		const service *svc = st->svcs[i];
 		for (size_t q = 0; q < v->nq; q++) {
@@ -2417,25 +2442,21 @@ sq_family(allot__state *st, allot__buf *b, const char *name,
 			sq_labels(b, name, svc, v->q[q]->identity);
 			switch (f) {
 			case F_ALLOWED:
-				allot__buf_printf(b, "%" PRIu64 "\n",
-				    sq->allowed_total);
+				allot__buf_printf(
+				    b, "%" PRIu64 "\n", sq->allowed_total);
 				continue;
 			case F_DENIED:
-				allot__buf_printf(b, "%" PRIu64 "\n",
-				    sq->denied_total);
+				allot__buf_printf(
+				    b, "%" PRIu64 "\n", sq->denied_total);
 				continue;
-			case F_UTIL:
-				allot__buf_num(b, sq->utilization);
-				break;
+			case F_UTIL: allot__buf_num(b, sq->utilization); break;
 			case F_ARATE:
 				allot__buf_num(b, sq->granted_rate);
 				break;
 			case F_ABURST:
 				allot__buf_num(b, sq->granted_burst);
 				break;
-			case F_LEVEL:
-				allot__buf_num(b, sq->level);
-				break;
+			case F_LEVEL: allot__buf_num(b, sq->level); break;
 			case F_BRATE:
 				put_bound(b, sq->bound_rate, false);
 				break;
@@ -2443,8 +2464,9 @@ sq_family(allot__state *st, allot__buf *b, const char *name,
 				put_bound(b, sq->bound_burst, false);
 				break;
 			case F_BRATIO:
-				put_bound(b, bound_ratio(sq, v->rate[q],
-				    v->burst[q]), false);
+				put_bound(b,
+				    bound_ratio(sq, v->rate[q], v->burst[q]),
+				    false);
 				break;
 			case F_ALLOWANCE:
 				allot__buf_num(b, sq->allowance);
@@ -2456,8 +2478,8 @@ sq_family(allot__state *st, allot__buf *b, const char *name,
 				allot__buf_num(b, sq->demand_sum);
 				break;
 			case F_EXPIRED:
-				allot__buf_printf(b, "%u\n",
-				    sq->counted_expired);
+				allot__buf_printf(
+				    b, "%u\n", sq->counted_expired);
 				continue;
 			}
 			allot__buf_puts(b, "\n");
@@ -2473,24 +2495,31 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 	uint64_t bnow = now_ns(st);
 	for (size_t i = 0; i < st->nsvcs; i++)
 		compute_bounds(st, st->svcs[i], bnow);
-	allot__buf_printf(b, "# HELP allotd_config_epoch Epoch of the quota "
+	allot__buf_printf(b,
+	    "# HELP allotd_config_epoch Epoch of the quota "
 	    "config in force.\n# TYPE allotd_config_epoch gauge\n"
-	    "allotd_config_epoch %" PRIu64 "\n", v->epoch);
-	allot__buf_printf(b, "# HELP allotd_config_info Digest of the quota "
+	    "allotd_config_epoch %" PRIu64 "\n",
+	    v->epoch);
+	allot__buf_printf(b,
+	    "# HELP allotd_config_info Digest of the quota "
 	    "config in force.\n# TYPE allotd_config_info gauge\n"
 	    "allotd_config_info{digest=\"%016" PRIx64 "\",epoch=\"%" PRIu64
-	    "\"} 1\n", v->cfg->digest, v->epoch);
-	allot__buf_puts(b, "# HELP allotd_replicas Live replicas per service "
+	    "\"} 1\n",
+	    v->cfg->digest, v->epoch);
+	allot__buf_puts(b,
+	    "# HELP allotd_replicas Live replicas per service "
 	    "(restored ones included).\n# TYPE allotd_replicas gauge\n");
 	for (size_t i = 0; i < st->nsvcs; i++) {
 		allot__buf_puts(b, "allotd_replicas{service=\"");
 		allot__buf_label(b, st->svcs[i]->name);
 		allot__buf_printf(b, "\"} %u\n", st->svcs[i]->nsess);
 	}
-	allot__buf_printf(b, "# HELP allotd_sessions Live sessions, all "
+	allot__buf_printf(b,
+	    "# HELP allotd_sessions Live sessions, all "
 	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
 	    st->nsessions);
-	allot__buf_puts(b, "# HELP allotd_quota_rate Configured rate R per "
+	allot__buf_puts(b,
+	    "# HELP allotd_quota_rate Configured rate R per "
 	    "quota, tokens/s.\n# TYPE allotd_quota_rate gauge\n");
 	for (size_t q = 0; q < v->nq; q++) {
 		allot__buf_puts(b, "allotd_quota_rate{quota=\"");
@@ -2499,7 +2528,8 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 		allot__buf_num(b, v->rate[q]);
 		allot__buf_puts(b, "\n");
 	}
-	allot__buf_puts(b, "# HELP allotd_quota_burst Configured burst B per "
+	allot__buf_puts(b,
+	    "# HELP allotd_quota_burst Configured burst B per "
 	    "quota, tokens.\n# TYPE allotd_quota_burst gauge\n");
 	for (size_t q = 0; q < v->nq; q++) {
 		allot__buf_puts(b, "allotd_quota_burst{quota=\"");
@@ -2526,7 +2556,8 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 	sq_family(st, b, "allotd_allowance_bound_rate", "gauge",
 	    "Rate the agents may admit at now, tokens/s: grants, decreases "
 	    "not acknowledged yet, fallbacks of lapsed and expired "
-	    "replicas.", F_BRATE);
+	    "replicas.",
+	    F_BRATE);
 	sq_family(st, b, "allotd_allowance_bound_burst", "gauge",
 	    "Tokens the agents' local buckets may hold now (same terms, "
 	    "local bursts raised to the largest endpoint weight).",
@@ -2534,26 +2565,31 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 	sq_family(st, b, "allotd_overadmission_bound_ratio", "gauge",
 	    "max(bound rate / R, bound burst / B): the worst-case "
 	    "admission over any window relative to the quota's (1 = "
-	    "none above it).", F_BRATIO);
+	    "none above it).",
+	    F_BRATIO);
 	sq_family(st, b, "allotd_expired_replicas_counted", "gauge",
 	    "Expired replicas whose lease or fallback is still counted in "
-	    "the bound.", F_EXPIRED);
+	    "the bound.",
+	    F_EXPIRED);
 	sq_family(st, b, "allotd_allocation_rate", "gauge",
 	    "The quota's allowance under the global ceiling, tokens/s "
-	    "(<= R).", F_ALLOWANCE);
+	    "(<= R).",
+	    F_ALLOWANCE);
 	sq_family(st, b, "allotd_burst_budget_tokens", "gauge",
 	    "What the burst shares may sum to: the global bucket's level "
-	    "plus one interval of refill (<= B).", F_BUDGET);
+	    "plus one interval of refill (<= B).",
+	    F_BUDGET);
 	sq_family(st, b, "allotd_demand_rate", "gauge",
 	    "Sum of the replicas' demand estimates (admitted + denied "
-	    "cost), tokens/s.", F_DEMAND);
+	    "cost), tokens/s.",
+	    F_DEMAND);
 	pthread_mutex_unlock(&st->mu);
 }
 
 /* The (session, key) pairs of a service grouped by quota, so /status
  * lists each quota's shares in time linear in the number of keys. */
 typedef struct share_index {
-	uint32_t *start;           /* nq + 1 offsets into sess/key */
+	uint32_t *start; /* nq + 1 offsets into sess/key */
 	uint32_t *sess;
 	uint32_t *key;
 } share_index;
@@ -2615,41 +2651,47 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 	const cfgv *v = st->cur;
 	for (size_t i = 0; i < st->nsvcs; i++)
 		compute_bounds(st, st->svcs[i], now);
-	allot__buf_printf(b, "{\"version\":\"%s\",\"config\":{\"epoch\":%"
-	    PRIu64 ",\"digest\":\"%016" PRIx64 "\",\"path\":",
+	allot__buf_printf(b,
+	    "{\"version\":\"%s\",\"config\":{\"epoch\":%" PRIu64
+	    ",\"digest\":\"%016" PRIx64 "\",\"path\":",
 	    ALLOT_VERSION_STRING, v->epoch, v->cfg->digest);
 	allot__buf_json(b, v->path);
-	allot__buf_printf(b, ",\"loaded_at_ms\":%" PRId64 ",\"quotas\":%zu,"
-	    "\"ceiling_rate\":", v->loaded_wall_ms, v->nq);
+	allot__buf_printf(b,
+	    ",\"loaded_at_ms\":%" PRId64 ",\"quotas\":%zu,"
+	    "\"ceiling_rate\":",
+	    v->loaded_wall_ms, v->nq);
 	allot__buf_num(b, v->cfg->ceiling_rate);
-	allot__buf_printf(b, "},\"settings\":{\"lease_ms\":%u,\"interval_ms\":"
+	allot__buf_printf(b,
+	    "},\"settings\":{\"lease_ms\":%u,\"interval_ms\":"
 	    "%u,\"expiry_intervals\":%u,\"allocator\":\"%s\"},"
-	    "\"sessions\":%zu,\"services\":[", st->o.lease_ms,
-	    st->o.interval_ms, st->o.expiry_intervals,
+	    "\"sessions\":%zu,\"services\":[",
+	    st->o.lease_ms, st->o.interval_ms, st->o.expiry_intervals,
 	    allot__alloc_name(&st->o.policy), st->nsessions);
 	for (size_t i = 0; i < st->nsvcs; i++) {
 		const service *svc = st->svcs[i];
 		allot__buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
 		allot__buf_json(b, svc->name);
-		allot__buf_printf(b, ",\"live_replicas\":%u,\"replicas\":[",
-		    svc->nsess);
+		allot__buf_printf(
+		    b, ",\"live_replicas\":%u,\"replicas\":[", svc->nsess);
 		for (uint32_t j = 0; j < svc->nsess; j++) {
 			const session *s = svc->sess[j];
-			allot__buf_printf(b, "%s{\"session\":%" PRIu64
-			    ",\"replica_id\":", j ? "," : "", s->id);
+			allot__buf_printf(b,
+			    "%s{\"session\":%" PRIu64 ",\"replica_id\":",
+			    j ? "," : "", s->id);
 			allot__buf_json(b, s->replica_id);
 			allot__buf_puts(b, ",\"host\":");
 			allot__buf_json(b, s->host != NULL ? s->host : "");
-			allot__buf_printf(b, ",\"pid\":%u,\"agent_version\":",
-			    s->pid);
-			allot__buf_json(b, s->agent_version != NULL ?
-			    s->agent_version : "");
-			allot__buf_printf(b, ",\"restored\":%s,\"keys\":%u,"
+			allot__buf_printf(
+			    b, ",\"pid\":%u,\"agent_version\":", s->pid);
+			allot__buf_json(b,
+			    s->agent_version != NULL ? s->agent_version : "");
+			allot__buf_printf(b,
+			    ",\"restored\":%s,\"keys\":%u,"
 			    "\"unknown_keys\":%u,\"last_seq\":%" PRIu64
-			    ",\"last_seen_ms\":%" PRId64 ",\"silent_ms\":%"
-			    PRIu64 "}", s->ghost ? "true" : "false", s->nkeys,
-			    s->nkeys - s->nknown, s->last_seq,
-			    s->seen_wall_ms,
+			    ",\"last_seen_ms\":%" PRId64
+			    ",\"silent_ms\":%" PRIu64 "}",
+			    s->ghost ? "true" : "false", s->nkeys,
+			    s->nkeys - s->nknown, s->last_seq, s->seen_wall_ms,
 			    since(now, s->last_seen_ns) / 1000000u);
 		}
 		allot__buf_puts(b, "],\"quotas\":[");
@@ -2667,7 +2709,8 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_puts(b, ",\"burst\":");
 			allot__buf_num(b, v->burst[q]);
 			allot__buf_puts(b, ",\"priority\":");
-			allot__buf_json(b, priority_name(v, v->q[q]->priority));
+			allot__buf_json(
+			    b, priority_name(v, v->q[q]->priority));
 			allot__buf_puts(b, ",\"sum_rate\":");
 			allot__buf_num(b, sq->granted_rate);
 			allot__buf_puts(b, ",\"sum_burst\":");
@@ -2685,12 +2728,14 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_puts(b, ",\"bound_burst\":");
 			put_bound(b, sq->bound_burst, true);
 			allot__buf_puts(b, ",\"overadmission_bound_ratio\":");
-			put_bound(b, bound_ratio(sq, v->rate[q], v->burst[q]),
-			    true);
-			allot__buf_printf(b, ",\"expired_counted\":%u",
-			    sq->counted_expired);
-			allot__buf_printf(b, ",\"holders\":%u,"
-			    "\"admitted_per_s\":", sq->nslots);
+			put_bound(
+			    b, bound_ratio(sq, v->rate[q], v->burst[q]), true);
+			allot__buf_printf(
+			    b, ",\"expired_counted\":%u", sq->counted_expired);
+			allot__buf_printf(b,
+			    ",\"holders\":%u,"
+			    "\"admitted_per_s\":",
+			    sq->nslots);
 			allot__buf_num(b, sq->admitted_rate);
 			allot__buf_puts(b, ",\"denied_per_s\":");
 			allot__buf_num(b, sq->denied_rate);
@@ -2700,30 +2745,34 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_num(b, sq->level);
 			allot__buf_puts(b, ",\"demand\":");
 			allot__buf_num(b, sq->demand_sum);
-			allot__buf_printf(b, ",\"admitted_total\":%" PRIu64
+			allot__buf_printf(b,
+			    ",\"admitted_total\":%" PRIu64
 			    ",\"denied_total\":%" PRIu64 ",\"shares\":[",
 			    sq->allowed_total, sq->denied_total);
 			for (uint32_t e = idx.start[q]; e < idx.start[q + 1];
 			     e++) {
 				const session *s = svc->sess[idx.sess[e]];
 				const skey *key = &s->keys[idx.key[e]];
-				allot__buf_printf(b, "%s{\"session\":%" PRIu64
+				allot__buf_printf(b,
+				    "%s{\"session\":%" PRIu64
 				    ",\"replica_id\":",
 				    e > idx.start[q] ? "," : "", s->id);
 				allot__buf_json(b, s->replica_id);
 				allot__buf_puts(b, ",\"rate\":");
-				allot__buf_num(b, isnan(key->sent_rate) ? 0 :
-				    key->sent_rate);
+				allot__buf_num(b,
+				    isnan(key->sent_rate) ? 0 :
+				                            key->sent_rate);
 				allot__buf_puts(b, ",\"burst\":");
-				allot__buf_num(b, isnan(key->sent_burst) ? 0 :
-				    key->sent_burst);
+				allot__buf_num(b,
+				    isnan(key->sent_burst) ? 0 :
+				                             key->sent_burst);
 				allot__buf_puts(b, ",\"target_rate\":");
 				allot__buf_num(b, key->rate);
 				allot__buf_puts(b, ",\"target_burst\":");
 				allot__buf_num(b, key->burst);
 				allot__buf_puts(b, ",\"demand\":");
-				allot__buf_num(b, s->ghost ? 0 :
-				    est_read(s, key));
+				allot__buf_num(
+				    b, s->ghost ? 0 : est_read(s, key));
 				allot__buf_puts(b, "}");
 			}
 			allot__buf_puts(b, "]}");
@@ -2744,19 +2793,19 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 		allot__buf_num(b, v->burst[q]);
 		allot__buf_puts(b, ",\"priority\":");
 		allot__buf_json(b, priority_name(v, v->q[q]->priority));
-		allot__buf_printf(b, ",\"shadow\":%s}",
-		    v->q[q]->shadow ? "true" : "false");
+		allot__buf_printf(
+		    b, ",\"shadow\":%s}", v->q[q]->shadow ? "true" : "false");
 	}
 	allot__buf_puts(b, "],\"store\":");
 	if (st->o.store == NULL)
 		allot__buf_puts(b, "null");
 	else
-		allot__buf_printf(b, "{\"commits\":%" PRIu64
-		    ",\"commit_failures\":%" PRIu64 ",\"pending_rows\":%"
-		    PRIu64 ",\"rows_written\":%" PRIu64 ",\"rows_dropped\":%"
-		    PRIu64 ",\"last_error\":%d}", ss.commits,
-		    ss.commit_failures, ss.pending, ss.rows_written,
-		    ss.rows_dropped, ss.last_error);
+		allot__buf_printf(b,
+		    "{\"commits\":%" PRIu64 ",\"commit_failures\":%" PRIu64
+		    ",\"pending_rows\":%" PRIu64 ",\"rows_written\":%" PRIu64
+		    ",\"rows_dropped\":%" PRIu64 ",\"last_error\":%d}",
+		    ss.commits, ss.commit_failures, ss.pending,
+		    ss.rows_written, ss.rows_dropped, ss.last_error);
 	allot__buf_printf(b, ",\"now_ms\":%" PRId64 "}\n", wall);
 	pthread_mutex_unlock(&st->mu);
 }

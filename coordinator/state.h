@@ -60,17 +60,17 @@ typedef struct allot__state allot__state;
 typedef uint64_t (*allot__state_clock_fn)(void *ctx);
 
 typedef struct allot__state_opts {
-	uint32_t lease_ms;          /* validity of every allowance sent */
-	uint32_t interval_ms;       /* expected agent sync interval */
-	uint32_t expiry_intervals;  /* K: missed intervals before expiry */
-	uint32_t max_replicas;      /* live sessions, all services */
+	uint32_t lease_ms; /* validity of every allowance sent */
+	uint32_t interval_ms; /* expected agent sync interval */
+	uint32_t expiry_intervals; /* K: missed intervals before expiry */
+	uint32_t max_replicas; /* live sessions, all services */
 	uint32_t max_services;
-	uint32_t full_every;        /* a full Reply at least every N */
-	double absurd_factor;       /* slack on the consumption bound */
+	uint32_t full_every; /* a full Reply at least every N */
+	double absurd_factor; /* slack on the consumption bound */
 	allot__alloc_policy policy;
-	allot__store *store;        /* may be NULL (no durable rows) */
+	allot__store *store; /* may be NULL (no durable rows) */
 	const allot__logger *lg;
-	allot__metrics *metrics;    /* may be NULL */
+	allot__metrics *metrics; /* may be NULL */
 	allot__state_clock_fn clock; /* NULL: CLOCK_MONOTONIC */
 	void *clock_ctx;
 	/* After a silence of the whole coordinator (no request from any
@@ -80,7 +80,7 @@ typedef struct allot__state_opts {
 	 * the default is twice the default lease, longer than an agent's
 	 * longest reconnect backoff (5 s). */
 	uint32_t learn_ms;
-	uint32_t zombie_ms;         /* ALLOT__STATE_ZOMBIE_MS */
+	uint32_t zombie_ms; /* ALLOT__STATE_ZOMBIE_MS */
 } allot__state_opts;
 
 void allot__state_opts_init(allot__state_opts *o);
@@ -109,8 +109,8 @@ Allot__V1__Error__Code allot__state_register(allot__state *st,
     const Allot__V1__Register *req, ProtobufCAllocator *pa,
     Allot__V1__Welcome *ret, char *err, size_t errlen);
 Allot__V1__Error__Code allot__state_sync(allot__state *st,
-    const Allot__V1__Sync *req, ProtobufCAllocator *pa,
-    Allot__V1__Reply *ret, char *err, size_t errlen);
+    const Allot__V1__Sync *req, ProtobufCAllocator *pa, Allot__V1__Reply *ret,
+    char *err, size_t errlen);
 Allot__V1__Error__Code allot__state_leave(allot__state *st,
     const Allot__V1__Leave *req, Allot__V1__Reply *ret, char *err,
     size_t errlen);
@@ -130,8 +130,8 @@ void allot__state_second(allot__state *st);
  * queued for every session. A config with the digest in force is not a
  * change: ALLOT_OK is returned, `cfg` is freed and *ret_changed is false.
  */
-int allot__state_reload(allot__state *st, allot_config *cfg,
-    const char *path, const char *text, bool *ret_changed);
+int allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
+    const char *text, bool *ret_changed);
 
 uint64_t allot__state_epoch(allot__state *st);
 uint64_t allot__state_digest(allot__state *st);
@@ -141,32 +141,32 @@ size_t allot__state_replicas(allot__state *st);
 typedef struct allot__state_share {
 	const char *replica_id;
 	uint64_t session;
-	int32_t quota;              /* quota index: 0 default, i caller i-1 */
-	const char *identity;       /* the quota's identity */
-	bool restored;              /* a placeholder after a restart */
-	bool fresh;                 /* no Sync since its Register yet */
-	double demand;              /* the coordinator's estimate, tokens/s */
-	double target_rate;         /* allocator output */
+	int32_t quota; /* quota index: 0 default, i caller i-1 */
+	const char *identity; /* the quota's identity */
+	bool restored; /* a placeholder after a restart */
+	bool fresh; /* no Sync since its Register yet */
+	double demand; /* the coordinator's estimate, tokens/s */
+	double target_rate; /* allocator output */
 	double target_burst;
-	double reply_target_rate;   /* the target when it was last answered:
-	                               what its grant moved toward */
-	double rate;                /* grant: what it was last sent */
+	double reply_target_rate; /* the target when it was last answered:
+	                             what its grant moved toward */
+	double rate; /* grant: what it was last sent */
 	double burst;
-	double bound_rate;          /* what it may hold (live bound) */
+	double bound_rate; /* what it may hold (live bound) */
 	double bound_burst;
 } allot__state_share;
 
 /* One quota of one service: the allocation and the live bound. */
 typedef struct allot__state_quota {
 	const char *identity;
-	double rate;                /* R */
-	double burst;               /* B */
-	double allowance;           /* its part of the ceiling, <= R */
-	double burst_budget;        /* what the bursts may sum to, <= B */
-	double level;               /* global bucket estimate, tokens */
-	double demand;              /* sum of the estimates, tokens/s */
-	double target_rate;         /* sum of targets */
-	double granted_rate;        /* sum of grants (<= R at all times) */
+	double rate; /* R */
+	double burst; /* B */
+	double allowance; /* its part of the ceiling, <= R */
+	double burst_budget; /* what the bursts may sum to, <= B */
+	double level; /* global bucket estimate, tokens */
+	double demand; /* sum of the estimates, tokens/s */
+	double target_rate; /* sum of targets */
+	double granted_rate; /* sum of grants (<= R at all times) */
 	double granted_burst;
 	/* The live bound: what the agents may admit at, counting grants,
 	 * decreases not acknowledged yet, the allowance of expired
@@ -175,13 +175,12 @@ typedef struct allot__state_quota {
 	 * bound_burst + bound_rate * W. */
 	double bound_rate;
 	double bound_burst;
-	double bound_ratio;         /* max(bound_rate/R, bound_burst/B) */
+	double bound_ratio; /* max(bound_rate/R, bound_burst/B) */
 	uint32_t holders;
-	uint32_t expired_counted;   /* expired replicas still in the bound */
+	uint32_t expired_counted; /* expired replicas still in the bound */
 } allot__state_quota;
 
-typedef void (*allot__state_share_fn)(void *ctx,
-    const allot__state_share *sh);
+typedef void (*allot__state_share_fn)(void *ctx, const allot__state_share *sh);
 
 /* Call `fn` for every share of every replica of `service` (ghosts
  * included), under the state's lock: `fn` must not call back into the
@@ -191,12 +190,11 @@ size_t allot__state_foreach_share(allot__state *st, const char *service,
 
 /* The allocation and live bound of quota index `q` of `service`.
  * Returns ALLOT_OK, or ALLOT_ENOENT when either is unknown. */
-int allot__state_quota_get(allot__state *st, const char *service,
-    size_t q, allot__state_quota *ret);
+int allot__state_quota_get(
+    allot__state *st, const char *service, size_t q, allot__state_quota *ret);
 
 /* Live replicas of `service` (restored ones included), 0 if unknown. */
-uint32_t allot__state_service_replicas(allot__state *st,
-    const char *service);
+uint32_t allot__state_service_replicas(allot__state *st, const char *service);
 
 /* Append the per-service and per-quota series (Prometheus text). */
 void allot__state_render_metrics(allot__state *st, allot__buf *b);

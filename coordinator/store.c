@@ -171,7 +171,7 @@ struct hdr {
 struct tab {
 	unsigned char *ents;
 	size_t esz;
-	uint32_t n;    /* entries used, holes included */
+	uint32_t n; /* entries used, holes included */
 	uint32_t cap;
 	uint32_t *bkt;
 	uint32_t nbkt; /* power of two, or 0 */
@@ -332,7 +332,7 @@ struct share_ent {
 	double burst;
 	int64_t lease_until;
 	int64_t at;
-	bool write;     /* decided by the flush: changed or due a refresh */
+	bool write; /* decided by the flush: changed or due a refresh */
 };
 
 /* What the database holds for a share, as far as the flush knows: lets
@@ -345,7 +345,7 @@ struct written_ent {
 	double rate;
 	double burst;
 	int64_t written_at; /* record time of the value last written */
-	int64_t seen_at;    /* record time of the last share recorded */
+	int64_t seen_at; /* record time of the last share recorded */
 };
 
 struct seen_ent {
@@ -384,7 +384,7 @@ struct batch {
 	size_t nops;
 	struct tab usage;
 	size_t usage_live;
-	uint32_t drop_head;  /* usage entries before this are all holes */
+	uint32_t drop_head; /* usage entries before this are all holes */
 	struct tab shares;
 	struct tab seen;
 	struct tab levels;
@@ -415,7 +415,8 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BEGIN] = "BEGIN IMMEDIATE",
 	[S_COMMIT] = "COMMIT",
 	[S_ROLLBACK] = "ROLLBACK",
-	[S_JOIN] = "INSERT INTO replicas (session, replica_id, service, host,"
+	[S_JOIN] =
+	    "INSERT INTO replicas (session, replica_id, service, host,"
 	    " pid, agent_version, config_digest, joined_at, last_seen)"
 	    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)"
 	    " ON CONFLICT (session) DO UPDATE SET"
@@ -425,41 +426,46 @@ static const char *const stmt_sql[S_COUNT] = {
 	    " config_digest = excluded.config_digest,"
 	    " last_seen = excluded.last_seen, left_at = NULL, left_why = NULL",
 	[S_LEFT] = "UPDATE replicas SET left_at = ?2, left_why = ?3"
-	    " WHERE session = ?1 AND left_at IS NULL",
+	           " WHERE session = ?1 AND left_at IS NULL",
 	[S_LEFT_SHARES] = "DELETE FROM shares WHERE session = ?1",
 	[S_CONFIG] = "INSERT INTO configs (epoch, digest, path, content,"
-	    " loaded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+	             " loaded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
 	[S_EVENT] = "INSERT INTO events (at, kind, subject, detail)"
-	    " VALUES (?1, ?2, ?3, ?4)",
+	            " VALUES (?1, ?2, ?3, ?4)",
 	[S_SEEN] = "UPDATE replicas SET last_seen = max(last_seen, ?2)"
-	    " WHERE session = ?1",
-	[S_SHARE] = "INSERT INTO shares (session, service, quota, rate, burst,"
+	           " WHERE session = ?1",
+	[S_SHARE] =
+	    "INSERT INTO shares (session, service, quota, rate, burst,"
 	    " lease_until, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
 	    " ON CONFLICT (session, service, quota) DO UPDATE SET"
 	    " rate = excluded.rate, burst = excluded.burst,"
 	    " lease_until = excluded.lease_until,"
 	    " updated_at = excluded.updated_at",
-	[S_USAGE] = "INSERT INTO usage (service, quota, at, admitted, denied,"
+	[S_USAGE] =
+	    "INSERT INTO usage (service, quota, at, admitted, denied,"
 	    " demand, live_replicas) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
 	    " ON CONFLICT (at, service, quota) DO UPDATE SET"
 	    " admitted = admitted + excluded.admitted,"
 	    " denied = denied + excluded.denied,"
 	    " demand = demand + excluded.demand,"
 	    " live_replicas = max(live_replicas, excluded.live_replicas)",
-	[S_LEVEL] = "INSERT INTO levels (service, quota, level, at)"
+	[S_LEVEL] =
+	    "INSERT INTO levels (service, quota, level, at)"
 	    " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (service, quota) DO UPDATE"
 	    " SET level = excluded.level, at = excluded.at"
 	    " WHERE excluded.at >= levels.at",
-	[S_RESTORE_REPLICAS] = "SELECT session, replica_id, service, last_seen"
+	[S_RESTORE_REPLICAS] =
+	    "SELECT session, replica_id, service, last_seen"
 	    " FROM replicas WHERE left_at IS NULL ORDER BY session",
 	[S_RESTORE_LEVELS] = "SELECT service, quota, level, at FROM levels"
-	    " ORDER BY service, quota",
+	                     " ORDER BY service, quota",
 	[S_RET_USAGE] = "DELETE FROM usage WHERE (at, service, quota) IN"
-	    " (SELECT at, service, quota FROM usage WHERE at < ?1"
-	    " ORDER BY at LIMIT ?2)",
+	                " (SELECT at, service, quota FROM usage WHERE at < ?1"
+	                " ORDER BY at LIMIT ?2)",
 	[S_RET_EVENTS] = "DELETE FROM events WHERE id IN (SELECT id"
-	    " FROM events WHERE at < ?1 ORDER BY at LIMIT ?2)",
-	[S_RET_HISTORY] = "DELETE FROM share_history WHERE id IN (SELECT id"
+	                 " FROM events WHERE at < ?1 ORDER BY at LIMIT ?2)",
+	[S_RET_HISTORY] =
+	    "DELETE FROM share_history WHERE id IN (SELECT id"
 	    " FROM share_history WHERE at < ?1 ORDER BY at LIMIT ?2)",
 };
 
@@ -495,11 +501,11 @@ struct allot__store {
 	struct batch *retry; /* what the last failed commit left */
 	struct batch *spare; /* empty, swapped in at the next flush */
 	struct batch b[3];
-	struct tab written;  /* struct written_ent */
-	struct tab left;     /* struct seen_ent: sessions that left, scratch */
+	struct tab written; /* struct written_ent */
+	struct tab left; /* struct seen_ent: sessions that left, scratch */
 	int64_t next_forget_ms;
 	int64_t next_retention_ms;
-	char errmsg[256];    /* sqlite3_errmsg() of the last failure */
+	char errmsg[256]; /* sqlite3_errmsg() of the last failure */
 	bool failing;
 	uint64_t dropped_logged;
 	uint64_t rejected_logged;
@@ -524,8 +530,7 @@ batch_init(struct batch *b)
 static size_t
 batch_rows(const struct batch *b)
 {
-	return b->nops + b->usage_live + b->shares.n + b->seen.n +
-	    b->levels.n;
+	return b->nops + b->usage_live + b->shares.n + b->seen.n + b->levels.n;
 }
 
 static void
@@ -572,8 +577,8 @@ usage_get(struct batch *b, int64_t sec, const struct key *k)
 {
 	uint64_t h = usage_hash(sec, k);
 	for (uint32_t i = tab_head(&b->usage, h); i != NIL;) {
-		struct usage_ent *e =
-		    (struct usage_ent *) tab_at(&b->usage, i);
+		struct usage_ent *e = (struct usage_ent *) tab_at(
+		    &b->usage, i);
 		if (e->hdr.h == h && e->sec == sec && e->k == k)
 			return e;
 		i = e->hdr.next;
@@ -593,8 +598,8 @@ share_get(struct batch *b, uint64_t session, const struct key *k)
 {
 	uint64_t h = share_hash(session, k);
 	for (uint32_t i = tab_head(&b->shares, h); i != NIL;) {
-		struct share_ent *e =
-		    (struct share_ent *) tab_at(&b->shares, i);
+		struct share_ent *e = (struct share_ent *) tab_at(
+		    &b->shares, i);
 		if (e->hdr.h == h && e->session == session && e->k == k)
 			return e;
 		i = e->hdr.next;
@@ -631,8 +636,8 @@ static struct level_ent *
 level_get(struct batch *b, const struct key *k)
 {
 	for (uint32_t i = tab_head(&b->levels, k->h); i != NIL;) {
-		struct level_ent *e =
-		    (struct level_ent *) tab_at(&b->levels, i);
+		struct level_ent *e = (struct level_ent *) tab_at(
+		    &b->levels, i);
 		if (e->k == k)
 			return e;
 		i = e->hdr.next;
@@ -688,8 +693,8 @@ batch_merge(struct batch *dst, struct batch *src)
 		src->nops = 0;
 	}
 	for (uint32_t i = 0; i < src->usage.n; i++) {
-		const struct usage_ent *s =
-		    (const struct usage_ent *) tab_at(&src->usage, i);
+		const struct usage_ent *s = (const struct usage_ent *) tab_at(
+		    &src->usage, i);
 		if (!s->hdr.live)
 			continue;
 		struct usage_ent *d = usage_get(dst, s->sec, s->k);
@@ -704,8 +709,8 @@ batch_merge(struct batch *dst, struct batch *src)
 			d->live_replicas = s->live_replicas;
 	}
 	for (uint32_t i = 0; i < src->shares.n; i++) {
-		const struct share_ent *s =
-		    (const struct share_ent *) tab_at(&src->shares, i);
+		const struct share_ent *s = (const struct share_ent *) tab_at(
+		    &src->shares, i);
 		struct share_ent *d = share_get(dst, s->session, s->k);
 		if (d == NULL) {
 			lost++;
@@ -717,8 +722,8 @@ batch_merge(struct batch *dst, struct batch *src)
 		d->at = s->at;
 	}
 	for (uint32_t i = 0; i < src->seen.n; i++) {
-		const struct seen_ent *s =
-		    (const struct seen_ent *) tab_at(&src->seen, i);
+		const struct seen_ent *s = (const struct seen_ent *) tab_at(
+		    &src->seen, i);
 		struct seen_ent *d = seen_get(dst, s->session);
 		if (d == NULL) {
 			lost++;
@@ -728,8 +733,8 @@ batch_merge(struct batch *dst, struct batch *src)
 			d->at = s->at;
 	}
 	for (uint32_t i = 0; i < src->levels.n; i++) {
-		const struct level_ent *s =
-		    (const struct level_ent *) tab_at(&src->levels, i);
+		const struct level_ent *s = (const struct level_ent *) tab_at(
+		    &src->levels, i);
 		struct level_ent *d = level_get(dst, s->k);
 		if (d == NULL) {
 			lost++;
@@ -762,8 +767,7 @@ static uint64_t
 key_hash(const allot__store *st, const char *service, size_t slen,
     const char *quota, size_t qlen)
 {
-	return allot__hash(quota, qlen,
-	    allot__hash(service, slen, st->seed));
+	return allot__hash(quota, qlen, allot__hash(service, slen, st->seed));
 }
 
 /* The interned (service, quota) pair; NULL when out of memory or over
@@ -784,8 +788,8 @@ intern(allot__store *st, uint64_t h, const char *service, size_t slen,
 	}
 	if (st->keys.n >= KEYS_MAX || slen > UINT32_MAX || qlen > UINT32_MAX)
 		return NULL;
-	struct key *k =
-	    arena_alloc(&st->key_arena, sizeof *k + slen + qlen + 2);
+	struct key *k = arena_alloc(
+	    &st->key_arena, sizeof *k + slen + qlen + 2);
 	if (k == NULL)
 		return NULL;
 	char *s = (char *) (k + 1);
@@ -872,8 +876,7 @@ allot__store_replica_joined(allot__store *st, uint64_t session,
 }
 
 void
-allot__store_replica_left(allot__store *st, uint64_t session,
-    const char *why)
+allot__store_replica_left(allot__store *st, uint64_t session, const char *why)
 {
 	if (st == NULL)
 		return;
@@ -917,8 +920,8 @@ allot__store_replica_seen(allot__store *st, uint64_t session)
 }
 
 void
-allot__store_config_loaded(allot__store *st, uint64_t epoch,
-    uint64_t digest, const char *path, const char *content)
+allot__store_config_loaded(allot__store *st, uint64_t epoch, uint64_t digest,
+    const char *path, const char *content)
 {
 	if (st == NULL)
 		return;
@@ -943,8 +946,8 @@ allot__store_event(allot__store *st, const char *kind, const char *subject,
 	pthread_mutex_lock(&st->mu);
 	struct op *o = op_new(st, OP_EVENT, at);
 	if (o != NULL)
-		op_push(st, o, kind != NULL ? kind : "", subject, detail,
-		    NULL);
+		op_push(
+		    st, o, kind != NULL ? kind : "", subject, detail, NULL);
 	pthread_mutex_unlock(&st->mu);
 }
 
@@ -959,8 +962,8 @@ allot__store_share(allot__store *st, uint64_t session, const char *service,
 	uint64_t kh = key_hash(st, service, sl, quota, ql);
 	pthread_mutex_lock(&st->mu);
 	const struct key *k = intern(st, kh, service, sl, quota, ql);
-	struct share_ent *e =
-	    k != NULL ? share_get(st->cur, session, k) : NULL;
+	struct share_ent *e = k != NULL ? share_get(st->cur, session, k) :
+	                                  NULL;
 	if (e == NULL) {
 		st->rows_rejected++;
 	} else {
@@ -975,8 +978,7 @@ allot__store_share(allot__store *st, uint64_t session, const char *service,
 
 void
 allot__store_usage(allot__store *st, const char *service, const char *quota,
-    uint64_t admitted, uint64_t denied, double demand,
-    uint32_t live_replicas)
+    uint64_t admitted, uint64_t denied, double demand, uint32_t live_replicas)
 {
 	if (st == NULL || service == NULL || quota == NULL)
 		return;
@@ -1001,8 +1003,8 @@ allot__store_usage(allot__store *st, const char *service, const char *quota,
 }
 
 void
-allot__store_level_set(allot__store *st, const char *service,
-    const char *quota, double level)
+allot__store_level_set(
+    allot__store *st, const char *service, const char *quota, double level)
 {
 	if (st == NULL || service == NULL || quota == NULL)
 		return;
@@ -1034,8 +1036,7 @@ allot__store_max_session(allot__store *st)
 }
 
 void
-allot__store_set_clock(allot__store *st, int64_t (*now)(void *ctx),
-    void *ctx)
+allot__store_set_clock(allot__store *st, int64_t (*now)(void *ctx), void *ctx)
 {
 	if (st == NULL)
 		return;
@@ -1124,15 +1125,15 @@ static void
 written_update(allot__store *st, const struct batch *b)
 {
 	for (uint32_t i = 0; i < b->shares.n; i++) {
-		const struct share_ent *e =
-		    (const struct share_ent *) tab_at(&b->shares, i);
-		struct written_ent *w = written_find(&st->written, e->session,
-		    e->k);
+		const struct share_ent *e = (const struct share_ent *) tab_at(
+		    &b->shares, i);
+		struct written_ent *w = written_find(
+		    &st->written, e->session, e->k);
 		if (w == NULL) {
 			if (!e->write)
 				continue;
-			uint32_t j = tab_add(&st->written,
-			    share_hash(e->session, e->k));
+			uint32_t j = tab_add(
+			    &st->written, share_hash(e->session, e->k));
 			if (j == NIL)
 				continue;
 			w = (struct written_ent *) tab_at(&st->written, j);
@@ -1171,15 +1172,15 @@ written_sweep(allot__store *st, const struct batch *b)
 		st->next_forget_ms = now + WRITTEN_FORGET_MS;
 	uint32_t gone = 0;
 	for (uint32_t i = 0; i < st->written.n; i++) {
-		struct written_ent *w =
-		    (struct written_ent *) tab_at(&st->written, i);
+		struct written_ent *w = (struct written_ent *) tab_at(
+		    &st->written, i);
 		if (!w->hdr.live)
 			continue;
 		bool drop = forget && w->seen_at < now - WRITTEN_FORGET_MS;
 		uint64_t h = allot__mix64(w->session);
 		for (uint32_t j = tab_head(&st->left, h); j != NIL && !drop;) {
-			const struct seen_ent *l =
-			    (const struct seen_ent *) tab_at(&st->left, j);
+			const struct seen_ent *l = (const struct seen_ent *)
+			    tab_at(&st->left, j);
 			drop = l->session == w->session;
 			j = l->hdr.next;
 		}
@@ -1257,23 +1258,23 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	size_t skipped = 0;
 	sqlite3_stmt *s = st->stmt[S_SHARE];
 	for (uint32_t i = 0; i < b->shares.n && rc == SQLITE_OK; i++) {
-		struct share_ent *e =
-		    (struct share_ent *) tab_at(&b->shares, i);
-		const struct written_ent *w = written_find(&st->written,
-		    e->session, e->k);
+		struct share_ent *e = (struct share_ent *) tab_at(
+		    &b->shares, i);
+		const struct written_ent *w = written_find(
+		    &st->written, e->session, e->k);
 		e->write = w == NULL || !same_value(w->rate, e->rate) ||
 		    !same_value(w->burst, e->burst) ||
 		    e->at - w->written_at >=
-		    (int64_t) st->opts.share_refresh_ms;
+		        (int64_t) st->opts.share_refresh_ms;
 		if (!e->write) {
 			skipped++;
 			continue;
 		}
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) e->session);
-		sqlite3_bind_text(s, 2, e->k->service, (int) e->k->slen,
-		    SQLITE_STATIC);
-		sqlite3_bind_text(s, 3, e->k->quota, (int) e->k->qlen,
-		    SQLITE_STATIC);
+		sqlite3_bind_text(
+		    s, 2, e->k->service, (int) e->k->slen, SQLITE_STATIC);
+		sqlite3_bind_text(
+		    s, 3, e->k->quota, (int) e->k->qlen, SQLITE_STATIC);
 		sqlite3_bind_double(s, 4, e->rate);
 		sqlite3_bind_double(s, 5, e->burst);
 		sqlite3_bind_int64(s, 6, e->lease_until);
@@ -1281,26 +1282,26 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 		rc = step_done(st, S_SHARE);
 	}
 	for (const struct op *o = b->ops; o != NULL && rc == SQLITE_OK;
-	    o = o->next)
+	     o = o->next)
 		rc = write_op(st, o);
 	s = st->stmt[S_SEEN];
 	for (uint32_t i = 0; i < b->seen.n && rc == SQLITE_OK; i++) {
-		const struct seen_ent *e =
-		    (const struct seen_ent *) tab_at(&b->seen, i);
+		const struct seen_ent *e = (const struct seen_ent *) tab_at(
+		    &b->seen, i);
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) e->session);
 		sqlite3_bind_int64(s, 2, e->at);
 		rc = step_done(st, S_SEEN);
 	}
 	s = st->stmt[S_USAGE];
 	for (uint32_t i = 0; i < b->usage.n && rc == SQLITE_OK; i++) {
-		const struct usage_ent *e =
-		    (const struct usage_ent *) tab_at(&b->usage, i);
+		const struct usage_ent *e = (const struct usage_ent *) tab_at(
+		    &b->usage, i);
 		if (!e->hdr.live)
 			continue;
-		sqlite3_bind_text(s, 1, e->k->service, (int) e->k->slen,
-		    SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, e->k->quota, (int) e->k->qlen,
-		    SQLITE_STATIC);
+		sqlite3_bind_text(
+		    s, 1, e->k->service, (int) e->k->slen, SQLITE_STATIC);
+		sqlite3_bind_text(
+		    s, 2, e->k->quota, (int) e->k->qlen, SQLITE_STATIC);
 		sqlite3_bind_int64(s, 3, e->sec * 1000);
 		sqlite3_bind_int64(s, 4, (sqlite3_int64) e->admitted);
 		sqlite3_bind_int64(s, 5, (sqlite3_int64) e->denied);
@@ -1310,12 +1311,12 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	}
 	s = st->stmt[S_LEVEL];
 	for (uint32_t i = 0; i < b->levels.n && rc == SQLITE_OK; i++) {
-		const struct level_ent *e =
-		    (const struct level_ent *) tab_at(&b->levels, i);
-		sqlite3_bind_text(s, 1, e->k->service, (int) e->k->slen,
-		    SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, e->k->quota, (int) e->k->qlen,
-		    SQLITE_STATIC);
+		const struct level_ent *e = (const struct level_ent *) tab_at(
+		    &b->levels, i);
+		sqlite3_bind_text(
+		    s, 1, e->k->service, (int) e->k->slen, SQLITE_STATIC);
+		sqlite3_bind_text(
+		    s, 2, e->k->quota, (int) e->k->qlen, SQLITE_STATIC);
 		sqlite3_bind_double(s, 3, e->level);
 		sqlite3_bind_int64(s, 4, e->at);
 		rc = step_done(st, S_LEVEL);
@@ -1371,8 +1372,8 @@ retention(allot__store *st)
 		allot__log_ratelimited(&st->lg, &st->rl_retention,
 		    ALLOT_LOG_WARNING, "ALLOT-STORE-RETENTION-FAIL",
 		    "store %s: deleting rows older than %" PRIu32 " s failed: "
-		    "%s; retrying in a minute", st->path,
-		    st->opts.retention_s, sqlite3_errstr(rc));
+		    "%s; retrying in a minute",
+		    st->path, st->opts.retention_s, sqlite3_errstr(rc));
 		st->next_retention_ms = now + RETENTION_EVERY_MS;
 		return;
 	}
@@ -1383,7 +1384,8 @@ retention(allot__store *st)
 	if (deleted > 0)
 		allot__log(&st->lg, ALLOT_LOG_DEBUG, "ALLOT-STORE-RETENTION",
 		    "store %s: deleted %" PRIu64 " rows older than %" PRIu32
-		    " s", st->path, deleted, st->opts.retention_s);
+		    " s",
+		    st->path, deleted, st->opts.retention_s);
 }
 
 int
@@ -1541,8 +1543,7 @@ allot__store_opts_default(allot__store_opts *ret)
 	ret->share_refresh_ms = DEFAULT_SHARE_REFRESH_MS;
 }
 
-static void
-seterr(char *errbuf, size_t errlen, const char *fmt, ...)
+static void seterr(char *errbuf, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void
@@ -1579,7 +1580,7 @@ is_corruption(int rc)
 	return (rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT;
 }
 
-#define NOT_VALID_FMT \
+#define NOT_VALID_FMT                                                      \
 	"%s is not a valid allot database (%s); move it aside or restore " \
 	"from backup; allotd will not overwrite it"
 
@@ -1589,14 +1590,14 @@ static int
 check_file(allot__store *st, char *errbuf, size_t errlen)
 {
 	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(st->db, "PRAGMA quick_check", -1, &s,
-	    NULL);
+	int rc = sqlite3_prepare_v2(
+	    st->db, "PRAGMA quick_check", -1, &s, NULL);
 	char first[256] = "";
 	bool ok = true;
 	if (rc == SQLITE_OK) {
 		while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-			const char *t =
-			    (const char *) sqlite3_column_text(s, 0);
+			const char *t = (const char *) sqlite3_column_text(
+			    s, 0);
 			if (t != NULL && strcmp(t, "ok") != 0 && ok) {
 				ok = false;
 				/* A finding may span lines ("*** in database
@@ -1643,8 +1644,8 @@ migrate(allot__store *st, int64_t from, char *errbuf, size_t errlen)
 		    "PRAGMA user_version = %d; PRAGMA application_id = %d;", v,
 		    APP_ID);
 		char *msg = NULL;
-		int rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL,
-		    &msg);
+		int rc = sqlite3_exec(
+		    st->db, "BEGIN IMMEDIATE", NULL, NULL, &msg);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_exec(st->db, allot__migrations[i].sql,
 			    NULL, NULL, &msg);
@@ -1659,8 +1660,8 @@ migrate(allot__store *st, int64_t from, char *errbuf, size_t errlen)
 			    msg != NULL ? msg : sqlite3_errstr(rc));
 			sqlite3_free(msg);
 			if (!sqlite3_get_autocommit(st->db))
-				sqlite3_exec(st->db, "ROLLBACK", NULL, NULL,
-				    NULL);
+				sqlite3_exec(
+				    st->db, "ROLLBACK", NULL, NULL, NULL);
 			return -1;
 		}
 		allot__log(&st->lg, ALLOT_LOG_INFO, "ALLOT-STORE-MIGRATE",
@@ -1695,8 +1696,7 @@ store_free(allot__store *st)
 
 int
 allot__store_open(const char *path, const allot__store_opts *opts,
-    const allot__logger *lg, char *errbuf, size_t errlen,
-    allot__store **ret)
+    const allot__logger *lg, char *errbuf, size_t errlen, allot__store **ret)
 {
 	if (path == NULL || ret == NULL) {
 		seterr(errbuf, errlen, "store: no path given");
@@ -1755,7 +1755,7 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 	if (rc != SQLITE_OK) {
 		seterr(errbuf, errlen, "cannot open store %s: %s", path,
 		    st->db != NULL ? sqlite3_errmsg(st->db) :
-		    sqlite3_errstr(rc));
+		                     sqlite3_errstr(rc));
 		goto fail_io;
 	}
 	sqlite3_extended_result_codes(st->db, 1);
@@ -1769,11 +1769,13 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 	if (rc == SQLITE_OK)
 		rc = query_int(st->db, "PRAGMA application_id", &app_id);
 	if (rc == SQLITE_OK)
-		rc = query_int(st->db, "SELECT count(*) FROM sqlite_master",
-		    &objects);
+		rc = query_int(
+		    st->db, "SELECT count(*) FROM sqlite_master", &objects);
 	if (rc != SQLITE_OK) {
-		seterr(errbuf, errlen, is_corruption(rc) ? NOT_VALID_FMT :
-		    "cannot read store %s: %s", path, sqlite3_errmsg(st->db));
+		seterr(errbuf, errlen,
+		    is_corruption(rc) ? NOT_VALID_FMT :
+		                        "cannot read store %s: %s",
+		    path, sqlite3_errmsg(st->db));
 		goto fail_io;
 	}
 	if (app_id != APP_ID &&
@@ -1789,7 +1791,8 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 		    "store %s has schema version %" PRId64 " but this allotd "
 		    "knows versions up to %" PRId64 ": it was written by a "
 		    "newer allotd; run that version, or move the file aside "
-		    "(allotd will not downgrade it)", path, version, known);
+		    "(allotd will not downgrade it)",
+		    path, version, known);
 		goto fail_io;
 	}
 
@@ -1797,20 +1800,23 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 	 * loses at most the last commits on power loss, never integrity. */
 	char mode[16] = "";
 	sqlite3_stmt *s = NULL;
-	rc = sqlite3_prepare_v2(st->db, "PRAGMA journal_mode = WAL", -1, &s,
-	    NULL);
+	rc = sqlite3_prepare_v2(
+	    st->db, "PRAGMA journal_mode = WAL", -1, &s, NULL);
 	if (rc == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
 		snprintf(mode, sizeof mode, "%s", sqlite3_column_text(s, 0));
 	sqlite3_finalize(s);
 	if (strcmp(mode, "wal") != 0) {
-		seterr(errbuf, errlen, "cannot put store %s in WAL mode (%s); "
+		seterr(errbuf, errlen,
+		    "cannot put store %s in WAL mode (%s); "
 		    "is it on a file system without shared memory, or locked?",
 		    path, mode[0] != '\0' ? mode : sqlite3_errmsg(st->db));
 		goto fail_io;
 	}
-	rc = sqlite3_exec(st->db, "PRAGMA synchronous = NORMAL;"
+	rc = sqlite3_exec(st->db,
+	    "PRAGMA synchronous = NORMAL;"
 	    "PRAGMA journal_size_limit = 67108864;"
-	    "PRAGMA cache_size = -65536;", NULL, NULL, NULL);
+	    "PRAGMA cache_size = -65536;",
+	    NULL, NULL, NULL);
 	if (rc != SQLITE_OK) {
 		seterr(errbuf, errlen, "cannot configure store %s: %s", path,
 		    sqlite3_errmsg(st->db));
@@ -1823,9 +1829,10 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 		rc = sqlite3_prepare_v3(st->db, stmt_sql[i], -1,
 		    SQLITE_PREPARE_PERSISTENT, &st->stmt[i], NULL);
 		if (rc != SQLITE_OK) {
-			seterr(errbuf, errlen, "store %s: cannot prepare "
-			    "statement %d: %s", path, i,
-			    sqlite3_errmsg(st->db));
+			seterr(errbuf, errlen,
+			    "store %s: cannot prepare "
+			    "statement %d: %s",
+			    path, i, sqlite3_errmsg(st->db));
 			goto fail_io;
 		}
 	}
@@ -1844,8 +1851,8 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 
 	allot__log(&st->lg, ALLOT_LOG_INFO, "ALLOT-STORE-OPEN",
 	    "store %s: schema version %" PRId64 " (was %" PRId64 "), "
-	    "retention %" PRIu32 " s", path, known, version,
-	    st->opts.retention_s);
+	    "retention %" PRIu32 " s",
+	    path, known, version, st->opts.retention_s);
 	*ret = st;
 	return ALLOT_OK;
 
@@ -1864,8 +1871,8 @@ allot__store_close(allot__store *st)
 		allot__store_stats_get(st, &s);
 		allot__log(&st->lg, ALLOT_LOG_ERR, "ALLOT-STORE-LOST",
 		    "store %s: closing with %" PRIu64 " rows that could not "
-		    "be written (%s)", st->path, s.pending,
-		    sqlite3_errstr(s.last_error));
+		    "be written (%s)",
+		    st->path, s.pending, sqlite3_errstr(s.last_error));
 	}
 	(void) sqlite3_exec(st->db, "PRAGMA optimize", NULL, NULL, NULL);
 	store_free(st);

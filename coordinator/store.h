@@ -28,10 +28,10 @@
 typedef struct allot__store allot__store;
 
 typedef struct allot__store_opts {
-	uint32_t retention_s;    /* usage, events and share_history rows
-	                            older than this are deleted (default 7
-	                            days; 0 keeps everything) */
-	size_t max_pending;      /* queued rows bound (default 1,000,000) */
+	uint32_t retention_s; /* usage, events and share_history rows
+	                         older than this are deleted (default 7
+	                         days; 0 keeps everything) */
+	size_t max_pending; /* queued rows bound (default 1,000,000) */
 	uint32_t busy_timeout_ms; /* sqlite3_busy_timeout on flush
 	                             (default 50) */
 	uint32_t retention_chunk; /* rows deleted per table per flush by
@@ -51,16 +51,16 @@ typedef struct allot__store_stats {
 	uint64_t commits;
 	uint64_t commit_failures;
 	uint64_t rows_written;
-	uint64_t rows_dropped;   /* usage rows dropped past max_pending */
-	uint64_t pending;        /* rows waiting for the next flush */
-	double last_commit_ms;   /* duration of the last successful commit */
-	int last_error;          /* SQLite result code of the last failure */
-	uint64_t rows_rejected;  /* records refused: out of memory, or more
-	                            than 2^20 distinct (service, quota) */
-	uint64_t retention_deleted;  /* rows deleted by retention */
+	uint64_t rows_dropped; /* usage rows dropped past max_pending */
+	uint64_t pending; /* rows waiting for the next flush */
+	double last_commit_ms; /* duration of the last successful commit */
+	int last_error; /* SQLite result code of the last failure */
+	uint64_t rows_rejected; /* records refused: out of memory, or more
+	                           than 2^20 distinct (service, quota) */
+	uint64_t retention_deleted; /* rows deleted by retention */
 	uint64_t retention_failures; /* retention transactions that failed */
-	uint64_t shares_unchanged;   /* shares recorded again unchanged and
-	                                not rewritten (not in rows_written) */
+	uint64_t shares_unchanged; /* shares recorded again unchanged and
+	                              not rewritten (not in rows_written) */
 } allot__store_stats;
 
 /* Open (creating if needed) and migrate. A corrupt, truncated or foreign
@@ -71,8 +71,7 @@ typedef struct allot__store_stats {
  * ALLOT_EIO (cannot open, corrupt, foreign, newer schema, migration
  * failed). */
 int allot__store_open(const char *path, const allot__store_opts *opts,
-    const allot__logger *lg, char *errbuf, size_t errlen,
-    allot__store **ret);
+    const allot__logger *lg, char *errbuf, size_t errlen, allot__store **ret);
 
 /* Flush what is queued (best effort: rows that cannot be written are
  * logged as ALLOT-STORE-LOST) and close; accepts NULL. Loop thread, with
@@ -91,8 +90,8 @@ void allot__store_stats_get(allot__store *st, allot__store_stats *ret);
 /* Replace the wall clock used for every audit time (tests and the
  * simulator). Call before any record function; `now` must be
  * thread-safe. NULL restores allot__wall_ms(). */
-void allot__store_set_clock(allot__store *st, int64_t (*now)(void *ctx),
-    void *ctx);
+void allot__store_set_clock(
+    allot__store *st, int64_t (*now)(void *ctx), void *ctx);
 
 /* The SQLite connection, for tests and diagnostics on the loop thread
  * only; the store owns it (do not close it). */
@@ -108,8 +107,8 @@ void allot__store_replica_joined(allot__store *st, uint64_t session,
     uint32_t pid, const char *agent_version, uint64_t config_digest);
 /* why: "leave", "expired", "replaced", "shutdown" (anything else, or
  * NULL, is recorded as "leave"). */
-void allot__store_replica_left(allot__store *st, uint64_t session,
-    const char *why);
+void allot__store_replica_left(
+    allot__store *st, uint64_t session, const char *why);
 void allot__store_replica_seen(allot__store *st, uint64_t session);
 
 void allot__store_config_loaded(allot__store *st, uint64_t epoch,
@@ -146,7 +145,7 @@ typedef struct allot__store_replica {
 typedef struct allot__store_level {
 	const char *service;
 	const char *quota;
-	double level;            /* global bucket level (tokens) */
+	double level; /* global bucket level (tokens) */
 	int64_t at_ms;
 } allot__store_level;
 
@@ -163,8 +162,8 @@ int allot__store_restore(allot__store *st,
  * The function is allot__store_level_set(); allot__store_level(...) is a
  * function-like macro for it, so that the same name can also be the
  * restore row type above (a macro only expands before a parenthesis). */
-void allot__store_level_set(allot__store *st, const char *service,
-    const char *quota, double level);
+void allot__store_level_set(
+    allot__store *st, const char *service, const char *quota, double level);
 #define allot__store_level(st, service, quota, level) \
 	allot__store_level_set((st), (service), (quota), (level))
 

@@ -81,8 +81,8 @@ svc_callers_get(struct svc *s, const char *identity)
 	}
 	uint32_t n = atomic_load_explicit(&t->n, memory_order_relaxed);
 	if (n >= t->cap) {
-		atomic_fetch_add_explicit(&t->overflowed, 1,
-		    memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &t->overflowed, 1, memory_order_relaxed);
 		goto out;
 	}
 	c = &t->rec[n];
@@ -92,15 +92,14 @@ svc_callers_get(struct svc *s, const char *identity)
 	c->has_identity = true;
 	/* The limiter folds callers it has no slot for into the default
 	 * slot by itself; an error leaves the record on that slot too. */
-	if (allot_conc_caller(s->conc, c->identity, &c->conc_slot) !=
-	    ALLOT_OK)
+	if (allot_conc_caller(s->conc, c->identity, &c->conc_slot) != ALLOT_OK)
 		c->conc_slot = ALLOT_CONC_DEFAULT_CALLER;
 	/* The quota charged is a property of the identity, the same for
 	 * every endpoint: ask the agent once, here. */
 	c->quota = "default";
 	allot_key *k;
-	if (allot_key_resolve(s->agent, c->identity, svc_endpoint_path[0],
-		&k) == ALLOT_OK) {
+	if (allot_key_resolve(
+	        s->agent, c->identity, svc_endpoint_path[0], &k) == ALLOT_OK) {
 		allot_key_stats ks;
 		if (allot_key_stats_get(s->agent, k, &ks) == ALLOT_OK)
 			c->quota = ks.quota;

@@ -52,8 +52,8 @@ svc_notify_connection(void *cls, struct MHD_Connection *c,
 		/* One allocation per connection, none per request. A NULL
 		 * context (out of memory) is answered 503 by the handler. */
 		*socket_context = calloc(1, sizeof(struct svc_conn));
-		atomic_fetch_add_explicit(&s->connections, 1,
-		    memory_order_relaxed);
+		atomic_fetch_add_explicit(
+		    &s->connections, 1, memory_order_relaxed);
 		return;
 	}
 	struct svc_conn *cc = *socket_context;
@@ -82,30 +82,31 @@ header_identity_ok(const char *h)
 
 /* The caller's identity for this request into `buf` ("" for none). */
 static void
-request_identity(struct svc *s, struct MHD_Connection *c, char *buf,
-    size_t len)
+request_identity(
+    struct svc *s, struct MHD_Connection *c, char *buf, size_t len)
 {
 	buf[0] = '\0';
 	if (s->mode == MODE_MTLS) {
-		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
-		    MHD_CONNECTION_INFO_GNUTLS_SESSION);
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+		    c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
 		if (ci == NULL || ci->tls_session == NULL)
 			return;
-		int rc = example_tls_identity(ci->tls_session,
-		    s->o.trust_domain, buf, len);
+		int rc = example_tls_identity(
+		    ci->tls_session, s->o.trust_domain, buf, len);
 		if (rc != ALLOT_OK) {
 			buf[0] = '\0';
 			svc_log(s, 7, "SVC-NO-IDENTITY",
 			    "connection without a verified identity (%s): "
-			    "default bucket", allot_strerror(rc));
+			    "default bucket",
+			    allot_strerror(rc));
 		}
 		return;
 	}
 	if (s->mode == MODE_PLAIN_INSECURE) {
 		/* Only here, never in a TLS mode: the header is whatever
 		 * the client says. */
-		const char *h = MHD_lookup_connection_value(c,
-		    MHD_HEADER_KIND, IDENTITY_HEADER);
+		const char *h = MHD_lookup_connection_value(
+		    c, MHD_HEADER_KIND, IDENTITY_HEADER);
 		if (h != NULL && header_identity_ok(h))
 			snprintf(buf, len, "%s", h);
 	}
@@ -144,7 +145,8 @@ conn_key(struct svc *s, struct svc_conn *cc, enum svc_endpoint ep)
 	}
 	allot_key_stats ks;
 	cc->policy[ep] = allot_key_stats_get(s->agent, k, &ks) == ALLOT_OK ?
-	    ks.quota : "default";
+	    ks.quota :
+	    "default";
 	cc->key[ep] = k;
 	return k;
 }
@@ -161,43 +163,44 @@ count(_Atomic uint64_t *c, uint64_t n)
  * buffer: MHD_RESPMEM_PERSISTENT, no copy). With `d` set the rate-limit
  * fields of the decision are added; `retry_after` adds Retry-After. */
 static enum MHD_Result
-reply(struct MHD_Connection *c, unsigned status, const char *body,
-    size_t len, const allot_decision *d, const char *policy,
-    const char *retry_after)
+reply(struct MHD_Connection *c, unsigned status, const char *body, size_t len,
+    const allot_decision *d, const char *policy, const char *retry_after)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len,
-	    (void *) body, MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+	    len, (void *) body, MHD_RESPMEM_PERSISTENT);
 	if (r == NULL)
 		return MHD_NO;
-	bool ok = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-	    JSON) == MHD_YES;
+	bool ok = MHD_add_response_header(
+	              r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON) == MHD_YES;
 	if (d != NULL) {
 		/* Sized for a policy name of ALLOT_IDENTITY_MAX bytes. */
 		char pol[ALLOT_IDENTITY_MAX + 64];
 		char rl[ALLOT_IDENTITY_MAX + 64];
 		allot_xheaders xh;
-		int np = allot_fmt_ratelimit_policy(d, policy, pol,
-		    sizeof pol);
+		int np = allot_fmt_ratelimit_policy(
+		    d, policy, pol, sizeof pol);
 		int nr = allot_fmt_ratelimit(d, policy, rl, sizeof rl);
 		allot_fmt_xratelimit(d, (int64_t) time(NULL), &xh);
 		ok = ok && np > 0 && (size_t) np < sizeof pol && nr > 0 &&
 		    (size_t) nr < sizeof rl &&
 		    MHD_add_response_header(r, "RateLimit-Policy", pol) ==
-			MHD_YES &&
+		        MHD_YES &&
 		    MHD_add_response_header(r, "RateLimit", rl) == MHD_YES &&
-		    MHD_add_response_header(r, "X-RateLimit-Limit",
-			xh.limit) == MHD_YES &&
-		    MHD_add_response_header(r, "X-RateLimit-Remaining",
-			xh.remaining) == MHD_YES &&
-		    MHD_add_response_header(r, "X-RateLimit-Reset",
-			xh.reset) == MHD_YES;
+		    MHD_add_response_header(
+		        r, "X-RateLimit-Limit", xh.limit) == MHD_YES &&
+		    MHD_add_response_header(
+		        r, "X-RateLimit-Remaining", xh.remaining) == MHD_YES &&
+		    MHD_add_response_header(
+		        r, "X-RateLimit-Reset", xh.reset) == MHD_YES;
 		if (d->shadow_denied)
-			ok = ok && MHD_add_response_header(r,
-			    "X-Allot-Shadow", "would-deny") == MHD_YES;
+			ok = ok &&
+			    MHD_add_response_header(
+			        r, "X-Allot-Shadow", "would-deny") == MHD_YES;
 	}
 	if (retry_after != NULL)
-		ok = ok && MHD_add_response_header(r,
-		    MHD_HTTP_HEADER_RETRY_AFTER, retry_after) == MHD_YES;
+		ok = ok &&
+		    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER,
+		        retry_after) == MHD_YES;
 	enum MHD_Result ret = ok ? MHD_queue_response(c, status, r) : MHD_NO;
 	MHD_destroy_response(r);
 	return ret;
@@ -232,10 +235,10 @@ reply_rate_denied(struct MHD_Connection *c, struct svc_conn *cc,
 {
 	char ra[24];
 	allot_fmt_retry_after(d, ra, sizeof ra);
-	size_t n = body(cc,
-	    "{\"error\":\"rate_limit_exceeded\",\"retry_after\":%s}", ra);
-	return reply(c, MHD_HTTP_TOO_MANY_REQUESTS, cc->body, n, d, policy,
-	    ra);
+	size_t n = body(
+	    cc, "{\"error\":\"rate_limit_exceeded\",\"retry_after\":%s}", ra);
+	return reply(
+	    c, MHD_HTTP_TOO_MANY_REQUESTS, cc->body, n, d, policy, ra);
 }
 
 /* A concurrency-limit rejection: 503, its own error, the limiter's
@@ -249,8 +252,8 @@ reply_busy(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 	size_t n = body(cc,
 	    "{\"error\":\"concurrency_limit_exceeded\",\"retry_after\":%s}",
 	    ra);
-	return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, cc->body, n, d, policy,
-	    ra);
+	return reply(
+	    c, MHD_HTTP_SERVICE_UNAVAILABLE, cc->body, n, d, policy, ra);
 }
 
 /* ---- the rate-limited endpoints ---- */
@@ -260,8 +263,8 @@ reply_busy(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
  * no tokens (the bucket models a limiter that refused it): nothing to
  * reconcile. */
 static void
-reconcile(struct svc *s, allot_key *k, const allot_decision *d,
-    uint32_t measured)
+reconcile(
+    struct svc *s, allot_key *k, const allot_decision *d, uint32_t measured)
 {
 	if (d->shadow_denied)
 		return;
@@ -285,8 +288,8 @@ admit(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 		size_t n = body(cc,
 		    "{\"error\":\"cost_exceeds_quota\",\"cost\":%" PRIu32 "}",
 		    d->cost);
-		*ret = reply(c, MHD_HTTP_FORBIDDEN, cc->body, n, NULL, NULL,
-		    NULL);
+		*ret = reply(
+		    c, MHD_HTTP_FORBIDDEN, cc->body, n, NULL, NULL, NULL);
 		return false;
 	}
 	if (rc != ALLOT_OK) {
@@ -306,8 +309,8 @@ admit(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 }
 
 static enum MHD_Result
-do_lookup(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
-    allot_key *k)
+do_lookup(
+    struct svc *s, struct MHD_Connection *c, struct svc_conn *cc, allot_key *k)
 {
 	allot_decision d;
 	enum MHD_Result ret;
@@ -330,8 +333,8 @@ do_lookup(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 	    cc->identity[0] != '\0' ? "\"" : "",
 	    cc->identity[0] != '\0' ? cc->identity : "null",
 	    cc->identity[0] != '\0' ? "\"" : "");
-	return reply(c, MHD_HTTP_OK, cc->body, n, &d, cc->policy[EP_LOOKUP],
-	    NULL);
+	return reply(
+	    c, MHD_HTTP_OK, cc->body, n, &d, cc->policy[EP_LOOKUP], NULL);
 }
 
 /* ?rows=N, strictly digits, 1 .. max; 0 when absent, -1 when bad. */
@@ -377,8 +380,8 @@ simulate_export(struct svc *s, uint64_t rows)
 }
 
 static enum MHD_Result
-do_export(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
-    allot_key *k)
+do_export(
+    struct svc *s, struct MHD_Connection *c, struct svc_conn *cc, allot_key *k)
 {
 	allot_decision d;
 	enum MHD_Result ret;
@@ -386,8 +389,9 @@ do_export(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 		return ret;
 	struct svc_caller *who = cc->caller;
 	const char *pol = cc->policy[EP_EXPORT];
-	int64_t rows = parse_rows(MHD_lookup_connection_value(c,
-	    MHD_GET_ARGUMENT_KIND, "rows"), s->o.export_max_rows);
+	int64_t rows = parse_rows(
+	    MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "rows"),
+	    s->o.export_max_rows);
 	if (rows == 0)
 		rows = 100;
 	if (rows < 0) {
@@ -397,15 +401,16 @@ do_export(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 		count(&who->bad_requests, 1);
 		size_t n = body(cc,
 		    "{\"error\":\"bad_request\",\"detail\":\"rows must be an "
-		    "integer in 1..%" PRIu32 "\"}", s->o.export_max_rows);
-		return reply(c, MHD_HTTP_BAD_REQUEST, cc->body, n, &d, pol,
-		    NULL);
+		    "integer in 1..%" PRIu32 "\"}",
+		    s->o.export_max_rows);
+		return reply(
+		    c, MHD_HTTP_BAD_REQUEST, cc->body, n, &d, pol, NULL);
 	}
 	/* Execution: a bulk permit, waiting at most --queue-ms. A rejection
 	 * here is "busy", not "over quota": the admission is refunded. */
 	allot_conc_permit p;
-	int rc = allot_conc_acquire(s->conc, who->conc_slot, ALLOT_LANE_BULK,
-	    ALLOT_CONC_WAIT_MAX, &p);
+	int rc = allot_conc_acquire(
+	    s->conc, who->conc_slot, ALLOT_LANE_BULK, ALLOT_CONC_WAIT_MAX, &p);
 	if (rc != ALLOT_OK) {
 		reconcile(s, k, &d, 0);
 		count(&who->conc_rejected, 1);
@@ -425,14 +430,17 @@ do_export(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 	count(&who->export_tokens_estimated, d.cost);
 	count(&who->export_tokens_measured, measured);
 	if (done < (uint64_t) rows) {
-		size_t n = body(cc, "{\"error\":\"shutting_down\","
-		    "\"rows\":%" PRIu64 "}", done);
+		size_t n = body(cc,
+		    "{\"error\":\"shutting_down\","
+		    "\"rows\":%" PRIu64 "}",
+		    done);
 		return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, cc->body, n, &d,
 		    pol, NULL);
 	}
 	size_t n = body(cc,
 	    "{\"rows\":%" PRIu64 ",\"tokens_estimated\":%" PRIu32
-	    ",\"tokens_measured\":%" PRIu64 "}", done, d.cost, measured);
+	    ",\"tokens_measured\":%" PRIu64 "}",
+	    done, d.cost, measured);
 	return reply(c, MHD_HTTP_OK, cc->body, n, &d, pol, NULL);
 }
 
@@ -446,17 +454,17 @@ do_stats(struct svc *s, struct MHD_Connection *c)
 	if (doc == NULL)
 		return reply_static(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "{\"error\":\"out_of_memory\"}");
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, doc,
-	    MHD_RESPMEM_MUST_FREE);
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+	    len, doc, MHD_RESPMEM_MUST_FREE);
 	if (r == NULL) {
 		free(doc);
 		return MHD_NO;
 	}
 	enum MHD_Result ret = MHD_NO;
 	if (MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON) ==
-		MHD_YES &&
-	    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL,
-		"no-store") == MHD_YES)
+	        MHD_YES &&
+	    MHD_add_response_header(
+	        r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") == MHD_YES)
 		ret = MHD_queue_response(c, MHD_HTTP_OK, r);
 	MHD_destroy_response(r);
 	return ret;
@@ -496,12 +504,12 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 		if (r == NULL)
 			return MHD_NO;
 		enum MHD_Result ret = MHD_NO;
-		if (MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-			"GET, HEAD") == MHD_YES &&
-		    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-			JSON) == MHD_YES)
-			ret = MHD_queue_response(c,
-			    MHD_HTTP_METHOD_NOT_ALLOWED, r);
+		if (MHD_add_response_header(
+		        r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD") == MHD_YES &&
+		    MHD_add_response_header(
+		        r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON) == MHD_YES)
+			ret = MHD_queue_response(
+			    c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
 		MHD_destroy_response(r);
 		return ret;
 	}
@@ -509,8 +517,8 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 	 * whatever it asks for: a client that opens its connection with a
 	 * health check pays for the certificate check there, not in the
 	 * middle of its first burst. */
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c,
-	    MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+	    c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	struct svc_conn *cc = ci != NULL ? ci->socket_context : NULL;
 	if (cc != NULL)
 		conn_resolve(s, c, cc);
@@ -518,7 +526,7 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 	if (strcmp(url, "/healthz") == 0)
 		return atomic_load(&s->stopping) ?
 		    reply_static(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-			"{\"status\":\"stopping\"}") :
+		        "{\"status\":\"stopping\"}") :
 		    reply_static(c, MHD_HTTP_OK, "{\"status\":\"ok\"}");
 	if (strcmp(url, "/stats") == 0)
 		return do_stats(s, c);
@@ -529,8 +537,8 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 	else if (strcmp(url, svc_endpoint_path[EP_EXPORT]) == 0)
 		ep = EP_EXPORT;
 	else
-		return reply_static(c, MHD_HTTP_NOT_FOUND,
-		    "{\"error\":\"not_found\"}");
+		return reply_static(
+		    c, MHD_HTTP_NOT_FOUND, "{\"error\":\"not_found\"}");
 
 	if (cc == NULL)
 		return reply_static(c, MHD_HTTP_SERVICE_UNAVAILABLE,
@@ -540,5 +548,5 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 		return reply_static(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 		    "{\"error\":\"internal\"}");
 	return ep == EP_LOOKUP ? do_lookup(s, c, cc, k) :
-				 do_export(s, c, cc, k);
+	                         do_export(s, c, cc, k);
 }

@@ -30,8 +30,8 @@
 
 #define PROG "allot-example-service"
 
-static const char *const level_names[8] = { "emerg", "alert", "crit",
-	"error", "warning", "notice", "info", "debug" };
+static const char *const level_names[8] = { "emerg", "alert", "crit", "error",
+	"warning", "notice", "info", "debug" };
 
 uint64_t
 svc_now_ns(void)
@@ -49,12 +49,14 @@ vlog(int level, const char *id, const char *fmt, va_list ap)
 	/* One fprintf per line: stderr is unbuffered, and lines from
 	 * connection threads must not interleave mid-line. */
 	fprintf(stderr, PROG ": %s %s: %s\n",
-	    level_names[level < 0 ? 0 : level > 7 ? 7 : level], id, msg);
+	    level_names[level < 0 ? 0 :
+	            level > 7     ? 7 :
+	                            level],
+	    id, msg);
 }
 
 void
-svc_log(const struct svc *s, int level, const char *id, const char *fmt,
-    ...)
+svc_log(const struct svc *s, int level, const char *id, const char *fmt, ...)
 {
 	if (level > s->o.log_level)
 		return;
@@ -71,8 +73,10 @@ agent_log(void *ctx, int level, const char *id, const char *msg)
 	const struct svc *s = ctx;
 	if (level <= s->o.log_level)
 		fprintf(stderr, PROG ": %s %s: %s\n",
-		    level_names[level < 0 ? 0 : level > 7 ? 7 : level], id,
-		    msg);
+		    level_names[level < 0 ? 0 :
+		            level > 7     ? 7 :
+		                            level],
+		    id, msg);
 }
 
 /* libmicrohttpd's messages are mostly about clients that went away or
@@ -160,10 +164,11 @@ arg_u32(const char *name, const char *v, uint32_t min, uint32_t max)
 	char *end;
 	errno = 0;
 	unsigned long long x = strtoull(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || v[0] == '-' ||
-	    x < min || x > max)
+	if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x < min ||
+	    x > max)
 		die("%s wants an integer in %" PRIu32 "..%" PRIu32
-		    ", not '%s'", name, min, max, v);
+		    ", not '%s'",
+		    name, min, max, v);
 	return (uint32_t) x;
 }
 
@@ -276,8 +281,8 @@ parse_args(struct svc_options *o, int argc, char **argv)
 		case OPT_SERVICE: o->service = optarg; break;
 		case OPT_REPLICA: o->replica_id = optarg; break;
 		case OPT_SYNC_MS:
-			o->sync_interval_ms = arg_u32("--sync-interval-ms",
-			    optarg, 1, 3600000);
+			o->sync_interval_ms = arg_u32(
+			    "--sync-interval-ms", optarg, 1, 3600000);
 			break;
 		case OPT_EXPORT_MS:
 			errno = 0;
@@ -285,43 +290,43 @@ parse_args(struct svc_options *o, int argc, char **argv)
 			if (errno != 0 || end == optarg || *end != '\0' ||
 			    !(o->export_ms >= 0 && o->export_ms <= 1000))
 				die("--export-ms wants milliseconds in "
-				    "0..1000, not '%s'", optarg);
+				    "0..1000, not '%s'",
+				    optarg);
 			break;
 		case OPT_EXPORT_MAX_ROWS:
-			o->export_max_rows = arg_u32("--export-max-rows",
-			    optarg, 1, 1000000);
+			o->export_max_rows = arg_u32(
+			    "--export-max-rows", optarg, 1, 1000000);
 			break;
 		case OPT_ROWS_PER_TOKEN:
-			o->rows_per_token = arg_u32("--rows-per-token",
-			    optarg, 1, 1000000);
+			o->rows_per_token = arg_u32(
+			    "--rows-per-token", optarg, 1, 1000000);
 			break;
 		case OPT_MAX_INFLIGHT:
-			o->max_inflight = arg_u32("--max-inflight", optarg,
-			    1, 100000);
+			o->max_inflight = arg_u32(
+			    "--max-inflight", optarg, 1, 100000);
 			break;
 		case OPT_MAX_INFLIGHT_CALLER:
 			o->max_inflight_per_caller = arg_u32(
 			    "--max-inflight-per-caller", optarg, 1, 100000);
 			break;
 		case OPT_QUEUE_MS:
-			o->queue_ms = arg_u32("--queue-ms", optarg, 0,
-			    600000);
+			o->queue_ms = arg_u32("--queue-ms", optarg, 0, 600000);
 			break;
 		case OPT_QUEUE_MAX:
-			o->queue_max = arg_u32("--queue-max", optarg, 0,
-			    100000);
+			o->queue_max = arg_u32(
+			    "--queue-max", optarg, 0, 100000);
 			break;
 		case OPT_RESERVE:
 			o->interactive_reserve = arg_u32(
 			    "--interactive-reserve", optarg, 1, 100000);
 			break;
 		case OPT_MAX_CALLERS:
-			o->max_callers = arg_u32("--max-callers", optarg, 1,
-			    1u << 20);
+			o->max_callers = arg_u32(
+			    "--max-callers", optarg, 1, 1u << 20);
 			break;
 		case OPT_MAX_CONN:
-			o->max_connections = arg_u32("--max-connections",
-			    optarg, 1, 1000000);
+			o->max_connections = arg_u32(
+			    "--max-connections", optarg, 1, 1000000);
 			break;
 		case OPT_LOG_LEVEL: o->log_level = arg_level(optarg); break;
 		case 'h': usage(stdout); exit(0);
@@ -377,8 +382,8 @@ slurp(const char *path)
 
 /* HOST:PORT or [HOST]:PORT into a socket address. */
 static void
-parse_listen(const char *spec, struct sockaddr_storage *ss,
-    socklen_t *sslen, char *host, size_t hostlen)
+parse_listen(const char *spec, struct sockaddr_storage *ss, socklen_t *sslen,
+    char *host, size_t hostlen)
 {
 	const char *colon = strrchr(spec, ':');
 	if (colon == NULL || colon[1] == '\0')
@@ -444,7 +449,7 @@ main(int argc, char **argv)
 	s->export_ns_per_row = (uint64_t) llround(s->o.export_ms * 1e6);
 	s->mode = s->o.plain_http ?
 	    (s->o.insecure_identity_header ? MODE_PLAIN_INSECURE :
-					     MODE_PLAIN) :
+	                                     MODE_PLAIN) :
 	    (s->o.ca != NULL ? MODE_MTLS : MODE_TLS);
 
 	/* Signals are taken synchronously by the main thread: block them
@@ -458,12 +463,13 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	char errbuf[512];
-	int rc = allot_config_load(s->o.config, errbuf, sizeof errbuf,
-	    &s->cfg);
+	int rc = allot_config_load(
+	    s->o.config, errbuf, sizeof errbuf, &s->cfg);
 	if (rc != ALLOT_OK)
-		die("%s", rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
-			errbuf :
-			allot_strerror(rc));
+		die("%s",
+		    rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
+		        errbuf :
+		        allot_strerror(rc));
 
 	/* The agent's default replica id, made here so that /stats can
 	 * show it. */
@@ -473,8 +479,8 @@ main(int argc, char **argv)
 		if (gethostname(hn, sizeof hn) != 0)
 			snprintf(hn, sizeof hn, "localhost");
 		hn[sizeof hn - 1] = '\0';
-		snprintf(replica, sizeof replica, "%s-%ld", hn,
-		    (long) getpid());
+		snprintf(
+		    replica, sizeof replica, "%s-%ld", hn, (long) getpid());
 		s->o.replica_id = replica;
 	}
 
@@ -501,8 +507,7 @@ main(int argc, char **argv)
 	(void) addrlen;
 
 	unsigned int flags = MHD_USE_THREAD_PER_CONNECTION |
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-	    MHD_USE_ERROR_LOG;
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
 	if (addr.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	char *cert = NULL, *key = NULL, *ca = NULL;
@@ -514,9 +519,11 @@ main(int argc, char **argv)
 		cert = slurp(s->o.tls_cert);
 		key = slurp(s->o.tls_key);
 		tls[ntls++] = (struct MHD_OptionItem) {
-			MHD_OPTION_HTTPS_MEM_CERT, 0, cert };
+			MHD_OPTION_HTTPS_MEM_CERT, 0, cert
+		};
 		tls[ntls++] = (struct MHD_OptionItem) {
-			MHD_OPTION_HTTPS_MEM_KEY, 0, key };
+			MHD_OPTION_HTTPS_MEM_KEY, 0, key
+		};
 		if (s->o.ca != NULL) {
 			/* With a trust list libmicrohttpd asks every client
 			 * for a certificate; handlers.c verifies it. A
@@ -524,27 +531,26 @@ main(int argc, char **argv)
 			 * caller. */
 			ca = slurp(s->o.ca);
 			tls[ntls++] = (struct MHD_OptionItem) {
-				MHD_OPTION_HTTPS_MEM_TRUST, 0, ca };
+				MHD_OPTION_HTTPS_MEM_TRUST, 0, ca
+			};
 		}
 	}
 	tls[ntls] = (struct MHD_OptionItem) { MHD_OPTION_END, 0, NULL };
 
 	/* The logger goes first, so that it sees the other options. */
 	s->httpd = MHD_start_daemon(flags, 0, NULL, NULL, svc_handle, s,
-	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
-	    MHD_OPTION_NOTIFY_CONNECTION, svc_notify_connection, s,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int) s->o.max_connections,
-	    MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned int) s->o.connection_timeout_s,
-	    MHD_OPTION_ARRAY, tls,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_SOCK_ADDR,
+	    (struct sockaddr *) &addr, MHD_OPTION_NOTIFY_CONNECTION,
+	    svc_notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned int) s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned int) s->o.connection_timeout_s, MHD_OPTION_ARRAY, tls,
 	    MHD_OPTION_END);
 	if (s->httpd == NULL)
 		die("cannot serve on %s (address in use, bad certificate or "
 		    "key?); run with --log-level debug for details",
 		    s->o.listen);
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->httpd,
-	    MHD_DAEMON_INFO_BIND_PORT);
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(
+	    s->httpd, MHD_DAEMON_INFO_BIND_PORT);
 	unsigned port = di != NULL ? di->port : 0;
 
 	switch (s->mode) {
@@ -574,8 +580,7 @@ main(int argc, char **argv)
 		    "no --ca: client certificates are not requested, every "
 		    "request is charged to the default bucket");
 		break;
-	case MODE_MTLS:
-		break;
+	case MODE_MTLS: break;
 	}
 	svc_log(s, 6, "SVC-START",
 	    "service %s, coordinator %s, exports: %" PRIu32 " in flight "

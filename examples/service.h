@@ -25,11 +25,7 @@
 
 /* The rate-limited endpoints; /stats and /healthz are operational and
  * never charged. */
-enum svc_endpoint {
-	EP_LOOKUP = 0,
-	EP_EXPORT = 1,
-	EP_COUNT
-};
+enum svc_endpoint { EP_LOOKUP = 0, EP_EXPORT = 1, EP_COUNT };
 
 extern const char *const svc_endpoint_path[EP_COUNT];
 
@@ -46,13 +42,13 @@ struct svc_options {
 	uint32_t sync_interval_ms;
 	bool plain_http;
 	bool insecure_identity_header;
-	double export_ms;          /* simulated work per exported row */
-	uint32_t export_max_rows;  /* largest ?rows= accepted */
-	uint32_t rows_per_token;   /* measured cost: ceil(rows / this) */
-	uint32_t max_inflight;     /* exports running at once, all callers */
+	double export_ms; /* simulated work per exported row */
+	uint32_t export_max_rows; /* largest ?rows= accepted */
+	uint32_t rows_per_token; /* measured cost: ceil(rows / this) */
+	uint32_t max_inflight; /* exports running at once, all callers */
 	uint32_t max_inflight_per_caller;
-	uint32_t queue_ms;         /* longest an export waits for a permit */
-	uint32_t queue_max;        /* exports waiting at once */
+	uint32_t queue_ms; /* longest an export waits for a permit */
+	uint32_t queue_max; /* exports waiting at once */
 	uint32_t interactive_reserve; /* permits exports can never take */
 	uint32_t max_callers;
 	uint32_t max_connections;
@@ -68,14 +64,14 @@ struct svc_caller {
 	uint32_t conc_slot;
 	const char *quota; /* the quota charged ("default" for none); set
 	                      before the record is published */
-	_Atomic uint64_t requests;      /* to /lookup and /export */
-	_Atomic uint64_t admitted;      /* the rate limiter said yes */
-	_Atomic uint64_t rate_denied;   /* answered 429 */
+	_Atomic uint64_t requests; /* to /lookup and /export */
+	_Atomic uint64_t admitted; /* the rate limiter said yes */
+	_Atomic uint64_t rate_denied; /* answered 429 */
 	_Atomic uint64_t shadow_would_deny; /* shadow quota: allowed, marked */
 	_Atomic uint64_t conc_rejected; /* answered 503 by the limiter */
-	_Atomic uint64_t cost_too_big;  /* answered 403: cost > burst */
-	_Atomic uint64_t bad_requests;  /* answered 400 */
-	_Atomic uint64_t lookups_done;  /* work actually done */
+	_Atomic uint64_t cost_too_big; /* answered 403: cost > burst */
+	_Atomic uint64_t bad_requests; /* answered 400 */
+	_Atomic uint64_t lookups_done; /* work actually done */
 	_Atomic uint64_t exports_done;
 	_Atomic uint64_t rows_exported;
 	_Atomic uint64_t export_tokens_estimated;
@@ -85,17 +81,17 @@ struct svc_caller {
 struct svc_callers {
 	pthread_mutex_t mu;
 	struct svc_caller *rec; /* rec[0]: no identity */
-	uint32_t *index;        /* open addressing over rec, 0: empty */
-	uint32_t cap;           /* records */
-	uint32_t index_cap;     /* a power of two, >= 2 * cap */
-	_Atomic uint32_t n;     /* records in use */
+	uint32_t *index; /* open addressing over rec, 0: empty */
+	uint32_t cap; /* records */
+	uint32_t index_cap; /* a power of two, >= 2 * cap */
+	_Atomic uint32_t n; /* records in use */
 	_Atomic uint64_t overflowed; /* identities folded into rec[0] */
 };
 
 enum svc_mode {
-	MODE_MTLS,    /* TLS, client certificates verified against --ca */
-	MODE_TLS,     /* TLS without --ca: nobody has an identity */
-	MODE_PLAIN,   /* plain HTTP: nobody has an identity */
+	MODE_MTLS, /* TLS, client certificates verified against --ca */
+	MODE_TLS, /* TLS without --ca: nobody has an identity */
+	MODE_PLAIN, /* plain HTTP: nobody has an identity */
 	MODE_PLAIN_INSECURE, /* plain HTTP, identity from a header */
 };
 
@@ -134,8 +130,8 @@ struct svc_conn {
 
 /* service.c */
 uint64_t svc_now_ns(void);
-void svc_log(const struct svc *s, int level, const char *id,
-    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void svc_log(const struct svc *s, int level, const char *id, const char *fmt,
+    ...) __attribute__((format(printf, 4, 5)));
 
 /* callers.c */
 int svc_callers_init(struct svc_callers *t, uint32_t cap);

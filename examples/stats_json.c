@@ -95,15 +95,21 @@ struct totals {
 };
 
 static void
-caller_json(struct jbuf *b, struct svc *s, struct svc_caller *c,
-    struct totals *t)
+caller_json(
+    struct jbuf *b, struct svc *s, struct svc_caller *c, struct totals *t)
 {
 	struct totals x = {
-		ld(&c->requests), ld(&c->admitted), ld(&c->rate_denied),
-		ld(&c->shadow_would_deny), ld(&c->conc_rejected),
-		ld(&c->cost_too_big), ld(&c->bad_requests),
-		ld(&c->lookups_done), ld(&c->exports_done),
-		ld(&c->rows_exported), ld(&c->export_tokens_estimated),
+		ld(&c->requests),
+		ld(&c->admitted),
+		ld(&c->rate_denied),
+		ld(&c->shadow_would_deny),
+		ld(&c->conc_rejected),
+		ld(&c->cost_too_big),
+		ld(&c->bad_requests),
+		ld(&c->lookups_done),
+		ld(&c->exports_done),
+		ld(&c->rows_exported),
+		ld(&c->export_tokens_estimated),
 		ld(&c->export_tokens_measured),
 	};
 	t->requests += x.requests;
@@ -126,7 +132,8 @@ caller_json(struct jbuf *b, struct svc *s, struct svc_caller *c,
 	jstr(b, c->has_identity ? c->identity : NULL, true);
 	jf(b, ",\"quota\":");
 	jstr(b, c->quota, false);
-	jf(b, ",\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64
+	jf(b,
+	    ",\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64
 	    ",\"rate_denied\":%" PRIu64 ",\"shadow_would_deny\":%" PRIu64
 	    ",\"conc_rejected\":%" PRIu64 ",\"cost_too_big\":%" PRIu64
 	    ",\"bad_requests\":%" PRIu64 ",\"work_done\":%" PRIu64
@@ -135,8 +142,8 @@ caller_json(struct jbuf *b, struct svc *s, struct svc_caller *c,
 	    ",\"export_tokens_estimated\":%" PRIu64
 	    ",\"export_tokens_measured\":%" PRIu64
 	    ",\"export_in_flight\":%" PRIu32
-	    ",\"export_max_in_flight\":%" PRIu32
-	    ",\"export_queued\":%" PRIu32 "}",
+	    ",\"export_max_in_flight\":%" PRIu32 ",\"export_queued\":%" PRIu32
+	    "}",
 	    x.requests, x.admitted, x.rate_denied, x.shadow_would_deny,
 	    x.conc_rejected, x.cost_too_big, x.bad_requests,
 	    x.lookups_done + x.exports_done, x.lookups_done, x.exports_done,
@@ -147,7 +154,8 @@ caller_json(struct jbuf *b, struct svc *s, struct svc_caller *c,
 static void
 conc_json(struct jbuf *b, const allot_conc_stats *cs)
 {
-	jf(b, "{\"in_flight\":%" PRIu32 ",\"max_in_flight\":%" PRIu32
+	jf(b,
+	    "{\"in_flight\":%" PRIu32 ",\"max_in_flight\":%" PRIu32
 	    ",\"queued\":%" PRIu32 ",\"acquired\":%" PRIu64
 	    ",\"rejected_full\":%" PRIu64 ",\"rejected_age\":%" PRIu64
 	    ",\"max_queue_age_ms\":%" PRIu64 "}",
@@ -164,7 +172,8 @@ key_json(struct jbuf *b, const allot_key_stats *k)
 	jstr(b, k->endpoint, false);
 	jf(b, ",\"quota\":");
 	jstr(b, k->quota, false);
-	jf(b, ",\"known\":%s,\"shadow\":%s,\"allowed\":%" PRIu64
+	jf(b,
+	    ",\"known\":%s,\"shadow\":%s,\"allowed\":%" PRIu64
 	    ",\"denied\":%" PRIu64 ",\"shadow_denied\":%" PRIu64
 	    ",\"tokens_spent\":%" PRIu64 ",\"tokens_denied\":%" PRIu64
 	    ",\"rate\":",
@@ -205,13 +214,13 @@ snapshot_keys(struct svc *s, size_t *ret_n)
 }
 
 static void
-sync_json(struct jbuf *b, struct svc *s, const allot_key_stats *ks,
-    size_t nk)
+sync_json(struct jbuf *b, struct svc *s, const allot_key_stats *ks, size_t nk)
 {
 	allot_sync_stats ss;
 	memset(&ss, 0, sizeof ss);
 	allot_sync_stats_get(s->agent, &ss);
-	jf(b, "{\"enabled\":%s,\"connected\":%s,\"in_fallback\":%s"
+	jf(b,
+	    "{\"enabled\":%s,\"connected\":%s,\"in_fallback\":%s"
 	    ",\"replicas\":%" PRIu32 ",\"session\":%" PRIu64
 	    ",\"config_epoch\":%" PRIu64 ",\"registers\":%" PRIu64
 	    ",\"syncs_ok\":%" PRIu64 ",\"syncs_failed\":%" PRIu64
@@ -272,20 +281,21 @@ svc_stats_json(struct svc *s, size_t *ret_len)
 	jstr(&b, s->o.service, false);
 	jf(&b, ",\"replica_id\":");
 	jstr(&b, s->o.replica_id, true);
-	jf(&b, ",\"mode\":\"%s\",\"uptime_ms\":%" PRIu64
+	jf(&b,
+	    ",\"mode\":\"%s\",\"uptime_ms\":%" PRIu64
 	    ",\"connections_accepted\":%" PRIu64 ",\"callers\":[",
 	    mode_name(s->mode), (svc_now_ns() - s->started_ns) / 1000000u,
 	    ld(&s->connections));
 	struct totals t;
 	memset(&t, 0, sizeof t);
-	uint32_t n = atomic_load_explicit(&s->callers.n,
-	    memory_order_acquire);
+	uint32_t n = atomic_load_explicit(&s->callers.n, memory_order_acquire);
 	for (uint32_t i = 0; i < n; i++) {
 		if (i > 0)
 			jf(&b, ",");
 		caller_json(&b, s, &s->callers.rec[i], &t);
 	}
-	jf(&b, "],\"totals\":{\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64
+	jf(&b,
+	    "],\"totals\":{\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64
 	    ",\"rate_denied\":%" PRIu64 ",\"shadow_would_deny\":%" PRIu64
 	    ",\"conc_rejected\":%" PRIu64 ",\"cost_too_big\":%" PRIu64
 	    ",\"bad_requests\":%" PRIu64 ",\"work_done\":%" PRIu64
@@ -301,7 +311,8 @@ svc_stats_json(struct svc *s, size_t *ret_len)
 	    ld(&s->callers.overflowed));
 
 	const allot_conc_options *co = &s->conc_opts;
-	jf(&b, ",\"concurrency\":{\"global_max\":%" PRIu32
+	jf(&b,
+	    ",\"concurrency\":{\"global_max\":%" PRIu32
 	    ",\"export_max_in_flight\":%" PRIu32
 	    ",\"export_max_per_caller\":%" PRIu32
 	    ",\"export_queue_max\":%" PRIu32 ",\"export_queue_ms\":%" PRIu32

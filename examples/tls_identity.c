@@ -19,16 +19,16 @@
 #define URIS_KEPT 2
 
 int
-example_tls_identity(gnutls_session_t session, const char *trust_domain,
-    char *buf, size_t len)
+example_tls_identity(
+    gnutls_session_t session, const char *trust_domain, char *buf, size_t len)
 {
 	if (session == NULL || buf == NULL || len == 0)
 		return ALLOT_EINVAL;
 	if (gnutls_certificate_type_get(session) != GNUTLS_CRT_X509)
 		return ALLOT_ENOENT;
 	unsigned int npeers = 0;
-	const gnutls_datum_t *peers = gnutls_certificate_get_peers(session,
-	    &npeers);
+	const gnutls_datum_t *peers = gnutls_certificate_get_peers(
+	    session, &npeers);
 	if (peers == NULL || npeers == 0)
 		return ALLOT_ENOENT; /* the client sent no certificate */
 
@@ -41,7 +41,7 @@ example_tls_identity(gnutls_session_t session, const char *trust_domain,
 	};
 	unsigned int status = 0;
 	if (gnutls_certificate_verify_peers(session, &purpose, 1, &status) <
-		0 ||
+	        0 ||
 	    status != 0)
 		return ALLOT_EPROTO;
 
@@ -53,8 +53,8 @@ example_tls_identity(gnutls_session_t session, const char *trust_domain,
 		goto out;
 	unsigned int critical = 0, ca = 0;
 	int pathlen = 0;
-	int bc = gnutls_x509_crt_get_basic_constraints(crt, &critical, &ca,
-	    &pathlen);
+	int bc = gnutls_x509_crt_get_basic_constraints(
+	    crt, &critical, &ca, &pathlen);
 	if (bc >= 0 && ca)
 		goto out; /* a CA certificate is never a caller */
 
@@ -65,8 +65,8 @@ example_tls_identity(gnutls_session_t session, const char *trust_domain,
 	for (unsigned int seq = 0;; seq++) {
 		char san[ALLOT_SPIFFE_ID_MAX + 1];
 		size_t size = sizeof san;
-		int type = gnutls_x509_crt_get_subject_alt_name(crt, seq, san,
-		    &size, NULL);
+		int type = gnutls_x509_crt_get_subject_alt_name(
+		    crt, seq, san, &size, NULL);
 		if (type == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
 			break;
 		/* Any error, GNUTLS_E_SHORT_MEMORY_BUFFER included (a name
@@ -84,8 +84,8 @@ example_tls_identity(gnutls_session_t session, const char *trust_domain,
 		}
 		n++;
 	}
-	rc = allot_identity_from_uri_sans(uris, lens,
-	    n < URIS_KEPT ? n : URIS_KEPT, trust_domain, buf, len);
+	rc = allot_identity_from_uri_sans(
+	    uris, lens, n < URIS_KEPT ? n : URIS_KEPT, trust_domain, buf, len);
 	if (n > URIS_KEPT)
 		rc = ALLOT_EPROTO;
 out:

@@ -29,7 +29,7 @@
  *         not fit in `len`; ALLOT_ENOMEM. Every error means "no identity":
  *         the caller is charged to the default bucket.
  */
-int example_tls_identity(gnutls_session_t session, const char *trust_domain,
-    char *buf, size_t len);
+int example_tls_identity(
+    gnutls_session_t session, const char *trust_domain, char *buf, size_t len);
 
 #endif /* ALLOT_EXAMPLE_TLS_IDENTITY_H */

@@ -49,7 +49,7 @@ typedef struct adm {
 typedef struct admvec {
 	adm *a;
 	size_t n, cap;
-	double after_warmup;     /* tokens admitted from arrivals >= 3T */
+	double after_warmup; /* tokens admitted from arrivals >= 3T */
 	double total;
 } admvec;
 
@@ -108,7 +108,7 @@ typedef struct ev {
 	uint64_t seq;
 	evkind kind;
 	uint32_t replica;
-	uint64_t tag;            /* timer generation, exchange id, change */
+	uint64_t tag; /* timer generation, exchange id, change */
 	void *buf;
 	size_t len;
 } ev;
@@ -178,17 +178,17 @@ heap_pop(heap *h)
 
 typedef struct replica {
 	bool live;
-	bool welcomed;           /* applied a first Welcome */
+	bool welcomed; /* applied a first Welcome */
 	allot_agent *a;
 	allot__syncc sc;
 	bool sc_init;
-	allot_key **keys;        /* [caller * nep + endpoint] */
+	allot_key **keys; /* [caller * nep + endpoint] */
 	uint64_t timer_gen;
 	bool waiting;
 	uint64_t xid;
 	char id[16];
 	/* split */
-	allot__bucket *sb;       /* per quota, + 1 for the ceiling */
+	allot__bucket *sb; /* per quota, + 1 for the ceiling */
 } replica;
 
 typedef struct engine {
@@ -196,10 +196,10 @@ typedef struct engine {
 	const sim_params *p;
 	const allot_config *cfg;
 	uint64_t now;
-	uint64_t T;              /* ns */
+	uint64_t T; /* ns */
 	uint64_t warm;
-	size_t nq;               /* agent quota order: callers, default */
-	size_t nep;              /* endpoints + default */
+	size_t nq; /* agent quota order: callers, default */
+	size_t nep; /* endpoints + default */
 	double ceiling;
 	double ceiling_burst;
 	admvec adm[SIM_NMODES][SIM_MAX_KEYS + 1]; /* last: the ceiling */
@@ -254,23 +254,25 @@ static uint32_t
 weight_of(const engine *e, uint16_t ep)
 {
 	return ep < e->cfg->nendpoints ? e->cfg->endpoints[ep].weight :
-	    e->cfg->default_weight;
+	                                 e->cfg->default_weight;
 }
 
 static void
 record(engine *e, sim_mode m, size_t q, uint64_t t, uint32_t cost)
 {
 	if (adm_push(&e->adm[m][q], t, cost, e->warm) != ALLOT_OK ||
-	    (e->ceiling > 0 && adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost,
-	        e->warm) != ALLOT_OK))
+	    (e->ceiling > 0 &&
+	        adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm) !=
+	            ALLOT_OK))
 		e->err = ALLOT_ENOMEM;
 }
 
 static void
 bucket_new(allot__bucket *b, double rate, double burst)
 {
-	allot__allowance al = { .rate = rate, .burst = burst,
-		.mode = ALLOT__MODE_LIMIT };
+	allot__allowance al = {
+		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT
+	};
 	allot__bucket_init(b, &al);
 }
 
@@ -304,8 +306,8 @@ run_ideal(engine *e)
 		return;
 	}
 	for (size_t q = 0; q < e->nq; q++)
-		bucket_new(&b[q], quota_cfg(e, q)->rate,
-		    quota_cfg(e, q)->burst);
+		bucket_new(
+		    &b[q], quota_cfg(e, q)->rate, quota_cfg(e, q)->burst);
 	if (e->ceiling > 0)
 		bucket_new(&b[e->nq], e->ceiling, e->ceiling_burst);
 	for (size_t i = 0; i < s->narr; i++) {
@@ -313,8 +315,8 @@ run_ideal(engine *e)
 		size_t q = quota_of(e, a->caller);
 		uint32_t cost = weight_of(e, a->endpoint);
 		e->offered[q] += cost;
-		if (take2(&b[q], e->ceiling > 0 ? &b[e->nq] : NULL, a->t,
-		        cost))
+		if (take2(
+		        &b[q], e->ceiling > 0 ? &b[e->nq] : NULL, a->t, cost))
 			record(e, SIM_IDEAL, q, a->t, cost);
 	}
 	free(b);
@@ -338,7 +340,8 @@ split_set(engine *e, replica *r, uint32_t n, bool init)
 			B = quota_cfg(e, q)->burst;
 		}
 		allot__allowance al = { .rate = R / n,
-			.burst = fmax(B / n, w), .mode = ALLOT__MODE_LIMIT };
+			.burst = fmax(B / n, w),
+			.mode = ALLOT__MODE_LIMIT };
 		if (init)
 			allot__bucket_init(&r->sb[q], &al);
 		else
@@ -353,8 +356,8 @@ run_split(engine *e)
 	size_t ci = 0;
 	uint32_t live = 0;
 	for (uint32_t i = 0; i < s->nreplicas; i++) {
-		e->r[i].sb = aligned_alloc(64, sizeof(allot__bucket) *
-		    (e->nq + 1));
+		e->r[i].sb = aligned_alloc(
+		    64, sizeof(allot__bucket) * (e->nq + 1));
 		if (e->r[i].sb == NULL) {
 			e->err = ALLOT_ENOMEM;
 			return;
@@ -460,8 +463,8 @@ arena_reset(arena *a)
 /* Decode, dispatch to the registry and encode, as allotd's server does
  * (coordinator/server.c) minus nng. The answer is malloc'd. */
 static int
-coord_handle(engine *e, const void *buf, size_t len, void **ret,
-    size_t *ret_len)
+coord_handle(
+    engine *e, const void *buf, size_t len, void **ret, size_t *ret_len)
 {
 	arena ar = { 0 };
 	ProtobufCAllocator pa = { arena_alloc, arena_free, &ar };
@@ -477,22 +480,22 @@ coord_handle(engine *e, const void *buf, size_t len, void **ret,
 	if (in != NULL && in->version == 1) {
 		switch (in->body_case) {
 		case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-			code = allot__state_register(e->st, in->register_, &pa,
-			    &w, err, sizeof err);
+			code = allot__state_register(
+			    e->st, in->register_, &pa, &w, err, sizeof err);
 			out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 			out.welcome = &w;
 			break;
 		case ALLOT__V1__ENVELOPE__BODY_SYNC:
 			e->syncs++;
 			e->reports += in->sync->n_reports;
-			code = allot__state_sync(e->st, in->sync, &pa, &rp,
-			    err, sizeof err);
+			code = allot__state_sync(
+			    e->st, in->sync, &pa, &rp, err, sizeof err);
 			out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 			out.reply = &rp;
 			break;
 		case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-			code = allot__state_leave(e->st, in->leave, &rp, err,
-			    sizeof err);
+			code = allot__state_leave(
+			    e->st, in->leave, &rp, err, sizeof err);
 			out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 			out.reply = &rp;
 			break;
@@ -541,15 +544,19 @@ one_way(engine *e)
 /* Put a message on the wire; it may be lost (or the coordinator be
  * unreachable). Takes `buf`. */
 static void
-send_msg(engine *e, evkind kind, uint32_t idx, uint64_t tag,
-    void *buf, size_t len)
+send_msg(
+    engine *e, evkind kind, uint32_t idx, uint64_t tag, void *buf, size_t len)
 {
 	if (outage(e) || (e->p->loss > 0 && eng_unit(e) < e->p->loss)) {
 		free(buf);
 		return;
 	}
-	ev x = { .t = e->now + one_way(e), .kind = kind, .replica = idx,
-		.tag = tag, .buf = buf, .len = len };
+	ev x = { .t = e->now + one_way(e),
+		.kind = kind,
+		.replica = idx,
+		.tag = tag,
+		.buf = buf,
+		.len = len };
 	if (heap_push(&e->h, x) != ALLOT_OK) {
 		free(buf);
 		e->err = ALLOT_ENOMEM;
@@ -635,11 +642,13 @@ replica_start(engine *e, uint32_t idx, uint32_t nlive)
 	for (size_t c = 0; c <= e->cfg->ncallers; c++) {
 		for (size_t p = 0; p < e->nep; p++) {
 			const char *id = c < e->cfg->ncallers ?
-			    e->cfg->callers[c].identity : NULL;
+			    e->cfg->callers[c].identity :
+			    NULL;
 			const char *ep = p < e->cfg->nendpoints ?
-			    e->cfg->endpoints[p].name : NULL;
-			rc = allot_key_resolve(r->a, id, ep,
-			    &r->keys[c * e->nep + p]);
+			    e->cfg->endpoints[p].name :
+			    NULL;
+			rc = allot_key_resolve(
+			    r->a, id, ep, &r->keys[c * e->nep + p]);
 			if (rc != ALLOT_OK)
 				return rc;
 		}
@@ -725,8 +734,8 @@ on_agent(engine *e, ev *x)
 	if (atomic_load(&r->sc.registers) > 0)
 		r->welcomed = true;
 	allot__syncc_check_lease(&r->sc, e->now);
-	schedule_timer(e, r, x->replica,
-	    allot__syncc_next_delay_ms(&r->sc, e->now, ok));
+	schedule_timer(
+	    e, r, x->replica, allot__syncc_next_delay_ms(&r->sc, e->now, ok));
 }
 
 static void
@@ -748,7 +757,7 @@ typedef struct conv_ctx {
 	engine *e;
 	bool ok;
 	size_t shares;
-	double *sum;             /* per coordinator quota */
+	double *sum; /* per coordinator quota */
 } conv_ctx;
 
 static void
@@ -768,8 +777,8 @@ conv_share(void *ctx, const allot__state_share *sh)
 	double R = quota_cfg(e, q)->rate;
 	/* Its target as of the coordinator's last answer to it: targets
 	 * can only reach an agent in an answer. */
-	if (fabs(hr - sh->reply_target_rate) > SIM_CONVERGE_TOL *
-	    sh->reply_target_rate + 1e-9 * R)
+	if (fabs(hr - sh->reply_target_rate) >
+	    SIM_CONVERGE_TOL * sh->reply_target_rate + 1e-9 * R)
 		c->ok = false;
 	c->sum[sh->quota] += hr;
 	c->shares++;
@@ -892,10 +901,11 @@ run_allot(engine *e)
 				continue;
 			size_t q = quota_of(e, a->caller);
 			allot_decision d;
-			allot_key *k = r->keys[(size_t) a->caller * e->nep +
-			    a->endpoint];
+			allot_key *k =
+			    r->keys[(size_t) a->caller * e->nep + a->endpoint];
 			if (allot_acquire(r->a, k, ALLOT_COST_DEFAULT, &d) ==
-			        ALLOT_OK && d.allowed) {
+			        ALLOT_OK &&
+			    d.allowed) {
 				record(e, SIM_ALLOT, q, a->t, d.cost);
 				if (!r->welcomed)
 					e->boot[q] += d.cost;
@@ -912,16 +922,19 @@ run_allot(engine *e)
 			if (c->kind == SIM_START) {
 				int64_t live = 0;
 				for (size_t j = 0; j < s->nchanges &&
-				     s->changes[j].t <= c->t; j++)
+				     s->changes[j].t <= c->t;
+				     j++)
 					live += s->changes[j].kind ==
-					    SIM_START ? 1 : -1;
+					        SIM_START ?
+					    1 :
+					    -1;
 				rc = replica_start(e, c->replica,
 				    live > 0 ? (uint32_t) live : 1);
 				if (rc != ALLOT_OK)
 					e->err = rc;
 			} else {
-				replica_stop(e, c->replica,
-				    c->kind == SIM_LEAVE);
+				replica_stop(
+				    e, c->replica, c->kind == SIM_LEAVE);
 			}
 			if (c->t > 0) {
 				if (e->conv_pending && e->conv_t0 != c->t)
@@ -940,16 +953,12 @@ run_allot(engine *e)
 			    x.tag == e->r[x.replica].timer_gen)
 				on_timer(e, x.replica);
 			break;
-		case EV_TO_COORD:
-			on_coord(e, &x);
-			break;
+		case EV_TO_COORD: on_coord(e, &x); break;
 		case EV_TO_AGENT:
 			on_agent(e, &x);
 			conv_check(e);
 			break;
-		case EV_TIMEOUT:
-			on_timeout(e, &x);
-			break;
+		case EV_TIMEOUT: on_timeout(e, &x); break;
 		case EV_TICK:
 			allot__state_tick(e->st);
 			invariants(e);
@@ -1010,7 +1019,8 @@ figures(engine *e, sim_result *res)
 			k->burst = qc->burst;
 			snprintf(k->priority, sizeof k->priority, "%s",
 			    qc->priority < e->cfg->nclasses ?
-			    e->cfg->classes[qc->priority] : "?");
+			        e->cfg->classes[qc->priority] :
+			        "?");
 			k->offered = e->offered[q];
 			k->bootstrap = e->boot[q] / (k->rate * Ts);
 		}
@@ -1023,12 +1033,16 @@ figures(engine *e, sim_result *res)
 			for (int w = 0; w < 3; w++) {
 				double W = (double) wins[w] / SIM_NS;
 				f->over_w[w] = (max_window(v, wins[w]) -
-				    (k->burst + k->rate * W)) / (k->rate * Ts);
+				                   (k->burst + k->rate * W)) /
+				    (k->rate * Ts);
 				if (f->over_w[w] > f->over)
 					f->over = f->over_w[w];
 			}
-			f->under = ideal_after > 0 ? fmax(0, (ideal_after -
-			    v->after_warmup) / ideal_after) : 0;
+			f->under = ideal_after > 0 ?
+			    fmax(0,
+			        (ideal_after - v->after_warmup) /
+			            ideal_after) :
+			    0;
 			f->util = v->total / (k->rate * dur + k->burst);
 		}
 	}
@@ -1064,8 +1078,9 @@ figures(engine *e, sim_result *res)
 			    k->f[m].under > worst)
 				worst = k->f[m].under;
 		}
-		res->under[m] = worst >= 0 ? worst : ideal_all > 0 ?
-		    fmax(0, (ideal_all - after) / ideal_all) : 0;
+		res->under[m] = worst >= 0 ? worst :
+		    ideal_all > 0 ? fmax(0, (ideal_all - after) / ideal_all) :
+		                    0;
 		res->util[m] = !isnan(cutil) ? cutil : cap > 0 ? sum / cap : 0;
 		res->converge[m] = NAN;
 		res->neighbour[m] = NAN;
@@ -1098,8 +1113,8 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 	e->ceiling = s->cfg->ceiling_rate;
 	double horizon = 0;
 	for (size_t q = 0; q < s->cfg->ncallers; q++)
-		horizon = fmax(horizon, s->cfg->callers[q].burst /
-		    s->cfg->callers[q].rate);
+		horizon = fmax(horizon,
+		    s->cfg->callers[q].burst / s->cfg->callers[q].rate);
 	e->ceiling_burst = e->ceiling * (horizon > 0 ? horizon : 1.0);
 	e->rng = p->seed ^ 0x5deece66dull;
 	e->r = calloc(s->nreplicas + 1, sizeof *e->r);
@@ -1154,7 +1169,8 @@ sim_neighbour(sim_result *with, const sim_result *without, int noisy)
 				    !(o->f[m].admitted > 0))
 					continue;
 				double d = fabs(k->f[m].admitted -
-				    o->f[m].admitted) / o->f[m].admitted;
+				               o->f[m].admitted) /
+				    o->f[m].admitted;
 				if (d > worst)
 					worst = d;
 			}

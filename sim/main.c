@@ -18,7 +18,8 @@
 static void
 usage(FILE *f)
 {
-	fputs("usage: allot-sim [OPTION]...\n"
+	fputs(
+	    "usage: allot-sim [OPTION]...\n"
 	    "Simulate allot against the ideal global token bucket and the "
 	    "equal split.\n\n"
 	    "  -s, --scenario NAME   built-in scenario, or \"all\" (default "
@@ -47,7 +48,8 @@ usage(FILE *f)
 	    "      --json            one JSON object per run\n"
 	    "      --no-keys         no per-quota rows in the table\n"
 	    "  -h, --help            this text\n"
-	    "docs/allocation.md defines every figure.\n", f);
+	    "docs/allocation.md defines every figure.\n",
+	    f);
 }
 
 static bool
@@ -81,8 +83,8 @@ run_one(const opts *o, const char *name, const sim_params *p, bool summary)
 	char err[512] = "";
 	sim_scenario s;
 	int rc = name != NULL ?
-	    sim_scenario_builtin(name, p, o->duration, false, &s, err,
-	        sizeof err) :
+	    sim_scenario_builtin(
+	        name, p, o->duration, false, &s, err, sizeof err) :
 	    sim_scenario_trace(o->trace, o->config, o->schedule, o->duration,
 	        &s, err, sizeof err);
 	if (rc != ALLOT_OK) {
@@ -102,8 +104,8 @@ run_one(const opts *o, const char *name, const sim_params *p, bool summary)
 		}
 	}
 	if (rc != ALLOT_OK) {
-		fprintf(stderr, "allot-sim: %s: %s\n", s.name,
-		    allot_strerror(rc));
+		fprintf(
+		    stderr, "allot-sim: %s: %s\n", s.name, allot_strerror(rc));
 		sim_scenario_free(&s);
 		return 1;
 	}
@@ -124,8 +126,19 @@ run_one(const opts *o, const char *name, const sim_params *p, bool summary)
 int
 main(int argc, char **argv)
 {
-	enum { O_TRACE = 256, O_CONFIG, O_SCHEDULE, O_SWEEP, O_SEED,
-		O_DURATION, O_LATENCY, O_JITTER, O_LOSS, O_JSON, O_NOKEYS };
+	enum {
+		O_TRACE = 256,
+		O_CONFIG,
+		O_SCHEDULE,
+		O_SWEEP,
+		O_SEED,
+		O_DURATION,
+		O_LATENCY,
+		O_JITTER,
+		O_LOSS,
+		O_JSON,
+		O_NOKEYS
+	};
 	static const struct option lo[] = {
 		{ "scenario", required_argument, NULL, 's' },
 		{ "trace", required_argument, NULL, O_TRACE },
@@ -149,26 +162,16 @@ main(int argc, char **argv)
 	double v;
 	while ((c = getopt_long(argc, argv, "s:T:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 's':
-			o.scenario = optarg;
-			break;
-		case O_TRACE:
-			o.trace = optarg;
-			break;
-		case O_CONFIG:
-			o.config = optarg;
-			break;
-		case O_SCHEDULE:
-			o.schedule = optarg;
-			break;
+		case 's': o.scenario = optarg; break;
+		case O_TRACE: o.trace = optarg; break;
+		case O_CONFIG: o.config = optarg; break;
+		case O_SCHEDULE: o.schedule = optarg; break;
 		case 'T':
 			if (!num_arg(optarg, 1, 60000, &v))
 				goto bad;
 			o.p.interval_ms = (uint32_t) v;
 			break;
-		case O_SWEEP:
-			o.sweep = true;
-			break;
+		case O_SWEEP: o.sweep = true; break;
 		case O_SEED:
 			if (!num_arg(optarg, 0, 1e18, &v))
 				goto bad;
@@ -190,18 +193,10 @@ main(int argc, char **argv)
 			if (!num_arg(optarg, 0, 1, &o.p.loss))
 				goto bad;
 			break;
-		case O_JSON:
-			o.json = true;
-			break;
-		case O_NOKEYS:
-			o.keys = false;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
+		case O_JSON: o.json = true; break;
+		case O_NOKEYS: o.keys = false; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
 		}
 	}
 	if (optind != argc)
@@ -229,8 +224,9 @@ main(int argc, char **argv)
 		}
 		for (size_t i = 0; all ? sim_scenario_names[i] != NULL : i < 1;
 		     i++) {
-			int rc = run_one(&o, all ? sim_scenario_names[i] :
-			    o.scenario, &p, summary);
+			int rc = run_one(&o,
+			    all ? sim_scenario_names[i] : o.scenario, &p,
+			    summary);
 			if (rc == 2)
 				return 2;
 			status |= rc;

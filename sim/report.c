@@ -17,8 +17,10 @@ num(FILE *f, const char *pre, double v, int width, int dec)
 {
 	fputs(pre, f);
 	if (isnan(v) || isinf(v))
-		fprintf(f, "%*s", width, isnan(v) ? "-" : v > 0 ? "inf" :
-		    "-inf");
+		fprintf(f, "%*s", width,
+		    isnan(v)  ? "-" :
+		        v > 0 ? "inf" :
+		                "-inf");
 	else
 		fprintf(f, "%*.*f", width, dec, v);
 }
@@ -51,22 +53,27 @@ jstr(FILE *f, const char *s)
 void
 sim_print_table(FILE *f, const sim_result *r, bool per_key)
 {
-	fprintf(f, "scenario %s: T = %u ms, seed %llu, %.0f s, up to %u "
-	    "replicas (run in %.2f s: %.0f simulated s per s)\n", r->scenario,
-	    r->interval_ms, (unsigned long long) r->seed, r->duration_s,
-	    r->nreplicas_max, r->wall_s, r->wall_s > 0 ? r->duration_s /
-	    r->wall_s : 0);
+	fprintf(f,
+	    "scenario %s: T = %u ms, seed %llu, %.0f s, up to %u "
+	    "replicas (run in %.2f s: %.0f simulated s per s)\n",
+	    r->scenario, r->interval_ms, (unsigned long long) r->seed,
+	    r->duration_s, r->nreplicas_max, r->wall_s,
+	    r->wall_s > 0 ? r->duration_s / r->wall_s : 0);
 	if (per_key) {
-		fprintf(f, "  %-28s %8s %7s %9s | %9s | %9s %6s %6s | %9s "
-		    "%6s %6s\n", "quota", "R", "B", "offered", "ideal",
-		    "allot", "over", "under%", "split", "over", "under%");
+		fprintf(f,
+		    "  %-28s %8s %7s %9s | %9s | %9s %6s %6s | %9s "
+		    "%6s %6s\n",
+		    "quota", "R", "B", "offered", "ideal", "allot", "over",
+		    "under%", "split", "over", "under%");
 		for (size_t i = 0; i < r->nkeys; i++) {
 			const sim_key *k = &r->keys[i];
 			const char *id = k->identity;
 			if (strncmp(id, "spiffe://sim/", 13) == 0)
 				id += 13;
-			fprintf(f, "  %-28.28s %8.0f %7.0f %9.0f | %9.0f | "
-			    "%9.0f ", id, k->rate, k->burst, k->offered,
+			fprintf(f,
+			    "  %-28.28s %8.0f %7.0f %9.0f | %9.0f | "
+			    "%9.0f ",
+			    id, k->rate, k->burst, k->offered,
 			    k->f[SIM_IDEAL].admitted,
 			    k->f[SIM_ALLOT].admitted);
 			num(f, "", k->f[SIM_ALLOT].over, 6, 2);
@@ -90,10 +97,12 @@ sim_print_table(FILE *f, const sim_result *r, bool per_key)
 			    100 * r->neighbour[m]);
 		fputc('\n', f);
 	}
-	fprintf(f, "  allot: bootstrap term %.3f R*T; coordinator %.0f "
+	fprintf(f,
+	    "  allot: bootstrap term %.3f R*T; coordinator %.0f "
 	    "syncs/s, %.0f key reports/s, %.1f KiB/s; grants/R max %.6f; "
 	    "held - bound max %+.2e R; bound ratio max %.3f (%llu checks)"
-	    "\n", r->bootstrap, r->syncs_per_s, r->reports_per_s,
+	    "\n",
+	    r->bootstrap, r->syncs_per_s, r->reports_per_s,
 	    r->bytes_per_s / 1024, r->max_granted_ratio,
 	    r->max_held_over_bound, r->max_bound_ratio,
 	    (unsigned long long) r->invariant_checks);
@@ -102,10 +111,11 @@ sim_print_table(FILE *f, const sim_result *r, bool per_key)
 void
 sim_print_summary_header(FILE *f)
 {
-	fprintf(f, "%-10s %5s | %7s %7s %7s | %7s %7s | %6s %6s %6s | "
-	    "%6s %6s | %9s\n", "scenario", "T ms", "over:id", "allot",
-	    "split", "under:al", "split", "util:id", "allot", "split",
-	    "conv", "boot", "syncs/s");
+	fprintf(f,
+	    "%-10s %5s | %7s %7s %7s | %7s %7s | %6s %6s %6s | "
+	    "%6s %6s | %9s\n",
+	    "scenario", "T ms", "over:id", "allot", "split", "under:al",
+	    "split", "util:id", "allot", "split", "conv", "boot", "syncs/s");
 }
 
 void
@@ -140,8 +150,8 @@ sim_print_json(FILE *f, const sim_result *r)
 	jnum(f, r->duration_s);
 	fprintf(f, ",\"replicas\":%u,\"modes\":{", r->nreplicas_max);
 	for (int m = 0; m < SIM_NMODES; m++) {
-		fprintf(f, "%s\"%s\":{\"over\":", m ? "," : "",
-		    sim_mode_names[m]);
+		fprintf(
+		    f, "%s\"%s\":{\"over\":", m ? "," : "", sim_mode_names[m]);
 		jnum(f, r->over[m]);
 		fputs(",\"under\":", f);
 		jnum(f, r->under[m]);
@@ -170,8 +180,8 @@ sim_print_json(FILE *f, const sim_result *r)
 		jnum(f, k->bootstrap);
 		for (int m = 0; m < SIM_NMODES; m++) {
 			const sim_fig *g = &k->f[m];
-			fprintf(f, ",\"%s\":{\"admitted\":",
-			    sim_mode_names[m]);
+			fprintf(
+			    f, ",\"%s\":{\"admitted\":", sim_mode_names[m]);
 			jnum(f, g->admitted);
 			fputs(",\"over\":", f);
 			jnum(f, g->over);

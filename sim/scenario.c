@@ -21,8 +21,17 @@
 #include "config.h"
 
 const char *const sim_scenario_names[] = {
-	"uniform", "sticky", "skewed", "burst", "scaleup", "scaledown",
-	"crash", "noisy", "overload", "outage", NULL,
+	"uniform",
+	"sticky",
+	"skewed",
+	"burst",
+	"scaleup",
+	"scaledown",
+	"crash",
+	"noisy",
+	"overload",
+	"outage",
+	NULL,
 };
 
 void
@@ -70,8 +79,7 @@ rng_stream(uint64_t seed, uint64_t a, uint64_t b)
 
 /* ---- building blocks ---- */
 
-static void
-set_err(char *err, size_t len, const char *fmt, ...)
+static void set_err(char *err, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void
@@ -130,8 +138,8 @@ cmp_change(const void *pa, const void *pb)
 /* The live replicas between consecutive changes. */
 typedef struct epochs {
 	size_t n;
-	uint64_t *from;          /* epoch i covers [from[i], from[i + 1]) */
-	uint32_t **live;         /* replica ids, in id order */
+	uint64_t *from; /* epoch i covers [from[i], from[i + 1]) */
+	uint32_t **live; /* replica ids, in id order */
 	uint32_t *nlive;
 } epochs;
 
@@ -165,8 +173,8 @@ epochs_build(const sim_scenario *s, epochs *e)
 	while (i < s->nchanges) {
 		uint64_t t = s->changes[i].t;
 		for (; i < s->nchanges && s->changes[i].t == t; i++)
-			on[s->changes[i].replica] =
-			    s->changes[i].kind == SIM_START;
+			on[s->changes[i].replica] = s->changes[i].kind ==
+			    SIM_START;
 		uint32_t *l = malloc((s->nreplicas + 1) * sizeof *l);
 		if (l == NULL) {
 			free(on);
@@ -189,19 +197,19 @@ epochs_build(const sim_scenario *s, epochs *e)
 /* How a caller's requests are spread over the live replicas. */
 typedef enum lb_kind {
 	LB_UNIFORM,
-	LB_STICKY,               /* `frac` on replica `hot`, rest uniform */
-	LB_ZIPF,                 /* weight 1 / rank^s, per-caller ranks */
+	LB_STICKY, /* `frac` on replica `hot`, rest uniform */
+	LB_ZIPF, /* weight 1 / rank^s, per-caller ranks */
 } lb_kind;
 
 typedef struct caller_spec {
-	double rate;             /* quota R */
-	double burst;            /* quota B */
+	double rate; /* quota R */
+	double burst; /* quota B */
 	const char *priority;
-	double demand;           /* tokens/s of Poisson arrivals */
+	double demand; /* tokens/s of Poisson arrivals */
 	lb_kind lb;
-	double frac;             /* LB_STICKY */
+	double frac; /* LB_STICKY */
 	uint32_t hot;
-	double zipf_s;           /* LB_ZIPF */
+	double zipf_s; /* LB_ZIPF */
 	/* Correlated bursts: every `burst_every` s from `burst_at`, this
 	 * many tokens within `burst_len` s (0: none). */
 	double burst_tokens;
@@ -215,8 +223,8 @@ typedef struct caller_spec {
 #define MEAN_COST (1.0 + (W_EXPORT - 1.0) * P_EXPORT)
 
 static uint32_t
-pick_replica(const caller_spec *c, rng *r, const uint32_t *live,
-    uint32_t n, const uint32_t *perm)
+pick_replica(const caller_spec *c, rng *r, const uint32_t *live, uint32_t n,
+    const uint32_t *perm)
 {
 	switch (c->lb) {
 	case LB_STICKY: {
@@ -238,19 +246,18 @@ pick_replica(const caller_spec *c, rng *r, const uint32_t *live,
 	case LB_ZIPF: {
 		double tot = 0;
 		for (uint32_t i = 0; i < n; i++)
-			tot += 1.0 / pow((double) (perm[live[i]] + 1),
-			    c->zipf_s);
+			tot += 1.0 /
+			    pow((double) (perm[live[i]] + 1), c->zipf_s);
 		double u = rng_unit(r) * tot;
 		for (uint32_t i = 0; i < n; i++) {
-			u -= 1.0 / pow((double) (perm[live[i]] + 1),
-			    c->zipf_s);
+			u -= 1.0 /
+			    pow((double) (perm[live[i]] + 1), c->zipf_s);
 			if (u <= 0)
 				return live[i];
 		}
 		return live[n - 1];
 	}
-	case LB_UNIFORM:
-		break;
+	case LB_UNIFORM: break;
 	}
 	uint32_t k = (uint32_t) (rng_unit(r) * n);
 	return live[k < n ? k : n - 1];
@@ -301,10 +308,11 @@ gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
 			h = epoch_at(e, tn, h);
 			if (e->n == 0 || tn < e->from[0] || e->nlive[h] == 0)
 				continue;
-			sim_arrival a = { .t = tn, .caller = ci,
+			sim_arrival a = { .t = tn,
+				.caller = ci,
 				.endpoint = pick_endpoint(&r) };
-			a.replica = pick_replica(c, &rr, e->live[h],
-			    e->nlive[h], perm);
+			a.replica = pick_replica(
+			    c, &rr, e->live[h], e->nlive[h], perm);
 			if (arr_push(out, a) != ALLOT_OK)
 				return ALLOT_ENOMEM;
 		}
@@ -320,10 +328,13 @@ gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
 				size_t hh = epoch_at(e, tn, 0);
 				if (e->nlive[hh] == 0)
 					break;
-				sim_arrival a = { .t = tn, .caller = ci,
+				sim_arrival a = { .t = tn,
+					.caller = ci,
 					.endpoint = pick_endpoint(&rb) };
-				a.replica = e->live[hh][(uint32_t) (rng_unit(
-				    &rb) * e->nlive[hh]) % e->nlive[hh]];
+				a.replica =
+				    e->live[hh][(uint32_t) (rng_unit(&rb) *
+				                    e->nlive[hh]) %
+				        e->nlive[hh]];
 				tokens += a.endpoint == 1 ? W_EXPORT : 1;
 				if (arr_push(out, a) != ALLOT_OK)
 					return ALLOT_ENOMEM;
@@ -351,13 +362,16 @@ make_config(const caller_spec *cs, size_t n, double ceiling)
 		    "    - identity: \"spiffe://sim/caller-%zu\"\n"
 		    "      tokens_per_second: %.17g\n"
 		    "      burst: %.17g\n"
-		    "      priority: %s\n", i, cs[i].rate, cs[i].burst,
+		    "      priority: %s\n",
+		    i, cs[i].rate, cs[i].burst,
 		    cs[i].priority != NULL ? cs[i].priority : "standard");
 	len += (size_t) snprintf(t + len, cap - len,
 	    "  endpoint_weights:\n    default: 1\n    \"/lookup\": 1\n"
-	    "    \"/export\": %u\n", W_EXPORT);
+	    "    \"/export\": %u\n",
+	    W_EXPORT);
 	if (ceiling > 0)
-		snprintf(t + len, cap - len, "  global_ceiling:\n"
+		snprintf(t + len, cap - len,
+		    "  global_ceiling:\n"
 		    "    tokens_per_second: %.17g\n"
 		    "    shed_order: [low, batch, standard, critical]\n",
 		    ceiling);
@@ -365,8 +379,8 @@ make_config(const caller_spec *cs, size_t n, double ceiling)
 }
 
 static int
-add_change(sim_scenario *s, size_t *cap, double t, uint32_t r,
-    sim_change_kind k)
+add_change(
+    sim_scenario *s, size_t *cap, double t, uint32_t r, sim_change_kind k)
 {
 	if (s->nchanges == *cap) {
 		size_t nc = *cap ? *cap * 2 : 32;
@@ -377,15 +391,15 @@ add_change(sim_scenario *s, size_t *cap, double t, uint32_t r,
 		*cap = nc;
 	}
 	s->changes[s->nchanges++] = (sim_change) {
-		.t = (uint64_t) (t * SIM_NS), .replica = r, .kind = k };
+		.t = (uint64_t) (t * SIM_NS), .replica = r, .kind = k
+	};
 	return ALLOT_OK;
 }
 
 /* Parse the config, build the epochs and generate every caller. */
 static int
-finish(sim_scenario *s, const caller_spec *cs, size_t ncallers,
-    double ceiling, uint64_t seed, int skip_caller, char *err,
-    size_t errlen)
+finish(sim_scenario *s, const caller_spec *cs, size_t ncallers, double ceiling,
+    uint64_t seed, int skip_caller, char *err, size_t errlen)
 {
 	qsort(s->changes, s->nchanges, sizeof *s->changes, cmp_change);
 	s->config_text = make_config(cs, ncallers, ceiling);
@@ -426,9 +440,8 @@ finish(sim_scenario *s, const caller_spec *cs, size_t ncallers,
 }
 
 int
-sim_scenario_builtin(const char *name, const sim_params *p,
-    double duration_s, bool without_noisy, sim_scenario *s, char *err,
-    size_t errlen)
+sim_scenario_builtin(const char *name, const sim_params *p, double duration_s,
+    bool without_noisy, sim_scenario *s, char *err, size_t errlen)
 {
 	memset(s, 0, sizeof *s);
 	s->noisy_caller = -1;
@@ -437,34 +450,36 @@ sim_scenario_builtin(const char *name, const sim_params *p,
 	enum { NC = 4 };
 	caller_spec cs[NC];
 	for (size_t i = 0; i < NC; i++)
-		cs[i] = (caller_spec) { .rate = 1000, .burst = 1000,
-			.priority = "standard", .demand = 700,
+		cs[i] = (caller_spec) { .rate = 1000,
+			.burst = 1000,
+			.priority = "standard",
+			.demand = 700,
 			.lb = LB_UNIFORM };
 	double ceiling = 0;
-	uint32_t n0 = 8, n1 = 0;       /* replicas before / after */
+	uint32_t n0 = 8, n1 = 0; /* replicas before / after */
 	double change_at = 30;
 	sim_change_kind ck = SIM_START;
 	double dur = 60;
 	const char *desc = NULL;
 	if (strcmp(name, "uniform") == 0) {
 		desc = "8 replicas, 4 callers at 70 % of R, requests spread "
-		    "evenly";
+		       "evenly";
 	} else if (strcmp(name, "sticky") == 0) {
 		desc = "8 replicas; 80 % of caller-0's traffic on replica 0 "
-		    "(sticky streams); demand 70 % of R";
+		       "(sticky streams); demand 70 % of R";
 		cs[0].lb = LB_STICKY;
 		cs[0].frac = 0.8;
 		cs[0].hot = 0;
 	} else if (strcmp(name, "skewed") == 0) {
 		desc = "8 replicas; each caller's traffic Zipf(1.2) over the "
-		    "replicas (its own ranking); demand 70 % of R";
+		       "replicas (its own ranking); demand 70 % of R";
 		for (size_t i = 0; i < NC; i++) {
 			cs[i].lb = LB_ZIPF;
 			cs[i].zipf_s = 1.2;
 		}
 	} else if (strcmp(name, "burst") == 0) {
 		desc = "8 replicas, callers at 30 % of R; every 10 s all "
-		    "callers burst B tokens together within 50 ms";
+		       "callers burst B tokens together within 50 ms";
 		for (size_t i = 0; i < NC; i++) {
 			cs[i].demand = 300;
 			cs[i].burst_tokens = cs[i].burst;
@@ -474,25 +489,25 @@ sim_scenario_builtin(const char *name, const sim_params *p,
 		}
 	} else if (strcmp(name, "scaleup") == 0) {
 		desc = "4 -> 16 replicas at 30 s (graceful: the newcomers "
-		    "register), demand 70 % of R spread evenly";
+		       "register), demand 70 % of R spread evenly";
 		n0 = 4;
 		n1 = 16;
 	} else if (strcmp(name, "scaledown") == 0) {
 		desc = "16 -> 4 replicas at 30 s (graceful: Leave), demand "
-		    "70 % of R spread evenly";
+		       "70 % of R spread evenly";
 		n0 = 16;
 		n1 = 4;
 		ck = SIM_LEAVE;
 	} else if (strcmp(name, "crash") == 0) {
 		desc = "16 -> 4 replicas at 30 s by crash (no Leave: expiry "
-		    "after K intervals), demand 70 % of R";
+		       "after K intervals), demand 70 % of R";
 		n0 = 16;
 		n1 = 4;
 		ck = SIM_CRASH;
 		s->graceful = false;
 	} else if (strcmp(name, "noisy") == 0) {
 		desc = "8 replicas, ceiling 3000 over 4 quotas of 1000; "
-		    "caller-3 at 10x its quota, the others at 60 %";
+		       "caller-3 at 10x its quota, the others at 60 %";
 		ceiling = 3000;
 		for (size_t i = 0; i < NC; i++)
 			cs[i].demand = 600;
@@ -500,8 +515,8 @@ sim_scenario_builtin(const char *name, const sim_params *p,
 		s->noisy_caller = 3;
 	} else if (strcmp(name, "overload") == 0) {
 		desc = "8 replicas, ceiling 2500 over quotas of 1000 in "
-		    "classes critical, standard, batch, low; demand 3x the "
-		    "ceiling";
+		       "classes critical, standard, batch, low; demand 3x the "
+		       "ceiling";
 		ceiling = 2500;
 		static const char *const cls[NC] = { "critical", "standard",
 			"batch", "low" };
@@ -511,8 +526,8 @@ sim_scenario_builtin(const char *name, const sim_params *p,
 		}
 	} else if (strcmp(name, "outage") == 0) {
 		desc = "8 replicas, demand 70 % of R; the coordinator is "
-		    "unreachable from 20 s to 25 s (lease 3 s, then "
-		    "fallback)";
+		       "unreachable from 20 s to 25 s (lease 3 s, then "
+		       "fallback)";
 		s->outage_from = 20 * SIM_NS;
 		s->outage_to = 25 * SIM_NS;
 	} else {
@@ -633,7 +648,7 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	s->config_text = text;
 	text = NULL;
 	if ((rc = allot_config_parse(config_path, s->config_text,
-	    strlen(s->config_text), err, errlen, &s->cfg)) != ALLOT_OK)
+	         strlen(s->config_text), err, errlen, &s->cfg)) != ALLOT_OK)
 		goto fail;
 	if ((csv = read_file(csv_path, err, errlen)) == NULL) {
 		rc = ALLOT_EIO;
@@ -657,9 +672,10 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 		if (end == f[0] && lineno == 1)
 			continue; /* header */
 		if (nf != 4 || *end != '\0' || !(t >= 0) || !isfinite(t)) {
-			set_err(err, errlen, "%s:%zu: want time_s,replica,"
-			    "caller,endpoint with time_s >= 0", csv_path,
-			    lineno);
+			set_err(err, errlen,
+			    "%s:%zu: want time_s,replica,"
+			    "caller,endpoint with time_s >= 0",
+			    csv_path, lineno);
 			rc = ALLOT_EINVAL;
 			goto fail;
 		}
@@ -668,7 +684,8 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 			r++;
 		if (r == nnames) {
 			if (nnames == SIM_MAX_REPLICAS || strlen(f[1]) >= 64) {
-				set_err(err, errlen, "%s:%zu: at most %u "
+				set_err(err, errlen,
+				    "%s:%zu: at most %u "
 				    "replicas, names below 64 bytes",
 				    csv_path, lineno, SIM_MAX_REPLICAS);
 				rc = ALLOT_EINVAL;
@@ -684,8 +701,10 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 		for (size_t i = 0; i < cfg->nendpoints; i++)
 			if (strcmp(cfg->endpoints[i].name, f[3]) == 0)
 				ep = (uint16_t) i;
-		sim_arrival a = { .t = (uint64_t) (t * SIM_NS), .replica = r,
-			.caller = c, .endpoint = ep };
+		sim_arrival a = { .t = (uint64_t) (t * SIM_NS),
+			.replica = r,
+			.caller = c,
+			.endpoint = ep };
 		if (a.t > tmax)
 			tmax = a.t;
 		if ((rc = arr_push(&v, a)) != ALLOT_OK)
@@ -698,7 +717,7 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	}
 	qsort(v.a, v.n, sizeof *v.a, cmp_arrival);
 	s->duration = duration_s > 0 ? (uint64_t) (duration_s * SIM_NS) :
-	    tmax + SIM_NS;
+	                               tmax + SIM_NS;
 	s->nreplicas = nnames;
 	if (schedule == NULL) {
 		for (uint32_t r = 0; r < nnames; r++)
@@ -722,8 +741,10 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 			if (sscanf(tok, "%lf:%c%u", &t, &op, &cnt) != 3 ||
 			    !(t >= 0) ||
 			    (op != '+' && op != '-' && op != 'x')) {
-				set_err(err, errlen, "schedule item \"%s\": "
-				    "want TIME:+N, TIME:-N or TIME:xN", tok);
+				set_err(err, errlen,
+				    "schedule item \"%s\": "
+				    "want TIME:+N, TIME:-N or TIME:xN",
+				    tok);
 				free(sc);
 				rc = ALLOT_EINVAL;
 				goto fail;
@@ -732,8 +753,8 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 				if (op == '+') {
 					if (started == SIM_MAX_REPLICAS)
 						break;
-					rc = add_change(s, &ccap, t, started++,
-					    SIM_START);
+					rc = add_change(
+					    s, &ccap, t, started++, SIM_START);
 				} else if (started > stopped) {
 					rc = add_change(s, &ccap, t,
 					    started - 1 - stopped++,
@@ -750,8 +771,7 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 		free(sc);
 		if (started > s->nreplicas)
 			s->nreplicas = started;
-		qsort(s->changes, s->nchanges, sizeof *s->changes,
-		    cmp_change);
+		qsort(s->changes, s->nchanges, sizeof *s->changes, cmp_change);
 	}
 	/* Keep the arrivals of live replicas only. */
 	epochs e;
@@ -761,8 +781,8 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	for (size_t i = 0; i < v.n; i++) {
 		h = epoch_at(&e, v.a[i].t, h);
 		bool live = false;
-		for (uint32_t j = 0; e.n > 0 && v.a[i].t >= e.from[0] &&
-		     j < e.nlive[h]; j++)
+		for (uint32_t j = 0;
+		     e.n > 0 && v.a[i].t >= e.from[0] && j < e.nlive[h]; j++)
 			live |= e.live[h][j] == v.a[i].replica;
 		if (live && v.a[i].t < s->duration)
 			v.a[kept++] = v.a[i];
@@ -772,8 +792,10 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	s->narr = kept;
 	v.a = NULL;
 	char d[160];
-	snprintf(d, sizeof d, "trace %s: %zu arrivals kept of %zu, %u "
-	    "replicas", csv_path, kept, v.n, s->nreplicas);
+	snprintf(d, sizeof d,
+	    "trace %s: %zu arrivals kept of %zu, %u "
+	    "replicas",
+	    csv_path, kept, v.n, s->nreplicas);
 	s->description = strdup(d);
 	s->demand_below_r = false;
 	free(csv);

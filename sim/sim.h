@@ -43,16 +43,16 @@ extern const char *const sim_mode_names[SIM_NMODES];
  * without a quota, charged to the default quota); `endpoint` indexes
  * cfg->endpoints (== nendpoints: the default weight). */
 typedef struct sim_arrival {
-	uint64_t t;          /* ns since the start */
+	uint64_t t; /* ns since the start */
 	uint32_t replica;
 	uint16_t caller;
 	uint16_t endpoint;
 } sim_arrival;
 
 typedef enum sim_change_kind {
-	SIM_START = 0,       /* the replica starts (its agent registers) */
-	SIM_LEAVE = 1,       /* graceful stop: Leave, then gone */
-	SIM_CRASH = 2,       /* gone without a word */
+	SIM_START = 0, /* the replica starts (its agent registers) */
+	SIM_LEAVE = 1, /* graceful stop: Leave, then gone */
+	SIM_CRASH = 2, /* gone without a word */
 } sim_change_kind;
 
 typedef struct sim_change {
@@ -63,12 +63,12 @@ typedef struct sim_change {
 
 /* Transport and timing. */
 typedef struct sim_params {
-	uint32_t interval_ms;    /* T of the agents and the coordinator */
+	uint32_t interval_ms; /* T of the agents and the coordinator */
 	uint64_t seed;
-	double latency_ms;       /* one way */
+	double latency_ms; /* one way */
 	double latency_jitter_ms; /* uniform extra, one way */
-	double loss;             /* probability a message is lost */
-	double sync_jitter;      /* agents' T jitter (allot default 0.1) */
+	double loss; /* probability a message is lost */
+	double sync_jitter; /* agents' T jitter (allot default 0.1) */
 	uint32_t lease_ms;
 	uint32_t expiry_intervals;
 } sim_params;
@@ -77,20 +77,20 @@ void sim_params_init(sim_params *p);
 
 typedef struct sim_scenario {
 	char name[32];
-	char *description;       /* one line */
-	char *config_text;       /* the quota file (YAML) */
+	char *description; /* one line */
+	char *config_text; /* the quota file (YAML) */
 	allot_config *cfg;
-	uint32_t nreplicas;      /* replica ids 0 .. nreplicas - 1 */
-	sim_change *changes;     /* sorted by time */
+	uint32_t nreplicas; /* replica ids 0 .. nreplicas - 1 */
+	sim_change *changes; /* sorted by time */
 	size_t nchanges;
-	sim_arrival *arr;        /* sorted by time */
+	sim_arrival *arr; /* sorted by time */
 	size_t narr;
-	uint64_t duration;       /* ns */
-	uint64_t outage_from;    /* coordinator unreachable in [from, to) */
+	uint64_t duration; /* ns */
+	uint64_t outage_from; /* coordinator unreachable in [from, to) */
 	uint64_t outage_to;
-	bool demand_below_r;     /* every quota's demand is below its R */
-	int noisy_caller;        /* the noisy neighbour, or -1 */
-	bool graceful;           /* replica-count changes are graceful */
+	bool demand_below_r; /* every quota's demand is below its R */
+	int noisy_caller; /* the noisy neighbour, or -1 */
+	bool graceful; /* replica-count changes are graceful */
 } sim_scenario;
 
 /* The names of the built-in scenarios, NULL-terminated. */
@@ -117,22 +117,22 @@ void sim_scenario_free(sim_scenario *s);
 
 /* Figures of one key (or of the ceiling) in one mode. */
 typedef struct sim_fig {
-	double admitted;         /* tokens */
-	double over;             /* units of R * T (docs/allocation.md) */
-	double over_w[3];        /* per window T, 1 s, 10 s */
-	double under;            /* fraction, floored at 0 */
-	double util;             /* admitted / (R * duration + B) */
+	double admitted; /* tokens */
+	double over; /* units of R * T (docs/allocation.md) */
+	double over_w[3]; /* per window T, 1 s, 10 s */
+	double under; /* fraction, floored at 0 */
+	double util; /* admitted / (R * duration + B) */
 } sim_fig;
 
 typedef struct sim_key {
 	char identity[80];
-	double rate;             /* R (the ceiling C for the ceiling row) */
+	double rate; /* R (the ceiling C for the ceiling row) */
 	double burst;
 	char priority[32];
-	bool ceiling;            /* the aggregate row under the ceiling */
-	double offered;          /* tokens */
-	double bootstrap;        /* allot: admitted before a first Welcome,
-	                            units of R * T */
+	bool ceiling; /* the aggregate row under the ceiling */
+	double offered; /* tokens */
+	double bootstrap; /* allot: admitted before a first Welcome,
+	                     units of R * T */
 	sim_fig f[SIM_NMODES];
 } sim_key;
 
@@ -152,29 +152,29 @@ typedef struct sim_result {
 	double under[SIM_NMODES];
 	double util[SIM_NMODES];
 	double converge[SIM_NMODES];
-	double bootstrap;        /* max over keys, units of R * T */
+	double bootstrap; /* max over keys, units of R * T */
 	/* allot's coordinator load */
 	double syncs_per_s;
 	double reports_per_s;
 	double bytes_per_s;
 	/* allot's invariants, checked throughout the run */
-	double max_granted_ratio;   /* max over time of granted / R */
+	double max_granted_ratio; /* max over time of granted / R */
 	double max_held_over_bound; /* max of (held - live bound) / R: <= 0 */
-	double max_bound_ratio;     /* max of the live bound ratio */
+	double max_bound_ratio; /* max of the live bound ratio */
 	uint64_t invariant_checks;
 	/* Noisy neighbour: the other callers' admitted cost against the
 	 * run without the noisy caller (max relative difference), NaN if
 	 * not computed. */
 	double neighbour[SIM_NMODES];
-	double wall_s;           /* real time the run took */
+	double wall_s; /* real time the run took */
 } sim_result;
 
 /* Run the three modes on `s`. Returns ALLOT_OK or an error code. */
 int sim_run(const sim_scenario *s, const sim_params *p, sim_result *ret);
 
 /* Fill ret->neighbour from a run without the noisy caller. */
-void sim_neighbour(sim_result *with, const sim_result *without,
-    int noisy_caller);
+void sim_neighbour(
+    sim_result *with, const sim_result *without, int noisy_caller);
 
 /* Output. */
 void sim_print_table(FILE *f, const sim_result *r, bool per_key);

@@ -92,8 +92,8 @@ pc_raw(pc_conn *c, const void *buf, size_t len)
 	}
 	if (nng_recvmsg(c->sock, &m, 0) != 0)
 		return NULL;
-	Allot__V1__Envelope *env = allot__v1__envelope__unpack(NULL,
-	    nng_msg_len(m), nng_msg_body(m));
+	Allot__V1__Envelope *env = allot__v1__envelope__unpack(
+	    NULL, nng_msg_len(m), nng_msg_body(m));
 	nng_msg_free(m);
 	return env;
 }
@@ -216,8 +216,8 @@ pc_replica_join(pc_replica *r, const char *url, const char *id,
 		return -1;
 	snprintf(r->id, sizeof r->id, "%s", id);
 	r->nkeys = nkeys;
-	Allot__V1__Envelope *e = pc_register(&r->c, id, service, keys, nkeys,
-	    100);
+	Allot__V1__Envelope *e = pc_register(
+	    &r->c, id, service, keys, nkeys, 100);
 	if (e == NULL)
 		return -1;
 	int code = pc_error_code(e);
@@ -237,7 +237,7 @@ pc_replica_join(pc_replica *r, const char *url, const char *id,
 	r->lease_ms = w->lease_ms;
 	apply_shares(r, w->shares, w->n_shares, true);
 	r->nunknown = w->n_unknown_keys < PC_MAX_KEYS ? w->n_unknown_keys :
-	    PC_MAX_KEYS;
+	                                                PC_MAX_KEYS;
 	for (size_t i = 0; i < r->nunknown; i++)
 		r->unknown[i] = w->unknown_keys[i];
 	pc_free(e);
@@ -245,11 +245,11 @@ pc_replica_join(pc_replica *r, const char *url, const char *id,
 }
 
 int
-pc_replica_sync(pc_replica *r, const pc_report *rep, size_t n,
-    uint32_t *ret_rejected)
+pc_replica_sync(
+    pc_replica *r, const pc_report *rep, size_t n, uint32_t *ret_rejected)
 {
-	Allot__V1__Envelope *e = pc_sync(&r->c, r->session, ++r->seq, 100,
-	    rep, n);
+	Allot__V1__Envelope *e = pc_sync(
+	    &r->c, r->session, ++r->seq, 100, rep, n);
 	if (e == NULL)
 		return -1;
 	int code = pc_error_code(e);
@@ -297,8 +297,10 @@ pc_http_get(int port, const char *path, int *ret_status)
 	if (connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0)
 		goto fail;
 	char req[256];
-	int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: "
-	    "127.0.0.1\r\n\r\n", path);
+	int n = snprintf(req, sizeof req,
+	    "GET %s HTTP/1.0\r\nHost: "
+	    "127.0.0.1\r\n\r\n",
+	    path);
 	if (write(fd, req, (size_t) n) != n)
 		goto fail;
 	size_t len = 0, cap = 65536;

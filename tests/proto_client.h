@@ -48,8 +48,8 @@ typedef struct pc_report {
 
 Allot__V1__Envelope *pc_sync(pc_conn *c, uint64_t session, uint64_t seq,
     uint32_t elapsed_ms, const pc_report *r, size_t n);
-Allot__V1__Envelope *pc_leave(pc_conn *c, uint64_t session,
-    const char *reason);
+Allot__V1__Envelope *pc_leave(
+    pc_conn *c, uint64_t session, const char *reason);
 
 /* The error code of an Error answer, or -1 if `env` is not an Error. */
 int pc_error_code(const Allot__V1__Envelope *env);
@@ -67,7 +67,7 @@ typedef struct pc_replica {
 	uint64_t epoch;
 	uint32_t lease_ms;
 	size_t nkeys;
-	double rate[PC_MAX_KEYS];   /* NaN: no share for the key */
+	double rate[PC_MAX_KEYS]; /* NaN: no share for the key */
 	double burst[PC_MAX_KEYS];
 	size_t nunknown;
 	uint32_t unknown[PC_MAX_KEYS];
@@ -79,8 +79,8 @@ int pc_replica_join(pc_replica *r, const char *url, const char *id,
 /* One Sync with the next seq; shares in the Reply are applied. Returns
  * 0, an Error code, or -1 on a transport failure. `ret_rejected` (may be
  * NULL) receives Reply.rejected_reports. */
-int pc_replica_sync(pc_replica *r, const pc_report *rep, size_t n,
-    uint32_t *ret_rejected);
+int pc_replica_sync(
+    pc_replica *r, const pc_report *rep, size_t n, uint32_t *ret_rejected);
 void pc_replica_close(pc_replica *r);
 
 /* ---- HTTP ---- */

@@ -10,14 +10,14 @@
 #include <check.h>
 #include <stdlib.h>
 
-#define ALLOT_TEST_MAIN(suite_fn)                                       \
-	int main(void)                                                  \
-	{                                                               \
-		SRunner *sr = srunner_create(suite_fn());               \
-		srunner_run_all(sr, CK_NORMAL);                         \
-		int failed = srunner_ntests_failed(sr);                 \
-		srunner_free(sr);                                       \
-		return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;       \
+#define ALLOT_TEST_MAIN(suite_fn)                                 \
+	int main(void)                                            \
+	{                                                         \
+		SRunner *sr = srunner_create(suite_fn());         \
+		srunner_run_all(sr, CK_NORMAL);                   \
+		int failed = srunner_ntests_failed(sr);           \
+		srunner_free(sr);                                 \
+		return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE; \
 	}
 
 #endif

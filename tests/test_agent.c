@@ -21,34 +21,33 @@
 #define MS 1000000ull
 #define S 1000000000ull
 
-static const char *CFG =
-    "quotas:\n"
-    "  default:\n"
-    "    tokens_per_second: 10\n"
-    "    burst: 20\n"
-    "    shared: true\n"
-    "    priority: low\n"
-    "  callers:\n"
-    "    - identity: \"spiffe://t/checkout\"\n"
-    "      tokens_per_second: 500\n"
-    "      burst: 1000\n"
-    "      priority: critical\n"
-    "    - identity: \"spiffe://t/reporting\"\n"
-    "      tokens_per_second: 100\n"
-    "      burst: 200\n"
-    "      priority: batch\n"
-    "    - identity: \"spiffe://t/shadowed\"\n"
-    "      tokens_per_second: 1\n"
-    "      burst: 20\n"
-    "      priority: standard\n"
-    "      shadow: true\n"
-    "  endpoint_weights:\n"
-    "    default: 1\n"
-    "    \"/lookup\": 1\n"
-    "    \"/export\": 20\n"
-    "  global_ceiling:\n"
-    "    tokens_per_second: 800\n"
-    "    shed_order: [low, batch, standard, critical]\n";
+static const char *CFG = "quotas:\n"
+                         "  default:\n"
+                         "    tokens_per_second: 10\n"
+                         "    burst: 20\n"
+                         "    shared: true\n"
+                         "    priority: low\n"
+                         "  callers:\n"
+                         "    - identity: \"spiffe://t/checkout\"\n"
+                         "      tokens_per_second: 500\n"
+                         "      burst: 1000\n"
+                         "      priority: critical\n"
+                         "    - identity: \"spiffe://t/reporting\"\n"
+                         "      tokens_per_second: 100\n"
+                         "      burst: 200\n"
+                         "      priority: batch\n"
+                         "    - identity: \"spiffe://t/shadowed\"\n"
+                         "      tokens_per_second: 1\n"
+                         "      burst: 20\n"
+                         "      priority: standard\n"
+                         "      shadow: true\n"
+                         "  endpoint_weights:\n"
+                         "    default: 1\n"
+                         "    \"/lookup\": 1\n"
+                         "    \"/export\": 20\n"
+                         "  global_ceiling:\n"
+                         "    tokens_per_second: 800\n"
+                         "    shed_order: [low, batch, standard, critical]\n";
 
 static _Atomic uint64_t vnow;
 
@@ -64,8 +63,8 @@ mkagent(const char *yaml, uint32_t max_unknown, uint32_t idle_ms)
 {
 	char err[512];
 	allot_config *cfg;
-	int rc = allot_config_parse("test.yaml", yaml, strlen(yaml), err,
-	    sizeof err, &cfg);
+	int rc = allot_config_parse(
+	    "test.yaml", yaml, strlen(yaml), err, sizeof err, &cfg);
 	ck_assert_msg(rc == ALLOT_OK, "config: %s", err);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
@@ -95,11 +94,11 @@ START_TEST(known_caller_and_weights)
 	atomic_store(&vnow, 100 * S);
 	allot_agent *a = mkagent(CFG, 64, 0);
 	allot_key *exp, *look;
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/reporting",
-			     "/export", &exp),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/reporting", "/export", &exp),
 	    ALLOT_OK);
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/reporting",
-			     "/lookup", &look),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/reporting", "/lookup", &look),
 	    ALLOT_OK);
 	ck_assert_uint_eq(allot_key_cost(exp), 20);
 	ck_assert_uint_eq(allot_key_cost(look), 1);
@@ -107,8 +106,8 @@ START_TEST(known_caller_and_weights)
 	ck_assert_int_eq(admit_n(a, exp, 11, ALLOT_COST_DEFAULT), 10);
 	ck_assert_int_eq(admit_n(a, look, 1, ALLOT_COST_DEFAULT), 0);
 	allot_decision d;
-	ck_assert_int_eq(allot_acquire(a, exp, ALLOT_COST_DEFAULT, &d),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_acquire(a, exp, ALLOT_COST_DEFAULT, &d), ALLOT_OK);
 	ck_assert(!d.allowed);
 	ck_assert_uint_eq(d.cost, 20);
 	/* 20 tokens at 100/s. */
@@ -118,13 +117,13 @@ START_TEST(known_caller_and_weights)
 	ck_assert_double_eq_tol(d.remaining, 0, 1e-9);
 	ck_assert_uint_eq(d.reset_ns, 2 * S);
 	atomic_fetch_add(&vnow, 200 * MS);
-	ck_assert_int_eq(allot_acquire(a, exp, ALLOT_COST_DEFAULT, &d),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_acquire(a, exp, ALLOT_COST_DEFAULT, &d), ALLOT_OK);
 	ck_assert(d.allowed);
 	/* An endpoint absent from endpoint_weights costs `default`. */
 	allot_key *other;
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/checkout",
-			     "/unlisted", &other),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/checkout", "/unlisted", &other),
 	    ALLOT_OK);
 	ck_assert_uint_eq(allot_key_cost(other), 1);
 	allot_agent_destroy(a);
@@ -142,14 +141,14 @@ START_TEST(unknown_share_default_bucket)
 	const char *ids[] = { "spiffe://x/a", "spiffe://x/b", "", NULL };
 	for (int i = 0; i < 40; i++) {
 		ck_assert_int_eq(allot_acquire_id(a, ids[i % 4], "/lookup",
-				     ALLOT_COST_DEFAULT, &d),
+		                     ALLOT_COST_DEFAULT, &d),
 		    ALLOT_OK);
 		ok += d.allowed;
 	}
 	ck_assert_int_eq(ok, 20);
 	/* A known caller is unaffected. */
 	ck_assert_int_eq(allot_acquire_id(a, "spiffe://t/checkout", "/lookup",
-			     ALLOT_COST_DEFAULT, &d),
+	                     ALLOT_COST_DEFAULT, &d),
 	    ALLOT_OK);
 	ck_assert(d.allowed);
 	/* Per-identity counters exist for the unknown ones. */
@@ -169,8 +168,8 @@ START_TEST(unknown_share_default_bucket)
 	char longid[400];
 	memset(longid, 'a', sizeof longid - 1);
 	longid[sizeof longid - 1] = '\0';
-	ck_assert_int_eq(allot_acquire_id(a, longid, "/lookup", 1, &d),
-	    ALLOT_EINVAL);
+	ck_assert_int_eq(
+	    allot_acquire_id(a, longid, "/lookup", 1, &d), ALLOT_EINVAL);
 	allot_agent_destroy(a);
 }
 END_TEST
@@ -180,8 +179,8 @@ START_TEST(shadow_mode)
 	atomic_store(&vnow, 100 * S);
 	allot_agent *a = mkagent(CFG, 64, 0);
 	allot_key *k;
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/shadowed",
-			     "/lookup", &k),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/shadowed", "/lookup", &k),
 	    ALLOT_OK);
 	allot_decision d;
 	int shadow = 0;
@@ -232,12 +231,12 @@ START_TEST(settle_reconciles)
 	atomic_store(&vnow, 100 * S);
 	allot_agent *a = mkagent(CFG, 64, 0);
 	allot_key *k;
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://t/reporting",
-			     "/export", &k),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/reporting", "/export", &k),
 	    ALLOT_OK);
 	allot_decision d;
-	ck_assert_int_eq(allot_acquire(a, k, ALLOT_COST_DEFAULT, &d),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_acquire(a, k, ALLOT_COST_DEFAULT, &d), ALLOT_OK);
 	ck_assert(d.allowed);
 	/* The export really cost 300: 100 tokens of debt beyond the
 	 * 200 burst after the 20 estimated. */
@@ -270,23 +269,22 @@ START_TEST(unknown_table_bounded)
 	char id[64];
 	for (int i = 0; i < 4; i++) {
 		snprintf(id, sizeof id, "spiffe://x/%d", i);
-		ck_assert_int_eq(allot_key_resolve(a, id, "/lookup", &k[i]),
-		    ALLOT_OK);
+		ck_assert_int_eq(
+		    allot_key_resolve(a, id, "/lookup", &k[i]), ALLOT_OK);
 		ck_assert(k[i]->dynamic);
 	}
 	/* Full and all pinned: the fifth identity shares the overflow key
 	 * (still the default bucket, still counted). */
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://x/new", "/lookup",
-			     &k[4]),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://x/new", "/lookup", &k[4]),
 	    ALLOT_OK);
 	ck_assert(!k[4]->dynamic);
 	ck_assert_str_eq(k[4]->identity, "(overflow)");
 	ck_assert_uint_eq(atomic_load(&a->overflowed), 1);
 	/* Resolving again returns the same key. */
 	allot_key *again;
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://x/2", "/lookup",
-			     &again),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://x/2", "/lookup", &again), ALLOT_OK);
 	ck_assert_ptr_eq(again, k[2]);
 	allot_key_release(a, again);
 	/* Unpinned and idle past idle_evict: evicted to make room. */
@@ -296,8 +294,8 @@ START_TEST(unknown_table_bounded)
 	allot__agent_sweep(a, atomic_load(&vnow));
 	atomic_fetch_add(&vnow, 2 * S);
 	allot_key *fresh;
-	ck_assert_int_eq(allot_key_resolve(a, "spiffe://x/new", "/lookup",
-			     &fresh),
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://x/new", "/lookup", &fresh),
 	    ALLOT_OK);
 	ck_assert(fresh->dynamic);
 	ck_assert_str_eq(fresh->identity, "spiffe://x/new");
@@ -357,8 +355,8 @@ START_TEST(n_threads_m_acquires)
 	    "    - {identity: a, tokens_per_second: 50000, burst: 100}\n";
 	char err[256];
 	allot_config *cfg;
-	ck_assert_int_eq(allot_config_parse("t", yaml, strlen(yaml), err,
-			     sizeof err, &cfg),
+	ck_assert_int_eq(
+	    allot_config_parse("t", yaml, strlen(yaml), err, sizeof err, &cfg),
 	    ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
@@ -387,7 +385,7 @@ START_TEST(n_threads_m_acquires)
 	 * twenty passes. */
 	double expected = 100 + 50000 * elapsed;
 	ck_assert_msg((double) admitted <= expected + 1 &&
-		(double) admitted >= expected - 1,
+	        (double) admitted >= expected - 1,
 	    "admitted %llu, expected %.1f", (unsigned long long) admitted,
 	    expected);
 	allot_key_stats st;
@@ -423,8 +421,8 @@ START_TEST(thread_blocks_bounded)
 	    "burst: 1000000000}\n";
 	char err[256];
 	allot_config *cfg;
-	ck_assert_int_eq(allot_config_parse("t", yaml, strlen(yaml), err,
-			     sizeof err, &cfg),
+	ck_assert_int_eq(
+	    allot_config_parse("t", yaml, strlen(yaml), err, sizeof err, &cfg),
 	    ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);

@@ -45,16 +45,22 @@ one_quota(allot__alloc_quota *q, allot__alloc_slot *sl, size_t n,
 	for (size_t i = 0; i < n; i++)
 		sl[i] = (allot__alloc_slot) { .replica = (uint32_t) i,
 			.demand = demand[i] };
-	*q = (allot__alloc_quota) { .rate = R, .burst = B, .level = B,
-		.horizon_s = 0.1, .min_burst = 1, .slots = sl, .nslots = n };
+	*q = (allot__alloc_quota) { .rate = R,
+		.burst = B,
+		.level = B,
+		.horizon_s = 0.1,
+		.min_burst = 1,
+		.slots = sl,
+		.nslots = n };
 }
 
 static void
 run(const allot__alloc_policy *p, allot__alloc_quota *q, size_t nq,
     double ceiling)
 {
-	allot__alloc_service svc = { .ceiling_rate = ceiling,
-		.quotas = q, .nquotas = nq };
+	allot__alloc_service svc = {
+		.ceiling_rate = ceiling, .quotas = q, .nquotas = nq
+	};
 	ck_assert_int_eq(allot__alloc_compute(p, &svc), ALLOT_OK);
 }
 
@@ -234,19 +240,23 @@ START_TEST(sums_never_exceed)
 			for (size_t i = 0; i < n; i++) {
 				double u = urand();
 				sl[k][i] = (allot__alloc_slot) {
-					.demand = u < 0.2 ? 0 : u < 0.3 ? NAN :
-					    R * urand() * 3,
+					.demand = u < 0.2 ? 0 :
+					    u < 0.3       ? NAN :
+					                    R * urand() * 3,
 					.fresh = urand() < 0.1,
 					.has_prev = urand() < 0.7,
 					.prev_rate = R * urand(),
 					.prev_burst = B * urand(),
 				};
 			}
-			q[k] = (allot__alloc_quota) { .rate = R, .burst = B,
+			q[k] = (allot__alloc_quota) { .rate = R,
+				.burst = B,
 				.priority = (uint32_t) (urand() * 4),
 				.level = urand() < 0.1 ? NAN : B * urand(),
-				.horizon_s = 0.1, .min_burst = urand() * 20,
-				.slots = sl[k], .nslots = n };
+				.horizon_s = 0.1,
+				.min_burst = urand() * 20,
+				.slots = sl[k],
+				.nslots = n };
 		}
 		run(&p, q, NQ, ceiling);
 		double total = 0;
@@ -258,9 +268,10 @@ START_TEST(sums_never_exceed)
 				sr += sl[k][i].rate;
 				sb += sl[k][i].burst;
 			}
-			ck_assert_msg(sr <= q[k].allowance, "round %d quota "
-			    "%d: %.17g > %.17g", round, k, sr,
-			    q[k].allowance);
+			ck_assert_msg(sr <= q[k].allowance,
+			    "round %d quota "
+			    "%d: %.17g > %.17g",
+			    round, k, sr, q[k].allowance);
 			ck_assert(q[k].allowance <= q[k].rate);
 			ck_assert(sb <= q[k].burst_budget);
 			ck_assert(q[k].burst_budget <= q[k].burst);
@@ -268,8 +279,10 @@ START_TEST(sums_never_exceed)
 			total += q[k].allowance;
 		}
 		if (ceiling > 0)
-			ck_assert_msg(total <= ceiling, "round %d: %.17g > "
-			    "ceiling %.17g", round, total, ceiling);
+			ck_assert_msg(total <= ceiling,
+			    "round %d: %.17g > "
+			    "ceiling %.17g",
+			    round, total, ceiling);
 	}
 }
 END_TEST
@@ -422,7 +435,7 @@ static const char STATE_CFG[] =
 typedef struct rep {
 	uint64_t session;
 	uint64_t seq;
-	double rate;     /* key 1 ("a") as last received */
+	double rate; /* key 1 ("a") as last received */
 	double burst;
 } rep;
 
@@ -432,14 +445,15 @@ mkstate(void)
 	allot_config *cfg;
 	char err[256];
 	ck_assert_int_eq(allot_config_parse("t", STATE_CFG,
-	    sizeof STATE_CFG - 1, err, sizeof err, &cfg), ALLOT_OK);
+	                     sizeof STATE_CFG - 1, err, sizeof err, &cfg),
+	    ALLOT_OK);
 	allot__state_opts o;
 	allot__state_opts_init(&o);
 	o.clock = vnow;
 	o.interval_ms = 100;
 	allot__state *st;
-	ck_assert_int_eq(allot__state_create(&o, cfg, "t", STATE_CFG, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot__state_create(&o, cfg, "t", STATE_CFG, &st), ALLOT_OK);
 	return st;
 }
 
@@ -468,8 +482,8 @@ reg(allot__state *st, rep *r, const char *id)
 	arena a = { .n = 0 };
 	ProtobufCAllocator pa = { a_alloc, a_free, &a };
 	char err[256];
-	ck_assert_int_eq(allot__state_register(st, &rq, &pa, &w, err,
-	    sizeof err), 0);
+	ck_assert_int_eq(
+	    allot__state_register(st, &rq, &pa, &w, err, sizeof err), 0);
 	memset(r, 0, sizeof *r);
 	r->session = w.session;
 	take_shares(r, w.shares, w.n_shares);
@@ -498,8 +512,8 @@ sync1(allot__state *st, rep *r, uint64_t tokens, bool lost)
 	arena a = { .n = 0 };
 	ProtobufCAllocator pa = { a_alloc, a_free, &a };
 	char err[256];
-	ck_assert_int_eq(allot__state_sync(st, &sy, &pa, &rp, err,
-	    sizeof err), 0);
+	ck_assert_int_eq(
+	    allot__state_sync(st, &sy, &pa, &rp, err, sizeof err), 0);
 	if (lost)
 		r->seq++;
 	else

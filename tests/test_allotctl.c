@@ -38,42 +38,39 @@
 #define NREP 3
 #define RUN_TIMEOUT_MS 20000
 
-#define CFG_HEAD \
-    "quotas:\n" \
-    "  default:\n" \
-    "    tokens_per_second: 10\n" \
-    "    burst: 20\n" \
-    "    priority: low\n" \
-    "  callers:\n" \
-    "    - identity: \"" QA "\"\n"
+#define CFG_HEAD                      \
+	"quotas:\n"                   \
+	"  default:\n"                \
+	"    tokens_per_second: 10\n" \
+	"    burst: 20\n"             \
+	"    priority: low\n"         \
+	"  callers:\n"                \
+	"    - identity: \"" QA "\"\n"
 
-static const char cfg_good[] = CFG_HEAD
-    "      tokens_per_second: 400\n"
-    "      burst: 800\n"
-    "      priority: critical\n"
-    "    - identity: \"" QB "\"\n"
-    "      tokens_per_second: 60\n"
-    "      burst: 120\n"
-    "      priority: batch\n"
-    "  global_ceiling:\n"
-    "    tokens_per_second: 500\n";
+static const char cfg_good[] = CFG_HEAD "      tokens_per_second: 400\n"
+                                        "      burst: 800\n"
+                                        "      priority: critical\n"
+                                        "    - identity: \"" QB "\"\n"
+                                        "      tokens_per_second: 60\n"
+                                        "      burst: 120\n"
+                                        "      priority: batch\n"
+                                        "  global_ceiling:\n"
+                                        "    tokens_per_second: 500\n";
 
 /* Caller A halved. */
-static const char cfg_halved[] = CFG_HEAD
-    "      tokens_per_second: 200\n"
-    "      burst: 400\n"
-    "      priority: critical\n"
-    "    - identity: \"" QB "\"\n"
-    "      tokens_per_second: 60\n"
-    "      burst: 120\n"
-    "      priority: batch\n"
-    "  global_ceiling:\n"
-    "    tokens_per_second: 500\n";
+static const char cfg_halved[] = CFG_HEAD "      tokens_per_second: 200\n"
+                                          "      burst: 400\n"
+                                          "      priority: critical\n"
+                                          "    - identity: \"" QB "\"\n"
+                                          "      tokens_per_second: 60\n"
+                                          "      burst: 120\n"
+                                          "      priority: batch\n"
+                                          "  global_ceiling:\n"
+                                          "    tokens_per_second: 500\n";
 
 /* Line 8, column 26: a rate that is a string. */
-static const char cfg_bad[] = CFG_HEAD
-    "      tokens_per_second: fast\n"
-    "      burst: 800\n";
+static const char cfg_bad[] = CFG_HEAD "      tokens_per_second: fast\n"
+                                       "      burst: 800\n";
 
 static const char *const keys[] = { "default", QA, QB };
 #define NKEYS 3
@@ -187,8 +184,9 @@ coord_done(coord *c)
 	}
 	/* Sanitizer builds: allotd's own reports end up in its log. */
 	char *log = c->dir[0] != '\0' ? pc_read_file(c->log) : NULL;
-	bool dirty = log != NULL && (strstr(log, "Sanitizer") != NULL ||
-	    strstr(log, "runtime error:") != NULL);
+	bool dirty = log != NULL &&
+	    (strstr(log, "Sanitizer") != NULL ||
+	        strstr(log, "runtime error:") != NULL);
 	if (dirty)
 		fprintf(stderr, "%s\n", log);
 	free(log);
@@ -224,11 +222,14 @@ drive(void *arg)
 			/* Caller A: 10 tokens per replica per 100 ms. Caller
 			 * B floods replica 0 and is denied there. */
 			pc_report rep[2] = {
-				{ .key = 1, .consumed = 10, .held = 50,
-				  .demand = 100 },
-				{ .key = 2, .consumed = i == 0 ? 6 : 1,
-				  .denied = i == 0 ? 30 : 0,
-				  .demand = i == 0 ? 360 : 10 },
+				{ .key = 1,
+				    .consumed = 10,
+				    .held = 50,
+				    .demand = 100 },
+				{ .key = 2,
+				    .consumed = i == 0 ? 6 : 1,
+				    .denied = i == 0 ? 30 : 0,
+				    .demand = i == 0 ? 360 : 10 },
 			};
 			if (pc_replica_sync(&d->r[i], rep, 2, NULL) == 0)
 				atomic_fetch_add(&d->syncs, 1);
@@ -264,8 +265,9 @@ driver_start(driver *d, const coord *c)
 	for (int i = 0; i < NREP; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "web-%d", i + 1);
-		ck_assert_int_eq(pc_replica_join(&d->r[i], c->url, id, SVC,
-		    keys, NKEYS), 0);
+		ck_assert_int_eq(
+		    pc_replica_join(&d->r[i], c->url, id, SVC, keys, NKEYS),
+		    0);
 	}
 	ck_assert_int_eq(pthread_create(&d->thread, NULL, drive, d), 0);
 	d->running = true;
@@ -275,7 +277,8 @@ driver_start(driver *d, const coord *c)
 	while (status_rate(c, QA, "admitted_per_s") <= 0 ||
 	    status_rate(c, QB, "denied_per_s") <= 0 ||
 	    status_rate(c, QA, "sum_rate") < 399.9) {
-		ck_assert_msg(pc_now_ms() < end, "no traffic in /status "
+		ck_assert_msg(pc_now_ms() < end,
+		    "no traffic in /status "
 		    "after 10 s");
 		pc_sleep_ms(100);
 	}
@@ -296,7 +299,7 @@ driver_stop(driver *d)
 /* ---- running allotctl ---- */
 
 typedef struct run {
-	int status;      /* exit status, 128 + signal, or -1 */
+	int status; /* exit status, 128 + signal, or -1 */
 	char *out;
 	char *err;
 } run;
@@ -354,12 +357,12 @@ ctl(const char *first, ...)
 	return r;
 }
 
-#define assert_has(text, needle)                                        \
-	ck_assert_msg(strstr((text), (needle)) != NULL,                 \
+#define assert_has(text, needle)                        \
+	ck_assert_msg(strstr((text), (needle)) != NULL, \
 	    "expected \"%s\" in:\n%s", (needle), (text))
 
-#define assert_lacks(text, needle)                                      \
-	ck_assert_msg(strstr((text), (needle)) == NULL,                 \
+#define assert_lacks(text, needle)                      \
+	ck_assert_msg(strstr((text), (needle)) == NULL, \
 	    "did not expect \"%s\" in:\n%s", (needle), (text))
 
 /* The line of `text` that contains `needle` (static copy), or "". */
@@ -454,13 +457,13 @@ START_TEST(inspect_commands)
 	ck_assert_msg(r.status == 0, "quotas: %d %s", r.status, r.err);
 	const char *la = line_with(r.out, QA);
 	ck_assert_str_eq(field(la, 2), "critical");
-	ck_assert_str_eq(field(la, 3), "400");    /* RATE/S */
-	ck_assert_str_eq(field(la, 4), "800");    /* BURST */
-	double adm = strtod(field(la, 5), NULL);  /* ADMITTED/S, ~300 */
+	ck_assert_str_eq(field(la, 3), "400"); /* RATE/S */
+	ck_assert_str_eq(field(la, 4), "800"); /* BURST */
+	double adm = strtod(field(la, 5), NULL); /* ADMITTED/S, ~300 */
 	ck_assert_msg(adm >= 150 && adm <= 450, "admitted %g", adm);
-	ck_assert_str_eq(field(la, 6), "0");      /* DENIED/S */
-	ck_assert_str_eq(field(la, 8), "400");    /* GRANTED/S */
-	ck_assert_str_eq(field(la, 9), "3/3");    /* HOLDERS */
+	ck_assert_str_eq(field(la, 6), "0"); /* DENIED/S */
+	ck_assert_str_eq(field(la, 8), "400"); /* GRANTED/S */
+	ck_assert_str_eq(field(la, 9), "3/3"); /* HOLDERS */
 	const char *lb = line_with(r.out, QB);
 	ck_assert_str_eq(field(lb, 3), "60");
 	ck_assert_double_gt(strtod(field(lb, 6), NULL), 100);
@@ -470,10 +473,11 @@ START_TEST(inspect_commands)
 	const char *callers[] = { QA, "checkout" };
 	for (int k = 0; k < 2; k++) {
 		r = ctl("--http", C.http, "shares", callers[k], NULL);
-		ck_assert_msg(r.status == 0, "shares: %d %s", r.status,
-		    r.err);
-		assert_has(r.out, QA " in service " SVC ": quota 400 "
-		    "tokens/s, burst 800; 3 replicas hold 400 tokens/s (100%)");
+		ck_assert_msg(r.status == 0, "shares: %d %s", r.status, r.err);
+		assert_has(r.out,
+		    QA " in service " SVC ": quota 400 "
+		       "tokens/s, burst 800; 3 replicas hold 400 tokens/s "
+		       "(100%)");
 		for (int i = 1; i <= NREP; i++) {
 			char id[16];
 			snprintf(id, sizeof id, "web-%d ", i);
@@ -548,8 +552,10 @@ START_TEST(reload_good_and_bad_files)
 	assert_has(r.err, "nothing was sent, allotd keeps config epoch 2");
 	run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
-	ck_assert_double_eq(pc_metric_get(C.http_port,
-	    "allotd_config_reloads_total{result=\"fail\"}"), 0);
+	ck_assert_double_eq(
+	    pc_metric_get(
+	        C.http_port, "allotd_config_reloads_total{result=\"fail\"}"),
+	    0);
 
 	/* Without the check, allotd itself refuses it, and says so. */
 	r = ctl("--http", C.http, "reload", "--no-check", NULL);
@@ -558,8 +564,10 @@ START_TEST(reload_good_and_bad_files)
 	assert_has(r.err, "keeps config epoch 2");
 	run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
-	ck_assert_double_eq(pc_metric_get(C.http_port,
-	    "allotd_config_reloads_total{result=\"fail\"}"), 1);
+	ck_assert_double_eq(
+	    pc_metric_get(
+	        C.http_port, "allotd_config_reloads_total{result=\"fail\"}"),
+	    1);
 
 	/* The same through a pid file. */
 	write_text(C.cfg, cfg_good);
@@ -592,7 +600,8 @@ START_TEST(check_config_sizing)
 	ck_assert_msg(r.status == 0, "check-config: %d %s", r.status, r.err);
 	assert_has(r.out, "valid, digest ");
 	assert_has(r.out, "allocation: 3 callers, 900 tokens/s in total");
-	assert_has(r.out, "overcommitted 1.125x (900 vs 800, 100 tokens/s "
+	assert_has(r.out,
+	    "overcommitted 1.125x (900 vs 800, 100 tokens/s "
 	    "more than the ceiling)");
 	assert_has(r.out, "sum(rate + burst) = 900 + 1800 = 2700 tokens");
 	assert_has(r.out, "3.375x the ceiling for that second");
@@ -616,18 +625,23 @@ START_TEST(check_config_sizing)
 	FILE *f = fopen(ten, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("quotas:\n  default: {tokens_per_second: 1, burst: 2}\n"
-	    "  callers:\n", f);
+	      "  callers:\n",
+	    f);
 	for (int i = 0; i < 10; i++)
-		fprintf(f, "    - {identity: \"spiffe://x/c%d\", "
-		    "tokens_per_second: 140, burst: 280}\n", i);
+		fprintf(f,
+		    "    - {identity: \"spiffe://x/c%d\", "
+		    "tokens_per_second: 140, burst: 280}\n",
+		    i);
 	fputs("  global_ceiling: {tokens_per_second: 1400}\n", f);
 	ck_assert_int_eq(fclose(f), 0);
 	r = ctl("check-config", "--capacity", "2000", ten, NULL);
 	ck_assert_msg(r.status == 0, "check-config: %d %s", r.status, r.err);
-	assert_has(r.out, "= 1400 + 2800 = 4200 tokens (10 callers x "
+	assert_has(r.out,
+	    "= 1400 + 2800 = 4200 tokens (10 callers x "
 	    "(140 + 280) = 10 x 420)");
 	assert_has(r.out, "not overcommitted (1400 vs 1400, 100% allocated)");
-	assert_has(r.out, "the allocation is 70% of it, the correlated first "
+	assert_has(r.out,
+	    "the allocation is 70% of it, the correlated first "
 	    "second 210% (2.1x)");
 	run_free(&r);
 
@@ -638,19 +652,20 @@ START_TEST(check_config_sizing)
 	r = ctl("check-config", bad, NULL);
 	ck_assert_int_eq(r.status, 1);
 	char want[512];
-	snprintf(want, sizeof want, "%s:8:26: quotas.callers[0]."
+	snprintf(want, sizeof want,
+	    "%s:8:26: quotas.callers[0]."
 	    "tokens_per_second is the string \"fast\", expected a number",
 	    bad);
-	ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0,
-	    "stderr: %s", r.err);
+	ck_assert_msg(
+	    strncmp(r.err, want, strlen(want)) == 0, "stderr: %s", r.err);
 	ck_assert_str_eq(r.out, "");
 	run_free(&r);
 	snprintf(bad, sizeof bad, "%s/bad-burst.yaml", ALLOT_TEST_DATA);
 	r = ctl("check-config", bad, NULL);
 	ck_assert_int_eq(r.status, 1);
 	snprintf(want, sizeof want, "%s:10:14: ", bad);
-	ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0,
-	    "stderr: %s", r.err);
+	ck_assert_msg(
+	    strncmp(r.err, want, strlen(want)) == 0, "stderr: %s", r.err);
 	run_free(&r);
 	snprintf(bad, sizeof bad, "%s/missing.yaml", dir);
 	r = ctl("check-config", bad, NULL);
@@ -693,8 +708,8 @@ START_TEST(audit_stores)
 	const char *den = strstr(r.out, "== Who was denied");
 	const char *next = strstr(den, "\n== ");
 	l = line_with(den, QB);
-	ck_assert(strstr(den, QB) != NULL && next != NULL &&
-	    strstr(den, QB) < next);
+	ck_assert(
+	    strstr(den, QB) != NULL && next != NULL && strstr(den, QB) < next);
 	ck_assert(strstr(den, QA) == NULL || strstr(den, QA) > next);
 	ck_assert_double_gt(strtod(field(l, 2), NULL), 100);
 	/* Three sessions; they stay open in the store (the replicas did
@@ -707,8 +722,7 @@ START_TEST(audit_stores)
 	/* Two stores at once: a "db" column names each file. */
 	char copy[256], cmd[600];
 	snprintf(copy, sizeof copy, "%s/copy.db", C.dir);
-	snprintf(cmd, sizeof cmd, "sqlite3 '%s' \".backup '%s'\"", C.db,
-	    copy);
+	snprintf(cmd, sizeof cmd, "sqlite3 '%s' \".backup '%s'\"", C.db, copy);
 	ck_assert_int_eq(system(cmd), 0);
 	r = ctl("audit", "--limit", "5", "--sql", C.db, copy, NULL);
 	ck_assert_msg(r.status == 0, "audit: %d %s", r.status, r.err);
@@ -719,8 +733,8 @@ START_TEST(audit_stores)
 	const char *b = strstr(cons, copy);
 	ck_assert_ptr_nonnull(a);
 	ck_assert_ptr_nonnull(b);
-	ck_assert_msg(strstr(cons, "\ndb ") != NULL, "no db column:\n%s",
-	    cons);
+	ck_assert_msg(
+	    strstr(cons, "\ndb ") != NULL, "no db column:\n%s", cons);
 	run_free(&r);
 
 	/* Not a store; missing. */
@@ -743,15 +757,17 @@ START_TEST(unreachable_coordinator)
 	ck_assert_int_gt(port, 0);
 	char addr[32], want[128];
 	snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-	snprintf(want, sizeof want, "allotctl: cannot reach allotd at %s: "
-	    "connection refused\n", addr);
+	snprintf(want, sizeof want,
+	    "allotctl: cannot reach allotd at %s: "
+	    "connection refused\n",
+	    addr);
 	const char *cmds[][2] = { { "status", NULL }, { "replicas", NULL },
 		{ "quotas", NULL }, { "shares", "x" }, { "top-denied", NULL },
 		{ "reload", NULL } };
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 		run r = ctl("--http", addr, cmds[i][0], cmds[i][1], NULL);
-		ck_assert_msg(r.status == 3, "%s: exit %d", cmds[i][0],
-		    r.status);
+		ck_assert_msg(
+		    r.status == 3, "%s: exit %d", cmds[i][0], r.status);
 		ck_assert_str_eq(r.err, want);
 		ck_assert_str_eq(r.out, "");
 		run_free(&r);
@@ -765,7 +781,8 @@ START_TEST(unreachable_coordinator)
 	run_free(&r);
 	r = ctl("--http", "no-such-host.invalid:7480", "status", NULL);
 	ck_assert_int_eq(r.status, 3);
-	assert_has(r.err, "cannot reach allotd at no-such-host.invalid:7480: "
+	assert_has(r.err,
+	    "cannot reach allotd at no-such-host.invalid:7480: "
 	    "cannot resolve");
 	run_free(&r);
 	r = ctl("--http", "127.0.0.1:99999", "status", NULL);
@@ -843,7 +860,8 @@ main(void)
 	snprintf(ctl_path, sizeof ctl_path, "%s/tools/allotctl", b ? b : ".");
 	if (access(ctl_path, X_OK) != 0) {
 		printf("SKIP: %s was not built (it needs json-c, "
-		    "libjson-c-dev)\n", ctl_path);
+		       "libjson-c-dev)\n",
+		    ctl_path);
 		return 77;
 	}
 	atexit(cleanup);

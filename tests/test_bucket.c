@@ -24,8 +24,9 @@ static allot__bucket b;
 static void
 mk(double rate, double burst)
 {
-	allot__allowance a = { .rate = rate, .burst = burst,
-		.mode = ALLOT__MODE_LIMIT };
+	allot__allowance a = {
+		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT
+	};
 	allot__bucket_init(&b, &a);
 }
 
@@ -73,8 +74,8 @@ START_TEST(fractional_tokens)
 	uint64_t now = 5 * S;
 	ck_assert(take(now, 1, &t));
 	ck_assert(!take(now + 333 * MS, 1, &t));
-	ck_assert_double_eq_tol(allot__bucket_level(&b, now + 166666667),
-	    0.5, 1e-6);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&b, now + 166666667), 0.5, 1e-6);
 	ck_assert(take(now + 333333334, 1, &t));
 }
 END_TEST
@@ -117,18 +118,19 @@ START_TEST(swap_preserves_level)
 	mk(10, 100);
 	uint64_t now = 5 * S;
 	ck_assert(take(now, 60, &t)); /* level 40 */
-	allot__allowance a = { .rate = 1000, .burst = 100,
-		.mode = ALLOT__MODE_LIMIT };
+	allot__allowance a = {
+		.rate = 1000, .burst = 100, .mode = ALLOT__MODE_LIMIT
+	};
 	allot__bucket_set(&b, &a, now);
 	ck_assert_double_eq_tol(allot__bucket_level(&b, now), 40.0, 1e-6);
 	/* The new rate applies from now on: 10 ms later, 10 more tokens. */
-	ck_assert_double_eq_tol(allot__bucket_level(&b, now + 10 * MS), 50.0,
-	    1e-6);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&b, now + 10 * MS), 50.0, 1e-6);
 	/* A smaller burst caps the level. */
 	a.burst = 30;
 	allot__bucket_set(&b, &a, now + 10 * MS);
-	ck_assert_double_eq_tol(allot__bucket_level(&b, now + 10 * MS), 30.0,
-	    1e-6);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&b, now + 10 * MS), 30.0, 1e-6);
 	ck_assert(take(now + 10 * MS, 30, &t));
 	ck_assert(!take(now + 10 * MS, 1, &t));
 	/* Many swaps in a row (versions wrap) keep the state consistent. */
@@ -141,8 +143,8 @@ START_TEST(swap_preserves_level)
 	 * may only lose, by at most one nanosecond of refill per swap. */
 	double lv = allot__bucket_level(&b, now + 10 * MS);
 	ck_assert(lv <= 0.0 && lv > -100 * 199 * 1e-9);
-	ck_assert_double_eq_tol(allot__bucket_level(&b, now + 110 * MS),
-	    19.9, 1e-4);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&b, now + 110 * MS), 19.9, 1e-4);
 }
 END_TEST
 
@@ -152,8 +154,9 @@ START_TEST(open_and_closed)
 	mk(1, 1);
 	uint64_t now = 5 * S;
 	ck_assert(take(now, 1, &t));
-	allot__allowance a = { .rate = 1, .burst = 1,
-		.mode = ALLOT__MODE_OPEN };
+	allot__allowance a = {
+		.rate = 1, .burst = 1, .mode = ALLOT__MODE_OPEN
+	};
 	allot__bucket_set(&b, &a, now);
 	for (int i = 0; i < 1000; i++)
 		ck_assert(take(now, 1, &t));
@@ -206,8 +209,8 @@ START_TEST(adjust_debt_and_refund)
 	ck_assert(take(now + 1100 * MS, 1, &t));
 	/* A refund never lifts the level above the burst. */
 	allot__bucket_adjust(&b, -1000, now + 1100 * MS);
-	ck_assert_double_eq_tol(allot__bucket_level(&b, now + 1100 * MS),
-	    20.0, 1e-6);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&b, now + 1100 * MS), 20.0, 1e-6);
 }
 END_TEST
 
@@ -299,20 +302,22 @@ START_TEST(swap_under_concurrent_acquires)
 		atomic_fetch_add(&vclock, 1 * MS);
 		expected += rate * 0.001;
 		rate = (i % 2) ? 1000 : 5000;
-		allot__allowance a = { .rate = rate, .burst = burst,
-			.mode = ALLOT__MODE_LIMIT };
+		allot__allowance a = {
+			.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT
+		};
 		allot__bucket_set(&b, &a, atomic_load(&vclock));
 	}
 	struct timespec ts = { 0, 50000 };
 	for (int w = 0; w < 100000 &&
-	    allot__bucket_level(&b, atomic_load(&vclock)) >= 1.0; w++)
+	     allot__bucket_level(&b, atomic_load(&vclock)) >= 1.0;
+	     w++)
 		nanosleep(&ts, NULL);
 	atomic_store(&stop_flag, 1);
 	for (int i = 0; i < 3; i++)
 		pthread_join(th[i], NULL);
 	double got = (double) atomic_load(&swap_admitted);
-	ck_assert_msg(got <= expected + 1.0, "admitted %.0f > %.1f", got,
-	    expected);
+	ck_assert_msg(
+	    got <= expected + 1.0, "admitted %.0f > %.1f", got, expected);
 	ck_assert_msg(got >= expected - 0.01 * expected,
 	    "admitted %.0f < %.1f", got, expected);
 }

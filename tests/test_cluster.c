@@ -48,7 +48,7 @@ typedef struct cluster {
 	char list[512];
 	member m[NMEM];
 	uint64_t hashes[NMEM];
-	int owner[NKEY];        /* with every member up */
+	int owner[NKEY]; /* with every member up */
 } cluster;
 
 static void
@@ -62,8 +62,8 @@ start_member(cluster *c, int i)
 	snprintf(self, sizeof self, "%s", m->name);
 	char mem[NMEM][96];
 	for (int j = 0; j < NMEM; j++)
-		snprintf(mem[j], sizeof mem[j], "%s=%s", c->m[j].name,
-		    c->m[j].url);
+		snprintf(
+		    mem[j], sizeof mem[j], "%s=%s", c->m[j].name, c->m[j].url);
 	char *argv[] = { bin, "--config", c->cfg, "--db", m->db, "--http",
 		http, "--interval-ms", "100", "--expiry-intervals", "5",
 		"--lease-ms", "1000", "--member", mem[0], "--member", mem[1],
@@ -76,8 +76,8 @@ start_member(cluster *c, int i)
 		free(pc_http_get(m->http, "/healthz", &st));
 		if (st == 200)
 			break;
-		ck_assert_msg(pc_now_ms() - t0 < 10000, "%s not ready",
-		    m->name);
+		ck_assert_msg(
+		    pc_now_ms() - t0 < 10000, "%s not ready", m->name);
 		pc_sleep_ms(20);
 	}
 }
@@ -92,11 +92,13 @@ cluster_init(cluster *c)
 	FILE *f = fopen(c->cfg, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
-	    "  callers:\n", f);
+	      "  callers:\n",
+	    f);
 	for (int k = 0; k < NKEY; k++)
-		fprintf(f, "    - identity: c%d\n      tokens_per_second: %.0f"
-		    "\n      burst: %.0f\n      fallback: closed\n", k, RATE,
-		    RATE);
+		fprintf(f,
+		    "    - identity: c%d\n      tokens_per_second: %.0f"
+		    "\n      burst: %.0f\n      fallback: closed\n",
+		    k, RATE, RATE);
 	fclose(f);
 	for (int i = 0; i < NMEM; i++) {
 		member *m = &c->m[i];
@@ -140,8 +142,8 @@ mkagent(const cluster *c, const char *replica)
 {
 	char err[256];
 	allot_config *cfg;
-	ck_assert_int_eq(allot_config_load(c->cfg, err, sizeof err, &cfg),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_config_load(c->cfg, err, sizeof err, &cfg), ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.coordinator = c->list;
@@ -173,7 +175,7 @@ rate_of(allot_agent *a, int k)
  * below every share, so a denial is the limiter's fault. */
 typedef struct load {
 	uint64_t offered, denied;
-	double max_sum_ratio;   /* max over keys and samples of sum/R */
+	double max_sum_ratio; /* max over keys and samples of sum/R */
 } load;
 
 static void
@@ -286,16 +288,17 @@ START_TEST(failover_and_return)
 			ck_assert_msg(rate_of(as[i], k) > 0,
 			    "agent %d key c%d has no allowance", i, k);
 	}
-	fprintf(stderr, "cluster: victim m%d owned %d of %d keys; down "
+	fprintf(stderr,
+	    "cluster: victim m%d owned %d of %d keys; down "
 	    "detected after %llu ms (T = %d ms); failover: %llu of %llu "
-	    "requests denied, max sum of allowances %.3f x R\n", victim + 1,
-	    owned[victim], NKEY, (unsigned long long) detected, INTERVAL_MS,
-	    (unsigned long long) fo.denied, (unsigned long long) fo.offered,
-	    fo.max_sum_ratio);
+	    "requests denied, max sum of allowances %.3f x R\n",
+	    victim + 1, owned[victim], NKEY, (unsigned long long) detected,
+	    INTERVAL_MS, (unsigned long long) fo.denied,
+	    (unsigned long long) fo.offered, fo.max_sum_ratio);
 	ck_assert_uint_eq(fo.denied, 0);
 	/* One interval of the offered traffic (60 tokens/s per key). */
-	ck_assert_double_le(fo.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS /
-	    1000.0 / RATE);
+	ck_assert_double_le(
+	    fo.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS / 1000.0 / RATE);
 
 	/* Restart it on its database: its keys move back. */
 	start_member(&c, victim);
@@ -307,14 +310,15 @@ START_TEST(failover_and_return)
 	for (int i = 0; i < NAG; i++)
 		for (int k = 0; k < NKEY; k++)
 			ck_assert(rate_of(as[i], k) > 0);
-	fprintf(stderr, "cluster: m%d back after %llu ms; return: %llu of "
+	fprintf(stderr,
+	    "cluster: m%d back after %llu ms; return: %llu of "
 	    "%llu requests denied, max sum of allowances %.3f x R\n",
 	    victim + 1, (unsigned long long) returned,
 	    (unsigned long long) back.denied,
 	    (unsigned long long) back.offered, back.max_sum_ratio);
 	ck_assert_uint_eq(back.denied, 0);
-	ck_assert_double_le(back.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS /
-	    1000.0 / RATE);
+	ck_assert_double_le(
+	    back.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS / 1000.0 / RATE);
 	for (int i = 0; i < NAG; i++)
 		allot_agent_destroy(as[i]);
 	cluster_fini(&c);
@@ -371,7 +375,8 @@ START_TEST(agent_cut_off_from_one_member)
 	load cutl = { 0 };
 	uint64_t t0 = pc_now_ms();
 	while (down_of(as[0]) != 1) {
-		ck_assert_msg(pc_now_ms() - t0 < 5000, "r0 did not see m2 "
+		ck_assert_msg(pc_now_ms() - t0 < 5000,
+		    "r0 did not see m2 "
 		    "down");
 		run_load(as, &cutl, 10);
 	}
@@ -398,13 +403,15 @@ START_TEST(agent_cut_off_from_one_member)
 	load heal = { 0 };
 	t0 = pc_now_ms();
 	while (down_of(as[0]) != 0) {
-		ck_assert_msg(pc_now_ms() - t0 < 10000, "r0 did not see m2 "
+		ck_assert_msg(pc_now_ms() - t0 < 10000,
+		    "r0 did not see m2 "
 		    "again");
 		run_load(as, &heal, 10);
 	}
 	uint64_t healed = pc_now_ms() - t0;
 	run_load(as, &heal, 1000);
-	fprintf(stderr, "cluster: cut-off agent saw m2 again after %llu ms; "
+	fprintf(stderr,
+	    "cluster: cut-off agent saw m2 again after %llu ms; "
 	    "%llu of %llu requests denied while it re-joined\n",
 	    (unsigned long long) healed, (unsigned long long) heal.denied,
 	    (unsigned long long) heal.offered);

@@ -51,11 +51,12 @@ wait_queued(allot_conc *c, allot_conc_lane lane, uint32_t n)
 	allot_conc_stats st;
 	uint64_t t0 = mono_ms();
 	for (;;) {
-		ck_assert_int_eq(allot_conc_lane_stats(c, lane, &st), ALLOT_OK);
+		ck_assert_int_eq(
+		    allot_conc_lane_stats(c, lane, &st), ALLOT_OK);
 		if (st.queued >= n)
 			return;
-		ck_assert_msg(mono_ms() - t0 < 10000, "queue stuck at %u of %u",
-		    st.queued, n);
+		ck_assert_msg(mono_ms() - t0 < 10000,
+		    "queue stuck at %u of %u", st.queued, n);
 		sleep_us(500);
 	}
 }
@@ -145,35 +146,44 @@ START_TEST(try_acquire_limits)
 	c = conc_new(&o);
 
 	/* Caller bound. */
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE,
-	    &p[0]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE,
-	    &p[1]), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE, &p[0]),
+	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE, &p[1]),
+	    ALLOT_OK);
 	memset(&q, 0xa5, sizeof(q));
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE,
-	    &q), ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE, &q),
+	    ALLOT_EBUSY);
 	ck_assert_ptr_eq(q.conc, (void *) (uintptr_t) 0xa5a5a5a5a5a5a5a5ull);
 	/* Global bound. */
-	ck_assert_int_eq(allot_conc_try_acquire(c, 2, ALLOT_LANE_INTERACTIVE,
-	    &p[2]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 3, ALLOT_LANE_INTERACTIVE,
-	    &p[3]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 4, ALLOT_LANE_INTERACTIVE,
-	    &q), ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 2, ALLOT_LANE_INTERACTIVE, &p[2]),
+	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 3, ALLOT_LANE_INTERACTIVE, &p[3]),
+	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 4, ALLOT_LANE_INTERACTIVE, &q),
+	    ALLOT_EBUSY);
 	/* acquire with timeout 0 is the try variant. */
-	ck_assert_int_eq(allot_conc_acquire(c, 4, ALLOT_LANE_INTERACTIVE, 0,
-	    &q), ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_acquire(c, 4, ALLOT_LANE_INTERACTIVE, 0, &q),
+	    ALLOT_EBUSY);
 
 	ck_assert_int_eq(allot_conc_total_stats(c, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.in_flight, 4);
 	ck_assert_uint_eq(st.acquired, 4);
 	ck_assert_uint_eq(st.rejected_full, 3);
-	ck_assert_int_eq(allot_conc_caller_stats(c, 1,
-	    ALLOT_LANE_INTERACTIVE, &st), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_caller_stats(c, 1, ALLOT_LANE_INTERACTIVE, &st),
+	    ALLOT_OK);
 	ck_assert_uint_eq(st.in_flight, 2);
 	ck_assert_uint_eq(st.rejected_full, 1);
-	ck_assert_int_eq(allot_conc_caller_stats(c, 4,
-	    ALLOT_LANE_INTERACTIVE, &st), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_caller_stats(c, 4, ALLOT_LANE_INTERACTIVE, &st),
+	    ALLOT_OK);
 	ck_assert_uint_eq(st.rejected_full, 2);
 	ck_assert_uint_eq(st.acquired, 0);
 
@@ -185,20 +195,23 @@ START_TEST(try_acquire_limits)
 	ck_assert_int_eq(allot_conc_total_stats(c, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.in_flight, 3);
 	ck_assert_uint_eq(st.max_in_flight, 4);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 4, ALLOT_LANE_INTERACTIVE,
-	    &p[3]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 5, ALLOT_LANE_INTERACTIVE,
-	    &q), ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 4, ALLOT_LANE_INTERACTIVE, &p[3]),
+	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 5, ALLOT_LANE_INTERACTIVE, &q),
+	    ALLOT_EBUSY);
 
 	/* Misuse. */
-	ck_assert_int_eq(allot_conc_try_acquire(c, 8, ALLOT_LANE_INTERACTIVE,
-	    &q), ALLOT_EINVAL);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, (allot_conc_lane) 2,
-	    &q), ALLOT_EINVAL);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, NULL),
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 8, ALLOT_LANE_INTERACTIVE, &q),
 	    ALLOT_EINVAL);
-	ck_assert_int_eq(allot_conc_caller_stats(c, 8, ALLOT_LANE_BULK, &st),
+	ck_assert_int_eq(allot_conc_try_acquire(c, 1, (allot_conc_lane) 2, &q),
 	    ALLOT_EINVAL);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, NULL), ALLOT_EINVAL);
+	ck_assert_int_eq(
+	    allot_conc_caller_stats(c, 8, ALLOT_LANE_BULK, &st), ALLOT_EINVAL);
 
 	for (int i = 0; i < 4; i++)
 		allot_conc_release(&p[i]);
@@ -253,8 +266,8 @@ bounds_worker(void *p)
 	pthread_barrier_wait(&sh->start);
 	for (int i = 0; i < sh->iterations; i++) {
 		allot_conc_permit permit;
-		int rc = allot_conc_acquire(sh->c, w->caller, w->lane,
-		    ALLOT_CONC_WAIT_MAX, &permit);
+		int rc = allot_conc_acquire(
+		    sh->c, w->caller, w->lane, ALLOT_CONC_WAIT_MAX, &permit);
 		if (rc != ALLOT_OK) {
 			atomic_fetch_add(&sh->rejected, 1);
 			continue;
@@ -302,9 +315,9 @@ START_TEST(bounds_under_threads)
 		w[i].sh = &sh;
 		w[i].caller = (uint32_t) (i % NCALLERS);
 		w[i].lane = i / NCALLERS == 3 ? ALLOT_LANE_BULK :
-		    ALLOT_LANE_INTERACTIVE;
-		ck_assert_int_eq(pthread_create(&th[i], NULL, bounds_worker,
-		    &w[i]), 0);
+		                                ALLOT_LANE_INTERACTIVE;
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, bounds_worker, &w[i]), 0);
 	}
 	for (int i = 0; i < NTHREADS; i++)
 		pthread_join(th[i], NULL);
@@ -314,10 +327,10 @@ START_TEST(bounds_under_threads)
 	ck_assert_int_le(atomic_load(&sh.max_total), 6);
 	ck_assert_int_le(atomic_load(&sh.max_lane[ALLOT_LANE_BULK]), 3);
 	for (int i = 0; i < NCALLERS; i++) {
-		ck_assert_int_le(atomic_load(
-		    &sh.max_caller[i][ALLOT_LANE_INTERACTIVE]), 2);
-		ck_assert_int_le(atomic_load(
-		    &sh.max_caller[i][ALLOT_LANE_BULK]), 1);
+		ck_assert_int_le(
+		    atomic_load(&sh.max_caller[i][ALLOT_LANE_INTERACTIVE]), 2);
+		ck_assert_int_le(
+		    atomic_load(&sh.max_caller[i][ALLOT_LANE_BULK]), 1);
 	}
 	/* The limiter admitted concurrency, not one at a time. */
 	ck_assert_int_ge(atomic_load(&sh.max_total), 4);
@@ -328,18 +341,19 @@ START_TEST(bounds_under_threads)
 	ck_assert_uint_eq(st.in_flight, 0);
 	ck_assert_uint_eq(st.queued, 0);
 	ck_assert_uint_le(st.max_in_flight, 6);
-	ck_assert_uint_ge(st.max_in_flight,
-	    (uint32_t) atomic_load(&sh.max_total));
+	ck_assert_uint_ge(
+	    st.max_in_flight, (uint32_t) atomic_load(&sh.max_total));
 	ck_assert_uint_eq(st.acquired, NTHREADS * 300);
 	ck_assert_uint_eq(st.rejected_full + st.rejected_age, 0);
 	ck_assert_uint_gt(st.max_queue_age_ms, 0); /* demand did queue */
-	ck_assert_int_eq(allot_conc_lane_stats(sh.c, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(sh.c, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_le(st.max_in_flight, 3);
 	ck_assert_uint_eq(st.acquired, NCALLERS * 300);
 	for (uint32_t i = 0; i < NCALLERS; i++) {
-		ck_assert_int_eq(allot_conc_caller_stats(sh.c, i,
-		    ALLOT_LANE_INTERACTIVE, &st), ALLOT_OK);
+		ck_assert_int_eq(allot_conc_caller_stats(
+		                     sh.c, i, ALLOT_LANE_INTERACTIVE, &st),
+		    ALLOT_OK);
 		ck_assert_uint_le(st.max_in_flight, 2);
 		ck_assert_uint_eq(st.acquired, 3 * 300);
 	}
@@ -365,7 +379,7 @@ bulk_hog(void *p)
 	while (!atomic_load(&a->stop)) {
 		allot_conc_permit permit;
 		if (allot_conc_acquire(a->c, caller, ALLOT_LANE_BULK,
-		    ALLOT_CONC_WAIT_MAX, &permit) == ALLOT_OK) {
+		        ALLOT_CONC_WAIT_MAX, &permit) == ALLOT_OK) {
 			sleep_us(2000); /* a slow export */
 			allot_conc_release(&permit);
 			atomic_fetch_add(&a->done, 1);
@@ -394,7 +408,8 @@ START_TEST(interactive_survives_bulk_saturation)
 	/* Twelve threads of slow bulk work: the bulk lane is full and its
 	 * queue busy for the whole test. */
 	for (int i = 0; i < 12; i++)
-		ck_assert_int_eq(pthread_create(&th[i], NULL, bulk_hog, &a), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, bulk_hog, &a), 0);
 	wait_queued(a.c, ALLOT_LANE_BULK, 8);
 
 	/* Interactive requests get permits at once, every time, up to the
@@ -402,15 +417,16 @@ START_TEST(interactive_survives_bulk_saturation)
 	for (int round = 0; round < 200; round++) {
 		allot_conc_permit p[4];
 		for (int i = 0; i < 4; i++)
-			ck_assert_int_eq(allot_conc_try_acquire(a.c,
-			    (uint32_t) (9 + i), ALLOT_LANE_INTERACTIVE, &p[i]),
+			ck_assert_int_eq(
+			    allot_conc_try_acquire(a.c, (uint32_t) (9 + i),
+			        ALLOT_LANE_INTERACTIVE, &p[i]),
 			    ALLOT_OK);
 		for (int i = 0; i < 4; i++)
 			allot_conc_release(&p[i]);
 	}
 	/* Bulk never exceeded its share, even with global room left. */
-	ck_assert_int_eq(allot_conc_lane_stats(a.c, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(a.c, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.max_in_flight, 4);
 	ck_assert_uint_gt(st.queued, 0);
 
@@ -418,8 +434,8 @@ START_TEST(interactive_survives_bulk_saturation)
 	for (int i = 0; i < 12; i++)
 		pthread_join(th[i], NULL);
 	ck_assert_uint_gt(atomic_load(&a.done), 0);
-	ck_assert_int_eq(allot_conc_lane_stats(a.c, ALLOT_LANE_INTERACTIVE,
-	    &st), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(a.c, ALLOT_LANE_INTERACTIVE, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.acquired, 800);
 	ck_assert_uint_eq(st.rejected_full + st.rejected_age, 0);
 	allot_conc_destroy(a.c);
@@ -440,26 +456,30 @@ START_TEST(bulk_cannot_take_reserve)
 	c = conc_new(&o);
 	/* Bulk stops at half the global bound with the other half idle. */
 	for (int i = 0; i < 4; i++)
-		ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK,
-		    &b[i]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 2, ALLOT_LANE_BULK, &x),
-	    ALLOT_EBUSY);
+		ck_assert_int_eq(
+		    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &b[i]),
+		    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 2, ALLOT_LANE_BULK, &x), ALLOT_EBUSY);
 	/* Interactive gets the rest. */
 	for (int i = 0; i < 4; i++)
-		ck_assert_int_eq(allot_conc_try_acquire(c, 3,
-		    ALLOT_LANE_INTERACTIVE, &i1[i]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 3, ALLOT_LANE_INTERACTIVE,
-	    &x), ALLOT_EBUSY);
+		ck_assert_int_eq(allot_conc_try_acquire(
+		                     c, 3, ALLOT_LANE_INTERACTIVE, &i1[i]),
+		    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 3, ALLOT_LANE_INTERACTIVE, &x),
+	    ALLOT_EBUSY);
 	for (int i = 0; i < 4; i++) {
 		allot_conc_release(&b[i]);
 		allot_conc_release(&i1[i]);
 	}
 	/* Interactive may use all of the global bound; bulk then waits. */
 	for (int i = 0; i < 8; i++)
-		ck_assert_int_eq(allot_conc_try_acquire(c, 3,
-		    ALLOT_LANE_INTERACTIVE, &i1[i]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &x),
-	    ALLOT_EBUSY);
+		ck_assert_int_eq(allot_conc_try_acquire(
+		                     c, 3, ALLOT_LANE_INTERACTIVE, &i1[i]),
+		    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &x), ALLOT_EBUSY);
 	for (int i = 0; i < 8; i++)
 		allot_conc_release(&i1[i]);
 	allot_conc_destroy(c);
@@ -491,13 +511,13 @@ waiter_thread(void *p)
 	allot_conc_permit permit;
 	uint64_t t0 = mono_ms();
 
-	a->rc = allot_conc_acquire(a->c, a->caller, a->lane, a->timeout_ms,
-	    &permit);
+	a->rc = allot_conc_acquire(
+	    a->c, a->caller, a->lane, a->timeout_ms, &permit);
 	a->waited_ms = mono_ms() - t0;
 	if (a->rc == ALLOT_OK) {
 		if (a->order != NULL)
-			atomic_store(&a->order[atomic_fetch_add(a->pos, 1)],
-			    a->id);
+			atomic_store(
+			    &a->order[atomic_fetch_add(a->pos, 1)], a->id);
 		while (a->hold_until_released && !atomic_load(a->go))
 			sleep_us(200);
 		allot_conc_release(&permit);
@@ -521,10 +541,10 @@ START_TEST(queue_age_bound)
 	o.max_wait_ms[ALLOT_LANE_BULK] = 100;
 	c = conc_new(&o);
 	/* Fill the bulk lane (2 permits) and keep it full. */
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK,
-	    &held[0]), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK,
-	    &held[1]), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held[0]), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held[1]), ALLOT_OK);
 
 	/* Six waiters asking for up to an hour: the lane's 100 ms wins. */
 	memset(w, 0, sizeof(w));
@@ -533,8 +553,8 @@ START_TEST(queue_age_bound)
 		w[i].caller = (uint32_t) (2 + i);
 		w[i].lane = ALLOT_LANE_BULK;
 		w[i].timeout_ms = 3600000;
-		ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_thread,
-		    &w[i]), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, waiter_thread, &w[i]), 0);
 	}
 	for (int i = 0; i < 6; i++) {
 		pthread_join(th[i], NULL);
@@ -542,14 +562,14 @@ START_TEST(queue_age_bound)
 		ck_assert_uint_ge(w[i].waited_ms, 99);
 		ck_assert_uint_le(w[i].waited_ms, 100 + SLACK_MS);
 	}
-	ck_assert_int_eq(allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.rejected_age, 6);
 	ck_assert_uint_eq(st.queued, 0);
 	ck_assert_uint_ge(st.max_queue_age_ms, 100);
 	ck_assert_uint_le(st.max_queue_age_ms, 100 + SLACK_MS);
-	ck_assert_int_eq(allot_conc_caller_stats(c, 2, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_caller_stats(c, 2, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.rejected_age, 1);
 
 	/* A caller's own timeout, shorter than the lane's, is honoured. */
@@ -564,10 +584,12 @@ START_TEST(queue_age_bound)
 	/* The interactive lane's shorter age applies to it. */
 	for (int i = 0; i < 2; i++)
 		ck_assert_int_eq(allot_conc_try_acquire(c, 9,
-		    ALLOT_LANE_INTERACTIVE, &held[2 + i]), ALLOT_OK);
+		                     ALLOT_LANE_INTERACTIVE, &held[2 + i]),
+		    ALLOT_OK);
 	t0 = mono_ms();
 	ck_assert_int_eq(allot_conc_acquire(c, 10, ALLOT_LANE_INTERACTIVE,
-	    ALLOT_CONC_WAIT_MAX, &x), ALLOT_ETIMEDOUT);
+	                     ALLOT_CONC_WAIT_MAX, &x),
+	    ALLOT_ETIMEDOUT);
 	el = mono_ms() - t0;
 	ck_assert_uint_ge(el, 99);
 	ck_assert_uint_le(el, 100 + SLACK_MS);
@@ -575,8 +597,8 @@ START_TEST(queue_age_bound)
 	/* A waiter that gets a permit in time is not rejected. */
 	w[0].timeout_ms = ALLOT_CONC_WAIT_MAX;
 	w[0].caller = 4;
-	ck_assert_int_eq(pthread_create(&th[0], NULL, waiter_thread, &w[0]),
-	    0);
+	ck_assert_int_eq(
+	    pthread_create(&th[0], NULL, waiter_thread, &w[0]), 0);
 	wait_queued(c, ALLOT_LANE_BULK, 1);
 	allot_conc_release(&held[0]);
 	pthread_join(th[0], NULL);
@@ -606,8 +628,8 @@ START_TEST(queue_length_bound)
 	o.caller_queue_max[ALLOT_LANE_BULK] = 2;
 	o.max_wait_ms[ALLOT_LANE_BULK] = 5000;
 	c = conc_new(&o);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held), ALLOT_OK);
 
 	/* Caller 2 queues twice; its third try is refused at once while
 	 * caller 3 may still queue. */
@@ -618,25 +640,27 @@ START_TEST(queue_length_bound)
 		w[i].caller = callers[i];
 		w[i].lane = ALLOT_LANE_BULK;
 		w[i].timeout_ms = ALLOT_CONC_WAIT_MAX;
-		ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_thread,
-		    &w[i]), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, waiter_thread, &w[i]), 0);
 		wait_queued(c, ALLOT_LANE_BULK, (uint32_t) i + 1);
 		if (i == 1)
-			ck_assert_int_eq(allot_conc_acquire(c, 2,
-			    ALLOT_LANE_BULK, ALLOT_CONC_WAIT_MAX, &x),
+			ck_assert_int_eq(
+			    allot_conc_acquire(c, 2, ALLOT_LANE_BULK,
+			        ALLOT_CONC_WAIT_MAX, &x),
 			    ALLOT_EBUSY);
 	}
 	/* The lane's queue is full: anyone is refused, without waiting. */
 	uint64_t t0 = mono_ms();
-	ck_assert_int_eq(allot_conc_acquire(c, 4, ALLOT_LANE_BULK,
-	    ALLOT_CONC_WAIT_MAX, &x), ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_acquire(c, 4, ALLOT_LANE_BULK, ALLOT_CONC_WAIT_MAX, &x),
+	    ALLOT_EBUSY);
 	ck_assert_uint_lt(mono_ms() - t0, 50);
-	ck_assert_int_eq(allot_conc_caller_stats(c, 2, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_caller_stats(c, 2, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.queued, 2);
 	ck_assert_uint_eq(st.rejected_full, 1);
-	ck_assert_int_eq(allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.queued, 3);
 	ck_assert_uint_eq(st.rejected_full, 2);
 
@@ -645,8 +669,8 @@ START_TEST(queue_length_bound)
 		pthread_join(th[i], NULL);
 		ck_assert_int_eq(w[i].rc, ALLOT_OK);
 	}
-	ck_assert_int_eq(allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.queued, 0);
 	ck_assert_uint_eq(st.in_flight, 0);
 	ck_assert_uint_eq(st.acquired, 4);
@@ -668,24 +692,24 @@ START_TEST(caller_queue_share)
 	o.caller_queue_max[ALLOT_LANE_BULK] = 1;
 	o.max_wait_ms[ALLOT_LANE_BULK] = 5000;
 	c = conc_new(&o);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held), ALLOT_OK);
 	memset(w, 0, sizeof(w));
 	w[0].c = c;
 	w[0].caller = 5;
 	w[0].lane = ALLOT_LANE_BULK;
 	w[0].timeout_ms = ALLOT_CONC_WAIT_MAX;
-	ck_assert_int_eq(pthread_create(&th[0], NULL, waiter_thread, &w[0]),
-	    0);
+	ck_assert_int_eq(
+	    pthread_create(&th[0], NULL, waiter_thread, &w[0]), 0);
 	wait_queued(c, ALLOT_LANE_BULK, 1);
 	/* A large caller cannot fill the queue ... */
-	ck_assert_int_eq(allot_conc_acquire(c, 5, ALLOT_LANE_BULK, 1000, &x),
-	    ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_acquire(c, 5, ALLOT_LANE_BULK, 1000, &x), ALLOT_EBUSY);
 	/* ... before a smaller one gets a place in it. */
 	w[1] = w[0];
 	w[1].caller = 6;
-	ck_assert_int_eq(pthread_create(&th[1], NULL, waiter_thread, &w[1]),
-	    0);
+	ck_assert_int_eq(
+	    pthread_create(&th[1], NULL, waiter_thread, &w[1]), 0);
 	wait_queued(c, ALLOT_LANE_BULK, 2);
 	allot_conc_release(&held);
 	for (int i = 0; i < 2; i++) {
@@ -713,8 +737,8 @@ START_TEST(fifo_order)
 	o.max_wait_ms[ALLOT_LANE_BULK] = 10000;
 	o.caller_queue_max[ALLOT_LANE_BULK] = N;
 	c = conc_new(&o);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held), ALLOT_OK);
 
 	/* Enqueue in a known order, alternating callers. */
 	memset(w, 0, sizeof(w));
@@ -726,14 +750,14 @@ START_TEST(fifo_order)
 		w[i].id = i;
 		w[i].order = order;
 		w[i].pos = &pos;
-		ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_thread,
-		    &w[i]), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, waiter_thread, &w[i]), 0);
 		wait_queued(c, ALLOT_LANE_BULK, (uint32_t) i + 1);
 	}
 	/* An arrival now must not overtake them. */
 	allot_conc_permit x;
-	ck_assert_int_eq(allot_conc_try_acquire(c, 9, ALLOT_LANE_BULK, &x),
-	    ALLOT_EBUSY);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 9, ALLOT_LANE_BULK, &x), ALLOT_EBUSY);
 	allot_conc_release(&held);
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
@@ -762,12 +786,15 @@ START_TEST(blocked_caller_does_not_block_others)
 	o.max_wait_ms[ALLOT_LANE_INTERACTIVE] = 10000;
 	c = conc_new(&o);
 	/* Callers 1, 2 and 3 fill the interactive lane. */
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE,
-	    &a), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 2, ALLOT_LANE_INTERACTIVE,
-	    &b), ALLOT_OK);
-	ck_assert_int_eq(allot_conc_try_acquire(c, 3, ALLOT_LANE_INTERACTIVE,
-	    &d), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_INTERACTIVE, &a),
+	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 2, ALLOT_LANE_INTERACTIVE, &b),
+	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 3, ALLOT_LANE_INTERACTIVE, &d),
+	    ALLOT_OK);
 	/* First in line: caller 1 again (at its own limit); then caller 4. */
 	memset(w, 0, sizeof(w));
 	for (int i = 0; i < 2; i++) {
@@ -775,8 +802,8 @@ START_TEST(blocked_caller_does_not_block_others)
 		w[i].caller = i == 0 ? 1 : 4;
 		w[i].lane = ALLOT_LANE_INTERACTIVE;
 		w[i].timeout_ms = ALLOT_CONC_WAIT_MAX;
-		ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_thread,
-		    &w[i]), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, waiter_thread, &w[i]), 0);
 		wait_queued(c, ALLOT_LANE_INTERACTIVE, (uint32_t) i + 1);
 	}
 	/* Caller 3 finishes: the permit goes to caller 4, since caller 1
@@ -785,8 +812,9 @@ START_TEST(blocked_caller_does_not_block_others)
 	allot_conc_release(&d);
 	pthread_join(th[1], NULL);
 	ck_assert_int_eq(w[1].rc, ALLOT_OK);
-	ck_assert_int_eq(allot_conc_caller_stats(c, 1,
-	    ALLOT_LANE_INTERACTIVE, &st), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_caller_stats(c, 1, ALLOT_LANE_INTERACTIVE, &st),
+	    ALLOT_OK);
 	ck_assert_uint_eq(st.queued, 1);
 	ck_assert_uint_eq(st.in_flight, 1);
 	/* Caller 1 finishes its first: its waiter runs. */
@@ -824,11 +852,12 @@ START_TEST(interactive_served_first)
 	c = conc_new(&o);
 	/* One bulk permit held, three interactive: global full, bulk lane
 	 * has room. */
-	ck_assert_int_eq(allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK,
-	    &held[0]), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_try_acquire(c, 1, ALLOT_LANE_BULK, &held[0]), ALLOT_OK);
 	for (int i = 1; i < 4; i++)
-		ck_assert_int_eq(allot_conc_try_acquire(c, 2,
-		    ALLOT_LANE_INTERACTIVE, &held[i]), ALLOT_OK);
+		ck_assert_int_eq(allot_conc_try_acquire(
+		                     c, 2, ALLOT_LANE_INTERACTIVE, &held[i]),
+		    ALLOT_OK);
 	/* A bulk waiter arrives first, an interactive one second. */
 	memset(w, 0, sizeof(w));
 	for (int i = 0; i < 2; i++) {
@@ -841,8 +870,8 @@ START_TEST(interactive_served_first)
 		w[i].pos = &pos;
 		w[i].hold_until_released = true;
 		w[i].go = &go;
-		ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_thread,
-		    &w[i]), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, waiter_thread, &w[i]), 0);
 		wait_queued(c, w[i].lane, 1);
 	}
 	/* The first freed permit, although a bulk one and although the bulk
@@ -853,8 +882,8 @@ START_TEST(interactive_served_first)
 		sleep_us(200);
 	}
 	ck_assert_int_eq(atomic_load(&order[0]), 1);
-	ck_assert_int_eq(allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_conc_lane_stats(c, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.queued, 1);
 	atomic_store(&go, true);
 	allot_conc_release(&held[1]);

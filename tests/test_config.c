@@ -17,8 +17,8 @@
 
 #define DATA(f) ALLOT_TEST_DATA "/" f
 
-#define CHECKOUT  "spiffe://prod.example.internal/ns/payments/sa/checkout"
-#define SEARCH    "spiffe://prod.example.internal/ns/search/sa/search"
+#define CHECKOUT "spiffe://prod.example.internal/ns/payments/sa/checkout"
+#define SEARCH "spiffe://prod.example.internal/ns/search/sa/search"
 #define REPORTING "spiffe://prod.example.internal/ns/analytics/sa/reporting"
 
 static allot_config *
@@ -55,8 +55,8 @@ expect_bad_len(
 	allot_config sentinel;
 	allot_config *cfg = &sentinel;
 	memset(err, 'x', sizeof err);
-	int rc
-	    = allot_config_parse("t.yaml", text, len, err, sizeof err, &cfg);
+	int rc = allot_config_parse(
+	    "t.yaml", text, len, err, sizeof err, &cfg);
 	ck_assert_msg(rc == ALLOT_ECONFIG, "rc %d (%s) for:\n%s", rc,
 	    rc == ALLOT_OK ? "loaded" : err, text);
 	ck_assert_ptr_eq(cfg, &sentinel);
@@ -285,9 +285,9 @@ END_TEST
 
 START_TEST(defaults_when_absent)
 {
-	allot_config *cfg
-	    = parse_ok("quotas:\n"
-	               "  default: {tokens_per_second: 1, burst: 1}\n");
+	allot_config *cfg = parse_ok(
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 1, burst: 1}\n");
 	ck_assert_uint_eq(cfg->ncallers, 0);
 	ck_assert_ptr_null(allot__config_find(cfg, "x"));
 	ck_assert_uint_eq(cfg->nendpoints, 0);
@@ -405,8 +405,8 @@ assert_quota_eq(const allot__quota *a, const allot__quota *b)
 
 START_TEST(config_dup_is_deep_and_equal)
 {
-	static const char *const files[]
-	    = { DATA("reference.yaml"), DATA("rollout.yaml") };
+	static const char *const files[] = { DATA("reference.yaml"),
+		DATA("rollout.yaml") };
 	for (size_t f = 0; f < 2; f++) {
 		allot_config *a = load_ok(files[f]);
 		allot_config *b = allot__config_dup(a);

@@ -32,46 +32,43 @@
 #define BA 800.0
 #define EPS 1e-6
 
-static const char cfg_good[] =
-    "quotas:\n"
-    "  default:\n"
-    "    tokens_per_second: 10\n"
-    "    burst: 20\n"
-    "    shared: true\n"
-    "    priority: low\n"
-    "  callers:\n"
-    "    - identity: \"" QA "\"\n"
-    "      tokens_per_second: 400\n"
-    "      burst: 800\n"
-    "      priority: standard\n"
-    "    - identity: \"" QB "\"\n"
-    "      tokens_per_second: 120\n"
-    "      burst: 240\n"
-    "      priority: batch\n";
+static const char cfg_good[] = "quotas:\n"
+                               "  default:\n"
+                               "    tokens_per_second: 10\n"
+                               "    burst: 20\n"
+                               "    shared: true\n"
+                               "    priority: low\n"
+                               "  callers:\n"
+                               "    - identity: \"" QA "\"\n"
+                               "      tokens_per_second: 400\n"
+                               "      burst: 800\n"
+                               "      priority: standard\n"
+                               "    - identity: \"" QB "\"\n"
+                               "      tokens_per_second: 120\n"
+                               "      burst: 240\n"
+                               "      priority: batch\n";
 
 /* The same with caller a halved. */
-static const char cfg_halved[] =
-    "quotas:\n"
-    "  default:\n"
-    "    tokens_per_second: 10\n"
-    "    burst: 20\n"
-    "    shared: true\n"
-    "    priority: low\n"
-    "  callers:\n"
-    "    - identity: \"" QA "\"\n"
-    "      tokens_per_second: 200\n"
-    "      burst: 400\n"
-    "      priority: standard\n"
-    "    - identity: \"" QB "\"\n"
-    "      tokens_per_second: 120\n"
-    "      burst: 240\n"
-    "      priority: batch\n";
+static const char cfg_halved[] = "quotas:\n"
+                                 "  default:\n"
+                                 "    tokens_per_second: 10\n"
+                                 "    burst: 20\n"
+                                 "    shared: true\n"
+                                 "    priority: low\n"
+                                 "  callers:\n"
+                                 "    - identity: \"" QA "\"\n"
+                                 "      tokens_per_second: 200\n"
+                                 "      burst: 400\n"
+                                 "      priority: standard\n"
+                                 "    - identity: \"" QB "\"\n"
+                                 "      tokens_per_second: 120\n"
+                                 "      burst: 240\n"
+                                 "      priority: batch\n";
 
-static const char cfg_bad[] =
-    "quotas:\n"
-    "  default:\n"
-    "    tokens_per_second: -5\n"
-    "    burst: 20\n";
+static const char cfg_bad[] = "quotas:\n"
+                              "  default:\n"
+                              "    tokens_per_second: -5\n"
+                              "    burst: 20\n";
 
 /* Key ids: 0 default, 1 a, 2 b, 3 an identity without a quota. */
 static const char *const keys[] = { "default", QA, QB,
@@ -190,9 +187,21 @@ coord_start(coord *c, const char *const *extra)
 	char http[32];
 	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
 	const char *argv[32] = {
-		allotd_path(), "--config", c->cfg, "--db", c->db,
-		"--listen", c->url, "--http", http, "--interval-ms", "100",
-		"--expiry-intervals", "5", "--log-level", "debug",
+		allotd_path(),
+		"--config",
+		c->cfg,
+		"--db",
+		c->db,
+		"--listen",
+		c->url,
+		"--http",
+		http,
+		"--interval-ms",
+		"100",
+		"--expiry-intervals",
+		"5",
+		"--log-level",
+		"debug",
 	};
 	size_t n = 15;
 	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
@@ -339,8 +348,8 @@ static void
 assert_within(const pc_replica *r, const bool *alive, size_t n)
 {
 	double sum = held_sum(r, alive, n);
-	ck_assert_msg(sum <= RA * (1 + 1e-9), "replicas hold %.17g of %g",
-	    sum, RA);
+	ck_assert_msg(
+	    sum <= RA * (1 + 1e-9), "replicas hold %.17g of %g", sum, RA);
 }
 
 static void
@@ -363,7 +372,8 @@ settle(pc_replica *r, const bool *alive, size_t n, uint32_t want_n)
 		sync_all(r, alive, n);
 		bool done = true;
 		for (size_t i = 0; i < n; i++)
-			if (alive[i] && (r[i].replicas != want_n ||
+			if (alive[i] &&
+			    (r[i].replicas != want_n ||
 			        fabs(r[i].rate[1] - RA / want_n) > EPS))
 				done = false;
 		if (done)
@@ -376,15 +386,17 @@ settle(pc_replica *r, const bool *alive, size_t n, uint32_t want_n)
 /* Every live replica holds R/n of a and B/n of its burst, says n
  * replicas, and the shares sum to at most R. */
 static void
-assert_split(const pc_replica *r, const bool *alive, size_t n,
-    uint32_t want_n, double rate, double burst)
+assert_split(const pc_replica *r, const bool *alive, size_t n, uint32_t want_n,
+    double rate, double burst)
 {
 	double sum = 0, sumb = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!alive[i])
 			continue;
-		ck_assert_msg(r[i].replicas == want_n, "%s sees %u replicas, "
-		    "want %u", r[i].id, r[i].replicas, want_n);
+		ck_assert_msg(r[i].replicas == want_n,
+		    "%s sees %u replicas, "
+		    "want %u",
+		    r[i].id, r[i].replicas, want_n);
 		ck_assert_double_eq_tol(r[i].rate[1], rate / want_n, EPS);
 		ck_assert_double_eq_tol(r[i].burst[1], burst / want_n, EPS);
 		ck_assert_double_eq_tol(r[i].rate[0], 10.0 / want_n, EPS);
@@ -393,10 +405,12 @@ assert_split(const pc_replica *r, const bool *alive, size_t n,
 		sum += r[i].rate[1];
 		sumb += r[i].burst[1];
 	}
-	ck_assert_msg(sum <= rate * (1 + 1e-9), "shares sum to %.17g > R "
-	    "%.17g", sum, rate);
-	ck_assert_msg(sumb <= burst * (1 + 1e-9), "bursts sum to %.17g > B",
-	    sumb);
+	ck_assert_msg(sum <= rate * (1 + 1e-9),
+	    "shares sum to %.17g > R "
+	    "%.17g",
+	    sum, rate);
+	ck_assert_msg(
+	    sumb <= burst * (1 + 1e-9), "bursts sum to %.17g > B", sumb);
 	ck_assert_double_eq_tol(sum, rate, 1e-6);
 }
 
@@ -472,12 +486,14 @@ START_TEST(test_shares_follow_replicas)
 	/* Earlier replicas shrink on their next sync, later ones grow. */
 	ck_assert_int_le(settle(r, alive, 6, 4), 2);
 	assert_split(r, alive, 6, 4, RA, BA);
-	ck_assert_double_eq(metric(&c, "allotd_replicas{service=\""
-	    SVC "\"}"), 4);
-	ck_assert_double_eq_tol(metric(&c, "allotd_allowance_rate{service=\""
-	    SVC "\",quota=\"" QA "\"}"), RA, EPS);
-	ck_assert_double_eq(metric(&c,
-	    "allotd_register_unknown_keys_total"), 4);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_replicas{service=\"" SVC "\"}"), 4);
+	ck_assert_double_eq_tol(
+	    metric(&c,
+	        "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA "\"}"),
+	    RA, EPS);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_register_unknown_keys_total"), 4);
 
 	/* r3 stops syncing: expired after K = 5 intervals of 100 ms. */
 	alive[3] = false;
@@ -494,13 +510,14 @@ START_TEST(test_shares_follow_replicas)
 	    (unsigned long long) took);
 	ck_assert_int_le(settle(r, alive, 6, 3), 2);
 	assert_split(r, alive, 6, 3, RA, BA);
-	ck_assert(metric(&c, "allotd_allowance_rate{service=\"" SVC
-	    "\",quota=\"" QA "\"}") <= RA);
+	ck_assert(metric(&c,
+	              "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA
+	              "\"}") <= RA);
 	ck_assert_int_eq(pc_replica_sync(&r[3], NULL, 0, NULL),
 	    ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION);
 	ck_assert(log_contains(&c, "ALLOTD-EXPIRE"));
-	ck_assert_double_eq(metric(&c,
-	    "allotd_replica_events_total{kind=\"expiry\"}"), 1);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_replica_events_total{kind=\"expiry\"}"), 1);
 
 	/* Two more join: R/5 each, never above R on the way. */
 	join(&r[4], &c, ids[4]);
@@ -512,10 +529,11 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_uint_eq(r[5].replicas, 5);
 	ck_assert_int_le(settle(r, alive, 6, 5), 2);
 	assert_split(r, alive, 6, 5, RA, BA);
-	ck_assert_double_eq(metric(&c, "allotd_replicas{service=\""
-	    SVC "\"}"), 5);
-	ck_assert(metric(&c, "allotd_allowance_rate{service=\"" SVC
-	    "\",quota=\"" QA "\"}") <= RA);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_replicas{service=\"" SVC "\"}"), 5);
+	ck_assert(metric(&c,
+	              "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA
+	              "\"}") <= RA);
 
 	/* /status lists the replicas and each quota's shares. */
 	int status = 0;
@@ -524,7 +542,8 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_ptr_nonnull(strstr(js, "\"epoch\":1"));
 	ck_assert_ptr_nonnull(strstr(js, "\"live_replicas\":5"));
 	ck_assert_ptr_nonnull(strstr(js, "\"replica_id\":\"r5\""));
-	ck_assert_ptr_nonnull(strstr(js, "\"quota\":\"" QA "\",\"rate\":400,"
+	ck_assert_ptr_nonnull(strstr(js,
+	    "\"quota\":\"" QA "\",\"rate\":400,"
 	    "\"burst\":800,\"priority\":\"standard\",\"sum_rate\":400"));
 	free(js);
 
@@ -646,8 +665,8 @@ START_TEST(test_hostile_input)
 	uint8_t *buf = malloc(big);
 	ck_assert_ptr_nonnull(buf);
 	memset(buf, 0xaa, big);
-	expect_error(pc_raw(&h.c, buf, big),
-	    ALLOT__V1__ERROR__CODE__TOO_LARGE);
+	expect_error(
+	    pc_raw(&h.c, buf, big), ALLOT__V1__ERROR__CODE__TOO_LARGE);
 	free(buf);
 	size_t many = 65537;
 	pc_report *lots = calloc(many, sizeof *lots);
@@ -673,10 +692,14 @@ START_TEST(test_hostile_input)
 	good_turn(&g, &consumed);
 
 	/* None of it reached the accounting: only the good reports. */
-	ck_assert_double_eq(metric(&c, "allotd_allowed_tokens_total"
-	    "{service=\"" SVC "\",quota=\"" QA "\"}"), (double) consumed);
-	ck_assert_double_eq(metric(&c, "allotd_denied_tokens_total"
-	    "{service=\"" SVC "\",quota=\"" QA "\"}"), 0);
+	ck_assert_double_eq(metric(&c,
+	                        "allotd_allowed_tokens_total"
+	                        "{service=\"" SVC "\",quota=\"" QA "\"}"),
+	    (double) consumed);
+	ck_assert_double_eq(metric(&c,
+	                        "allotd_denied_tokens_total"
+	                        "{service=\"" SVC "\",quota=\"" QA "\"}"),
+	    0);
 	ck_assert(log_contains(&c, "ALLOTD-REJECT"));
 	/* The hostile replica itself is still served normally. */
 	ck_assert_int_eq(pc_replica_sync(&h, &none, 1, &rej), 0);
@@ -713,8 +736,8 @@ START_TEST(test_reload)
 	ck_assert_uint_eq(r.epoch, 1);
 	ck_assert_double_eq_tol(r.rate[1], RA, EPS);
 	ck_assert_double_eq(metric(&c, "allotd_config_epoch"), 1);
-	ck_assert_double_eq(metric(&c,
-	    "allotd_config_reloads_total{result=\"fail\"}"), 1);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_config_reloads_total{result=\"fail\"}"), 1);
 
 	/* A good file: new epoch, new shares on the next sync. */
 	write_text(c.cfg, cfg_halved);
@@ -731,8 +754,8 @@ START_TEST(test_reload)
 	ck_assert_double_eq_tol(r.burst[1], 400.0, EPS);
 	ck_assert_double_eq_tol(r.rate[2], 120.0, EPS);
 	ck_assert_double_eq(metric(&c, "allotd_config_epoch"), 2);
-	ck_assert_double_eq(metric(&c, "allotd_quota_rate{quota=\""
-	    QA "\"}"), 200);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_quota_rate{quota=\"" QA "\"}"), 200);
 	/* Reloading the same file is not a change. */
 	kill(c.pid, SIGHUP);
 	t0 = pc_now_ms();
@@ -745,10 +768,14 @@ START_TEST(test_reload)
 
 	pc_replica_close(&r);
 	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
-	assert_sql(&c, "SELECT group_concat(epoch) FROM "
-	    "(SELECT epoch FROM configs ORDER BY id)", "1,2");
-	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = "
-	    "'config_rejected'", "1");
+	assert_sql(&c,
+	    "SELECT group_concat(epoch) FROM "
+	    "(SELECT epoch FROM configs ORDER BY id)",
+	    "1,2");
+	assert_sql(&c,
+	    "SELECT count(*) FROM events WHERE kind = "
+	    "'config_rejected'",
+	    "1");
 	coord_done(&c);
 }
 END_TEST
@@ -764,8 +791,7 @@ START_TEST(test_leave_and_ipc)
 	pc_replica a, b;
 	join(&a, &c, "a");
 	memset(&b, 0, sizeof b);
-	ck_assert_int_eq(pc_replica_join(&b, c.ipc, "b", SVC, keys, NKEYS),
-	    0);
+	ck_assert_int_eq(pc_replica_join(&b, c.ipc, "b", SVC, keys, NKEYS), 0);
 	ck_assert_uint_eq(b.replicas, 2);
 	sync_ok(&a);
 	ck_assert_double_eq_tol(a.rate[1], RA / 2, EPS);
@@ -792,8 +818,10 @@ START_TEST(test_leave_and_ipc)
 	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
 	assert_sql(&c, "SELECT left_why FROM replicas WHERE replica_id = 'b'",
 	    "leave");
-	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = 'leave' AND "
-	    "detail LIKE '%reason=shutting down%'", "1");
+	assert_sql(&c,
+	    "SELECT count(*) FROM events WHERE kind = 'leave' AND "
+	    "detail LIKE '%reason=shutting down%'",
+	    "1");
 	coord_done(&c);
 }
 END_TEST
@@ -807,8 +835,9 @@ START_TEST(test_sigterm_and_audit)
 	join(&a, &c, "a");
 	join(&b, &c, "b");
 	for (int i = 0; i < 3; i++) {
-		pc_report ra = { .key = 1, .consumed = 30, .held = 100,
-			.demand = 300 };
+		pc_report ra = {
+			.key = 1, .consumed = 30, .held = 100, .demand = 300
+		};
 		pc_report rb[2] = { { .key = 1, .consumed = 10, .denied = 5 },
 			{ .key = 0, .consumed = 2 } };
 		ck_assert_int_eq(pc_replica_sync(&a, &ra, 1, NULL), 0);
@@ -823,8 +852,8 @@ START_TEST(test_sigterm_and_audit)
 		pc_sleep_ms(100);
 	}
 	ck_assert(metric(&c, "allotd_store_commit_seconds_count") >= 1);
-	ck_assert_double_eq(metric(&c,
-	    "allotd_store_commit_failures_total"), 0);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_store_commit_failures_total"), 0);
 	ck_assert(metric(&c, "allotd_syncs_total") >= 6 + 2 * 10);
 	ck_assert(metric(&c, "allotd_sync_latency_seconds_count") >= 8);
 
@@ -833,22 +862,29 @@ START_TEST(test_sigterm_and_audit)
 	ck_assert(log_contains(&c, "ALLOTD-STOP"));
 
 	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = 'stop'", "1");
-	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = 'start'",
-	    "1");
+	assert_sql(
+	    &c, "SELECT count(*) FROM events WHERE kind = 'start'", "1");
 	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = 'join'", "2");
-	assert_sql(&c, "SELECT sum(admitted) || '/' || sum(denied) FROM usage "
-	    "WHERE service = '" SVC "' AND quota = '" QA "'", "120/15");
-	assert_sql(&c, "SELECT sum(admitted) FROM usage WHERE quota = "
-	    "'default'", "6");
-	assert_sql(&c, "SELECT sum(admitted) FROM v_consumption_per_minute "
-	    "WHERE quota = '" QA "'", "120");
-	assert_sql(&c, "SELECT denied FROM v_denied WHERE quota = '" QA "'",
-	    "15");
+	assert_sql(&c,
+	    "SELECT sum(admitted) || '/' || sum(denied) FROM usage "
+	    "WHERE service = '" SVC "' AND quota = '" QA "'",
+	    "120/15");
+	assert_sql(&c,
+	    "SELECT sum(admitted) FROM usage WHERE quota = "
+	    "'default'",
+	    "6");
+	assert_sql(&c,
+	    "SELECT sum(admitted) FROM v_consumption_per_minute "
+	    "WHERE quota = '" QA "'",
+	    "120");
+	assert_sql(
+	    &c, "SELECT denied FROM v_denied WHERE quota = '" QA "'", "15");
 	/* Sessions stay open across a stop; the shares table holds R/2. */
-	assert_sql(&c, "SELECT count(*) FROM replicas WHERE left_at IS NULL",
-	    "2");
-	assert_sql(&c, "SELECT round(sum(rate), 6) FROM shares WHERE quota = '"
-	    QA "'", "400.0");
+	assert_sql(
+	    &c, "SELECT count(*) FROM replicas WHERE left_at IS NULL", "2");
+	assert_sql(&c,
+	    "SELECT round(sum(rate), 6) FROM shares WHERE quota = '" QA "'",
+	    "400.0");
 	assert_sql(&c, "SELECT count(*) FROM configs", "1");
 	assert_sql(&c, "SELECT count(*) > 0 FROM levels", "1");
 	pc_replica_close(&a);
@@ -883,8 +919,7 @@ START_TEST(test_restart_restores_replicas)
 	    ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION);
 	/* Re-registering: y and z still count until they expire, so x is
 	 * not handed the whole quota while they may hold theirs. */
-	ck_assert_int_eq(pc_replica_join(&x, c.url, "x", SVC, keys, NKEYS),
-	    0);
+	ck_assert_int_eq(pc_replica_join(&x, c.url, "x", SVC, keys, NKEYS), 0);
 	ck_assert_uint_gt(x.session, max_session);
 	ck_assert_uint_eq(x.replicas, 3);
 	ck_assert_double_eq_tol(x.rate[1], RA / 3, EPS);
@@ -899,13 +934,15 @@ START_TEST(test_restart_restores_replicas)
 	ck_assert_double_eq_tol(x.rate[1], RA, EPS);
 	pc_replica_close(&x);
 	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
-	assert_sql(&c, "SELECT group_concat(replica_id || ':' || "
+	assert_sql(&c,
+	    "SELECT group_concat(replica_id || ':' || "
 	    "coalesce(left_why, 'live')) FROM (SELECT * FROM replicas "
-	    "ORDER BY session)", "x:replaced,y:expired,z:expired,x:live");
-	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = 'expiry'",
-	    "2");
-	assert_sql(&c, "SELECT count(*) FROM events WHERE kind = 'restore'",
-	    "1");
+	    "ORDER BY session)",
+	    "x:replaced,y:expired,z:expired,x:live");
+	assert_sql(
+	    &c, "SELECT count(*) FROM events WHERE kind = 'expiry'", "2");
+	assert_sql(
+	    &c, "SELECT count(*) FROM events WHERE kind = 'restore'", "1");
 	coord_done(&c);
 }
 END_TEST
@@ -1002,11 +1039,11 @@ tp_thread(void *p)
 		a->failures++;
 		return NULL;
 	}
-	Allot__V1__Envelope *e = pc_register(&r.c, id, "bench", a->names,
-	    TP_KEYS, 100);
+	Allot__V1__Envelope *e = pc_register(
+	    &r.c, id, "bench", a->names, TP_KEYS, 100);
 	if (e == NULL || e->body_case != ALLOT__V1__ENVELOPE__BODY_WELCOME) {
-		fprintf(stderr, "%s: register failed: %d\n", id,
-		    pc_error_code(e));
+		fprintf(
+		    stderr, "%s: register failed: %d\n", id, pc_error_code(e));
 		pc_free(e);
 		a->failures++;
 		pc_close(&r.c);
@@ -1016,19 +1053,24 @@ tp_thread(void *p)
 	pc_free(e);
 	pc_report rep[TP_KEYS];
 	for (int k = 0; k < TP_KEYS; k++)
-		rep[k] = (pc_report) { .key = (uint32_t) k, .consumed = 1,
-			.held = 5, .demand = 10 };
+		rep[k] = (pc_report) { .key = (uint32_t) k,
+			.consumed = 1,
+			.held = 5,
+			.demand = 10 };
 	uint64_t end = pc_now_ms() + TP_MS;
 	while (pc_now_ms() < end) {
 		e = pc_sync(&r.c, r.session, ++r.seq, 1, rep, TP_KEYS);
-		if (e == NULL || e->body_case !=
-		    ALLOT__V1__ENVELOPE__BODY_REPLY) {
+		if (e == NULL ||
+		    e->body_case != ALLOT__V1__ENVELOPE__BODY_REPLY) {
 			fprintf(stderr, "%s seq %llu: %s %d %s\n", id,
 			    (unsigned long long) r.seq,
 			    e == NULL ? "no answer" : "error",
-			    pc_error_code(e), e != NULL && e->body_case ==
-			    ALLOT__V1__ENVELOPE__BODY_ERROR ?
-			    e->error->message : "");
+			    pc_error_code(e),
+			    e != NULL &&
+			            e->body_case ==
+			                ALLOT__V1__ENVELOPE__BODY_ERROR ?
+			        e->error->message :
+			        "");
 			pc_free(e);
 			a->failures++;
 			break;
@@ -1050,12 +1092,13 @@ START_TEST(test_throughput)
 	    "quotas:\n  default:\n    tokens_per_second: 1000\n"
 	    "    burst: 2000\n  callers:\n");
 	for (int k = 0; k < TP_KEYS; k++) {
-		snprintf(names_buf[k], sizeof names_buf[k], "spiffe://tp/%d",
-		    k);
+		snprintf(
+		    names_buf[k], sizeof names_buf[k], "spiffe://tp/%d", k);
 		names[k] = names_buf[k];
 		n += (size_t) snprintf(text + n, sizeof text - n,
 		    "    - identity: \"%s\"\n      tokens_per_second: 100000\n"
-		    "      burst: 200000\n", names[k]);
+		    "      burst: 200000\n",
+		    names[k]);
 	}
 	coord c;
 	coord_init(&c, text);
@@ -1066,8 +1109,8 @@ START_TEST(test_throughput)
 	uint64_t t0 = pc_now_ms();
 	for (int i = 0; i < TP_THREADS; i++) {
 		args[i] = (tp_arg) { .url = c.url, .idx = i, .names = names };
-		ck_assert_int_eq(pthread_create(&th[i], NULL, tp_thread,
-		    &args[i]), 0);
+		ck_assert_int_eq(
+		    pthread_create(&th[i], NULL, tp_thread, &args[i]), 0);
 	}
 	uint64_t total = 0, rej = 0;
 	int failures = 0;
@@ -1079,16 +1122,17 @@ START_TEST(test_throughput)
 	}
 	double secs = (double) (pc_now_ms() - t0) / 1e3;
 	double rate = (double) total / secs;
-	fprintf(stderr, "coordinator throughput: %.0f key-reports/s (%d "
-	    "agents x %d keys, durable store on)\n", rate, TP_THREADS,
-	    TP_KEYS);
+	fprintf(stderr,
+	    "coordinator throughput: %.0f key-reports/s (%d "
+	    "agents x %d keys, durable store on)\n",
+	    rate, TP_THREADS, TP_KEYS);
 	ck_assert_int_eq(failures, 0);
 	ck_assert_uint_eq(rej, 0);
 	/* A floor that holds under sanitizers on a loaded 2-core box; the
 	 * figure above is what to compare with the 200,000 target. */
 	ck_assert_msg(rate > 20000, "only %.0f key-reports/s", rate);
-	ck_assert_double_eq(metric(&c, "allotd_key_reports_total"),
-	    (double) total);
+	ck_assert_double_eq(
+	    metric(&c, "allotd_key_reports_total"), (double) total);
 	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
 }
@@ -1100,16 +1144,18 @@ END_TEST
  * rounding of R/n, and every participant gets (almost) R/n. */
 START_TEST(test_alloc_static_split)
 {
-	static const double rates[] = { 400, 0.001, 1e9, 1.0 / 3, 100.1,
-		7e-3, 123456.789 };
+	static const double rates[] = { 400, 0.001, 1e9, 1.0 / 3, 100.1, 7e-3,
+		123456.789 };
 	static allot__alloc_slot slots[1000];
 	allot__alloc_policy pol = { .kind = ALLOT__ALLOC_STATIC };
 	ck_assert_str_eq(allot__alloc_name(&pol), "static_split");
 	for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
 		for (size_t n = 1; n <= 1000; n += n < 20 ? 1 : 37) {
 			allot__alloc_quota q = {
-				.rate = rates[i], .burst = 2 * rates[i],
-				.slots = slots, .nslots = n,
+				.rate = rates[i],
+				.burst = 2 * rates[i],
+				.slots = slots,
+				.nslots = n,
 			};
 			for (size_t j = 0; j < n; j++)
 				slots[j] = (allot__alloc_slot) {
@@ -1117,7 +1163,8 @@ START_TEST(test_alloc_static_split)
 					.consumed = (double) j,
 				};
 			allot__alloc_service svc = { .nreplicas = (uint32_t) n,
-				.quotas = &q, .nquotas = 1 };
+				.quotas = &q,
+				.nquotas = 1 };
 			ck_assert_int_eq(allot__alloc_compute(&pol, &svc), 0);
 			double sum = 0, sumb = 0;
 			for (size_t j = 0; j < n; j++) {

@@ -36,23 +36,22 @@
 #define NREP 3
 #define CHROMIUM_TIMEOUT_MS 90000
 
-static const char cfg_text[] =
-    "quotas:\n"
-    "  default:\n"
-    "    tokens_per_second: 10\n"
-    "    burst: 20\n"
-    "    priority: low\n"
-    "  callers:\n"
-    "    - identity: \"" QA "\"\n"
-    "      tokens_per_second: 400\n"
-    "      burst: 800\n"
-    "      priority: critical\n"
-    "    - identity: \"" QB "\"\n"
-    "      tokens_per_second: 60\n"
-    "      burst: 120\n"
-    "      priority: batch\n"
-    "  global_ceiling:\n"
-    "    tokens_per_second: 500\n";
+static const char cfg_text[] = "quotas:\n"
+                               "  default:\n"
+                               "    tokens_per_second: 10\n"
+                               "    burst: 20\n"
+                               "    priority: low\n"
+                               "  callers:\n"
+                               "    - identity: \"" QA "\"\n"
+                               "      tokens_per_second: 400\n"
+                               "      burst: 800\n"
+                               "      priority: critical\n"
+                               "    - identity: \"" QB "\"\n"
+                               "      tokens_per_second: 60\n"
+                               "      burst: 120\n"
+                               "      priority: batch\n"
+                               "  global_ceiling:\n"
+                               "    tokens_per_second: 500\n";
 
 static const char *const keys[] = { "default", QA, QB };
 #define NKEYS 3
@@ -147,8 +146,9 @@ coord_stop(coord *c)
 	}
 	/* Sanitizer builds: allotd's own reports end up in its log. */
 	char *log = c->dir[0] != '\0' ? pc_read_file(c->log) : NULL;
-	bool dirty = log != NULL && (strstr(log, "Sanitizer") != NULL ||
-	    strstr(log, "runtime error:") != NULL);
+	bool dirty = log != NULL &&
+	    (strstr(log, "Sanitizer") != NULL ||
+	        strstr(log, "runtime error:") != NULL);
 	if (dirty)
 		fprintf(stderr, "%s\n", log);
 	free(log);
@@ -183,11 +183,15 @@ drive(void *arg)
 			 * 300/s of its 400. Caller B floods replica 0: 6
 			 * admitted and 30 denied per 100 ms. */
 			pc_report rep[2] = {
-				{ .key = 1, .consumed = 10, .held = 50,
-				  .demand = 100 },
-				{ .key = 2, .consumed = i == 0 ? 6 : 1,
-				  .denied = i == 0 ? 30 : 0, .held = 0,
-				  .demand = i == 0 ? 360 : 10 },
+				{ .key = 1,
+				    .consumed = 10,
+				    .held = 50,
+				    .demand = 100 },
+				{ .key = 2,
+				    .consumed = i == 0 ? 6 : 1,
+				    .denied = i == 0 ? 30 : 0,
+				    .held = 0,
+				    .demand = i == 0 ? 360 : 10 },
 			};
 			if (pc_replica_sync(&d->r[i], rep, 2, NULL) == 0)
 				atomic_fetch_add(&d->syncs, 1);
@@ -206,8 +210,9 @@ driver_start(driver *d, const coord *c)
 	for (int i = 0; i < NREP; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "web-%d", i + 1);
-		ck_assert_int_eq(pc_replica_join(&d->r[i], c->url, id, SVC,
-		    keys, NKEYS), 0);
+		ck_assert_int_eq(
+		    pc_replica_join(&d->r[i], c->url, id, SVC, keys, NKEYS),
+		    0);
 	}
 	ck_assert_int_eq(pthread_create(&d->thread, NULL, drive, d), 0);
 	/* Two whole seconds, so /status has per-second rates to show. */
@@ -216,13 +221,14 @@ driver_start(driver *d, const coord *c)
 		int st = 0;
 		char *body = pc_http_get(c->http, "/status", &st);
 		const char *qa = body ? strstr(body, "\"quota\":\"" QA "\"") :
-		    NULL;
+		                        NULL;
 		const char *ap = qa ? strstr(qa, "\"admitted_per_s\":") : NULL;
 		bool ready = ap != NULL && strtod(ap + 17, NULL) > 0;
 		free(body);
 		if (ready && atomic_load(&d->syncs) >= 3 * NREP * 10)
 			break;
-		ck_assert_msg(pc_now_ms() < end, "no per-second rates in "
+		ck_assert_msg(pc_now_ms() < end,
+		    "no per-second rates in "
 		    "/status after 10 s");
 		pc_sleep_ms(100);
 	}
@@ -286,9 +292,9 @@ run_chromium(const coord *c, const char *const *mode_args, const char *out,
 	snprintf(budget, sizeof budget, "--virtual-time-budget=8000");
 	const char *argv[32] = { chromium, "--headless", "--no-sandbox",
 		"--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update",
-		"--disable-sync", "--disable-dev-shm-usage",
-		"--hide-scrollbars", udd, budget };
+		"--disable-background-networking",
+		"--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--hide-scrollbars", udd, budget };
 	size_t n = 13;
 	for (size_t i = 0; mode_args[i] != NULL && n < 30; i++)
 		argv[n++] = mode_args[i];
@@ -394,19 +400,23 @@ START_TEST(page_is_self_contained)
 	ck_assert_ptr_nonnull(strstr(page, "fetch('/status'"));
 	/* Nothing from elsewhere: no src/href attributes, no CSS imports or
 	 * url() references, no absolute URLs. */
-	const char *banned[] = { "src=", "href=", "@import", "url(",
-		"http://", "https://", "//cdn" };
+	const char *banned[] = { "src=", "href=", "@import", "url(", "http://",
+		"https://", "//cdn" };
 	for (size_t i = 0; i < sizeof banned / sizeof banned[0]; i++)
 		ck_assert_msg(strstr(page, banned[i]) == NULL,
 		    "the page references \"%s\"", banned[i]);
 	free(page);
 	char cmd[256];
-	snprintf(cmd, sizeof cmd, "curl -sS -m 5 -D - -o /dev/null "
-	    "http://127.0.0.1:%d/", C.http);
+	snprintf(cmd, sizeof cmd,
+	    "curl -sS -m 5 -D - -o /dev/null "
+	    "http://127.0.0.1:%d/",
+	    C.http);
 	char *hdr = pc_shell(cmd);
 	ck_assert_ptr_nonnull(hdr);
-	ck_assert_msg(strstr(hdr, "Content-Security-Policy: default-src "
-	    "'none'") != NULL, "headers: %s", hdr);
+	ck_assert_msg(strstr(hdr,
+	                  "Content-Security-Policy: default-src "
+	                  "'none'") != NULL,
+	    "headers: %s", hdr);
 	ck_assert_ptr_nonnull(strstr(hdr, "connect-src 'self'"));
 	ck_assert_ptr_nonnull(strstr(hdr, "text/html"));
 	free(hdr);
@@ -451,8 +461,8 @@ START_TEST(charts_draw_live_data)
 
 	/* Replica count over time: three replicas. */
 	const char *rep = find_canvas(dom, "replicas", NULL);
-	ck_assert_msg(rep != NULL, "no replica chart in %s",
-	    dump_excerpt(dom));
+	ck_assert_msg(
+	    rep != NULL, "no replica chart in %s", dump_excerpt(dom));
 	ck_assert_double_ge(attr_num(rep, "data-points"), 3);
 	ck_assert_double_eq(attr_num(rep, "data-max"), NREP);
 	ck_assert_double_eq(attr_num(rep, "data-series"), 1);
@@ -511,8 +521,10 @@ START_TEST(charts_draw_live_data)
 	ck_assert_msg(ex == 0, "chromium --screenshot exited with %d", ex);
 	struct stat sbuf;
 	ck_assert_msg(stat(png, &sbuf) == 0, "no screenshot at %s", png);
-	ck_assert_msg(sbuf.st_size > 20000, "screenshot %s is only %lld "
-	    "bytes", png, (long long) sbuf.st_size);
+	ck_assert_msg(sbuf.st_size > 20000,
+	    "screenshot %s is only %lld "
+	    "bytes",
+	    png, (long long) sbuf.st_size);
 	FILE *f = fopen(png, "rb");
 	ck_assert_ptr_nonnull(f);
 	unsigned char sig[8];
@@ -552,7 +564,7 @@ main(void)
 {
 	if (!find_chromium()) {
 		printf("SKIP: chromium is not installed (scripts/bootstrap "
-		    "installs it; ALLOT_CHROMIUM names another binary)\n");
+		       "installs it; ALLOT_CHROMIUM names another binary)\n");
 		return 77;
 	}
 	atexit(cleanup);

@@ -79,11 +79,11 @@ END_TEST
 START_TEST(from_real_agent)
 {
 	const char *yaml = "quotas:\n"
-			   "  default: {tokens_per_second: 5, burst: 10}\n";
+	                   "  default: {tokens_per_second: 5, burst: 10}\n";
 	char err[256];
 	allot_config *cfg;
-	ck_assert_int_eq(allot_config_parse("t", yaml, strlen(yaml), err,
-			     sizeof err, &cfg),
+	ck_assert_int_eq(
+	    allot_config_parse("t", yaml, strlen(yaml), err, sizeof err, &cfg),
 	    ALLOT_OK);
 	allot_agent *a;
 	ck_assert_int_eq(allot_agent_create(cfg, NULL, &a), ALLOT_OK);

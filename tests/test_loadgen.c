@@ -28,13 +28,13 @@ START_TEST(spec_full)
 	char err[256] = "";
 
 	ck_assert_int_eq(lg_caller_spec_parse(
-			     "name=checkout,cert=/c/checkout.pem,"
-			     "key=/c/checkout.key,rate=50.5,"
-			     "mix=/lookup:0.9;/export?rows=100:0.1,sticky=0.8,"
-			     "retry=off,concurrency=32,attempts=3,budget=0.2,"
-			     "max_wait=2000,throttle=on,throttle_k=1.5,"
-			     "header=X-Id: a,start=2,end=20",
-			     &s, err, sizeof err),
+	                     "name=checkout,cert=/c/checkout.pem,"
+	                     "key=/c/checkout.key,rate=50.5,"
+	                     "mix=/lookup:0.9;/export?rows=100:0.1,sticky=0.8,"
+	                     "retry=off,concurrency=32,attempts=3,budget=0.2,"
+	                     "max_wait=2000,throttle=on,throttle_k=1.5,"
+	                     "header=X-Id: a,start=2,end=20",
+	                     &s, err, sizeof err),
 	    0);
 	ck_assert_str_eq(s.name, "checkout");
 	ck_assert_str_eq(s.cert, "/c/checkout.pem");
@@ -121,8 +121,8 @@ START_TEST(spec_errors)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		lg_caller_spec s;
 		char err[256] = "";
-		int rc = lg_caller_spec_parse(cases[i].spec, &s, err,
-		    sizeof err);
+		int rc = lg_caller_spec_parse(
+		    cases[i].spec, &s, err, sizeof err);
 		ck_assert_msg(rc == -1, "'%s' accepted", cases[i].spec);
 		ck_assert_msg(strstr(err, cases[i].want) != NULL,
 		    "'%s': error '%s' lacks '%s'", cases[i].spec, err,
@@ -147,7 +147,7 @@ START_TEST(spec_mix_limits)
 	ck_assert_ptr_nonnull(strstr(err, "more than"));
 	/* A ':' inside the query: the weight follows the last one. */
 	ck_assert_int_eq(lg_caller_spec_parse("name=a,rate=1,mix=/q?t=1:2:3",
-			     &s, err, sizeof err),
+	                     &s, err, sizeof err),
 	    0);
 	ck_assert_str_eq(s.mix[0].path, "/q?t=1:2");
 	ck_assert_double_eq(s.mix[0].weight, 3);
@@ -162,9 +162,9 @@ START_TEST(mix_pick_distribution)
 	size_t hits[3] = { 0, 0, 0 };
 	const size_t n = 200000;
 
-	ck_assert_int_eq(lg_caller_spec_parse(
-			     "name=a,rate=1,mix=/a:0.9;/b:0.09;/c:0.01", &s,
-			     err, sizeof err),
+	ck_assert_int_eq(
+	    lg_caller_spec_parse("name=a,rate=1,mix=/a:0.9;/b:0.09;/c:0.01",
+	        &s, err, sizeof err),
 	    0);
 	lg_rng_seed(&r, 42);
 	for (size_t i = 0; i < n; i++)
@@ -222,21 +222,19 @@ START_TEST(target_loopback_only)
 
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
 		ck_assert_msg(lg_target_check(ok[i].in, out, sizeof out, err,
-				  sizeof err)
-			== 0,
+		                  sizeof err) == 0,
 		    "%s refused: %s", ok[i].in, err);
 		ck_assert_str_eq(out, ok[i].out);
 	}
 	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
 		err[0] = '\0';
 		ck_assert_msg(lg_target_check(refused[i], out, sizeof out, err,
-				  sizeof err)
-			== -1,
+		                  sizeof err) == -1,
 		    "%s accepted", refused[i]);
 		ck_assert_msg(err[0] != '\0', "%s: no reason", refused[i]);
 	}
 	ck_assert_int_eq(lg_target_check("https://example.com", out,
-			     sizeof out, err, sizeof err),
+	                     sizeof out, err, sizeof err),
 	    -1);
 	ck_assert_ptr_nonnull(strstr(err, "not loopback"));
 }
@@ -259,15 +257,15 @@ START_TEST(targets_file)
 {
 	char out[4][LG_URL_MAX + 1];
 	const char *text = "# replicas\n"
-			   "\n"
-			   "  https://127.0.0.1:9001  \n"
-			   "https://10.1.1.1:9002\n"
-			   "https://127.0.0.1:9002/\r\n"
-			   "https://127.0.0.1:9001\n"
-			   "\t# indented comment\n"
-			   "https://127.0.0.1:9003\n"
-			   "https://127.0.0.1:9004\n"
-			   "https://127.0.0.1:9005";
+	                   "\n"
+	                   "  https://127.0.0.1:9001  \n"
+	                   "https://10.1.1.1:9002\n"
+	                   "https://127.0.0.1:9002/\r\n"
+	                   "https://127.0.0.1:9001\n"
+	                   "\t# indented comment\n"
+	                   "https://127.0.0.1:9003\n"
+	                   "https://127.0.0.1:9004\n"
+	                   "https://127.0.0.1:9005";
 	size_t n;
 
 	nwarned = 0;
@@ -313,8 +311,7 @@ END_TEST
 
 START_TEST(pacer_no_drift)
 {
-	static const double rates[] = { 3, 7.3, 33.333, 0.5, 999.9,
-		12345.6 };
+	static const double rates[] = { 3, 7.3, 33.333, 0.5, 999.9, 12345.6 };
 
 	for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
 		lg_pacer p;
@@ -336,12 +333,12 @@ START_TEST(pacer_no_drift)
 			got += n;
 			if (lg_pacer_next_due(&p) <= now)
 				ck_abort_msg("rate %g: next slot not after "
-					     "%llu",
+				             "%llu",
 				    rates[r], (unsigned long long) now);
 			now = lg_pacer_next_due(&p);
 		}
-		ck_assert_uint_eq(got,
-		    (uint64_t) floor(100.0 * rates[r] + 1e-9) + 1);
+		ck_assert_uint_eq(
+		    got, (uint64_t) floor(100.0 * rates[r] + 1e-9) + 1);
 	}
 }
 END_TEST
@@ -543,10 +540,10 @@ START_TEST(sticky_share)
 
 		lg_rng_seed(&r, 1234 + k);
 		for (size_t i = 0; i < n; i++)
-			per[lg_pick_target(&r, stickies[k], ch, th, active,
-			    4)]++;
-		ck_assert_double_eq_tol((double) per[home] / n, want_home,
-		    0.01);
+			per[lg_pick_target(
+			    &r, stickies[k], ch, th, active, 4)]++;
+		ck_assert_double_eq_tol(
+		    (double) per[home] / n, want_home, 0.01);
 		for (size_t t = 0; t < 4; t++)
 			if ((int) t != home)
 				ck_assert_double_eq_tol((double) per[t] / n,
@@ -563,10 +560,10 @@ START_TEST(sticky_share)
 			ck_assert(t >= 0 && active[t]);
 		}
 		memset(active, 0, sizeof active);
-		ck_assert_int_eq(lg_pick_target(&r, 0.0, ch, th, active, 4),
-		    -1);
-		ck_assert_int_eq(lg_pick_target(&r, 1.0, ch, th, active, 4),
-		    -1);
+		ck_assert_int_eq(
+		    lg_pick_target(&r, 0.0, ch, th, active, 4), -1);
+		ck_assert_int_eq(
+		    lg_pick_target(&r, 1.0, ch, th, active, 4), -1);
 	}
 }
 END_TEST

@@ -24,8 +24,8 @@ mk_keys(void)
 	for (int i = 0; i < NKEYS; i++) {
 		snprintf(q, sizeof q, "spiffe://prod/ns/team%d/sa/caller-%d",
 		    i % 17, i);
-		keys[i] = allot__rendezvous_key(i % 2 ? "billing" : "search",
-		    q);
+		keys[i] = allot__rendezvous_key(
+		    i % 2 ? "billing" : "search", q);
 	}
 }
 
@@ -84,12 +84,12 @@ START_TEST(loss_moves_only_own_keys)
 		live[lost] = false;
 		int moved = 0;
 		for (int k = 0; k < NKEYS; k++) {
-			int before = allot__rendezvous_owner(keys[k], m, NULL,
-			    3);
-			int during = allot__rendezvous_owner(keys[k], m, live,
-			    3);
-			int after = allot__rendezvous_owner(keys[k], m, NULL,
-			    3);
+			int before = allot__rendezvous_owner(
+			    keys[k], m, NULL, 3);
+			int during = allot__rendezvous_owner(
+			    keys[k], m, live, 3);
+			int after = allot__rendezvous_owner(
+			    keys[k], m, NULL, 3);
 			if (before != lost)
 				ck_assert_int_eq(during, before);
 			else
@@ -121,10 +121,10 @@ START_TEST(order_and_seed_independent)
 		ck_assert_int_eq(a, 2 - b);
 	}
 	/* Pinned values: a change of hash or seed reshuffles clusters. */
-	ck_assert_uint_eq(allot__rendezvous_key("s", "q"),
-	    allot__rendezvous_key("s", "q"));
-	ck_assert_uint_ne(allot__rendezvous_key("s", "q"),
-	    allot__rendezvous_key("q", "s"));
+	ck_assert_uint_eq(
+	    allot__rendezvous_key("s", "q"), allot__rendezvous_key("s", "q"));
+	ck_assert_uint_ne(
+	    allot__rendezvous_key("s", "q"), allot__rendezvous_key("q", "s"));
 }
 END_TEST
 
@@ -133,30 +133,34 @@ START_TEST(parse_members)
 	allot__member m[4];
 	char err[128];
 	int n = allot__member_parse_list("a=tcp://127.0.0.1:1,"
-	    "b=ipc:///tmp/x", false, m, 4, err, sizeof err);
+	                                 "b=ipc:///tmp/x",
+	    false, m, 4, err, sizeof err);
 	ck_assert_int_eq(n, 2);
 	ck_assert_str_eq(m[0].name, "a");
 	ck_assert_str_eq(m[0].url, "tcp://127.0.0.1:1");
 	ck_assert_str_eq(m[1].url, "ipc:///tmp/x");
 	ck_assert_uint_eq(m[1].hash, allot__rendezvous_member("b"));
 	/* Bare URLs are named by themselves only where allowed. */
-	n = allot__member_parse_list("tcp://127.0.0.1:1", true, m, 4, err,
-	    sizeof err);
+	n = allot__member_parse_list(
+	    "tcp://127.0.0.1:1", true, m, 4, err, sizeof err);
 	ck_assert_int_eq(n, 1);
 	ck_assert_str_eq(m[0].name, "tcp://127.0.0.1:1");
 	ck_assert_int_eq(allot__member_parse_list("tcp://127.0.0.1:1", false,
-	    m, 4, err, sizeof err), -1);
-	ck_assert_int_eq(allot__member_parse_list("a=x,a=y", false, m, 4,
-	    err, sizeof err), -1);
+	                     m, 4, err, sizeof err),
+	    -1);
+	ck_assert_int_eq(
+	    allot__member_parse_list("a=x,a=y", false, m, 4, err, sizeof err),
+	    -1);
 	ck_assert(strstr(err, "twice") != NULL);
-	ck_assert_int_eq(allot__member_parse_list("=x", false, m, 4, err,
-	    sizeof err), -1);
-	ck_assert_int_eq(allot__member_parse_list("a=", false, m, 4, err,
-	    sizeof err), -1);
-	ck_assert_int_eq(allot__member_parse_list("", false, m, 4, err,
-	    sizeof err), -1);
-	ck_assert_int_eq(allot__member_parse_list("a=1,b=2,c=3", false, m,
-	    2, err, sizeof err), -1);
+	ck_assert_int_eq(
+	    allot__member_parse_list("=x", false, m, 4, err, sizeof err), -1);
+	ck_assert_int_eq(
+	    allot__member_parse_list("a=", false, m, 4, err, sizeof err), -1);
+	ck_assert_int_eq(
+	    allot__member_parse_list("", false, m, 4, err, sizeof err), -1);
+	ck_assert_int_eq(allot__member_parse_list(
+	                     "a=1,b=2,c=3", false, m, 2, err, sizeof err),
+	    -1);
 }
 END_TEST
 

@@ -30,7 +30,8 @@ run(const char *name, const sim_params *p, double dur, bool without_noisy,
 	char err[256] = "";
 	sim_scenario s;
 	ck_assert_msg(sim_scenario_builtin(name, p, dur, without_noisy, &s,
-	    err, sizeof err) == ALLOT_OK, "%s: %s", name, err);
+	                  err, sizeof err) == ALLOT_OK,
+	    "%s: %s", name, err);
 	ck_assert_int_eq(sim_run(&s, p, r), ALLOT_OK);
 	sim_scenario_free(&s);
 }
@@ -44,8 +45,10 @@ assert_invariants(const sim_result *r)
 	    r->interval_ms, r->over[SIM_ALLOT], r->bootstrap);
 	ck_assert_msg(r->max_granted_ratio <= 1 + 1e-9, "%s: grants %.12f R",
 	    r->scenario, r->max_granted_ratio);
-	ck_assert_msg(r->max_held_over_bound <= 1e-9, "%s: agents hold %.3g R "
-	    "above the live bound", r->scenario, r->max_held_over_bound);
+	ck_assert_msg(r->max_held_over_bound <= 1e-9,
+	    "%s: agents hold %.3g R "
+	    "above the live bound",
+	    r->scenario, r->max_held_over_bound);
 	ck_assert_uint_gt(r->invariant_checks, 0);
 	/* The ideal bucket never admits above B + R W: the figures are
 	 * computed right. */
@@ -76,11 +79,15 @@ START_TEST(sticky_and_skewed)
 	for (int i = 0; i < 2; i++) {
 		sim_result r;
 		run(names[i], &p, DURATION, false, &r);
-		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01, "%s: allot under "
-		    "%.3f %%", names[i], 100 * r.under[SIM_ALLOT]);
+		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01,
+		    "%s: allot under "
+		    "%.3f %%",
+		    names[i], 100 * r.under[SIM_ALLOT]);
 		/* What allot is for: the split refuses a good part. */
-		ck_assert_msg(r.under[SIM_SPLIT] >= 0.10, "%s: split under "
-		    "%.3f %%", names[i], 100 * r.under[SIM_SPLIT]);
+		ck_assert_msg(r.under[SIM_SPLIT] >= 0.10,
+		    "%s: split under "
+		    "%.3f %%",
+		    names[i], 100 * r.under[SIM_SPLIT]);
 		ck_assert(r.under[SIM_IDEAL] == 0);
 	}
 }
@@ -92,8 +99,8 @@ START_TEST(overload_priorities)
 	sim_params_init(&p);
 	sim_result r;
 	run("overload", &p, DURATION, false, &r);
-	ck_assert_msg(r.util[SIM_ALLOT] >= 0.98, "utilization %.4f",
-	    r.util[SIM_ALLOT]);
+	ck_assert_msg(
+	    r.util[SIM_ALLOT] >= 0.98, "utilization %.4f", r.util[SIM_ALLOT]);
 	/* callers 0..3 are critical, standard, batch, low; the ceiling of
 	 * 2500 covers the first two in full and half of the third. */
 	double got[4];
@@ -101,8 +108,10 @@ START_TEST(overload_priorities)
 		const sim_key *k = &r.keys[i];
 		got[i] = k->f[SIM_ALLOT].admitted / (k->rate * r.duration_s);
 	}
-	ck_assert_msg(got[0] >= 0.99 && got[1] >= 0.99, "critical %.3f "
-	    "standard %.3f of their quota", got[0], got[1]);
+	ck_assert_msg(got[0] >= 0.99 && got[1] >= 0.99,
+	    "critical %.3f "
+	    "standard %.3f of their quota",
+	    got[0], got[1]);
 	ck_assert(got[1] > got[2] && got[2] > got[3]);
 	ck_assert(got[2] > 0.45 && got[2] < 0.55);
 	ck_assert(got[3] < 0.01);
@@ -147,12 +156,14 @@ START_TEST(noisy_neighbour)
 	run("noisy", &p, DURATION, false, &with);
 	run("noisy", &p, DURATION, true, &without);
 	sim_neighbour(&with, &without, 3);
-	ck_assert_msg(with.neighbour[SIM_ALLOT] <= 0.01, "others moved "
-	    "%.3f %%", 100 * with.neighbour[SIM_ALLOT]);
+	ck_assert_msg(with.neighbour[SIM_ALLOT] <= 0.01,
+	    "others moved "
+	    "%.3f %%",
+	    100 * with.neighbour[SIM_ALLOT]);
 	/* The noisy caller itself never gets more than its quota. */
 	const sim_key *k = &with.keys[3];
-	ck_assert(k->f[SIM_ALLOT].admitted <= k->rate * with.duration_s +
-	    k->burst);
+	ck_assert(
+	    k->f[SIM_ALLOT].admitted <= k->rate * with.duration_s + k->burst);
 }
 END_TEST
 
@@ -212,8 +223,10 @@ START_TEST(interval_sweep)
 		sim_result r;
 		run("sticky", &p, 60, false, &r);
 		assert_invariants(&r);
-		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01, "T=%u: under "
-		    "%.3f %%", ts[i], 100 * r.under[SIM_ALLOT]);
+		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01,
+		    "T=%u: under "
+		    "%.3f %%",
+		    ts[i], 100 * r.under[SIM_ALLOT]);
 		/* The coordinator's load falls with T. */
 		ck_assert(r.syncs_per_s < syncs);
 		syncs = r.syncs_per_s;
@@ -231,9 +244,10 @@ START_TEST(trace_file)
 	FILE *f = fopen(cfg, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
-	    "  callers:\n    - identity: a\n      tokens_per_second: 100\n"
-	    "      burst: 100\n  endpoint_weights:\n    default: 1\n"
-	    "    /export: 5\n", f);
+	      "  callers:\n    - identity: a\n      tokens_per_second: 100\n"
+	      "      burst: 100\n  endpoint_weights:\n    default: 1\n"
+	      "    /export: 5\n",
+	    f);
 	fclose(f);
 	f = fopen(csv, "w");
 	ck_assert_ptr_nonnull(f);
@@ -243,8 +257,8 @@ START_TEST(trace_file)
 	double offered = 0;
 	for (int i = 0; i < 3000; i++) {
 		bool exp = i % 20 == 0;
-		fprintf(f, "%.6f,%s,%s,%s\n", i / 300.0, i % 3 ? "pod-a" :
-		    "pod-b", i % 100 == 7 ? "mallory" : "a",
+		fprintf(f, "%.6f,%s,%s,%s\n", i / 300.0,
+		    i % 3 ? "pod-a" : "pod-b", i % 100 == 7 ? "mallory" : "a",
 		    exp ? "/export" : "/list");
 		if (i % 100 != 7)
 			offered += exp ? 5 : 1;
@@ -252,8 +266,9 @@ START_TEST(trace_file)
 	fclose(f);
 	char err[256] = "";
 	sim_scenario s;
-	ck_assert_msg(sim_scenario_trace(csv, cfg, NULL, 0, &s, err,
-	    sizeof err) == ALLOT_OK, "%s", err);
+	ck_assert_msg(sim_scenario_trace(
+	                  csv, cfg, NULL, 0, &s, err, sizeof err) == ALLOT_OK,
+	    "%s", err);
 	ck_assert_uint_eq(s.nreplicas, 2);
 	ck_assert_uint_eq(s.narr, 3000);
 	sim_params p;
@@ -270,25 +285,29 @@ START_TEST(trace_file)
 	assert_invariants(&r);
 	/* A schedule: the second replica crashes at 5 s; its arrivals
 	 * after that are dropped. */
-	ck_assert_int_eq(sim_scenario_trace(csv, cfg, "0:+2,5:x1", 0, &s, err,
-	    sizeof err), ALLOT_OK);
+	ck_assert_int_eq(
+	    sim_scenario_trace(csv, cfg, "0:+2,5:x1", 0, &s, err, sizeof err),
+	    ALLOT_OK);
 	ck_assert_uint_lt(s.narr, 3000);
 	sim_scenario_free(&s);
 	/* Bad input is refused with a message. */
-	ck_assert_int_ne(sim_scenario_trace(csv, cfg, "5:y1", 0, &s, err,
-	    sizeof err), ALLOT_OK);
+	ck_assert_int_ne(
+	    sim_scenario_trace(csv, cfg, "5:y1", 0, &s, err, sizeof err),
+	    ALLOT_OK);
 	ck_assert_ptr_nonnull(strstr(err, "schedule"));
 	f = fopen(csv, "w");
 	fputs("1.0,pod-a,a\n", f);
 	fclose(f);
-	ck_assert_int_ne(sim_scenario_trace(csv, cfg, NULL, 0, &s, err,
-	    sizeof err), ALLOT_OK);
+	ck_assert_int_ne(
+	    sim_scenario_trace(csv, cfg, NULL, 0, &s, err, sizeof err),
+	    ALLOT_OK);
 	ck_assert_ptr_nonnull(strstr(err, ":1:"));
 	unlink(csv);
 	unlink(cfg);
 	rmdir(dir);
-	ck_assert_int_eq(sim_scenario_builtin("nope", &p, 0, false, &s, err,
-	    sizeof err), ALLOT_ENOENT);
+	ck_assert_int_eq(
+	    sim_scenario_builtin("nope", &p, 0, false, &s, err, sizeof err),
+	    ALLOT_ENOENT);
 }
 END_TEST
 

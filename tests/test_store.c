@@ -102,8 +102,8 @@ open_with(const allot__store_opts *opts)
 {
 	char err[512] = "";
 	allot__store *st = NULL;
-	int rc = allot__store_open(dbpath, opts, &test_log, err, sizeof err,
-	    &st);
+	int rc = allot__store_open(
+	    dbpath, opts, &test_log, err, sizeof err, &st);
 	ck_assert_msg(rc == ALLOT_OK, "open: rc %d: %s", rc, err);
 	ck_assert_ptr_nonnull(st);
 	allot__store_set_clock(st, fake_clock, NULL);
@@ -174,8 +174,8 @@ q_text(const char *sql)
 	ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
 	ck_assert_int_eq(sqlite3_step(s), SQLITE_ROW);
 	const unsigned char *t = sqlite3_column_text(s, 0);
-	snprintf(out, sizeof out, "%s",
-	    t != NULL ? (const char *) t : "(null)");
+	snprintf(
+	    out, sizeof out, "%s", t != NULL ? (const char *) t : "(null)");
 	sqlite3_finalize(s);
 	sqlite3_close(db);
 	return out;
@@ -247,11 +247,13 @@ START_TEST(migrations_apply)
 		"v_events", "v_configs", "v_levels" };
 	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
 		char sql[200];
-		snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master "
-		    "WHERE name = '%s'", objects[i]);
-		ck_assert_msg(q_int(sql) == 1, "%s missing", objects[i]);
-		snprintf(sql, sizeof sql, "SELECT count(*) FROM %s",
+		snprintf(sql, sizeof sql,
+		    "SELECT count(*) FROM sqlite_master "
+		    "WHERE name = '%s'",
 		    objects[i]);
+		ck_assert_msg(q_int(sql) == 1, "%s missing", objects[i]);
+		snprintf(
+		    sql, sizeof sql, "SELECT count(*) FROM %s", objects[i]);
 		ck_assert_int_eq(q_int(sql), 0);
 	}
 	ck_assert_ptr_nonnull(strstr(logbuf, "ALLOT-STORE-MIGRATE"));
@@ -293,34 +295,43 @@ START_TEST(usage_aggregates_per_second)
 
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 3);
 	ck_assert_int_eq(q_int("SELECT admitted FROM usage WHERE "
-	    "quota = 'checkout' AND at = 1700000000000"), 16);
+	                       "quota = 'checkout' AND at = 1700000000000"),
+	    16);
 	ck_assert_int_eq(q_int("SELECT denied FROM usage WHERE "
-	    "quota = 'checkout' AND at = 1700000000000"), 3);
-	ck_assert_double_eq_tol(q_double("SELECT demand FROM usage WHERE "
-	    "quota = 'checkout' AND at = 1700000000000"), 19.0, 1e-9);
+	                       "quota = 'checkout' AND at = 1700000000000"),
+	    3);
+	ck_assert_double_eq_tol(
+	    q_double("SELECT demand FROM usage WHERE "
+	             "quota = 'checkout' AND at = 1700000000000"),
+	    19.0, 1e-9);
 	ck_assert_int_eq(q_int("SELECT live_replicas FROM usage WHERE "
-	    "quota = 'checkout' AND at = 1700000000000"), 3);
+	                       "quota = 'checkout' AND at = 1700000000000"),
+	    3);
 	ck_assert_int_eq(q_int("SELECT admitted FROM usage WHERE "
-	    "quota = 'checkout' AND at = 1700000001000"), 100);
+	                       "quota = 'checkout' AND at = 1700000001000"),
+	    100);
 
 	/* Both seconds fall in minute 22:13. */
 	ck_assert_str_eq(q_text("SELECT minute FROM v_consumption_per_minute "
-	    "WHERE quota = 'checkout'"), "2023-11-14 22:13:00");
+	                        "WHERE quota = 'checkout'"),
+	    "2023-11-14 22:13:00");
 	ck_assert_int_eq(q_int("SELECT admitted FROM v_consumption_per_minute "
-	    "WHERE quota = 'checkout'"), 116);
+	                       "WHERE quota = 'checkout'"),
+	    116);
 	ck_assert_int_eq(q_int("SELECT denied FROM v_consumption_per_minute "
-	    "WHERE quota = 'checkout'"), 53);
+	                       "WHERE quota = 'checkout'"),
+	    53);
 	ck_assert_int_eq(
 	    q_int("SELECT count(*) FROM v_consumption_per_minute"), 2);
 	/* v_denied lists only quotas with denials. */
 	ck_assert_int_eq(q_int("SELECT count(*) FROM v_denied"), 1);
 	ck_assert_int_eq(q_int("SELECT denied FROM v_denied"), 53);
-	ck_assert_double_eq_tol(q_double("SELECT denied_pct FROM v_denied"),
-	    31.36, 1e-9);
-	ck_assert_double_eq_tol(q_double("SELECT denied_per_s FROM v_denied"),
-	    26.5, 1e-9);
-	ck_assert_str_eq(q_text("SELECT last_denied FROM v_denied"),
-	    "2023-11-14 22:13:21");
+	ck_assert_double_eq_tol(
+	    q_double("SELECT denied_pct FROM v_denied"), 31.36, 1e-9);
+	ck_assert_double_eq_tol(
+	    q_double("SELECT denied_per_s FROM v_denied"), 26.5, 1e-9);
+	ck_assert_str_eq(
+	    q_text("SELECT last_denied FROM v_denied"), "2023-11-14 22:13:21");
 	allot__store_close(st);
 }
 END_TEST
@@ -337,8 +348,8 @@ START_TEST(same_second_flushed_twice_adds)
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 1);
 	ck_assert_int_eq(q_int("SELECT admitted FROM usage"), 16);
 	ck_assert_int_eq(q_int("SELECT denied FROM usage"), 3);
-	ck_assert_double_eq_tol(q_double("SELECT demand FROM usage"), 19,
-	    1e-9);
+	ck_assert_double_eq_tol(
+	    q_double("SELECT demand FROM usage"), 19, 1e-9);
 	ck_assert_int_eq(q_int("SELECT live_replicas FROM usage"), 6);
 	ck_assert_uint_eq(stats(st).commits, 3);
 	allot__store_close(st);
@@ -370,47 +381,59 @@ START_TEST(replicas_configs_events_levels)
 
 	ck_assert_int_eq(q_int("SELECT count(*) FROM replicas"), 2);
 	ck_assert_str_eq(q_text("SELECT config_digest FROM replicas "
-	    "WHERE session = 1"), "deadbeefcafef00d");
-	ck_assert_int_eq(q_int("SELECT pid FROM replicas WHERE session = 1"),
-	    4242);
+	                        "WHERE session = 1"),
+	    "deadbeefcafef00d");
+	ck_assert_int_eq(
+	    q_int("SELECT pid FROM replicas WHERE session = 1"), 4242);
 	ck_assert_int_eq(q_int("SELECT last_seen FROM replicas "
-	    "WHERE session = 1"), T0 + 65000);
+	                       "WHERE session = 1"),
+	    T0 + 65000);
 	ck_assert_int_eq(q_int("SELECT last_seen FROM replicas "
-	    "WHERE session = 2"), T0 + 66000);
+	                       "WHERE session = 2"),
+	    T0 + 66000);
 	ck_assert_int_eq(q_int("SELECT left_at FROM replicas "
-	    "WHERE session = 2"), T0 + 66000);
+	                       "WHERE session = 2"),
+	    T0 + 66000);
 	ck_assert_str_eq(q_text("SELECT left_why FROM replicas "
-	    "WHERE session = 2"), "expired");
+	                        "WHERE session = 2"),
+	    "expired");
 	ck_assert_str_eq(q_text("SELECT digest || ' ' || epoch || ' ' || path "
-	    "|| ' ' || bytes FROM v_configs"),
+	                        "|| ' ' || bytes FROM v_configs"),
 	    "0123456789abcdef 3 /etc/allot/quotas.yaml 11");
-	ck_assert_str_eq(q_text("SELECT content FROM configs"),
-	    "quotas: {}\n");
+	ck_assert_str_eq(
+	    q_text("SELECT content FROM configs"), "quotas: {}\n");
 	ck_assert_str_eq(q_text("SELECT at || ' ' || kind || ' ' || subject "
-	    "FROM v_events"), "2023-11-14 22:13:20.000 start allotd");
+	                        "FROM v_events"),
+	    "2023-11-14 22:13:20.000 start allotd");
 	ck_assert_int_eq(q_int("SELECT count(*) FROM levels"), 1);
-	ck_assert_double_eq_tol(q_double("SELECT level FROM levels"), 12.25,
-	    1e-9);
+	ck_assert_double_eq_tol(
+	    q_double("SELECT level FROM levels"), 12.25, 1e-9);
 
 	/* Live replicas and churn. */
 	ck_assert_int_eq(q_int("SELECT count(*) FROM v_live_replicas"), 1);
-	ck_assert_str_eq(q_text("SELECT replica_id FROM v_live_replicas"),
-	    "orders-7f9c");
+	ck_assert_str_eq(
+	    q_text("SELECT replica_id FROM v_live_replicas"), "orders-7f9c");
 	ck_assert_int_eq(q_int("SELECT joins FROM v_replica_churn "
-	    "WHERE minute = '2023-11-14 22:13:00'"), 2);
+	                       "WHERE minute = '2023-11-14 22:13:00'"),
+	    2);
 	ck_assert_int_eq(q_int("SELECT expiries FROM v_replica_churn "
-	    "WHERE minute = '2023-11-14 22:14:00'"), 1);
+	                       "WHERE minute = '2023-11-14 22:14:00'"),
+	    1);
 	ck_assert_int_eq(q_int("SELECT joins FROM v_replica_churn "
-	    "WHERE minute = '2023-11-14 22:14:00'"), 0);
-	ck_assert_double_eq_tol(q_double("SELECT lifetime_s FROM "
-	    "v_replica_lifetime WHERE session = 2"), 66.0, 1e-9);
+	                       "WHERE minute = '2023-11-14 22:14:00'"),
+	    0);
+	ck_assert_double_eq_tol(
+	    q_double("SELECT lifetime_s FROM "
+	             "v_replica_lifetime WHERE session = 2"),
+	    66.0, 1e-9);
 
 	/* A reason outside the schema's four is recorded as a leave (it
 	 * would otherwise poison every later commit of its batch). */
 	allot__store_replica_left(st, 1, "crashed");
 	flush_ok(st);
 	ck_assert_str_eq(q_text("SELECT left_why FROM replicas "
-	    "WHERE session = 1"), "leave");
+	                        "WHERE session = 1"),
+	    "leave");
 	allot__store_close(st);
 }
 END_TEST
@@ -429,16 +452,19 @@ START_TEST(share_history_on_change_only)
 	flush_ok(st);
 	ck_assert_uint_eq(stats(st).shares_unchanged, 1);
 	ck_assert_int_eq(q_int("SELECT lease_until FROM shares "
-	    "WHERE quota = 'checkout'"), T0 + 5000);
+	                       "WHERE quota = 'checkout'"),
+	    T0 + 5000);
 	atomic_store(&fake_now, T0 + 10000);
-	allot__store_share(st, 5, "orders", "checkout", 50.00000001, 100,
-	    T0 + 15000);
+	allot__store_share(
+	    st, 5, "orders", "checkout", 50.00000001, 100, T0 + 15000);
 	flush_ok(st);
 	ck_assert_uint_eq(stats(st).shares_unchanged, 1);
 	ck_assert_int_eq(q_int("SELECT lease_until FROM shares "
-	    "WHERE quota = 'checkout'"), T0 + 15000);
+	                       "WHERE quota = 'checkout'"),
+	    T0 + 15000);
 	ck_assert_int_eq(q_int("SELECT updated_at FROM shares "
-	    "WHERE quota = 'checkout'"), T0 + 10000);
+	                       "WHERE quota = 'checkout'"),
+	    T0 + 10000);
 	/* Rate changes twice within one flush: the last value counts. */
 	atomic_store(&fake_now, T0 + 12000);
 	allot__store_share(st, 5, "orders", "checkout", 70, 100, T0 + 17000);
@@ -447,18 +473,27 @@ START_TEST(share_history_on_change_only)
 
 	ck_assert_int_eq(q_int("SELECT count(*) FROM shares"), 2);
 	ck_assert_double_eq_tol(q_double("SELECT rate FROM shares "
-	    "WHERE quota = 'checkout'"), 75, 1e-9);
+	                                 "WHERE quota = 'checkout'"),
+	    75, 1e-9);
 	ck_assert_int_eq(q_int("SELECT lease_until FROM shares "
-	    "WHERE quota = 'checkout'"), T0 + 17000);
+	                       "WHERE quota = 'checkout'"),
+	    T0 + 17000);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM share_history "
-	    "WHERE quota = 'checkout'"), 2);
-	ck_assert_int_eq(q_int("SELECT count(*) FROM v_share_history "
-	    "WHERE quota = 'checkout' AND replica_id = 'r5'"), 2);
-	ck_assert_str_eq(q_text("SELECT group_concat(rate, ',') FROM "
-	    "(SELECT rate FROM v_share_history WHERE quota = 'checkout' "
-	    "ORDER BY at_ms)"), "50.0,75.0");
+	                       "WHERE quota = 'checkout'"),
+	    2);
+	ck_assert_int_eq(
+	    q_int("SELECT count(*) FROM v_share_history "
+	          "WHERE quota = 'checkout' AND replica_id = 'r5'"),
+	    2);
+	ck_assert_str_eq(
+	    q_text(
+	        "SELECT group_concat(rate, ',') FROM "
+	        "(SELECT rate FROM v_share_history WHERE quota = 'checkout' "
+	        "ORDER BY at_ms)"),
+	    "50.0,75.0");
 	ck_assert_str_eq(q_text("SELECT at FROM v_share_history "
-	    "WHERE rate = 75"), "2023-11-14 22:13:32");
+	                        "WHERE rate = 75"),
+	    "2023-11-14 22:13:32");
 
 	/* A leave removes the current shares, keeps the history; the same
 	 * session joining again (as after a restart) gets its rows back,
@@ -488,10 +523,12 @@ START_TEST(views_through_sqlite3_shell)
 	/* The store stays open: WAL lets the shell read alongside it. */
 	ck_assert_int_eq(system("command -v sqlite3 >/dev/null 2>&1"), 0);
 	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "sqlite3 -separator '|' '%s' "
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -separator '|' '%s' "
 	    "\"SELECT service, quota, minute, admitted, denied FROM "
 	    "v_consumption_per_minute ORDER BY minute, quota; "
-	    "SELECT quota, denied, denied_pct FROM v_denied;\"", dbpath);
+	    "SELECT quota, denied, denied_pct FROM v_denied;\"",
+	    dbpath);
 	FILE *p = popen(cmd, "r");
 	ck_assert_ptr_nonnull(p);
 	char out[2048];
@@ -564,8 +601,8 @@ START_TEST(restart_restores_live_replicas)
 	ck_assert_uint_eq(allot__store_max_session(st), 9);
 	struct restored x;
 	memset(&x, 0, sizeof x);
-	ck_assert_int_eq(allot__store_restore(st, on_replica, on_level, &x),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot__store_restore(st, on_replica, on_level, &x), ALLOT_OK);
 	ck_assert_int_eq(x.nrep, 2);
 	ck_assert_uint_eq(x.sessions[0], 5);
 	ck_assert_str_eq(x.ids[0], "a");
@@ -584,7 +621,8 @@ START_TEST(restart_restores_live_replicas)
 	allot__store_replica_joined(st, 5, "a", "orders", "h", 1, "v", 1);
 	flush_ok(st);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM replicas "
-	    "WHERE session = 5 AND left_at IS NULL"), 1);
+	                       "WHERE session = 5 AND left_at IS NULL"),
+	    1);
 	allot__store_close(st);
 	/* Clean close: the WAL was checkpointed and removed. */
 	char wal[320];
@@ -600,8 +638,8 @@ expect_open_fails(const char *want)
 {
 	char err[512] = "";
 	allot__store *st = (allot__store *) &err; /* must stay untouched */
-	int rc = allot__store_open(dbpath, NULL, &test_log, err, sizeof err,
-	    &st);
+	int rc = allot__store_open(
+	    dbpath, NULL, &test_log, err, sizeof err, &st);
 	ck_assert_int_eq(rc, ALLOT_EIO);
 	ck_assert_ptr_eq(st, (allot__store *) &err);
 	ck_assert_msg(strstr(err, dbpath) != NULL, "no path in: %s", err);
@@ -614,7 +652,8 @@ START_TEST(garbage_file_refused)
 	for (size_t i = 0; i < sizeof junk; i++)
 		junk[i] = (char) ("allot garbage\n"[i % 14]);
 	write_file(dbpath, junk, sizeof junk);
-	expect_open_fails("is not a valid allot database (file is not a "
+	expect_open_fails(
+	    "is not a valid allot database (file is not a "
 	    "database); move it aside or restore from backup; allotd will "
 	    "not overwrite it");
 	char back[sizeof junk + 1];
@@ -630,8 +669,8 @@ START_TEST(truncated_file_refused)
 	for (int i = 0; i < 3000; i++) {
 		snprintf(q, sizeof q, "quota-%d", i);
 		allot__store_usage(st, "svc", q, 1, 1, 1, 1);
-		allot__store_event(st, "reject", q,
-		    "some detail to fill pages");
+		allot__store_event(
+		    st, "reject", q, "some detail to fill pages");
 	}
 	flush_ok(st);
 	allot__store_close(st);
@@ -650,7 +689,8 @@ END_TEST
 START_TEST(foreign_database_refused)
 {
 	sqlite3 *db = aux_open();
-	aux_exec(db, "CREATE TABLE accounts (id INTEGER PRIMARY KEY, name);"
+	aux_exec(db,
+	    "CREATE TABLE accounts (id INTEGER PRIMARY KEY, name);"
 	    "INSERT INTO accounts (name) VALUES ('keep me')");
 	sqlite3_close(db);
 	expect_open_fails("an SQLite database of another application");
@@ -667,7 +707,7 @@ START_TEST(newer_schema_refused)
 	aux_exec(db, "PRAGMA user_version = 99");
 	sqlite3_close(db);
 	expect_open_fails("has schema version 99 but this allotd knows "
-	    "versions up to 2");
+	                  "versions up to 2");
 	ck_assert_int_eq(q_int("PRAGMA user_version"), 99);
 }
 END_TEST
@@ -685,13 +725,13 @@ START_TEST(empty_file_refused)
 	write_file(dbpath, "", 0);
 	char err[512] = "";
 	allot__store *st = NULL;
-	int rc = allot__store_open(dbpath, NULL, &test_log, err, sizeof err,
-	    &st);
+	int rc = allot__store_open(
+	    dbpath, NULL, &test_log, err, sizeof err, &st);
 	ck_assert_int_ne(rc, ALLOT_OK);
 	ck_assert_ptr_null(st);
 	ck_assert_msg(strstr(err, dbpath) != NULL &&
-		strstr(err, "empty") != NULL &&
-		strstr(err, "remove the file") != NULL,
+	        strstr(err, "empty") != NULL &&
+	        strstr(err, "remove the file") != NULL,
 	    "message: %s", err);
 	struct stat sb;
 	ck_assert_int_eq(stat(dbpath, &sb), 0);
@@ -744,12 +784,12 @@ START_TEST(locked_database_keeps_rows)
 	ck_assert_uint_eq(s.pending, 102);
 	ck_assert_int_eq(s.last_error & 0xff, SQLITE_BUSY);
 	ck_assert_ptr_nonnull(strstr(logbuf, "ALLOT-STORE-FAIL"));
-	ck_assert_msg(strstr(logbuf, "database is locked") != NULL, "%s",
-	    logbuf);
+	ck_assert_msg(
+	    strstr(logbuf, "database is locked") != NULL, "%s", logbuf);
 	ck_assert_ptr_nonnull(strstr(logbuf, dbpath));
 
 	/* More arrives while locked; a second attempt fails too, merging. */
-	record_rows(st, 0, 50);   /* same second: adds to kept rows */
+	record_rows(st, 0, 50); /* same second: adds to kept rows */
 	atomic_store(&fake_now, T0 + 2000);
 	record_rows(st, 100, 10); /* new rows */
 	ck_assert_int_eq(allot__store_flush(st), ALLOT_EIO);
@@ -768,10 +808,11 @@ START_TEST(locked_database_keeps_rows)
 	ck_assert_ptr_nonnull(strstr(logbuf, "ALLOT-STORE-OK"));
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 210);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage WHERE at = "
-	    "1700000001000"), 100);
+	                       "1700000001000"),
+	    100);
 	/* Second T0+1: q0..q49 reported twice, q50..q99 once. */
 	ck_assert_int_eq(q_int("SELECT sum(admitted) FROM usage WHERE at = "
-	    "1700000001000"),
+	                       "1700000001000"),
 	    2 * (49 * 50 / 2) + (99 * 100 / 2 - 49 * 50 / 2));
 	ck_assert_int_eq(q_int("SELECT sum(denied) FROM usage"), 260);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM events"), 2);
@@ -788,8 +829,9 @@ START_TEST(reader_does_not_block_flush)
 	sqlite3 *aux = aux_open();
 	aux_exec(aux, "BEGIN");
 	sqlite3_stmt *s = NULL;
-	ck_assert_int_eq(sqlite3_prepare_v2(aux, "SELECT count(*) FROM usage",
-	    -1, &s, NULL), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_prepare_v2(
+	                     aux, "SELECT count(*) FROM usage", -1, &s, NULL),
+	    SQLITE_OK);
 	ck_assert_int_eq(sqlite3_step(s), SQLITE_ROW);
 	ck_assert_int_eq(sqlite3_column_int(s, 0), 10);
 	sqlite3_reset(s);
@@ -815,8 +857,9 @@ START_TEST(disk_full_keeps_rows)
 	flush_ok(st);
 	/* The store's own connection may not grow the file: SQLITE_FULL. */
 	sqlite3 *db = allot__store_db(st);
-	ck_assert_int_eq(sqlite3_exec(db, "PRAGMA max_page_count = 1", NULL,
-	    NULL, NULL), SQLITE_OK);
+	ck_assert_int_eq(
+	    sqlite3_exec(db, "PRAGMA max_page_count = 1", NULL, NULL, NULL),
+	    SQLITE_OK);
 	atomic_store(&fake_now, T0 + 1000);
 	char q[32];
 	for (int i = 0; i < 2000; i++) {
@@ -828,11 +871,12 @@ START_TEST(disk_full_keeps_rows)
 	allot__store_stats s = stats(st);
 	ck_assert_int_eq(s.last_error & 0xff, SQLITE_FULL);
 	ck_assert_uint_eq(s.pending, 4000);
-	ck_assert_msg(strstr(logbuf, "database or disk is full") != NULL, "%s",
-	    logbuf);
+	ck_assert_msg(
+	    strstr(logbuf, "database or disk is full") != NULL, "%s", logbuf);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 10);
 	ck_assert_int_eq(sqlite3_exec(db, "PRAGMA max_page_count = 1073741823",
-	    NULL, NULL, NULL), SQLITE_OK);
+	                     NULL, NULL, NULL),
+	    SQLITE_OK);
 	flush_ok(st);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 2010);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM events"), 2000);
@@ -948,8 +992,8 @@ START_TEST(max_pending_drops_oldest_usage)
 	aux_exec(aux, "BEGIN IMMEDIATE");
 	for (int i = 0; i < 8; i++) {
 		atomic_store(&fake_now, T0 + 100000 + i * 1000);
-		allot__store_usage(st, "svc", "q", 100 + (uint64_t) i, 0, 0,
-		    1);
+		allot__store_usage(
+		    st, "svc", "q", 100 + (uint64_t) i, 0, 0, 1);
 		ck_assert_int_eq(allot__store_flush(st), ALLOT_EIO);
 	}
 	s = stats(st);
@@ -957,8 +1001,8 @@ START_TEST(max_pending_drops_oldest_usage)
 	ck_assert_uint_eq(s.rows_dropped, 8);
 	for (int i = 0; i < 6; i++) {
 		atomic_store(&fake_now, T0 + 200000 + i * 1000);
-		allot__store_usage(st, "svc", "q", 200 + (uint64_t) i, 0, 0,
-		    1);
+		allot__store_usage(
+		    st, "svc", "q", 200 + (uint64_t) i, 0, 0, 1);
 		allot__store_event(st, "e", NULL, NULL);
 		ck_assert_int_eq(allot__store_flush(st), ALLOT_EIO);
 	}
@@ -998,8 +1042,8 @@ START_TEST(max_pending_compacts)
 	ck_assert_uint_eq(s.rows_dropped, 48000);
 	flush_ok(st);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 2000);
-	ck_assert_int_eq(q_int("SELECT min(at) FROM usage"),
-	    T0 + INT64_C(48000) * 1000);
+	ck_assert_int_eq(
+	    q_int("SELECT min(at) FROM usage"), T0 + INT64_C(48000) * 1000);
 	allot__store_close(st);
 }
 END_TEST
@@ -1039,10 +1083,10 @@ START_TEST(concurrent_recorders_lose_nothing)
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(t[i], NULL);
 	flush_ok(st);
-	ck_assert_int_eq(q_int("SELECT sum(admitted) FROM usage"),
-	    THREADS * PER_THREAD);
-	ck_assert_int_eq(q_int("SELECT sum(denied) FROM usage"),
-	    THREADS * PER_THREAD / 2);
+	ck_assert_int_eq(
+	    q_int("SELECT sum(admitted) FROM usage"), THREADS * PER_THREAD);
+	ck_assert_int_eq(
+	    q_int("SELECT sum(denied) FROM usage"), THREADS * PER_THREAD / 2);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM events"),
 	    THREADS * ((PER_THREAD + 999) / 1000));
 	allot__store_stats s = stats(st);
@@ -1088,12 +1132,13 @@ START_TEST(throughput)
 		uint64_t same = s.shares_unchanged - before.shares_unchanged;
 		ck_assert_uint_eq(rows + same, (uint64_t) (QUOTAS + REPORTS));
 		ck_assert_uint_eq(same, round < 2 ? 0 : (uint64_t) REPORTS);
-		fprintf(stderr, "store throughput round %d: record %.0f "
+		fprintf(stderr,
+		    "store throughput round %d: record %.0f "
 		    "ns/call (usage + share); flush of %d key-reports: "
 		    "%" PRIu64 " rows written, %" PRIu64 " unchanged shares "
-		    "skipped, %.1f ms = %.0f key-reports/s\n", round,
-		    (double) (t1 - t0) / (2.0 * REPORTS), REPORTS, rows, same,
-		    (double) (t2 - t1) / 1e6,
+		    "skipped, %.1f ms = %.0f key-reports/s\n",
+		    round, (double) (t1 - t0) / (2.0 * REPORTS), REPORTS, rows,
+		    same, (double) (t2 - t1) / 1e6,
 		    (double) REPORTS * 1e9 / (double) (t2 - t1));
 		/* Generous, for slow CI machines (valgrind is slower still
 		 * and exempt): this only catches a flush gone quadratic. */
@@ -1101,11 +1146,11 @@ START_TEST(throughput)
 			ck_assert_uint_lt(t2 - t1, 30000000000u);
 	}
 	ck_assert_int_eq(q_int("SELECT count(*) FROM usage"), 4 * QUOTAS);
-	ck_assert_int_eq(q_int("SELECT sum(admitted) FROM usage"),
-	    4 * 3 * REPORTS);
+	ck_assert_int_eq(
+	    q_int("SELECT sum(admitted) FROM usage"), 4 * 3 * REPORTS);
 	ck_assert_int_eq(q_int("SELECT count(*) FROM shares"), REPORTS);
-	ck_assert_int_eq(q_int("SELECT count(*) FROM share_history"),
-	    2 * REPORTS);
+	ck_assert_int_eq(
+	    q_int("SELECT count(*) FROM share_history"), 2 * REPORTS);
 	allot__store_close(st);
 }
 END_TEST
@@ -1119,8 +1164,9 @@ START_TEST(null_store_is_harmless)
 	ck_assert_int_eq(allot__store_flush(NULL), ALLOT_EINVAL);
 	ck_assert_uint_eq(allot__store_max_session(NULL), 0);
 	char err[64];
-	ck_assert_int_eq(allot__store_open(NULL, NULL, NULL, err, sizeof err,
-	    NULL), ALLOT_EINVAL);
+	ck_assert_int_eq(
+	    allot__store_open(NULL, NULL, NULL, err, sizeof err, NULL),
+	    ALLOT_EINVAL);
 	int64_t w = allot__wall_ms();
 	ck_assert_int_gt(w, T0);
 }

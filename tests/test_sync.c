@@ -21,21 +21,20 @@
 #include "proto_client.h"
 #include "runner.h"
 
-static const char *CFG =
-    "quotas:\n"
-    "  default: {tokens_per_second: 10, burst: 20}\n"
-    "  callers:\n"
-    "    - identity: a\n"
-    "      tokens_per_second: 400\n"
-    "      burst: 800\n"
-    "    - identity: closed\n"
-    "      tokens_per_second: 100\n"
-    "      burst: 100\n"
-    "      fallback: closed\n"
-    "    - identity: open\n"
-    "      tokens_per_second: 10\n"
-    "      burst: 10\n"
-    "      fallback: open\n";
+static const char *CFG = "quotas:\n"
+                         "  default: {tokens_per_second: 10, burst: 20}\n"
+                         "  callers:\n"
+                         "    - identity: a\n"
+                         "      tokens_per_second: 400\n"
+                         "      burst: 800\n"
+                         "    - identity: closed\n"
+                         "      tokens_per_second: 100\n"
+                         "      burst: 100\n"
+                         "      fallback: closed\n"
+                         "    - identity: open\n"
+                         "      tokens_per_second: 10\n"
+                         "      burst: 10\n"
+                         "      fallback: open\n";
 
 typedef struct env {
 	char dir[64];
@@ -112,8 +111,8 @@ mkagent(const env *e, const char *replica)
 {
 	char err[256];
 	allot_config *cfg;
-	ck_assert_int_eq(allot_config_load(e->cfg, err, sizeof err, &cfg),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_config_load(e->cfg, err, sizeof err, &cfg), ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.coordinator = e->url;
@@ -144,8 +143,7 @@ rate_of(allot_agent *a, const char *caller)
  * split over initial_replicas: the bounded bootstrap term of
  * docs/allocation.md, not something the coordinator handed out.) */
 static void
-await_rates(allot_agent **as, int n, double want, double cap,
-    int timeout_ms)
+await_rates(allot_agent **as, int n, double want, double cap, int timeout_ms)
 {
 	uint64_t t0 = pc_now_ms();
 	for (;;) {
@@ -203,9 +201,9 @@ START_TEST(shares_follow_replica_count)
 	}
 	/* Four replicas: R/4 each. */
 	await_rates(as, 3, 100.0, 400.0, 10000);
-	ck_assert_double_eq_tol(pc_metric_get(e.http,
-				    "allotd_replicas{service=\"svc\"}"),
-	    4, 1e-9);
+	ck_assert_double_eq_tol(
+	    pc_metric_get(e.http, "allotd_replicas{service=\"svc\"}"), 4,
+	    1e-9);
 
 	/* One dies without leave: after expiry, R/3. */
 	kill(child, SIGKILL);

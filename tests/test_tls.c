@@ -35,7 +35,8 @@ setup(void)
 	    "cat %s/ca1/server.pem %s/ca1/server.key > %s/allotd.pem && "
 	    "cat %s/ca1/a.pem %s/ca1/a.key > %s/good.pem && "
 	    "cat %s/ca2/a.pem %s/ca2/a.key > %s/bad.pem && "
-	    "printf 'quotas:\\n  default: {tokens_per_second: 10, burst: 20}\\n'"
+	    "printf 'quotas:\\n  default: {tokens_per_second: 10, burst: "
+	    "20}\\n'"
 	    " > %s/q.yaml && echo ok",
 	    src, dir, src, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir,
 	    dir);
@@ -91,8 +92,8 @@ agent(const char *id, const char *cert)
 	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", dir);
 	snprintf(certp, sizeof certp, "%s/%s", dir, cert != NULL ? cert : "");
 	allot_config *cfg;
-	ck_assert_int_eq(allot_config_load(cfgp, err, sizeof err, &cfg),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_config_load(cfgp, err, sizeof err, &cfg), ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.coordinator = url;
@@ -136,8 +137,8 @@ START_TEST(mutual_tls)
 	allot_config *cfg;
 	char cfgp[128];
 	snprintf(cfgp, sizeof cfgp, "%s/q.yaml", dir);
-	ck_assert_int_eq(allot_config_load(cfgp, err, sizeof err, &cfg),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_config_load(cfgp, err, sizeof err, &cfg), ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.coordinator = url;

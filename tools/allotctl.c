@@ -43,21 +43,21 @@
 
 #include "config.h"
 
-#define EXIT_FAIL 1         /* the command ran and the answer is "no" */
-#define EXIT_USAGE 2        /* bad command line */
-#define EXIT_UNREACHABLE 3  /* allotd could not be reached or misanswered */
+#define EXIT_FAIL 1 /* the command ran and the answer is "no" */
+#define EXIT_USAGE 2 /* bad command line */
+#define EXIT_UNREACHABLE 3 /* allotd could not be reached or misanswered */
 
 #define DEFAULT_HTTP "127.0.0.1:7480"
 #define DEFAULT_TIMEOUT_MS 3000
 #define DEFAULT_WAIT_MS 5000
 #define HTTP_MAX_BYTES (64u * 1024u * 1024u)
 #define ALLOT_APPLICATION_ID 0x414c4f54 /* "ALOT", schema/001 */
-#define AUDIT_VIEWS_VERSION 2           /* schema/002_audit_views.sql */
+#define AUDIT_VIEWS_VERSION 2 /* schema/002_audit_views.sql */
 
 /* Options every command accepts. */
 typedef struct ctl {
-	const char *http;     /* HOST:PORT of allotd's HTTP endpoints */
-	int timeout_ms;       /* per HTTP exchange */
+	const char *http; /* HOST:PORT of allotd's HTTP endpoints */
+	int timeout_ms; /* per HTTP exchange */
 } ctl;
 
 /* ------------------------------------------------------------------ */
@@ -164,8 +164,9 @@ num(double v)
 	if (!isfinite(v))
 		return xstrdup("-");
 	double a = fabs(v);
-	char *s = a >= 100 ? xasprintf("%.1f", v) : a >= 1 ?
-	    xasprintf("%.2f", v) : xasprintf("%.3g", v);
+	char *s = a >= 100 ? xasprintf("%.1f", v) :
+	    a >= 1         ? xasprintf("%.2f", v) :
+	                     xasprintf("%.3g", v);
 	trim_zeros(s);
 	if (strcmp(s, "-0") == 0)
 		strcpy(s, "0");
@@ -254,8 +255,8 @@ table_row(table *t, ...)
 {
 	if (t->nrows == t->cap) {
 		t->cap = t->cap ? t->cap * 2 : 16;
-		t->cells = xrealloc(t->cells, t->cap * t->ncols *
-		    sizeof *t->cells);
+		t->cells = xrealloc(
+		    t->cells, t->cap * t->ncols * sizeof *t->cells);
 	}
 	va_list ap;
 	va_start(ap, t);
@@ -312,8 +313,8 @@ table_free(table *t)
 /* Split "HOST:PORT", "[V6]:PORT", "HOST" (port 7480) or an "http://"
  * URL into host and port. */
 static bool
-split_hostport(const char *addr, char *host, size_t hostlen, char *port,
-    size_t portlen)
+split_hostport(
+    const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
 {
 	if (strncmp(addr, "http://", 7) == 0)
 		addr += 7;
@@ -368,8 +369,8 @@ remaining_ms(const struct timespec *deadline)
 static int
 connect_one(const struct addrinfo *ai, const struct timespec *deadline)
 {
-	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
-	    SOCK_NONBLOCK, ai->ai_protocol);
+	int fd = socket(ai->ai_family,
+	    ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
 	if (fd < 0)
 		return -1;
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
@@ -434,15 +435,17 @@ http_get(const ctl *c, const char *path, char **ret_body)
 	if (fd < 0) {
 		if (last == ETIMEDOUT)
 			fail("cannot reach allotd at %s: no answer within "
-			    "%d ms", c->http, c->timeout_ms);
+			     "%d ms",
+			    c->http, c->timeout_ms);
 		else
 			fail("cannot reach allotd at %s: %s", c->http,
 			    errstr(last));
 		return EXIT_UNREACHABLE;
 	}
-	char *req = xasprintf("GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: "
-	    "allotctl/%s\r\nAccept: */*\r\nConnection: close\r\n\r\n", path,
-	    host, ALLOT_VERSION_STRING);
+	char *req = xasprintf(
+	    "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: "
+	    "allotctl/%s\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+	    path, host, ALLOT_VERSION_STRING);
 	size_t off = 0, reqlen = strlen(req);
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
@@ -495,10 +498,12 @@ http_get(const ctl *c, const char *path, char **ret_body)
 	if (why != NULL) {
 		if (strcmp(why, "timeout") == 0)
 			fail("cannot reach allotd at %s: no answer to GET %s "
-			    "within %d ms", c->http, path, c->timeout_ms);
+			     "within %d ms",
+			    c->http, path, c->timeout_ms);
 		else if (strcmp(why, "too large") == 0)
 			fail("allotd at %s: the answer to GET %s is larger "
-			    "than %u bytes", c->http, path, HTTP_MAX_BYTES);
+			     "than %u bytes",
+			    c->http, path, HTTP_MAX_BYTES);
 		else
 			fail("cannot reach allotd at %s: %s", c->http,
 			    errstr(werr));
@@ -551,15 +556,17 @@ jstr(json_object *o, const char *key)
 {
 	json_object *v = jget(o, key);
 	return v != NULL && json_object_is_type(v, json_type_string) ?
-	    json_object_get_string(v) : "";
+	    json_object_get_string(v) :
+	    "";
 }
 
 static double
 jnum(json_object *o, const char *key)
 {
 	json_object *v = jget(o, key);
-	if (v == NULL || !(json_object_is_type(v, json_type_int) ||
-	    json_object_is_type(v, json_type_double)))
+	if (v == NULL ||
+	    !(json_object_is_type(v, json_type_int) ||
+	        json_object_is_type(v, json_type_double)))
 		return NAN;
 	return json_object_get_double(v);
 }
@@ -583,7 +590,8 @@ static size_t
 jlen(json_object *arr)
 {
 	return arr != NULL && json_object_is_type(arr, json_type_array) ?
-	    json_object_array_length(arr) : 0;
+	    json_object_array_length(arr) :
+	    0;
 }
 
 static json_object *
@@ -604,17 +612,19 @@ get_status(const ctl *c, json_object **ret)
 	json_tokener *tok = json_tokener_new_ex(64);
 	if (tok == NULL)
 		die_oom();
-	json_object *doc = json_tokener_parse_ex(tok, body,
-	    (int) strlen(body));
+	json_object *doc = json_tokener_parse_ex(
+	    tok, body, (int) strlen(body));
 	enum json_tokener_error jerr = json_tokener_get_error(tok);
 	json_tokener_free(tok);
 	free(body);
 	if (doc == NULL || jerr != json_tokener_success ||
 	    jget(doc, "config") == NULL || jget(doc, "services") == NULL) {
 		fail("allotd at %s: /status is not the JSON document allotd "
-		    "serves (%s)", c->http, doc == NULL ||
-		    jerr != json_tokener_success ?
-		    json_tokener_error_desc(jerr) : "no config or services");
+		     "serves (%s)",
+		    c->http,
+		    doc == NULL || jerr != json_tokener_success ?
+		        json_tokener_error_desc(jerr) :
+		        "no config or services");
 		json_object_put(doc);
 		return EXIT_UNREACHABLE;
 	}
@@ -653,9 +663,9 @@ cmd_status(const ctl *c, int argc, char **argv)
 	else
 		printf(", no global ceiling\n");
 	printf("settings  lease %.0f ms, sync interval %.0f ms, expiry after "
-	    "%.0f intervals, allocator %s\n", jnum0(set, "lease_ms"),
-	    jnum0(set, "interval_ms"), jnum0(set, "expiry_intervals"),
-	    jstr(set, "allocator"));
+	       "%.0f intervals, allocator %s\n",
+	    jnum0(set, "lease_ms"), jnum0(set, "interval_ms"),
+	    jnum0(set, "expiry_intervals"), jstr(set, "allocator"));
 	if (store == NULL || !json_object_is_type(store, json_type_object)) {
 		printf("store     none\n");
 	} else {
@@ -684,7 +694,8 @@ cmd_status(const ctl *c, int argc, char **argv)
 		}
 		char *a = num(adm), *d = num(den);
 		printf("  %s: %.0f replica%s, admitted %s tokens/s, denied %s "
-		    "tokens/s", jstr(svc, "name"), jnum0(svc, "live_replicas"),
+		       "tokens/s",
+		    jstr(svc, "name"), jnum0(svc, "live_replicas"),
 		    jnum0(svc, "live_replicas") == 1 ? "" : "s", a, d);
 		if (jnum0(cfg, "ceiling_rate") > 0) {
 			char *p = pct(adm, jnum0(cfg, "ceiling_rate"));
@@ -734,12 +745,14 @@ cmd_replicas(const ctl *c, int argc, char **argv)
 			    xasprintf("%.0f", jnum0(x, "last_seq")),
 			    xasprintf("%.0f", jnum0(x, "silent_ms")),
 			    xstrdup(jbool(x, "restored") ?
-			        "restored (placeholder)" : "live"));
+			            "restored (placeholder)" :
+			            "live"));
 		}
 	}
 	if (t.nrows == 1)
 		printf(only ? "no live replica of service \"%s\"\n" :
-		    "no live replicas%s\n", only ? only : "");
+		              "no live replicas%s\n",
+		    only ? only : "");
 	else
 		table_print(&t, stdout);
 	table_free(&t);
@@ -768,10 +781,12 @@ cmd_quotas(const ctl *c, int argc, char **argv)
 			table_row(&t, xstrdup(jstr(x, "quota")),
 			    xstrdup(jstr(x, "priority")),
 			    num(jnum0(x, "rate")), num(jnum0(x, "burst")),
-			    xstrdup(jbool(x, "shadow") ? "shadow" : "enforce"));
+			    xstrdup(
+			        jbool(x, "shadow") ? "shadow" : "enforce"));
 		}
 		printf("no service has registered yet; the quotas of config "
-		    "epoch %.0f:\n", jnum0(jget(doc, "config"), "epoch"));
+		       "epoch %.0f:\n",
+		    jnum0(jget(doc, "config"), "epoch"));
 		table_print(&t, stdout);
 		table_free(&t);
 		json_object_put(doc);
@@ -847,7 +862,8 @@ match_quota(json_object *doc, const char *caller)
 			return found;
 		if (hits > 1) {
 			fail("\"%s\" matches %zu quotas; give the whole "
-			    "identity:", caller, hits);
+			     "identity:",
+			    caller, hits);
 			for (size_t q = 0; q < n; q++) {
 				const char *id = jstr(jat(qs, q), "quota");
 				if (quota_hit(id, caller, pass))
@@ -904,7 +920,7 @@ cmd_shares(const ctl *c, int argc, char **argv)
 			char *r = num(rate), *b = num(jnum0(x, "burst"));
 			char *s = num(sum), *p = pct(sum, rate);
 			printf("%s%s in service %s: quota %s tokens/s, burst "
-			    "%s; %zu replica%s hold %s tokens/s (%s)\n",
+			       "%s; %zu replica%s hold %s tokens/s (%s)\n",
 			    shown ? "\n" : "", quota, jstr(svc, "name"), r, b,
 			    jlen(sh), jlen(sh) == 1 ? "" : "s", s, p);
 			if (jlen(sh) > 0)
@@ -919,7 +935,8 @@ cmd_shares(const ctl *c, int argc, char **argv)
 	}
 	if (shown == 0)
 		printf("%s: no service has registered, so no replica holds a "
-		    "share yet\n", quota);
+		       "share yet\n",
+		    quota);
 	json_object_put(doc);
 	return 0;
 }
@@ -986,11 +1003,12 @@ cmd_top_denied(const ctl *c, int argc, char **argv, long limit)
 			table_row(&t, xstrdup(rows[i].service),
 			    xstrdup(rows[i].quota), num(rows[i].denied_s),
 			    num(rows[i].admitted_s),
-			    pct(rows[i].denied_s, rows[i].denied_s +
-			        rows[i].admitted_s),
+			    pct(rows[i].denied_s,
+			        rows[i].denied_s + rows[i].admitted_s),
 			    num(rows[i].denied_total),
-			    pct(rows[i].denied_total, rows[i].denied_total +
-			        rows[i].admitted_total));
+			    pct(rows[i].denied_total,
+			        rows[i].denied_total +
+			            rows[i].admitted_total));
 		table_print(&t, stdout);
 		table_free(&t);
 	}
@@ -1026,12 +1044,13 @@ reload_counters(const ctl *c, double *ok, double *failed)
 	if (rc != 0)
 		return rc;
 	*ok = metric_value(m, "allotd_config_reloads_total{result=\"ok\"}");
-	*failed = metric_value(m,
-	    "allotd_config_reloads_total{result=\"fail\"}");
+	*failed = metric_value(
+	    m, "allotd_config_reloads_total{result=\"fail\"}");
 	free(m);
 	if (*ok < 0 || *failed < 0) {
 		fail("allotd at %s: /metrics has no "
-		    "allotd_config_reloads_total", c->http);
+		     "allotd_config_reloads_total",
+		    c->http);
 		return EXIT_UNREACHABLE;
 	}
 	return 0;
@@ -1104,10 +1123,10 @@ read_pid_file(const char *path, long *ret)
 }
 
 typedef struct reload_opts {
-	long pid;              /* 0: from --pid-file or /status */
+	long pid; /* 0: from --pid-file or /status */
 	const char *pid_file;
 	long wait_ms;
-	bool check;            /* validate the file before signalling */
+	bool check; /* validate the file before signalling */
 } reload_opts;
 
 static int
@@ -1123,7 +1142,8 @@ cmd_reload(const ctl *c, const reload_opts *o)
 	snprintf(digest0, sizeof digest0, "%s", jstr(cfg, "digest"));
 	char *path = xstrdup(jstr(cfg, "path"));
 	long status_pid = isfinite(jnum(doc, "pid")) ?
-	    (long) jnum(doc, "pid") : 0;
+	    (long) jnum(doc, "pid") :
+	    0;
 	json_object_put(doc);
 	rc = EXIT_FAIL;
 
@@ -1138,20 +1158,22 @@ cmd_reload(const ctl *c, const reload_opts *o)
 	if (pid == 0) {
 		if (!local) {
 			fail("reload sends SIGHUP to allotd, so it works on "
-			    "allotd's own host: run it there, or give --pid "
-			    "or --pid-file");
+			     "allotd's own host: run it there, or give --pid "
+			     "or --pid-file");
 			rc = EXIT_USAGE;
 			goto out;
 		}
 		pid = status_pid;
 		if (pid <= 0) {
 			fail("allotd at %s does not report its pid; give "
-			    "--pid or --pid-file", c->http);
+			     "--pid or --pid-file",
+			    c->http);
 			goto out;
 		}
 	} else if (local && status_pid > 0 && status_pid != pid) {
 		fail("allotd at %s has pid %ld, not %ld: refusing to signal "
-		    "another process", c->http, status_pid, pid);
+		     "another process",
+		    c->http, status_pid, pid);
 		goto out;
 	}
 	char comm[64];
@@ -1159,10 +1181,12 @@ cmd_reload(const ctl *c, const reload_opts *o)
 	if (strcmp(comm, "allotd") != 0) {
 		if (comm[0] == '\0')
 			fail("no process %ld on this host (is allotd in "
-			    "another pid namespace? give --pid)", pid);
+			     "another pid namespace? give --pid)",
+			    pid);
 		else
 			fail("process %ld is \"%s\", not allotd: refusing to "
-			    "signal it", pid, comm);
+			     "signal it",
+			    pid, comm);
 		goto out;
 	}
 
@@ -1192,13 +1216,15 @@ cmd_reload(const ctl *c, const reload_opts *o)
 			fputs(err[0] ? err : allot_strerror(lrc), stderr);
 			fputc('\n', stderr);
 			fail("%s is not valid; nothing was sent, allotd keeps "
-			    "config epoch %.0f (digest %s)", path, epoch0,
-			    digest0);
+			     "config epoch %.0f (digest %s)",
+			    path, epoch0, digest0);
 			goto out;
 		}
 	} else if (o->check) {
-		fprintf(stderr, "allotctl: note: cannot read %s here (%s); "
-		    "allotd will validate it\n", full, errstr(errno));
+		fprintf(stderr,
+		    "allotctl: note: cannot read %s here (%s); "
+		    "allotd will validate it\n",
+		    full, errstr(errno));
 	}
 
 	double ok0, failed0;
@@ -1208,7 +1234,8 @@ cmd_reload(const ctl *c, const reload_opts *o)
 	if (kill((pid_t) pid, SIGHUP) != 0) {
 		if (errno == EPERM)
 			fail("not permitted to signal allotd (pid %ld): run "
-			    "allotctl as allotd's user or as root", pid);
+			     "allotctl as allotd's user or as root",
+			    pid);
 		else
 			fail("cannot signal allotd (pid %ld): %s", pid,
 			    errstr(errno));
@@ -1223,8 +1250,9 @@ cmd_reload(const ctl *c, const reload_opts *o)
 		rc = EXIT_FAIL;
 		if (failed > failed0) {
 			fail("allotd rejected %s and keeps config epoch %.0f "
-			    "(digest %s); its log has the reason "
-			    "(ALLOTD-RELOAD-FAIL)", path, epoch0, digest0);
+			     "(digest %s); its log has the reason "
+			     "(ALLOTD-RELOAD-FAIL)",
+			    path, epoch0, digest0);
 			goto out;
 		}
 		if (ok > ok0)
@@ -1235,7 +1263,8 @@ cmd_reload(const ctl *c, const reload_opts *o)
 		    (now.tv_nsec - t0.tv_nsec) / 1000000;
 		if (el >= o->wait_ms) {
 			fail("sent SIGHUP to allotd (pid %ld) but it did not "
-			    "report a reload within %ld ms", pid, o->wait_ms);
+			     "report a reload within %ld ms",
+			    pid, o->wait_ms);
 			goto out;
 		}
 		usleep(50000);
@@ -1246,8 +1275,8 @@ cmd_reload(const ctl *c, const reload_opts *o)
 	double epoch1 = jnum0(cfg, "epoch");
 	if (epoch1 != epoch0)
 		printf("reloaded %s: epoch %.0f -> %.0f, digest %s -> %s; "
-		    "agents get the new shares on their next sync\n", path,
-		    epoch0, epoch1, digest0, jstr(cfg, "digest"));
+		       "agents get the new shares on their next sync\n",
+		    path, epoch0, epoch1, digest0, jstr(cfg, "digest"));
 	else
 		printf("%s is unchanged (digest %s); epoch stays %.0f\n", path,
 		    jstr(cfg, "digest"), epoch1);
@@ -1263,7 +1292,7 @@ out:
 /* ------------------------------------------------------------------ */
 
 typedef struct check_opts {
-	double capacity;       /* tested capacity, requests/s; 0: unknown */
+	double capacity; /* tested capacity, requests/s; 0: unknown */
 	double max_overcommit; /* exit 1 above this ratio; 0: no limit */
 } check_opts;
 
@@ -1290,9 +1319,8 @@ cmd_check_config(const char *file, const check_opts *o)
 
 	table t;
 	table_init(&t, "llrrrl");
-	table_row(&t, xstrdup("QUOTA"), xstrdup("PRIORITY"),
-	    xstrdup("RATE/S"), xstrdup("BURST"), xstrdup("FIRST_SECOND"),
-	    xstrdup("MODE"));
+	table_row(&t, xstrdup("QUOTA"), xstrdup("PRIORITY"), xstrdup("RATE/S"),
+	    xstrdup("BURST"), xstrdup("FIRST_SECOND"), xstrdup("MODE"));
 	double sum_rate = 0, sum_burst = 0;
 	for (size_t i = 0; i < cfg->ncallers; i++) {
 		const allot__quota *q = &cfg->callers[i];
@@ -1304,11 +1332,13 @@ cmd_check_config(const char *file, const check_opts *o)
 		    xstrdup(q->shadow ? "shadow" : "enforce"));
 	}
 	const allot__quota *d = &cfg->def;
-	table_row(&t, xstrdup(d->shared ? "default (shared by unknown "
-	    "callers)" : "default (each unknown caller)"),
+	table_row(&t,
+	    xstrdup(d->shared ? "default (shared by unknown "
+	                        "callers)" :
+	                        "default (each unknown caller)"),
 	    xstrdup(cfg->classes[d->priority]), num(d->rate), num(d->burst),
-	    num(d->rate + d->burst), xstrdup(d->shadow ? "shadow" :
-	        "enforce"));
+	    num(d->rate + d->burst),
+	    xstrdup(d->shadow ? "shadow" : "enforce"));
 	putchar('\n');
 	table_print(&t, stdout);
 	table_free(&t);
@@ -1326,7 +1356,8 @@ cmd_check_config(const char *file, const check_opts *o)
 	} else {
 		char *dr = num(d->rate);
 		printf(" (plus %s per unknown caller: the default is not "
-		    "shared)", dr);
+		       "shared)",
+		    dr);
 		free(dr);
 	}
 	putchar('\n');
@@ -1338,37 +1369,39 @@ cmd_check_config(const char *file, const check_opts *o)
 		char *r = ratio(over);
 		if (sum_rate > cfg->ceiling_rate) {
 			char *more = num(sum_rate - cfg->ceiling_rate);
-			printf("ceiling:    %s tokens/s: overcommitted %sx "
+			printf(
+			    "ceiling:    %s tokens/s: overcommitted %sx "
 			    "(%s vs %s, %s tokens/s more than the ceiling)\n",
 			    c, r, sr, c, more);
 			free(more);
 		} else {
 			printf("ceiling:    %s tokens/s: not overcommitted "
-			    "(%s vs %s, %.0f%% allocated)\n", c, sr, c,
-			    100 * over);
+			       "(%s vs %s, %.0f%% allocated)\n",
+			    c, sr, c, 100 * over);
 		}
 		free(r);
 		free(c);
 	} else {
 		printf("ceiling:    none: nothing bounds the callers "
-		    "together (add quotas.global_ceiling)\n");
+		       "together (add quotas.global_ceiling)\n");
 	}
 	/* The reference's sizing: a caller with rate R and burst B that
 	 * bursts admits up to R + B in its first second (the bucket drains
 	 * B while refilling R). Correlated, every caller does so at once. */
 	printf("burst:      if every caller bursts together, the first "
-	    "second admits up to sum(rate + burst) = %s + %s = %s tokens",
+	       "second admits up to sum(rate + burst) = %s + %s = %s tokens",
 	    sr, sb, sf);
 	if (n > 0) {
 		bool equal = true;
 		for (size_t i = 1; i < n; i++)
-			equal &= cfg->callers[i].rate == cfg->callers[0].rate &&
+			equal &= cfg->callers[i].rate ==
+			        cfg->callers[0].rate &&
 			    cfg->callers[i].burst == cfg->callers[0].burst;
 		if (equal && n > 1) {
 			char *r = num(cfg->callers[0].rate);
 			char *b = num(cfg->callers[0].burst);
-			char *p = num(cfg->callers[0].rate +
-			    cfg->callers[0].burst);
+			char *p = num(
+			    cfg->callers[0].rate + cfg->callers[0].burst);
 			printf(" (%zu callers x (%s + %s) = %zu x %s)", n, r,
 			    b, n, p);
 			free(r);
@@ -1380,21 +1413,23 @@ cmd_check_config(const char *file, const check_opts *o)
 	if (cfg->ceiling_rate > 0) {
 		char *r = ratio((sum_rate + sum_burst) / cfg->ceiling_rate);
 		printf("            %sx the ceiling for that second; "
-		    "afterwards at most %s tokens/s\n", r, sr);
+		       "afterwards at most %s tokens/s\n",
+		    r, sr);
 		free(r);
 	}
 	if (o->capacity > 0) {
 		char *cap = num(o->capacity);
 		char *r = ratio((sum_rate + sum_burst) / o->capacity);
 		printf("capacity:   %s requests/s tested: the allocation is "
-		    "%.0f%% of it, the correlated first second %.0f%% "
-		    "(%sx)\n", cap, 100 * sum_rate / o->capacity,
+		       "%.0f%% of it, the correlated first second %.0f%% "
+		       "(%sx)\n",
+		    cap, 100 * sum_rate / o->capacity,
 		    100 * (sum_rate + sum_burst) / o->capacity, r);
 		free(r);
 		if (cfg->default_weight != 1 || cfg->nendpoints > 0)
 			printf("            (tokens are requests only where "
-			    "the endpoint weight is 1; weighted endpoints "
-			    "admit fewer requests)\n");
+			       "the endpoint weight is 1; weighted endpoints "
+			       "admit fewer requests)\n");
 		free(cap);
 	}
 	if (o->max_overcommit > 0 && cfg->ceiling_rate > 0 &&
@@ -1422,43 +1457,42 @@ cmd_check_config(const char *file, const check_opts *o)
  * UNION ALL, a "db" column naming the file. */
 static const struct audit_query {
 	const char *title;
-	const char *sql;       /* %1$s is the schema, e.g. "db0" */
-	const char *order;     /* applied to the union */
+	const char *sql; /* %1$s is the schema, e.g. "db0" */
+	const char *order; /* applied to the union */
 } audit_queries[] = {
 	{ "Configs loaded",
-	  "SELECT epoch, digest, path, bytes, loaded FROM %1$s.v_configs",
-	  "loaded" },
+	    "SELECT epoch, digest, path, bytes, loaded FROM %1$s.v_configs",
+	    "loaded" },
 	{ "Consumption per caller (tokens)",
-	  "SELECT service, quota, sum(admitted) AS admitted, sum(denied) AS "
-	  "denied, round(100.0 * sum(denied) / max(sum(admitted) + "
-	  "sum(denied), 1), 2) AS denied_pct, count(*) AS seconds, "
-	  "max(live_replicas) AS max_replicas FROM %1$s.usage "
-	  "GROUP BY service, quota",
-	  "admitted DESC" },
+	    "SELECT service, quota, sum(admitted) AS admitted, sum(denied) AS "
+	    "denied, round(100.0 * sum(denied) / max(sum(admitted) + "
+	    "sum(denied), 1), 2) AS denied_pct, count(*) AS seconds, "
+	    "max(live_replicas) AS max_replicas FROM %1$s.usage "
+	    "GROUP BY service, quota",
+	    "admitted DESC" },
 	{ "Who was denied",
-	  "SELECT service, quota, denied, admitted, denied_pct, "
-	  "denied_per_s, first_denied, last_denied FROM %1$s.v_denied",
-	  "denied DESC" },
+	    "SELECT service, quota, denied, admitted, denied_pct, "
+	    "denied_per_s, first_denied, last_denied FROM %1$s.v_denied",
+	    "denied DESC" },
 	{ "Replicas per service",
-	  "SELECT service, count(*) AS sessions, sum(left_at IS NULL) AS "
-	  "live, sum(left_why IS 'leave') AS left, sum(left_why IS "
-	  "'expired') AS expired, sum(left_why IS 'replaced') AS replaced, "
-	  "sum(left_why IS 'shutdown') AS shutdown FROM %1$s.replicas "
-	  "GROUP BY service",
-	  "service" },
+	    "SELECT service, count(*) AS sessions, sum(left_at IS NULL) AS "
+	    "live, sum(left_why IS 'leave') AS left, sum(left_why IS "
+	    "'expired') AS expired, sum(left_why IS 'replaced') AS replaced, "
+	    "sum(left_why IS 'shutdown') AS shutdown FROM %1$s.replicas "
+	    "GROUP BY service",
+	    "service" },
 	{ "Share changes per caller",
-	  "SELECT service, quota, count(*) AS changes, count(DISTINCT "
-	  "session) AS replicas, round(min(rate), 3) AS min_rate, "
-	  "round(max(rate), 3) AS max_rate FROM %1$s.share_history "
-	  "GROUP BY service, quota",
-	  "service, quota" },
+	    "SELECT service, quota, count(*) AS changes, count(DISTINCT "
+	    "session) AS replicas, round(min(rate), 3) AS min_rate, "
+	    "round(max(rate), 3) AS max_rate FROM %1$s.share_history "
+	    "GROUP BY service, quota",
+	    "service, quota" },
 	{ "Live replicas (as the coordinator last knew)",
-	  "SELECT service, replica_id, session, host, agent_version, "
-	  "last_seen, silent_s FROM %1$s.v_live_replicas",
-	  "service, replica_id" },
-	{ "Events",
-	  "SELECT at, kind, subject, detail FROM %1$s.v_events",
-	  "at DESC" },
+	    "SELECT service, replica_id, session, host, agent_version, "
+	    "last_seen, silent_s FROM %1$s.v_live_replicas",
+	    "service, replica_id" },
+	{ "Events", "SELECT at, kind, subject, detail FROM %1$s.v_events",
+	    "at DESC" },
 };
 
 /* "file:" URI for a path, read-only, every special byte escaped. */
@@ -1502,8 +1536,8 @@ audit_print(sqlite3 *db, const char *title, const char *sql, bool show_sql)
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (t.nrows == t.cap) {
 			t.cap *= 2;
-			t.cells = xrealloc(t.cells, t.cap * (size_t) ncol *
-			    sizeof *t.cells);
+			t.cells = xrealloc(
+			    t.cells, t.cap * (size_t) ncol * sizeof *t.cells);
 		}
 		for (int i = 0; i < ncol; i++) {
 			int ty = sqlite3_column_type(st, i);
@@ -1511,8 +1545,9 @@ audit_print(sqlite3 *db, const char *title, const char *sql, bool show_sql)
 			if (ty == SQLITE_INTEGER || ty == SQLITE_FLOAT)
 				align[i] = 'r';
 			t.cells[t.nrows * (size_t) ncol + (size_t) i] =
-			    xstrdup(ty == SQLITE_NULL || v == NULL ? "-" :
-			        (const char *) v);
+			    xstrdup(ty == SQLITE_NULL || v == NULL ?
+			            "-" :
+			            (const char *) v);
 		}
 		t.nrows++;
 	}
@@ -1558,10 +1593,11 @@ cmd_audit(int ndb, char **paths, long limit, bool show_sql)
 {
 	sqlite3 *db = NULL;
 	int rc = EXIT_FAIL;
-	if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE |
-	    SQLITE_OPEN_CREATE | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
-		fail("cannot start SQLite: %s", db ? sqlite3_errmsg(db) :
-		    "out of memory");
+	if (sqlite3_open_v2(":memory:", &db,
+	        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI,
+	        NULL) != SQLITE_OK) {
+		fail("cannot start SQLite: %s",
+		    db ? sqlite3_errmsg(db) : "out of memory");
 		goto out;
 	}
 	sqlite3_busy_timeout(db, 2000);
@@ -1596,13 +1632,15 @@ cmd_audit(int ndb, char **paths, long limit, bool show_sql)
 		}
 		if (app != ALLOT_APPLICATION_ID) {
 			fail("%s is not an allot store (application_id "
-			    "0x%08x)", paths[i], (unsigned) app);
+			     "0x%08x)",
+			    paths[i], (unsigned) app);
 			goto out;
 		}
 		if (ver < AUDIT_VIEWS_VERSION) {
 			fail("%s has schema version %d, without the audit "
-			    "views (version %d); open it once with a current "
-			    "allotd", paths[i], ver, AUDIT_VIEWS_VERSION);
+			     "views (version %d); open it once with a current "
+			     "allotd",
+			    paths[i], ver, AUDIT_VIEWS_VERSION);
 			goto out;
 		}
 	}
@@ -1635,19 +1673,22 @@ cmd_audit(int ndb, char **paths, long limit, bool show_sql)
 				if (quoted == NULL)
 					die_oom();
 				label = xasprintf("SELECT %s AS db, * FROM "
-				    "(%s)", quoted, one);
+				                  "(%s)",
+				    quoted, one);
 				sqlite3_free(quoted);
 				free(one);
 				one = label;
 			}
-			char *joined = sql ? xasprintf("%s UNION ALL %s", sql,
-			    one) : xstrdup(one);
+			char *joined = sql ?
+			    xasprintf("%s UNION ALL %s", sql, one) :
+			    xstrdup(one);
 			free(sql);
 			free(one);
 			sql = joined;
 		}
 		char *full = xasprintf("SELECT * FROM (%s) ORDER BY %s%s "
-		    "LIMIT %ld", sql, ndb > 1 ? "db, " : "", aq->order, limit);
+		                       "LIMIT %ld",
+		    sql, ndb > 1 ? "db, " : "", aq->order, limit);
 		free(sql);
 		if (audit_print(db, aq->title, full, show_sql) != 0)
 			rc = EXIT_FAIL;
@@ -1662,22 +1703,23 @@ out:
 /* help                                                                */
 /* ------------------------------------------------------------------ */
 
-#define COMMON_OPTIONS \
-"COMMON OPTIONS\n" \
-"    --http HOST:PORT\n" \
-"        allotd's HTTP address (its --http option). Default: the\n" \
-"        ALLOT_HTTP environment variable, else " DEFAULT_HTTP ".\n" \
-"    --timeout MS\n" \
-"        Give up on an HTTP exchange after MS milliseconds (default\n" \
-"        3000).\n" \
-"    -h, --help\n" \
-"        Print this text.\n"
+#define COMMON_OPTIONS                                                      \
+	"COMMON OPTIONS\n"                                                  \
+	"    --http HOST:PORT\n"                                            \
+	"        allotd's HTTP address (its --http option). Default: the\n" \
+	"        ALLOT_HTTP environment variable, else " DEFAULT_HTTP ".\n" \
+	"    --timeout MS\n"                                                \
+	"        Give up on an HTTP exchange after MS milliseconds "        \
+	"(default\n"                                                        \
+	"        3000).\n"                                                  \
+	"    -h, --help\n"                                                  \
+	"        Print this text.\n"
 
-#define EXIT_TEXT \
-"EXIT STATUS\n" \
-"    0 success; 1 the command failed (see its description); 2 bad\n" \
-"    command line; 3 allotd could not be reached or did not answer\n" \
-"    like allotd.\n"
+#define EXIT_TEXT                                                             \
+	"EXIT STATUS\n"                                                       \
+	"    0 success; 1 the command failed (see its description); 2 bad\n"  \
+	"    command line; 3 allotd could not be reached or did not answer\n" \
+	"    like allotd.\n"
 
 static const struct command_help {
 	const char *name;
@@ -1685,298 +1727,373 @@ static const struct command_help {
 	const char *text;
 } helps[] = {
 	{ "status", "the coordinator's state at a glance",
-"NAME\n"
-"    allotctl status - the coordinator's state at a glance\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] status\n"
-"\n"
-"DESCRIPTION\n"
-"    Reads GET /status and prints allotd's version and pid, the quota\n"
-"    config in force (path, epoch, digest, when it was loaded), the\n"
-"    number of quotas and the global ceiling, the protocol settings\n"
-"    (lease, sync interval, expiry), the store's health (commits,\n"
-"    failed commits with the last SQLite error code, rows waiting to\n"
-"    be written, rows dropped), and per service its live replicas and\n"
-"    the tokens per second admitted and denied over the last whole\n"
-"    second, with the share of the ceiling in use.\n"
-"\n"
-"    \"store: has had failures\" means a group commit failed at some\n"
-"    point since allotd started; rate limiting is not affected (see\n"
-"    docs/operations.md, \"Failure behaviour of the store\").\n"
-"\n"
-COMMON_OPTIONS "\n" EXIT_TEXT "\n"
-"EXAMPLE\n"
-"    allotctl --http 127.0.0.1:7480 status\n" },
+	    "NAME\n"
+	    "    allotctl status - the coordinator's state at a glance\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl [--http HOST:PORT] status\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    Reads GET /status and prints allotd's version and pid, the "
+	    "quota\n"
+	    "    config in force (path, epoch, digest, when it was loaded), "
+	    "the\n"
+	    "    number of quotas and the global ceiling, the protocol "
+	    "settings\n"
+	    "    (lease, sync interval, expiry), the store's health "
+	    "(commits,\n"
+	    "    failed commits with the last SQLite error code, rows waiting "
+	    "to\n"
+	    "    be written, rows dropped), and per service its live replicas "
+	    "and\n"
+	    "    the tokens per second admitted and denied over the last "
+	    "whole\n"
+	    "    second, with the share of the ceiling in use.\n"
+	    "\n"
+	    "    \"store: has had failures\" means a group commit failed at "
+	    "some\n"
+	    "    point since allotd started; rate limiting is not affected "
+	    "(see\n"
+	    "    docs/operations.md, \"Failure behaviour of the store\").\n"
+	    "\n" COMMON_OPTIONS "\n" EXIT_TEXT "\n"
+	    "EXAMPLE\n"
+	    "    allotctl --http 127.0.0.1:7480 status\n" },
 	{ "replicas", "the live replicas of every service",
-"NAME\n"
-"    allotctl replicas - the live replicas of every service\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] replicas [SERVICE]\n"
-"\n"
-"DESCRIPTION\n"
-"    One row per live session: SERVICE, REPLICA (the agent's\n"
-"    replica_id), SESSION, HOST, AGENT (version), PID, LAST_SEQ (the\n"
-"    last sync accepted), SILENT_MS (time since its last sync; a\n"
-"    replica silent for expiry-intervals x interval is expired) and\n"
-"    STATE: \"live\", or \"restored (placeholder)\" for a replica\n"
-"    that was live when allotd last stopped and has not registered\n"
-"    again yet (it still counts toward the replica count). With\n"
-"    SERVICE, only that service's replicas.\n"
-"\n"
-COMMON_OPTIONS "\n" EXIT_TEXT },
+	    "NAME\n"
+	    "    allotctl replicas - the live replicas of every service\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl [--http HOST:PORT] replicas [SERVICE]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    One row per live session: SERVICE, REPLICA (the agent's\n"
+	    "    replica_id), SESSION, HOST, AGENT (version), PID, LAST_SEQ "
+	    "(the\n"
+	    "    last sync accepted), SILENT_MS (time since its last sync; a\n"
+	    "    replica silent for expiry-intervals x interval is expired) "
+	    "and\n"
+	    "    STATE: \"live\", or \"restored (placeholder)\" for a "
+	    "replica\n"
+	    "    that was live when allotd last stopped and has not "
+	    "registered\n"
+	    "    again yet (it still counts toward the replica count). With\n"
+	    "    SERVICE, only that service's replicas.\n"
+	    "\n" COMMON_OPTIONS "\n" EXIT_TEXT },
 	{ "quotas", "per service and quota: usage against the quota",
-"NAME\n"
-"    allotctl quotas - per service and quota: usage against the quota\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] quotas [SERVICE]\n"
-"\n"
-"DESCRIPTION\n"
-"    One row per service and quota: PRIORITY (the quota's class),\n"
-"    RATE/S and BURST (the quota R and B), ADMITTED/S and DENIED/S\n"
-"    (tokens over the last whole second, summed over the replicas),\n"
-"    UTIL (admitted / R), GRANTED/S (the sum of the shares the\n"
-"    replicas were sent; at most R), HOLDERS (replicas holding a\n"
-"    share / live replicas) and DEMAND/S (what the replicas would\n"
-"    admit if allowed). Before any service has registered it lists\n"
-"    the configured quotas instead (QUOTA, PRIORITY, RATE/S, BURST,\n"
-"    MODE: enforce or shadow).\n"
-"\n"
-COMMON_OPTIONS "\n" EXIT_TEXT },
+	    "NAME\n"
+	    "    allotctl quotas - per service and quota: usage against the "
+	    "quota\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl [--http HOST:PORT] quotas [SERVICE]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    One row per service and quota: PRIORITY (the quota's "
+	    "class),\n"
+	    "    RATE/S and BURST (the quota R and B), ADMITTED/S and "
+	    "DENIED/S\n"
+	    "    (tokens over the last whole second, summed over the "
+	    "replicas),\n"
+	    "    UTIL (admitted / R), GRANTED/S (the sum of the shares the\n"
+	    "    replicas were sent; at most R), HOLDERS (replicas holding a\n"
+	    "    share / live replicas) and DEMAND/S (what the replicas "
+	    "would\n"
+	    "    admit if allowed). Before any service has registered it "
+	    "lists\n"
+	    "    the configured quotas instead (QUOTA, PRIORITY, RATE/S, "
+	    "BURST,\n"
+	    "    MODE: enforce or shadow).\n"
+	    "\n" COMMON_OPTIONS "\n" EXIT_TEXT },
 	{ "shares", "each replica's share of one caller's quota",
-"NAME\n"
-"    allotctl shares - each replica's share of one caller's quota\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] shares CALLER\n"
-"\n"
-"DESCRIPTION\n"
-"    For every service whose replicas enforce the quota of CALLER,\n"
-"    a line with the quota and the sum of the shares held, then one\n"
-"    row per replica: RATE/S and BURST (the share it was last sent\n"
-"    and enforces), TARGET/S (what the allocator wants it to hold;\n"
-"    a share grows to its target only out of the quota's headroom,\n"
-"    so the sum never exceeds the quota) and OF_QUOTA.\n"
-"\n"
-"    CALLER is the quota's identity as in the quota file (e.g.\n"
-"    spiffe://prod.example.internal/ns/payments/sa/checkout), or\n"
-"    \"default\", or any unambiguous part of an identity: its last\n"
-"    path segment (\"checkout\") or a substring.\n"
-"\n"
-COMMON_OPTIONS "\n" EXIT_TEXT
-"    Exit status 1 also when no quota, or more than one, matches\n"
-"    CALLER; the quotas are listed.\n" },
+	    "NAME\n"
+	    "    allotctl shares - each replica's share of one caller's "
+	    "quota\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl [--http HOST:PORT] shares CALLER\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    For every service whose replicas enforce the quota of "
+	    "CALLER,\n"
+	    "    a line with the quota and the sum of the shares held, then "
+	    "one\n"
+	    "    row per replica: RATE/S and BURST (the share it was last "
+	    "sent\n"
+	    "    and enforces), TARGET/S (what the allocator wants it to "
+	    "hold;\n"
+	    "    a share grows to its target only out of the quota's "
+	    "headroom,\n"
+	    "    so the sum never exceeds the quota) and OF_QUOTA.\n"
+	    "\n"
+	    "    CALLER is the quota's identity as in the quota file (e.g.\n"
+	    "    spiffe://prod.example.internal/ns/payments/sa/checkout), or\n"
+	    "    \"default\", or any unambiguous part of an identity: its "
+	    "last\n"
+	    "    path segment (\"checkout\") or a substring.\n"
+	    "\n" COMMON_OPTIONS "\n" EXIT_TEXT
+	    "    Exit status 1 also when no quota, or more than one, matches\n"
+	    "    CALLER; the quotas are listed.\n" },
 	{ "top-denied", "the callers being denied, most first",
-"NAME\n"
-"    allotctl top-denied - the callers being denied, most first\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] top-denied [-n N]\n"
-"\n"
-"DESCRIPTION\n"
-"    Every service and quota with denials since allotd started,\n"
-"    ordered by DENIED/S (tokens denied over the last whole second),\n"
-"    then by DENIED_TOTAL. DENIED_NOW is the share of the requested\n"
-"    tokens denied in the last second, DENIED_ALL the same since\n"
-"    allotd started. A caller denied steadily has reached its quota:\n"
-"    either it needs a larger one or it is misbehaving. For history\n"
-"    beyond allotd's uptime, use allotctl audit (the v_denied view).\n"
-"\n"
-"OPTIONS\n"
-"    -n, --limit N\n"
-"        Print at most N rows (default 10).\n"
-"\n"
-COMMON_OPTIONS "\n" EXIT_TEXT },
+	    "NAME\n"
+	    "    allotctl top-denied - the callers being denied, most first\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl [--http HOST:PORT] top-denied [-n N]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    Every service and quota with denials since allotd started,\n"
+	    "    ordered by DENIED/S (tokens denied over the last whole "
+	    "second),\n"
+	    "    then by DENIED_TOTAL. DENIED_NOW is the share of the "
+	    "requested\n"
+	    "    tokens denied in the last second, DENIED_ALL the same since\n"
+	    "    allotd started. A caller denied steadily has reached its "
+	    "quota:\n"
+	    "    either it needs a larger one or it is misbehaving. For "
+	    "history\n"
+	    "    beyond allotd's uptime, use allotctl audit (the v_denied "
+	    "view).\n"
+	    "\n"
+	    "OPTIONS\n"
+	    "    -n, --limit N\n"
+	    "        Print at most N rows (default 10).\n"
+	    "\n" COMMON_OPTIONS "\n" EXIT_TEXT },
 	{ "reload", "make allotd re-read its quota file",
-"NAME\n"
-"    allotctl reload - make allotd re-read its quota file\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] reload [--pid PID | --pid-file FILE]\n"
-"             [--wait MS] [--no-check]\n"
-"\n"
-"DESCRIPTION\n"
-"    Validates the quota file allotd uses (the path in /status,\n"
-"    relative to allotd's working directory) with the same loader,\n"
-"    then sends allotd SIGHUP and waits until allotd reports the\n"
-"    reload in /metrics. Prints the new epoch and digest, or that\n"
-"    the file is unchanged (same digest: same epoch, nothing sent to\n"
-"    the agents). A file that does not validate is reported with the\n"
-"    loader's FILE:LINE:COL message and not signalled at all; allotd\n"
-"    keeps the config in force.\n"
-"\n"
-"AUTHENTICATION\n"
-"    allotd's HTTP endpoints are read-only: nobody who can reach the\n"
-"    HTTP port can change anything. A reload is a signal, and the\n"
-"    kernel lets only allotd's own user (or root) signal it; the\n"
-"    quota file itself is whatever that user may write. So reload\n"
-"    runs on allotd's host, as allotd's user or root. The process is\n"
-"    the one given with --pid or --pid-file, or else the pid allotd\n"
-"    reports in /status (only when --http is a loopback address);\n"
-"    allotctl refuses to signal a process whose name is not\n"
-"    \"allotd\", or, with a loopback --http, one that is not the\n"
-"    allotd answering there.\n"
-"\n"
-"OPTIONS\n"
-"    --pid PID\n"
-"        allotd's process id (needed when allotd runs in another pid\n"
-"        namespace, e.g. a container).\n"
-"    --pid-file FILE\n"
-"        Read the process id from FILE (first line).\n"
-"    --wait MS\n"
-"        How long to wait for allotd to report the reload (default\n"
-"        5000).\n"
-"    --no-check\n"
-"        Do not validate the file first; allotd still refuses a bad\n"
-"        one, and its log (ALLOTD-RELOAD-FAIL) says why.\n"
-"\n"
-COMMON_OPTIONS "\n" EXIT_TEXT
-"    Exit status 1 when the file is invalid, allotd rejected it, the\n"
-"    process may not be signalled, or no reload was reported in time.\n"
-"\n"
-"EXAMPLE\n"
-"    sudo -u allot allotctl reload\n" },
+	    "NAME\n"
+	    "    allotctl reload - make allotd re-read its quota file\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl [--http HOST:PORT] reload [--pid PID | --pid-file "
+	    "FILE]\n"
+	    "             [--wait MS] [--no-check]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    Validates the quota file allotd uses (the path in /status,\n"
+	    "    relative to allotd's working directory) with the same "
+	    "loader,\n"
+	    "    then sends allotd SIGHUP and waits until allotd reports the\n"
+	    "    reload in /metrics. Prints the new epoch and digest, or "
+	    "that\n"
+	    "    the file is unchanged (same digest: same epoch, nothing sent "
+	    "to\n"
+	    "    the agents). A file that does not validate is reported with "
+	    "the\n"
+	    "    loader's FILE:LINE:COL message and not signalled at all; "
+	    "allotd\n"
+	    "    keeps the config in force.\n"
+	    "\n"
+	    "AUTHENTICATION\n"
+	    "    allotd's HTTP endpoints are read-only: nobody who can reach "
+	    "the\n"
+	    "    HTTP port can change anything. A reload is a signal, and "
+	    "the\n"
+	    "    kernel lets only allotd's own user (or root) signal it; the\n"
+	    "    quota file itself is whatever that user may write. So "
+	    "reload\n"
+	    "    runs on allotd's host, as allotd's user or root. The process "
+	    "is\n"
+	    "    the one given with --pid or --pid-file, or else the pid "
+	    "allotd\n"
+	    "    reports in /status (only when --http is a loopback "
+	    "address);\n"
+	    "    allotctl refuses to signal a process whose name is not\n"
+	    "    \"allotd\", or, with a loopback --http, one that is not the\n"
+	    "    allotd answering there.\n"
+	    "\n"
+	    "OPTIONS\n"
+	    "    --pid PID\n"
+	    "        allotd's process id (needed when allotd runs in another "
+	    "pid\n"
+	    "        namespace, e.g. a container).\n"
+	    "    --pid-file FILE\n"
+	    "        Read the process id from FILE (first line).\n"
+	    "    --wait MS\n"
+	    "        How long to wait for allotd to report the reload "
+	    "(default\n"
+	    "        5000).\n"
+	    "    --no-check\n"
+	    "        Do not validate the file first; allotd still refuses a "
+	    "bad\n"
+	    "        one, and its log (ALLOTD-RELOAD-FAIL) says why.\n"
+	    "\n" COMMON_OPTIONS "\n" EXIT_TEXT
+	    "    Exit status 1 when the file is invalid, allotd rejected it, "
+	    "the\n"
+	    "    process may not be signalled, or no reload was reported in "
+	    "time.\n"
+	    "\n"
+	    "EXAMPLE\n"
+	    "    sudo -u allot allotctl reload\n" },
 	{ "check-config", "validate a quota file and size it, offline",
-"NAME\n"
-"    allotctl check-config - validate a quota file and size it, offline\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl check-config FILE [--capacity RPS] [--max-overcommit X]\n"
-"\n"
-"DESCRIPTION\n"
-"    Loads FILE with the loader allotd and the agents use, so a file\n"
-"    that passes here loads there (for quota changes reviewed in\n"
-"    CI). An invalid file prints the loader's message, in the form\n"
-"    FILE:LINE:COL: what was wrong, expected what, and exits 1.\n"
-"\n"
-"    A valid file prints its digest and every quota with its class,\n"
-"    rate, burst and FIRST_SECOND (rate + burst: the most the caller\n"
-"    can be admitted in one second, starting from a full bucket),\n"
-"    then the sizing arithmetic:\n"
-"\n"
-"    allocation  the callers' rates added up. Against the global\n"
-"                ceiling this is the overcommit: 900 tokens/s of\n"
-"                callers under an 800 ceiling is 1.12x. Overcommit is\n"
-"                normal (callers rarely peak together); the ceiling\n"
-"                and the shed order decide who gives way when they do.\n"
-"    burst       the worst case if every caller bursts at the same\n"
-"                moment (a deploy, a cron job firing everywhere):\n"
-"                sum(rate + burst) tokens in the first second. Ten\n"
-"                callers at 140/s with a burst of 280 give 10 x 420 =\n"
-"                4200 in that second, twice a service tested at 2000\n"
-"                requests/s. Size bursts for how likely callers are to\n"
-"                burst together, not for one caller alone.\n"
-"\n"
-"    The default quota is listed but not added up: it is one small\n"
-"    bucket when shared, and one per unknown caller when not.\n"
-"\n"
-"OPTIONS\n"
-"    --capacity RPS\n"
-"        The protected service's tested capacity in requests/s; the\n"
-"        allocation and the correlated burst are also given as a\n"
-"        share of it.\n"
-"    --max-overcommit X\n"
-"        Exit 1 when the callers' rates exceed X times the ceiling\n"
-"        (e.g. 1.5), to hold quota changes to a policy in CI.\n"
-"    -h, --help\n"
-"        Print this text.\n"
-"\n"
-"EXIT STATUS\n"
-"    0 the file is valid (and within --max-overcommit); 1 it is not,\n"
-"    or cannot be read; 2 bad command line.\n"
-"\n"
-"EXAMPLE\n"
-"    allotctl check-config --capacity 2000 /etc/allot/quotas.yaml\n" },
+	    "NAME\n"
+	    "    allotctl check-config - validate a quota file and size it, "
+	    "offline\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl check-config FILE [--capacity RPS] "
+	    "[--max-overcommit X]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    Loads FILE with the loader allotd and the agents use, so a "
+	    "file\n"
+	    "    that passes here loads there (for quota changes reviewed in\n"
+	    "    CI). An invalid file prints the loader's message, in the "
+	    "form\n"
+	    "    FILE:LINE:COL: what was wrong, expected what, and exits 1.\n"
+	    "\n"
+	    "    A valid file prints its digest and every quota with its "
+	    "class,\n"
+	    "    rate, burst and FIRST_SECOND (rate + burst: the most the "
+	    "caller\n"
+	    "    can be admitted in one second, starting from a full "
+	    "bucket),\n"
+	    "    then the sizing arithmetic:\n"
+	    "\n"
+	    "    allocation  the callers' rates added up. Against the global\n"
+	    "                ceiling this is the overcommit: 900 tokens/s of\n"
+	    "                callers under an 800 ceiling is 1.12x. "
+	    "Overcommit is\n"
+	    "                normal (callers rarely peak together); the "
+	    "ceiling\n"
+	    "                and the shed order decide who gives way when "
+	    "they do.\n"
+	    "    burst       the worst case if every caller bursts at the "
+	    "same\n"
+	    "                moment (a deploy, a cron job firing "
+	    "everywhere):\n"
+	    "                sum(rate + burst) tokens in the first second. "
+	    "Ten\n"
+	    "                callers at 140/s with a burst of 280 give 10 x "
+	    "420 =\n"
+	    "                4200 in that second, twice a service tested at "
+	    "2000\n"
+	    "                requests/s. Size bursts for how likely callers "
+	    "are to\n"
+	    "                burst together, not for one caller alone.\n"
+	    "\n"
+	    "    The default quota is listed but not added up: it is one "
+	    "small\n"
+	    "    bucket when shared, and one per unknown caller when not.\n"
+	    "\n"
+	    "OPTIONS\n"
+	    "    --capacity RPS\n"
+	    "        The protected service's tested capacity in requests/s; "
+	    "the\n"
+	    "        allocation and the correlated burst are also given as a\n"
+	    "        share of it.\n"
+	    "    --max-overcommit X\n"
+	    "        Exit 1 when the callers' rates exceed X times the "
+	    "ceiling\n"
+	    "        (e.g. 1.5), to hold quota changes to a policy in CI.\n"
+	    "    -h, --help\n"
+	    "        Print this text.\n"
+	    "\n"
+	    "EXIT STATUS\n"
+	    "    0 the file is valid (and within --max-overcommit); 1 it is "
+	    "not,\n"
+	    "    or cannot be read; 2 bad command line.\n"
+	    "\n"
+	    "EXAMPLE\n"
+	    "    allotctl check-config --capacity 2000 "
+	    "/etc/allot/quotas.yaml\n" },
 	{ "audit", "the standard audit queries on store files",
-"NAME\n"
-"    allotctl audit - the standard audit queries on store files\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl audit [--limit N] [--sql] DB [DB...]\n"
-"\n"
-"DESCRIPTION\n"
-"    Opens each DB (an allotd --db file) read-only and prints, as\n"
-"    tables: the configs loaded, consumption per caller, who was\n"
-"    denied (v_denied), replicas per service with how they left,\n"
-"    share changes per caller, the live replicas (v_live_replicas)\n"
-"    and the most recent events. With several files (the stores of\n"
-"    several coordinators, or old copies) they are ATTACHed to one\n"
-"    connection and every table gets a first column \"db\" naming\n"
-"    the file. Safe on a live store: reads take no write lock (WAL).\n"
-"    docs/operations.md has these and more queries for the sqlite3\n"
-"    shell.\n"
-"\n"
-"OPTIONS\n"
-"    --limit N\n"
-"        At most N rows per table (default 50).\n"
-"    --sql\n"
-"        Print each query before its table, to adapt in the sqlite3\n"
-"        shell.\n"
-"    -h, --help\n"
-"        Print this text.\n"
-"\n"
-"EXIT STATUS\n"
-"    0 success; 1 a file is missing, not an allot store, too old, or\n"
-"    a query failed; 2 bad command line.\n"
-"\n"
-"EXAMPLE\n"
-"    allotctl audit /var/lib/allot/allot.db\n" },
+	    "NAME\n"
+	    "    allotctl audit - the standard audit queries on store files\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl audit [--limit N] [--sql] DB [DB...]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    Opens each DB (an allotd --db file) read-only and prints, "
+	    "as\n"
+	    "    tables: the configs loaded, consumption per caller, who was\n"
+	    "    denied (v_denied), replicas per service with how they left,\n"
+	    "    share changes per caller, the live replicas "
+	    "(v_live_replicas)\n"
+	    "    and the most recent events. With several files (the stores "
+	    "of\n"
+	    "    several coordinators, or old copies) they are ATTACHed to "
+	    "one\n"
+	    "    connection and every table gets a first column \"db\" "
+	    "naming\n"
+	    "    the file. Safe on a live store: reads take no write lock "
+	    "(WAL).\n"
+	    "    docs/operations.md has these and more queries for the "
+	    "sqlite3\n"
+	    "    shell.\n"
+	    "\n"
+	    "OPTIONS\n"
+	    "    --limit N\n"
+	    "        At most N rows per table (default 50).\n"
+	    "    --sql\n"
+	    "        Print each query before its table, to adapt in the "
+	    "sqlite3\n"
+	    "        shell.\n"
+	    "    -h, --help\n"
+	    "        Print this text.\n"
+	    "\n"
+	    "EXIT STATUS\n"
+	    "    0 success; 1 a file is missing, not an allot store, too old, "
+	    "or\n"
+	    "    a query failed; 2 bad command line.\n"
+	    "\n"
+	    "EXAMPLE\n"
+	    "    allotctl audit /var/lib/allot/allot.db\n" },
 	{ "help", "help on a command",
-"NAME\n"
-"    allotctl help - help on a command\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl help [COMMAND]\n"
-"\n"
-"DESCRIPTION\n"
-"    Without COMMAND, the list of commands; with one, its manual\n"
-"    (the same as allotctl COMMAND --help).\n" },
+	    "NAME\n"
+	    "    allotctl help - help on a command\n"
+	    "\n"
+	    "SYNOPSIS\n"
+	    "    allotctl help [COMMAND]\n"
+	    "\n"
+	    "DESCRIPTION\n"
+	    "    Without COMMAND, the list of commands; with one, its manual\n"
+	    "    (the same as allotctl COMMAND --help).\n" },
 };
 
 static void
 usage(FILE *f)
 {
-	fputs(
-"NAME\n"
-"    allotctl - inspect a running allotd, reload its quotas, check quota\n"
-"    files and audit its store\n"
-"\n"
-"SYNOPSIS\n"
-"    allotctl [--http HOST:PORT] [--timeout MS] COMMAND [ARGS]\n"
-"    allotctl help [COMMAND] | --help | --version\n"
-"\n"
-"COMMANDS\n", f);
+	fputs("NAME\n"
+	      "    allotctl - inspect a running allotd, reload its quotas, "
+	      "check quota\n"
+	      "    files and audit its store\n"
+	      "\n"
+	      "SYNOPSIS\n"
+	      "    allotctl [--http HOST:PORT] [--timeout MS] COMMAND [ARGS]\n"
+	      "    allotctl help [COMMAND] | --help | --version\n"
+	      "\n"
+	      "COMMANDS\n",
+	    f);
 	for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
 		fprintf(f, "    %-13s %s\n", helps[i].name, helps[i].summary);
-	fputs(
-"\n"
-"DESCRIPTION\n"
-"    status, replicas, quotas, shares and top-denied read allotd's\n"
-"    GET /status on its HTTP port and never change anything. reload\n"
-"    signals allotd on its own host (see allotctl help reload for how\n"
-"    that is authenticated). check-config and audit work on files and\n"
-"    need no allotd. allotctl help COMMAND has each command's manual.\n"
-"\n"
-COMMON_OPTIONS
-"    -V, --version\n"
-"        Print the version.\n"
-"\n"
-EXIT_TEXT
-"\n"
-"ENVIRONMENT\n"
-"    ALLOT_HTTP   the default for --http.\n"
-"\n"
-"EXAMPLES\n"
-"    allotctl status\n"
-"    allotctl --http 10.0.0.5:7480 top-denied\n"
-"    allotctl shares checkout\n"
-"    allotctl check-config --capacity 2000 quotas.yaml\n"
-"    allotctl audit /var/lib/allot/allot.db\n"
-"\n"
-"SEE ALSO\n"
-"    allotd --help, docs/operations.md, docs/configuration.md\n", f);
+	fputs("\n"
+	      "DESCRIPTION\n"
+	      "    status, replicas, quotas, shares and top-denied read "
+	      "allotd's\n"
+	      "    GET /status on its HTTP port and never change anything. "
+	      "reload\n"
+	      "    signals allotd on its own host (see allotctl help reload "
+	      "for how\n"
+	      "    that is authenticated). check-config and audit work on "
+	      "files and\n"
+	      "    need no allotd. allotctl help COMMAND has each command's "
+	      "manual.\n"
+	      "\n" COMMON_OPTIONS "    -V, --version\n"
+	      "        Print the version.\n"
+	      "\n" EXIT_TEXT "\n"
+	      "ENVIRONMENT\n"
+	      "    ALLOT_HTTP   the default for --http.\n"
+	      "\n"
+	      "EXAMPLES\n"
+	      "    allotctl status\n"
+	      "    allotctl --http 10.0.0.5:7480 top-denied\n"
+	      "    allotctl shares checkout\n"
+	      "    allotctl check-config --capacity 2000 quotas.yaml\n"
+	      "    allotctl audit /var/lib/allot/allot.db\n"
+	      "\n"
+	      "SEE ALSO\n"
+	      "    allotd --help, docs/operations.md, docs/configuration.md\n",
+	    f);
 }
 
 static const struct command_help *
@@ -1988,8 +2105,7 @@ find_help(const char *name)
 	return NULL;
 }
 
-static int
-usage_error(const char *cmd, const char *fmt, ...)
+static int usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static int
@@ -2027,8 +2143,16 @@ bad_option(const char *cmd, const char *arg)
 /* ------------------------------------------------------------------ */
 
 enum {
-	OPT_HTTP = 256, OPT_TIMEOUT, OPT_PID, OPT_PIDFILE, OPT_WAIT,
-	OPT_NOCHECK, OPT_CAPACITY, OPT_MAXOVER, OPT_LIMIT, OPT_SQL,
+	OPT_HTTP = 256,
+	OPT_TIMEOUT,
+	OPT_PID,
+	OPT_PIDFILE,
+	OPT_WAIT,
+	OPT_NOCHECK,
+	OPT_CAPACITY,
+	OPT_MAXOVER,
+	OPT_LIMIT,
+	OPT_SQL,
 };
 
 static const struct option all_opts[] = {
@@ -2054,25 +2178,19 @@ takes(const char *cmd, int opt)
 	switch (opt) {
 	case OPT_HTTP:
 	case OPT_TIMEOUT:
-	case 'h':
-		return true;
+	case 'h': return true;
 	case OPT_PID:
 	case OPT_PIDFILE:
 	case OPT_WAIT:
-	case OPT_NOCHECK:
-		return strcmp(cmd, "reload") == 0;
+	case OPT_NOCHECK: return strcmp(cmd, "reload") == 0;
 	case OPT_CAPACITY:
-	case OPT_MAXOVER:
-		return strcmp(cmd, "check-config") == 0;
+	case OPT_MAXOVER: return strcmp(cmd, "check-config") == 0;
 	case OPT_LIMIT:
 		return strcmp(cmd, "top-denied") == 0 ||
 		    strcmp(cmd, "audit") == 0;
-	case 'n':
-		return strcmp(cmd, "top-denied") == 0;
-	case OPT_SQL:
-		return strcmp(cmd, "audit") == 0;
-	default:
-		return false;
+	case 'n': return strcmp(cmd, "top-denied") == 0;
+	case OPT_SQL: return strcmp(cmd, "audit") == 0;
+	default: return false;
 	}
 }
 
@@ -2091,27 +2209,25 @@ main(int argc, char **argv)
 	while ((ch = getopt_long(argc, argv, "+hV", all_opts, NULL)) != -1) {
 		long v;
 		switch (ch) {
-		case OPT_HTTP:
-			c.http = optarg;
-			break;
+		case OPT_HTTP: c.http = optarg; break;
 		case OPT_TIMEOUT:
 			if (!parse_int(optarg, 1, 3600000, &v))
-				return usage_error(NULL, "--timeout expects "
+				return usage_error(NULL,
+				    "--timeout expects "
 				    "milliseconds (1 to 3600000), not \"%s\"",
 				    optarg);
 			c.timeout_ms = (int) v;
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
+		case 'h': usage(stdout); return 0;
 		case 'V':
 			printf("allotctl %s\n", ALLOT_VERSION_STRING);
 			return 0;
-		case '?':
-			return bad_option(NULL, argv[optind - 1]);
+		case '?': return bad_option(NULL, argv[optind - 1]);
 		default:
-			return usage_error(NULL, "\"%s\" goes after the "
-			    "command", argv[optind - 1]);
+			return usage_error(NULL,
+			    "\"%s\" goes after the "
+			    "command",
+			    argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
@@ -2124,8 +2240,8 @@ main(int argc, char **argv)
 		}
 		const struct command_help *h = find_help(argv[optind + 1]);
 		if (h == NULL)
-			return usage_error(NULL, "no command \"%s\"",
-			    argv[optind + 1]);
+			return usage_error(
+			    NULL, "no command \"%s\"", argv[optind + 1]);
 		fputs(h->text, stdout);
 		return 0;
 	}
@@ -2143,8 +2259,7 @@ main(int argc, char **argv)
 	bool show_sql = false;
 	optind = 0; /* GNU: start over on the new vector */
 	int li = -1;
-	while ((ch = getopt_long(sargc, sargv, "+hn:", all_opts, &li)) !=
-	    -1) {
+	while ((ch = getopt_long(sargc, sargv, "+hn:", all_opts, &li)) != -1) {
 		long v;
 		char optname[32];
 		if (li >= 0)
@@ -2156,64 +2271,62 @@ main(int argc, char **argv)
 		if (ch == '?')
 			return bad_option(cmd, sargv[optind - 1]);
 		if (!takes(cmd, ch))
-			return usage_error(cmd, "%s does not take \"%s\"", cmd,
-			    optname);
+			return usage_error(
+			    cmd, "%s does not take \"%s\"", cmd, optname);
 		switch (ch) {
-		case 'h':
-			fputs(help->text, stdout);
-			return 0;
-		case OPT_HTTP:
-			c.http = optarg;
-			break;
+		case 'h': fputs(help->text, stdout); return 0;
+		case OPT_HTTP: c.http = optarg; break;
 		case OPT_TIMEOUT:
 			if (!parse_int(optarg, 1, 3600000, &v))
-				return usage_error(cmd, "--timeout expects "
+				return usage_error(cmd,
+				    "--timeout expects "
 				    "milliseconds (1 to 3600000), not \"%s\"",
 				    optarg);
 			c.timeout_ms = (int) v;
 			break;
 		case OPT_PID:
 			if (!parse_int(optarg, 1, INT_MAX, &ro.pid))
-				return usage_error(cmd, "--pid expects a "
-				    "process id, not \"%s\"", optarg);
+				return usage_error(cmd,
+				    "--pid expects a "
+				    "process id, not \"%s\"",
+				    optarg);
 			break;
-		case OPT_PIDFILE:
-			ro.pid_file = optarg;
-			break;
+		case OPT_PIDFILE: ro.pid_file = optarg; break;
 		case OPT_WAIT:
 			if (!parse_int(optarg, 1, 3600000, &ro.wait_ms))
-				return usage_error(cmd, "--wait expects "
-				    "milliseconds, not \"%s\"", optarg);
+				return usage_error(cmd,
+				    "--wait expects "
+				    "milliseconds, not \"%s\"",
+				    optarg);
 			break;
-		case OPT_NOCHECK:
-			ro.check = false;
-			break;
+		case OPT_NOCHECK: ro.check = false; break;
 		case OPT_CAPACITY:
 			if (!parse_double(optarg, &co.capacity) ||
 			    co.capacity <= 0)
-				return usage_error(cmd, "--capacity expects "
+				return usage_error(cmd,
+				    "--capacity expects "
 				    "requests per second > 0, not \"%s\"",
 				    optarg);
 			break;
 		case OPT_MAXOVER:
 			if (!parse_double(optarg, &co.max_overcommit) ||
 			    co.max_overcommit <= 0)
-				return usage_error(cmd, "--max-overcommit "
+				return usage_error(cmd,
+				    "--max-overcommit "
 				    "expects a ratio > 0 (e.g. 1.5), not "
-				    "\"%s\"", optarg);
+				    "\"%s\"",
+				    optarg);
 			break;
 		case 'n':
 		case OPT_LIMIT:
 			if (!parse_int(optarg, 1, 1000000, &limit))
-				return usage_error(cmd, "%s expects a count "
+				return usage_error(cmd,
+				    "%s expects a count "
 				    "from 1 to 1000000, not \"%s\"",
 				    ch == 'n' ? "-n" : "--limit", optarg);
 			break;
-		case OPT_SQL:
-			show_sql = true;
-			break;
-		default:
-			return usage_error(cmd, "unknown option");
+		case OPT_SQL: show_sql = true; break;
+		default: return usage_error(cmd, "unknown option");
 		}
 	}
 	int npos = sargc - optind;
@@ -2233,10 +2346,13 @@ main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "replicas") == 0 || strcmp(cmd, "quotas") == 0) {
 		if (npos > 1)
-			return usage_error(cmd, "%s takes at most one "
-			    "SERVICE", cmd);
+			return usage_error(cmd,
+			    "%s takes at most one "
+			    "SERVICE",
+			    cmd);
 		return strcmp(cmd, "replicas") == 0 ?
-		    cmd_replicas(&c, npos, pos) : cmd_quotas(&c, npos, pos);
+		    cmd_replicas(&c, npos, pos) :
+		    cmd_quotas(&c, npos, pos);
 	}
 	if (strcmp(cmd, "shares") == 0) {
 		if (npos != 1)
@@ -2250,10 +2366,12 @@ main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "audit") == 0) {
 		if (npos < 1)
-			return usage_error(cmd, "audit takes one or more DB "
+			return usage_error(cmd,
+			    "audit takes one or more DB "
 			    "files");
 		if (npos > 10)
-			return usage_error(cmd, "audit takes at most 10 DB "
+			return usage_error(cmd,
+			    "audit takes at most 10 DB "
 			    "files (SQLite attaches 10 by default)");
 		return cmd_audit(npos, pos, limit, show_sql);
 	}

@@ -55,36 +55,36 @@
  * and then admitted adds 2 to `denied`, 1 to `ok` and 2 to `retried`.
  */
 typedef struct counts {
-	uint64_t scheduled;     /* arrivals due by the pacer */
-	uint64_t skipped;       /* arrivals not sent: concurrency bound */
-	uint64_t requests;      /* arrivals started */
-	uint64_t sent;          /* attempts sent */
-	uint64_t ok;            /* 2xx */
-	uint64_t denied;        /* 429 */
+	uint64_t scheduled; /* arrivals due by the pacer */
+	uint64_t skipped; /* arrivals not sent: concurrency bound */
+	uint64_t requests; /* arrivals started */
+	uint64_t sent; /* attempts sent */
+	uint64_t ok; /* 2xx */
+	uint64_t denied; /* 429 */
 	uint64_t conc_rejected; /* 503 */
-	uint64_t other;         /* any other status */
-	uint64_t errors;        /* transport errors, timeouts, no target */
-	uint64_t throttled;     /* attempts refused locally (throttle) */
-	uint64_t retried;       /* retries granted by allot_retry_next() */
-	uint64_t gave_up;       /* rejections whose retry was refused */
-	uint64_t cancelled;     /* cut short by the end of the run */
-	uint64_t connects;      /* new connections (TCP + TLS handshakes) */
+	uint64_t other; /* any other status */
+	uint64_t errors; /* transport errors, timeouts, no target */
+	uint64_t throttled; /* attempts refused locally (throttle) */
+	uint64_t retried; /* retries granted by allot_retry_next() */
+	uint64_t gave_up; /* rejections whose retry was refused */
+	uint64_t cancelled; /* cut short by the end of the run */
+	uint64_t connects; /* new connections (TCP + TLS handshakes) */
 } counts;
 
-#define COUNT_FIELDS(X)                                                 \
-	X(scheduled)                                                    \
-	X(skipped)                                                      \
-	X(requests)                                                     \
-	X(sent)                                                         \
-	X(ok)                                                           \
-	X(denied)                                                       \
-	X(conc_rejected)                                                \
-	X(other)                                                        \
-	X(errors)                                                       \
-	X(throttled)                                                    \
-	X(retried)                                                      \
-	X(gave_up)                                                      \
-	X(cancelled)                                                    \
+#define COUNT_FIELDS(X)  \
+	X(scheduled)     \
+	X(skipped)       \
+	X(requests)      \
+	X(sent)          \
+	X(ok)            \
+	X(denied)        \
+	X(conc_rejected) \
+	X(other)         \
+	X(errors)        \
+	X(throttled)     \
+	X(retried)       \
+	X(gave_up)       \
+	X(cancelled)     \
 	X(connects)
 
 /* Attempts of one caller on one target. */
@@ -92,7 +92,7 @@ typedef struct tcounts {
 	uint64_t sent, ok, denied, conc_rejected, other, errors;
 } tcounts;
 
-#define TCOUNT_FIELDS(X)                                                \
+#define TCOUNT_FIELDS(X) \
 	X(sent) X(ok) X(denied) X(conc_rejected) X(other) X(errors)
 
 static void
@@ -133,10 +133,10 @@ enum slot_state { SLOT_FREE, SLOT_INFLIGHT, SLOT_WAIT };
 typedef struct slot {
 	CURL *easy;
 	enum slot_state state;
-	uint32_t attempt;     /* 0-based attempt number */
-	size_t mix;           /* index into spec.mix */
-	int target;           /* index into lg.targets, for the counters */
-	uint64_t started_ns;  /* of the current attempt */
+	uint32_t attempt; /* 0-based attempt number */
+	size_t mix; /* index into spec.mix */
+	int target; /* index into lg.targets, for the counters */
+	uint64_t started_ns; /* of the current attempt */
 	uint64_t retry_at_ns; /* SLOT_WAIT: when to send the next attempt */
 	char url[LG_URL_MAX + LG_PATH_MAX + 2];
 	char errbuf[CURL_ERROR_SIZE];
@@ -152,7 +152,7 @@ typedef struct caller {
 	CURLSH *share;
 	struct curl_slist *headers;
 	slot *slots;
-	uint32_t nslots;    /* 2 * concurrency: in flight + waiting */
+	uint32_t nslots; /* 2 * concurrency: in flight + waiting */
 	uint32_t nfree;
 	uint32_t ninflight; /* at most spec.concurrency */
 	uint32_t nwait;
@@ -232,8 +232,7 @@ since_start_s(uint64_t now)
 	return now > lg.t0_ns ? (double) (now - lg.t0_ns) / 1e9 : 0;
 }
 
-static void
-note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void
 note(const char *fmt, ...)
@@ -249,8 +248,8 @@ note(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-static void
-fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
 
 static void
 fatal(const char *fmt, ...)
@@ -340,8 +339,9 @@ targets_reload(bool startup)
 	text = slurp(lg.o.targets_file, &missing);
 	if (text == NULL) {
 		if (startup) {
-			fprintf(stderr, PROG ": cannot read --targets-file "
-					"%s: %s\n",
+			fprintf(stderr,
+			    PROG ": cannot read --targets-file "
+			         "%s: %s\n",
 			    lg.o.targets_file, strerror(errno));
 			return false;
 		}
@@ -361,8 +361,8 @@ targets_reload(bool startup)
 		free(text);
 		return true;
 	}
-	n = lg_targets_parse(text, list, LG_MAX_TARGETS, targets_warn,
-	    lg.o.targets_file);
+	n = lg_targets_parse(
+	    text, list, LG_MAX_TARGETS, targets_warn, lg.o.targets_file);
 	free(text);
 
 	pthread_mutex_lock(&lg.tmu);
@@ -384,8 +384,9 @@ targets_reload(bool startup)
 		if (was_active)
 			continue;
 		if (target_add_locked(list[j], false) < 0) {
-			fprintf(stderr, PROG ": more than %d distinct targets "
-					"over the run; %s ignored\n",
+			fprintf(stderr,
+			    PROG ": more than %d distinct targets "
+			         "over the run; %s ignored\n",
 			    LG_MAX_TARGETS, list[j]);
 			continue;
 		}
@@ -463,8 +464,8 @@ static void start_attempt(caller *c, slot *s, uint64_t now);
  * retry helper whether and when to try again.
  */
 static void
-after_rejection(caller *c, slot *s, uint32_t status, const char *hint,
-    uint64_t now)
+after_rejection(
+    caller *c, slot *s, uint32_t status, const char *hint, uint64_t now)
 {
 	uint64_t delay_ms = 0;
 	int rc;
@@ -543,8 +544,8 @@ start_attempt(caller *c, slot *s, uint64_t now)
 	pthread_mutex_lock(&c->mu);
 	if (t < 0) {
 		c->c.errors++;
-		snprintf(c->last_error, sizeof c->last_error,
-		    "no active target");
+		snprintf(
+		    c->last_error, sizeof c->last_error, "no active target");
 		slot_free(c, s);
 		publish_gauges(c);
 		pthread_mutex_unlock(&c->mu);
@@ -618,9 +619,8 @@ finish_transfer(caller *c, CURL *easy, CURLcode result, uint64_t now)
 	if (result == CURLE_OK) {
 		curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
 		if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1,
-			&h)
-			== CURLHE_OK
-		    && h != NULL)
+		        &h) == CURLHE_OK &&
+		    h != NULL)
 			snprintf(hint, sizeof hint, "%s", h->value);
 	}
 	curl_multi_remove_handle(c->multi, easy);
@@ -631,10 +631,9 @@ finish_transfer(caller *c, CURL *easy, CURLcode result, uint64_t now)
 	if (result != CURLE_OK) {
 		c->c.errors++;
 		c->t[s->target].errors++;
-		snprintf(c->last_error, sizeof c->last_error, "%s: %s",
-		    s->url,
-		    s->errbuf[0] != '\0' ? s->errbuf
-					 : curl_easy_strerror(result));
+		snprintf(c->last_error, sizeof c->last_error, "%s: %s", s->url,
+		    s->errbuf[0] != '\0' ? s->errbuf :
+		                           curl_easy_strerror(result));
 	} else {
 		uint64_t us = (now - s->started_ns) / 1000;
 		lg_hist_add(&c->hist_total, us);
@@ -678,8 +677,8 @@ drain_messages(caller *c)
 	/* Bounded: each message is a transfer that was in flight. */
 	while ((m = curl_multi_info_read(c->multi, &left)) != NULL) {
 		if (m->msg == CURLMSG_DONE)
-			finish_transfer(c, m->easy_handle, m->data.result,
-			    now_ns());
+			finish_transfer(
+			    c, m->easy_handle, m->data.result, now_ns());
 	}
 }
 
@@ -756,8 +755,8 @@ worker(void *arg)
 		drain_messages(c);
 		if (!arrivals && c->ninflight == 0 && c->nwait == 0)
 			break; /* end= reached, or --max-requests spent */
-		curl_multi_poll(c->multi, NULL, 0, poll_ms(now_ns(), next),
-		    NULL);
+		curl_multi_poll(
+		    c->multi, NULL, 0, poll_ms(now_ns(), next), NULL);
 	}
 
 	/* Wind down: pending retries are dropped, in-flight attempts get
@@ -772,8 +771,8 @@ worker(void *arg)
 	publish_gauges(c);
 	pthread_mutex_unlock(&c->mu);
 	deadline = now_ns() + (uint64_t) lg.o.drain_ms * NS_PER_MS;
-	while (c->ninflight > 0 && atomic_load(&lg.stop) < 2
-	    && now_ns() < deadline) {
+	while (c->ninflight > 0 && atomic_load(&lg.stop) < 2 &&
+	    now_ns() < deadline) {
 		curl_multi_perform(c->multi, &running);
 		drain_messages(c);
 		if (c->ninflight > 0)
@@ -845,8 +844,8 @@ caller_setup(caller *c, size_t idx)
 		o.seed = lg.o.seeded ? lg_rng_next(&c->rng) | 1 : 0;
 		rc = allot_throttle_create(&o, &c->throttle);
 		if (rc != ALLOT_OK)
-			fatal("caller %s: allot_throttle_create: %s",
-			    sp->name, allot_strerror(rc));
+			fatal("caller %s: allot_throttle_create: %s", sp->name,
+			    allot_strerror(rc));
 	}
 
 	c->multi = curl_multi_init();
@@ -855,8 +854,8 @@ caller_setup(caller *c, size_t idx)
 		fatal("out of memory");
 	/* TLS sessions resumed across this caller's connections (one
 	 * thread uses the share, so it needs no lock callbacks). */
-	curl_share_setopt(c->share, CURLSHOPT_SHARE,
-	    CURL_LOCK_DATA_SSL_SESSION);
+	curl_share_setopt(
+	    c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
 	curl_share_setopt(c->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 	/* Room for one idle connection per slot and target. */
 	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS,
@@ -886,8 +885,8 @@ caller_setup(caller *c, size_t idx)
 		curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(e, CURLOPT_SHARE, c->share);
 		curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
-		curl_easy_setopt(e, CURLOPT_USERAGENT,
-		    PROG "/" ALLOT_VERSION_STRING);
+		curl_easy_setopt(
+		    e, CURLOPT_USERAGENT, PROG "/" ALLOT_VERSION_STRING);
 		/* Loopback only: no proxy from the environment, no
 		 * redirects, no protocol other than HTTP(S). */
 		curl_easy_setopt(e, CURLOPT_PROXY, "");
@@ -897,9 +896,10 @@ caller_setup(caller *c, size_t idx)
 		/* One bound for the whole attempt, connection set-up
 		 * included: a loaded machine can take seconds over a TLS
 		 * handshake, and that is latency worth seeing. */
-		curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) lg.o.timeout_ms);
-		curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-		    (long) lg.o.timeout_ms);
+		curl_easy_setopt(
+		    e, CURLOPT_TIMEOUT_MS, (long) lg.o.timeout_ms);
+		curl_easy_setopt(
+		    e, CURLOPT_CONNECTTIMEOUT_MS, (long) lg.o.timeout_ms);
 		curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 		if (lg.o.ca[0] != '\0') {
 			/* Only this CA: libcurl would otherwise also load
@@ -909,8 +909,8 @@ caller_setup(caller *c, size_t idx)
 			curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
 		}
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST,
-		    lg.o.verify_host ? 2L : 0L);
+		curl_easy_setopt(
+		    e, CURLOPT_SSL_VERIFYHOST, lg.o.verify_host ? 2L : 0L);
 		if (sp->cert[0] != '\0') {
 			curl_easy_setopt(e, CURLOPT_SSLCERT, sp->cert);
 			curl_easy_setopt(e, CURLOPT_SSLKEY, sp->key);
@@ -995,9 +995,9 @@ json_latency(FILE *f, const lg_hist *h, bool extra)
 	if (extra)
 		fprintf(f, ",\"max\":%.3f,\"mean\":%.3f",
 		    (double) h->max_us / 1000.0,
-		    h->count > 0 ? (double) h->sum_us / (double) h->count
-			    / 1000.0
-				 : 0.0);
+		    h->count > 0 ?
+		        (double) h->sum_us / (double) h->count / 1000.0 :
+		        0.0);
 	fputc('}', f);
 }
 
@@ -1007,8 +1007,8 @@ json_counts(FILE *f, const counts *c, const lg_hist *h, bool extra)
 	bool first = true;
 
 	fputc('{', f);
-#define JSON_FIELD(x)                                                   \
-	fprintf(f, "%s\"" #x "\":%" PRIu64, first ? "" : ",", c->x);    \
+#define JSON_FIELD(x)                                                \
+	fprintf(f, "%s\"" #x "\":%" PRIu64, first ? "" : ",", c->x); \
 	first = false;
 	COUNT_FIELDS(JSON_FIELD)
 	fputc(',', f);
@@ -1042,8 +1042,7 @@ json_report(FILE *f, snap *snaps, double t, double dt, bool final,
 	clock_gettime(CLOCK_REALTIME, &wall);
 	memset(tl, 0, sizeof tl);
 	memset(tt, 0, sizeof tt);
-	fprintf(f,
-	    "{\"t\":%.3f,\"dt\":%.3f,\"unix\":%.3f,\"final\":%s", t, dt,
+	fprintf(f, "{\"t\":%.3f,\"dt\":%.3f,\"unix\":%.3f,\"final\":%s", t, dt,
 	    (double) wall.tv_sec + (double) wall.tv_nsec / 1e9,
 	    final ? "true" : "false");
 	if (final)
@@ -1111,8 +1110,8 @@ json_report(FILE *f, snap *snaps, double t, double dt, bool final,
 /* Write one JSON line to the stats file in a single write(), so that a
  * reader tailing it never sees half a line. */
 static void
-stats_line(snap *snaps, double t, double dt, bool final,
-    const char *stopped_by)
+stats_line(
+    snap *snaps, double t, double dt, bool final, const char *stopped_by)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -1167,8 +1166,8 @@ print_table(snap *snaps, double elapsed, const char *stopped_by)
 			tcounts_add(&tt[j], &s->ttotal[j]);
 	}
 	printf("%-16s %8s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %6" PRIu64
-	       " %6" PRIu64 " %6" PRIu64 " %7" PRIu64 " %7" PRIu64
-	       " %7" PRIu64 " %7" PRIu64 " %6" PRIu64 " %8.2f %8.2f %8.2f\n",
+	       " %6" PRIu64 " %6" PRIu64 " %7" PRIu64 " %7" PRIu64 " %7" PRIu64
+	       " %7" PRIu64 " %6" PRIu64 " %8.2f %8.2f %8.2f\n",
 	    "(all)", "", sum.sent, sum.ok, sum.denied, sum.conc_rejected,
 	    sum.other, sum.errors, sum.retried, sum.gave_up, sum.skipped,
 	    sum.throttled, sum.connects,
@@ -1211,11 +1210,15 @@ usage(FILE *f)
 	    "attempt cap, retry budget). Only loopback targets are allowed.\n"
 	    "\n"
 	    "Targets:\n"
-	    "  -t, --target URL         a replica, e.g. https://127.0.0.1:9001\n"
+	    "  -t, --target URL         a replica, e.g. "
+	    "https://127.0.0.1:9001\n"
 	    "                           (repeatable)\n"
-	    "      --targets-file FILE  one URL per line, '#' comments; re-read\n"
-	    "                           every second (replace it with rename)\n"
-	    "      --ca FILE            CA certificate(s) to verify the service\n"
+	    "      --targets-file FILE  one URL per line, '#' comments; "
+	    "re-read\n"
+	    "                           every second (replace it with "
+	    "rename)\n"
+	    "      --ca FILE            CA certificate(s) to verify the "
+	    "service\n"
 	    "      --no-verify-hostname verify the chain but not the name\n"
 	    "\n"
 	    "Callers:\n"
@@ -1233,7 +1236,8 @@ usage(FILE *f)
 	    "                           included (4)\n"
 	    "        budget=F           retries <= F of requests (0.1)\n"
 	    "        max_wait=MS        longest retry wait accepted (10000)\n"
-	    "        throttle=on|off    client-side adaptive throttling (off)\n"
+	    "        throttle=on|off    client-side adaptive throttling "
+	    "(off)\n"
 	    "        throttle_k=K       its multiplier (2)\n"
 	    "        header=NAME:VALUE  extra request header\n"
 	    "        start=S,end=S      active between these offsets\n"
@@ -1242,7 +1246,8 @@ usage(FILE *f)
 	    "  -d, --duration S         how long (default 10)\n"
 	    "  -n, --max-requests N     bound on attempts sent, all callers\n"
 	    "      --timeout MS         per attempt (default 5000)\n"
-	    "      --drain MS           grace for in-flight at the end (2000)\n"
+	    "      --drain MS           grace for in-flight at the end "
+	    "(2000)\n"
 	    "      --seed N             reproducible draws\n"
 	    "\n"
 	    "Output:\n"
@@ -1251,7 +1256,8 @@ usage(FILE *f)
 	    "  -q, --quiet              no progress notes on stderr\n"
 	    "  -h, --help, -V, --version\n"
 	    "\n"
-	    "SIGINT or SIGTERM ends the run early, with the summary; a second\n"
+	    "SIGINT or SIGTERM ends the run early, with the summary; a "
+	    "second\n"
 	    "one abandons in-flight requests. See docs/loadgen.md.\n",
 	    f);
 }
@@ -1264,10 +1270,10 @@ arg_double(const char *opt, const char *v, double lo, double hi)
 
 	errno = 0;
 	d = strtod(v, &end);
-	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) || d < lo
-	    || d > hi)
-		fatal("%s: want a number in [%g, %g], got '%s'", opt, lo, hi,
-		    v);
+	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) || d < lo ||
+	    d > hi)
+		fatal(
+		    "%s: want a number in [%g, %g], got '%s'", opt, lo, hi, v);
 	return d;
 }
 
@@ -1279,8 +1285,8 @@ arg_u64(const char *opt, const char *v, uint64_t lo, uint64_t hi)
 
 	errno = 0;
 	u = strtoull(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || u < lo
-	    || u > hi)
+	if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || u < lo ||
+	    u > hi)
 		fatal("%s: want an integer in [%" PRIu64 ", %" PRIu64
 		      "], got '%s'",
 		    opt, lo, hi, v);
@@ -1298,8 +1304,15 @@ arg_path(char *dst, const char *opt, const char *v)
 static void
 parse_args(int argc, char **argv)
 {
-	enum { OPT_TFILE = 256, OPT_CA, OPT_JSON, OPT_SEED, OPT_TIMEOUT,
-		OPT_DRAIN, OPT_NOVH };
+	enum {
+		OPT_TFILE = 256,
+		OPT_CA,
+		OPT_JSON,
+		OPT_SEED,
+		OPT_TIMEOUT,
+		OPT_DRAIN,
+		OPT_NOVH
+	};
 	static const struct option longopts[] = {
 		{ "target", required_argument, NULL, 't' },
 		{ "targets-file", required_argument, NULL, OPT_TFILE },
@@ -1326,16 +1339,15 @@ parse_args(int argc, char **argv)
 	lg.o.verify_host = true;
 	lg.o.timeout_ms = 5000;
 	lg.o.drain_ms = 2000;
-	while ((ch = getopt_long(argc, argv, "t:c:d:n:s:qhV", longopts, NULL))
-	    != -1) {
+	while ((ch = getopt_long(
+	            argc, argv, "t:c:d:n:s:qhV", longopts, NULL)) != -1) {
 		char norm[LG_URL_MAX + 1];
 		char err[512];
 
 		switch (ch) {
 		case 't':
 			if (lg_target_check(optarg, norm, sizeof norm, err,
-				sizeof err)
-			    != 0)
+			        sizeof err) != 0)
 				fatal("--target: %s", err);
 			if (target_add_locked(norm, true) < 0)
 				fatal("--target: more than %d targets",
@@ -1344,42 +1356,37 @@ parse_args(int argc, char **argv)
 		case OPT_TFILE:
 			arg_path(lg.o.targets_file, "--targets-file", optarg);
 			break;
-		case OPT_CA:
-			arg_path(lg.o.ca, "--ca", optarg);
-			break;
-		case OPT_NOVH:
-			lg.o.verify_host = false;
-			break;
+		case OPT_CA: arg_path(lg.o.ca, "--ca", optarg); break;
+		case OPT_NOVH: lg.o.verify_host = false; break;
 		case 'c':
 			if (nspecs == LG_MAX_CALLERS)
 				fatal("--caller: at most %d callers",
 				    LG_MAX_CALLERS);
-			if (lg_caller_spec_parse(optarg, &specs[nspecs], err,
-				sizeof err)
-			    != 0)
+			if (lg_caller_spec_parse(
+			        optarg, &specs[nspecs], err, sizeof err) != 0)
 				fatal("--caller '%s': %s", optarg, err);
 			for (size_t i = 0; i < nspecs; i++)
-				if (strcmp(specs[i].name, specs[nspecs].name)
-				    == 0)
+				if (strcmp(specs[i].name,
+				        specs[nspecs].name) == 0)
 					fatal("--caller: name '%s' used twice",
 					    specs[i].name);
 			nspecs++;
 			break;
 		case 'd':
-			lg.o.duration_s = arg_double("--duration", optarg,
-			    0.001, 86400);
+			lg.o.duration_s = arg_double(
+			    "--duration", optarg, 0.001, 86400);
 			break;
 		case 'n':
-			lg.o.max_requests = arg_u64("--max-requests", optarg,
-			    1, UINT64_C(1) << 48);
+			lg.o.max_requests = arg_u64(
+			    "--max-requests", optarg, 1, UINT64_C(1) << 48);
 			break;
 		case OPT_TIMEOUT:
-			lg.o.timeout_ms = (uint32_t) arg_u64("--timeout",
-			    optarg, 1, 600000);
+			lg.o.timeout_ms = (uint32_t) arg_u64(
+			    "--timeout", optarg, 1, 600000);
 			break;
 		case OPT_DRAIN:
-			lg.o.drain_ms = (uint32_t) arg_u64("--drain", optarg,
-			    0, 600000);
+			lg.o.drain_ms = (uint32_t) arg_u64(
+			    "--drain", optarg, 0, 600000);
 			break;
 		case OPT_SEED:
 			lg.o.seed = arg_u64("--seed", optarg, 0, UINT64_MAX);
@@ -1388,23 +1395,15 @@ parse_args(int argc, char **argv)
 		case 's':
 			arg_path(lg.o.stats_file, "--stats-file", optarg);
 			break;
-		case OPT_JSON:
-			lg.o.json = true;
-			break;
-		case 'q':
-			lg.o.quiet = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
+		case OPT_JSON: lg.o.json = true; break;
+		case 'q': lg.o.quiet = true; break;
+		case 'h': usage(stdout); exit(0);
 		case 'V':
 			printf("%s %s (libcurl %s)\n", PROG,
-			    ALLOT_VERSION_STRING, curl_version_info(
-				CURLVERSION_NOW)->version);
+			    ALLOT_VERSION_STRING,
+			    curl_version_info(CURLVERSION_NOW)->version);
 			exit(0);
-		default:
-			usage(stderr);
-			exit(1);
+		default: usage(stderr); exit(1);
 		}
 	}
 	if (optind < argc)
@@ -1512,9 +1511,9 @@ main(int argc, char **argv)
 		lg_pacer_init(&c->pacer,
 		    lg.t0_ns + (uint64_t) (c->spec.start_s * 1e9),
 		    c->spec.rate);
-		c->end_ns = c->spec.end_s > 0
-		    ? lg.t0_ns + (uint64_t) (c->spec.end_s * 1e9)
-		    : end;
+		c->end_ns = c->spec.end_s > 0 ?
+		    lg.t0_ns + (uint64_t) (c->spec.end_s * 1e9) :
+		    end;
 		if (c->end_ns > end)
 			c->end_ns = end;
 	}
@@ -1524,8 +1523,8 @@ main(int argc, char **argv)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	for (size_t i = 0; i < lg.ncallers; i++) {
-		rc = pthread_create(&lg.callers[i].thread, NULL, worker,
-		    &lg.callers[i]);
+		rc = pthread_create(
+		    &lg.callers[i].thread, NULL, worker, &lg.callers[i]);
 		if (rc != 0) {
 			fprintf(stderr, PROG ": pthread_create: %s\n",
 			    strerror(rc));

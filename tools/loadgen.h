@@ -34,7 +34,7 @@
 
 typedef struct lg_mix_entry {
 	char path[LG_PATH_MAX + 1]; /* starts with '/', may carry a query */
-	double weight;              /* > 0, not normalised */
+	double weight; /* > 0, not normalised */
 } lg_mix_entry;
 
 /*
@@ -42,36 +42,36 @@ typedef struct lg_mix_entry {
  * here are the defaults lg_caller_spec_parse() starts from.
  */
 typedef struct lg_caller_spec {
-	char name[LG_NAME_MAX + 1];   /* name=; required, [A-Za-z0-9._-] */
-	char cert[LG_FILE_MAX + 1];   /* cert=; "" sends no certificate */
-	char key[LG_FILE_MAX + 1];    /* key=; required with cert= */
-	double rate;                  /* rate=; required, req/s */
+	char name[LG_NAME_MAX + 1]; /* name=; required, [A-Za-z0-9._-] */
+	char cert[LG_FILE_MAX + 1]; /* cert=; "" sends no certificate */
+	char key[LG_FILE_MAX + 1]; /* key=; required with cert= */
+	double rate; /* rate=; required, req/s */
 	lg_mix_entry mix[LG_MAX_MIX]; /* mix=; default "/lookup:1" */
 	size_t nmix;
-	double mix_total;             /* sum of the weights */
-	double sticky;                /* sticky=; [0,1], default 0 */
-	bool retry;                   /* retry=on|off, default on */
-	uint32_t concurrency;         /* concurrency=; default 16 */
-	uint32_t attempts;            /* attempts=; default 4 */
-	double budget;                /* budget=; (0,1], default 0.1 */
-	uint32_t max_wait_ms;         /* max_wait=; default 10000 */
-	bool throttle;                /* throttle=on|off, default off */
-	double throttle_k;            /* throttle_k=; >= 1, default 2 */
+	double mix_total; /* sum of the weights */
+	double sticky; /* sticky=; [0,1], default 0 */
+	bool retry; /* retry=on|off, default on */
+	uint32_t concurrency; /* concurrency=; default 16 */
+	uint32_t attempts; /* attempts=; default 4 */
+	double budget; /* budget=; (0,1], default 0.1 */
+	uint32_t max_wait_ms; /* max_wait=; default 10000 */
+	bool throttle; /* throttle=on|off, default off */
+	double throttle_k; /* throttle_k=; >= 1, default 2 */
 	char header[LG_HEADER_MAX + 1]; /* header=NAME:VALUE, default none */
-	double start_s;               /* start=; offset of first arrival */
-	double end_s;                 /* end=; 0: until the run ends */
+	double start_s; /* start=; offset of first arrival */
+	double end_s; /* end=; 0: until the run ends */
 } lg_caller_spec;
 
 /*
  * Parse a caller SPEC into `ret` (filled with the defaults first).
  * Returns 0, or -1 with a one-line reason in `err`.
  */
-int lg_caller_spec_parse(const char *spec, lg_caller_spec *ret, char *err,
-    size_t errlen);
+int lg_caller_spec_parse(
+    const char *spec, lg_caller_spec *ret, char *err, size_t errlen);
 
 /* Parse a mix value "/a:0.9;/b?x=1:0.1" into spec->mix. 0 or -1. */
-int lg_mix_parse(const char *text, lg_caller_spec *spec, char *err,
-    size_t errlen);
+int lg_mix_parse(
+    const char *text, lg_caller_spec *spec, char *err, size_t errlen);
 
 /* Index of the mix entry for a uniform draw u in [0,1). */
 size_t lg_mix_pick(const lg_caller_spec *spec, double u);
@@ -86,8 +86,8 @@ size_t lg_mix_pick(const lg_caller_spec *spec, double u);
  * a trailing slash, to `out`. Userinfo, fragments and paths other than "/"
  * are refused. Returns 0, or -1 with the reason in `err`.
  */
-int lg_target_check(const char *url, char *out, size_t outlen, char *err,
-    size_t errlen);
+int lg_target_check(
+    const char *url, char *out, size_t outlen, char *err, size_t errlen);
 
 /*
  * Parse the text of a targets file: one URL per line, blank lines and
@@ -146,7 +146,7 @@ int lg_pick_target(lg_rng *r, double sticky, uint64_t caller_hash,
  */
 typedef struct lg_pacer {
 	uint64_t start_ns;
-	double rate;   /* slots per second, > 0 */
+	double rate; /* slots per second, > 0 */
 	uint64_t next; /* the first slot not yet taken */
 } lg_pacer;
 
@@ -169,9 +169,9 @@ uint64_t lg_pacer_take(lg_pacer *p, uint64_t now_ns);
  */
 #define LG_HIST_SUB_BITS 5
 #define LG_HIST_MAX_EXP 37 /* 2^38 us, about three days */
-#define LG_HIST_BUCKETS                                                 \
-	((2u << LG_HIST_SUB_BITS)                                       \
-	    + (LG_HIST_MAX_EXP - LG_HIST_SUB_BITS) * (1u << LG_HIST_SUB_BITS))
+#define LG_HIST_BUCKETS             \
+	((2u << LG_HIST_SUB_BITS) + \
+	    (LG_HIST_MAX_EXP - LG_HIST_SUB_BITS) * (1u << LG_HIST_SUB_BITS))
 #define LG_HIST_MAX_US ((UINT64_C(1) << (LG_HIST_MAX_EXP + 1)) - 1)
 
 typedef struct lg_hist {

@@ -21,8 +21,7 @@
 
 #include "loadgen.h"
 
-static void
-seterr(char *err, size_t errlen, const char *fmt, ...)
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static void
@@ -83,13 +82,13 @@ parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *ret)
 static int
 parse_onoff(const char *s, bool *ret)
 {
-	if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0
-	    || strcmp(s, "1") == 0) {
+	if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0 ||
+	    strcmp(s, "1") == 0) {
 		*ret = true;
 		return 0;
 	}
-	if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0
-	    || strcmp(s, "0") == 0) {
+	if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0 ||
+	    strcmp(s, "0") == 0) {
 		*ret = false;
 		return 0;
 	}
@@ -97,8 +96,7 @@ parse_onoff(const char *s, bool *ret)
 }
 
 int
-lg_mix_parse(const char *text, lg_caller_spec *spec, char *err,
-    size_t errlen)
+lg_mix_parse(const char *text, lg_caller_spec *spec, char *err, size_t errlen)
 {
 	const char *p = text;
 	size_t n = 0;
@@ -146,16 +144,14 @@ lg_mix_parse(const char *text, lg_caller_spec *spec, char *err,
 			}
 		}
 		if (copy_span(spec->mix[n].path, sizeof spec->mix[n].path, p,
-			(size_t) (colon - p))
-		    != 0) {
+		        (size_t) (colon - p)) != 0) {
 			seterr(err, errlen, "mix: path of entry %zu too long",
 			    n + 1);
 			return -1;
 		}
 		if (copy_span(wbuf, sizeof wbuf, colon + 1,
-			(size_t) (p + len - colon - 1))
-			!= 0
-		    || parse_double(wbuf, 0, 1e9, &w) != 0 || w <= 0) {
+		        (size_t) (p + len - colon - 1)) != 0 ||
+		    parse_double(wbuf, 0, 1e9, &w) != 0 || w <= 0) {
 			seterr(err, errlen,
 			    "mix: weight of entry %zu must be a number > 0",
 			    n + 1);
@@ -217,21 +213,21 @@ valid_name(const char *s)
 	if (*s == '\0')
 		return false;
 	for (; *s != '\0'; s++)
-		if (!isalnum((unsigned char) *s) && *s != '.' && *s != '_'
-		    && *s != '-')
+		if (!isalnum((unsigned char) *s) && *s != '.' && *s != '_' &&
+		    *s != '-')
 			return false;
 	return true;
 }
 
 /* One key=value of a SPEC. `v` is NUL-terminated. */
 static int
-caller_field(lg_caller_spec *s, const char *k, const char *v, char *err,
-    size_t errlen)
+caller_field(
+    lg_caller_spec *s, const char *k, const char *v, char *err, size_t errlen)
 {
 	if (strcmp(k, "name") == 0) {
 		if (strlen(v) > LG_NAME_MAX || !valid_name(v)) {
-			seterr(err, errlen,
-			    "name: 1 to %d of [A-Za-z0-9._-]", LG_NAME_MAX);
+			seterr(err, errlen, "name: 1 to %d of [A-Za-z0-9._-]",
+			    LG_NAME_MAX);
 			return -1;
 		}
 		strcpy(s->name, v);
@@ -243,8 +239,8 @@ caller_field(lg_caller_spec *s, const char *k, const char *v, char *err,
 		}
 		strcpy(dst, v);
 	} else if (strcmp(k, "rate") == 0) {
-		if (parse_double(v, 0, LG_MAX_RATE, &s->rate) != 0
-		    || s->rate <= 0) {
+		if (parse_double(v, 0, LG_MAX_RATE, &s->rate) != 0 ||
+		    s->rate <= 0) {
 			seterr(err, errlen,
 			    "rate: requests per second, > 0 and <= %g",
 			    LG_MAX_RATE);
@@ -263,8 +259,8 @@ caller_field(lg_caller_spec *s, const char *k, const char *v, char *err,
 			return -1;
 		}
 	} else if (strcmp(k, "concurrency") == 0) {
-		if (parse_u32(v, 1, LG_MAX_CONCURRENCY, &s->concurrency)
-		    != 0) {
+		if (parse_u32(v, 1, LG_MAX_CONCURRENCY, &s->concurrency) !=
+		    0) {
 			seterr(err, errlen, "concurrency: 1 to %d",
 			    LG_MAX_CONCURRENCY);
 			return -1;
@@ -297,14 +293,16 @@ caller_field(lg_caller_spec *s, const char *k, const char *v, char *err,
 	} else if (strcmp(k, "header") == 0) {
 		const char *colon = strchr(v, ':');
 		if (colon == NULL || colon == v || strlen(v) > LG_HEADER_MAX) {
-			seterr(err, errlen, "header: NAME:VALUE, at most %d "
-					    "bytes",
+			seterr(err, errlen,
+			    "header: NAME:VALUE, at most %d "
+			    "bytes",
 			    LG_HEADER_MAX);
 			return -1;
 		}
 		for (const char *c = v; *c != '\0'; c++) {
-			bool ok = c < colon ? isgraph((unsigned char) *c)
-				: (isprint((unsigned char) *c) || *c == '\t');
+			bool ok = c < colon ?
+			    isgraph((unsigned char) *c) :
+			    (isprint((unsigned char) *c) || *c == '\t');
 			if (!ok) {
 				seterr(err, errlen,
 				    "header: control character or blank in "
@@ -319,8 +317,8 @@ caller_field(lg_caller_spec *s, const char *k, const char *v, char *err,
 			return -1;
 		}
 	} else if (strcmp(k, "end") == 0) {
-		if (parse_double(v, 0, 86400, &s->end_s) != 0
-		    || s->end_s <= 0) {
+		if (parse_double(v, 0, 86400, &s->end_s) != 0 ||
+		    s->end_s <= 0) {
 			seterr(err, errlen, "end: > 0 and <= 86400 s");
 			return -1;
 		}
@@ -332,8 +330,8 @@ caller_field(lg_caller_spec *s, const char *k, const char *v, char *err,
 }
 
 int
-lg_caller_spec_parse(const char *spec, lg_caller_spec *ret, char *err,
-    size_t errlen)
+lg_caller_spec_parse(
+    const char *spec, lg_caller_spec *ret, char *err, size_t errlen)
 {
 	lg_caller_spec s;
 	const char *p = spec;
@@ -361,15 +359,14 @@ lg_caller_spec_parse(const char *spec, lg_caller_spec *ret, char *err,
 			    (int) (len > 40 ? 40 : len), p);
 			return -1;
 		}
-		if (copy_span(keybuf, sizeof keybuf, p, (size_t) (eq - p))
-		    != 0) {
+		if (copy_span(keybuf, sizeof keybuf, p, (size_t) (eq - p)) !=
+		    0) {
 			seterr(err, errlen, "unknown key '%.*s'",
 			    (int) (eq - p > 40 ? 40 : eq - p), p);
 			return -1;
 		}
 		if (copy_span(val, sizeof val, eq + 1,
-			(size_t) (p + len - eq - 1))
-		    != 0) {
+		        (size_t) (p + len - eq - 1)) != 0) {
 			seterr(err, errlen, "%s: value too long", keybuf);
 			return -1;
 		}
@@ -429,8 +426,8 @@ loopback_host(const char *host)
 		return true;
 	if (inet_pton(AF_INET, host, &a4) == 1)
 		return (ntohl(a4.s_addr) >> 24) == 127;
-	if (n >= 2 && host[0] == '[' && host[n - 1] == ']'
-	    && n - 2 < sizeof buf) {
+	if (n >= 2 && host[0] == '[' && host[n - 1] == ']' &&
+	    n - 2 < sizeof buf) {
 		memcpy(buf, host + 1, n - 2);
 		buf[n - 2] = '\0';
 		if (inet_pton(AF_INET6, buf, &a6) == 1)
@@ -440,8 +437,8 @@ loopback_host(const char *host)
 }
 
 int
-lg_target_check(const char *url, char *out, size_t outlen, char *err,
-    size_t errlen)
+lg_target_check(
+    const char *url, char *out, size_t outlen, char *err, size_t errlen)
 {
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL;
@@ -458,27 +455,28 @@ lg_target_check(const char *url, char *out, size_t outlen, char *err,
 		goto out;
 	}
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
-		seterr(err, errlen, "'%s' is not a URL (want "
-				    "https://127.0.0.1:PORT)",
+		seterr(err, errlen,
+		    "'%s' is not a URL (want "
+		    "https://127.0.0.1:PORT)",
 		    url);
 		goto out;
 	}
-	if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK
-	    || (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
+	if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
 		seterr(err, errlen, "'%s': only http and https targets", url);
 		goto out;
 	}
-	if (curl_url_get(u, CURLUPART_USER, &part, 0) == CURLUE_OK
-	    || curl_url_get(u, CURLUPART_QUERY, &part, 0) == CURLUE_OK
-	    || curl_url_get(u, CURLUPART_FRAGMENT, &part, 0) == CURLUE_OK) {
+	if (curl_url_get(u, CURLUPART_USER, &part, 0) == CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_QUERY, &part, 0) == CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_FRAGMENT, &part, 0) == CURLUE_OK) {
 		seterr(err, errlen,
 		    "'%s': a target is scheme://host:port, without user, "
 		    "query or fragment",
 		    url);
 		goto out;
 	}
-	if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK
-	    && strcmp(path, "/") != 0 && path[0] != '\0') {
+	if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK &&
+	    strcmp(path, "/") != 0 && path[0] != '\0') {
 		seterr(err, errlen,
 		    "'%s': a target has no path (the mix supplies it)", url);
 		goto out;
@@ -499,8 +497,7 @@ lg_target_check(const char *url, char *out, size_t outlen, char *err,
 		*c = (char) tolower((unsigned char) *c);
 	curl_url_get(u, CURLUPART_PORT, &port, 0);
 	if ((size_t) snprintf(out, outlen, "%s://%s%s%s", scheme, host,
-		port != NULL ? ":" : "", port != NULL ? port : "")
-	    >= outlen) {
+	        port != NULL ? ":" : "", port != NULL ? port : "") >= outlen) {
 		seterr(err, errlen, "'%s': too long", url);
 		goto out;
 	}
@@ -538,17 +535,15 @@ lg_targets_parse(const char *text, char out[][LG_URL_MAX + 1], size_t cap,
 			e--;
 		if (b == e || *b == '#')
 			goto next;
-		if (copy_span(line, sizeof line, b, (size_t) (e - b)) != 0
-		    || lg_target_check(line, norm, sizeof norm, err,
-			   sizeof err)
-			!= 0) {
+		if (copy_span(line, sizeof line, b, (size_t) (e - b)) != 0 ||
+		    lg_target_check(
+		        line, norm, sizeof norm, err, sizeof err) != 0) {
 			if (warn != NULL)
 				warn(ctx, lineno,
 				    copy_span(line, sizeof line, b,
-					(size_t) (e - b))
-					    != 0
-					? "target URL too long"
-					: err);
+				        (size_t) (e - b)) != 0 ?
+				        "target URL too long" :
+				        err);
 			goto next;
 		}
 		for (size_t i = 0; i < n; i++)

@@ -140,12 +140,11 @@ lg_pacer_take(lg_pacer *p, uint64_t now_ns)
 	 * corrected against lg_pacer_due() itself so that "due" means one
 	 * thing whatever the floating-point rounding. Each loop moves by
 	 * at most a slot or two. */
-	total = (uint64_t) floor((double) (now_ns - p->start_ns) * p->rate
-		    / 1e9)
-	    + 1;
-	for (int i = 0; i < 4 && total > 0 && lg_pacer_due(p, total - 1)
-		 > now_ns;
-	     i++)
+	total = (uint64_t) floor(
+	            (double) (now_ns - p->start_ns) * p->rate / 1e9) +
+	    1;
+	for (int i = 0;
+	     i < 4 && total > 0 && lg_pacer_due(p, total - 1) > now_ns; i++)
 		total--;
 	for (int i = 0; i < 4 && lg_pacer_due(p, total) <= now_ns; i++)
 		total++;
@@ -180,8 +179,8 @@ lg_hist_index(uint64_t us)
 		return (uint32_t) us;
 	e = 63u - (uint32_t) __builtin_clzll(us);
 	shift = e - LG_HIST_SUB_BITS;
-	return LINEAR + (e - LG_HIST_SUB_BITS - 1) * SUB
-	    + (uint32_t) ((us >> shift) - SUB);
+	return LINEAR + (e - LG_HIST_SUB_BITS - 1) * SUB +
+	    (uint32_t) ((us >> shift) - SUB);
 }
 
 uint64_t

@@ -24,17 +24,16 @@
 
 extern char **environ;
 
-static const char *CFG =
-    "# The fault suite's quotas (tests/fault/fault.h).\n"
-    "quotas:\n"
-    "  default: {tokens_per_second: 10, burst: 20}\n"
-    "  callers:\n"
-    "    - identity: steady\n"
-    "      tokens_per_second: 300\n"
-    "      burst: 60\n"
-    "    - identity: greedy\n"
-    "      tokens_per_second: 300\n"
-    "      burst: 30\n";
+static const char *CFG = "# The fault suite's quotas (tests/fault/fault.h).\n"
+                         "quotas:\n"
+                         "  default: {tokens_per_second: 10, burst: 20}\n"
+                         "  callers:\n"
+                         "    - identity: steady\n"
+                         "      tokens_per_second: 300\n"
+                         "      burst: 60\n"
+                         "    - identity: greedy\n"
+                         "      tokens_per_second: 300\n"
+                         "      burst: 30\n";
 
 void
 fault_env_init(fault_env *e, const char *name, const char *db_dir)
@@ -115,8 +114,8 @@ fault_allotd_start(fault_env *e)
 	snprintf(lease, sizeof lease, "%u", FAULT_LEASE_MS);
 	snprintf(interval, sizeof interval, "%u", FAULT_T_MS);
 	snprintf(expiry, sizeof expiry, "%u", FAULT_EXPIRY);
-	char *argv[] = { bin, "--config", e->cfg, "--db", e->db,
-		"--listen", e->url, "--http", http, "--interval-ms", interval,
+	char *argv[] = { bin, "--config", e->cfg, "--db", e->db, "--listen",
+		e->url, "--http", http, "--interval-ms", interval,
 		"--expiry-intervals", expiry, "--lease-ms", lease, NULL };
 	uint64_t t0 = pc_now_ms();
 	e->allotd = spawn(argv, e->env_extra, e->log);
@@ -126,8 +125,8 @@ fault_allotd_start(fault_env *e)
 		if (st == 200)
 			break;
 		int rc = pc_wait_exit(e->allotd, 0);
-		ck_assert_msg(rc < 0, "allotd exited with %d (log %s)", rc,
-		    e->log);
+		ck_assert_msg(
+		    rc < 0, "allotd exited with %d (log %s)", rc, e->log);
 		ck_assert_msg(pc_now_ms() - t0 < 10000, "allotd not ready");
 		pc_sleep_ms(5);
 	}
@@ -155,7 +154,8 @@ fault_agent(const char *url, const char *replica)
 	char err[256];
 	allot_config *cfg;
 	ck_assert_int_eq(allot_config_parse("fault.yaml", CFG, strlen(CFG),
-			     err, sizeof err, &cfg), ALLOT_OK);
+	                     err, sizeof err, &cfg),
+	    ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.coordinator = url;
@@ -208,7 +208,7 @@ load_main(void *arg)
 			next.tv_sec++;
 		}
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next,
-			   NULL) == EINTR)
+		           NULL) == EINTR)
 			;
 	}
 	atomic_store(&l->running, false);
@@ -220,10 +220,10 @@ fault_load_start(fault_load *l, allot_agent *a, uint64_t max_ms)
 {
 	memset(l, 0, sizeof *l);
 	l->a = a;
-	ck_assert_int_eq(allot_key_resolve(a, "steady", "/x", &l->steady),
-	    ALLOT_OK);
-	ck_assert_int_eq(allot_key_resolve(a, "greedy", "/x", &l->greedy),
-	    ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "steady", "/x", &l->steady), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "greedy", "/x", &l->greedy), ALLOT_OK);
 	l->max_ticks = max_ms * 1000u / FAULT_TICK_US;
 	atomic_store(&l->running, true);
 	ck_assert_int_eq(pthread_create(&l->thread, NULL, load_main, l), 0);
@@ -260,8 +260,8 @@ fault_rate(allot_agent *a, const char *quota)
 }
 
 uint64_t
-fault_await_synced(allot_agent **as, int n, uint64_t min_registers,
-    int timeout_ms)
+fault_await_synced(
+    allot_agent **as, int n, uint64_t min_registers, int timeout_ms)
 {
 	uint64_t t0 = pc_now_ms();
 	for (;;) {
@@ -286,8 +286,8 @@ fault_await_synced(allot_agent **as, int n, uint64_t min_registers,
 			return pc_now_ms() - t0;
 		ck_assert_msg(pc_now_ms() - t0 < (uint64_t) timeout_ms,
 		    "agents not synced after %d ms (%d of %d ok, greedy "
-		    "rates sum to %.1f, %u replicas)", timeout_ms, ok, n,
-		    greedy, replicas);
+		    "rates sum to %.1f, %u replicas)",
+		    timeout_ms, ok, n, greedy, replicas);
 		pc_sleep_ms(2);
 	}
 }
@@ -337,8 +337,7 @@ write_line(FILE *f, const fault_figures *r)
 	fputs(",\"promised\":", f);
 	json_str(f, r->promised);
 	fprintf(f, ",\"requests\":%llu,\"failed\":%llu,\"over_rt\":",
-	    (unsigned long long) r->requests,
-	    (unsigned long long) r->failed);
+	    (unsigned long long) r->requests, (unsigned long long) r->failed);
 	json_num(f, r->over_rt);
 	fputs(",\"recovery_ms\":", f);
 	json_num(f, r->recovery_ms);
@@ -397,8 +396,8 @@ fault_sql(const char *db, const char *sql)
 	char qdb[512], qsql[2048], cmd[2600];
 	shell_quote(qdb, sizeof qdb, db);
 	shell_quote(qsql, sizeof qsql, sql);
-	snprintf(cmd, sizeof cmd, "sqlite3 -readonly -batch %s %s 2>&1", qdb,
-	    qsql);
+	snprintf(
+	    cmd, sizeof cmd, "sqlite3 -readonly -batch %s %s 2>&1", qdb, qsql);
 	return pc_shell(cmd);
 }
 
@@ -493,8 +492,9 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 	for (int i = 0; i <= N; i++) {
 		allot_sync_stats ss;
 		allot_sync_stats_get(as[i], &ss);
-		ck_assert_msg(ss.connected && !ss.in_fallback &&
-		    ss.fallback_enters == 0, "agent %d lost allotd", i);
+		ck_assert_msg(
+		    ss.connected && !ss.in_fallback && ss.fallback_enters == 0,
+		    "agent %d lost allotd", i);
 		/* Replies kept coming: at least a quarter of the syncs. */
 		if (i < N)
 			ck_assert_uint_ge(ss.syncs_ok - syncs0[i],
@@ -509,11 +509,13 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 	int64_t s1 = (wall1 / 1000) * 1000;
 	ck_assert(s1 > s0);
 	char sql[256];
-	snprintf(sql, sizeof sql, "SELECT count(*) FROM usage WHERE at >= "
-	    "%lld AND at < %lld", (long long) s0, (long long) s1);
+	snprintf(sql, sizeof sql,
+	    "SELECT count(*) FROM usage WHERE at >= "
+	    "%lld AND at < %lld",
+	    (long long) s0, (long long) s1);
 	long long during_before = fault_sql_int(e->db, sql);
-	long long late_before = fault_sql_int(e->db,
-	    "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
+	long long late_before = fault_sql_int(
+	    e->db, "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
 	uint64_t t1 = pc_now_ms();
 	fault_counts_get(ld, N, &c1);
 
@@ -522,22 +524,24 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 		if (metric_now(e, M_PENDING) == 0 &&
 		    metric_now(e, M_WRITTEN) > written1)
 			break;
-		ck_assert_msg(pc_now_ms() - t1 < 5000,
-		    "allotd did not resume writing");
+		ck_assert_msg(
+		    pc_now_ms() - t1 < 5000, "allotd did not resume writing");
 		pc_sleep_ms(5);
 	}
 	uint64_t recovery = pc_now_ms() - t1;
 	long long during_after = fault_sql_int(e->db, sql);
-	long long late_after = fault_sql_int(e->db,
-	    "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
+	long long late_after = fault_sql_int(
+	    e->db, "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
 	for (int i = 0; i < N; i++)
 		fault_load_stop(&ld[i]);
 
 	char *log = pc_read_file(e->log);
 	ck_assert_ptr_nonnull(log);
 	ck_assert_msg(strstr(log, "ALLOT-STORE-FAIL") != NULL &&
-	    strstr(log, o->log_text) != NULL, "no ALLOT-STORE-FAIL ... %s "
-	    "in %s", o->log_text, e->log);
+	        strstr(log, o->log_text) != NULL,
+	    "no ALLOT-STORE-FAIL ... %s "
+	    "in %s",
+	    o->log_text, e->log);
 	ck_assert_msg(strstr(log, "ALLOT-STORE-OK") != NULL,
 	    "no ALLOT-STORE-OK in %s", e->log);
 	free(log);
@@ -562,8 +566,8 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 	ck_assert_int_eq(late_after, 1);
 	ck_assert_msg(f->failed == 0, "%llu requests below their share failed",
 	    (unsigned long long) f->failed);
-	ck_assert(f->over_rt <= (FAULT_B_GREEDY + FAULT_R * FAULT_T_MS /
-	    1e3) / (FAULT_R * FAULT_T_MS / 1e3));
+	ck_assert(f->over_rt <= (FAULT_B_GREEDY + FAULT_R * FAULT_T_MS / 1e3) /
+	        (FAULT_R * FAULT_T_MS / 1e3));
 	for (int i = 0; i <= N; i++)
 		allot_agent_destroy(as[i]);
 	/* A clean stop writes everything: exit status 0. */

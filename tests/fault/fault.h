@@ -28,21 +28,21 @@
 #include <allot/allot.h>
 
 /* The quotas every fault test runs (see above). */
-#define FAULT_R 300.0           /* tokens/s, both quotas */
+#define FAULT_R 300.0 /* tokens/s, both quotas */
 #define FAULT_B_STEADY 60.0
 #define FAULT_B_GREEDY 30.0
-#define FAULT_T_MS 50u          /* agents' sync interval T */
-#define FAULT_LEASE_MS 1000u    /* allotd --lease-ms */
-#define FAULT_EXPIRY 5u         /* allotd --expiry-intervals (default) */
-#define FAULT_TICK_US 1000u     /* one greedy acquire per tick per agent */
-#define FAULT_STEADY_EVERY 20u  /* one steady acquire every N ticks */
+#define FAULT_T_MS 50u /* agents' sync interval T */
+#define FAULT_LEASE_MS 1000u /* allotd --lease-ms */
+#define FAULT_EXPIRY 5u /* allotd --expiry-intervals (default) */
+#define FAULT_TICK_US 1000u /* one greedy acquire per tick per agent */
+#define FAULT_STEADY_EVERY 20u /* one steady acquire every N ticks */
 
 typedef struct fault_env {
 	char dir[96];
 	char cfg[160];
 	char db[160];
 	char log[160];
-	char url[64];   /* allotd's protocol address */
+	char url[64]; /* allotd's protocol address */
 	int port;
 	int http;
 	pid_t allotd;
@@ -87,7 +87,7 @@ void fault_load_stop(fault_load *l);
 
 /* Sums over `n` loads. */
 typedef struct fault_counts {
-	uint64_t steady_ok, steady_failed;  /* failed: denied or error */
+	uint64_t steady_ok, steady_failed; /* failed: denied or error */
 	uint64_t greedy_ok, greedy_err;
 } fault_counts;
 void fault_counts_get(fault_load *l, int n, fault_counts *ret);
@@ -98,8 +98,8 @@ double fault_rate(allot_agent *a, const char *quota);
 /* Wait (bounded) until every agent is connected, out of fallback, has
  * registered at least `min_registers` times and runs both quotas at R/n.
  * Returns the ms waited. Fails the test on timeout. */
-uint64_t fault_await_synced(allot_agent **as, int n, uint64_t min_registers,
-    int timeout_ms);
+uint64_t fault_await_synced(
+    allot_agent **as, int n, uint64_t min_registers, int timeout_ms);
 
 /* Over-admission of greedy over a window of `window_ms` in which `admitted`
  * tokens passed, in units of R * T. */
@@ -109,14 +109,14 @@ double fault_over_rt(uint64_t admitted, uint64_t window_ms);
  * the file named by $ALLOT_FAULT_REPORT (nothing when unset), and print
  * it. `over_rt` and `recovery_ms` may be NaN (not applicable). */
 typedef struct fault_figures {
-	const char *id;         /* sort key, e.g. "1-restart" */
+	const char *id; /* sort key, e.g. "1-restart" */
 	const char *fault;
 	const char *promised;
-	uint64_t requests;      /* steady requests offered */
-	uint64_t failed;        /* of which failed because of the limiter */
+	uint64_t requests; /* steady requests offered */
+	uint64_t failed; /* of which failed because of the limiter */
 	double over_rt;
 	double recovery_ms;
-	char measured[512];     /* further figures, free text */
+	char measured[512]; /* further figures, free text */
 } fault_figures;
 void fault_report(const fault_figures *f);
 
@@ -148,7 +148,6 @@ typedef struct fault_outage {
 	uint64_t outage_ms;
 	const char *log_text;
 } fault_outage;
-void fault_store_outage(fault_env *e, const fault_outage *o,
-    fault_figures *f);
+void fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f);
 
 #endif

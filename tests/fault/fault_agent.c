@@ -43,7 +43,8 @@ wall_clock(void *ctx)
 static int
 usage(void)
 {
-	fprintf(stderr, "usage: fault-agent [--coordinator URL] "
+	fprintf(stderr,
+	    "usage: fault-agent [--coordinator URL] "
 	    "[--wallclock] --rate R --burst B --duration-ms D "
 	    "--tick-us U\n");
 	return 2;
@@ -91,7 +92,7 @@ main(int argc, char **argv)
 	    rate, burst);
 	allot_config *cfg;
 	if (allot_config_parse("clock.yaml", yaml, strlen(yaml), err,
-		sizeof err, &cfg) != ALLOT_OK) {
+	        sizeof err, &cfg) != ALLOT_OK) {
 		fprintf(stderr, "fault-agent: %s\n", err);
 		return 2;
 	}
@@ -169,7 +170,7 @@ main(int argc, char **argv)
 	allot_sync_stats ss;
 	allot_sync_stats_get(a, &ss);
 	printf("admitted=%llu denied=%llu errors=%llu elapsed_ms=%.3f "
-	    "forward=%d backward=%d fallbacks=%llu registers=%llu\n",
+	       "forward=%d backward=%d fallbacks=%llu registers=%llu\n",
 	    (unsigned long long) admitted, (unsigned long long) denied,
 	    (unsigned long long) errors, elapsed, forward, backward,
 	    (unsigned long long) ss.fallback_enters,

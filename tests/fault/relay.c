@@ -40,19 +40,19 @@ struct item {
 struct half {
 	int in;
 	int out;
-	bool reply;         /* upstream to client */
-	size_t greeted;     /* greeting bytes passed so far */
+	bool reply; /* upstream to client */
+	size_t greeted; /* greeting bytes passed so far */
 	uint8_t hdr[8];
 	size_t hdr_got;
-	struct item *cur;   /* message being read: header and body */
-	size_t need;        /* body bytes still to read into `cur` */
-	struct item *head;  /* queued for writing, oldest first */
+	struct item *cur; /* message being read: header and body */
+	size_t need; /* body bytes still to read into `cur` */
+	struct item *head; /* queued for writing, oldest first */
 	struct item *tail;
 };
 
 struct conn {
 	bool used;
-	struct half h[2];   /* [0] client to upstream, [1] the replies */
+	struct half h[2]; /* [0] client to upstream, [1] the replies */
 };
 
 struct fault_relay {
@@ -67,8 +67,8 @@ struct fault_relay {
 	_Atomic bool blackhole;
 	uint64_t rng;
 	struct conn conns[MAX_CONNS];
-	_Atomic uint64_t n_conn, n_refused, n_req, n_rep, n_delayed,
-	    n_dropped, n_black;
+	_Atomic uint64_t n_conn, n_refused, n_req, n_rep, n_delayed, n_dropped,
+	    n_black;
 };
 
 static uint64_t
@@ -85,8 +85,8 @@ rand_ppm(fault_relay *r)
 	r->rng ^= r->rng >> 12;
 	r->rng ^= r->rng << 25;
 	r->rng ^= r->rng >> 27;
-	return (uint32_t) (((r->rng * 0x2545f4914f6cdd1dull) >> 32) %
-	    1000000u);
+	return (
+	    uint32_t) (((r->rng * 0x2545f4914f6cdd1dull) >> 32) % 1000000u);
 }
 
 static struct item *
@@ -154,8 +154,7 @@ complete(fault_relay *r, struct half *h, struct item *it, uint64_t now)
 /* Parse `n` bytes read from h->in. Returns -1 when the stream is not
  * SP framing (or out of memory): the connection is then closed. */
 static int
-feed(fault_relay *r, struct half *h, const uint8_t *p, size_t n,
-    uint64_t now)
+feed(fault_relay *r, struct half *h, const uint8_t *p, size_t n, uint64_t now)
 {
 	while (n > 0) {
 		if (h->greeted < GREETING) {
@@ -298,7 +297,9 @@ drain(fault_relay *r, struct half *h, uint64_t now)
 			return -1;
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ||
-			    errno == EINTR ? 0 : -1;
+			        errno == EINTR ?
+			    0 :
+			    -1;
 		if (feed(r, h, buf, (size_t) n, now) != 0)
 			return -1;
 	}
@@ -406,7 +407,7 @@ fault_relay_start(int upstream_port, uint64_t seed, fault_relay **ret)
 	int one = 1;
 	if (r->listen_fd < 0 ||
 	    setsockopt(r->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one,
-		sizeof one) != 0 ||
+	        sizeof one) != 0 ||
 	    bind(r->listen_fd, (struct sockaddr *) &sa, sizeof sa) != 0 ||
 	    listen(r->listen_fd, 16) != 0 ||
 	    getsockname(r->listen_fd, (struct sockaddr *) &sa, &sl) != 0 ||

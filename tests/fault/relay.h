@@ -22,19 +22,19 @@ typedef struct fault_relay fault_relay;
 
 /* Counters since the relay started, per direction and fate. */
 typedef struct fault_relay_stats {
-	uint64_t connections;      /* client connections accepted */
+	uint64_t connections; /* client connections accepted */
 	uint64_t upstream_refused; /* accepted, but upstream was down */
-	uint64_t requests;         /* client messages forwarded */
-	uint64_t replies;          /* upstream messages forwarded */
-	uint64_t replies_delayed;  /* of which held back first */
-	uint64_t replies_dropped;  /* upstream messages dropped */
-	uint64_t blackholed;       /* messages lost to the blackhole */
+	uint64_t requests; /* client messages forwarded */
+	uint64_t replies; /* upstream messages forwarded */
+	uint64_t replies_delayed; /* of which held back first */
+	uint64_t replies_dropped; /* upstream messages dropped */
+	uint64_t blackholed; /* messages lost to the blackhole */
 } fault_relay_stats;
 
 /* Listen on 127.0.0.1 (an ephemeral port) and start the relay thread.
  * Returns 0, or -1 with errno set. */
-int fault_relay_start(int upstream_port, uint64_t seed,
-    fault_relay **ret_relay);
+int fault_relay_start(
+    int upstream_port, uint64_t seed, fault_relay **ret_relay);
 
 /* The port clients should dial. */
 int fault_relay_port(const fault_relay *r);

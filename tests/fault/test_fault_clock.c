@@ -50,8 +50,8 @@ faketime_lib(void)
 typedef struct child {
 	const char *name;
 	pid_t pid;
-	int in;         /* its stdin */
-	int out;        /* its stdout */
+	int in; /* its stdin */
+	int out; /* its stdout */
 	char line[512];
 	/* results */
 	unsigned long long admitted, denied, errors, fallbacks, registers;
@@ -138,11 +138,11 @@ child_line(child *c, int timeout_ms)
 	size_t n = 0;
 	uint64_t t0 = pc_now_ms();
 	for (;;) {
-		ck_assert_msg(n + 1 < sizeof c->line, "%s: line too long",
-		    c->name);
+		ck_assert_msg(
+		    n + 1 < sizeof c->line, "%s: line too long", c->name);
 		uint64_t el = pc_now_ms() - t0;
-		ck_assert_msg(el < (uint64_t) timeout_ms, "%s: no answer",
-		    c->name);
+		ck_assert_msg(
+		    el < (uint64_t) timeout_ms, "%s: no answer", c->name);
 		struct pollfd pf = { .fd = c->out, .events = POLLIN };
 		if (poll(&pf, 1, timeout_ms - (int) el) <= 0)
 			continue;
@@ -166,11 +166,13 @@ static void
 child_result(child *c)
 {
 	child_line(c, DURATION_MS + 10000);
-	ck_assert_msg(sscanf(c->line, "admitted=%llu denied=%llu errors=%llu "
-			  "elapsed_ms=%lf forward=%d backward=%d "
-			  "fallbacks=%llu registers=%llu", &c->admitted,
-			  &c->denied, &c->errors, &c->elapsed_ms, &c->forward,
-			  &c->backward, &c->fallbacks, &c->registers) == 8,
+	ck_assert_msg(
+	    sscanf(c->line,
+	        "admitted=%llu denied=%llu errors=%llu "
+	        "elapsed_ms=%lf forward=%d backward=%d "
+	        "fallbacks=%llu registers=%llu",
+	        &c->admitted, &c->denied, &c->errors, &c->elapsed_ms,
+	        &c->forward, &c->backward, &c->fallbacks, &c->registers) == 8,
 	    "%s said: %s", c->name, c->line);
 	ck_assert_int_eq(pc_wait_exit(c->pid, 5000), 0);
 	close(c->in);
@@ -261,8 +263,10 @@ START_TEST(wall_clock_jumps)
 		unsigned at_ms;
 		const char *spec;
 	} jumps[] = {
-		{ 600, "+1d" }, { 1200, "+0" },
-		{ 1800, "+2h" }, { 2400, "-1h" },
+		{ 600, "+1d" },
+		{ 1200, "+0" },
+		{ 1800, "+2h" },
+		{ 2400, "-1h" },
 	};
 	for (size_t j = 0; j < sizeof jumps / sizeof jumps[0]; j++) {
 		uint64_t el = pc_now_ms() - t0;
@@ -305,22 +309,22 @@ START_TEST(wall_clock_jumps)
 	ck_assert(same(c[CTRL0].admitted, c[BASE].admitted));
 	ck_assert_msg(!same(c[CTRL].admitted, c[BASE].admitted),
 	    "the control admitted %llu, like the monotonic agents (%llu): "
-	    "the jumps did not reach it", c[CTRL].admitted,
-	    c[BASE].admitted);
+	    "the jumps did not reach it",
+	    c[CTRL].admitted, c[BASE].admitted);
 
 	double worst = 0;
 	for (int i = TSC; i <= COORD; i++) {
 		int ref = i == COORD ? COORD0 : BASE;
 		if (i == COORD0)
 			continue;
-		double d = fabs((double) c[i].admitted -
-		    (double) c[ref].admitted);
+		double d = fabs(
+		    (double) c[i].admitted - (double) c[ref].admitted);
 		worst = fmax(worst, d);
 	}
 	fault_figures f = {
 		.id = "5-clock",
 		.fault = "wall clock jumps +1 d, -1 d, +2 h, -3 h (agents and "
-		    "allotd under libfaketime)",
+		         "allotd under libfaketime)",
 		.promised = "no decision changes: monotonic time only",
 		.requests = 0,
 		.failed = 0,
@@ -370,12 +374,12 @@ main(void)
 	/* The sanitizer runtime must be the first library loaded; with
 	 * libfaketime preloaded, sanitized binaries refuse to start. */
 	printf("skipped: libfaketime cannot be preloaded into a sanitized "
-	    "build\n");
+	       "build\n");
 	return 77;
 #endif
 	if (faketime_lib() == NULL) {
 		printf("skipped: libfaketime is not installed (apt-get "
-		    "install libfaketime; or set ALLOT_FAKETIME)\n");
+		       "install libfaketime; or set ALLOT_FAKETIME)\n");
 		return 77;
 	}
 	SRunner *sr = srunner_create(clock_suite());

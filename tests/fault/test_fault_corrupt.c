@@ -55,7 +55,7 @@ spill(const char *path, const char *buf, size_t len)
 
 typedef struct damage {
 	const char *name;
-	const char *reason;     /* expected in the message */
+	const char *reason; /* expected in the message */
 } damage;
 
 START_TEST(damaged_files_are_refused)
@@ -76,8 +76,10 @@ START_TEST(damaged_files_are_refused)
 	char other[200];
 	snprintf(other, sizeof other, "%s/other.db", e.dir);
 	char cmd[300];
-	snprintf(cmd, sizeof cmd, "sqlite3 '%s' 'CREATE TABLE notes (x); "
-	    "INSERT INTO notes VALUES (1)'", other);
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 '%s' 'CREATE TABLE notes (x); "
+	    "INSERT INTO notes VALUES (1)'",
+	    other);
 	free(pc_shell(cmd));
 
 	static const damage cases[] = {
@@ -108,15 +110,9 @@ START_TEST(damaged_files_are_refused)
 			}
 			break;
 		}
-		case 1:
-			memset(buf, 0, 100);
-			break;
-		case 2:
-			len = (len / 2) & ~(size_t) 4095;
-			break;
-		case 3:
-			len = len / 2 + 1000;
-			break;
+		case 1: memset(buf, 0, 100); break;
+		case 2: len = (len / 2) & ~(size_t) 4095; break;
+		case 3: len = len / 2 + 1000; break;
 		case 4:
 			/* Page 2 onwards: b-tree pages of the schema's
 			 * tables. */
@@ -135,8 +131,8 @@ START_TEST(damaged_files_are_refused)
 		char *before = slurp(path, &before_len);
 
 		char logname[200];
-		snprintf(logname, sizeof logname, "%s/allotd-%d.log", e.dir,
-		    i);
+		snprintf(
+		    logname, sizeof logname, "%s/allotd-%d.log", e.dir, i);
 		char bin[512];
 		snprintf(bin, sizeof bin, "%s/coordinator/allotd",
 		    getenv("ALLOT_BUILD_DIR"));
@@ -157,10 +153,11 @@ START_TEST(damaged_files_are_refused)
 		    cases[i].name, rc, log);
 		/* The message: the file, what is wrong, what to do. */
 		ck_assert_msg(strstr(log, "ALLOTD-STORE-FAIL") != NULL &&
-		    strstr(log, path) != NULL &&
-		    strstr(log, cases[i].reason) != NULL &&
-		    strstr(log, "move it aside or restore from backup") !=
-		    NULL && strstr(log, "will not overwrite") != NULL,
+		        strstr(log, path) != NULL &&
+		        strstr(log, cases[i].reason) != NULL &&
+		        strstr(log, "move it aside or restore from backup") !=
+		            NULL &&
+		        strstr(log, "will not overwrite") != NULL,
 		    "%s: unexpected log: %s", cases[i].name, log);
 		/* ... on one line. */
 		const char *line = strstr(log, "ALLOTD-STORE-FAIL");
@@ -174,7 +171,7 @@ START_TEST(damaged_files_are_refused)
 		size_t after_len;
 		char *after = slurp(path, &after_len);
 		ck_assert_msg(after_len == before_len &&
-		    memcmp(before, after, before_len) == 0,
+		        memcmp(before, after, before_len) == 0,
 		    "%s: allotd changed the file", cases[i].name);
 		free(before);
 		free(after);
@@ -185,7 +182,7 @@ START_TEST(damaged_files_are_refused)
 		.id = "6-corrupt",
 		.fault = "corrupt or truncated database at start (6 kinds)",
 		.promised = "exit 1, a message naming the file and what to "
-		    "do; the file is never modified",
+		            "do; the file is never modified",
 		.requests = 0,
 		.failed = 0,
 		.over_rt = NAN,
@@ -194,7 +191,8 @@ START_TEST(damaged_files_are_refused)
 	snprintf(f.measured, sizeof f.measured,
 	    "%d of %d refused with exit status 1 within %llu ms, each "
 	    "naming the file, the damage and the remedy; every file "
-	    "byte-for-byte unchanged", n, n, (unsigned long long) worst_ms);
+	    "byte-for-byte unchanged",
+	    n, n, (unsigned long long) worst_ms);
 	fault_report(&f);
 	fault_env_fini(&e);
 }

@@ -79,14 +79,17 @@ START_TEST(disk_full)
 	filler fl = { .bytes = 0 };
 	snprintf(fl.path, sizeof fl.path, "%s/filler", mnt);
 	fault_outage o = {
-		.begin = fill, .end = unfill, .ctx = &fl,
-		.outage_ms = 3000, .log_text = "database or disk is full",
+		.begin = fill,
+		.end = unfill,
+		.ctx = &fl,
+		.outage_ms = 3000,
+		.log_text = "database or disk is full",
 	};
 	fault_figures f = {
 		.id = "2-diskfull",
 		.fault = "disk full under the store (2 MiB tmpfs filled)",
 		.promised = "allocation goes on; failures counted and logged; "
-		    "queued rows written when space returns",
+		            "queued rows written when space returns",
 	};
 	fault_store_outage(&e, &o, &f);
 	ck_assert_uint_gt(fl.bytes, 0);
@@ -131,7 +134,7 @@ main(void)
 {
 	if (!can_mount()) {
 		printf("skipped: cannot mount a tmpfs (needs root and mount "
-		    "namespaces)\n");
+		       "namespaces)\n");
 		return 77;
 	}
 	SRunner *sr = srunner_create(diskfull_suite());

@@ -23,7 +23,7 @@
 
 typedef struct auditor {
 	const char *db;
-	const char *begin;  /* "BEGIN" (then a read) or "BEGIN EXCLUSIVE" */
+	const char *begin; /* "BEGIN" (then a read) or "BEGIN EXCLUSIVE" */
 	sqlite3 *conn;
 } auditor;
 
@@ -31,25 +31,28 @@ static void
 hold(void *ctx)
 {
 	auditor *au = ctx;
-	ck_assert_int_eq(sqlite3_open_v2(au->db, &au->conn,
-			     SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	ck_assert_int_eq(
+	    sqlite3_open_v2(au->db, &au->conn, SQLITE_OPEN_READWRITE, NULL),
+	    SQLITE_OK);
 	/* allotd holds the write lock for a few ms per commit. */
 	sqlite3_busy_timeout(au->conn, 5000);
 	char *err = NULL;
-	ck_assert_msg(sqlite3_exec(au->conn, au->begin, NULL, NULL, &err) ==
-	    SQLITE_OK, "%s: %s", au->begin, err);
+	ck_assert_msg(
+	    sqlite3_exec(au->conn, au->begin, NULL, NULL, &err) == SQLITE_OK,
+	    "%s: %s", au->begin, err);
 	/* A read makes the transaction hold its snapshot. */
-	ck_assert_msg(sqlite3_exec(au->conn,
-			  "SELECT count(*), sum(admitted) FROM usage", NULL,
-			  NULL, &err) == SQLITE_OK, "read: %s", err);
+	ck_assert_msg(
+	    sqlite3_exec(au->conn, "SELECT count(*), sum(admitted) FROM usage",
+	        NULL, NULL, &err) == SQLITE_OK,
+	    "read: %s", err);
 }
 
 static void
 release(void *ctx)
 {
 	auditor *au = ctx;
-	ck_assert_int_eq(sqlite3_exec(au->conn, "ROLLBACK", NULL, NULL, NULL),
-	    SQLITE_OK);
+	ck_assert_int_eq(
+	    sqlite3_exec(au->conn, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
 	ck_assert_int_eq(sqlite3_close(au->conn), SQLITE_OK);
 	au->conn = NULL;
 }
@@ -91,8 +94,8 @@ START_TEST(long_read_does_not_block)
 	};
 	snprintf(f.measured, sizeof f.measured,
 	    "%.0f commits failed, %.0f rows written during the read "
-	    "(%.1f s)", fail1 - fail0, w1 - w0,
-	    (double) (pc_now_ms() - t0) / 1000.0);
+	    "(%.1f s)",
+	    fail1 - fail0, w1 - w0, (double) (pc_now_ms() - t0) / 1000.0);
 	fault_report(&f);
 	ck_assert(fail1 == fail0);
 	ck_assert(w1 > w0);
@@ -110,15 +113,18 @@ START_TEST(write_lock)
 	fault_env_init(&e, "locked", NULL);
 	auditor au = { .db = e.db, .begin = "BEGIN EXCLUSIVE" };
 	fault_outage o = {
-		.begin = hold, .end = release, .ctx = &au,
-		.outage_ms = 3000, .log_text = "database is locked",
+		.begin = hold,
+		.end = release,
+		.ctx = &au,
+		.outage_ms = 3000,
+		.log_text = "database is locked",
 	};
 	fault_figures f = {
 		.id = "3b-locked",
 		.fault = "auditor holds a write lock (BEGIN EXCLUSIVE) for "
-		    "3 s",
+		         "3 s",
 		.promised = "allocation goes on; failures counted and logged; "
-		    "queued rows written when the lock is released",
+		            "queued rows written when the lock is released",
 	};
 	fault_store_outage(&e, &o, &f);
 	fault_env_fini(&e);

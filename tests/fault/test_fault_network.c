@@ -29,19 +29,19 @@
 #define AGENTS 3
 
 enum expect {
-	SYNCING,        /* replies arrive: nobody falls back */
-	FALLBACK_ALL,   /* no reply arrives in time: everyone falls back */
-	PARTITION,      /* agent 0 alone falls back */
+	SYNCING, /* replies arrive: nobody falls back */
+	FALLBACK_ALL, /* no reply arrives in time: everyone falls back */
+	PARTITION, /* agent 0 alone falls back */
 };
 
 typedef struct net_case {
 	const char *id;
 	const char *fault;
 	const char *promised;
-	unsigned delay_ms;      /* on every relay */
-	double drop;            /* on every relay */
-	double drop0;           /* on agent 0's relay only */
-	bool blackhole0;        /* agent 0's relay only */
+	unsigned delay_ms; /* on every relay */
+	double drop; /* on every relay */
+	double drop0; /* on agent 0's relay only */
+	bool blackhole0; /* agent 0's relay only */
 	uint64_t fault_ms;
 	enum expect expect;
 } net_case;
@@ -51,8 +51,10 @@ apply(fault_relay **r, const net_case *c, bool on)
 {
 	for (int i = 0; i < AGENTS; i++) {
 		fault_relay_set_delay_ms(r[i], on ? c->delay_ms : 0);
-		fault_relay_set_drop(r[i], !on ? 0 :
-		    i == 0 && c->drop0 > 0 ? c->drop0 : c->drop);
+		fault_relay_set_drop(r[i],
+		    !on                        ? 0 :
+		        i == 0 && c->drop0 > 0 ? c->drop0 :
+		                                 c->drop);
 	}
 	if (c->blackhole0)
 		fault_relay_set_blackhole(r[0], on);
@@ -105,13 +107,13 @@ run(const net_case *c)
 	fault_counts_get(ld, AGENTS, &c1);
 	for (int i = 0; i < AGENTS; i++)
 		allot_sync_stats_get(as[i], &s1[i]);
-	double replicas_metric = fault_metric(&e,
-	    "allotd_replicas{service=\"svc\"}");
+	double replicas_metric = fault_metric(
+	    &e, "allotd_replicas{service=\"svc\"}");
 	apply(r, c, false);
 	uint64_t regs = 0;
 	for (int i = 0; i < AGENTS; i++)
-		regs = s1[i].registers < regs || regs == 0 ?
-		    s1[i].registers : regs;
+		regs = s1[i].registers < regs || regs == 0 ? s1[i].registers :
+		                                             regs;
 	uint64_t recovery = fault_await_synced(as, AGENTS, regs, 10000);
 	/* Requests just after the fault count too. */
 	pc_sleep_ms(300);
@@ -157,15 +159,18 @@ run(const net_case *c)
 		uint64_t den = atomic_load(&ld[i].steady_denied);
 		uint64_t reg = s2[i].registers - s0[i].registers;
 		if (den > 0 || reg > 0)
-			n += snprintf(f.measured + n, sizeof f.measured -
-			    (size_t) n, "; agent %d registered %llu times, "
-			    "%llu steady denials", i, (unsigned long long) reg,
+			n += snprintf(f.measured + n,
+			    sizeof f.measured - (size_t) n,
+			    "; agent %d registered %llu times, "
+			    "%llu steady denials",
+			    i, (unsigned long long) reg,
 			    (unsigned long long) den);
 		if (fell[i] > 0 && n > 0 && (size_t) n < sizeof f.measured)
-			n += snprintf(f.measured + n, sizeof f.measured -
-			    (size_t) n, "; agent %d in fallback after %llu ms "
-			    "at %.0f/s", i, (unsigned long long) fell[i],
-			    fallback_rate[i]);
+			n += snprintf(f.measured + n,
+			    sizeof f.measured - (size_t) n,
+			    "; agent %d in fallback after %llu ms "
+			    "at %.0f/s",
+			    i, (unsigned long long) fell[i], fallback_rate[i]);
 	}
 	if (n > 0 && (size_t) n < sizeof f.measured && c->blackhole0)
 		snprintf(f.measured + n, sizeof f.measured - (size_t) n,
@@ -179,26 +184,28 @@ run(const net_case *c)
 		    (c->expect == PARTITION && i == 0);
 		if (!falls) {
 			ck_assert_msg(fell[i] == 0 &&
-			    s1[i].fallback_enters == s0[i].fallback_enters,
+			        s1[i].fallback_enters == s0[i].fallback_enters,
 			    "agent %d fell back", i);
 			/* Replies kept coming: a reply can take an interval,
 			 * the delay and, when it is lost, the agent's 250 ms
 			 * timeout; at least half as many as that. */
 			ck_assert_uint_ge(s1[i].syncs_ok - s0[i].syncs_ok,
 			    c->fault_ms / (FAULT_T_MS + c->delay_ms + 250) /
-			    2);
+			        2);
 			continue;
 		}
 		/* Fail-static for the lease, counted from the last reply
 		 * (at most one interval and a round trip before the fault),
 		 * then the static share. */
 		ck_assert_msg(fell[i] > 0, "agent %d never fell back", i);
-		ck_assert_uint_ge(fell[i], FAULT_LEASE_MS - 2 * FAULT_T_MS -
-		    c->delay_ms);
+		ck_assert_uint_ge(
+		    fell[i], FAULT_LEASE_MS - 2 * FAULT_T_MS - c->delay_ms);
 		ck_assert_uint_le(fell[i], FAULT_LEASE_MS + 2 * FAULT_T_MS);
-		ck_assert_msg(fabs(fallback_rate[i] -
-		    FAULT_R / s0[i].replicas) < 1e-6, "agent %d fallback at "
-		    "%.3f/s", i, fallback_rate[i]);
+		ck_assert_msg(
+		    fabs(fallback_rate[i] - FAULT_R / s0[i].replicas) < 1e-6,
+		    "agent %d fallback at "
+		    "%.3f/s",
+		    i, fallback_rate[i]);
 	}
 	if (c->expect == PARTITION) {
 		/* The documented bound while the replica count is not what
@@ -209,8 +216,10 @@ run(const net_case *c)
 		    "over-admission %.2f R.T", over);
 	} else {
 		ck_assert_msg(over <= bound, "over-admission %.2f R.T", over);
-		ck_assert_msg(f.failed == 0, "%llu requests below their "
-		    "share failed", (unsigned long long) f.failed);
+		ck_assert_msg(f.failed == 0,
+		    "%llu requests below their "
+		    "share failed",
+		    (unsigned long long) f.failed);
 	}
 
 	for (int i = 0; i < AGENTS; i++) {
@@ -226,7 +235,8 @@ START_TEST(slow_coordinator)
 		.id = "4a-slow",
 		.fault = "replies delayed by 3T (150 ms) for 2.5 s",
 		.promised = "agents stay synced (timeout 2T, at least 250 ms)",
-		.delay_ms = 3 * FAULT_T_MS, .fault_ms = 2500,
+		.delay_ms = 3 * FAULT_T_MS,
+		.fault_ms = 2500,
 		.expect = SYNCING,
 	};
 	run(&c);
@@ -238,10 +248,11 @@ START_TEST(replies_too_late)
 	net_case c = {
 		.id = "4b-late",
 		.fault = "replies delayed by 6T (300 ms, past the timeout) "
-		    "for 2.5 s",
+		         "for 2.5 s",
 		.promised = "last allowance for the lease, then fallback; "
-		    "resync when replies are timely",
-		.delay_ms = 6 * FAULT_T_MS, .fault_ms = 2500,
+		            "resync when replies are timely",
+		.delay_ms = 6 * FAULT_T_MS,
+		.fault_ms = 2500,
 		.expect = FALLBACK_ALL,
 	};
 	run(&c);
@@ -254,8 +265,10 @@ START_TEST(dropped_replies)
 		.id = "4c-drop",
 		.fault = "30% of replies dropped for 2.5 s",
 		.promised = "agents stay synced: a lost reply is retried, the "
-		    "lease outlives it",
-		.drop = 0.3, .fault_ms = 2500, .expect = SYNCING,
+		            "lease outlives it",
+		.drop = 0.3,
+		.fault_ms = 2500,
+		.expect = SYNCING,
 	};
 	run(&c);
 }
@@ -267,8 +280,10 @@ START_TEST(dropped_replies_one_agent)
 		.id = "4d-drop-one",
 		.fault = "30% of one agent's replies dropped for 2.5 s",
 		.promised = "agents stay synced: a lost reply is retried, the "
-		    "lease outlives it",
-		.drop0 = 0.3, .fault_ms = 2500, .expect = SYNCING,
+		            "lease outlives it",
+		.drop0 = 0.3,
+		.fault_ms = 2500,
+		.expect = SYNCING,
 	};
 	run(&c);
 }
@@ -279,10 +294,12 @@ START_TEST(partition_one_agent)
 	net_case c = {
 		.id = "4e-partition",
 		.fault = "one agent of three partitioned (blackhole) for "
-		    "2.5 s",
+		         "2.5 s",
 		.promised = "that agent: last allowance for the lease, then "
-		    "fallback R/n; the others keep syncing",
-		.blackhole0 = true, .fault_ms = 2500, .expect = PARTITION,
+		            "fallback R/n; the others keep syncing",
+		.blackhole0 = true,
+		.fault_ms = 2500,
+		.expect = PARTITION,
 	};
 	run(&c);
 }

@@ -46,10 +46,8 @@ rows_before(const char *db, rows *r)
 	ck_assert_ptr_nonnull(out);
 	int n = sscanf(out, "%lld|%lld|%lld|%lld|%lld|%lld|%lld|%lld|%lld",
 	    &r->replicas, &r->max_session, &r->events, &r->max_event,
-	    &r->configs, &r->max_config, &r->usage, &r->max_at,
-	    &r->admitted);
-	ck_assert_msg(n == 9,
-	    "unexpected sqlite3 output: %s", out);
+	    &r->configs, &r->max_config, &r->usage, &r->max_at, &r->admitted);
+	ck_assert_msg(n == 9, "unexpected sqlite3 output: %s", out);
 	free(out);
 }
 
@@ -64,14 +62,13 @@ rows_after(const char *db, const rows *b, rows *r)
 	    "(SELECT count(*) FROM configs WHERE id <= %lld), "
 	    "(SELECT count(*) FROM usage WHERE at <= %lld), "
 	    "(SELECT coalesce(sum(admitted), 0) FROM usage WHERE at <= %lld)",
-	    b->max_session, b->max_event, b->max_config, b->max_at,
-	    b->max_at);
+	    b->max_session, b->max_event, b->max_config, b->max_at, b->max_at);
 	char *out = fault_sql(db, sql);
 	ck_assert_ptr_nonnull(out);
 	memset(r, 0, sizeof *r);
-	ck_assert_msg(sscanf(out, "%lld|%lld|%lld|%lld|%lld", &r->replicas,
-			  &r->events, &r->configs, &r->usage,
-			  &r->admitted) == 5,
+	ck_assert_msg(
+	    sscanf(out, "%lld|%lld|%lld|%lld|%lld", &r->replicas, &r->events,
+	        &r->configs, &r->usage, &r->admitted) == 5,
 	    "unexpected sqlite3 output: %s", out);
 	free(out);
 }
@@ -117,8 +114,8 @@ START_TEST(sigkill_restart_under_load)
 		}
 
 		uint64_t killed = pc_now_ms();
-		ck_assert_int_eq(fault_allotd_stop(&e, SIGKILL),
-		    128 + SIGKILL);
+		ck_assert_int_eq(
+		    fault_allotd_stop(&e, SIGKILL), 128 + SIGKILL);
 		/* Replies already on the wire have landed by now; from here
 		 * on the allowance in force is the last one. */
 		pc_sleep_ms(20);
@@ -139,9 +136,10 @@ START_TEST(sigkill_restart_under_load)
 				if (!ss.in_fallback) {
 					/* Fail-static: the last allowance. */
 					ck_assert_msg(fabs(g - last[i]) <=
-					    1e-9 * last[i],
+					        1e-9 * last[i],
 					    "agent %d: %.3f/s, last allowance "
-					    "%.3f/s", i, g, last[i]);
+					    "%.3f/s",
+					    i, g, last[i]);
 					continue;
 				}
 				/* Fallback: static share, never before the
@@ -149,11 +147,11 @@ START_TEST(sigkill_restart_under_load)
 				uint64_t at = pc_now_ms() - killed;
 				if (at < first_fallback_ms)
 					first_fallback_ms = at;
-				ck_assert_uint_ge(at, FAULT_LEASE_MS -
-				    2 * FAULT_T_MS);
-				ck_assert_msg(fabs(g - FAULT_R / replicas[i]) <
-				    1e-6, "agent %d falls back to %.3f/s", i,
-				    g);
+				ck_assert_uint_ge(
+				    at, FAULT_LEASE_MS - 2 * FAULT_T_MS);
+				ck_assert_msg(
+				    fabs(g - FAULT_R / replicas[i]) < 1e-6,
+				    "agent %d falls back to %.3f/s", i, g);
 			}
 			pc_sleep_ms(5);
 		}
@@ -173,17 +171,17 @@ START_TEST(sigkill_restart_under_load)
 		ck_assert_int_eq(a.configs, b.configs);
 		ck_assert_int_ge(a.usage, b.usage);
 		ck_assert_int_ge(a.admitted, b.admitted);
-		rows_checked += (uint64_t) (b.replicas + b.events +
-		    b.configs + b.usage);
+		rows_checked += (uint64_t) (b.replicas + b.events + b.configs +
+		    b.usage);
 		fault_await_synced(as, AGENTS, (uint64_t) cycle + 2, 10000);
 		uint64_t rec = pc_now_ms() - restarted;
 		/* Where failed requests come from, for the log. */
 		for (int i = 0; i < AGENTS; i++) {
-			unsigned long long den =
-			    atomic_load(&ld[i].steady_denied);
+			unsigned long long den = atomic_load(
+			    &ld[i].steady_denied);
 			printf("cycle %d (%s outage): agent %d: %llu steady "
-			    "denials so far\n", cycle,
-			    long_outage ? "long" : "short", i, den);
+			       "denials so far\n",
+			    cycle, long_outage ? "long" : "short", i, den);
 		}
 		fflush(stdout);
 		total_recovery += rec;
@@ -213,9 +211,9 @@ START_TEST(sigkill_restart_under_load)
 	fault_figures f = {
 		.id = "1-restart",
 		.fault = "allotd killed (SIGKILL) and restarted, 5 times, "
-		    "under load",
+		         "under load",
 		.promised = "no request fails; last allowance for the lease, "
-		    "then fallback; no committed row lost",
+		            "then fallback; no committed row lost",
 		.requests = requests,
 		.failed = failed,
 		.over_rt = over,
@@ -232,12 +230,14 @@ START_TEST(sigkill_restart_under_load)
 	fault_report(&f);
 
 	ck_assert_int_gt(fallbacks_seen, 0);
-	ck_assert_msg(failed == 0, "%llu of %llu requests below their share "
-	    "failed", (unsigned long long) failed,
-	    (unsigned long long) requests);
+	ck_assert_msg(failed == 0,
+	    "%llu of %llu requests below their share "
+	    "failed",
+	    (unsigned long long) failed, (unsigned long long) requests);
 	/* Over any window: at most B + R(W + T). */
 	ck_assert_msg(over <= (FAULT_B_GREEDY + FAULT_R * FAULT_T_MS / 1e3) /
-	    (FAULT_R * FAULT_T_MS / 1e3), "over-admission %.2f R.T", over);
+	            (FAULT_R * FAULT_T_MS / 1e3),
+	    "over-admission %.2f R.T", over);
 
 	for (int i = 0; i < AGENTS; i++)
 		allot_agent_destroy(as[i]);

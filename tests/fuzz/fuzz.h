@@ -21,53 +21,56 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* An invariant the code under test promises: report and abort, which
  * libFuzzer records as a crash and the replay runner as a failure. */
-#define FUZZ_CHECK(cond)                                                \
-	do {                                                            \
-		if (!(cond)) {                                          \
+#define FUZZ_CHECK(cond)                                                 \
+	do {                                                             \
+		if (!(cond)) {                                           \
 			fprintf(stderr, "%s:%d: invariant failed: %s\n", \
-			    __FILE__, __LINE__, #cond);                 \
-			abort();                                        \
-		}                                                       \
+			    __FILE__, __LINE__, #cond);                  \
+			abort();                                         \
+		}                                                        \
 	} while (0)
 
 /* Three callers (one open, one closed on fallback, one in shadow mode),
  * two weighted endpoints and a ceiling: every branch of the allocator
  * and of the agent's fallback is reachable. */
-#define FUZZ_CONFIG_YAML                                                \
-	"quotas:\n"                                                     \
-	"  default:\n"                                                  \
-	"    tokens_per_second: 10\n"                                   \
-	"    burst: 20\n"                                               \
-	"    shared: true\n"                                            \
-	"    priority: low\n"                                           \
-	"  callers:\n"                                                  \
-	"    - identity: \"spiffe://t/a\"\n"                            \
-	"      tokens_per_second: 500\n"                                \
-	"      burst: 1000\n"                                           \
-	"      priority: critical\n"                                    \
-	"      fallback: open\n"                                        \
-	"    - identity: \"spiffe://t/b\"\n"                            \
-	"      tokens_per_second: 300\n"                                \
-	"      burst: 600\n"                                            \
-	"      priority: standard\n"                                    \
-	"      fallback: closed\n"                                      \
-	"    - identity: \"spiffe://t/c\"\n"                            \
-	"      tokens_per_second: 0.5\n"                                \
-	"      burst: 50\n"                                             \
-	"      priority: batch\n"                                       \
-	"      shadow: true\n"                                          \
-	"  endpoint_weights:\n"                                         \
-	"    default: 1\n"                                              \
-	"    \"/lookup\": 1\n"                                          \
-	"    \"/export\": 20\n"                                         \
-	"  global_ceiling:\n"                                           \
-	"    tokens_per_second: 800\n"                                  \
+#define FUZZ_CONFIG_YAML                     \
+	"quotas:\n"                          \
+	"  default:\n"                       \
+	"    tokens_per_second: 10\n"        \
+	"    burst: 20\n"                    \
+	"    shared: true\n"                 \
+	"    priority: low\n"                \
+	"  callers:\n"                       \
+	"    - identity: \"spiffe://t/a\"\n" \
+	"      tokens_per_second: 500\n"     \
+	"      burst: 1000\n"                \
+	"      priority: critical\n"         \
+	"      fallback: open\n"             \
+	"    - identity: \"spiffe://t/b\"\n" \
+	"      tokens_per_second: 300\n"     \
+	"      burst: 600\n"                 \
+	"      priority: standard\n"         \
+	"      fallback: closed\n"           \
+	"    - identity: \"spiffe://t/c\"\n" \
+	"      tokens_per_second: 0.5\n"     \
+	"      burst: 50\n"                  \
+	"      priority: batch\n"            \
+	"      shadow: true\n"               \
+	"  endpoint_weights:\n"              \
+	"    default: 1\n"                   \
+	"    \"/lookup\": 1\n"               \
+	"    \"/export\": 20\n"              \
+	"  global_ceiling:\n"                \
+	"    tokens_per_second: 800\n"       \
 	"    shed_order: [low, batch, standard, critical]\n"
 
 /* The keys an agent with that config registers, in key-id order (the
  * callers in file order, then the default quota). */
 #define FUZZ_NKEYS 4
-#define FUZZ_KEYS { "spiffe://t/a", "spiffe://t/b", "spiffe://t/c", "default" }
+#define FUZZ_KEYS                                                         \
+	{                                                                 \
+		"spiffe://t/a", "spiffe://t/b", "spiffe://t/c", "default" \
+	}
 
 /* The service and replica of the session every wire input finds open
  * (session 1), and the sequence number the agent target's Sync carries. */

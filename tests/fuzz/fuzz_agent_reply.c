@@ -29,7 +29,7 @@
 #define MS 1000000ull
 
 static allot_config *base_cfg;
-static uint8_t *welcome_buf;   /* a real Welcome for session 7 */
+static uint8_t *welcome_buf; /* a real Welcome for session 7 */
 static size_t welcome_len;
 static _Atomic uint64_t vnow;
 
@@ -117,12 +117,11 @@ next_request(allot__syncc *c)
 	size_t len = 0;
 	FUZZ_CHECK(allot__syncc_request(c, atomic_load(&vnow), &buf, &len) ==
 	    ALLOT_OK);
-	Allot__V1__Envelope *env = allot__v1__envelope__unpack(NULL, len,
-	    buf);
+	Allot__V1__Envelope *env = allot__v1__envelope__unpack(NULL, len, buf);
 	FUZZ_CHECK(env != NULL);
-	FUZZ_CHECK(env->body_case == (c->session == 0 ?
-	    ALLOT__V1__ENVELOPE__BODY_REGISTER :
-	    ALLOT__V1__ENVELOPE__BODY_SYNC));
+	FUZZ_CHECK(env->body_case ==
+	    (c->session == 0 ? ALLOT__V1__ENVELOPE__BODY_REGISTER :
+	                       ALLOT__V1__ENVELOPE__BODY_SYNC));
 	allot__v1__envelope__free_unpacked(env, NULL);
 	free(buf);
 }
@@ -135,8 +134,8 @@ traffic(allot_agent *a)
 		"spiffe://t/c", "spiffe://t/unknown", NULL };
 	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
 		allot_decision d;
-		int rc = allot_acquire_id(a, ids[i], "/export",
-		    ALLOT_COST_DEFAULT, &d);
+		int rc = allot_acquire_id(
+		    a, ids[i], "/export", ALLOT_COST_DEFAULT, &d);
 		FUZZ_CHECK(rc == ALLOT_OK || rc == ALLOT_ETOOBIG);
 		rc = allot_acquire_id(a, ids[i], "/lookup", 1, &d);
 		FUZZ_CHECK(rc == ALLOT_OK || rc == ALLOT_ETOOBIG);
@@ -166,8 +165,8 @@ after_reply(allot__syncc *c, bool ok)
 	 * or, after a success, the jittered interval. */
 	uint64_t d = allot__syncc_next_delay_ms(c, now, ok);
 	FUZZ_CHECK(d >= 1 || (ok && c->session == 0));
-	FUZZ_CHECK(d <= (ok ? a->opts.sync_interval_ms * 2u :
-	    a->opts.reconnect_max_ms));
+	FUZZ_CHECK(d <=
+	    (ok ? a->opts.sync_interval_ms * 2u : a->opts.reconnect_max_ms));
 	traffic(a);
 	atomic_store(&vnow, now + 100 * MS);
 	next_request(c);
@@ -207,8 +206,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	atomic_store(&vnow, 5000000 * MS);
 	FUZZ_CHECK(allot__syncc_init(&c, a, 2) == ALLOT_OK);
 	next_request(&c);
-	FUZZ_CHECK(allot__syncc_reply(&c, atomic_load(&vnow), welcome_buf,
-	    welcome_len));
+	FUZZ_CHECK(allot__syncc_reply(
+	    &c, atomic_load(&vnow), welcome_buf, welcome_len));
 	FUZZ_CHECK(c.session == 7);
 	traffic(a);
 	atomic_store(&vnow, atomic_load(&vnow) + 100 * MS);

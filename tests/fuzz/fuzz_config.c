@@ -53,8 +53,8 @@ check_config(const allot_config *cfg)
 	uint32_t maxw = cfg->default_weight;
 	for (size_t i = 0; i < cfg->nendpoints; i++) {
 		const allot__endpoint *e = &cfg->endpoints[i];
-		FUZZ_CHECK(e->name != NULL &&
-		    strlen(e->name) <= ALLOT__ENDPOINT_MAX);
+		FUZZ_CHECK(
+		    e->name != NULL && strlen(e->name) <= ALLOT__ENDPOINT_MAX);
 		FUZZ_CHECK(e->weight >= 1 && e->weight <= ALLOT__WEIGHT_MAX);
 		FUZZ_CHECK(allot__config_weight(cfg, e->name) == e->weight);
 		if (e->weight > maxw)
@@ -85,7 +85,8 @@ check_agent(const allot_config *cfg)
 		allot_key *k;
 		const char *id = cfg->callers[i].identity;
 		const char *ep = cfg->nendpoints > 0 ?
-		    cfg->endpoints[i % cfg->nendpoints].name : NULL;
+		    cfg->endpoints[i % cfg->nendpoints].name :
+		    NULL;
 		rc = allot_key_resolve(a, id, ep, &k);
 		if (rc != ALLOT_OK) {
 			/* Only an identity the resolver cannot take. */

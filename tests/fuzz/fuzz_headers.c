@@ -25,7 +25,7 @@
 
 #include "fuzz.h"
 
-#define DEFAULT_NOW 1700000000  /* 2023-11-14 */
+#define DEFAULT_NOW 1700000000 /* 2023-11-14 */
 #define WAIT_MAX_MS (2147483648ull * 1000u)
 
 typedef struct params {
@@ -79,7 +79,7 @@ read_params(const uint8_t *p, size_t n, params *ret)
 	ret->d.rate = rd_double(&r);
 	ret->d.remaining = rd_double(&r);
 	ret->now_unix = n >= 1 + 4 + 5 * 8 + 8 ? (int64_t) rd_u(&r, 8) :
-	    DEFAULT_NOW;
+	                                         DEFAULT_NOW;
 	ret->buflen = n >= 1 + 4 + 6 * 8 + 1 ? (size_t) rd_u(&r, 1) : 64;
 }
 
@@ -96,8 +96,8 @@ all_digits(const char *s)
 
 /* Run one formatter into a heap buffer of exactly `len` bytes, and again
  * into one large enough; returns the full text (caller frees). */
-typedef int (*fmt_fn)(const allot_decision *d, const char *name, char *buf,
-    size_t len);
+typedef int (*fmt_fn)(
+    const allot_decision *d, const char *name, char *buf, size_t len);
 
 static char *
 run_fmt(fmt_fn f, const allot_decision *d, const char *name, size_t len)
@@ -120,8 +120,8 @@ run_fmt(fmt_fn f, const allot_decision *d, const char *name, size_t len)
 }
 
 static int
-fmt_retry_after(const allot_decision *d, const char *name, char *buf,
-    size_t len)
+fmt_retry_after(
+    const allot_decision *d, const char *name, char *buf, size_t len)
 {
 	(void) name;
 	return allot_fmt_retry_after(d, buf, len);
@@ -252,8 +252,8 @@ check_retry_next(const char *value)
 	if (rc == ALLOT_OK)
 		FUZZ_CHECK(delay <= 10000);
 	rc = allot_retry_next(r, 0, value, 503, &delay);
-	FUZZ_CHECK(rc == ALLOT_OK || rc == ALLOT_ETIMEDOUT ||
-	    rc == ALLOT_EPROTO);
+	FUZZ_CHECK(
+	    rc == ALLOT_OK || rc == ALLOT_ETIMEDOUT || rc == ALLOT_EPROTO);
 }
 
 int

@@ -85,7 +85,9 @@ log_sink(void *ctx, int level, const char *id, const char *msg)
 }
 
 static const allot__logger logger = {
-	.fn = log_sink, .ctx = NULL, .level = ALLOT_LOG_DEBUG,
+	.fn = log_sink,
+	.ctx = NULL,
+	.level = ALLOT_LOG_DEBUG,
 };
 
 static void
@@ -137,7 +139,9 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 {
 	blk *head = NULL;
 	ProtobufCAllocator pa = {
-		.alloc = trk_alloc, .free = trk_free, .allocator_data = &head,
+		.alloc = trk_alloc,
+		.free = trk_free,
+		.allocator_data = &head,
 	};
 	char err[256] = "";
 	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
@@ -167,8 +171,8 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
 			break;
 		}
-		code = allot__state_register(st, in->register_, &pa, &welcome,
-		    err, sizeof err);
+		code = allot__state_register(
+		    st, in->register_, &pa, &welcome, err, sizeof err);
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 		out.welcome = &welcome;
 		if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
@@ -176,8 +180,8 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 			FUZZ_CHECK(welcome.replicas >= 1);
 			check_shares(welcome.shares, welcome.n_shares,
 			    in->register_->n_keys);
-			FUZZ_CHECK(welcome.n_unknown_keys <=
-			    in->register_->n_keys);
+			FUZZ_CHECK(
+			    welcome.n_unknown_keys <= in->register_->n_keys);
 			for (size_t i = 0; i < welcome.n_unknown_keys; i++)
 				FUZZ_CHECK(welcome.unknown_keys[i] <
 				    in->register_->n_keys);
@@ -188,14 +192,14 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
 			break;
 		}
-		code = allot__state_sync(st, in->sync, &pa, &reply, err,
-		    sizeof err);
+		code = allot__state_sync(
+		    st, in->sync, &pa, &reply, err, sizeof err);
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
 			FUZZ_CHECK(reply.seq == in->sync->seq);
-			FUZZ_CHECK(reply.rejected_reports <=
-			    in->sync->n_reports);
+			FUZZ_CHECK(
+			    reply.rejected_reports <= in->sync->n_reports);
 			/* Key ids are bounded by what any session may
 			 * register. */
 			check_shares(reply.shares, reply.n_shares,
@@ -203,14 +207,12 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 		}
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave(st, in->leave, &reply, err,
-		    sizeof err);
+		code = allot__state_leave(
+		    st, in->leave, &reply, err, sizeof err);
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		break;
-	default:
-		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		break;
+	default: code = ALLOT__V1__ERROR__CODE__MALFORMED; break;
 	}
 done:
 	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
@@ -230,7 +232,9 @@ register_resident(allot__state *st)
 {
 	blk *head = NULL;
 	ProtobufCAllocator pa = {
-		.alloc = trk_alloc, .free = trk_free, .allocator_data = &head,
+		.alloc = trk_alloc,
+		.free = trk_free,
+		.allocator_data = &head,
 	};
 	const char *keys[FUZZ_NKEYS] = FUZZ_KEYS;
 	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
@@ -265,8 +269,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	so.lg = &logger;
 	so.metrics = &metrics;
 	allot__state *st;
-	FUZZ_CHECK(allot__state_create(&so, cfg, "fuzz.yaml",
-	    FUZZ_CONFIG_YAML, &st) == ALLOT_OK);
+	FUZZ_CHECK(allot__state_create(&so, cfg, "fuzz.yaml", FUZZ_CONFIG_YAML,
+	               &st) == ALLOT_OK);
 	register_resident(st);
 
 	handle(st, data, size);

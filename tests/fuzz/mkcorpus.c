@@ -97,20 +97,22 @@ serve(const void *req, size_t len, uint8_t **ret, size_t *ret_len)
 	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 	/* malloc: the shares are freed below, after packing. */
 	ProtobufCAllocator sys = {
-		.alloc = sys_alloc, .free = sys_free, .allocator_data = NULL,
+		.alloc = sys_alloc,
+		.free = sys_free,
+		.allocator_data = NULL,
 	};
 	ProtobufCAllocator *pa = &sys;
 	out.version = ALLOT__PROTOCOL_VERSION;
 	switch (in->body_case) {
 	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-		code = allot__state_register(st, in->register_, pa, &w, err,
-		    sizeof err);
+		code = allot__state_register(
+		    st, in->register_, pa, &w, err, sizeof err);
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 		out.welcome = &w;
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_SYNC:
-		code = allot__state_sync(st, in->sync, pa, &r, err,
-		    sizeof err);
+		code = allot__state_sync(
+		    st, in->sync, pa, &r, err, sizeof err);
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &r;
 		break;
@@ -119,9 +121,7 @@ serve(const void *req, size_t len, uint8_t **ret, size_t *ret_len)
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &r;
 		break;
-	default:
-		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		break;
+	default: code = ALLOT__V1__ERROR__CODE__MALFORMED; break;
 	}
 	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
 		e.code = code;
@@ -180,8 +180,8 @@ exchange(peer *p, const char *req_name, const char *rep_name)
 {
 	void *req;
 	size_t len;
-	FUZZ_CHECK(allot__syncc_request(&p->c, atomic_load(&vnow), &req,
-	    &len) == ALLOT_OK);
+	FUZZ_CHECK(allot__syncc_request(
+	               &p->c, atomic_load(&vnow), &req, &len) == ALLOT_OK);
 	uint8_t *rep;
 	size_t rlen;
 	serve(req, len, &rep, &rlen);
@@ -203,8 +203,9 @@ traffic(allot_agent *a, int n)
 	for (int i = 0; i < n; i++)
 		for (size_t j = 0; j < sizeof ids / sizeof ids[0]; j++) {
 			allot_decision d;
-			allot_acquire_id(a, ids[j], i % 2 ? "/export" :
-			    "/lookup", ALLOT_COST_DEFAULT, &d);
+			allot_acquire_id(a, ids[j],
+			    i % 2 ? "/export" : "/lookup", ALLOT_COST_DEFAULT,
+			    &d);
 		}
 }
 
@@ -402,8 +403,8 @@ main(int argc, char **argv)
 	so.max_services = 4;
 	allot_config *own = allot__config_dup(cfg);
 	FUZZ_CHECK(own != NULL);
-	FUZZ_CHECK(allot__state_create(&so, own, "fuzz.yaml", text, &st) ==
-	    ALLOT_OK);
+	FUZZ_CHECK(
+	    allot__state_create(&so, own, "fuzz.yaml", text, &st) == ALLOT_OK);
 	real_exchanges();
 	wire_variants();
 	reply_variants();

@@ -110,7 +110,7 @@ replay_path(const char *path, size_t *count)
 		return -1;
 	}
 	return S_ISDIR(st.st_mode) ? replay_dir(path, count) :
-	    replay_file(path, count);
+	                             replay_file(path, count);
 }
 
 int

@@ -39,20 +39,20 @@ extern "C" {
 /** Error codes. Every function returning `int` returns one of these. */
 typedef enum allot_err {
 	ALLOT_OK = 0,
-	ALLOT_EINVAL = 1,   /**< invalid argument (API misuse) */
-	ALLOT_ENOMEM = 2,   /**< out of memory */
-	ALLOT_ECONFIG = 3,  /**< bad quota configuration */
-	ALLOT_ENOENT = 4,   /**< no such key, caller or file */
-	ALLOT_EFULL = 5,    /**< a bounded table is full */
-	ALLOT_ETOOBIG = 6,  /**< cost exceeds the burst: can never pass */
-	ALLOT_EIO = 7,      /**< I/O error */
-	ALLOT_EPROTO = 8,   /**< malformed or unexpected protocol message */
+	ALLOT_EINVAL = 1, /**< invalid argument (API misuse) */
+	ALLOT_ENOMEM = 2, /**< out of memory */
+	ALLOT_ECONFIG = 3, /**< bad quota configuration */
+	ALLOT_ENOENT = 4, /**< no such key, caller or file */
+	ALLOT_EFULL = 5, /**< a bounded table is full */
+	ALLOT_ETOOBIG = 6, /**< cost exceeds the burst: can never pass */
+	ALLOT_EIO = 7, /**< I/O error */
+	ALLOT_EPROTO = 8, /**< malformed or unexpected protocol message */
 	ALLOT_ETIMEDOUT = 9, /**< operation timed out */
 	ALLOT_ECLOSED = 10, /**< object is shutting down */
-	ALLOT_ESTATE = 11,  /**< call not valid in the current state */
+	ALLOT_ESTATE = 11, /**< call not valid in the current state */
 	ALLOT_EUNREACH = 12, /**< coordinator unreachable */
-	ALLOT_ERANGE = 13,  /**< value out of range */
-	ALLOT_EBUSY = 14,   /**< concurrency limit or queue full */
+	ALLOT_ERANGE = 13, /**< value out of range */
+	ALLOT_EBUSY = 14, /**< concurrency limit or queue full */
 } allot_err;
 
 /** @return a static, human-readable description of `err`. Never NULL. */
@@ -68,8 +68,8 @@ ALLOT_API const char *allot_strerror(int err);
  * The library never prints; install a handler to see its messages.
  * The handler may be called from any thread, including the sync thread.
  */
-typedef void (*allot_log_fn)(void *ctx, int level, const char *id,
-    const char *msg);
+typedef void (*allot_log_fn)(
+    void *ctx, int level, const char *id, const char *msg);
 
 /* ------------------------------------------------------------------ */
 /* Quota configuration                                                 */
@@ -80,8 +80,8 @@ typedef struct allot_config allot_config;
 /** Fallback policy when the coordinator's lease on an allowance expires. */
 typedef enum allot_fallback {
 	ALLOT_FALLBACK_STATIC_SHARE = 0, /**< R / last known replica count */
-	ALLOT_FALLBACK_OPEN = 1,         /**< admit everything */
-	ALLOT_FALLBACK_CLOSED = 2,       /**< deny everything */
+	ALLOT_FALLBACK_OPEN = 1, /**< admit everything */
+	ALLOT_FALLBACK_CLOSED = 2, /**< deny everything */
 } allot_fallback;
 
 /**
@@ -93,8 +93,8 @@ typedef enum allot_fallback {
  * @return ALLOT_OK, ALLOT_ENOENT (file missing), ALLOT_EIO, ALLOT_ECONFIG
  *         or ALLOT_ENOMEM.
  */
-ALLOT_API int allot_config_load(const char *path, char *errbuf,
-    size_t errlen, allot_config **ret_cfg);
+ALLOT_API int allot_config_load(
+    const char *path, char *errbuf, size_t errlen, allot_config **ret_cfg);
 
 /**
  * As allot_config_load(), from memory. `name` is used in error messages.
@@ -228,15 +228,15 @@ ALLOT_API uint32_t allot_key_cost(const allot_key *key);
 
 /** The outcome of one acquire. */
 typedef struct allot_decision {
-	bool allowed;          /**< the request may proceed */
-	bool shadow_denied;    /**< shadow mode: would have been denied */
-	uint32_t cost;         /**< tokens charged (or that would have been) */
+	bool allowed; /**< the request may proceed */
+	bool shadow_denied; /**< shadow mode: would have been denied */
+	uint32_t cost; /**< tokens charged (or that would have been) */
 	uint64_t retry_after_ns; /**< denied: exact time until `cost` tokens
 	                           exist at the current rate; 0 if allowed */
-	uint64_t reset_ns;     /**< time until the bucket is full again */
-	double limit;          /**< bucket capacity (burst) in force */
-	double rate;           /**< refill rate in force, tokens/second */
-	double remaining;      /**< tokens left after this decision */
+	uint64_t reset_ns; /**< time until the bucket is full again */
+	double limit; /**< bucket capacity (burst) in force */
+	double rate; /**< refill rate in force, tokens/second */
+	double remaining; /**< tokens left after this decision */
 } allot_decision;
 
 /**
@@ -248,8 +248,8 @@ typedef struct allot_decision {
  *         `*ret` is filled with allowed = false and retry_after_ns = 0);
  *         ALLOT_EINVAL for NULL arguments.
  */
-ALLOT_API int allot_acquire(allot_agent *agent, allot_key *key,
-    uint32_t cost, allot_decision *ret);
+ALLOT_API int allot_acquire(
+    allot_agent *agent, allot_key *key, uint32_t cost, allot_decision *ret);
 
 /**
  * Convenience: resolve (identity, endpoint) without pinning and acquire.
@@ -265,8 +265,8 @@ ALLOT_API int allot_acquire_id(allot_agent *agent, const char *identity,
  * burst). Settlements are reported to the coordinator like consumption.
  * @param charged the cost the acquire charged (decision.cost).
  */
-ALLOT_API int allot_settle(allot_agent *agent, allot_key *key,
-    uint32_t charged, uint32_t measured);
+ALLOT_API int allot_settle(
+    allot_agent *agent, allot_key *key, uint32_t charged, uint32_t measured);
 
 /* ------------------------------------------------------------------ */
 /* Metrics                                                             */
@@ -275,20 +275,20 @@ ALLOT_API int allot_settle(allot_agent *agent, allot_key *key,
 /** Counters of one key, since the agent started. */
 typedef struct allot_key_stats {
 	char identity[ALLOT_IDENTITY_MAX + 1]; /**< "" for the overflow key */
-	char endpoint[64];      /**< endpoint class ("default" if none) */
-	const char *quota;      /**< identity of the quota charged or
-	                             "default"; valid while the agent lives */
-	bool known;             /**< identity is a configured caller */
-	bool shadow;            /**< quota is in shadow mode */
+	char endpoint[64]; /**< endpoint class ("default" if none) */
+	const char *quota; /**< identity of the quota charged or
+	                        "default"; valid while the agent lives */
+	bool known; /**< identity is a configured caller */
+	bool shadow; /**< quota is in shadow mode */
 	uint64_t allowed;
-	uint64_t denied;        /**< enforced denials */
+	uint64_t denied; /**< enforced denials */
 	uint64_t shadow_denied; /**< would-be denials in shadow mode */
 	uint64_t tokens_spent;
 	uint64_t tokens_denied;
-	double rate;            /**< the bucket's current local rate */
-	double limit;           /**< the bucket's current local burst */
-	double utilization;     /**< 1 - level / burst, now: the fraction of
-	                             the bucket drained (the leading signal) */
+	double rate; /**< the bucket's current local rate */
+	double limit; /**< the bucket's current local burst */
+	double utilization; /**< 1 - level / burst, now: the fraction of
+	                         the bucket drained (the leading signal) */
 } allot_key_stats;
 
 /**
@@ -296,44 +296,43 @@ typedef struct allot_key_stats {
  * @param ret_n the number of keys with activity (may exceed `cap`; call
  *        again with a larger array to get them all).
  */
-ALLOT_API int allot_stats(allot_agent *agent, allot_key_stats *out,
-    size_t cap, size_t *ret_n);
+ALLOT_API int allot_stats(
+    allot_agent *agent, allot_key_stats *out, size_t cap, size_t *ret_n);
 
 /** Counters of one key. */
-ALLOT_API int allot_key_stats_get(allot_agent *agent, const allot_key *key,
-    allot_key_stats *ret);
+ALLOT_API int allot_key_stats_get(
+    allot_agent *agent, const allot_key *key, allot_key_stats *ret);
 
 /** State of the coordinator sync loop (all zero when local-only). */
 typedef struct allot_sync_stats {
-	bool enabled;             /**< a coordinator is configured */
-	bool connected;           /**< registered and replies arriving */
-	bool in_fallback;         /**< a lease expired: fallback in force */
-	uint32_t replicas;        /**< live replicas, as last told */
-	uint64_t config_epoch;    /**< the coordinator's config epoch */
-	uint64_t config_digest;   /**< the coordinator's config digest */
-	uint64_t session;         /**< current session id (0: none) */
-	uint64_t registers;       /**< Register messages answered */
-	uint64_t syncs_ok;        /**< Sync exchanges answered */
-	uint64_t syncs_failed;    /**< timeouts, transport and decode errors */
+	bool enabled; /**< a coordinator is configured */
+	bool connected; /**< registered and replies arriving */
+	bool in_fallback; /**< a lease expired: fallback in force */
+	uint32_t replicas; /**< live replicas, as last told */
+	uint64_t config_epoch; /**< the coordinator's config epoch */
+	uint64_t config_digest; /**< the coordinator's config digest */
+	uint64_t session; /**< current session id (0: none) */
+	uint64_t registers; /**< Register messages answered */
+	uint64_t syncs_ok; /**< Sync exchanges answered */
+	uint64_t syncs_failed; /**< timeouts, transport and decode errors */
 	uint64_t errors_received; /**< Error replies from the coordinator */
 	uint64_t fallback_enters; /**< lease expiries (fail-static ended) */
 	uint64_t fallback_leaves; /**< recoveries from fallback */
-	uint64_t unknown_keys;    /**< keys the coordinator had no quota for */
-	uint64_t reports_sent;    /**< key reports sent in total */
-	uint64_t bytes_sent;      /**< Sync message bytes sent in total */
-	uint64_t last_rtt_us;     /**< round trip of the last exchange */
+	uint64_t unknown_keys; /**< keys the coordinator had no quota for */
+	uint64_t reports_sent; /**< key reports sent in total */
+	uint64_t bytes_sent; /**< Sync message bytes sent in total */
+	uint64_t last_rtt_us; /**< round trip of the last exchange */
 	uint64_t unreported_tokens; /**< consumed between sessions (e.g.
 	                             during an outage), not replayed to the
 	                             new session */
 	int64_t lease_remaining_ms; /**< < 0 once expired */
-	uint32_t members;         /**< coordinator cluster members (1: none) */
-	uint32_t members_down;    /**< members marked down, keys re-routed */
-	uint64_t reroutes;        /**< keys moved to another member */
+	uint32_t members; /**< coordinator cluster members (1: none) */
+	uint32_t members_down; /**< members marked down, keys re-routed */
+	uint64_t reroutes; /**< keys moved to another member */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
-ALLOT_API int allot_sync_stats_get(allot_agent *agent,
-    allot_sync_stats *ret);
+ALLOT_API int allot_sync_stats_get(allot_agent *agent, allot_sync_stats *ret);
 
 /* ------------------------------------------------------------------ */
 /* Response headers                                                    */
@@ -344,8 +343,8 @@ ALLOT_API int allot_sync_stats_get(allot_agent *agent,
  * into `buf`. @return the length written (without NUL), or the length
  * needed if `len` is too small, as snprintf.
  */
-ALLOT_API int allot_fmt_retry_after(const allot_decision *d, char *buf,
-    size_t len);
+ALLOT_API int allot_fmt_retry_after(
+    const allot_decision *d, char *buf, size_t len);
 
 /**
  * The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers):
@@ -353,10 +352,10 @@ ALLOT_API int allot_fmt_retry_after(const allot_decision *d, char *buf,
  * value, e.g. `"default";r=7;t=1`. `name` names the policy (e.g. the
  * quota); NULL means "default".
  */
-ALLOT_API int allot_fmt_ratelimit_policy(const allot_decision *d,
-    const char *name, char *buf, size_t len);
-ALLOT_API int allot_fmt_ratelimit(const allot_decision *d, const char *name,
-    char *buf, size_t len);
+ALLOT_API int allot_fmt_ratelimit_policy(
+    const allot_decision *d, const char *name, char *buf, size_t len);
+ALLOT_API int allot_fmt_ratelimit(
+    const allot_decision *d, const char *name, char *buf, size_t len);
 
 /**
  * The common X-RateLimit-* triple. `now_unix` is the wall-clock time in
@@ -368,8 +367,8 @@ typedef struct allot_xheaders {
 	char remaining[24];
 	char reset[24];
 } allot_xheaders;
-ALLOT_API void allot_fmt_xratelimit(const allot_decision *d,
-    int64_t now_unix, allot_xheaders *ret);
+ALLOT_API void allot_fmt_xratelimit(
+    const allot_decision *d, int64_t now_unix, allot_xheaders *ret);
 
 #ifdef __cplusplus
 }

@@ -89,8 +89,8 @@ typedef struct allot_retry allot_retry;
  *        (allot_retry_destroy()).
  * @return ALLOT_OK, ALLOT_EINVAL (a field out of range) or ALLOT_ENOMEM.
  */
-ALLOT_API int allot_retry_create(const allot_retry_policy *policy,
-    allot_retry **ret_retry);
+ALLOT_API int allot_retry_create(
+    const allot_retry_policy *policy, allot_retry **ret_retry);
 
 /** Free a retry helper. Accepts NULL. No other call on it may be running. */
 ALLOT_API void allot_retry_destroy(allot_retry *retry);
@@ -120,8 +120,8 @@ ALLOT_API void allot_retry_record_request(allot_retry *retry);
  *         of the formats (negative, fractional, garbage, impossible date);
  *         ALLOT_ENOMEM if the C locale cannot be created.
  */
-ALLOT_API int allot_retry_parse_after(const char *header_value,
-    int64_t now_unix, uint64_t *ret_ms);
+ALLOT_API int allot_retry_parse_after(
+    const char *header_value, int64_t now_unix, uint64_t *ret_ms);
 
 /**
  * Decide whether to retry after attempt number `attempt` (0-based: 0 is
@@ -161,18 +161,18 @@ ALLOT_API int allot_retry_next(allot_retry *retry, uint32_t attempt,
 
 /** Counters of a retry helper, since it was created. */
 typedef struct allot_retry_stats {
-	uint64_t requests;      /**< allot_retry_record_request() calls */
-	uint64_t retries;       /**< retries granted (ALLOT_OK) */
+	uint64_t requests; /**< allot_retry_record_request() calls */
+	uint64_t retries; /**< retries granted (ALLOT_OK) */
 	uint64_t budget_denied; /**< gave up: budget exhausted */
-	uint64_t gave_up;       /**< every give-up, whatever the reason */
+	uint64_t gave_up; /**< every give-up, whatever the reason */
 	uint64_t not_retryable; /**< gave up: status not retryable */
 	uint64_t attempts_exhausted; /**< gave up: attempt cap */
 	uint64_t hint_too_long; /**< gave up: hint over max_delay_ms */
 } allot_retry_stats;
 
 /** Snapshot the counters. @return ALLOT_OK or ALLOT_EINVAL (NULL). */
-ALLOT_API int allot_retry_stats_get(allot_retry *retry,
-    allot_retry_stats *ret);
+ALLOT_API int allot_retry_stats_get(
+    allot_retry *retry, allot_retry_stats *ret);
 
 /* ------------------------------------------------------------------ */
 /* Adaptive throttling                                                 */
@@ -220,8 +220,8 @@ typedef struct allot_throttle allot_throttle;
  *        (allot_throttle_destroy()).
  * @return ALLOT_OK, ALLOT_EINVAL or ALLOT_ENOMEM.
  */
-ALLOT_API int allot_throttle_create(const allot_throttle_options *opts,
-    allot_throttle **ret_throttle);
+ALLOT_API int allot_throttle_create(
+    const allot_throttle_options *opts, allot_throttle **ret_throttle);
 
 /** Free a throttle. Accepts NULL. No other call on it may be running. */
 ALLOT_API void allot_throttle_destroy(allot_throttle *throttle);
@@ -244,23 +244,22 @@ ALLOT_API bool allot_throttle_admit(allot_throttle *throttle);
  * included, means the backend had capacity to process it and counts as
  * accepted. No-op on NULL.
  */
-ALLOT_API void allot_throttle_record(allot_throttle *throttle,
-    bool accepted);
+ALLOT_API void allot_throttle_record(allot_throttle *throttle, bool accepted);
 
 /** Counters of a throttle. */
 typedef struct allot_throttle_stats {
-	uint64_t requests;   /**< admit() calls, since creation */
-	uint64_t throttled;  /**< of those, rejected locally */
-	uint64_t accepts;    /**< record(true) calls */
-	uint64_t rejects;    /**< record(false) calls */
+	uint64_t requests; /**< admit() calls, since creation */
+	uint64_t throttled; /**< of those, rejected locally */
+	uint64_t accepts; /**< record(true) calls */
+	uint64_t rejects; /**< record(false) calls */
 	uint64_t window_requests; /**< requests in the window, now */
-	uint64_t window_accepts;  /**< accepts in the window, now */
+	uint64_t window_accepts; /**< accepts in the window, now */
 	double reject_probability; /**< what admit() would draw against now */
 } allot_throttle_stats;
 
 /** Snapshot the counters. @return ALLOT_OK or ALLOT_EINVAL (NULL). */
-ALLOT_API int allot_throttle_stats_get(allot_throttle *throttle,
-    allot_throttle_stats *ret);
+ALLOT_API int allot_throttle_stats_get(
+    allot_throttle *throttle, allot_throttle_stats *ret);
 
 #ifdef __cplusplus
 }

@@ -108,8 +108,8 @@ typedef struct allot_conc_permit {
  *        (allot_conc_destroy()).
  * @return ALLOT_OK, ALLOT_EINVAL (inconsistent limits) or ALLOT_ENOMEM.
  */
-ALLOT_API int allot_conc_create(const allot_conc_options *opts,
-    allot_conc **ret_conc);
+ALLOT_API int allot_conc_create(
+    const allot_conc_options *opts, allot_conc **ret_conc);
 
 /**
  * Free a limiter. Accepts NULL. No call on it may be running or waiting,
@@ -129,8 +129,8 @@ ALLOT_API void allot_conc_destroy(allot_conc *conc);
  * @return ALLOT_OK, ALLOT_EINVAL (NULL ret_slot, name longer than
  *         ALLOT_IDENTITY_MAX) or ALLOT_ENOMEM.
  */
-ALLOT_API int allot_conc_caller(allot_conc *conc, const char *name,
-    uint32_t *ret_slot);
+ALLOT_API int allot_conc_caller(
+    allot_conc *conc, const char *name, uint32_t *ret_slot);
 
 /**
  * Acquire a permit for `caller` in `lane`, waiting in the lane's FIFO
@@ -149,8 +149,7 @@ ALLOT_API int allot_conc_caller(allot_conc *conc, const char *name,
  *         ALLOT_ENOMEM: no condition variable could be made for the wait.
  */
 ALLOT_API int allot_conc_acquire(allot_conc *conc, uint32_t caller,
-    allot_conc_lane lane, uint32_t timeout_ms,
-    allot_conc_permit *ret_permit);
+    allot_conc_lane lane, uint32_t timeout_ms, allot_conc_permit *ret_permit);
 
 /**
  * Acquire a permit only if one is free now. Never blocks.
@@ -169,12 +168,12 @@ ALLOT_API void allot_conc_release(allot_conc_permit *permit);
 
 /** Statistics of a (caller, lane) pair, a lane, or the whole limiter. */
 typedef struct allot_conc_stats {
-	uint32_t in_flight;      /**< permits held now */
-	uint32_t max_in_flight;  /**< most permits held at once, ever */
-	uint32_t queued;         /**< waiters now */
-	uint64_t acquired;       /**< permits granted, ever */
-	uint64_t rejected_full;  /**< ALLOT_EBUSY rejections */
-	uint64_t rejected_age;   /**< ALLOT_ETIMEDOUT rejections */
+	uint32_t in_flight; /**< permits held now */
+	uint32_t max_in_flight; /**< most permits held at once, ever */
+	uint32_t queued; /**< waiters now */
+	uint64_t acquired; /**< permits granted, ever */
+	uint64_t rejected_full; /**< ALLOT_EBUSY rejections */
+	uint64_t rejected_age; /**< ALLOT_ETIMEDOUT rejections */
 	uint64_t max_queue_age_ms; /**< longest time a waiter spent queued
 	                                (granted or rejected), rounded up */
 } allot_conc_stats;
@@ -184,12 +183,11 @@ ALLOT_API int allot_conc_caller_stats(allot_conc *conc, uint32_t caller,
     allot_conc_lane lane, allot_conc_stats *ret);
 
 /** Statistics of one lane over all callers. */
-ALLOT_API int allot_conc_lane_stats(allot_conc *conc, allot_conc_lane lane,
-    allot_conc_stats *ret);
+ALLOT_API int allot_conc_lane_stats(
+    allot_conc *conc, allot_conc_lane lane, allot_conc_stats *ret);
 
 /** Statistics over all lanes and callers. */
-ALLOT_API int allot_conc_total_stats(allot_conc *conc,
-    allot_conc_stats *ret);
+ALLOT_API int allot_conc_total_stats(allot_conc *conc, allot_conc_stats *ret);
 
 #ifdef __cplusplus
 }

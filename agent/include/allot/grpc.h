@@ -42,8 +42,7 @@ extern "C" {
 #define ALLOT_GRPC_KEY_DETAILS "grpc-status-details-bin"
 
 /** The type URL of the RetryInfo detail in grpc-status-details-bin. */
-#define ALLOT_GRPC_RETRY_INFO_TYPE \
-	"type.googleapis.com/google.rpc.RetryInfo"
+#define ALLOT_GRPC_RETRY_INFO_TYPE "type.googleapis.com/google.rpc.RetryInfo"
 
 /**
  * A decision as a gRPC status. Strings are NUL-terminated; an empty
@@ -83,8 +82,8 @@ typedef struct allot_grpc_status {
  * @return ALLOT_OK, or ALLOT_EINVAL for NULL arguments or any other
  *         `acquire_rc` (an error there is not a decision to report).
  */
-ALLOT_API int allot_grpc_from_decision(const allot_decision *d,
-    int acquire_rc, allot_grpc_status *ret);
+ALLOT_API int allot_grpc_from_decision(
+    const allot_decision *d, int acquire_rc, allot_grpc_status *ret);
 
 /**
  * Map a concurrency-limit rejection to UNAVAILABLE ("concurrency limit
@@ -96,8 +95,8 @@ ALLOT_API int allot_grpc_from_decision(const allot_decision *d,
  * @return ALLOT_OK, or ALLOT_EINVAL for another `conc_rc`, a zero delay
  *         or NULL `ret`.
  */
-ALLOT_API int allot_grpc_from_conc(int conc_rc, uint64_t retry_after_ms,
-    allot_grpc_status *ret);
+ALLOT_API int allot_grpc_from_conc(
+    int conc_rc, uint64_t retry_after_ms, allot_grpc_status *ret);
 
 /**
  * Serialize the google.rpc.Status (code, message and, when there is a
@@ -110,8 +109,8 @@ ALLOT_API int allot_grpc_from_conc(int conc_rc, uint64_t retry_after_ms,
  *         bytes always suffice); 0 for an OK status, which needs no
  *         details; -1 for NULL `st`.
  */
-ALLOT_API int allot_grpc_status_details(const allot_grpc_status *st,
-    uint8_t *buf, size_t len);
+ALLOT_API int allot_grpc_status_details(
+    const allot_grpc_status *st, uint8_t *buf, size_t len);
 
 #ifdef __cplusplus
 }
