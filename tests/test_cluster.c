@@ -162,7 +162,7 @@ mkagent(const cluster *c, const char *replica)
 static double
 rate_of(allot_agent *a, int k)
 {
-	char id[8];
+	char id[16];
 	snprintf(id, sizeof id, "c%d", k);
 	allot_key *key;
 	ck_assert_int_eq(allot_key_resolve(a, id, "/x", &key), ALLOT_OK);
