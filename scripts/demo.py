@@ -341,7 +341,8 @@ class Demo:
                 self.procs.pop("replica-2", None)
                 self.write_targets()
                 self.log("killed replica-2 with SIGKILL (no leave): "
-                         "allotd expires it after 5 missed intervals")
+                         "allotd expires it once silent for 600 ms "
+                         "(docs/protocol.md, Expiry)")
                 killed = True
             if not added and el >= add_at:
                 self.start_replica("replica-5")
@@ -385,8 +386,8 @@ class Demo:
         result = {"dir": self.dir, "db": self.db, "callers": {},
                   "events": self.events, "replicas": replicas_hist}
         print()
-        print("summary (admitted and denied from allotd's database; "
-              "requests from the load generator)")
+        print("summary: requests from the load generator; admitted and "
+              "denied in tokens (cost-weighted) from allotd's database")
         print("%-10s %9s %9s %9s %9s %12s %10s" % (
             "caller", "quota/s", "requests", "admitted", "denied",
             "worst 1s", "over (R*T)"))
