@@ -426,12 +426,11 @@ pc_wait_exit(pid_t pid, int timeout_ms)
 	}
 }
 
-char *
-pc_read_file(const char *path)
+/* Everything `f` yields, NUL terminated (malloc'd), with its length;
+ * NULL when out of memory. */
+static char *
+slurp(FILE *f, size_t *ret_len)
 {
-	FILE *f = fopen(path, "rb");
-	if (f == NULL)
-		return NULL;
 	size_t cap = 4096, len = 0;
 	char *buf = malloc(cap + 1);
 	while (buf != NULL) {
@@ -443,16 +442,27 @@ pc_read_file(const char *path)
 			char *nb = realloc(buf, cap * 2 + 1);
 			if (nb == NULL) {
 				free(buf);
-				buf = NULL;
-				break;
+				return NULL;
 			}
 			buf = nb;
 			cap *= 2;
 		}
 	}
-	fclose(f);
 	if (buf != NULL)
 		buf[len] = '\0';
+	*ret_len = len;
+	return buf;
+}
+
+char *
+pc_read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL)
+		return NULL;
+	size_t len;
+	char *buf = slurp(f, &len);
+	fclose(f);
 	return buf;
 }
 
@@ -462,28 +472,11 @@ pc_shell(const char *cmd)
 	FILE *p = popen(cmd, "r");
 	if (p == NULL)
 		return NULL;
-	size_t cap = 4096, len = 0;
-	char *buf = malloc(cap + 1);
-	while (buf != NULL) {
-		size_t n = fread(buf + len, 1, cap - len, p);
-		len += n;
-		if (n == 0)
-			break;
-		if (len == cap) {
-			char *nb = realloc(buf, cap * 2 + 1);
-			if (nb == NULL) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-	}
+	size_t len = 0;
+	char *buf = slurp(p, &len);
 	int st = pclose(p);
 	if (buf == NULL)
 		return NULL;
-	buf[len] = '\0';
 	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
 		buf[--len] = '\0';
 	if (st != 0) {
