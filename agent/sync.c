@@ -12,7 +12,13 @@
  * over the members that answer. A member that misses MEMBER_DOWN_AFTER
  * exchanges in a row is marked down and its keys go to their next
  * owner, keeping their allowance (fail-static) until it answers; it is
- * still probed, and its first reply moves its keys back.
+ * still probed, and its first reply moves its keys back. A member
+ * whose connection drops fails its exchange at once (pipe events), so a
+ * killed member is down within about one interval. A key keeps the
+ * allowance it runs on, and that allowance's lease, across a move, and
+ * its reports tell the new owner what it holds (KeyReport.foreign); a
+ * member that says it does not own a key (Reply.not_owner) renews no
+ * lease for it, so the key falls back when the lease ends.
  *
  * Threads: nng completes each exchange on its own threads; the completion
  * only records the result and wakes the loop with uv_async_send. Engine
@@ -60,6 +66,11 @@ struct member {
 	nng_msg *reply;
 	uint32_t fails; /* consecutive failed exchanges */
 	_Atomic bool down; /* read by allot_sync_stats_get() */
+	/* Connections (nng pipes) to the member, kept by a pipe callback:
+	 * a member whose connection dropped (a killed process) fails its
+	 * exchange at once rather than after the request timeout. */
+	_Atomic int pipes;
+	_Atomic bool was_connected;
 };
 
 struct allot__sync {
@@ -120,6 +131,24 @@ aio_cb(void *arg)
 	post(mb, rv);
 }
 
+/* A connection to the member came or went (nng thread). Losing one
+ * with an exchange in flight fails that exchange now: the request
+ * would otherwise wait for its timeout on a dead peer. */
+static void
+pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void) p;
+	struct member *mb = arg;
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		atomic_fetch_add(&mb->pipes, 1);
+		atomic_store(&mb->was_connected, true);
+	} else if (ev == NNG_PIPE_EV_REM_POST) {
+		if (atomic_fetch_sub(&mb->pipes, 1) == 1 &&
+		    atomic_load(&mb->phase) != IDLE)
+			nng_aio_cancel(mb->aio);
+	}
+}
+
 /* ---- routing (cluster mode) ---- */
 
 /* Give every key to its owner among the members not marked down (all
@@ -140,12 +169,24 @@ reroute(struct allot__sync *s)
 	for (uint32_t k = 0; k < a->nquotas; k++) {
 		int o = allot__rendezvous_owner(
 		    s->keyhash[k], s->hashes, up > 0 ? s->live : NULL, s->n);
-		for (size_t i = 0; i < s->n; i++) {
-			bool mine = (int) i == o;
-			if (mine && !s->m[i].mine[k])
-				moved++;
-			s->m[i].mine[k] = mine;
+		int from = -1;
+		for (size_t i = 0; i < s->n; i++)
+			if (s->m[i].mine[k])
+				from = (int) i;
+		if (o < 0 || o == from)
+			continue;
+		/* The allowance in force, and its lease, go along. */
+		uint64_t lease = 0;
+		if (from >= 0) {
+			const allot__syncc *c = &s->m[from].core;
+			lease = c->q[k].lease_until_ns != 0 ?
+			    c->q[k].lease_until_ns :
+			    c->lease_until_ns;
+			s->m[from].mine[k] = false;
 		}
+		allot__syncc_adopt_key(&s->m[o].core, k, lease);
+		s->m[o].mine[k] = true;
+		moved++;
 	}
 	atomic_fetch_add(&s->reroutes, moved);
 	if (moved > 0)
@@ -210,6 +251,11 @@ start_exchange(struct member *mb)
 	void *buf;
 	size_t len;
 	nng_msg *m;
+	if (mb->mine != NULL && atomic_load(&mb->was_connected) &&
+	    atomic_load(&mb->pipes) == 0) {
+		exchange_failed(mb, now, "connection lost");
+		return;
+	}
 	if (allot__syncc_request(&mb->core, now, &buf, &len) != ALLOT_OK) {
 		exchange_failed(mb, now, "out of memory");
 		return;
@@ -442,6 +488,12 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	if (nng_ctx_open(&mb->ctx, mb->sock) != 0 ||
 	    nng_aio_alloc(&mb->aio, aio_cb, mb) != 0)
 		return ALLOT_ENOMEM;
+	if (cluster &&
+	    (nng_pipe_notify(mb->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, mb) !=
+	            0 ||
+	        nng_pipe_notify(mb->sock, NNG_PIPE_EV_REM_POST, pipe_cb, mb) !=
+	            0))
+		return ALLOT_ENOMEM;
 	int rv = dial(a, mb->sock, mb->m.url);
 	if (rv != 0) {
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
@@ -575,6 +627,8 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->reports_sent += m.reports_sent;
 		ret->bytes_sent += m.bytes_sent;
 		ret->unreported_tokens += m.unreported_tokens;
+		ret->not_owner += m.not_owner;
+		ret->keys_unconfirmed += m.keys_unconfirmed;
 		if (!s->m[i].down &&
 		    (!have_lease ||
 		        m.lease_remaining_ms < ret->lease_remaining_ms)) {

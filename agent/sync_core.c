@@ -63,6 +63,8 @@ allot__syncc_init(syncc *s, allot_agent *a, uint64_t seed)
 		allot__syncc_fini(s);
 		return ALLOT_ENOMEM;
 	}
+	for (uint32_t i = 0; i < a->nquotas; i++)
+		s->q[i].foreign = true;
 	return ALLOT_OK;
 }
 
@@ -155,10 +157,24 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		/* In a cluster, another member's keys only move the
 		 * baseline: each is reported to its owner alone, and a key
 		 * that moves here starts counting from the move. */
-		if ((consumed == 0 && denied == 0) || !is_mine(s, i))
+		if (!is_mine(s, i) ||
+		    (consumed == 0 && denied == 0 &&
+		        !(qs->foreign && s->mine != NULL)))
 			continue;
 		Allot__V1__KeyReport *r = &reps[n];
 		allot__v1__key_report__init(r);
+		if (qs->foreign && s->mine != NULL) {
+			/* What it runs on, for a member taking it over. */
+			allot__allowance al;
+			allot__bucket_get(&q->bucket, &al);
+			r->foreign = true;
+			r->held_rate = al.mode == ALLOT__MODE_CLOSED ? 0 :
+			    al.mode == ALLOT__MODE_OPEN ? q->q->rate :
+			                                  al.rate;
+			r->held_burst = al.mode == ALLOT__MODE_CLOSED ? 0 :
+			    al.mode == ALLOT__MODE_OPEN ? q->q->burst :
+			                                  al.burst;
+		}
 		r->key = q->index;
 		r->consumed = consumed;
 		r->denied = denied;
@@ -234,6 +250,11 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	s->q[key].share_rate = rate;
 	s->q[key].share_burst = burst;
 	s->q[key].has_share = true;
+	s->q[key].foreign = false;
+	if (s->q[key].key_fallback) {
+		s->q[key].key_fallback = false;
+		atomic_fetch_add(&s->fallback_leaves, 1);
+	}
 }
 
 static int
@@ -295,35 +316,38 @@ rebaseline(syncc *s)
 	}
 }
 
+/* Key `i`'s fallback allowance over `n` replicas. */
+static void
+key_fallback(syncc *s, uint32_t i, uint32_t n)
+{
+	allot_agent *a = s->a;
+	const allot__quota *q = a->quotas[i].q;
+	allot__allowance al = { .rate = q->rate / n,
+		.burst = q->burst / n,
+		.mode = ALLOT__MODE_LIMIT,
+		.hint_ns = (uint64_t) a->opts.reconnect_max_ms * 1000000u };
+	if (q->fallback == ALLOT_FALLBACK_OPEN)
+		al.mode = ALLOT__MODE_OPEN;
+	else if (q->fallback == ALLOT_FALLBACK_CLOSED)
+		al.mode = ALLOT__MODE_CLOSED;
+	allot__quota_set(a, &a->quotas[i], &al);
+}
+
+static uint32_t
+fallback_replicas(syncc *s)
+{
+	uint32_t n = atomic_load(&s->replicas);
+	return n == 0 ? s->a->opts.initial_replicas : n;
+}
+
 static void
 enter_fallback(syncc *s)
 {
 	allot_agent *a = s->a;
-	uint32_t n = atomic_load(&s->replicas);
-	if (n == 0)
-		n = a->opts.initial_replicas;
-	/* A cluster member that owns no key now (it is down and its keys
-	 * went to their next owner) has nothing to fall back on. */
-	uint32_t owned = 0;
+	uint32_t n = fallback_replicas(s);
 	for (uint32_t i = 0; i < a->nquotas; i++)
-		owned += is_mine(s, i);
-	if (owned == 0)
-		return;
-	for (uint32_t i = 0; i < a->nquotas; i++) {
-		if (!is_mine(s, i))
-			continue;
-		const allot__quota *q = a->quotas[i].q;
-		allot__allowance al = { .rate = q->rate / n,
-			.burst = q->burst / n,
-			.mode = ALLOT__MODE_LIMIT,
-			.hint_ns = (uint64_t) a->opts.reconnect_max_ms *
-			    1000000u };
-		if (q->fallback == ALLOT_FALLBACK_OPEN)
-			al.mode = ALLOT__MODE_OPEN;
-		else if (q->fallback == ALLOT_FALLBACK_CLOSED)
-			al.mode = ALLOT__MODE_CLOSED;
-		allot__quota_set(a, &a->quotas[i], &al);
-	}
+		if (is_mine(s, i))
+			key_fallback(s, i, n);
 	atomic_store(&s->in_fallback, true);
 	atomic_fetch_add(&s->fallback_enters, 1);
 	allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-FALLBACK-ENTER",
@@ -335,8 +359,8 @@ enter_fallback(syncc *s)
 static void
 leave_fallback(syncc *s)
 {
-	if (!atomic_load(&s->in_fallback))
-		return;
+	if (s->mine != NULL || !atomic_load(&s->in_fallback))
+		return; /* cluster mode: per key (install_share) */
 	atomic_store(&s->in_fallback, false);
 	atomic_fetch_add(&s->fallback_leaves, 1);
 	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-FALLBACK-LEAVE",
@@ -349,6 +373,41 @@ set_lease(syncc *s, uint64_t now, uint32_t lease_ms)
 	s->lease_until_ns = now + (uint64_t) lease_ms * 1000000u;
 	atomic_store(
 	    &s->lease_until_pub, (int64_t) (s->lease_until_ns / 1000000u));
+}
+
+/* Every key of this session takes the session's new lease, except
+ * those the member said it does not own (cluster mode): they keep the
+ * lease of the allowance they run on, and fall back when it ends. */
+static void
+renew_keys(syncc *s, const uint32_t *not_owner, size_t n)
+{
+	allot_agent *a = s->a;
+	bool *refused = s->seen;
+	memset(refused, 0, sizeof *refused * a->nquotas);
+	for (size_t i = 0; i < n; i++)
+		if (not_owner[i] < a->nquotas)
+			refused[not_owner[i]] = true;
+	if (n > 0) {
+		atomic_fetch_add(&s->not_owner, n);
+		allot__log_ratelimited(&a->log, &s->fail_rl, ALLOT_LOG_NOTICE,
+		    "ALLOT-CLUSTER-NOT-OWNER",
+		    "%s does not own %zu of the keys we report to it (the "
+		    "members' views differ for now): they keep their "
+		    "allowance until its lease ends",
+		    peer(s), n);
+	}
+	for (uint32_t k = 0; k < a->nquotas; k++)
+		if (!refused[k] && is_mine(s, k) &&
+		    (!s->q[k].foreign || s->mine == NULL))
+			s->q[k].lease_until_ns = s->lease_until_ns;
+}
+
+void
+allot__syncc_adopt_key(syncc *s, uint32_t k, uint64_t lease_until_ns)
+{
+	s->q[k].foreign = true;
+	s->q[k].key_fallback = false;
+	s->q[k].lease_until_ns = lease_until_ns;
 }
 
 /* ---- replies ---- */
@@ -457,6 +516,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			    is_mine(s, w->shares[i]->key))
 				s->short_grant = true;
 		set_lease(s, now, w->lease_ms);
+		renew_keys(s, NULL, 0);
 		ok = true;
 	} else if (s->expect == ALLOT__EXPECT_REPLY &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
@@ -470,6 +530,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		atomic_store(&s->epoch, r->config_epoch);
 		apply_shares(s, r->shares, r->n_shares, r->full);
 		set_lease(s, now, r->lease_ms);
+		renew_keys(s, r->not_owner, r->n_not_owner);
 		atomic_fetch_add(&s->syncs_ok, 1);
 		atomic_fetch_add(&s->reports_sent, s->sent_reports);
 		atomic_fetch_add(&s->bytes_sent, s->sent_bytes);
@@ -492,9 +553,49 @@ out:
 
 /* ---- schedule ---- */
 
+static void
+count_unconfirmed(syncc *s)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < s->a->nquotas; k++)
+		n += s->mine[k] && s->q[k].foreign;
+	atomic_store(&s->unconfirmed, n);
+}
+
 void
 allot__syncc_check_lease(syncc *s, uint64_t now)
 {
+	if (s->mine != NULL) {
+		/* Cluster mode: every key runs on its own lease (renewed by
+		 * each reply that answers for it, carried along when it
+		 * moves between members), so a member that says it does not
+		 * own a key, or one that just came back, never cuts short
+		 * the lease of an allowance another member granted. */
+		bool any = false;
+		for (uint32_t k = 0; k < s->a->nquotas; k++) {
+			qsync *qs = &s->q[k];
+			if (!s->mine[k])
+				continue;
+			if (qs->lease_until_ns != 0 && !qs->key_fallback &&
+			    now >= qs->lease_until_ns) {
+				key_fallback(s, k, fallback_replicas(s));
+				qs->key_fallback = true;
+				/* Its reports say so: the owner answers
+				 * with its share even in a partial Reply. */
+				qs->foreign = true;
+				atomic_fetch_add(&s->fallback_enters, 1);
+				allot__log(&s->a->log, ALLOT_LOG_WARNING,
+				    "ALLOT-FALLBACK-KEY",
+				    "quota %s: its lease ended with no member "
+				    "answering for it; applying its fallback",
+				    s->a->quotas[k].q->identity);
+			}
+			any |= qs->key_fallback;
+		}
+		atomic_store(&s->in_fallback, any);
+		count_unconfirmed(s);
+		return;
+	}
 	if (s->lease_until_ns == 0 || atomic_load(&s->in_fallback))
 		return;
 	if (now >= s->lease_until_ns)
@@ -554,6 +655,8 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->bytes_sent = atomic_load(&s->bytes_sent);
 	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
 	ret->unreported_tokens = atomic_load(&s->unreported_tokens);
+	ret->not_owner = atomic_load(&s->not_owner);
+	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :

@@ -20,6 +20,13 @@ typedef struct allot__qsync {
 	double share_rate; /* last allowance from the coordinator */
 	double share_burst;
 	bool has_share;
+	/* Cluster mode: the allowance in force did not come from this
+	 * session (the key moved here, or no answer for it yet), so its
+	 * reports say what it runs on; and the key's own lease, renewed by
+	 * every reply that does not list it in Reply.not_owner. */
+	bool foreign;
+	bool key_fallback; /* its lease ran out: on its fallback */
+	uint64_t lease_until_ns; /* 0: none yet */
 } allot__qsync;
 
 typedef enum allot__expect {
@@ -65,6 +72,8 @@ typedef struct allot__syncc {
 	_Atomic uint64_t bytes_sent;
 	_Atomic uint64_t last_rtt_us;
 	_Atomic uint64_t unreported_tokens;
+	_Atomic uint64_t not_owner; /* keys a member said it does not own */
+	_Atomic uint32_t unconfirmed; /* mine and foreign (cluster mode) */
 	_Atomic int64_t lease_until_pub;
 	allot__logrl fail_rl;
 } allot__syncc;
@@ -95,6 +104,12 @@ void allot__syncc_check_lease(allot__syncc *c, uint64_t now);
  * jitter after success, a full-jitter backoff after failure, never past
  * the lease expiry, and 0 when a re-registration is due. */
 uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
+
+/* Cluster mode: key `k` now reports to this session, coming from a
+ * session whose allowance (and lease) it keeps until this one answers
+ * for it (fail-static across the move). */
+void allot__syncc_adopt_key(
+    allot__syncc *c, uint32_t k, uint64_t lease_until_ns);
 
 /* Fill the public stats from the engine. */
 void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);

@@ -34,6 +34,7 @@
 #include "server.h"
 #include "state.h"
 #include "store.h"
+#include "cluster.h"
 
 #define EXIT_USAGE 2
 #define DEFAULT_LISTEN "tcp://127.0.0.1:7400"
@@ -55,6 +56,7 @@ typedef struct allotd {
 	allot__state *state;
 	allot__server *server;
 	allot__http *http;
+	allot__cluster *cluster;
 	const char *config_path;
 	uint32_t interval_ms;
 	uint64_t last_second_ns;
@@ -444,6 +446,8 @@ finish(allotd *d)
 	d->server = NULL;
 	allot__http_stop(d->http);
 	d->http = NULL;
+	allot__cluster_stop(d->cluster);
+	d->cluster = NULL;
 	/* The last partial second of usage, then the stop event, then one
 	 * final commit. Sessions stay open in the store: the replicas are
 	 * alive, only the coordinator stops; a restart restores them. */
@@ -758,6 +762,26 @@ main(int argc, char **argv)
 	svo.lg = &d.lg;
 	svo.tls_cert_key_file = tls_cert;
 	svo.tls_ca_file = tls_ca;
+	if (self >= 0) {
+		allot__cluster_opts co = {
+			.members = members,
+			.n = nmembers,
+			.self = (size_t) self,
+			.interval_ms = so.interval_ms,
+			.state = d.state,
+			.store = d.store,
+			.lg = &d.lg,
+			.tls_cert_key_file = tls_cert,
+			.tls_ca_file = tls_ca,
+		};
+		if (allot__cluster_start(&co, &d.loop, err, sizeof err,
+		        &d.cluster) != ALLOT_OK) {
+			allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-CLUSTER-FAIL",
+			    "%s", err);
+			goto out_loop;
+		}
+		svo.cluster = d.cluster;
+	}
 	if (allot__server_start(&svo, err, sizeof err, &d.server) !=
 	    ALLOT_OK) {
 		allot__log(
@@ -765,8 +789,8 @@ main(int argc, char **argv)
 		goto out_loop;
 	}
 	if (http_addr != NULL &&
-	    allot__http_start(http_addr, d.state, &d.metrics, &d.lg, err,
-	        sizeof err, &d.http) != ALLOT_OK) {
+	    allot__http_start(http_addr, d.state, &d.metrics, d.cluster, &d.lg,
+	        err, sizeof err, &d.http) != ALLOT_OK) {
 		allot__log(
 		    &d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		goto out_loop;
@@ -826,6 +850,8 @@ out_loop:
 	d.server = NULL;
 	allot__http_stop(d.http);
 	d.http = NULL;
+	allot__cluster_stop(d.cluster);
+	d.cluster = NULL;
 	if (d.handles_open) {
 		uv_close((uv_handle_t *) &d.tick, close_cb);
 		uv_close((uv_handle_t *) &d.drain_timer, close_cb);

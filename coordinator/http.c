@@ -8,6 +8,7 @@
  */
 #include "http.h"
 #include "dashboard.h"
+#include "cluster.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,6 +29,7 @@ struct allot__http {
 	_Atomic bool draining;
 	allot__state *state;
 	allot__metrics *metrics;
+	allot__cluster *cluster;
 	allot__logger lg;
 	nng_http_server *srv;
 	nng_url *url;
@@ -113,6 +115,8 @@ on_metrics(nng_aio *aio)
 	allot__buf b = { 0 };
 	allot__metrics_render(h->metrics, &b);
 	allot__state_render_metrics(h->state, &b);
+	if (h->cluster != NULL)
+		allot__cluster_render_metrics(h->cluster, &b);
 	leave(h);
 	if (b.oom) {
 		allot__buf_free(&b);
@@ -134,6 +138,16 @@ on_status(nng_aio *aio)
 	}
 	allot__buf b = { 0 };
 	allot__state_render_status(h->state, &b);
+	size_t end = b.len;
+	while (end > 0 && b.p[end - 1] == '\n')
+		end--;
+	if (h->cluster != NULL && !b.oom && end > 0 && b.p[end - 1] == '}') {
+		/* The registry's object, with the cluster's added. */
+		b.len = end - 1;
+		allot__buf_puts(&b, ",\"cluster\":");
+		allot__cluster_render_status(h->cluster, &b);
+		allot__buf_puts(&b, "}\n");
+	}
 	leave(h);
 	if (b.oom) {
 		allot__buf_free(&b);
@@ -176,7 +190,8 @@ add_handler(allot__http *h, const char *path, void (*cb)(nng_aio *))
 
 int
 allot__http_start(const char *addr, allot__state *st, allot__metrics *m,
-    const allot__logger *lg, char *err, size_t errlen, allot__http **ret)
+    allot__cluster *cl, const allot__logger *lg, char *err, size_t errlen,
+    allot__http **ret)
 {
 	char url[512];
 	if (addr == NULL || st == NULL || m == NULL) {
@@ -197,6 +212,7 @@ allot__http_start(const char *addr, allot__state *st, allot__metrics *m,
 	h->refs = 1;
 	h->state = st;
 	h->metrics = m;
+	h->cluster = cl;
 	if (lg != NULL)
 		h->lg = *lg;
 	int rv = nng_url_parse(&h->url, url);

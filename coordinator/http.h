@@ -15,12 +15,16 @@
 #include "metrics.h"
 #include "state.h"
 
+typedef struct allot__cluster allot__cluster;
 typedef struct allot__http allot__http;
 
 /* Listen on `addr`: "HOST:PORT", "[V6]:PORT" or a full "http://" URL.
+ * `cl` (NULL unless a cluster member) adds the cluster's series and the
+ * /status "cluster" object; it must outlive allot__http_stop().
  * On failure `err` says why and nothing is left running. */
 int allot__http_start(const char *addr, allot__state *st, allot__metrics *m,
-    const allot__logger *lg, char *err, size_t errlen, allot__http **ret);
+    allot__cluster *cl, const allot__logger *lg, char *err, size_t errlen,
+    allot__http **ret);
 
 /* Answer /healthz with 503 from now on. */
 void allot__http_drain(allot__http *h);

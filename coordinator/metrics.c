@@ -142,6 +142,7 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_TOO_LARGE] = "too_large",
 		[ALLOT__REJ_CAPACITY] = "capacity",
 		[ALLOT__REJ_SHUTTING_DOWN] = "shutting_down",
+		[ALLOT__REJ_NOT_OWNER] = "not_owner",
 	};
 	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
 }

@@ -49,6 +49,7 @@ typedef enum allot__reject {
 	ALLOT__REJ_TOO_LARGE,
 	ALLOT__REJ_CAPACITY, /* replica or service table full */
 	ALLOT__REJ_SHUTTING_DOWN,
+	ALLOT__REJ_NOT_OWNER, /* key reports for another member's key */
 	ALLOT__REJ_COUNT
 } allot__reject;
 

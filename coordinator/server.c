@@ -10,6 +10,7 @@
  * message per reply).
  */
 #include "server.h"
+#include "cluster.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -204,6 +205,7 @@ body_name(Allot__V1__Envelope__BodyCase c)
 	case ALLOT__V1__ENVELOPE__BODY_REPLY: return "Reply";
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE: return "Leave";
 	case ALLOT__V1__ENVELOPE__BODY_ERROR: return "Error";
+	case ALLOT__V1__ENVELOPE__BODY_PROBE: return "Probe";
 	default: return "nothing";
 	}
 }
@@ -256,6 +258,7 @@ handle(worker *w, nng_msg *req)
 	Allot__V1__Welcome welcome = ALLOT__V1__WELCOME__INIT;
 	Allot__V1__Reply reply = ALLOT__V1__REPLY__INIT;
 	Allot__V1__Error error = ALLOT__V1__ERROR__INIT;
+	Allot__V1__Probe probe = ALLOT__V1__PROBE__INIT;
 	out.version = ALLOT__PROTOCOL_VERSION;
 	bool counted = false; /* the registry counted the rejection */
 
@@ -324,6 +327,21 @@ handle(worker *w, nng_msg *req)
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		break;
+	case ALLOT__V1__ENVELOPE__BODY_PROBE:
+		if (srv->o.cluster == NULL) {
+			code = ALLOT__V1__ERROR__CODE__MALFORMED;
+			snprintf(err, sizeof err,
+			    "Probe from member %s: this allotd is not a "
+			    "cluster member (no --member list)",
+			    in->probe->member != NULL ? in->probe->member :
+			                                "?");
+			break;
+		}
+		allot__cluster_on_probe(
+		    srv->o.cluster, in->probe, &w->pa, &probe);
+		out.body_case = ALLOT__V1__ENVELOPE__BODY_PROBE;
+		out.probe = &probe;
+		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
 		code = allot__state_leave(
 		    srv->o.state, in->leave, &reply, err, sizeof err);
@@ -334,8 +352,8 @@ handle(worker *w, nng_msg *req)
 	default:
 		code = ALLOT__V1__ERROR__CODE__MALFORMED;
 		snprintf(err, sizeof err,
-		    "an agent may send Register, Sync "
-		    "or Leave, not %s",
+		    "an agent may send Register, Sync, "
+		    "Leave or (a member) Probe, not %s",
 		    body_name(in->body_case));
 		break;
 	}

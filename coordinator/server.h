@@ -20,6 +20,8 @@
 #include "metrics.h"
 #include "state.h"
 
+typedef struct allot__cluster allot__cluster;
+
 #define ALLOT__SERVER_MAX_MSG (1u << 20) /* bytes, answered TOO_LARGE */
 #define ALLOT__SERVER_MAX_REPORTS 65536u /* per Sync */
 #define ALLOT__SERVER_MAX_KEYS 65537u /* per Register */
@@ -44,6 +46,7 @@ typedef struct allot__server_opts {
 	 * certificate cannot connect. */
 	const char *tls_cert_key_file;
 	const char *tls_ca_file;
+	allot__cluster *cluster; /* answers Probes; NULL: not a member */
 } allot__server_opts;
 
 void allot__server_opts_init(allot__server_opts *o);

@@ -47,6 +47,7 @@
 
 #include "clock.h"
 #include "hash.h"
+#include "rendezvous.h"
 
 /* A loaded config with what the hot paths derive from it. */
 typedef struct cfgv {
@@ -84,6 +85,8 @@ typedef struct skey {
 	bool targeted; /* rate/burst hold an allocator output */
 	bool was_short; /* its grant was below its target at some
 	                   point since the last round */
+	bool force_share; /* the next Reply carries its share (cluster:
+	                     it reported an allowance from elsewhere) */
 } skey;
 
 /* The rate an agent may hold on a key: its grant, or an earlier larger
@@ -157,6 +160,11 @@ typedef struct squota {
 	double admitted_rate; /* last second, tokens/s */
 	double denied_rate;
 	double utilization; /* admitted / (R * 1 s) */
+	/* Cluster mode: another member owns it in our view (we book and
+	 * grant nothing for it), or we took it over and grant only within
+	 * what the agents report they hold until learn_until_ns. */
+	bool disowned;
+	uint64_t learn_until_ns;
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -230,6 +238,16 @@ struct allot__state {
 	allot__logrl rl_unknown;
 	allot__logrl rl_absurd;
 	allot__logrl rl_register;
+	/* Cluster mode (allot__state_cluster); cl_n == 0: one coordinator,
+	 * every quota owned. */
+	size_t cl_n;
+	size_t cl_self;
+	uint64_t cl_hash[ALLOT__CLUSTER_MAX_MEMBERS];
+	bool cl_live[ALLOT__CLUSTER_MAX_MEMBERS];
+	bool cl_cut_off; /* no increases, static ownership */
+	uint64_t cl_learn_ns; /* learning period: lease + 2 intervals */
+	uint64_t cl_boot_until_ns; /* every owned quota learns until */
+	bool room_hold; /* grant(): no increase (learning, cut off) */
 };
 
 /* Monotonic differences never wrap: a timestamp taken by another thread
@@ -481,6 +499,9 @@ squota_init(squota *sq, const cfgv *v, size_t q)
 	sq->level_recorded = NAN;
 }
 
+static uint32_t own_quotas(
+    allot__state *st, struct service *svc, uint64_t now);
+
 /* NULL when out of memory or the table is full (*full set). */
 static service *
 service_get(allot__state *st, const char *name, bool *full)
@@ -511,6 +532,7 @@ service_get(allot__state *st, const char *name, bool *full)
 	for (size_t q = 0; q < st->cur->nq; q++)
 		squota_init(&svc->q[q], st->cur, q);
 	st->svcs[st->nsvcs++] = svc;
+	own_quotas(st, svc, now_ns(st));
 	return svc;
 }
 
@@ -1181,7 +1203,7 @@ grant(allot__state *st, service *svc, session *s, skey *key, bool *ret_short)
 	double room_b = fmin(B, sq->burst_budget) - sq->granted_burst;
 	if (C > 0 && C - svc->held_total < room_r)
 		room_r = C - svc->held_total;
-	if (st->hold)
+	if (st->hold || st->room_hold)
 		room_r = room_b = 0;
 	double gr = key->rate <= held_r ?
 	    key->rate :
@@ -1510,6 +1532,99 @@ pa_alloc(ProtobufCAllocator *pa, size_t size)
  * `shares` with the keys whose grant changed, or with every key that has
  * a quota when `all` is set. Returns false when `pa` is out of memory;
  * nothing is granted then. */
+/* ---- cluster ownership (docs/operations.md, Cluster) ---- */
+
+/* A key we are learning reported the allowance it runs on (granted by
+ * the member that owned it before): count it as our grant, as far as
+ * the quota has room, so that what we hand out on top never makes the
+ * total exceed R. Until it applies our answer it may still run on all
+ * of it (may_*). Under the lock. */
+static void
+adopt(allot__state *st, service *svc, session *s, skey *key,
+    const Allot__V1__KeyReport *r)
+{
+	squota *sq = &svc->q[key->q];
+	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
+	double hr = r->held_rate >= 0 && r->held_rate <= R ? r->held_rate :
+	    r->held_rate > R                               ? R :
+	                                                     0;
+	double hb = r->held_burst >= 0 && r->held_burst <= B ? r->held_burst :
+	    r->held_burst > B                                ? B :
+	                                                       0;
+	double h0 = key_hold(key);
+	key->sent_rate = fmin(hr, fmax(0, R - sq->granted_rate));
+	key->sent_burst = fmin(hb, fmax(0, B - sq->granted_burst));
+	key->may_rate = hr;
+	key->may_burst = hb;
+	sq->granted_rate += key->sent_rate;
+	sq->granted_burst += key->sent_burst;
+	svc->held_total += key_hold(key) - h0;
+	if (key->may_rate != key->sent_rate ||
+	    key->may_burst != key->sent_burst)
+		s->unacked = true;
+	key->rec_pending = true;
+	svc->rec_pending = true;
+}
+
+/* Another member owns quota `q` of `svc` now: what we granted for it
+ * is that member's to account for (it learns what the agents hold). */
+static void
+disown(service *svc, size_t q)
+{
+	squota *sq = &svc->q[q];
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			skey *key = &s->keys[k];
+			if (key->q != (int32_t) q)
+				continue;
+			double h0 = key_hold(key);
+			key->sent_rate = key->sent_burst = NAN;
+			key->may_rate = key->may_burst = NAN;
+			svc->held_total -= h0;
+		}
+	}
+	sq->granted_rate = sq->granted_burst = 0;
+	sq->disowned = true;
+}
+
+/* Ownership of every quota of `svc` in our current view; returns how
+ * many quotas changed hands. A quota we gain is learnt for one lease
+ * (plus two intervals: the old owner may have granted until it saw the
+ * change). Under the lock. */
+static uint32_t
+own_quotas(allot__state *st, service *svc, uint64_t now)
+{
+	if (st->cl_n == 0)
+		return 0;
+	const cfgv *v = st->cur;
+	uint32_t changed = 0;
+	for (size_t q = 0; q < v->nq; q++) {
+		squota *sq = &svc->q[q];
+		int o = allot__rendezvous_owner(
+		    allot__rendezvous_key(svc->name, v->q[q]->identity),
+		    st->cl_hash, st->cl_cut_off ? NULL : st->cl_live,
+		    st->cl_n);
+		bool own = o == (int) st->cl_self;
+		if (own && sq->disowned) {
+			sq->disowned = false;
+			sq->learn_until_ns = now + st->cl_learn_ns;
+			changed++;
+		} else if (!own && !sq->disowned) {
+			disown(svc, q);
+			changed++;
+		}
+		if (own && sq->learn_until_ns < st->cl_boot_until_ns)
+			sq->learn_until_ns = st->cl_boot_until_ns;
+	}
+	if (changed > 0) {
+		svc->gen++;
+		for (uint32_t i = 0; i < svc->nsess; i++)
+			svc->sess[i]->force_full = true;
+	}
+	return changed;
+}
+
 static bool
 build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
     Allot__V1__Share ***ret, size_t *ret_n)
@@ -1526,15 +1641,29 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 	if (arr == NULL || ptrs == NULL)
 		return false;
 	size_t j = 0;
+	uint64_t now = st->cl_n > 0 ? now_ns(st) : 0;
 	for (uint32_t k = 0; k < s->nkeys; k++) {
 		skey *key = &s->keys[k];
 		if (key->q < 0)
 			continue;
+		/* Cluster: nothing for another member's keys; and while a
+		 * key is learnt (taken over) or we are cut off, no grant
+		 * for a replica that has not said what it runs on: it keeps
+		 * that allowance, and its next report tells us. */
+		const squota *sq = &s->svc->q[key->q];
+		if (sq->disowned)
+			continue;
+		st->room_hold = st->cl_n > 0 &&
+		    (st->cl_cut_off || now < sq->learn_until_ns);
+		if (st->room_hold && isnan(key->sent_rate))
+			continue;
 		bool is_short;
 		bool changed = grant(st, s->svc, s, key, &is_short);
+		st->room_hold = false;
 		s->pending += is_short;
-		if (!changed && !all)
+		if (!changed && !all && !key->force_share)
 			continue;
+		key->force_share = false;
 		allot__v1__share__init(&arr[j]);
 		arr[j].key = k;
 		arr[j].rate = key->sent_rate;
@@ -1863,6 +1992,9 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		w = wseen;
 	if (w < 1e-3)
 		w = 1e-3;
+	uint32_t *not_owner = NULL;
+	size_t n_not_owner = 0;
+	bool forced = false;
 	for (size_t i = 0; i < req->n_reports; i++) {
 		const Allot__V1__KeyReport *r = req->reports[i];
 		if (r->key >= s->nkeys || s->keys[r->key].q < 0) {
@@ -1871,6 +2003,23 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		}
 		skey *key = &s->keys[r->key];
 		int32_t q = key->q;
+		if (svc->q[q].disowned) {
+			/* Another member's key in our view: book nothing,
+			 * renew nothing (Reply.not_owner). */
+			if (not_owner == NULL)
+				not_owner = pa_alloc(
+				    pa, req->n_reports * sizeof *not_owner);
+			if (not_owner != NULL)
+				not_owner[n_not_owner++] = r->key;
+			continue;
+		}
+		if (r->foreign) {
+			key->force_share = true;
+			forced = true;
+			if (isnan(key->sent_rate) &&
+			    now < svc->q[q].learn_until_ns)
+				adopt(st, svc, s, key, r);
+		}
 		double rate = v->rate[q], burst = v->burst[q];
 		double lim = f * rate * n * window_s + burst;
 		if ((double) r->consumed > lim ||
@@ -1928,9 +2077,11 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 	ret->config_epoch = v->epoch;
 	ret->lease_ms = st->o.lease_ms;
 	ret->rejected_reports = unknown + absurd;
+	ret->not_owner = not_owner;
+	ret->n_not_owner = n_not_owner;
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
-	if (full || s->sent_gen != svc->gen || s->pending > 0) {
+	if (full || forced || s->sent_gen != svc->gen || s->pending > 0) {
 		if (build_shares(
 		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
 			ret->full = full;
@@ -1952,6 +2103,8 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		allot__metrics_add(
 		    &m->key_reports, req->n_reports - unknown - absurd);
 	}
+	if (n_not_owner > 0)
+		allot__metrics_reject(m, ALLOT__REJ_NOT_OWNER, n_not_owner);
 	if (unknown > 0) {
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
 		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
@@ -2245,6 +2398,7 @@ allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
 	}
 	st->cur = nv;
 	for (size_t i = 0; i < st->nsvcs; i++) {
+		own_quotas(st, st->svcs[i], now);
 		recompute(st, st->svcs[i], now);
 		st->svcs[i]->gen++;
 	}
@@ -2807,5 +2961,67 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 		    ss.commits, ss.commit_failures, ss.pending,
 		    ss.rows_written, ss.rows_dropped, ss.last_error);
 	allot__buf_printf(b, ",\"now_ms\":%" PRId64 "}\n", wall);
+	pthread_mutex_unlock(&st->mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* cluster                                                             */
+/* ------------------------------------------------------------------ */
+
+void
+allot__state_cluster(
+    allot__state *st, const uint64_t *hashes, size_t n, size_t self)
+{
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = now_ns(st);
+	st->cl_n = n;
+	st->cl_self = self;
+	for (size_t i = 0; i < n; i++) {
+		st->cl_hash[i] = hashes[i];
+		st->cl_live[i] = true;
+	}
+	st->cl_learn_ns = ((uint64_t) st->o.lease_ms +
+	                      2u * (uint64_t) st->o.interval_ms) *
+	    1000000u;
+	st->cl_boot_until_ns = now + st->cl_learn_ns;
+	for (size_t i = 0; i < st->nsvcs; i++)
+		own_quotas(st, st->svcs[i], now);
+	pthread_mutex_unlock(&st->mu);
+}
+
+uint32_t
+allot__state_view(allot__state *st, const bool *live, bool cut_off)
+{
+	uint32_t moved = 0;
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = now_ns(st);
+	bool same = st->cl_cut_off == cut_off;
+	for (size_t i = 0; i < st->cl_n; i++) {
+		same = same && st->cl_live[i] == live[i];
+		st->cl_live[i] = live[i];
+	}
+	st->cl_cut_off = cut_off;
+	if (!same)
+		for (size_t i = 0; i < st->nsvcs; i++)
+			moved += own_quotas(st, st->svcs[i], now);
+	pthread_mutex_unlock(&st->mu);
+	return moved;
+}
+
+void
+allot__state_ownership(allot__state *st, allot__state_owned *ret)
+{
+	memset(ret, 0, sizeof *ret);
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = now_ns(st);
+	for (size_t i = 0; i < st->nsvcs; i++)
+		for (size_t q = 0; q < st->cur->nq; q++) {
+			const squota *sq = &st->svcs[i]->q[q];
+			ret->owned += !sq->disowned;
+			ret->learning += !sq->disowned && st->cl_n > 0 &&
+			    now < sq->learn_until_ns;
+			ret->total++;
+		}
+	ret->cut_off = st->cl_cut_off;
 	pthread_mutex_unlock(&st->mu);
 }

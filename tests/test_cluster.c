@@ -34,6 +34,7 @@
 #define INTERVAL_MS 100
 
 typedef struct member {
+	const char *cfg; /* NULL: the cluster's */
 	char name[8];
 	char url[64];
 	char db[128];
@@ -64,10 +65,11 @@ start_member(cluster *c, int i)
 	for (int j = 0; j < NMEM; j++)
 		snprintf(
 		    mem[j], sizeof mem[j], "%s=%s", c->m[j].name, c->m[j].url);
-	char *argv[] = { bin, "--config", c->cfg, "--db", m->db, "--http",
-		http, "--interval-ms", "100", "--expiry-intervals", "5",
-		"--lease-ms", "1000", "--member", mem[0], "--member", mem[1],
-		"--member", mem[2], "--self", self, NULL };
+	char *argv[] = { bin, "--config", m->cfg ? (char *) m->cfg : c->cfg,
+		"--db", m->db, "--http", http, "--interval-ms", "100",
+		"--expiry-intervals", "5", "--lease-ms", "1000", "--member",
+		mem[0], "--member", mem[1], "--member", mem[2], "--self", self,
+		NULL };
 	m->pid = pc_spawn(argv, m->log);
 	ck_assert_int_gt(m->pid, 0);
 	uint64_t t0 = pc_now_ms();
@@ -175,6 +177,7 @@ rate_of(allot_agent *a, int k)
  * below every share, so a denial is the limiter's fault. */
 typedef struct load {
 	uint64_t offered, denied;
+	uint64_t denied_at[NAG][NKEY];
 	double max_sum_ratio; /* max over keys and samples of sum/R */
 } load;
 
@@ -192,12 +195,34 @@ run_load(allot_agent **as, load *l, unsigned ms)
 				allot_acquire_id(as[i], id, "/x", 1, &d);
 				l->offered++;
 				l->denied += !d.allowed;
+				l->denied_at[i][k] += !d.allowed;
 				sum += rate_of(as[i], k);
 			}
 			if (sum / RATE > l->max_sum_ratio)
 				l->max_sum_ratio = sum / RATE;
 		}
 		pc_sleep_ms(50);
+	}
+}
+
+/* Until no agent runs a key on an allowance its owner has not answered
+ * for (allot_sync_stats.keys_unconfirmed). */
+static void
+await_confirmed(allot_agent **as, int timeout_ms, load *l)
+{
+	uint64_t t0 = pc_now_ms();
+	for (;;) {
+		int at = 0;
+		for (int i = 0; i < NAG; i++) {
+			allot_sync_stats ss;
+			allot_sync_stats_get(as[i], &ss);
+			at += ss.keys_unconfirmed == 0;
+		}
+		if (at == NAG)
+			return;
+		ck_assert_msg(pc_now_ms() - t0 < (uint64_t) timeout_ms,
+		    "keys not confirmed by their owners");
+		run_load(as, l, 10);
 	}
 }
 
@@ -276,6 +301,10 @@ START_TEST(failover_and_return)
 	load fo = { 0 };
 	await_members_down(as, 1, 5000, as, &fo);
 	uint64_t detected = pc_now_ms() - killed;
+	/* Served by the new owners: every moved key has had its share
+	 * from its new owner (learnt from what the agents hold). */
+	await_confirmed(as, 5000, &fo);
+	uint64_t served = pc_now_ms() - killed;
 	/* Past the victim's lease (1 s): its keys, with closed fallback,
 	 * would deny everything had they not moved. */
 	run_load(as, &fo, 2000);
@@ -290,11 +319,17 @@ START_TEST(failover_and_return)
 	}
 	fprintf(stderr,
 	    "cluster: victim m%d owned %d of %d keys; down "
-	    "detected after %llu ms (T = %d ms); failover: %llu of %llu "
+	    "detected after %llu ms, keys served by their new owners after "
+	    "%llu ms (T = %d ms); failover: %llu of %llu "
 	    "requests denied, max sum of allowances %.3f x R\n",
 	    victim + 1, owned[victim], NKEY, (unsigned long long) detected,
-	    INTERVAL_MS, (unsigned long long) fo.denied,
-	    (unsigned long long) fo.offered, fo.max_sum_ratio);
+	    (unsigned long long) served, INTERVAL_MS,
+	    (unsigned long long) fo.denied, (unsigned long long) fo.offered,
+	    fo.max_sum_ratio);
+	/* The issue's target is 3 intervals; the bound asserted here has
+	 * room for a loaded 2-core CI machine, and bench/run cluster
+	 * prints the figure. */
+	ck_assert_uint_le(served, 10 * INTERVAL_MS);
 	ck_assert_uint_eq(fo.denied, 0);
 	/* One interval of the offered traffic (60 tokens/s per key). */
 	ck_assert_double_le(
@@ -305,6 +340,7 @@ START_TEST(failover_and_return)
 	uint64_t restarted = pc_now_ms();
 	load back = { 0 };
 	await_members_down(as, 0, 5000, as, &back);
+	await_confirmed(as, 5000, &back);
 	uint64_t returned = pc_now_ms() - restarted;
 	run_load(as, &back, 1500);
 	for (int i = 0; i < NAG; i++)
@@ -380,10 +416,11 @@ START_TEST(agent_cut_off_from_one_member)
 		    "down");
 		run_load(as, &cutl, 10);
 	}
-	/* Past m2's lease: r0's m2 keys live on through their next
-	 * owners; the others still sync with m2. */
+	/* Past m2's lease (1 s). m2 is alive for the other members, so
+	 * they do not own its keys and refuse r0's reports of them
+	 * (Reply.not_owner): r0's m2 keys run out their lease and fall
+	 * back (closed here: they deny), and nothing else changes. */
 	run_load(as, &cutl, 2000);
-	ck_assert_uint_eq(cutl.denied, 0);
 	ck_assert_uint_eq(down_of(as[0]), 1);
 	ck_assert_uint_eq(down_of(as[1]), 0);
 	ck_assert_uint_eq(down_of(as[2]), 0);
@@ -391,14 +428,33 @@ START_TEST(agent_cut_off_from_one_member)
 	allot_sync_stats_get(as[1], &ss);
 	ck_assert_uint_eq(ss.reroutes, 0);
 	ck_assert(!ss.in_fallback);
-	for (int k = 0; k < NKEY; k++)
-		ck_assert(rate_of(as[0], k) > 0);
+	allot_sync_stats_get(as[0], &ss);
+	ck_assert_uint_gt(ss.not_owner, 0);
+	ck_assert(ss.in_fallback);
+	int cut_keys = 0;
+	for (int k = 0; k < NKEY; k++) {
+		bool of_cut = c.owner[k] == cut;
+		cut_keys += of_cut;
+		for (int i = 1; i < NAG; i++)
+			ck_assert_uint_eq(cutl.denied_at[i][k], 0);
+		if (of_cut) {
+			ck_assert_msg(rate_of(as[0], k) == 0,
+			    "r0's key c%d (m2's) should be on its closed "
+			    "fallback",
+			    k);
+			ck_assert_uint_gt(cutl.denied_at[0][k], 0);
+		} else {
+			ck_assert(rate_of(as[0], k) > 0);
+			ck_assert_uint_eq(cutl.denied_at[0][k], 0);
+		}
+	}
+	ck_assert_int_gt(cut_keys, 0);
 
 	/* The path heals: m2's keys go back to it for r0. m2 expired r0
 	 * meanwhile, so r0 registers again as a newcomer there, and a
 	 * newcomer's first grant comes only from headroom the others give
-	 * back (docs/allocation.md): a few denials on r0's m2 keys for
-	 * about one interval are the allocator's, bounded here. */
+	 * back (docs/allocation.md): its m2 keys, on their closed
+	 * fallback, deny until that grant, for about one interval. */
 	fault_relay_set_blackhole(r, false);
 	load heal = { 0 };
 	t0 = pc_now_ms();
@@ -426,6 +482,129 @@ START_TEST(agent_cut_off_from_one_member)
 }
 END_TEST
 
+static double
+metric_of(const member *m, const char *series)
+{
+	return pc_metric_get(m->http, series);
+}
+
+static uint32_t
+unconfirmed_of(allot_agent *a)
+{
+	allot_sync_stats ss;
+	allot_sync_stats_get(a, &ss);
+	return ss.keys_unconfirmed;
+}
+
+/* m3 runs another quota file: every member reports the mismatch on
+ * /metrics, /status and as an event row. Then m2 and m3 die: m1, cut off
+ * from the majority, keeps the static ownership (the others' keys are
+ * refused) and grants no increase (a newcomer gets nothing from it);
+ * m2's return restores the majority. */
+START_TEST(config_mismatch_and_cut_off)
+{
+	cluster c;
+	cluster_init(&c);
+	char cfg3[160];
+	snprintf(cfg3, sizeof cfg3, "%s/other.yaml", c.dir);
+	FILE *f = fopen(cfg3, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("quotas:\n  default: {tokens_per_second: 11, burst: 20}\n", f);
+	fclose(f);
+	c.m[2].cfg = cfg3;
+	for (int i = 0; i < NMEM; i++)
+		start_member(&c, i);
+	uint64_t t0 = pc_now_ms();
+	while (metric_of(&c.m[0],
+	           "allotd_cluster_config_mismatch{member=\"m3\"}") != 1) {
+		ck_assert_msg(pc_now_ms() - t0 < 5000,
+		    "m1 did not see m3's "
+		    "config differ");
+		pc_sleep_ms(20);
+	}
+	ck_assert_double_eq(
+	    metric_of(
+	        &c.m[0], "allotd_cluster_config_mismatch{member=\"m2\"}"),
+	    0);
+	while (metric_of(&c.m[2],
+	           "allotd_cluster_config_mismatch{member=\"m1\"}") != 1) {
+		ck_assert_msg(pc_now_ms() - t0 < 5000,
+		    "m3 did not see m1's "
+		    "config differ");
+		pc_sleep_ms(20);
+	}
+	int st = 0;
+	char *status = pc_http_get(c.m[0].http, "/status", &st);
+	ck_assert_int_eq(st, 200);
+	ck_assert_ptr_nonnull(strstr(status, "\"cluster\":{\"self\":\"m1\""));
+	ck_assert_ptr_nonnull(strstr(status, "\"config_match\":false"));
+	free(status);
+	/* The event row, committed within a second or two. */
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 %s \"SELECT count(*) FROM events WHERE "
+	    "kind = 'config_mismatch' AND subject = 'm3'\"",
+	    c.m[0].db);
+	for (;;) {
+		char *out = pc_shell(cmd);
+		int n = out != NULL ? atoi(out) : 0;
+		free(out);
+		if (n == 1)
+			break;
+		ck_assert_msg(pc_now_ms() - t0 < 8000,
+		    "no config_mismatch "
+		    "event row in m1's store");
+		pc_sleep_ms(100);
+	}
+
+	/* Cut m1 off: kill m2 and m3. */
+	allot_agent *a0 = mkagent(&c, "r0");
+	load warm = { 0 };
+	allot_agent *one[NAG] = { a0, a0, a0 };
+	run_load(one, &warm, 1500);
+	ck_assert_double_eq(metric_of(&c.m[0], "allotd_cluster_cut_off"), 0);
+	for (int i = 1; i < NMEM; i++) {
+		kill(c.m[i].pid, SIGKILL);
+		pc_wait_exit(c.m[i].pid, 5000);
+		c.m[i].pid = 0;
+	}
+	t0 = pc_now_ms();
+	while (metric_of(&c.m[0], "allotd_cluster_cut_off") != 1) {
+		ck_assert_msg(pc_now_ms() - t0 < 3000, "m1 not cut off");
+		pc_sleep_ms(20);
+	}
+	/* r0 now reports every key to m1, which refuses the keys it does
+	 * not own statically; a newcomer gets no grant from it. */
+	allot_agent *a1 = mkagent(&c, "r1");
+	pc_sleep_ms(1000);
+	allot_sync_stats ss;
+	allot_sync_stats_get(a0, &ss);
+	ck_assert_uint_gt(ss.not_owner, 0);
+	int mine = 0;
+	for (int k = 0; k < NKEY; k++)
+		mine += c.owner[k] == 0;
+	ck_assert_int_gt(mine, 0);
+	ck_assert_double_eq(
+	    metric_of(&c.m[0], "allotd_cluster_quotas{state=\"owned\"}"),
+	    mine +
+	        (allot__rendezvous_owner(
+	             allot__rendezvous_key("svc", "default"), c.hashes, NULL,
+	             NMEM) == 0));
+	ck_assert_uint_ge(unconfirmed_of(a1), (uint32_t) mine);
+
+	/* m2 returns: a majority again. */
+	start_member(&c, 1);
+	t0 = pc_now_ms();
+	while (metric_of(&c.m[0], "allotd_cluster_cut_off") != 0) {
+		ck_assert_msg(pc_now_ms() - t0 < 3000, "m1 still cut off");
+		pc_sleep_ms(20);
+	}
+	allot_agent_destroy(a0);
+	allot_agent_destroy(a1);
+	cluster_fini(&c);
+}
+END_TEST
+
 static Suite *
 cluster_suite(void)
 {
@@ -434,6 +613,7 @@ cluster_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, failover_and_return);
 	tcase_add_test(tc, agent_cut_off_from_one_member);
+	tcase_add_test(tc, config_mismatch_and_cut_off);
 	suite_add_tcase(s, tc);
 	return s;
 }

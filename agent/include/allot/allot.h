@@ -329,6 +329,11 @@ typedef struct allot_sync_stats {
 	uint32_t members; /**< coordinator cluster members (1: none) */
 	uint32_t members_down; /**< members marked down, keys re-routed */
 	uint64_t reroutes; /**< keys moved to another member */
+	uint64_t not_owner; /**< keys a member answered it does not own
+	                         (their lease is not renewed) */
+	uint32_t keys_unconfirmed; /**< keys running on an allowance their
+	                                current owner has not answered for
+	                                yet (moved, or refused) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
