@@ -357,6 +357,30 @@ START_TEST(failover_and_return)
 	    back.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS / 1000.0 / RATE);
 	for (int i = 0; i < NAG; i++)
 		allot_agent_destroy(as[i]);
+
+	/* A cluster-wide audit over the members' stores: each member's
+	 * file holds the consumption of the keys it owned, and the view
+	 * changes are event rows. */
+	for (int i = 0; i < NMEM; i++) {
+		kill(c.m[i].pid, SIGTERM);
+		ck_assert_int_eq(pc_wait_exit(c.m[i].pid, 5000), 0);
+		c.m[i].pid = 0;
+	}
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "%s/tools/allotctl audit %s %s %s 2>&1",
+	    getenv("ALLOT_BUILD_DIR"), c.m[0].db, c.m[1].db, c.m[2].db);
+	char *out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	const char *cons = strstr(out, "== Consumption");
+	const char *ev = strstr(out, "== Events");
+	ck_assert_msg(cons != NULL && ev != NULL, "audit:\n%s", out);
+	for (int i = 0; i < NMEM; i++)
+		ck_assert_msg(strstr(cons, c.m[i].db) != NULL &&
+		        strstr(cons, c.m[i].db) < ev,
+		    "no consumption from %s:\n%s", c.m[i].db, out);
+	ck_assert_msg(
+	    strstr(ev, "cluster_view") != NULL, "no view events:\n%s", out);
+	free(out);
 	cluster_fini(&c);
 }
 END_TEST
