@@ -81,6 +81,7 @@ usage(FILE *f)
 	    "[--expiry-intervals K]\n"
 	    "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
 	    "           [--member NAME=SYNC_URL]... [--self NAME]\n"
+	    "           [--hold-expired none|lease|fallback]\n"
 	    "    allotd --help | --version\n"
 	    "\n"
 	    "DESCRIPTION\n"
@@ -142,6 +143,20 @@ usage(FILE *f)
 	    "        allotd listens on its own SYNC_URL. See "
 	    "docs/operations.md,\n"
 	    "        \"Cluster\".\n"
+	    "    --hold-expired none|lease|fallback\n"
+	    "        What the share of an expired replica (silent past its "
+	    "expiry:\n"
+	    "        crashed, or partitioned and still admitting) keeps out "
+	    "of "
+	    "the\n"
+	    "        headroom: none (default: the others get it at once), "
+	    "lease (its\n"
+	    "        grants until its lease has certainly ended), fallback "
+	    "(also its\n"
+	    "        fallback allowance afterwards, for 60 s: a partition "
+	    "never\n"
+	    "        over-admits, a crash leaves that capacity unused). See\n"
+	    "        docs/allocation.md.\n"
 	    "    --lease-ms MS\n"
 	    "        How long an agent may use a share without hearing from "
 	    "allotd\n"
@@ -524,6 +539,7 @@ enum {
 	OPT_TLSCA,
 	OPT_MEMBER,
 	OPT_SELF,
+	OPT_HOLD,
 };
 
 int
@@ -545,6 +561,7 @@ main(int argc, char **argv)
 		{ "log-level", required_argument, NULL, OPT_LOGLEVEL },
 		{ "member", required_argument, NULL, OPT_MEMBER },
 		{ "self", required_argument, NULL, OPT_SELF },
+		{ "hold-expired", required_argument, NULL, OPT_HOLD },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -640,6 +657,22 @@ main(int argc, char **argv)
 			break;
 		}
 		case OPT_SELF: self_name = optarg; break;
+		case OPT_HOLD:
+			if (strcmp(optarg, "none") == 0)
+				so.hold_expired = ALLOT__HOLD_NONE;
+			else if (strcmp(optarg, "lease") == 0)
+				so.hold_expired = ALLOT__HOLD_LEASE;
+			else if (strcmp(optarg, "fallback") == 0)
+				so.hold_expired = ALLOT__HOLD_FALLBACK;
+			else {
+				fprintf(stderr,
+				    "allotd: --hold-expired %s: expected "
+				    "none, "
+				    "lease or fallback\n",
+				    optarg);
+				return EXIT_USAGE;
+			}
+			break;
 		case OPT_LOGLEVEL:
 			if (parse_level(optarg, &log_level) != 0)
 				return EXIT_USAGE;

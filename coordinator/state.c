@@ -156,6 +156,8 @@ typedef struct squota {
 	double bound_rate; /* the live bound, see compute_bounds() */
 	double bound_burst;
 	uint32_t counted_expired; /* expired replicas in the bound */
+	double reserved_rate; /* kept out of the headroom for expired */
+	double reserved_burst; /* replicas (hold_expired) */
 	uint32_t nslots; /* replicas holding a share */
 	double admitted_rate; /* last second, tokens/s */
 	double denied_rate;
@@ -895,6 +897,37 @@ zombie_value(const allot__state *st, const zombie *z, size_t q, uint64_t now,
 	return true;
 }
 
+/* What the expired replicas of `svc` may still be running on, kept out
+ * of the headroom (grant()): their grants while their lease may run,
+ * and with ALLOT__HOLD_FALLBACK their fallback afterwards. Under the
+ * lock, every tick. */
+static void
+reserve_expired(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	if (st->o.hold_expired == ALLOT__HOLD_NONE)
+		return;
+	for (size_t q = 0; q < v->nq; q++) {
+		squota *sq = &svc->q[q];
+		sq->reserved_rate = sq->reserved_burst = 0;
+		for (uint32_t i = 0; i < svc->nzs; i++) {
+			const zombie *z = &svc->zs[i];
+			double r, b;
+			if (!zombie_value(st, z, q, now, &r, &b))
+				continue;
+			if (st->o.hold_expired == ALLOT__HOLD_LEASE) {
+				if (lease_at(st, z->reply_ns, z->acked_ns,
+				        z->interval_s, now) == LEASE_LAPSED)
+					continue;
+				r = z->rate[q];
+				b = z->burst[q];
+			}
+			sq->reserved_rate += r;
+			sq->reserved_burst += b;
+		}
+	}
+}
+
 /* The live bound of every quota of `svc` (squota.bound_*): per replica
  * the larger of its grant and any earlier grant it has not acknowledged,
  * its fallback once its lease ran out, a placeholder's assumed share,
@@ -1203,6 +1236,8 @@ grant(allot__state *st, service *svc, session *s, skey *key, bool *ret_short)
 	double room_b = fmin(B, sq->burst_budget) - sq->granted_burst;
 	if (C > 0 && C - svc->held_total < room_r)
 		room_r = C - svc->held_total;
+	room_r -= sq->reserved_rate;
+	room_b -= sq->reserved_burst;
 	if (st->hold || st->room_hold)
 		room_r = room_b = 0;
 	double gr = key->rate <= held_r ?
@@ -2233,6 +2268,7 @@ allot__state_tick(allot__state *st)
 				allot__store_replica_left(
 				    st->o.store, s->id, "expired");
 		}
+		reserve_expired(st, svc, now);
 		/* The demand-aware allocator follows demand every interval;
 		 * the static split only changes with the replica set. */
 		if (svc->dirty || st->o.policy.kind != ALLOT__ALLOC_STATIC)

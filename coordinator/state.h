@@ -59,6 +59,21 @@ typedef struct allot__state allot__state;
  * CLOCK_MONOTONIC. The simulator runs the state on a virtual clock. */
 typedef uint64_t (*allot__state_clock_fn)(void *ctx);
 
+typedef enum allot__hold_expired {
+	/* Nothing: its share goes to the others at once (the default:
+	 * best after a crash; in a partition the replica's last grants,
+	 * then its fallback, come on top of R; the live bound shows it). */
+	ALLOT__HOLD_NONE = 0,
+	/* Its grants, until its lease has certainly ended: no capacity is
+	 * handed out twice while a lease runs; after it, a partitioned
+	 * replica's fallback (static_share: R/n) comes on top of R. */
+	ALLOT__HOLD_LEASE,
+	/* Also its fallback allowance afterwards, for zombie_ms: a
+	 * partition never over-admits, but after a crash that capacity
+	 * stays unused for zombie_ms. */
+	ALLOT__HOLD_FALLBACK,
+} allot__hold_expired;
+
 typedef struct allot__state_opts {
 	uint32_t lease_ms; /* validity of every allowance sent */
 	uint32_t interval_ms; /* expected agent sync interval */
@@ -81,6 +96,10 @@ typedef struct allot__state_opts {
 	 * longest reconnect backoff (5 s). */
 	uint32_t learn_ms;
 	uint32_t zombie_ms; /* ALLOT__STATE_ZOMBIE_MS */
+	/* What an expired replica (silent past its expiry, maybe crashed,
+	 * maybe partitioned and still admitting) keeps out of the headroom
+	 * while it may still be running on it. */
+	allot__hold_expired hold_expired;
 } allot__state_opts;
 
 void allot__state_opts_init(allot__state_opts *o);

@@ -116,7 +116,9 @@ fault_allotd_start(fault_env *e)
 	snprintf(expiry, sizeof expiry, "%u", FAULT_EXPIRY);
 	char *argv[] = { bin, "--config", e->cfg, "--db", e->db, "--listen",
 		e->url, "--http", http, "--interval-ms", interval,
-		"--expiry-intervals", expiry, "--lease-ms", lease, NULL };
+		"--expiry-intervals", expiry, "--lease-ms", lease,
+		e->hold_expired != NULL ? "--hold-expired" : NULL,
+		(char *) e->hold_expired, NULL };
 	uint64_t t0 = pc_now_ms();
 	e->allotd = spawn(argv, e->env_extra, e->log);
 	for (;;) {

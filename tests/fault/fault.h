@@ -49,6 +49,7 @@ typedef struct fault_env {
 	/* Extra environment for allotd ("NAME=value", NULL-terminated;
 	 * may be NULL) and extra arguments. */
 	char *const *env_extra;
+	const char *hold_expired; /* allotd --hold-expired; NULL: default */
 } fault_env;
 
 /* A scratch directory /tmp/allot-fault-NAME-XXXXXX with the quota file;

@@ -32,6 +32,7 @@ enum expect {
 	SYNCING, /* replies arrive: nobody falls back */
 	FALLBACK_ALL, /* no reply arrives in time: everyone falls back */
 	PARTITION, /* agent 0 alone falls back */
+	PARTITION_HELD, /* the same, allotd --hold-expired fallback */
 };
 
 typedef struct net_case {
@@ -65,6 +66,8 @@ run(const net_case *c)
 {
 	fault_env e;
 	fault_env_init(&e, c->id, NULL);
+	if (c->expect == PARTITION_HELD)
+		e.hold_expired = "fallback";
 	fault_allotd_start(&e);
 	fault_relay *r[AGENTS];
 	allot_agent *as[AGENTS];
@@ -181,7 +184,8 @@ run(const net_case *c)
 	double bound = (FAULT_B_GREEDY + rt) / rt;
 	for (int i = 0; i < AGENTS; i++) {
 		bool falls = c->expect == FALLBACK_ALL ||
-		    (c->expect == PARTITION && i == 0);
+		    ((c->expect == PARTITION || c->expect == PARTITION_HELD) &&
+		        i == 0);
 		if (!falls) {
 			ck_assert_msg(fell[i] == 0 &&
 			        s1[i].fallback_enters == s0[i].fallback_enters,
@@ -214,6 +218,9 @@ run(const net_case *c)
 		double part = FAULT_R / AGENTS * (double) (t1 - t0) / 1e3;
 		ck_assert_msg(over <= bound + part / rt,
 		    "over-admission %.2f R.T", over);
+	} else if (c->expect == PARTITION_HELD) {
+		/* No partition term: what agent 0 may run on is held. */
+		ck_assert_msg(over <= bound, "over-admission %.2f R.T", over);
 	} else {
 		ck_assert_msg(over <= bound, "over-admission %.2f R.T", over);
 		ck_assert_msg(f.failed == 0,
@@ -289,6 +296,27 @@ START_TEST(dropped_replies_one_agent)
 }
 END_TEST
 
+/* The same partition with allotd holding the expired replica's share
+ * (its lease, then its fallback) out of the headroom: no over-admission
+ * beyond the allocator's own bound, at the price of the others running
+ * on R - R/n meanwhile. */
+START_TEST(partition_one_agent_held)
+{
+	net_case c = {
+		.id = "4f-partition-held",
+		.fault = "one agent of three partitioned (blackhole) for "
+		         "2.5 s, allotd --hold-expired fallback",
+		.promised = "as above, and the others get no capacity the "
+		            "partitioned agent may still use: over-admission "
+		            "within the bound",
+		.blackhole0 = true,
+		.fault_ms = 2500,
+		.expect = PARTITION_HELD,
+	};
+	run(&c);
+}
+END_TEST
+
 START_TEST(partition_one_agent)
 {
 	net_case c = {
@@ -316,6 +344,7 @@ network_suite(void)
 	tcase_add_test(tc, dropped_replies);
 	tcase_add_test(tc, dropped_replies_one_agent);
 	tcase_add_test(tc, partition_one_agent);
+	tcase_add_test(tc, partition_one_agent_held);
 	suite_add_tcase(s, tc);
 	return s;
 }
