@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -396,6 +397,9 @@ pc_spawn(char *const argv[], const char *log_path)
 	pid_t pid = fork();
 	if (pid != 0)
 		return pid;
+	/* A test that fails stops without its clean-up: its processes
+	 * must not outlive it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (fd >= 0) {
 		dup2(fd, STDOUT_FILENO);

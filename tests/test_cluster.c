@@ -35,6 +35,7 @@
 
 typedef struct member {
 	const char *cfg; /* NULL: the cluster's */
+	const char *cert, *ca; /* tls+tcp:// members: --tls-cert, --tls-ca */
 	char name[8];
 	char url[64];
 	char db[128];
@@ -69,7 +70,8 @@ start_member(cluster *c, int i)
 		"--db", m->db, "--http", http, "--interval-ms", "100",
 		"--expiry-intervals", "5", "--lease-ms", "1000", "--member",
 		mem[0], "--member", mem[1], "--member", mem[2], "--self", self,
-		NULL };
+		m->cert != NULL ? "--tls-cert" : NULL, (char *) m->cert,
+		"--tls-ca", (char *) m->ca, NULL };
 	m->pid = pc_spawn(argv, m->log);
 	ck_assert_int_gt(m->pid, 0);
 	uint64_t t0 = pc_now_ms();
@@ -629,6 +631,62 @@ START_TEST(config_mismatch_and_cut_off)
 }
 END_TEST
 
+/* Members over mutual TLS: m1 and m2 hold certificates of the cluster's
+ * CA and probe each other; m3's come from another CA, so neither side
+ * accepts the other: m3 stays down for m1 and m2, and m3, reaching
+ * nobody, is cut off. */
+START_TEST(members_over_mutual_tls)
+{
+	cluster c;
+	cluster_init(&c);
+	char cmd[2048];
+	const char *src = getenv("ALLOT_SOURCE_DIR");
+	snprintf(cmd, sizeof cmd,
+	    "%s/scripts/mkcerts %s/ca1 >/dev/null 2>&1 && "
+	    "%s/scripts/mkcerts %s/ca2 >/dev/null 2>&1 && "
+	    "cat %s/ca1/server.pem %s/ca1/server.key > %s/good.pem && "
+	    "cat %s/ca2/server.pem %s/ca2/server.key > %s/bad.pem && echo ok",
+	    src, c.dir, src, c.dir, c.dir, c.dir, c.dir, c.dir, c.dir, c.dir);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
+	    "certificates: %s", out != NULL ? out : "(failed)");
+	free(out);
+	char good[160], bad[160], ca1[160], ca2[160];
+	snprintf(good, sizeof good, "%s/good.pem", c.dir);
+	snprintf(bad, sizeof bad, "%s/bad.pem", c.dir);
+	snprintf(ca1, sizeof ca1, "%s/ca1/ca.pem", c.dir);
+	snprintf(ca2, sizeof ca2, "%s/ca2/ca.pem", c.dir);
+	for (int i = 0; i < NMEM; i++) {
+		memmove(c.m[i].url + 4, c.m[i].url, strlen(c.m[i].url) + 1);
+		memcpy(c.m[i].url, "tls+", 4);
+		c.m[i].cert = i < 2 ? good : bad;
+		c.m[i].ca = i < 2 ? ca1 : ca2;
+	}
+	for (int i = 0; i < NMEM; i++)
+		start_member(&c, i);
+	uint64_t t0 = pc_now_ms();
+	while (metric_of(&c.m[0], "allotd_cluster_member_up{member=\"m2\"}") !=
+	        1 ||
+	    metric_of(&c.m[2], "allotd_cluster_cut_off") != 1) {
+		ck_assert_msg(pc_now_ms() - t0 < 5000,
+		    "m1 should see m2 up and m3 be cut off");
+		pc_sleep_ms(50);
+	}
+	/* Long enough for many probes to have been refused. */
+	pc_sleep_ms(1000);
+	ck_assert_double_eq(
+	    metric_of(&c.m[0], "allotd_cluster_member_up{member=\"m3\"}"), 0);
+	ck_assert_double_eq(
+	    metric_of(&c.m[1], "allotd_cluster_member_up{member=\"m3\"}"), 0);
+	ck_assert_double_eq(
+	    metric_of(&c.m[1], "allotd_cluster_member_up{member=\"m1\"}"), 1);
+	ck_assert_double_eq(metric_of(&c.m[0], "allotd_cluster_cut_off"), 0);
+	ck_assert_double_eq(
+	    metric_of(&c.m[2], "allotd_cluster_member_up{member=\"m1\"}"), 0);
+	cluster_fini(&c);
+}
+END_TEST
+
 static Suite *
 cluster_suite(void)
 {
@@ -638,6 +696,7 @@ cluster_suite(void)
 	tcase_add_test(tc, failover_and_return);
 	tcase_add_test(tc, agent_cut_off_from_one_member);
 	tcase_add_test(tc, config_mismatch_and_cut_off);
+	tcase_add_test(tc, members_over_mutual_tls);
 	suite_add_tcase(s, tc);
 	return s;
 }
