@@ -205,6 +205,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* 2: the answer to Sync seq 1 of a connected session. */
 	atomic_store(&vnow, 5000000 * MS);
 	FUZZ_CHECK(allot__syncc_init(&c, a, 2) == ALLOT_OK);
+	/* Odd lengths: as one member's session of a cluster (half the
+	 * keys its own, one just moved here with a lease to run). */
+	bool *mine = NULL;
+	if (size % 2 == 1) {
+		mine = calloc(a->nquotas + 1, sizeof *mine);
+		FUZZ_CHECK(mine != NULL);
+		for (uint32_t k = 0; k < a->nquotas; k++)
+			mine[k] = k % 2 == 0;
+		c.mine = mine;
+		allot__syncc_adopt_key(&c, 0, atomic_load(&vnow) + 500 * MS);
+	}
 	next_request(&c);
 	FUZZ_CHECK(allot__syncc_reply(
 	    &c, atomic_load(&vnow), welcome_buf, welcome_len));
@@ -223,7 +234,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t len = 0;
 	if (allot__syncc_leave(&c, &buf, &len) == ALLOT_OK)
 		free(buf);
+	allot__syncc_check_lease(&c, atomic_load(&vnow) + 10000 * MS);
 	allot__syncc_fini(&c);
+	free(mine);
 	allot_agent_destroy(a);
 	return 0;
 }

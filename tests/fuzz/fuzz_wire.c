@@ -10,9 +10,11 @@
  * or Leave can name a live session. Each input is handled twice (a replay:
  * a re-registration, a stale sequence number, a leave of a gone session),
  * then the periodic work runs and /metrics and /status are rendered, which
- * is where agent-supplied names end up. Beyond not crashing, the target
- * checks that every answer packs and decodes again, that an Error's text
- * is bounded, and that every share sent is a finite, non-negative
+ * is where agent-supplied names end up. The registry is, by the input's
+ * length, a single coordinator or a cluster member (ownership, learning,
+ * not_owner and a view change between the two passes). Beyond not crashing,
+ * the target checks that every answer packs and decodes again, that an Error's
+ * text is bounded, and that every share sent is a finite, non-negative
  * allowance for a key the session registered.
  */
 #include <math.h>
@@ -26,6 +28,7 @@
 #include "allot.pb-c.h"
 #include "fuzz.h"
 #include "metrics.h"
+#include "rendezvous.h"
 #include "server.h"
 #include "state.h"
 
@@ -204,6 +207,7 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 			 * register. */
 			check_shares(reply.shares, reply.n_shares,
 			    ALLOT__SERVER_MAX_KEYS);
+			FUZZ_CHECK(reply.n_not_owner <= in->sync->n_reports);
 		}
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
@@ -212,7 +216,11 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		break;
-	default: code = ALLOT__V1__ERROR__CODE__MALFORMED; break;
+	default:
+		/* Probe included: no cluster object here (server.c answers
+		 * MALFORMED without one too). */
+		code = ALLOT__V1__ERROR__CODE__MALFORMED;
+		break;
 	}
 done:
 	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
@@ -268,12 +276,33 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	so.max_services = 4;
 	so.lg = &logger;
 	so.metrics = &metrics;
+	/* The input's length picks the coordinator's situation, so that
+	 * the same corpus reaches every path: one coordinator, a cluster
+	 * member with every member live (learning its keys since start),
+	 * or one whose peer m2 is down (learning m2's keys too); and
+	 * whether expired replicas' shares are held back. */
+	unsigned mode = (unsigned) (size % 3);
+	so.hold_expired = size % 2 ? ALLOT__HOLD_FALLBACK : ALLOT__HOLD_NONE;
 	allot__state *st;
 	FUZZ_CHECK(allot__state_create(&so, cfg, "fuzz.yaml", FUZZ_CONFIG_YAML,
 	               &st) == ALLOT_OK);
+	bool live[3] = { true, true, true };
+	if (mode > 0) {
+		uint64_t h[3] = { allot__rendezvous_member("m1"),
+			allot__rendezvous_member("m2"),
+			allot__rendezvous_member("m3") };
+		allot__state_cluster(st, h, 3, 0);
+		live[1] = mode == 1;
+		allot__state_view(st, live, false);
+	}
 	register_resident(st);
 
 	handle(st, data, size);
+	if (mode == 2) {
+		/* m2 comes back: its keys leave this member. */
+		live[1] = true;
+		allot__state_view(st, live, false);
+	}
 	handle(st, data, size);
 
 	allot__state_tick(st);
