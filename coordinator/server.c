@@ -258,6 +258,8 @@ handle(worker *w, nng_msg *req)
 	Allot__V1__Error error = ALLOT__V1__ERROR__INIT;
 	out.version = ALLOT__PROTOCOL_VERSION;
 	bool counted = false; /* the registry counted the rejection */
+	int pid = nng_pipe_id(nng_msg_get_pipe(req));
+	uint32_t pipe = pid > 0 ? (uint32_t) pid : 0;
 
 	if (m != NULL)
 		allot__metrics_add(&m->bytes_in, len);
@@ -303,8 +305,8 @@ handle(worker *w, nng_msg *req)
 			    in->register_->n_keys, srv->o.max_keys);
 			break;
 		}
-		code = allot__state_register(srv->o.state, in->register_,
-		    &w->pa, &welcome, err, sizeof err);
+		code = allot__state_register_on(srv->o.state, in->register_,
+		    pipe, &w->pa, &welcome, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 		out.welcome = &welcome;
@@ -318,15 +320,15 @@ handle(worker *w, nng_msg *req)
 			    in->sync->n_reports, srv->o.max_reports);
 			break;
 		}
-		code = allot__state_sync(
-		    srv->o.state, in->sync, &w->pa, &reply, err, sizeof err);
+		code = allot__state_sync_on(srv->o.state, in->sync, pipe,
+		    &w->pa, &reply, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave(
-		    srv->o.state, in->leave, &reply, err, sizeof err);
+		code = allot__state_leave_on(
+		    srv->o.state, in->leave, pipe, &reply, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
