@@ -22,6 +22,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "authn.h"
 #include "clock.h"
 
 /* ------------------------------------------------------------------ */
@@ -190,6 +191,8 @@ reason_of(Allot__V1__Error__Code c)
 	case ALLOT__V1__ERROR__CODE__SHUTTING_DOWN:
 		return ALLOT__REJ_SHUTTING_DOWN;
 	case ALLOT__V1__ERROR__CODE__RATE_LIMITED: return ALLOT__REJ_CAPACITY;
+	case ALLOT__V1__ERROR__CODE__UNAUTHENTICATED:
+		return ALLOT__REJ_IDENTITY_INVALID;
 	default: return ALLOT__REJ_MALFORMED;
 	}
 }
@@ -303,6 +306,12 @@ handle(worker *w, nng_msg *req)
 			    "%zu keys in Register; at "
 			    "most %u",
 			    in->register_->n_keys, srv->o.max_keys);
+			break;
+		}
+		if (srv->o.authn != NULL &&
+		    (code = allot__authn_check(srv->o.authn, in->register_, m,
+		         err, sizeof err)) != 0) {
+			counted = true;
 			break;
 		}
 		code = allot__state_register_on(srv->o.state, in->register_,

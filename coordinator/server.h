@@ -44,6 +44,9 @@ typedef struct allot__server_opts {
 	 * certificate cannot connect. */
 	const char *tls_cert_key_file;
 	const char *tls_ca_file;
+	/* Non-NULL: every Register must carry a valid identity proof for
+	 * its service (authn.h). Not owned. */
+	struct allot__authn *authn;
 } allot__server_opts;
 
 void allot__server_opts_init(allot__server_opts *o);
