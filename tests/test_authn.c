@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -24,6 +25,7 @@
 #include <allot/allot.h>
 
 #include "authn.h"
+#include "authn_msg.h"
 #include "proto_client.h"
 #include "runner.h"
 #include "sign.h"
@@ -121,6 +123,18 @@ allowed(void)
 	double v = pc_metric_get(http_port,
 	    "allotd_allowed_tokens_total{service=\"svc\",quota=\"default\"}");
 	return isnan(v) ? 0 : v;
+}
+
+static unsigned char *
+slurp(const char *p, size_t *ret_len)
+{
+	FILE *f = fopen(p, "rb");
+	ck_assert_ptr_nonnull(f);
+	unsigned char *buf = malloc(65536);
+	ck_assert_ptr_nonnull(buf);
+	*ret_len = fread(buf, 1, 65536, f);
+	fclose(f);
+	return buf;
 }
 
 /* A raw client over mutual TLS presenting `pem` (cert + key). */
@@ -387,6 +401,96 @@ START_TEST(session_hijack)
 }
 END_TEST
 
+/* A Register whose proof is made with the openssl command line, as a
+ * client in another language would: the byte string of docs/protocol.md
+ * ("Identity"), `openssl dgst -sha256 -sign`, the certificate in DER. */
+static Allot__V1__Envelope *
+openssl_register(pc_conn *c, const char *name, const char *service,
+    const char *audience, int64_t skew_ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t t = (uint64_t) ((int64_t) ts.tv_sec * 1000 +
+	    ts.tv_nsec / 1000000 + skew_ms);
+	unsigned char nonce[ALLOT__AUTHN_NONCE];
+	for (size_t i = 0; i < sizeof nonce; i++)
+		nonce[i] = (unsigned char) (t >> (i % 8)) ^ (unsigned char) i;
+	unsigned char msg[ALLOT__AUTHN_MSG_MAX];
+	size_t n = allot__authn_msg(
+	    msg, "r-ossl", service, audience, t, nonce);
+	ck_assert_uint_gt(n, 0);
+	char mp[128];
+	path(mp, sizeof mp, "msg.bin");
+	FILE *f = fopen(mp, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(msg, 1, n, f), n);
+	fclose(f);
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && openssl dgst -sha256 -sign ca1/%s.key -out sig.bin "
+	    "msg.bin && openssl x509 -in ca1/%s.pem -outform DER "
+	    "-out crt.der && echo ok",
+	    dir, name, name);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "openssl: %s",
+	    out ? out : "(failed)");
+	free(out);
+	char p1[128], p2[128];
+	path(p1, sizeof p1, "sig.bin");
+	path(p2, sizeof p2, "crt.der");
+	size_t siglen = 0, crtlen = 0;
+	unsigned char *sig = slurp(p1, &siglen), *crt = slurp(p2, &crtlen);
+	Allot__V1__IdentityProof proof = ALLOT__V1__IDENTITY_PROOF__INIT;
+	ProtobufCBinaryData certs[1] = { { crtlen, crt } };
+	proof.n_certs = 1;
+	proof.certs = certs;
+	proof.audience = (char *) audience;
+	proof.time_ms = t;
+	proof.nonce.data = nonce;
+	proof.nonce.len = sizeof nonce;
+	proof.signature.data = sig;
+	proof.signature.len = siglen;
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
+	reg.replica_id = (char *) "r-ossl";
+	reg.service = (char *) service;
+	reg.keys = (char **) keys;
+	reg.n_keys = 1;
+	reg.identity = &proof;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
+	env.register_ = &reg;
+	Allot__V1__Envelope *e = pc_send(c, &env);
+	free(sig);
+	free(crt);
+	ck_assert_ptr_nonnull(e);
+	return e;
+}
+
+/* A proof made with openssl is accepted; a stale one, or one naming
+ * another coordinator, is not. */
+START_TEST(openssl_interop)
+{
+	pc_conn c = { 0 };
+	tls_open(&c, "svc.pem");
+	Allot__V1__Envelope *e = openssl_register(&c, "svc", "svc", url, 0);
+	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+	pc_free(e);
+	e = openssl_register(&c, "svc", "svc", url, -120000);
+	ck_assert_int_eq(
+	    pc_error_code(e), ALLOT__V1__ERROR__CODE__UNAUTHENTICATED);
+	ck_assert_ptr_nonnull(strstr(e->error->message, "clock"));
+	pc_free(e);
+	e = openssl_register(&c, "svc", "svc", "tls+tcp://10.9.9.9:1", 0);
+	ck_assert_int_eq(
+	    pc_error_code(e), ALLOT__V1__ERROR__CODE__UNAUTHENTICATED);
+	ck_assert_ptr_nonnull(strstr(e->error->message, "10.9.9.9"));
+	pc_free(e);
+	ck_assert_double_eq(rejected("identity_invalid"), 2);
+	pc_close(&c);
+}
+END_TEST
+
 /* Which part of a SPIFFE ID is the service. */
 START_TEST(service_map)
 {
@@ -452,6 +556,7 @@ authn_suite(void)
 	tcase_add_test(tc, replay);
 	tcase_add_test(tc, missing_and_foreign);
 	tcase_add_test(tc, session_hijack);
+	tcase_add_test(tc, openssl_interop);
 	suite_add_tcase(s, tc);
 	TCase *tu = tcase_create("map");
 	tcase_add_test(tu, service_map);
