@@ -27,6 +27,7 @@
  * to 300 ms), closes its handles and exits; uv_loop_close() must succeed.
  */
 #include "sync_int.h"
+#include "sign.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,6 +406,7 @@ sync_free(struct allot__sync *s)
 		if (mb->sock_open)
 			nng_close(mb->sock);
 		allot__syncc_fini(&mb->core);
+		allot__signer_free(mb->core.signer);
 		free(mb->mine);
 	}
 	free(s->m);
@@ -456,6 +458,23 @@ dial(allot_agent *a, nng_socket sock, const char *url)
 	return 0;
 }
 
+/* Over mutual TLS, prove in every Register that this replica holds its
+ * certificate's key (sign.h): allotd binds the session to that identity. */
+static int
+member_signer(allot_agent *a, struct member *mb)
+{
+	if (strncmp(mb->m.url, "tls+tcp", 7) != 0 ||
+	    a->opts.tls_cert_key_file == NULL)
+		return ALLOT_OK;
+	char err[256];
+	int rc = allot__signer_new(a->opts.tls_cert_key_file, mb->m.url, err,
+	    sizeof err, &mb->core.signer);
+	if (rc != ALLOT_OK)
+		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-IDENTITY",
+		    "cannot sign Registers for %s: %s", mb->m.url, err);
+	return rc;
+}
+
 /* Open member `i`'s socket and start dialling it. */
 static int
 member_open(struct allot__sync *s, size_t i, bool cluster)
@@ -501,7 +520,7 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 		    nng_strerror(rv));
 		return ALLOT_EINVAL;
 	}
-	return ALLOT_OK;
+	return member_signer(a, mb);
 }
 
 int

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "allot.pb-c.h"
+#include "sign.h"
 
 #define PROTO_VERSION 1u
 
@@ -112,6 +113,10 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 	reg.n_keys = a->nquotas;
 	reg.keys = (char **) keys;
 	reg.sync_interval_ms = a->opts.sync_interval_ms;
+	if (s->signer != NULL && allot__signer_sign(s->signer, &reg) != 0) {
+		free(keys);
+		return ALLOT_EIO;
+	}
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	env.version = PROTO_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;

@@ -54,6 +54,9 @@ typedef struct allot__syncc {
 	 * for log lines. NULL: every key, and the agent's coordinator. */
 	const bool *mine;
 	const char *peer;
+	/* With TLS and a certificate: signs every Register (sign.h); owned
+	 * by the driver. NULL: Registers carry no identity proof. */
+	struct allot__signer *signer;
 
 	_Atomic bool connected;
 	_Atomic bool in_fallback;

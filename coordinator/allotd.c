@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "alloc.h"
+#include "authn.h"
 #include "clock.h"
 #include "config.h"
 #include "http.h"
@@ -130,6 +131,22 @@ usage(FILE *f)
 	    "certificate\n"
 	    "        cannot connect. Plain tcp:// beyond loopback logs a "
 	    "warning.\n"
+	    "    --require-identity, --no-require-identity\n"
+	    "        Every Register must prove, by a signature with its "
+	    "certificate's\n"
+	    "        key, the SPIFFE identity of its service; sessions stay "
+	    "bound\n"
+	    "        to their connection. On by default with --tls-ca.\n"
+	    "    --identity-map SPIFFE_PATTERN\n"
+	    "        Which part of a certificate's SPIFFE ID is the service, "
+	    "e.g.\n"
+	    "        spiffe://example.org/ns/*/sa/{service} (repeat; first "
+	    "match\n"
+	    "        wins). Default: the ID's last path segment.\n"
+	    "    --identity-audience URL\n"
+	    "        A coordinator URL agents dial that is not a --listen "
+	    "URL\n"
+	    "        (e.g. behind a DNS name or NAT); repeat for several.\n"
 	    "    --member NAME=SYNC_URL, --self NAME\n"
 	    "        Cluster mode: the full static member list (repeat "
 	    "--member\n"
@@ -142,7 +159,9 @@ usage(FILE *f)
 	    "--listen,\n"
 	    "        allotd listens on its own SYNC_URL. See "
 	    "docs/operations.md,\n"
-	    "        \"Cluster\".\n"
+	    "        \"Cluster\".\n",
+	    f);
+	fputs(
 	    "    --hold-expired none|lease|fallback\n"
 	    "        What the share of an expired replica (silent past its "
 	    "expiry:\n"
@@ -537,6 +556,10 @@ enum {
 	OPT_MAXREP,
 	OPT_TLSCERT,
 	OPT_TLSCA,
+	OPT_REQID,
+	OPT_NOREQID,
+	OPT_IDMAP,
+	OPT_IDAUD,
 	OPT_MEMBER,
 	OPT_SELF,
 	OPT_HOLD,
@@ -558,6 +581,10 @@ main(int argc, char **argv)
 		{ "max-replicas", required_argument, NULL, OPT_MAXREP },
 		{ "tls-cert", required_argument, NULL, OPT_TLSCERT },
 		{ "tls-ca", required_argument, NULL, OPT_TLSCA },
+		{ "require-identity", no_argument, NULL, OPT_REQID },
+		{ "no-require-identity", no_argument, NULL, OPT_NOREQID },
+		{ "identity-map", required_argument, NULL, OPT_IDMAP },
+		{ "identity-audience", required_argument, NULL, OPT_IDAUD },
 		{ "log-level", required_argument, NULL, OPT_LOGLEVEL },
 		{ "member", required_argument, NULL, OPT_MEMBER },
 		{ "self", required_argument, NULL, OPT_SELF },
@@ -570,6 +597,11 @@ main(int argc, char **argv)
 	size_t nurls = 0;
 	const char *db_path = NULL, *http_addr = DEFAULT_HTTP;
 	const char *tls_cert = NULL, *tls_ca = NULL;
+	int require_id = -1; /* default: with --tls-ca */
+	const char *idmaps[ALLOT__AUTHN_MAX_MAPS];
+	const char *idaud[ALLOT__AUTHN_MAX_AUDIENCES];
+	size_t nidmaps = 0, nidaud = 0;
+	allot__authn *authn = NULL;
 	uint32_t retention_s = 7u * 24u * 3600u, workers = 8;
 	int log_level = ALLOT_LOG_INFO;
 	static allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
@@ -630,6 +662,27 @@ main(int argc, char **argv)
 			break;
 		case OPT_TLSCERT: tls_cert = optarg; break;
 		case OPT_TLSCA: tls_ca = optarg; break;
+		case OPT_REQID: require_id = 1; break;
+		case OPT_NOREQID: require_id = 0; break;
+		case OPT_IDMAP:
+			if (nidmaps == ALLOT__AUTHN_MAX_MAPS) {
+				fprintf(stderr,
+				    "allotd: at most %u --identity-map\n",
+				    ALLOT__AUTHN_MAX_MAPS);
+				return EXIT_USAGE;
+			}
+			idmaps[nidmaps++] = optarg;
+			break;
+		case OPT_IDAUD:
+			/* Leave room for the --listen URLs and --self. */
+			if (nidaud + ALLOT__SERVER_MAX_URLS + 1 >=
+			    ALLOT__AUTHN_MAX_AUDIENCES) {
+				fprintf(stderr,
+				    "allotd: too many --identity-audience\n");
+				return EXIT_USAGE;
+			}
+			idaud[nidaud++] = optarg;
+			break;
 		case OPT_MEMBER: {
 			char merr[256];
 			if (nmembers == ALLOT__CLUSTER_MAX_MEMBERS) {
@@ -719,6 +772,33 @@ main(int argc, char **argv)
 		urls[nurls++] = self >= 0 ? members[self].url : DEFAULT_LISTEN;
 	if (strcmp(http_addr, "off") == 0 || strcmp(http_addr, "none") == 0)
 		http_addr = NULL;
+	if (require_id < 0)
+		require_id = tls_ca != NULL;
+	if (require_id && tls_ca == NULL) {
+		fprintf(stderr, "allotd: --require-identity needs --tls-ca\n");
+		return EXIT_USAGE;
+	}
+	if (require_id) {
+		/* Proofs may name any address allotd listens on or is known
+		 * by in the cluster, besides the --identity-audience ones. */
+		for (size_t i = 0; i < nurls; i++)
+			idaud[nidaud++] = urls[i];
+		if (self >= 0)
+			idaud[nidaud++] = members[self].url;
+		allot__authn_opts ao = {
+			.ca_file = tls_ca,
+			.maps = idmaps,
+			.nmaps = nidmaps,
+			.audiences = idaud,
+			.naudiences = nidaud,
+		};
+		char aerr[512];
+		if (allot__authn_new(&ao, aerr, sizeof aerr, &authn) !=
+		    ALLOT_OK) {
+			fprintf(stderr, "allotd: %s\n", aerr);
+			return EXIT_USAGE;
+		}
+	}
 	signal(SIGPIPE, SIG_IGN);
 
 	int exit_code = EXIT_FAILURE;
@@ -815,6 +895,7 @@ main(int argc, char **argv)
 		}
 		svo.cluster = d.cluster;
 	}
+	svo.authn = authn;
 	if (allot__server_start(&svo, err, sizeof err, &d.server) !=
 	    ALLOT_OK) {
 		allot__log(
@@ -905,6 +986,7 @@ out:
 	allot__store_close(d.store);
 	allot_config_free(cfg);
 	free(text);
+	allot__authn_free(authn);
 	nng_fini();
 	return exit_code;
 }

@@ -143,6 +143,11 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_CAPACITY] = "capacity",
 		[ALLOT__REJ_SHUTTING_DOWN] = "shutting_down",
 		[ALLOT__REJ_NOT_OWNER] = "not_owner",
+		[ALLOT__REJ_SESSION_PIPE] = "session_pipe_mismatch",
+		[ALLOT__REJ_IDENTITY_MISSING] = "identity_missing",
+		[ALLOT__REJ_IDENTITY_INVALID] = "identity_invalid",
+		[ALLOT__REJ_IDENTITY_MISMATCH] = "identity_mismatch",
+		[ALLOT__REJ_IDENTITY_REPLAY] = "identity_replay",
 	};
 	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
 }

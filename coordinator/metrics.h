@@ -50,6 +50,11 @@ typedef enum allot__reject {
 	ALLOT__REJ_CAPACITY, /* replica or service table full */
 	ALLOT__REJ_SHUTTING_DOWN,
 	ALLOT__REJ_NOT_OWNER, /* key reports for another member's key */
+	ALLOT__REJ_SESSION_PIPE, /* Sync/Leave on another connection */
+	ALLOT__REJ_IDENTITY_MISSING, /* Register without a proof */
+	ALLOT__REJ_IDENTITY_INVALID, /* proof does not verify */
+	ALLOT__REJ_IDENTITY_MISMATCH, /* certified service != service */
+	ALLOT__REJ_IDENTITY_REPLAY, /* proof seen before */
 	ALLOT__REJ_COUNT
 } allot__reject;
 

@@ -23,6 +23,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "authn.h"
 #include "clock.h"
 
 /* ------------------------------------------------------------------ */
@@ -191,6 +192,8 @@ reason_of(Allot__V1__Error__Code c)
 	case ALLOT__V1__ERROR__CODE__SHUTTING_DOWN:
 		return ALLOT__REJ_SHUTTING_DOWN;
 	case ALLOT__V1__ERROR__CODE__RATE_LIMITED: return ALLOT__REJ_CAPACITY;
+	case ALLOT__V1__ERROR__CODE__UNAUTHENTICATED:
+		return ALLOT__REJ_IDENTITY_INVALID;
 	default: return ALLOT__REJ_MALFORMED;
 	}
 }
@@ -261,6 +264,8 @@ handle(worker *w, nng_msg *req)
 	Allot__V1__Probe probe = ALLOT__V1__PROBE__INIT;
 	out.version = ALLOT__PROTOCOL_VERSION;
 	bool counted = false; /* the registry counted the rejection */
+	int pid = nng_pipe_id(nng_msg_get_pipe(req));
+	uint32_t pipe = pid > 0 ? (uint32_t) pid : 0;
 
 	if (m != NULL)
 		allot__metrics_add(&m->bytes_in, len);
@@ -306,8 +311,14 @@ handle(worker *w, nng_msg *req)
 			    in->register_->n_keys, srv->o.max_keys);
 			break;
 		}
-		code = allot__state_register(srv->o.state, in->register_,
-		    &w->pa, &welcome, err, sizeof err);
+		if (srv->o.authn != NULL &&
+		    (code = allot__authn_check(srv->o.authn, in->register_, m,
+		         err, sizeof err)) != 0) {
+			counted = true;
+			break;
+		}
+		code = allot__state_register_on(srv->o.state, in->register_,
+		    pipe, &w->pa, &welcome, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 		out.welcome = &welcome;
@@ -321,8 +332,8 @@ handle(worker *w, nng_msg *req)
 			    in->sync->n_reports, srv->o.max_reports);
 			break;
 		}
-		code = allot__state_sync(
-		    srv->o.state, in->sync, &w->pa, &reply, err, sizeof err);
+		code = allot__state_sync_on(srv->o.state, in->sync, pipe,
+		    &w->pa, &reply, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;
@@ -343,8 +354,8 @@ handle(worker *w, nng_msg *req)
 		out.probe = &probe;
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave(
-		    srv->o.state, in->leave, &reply, err, sizeof err);
+		code = allot__state_leave_on(
+		    srv->o.state, in->leave, pipe, &reply, err, sizeof err);
 		counted = true;
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 		out.reply = &reply;

@@ -47,6 +47,9 @@ typedef struct allot__server_opts {
 	const char *tls_cert_key_file;
 	const char *tls_ca_file;
 	allot__cluster *cluster; /* answers Probes; NULL: not a member */
+	/* Non-NULL: every Register must carry a valid identity proof for
+	 * its service (authn.h). Not owned. */
+	struct allot__authn *authn;
 } allot__server_opts;
 
 void allot__server_opts_init(allot__server_opts *o);

@@ -103,6 +103,7 @@ struct service;
 
 typedef struct session {
 	uint64_t id;
+	uint32_t pipe; /* nng pipe it registered on; 0: not bound */
 	char *replica_id;
 	char *host;
 	char *agent_version;
@@ -1752,9 +1753,32 @@ session_new(const Allot__V1__Register *req)
 	return s;
 }
 
+/* A session registered over one connection is driven over that one
+ * only: a Sync or Leave for it arriving on another connection (another
+ * peer guessing the sequential id, or the same agent after a reconnect)
+ * is answered UNKNOWN_SESSION, which makes a genuine agent register
+ * again, and counted apart. Pipe 0 (the simulator, tests) binds nothing. */
+static bool
+pipe_ok(const session *s, uint32_t pipe)
+{
+	return s->pipe == 0 || s->pipe == pipe;
+}
+
+static Allot__V1__Error__Code
+pipe_mismatch(allot__metrics *m, uint64_t id, char *err, size_t errlen)
+{
+	snprintf(err, errlen,
+	    "session %" PRIu64 " belongs to another connection: register "
+	    "again",
+	    id);
+	allot__metrics_reject(m, ALLOT__REJ_SESSION_PIPE, 1);
+	return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+}
+
 Allot__V1__Error__Code
-allot__state_register(allot__state *st, const Allot__V1__Register *req,
-    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err, size_t errlen)
+allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
+    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
+    size_t errlen)
 {
 	allot__metrics *m = st->o.metrics;
 	if (!name_ok(req->replica_id, ALLOT__STATE_NAME_MAX, true) ||
@@ -1874,6 +1898,7 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
 		goto unlock;
 	}
 	s->id = st->next_session++;
+	s->pipe = pipe;
 	s->last_seen_ns = now;
 	s->last_sync_ns = now;
 	s->expiry_ns = expiry_ns(st, req->sync_interval_ms);
@@ -1982,8 +2007,9 @@ unlock:
 }
 
 Allot__V1__Error__Code
-allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
-    ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err, size_t errlen)
+allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
+    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err,
+    size_t errlen)
 {
 	allot__metrics *m = st->o.metrics;
 	uint32_t unknown = 0, absurd = 0;
@@ -2002,6 +2028,10 @@ allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
 		    req->session);
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
+	if (!pipe_ok(s, pipe)) {
+		pthread_mutex_unlock(&st->mu);
+		return pipe_mismatch(m, req->session, err, errlen);
 	}
 	if (req->seq <= s->last_seq) {
 		last_seq = s->last_seq;
@@ -2175,8 +2205,8 @@ sanitize(char *dst, size_t cap, const char *src)
 }
 
 Allot__V1__Error__Code
-allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
-    Allot__V1__Reply *ret, char *err, size_t errlen)
+allot__state_leave_on(allot__state *st, const Allot__V1__Leave *req,
+    uint32_t pipe, Allot__V1__Reply *ret, char *err, size_t errlen)
 {
 	allot__metrics *m = st->o.metrics;
 	pthread_mutex_lock(&st->mu);
@@ -2189,6 +2219,10 @@ allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
 		    err, errlen, "unknown session %" PRIu64, req->session);
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
+	if (!pipe_ok(s, pipe)) {
+		pthread_mutex_unlock(&st->mu);
+		return pipe_mismatch(m, req->session, err, errlen);
 	}
 	service *svc = s->svc;
 	conserve_leave(svc, s);
@@ -3060,4 +3094,25 @@ allot__state_ownership(allot__state *st, allot__state_owned *ret)
 		}
 	ret->cut_off = st->cl_cut_off;
 	pthread_mutex_unlock(&st->mu);
+}
+
+Allot__V1__Error__Code
+allot__state_register(allot__state *st, const Allot__V1__Register *req,
+    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err, size_t errlen)
+{
+	return allot__state_register_on(st, req, 0, pa, ret, err, errlen);
+}
+
+Allot__V1__Error__Code
+allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
+    ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	return allot__state_sync_on(st, req, 0, pa, ret, err, errlen);
+}
+
+Allot__V1__Error__Code
+allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
+    Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	return allot__state_leave_on(st, req, 0, ret, err, errlen);
 }

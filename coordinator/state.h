@@ -133,6 +133,19 @@ Allot__V1__Error__Code allot__state_sync(allot__state *st,
 Allot__V1__Error__Code allot__state_leave(allot__state *st,
     const Allot__V1__Leave *req, Allot__V1__Reply *ret, char *err,
     size_t errlen);
+/* The same, for a request that arrived on nng pipe `pipe` (nonzero): a
+ * session remembers the pipe it registered on, and a Sync or Leave for
+ * it on another pipe is answered UNKNOWN_SESSION and counted as
+ * session_pipe_mismatch. The functions above pass 0: not bound. */
+Allot__V1__Error__Code allot__state_register_on(allot__state *st,
+    const Allot__V1__Register *req, uint32_t pipe, ProtobufCAllocator *pa,
+    Allot__V1__Welcome *ret, char *err, size_t errlen);
+Allot__V1__Error__Code allot__state_sync_on(allot__state *st,
+    const Allot__V1__Sync *req, uint32_t pipe, ProtobufCAllocator *pa,
+    Allot__V1__Reply *ret, char *err, size_t errlen);
+Allot__V1__Error__Code allot__state_leave_on(allot__state *st,
+    const Allot__V1__Leave *req, uint32_t pipe, Allot__V1__Reply *ret,
+    char *err, size_t errlen);
 
 /* ---- periodic work (loop thread) ---- */
 

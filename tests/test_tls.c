@@ -30,7 +30,7 @@ setup(void)
 	const char *src = getenv("ALLOT_SOURCE_DIR");
 	char cmd[4096];
 	snprintf(cmd, sizeof cmd,
-	    "%s/scripts/mkcerts %s/ca1 a=spiffe://t/a >/dev/null && "
+	    "%s/scripts/mkcerts %s/ca1 a=spiffe://t/svc >/dev/null && "
 	    "%s/scripts/mkcerts %s/ca2 a=spiffe://t/a >/dev/null && "
 	    "cat %s/ca1/server.pem %s/ca1/server.key > %s/allotd.pem && "
 	    "cat %s/ca1/a.pem %s/ca1/a.key > %s/good.pem && "
