@@ -54,6 +54,7 @@ typedef struct allotd {
 	allot__store *store;
 	allot__state *state;
 	allot__server *server;
+	allot__peerlimit *peerlimit;
 	allot__http *http;
 	const char *config_path;
 	uint32_t interval_ms;
@@ -160,15 +161,40 @@ usage(FILE *f)
 	    "        Requests handled concurrently, one nng context each "
 	    "(default 8).\n"
 	    "    --max-replicas N\n"
-	    "        Live replicas over all services (default 10000).\n"
-	    "    --log-level LEVEL\n"
-	    "        err, warning, notice, info or debug, or 0-7 (default "
-	    "info).\n"
-	    "    -h, --help\n"
-	    "        Print this text and exit.\n"
-	    "    -V, --version\n"
-	    "        Print the version and exit.\n"
-	    "\n",
+	    "        Live replicas over all services (default 10000).\n",
+	    f);
+	fputs("    --peer-register-rate R[:B]\n"
+	      "        Registers per second each peer may send, with a burst "
+	      "of B\n"
+	      "        (default 20:50; B defaults to 2 R; 0 disables). A peer "
+	      "is a\n"
+	      "        remote IP address (tcp, tls+tcp), a local uid (ipc), "
+	      "or\n"
+	      "        \"local\". Over it: Error RATE_LIMITED, counted as\n"
+	      "        allotd_rejected_messages_total{reason=\""
+	      "peer_register_rate\"}.\n"
+	      "    --peer-message-rate R[:B]\n"
+	      "        Messages of any kind per second each peer may send "
+	      "(default\n"
+	      "        2000:4000; 0 disables); reason \"peer_message_rate\". "
+	      "A host\n"
+	      "        sends about (its replicas) x (members) / T per second "
+	      "over\n"
+	      "        the cluster, (its replicas) / T to each member.\n"
+	      "    --peer-table N\n"
+	      "        Peers tracked for those budgets (default 4096, about "
+	      "450\n"
+	      "        bytes each); beyond it, new peers share one budget "
+	      "while\n"
+	      "        every tracked peer is still paying off a burst.\n"
+	      "    --log-level LEVEL\n"
+	      "        err, warning, notice, info or debug, or 0-7 (default "
+	      "info).\n"
+	      "    -h, --help\n"
+	      "        Print this text and exit.\n"
+	      "    -V, --version\n"
+	      "        Print the version and exit.\n"
+	      "\n",
 	    f);
 	fputs(
 	    "SIGNALS\n"
@@ -520,6 +546,9 @@ enum {
 	OPT_TLSCA,
 	OPT_MEMBER,
 	OPT_SELF,
+	OPT_PEER_REG,
+	OPT_PEER_MSG,
+	OPT_PEER_TABLE,
 };
 
 int
@@ -541,6 +570,10 @@ main(int argc, char **argv)
 		{ "log-level", required_argument, NULL, OPT_LOGLEVEL },
 		{ "member", required_argument, NULL, OPT_MEMBER },
 		{ "self", required_argument, NULL, OPT_SELF },
+		{ "peer-register-rate", required_argument, NULL,
+		    OPT_PEER_REG },
+		{ "peer-message-rate", required_argument, NULL, OPT_PEER_MSG },
+		{ "peer-table", required_argument, NULL, OPT_PEER_TABLE },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -557,6 +590,8 @@ main(int argc, char **argv)
 	int self = -1;
 	allot__state_opts so;
 	allot__state_opts_init(&so);
+	allot__peerlimit_opts plo;
+	allot__peerlimit_opts_init(&plo);
 	static allotd d;
 	d.stop_signal = "?";
 	d.rl_store = (allot__logrl) ALLOT__LOGRL_INIT(3, 10000);
@@ -636,6 +671,25 @@ main(int argc, char **argv)
 			break;
 		}
 		case OPT_SELF: self_name = optarg; break;
+		case OPT_PEER_REG:
+		case OPT_PEER_MSG: {
+			char perr[256];
+			bool reg = c == OPT_PEER_REG;
+			if (allot__peerlimit_parse(optarg,
+			        reg ? &plo.register_rate : &plo.message_rate,
+			        reg ? &plo.register_burst : &plo.message_burst,
+			        perr, sizeof perr) != 0) {
+				fprintf(stderr, "allotd: --peer-%s-rate: %s\n",
+				    reg ? "register" : "message", perr);
+				return EXIT_USAGE;
+			}
+			break;
+		}
+		case OPT_PEER_TABLE:
+			if (parse_u32("--peer-table", optarg, 1, 1000000,
+			        &plo.capacity) != 0)
+				return EXIT_USAGE;
+			break;
 		case OPT_LOGLEVEL:
 			if (parse_level(optarg, &log_level) != 0)
 				return EXIT_USAGE;
@@ -758,6 +812,14 @@ main(int argc, char **argv)
 	svo.lg = &d.lg;
 	svo.tls_cert_key_file = tls_cert;
 	svo.tls_ca_file = tls_ca;
+	bool pl_oom;
+	d.peerlimit = allot__peerlimit_create(&plo, &pl_oom);
+	if (pl_oom) {
+		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL",
+		    "out of memory for a table of %u peers", plo.capacity);
+		goto out_loop;
+	}
+	svo.peerlimit = d.peerlimit;
 	if (allot__server_start(&svo, err, sizeof err, &d.server) !=
 	    ALLOT_OK) {
 		allot__log(
@@ -804,11 +866,13 @@ main(int argc, char **argv)
 	allot__log(&d.lg, ALLOT_LOG_NOTICE, "ALLOTD-START",
 	    "allotd %s listening on %s, HTTP on %s; config %s epoch %" PRIu64
 	    " digest %016" PRIx64 "; store %s; lease %u ms, interval %u ms, "
-	    "expiry after %u intervals, %u workers",
+	    "expiry after %u intervals, %u workers; per peer %g "
+	    "Registers/s (burst %g), %g messages/s (burst %g), 0 = off",
 	    ALLOT_VERSION_STRING, listen_list, http_addr ? http_addr : "off",
 	    d.config_path, allot__state_epoch(d.state),
 	    allot__state_digest(d.state), db_path, so.lease_ms, so.interval_ms,
-	    so.expiry_intervals, workers);
+	    so.expiry_intervals, workers, plo.register_rate,
+	    plo.register_burst, plo.message_rate, plo.message_burst);
 
 	d.last_second_ns = allot__mono_ns();
 	uv_timer_start(&d.tick, on_tick, so.interval_ms, so.interval_ms);
@@ -824,6 +888,8 @@ out_loop:
 	/* On the error paths nothing ran yet: close what was opened. */
 	allot__server_close(d.server);
 	d.server = NULL;
+	allot__peerlimit_destroy(d.peerlimit);
+	d.peerlimit = NULL;
 	allot__http_stop(d.http);
 	d.http = NULL;
 	if (d.handles_open) {

@@ -142,6 +142,8 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_TOO_LARGE] = "too_large",
 		[ALLOT__REJ_CAPACITY] = "capacity",
 		[ALLOT__REJ_SHUTTING_DOWN] = "shutting_down",
+		[ALLOT__REJ_PEER_REGISTER_RATE] = "peer_register_rate",
+		[ALLOT__REJ_PEER_MESSAGE_RATE] = "peer_message_rate",
 	};
 	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
 }

@@ -49,6 +49,8 @@ typedef enum allot__reject {
 	ALLOT__REJ_TOO_LARGE,
 	ALLOT__REJ_CAPACITY, /* replica or service table full */
 	ALLOT__REJ_SHUTTING_DOWN,
+	ALLOT__REJ_PEER_REGISTER_RATE, /* a peer over its Register budget */
+	ALLOT__REJ_PEER_MESSAGE_RATE, /* a peer over its message budget */
 	ALLOT__REJ_COUNT
 } allot__reject;
 
