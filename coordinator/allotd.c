@@ -402,6 +402,10 @@ on_tick(uv_timer_t *t)
 		d->last_second_ns = now;
 		allot__state_second(d->state);
 		store_commit(d);
+		allot__peerlimit_stats ps;
+		allot__peerlimit_stats_get(d->peerlimit, &ps);
+		atomic_store(&d->metrics.peers_tracked, ps.peers);
+		atomic_store(&d->metrics.peer_overflow, ps.overflow);
 	}
 }
 

@@ -90,6 +90,9 @@ typedef struct allot__metrics {
 	_Atomic uint64_t store_pending;
 	_Atomic uint64_t store_rows_dropped;
 	_Atomic uint64_t store_rows_written;
+	/* Written by the loop thread from the flood-control table. */
+	_Atomic uint64_t peers_tracked;
+	_Atomic uint64_t peer_overflow;
 	uint64_t start_wall_ms;
 } allot__metrics;
 

@@ -351,6 +351,15 @@ START_TEST(test_register_flood)
 	ck_assert_msg(g.failed == 0, "the good peer failed %u times (last %d)",
 	    g.failed, g.last_fail);
 	ck_assert_uint_ge(g.ok, 20);
+	/* Both addresses are in the table (updated once a second). */
+	uint64_t end = pc_now_ms() + 3000;
+	double tracked;
+	while ((tracked = pc_metric_get(c.http, "allotd_peers_tracked")) < 2 &&
+	    pc_now_ms() < end)
+		pc_sleep_ms(50);
+	ck_assert_double_eq(tracked, 2);
+	ck_assert_double_eq(
+	    pc_metric_get(c.http, "allotd_peer_overflow_total"), 0);
 
 	pc_close(&fc);
 	pc_replica_close(&g.r);
