@@ -161,7 +161,12 @@ usage(FILE *f)
 	    "        Requests handled concurrently, one nng context each "
 	    "(default 8).\n"
 	    "    --max-replicas N\n"
-	    "        Live replicas over all services (default 10000).\n",
+	    "        Live replicas over all services (default 10000).\n"
+	    "    --max-keys N\n"
+	    "        Keys one Register may name (default 65537); more are\n"
+	    "        answered TOO_LARGE. With --max-replicas it bounds the\n"
+	    "        registry: about 165 bytes per key (docs/operations.md,\n"
+	    "        \"Memory bounds\").\n",
 	    f);
 	fputs("    --peer-register-rate R[:B]\n"
 	      "        Registers per second each peer may send, with a burst "
@@ -546,6 +551,7 @@ enum {
 	OPT_WORKERS,
 	OPT_LOGLEVEL,
 	OPT_MAXREP,
+	OPT_MAXKEYS,
 	OPT_TLSCERT,
 	OPT_TLSCA,
 	OPT_MEMBER,
@@ -569,6 +575,7 @@ main(int argc, char **argv)
 		{ "retention-s", required_argument, NULL, OPT_RETENTION },
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "max-replicas", required_argument, NULL, OPT_MAXREP },
+		{ "max-keys", required_argument, NULL, OPT_MAXKEYS },
 		{ "tls-cert", required_argument, NULL, OPT_TLSCERT },
 		{ "tls-ca", required_argument, NULL, OPT_TLSCA },
 		{ "log-level", required_argument, NULL, OPT_LOGLEVEL },
@@ -587,6 +594,7 @@ main(int argc, char **argv)
 	const char *db_path = NULL, *http_addr = DEFAULT_HTTP;
 	const char *tls_cert = NULL, *tls_ca = NULL;
 	uint32_t retention_s = 7u * 24u * 3600u, workers = 8;
+	uint32_t max_keys = ALLOT__SERVER_MAX_KEYS;
 	int log_level = ALLOT_LOG_INFO;
 	static allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
 	size_t nmembers = 0;
@@ -639,6 +647,11 @@ main(int argc, char **argv)
 		case OPT_WORKERS:
 			if (parse_u32(
 			        "--workers", optarg, 1, 1024, &workers) != 0)
+				return EXIT_USAGE;
+			break;
+		case OPT_MAXKEYS:
+			if (parse_u32("--max-keys", optarg, 1,
+			        ALLOT__SERVER_MAX_KEYS, &max_keys) != 0)
 				return EXIT_USAGE;
 			break;
 		case OPT_MAXREP:
@@ -811,6 +824,7 @@ main(int argc, char **argv)
 	svo.urls = urls;
 	svo.nurls = nurls;
 	svo.workers = workers;
+	svo.max_keys = max_keys;
 	svo.state = d.state;
 	svo.metrics = &d.metrics;
 	svo.lg = &d.lg;

@@ -8,7 +8,8 @@
  * The flooder must be answered RATE_LIMITED after its burst, at about
  * the configured rate, and /metrics must count exactly the RATE_LIMITED
  * answers it received under reasons peer_register_rate and
- * peer_message_rate. A unit part drives the peer table directly: its
+ * peer_message_rate. --max-keys bounds the keys one Register interns.
+ * A unit part drives the peer table directly: its
  * bound, eviction of refilled peers and the shared overflow peer.
  */
 #include <check.h>
@@ -461,6 +462,31 @@ START_TEST(test_disabled_and_cli)
 }
 END_TEST
 
+/* --max-keys bounds what one Register may intern: 2 keys pass, 3 are
+ * answered TOO_LARGE and counted. */
+START_TEST(test_max_keys)
+{
+	coord c;
+	const char *extra[] = { "--max-keys", "2", NULL };
+	coord_start(&c, extra);
+	pc_conn pc;
+	ck_assert_int_eq(pc_open(&pc, c.url, 5000), 0);
+	Allot__V1__Envelope *e = pc_register(&pc, "two", SVC, keys, 2, 100);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+	pc_free(e);
+	const char *three[] = { "default", "spiffe://test/a", "x" };
+	e = pc_register(&pc, "three", SVC, three, 3, 100);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_int_eq(pc_error_code(e), ALLOT__V1__ERROR__CODE__TOO_LARGE);
+	ck_assert_ptr_nonnull(strstr(e->error->message, "at most 2"));
+	pc_free(e);
+	pc_close(&pc);
+	ck_assert_double_eq(rejected(&c, "too_large"), 1);
+	coord_done(&c);
+}
+END_TEST
+
 /* ---- the table itself ---- */
 
 static allot__peer
@@ -575,6 +601,7 @@ flood_suite(void)
 	tcase_add_test(tc, test_register_flood);
 	tcase_add_test(tc, test_message_flood);
 	tcase_add_test(tc, test_disabled_and_cli);
+	tcase_add_test(tc, test_max_keys);
 	suite_add_tcase(s, tc);
 	TCase *unit = tcase_create("table");
 	tcase_add_test(unit, test_table_bound);
