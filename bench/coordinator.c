@@ -11,6 +11,16 @@
  *   coordinator.agent_sync_us       the agent's own work per interval
  *                                   with 50 active keys: build the Sync
  *                                   and apply a Reply carrying 50 shares
+ *   coordinator.bytes_per_key       registry memory per interned key of
+ *                                   a session (bench/memory.c)
+ *   coordinator.bytes_per_replica   registry memory per session, keys
+ *                                   aside
+ *   coordinator.agent_bytes_per_identity  liballot memory per slot of
+ *                                   the unknown-identity pool, with one
+ *                                   deciding thread
+ *   coordinator.agent_growth_after_1m_bytes  heap growth of an agent with
+ *                                   a 100,000-slot pool fed 900,000 more
+ *                                   distinct identities once full
  *
  * The clients speak the protocol directly (protobuf-c over nng req0) so
  * the load is the coordinator's alone; the agent figures come from the
@@ -36,6 +46,7 @@
 
 #include "allot.pb-c.h"
 #include "bench.h"
+#include "memory.h"
 #include "sync_int.h"
 
 #define NKEYS 50
@@ -98,7 +109,8 @@ start_allotd(const char *bin, const char *cfg, const char *db)
 		execl(bin, bin, "--config", cfg, "--db", db, "--listen", url,
 		    "--http", "off", "--interval-ms", "1000",
 		    "--expiry-intervals", "30", "--log-level", "warning",
-		    (char *) NULL);
+		    /* every session syncs flat out from one address */
+		    "--peer-message-rate", "0", (char *) NULL);
 		_exit(127);
 	}
 	return pid;
@@ -392,6 +404,9 @@ main(int argc, char **argv)
 	double bytes, us;
 	if (o.rounds > 3)
 		o.rounds = 3;
+	/* First: mallinfo2 figures want no other thread allocating. */
+	bench_memory_figures mem;
+	bench_memory(&o, &mem);
 	measure_agent(&o, &bytes, &us);
 	double kr = measure_throughput(&o, bin);
 	char cmd[96];
@@ -409,6 +424,21 @@ main(int argc, char **argv)
 		{ "coordinator.agent_sync_us", "us", 1,
 		    "agent work per interval, 50 keys: Sync + Reply",
 		    BENCH_NO_TARGET, 0, us },
+		{ "coordinator.bytes_per_key", "B", 0,
+		    "registry bytes per interned key of a session",
+		    BENCH_NO_TARGET, 0, mem.coord_bytes_per_key },
+		{ "coordinator.bytes_per_replica", "B", 0,
+		    "registry bytes per session, keys aside", BENCH_NO_TARGET,
+		    0, mem.coord_bytes_per_replica },
+		{ "coordinator.agent_bytes_per_identity", "B", 0,
+		    "agent bytes per unknown-identity slot, 1 thread",
+		    BENCH_NO_TARGET, 0, mem.agent_bytes_per_identity },
+		{ "coordinator.agent_pool_100k_bytes", "B", 0,
+		    "agent heap, 100,000-slot pool full", BENCH_NO_TARGET, 0,
+		    mem.agent_pool_bytes },
+		{ "coordinator.agent_growth_after_1m_bytes", "B", 0,
+		    "agent heap growth, 900,000 more identities once full",
+		    BENCH_AT_MOST, 0, mem.agent_growth_bytes },
 	};
 	char header[160];
 	snprintf(header, sizeof header,

@@ -56,6 +56,7 @@ typedef struct allotd {
 	allot__store *store;
 	allot__state *state;
 	allot__server *server;
+	allot__peerlimit *peerlimit;
 	allot__http *http;
 	allot__cluster *cluster;
 	const char *config_path;
@@ -197,14 +198,44 @@ usage(FILE *f)
 	    "(default 8).\n"
 	    "    --max-replicas N\n"
 	    "        Live replicas over all services (default 10000).\n"
-	    "    --log-level LEVEL\n"
-	    "        err, warning, notice, info or debug, or 0-7 (default "
-	    "info).\n"
-	    "    -h, --help\n"
-	    "        Print this text and exit.\n"
-	    "    -V, --version\n"
-	    "        Print the version and exit.\n"
-	    "\n",
+	    "    --max-keys N\n"
+	    "        Keys one Register may name (default 65537); more are\n"
+	    "        answered TOO_LARGE. With --max-replicas it bounds the\n"
+	    "        registry: about 165 bytes per key (docs/operations.md,\n"
+	    "        \"Memory bounds\").\n",
+	    f);
+	fputs("    --peer-register-rate R[:B]\n"
+	      "        Registers per second each peer may send, with a burst "
+	      "of B\n"
+	      "        (default 20:50; B defaults to 2 R; 0 disables). A peer "
+	      "is a\n"
+	      "        remote IP address (tcp, tls+tcp), a local uid (ipc), "
+	      "or\n"
+	      "        \"local\". Over it: Error RATE_LIMITED, counted as\n"
+	      "        allotd_rejected_messages_total{reason=\""
+	      "peer_register_rate\"}.\n"
+	      "    --peer-message-rate R[:B]\n"
+	      "        Messages of any kind per second each peer may send "
+	      "(default\n"
+	      "        2000:4000; 0 disables); reason \"peer_message_rate\". "
+	      "A host\n"
+	      "        sends about (its replicas) x (members) / T per second "
+	      "over\n"
+	      "        the cluster, (its replicas) / T to each member.\n"
+	      "    --peer-table N\n"
+	      "        Peers tracked for those budgets (default 4096, about "
+	      "450\n"
+	      "        bytes each); beyond it, new peers share one budget "
+	      "while\n"
+	      "        every tracked peer is still paying off a burst.\n"
+	      "    --log-level LEVEL\n"
+	      "        err, warning, notice, info or debug, or 0-7 (default "
+	      "info).\n"
+	      "    -h, --help\n"
+	      "        Print this text and exit.\n"
+	      "    -V, --version\n"
+	      "        Print the version and exit.\n"
+	      "\n",
 	    f);
 	fputs(
 	    "SIGNALS\n"
@@ -412,6 +443,10 @@ on_tick(uv_timer_t *t)
 		d->last_second_ns = now;
 		allot__state_second(d->state);
 		store_commit(d);
+		allot__peerlimit_stats ps;
+		allot__peerlimit_stats_get(d->peerlimit, &ps);
+		atomic_store(&d->metrics.peers_tracked, ps.peers);
+		atomic_store(&d->metrics.peer_overflow, ps.overflow);
 	}
 }
 
@@ -554,6 +589,7 @@ enum {
 	OPT_WORKERS,
 	OPT_LOGLEVEL,
 	OPT_MAXREP,
+	OPT_MAXKEYS,
 	OPT_TLSCERT,
 	OPT_TLSCA,
 	OPT_REQID,
@@ -563,6 +599,9 @@ enum {
 	OPT_MEMBER,
 	OPT_SELF,
 	OPT_HOLD,
+	OPT_PEER_REG,
+	OPT_PEER_MSG,
+	OPT_PEER_TABLE,
 };
 
 int
@@ -579,6 +618,7 @@ main(int argc, char **argv)
 		{ "retention-s", required_argument, NULL, OPT_RETENTION },
 		{ "workers", required_argument, NULL, OPT_WORKERS },
 		{ "max-replicas", required_argument, NULL, OPT_MAXREP },
+		{ "max-keys", required_argument, NULL, OPT_MAXKEYS },
 		{ "tls-cert", required_argument, NULL, OPT_TLSCERT },
 		{ "tls-ca", required_argument, NULL, OPT_TLSCA },
 		{ "require-identity", no_argument, NULL, OPT_REQID },
@@ -589,6 +629,10 @@ main(int argc, char **argv)
 		{ "member", required_argument, NULL, OPT_MEMBER },
 		{ "self", required_argument, NULL, OPT_SELF },
 		{ "hold-expired", required_argument, NULL, OPT_HOLD },
+		{ "peer-register-rate", required_argument, NULL,
+		    OPT_PEER_REG },
+		{ "peer-message-rate", required_argument, NULL, OPT_PEER_MSG },
+		{ "peer-table", required_argument, NULL, OPT_PEER_TABLE },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -603,6 +647,7 @@ main(int argc, char **argv)
 	size_t nidmaps = 0, nidaud = 0;
 	allot__authn *authn = NULL;
 	uint32_t retention_s = 7u * 24u * 3600u, workers = 8;
+	uint32_t max_keys = ALLOT__SERVER_MAX_KEYS;
 	int log_level = ALLOT_LOG_INFO;
 	static allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
 	size_t nmembers = 0;
@@ -610,6 +655,8 @@ main(int argc, char **argv)
 	int self = -1;
 	allot__state_opts so;
 	allot__state_opts_init(&so);
+	allot__peerlimit_opts plo;
+	allot__peerlimit_opts_init(&plo);
 	static allotd d;
 	d.stop_signal = "?";
 	d.rl_store = (allot__logrl) ALLOT__LOGRL_INIT(3, 10000);
@@ -653,6 +700,11 @@ main(int argc, char **argv)
 		case OPT_WORKERS:
 			if (parse_u32(
 			        "--workers", optarg, 1, 1024, &workers) != 0)
+				return EXIT_USAGE;
+			break;
+		case OPT_MAXKEYS:
+			if (parse_u32("--max-keys", optarg, 1,
+			        ALLOT__SERVER_MAX_KEYS, &max_keys) != 0)
 				return EXIT_USAGE;
 			break;
 		case OPT_MAXREP:
@@ -725,6 +777,25 @@ main(int argc, char **argv)
 				    optarg);
 				return EXIT_USAGE;
 			}
+			break;
+		case OPT_PEER_REG:
+		case OPT_PEER_MSG: {
+			char perr[256];
+			bool reg = c == OPT_PEER_REG;
+			if (allot__peerlimit_parse(optarg,
+			        reg ? &plo.register_rate : &plo.message_rate,
+			        reg ? &plo.register_burst : &plo.message_burst,
+			        perr, sizeof perr) != 0) {
+				fprintf(stderr, "allotd: --peer-%s-rate: %s\n",
+				    reg ? "register" : "message", perr);
+				return EXIT_USAGE;
+			}
+			break;
+		}
+		case OPT_PEER_TABLE:
+			if (parse_u32("--peer-table", optarg, 1, 1000000,
+			        &plo.capacity) != 0)
+				return EXIT_USAGE;
 			break;
 		case OPT_LOGLEVEL:
 			if (parse_level(optarg, &log_level) != 0)
@@ -870,6 +941,7 @@ main(int argc, char **argv)
 	svo.urls = urls;
 	svo.nurls = nurls;
 	svo.workers = workers;
+	svo.max_keys = max_keys;
 	svo.state = d.state;
 	svo.metrics = &d.metrics;
 	svo.lg = &d.lg;
@@ -896,6 +968,14 @@ main(int argc, char **argv)
 		svo.cluster = d.cluster;
 	}
 	svo.authn = authn;
+	bool pl_oom;
+	d.peerlimit = allot__peerlimit_create(&plo, &pl_oom);
+	if (pl_oom) {
+		allot__log(&d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL",
+		    "out of memory for a table of %u peers", plo.capacity);
+		goto out_loop;
+	}
+	svo.peerlimit = d.peerlimit;
 	if (allot__server_start(&svo, err, sizeof err, &d.server) !=
 	    ALLOT_OK) {
 		allot__log(
@@ -942,11 +1022,13 @@ main(int argc, char **argv)
 	allot__log(&d.lg, ALLOT_LOG_NOTICE, "ALLOTD-START",
 	    "allotd %s listening on %s, HTTP on %s; config %s epoch %" PRIu64
 	    " digest %016" PRIx64 "; store %s; lease %u ms, interval %u ms, "
-	    "expiry after %u intervals, %u workers",
+	    "expiry after %u intervals, %u workers; per peer %g "
+	    "Registers/s (burst %g), %g messages/s (burst %g), 0 = off",
 	    ALLOT_VERSION_STRING, listen_list, http_addr ? http_addr : "off",
 	    d.config_path, allot__state_epoch(d.state),
 	    allot__state_digest(d.state), db_path, so.lease_ms, so.interval_ms,
-	    so.expiry_intervals, workers);
+	    so.expiry_intervals, workers, plo.register_rate,
+	    plo.register_burst, plo.message_rate, plo.message_burst);
 
 	d.last_second_ns = allot__mono_ns();
 	uv_timer_start(&d.tick, on_tick, so.interval_ms, so.interval_ms);
@@ -962,6 +1044,8 @@ out_loop:
 	/* On the error paths nothing ran yet: close what was opened. */
 	allot__server_close(d.server);
 	d.server = NULL;
+	allot__peerlimit_destroy(d.peerlimit);
+	d.peerlimit = NULL;
 	allot__http_stop(d.http);
 	d.http = NULL;
 	allot__cluster_stop(d.cluster);

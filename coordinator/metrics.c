@@ -148,6 +148,8 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_IDENTITY_INVALID] = "identity_invalid",
 		[ALLOT__REJ_IDENTITY_MISMATCH] = "identity_mismatch",
 		[ALLOT__REJ_IDENTITY_REPLAY] = "identity_replay",
+		[ALLOT__REJ_PEER_REGISTER_RATE] = "peer_register_rate",
+		[ALLOT__REJ_PEER_MESSAGE_RATE] = "peer_message_rate",
 	};
 	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
 }
@@ -319,6 +321,13 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	counter(b, "allotd_store_commit_failures_total",
 	    "Store group commits that failed (the batch is retried).",
 	    ld(&m->store_commit_failures));
+	gauge(b, "allotd_peers_tracked",
+	    "Peers in the flood-control table (--peer-table).",
+	    ld(&m->peers_tracked));
+	counter(b, "allotd_peer_overflow_total",
+	    "Messages charged to the shared overflow budget because the "
+	    "flood-control table was full of busy peers.",
+	    ld(&m->peer_overflow));
 	gauge(b, "allotd_store_pending_rows",
 	    "Rows queued for the next group commit.", ld(&m->store_pending));
 	counter(b, "allotd_store_rows_written_total",

@@ -55,6 +55,8 @@ typedef enum allot__reject {
 	ALLOT__REJ_IDENTITY_INVALID, /* proof does not verify */
 	ALLOT__REJ_IDENTITY_MISMATCH, /* certified service != service */
 	ALLOT__REJ_IDENTITY_REPLAY, /* proof seen before */
+	ALLOT__REJ_PEER_REGISTER_RATE, /* a peer over its Register budget */
+	ALLOT__REJ_PEER_MESSAGE_RATE, /* a peer over its message budget */
 	ALLOT__REJ_COUNT
 } allot__reject;
 
@@ -94,6 +96,9 @@ typedef struct allot__metrics {
 	_Atomic uint64_t store_pending;
 	_Atomic uint64_t store_rows_dropped;
 	_Atomic uint64_t store_rows_written;
+	/* Written by the loop thread from the flood-control table. */
+	_Atomic uint64_t peers_tracked;
+	_Atomic uint64_t peer_overflow;
 	uint64_t start_wall_ms;
 } allot__metrics;
 

@@ -266,6 +266,7 @@ handle(worker *w, nng_msg *req)
 	bool counted = false; /* the registry counted the rejection */
 	int pid = nng_pipe_id(nng_msg_get_pipe(req));
 	uint32_t pipe = pid > 0 ? (uint32_t) pid : 0;
+	allot__reject peer_rej = ALLOT__REJ_COUNT; /* over a peer budget */
 
 	if (m != NULL)
 		allot__metrics_add(&m->bytes_in, len);
@@ -274,6 +275,12 @@ handle(worker *w, nng_msg *req)
 		snprintf(err, sizeof err,
 		    "the coordinator is shutting down; "
 		    "retry on another or after it restarts");
+		goto answer;
+	}
+	if (!allot__peerlimit_admit(srv->o.peerlimit, req, ALLOT__PEER_MESSAGE,
+	        t0, err, sizeof err)) {
+		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		peer_rej = ALLOT__REJ_PEER_MESSAGE_RATE;
 		goto answer;
 	}
 	if (len > srv->o.max_msg) {
@@ -303,6 +310,12 @@ handle(worker *w, nng_msg *req)
 	}
 	switch (in->body_case) {
 	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
+		if (!allot__peerlimit_admit(srv->o.peerlimit, req,
+		        ALLOT__PEER_REGISTER, t0, err, sizeof err)) {
+			code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+			peer_rej = ALLOT__REJ_PEER_REGISTER_RATE;
+			break;
+		}
 		if (in->register_->n_keys > srv->o.max_keys) {
 			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
 			snprintf(err, sizeof err,
@@ -370,7 +383,9 @@ handle(worker *w, nng_msg *req)
 	}
 answer:
 	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-		allot__reject r = reason_of(code);
+		allot__reject r = peer_rej != ALLOT__REJ_COUNT ?
+		    peer_rej :
+		    reason_of(code);
 		if (!counted)
 			allot__metrics_reject(m, r, 1);
 		/* Unknown sessions are expected after a restart or an

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "peerlimit.h"
 #include "state.h"
 
 typedef struct allot__cluster allot__cluster;
@@ -41,6 +42,9 @@ typedef struct allot__server_opts {
 	allot__state *state;
 	allot__metrics *metrics;
 	const allot__logger *lg;
+	/* Per-peer Register and message budgets (peerlimit.h); NULL: none.
+	 * Messages over them are answered RATE_LIMITED. */
+	allot__peerlimit *peerlimit;
 	/* tls+tcp:// listeners: allotd's certificate and key (one PEM) and
 	 * the CA agents' certificates must chain to. Agents without a valid
 	 * certificate cannot connect. */

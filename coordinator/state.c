@@ -1822,6 +1822,7 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 	now = now_ns(st);
 	heard(st, now);
 	const cfgv *v = st->cur;
+	size_t stamp_was = st->stamp_cap;
 	if (!grow((void **) &st->stamp, &st->stamp_cap, v->nq,
 	        sizeof *st->stamp)) {
 		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
@@ -1829,6 +1830,10 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 		snprintf(err, errlen, "out of memory, try again later");
 		goto unlock;
 	}
+	/* realloc leaves the new stamps undefined: one equal to stamp_gen
+	 * would call a key listed once "listed twice". */
+	memset(st->stamp + stamp_was, 0,
+	    (st->stamp_cap - stamp_was) * sizeof *st->stamp);
 	if (++st->stamp_gen == 0) {
 		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
 		st->stamp_gen = 1;

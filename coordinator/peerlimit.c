@@ -1,0 +1,379 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-peer flood control (peerlimit.h): shards of a fixed table of peers,
+ * each with a chained hash index, a clock hand for eviction and two GCRA
+ * buckets per peer. Everything is allocated at creation; a lookup, an
+ * insertion and an eviction are done under the shard's mutex, which is
+ * held for a hash probe and one bucket take.
+ */
+#include "peerlimit.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+
+#include "bucket.h"
+#include "hash.h"
+
+#define NSHARDS 16u
+#define NIL UINT32_MAX
+
+typedef struct entry {
+	allot__bucket b[2]; /* [ALLOT__PEER_MESSAGE], [ALLOT__PEER_REGISTER] */
+	allot__peer key;
+	bool used;
+	uint32_t next; /* hash chain */
+} entry;
+
+typedef struct shard {
+	pthread_mutex_t mu;
+	entry *e; /* per_shard slots */
+	uint32_t *head; /* nheads chains */
+	uint32_t used;
+	uint32_t hand; /* clock hand for eviction */
+	uint64_t evictions;
+	uint64_t overflow;
+} shard;
+
+struct allot__peerlimit {
+	allot__peerlimit_opts o;
+	bool on[2];
+	allot__allowance a[2];
+	uint32_t per_shard;
+	uint32_t nheads; /* power of two */
+	uint64_t seed;
+	shard s[NSHARDS];
+	pthread_mutex_t overflow_mu;
+	entry overflow;
+};
+
+void
+allot__peerlimit_opts_init(allot__peerlimit_opts *o)
+{
+	o->register_rate = ALLOT__PEER_REGISTER_RATE;
+	o->register_burst = ALLOT__PEER_REGISTER_BURST;
+	o->message_rate = ALLOT__PEER_MESSAGE_RATE;
+	o->message_burst = ALLOT__PEER_MESSAGE_BURST;
+	o->capacity = ALLOT__PEER_CAPACITY;
+}
+
+int
+allot__peerlimit_parse(const char *s, double *ret_rate, double *ret_burst,
+    char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	double r = strtod(s, &end);
+	if (end == s || errno != 0 || !isfinite(r) || r < 0 || r > 1e9) {
+		snprintf(err, errlen,
+		    "\"%s\": expected a rate per second (0 disables), "
+		    "optionally followed by :BURST",
+		    s);
+		return -1;
+	}
+	double b = r * 2 < 1 ? 1 : r * 2;
+	if (*end == ':') {
+		const char *bs = end + 1;
+		errno = 0;
+		b = strtod(bs, &end);
+		if (end == bs || errno != 0 || !isfinite(b) || b < 1 ||
+		    b > 1e9) {
+			snprintf(err, errlen,
+			    "\"%s\": the burst after ':' must be a number "
+			    "from 1 to 1e9",
+			    s);
+			return -1;
+		}
+	}
+	if (*end != '\0') {
+		snprintf(err, errlen,
+		    "\"%s\": expected RATE or RATE:BURST, e.g. 20:50", s);
+		return -1;
+	}
+	*ret_rate = r;
+	*ret_burst = r > 0 ? b : 0;
+	return 0;
+}
+
+allot__peerlimit *
+allot__peerlimit_create(const allot__peerlimit_opts *o, bool *ret_oom)
+{
+	*ret_oom = false;
+	bool on_msg = o->message_rate > 0, on_reg = o->register_rate > 0;
+	if (!on_msg && !on_reg)
+		return NULL;
+	allot__peerlimit *pl = calloc(1, sizeof *pl);
+	if (pl == NULL) {
+		*ret_oom = true;
+		return NULL;
+	}
+	pl->o = *o;
+	pl->on[ALLOT__PEER_MESSAGE] = on_msg;
+	pl->on[ALLOT__PEER_REGISTER] = on_reg;
+	pl->a[ALLOT__PEER_MESSAGE] = (allot__allowance) {
+		.rate = on_msg ? o->message_rate : 1,
+		.burst = on_msg ? o->message_burst : 1,
+		.mode = ALLOT__MODE_LIMIT,
+	};
+	pl->a[ALLOT__PEER_REGISTER] = (allot__allowance) {
+		.rate = on_reg ? o->register_rate : 1,
+		.burst = on_reg ? o->register_burst : 1,
+		.mode = ALLOT__MODE_LIMIT,
+	};
+	uint32_t cap = o->capacity < 1 ? 1 : o->capacity;
+	pl->per_shard = (cap + NSHARDS - 1) / NSHARDS;
+	pl->nheads = 1;
+	while (pl->nheads < pl->per_shard)
+		pl->nheads <<= 1;
+	pl->seed = allot__hash_seed();
+	pthread_mutex_init(&pl->overflow_mu, NULL);
+	for (int k = 0; k < 2; k++)
+		allot__bucket_init(&pl->overflow.b[k], &pl->a[k]);
+	for (uint32_t i = 0; i < NSHARDS; i++) {
+		shard *sh = &pl->s[i];
+		pthread_mutex_init(&sh->mu, NULL);
+		sh->e = aligned_alloc(
+		    _Alignof(entry), (size_t) pl->per_shard * sizeof *sh->e);
+		sh->head = malloc((size_t) pl->nheads * sizeof *sh->head);
+		if (sh->e == NULL || sh->head == NULL) {
+			allot__peerlimit_destroy(pl);
+			*ret_oom = true;
+			return NULL;
+		}
+		memset(sh->e, 0, (size_t) pl->per_shard * sizeof *sh->e);
+		for (uint32_t h = 0; h < pl->nheads; h++)
+			sh->head[h] = NIL;
+	}
+	return pl;
+}
+
+void
+allot__peerlimit_destroy(allot__peerlimit *pl)
+{
+	if (pl == NULL)
+		return;
+	for (uint32_t i = 0; i < NSHARDS; i++) {
+		pthread_mutex_destroy(&pl->s[i].mu);
+		free(pl->s[i].e);
+		free(pl->s[i].head);
+	}
+	pthread_mutex_destroy(&pl->overflow_mu);
+	free(pl);
+}
+
+void
+allot__peer_of(nng_msg *msg, allot__peer *ret)
+{
+	memset(ret, 0, sizeof *ret);
+	nng_pipe p = nng_msg_get_pipe(msg);
+	nng_sockaddr sa;
+	if (nng_pipe_id(p) < 0 ||
+	    nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+		return;
+	switch (sa.s_family) {
+	case NNG_AF_INET:
+		ret->family = 4;
+		memcpy(ret->addr, &sa.s_in.sa_addr, 4);
+		break;
+	case NNG_AF_INET6:
+		ret->family = 6;
+		memcpy(ret->addr, sa.s_in6.sa_addr, 16);
+		break;
+	case NNG_AF_IPC: {
+		uint64_t uid;
+		if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &uid) == 0) {
+			ret->family = 'u';
+			memcpy(ret->addr, &uid, sizeof uid);
+		}
+		break;
+	}
+	default: break;
+	}
+}
+
+void
+allot__peer_format(const allot__peer *p, char *buf, size_t len)
+{
+	switch (p->family) {
+	case 4:
+		if (inet_ntop(AF_INET, p->addr, buf, (socklen_t) len) == NULL)
+			snprintf(buf, len, "?");
+		break;
+	case 6:
+		if (inet_ntop(AF_INET6, p->addr, buf, (socklen_t) len) == NULL)
+			snprintf(buf, len, "?");
+		break;
+	case 'u': {
+		uint64_t uid;
+		memcpy(&uid, p->addr, sizeof uid);
+		snprintf(buf, len, "uid %llu", (unsigned long long) uid);
+		break;
+	}
+	default: snprintf(buf, len, "local"); break;
+	}
+}
+
+static bool
+same(const allot__peer *a, const allot__peer *b)
+{
+	return a->family == b->family &&
+	    memcmp(a->addr, b->addr, sizeof a->addr) == 0;
+}
+
+/* Both buckets back at their bursts: forgetting the peer loses nothing. */
+static bool
+refilled(const entry *e, uint64_t now)
+{
+	for (int k = 0; k < 2; k++) {
+		uint64_t s = atomic_load_explicit(
+		    &e->b[k].state, memory_order_relaxed);
+		if ((s >> ALLOT__VBITS) > now)
+			return false;
+	}
+	return true;
+}
+
+static void
+unlink_entry(const allot__peerlimit *pl, shard *sh, uint32_t idx)
+{
+	entry *e = &sh->e[idx];
+	uint64_t h = allot__hash(&e->key, sizeof e->key, pl->seed) >> 8 &
+	    (pl->nheads - 1);
+	uint32_t *pp = &sh->head[h];
+	while (*pp != NIL && *pp != idx)
+		pp = &sh->e[*pp].next;
+	if (*pp == idx)
+		*pp = e->next;
+	e->used = false;
+	sh->used--;
+}
+
+/* A slot for a new peer: a free one, else a refilled one (clock hand);
+ * NIL when every peer is still paying off a burst. */
+static uint32_t
+free_slot(const allot__peerlimit *pl, shard *sh, uint64_t now)
+{
+	if (sh->used < pl->per_shard) {
+		for (uint32_t n = 0; n < pl->per_shard; n++) {
+			uint32_t i = sh->hand;
+			sh->hand = (sh->hand + 1) % pl->per_shard;
+			if (!sh->e[i].used)
+				return i;
+		}
+	}
+	for (uint32_t n = 0; n < pl->per_shard; n++) {
+		uint32_t i = sh->hand;
+		sh->hand = (sh->hand + 1) % pl->per_shard;
+		if (refilled(&sh->e[i], now)) {
+			unlink_entry(pl, sh, i);
+			sh->evictions++;
+			return i;
+		}
+	}
+	return NIL;
+}
+
+bool
+allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
+    allot__peer_budget budget, uint64_t now, uint64_t *ret_wait_ns)
+{
+	if (pl == NULL || !pl->on[budget])
+		return true;
+	allot__peer key;
+	memset(&key, 0, sizeof key);
+	key.family = peer->family;
+	memcpy(key.addr, peer->addr, sizeof key.addr);
+	uint64_t h = allot__hash(&key, sizeof key, pl->seed);
+	shard *sh = &pl->s[h & (NSHARDS - 1)];
+	uint32_t chain = (uint32_t) (h >> 8) & (pl->nheads - 1);
+	allot__take t;
+
+	pthread_mutex_lock(&sh->mu);
+	uint32_t i = sh->head[chain];
+	while (i != NIL && !same(&sh->e[i].key, &key))
+		i = sh->e[i].next;
+	if (i == NIL) {
+		i = free_slot(pl, sh, now);
+		if (i != NIL) {
+			entry *e = &sh->e[i];
+			e->key = key;
+			e->used = true;
+			for (int k = 0; k < 2; k++)
+				allot__bucket_init(&e->b[k], &pl->a[k]);
+			e->next = sh->head[chain];
+			sh->head[chain] = i;
+			sh->used++;
+		}
+	}
+	if (i == NIL) {
+		sh->overflow++;
+		pthread_mutex_unlock(&sh->mu);
+		pthread_mutex_lock(&pl->overflow_mu);
+		allot__bucket_take(&pl->overflow.b[budget], now, 1, &t);
+		pthread_mutex_unlock(&pl->overflow_mu);
+	} else {
+		allot__bucket_take(&sh->e[i].b[budget], now, 1, &t);
+		pthread_mutex_unlock(&sh->mu);
+	}
+	if (!t.allowed && ret_wait_ns != NULL)
+		*ret_wait_ns = t.wait_ns;
+	return t.allowed;
+}
+
+bool
+allot__peerlimit_admit(allot__peerlimit *pl, nng_msg *msg,
+    allot__peer_budget budget, uint64_t now, char *err, size_t errlen)
+{
+	if (pl == NULL || !pl->on[budget])
+		return true;
+	allot__peer peer;
+	allot__peer_of(msg, &peer);
+	uint64_t wait_ns = 0;
+	if (allot__peerlimit_take(pl, &peer, budget, now, &wait_ns))
+		return true;
+	char who[64];
+	allot__peer_format(&peer, who, sizeof who);
+	snprintf(err, errlen,
+	    "peer %s is over its %s budget of %g/s (burst %g); retry in "
+	    "%llu ms",
+	    who, budget == ALLOT__PEER_REGISTER ? "Register" : "message",
+	    pl->a[budget].rate, pl->a[budget].burst,
+	    (unsigned long long) (wait_ns + 999999) / 1000000ull);
+	return false;
+}
+
+void
+allot__peerlimit_stats_get(allot__peerlimit *pl, allot__peerlimit_stats *ret)
+{
+	memset(ret, 0, sizeof *ret);
+	if (pl == NULL)
+		return;
+	ret->capacity = (uint64_t) pl->per_shard * NSHARDS;
+	for (uint32_t i = 0; i < NSHARDS; i++) {
+		shard *sh = &pl->s[i];
+		pthread_mutex_lock(&sh->mu);
+		ret->peers += sh->used;
+		ret->evictions += sh->evictions;
+		ret->overflow += sh->overflow;
+		pthread_mutex_unlock(&sh->mu);
+	}
+}
+
+void
+allot__peerlimit_budget(const allot__peerlimit *pl, allot__peer_budget budget,
+    double *ret_rate, double *ret_burst)
+{
+	if (pl == NULL || !pl->on[budget]) {
+		*ret_rate = 0;
+		*ret_burst = 0;
+		return;
+	}
+	*ret_rate = pl->a[budget].rate;
+	*ret_burst = pl->a[budget].burst;
+}
