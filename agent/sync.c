@@ -648,6 +648,7 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->unreported_tokens += m.unreported_tokens;
 		ret->not_owner += m.not_owner;
 		ret->keys_unconfirmed += m.keys_unconfirmed;
+		ret->throttled += m.throttled;
 		if (!s->m[i].down &&
 		    (!have_lease ||
 		        m.lease_remaining_ms < ret->lease_remaining_ms)) {

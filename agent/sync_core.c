@@ -476,6 +476,29 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			s->backoff_ms = 0;
 			goto out;
 		}
+		if (e->code == ALLOT__V1__ERROR__CODE__RATE_LIMITED) {
+			/* Alive, but this host sends more than its budget
+			 * (docs/protocol.md): not a lost coordinator, and
+			 * in a cluster not a member down. Nothing was
+			 * applied; back off as after a failure. */
+			atomic_fetch_add(&s->throttled_n, 1);
+			allot__log_ratelimited(&a->log, &s->fail_rl,
+			    ALLOT_LOG_WARNING, "ALLOT-SYNC-THROTTLED",
+			    "coordinator %s is rate limiting this host: %s; "
+			    "backing off, allowances unchanged",
+			    peer(s), e->message);
+			if (s->session != 0 &&
+			    s->expect == ALLOT__EXPECT_REPLY)
+				s->seq++;
+			uint32_t max = a->opts.reconnect_max_ms;
+			uint32_t next = s->backoff_ms == 0 ?
+			    a->opts.reconnect_min_ms :
+			    s->backoff_ms * 2;
+			s->backoff_ms = next > max ? max : next;
+			s->throttled = true;
+			ok = true;
+			goto out;
+		}
 		allot__syncc_failed(s, now,
 		    e->message != NULL && e->message[0] != '\0' ?
 		        e->message :
@@ -611,7 +634,10 @@ uint64_t
 allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 {
 	allot_agent *a = s->a;
-	if (ok && s->session == 0)
+	if (ok && s->throttled) {
+		s->throttled = false;
+		ok = false; /* the backoff, not the interval */
+	} else if (ok && s->session == 0)
 		return 0; /* re-register at once */
 	double t;
 	if (ok) {
@@ -661,6 +687,7 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
 	ret->unreported_tokens = atomic_load(&s->unreported_tokens);
 	ret->not_owner = atomic_load(&s->not_owner);
+	ret->throttled = atomic_load(&s->throttled_n);
 	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?

@@ -77,6 +77,8 @@ typedef struct allot__syncc {
 	_Atomic uint64_t unreported_tokens;
 	_Atomic uint64_t not_owner; /* keys a member said it does not own */
 	_Atomic uint32_t unconfirmed; /* mine and foreign (cluster mode) */
+	_Atomic uint64_t throttled_n; /* RATE_LIMITED answers */
+	bool throttled; /* the last answer was RATE_LIMITED */
 	_Atomic int64_t lease_until_pub;
 	allot__logrl fail_rl;
 } allot__syncc;

@@ -27,6 +27,8 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include <allot/allot.h>
+
 #include "peerlimit.h"
 #include "proto_client.h"
 #include "runner.h"
@@ -592,6 +594,63 @@ START_TEST(test_table_bound)
 }
 END_TEST
 
+/* A real agent whose host is over its message budget: it is answered
+ * RATE_LIMITED, backs off, and carries on syncing at about the budget,
+ * never taking the answer for a lost coordinator (no fallback, still
+ * connected). */
+START_TEST(test_agent_backs_off)
+{
+	coord c;
+	const char *extra[] = { "--peer-message-rate", "5:5", NULL };
+	coord_start(&c, extra);
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_load(c.cfg, err, sizeof err, &cfg), ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = c.url;
+	o.service = SVC;
+	o.replica_id = "backs-off";
+	o.sync_interval_ms = 50; /* 20 messages/s against a budget of 5 */
+	o.reconnect_min_ms = 100;
+	o.reconnect_max_ms = 400;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	allot_sync_stats ss;
+	uint64_t t0 = pc_now_ms();
+	bool was_connected = false;
+	while (pc_now_ms() - t0 < 4000) {
+		allot_sync_stats_get(a, &ss);
+		ck_assert_msg(!ss.in_fallback, "the agent fell back");
+		if (was_connected)
+			ck_assert_msg(ss.connected,
+			    "a RATE_LIMITED answer was taken for a lost "
+			    "coordinator");
+		was_connected |= ss.connected;
+		pc_sleep_ms(20);
+	}
+	allot_sync_stats_get(a, &ss);
+	fprintf(stderr,
+	    "agent over its budget: %llu syncs answered, %llu throttled, "
+	    "%llu failed in 4 s\n",
+	    (unsigned long long) ss.syncs_ok,
+	    (unsigned long long) ss.throttled,
+	    (unsigned long long) ss.syncs_failed);
+	ck_assert_uint_gt(ss.throttled, 0);
+	ck_assert_uint_ge(ss.syncs_ok, 8);
+	ck_assert_uint_eq(ss.syncs_failed, 0);
+	/* It backed off: without backing off it sends 20/s, 80 in 4 s
+	 * (measured with the back-off: about 47, of which 23 answered). */
+	ck_assert_uint_le(ss.syncs_ok + ss.throttled, 64);
+	ck_assert_double_eq(
+	    rejected(&c, "peer_message_rate"), (double) ss.throttled);
+	allot_agent_destroy(a);
+	coord_done(&c);
+}
+END_TEST
+
 static Suite *
 flood_suite(void)
 {
@@ -602,6 +661,7 @@ flood_suite(void)
 	tcase_add_test(tc, test_message_flood);
 	tcase_add_test(tc, test_disabled_and_cli);
 	tcase_add_test(tc, test_max_keys);
+	tcase_add_test(tc, test_agent_backs_off);
 	suite_add_tcase(s, tc);
 	TCase *unit = tcase_create("table");
 	tcase_add_test(unit, test_table_bound);

@@ -331,6 +331,9 @@ typedef struct allot_sync_stats {
 	uint64_t reroutes; /**< keys moved to another member */
 	uint64_t not_owner; /**< keys a member answered it does not own
 	                         (their lease is not renewed) */
+	uint64_t throttled; /**< RATE_LIMITED answers (this host over its
+	                         per-peer budget): backed off, allowances
+	                         unchanged */
 	uint32_t keys_unconfirmed; /**< keys running on an allowance their
 	                                current owner has not answered for
 	                                yet (moved, or refused) */
