@@ -132,9 +132,9 @@ aio_cb(void *arg)
 	post(mb, rv);
 }
 
-/* A connection to the member came or went (nng thread). Losing one
- * with an exchange in flight fails that exchange now: the request
- * would otherwise wait for its timeout on a dead peer. */
+/* A connection to the member came or went (nng thread). Only counted
+ * here: nng does not support aio operations from pipe callbacks; the
+ * loop's watch (on_timer) acts on it. */
 static void
 pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
@@ -144,10 +144,18 @@ pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 		atomic_fetch_add(&mb->pipes, 1);
 		atomic_store(&mb->was_connected, true);
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		if (atomic_fetch_sub(&mb->pipes, 1) == 1 &&
-		    atomic_load(&mb->phase) != IDLE)
-			nng_aio_cancel(mb->aio);
+		atomic_fetch_sub(&mb->pipes, 1);
 	}
+}
+
+/* Cluster mode: while an exchange is in flight, look every half
+ * interval whether the member's connection is gone (a killed process):
+ * then fail the exchange now rather than at its timeout. */
+static uint64_t
+watch_ms(const struct member *mb)
+{
+	uint64_t t = mb->s->a->opts.sync_interval_ms / 2;
+	return t < 10 ? 10 : t;
 }
 
 /* ---- routing (cluster mode) ---- */
@@ -189,6 +197,8 @@ reroute(struct allot__sync *s)
 		s->m[o].mine[k] = true;
 		moved++;
 	}
+	for (size_t i = 0; moved > 0 && i < s->n; i++)
+		allot__syncc_count_unconfirmed(&s->m[i].core);
 	atomic_fetch_add(&s->reroutes, moved);
 	if (moved > 0)
 		allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CLUSTER-REROUTE",
@@ -273,6 +283,8 @@ start_exchange(struct member *mb)
 	nng_aio_set_msg(mb->aio, m);
 	nng_aio_set_timeout(mb->aio, (nng_duration) request_timeout_ms(a));
 	nng_ctx_send(mb->ctx, mb->aio);
+	if (mb->mine != NULL)
+		schedule(mb, watch_ms(mb));
 	/* An exchange may take up to its timeout, and nothing else wakes
 	 * the loop meanwhile: if the lease runs out first, wake up then so
 	 * that the fallback starts on time, not when the exchange gives up
@@ -283,7 +295,8 @@ start_exchange(struct member *mb)
 		uint64_t left = c->lease_until_ns > now ?
 		    (c->lease_until_ns - now) / 1000000u + 1 :
 		    0;
-		if (left < request_timeout_ms(a))
+		if (left < request_timeout_ms(a) &&
+		    (mb->mine == NULL || left < watch_ms(mb)))
 			schedule(mb, left);
 	}
 }
@@ -328,8 +341,17 @@ on_timer(uv_timer_t *t)
 {
 	struct member *mb = t->data;
 	allot__syncc_check_lease(&mb->core, now_ns(mb->s->a));
-	if (atomic_load(&mb->phase) != IDLE)
+	if (atomic_load(&mb->phase) != IDLE) {
+		if (mb->mine == NULL)
+			return;
+		/* The watch: its completion re-arms the timer. */
+		if (atomic_load(&mb->was_connected) &&
+		    atomic_load(&mb->pipes) == 0)
+			nng_aio_cancel(mb->aio);
+		else
+			schedule(mb, watch_ms(mb));
 		return;
+	}
 	start_exchange(mb);
 }
 

@@ -581,8 +581,8 @@ out:
 
 /* ---- schedule ---- */
 
-static void
-count_unconfirmed(syncc *s)
+void
+allot__syncc_count_unconfirmed(syncc *s)
 {
 	uint32_t n = 0;
 	for (uint32_t k = 0; k < s->a->nquotas; k++)
@@ -621,7 +621,7 @@ allot__syncc_check_lease(syncc *s, uint64_t now)
 			any |= qs->key_fallback;
 		}
 		atomic_store(&s->in_fallback, any);
-		count_unconfirmed(s);
+		allot__syncc_count_unconfirmed(s);
 		return;
 	}
 	if (s->lease_until_ns == 0 || atomic_load(&s->in_fallback))

@@ -116,6 +116,10 @@ uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
 void allot__syncc_adopt_key(
     allot__syncc *c, uint32_t k, uint64_t lease_until_ns);
 
+/* Cluster mode: recount the keys of this session whose allowance it has
+ * not answered for (allot_sync_stats.keys_unconfirmed). */
+void allot__syncc_count_unconfirmed(allot__syncc *c);
+
 /* Fill the public stats from the engine. */
 void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);
 

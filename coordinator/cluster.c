@@ -4,10 +4,11 @@
  * socket per peer, dialled in the background (nng reconnects by itself);
  * one Probe in flight per peer at a time, with a timeout of two sync
  * intervals (at least 250 ms). A pipe callback counts each peer's
- * connections: losing the last one cancels the probe in flight, and a
- * peer that was connected and has none fails its next probe without
- * waiting, so a killed member is down after one probe period and a
- * failed one, well inside one sync interval.
+ * connections (and does nothing else: nng supports no aio operation from
+ * there); the probe timer cancels a probe in flight to a peer that has
+ * none left, and a peer that was connected and has none fails its next
+ * probe without waiting, so a killed member is down within about one
+ * sync interval.
  */
 #include "cluster.h"
 
@@ -102,9 +103,7 @@ pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
 		atomic_fetch_add(&p->pipes, 1);
 		atomic_store(&p->was_connected, true);
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		if (atomic_fetch_sub(&p->pipes, 1) == 1 &&
-		    atomic_load(&p->phase) != IDLE)
-			nng_aio_cancel(p->aio);
+		atomic_fetch_sub(&p->pipes, 1);
 	}
 }
 
@@ -345,8 +344,14 @@ on_timer(uv_timer_t *t)
 		peer *p = &c->peers[i];
 		bool was_down = p->down;
 		finish_probe(c, i, now);
-		if (atomic_load(&p->phase) != IDLE)
-			continue; /* still in flight, within its timeout */
+		if (atomic_load(&p->phase) != IDLE) {
+			/* In flight, within its timeout; but a peer whose
+			 * connection is gone will not answer it. */
+			if (atomic_load(&p->was_connected) &&
+			    atomic_load(&p->pipes) == 0)
+				nng_aio_cancel(p->aio);
+			continue;
+		}
 		if (atomic_load(&p->was_connected) &&
 		    atomic_load(&p->pipes) == 0) {
 			/* Connected once, not now: fails at once. */
