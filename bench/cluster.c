@@ -21,6 +21,7 @@
  *   cluster.failover_served_ms        from the kill until every agent sees
  *                                     one member down and no key waits
  *                                     for its new owner's answer
+ *   cluster.noise_cpu_pct             CPU used by other processes meanwhile
  *
  * Over-admission is in units of R·T: the max over windows of length
  * W ∈ {T, 1 s}, starting at every admission, of (admitted − (B + R·W)).
@@ -481,12 +482,16 @@ main(int argc, char **argv)
 	if (o.rounds > 3)
 		o.rounds = 3;
 
+	bench_cpu cpu0, cpu1;
+	bench_cpu_mark(&cpu0);
 	throughput tp = { NAN, NAN, NAN };
 	failover fo = { NAN, NAN, NAN, NAN };
 	if (bench_selected(&o, "key_reports_per_s"))
 		measure_throughput(&o, &tp);
 	if (bench_selected(&o, "failover"))
 		measure_failover(&o, &fo);
+	bench_cpu_mark(&cpu1);
+	double noise = bench_cpu_others_pct(&cpu0, &cpu1);
 	proto_rmdir(dir);
 
 	bench_figure f[] = {
@@ -508,6 +513,9 @@ main(int argc, char **argv)
 		{ "cluster.failover_served_ms", "ms", 0,
 		    "kill until every agent: 1 member down, 0 unconfirmed",
 		    BENCH_AT_MOST, 3 * T_MS, fo.served_ms },
+		{ "cluster.noise_cpu_pct", "%", 1,
+		    "CPU used by other processes during the run",
+		    BENCH_NO_TARGET, 0, noise },
 	};
 	char header[200];
 	snprintf(header, sizeof header,
