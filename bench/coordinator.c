@@ -28,25 +28,16 @@
  * build next to this benchmark; its database lives in a temporary
  * directory removed at the end.
  */
-#include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
-
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "allot.pb-c.h"
 #include "bench.h"
 #include "memory.h"
+#include "proto.h"
 #include "sync_int.h"
 
 #define NKEYS 50
@@ -54,227 +45,44 @@
 #define SESSIONS_PER_THREAD 4
 
 static char dir[64];
-static char url[64];
 static const char *keys[NKEYS + 1];
-static char keybuf[NKEYS][64];
-static _Atomic uint64_t acked_reports;
-static _Atomic int stop_flag;
-static _Atomic int measuring;
-static _Atomic uint64_t errors;
-
-static int
-free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET,
-		.sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof a;
-	if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof a) != 0 ||
-	    getsockname(fd, (struct sockaddr *) &a, &len) != 0)
-		bench_fail("cannot find a free port: %s", strerror(errno));
-	close(fd);
-	return ntohs(a.sin_port);
-}
+static char keybuf[NKEYS][PROTO_KEY_MAX];
 
 static void
 write_config(const char *path)
 {
-	bench_buf b = { 0 };
-	bench_buf_printf(&b,
-	    "quotas:\n  default: {tokens_per_second: 10, "
-	    "burst: 20}\n  callers:\n");
-	for (int i = 0; i < NKEYS; i++)
-		bench_buf_printf(&b,
-		    "    - {identity: \"spiffe://bench/c%02d\", "
-		    "tokens_per_second: 1000000, burst: 2000000}\n",
-		    i);
-	FILE *f = fopen(path, "w");
-	if (f == NULL || fputs(b.p, f) < 0 || fclose(f) != 0)
-		bench_fail("cannot write %s", path);
-	bench_buf_free(&b);
-}
-
-static pid_t
-start_allotd(const char *bin, const char *cfg, const char *db)
-{
-	pid_t pid = fork();
-	if (pid < 0)
-		bench_fail("fork: %s", strerror(errno));
-	if (pid == 0) {
-		char log[128];
-		snprintf(log, sizeof log, "%s/allotd.log", dir);
-		if (freopen(log, "w", stderr) == NULL ||
-		    freopen("/dev/null", "w", stdout) == NULL)
-			_exit(127);
-		execl(bin, bin, "--config", cfg, "--db", db, "--listen", url,
-		    "--http", "off", "--interval-ms", "1000",
-		    "--expiry-intervals", "30", "--log-level", "warning",
-		    /* every session syncs flat out from one address */
-		    "--peer-message-rate", "0", (char *) NULL);
-		_exit(127);
-	}
-	return pid;
-}
-
-static Allot__V1__Envelope *
-exchange(nng_socket s, Allot__V1__Envelope *env)
-{
-	size_t len = allot__v1__envelope__get_packed_size(env);
-	uint8_t *buf = malloc(len);
-	allot__v1__envelope__pack(env, buf);
-	int rv = nng_send(s, buf, len, 0);
-	free(buf);
-	if (rv != 0)
-		return NULL;
-	void *in;
-	size_t inlen;
-	if (nng_recv(s, &in, &inlen, NNG_FLAG_ALLOC) != 0)
-		return NULL;
-	Allot__V1__Envelope *r = allot__v1__envelope__unpack(NULL, inlen, in);
-	nng_free(in, inlen);
-	return r;
-}
-
-typedef struct session {
-	nng_socket s;
-	uint64_t id;
-	uint64_t seq;
-} session;
-
-static int
-join(session *ss, int n)
-{
-	if (nng_req0_open(&ss->s) != 0)
-		return -1;
-	nng_socket_set_ms(ss->s, NNG_OPT_RECVTIMEO, 5000);
-	nng_socket_set_ms(ss->s, NNG_OPT_SENDTIMEO, 5000);
-	for (int tries = 0; nng_dial(ss->s, url, NULL, 0) != 0; tries++) {
-		if (tries > 200)
-			return -1;
-		usleep(20000);
-	}
-	char id[32];
-	snprintf(id, sizeof id, "bench-%d", n);
-	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
-	reg.replica_id = id;
-	reg.service = (char *) "bench";
-	reg.host = (char *) "localhost";
-	reg.pid = (uint32_t) getpid();
-	reg.agent_version = (char *) "bench";
-	reg.n_keys = NKEYS;
-	reg.keys = (char **) keys;
-	reg.sync_interval_ms = 1000;
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
-	env.register_ = &reg;
-	Allot__V1__Envelope *r = exchange(ss->s, &env);
-	if (r == NULL || r->body_case != ALLOT__V1__ENVELOPE__BODY_WELCOME) {
-		if (r != NULL)
-			allot__v1__envelope__free_unpacked(r, NULL);
-		return -1;
-	}
-	ss->id = r->welcome->session;
-	ss->seq = 0;
-	allot__v1__envelope__free_unpacked(r, NULL);
-	return 0;
-}
-
-static void *
-client(void *arg)
-{
-	int t = (int) (intptr_t) arg;
-	session ss[SESSIONS_PER_THREAD];
-	for (int i = 0; i < SESSIONS_PER_THREAD; i++)
-		if (join(&ss[i], t * SESSIONS_PER_THREAD + i) != 0)
-			bench_fail("session %d could not register with allotd "
-			           "(see %s/allotd.log)",
-			    t * SESSIONS_PER_THREAD + i, dir);
-	Allot__V1__KeyReport reps[NKEYS];
-	Allot__V1__KeyReport *ptrs[NKEYS];
-	for (int k = 0; k < NKEYS; k++) {
-		allot__v1__key_report__init(&reps[k]);
-		reps[k].key = (uint32_t) k;
-		reps[k].consumed = 5;
-		reps[k].denied = 0;
-		reps[k].held = 1000;
-		reps[k].demand = 50;
-		ptrs[k] = &reps[k];
-	}
-	uint64_t n = 0;
-	while (!atomic_load(&stop_flag)) {
-		for (int i = 0; i < SESSIONS_PER_THREAD; i++) {
-			Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
-			sy.session = ss[i].id;
-			sy.seq = ++ss[i].seq;
-			sy.elapsed_ms = 100;
-			sy.n_reports = NKEYS;
-			sy.reports = ptrs;
-			Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-			env.version = 1;
-			env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
-			env.sync = &sy;
-			Allot__V1__Envelope *r = exchange(ss[i].s, &env);
-			if (r != NULL &&
-			    r->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
-				if (atomic_load_explicit(
-				        &measuring, memory_order_relaxed))
-					n += NKEYS -
-					    r->reply->rejected_reports;
-			} else
-				atomic_fetch_add(&errors, 1);
-			if (r != NULL)
-				allot__v1__envelope__free_unpacked(r, NULL);
-		}
-	}
-	atomic_fetch_add(&acked_reports, n);
-	for (int i = 0; i < SESSIONS_PER_THREAD; i++)
-		nng_close(ss[i].s);
-	return NULL;
+	proto_write_quotas(path, keys, NKEYS, 1000000, 2000000, NULL);
 }
 
 /* Key reports per second through a real allotd, median of rounds. */
 static double
 measure_throughput(const bench_opts *o, const char *bin)
 {
-	char cfg[128], db[128];
+	char cfg[128], db[128], log[128], url[64];
 	snprintf(cfg, sizeof cfg, "%s/quotas.yaml", dir);
+	snprintf(log, sizeof log, "%s/allotd.log", dir);
 	write_config(cfg);
 	double v[BENCH_MAX_ROUNDS];
 	for (unsigned r = 0; r < o->rounds; r++) {
 		snprintf(db, sizeof db, "%s/allot-%u.db", dir, r);
-		snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
-		pid_t pid = start_allotd(bin, cfg, db);
-		atomic_store(&stop_flag, 0);
-		atomic_store(&acked_reports, 0);
-		pthread_t th[NTHREADS];
-		for (int i = 0; i < NTHREADS; i++)
-			pthread_create(
-			    &th[i], NULL, client, (void *) (intptr_t) i);
-		/* Let every session register, then measure 3 s. */
-		usleep(500000);
-		atomic_store(&measuring, 1);
-		uint64_t t0 = bench_now_ns();
-		usleep(3000000);
-		atomic_store(&measuring, 0);
-		uint64_t t1 = bench_now_ns();
-		atomic_store(&stop_flag, 1);
-		for (int i = 0; i < NTHREADS; i++)
-			pthread_join(th[i], NULL);
-		v[r] = (double) atomic_load(&acked_reports) /
-		    ((double) (t1 - t0) / 1e9);
-		kill(pid, SIGTERM);
-		int st;
-		waitpid(pid, &st, 0);
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-			bench_fail("allotd did not drain cleanly (see "
-			           "%s/allotd.log)",
-			    dir);
+		snprintf(
+		    url, sizeof url, "tcp://127.0.0.1:%d", proto_free_port());
+		const char *args[] = { "--listen", url, "--interval-ms",
+			"1000", "--expiry-intervals", "30", NULL };
+		pid_t pid = proto_start_allotd(bin, cfg, db, log, args);
+		proto_load l = { .members = 1,
+			.urls = { url },
+			.keys = keys,
+			.nkeys = NKEYS,
+			.threads = NTHREADS,
+			.replicas_per_thread = SESSIONS_PER_THREAD,
+			.where = log };
+		proto_result res;
+		proto_load_run(&l, 500, 3000, &res);
+		v[r] = res.key_reports_per_s;
+		proto_stop_allotd(pid, log);
 		bench_progress(o, "round %u: %.0f key reports/s", r, v[r]);
 	}
-	if (atomic_load(&errors) > 0)
-		bench_fail("%llu exchanges failed",
-		    (unsigned long long) atomic_load(&errors));
 	return bench_median(v, o->rounds);
 }
 
@@ -295,17 +103,10 @@ measure_agent(const bench_opts *o, double *ret_bytes, double *ret_us)
 	char cfgpath[128];
 	snprintf(cfgpath, sizeof cfgpath, "%s/quotas.yaml", dir);
 	write_config(cfgpath);
-	char err[256];
-	allot_config *cfg;
-	if (allot_config_load(cfgpath, err, sizeof err, &cfg) != ALLOT_OK)
-		bench_fail("config: %s", err);
 	allot_agent_options opts;
 	allot_agent_options_init(&opts);
 	opts.clock = vclock;
-	allot_agent *a;
-	if (allot_agent_create(cfg, &opts, &a) != ALLOT_OK)
-		bench_fail("agent_create");
-	allot_config_free(cfg);
+	allot_agent *a = proto_agent(cfgpath, &opts);
 	allot__syncc c;
 	allot__syncc_init(&c, a, 42);
 	c.session = 7; /* as after a Welcome */
@@ -380,26 +181,12 @@ main(int argc, char **argv)
 {
 	bench_opts o;
 	bench_parse_args(argc, argv, "coordinator", 0, &o);
-	snprintf(dir, sizeof dir, "/tmp/allot-bench-XXXXXX");
-	if (mkdtemp(dir) == NULL)
-		bench_fail("mkdtemp: %s", strerror(errno));
-	for (int k = 0; k < NKEYS; k++) {
-		snprintf(
-		    keybuf[k], sizeof keybuf[k], "spiffe://bench/c%02d", k);
-		keys[k] = keybuf[k];
-	}
+	proto_mkdtemp(dir, sizeof dir);
+	proto_spiffe_keys(keybuf, keys, NKEYS);
 	keys[NKEYS] = NULL;
 	/* allotd from the same build tree as this benchmark. */
-	char self[512], bin[600];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		bench_fail("readlink /proc/self/exe");
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	*slash = '\0';
-	snprintf(bin, sizeof bin, "%s/../coordinator/allotd", self);
-	if (access(bin, X_OK) != 0)
-		bench_fail("no allotd at %s", bin);
+	char bin[600];
+	proto_allotd_path(bin, sizeof bin);
 
 	double bytes, us;
 	if (o.rounds > 3)
@@ -409,10 +196,7 @@ main(int argc, char **argv)
 	bench_memory(&o, &mem);
 	measure_agent(&o, &bytes, &us);
 	double kr = measure_throughput(&o, bin);
-	char cmd[96];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		bench_progress(&o, "could not remove %s", dir);
+	proto_rmdir(dir);
 
 	bench_figure f[] = {
 		{ "coordinator.key_reports_per_s", "/s", 0,
