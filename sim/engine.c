@@ -41,14 +41,20 @@ const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
 
 /* ---- admissions ---- */
 
+/* An admission: its time and the cost admitted before it, so that the
+ * cost of admissions i .. j - 1 is a[j].before - a[i].before. */
 typedef struct adm {
 	uint64_t t;
-	uint32_t cost;
+	uint64_t before;
 } adm;
+
+/* Sentinels after the last admission (max_windows reads ahead). */
+#define ADM_PAD 4
 
 typedef struct admvec {
 	adm *a;
-	size_t n, cap;
+	size_t n, cap; /* cap >= n + ADM_PAD once allocated */
+	uint64_t cost; /* tokens admitted: a[n].before */
 	double after_warmup; /* tokens admitted from arrivals >= 3T */
 	double total;
 } admvec;
@@ -56,7 +62,7 @@ typedef struct admvec {
 static int
 adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm)
 {
-	if (v->n == v->cap) {
+	if (v->n + ADM_PAD >= v->cap) {
 		size_t cap = v->cap ? v->cap * 2 : 4096;
 		adm *na = realloc(v->a, cap * sizeof *na);
 		if (na == NULL)
@@ -64,31 +70,62 @@ adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm)
 		v->a = na;
 		v->cap = cap;
 	}
-	v->a[v->n++] = (adm) { t, cost };
+	v->a[v->n++] = (adm) { t, v->cost };
+	v->cost += cost;
 	v->total += cost;
 	if (t >= warm)
 		v->after_warmup += cost;
 	return ALLOT_OK;
 }
 
-/* max over windows [t, t + W] of the admitted cost in them. */
-static double
-max_window(const admvec *v, uint64_t w)
+/* Where the window of admission i ends: the first admission from j on
+ * later than `lim`. Four at a time without a branch on each: admissions
+ * are sorted, so the ones within `lim` come first and their count is
+ * how far to move (a sentinel's time is never within). */
+static size_t
+window_end(const adm *a, size_t j, uint64_t lim)
 {
-	double best = 0, sum = 0;
-	size_t j = 0;
-	for (size_t i = 0; i < v->n; i++) {
-		if (j < i) {
-			j = i;
-			sum = 0;
-		}
-		while (j < v->n && v->a[j].t <= v->a[i].t + w)
-			sum += v->a[j++].cost;
-		if (sum > best)
-			best = sum;
-		sum -= v->a[i].cost;
+	for (;;) {
+		size_t k = (size_t) (a[j].t <= lim) + (a[j + 1].t <= lim) +
+		    (a[j + 2].t <= lim) + (a[j + 3].t <= lim);
+		j += k;
+		if (k < ADM_PAD)
+			return j;
 	}
-	return best;
+}
+
+/* For each of the three window lengths w[k], the max over windows
+ * [t, t + w[k]] of the admitted cost in them, t every admission, in
+ * one pass. Exact: the costs are whole tokens. The front of a window
+ * moved one admission at a time in a loop whose exit the branch
+ * predictor could not guess (most of the figures' time); it now moves
+ * by a count and the sum is a difference of prefix sums. */
+static void
+max_windows(admvec *v, const uint64_t w[3], double ret[3])
+{
+	ret[0] = ret[1] = ret[2] = 0;
+	if (v->n == 0)
+		return;
+	for (size_t k = 0; k < ADM_PAD; k++)
+		v->a[v->n + k] = (adm) { UINT64_MAX, v->cost };
+	const adm *a = v->a;
+	uint64_t b0 = 0, b1 = 0, b2 = 0;
+	size_t j0 = 0, j1 = 0, j2 = 0;
+	for (size_t i = 0; i < v->n; i++) {
+		uint64_t t = a[i].t, before = a[i].before;
+		j0 = window_end(a, j0, t + w[0]);
+		j1 = window_end(a, j1, t + w[1]);
+		j2 = window_end(a, j2, t + w[2]);
+		uint64_t s0 = a[j0].before - before;
+		uint64_t s1 = a[j1].before - before;
+		uint64_t s2 = a[j2].before - before;
+		b0 = s0 > b0 ? s0 : b0;
+		b1 = s1 > b1 ? s1 : b1;
+		b2 = s2 > b2 ? s2 : b2;
+	}
+	ret[0] = (double) b0;
+	ret[1] = (double) b1;
+	ret[2] = (double) b2;
 }
 
 /* ---- events ---- */
@@ -1026,13 +1063,15 @@ figures(engine *e, sim_result *res)
 		}
 		double ideal_after = e->adm[SIM_IDEAL][src].after_warmup;
 		for (int m = 0; m < SIM_NMODES; m++) {
-			const admvec *v = &e->adm[m][src];
+			admvec *v = &e->adm[m][src];
 			sim_fig *f = &k->f[m];
 			f->admitted = v->total;
 			f->over = -INFINITY;
+			double mw[3];
+			max_windows(v, wins, mw);
 			for (int w = 0; w < 3; w++) {
 				double W = (double) wins[w] / SIM_NS;
-				f->over_w[w] = (max_window(v, wins[w]) -
+				f->over_w[w] = (mw[w] -
 				                   (k->burst + k->rate * W)) /
 				    (k->rate * Ts);
 				if (f->over_w[w] > f->over)
