@@ -25,6 +25,8 @@
 #include "sim.h"
 
 #include <math.h>
+#include <stdalign.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -211,6 +213,84 @@ heap_pop(heap *h)
 	return top;
 }
 
+/* ---- the coordinator's allocator ---- */
+
+/* The coordinator's protobuf-c allocator: a bump arena reset after
+ * every message and keeping its largest chunk, as allotd's server
+ * (coordinator/server.c) does, so decoding and reply building allocate
+ * nothing in the steady state. */
+#define ARENA_MIN (64u * 1024u)
+
+typedef struct chunk {
+	struct chunk *next;
+	size_t cap, used;
+	alignas(max_align_t) unsigned char data[];
+} chunk;
+
+typedef struct arena {
+	chunk *head; /* being filled; older ones follow */
+	size_t total; /* handed out since the last reset */
+} arena;
+
+static void *
+arena_alloc(void *d, size_t size)
+{
+	arena *a = d;
+	size = (size + alignof(max_align_t) - 1) &
+	    ~(size_t) (alignof(max_align_t) - 1);
+	if (size == 0)
+		size = alignof(max_align_t);
+	chunk *c = a->head;
+	if (c == NULL || c->cap - c->used < size) {
+		size_t cap = c != NULL ? c->cap * 2 : ARENA_MIN;
+		while (cap < size)
+			cap *= 2;
+		chunk *n = malloc(sizeof *n + cap);
+		if (n == NULL)
+			return NULL;
+		n->next = c;
+		n->cap = cap;
+		n->used = 0;
+		a->head = c = n;
+	}
+	void *x = c->data + c->used;
+	c->used += size;
+	a->total += size;
+	return x;
+}
+
+static void
+arena_free(void *d, void *p)
+{
+	(void) d;
+	(void) p; /* released all at once by arena_reset() */
+}
+
+/* Keep the newest (largest) chunk only. */
+static void
+arena_reset(arena *a)
+{
+	chunk *c = a->head;
+	if (c == NULL)
+		return;
+	for (chunk *o = c->next; o != NULL;) {
+		chunk *next = o->next;
+		free(o);
+		o = next;
+	}
+	c->next = NULL;
+	c->used = 0;
+	a->total = 0;
+}
+
+static void
+arena_destroy(arena *a)
+{
+	arena_reset(a);
+	free(a->head);
+	a->head = NULL;
+}
+
 /* ---- the run ---- */
 
 typedef struct replica {
@@ -246,6 +326,7 @@ typedef struct engine {
 	heap h;
 	uint64_t rng;
 	allot__state *st;
+	arena arena; /* the coordinator's protobuf-c allocator */
 	/* convergence */
 	bool conv_pending;
 	uint64_t conv_t0;
@@ -454,58 +535,15 @@ run_split(engine *e)
 
 /* ---- allot: the transport and the coordinator ---- */
 
-typedef struct arena {
-	void **p;
-	size_t n, cap;
-	int oom;
-} arena;
-
-static void *
-arena_alloc(void *d, size_t size)
-{
-	arena *a = d;
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 64;
-		void **np = realloc(a->p, cap * sizeof *np);
-		if (np == NULL) {
-			a->oom = 1;
-			return NULL;
-		}
-		a->p = np;
-		a->cap = cap;
-	}
-	void *x = malloc(size ? size : 1);
-	if (x == NULL) {
-		a->oom = 1;
-		return NULL;
-	}
-	return a->p[a->n++] = x;
-}
-
-static void
-arena_free(void *d, void *p)
-{
-	(void) d;
-	(void) p;
-}
-
-static void
-arena_reset(arena *a)
-{
-	for (size_t i = 0; i < a->n; i++)
-		free(a->p[i]);
-	a->n = 0;
-}
-
 /* Decode, dispatch to the registry and encode, as allotd's server does
- * (coordinator/server.c) minus nng. The answer is malloc'd. */
+ * (coordinator/server.c) minus nng: decoded into and answered from the
+ * arena. The answer is malloc'd. */
 static int
 coord_handle(
     engine *e, const void *buf, size_t len, void **ret, size_t *ret_len)
 {
-	arena ar = { 0 };
-	ProtobufCAllocator pa = { arena_alloc, arena_free, &ar };
-	Allot__V1__Envelope *in = allot__v1__envelope__unpack(NULL, len, buf);
+	ProtobufCAllocator pa = { arena_alloc, arena_free, &e->arena };
+	Allot__V1__Envelope *in = allot__v1__envelope__unpack(&pa, len, buf);
 	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
 	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
@@ -553,10 +591,7 @@ coord_handle(
 	void *b = malloc(n ? n : 1);
 	if (b != NULL)
 		allot__v1__envelope__pack(&out, b);
-	arena_reset(&ar);
-	free(ar.p);
-	if (in != NULL)
-		allot__v1__envelope__free_unpacked(in, NULL);
+	arena_reset(&e->arena);
 	if (b == NULL)
 		return ALLOT_ENOMEM;
 	e->bytes += n;
@@ -1019,6 +1054,7 @@ run_allot(engine *e)
 	}
 	allot__state_destroy(e->st);
 	e->st = NULL;
+	arena_destroy(&e->arena);
 	return e->err;
 }
 
