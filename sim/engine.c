@@ -15,9 +15,9 @@
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
  *   replica count at every instant, i.e. the equal split at its best.
  *
- * Admissions are recorded per quota with their time, and the figures of
- * docs/allocation.md are computed from them exactly (sliding windows
- * over the recorded instants, not over bins). While allot runs, its
+ * Admissions are taken per quota with their time as they come, and the
+ * figures of docs/allocation.md are computed from them exactly (sliding
+ * windows starting at every admission, not bins). While allot runs, its
  * invariants are checked at every coordinator tick: the grants never
  * exceed R, and what the agents hold never exceeds the coordinator's
  * live bound.
@@ -43,91 +43,125 @@ const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
 
 /* ---- admissions ---- */
 
-/* An admission: its time and the cost admitted before it, so that the
- * cost of admissions i .. j - 1 is a[j].before - a[i].before. */
+/* Over-admission is taken over windows of three lengths: T, 1 s, 10 s. */
+#define NWIN 3
+
+/* An admission: its time and the cost admitted before it. */
 typedef struct adm {
 	uint64_t t;
 	uint64_t before;
 } adm;
 
-/* Sentinels after the last admission (max_windows reads ahead). */
+/* Sentinels (time UINT64_MAX) after the last admission: adm_push reads
+ * ahead. */
 #define ADM_PAD 4
 
+/*
+ * The admissions of one quota (or of the ceiling) in one mode, reduced
+ * as they come to what the figures need: the tokens admitted, and for
+ * each window length w the max over windows [t, t + w] of the cost
+ * admitted in them, t every admission, exactly. A window closes when an
+ * admission comes after its end: it then holds every admission from its
+ * first on, so its cost is the cost admitted so far minus what came
+ * before it. Only the admissions whose windows are still open are kept,
+ * so the buffer stays within the longest window and in cache (keeping
+ * every admission of the run, tens of megabytes, and taking the windows
+ * afterwards cost more than a fifth of allot-sim's time).
+ */
 typedef struct admvec {
-	adm *a;
-	size_t n, cap; /* cap >= n + ADM_PAD once allocated */
-	uint64_t cost; /* tokens admitted: a[n].before */
+	adm *a; /* a[open_min .. n): open windows; then ADM_PAD sentinels */
+	size_t n, cap;
+	size_t open[NWIN]; /* first admission whose window is still open */
+	uint64_t cost; /* tokens admitted so far */
+	uint64_t best[NWIN]; /* costliest window so far, per length */
 	double after_warmup; /* tokens admitted from arrivals >= 3T */
 	double total;
 } admvec;
 
+/* Room for one more admission: drop the ones no open window needs, or
+ * grow. */
 static int
-adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm)
+adm_room(admvec *v)
 {
-	if (v->n + ADM_PAD >= v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 4096;
-		adm *na = realloc(v->a, cap * sizeof *na);
-		if (na == NULL)
-			return ALLOT_ENOMEM;
-		v->a = na;
-		v->cap = cap;
+	if (v->n + ADM_PAD < v->cap)
+		return ALLOT_OK;
+	size_t lo = v->open[0];
+	for (int k = 1; k < NWIN; k++)
+		lo = v->open[k] < lo ? v->open[k] : lo;
+	if (v->cap > 0 && lo >= v->cap / 2) {
+		memmove(v->a, v->a + lo, (v->n + ADM_PAD - lo) * sizeof *v->a);
+		v->n -= lo;
+		for (int k = 0; k < NWIN; k++)
+			v->open[k] -= lo;
+		return ALLOT_OK;
 	}
-	v->a[v->n++] = (adm) { t, v->cost };
+	size_t cap = v->cap ? v->cap * 2 : 1024;
+	adm *na = realloc(v->a, cap * sizeof *na);
+	if (na == NULL)
+		return ALLOT_ENOMEM;
+	if (v->a == NULL)
+		for (size_t k = 0; k < ADM_PAD; k++)
+			na[k] = (adm) { UINT64_MAX, 0 };
+	v->a = na;
+	v->cap = cap;
+	return ALLOT_OK;
+}
+
+/* The first admission from i on not before `lim`. Four at a time without
+ * a branch on each: admissions are sorted, so the ones before `lim` come
+ * first and their count is how far to move (a sentinel is never
+ * before). */
+static size_t
+adm_until(const adm *a, size_t i, uint64_t lim)
+{
+	for (;;) {
+		size_t k = (size_t) (a[i].t < lim) + (a[i + 1].t < lim) +
+		    (a[i + 2].t < lim) + (a[i + 3].t < lim);
+		i += k;
+		if (k < ADM_PAD)
+			return i;
+	}
+}
+
+/* Take `cost` tokens admitted at t (not before the previous admission)
+ * into account; w: the window lengths. */
+static int
+adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm,
+    const uint64_t w[NWIN])
+{
+	if (adm_room(v) != ALLOT_OK)
+		return ALLOT_ENOMEM;
+	adm *a = v->a;
+	for (int k = 0; k < NWIN; k++) {
+		/* Close the windows that end before t. The costliest of
+		 * them is the first; when none closes, the first open
+		 * window's cost so far is a lower bound of the max, so the
+		 * max needs no branch. */
+		size_t i = v->open[k];
+		uint64_t c = v->cost - a[i].before;
+		v->best[k] = c > v->best[k] ? c : v->best[k];
+		v->open[k] = adm_until(a, i, t > w[k] ? t - w[k] : 0);
+	}
+	a[v->n] = (adm) { t, v->cost };
 	v->cost += cost;
+	v->n++;
+	a[v->n].before = v->cost; /* a window opening here costs nothing */
+	a[v->n + ADM_PAD - 1] = (adm) { UINT64_MAX, v->cost };
 	v->total += cost;
 	if (t >= warm)
 		v->after_warmup += cost;
 	return ALLOT_OK;
 }
 
-/* Where the window of admission i ends: the first admission from j on
- * later than `lim`. Four at a time without a branch on each: admissions
- * are sorted, so the ones within `lim` come first and their count is
- * how far to move (a sentinel's time is never within). */
-static size_t
-window_end(const adm *a, size_t j, uint64_t lim)
-{
-	for (;;) {
-		size_t k = (size_t) (a[j].t <= lim) + (a[j + 1].t <= lim) +
-		    (a[j + 2].t <= lim) + (a[j + 3].t <= lim);
-		j += k;
-		if (k < ADM_PAD)
-			return j;
-	}
-}
-
-/* For each of the three window lengths w[k], the max over windows
- * [t, t + w[k]] of the admitted cost in them, t every admission, in
- * one pass. Exact: the costs are whole tokens. The front of a window
- * moved one admission at a time in a loop whose exit the branch
- * predictor could not guess (most of the figures' time); it now moves
- * by a count and the sum is a difference of prefix sums. */
+/* The costliest window of each length, the open ones included. */
 static void
-max_windows(admvec *v, const uint64_t w[3], double ret[3])
+adm_max_windows(const admvec *v, double ret[NWIN])
 {
-	ret[0] = ret[1] = ret[2] = 0;
-	if (v->n == 0)
-		return;
-	for (size_t k = 0; k < ADM_PAD; k++)
-		v->a[v->n + k] = (adm) { UINT64_MAX, v->cost };
-	const adm *a = v->a;
-	uint64_t b0 = 0, b1 = 0, b2 = 0;
-	size_t j0 = 0, j1 = 0, j2 = 0;
-	for (size_t i = 0; i < v->n; i++) {
-		uint64_t t = a[i].t, before = a[i].before;
-		j0 = window_end(a, j0, t + w[0]);
-		j1 = window_end(a, j1, t + w[1]);
-		j2 = window_end(a, j2, t + w[2]);
-		uint64_t s0 = a[j0].before - before;
-		uint64_t s1 = a[j1].before - before;
-		uint64_t s2 = a[j2].before - before;
-		b0 = s0 > b0 ? s0 : b0;
-		b1 = s1 > b1 ? s1 : b1;
-		b2 = s2 > b2 ? s2 : b2;
+	for (int k = 0; k < NWIN; k++) {
+		uint64_t c = v->a != NULL ? v->cost - v->a[v->open[k]].before :
+		                            0;
+		ret[k] = (double) (c > v->best[k] ? c : v->best[k]);
 	}
-	ret[0] = (double) b0;
-	ret[1] = (double) b1;
-	ret[2] = (double) b2;
 }
 
 /* ---- events ---- */
@@ -314,6 +348,7 @@ typedef struct engine {
 	const allot_config *cfg;
 	uint64_t now;
 	uint64_t T; /* ns */
+	uint64_t wins[NWIN]; /* over-admission windows: T, 1 s, 10 s */
 	uint64_t warm;
 	size_t nq; /* agent quota order: callers, default */
 	size_t nep; /* endpoints + default */
@@ -378,10 +413,10 @@ weight_of(const engine *e, uint16_t ep)
 static void
 record(engine *e, sim_mode m, size_t q, uint64_t t, uint32_t cost)
 {
-	if (adm_push(&e->adm[m][q], t, cost, e->warm) != ALLOT_OK ||
+	if (adm_push(&e->adm[m][q], t, cost, e->warm, e->wins) != ALLOT_OK ||
 	    (e->ceiling > 0 &&
-	        adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm) !=
-	            ALLOT_OK))
+	        adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm,
+	            e->wins) != ALLOT_OK))
 		e->err = ALLOT_ENOMEM;
 }
 
@@ -1066,7 +1101,7 @@ figures(engine *e, sim_result *res)
 	const sim_scenario *s = e->s;
 	double dur = (double) s->duration / SIM_NS;
 	double Ts = (double) e->T / SIM_NS;
-	uint64_t wins[3] = { e->T, SIM_NS, 10 * SIM_NS };
+	const uint64_t *wins = e->wins;
 	res->nkeys = 0;
 	for (size_t q = 0; q <= e->nq && q <= SIM_MAX_KEYS; q++) {
 		bool ceil_row = q == e->nq;
@@ -1099,13 +1134,13 @@ figures(engine *e, sim_result *res)
 		}
 		double ideal_after = e->adm[SIM_IDEAL][src].after_warmup;
 		for (int m = 0; m < SIM_NMODES; m++) {
-			admvec *v = &e->adm[m][src];
+			const admvec *v = &e->adm[m][src];
 			sim_fig *f = &k->f[m];
 			f->admitted = v->total;
 			f->over = -INFINITY;
-			double mw[3];
-			max_windows(v, wins, mw);
-			for (int w = 0; w < 3; w++) {
+			double mw[NWIN];
+			adm_max_windows(v, mw);
+			for (int w = 0; w < NWIN; w++) {
 				double W = (double) wins[w] / SIM_NS;
 				f->over_w[w] = (mw[w] -
 				                   (k->burst + k->rate * W)) /
@@ -1182,6 +1217,9 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 	e->p = p;
 	e->cfg = s->cfg;
 	e->T = (uint64_t) p->interval_ms * 1000000u;
+	e->wins[0] = e->T;
+	e->wins[1] = SIM_NS;
+	e->wins[2] = 10 * SIM_NS;
 	e->warm = (uint64_t) (SIM_WARMUP_INTERVALS * (double) e->T);
 	e->nq = s->cfg->ncallers + 1;
 	e->nep = s->cfg->nendpoints + 1;
