@@ -4,17 +4,22 @@
  * file and replica schedule) through the ideal global bucket, allot and
  * the equal split, and print the accuracy figures of docs/allocation.md
  * as a table or JSON. `--scenario all` runs every built-in scenario;
- * `--sweep` repeats the run for T = 50, 100, 250 and 1000 ms. The table
- * ends with the speed, in simulated seconds per real second.
+ * `--sweep` repeats the run for T = 50, 100, 250 and 1000 ms. Runs are
+ * independent and deterministic, so `--jobs` spreads them over threads
+ * and prints them in order, the same output as one thread gives; the
+ * table ends with the speed, in simulated seconds per real second.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "sim.h"
@@ -49,6 +54,9 @@ usage(FILE *f)
 	    "0.5)\n"
 	    "      --loss P          probability a message is lost (default "
 	    "0)\n"
+	    "  -j, --jobs N          runs at once (default: the CPUs, at most "
+	    "the runs);\n"
+	    "                        the output is the same for any N\n"
 	    "      --json            one JSON object per run\n"
 	    "      --no-keys         no per-quota rows in the table\n"
 	    "  -h, --help            this text\n"
@@ -152,6 +160,111 @@ run_one(const opts *o, const char *name, const sim_params *p, bool summary,
 	return 0;
 }
 
+/* A run to make, and what it printed. */
+typedef struct job {
+	const char *name; /* built-in scenario; NULL: the trace */
+	sim_params p;
+	char *out, *err;
+	size_t out_len, err_len;
+	int status;
+	double sim_s;
+	bool done;
+} job;
+
+typedef struct pool {
+	const opts *o;
+	bool summary;
+	job *jobs;
+	size_t n;
+	atomic_size_t next;
+	atomic_bool stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+} pool;
+
+static void
+job_run(pool *pl, job *j)
+{
+	FILE *out = open_memstream(&j->out, &j->out_len);
+	FILE *err = open_memstream(&j->err, &j->err_len);
+	if (out != NULL && err != NULL)
+		j->status = run_one(
+		    pl->o, j->name, &j->p, pl->summary, out, err, &j->sim_s);
+	else
+		j->status = 1;
+	if (out != NULL)
+		fclose(out);
+	if (err != NULL)
+		fclose(err);
+	if (out == NULL || err == NULL)
+		fprintf(stderr, "allot-sim: out of memory\n");
+}
+
+static void *
+worker(void *arg)
+{
+	pool *pl = arg;
+	for (;;) {
+		size_t i = atomic_fetch_add(&pl->next, 1);
+		if (i >= pl->n || atomic_load(&pl->stop))
+			break;
+		job_run(pl, &pl->jobs[i]);
+		pthread_mutex_lock(&pl->mu);
+		pl->jobs[i].done = true;
+		pthread_cond_broadcast(&pl->cv);
+		pthread_mutex_unlock(&pl->mu);
+	}
+	return NULL;
+}
+
+/* Run the jobs on `nthreads` threads and print them in order. Returns
+ * the exit status; *ret_sim_s: the simulated seconds printed. */
+static int
+run_jobs(const opts *o, bool summary, job *jobs, size_t n, unsigned nthreads,
+    double *ret_sim_s)
+{
+	pool pl = { .o = o, .summary = summary, .jobs = jobs, .n = n };
+	atomic_init(&pl.next, 0);
+	atomic_init(&pl.stop, false);
+	pthread_mutex_init(&pl.mu, NULL);
+	pthread_cond_init(&pl.cv, NULL);
+	pthread_t *th = calloc(nthreads, sizeof *th);
+	unsigned started = 0;
+	for (; th != NULL && started < nthreads; started++)
+		if (pthread_create(&th[started], NULL, worker, &pl) != 0)
+			break;
+	if (started == 0) /* no thread: run them here */
+		worker(&pl);
+	int status = 0;
+	double sim_s = 0;
+	for (size_t i = 0; i < n; i++) {
+		pthread_mutex_lock(&pl.mu);
+		while (!jobs[i].done)
+			pthread_cond_wait(&pl.cv, &pl.mu);
+		pthread_mutex_unlock(&pl.mu);
+		if (jobs[i].err_len > 0)
+			fwrite(jobs[i].err, 1, jobs[i].err_len, stderr);
+		if (jobs[i].out_len > 0)
+			fwrite(jobs[i].out, 1, jobs[i].out_len, stdout);
+		fflush(stdout);
+		if (jobs[i].status == 2) {
+			status = 2;
+			atomic_store(&pl.stop, true);
+			break;
+		}
+		status |= jobs[i].status;
+		sim_s += jobs[i].sim_s;
+	}
+	atomic_store(&pl.stop, true);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(th[t], NULL);
+	free(th);
+	pthread_mutex_destroy(&pl.mu);
+	pthread_cond_destroy(&pl.cv);
+	*ret_sim_s = sim_s;
+	return status;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -180,6 +293,7 @@ main(int argc, char **argv)
 		{ "latency-ms", required_argument, NULL, O_LATENCY },
 		{ "jitter-ms", required_argument, NULL, O_JITTER },
 		{ "loss", required_argument, NULL, O_LOSS },
+		{ "jobs", required_argument, NULL, 'j' },
 		{ "json", no_argument, NULL, O_JSON },
 		{ "no-keys", no_argument, NULL, O_NOKEYS },
 		{ "help", no_argument, NULL, 'h' },
@@ -192,7 +306,8 @@ main(int argc, char **argv)
 	sim_params_init(&o.p);
 	int c;
 	double v;
-	while ((c = getopt_long(argc, argv, "s:T:h", lo, NULL)) != -1) {
+	unsigned jobs_arg = 0; /* 0: the CPUs */
+	while ((c = getopt_long(argc, argv, "s:T:j:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o.scenario = optarg; break;
 		case O_TRACE: o.trace = optarg; break;
@@ -225,6 +340,11 @@ main(int argc, char **argv)
 			if (!num_arg(optarg, 0, 1, &o.p.loss))
 				goto bad;
 			break;
+		case 'j':
+			if (!num_arg(optarg, 1, 1024, &v))
+				goto bad;
+			jobs_arg = (unsigned) v;
+			break;
 		case O_JSON: o.json = true; break;
 		case O_NOKEYS: o.keys = false; break;
 		case 'h': usage(stdout); return 0;
@@ -245,40 +365,47 @@ main(int argc, char **argv)
 	bool summary = all || o.sweep;
 	if (summary && !o.json)
 		sim_print_summary_header(stdout);
-	double w0 = mono_s(), c0 = cpu_s(), sim_s = 0;
-	int status = 0;
-	for (size_t ti = 0; ti < nt; ti++) {
-		sim_params p = o.p;
-		if (o.sweep)
-			p.interval_ms = sweep[ti];
-		if (o.trace != NULL) {
-			double d = 0;
-			status |= run_one(
-			    &o, NULL, &p, summary, stdout, stderr, &d);
-			sim_s += d;
-			continue;
-		}
-		for (size_t i = 0; all ? sim_scenario_names[i] != NULL : i < 1;
-		     i++) {
-			double d = 0;
-			int rc = run_one(&o,
-			    all ? sim_scenario_names[i] : o.scenario, &p,
-			    summary, stdout, stderr, &d);
-			fflush(stdout);
-			if (rc == 2)
-				return 2;
-			status |= rc;
-			sim_s += d;
+	size_t nsc = 1;
+	if (all)
+		for (nsc = 0; sim_scenario_names[nsc] != NULL; nsc++)
+			;
+	size_t n = o.trace != NULL ? nt : nt * nsc;
+	job *jobs = calloc(n, sizeof *jobs);
+	if (jobs == NULL) {
+		fprintf(stderr, "allot-sim: out of memory\n");
+		return 1;
+	}
+	for (size_t ti = 0, k = 0; ti < nt; ti++) {
+		for (size_t i = 0; i < (o.trace != NULL ? 1 : nsc); i++, k++) {
+			jobs[k].p = o.p;
+			if (o.sweep)
+				jobs[k].p.interval_ms = sweep[ti];
+			jobs[k].name = o.trace != NULL ? NULL :
+			    all ? sim_scenario_names[i] :
+			          o.scenario;
 		}
 	}
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned nthreads = jobs_arg > 0 ? jobs_arg :
+	    cpus > 0                     ? (unsigned) cpus :
+	                                   1;
+	if (nthreads > n)
+		nthreads = (unsigned) n;
+	double w0 = mono_s(), c0 = cpu_s(), sim_s;
+	int status = run_jobs(&o, summary, jobs, n, nthreads, &sim_s);
 	double wall = mono_s() - w0, cpu = cpu_s() - c0;
 	/* The speed, a scenario's three modes counted once (and the noisy
 	 * neighbour's reference run not at all). */
-	if (summary && !o.json)
-		printf("speed: %.0f simulated s in %.2f s: %.0f simulated s "
-		       "per s (%.0f per CPU s)\n",
-		    sim_s, wall, wall > 0 ? sim_s / wall : 0,
-		    cpu > 0 ? sim_s / cpu : 0);
+	if (summary && !o.json && status != 2)
+		printf("speed: %.0f simulated s in %.2f s on %u thread%s: "
+		       "%.0f simulated s per s (%.0f per CPU s)\n",
+		    sim_s, wall, nthreads, nthreads == 1 ? "" : "s",
+		    wall > 0 ? sim_s / wall : 0, cpu > 0 ? sim_s / cpu : 0);
+	for (size_t i = 0; i < n; i++) {
+		free(jobs[i].out);
+		free(jobs[i].err);
+	}
+	free(jobs);
 	return status;
 bad:
 	fprintf(stderr, "allot-sim: bad argument (see --help)\n");
