@@ -10,15 +10,24 @@
  * sweep of T (accuracy.sweep.t<ms>.allot.<metric>, with the coordinator's
  * syncs/s). Every scenario runs once per seed (--rounds N: seeds 1..N,
  * default 5); over-admission is the worst seed, the other figures the
- * median. Simulated time, so the figures do not depend on the machine;
- * the suite takes a few seconds.
+ * median. Simulated time, so the figures do not depend on the machine,
+ * except two: the simulator's speed over the runs at T = 100 ms, in
+ * simulated seconds per real second with the seeds run as many at a
+ * time as there are CPUs (accuracy.sim_seconds_per_s), and per CPU
+ * second (accuracy.sim_seconds_per_cpu_s). The suite takes a few
+ * seconds.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "bench.h"
+#include "clock.h"
 #include "sim.h"
 
 #define MAX_FIGURES 256
@@ -51,37 +60,100 @@ typedef struct agg {
 	unsigned n;
 } agg;
 
+/* The speed over the runs at T = 100 ms: simulated seconds (a scenario's
+ * three modes counted once, a reference run not at all), and the real
+ * and CPU time of the runs, building the arrivals included. */
+static double speed_sim_s, speed_wall_s, speed_cpu_s;
+
+/* Seeds run this many at a time: the CPUs, as allot-sim does. */
+static unsigned nthreads = 1;
+
+static double
+cpu_s(void)
+{
+	struct rusage u;
+	if (getrusage(RUSAGE_SELF, &u) != 0)
+		return NAN;
+	return (double) (u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+	    (double) (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+/* One seed of a scenario (and its noisy neighbour's reference run). */
+static void
+run_seed(const char *name, uint32_t interval_ms, unsigned seed, sim_result *r)
+{
+	uint64_t t0 = bench_now_ns();
+	sim_params p;
+	sim_params_init(&p);
+	p.seed = seed;
+	p.interval_ms = interval_ms;
+	char err[256] = "";
+	sim_scenario s;
+	if (sim_scenario_builtin(
+	        name, &p, SIM_SECONDS, false, &s, err, sizeof err) != ALLOT_OK)
+		bench_fail("%s: %s", name, err);
+	if (sim_run(&s, &p, r) != ALLOT_OK)
+		bench_fail("%s: the simulation failed", name);
+	if (s.noisy_caller >= 0) {
+		sim_scenario q;
+		sim_result rq;
+		if (sim_scenario_builtin(name, &p, SIM_SECONDS, true, &q, err,
+		        sizeof err) != ALLOT_OK ||
+		    sim_run(&q, &p, &rq) != ALLOT_OK)
+			bench_fail("%s: the reference run failed", name);
+		sim_neighbour(r, &rq, s.noisy_caller);
+		sim_scenario_free(&q);
+	}
+	sim_scenario_free(&s);
+	r->wall_s = (double) (bench_now_ns() - t0) / 1e9;
+}
+
+typedef struct seeds {
+	const char *name;
+	uint32_t interval_ms;
+	agg *a;
+	atomic_uint next;
+} seeds;
+
+static void *
+seed_worker(void *arg)
+{
+	seeds *j = arg;
+	for (;;) {
+		unsigned i = atomic_fetch_add(&j->next, 1);
+		if (i >= j->a->n)
+			return NULL;
+		run_seed(j->name, j->interval_ms, i + 1, &j->a->r[i]);
+	}
+}
+
+/* Seeds 1 .. rounds of a scenario, nthreads at a time (the runs share
+ * nothing, and each is deterministic). */
 static void
 run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms, agg *a)
 {
 	a->n = o->rounds;
-	for (unsigned i = 0; i < o->rounds; i++) {
-		sim_params p;
-		sim_params_init(&p);
-		p.seed = i + 1;
-		p.interval_ms = interval_ms;
-		char err[256] = "";
-		sim_scenario s;
-		if (sim_scenario_builtin(name, &p, SIM_SECONDS, false, &s, err,
-		        sizeof err) != ALLOT_OK)
-			bench_fail("%s: %s", name, err);
-		if (sim_run(&s, &p, &a->r[i]) != ALLOT_OK)
-			bench_fail("%s: the simulation failed", name);
-		if (s.noisy_caller >= 0) {
-			sim_scenario q;
-			sim_result rq;
-			if (sim_scenario_builtin(name, &p, SIM_SECONDS, true,
-			        &q, err, sizeof err) != ALLOT_OK ||
-			    sim_run(&q, &p, &rq) != ALLOT_OK)
-				bench_fail(
-				    "%s: the reference run failed", name);
-			sim_neighbour(&a->r[i], &rq, s.noisy_caller);
-			sim_scenario_free(&q);
-		}
-		sim_scenario_free(&s);
+	seeds j = { .name = name, .interval_ms = interval_ms, .a = a };
+	atomic_init(&j.next, 0);
+	uint64_t w0 = bench_now_ns();
+	double c0 = cpu_s();
+	pthread_t th[BENCH_MAX_ROUNDS];
+	unsigned nt = 0;
+	while (nt + 1 < nthreads && nt + 1 < a->n &&
+	    pthread_create(&th[nt], NULL, seed_worker, &j) == 0)
+		nt++;
+	seed_worker(&j);
+	for (unsigned t = 0; t < nt; t++)
+		pthread_join(th[t], NULL);
+	if (interval_ms == 100) {
+		for (unsigned i = 0; i < a->n; i++)
+			speed_sim_s += a->r[i].duration_s;
+		speed_wall_s += (double) (bench_now_ns() - w0) / 1e9;
+		speed_cpu_s += cpu_s() - c0;
+	}
+	for (unsigned i = 0; i < a->n; i++)
 		bench_progress(o, "accuracy: %s T=%u ms seed %u: %.2f s", name,
 		    interval_ms, i + 1, a->r[i].wall_s);
-	}
 }
 
 typedef enum pick { MEDIAN, WORST_HIGH } pick;
@@ -259,6 +331,10 @@ main(int argc, char **argv)
 {
 	bench_opts o;
 	bench_parse_args(argc, argv, "accuracy", 0, &o);
+	/* Every clock here is the simulator's: no TSC calibration. */
+	allot__tsc_disable();
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	nthreads = cpus > 0 ? (unsigned) cpus : 1;
 	if (o.rounds == 0)
 		o.rounds = 1;
 	for (size_t i = 0; sim_scenario_names[i] != NULL; i++)
@@ -266,12 +342,21 @@ main(int argc, char **argv)
 			scenario_figures(&o, sim_scenario_names[i]);
 	if (bench_selected(&o, "sweep"))
 		sweep_figures(&o);
-	char header[160];
+	add("sim_seconds_per_s", "sim s/s", 0,
+	    "simulator speed: simulated s per real s, the T = 100 ms runs, "
+	    "as many at a time as CPUs",
+	    BENCH_AT_LEAST, 2000,
+	    speed_wall_s > 0 ? speed_sim_s / speed_wall_s : NAN);
+	add("sim_seconds_per_cpu_s", "sim s/s", 0,
+	    "the same per CPU second: the speed of one run at a time",
+	    BENCH_NO_TARGET, 0,
+	    speed_cpu_s > 0 ? speed_sim_s / speed_cpu_s : NAN);
+	char header[200];
 	snprintf(header, sizeof header,
 	    "accuracy: allot against the ideal "
 	    "global bucket and the equal split, %.0f simulated s per "
-	    "scenario, seeds 1..%u (docs/allocation.md)",
-	    SIM_SECONDS, o.rounds);
+	    "scenario, seeds 1..%u, %u at a time (docs/allocation.md)",
+	    SIM_SECONDS, o.rounds, nthreads);
 	bench_report(&o, header, figs, nfigs);
 	return 0;
 }

@@ -15,9 +15,9 @@
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
  *   replica count at every instant, i.e. the equal split at its best.
  *
- * Admissions are recorded per quota with their time, and the figures of
- * docs/allocation.md are computed from them exactly (sliding windows
- * over the recorded instants, not over bins). While allot runs, its
+ * Admissions are taken per quota with their time as they come, and the
+ * figures of docs/allocation.md are computed from them exactly (sliding
+ * windows starting at every admission, not bins). While allot runs, its
  * invariants are checked at every coordinator tick: the grants never
  * exceed R, and what the agents hold never exceeds the coordinator's
  * live bound.
@@ -25,6 +25,8 @@
 #include "sim.h"
 
 #include <math.h>
+#include <stdalign.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -41,54 +43,164 @@ const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
 
 /* ---- admissions ---- */
 
+/* Over-admission is taken over windows of three lengths: T, 1 s, 10 s. */
+#define NWIN 3
+
+/* An admission: its time and the cost admitted before it. */
 typedef struct adm {
 	uint64_t t;
-	uint32_t cost;
+	uint64_t before;
 } adm;
 
+/* Sentinels after the last admission, the first carrying the cost so
+ * far: time UINT64_MAX, after every window. */
+#define ADM_PAD 8
+
+/* Windows are taken in blocks of this many first admissions. */
+#define ADM_BLOCK 16
+
+/*
+ * The admissions of one quota (or of the ceiling) in one mode, reduced
+ * as they come to what the figures need: the tokens admitted, and for
+ * each window length w the max over windows [t, t + w] of the cost
+ * admitted in them, t every admission, exactly.
+ *
+ * The windows are taken in blocks of ADM_BLOCK first admissions once
+ * they are closed (an admission came after the block's last window),
+ * from the admissions kept in a buffer. The window of a block's first
+ * admission is taken exactly; it bounds the max from below. Every window
+ * of the block starts no earlier and ends no later than the block's last
+ * one: that bounds them from above, and only the blocks whose bound
+ * beats the max so far (a few in a hundred) are taken one admission at
+ * a time. The buffer keeps the admissions from the first window not
+ * taken on, about the longest window's worth, in cache. (The simulator
+ * used to keep every admission of a run, tens of megabytes, and take
+ * every window afterwards: more than a fifth of allot-sim's time.)
+ */
 typedef struct admvec {
-	adm *a;
+	adm *a; /* a[0 .. n), then ADM_PAD sentinels */
 	size_t n, cap;
+	size_t next[NWIN]; /* first admission whose window is not taken */
+	size_t front[NWIN]; /* the window of next[k] ends at or after it */
+	uint64_t cost; /* tokens admitted so far */
+	uint64_t best[NWIN]; /* costliest window taken, per length */
 	double after_warmup; /* tokens admitted from arrivals >= 3T */
 	double total;
 } admvec;
 
-static int
-adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm)
+/* The first admission from j on after `lim`: ADM_PAD at a time without
+ * a branch on each (admissions are sorted, so the count of those within
+ * is how far to move; a sentinel is never within). */
+static size_t
+adm_after(const adm *a, size_t j, uint64_t lim)
 {
-	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 4096;
-		adm *na = realloc(v->a, cap * sizeof *na);
-		if (na == NULL)
-			return ALLOT_ENOMEM;
-		v->a = na;
-		v->cap = cap;
+	for (;;) {
+		size_t k = (size_t) (a[j].t <= lim) + (a[j + 1].t <= lim) +
+		    (a[j + 2].t <= lim) + (a[j + 3].t <= lim) +
+		    (a[j + 4].t <= lim) + (a[j + 5].t <= lim) +
+		    (a[j + 6].t <= lim) + (a[j + 7].t <= lim);
+		j += k;
+		if (k < ADM_PAD)
+			return j;
 	}
-	v->a[v->n++] = (adm) { t, cost };
+}
+
+/* Take the windows of length w (index k) from next[k] on, a block at a
+ * time, while the block's windows are closed or, with `all` (the run is
+ * over), to the end. A window's cost is what came before its end minus
+ * what came before its first admission. */
+static void
+adm_take(admvec *v, int k, uint64_t w, bool all)
+{
+	const adm *a = v->a;
+	size_t n = v->n, i0 = v->next[k], j = v->front[k];
+	uint64_t best = v->best[k];
+	while (i0 < n) {
+		size_t i1 = i0 + ADM_BLOCK < n ? i0 + ADM_BLOCK : n;
+		if (!all &&
+		    (i1 - i0 < ADM_BLOCK || a[i1 - 1].t + w >= a[n - 1].t))
+			break; /* its last window is still open */
+		j = adm_after(a, j, a[i0].t + w);
+		uint64_t c = a[j].before - a[i0].before;
+		best = c > best ? c : best;
+		size_t jb = adm_after(a, j, a[i1 - 1].t + w);
+		if (a[jb].before - a[i0].before > best) {
+			for (size_t i = i0 + 1, jj = j; i < i1; i++) {
+				jj = adm_after(a, jj, a[i].t + w);
+				c = a[jj].before - a[i].before;
+				best = c > best ? c : best;
+			}
+		}
+		j = jb;
+		i0 = i1;
+	}
+	v->next[k] = i0;
+	v->front[k] = j;
+	v->best[k] = best;
+}
+
+/* Room for one more admission: take the closed windows, drop the
+ * admissions no window left needs, or grow. */
+static int
+adm_room(admvec *v, const uint64_t w[NWIN])
+{
+	if (v->n + ADM_PAD < v->cap)
+		return ALLOT_OK;
+	size_t lo = v->n;
+	for (int k = 0; k < NWIN; k++) {
+		adm_take(v, k, w[k], false);
+		lo = v->next[k] < lo ? v->next[k] : lo;
+	}
+	if (v->cap > 0 && lo >= v->cap / 2) {
+		memmove(v->a, v->a + lo, (v->n + ADM_PAD - lo) * sizeof *v->a);
+		v->n -= lo;
+		for (int k = 0; k < NWIN; k++) {
+			v->next[k] -= lo;
+			v->front[k] -= lo;
+		}
+		return ALLOT_OK;
+	}
+	size_t cap = v->cap ? v->cap * 2 : 1024;
+	adm *na = realloc(v->a, cap * sizeof *na);
+	if (na == NULL)
+		return ALLOT_ENOMEM;
+	if (v->a == NULL)
+		for (size_t k = 0; k < ADM_PAD; k++)
+			na[k] = (adm) { UINT64_MAX, 0 };
+	v->a = na;
+	v->cap = cap;
+	return ALLOT_OK;
+}
+
+/* `cost` tokens admitted at t, not before the previous admission; w: the
+ * window lengths. */
+static int
+adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm,
+    const uint64_t w[NWIN])
+{
+	if (adm_room(v, w) != ALLOT_OK)
+		return ALLOT_ENOMEM;
+	adm *a = v->a;
+	a[v->n] = (adm) { t, v->cost };
+	v->cost += cost;
+	v->n++;
+	a[v->n].before = v->cost;
+	a[v->n + ADM_PAD - 1] = (adm) { UINT64_MAX, v->cost };
 	v->total += cost;
 	if (t >= warm)
 		v->after_warmup += cost;
 	return ALLOT_OK;
 }
 
-/* max over windows [t, t + W] of the admitted cost in them. */
-static double
-max_window(const admvec *v, uint64_t w)
+/* The run is over: the costliest window of each length. */
+static void
+adm_max_windows(admvec *v, const uint64_t w[NWIN], double ret[NWIN])
 {
-	double best = 0, sum = 0;
-	size_t j = 0;
-	for (size_t i = 0; i < v->n; i++) {
-		if (j < i) {
-			j = i;
-			sum = 0;
-		}
-		while (j < v->n && v->a[j].t <= v->a[i].t + w)
-			sum += v->a[j++].cost;
-		if (sum > best)
-			best = sum;
-		sum -= v->a[i].cost;
+	for (int k = 0; k < NWIN; k++) {
+		if (v->a != NULL)
+			adm_take(v, k, w[k], true);
+		ret[k] = (double) v->best[k];
 	}
-	return best;
 }
 
 /* ---- events ---- */
@@ -174,6 +286,84 @@ heap_pop(heap *h)
 	return top;
 }
 
+/* ---- the coordinator's allocator ---- */
+
+/* The coordinator's protobuf-c allocator: a bump arena reset after
+ * every message and keeping its largest chunk, as allotd's server
+ * (coordinator/server.c) does, so decoding and reply building allocate
+ * nothing in the steady state. */
+#define ARENA_MIN (64u * 1024u)
+
+typedef struct chunk {
+	struct chunk *next;
+	size_t cap, used;
+	alignas(max_align_t) unsigned char data[];
+} chunk;
+
+typedef struct arena {
+	chunk *head; /* being filled; older ones follow */
+	size_t total; /* handed out since the last reset */
+} arena;
+
+static void *
+arena_alloc(void *d, size_t size)
+{
+	arena *a = d;
+	size = (size + alignof(max_align_t) - 1) &
+	    ~(size_t) (alignof(max_align_t) - 1);
+	if (size == 0)
+		size = alignof(max_align_t);
+	chunk *c = a->head;
+	if (c == NULL || c->cap - c->used < size) {
+		size_t cap = c != NULL ? c->cap * 2 : ARENA_MIN;
+		while (cap < size)
+			cap *= 2;
+		chunk *n = malloc(sizeof *n + cap);
+		if (n == NULL)
+			return NULL;
+		n->next = c;
+		n->cap = cap;
+		n->used = 0;
+		a->head = c = n;
+	}
+	void *x = c->data + c->used;
+	c->used += size;
+	a->total += size;
+	return x;
+}
+
+static void
+arena_free(void *d, void *p)
+{
+	(void) d;
+	(void) p; /* released all at once by arena_reset() */
+}
+
+/* Keep the newest (largest) chunk only. */
+static void
+arena_reset(arena *a)
+{
+	chunk *c = a->head;
+	if (c == NULL)
+		return;
+	for (chunk *o = c->next; o != NULL;) {
+		chunk *next = o->next;
+		free(o);
+		o = next;
+	}
+	c->next = NULL;
+	c->used = 0;
+	a->total = 0;
+}
+
+static void
+arena_destroy(arena *a)
+{
+	arena_reset(a);
+	free(a->head);
+	a->head = NULL;
+}
+
 /* ---- the run ---- */
 
 typedef struct replica {
@@ -197,6 +387,7 @@ typedef struct engine {
 	const allot_config *cfg;
 	uint64_t now;
 	uint64_t T; /* ns */
+	uint64_t wins[NWIN]; /* over-admission windows: T, 1 s, 10 s */
 	uint64_t warm;
 	size_t nq; /* agent quota order: callers, default */
 	size_t nep; /* endpoints + default */
@@ -209,6 +400,7 @@ typedef struct engine {
 	heap h;
 	uint64_t rng;
 	allot__state *st;
+	arena arena; /* the coordinator's protobuf-c allocator */
 	/* convergence */
 	bool conv_pending;
 	uint64_t conv_t0;
@@ -260,10 +452,10 @@ weight_of(const engine *e, uint16_t ep)
 static void
 record(engine *e, sim_mode m, size_t q, uint64_t t, uint32_t cost)
 {
-	if (adm_push(&e->adm[m][q], t, cost, e->warm) != ALLOT_OK ||
+	if (adm_push(&e->adm[m][q], t, cost, e->warm, e->wins) != ALLOT_OK ||
 	    (e->ceiling > 0 &&
-	        adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm) !=
-	            ALLOT_OK))
+	        adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm,
+	            e->wins) != ALLOT_OK))
 		e->err = ALLOT_ENOMEM;
 }
 
@@ -417,58 +609,15 @@ run_split(engine *e)
 
 /* ---- allot: the transport and the coordinator ---- */
 
-typedef struct arena {
-	void **p;
-	size_t n, cap;
-	int oom;
-} arena;
-
-static void *
-arena_alloc(void *d, size_t size)
-{
-	arena *a = d;
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 64;
-		void **np = realloc(a->p, cap * sizeof *np);
-		if (np == NULL) {
-			a->oom = 1;
-			return NULL;
-		}
-		a->p = np;
-		a->cap = cap;
-	}
-	void *x = malloc(size ? size : 1);
-	if (x == NULL) {
-		a->oom = 1;
-		return NULL;
-	}
-	return a->p[a->n++] = x;
-}
-
-static void
-arena_free(void *d, void *p)
-{
-	(void) d;
-	(void) p;
-}
-
-static void
-arena_reset(arena *a)
-{
-	for (size_t i = 0; i < a->n; i++)
-		free(a->p[i]);
-	a->n = 0;
-}
-
 /* Decode, dispatch to the registry and encode, as allotd's server does
- * (coordinator/server.c) minus nng. The answer is malloc'd. */
+ * (coordinator/server.c) minus nng: decoded into and answered from the
+ * arena. The answer is malloc'd. */
 static int
 coord_handle(
     engine *e, const void *buf, size_t len, void **ret, size_t *ret_len)
 {
-	arena ar = { 0 };
-	ProtobufCAllocator pa = { arena_alloc, arena_free, &ar };
-	Allot__V1__Envelope *in = allot__v1__envelope__unpack(NULL, len, buf);
+	ProtobufCAllocator pa = { arena_alloc, arena_free, &e->arena };
+	Allot__V1__Envelope *in = allot__v1__envelope__unpack(&pa, len, buf);
 	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
 	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
@@ -516,10 +665,7 @@ coord_handle(
 	void *b = malloc(n ? n : 1);
 	if (b != NULL)
 		allot__v1__envelope__pack(&out, b);
-	arena_reset(&ar);
-	free(ar.p);
-	if (in != NULL)
-		allot__v1__envelope__free_unpacked(in, NULL);
+	arena_reset(&e->arena);
 	if (b == NULL)
 		return ALLOT_ENOMEM;
 	e->bytes += n;
@@ -982,6 +1128,7 @@ run_allot(engine *e)
 	}
 	allot__state_destroy(e->st);
 	e->st = NULL;
+	arena_destroy(&e->arena);
 	return e->err;
 }
 
@@ -993,7 +1140,7 @@ figures(engine *e, sim_result *res)
 	const sim_scenario *s = e->s;
 	double dur = (double) s->duration / SIM_NS;
 	double Ts = (double) e->T / SIM_NS;
-	uint64_t wins[3] = { e->T, SIM_NS, 10 * SIM_NS };
+	const uint64_t *wins = e->wins;
 	res->nkeys = 0;
 	for (size_t q = 0; q <= e->nq && q <= SIM_MAX_KEYS; q++) {
 		bool ceil_row = q == e->nq;
@@ -1026,13 +1173,15 @@ figures(engine *e, sim_result *res)
 		}
 		double ideal_after = e->adm[SIM_IDEAL][src].after_warmup;
 		for (int m = 0; m < SIM_NMODES; m++) {
-			const admvec *v = &e->adm[m][src];
+			admvec *v = &e->adm[m][src];
 			sim_fig *f = &k->f[m];
 			f->admitted = v->total;
 			f->over = -INFINITY;
-			for (int w = 0; w < 3; w++) {
+			double mw[NWIN];
+			adm_max_windows(v, wins, mw);
+			for (int w = 0; w < NWIN; w++) {
 				double W = (double) wins[w] / SIM_NS;
-				f->over_w[w] = (max_window(v, wins[w]) -
+				f->over_w[w] = (mw[w] -
 				                   (k->burst + k->rate * W)) /
 				    (k->rate * Ts);
 				if (f->over_w[w] > f->over)
@@ -1107,6 +1256,9 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 	e->p = p;
 	e->cfg = s->cfg;
 	e->T = (uint64_t) p->interval_ms * 1000000u;
+	e->wins[0] = e->T;
+	e->wins[1] = SIM_NS;
+	e->wins[2] = 10 * SIM_NS;
 	e->warm = (uint64_t) (SIM_WARMUP_INTERVALS * (double) e->T);
 	e->nq = s->cfg->ncallers + 1;
 	e->nep = s->cfg->nendpoints + 1;

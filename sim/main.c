@@ -4,15 +4,24 @@
  * file and replica schedule) through the ideal global bucket, allot and
  * the equal split, and print the accuracy figures of docs/allocation.md
  * as a table or JSON. `--scenario all` runs every built-in scenario;
- * `--sweep` repeats the run for T = 50, 100, 250 and 1000 ms.
+ * `--sweep` repeats the run for T = 50, 100, 250 and 1000 ms. Runs are
+ * independent and deterministic, so `--jobs` spreads them over threads
+ * and prints them in order, the same output as one thread gives; the
+ * table ends with the speed, in simulated seconds per real second.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "clock.h"
 #include "sim.h"
 
 static void
@@ -45,6 +54,9 @@ usage(FILE *f)
 	    "0.5)\n"
 	    "      --loss P          probability a message is lost (default "
 	    "0)\n"
+	    "  -j, --jobs N          runs at once (default: the CPUs, at most "
+	    "the runs);\n"
+	    "                        the output is the same for any N\n"
 	    "      --json            one JSON object per run\n"
 	    "      --no-keys         no per-quota rows in the table\n"
 	    "  -h, --help            this text\n"
@@ -76,10 +88,33 @@ typedef struct opts {
 	sim_params p;
 } opts;
 
-/* One run (two for the noisy neighbour); prints it. */
-static int
-run_one(const opts *o, const char *name, const sim_params *p, bool summary)
+static double
+mono_s(void)
 {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}
+
+/* User and system time of the process, every thread. */
+static double
+cpu_s(void)
+{
+	struct rusage u;
+	if (getrusage(RUSAGE_SELF, &u) != 0)
+		return NAN;
+	return (double) (u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+	    (double) (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+/* One run (two for the noisy neighbour); prints it on `out`, errors on
+ * `err`. Its wall_s is the whole of it: building the arrivals, the
+ * three modes and the reference run. */
+static int
+run_one(const opts *o, const char *name, const sim_params *p, bool summary,
+    FILE *out, FILE *err_out, double *ret_sim_s)
+{
+	double t0 = mono_s();
 	char err[512] = "";
 	sim_scenario s;
 	int rc = name != NULL ?
@@ -88,7 +123,7 @@ run_one(const opts *o, const char *name, const sim_params *p, bool summary)
 	    sim_scenario_trace(o->trace, o->config, o->schedule, o->duration,
 	        &s, err, sizeof err);
 	if (rc != ALLOT_OK) {
-		fprintf(stderr, "allot-sim: %s\n", err);
+		fprintf(err_out, "allot-sim: %s\n", err);
 		return rc == ALLOT_ENOENT ? 2 : 1;
 	}
 	sim_result r;
@@ -104,23 +139,130 @@ run_one(const opts *o, const char *name, const sim_params *p, bool summary)
 		}
 	}
 	if (rc != ALLOT_OK) {
-		fprintf(
-		    stderr, "allot-sim: %s: %s\n", s.name, allot_strerror(rc));
+		fprintf(err_out, "allot-sim: %s: %s\n", s.name,
+		    allot_strerror(rc));
 		sim_scenario_free(&s);
 		return 1;
 	}
+	r.wall_s = mono_s() - t0;
+	*ret_sim_s = r.duration_s;
 	if (o->json) {
-		sim_print_json(stdout, &r);
+		sim_print_json(out, &r);
 	} else if (summary) {
-		sim_print_summary_row(stdout, &r);
+		sim_print_summary_row(out, &r);
 	} else {
-		printf("%s\n", s.description != NULL ? s.description : "");
-		sim_print_table(stdout, &r, o->keys);
-		putchar('\n');
+		fprintf(
+		    out, "%s\n", s.description != NULL ? s.description : "");
+		sim_print_table(out, &r, o->keys);
+		fputc('\n', out);
 	}
-	fflush(stdout);
 	sim_scenario_free(&s);
 	return 0;
+}
+
+/* A run to make, and what it printed. */
+typedef struct job {
+	const char *name; /* built-in scenario; NULL: the trace */
+	sim_params p;
+	char *out, *err;
+	size_t out_len, err_len;
+	int status;
+	double sim_s;
+	bool done;
+} job;
+
+typedef struct pool {
+	const opts *o;
+	bool summary;
+	job *jobs;
+	size_t n;
+	atomic_size_t next;
+	atomic_bool stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+} pool;
+
+static void
+job_run(pool *pl, job *j)
+{
+	FILE *out = open_memstream(&j->out, &j->out_len);
+	FILE *err = open_memstream(&j->err, &j->err_len);
+	if (out != NULL && err != NULL)
+		j->status = run_one(
+		    pl->o, j->name, &j->p, pl->summary, out, err, &j->sim_s);
+	else
+		j->status = 1;
+	if (out != NULL)
+		fclose(out);
+	if (err != NULL)
+		fclose(err);
+	if (out == NULL || err == NULL)
+		fprintf(stderr, "allot-sim: out of memory\n");
+}
+
+static void *
+worker(void *arg)
+{
+	pool *pl = arg;
+	for (;;) {
+		size_t i = atomic_fetch_add(&pl->next, 1);
+		if (i >= pl->n || atomic_load(&pl->stop))
+			break;
+		job_run(pl, &pl->jobs[i]);
+		pthread_mutex_lock(&pl->mu);
+		pl->jobs[i].done = true;
+		pthread_cond_broadcast(&pl->cv);
+		pthread_mutex_unlock(&pl->mu);
+	}
+	return NULL;
+}
+
+/* Run the jobs on `nthreads` threads and print them in order. Returns
+ * the exit status; *ret_sim_s: the simulated seconds printed. */
+static int
+run_jobs(const opts *o, bool summary, job *jobs, size_t n, unsigned nthreads,
+    double *ret_sim_s)
+{
+	pool pl = { .o = o, .summary = summary, .jobs = jobs, .n = n };
+	atomic_init(&pl.next, 0);
+	atomic_init(&pl.stop, false);
+	pthread_mutex_init(&pl.mu, NULL);
+	pthread_cond_init(&pl.cv, NULL);
+	pthread_t *th = calloc(nthreads, sizeof *th);
+	unsigned started = 0;
+	for (; th != NULL && started < nthreads; started++)
+		if (pthread_create(&th[started], NULL, worker, &pl) != 0)
+			break;
+	if (started == 0) /* no thread: run them here */
+		worker(&pl);
+	int status = 0;
+	double sim_s = 0;
+	for (size_t i = 0; i < n; i++) {
+		pthread_mutex_lock(&pl.mu);
+		while (!jobs[i].done)
+			pthread_cond_wait(&pl.cv, &pl.mu);
+		pthread_mutex_unlock(&pl.mu);
+		if (jobs[i].err_len > 0)
+			fwrite(jobs[i].err, 1, jobs[i].err_len, stderr);
+		if (jobs[i].out_len > 0)
+			fwrite(jobs[i].out, 1, jobs[i].out_len, stdout);
+		fflush(stdout);
+		if (jobs[i].status == 2) {
+			status = 2;
+			atomic_store(&pl.stop, true);
+			break;
+		}
+		status |= jobs[i].status;
+		sim_s += jobs[i].sim_s;
+	}
+	atomic_store(&pl.stop, true);
+	for (unsigned t = 0; t < started; t++)
+		pthread_join(th[t], NULL);
+	free(th);
+	pthread_mutex_destroy(&pl.mu);
+	pthread_cond_destroy(&pl.cv);
+	*ret_sim_s = sim_s;
+	return status;
 }
 
 int
@@ -151,16 +293,21 @@ main(int argc, char **argv)
 		{ "latency-ms", required_argument, NULL, O_LATENCY },
 		{ "jitter-ms", required_argument, NULL, O_JITTER },
 		{ "loss", required_argument, NULL, O_LOSS },
+		{ "jobs", required_argument, NULL, 'j' },
 		{ "json", no_argument, NULL, O_JSON },
 		{ "no-keys", no_argument, NULL, O_NOKEYS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	/* Every clock here is the simulator's: spare the agents' TSC
+	 * calibration, a 20 ms sleep on the first agent. */
+	allot__tsc_disable();
 	opts o = { .scenario = NULL, .keys = true };
 	sim_params_init(&o.p);
 	int c;
 	double v;
-	while ((c = getopt_long(argc, argv, "s:T:h", lo, NULL)) != -1) {
+	unsigned jobs_arg = 0; /* 0: the CPUs */
+	while ((c = getopt_long(argc, argv, "s:T:j:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': o.scenario = optarg; break;
 		case O_TRACE: o.trace = optarg; break;
@@ -193,6 +340,11 @@ main(int argc, char **argv)
 			if (!num_arg(optarg, 0, 1, &o.p.loss))
 				goto bad;
 			break;
+		case 'j':
+			if (!num_arg(optarg, 1, 1024, &v))
+				goto bad;
+			jobs_arg = (unsigned) v;
+			break;
 		case O_JSON: o.json = true; break;
 		case O_NOKEYS: o.keys = false; break;
 		case 'h': usage(stdout); return 0;
@@ -213,25 +365,47 @@ main(int argc, char **argv)
 	bool summary = all || o.sweep;
 	if (summary && !o.json)
 		sim_print_summary_header(stdout);
-	int status = 0;
-	for (size_t ti = 0; ti < nt; ti++) {
-		sim_params p = o.p;
-		if (o.sweep)
-			p.interval_ms = sweep[ti];
-		if (o.trace != NULL) {
-			status |= run_one(&o, NULL, &p, summary);
-			continue;
-		}
-		for (size_t i = 0; all ? sim_scenario_names[i] != NULL : i < 1;
-		     i++) {
-			int rc = run_one(&o,
-			    all ? sim_scenario_names[i] : o.scenario, &p,
-			    summary);
-			if (rc == 2)
-				return 2;
-			status |= rc;
+	size_t nsc = 1;
+	if (all)
+		for (nsc = 0; sim_scenario_names[nsc] != NULL; nsc++)
+			;
+	size_t n = o.trace != NULL ? nt : nt * nsc;
+	job *jobs = calloc(n, sizeof *jobs);
+	if (jobs == NULL) {
+		fprintf(stderr, "allot-sim: out of memory\n");
+		return 1;
+	}
+	for (size_t ti = 0, k = 0; ti < nt; ti++) {
+		for (size_t i = 0; i < (o.trace != NULL ? 1 : nsc); i++, k++) {
+			jobs[k].p = o.p;
+			if (o.sweep)
+				jobs[k].p.interval_ms = sweep[ti];
+			jobs[k].name = o.trace != NULL ? NULL :
+			    all ? sim_scenario_names[i] :
+			          o.scenario;
 		}
 	}
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned nthreads = jobs_arg > 0 ? jobs_arg :
+	    cpus > 0                     ? (unsigned) cpus :
+	                                   1;
+	if (nthreads > n)
+		nthreads = (unsigned) n;
+	double w0 = mono_s(), c0 = cpu_s(), sim_s;
+	int status = run_jobs(&o, summary, jobs, n, nthreads, &sim_s);
+	double wall = mono_s() - w0, cpu = cpu_s() - c0;
+	/* The speed, a scenario's three modes counted once (and the noisy
+	 * neighbour's reference run not at all). */
+	if (summary && !o.json && status != 2)
+		printf("speed: %.0f simulated s in %.2f s on %u thread%s: "
+		       "%.0f simulated s per s (%.0f per CPU s)\n",
+		    sim_s, wall, nthreads, nthreads == 1 ? "" : "s",
+		    wall > 0 ? sim_s / wall : 0, cpu > 0 ? sim_s / cpu : 0);
+	for (size_t i = 0; i < n; i++) {
+		free(jobs[i].out);
+		free(jobs[i].err);
+	}
+	free(jobs);
 	return status;
 bad:
 	fprintf(stderr, "allot-sim: bad argument (see --help)\n");

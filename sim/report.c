@@ -216,5 +216,9 @@ sim_print_json(FILE *f, const sim_result *r)
 	fprintf(f, ",\"count\":%llu},\"wall_s\":",
 	    (unsigned long long) r->invariant_checks);
 	jnum(f, r->wall_s);
+	/* The speed: simulated seconds of the scenario (its three modes
+	 * counted once) per real second. */
+	fputs(",\"sim_seconds_per_real_s\":", f);
+	jnum(f, r->wall_s > 0 ? r->duration_s / r->wall_s : NAN);
 	fputs("}\n", f);
 }

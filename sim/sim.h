@@ -166,7 +166,9 @@ typedef struct sim_result {
 	 * run without the noisy caller (max relative difference), NaN if
 	 * not computed. */
 	double neighbour[SIM_NMODES];
-	double wall_s; /* real time the run took */
+	double wall_s; /* real time the run took: sim_run's three modes
+	                  (allot-sim also counts building the arrivals
+	                  and the noisy neighbour's reference run) */
 } sim_result;
 
 /* Run the three modes on `s`. Returns ALLOT_OK or an error code. */
