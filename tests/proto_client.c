@@ -8,6 +8,7 @@
 #include "proto_client.h"
 
 #include <arpa/inet.h>
+#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -394,12 +395,15 @@ pc_free_port(void)
 pid_t
 pc_spawn(char *const argv[], const char *log_path)
 {
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid != 0)
 		return pid;
 	/* A test that fails stops without its clean-up: its processes
-	 * must not outlive it. */
+	 * must not outlive it (nor start if it is gone already). */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(126);
 	int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (fd >= 0) {
 		dup2(fd, STDOUT_FILENO);
@@ -428,6 +432,50 @@ pc_wait_exit(pid_t pid, int timeout_ms)
 			return -1;
 		pc_sleep_ms(10);
 	}
+}
+
+pid_t
+pc_allotd_start(const char *const *args, int http_port, const char *log_path)
+{
+	char bin[512];
+	const char *b = getenv("ALLOT_BUILD_DIR");
+	snprintf(bin, sizeof bin, "%s/coordinator/allotd", b ? b : ".");
+	char *argv[64] = { bin };
+	size_t n = 1;
+	for (size_t i = 0; args[i] != NULL; i++) {
+		ck_assert_uint_lt(n + 1, sizeof argv / sizeof argv[0]);
+		argv[n++] = (char *) args[i];
+	}
+	argv[n] = NULL;
+	pid_t pid = pc_spawn(argv, log_path);
+	ck_assert_int_gt(pid, 0);
+	uint64_t end = pc_now_ms() + 10000;
+	for (;;) {
+		int status = 0;
+		free(pc_http_get(http_port, "/healthz", &status));
+		if (status == 200)
+			return pid;
+		int ex = pc_wait_exit(pid, 0);
+		ck_assert_msg(ex == -1, "allotd exited early with %d (see %s)",
+		    ex, log_path);
+		ck_assert_msg(pc_now_ms() < end,
+		    "allotd did not come up (see %s)", log_path);
+		pc_sleep_ms(20);
+	}
+}
+
+int
+pc_allotd_stop(pid_t pid, int timeout_ms)
+{
+	if (pid <= 0)
+		return -1;
+	kill(pid, SIGTERM);
+	int ex = pc_wait_exit(pid, timeout_ms);
+	if (ex < 0) {
+		kill(pid, SIGKILL);
+		pc_wait_exit(pid, 5000);
+	}
+	return ex;
 }
 
 /* Everything `f` yields, NUL terminated (malloc'd), with its length;

@@ -105,6 +105,18 @@ pid_t pc_spawn(char *const argv[], const char *log_path);
  * 128 + signal when killed, or -1 on timeout. */
 int pc_wait_exit(pid_t pid, int timeout_ms);
 
+/* Spawn the allotd of this build ($ALLOT_BUILD_DIR/coordinator/allotd)
+ * with `args` (NULL-terminated, after the program name), its output
+ * appended to `log_path`, and wait (10 s at most) until /healthz on
+ * `http_port` answers 200. Fails the test if allotd exits first or never
+ * answers. Returns its pid. */
+pid_t pc_allotd_start(
+    const char *const *args, int http_port, const char *log_path);
+/* SIGTERM and wait up to `timeout_ms`, then SIGKILL: the exit status
+ * after SIGTERM as pc_wait_exit() gives it, or -1 if it had to be
+ * killed (or `pid` <= 0). */
+int pc_allotd_stop(pid_t pid, int timeout_ms);
+
 /* Monotonic milliseconds. */
 uint64_t pc_now_ms(void);
 void pc_sleep_ms(unsigned ms);

@@ -57,33 +57,18 @@ static void
 start_member(cluster *c, int i)
 {
 	member *m = &c->m[i];
-	char bin[512], http[32], self[16];
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd",
-	    getenv("ALLOT_BUILD_DIR"));
+	char http[32], mem[NMEM][96];
 	snprintf(http, sizeof http, "127.0.0.1:%d", m->http);
-	snprintf(self, sizeof self, "%s", m->name);
-	char mem[NMEM][96];
 	for (int j = 0; j < NMEM; j++)
 		snprintf(
 		    mem[j], sizeof mem[j], "%s=%s", c->m[j].name, c->m[j].url);
-	char *argv[] = { bin, "--config", m->cfg ? (char *) m->cfg : c->cfg,
-		"--db", m->db, "--http", http, "--interval-ms", "100",
+	const char *args[] = { "--config", m->cfg ? m->cfg : c->cfg, "--db",
+		m->db, "--http", http, "--interval-ms", "100",
 		"--expiry-intervals", "5", "--lease-ms", "1000", "--member",
-		mem[0], "--member", mem[1], "--member", mem[2], "--self", self,
-		m->cert != NULL ? "--tls-cert" : NULL, (char *) m->cert,
-		"--tls-ca", (char *) m->ca, NULL };
-	m->pid = pc_spawn(argv, m->log);
-	ck_assert_int_gt(m->pid, 0);
-	uint64_t t0 = pc_now_ms();
-	for (;;) {
-		int st = 0;
-		free(pc_http_get(m->http, "/healthz", &st));
-		if (st == 200)
-			break;
-		ck_assert_msg(
-		    pc_now_ms() - t0 < 10000, "%s not ready", m->name);
-		pc_sleep_ms(20);
-	}
+		mem[0], "--member", mem[1], "--member", mem[2], "--self",
+		m->name, m->cert != NULL ? "--tls-cert" : NULL, m->cert,
+		"--tls-ca", m->ca, NULL };
+	m->pid = pc_allotd_start(args, m->http, m->log);
 }
 
 static void
@@ -129,13 +114,7 @@ static void
 cluster_fini(cluster *c)
 {
 	for (int i = 0; i < NMEM; i++)
-		if (c->m[i].pid > 0) {
-			kill(c->m[i].pid, SIGTERM);
-			if (pc_wait_exit(c->m[i].pid, 5000) < 0) {
-				kill(c->m[i].pid, SIGKILL);
-				pc_wait_exit(c->m[i].pid, 5000);
-			}
-		}
+		pc_allotd_stop(c->m[i].pid, 5000);
 	char cmd[160];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);
 	free(pc_shell(cmd));

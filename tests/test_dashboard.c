@@ -96,39 +96,11 @@ coord_start(coord *c)
 	ck_assert_int_gt(port, 0);
 	ck_assert_int_gt(c->http, 0);
 	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
-	char http[32], bin[512];
+	char http[32];
 	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd", b ? b : ".");
-	char *const argv[] = { bin, "--config", c->cfg, "--db", c->db,
-		"--listen", c->url, "--http", http, NULL };
-	pid_t parent = getpid();
-	c->pid = fork();
-	ck_assert_int_ge(c->pid, 0);
-	if (c->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0) {
-			dup2(fd, STDOUT_FILENO);
-			dup2(fd, STDERR_FILENO);
-			close(fd);
-		}
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	uint64_t end = pc_now_ms() + 10000;
-	for (;;) {
-		int status = 0;
-		free(pc_http_get(c->http, "/healthz", &status));
-		if (status == 200)
-			break;
-		int ex = pc_wait_exit(c->pid, 0);
-		ck_assert_msg(ex == -1, "allotd exited early with %d", ex);
-		ck_assert_msg(pc_now_ms() < end, "allotd did not come up");
-		pc_sleep_ms(20);
-	}
+	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
+		c->url, "--http", http, NULL };
+	c->pid = pc_allotd_start(args, c->http, c->log);
 }
 
 static bool at_exit; /* the atexit clean-up of a failed test */

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <nng/nng.h>
@@ -128,30 +127,7 @@ coord_start(coord *c, const char *const *extra)
 	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
 		argv[n++] = extra[i];
 	argv[n] = NULL;
-	pid_t parent = getpid();
-	c->pid = fork();
-	ck_assert_int_ge(c->pid, 0);
-	if (c->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		FILE *lf = freopen(c->log, "a", stderr);
-		(void) lf;
-		execv(argv[0], (char *const *) argv);
-		_exit(127);
-	}
-	uint64_t end = pc_now_ms() + 10000;
-	for (;;) {
-		int status = 0;
-		char *body = pc_http_get(c->http, "/healthz", &status);
-		free(body);
-		if (status == 200)
-			break;
-		int ex = pc_wait_exit(c->pid, 0);
-		ck_assert_msg(ex == -1, "allotd exited early with %d", ex);
-		ck_assert_msg(pc_now_ms() < end, "allotd did not come up");
-		pc_sleep_ms(20);
-	}
+	c->pid = pc_allotd_start(argv + 1, c->http, c->log);
 }
 
 static void

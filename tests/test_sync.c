@@ -50,27 +50,12 @@ typedef struct env {
 static void
 start_allotd(env *e)
 {
-	char bin[512];
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd",
-	    getenv("ALLOT_BUILD_DIR"));
 	char http[32];
 	snprintf(http, sizeof http, "127.0.0.1:%d", e->http);
-	char *argv[] = { bin, "--config", e->cfg, "--db", e->db, "--listen",
+	const char *args[] = { "--config", e->cfg, "--db", e->db, "--listen",
 		e->url, "--http", http, "--interval-ms", "50",
 		"--expiry-intervals", "4", "--lease-ms", "600", NULL };
-	e->allotd = pc_spawn(argv, e->log);
-	ck_assert_int_gt(e->allotd, 0);
-	/* Ready when /healthz answers. */
-	uint64_t t0 = pc_now_ms();
-	for (;;) {
-		int st = 0;
-		char *body = pc_http_get(e->http, "/healthz", &st);
-		free(body);
-		if (st == 200)
-			break;
-		ck_assert_msg(pc_now_ms() - t0 < 10000, "allotd not ready");
-		pc_sleep_ms(20);
-	}
+	e->allotd = pc_allotd_start(args, e->http, e->log);
 }
 
 static void
@@ -94,13 +79,7 @@ env_init(env *e)
 static void
 env_fini(env *e)
 {
-	if (e->allotd > 0) {
-		kill(e->allotd, SIGTERM);
-		if (pc_wait_exit(e->allotd, 5000) < 0) {
-			kill(e->allotd, SIGKILL);
-			pc_wait_exit(e->allotd, 5000);
-		}
-	}
+	pc_allotd_stop(e->allotd, 5000);
 	char cmd[160];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
 	free(pc_shell(cmd));

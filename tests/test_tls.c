@@ -45,10 +45,7 @@ setup(void)
 	    "certificates: %s", out ? out : "(failed)");
 	free(out);
 	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
-	char bin[512], cfg[128], db[128], cert[128], ca[128], log[128],
-	    http[32];
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd",
-	    getenv("ALLOT_BUILD_DIR"));
+	char cfg[128], db[128], cert[128], ca[128], log[128], http[32];
 	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
 	snprintf(db, sizeof db, "%s/a.db", dir);
 	snprintf(cert, sizeof cert, "%s/allotd.pem", dir);
@@ -56,29 +53,16 @@ setup(void)
 	snprintf(log, sizeof log, "%s/allotd.log", dir);
 	int hp = pc_free_port();
 	snprintf(http, sizeof http, "127.0.0.1:%d", hp);
-	char *argv[] = { bin, "--config", cfg, "--db", db, "--listen", url,
+	const char *args[] = { "--config", cfg, "--db", db, "--listen", url,
 		"--http", http, "--tls-cert", cert, "--tls-ca", ca,
 		"--interval-ms", "50", NULL };
-	allotd = pc_spawn(argv, log);
-	uint64_t t0 = pc_now_ms();
-	for (;;) {
-		int st = 0;
-		free(pc_http_get(hp, "/healthz", &st));
-		if (st == 200)
-			break;
-		ck_assert_msg(pc_now_ms() - t0 < 10000, "allotd not ready");
-		pc_sleep_ms(20);
-	}
+	allotd = pc_allotd_start(args, hp, log);
 }
 
 static void
 teardown(void)
 {
-	kill(allotd, SIGTERM);
-	if (pc_wait_exit(allotd, 5000) < 0) {
-		kill(allotd, SIGKILL);
-		pc_wait_exit(allotd, 5000);
-	}
+	pc_allotd_stop(allotd, 5000);
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	free(pc_shell(cmd));
