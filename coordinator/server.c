@@ -10,11 +10,11 @@
  * message per reply).
  */
 #include "server.h"
+#include "arena.h"
 #include "cluster.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
-#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,117 +25,6 @@
 
 #include "authn.h"
 #include "clock.h"
-
-/* ------------------------------------------------------------------ */
-/* arena                                                               */
-/* ------------------------------------------------------------------ */
-
-#define ARENA_MIN (64u * 1024u)
-#define ARENA_KEEP_MAX (16u * 1024u * 1024u)
-
-typedef struct chunk {
-	struct chunk *next;
-	size_t cap;
-	size_t used;
-	alignas(max_align_t) unsigned char data[];
-} chunk;
-
-typedef struct arena {
-	chunk *head; /* the chunk being filled */
-	chunk *base; /* kept across resets */
-	size_t total; /* bytes handed out since the last reset */
-} arena;
-
-static chunk *
-chunk_new(size_t cap)
-{
-	chunk *c = malloc(sizeof *c + cap);
-	if (c == NULL)
-		return NULL;
-	c->next = NULL;
-	c->cap = cap;
-	c->used = 0;
-	return c;
-}
-
-static void *
-arena_alloc(void *arg, size_t size)
-{
-	arena *a = arg;
-	size = (size + alignof(max_align_t) - 1) &
-	    ~(size_t) (alignof(max_align_t) - 1);
-	if (size == 0)
-		size = alignof(max_align_t);
-	chunk *c = a->head;
-	if (c == NULL || c->cap - c->used < size) {
-		size_t cap = c != NULL ? c->cap * 2 : ARENA_MIN;
-		while (cap < size)
-			cap *= 2;
-		chunk *n = chunk_new(cap);
-		if (n == NULL)
-			return NULL;
-		n->next = a->head;
-		a->head = n;
-		if (a->base == NULL)
-			a->base = n;
-		c = n;
-	}
-	void *p = c->data + c->used;
-	c->used += size;
-	a->total += size;
-	return p;
-}
-
-static void
-arena_free(void *arg, void *p)
-{
-	(void) arg;
-	(void) p; /* released all at once by arena_reset() */
-}
-
-/* Release everything; when the last request overflowed the base chunk,
- * replace it with one as large as that request needed (up to a bound),
- * so a steady stream of such requests stops allocating. */
-static void
-arena_reset(arena *a)
-{
-	bool overflowed = a->head != a->base;
-	size_t want = a->total;
-	chunk *c = a->head;
-	while (c != NULL) {
-		chunk *next = c->next;
-		if (c != a->base)
-			free(c);
-		c = next;
-	}
-	a->head = a->base;
-	if (a->base != NULL)
-		a->base->used = 0;
-	if (overflowed && want <= ARENA_KEEP_MAX && a->base != NULL &&
-	    want > a->base->cap) {
-		size_t cap = a->base->cap;
-		while (cap < want)
-			cap *= 2;
-		chunk *n = chunk_new(cap);
-		if (n != NULL) {
-			free(a->base);
-			a->base = a->head = n;
-		}
-	}
-	a->total = 0;
-}
-
-static void
-arena_destroy(arena *a)
-{
-	chunk *c = a->head;
-	while (c != NULL) {
-		chunk *next = c->next;
-		free(c);
-		c = next;
-	}
-	a->head = a->base = NULL;
-}
 
 /* ------------------------------------------------------------------ */
 /* workers                                                             */
@@ -149,7 +38,7 @@ typedef struct worker {
 	nng_ctx ctx;
 	bool ctx_open;
 	wstate state;
-	arena arena;
+	allot__arena arena;
 	ProtobufCAllocator pa;
 } worker;
 
@@ -408,7 +297,7 @@ answer:
 		out.error = &error;
 	}
 	nng_msg *rep = pack(&out);
-	arena_reset(&w->arena);
+	allot__arena_reset(&w->arena);
 	nng_msg_free(req);
 	if (m != NULL) {
 		if (rep != NULL)
@@ -564,8 +453,8 @@ allot__server_start(const allot__server_opts *opts, char *err, size_t errlen,
 	for (size_t i = 0; i < srv->nworkers; i++) {
 		worker *w = &srv->workers[i];
 		w->srv = srv;
-		w->pa.alloc = arena_alloc;
-		w->pa.free = arena_free;
+		w->pa.alloc = allot__arena_alloc;
+		w->pa.free = allot__arena_free;
 		w->pa.allocator_data = &w->arena;
 		if ((rv = nng_aio_alloc(&w->aio, worker_cb, w)) != 0 ||
 		    (rv = nng_ctx_open(&w->ctx, srv->sock)) != 0) {
@@ -647,7 +536,7 @@ allot__server_close(allot__server *srv)
 			 * reply it still owned. */
 			if (w->aio != NULL)
 				nng_aio_free(w->aio);
-			arena_destroy(&w->arena);
+			allot__arena_destroy(&w->arena);
 		}
 	}
 	free(srv->workers);

@@ -25,13 +25,13 @@
 #include "sim.h"
 
 #include <math.h>
-#include <stdalign.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "allot.pb-c.h"
+#include "arena.h"
 #include "bucket.h"
 #include "config.h"
 #include "state.h"
@@ -286,84 +286,6 @@ heap_pop(heap *h)
 	return top;
 }
 
-/* ---- the coordinator's allocator ---- */
-
-/* The coordinator's protobuf-c allocator: a bump arena reset after
- * every message and keeping its largest chunk, as allotd's server
- * (coordinator/server.c) does, so decoding and reply building allocate
- * nothing in the steady state. */
-#define ARENA_MIN (64u * 1024u)
-
-typedef struct chunk {
-	struct chunk *next;
-	size_t cap, used;
-	alignas(max_align_t) unsigned char data[];
-} chunk;
-
-typedef struct arena {
-	chunk *head; /* being filled; older ones follow */
-	size_t total; /* handed out since the last reset */
-} arena;
-
-static void *
-arena_alloc(void *d, size_t size)
-{
-	arena *a = d;
-	size = (size + alignof(max_align_t) - 1) &
-	    ~(size_t) (alignof(max_align_t) - 1);
-	if (size == 0)
-		size = alignof(max_align_t);
-	chunk *c = a->head;
-	if (c == NULL || c->cap - c->used < size) {
-		size_t cap = c != NULL ? c->cap * 2 : ARENA_MIN;
-		while (cap < size)
-			cap *= 2;
-		chunk *n = malloc(sizeof *n + cap);
-		if (n == NULL)
-			return NULL;
-		n->next = c;
-		n->cap = cap;
-		n->used = 0;
-		a->head = c = n;
-	}
-	void *x = c->data + c->used;
-	c->used += size;
-	a->total += size;
-	return x;
-}
-
-static void
-arena_free(void *d, void *p)
-{
-	(void) d;
-	(void) p; /* released all at once by arena_reset() */
-}
-
-/* Keep the newest (largest) chunk only. */
-static void
-arena_reset(arena *a)
-{
-	chunk *c = a->head;
-	if (c == NULL)
-		return;
-	for (chunk *o = c->next; o != NULL;) {
-		chunk *next = o->next;
-		free(o);
-		o = next;
-	}
-	c->next = NULL;
-	c->used = 0;
-	a->total = 0;
-}
-
-static void
-arena_destroy(arena *a)
-{
-	arena_reset(a);
-	free(a->head);
-	a->head = NULL;
-}
-
 /* ---- the run ---- */
 
 typedef struct replica {
@@ -400,7 +322,8 @@ typedef struct engine {
 	heap h;
 	uint64_t rng;
 	allot__state *st;
-	arena arena; /* the coordinator's protobuf-c allocator */
+	allot__arena arena; /* the coordinator's protobuf-c allocator,
+	                       as allotd's server has one per worker */
 	/* convergence */
 	bool conv_pending;
 	uint64_t conv_t0;
@@ -616,7 +539,8 @@ static int
 coord_handle(
     engine *e, const void *buf, size_t len, void **ret, size_t *ret_len)
 {
-	ProtobufCAllocator pa = { arena_alloc, arena_free, &e->arena };
+	ProtobufCAllocator pa = { allot__arena_alloc, allot__arena_free,
+		&e->arena };
 	Allot__V1__Envelope *in = allot__v1__envelope__unpack(&pa, len, buf);
 	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
@@ -665,7 +589,7 @@ coord_handle(
 	void *b = malloc(n ? n : 1);
 	if (b != NULL)
 		allot__v1__envelope__pack(&out, b);
-	arena_reset(&e->arena);
+	allot__arena_reset(&e->arena);
 	if (b == NULL)
 		return ALLOT_ENOMEM;
 	e->bytes += n;
@@ -1128,7 +1052,7 @@ run_allot(engine *e)
 	}
 	allot__state_destroy(e->st);
 	e->st = NULL;
-	arena_destroy(&e->arena);
+	allot__arena_destroy(&e->arena);
 	return e->err;
 }
 
