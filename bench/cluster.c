@@ -96,7 +96,7 @@ static void
 start_member(cluster *c, int i, const char *cfg, const char *tag,
     const char *const *timing)
 {
-	char self[8], db[128];
+	char self[16], db[160];
 	snprintf(self, sizeof self, "m%d", i + 1);
 	snprintf(db, sizeof db, "%s/%s-%s.db", dir, tag, self);
 	snprintf(c->log[i], sizeof c->log[i], "%s/%s-%s.log", dir, tag, self);
