@@ -1661,6 +1661,32 @@ own_quotas(allot__state *st, service *svc, uint64_t now)
 	return changed;
 }
 
+/* A quota being learnt is learnt once every replica of the service has
+ * said what it runs on (each holds a grant here, adopted or made): no
+ * allowance of the previous owner is unknown any more. A placeholder of
+ * a restart, or a replica still reporting the quota elsewhere, keeps the
+ * learning period running to its end. Under the lock, every tick. */
+static void
+learned(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	for (size_t q = 0; st->cl_n > 0 && q < v->nq; q++) {
+		squota *sq = &svc->q[q];
+		if (sq->disowned || now >= sq->learn_until_ns)
+			continue;
+		bool known = svc->nsess > 0;
+		for (uint32_t i = 0; known && i < svc->nsess; i++) {
+			const session *s = svc->sess[i];
+			for (uint32_t k = 0; k < s->nkeys; k++)
+				if (s->keys[k].q == (int32_t) q &&
+				    (s->ghost || isnan(s->keys[k].sent_rate)))
+					known = false;
+		}
+		if (known)
+			sq->learn_until_ns = now;
+	}
+}
+
 static bool
 build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
     Allot__V1__Share ***ret, size_t *ret_n)
@@ -2308,6 +2334,7 @@ allot__state_tick(allot__state *st)
 				    st->o.store, s->id, "expired");
 		}
 		reserve_expired(st, svc, now);
+		learned(st, svc, now);
 		/* The demand-aware allocator follows demand every interval;
 		 * the static split only changes with the replica set. */
 		if (svc->dirty || st->o.policy.kind != ALLOT__ALLOC_STATIC)
@@ -2940,6 +2967,16 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_puts(b, ",\"priority\":");
 			allot__buf_json(
 			    b, priority_name(v, v->q[q]->priority));
+			/* Cluster mode: whether this member owns the quota
+			 * now, and learns it (always owned, not learning,
+			 * for a single coordinator). */
+			allot__buf_printf(b,
+			    ",\"owned\":%s,\"learning\":%s",
+			    sq->disowned ? "false" : "true",
+			    st->cl_n > 0 && !sq->disowned &&
+			            now < sq->learn_until_ns ?
+			        "true" :
+			        "false");
 			allot__buf_puts(b, ",\"sum_rate\":");
 			allot__buf_num(b, sq->granted_rate);
 			allot__buf_puts(b, ",\"sum_burst\":");

@@ -17,6 +17,12 @@ warning, later two more start, and the shares follow the replica count.
 At the end: a summary computed from the database allotd wrote, and the
 sqlite3 commands to audit the run.
 
+With --cluster, allotd runs as three members (m1, m2, m3; each quota owned
+by one, each member with its own SQLite file). The view adds which member
+serves each caller; midway the member that owns checkout is killed with
+SIGKILL and later restarted: its quotas move to the others, which learn
+what the replicas hold, and back. The summary adds up the members' files.
+
 Run through scripts/demo, which installs packages and builds first.
 """
 import argparse
@@ -106,6 +112,10 @@ class Demo:
         self.dir = args.dir or tempfile.mkdtemp(prefix="allot-demo-")
         os.makedirs(self.dir, exist_ok=True)
         self.db = os.path.join(self.dir, "allot.db")
+        # Cluster mode: name -> {"sync", "http", "db"}; the sync URL list
+        # the replicas get (one URL for a single allotd).
+        self.members = {}
+        self.coordinators = None
         self.procs = {}
         self.replicas = {}  # name -> (port, Popen)
         self.events = []
@@ -158,6 +168,7 @@ class Demo:
     def start_allotd(self):
         self.sync_port = free_port()
         self.http_port = free_port()
+        self.coordinators = "tcp://127.0.0.1:%d" % self.sync_port
         self.spawn("allotd", [
             os.path.join(self.build, "coordinator", "allotd"),
             "--config", self.cfg, "--db", self.db,
@@ -165,11 +176,71 @@ class Demo:
             "--http", "127.0.0.1:%d" % self.http_port,
             "--interval-ms", str(INTERVAL_MS), "--expiry-intervals", "5",
             "--lease-ms", "3000"])
+        self.await_http(self.http_port, "allotd")
+
+    def await_http(self, port, name):
         deadline = time.monotonic() + 10
-        while http_json(self.http_port, "/status") is None:
+        while http_json(port, "/status") is None:
             if time.monotonic() > deadline:
-                raise SystemExit("demo: allotd did not start")
+                raise SystemExit("demo: %s did not start; see %s" % (
+                    name, os.path.join(self.dir, name + ".log")))
             time.sleep(0.05)
+
+    # ---- cluster mode ----
+
+    def start_cluster(self):
+        for i in (1, 2, 3):
+            name = "m%d" % i
+            self.members[name] = {
+                "sync": free_port(), "http": free_port(),
+                "db": os.path.join(self.dir, "allot-%s.db" % name)}
+        self.coordinators = ",".join(
+            "%s=tcp://127.0.0.1:%d" % (n, m["sync"])
+            for n, m in self.members.items())
+        for name in self.members:
+            self.start_member(name)
+        self.http_port = self.members["m1"]["http"]
+        self.db = self.members["m1"]["db"]
+
+    def start_member(self, name):
+        m = self.members[name]
+        argv = [os.path.join(self.build, "coordinator", "allotd"),
+                "--config", self.cfg, "--db", m["db"],
+                "--http", "127.0.0.1:%d" % m["http"],
+                "--interval-ms", str(INTERVAL_MS),
+                "--expiry-intervals", "5", "--lease-ms", "3000",
+                "--self", name]
+        for n, o in self.members.items():
+            argv += ["--member", "%s=tcp://127.0.0.1:%d" % (n, o["sync"])]
+        self.spawn(name, argv)
+        self.await_http(m["http"], name)
+
+    def statuses(self):
+        """/status of every member that answers (one allotd: itself)."""
+        if not self.members:
+            st = http_json(self.http_port, "/status")
+            return {"allotd": st} if st else {}
+        out = {}
+        for n, m in self.members.items():
+            p = self.procs.get(n)
+            if p is not None and p.poll() is None:
+                st = http_json(m["http"], "/status")
+                if st:
+                    out[n] = st
+        return out
+
+    def owners(self, sts):
+        """quota identity -> (member, its quota entry of 'orders'),
+        from the member that owns it now."""
+        out = {}
+        for n, st in sts.items():
+            for s in st.get("services", []):
+                if s.get("name") != "orders":
+                    continue
+                for q in s.get("quotas", []):
+                    if q.get("owned", True):
+                        out.setdefault(q["quota"], (n, q, s))
+        return out
 
     def start_replica(self, name):
         port = free_port()
@@ -179,7 +250,7 @@ class Demo:
             "--tls-cert", os.path.join(self.certdir, "server.pem"),
             "--tls-key", os.path.join(self.certdir, "server.key"),
             "--ca", os.path.join(self.certdir, "ca.pem"),
-            "--coordinator", "tcp://127.0.0.1:%d" % self.sync_port,
+            "--coordinator", self.coordinators,
             "--service", "orders", "--replica-id", name,
             "--sync-interval-ms", str(INTERVAL_MS),
             "--export-ms", "0.005"], wait_for="listening on")
@@ -244,15 +315,13 @@ class Demo:
         return None
 
     def frame(self):
-        st = http_json(self.http_port, "/status")
+        sts = self.statuses()
+        st = next(iter(sts.values()), None)
         lg = self.last_stats()
         t = time.monotonic() - self.t0
-        svc = None
-        if st:
-            for s in st.get("services", []):
-                if s.get("name") == "orders":
-                    svc = s
-        quotas = {q["quota"]: q for q in (svc or {}).get("quotas", [])}
+        own = self.owners(sts)
+        svc = next((o[2] for o in own.values()), None)
+        quotas = {ident: o[1] for ident, o in own.items()}
         callers = {c.get("name"): c for c in (lg or {}).get("callers", [])}
         self.history.append({"t": round(t, 1), "status": svc,
                              "loadgen": lg})
@@ -263,9 +332,18 @@ class Demo:
                        t, (st or {}).get("config", {}).get("epoch", "?"),
                        (svc or {}).get("live_replicas", "?"), INTERVAL_MS,
                        self.http_port))
-        out.append("%-10s %8s %8s %9s %8s %9s %10s %8s" % (
+        if self.members:
+            out.append("cluster: %s up" % (", ".join(
+                "%s (%d quotas%s)" % (
+                    n, sum(1 for o in own.values() if o[0] == n),
+                    ", learning" if any(
+                        o[0] == n and o[1].get("learning")
+                        for o in own.values()) else "")
+                for n in sts) or "no member"))
+        out.append("%-10s %8s %8s %9s %8s %9s %10s %8s%s" % (
             "caller", "quota/s", "sent/s", "admit/s", "429/s",
-            "global/s", "error", "(R*T)"))
+            "global/s", "error", "(R*T)",
+            "  member" if self.members else ""))
         for name, c in CALLERS.items():
             ident = c[0] if c[1] is not None else "default"
             q = quotas.get(ident, {})
@@ -277,10 +355,12 @@ class Demo:
             units = (adm - rate) / (rate * INTERVAL_MS / 1000.0) \
                 if rate else 0
             out.append("%-10s %8.0f %8.0f %9.0f %8.0f %9.1f %9.1f%% "
-                       "%8.2f" % (
+                       "%8.2f%s" % (
                            name, rate, last.get("sent", 0),
                            last.get("ok", 0), last.get("denied", 0), adm,
-                           err, units))
+                           err, units,
+                           "  " + own[ident][0] if self.members and
+                           ident in own else ""))
         out.append("shares (tokens/s) per replica:")
         reps = sorted({s["replica_id"] for q in quotas.values()
                        for s in q.get("shares", [])})
@@ -316,10 +396,20 @@ class Demo:
         self.targets = os.path.join(self.dir, "targets.txt")
         self.stats = os.path.join(self.dir, "loadgen.jsonl")
         self.t0 = time.monotonic()
-        self.start_allotd()
-        self.log("allotd up: sync tcp://127.0.0.1:%d, dashboard "
-                 "http://127.0.0.1:%d/, database %s" % (
-                     self.sync_port, self.http_port, self.db))
+        if args.cluster:
+            self.start_cluster()
+            self.log("allotd cluster up: members %s, dashboards %s, "
+                     "databases %s" % (
+                         self.coordinators, ", ".join(
+                             "http://127.0.0.1:%d/" % m["http"]
+                             for m in self.members.values()),
+                         ", ".join(m["db"] for m in
+                                   self.members.values())))
+        else:
+            self.start_allotd()
+            self.log("allotd up: sync tcp://127.0.0.1:%d, dashboard "
+                     "http://127.0.0.1:%d/, database %s" % (
+                         self.sync_port, self.http_port, self.db))
         for i in range(1, 5):
             self.start_replica("replica-%d" % i)
         self.log("4 replicas of the protected service up (mTLS)")
@@ -329,7 +419,9 @@ class Demo:
             "%s %g/s" % (n, c[4] * args.scale) for n, c in
             CALLERS.items()))
         kill_at, add_at = 0.4 * d, 0.65 * d
+        member_kill_at, member_back_at = 0.5 * d, 0.8 * d
         killed = added = False
+        victim = None
         start = time.monotonic()
         while time.monotonic() - start < d:
             time.sleep(1.0)
@@ -349,6 +441,15 @@ class Demo:
                 self.start_replica("replica-6")
                 self.log("started replica-5 and replica-6")
                 added = True
+            if self.members and victim is None and el >= member_kill_at:
+                victim = self.kill_owner(CALLERS["checkout"][0])
+            if self.members and victim and el >= member_back_at:
+                self.start_member(victim)
+                self.log("restarted member %s on its database: it takes "
+                         "its quotas back and learns them for one lease"
+                         % victim)
+                victim = ""
+
             self.frame()
         lg = self.procs["loadgen"]
         try:
@@ -360,14 +461,48 @@ class Demo:
         self.stop_all()
         self.summary(final)
 
+    def kill_owner(self, ident):
+        own = self.owners(self.statuses())
+        name = own.get(ident, ("m1",))[0]
+        p = self.procs.pop(name)
+        p.kill()
+        p.wait()
+        self.log("killed member %s with SIGKILL (it owned %s): the "
+                 "replicas move its quotas to the others, which learn "
+                 "what they hold" % (name, ", ".join(
+                     n for n, c in CALLERS.items()
+                     if own.get(c[0] if c[1] else "default",
+                                ("",))[0] == name)))
+        return name
+
     # ---- the summary, from the database ----
 
-    def sql(self, q):
-        r = subprocess.run(["sqlite3", "-json", self.db, q],
+    def sql(self, q, db=None):
+        r = subprocess.run(["sqlite3", "-json", db or self.db, q],
                            capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
             raise SystemExit("demo: sqlite3 failed: " + r.stderr)
         return json.loads(r.stdout or "[]")
+
+    def usage_per_second(self):
+        """Usage rows per (quota, second); a cluster's members each hold
+        those of the quotas they owned, added up here."""
+        q = ("SELECT quota, at / 1000 AS second, admitted, denied, "
+             "live_replicas FROM usage WHERE service = 'orders' "
+             "ORDER BY at")
+        dbs = [m["db"] for m in self.members.values()] or [self.db]
+        rows = {}
+        for db in dbs:
+            for r in self.sql(q, db):
+                k = (r["quota"], r["second"])
+                if k in rows:
+                    rows[k]["admitted"] += r["admitted"]
+                    rows[k]["denied"] += r["denied"]
+                    rows[k]["live_replicas"] = max(
+                        rows[k]["live_replicas"], r["live_replicas"])
+                else:
+                    rows[k] = dict(r)
+        return [rows[k] for k in sorted(rows, key=lambda k: (k[1], k[0]))]
 
     def summary(self, final_status):
         try:
@@ -376,15 +511,13 @@ class Demo:
         except (OSError, ValueError):
             lgsum = {}
         lgc = {c.get("name"): c for c in lgsum.get("callers", [])}
-        per_sec = self.sql(
-            "SELECT quota, at / 1000 AS second, admitted, denied, "
-            "live_replicas FROM usage WHERE service = 'orders' "
-            "ORDER BY at")
+        per_sec = self.usage_per_second()
         replicas_hist = self.sql(
             "SELECT replica_id, joined_at, left_at, left_why FROM replicas"
             " WHERE service = 'orders' ORDER BY joined_at")
         result = {"dir": self.dir, "db": self.db, "callers": {},
-                  "events": self.events, "replicas": replicas_hist}
+                  "events": self.events, "replicas": replicas_hist,
+                  "dbs": [m["db"] for m in self.members.values()]}
         print()
         print("summary: requests from the load generator; admitted and "
               "denied in tokens (cost-weighted) from allotd's database")
@@ -445,6 +578,10 @@ class Demo:
         ]:
             print('  sqlite3 -readonly -header -column %s "%s"' % (
                 self.db, q))
+        if self.members:
+            print("  %s audit %s   # every member's file at once" % (
+                os.path.join(self.build, "tools", "allotctl"),
+                " ".join(m["db"] for m in self.members.values())))
         print("  (docs/operations.md explains every table and view)")
         if self.args.summary_json:
             with open(self.args.summary_json, "w") as f:
@@ -463,6 +600,9 @@ def main():
     ap.add_argument("--no-live", action="store_true",
                     help="print frames one after another")
     ap.add_argument("--summary-json", help="write the summary here")
+    ap.add_argument("--cluster", action="store_true",
+                    help="three allotd members instead of one; the owner "
+                    "of checkout's quota is killed midway and restarted")
     args = ap.parse_args()
     if args.duration < 8:
         ap.error("--duration must be at least 8 seconds")
