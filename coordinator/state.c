@@ -2967,16 +2967,6 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_puts(b, ",\"priority\":");
 			allot__buf_json(
 			    b, priority_name(v, v->q[q]->priority));
-			/* Cluster mode: whether this member owns the quota
-			 * now, and learns it (always owned, not learning,
-			 * for a single coordinator). */
-			allot__buf_printf(b,
-			    ",\"owned\":%s,\"learning\":%s",
-			    sq->disowned ? "false" : "true",
-			    st->cl_n > 0 && !sq->disowned &&
-			            now < sq->learn_until_ns ?
-			        "true" :
-			        "false");
 			allot__buf_puts(b, ",\"sum_rate\":");
 			allot__buf_num(b, sq->granted_rate);
 			allot__buf_puts(b, ",\"sum_burst\":");
@@ -3011,6 +3001,16 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			allot__buf_num(b, sq->level);
 			allot__buf_puts(b, ",\"demand\":");
 			allot__buf_num(b, sq->demand_sum);
+			/* Cluster mode: whether this member owns the quota
+			 * now, and learns it (always owned, not learning,
+			 * for a single coordinator). */
+			allot__buf_printf(b,
+			    ",\"owned\":%s,\"learning\":%s",
+			    sq->disowned ? "false" : "true",
+			    st->cl_n > 0 && !sq->disowned &&
+			            now < sq->learn_until_ns ?
+			        "true" :
+			        "false");
 			allot__buf_printf(b,
 			    ",\"admitted_total\":%" PRIu64
 			    ",\"denied_total\":%" PRIu64 ",\"shares\":[",
