@@ -246,12 +246,35 @@ schedule(struct member *mb, uint64_t delay_ms)
 	uv_timer_start(&mb->timer, on_timer, delay_ms, 0);
 }
 
+/* Cluster mode: the longest a member is left untried. Its keys are
+ * served by the others meanwhile, but they refuse them as soon as they
+ * see it back, so it must be found back about as soon (a single
+ * coordinator backs off to reconnect_max_ms instead). */
+static uint32_t
+member_retry_ms(const allot_agent *a)
+{
+	uint32_t t = 2 * a->opts.sync_interval_ms;
+	if (t < a->opts.reconnect_min_ms)
+		t = a->opts.reconnect_min_ms;
+	return t < a->opts.reconnect_max_ms ? t : a->opts.reconnect_max_ms;
+}
+
+static uint64_t
+failed_delay_ms(struct member *mb, uint64_t now)
+{
+	uint64_t d = allot__syncc_next_delay_ms(&mb->core, now, false);
+	uint32_t cap = member_retry_ms(mb->s->a);
+	if (mb->mine != NULL && d > cap)
+		d = cap / 2 + allot__mix64(now) % (cap / 2 + 1);
+	return d;
+}
+
 static void
 exchange_failed(struct member *mb, uint64_t now, const char *why)
 {
 	allot__syncc_failed(&mb->core, now, why);
 	member_health(mb, false);
-	schedule(mb, allot__syncc_next_delay_ms(&mb->core, now, false));
+	schedule(mb, failed_delay_ms(mb, now));
 }
 
 static void
@@ -321,7 +344,9 @@ complete(struct member *mb)
 	}
 	member_health(mb, ok);
 	allot__syncc_check_lease(&mb->core, now);
-	schedule(mb, allot__syncc_next_delay_ms(&mb->core, now, ok));
+	schedule(mb,
+	    ok ? allot__syncc_next_delay_ms(&mb->core, now, true) :
+	         failed_delay_ms(mb, now));
 }
 
 static void
@@ -522,7 +547,8 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMINT,
 	    (nng_duration) a->opts.reconnect_min_ms);
 	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMAXT,
-	    (nng_duration) a->opts.reconnect_max_ms);
+	    (nng_duration) (cluster ? member_retry_ms(a) :
+	                              a->opts.reconnect_max_ms));
 	nng_socket_set_ms(
 	    mb->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_socket_set_size(mb->sock, NNG_OPT_RECVMAXSZ, 4u << 20);

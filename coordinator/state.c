@@ -2100,8 +2100,21 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		skey *key = &s->keys[r->key];
 		int32_t q = key->q;
 		if (svc->q[q].disowned) {
-			/* Another member's key in our view: book nothing,
-			 * renew nothing (Reply.not_owner). */
+			/* Another member's key in our view: no allocation
+			 * and no lease for it (Reply.not_owner), but what was
+			 * consumed is recorded, so that the members' files
+			 * add up to everything the agents report. */
+			squota *dq = &svc->q[q];
+			double dlim = f * v->rate[q] * n * window_s +
+			    v->burst[q];
+			if ((double) r->consumed <= dlim &&
+			    (double) r->denied <=
+			        ALLOT__STATE_FLOOD_FACTOR * dlim) {
+				dq->allowed_total += r->consumed;
+				dq->denied_total += r->denied;
+				dq->win_allowed += r->consumed;
+				dq->win_denied += r->denied;
+			}
 			if (not_owner == NULL)
 				not_owner = pa_alloc(
 				    pa, req->n_reports * sizeof *not_owner);
@@ -3004,8 +3017,7 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 			/* Cluster mode: whether this member owns the quota
 			 * now, and learns it (always owned, not learning,
 			 * for a single coordinator). */
-			allot__buf_printf(b,
-			    ",\"owned\":%s,\"learning\":%s",
+			allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
 			    sq->disowned ? "false" : "true",
 			    st->cl_n > 0 && !sq->disowned &&
 			            now < sq->learn_until_ns ?
