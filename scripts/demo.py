@@ -538,13 +538,15 @@ class Demo:
             tot = lgc.get(name, {}).get("total", {})
             req = tot.get("requests", 0)
             # Steady seconds: away from start-up and from every change of
-            # the replica set (one second either side), where transition
-            # costs (a killed replica's share held until it expires, a
-            # newcomer's first interval) do not count.
+            # the replica set (one second before, two after: the load
+            # generator re-reads its target list once a second, so
+            # traffic moves to a newcomer up to a second after it joined),
+            # where transition costs (a killed replica's share held until
+            # it expires, a newcomer's first intervals) do not count.
             steady = [r for i, r in enumerate(rows)
                       if 2 <= i < len(rows) - 1 and
                       all(rows[j]["live_replicas"] == r["live_replicas"]
-                          for j in (i - 1, i + 1))]
+                          for j in (i - 2, i - 1, i + 1))]
             s_adm = sum(r["admitted"] for r in steady)
             s_den = sum(r["denied"] for r in steady)
             print("%-10s %9d %9d %9d %9d %12d %10.2f" % (
