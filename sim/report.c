@@ -11,6 +11,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "json.h"
+
 /* A right-aligned number with `dec` decimals, or "-" for NaN. */
 static void
 num(FILE *f, const char *pre, double v, int width, int dec)
@@ -32,22 +34,6 @@ jnum(FILE *f, double v)
 		fputs("null", f);
 	else
 		fprintf(f, "%.6g", v);
-}
-
-static void
-jstr(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s != NULL && *s != '\0'; s++) {
-		unsigned char c = (unsigned char) *s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
 }
 
 void
@@ -144,7 +130,7 @@ void
 sim_print_json(FILE *f, const sim_result *r)
 {
 	fputs("{\"scenario\":", f);
-	jstr(f, r->scenario);
+	allot__json_fputs(f, r->scenario);
 	fprintf(f, ",\"interval_ms\":%u,\"seed\":%llu,\"duration_s\":",
 	    r->interval_ms, (unsigned long long) r->seed);
 	jnum(f, r->duration_s);
@@ -167,13 +153,13 @@ sim_print_json(FILE *f, const sim_result *r)
 	for (size_t i = 0; i < r->nkeys; i++) {
 		const sim_key *k = &r->keys[i];
 		fputs(i ? ",{\"quota\":" : "{\"quota\":", f);
-		jstr(f, k->identity);
+		allot__json_fputs(f, k->identity);
 		fputs(",\"rate\":", f);
 		jnum(f, k->rate);
 		fputs(",\"burst\":", f);
 		jnum(f, k->burst);
 		fputs(",\"priority\":", f);
-		jstr(f, k->priority);
+		allot__json_fputs(f, k->priority);
 		fputs(",\"offered\":", f);
 		jnum(f, k->offered);
 		fputs(",\"bootstrap\":", f);

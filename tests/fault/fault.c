@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "proto_client.h"
 
 extern char **environ;
@@ -305,22 +306,6 @@ fault_over_rt(uint64_t admitted, uint64_t window_ms)
 /* ---- the report ---- */
 
 static void
-json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s != NULL && *s != '\0'; s++) {
-		unsigned char c = (unsigned char) *s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
-static void
 json_num(FILE *f, double v)
 {
 	if (isnan(v))
@@ -333,18 +318,18 @@ static void
 write_line(FILE *f, const fault_figures *r)
 {
 	fputs("{\"id\":", f);
-	json_str(f, r->id);
+	allot__json_fputs(f, r->id);
 	fputs(",\"fault\":", f);
-	json_str(f, r->fault);
+	allot__json_fputs(f, r->fault);
 	fputs(",\"promised\":", f);
-	json_str(f, r->promised);
+	allot__json_fputs(f, r->promised);
 	fprintf(f, ",\"requests\":%llu,\"failed\":%llu,\"over_rt\":",
 	    (unsigned long long) r->requests, (unsigned long long) r->failed);
 	json_num(f, r->over_rt);
 	fputs(",\"recovery_ms\":", f);
 	json_num(f, r->recovery_ms);
 	fputs(",\"measured\":", f);
-	json_str(f, r->measured);
+	allot__json_fputs(f, r->measured);
 	fputs("}\n", f);
 }
 
