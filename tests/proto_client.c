@@ -434,6 +434,37 @@ pc_wait_exit(pid_t pid, int timeout_ms)
 	}
 }
 
+void
+pc_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	ck_assert_msg(f != NULL, "cannot write %s", path);
+	ck_assert_int_ge(fputs(text, f), 0);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+void
+pc_rm_rf(const char *dir)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
+bool
+pc_log_has_sanitizer_report(const char *log_path)
+{
+	char *text = pc_read_file(log_path);
+	bool dirty = text != NULL &&
+	    (strstr(text, "Sanitizer") != NULL ||
+	        strstr(text, "runtime error:") != NULL);
+	if (dirty)
+		fprintf(stderr, "%s\n", text);
+	free(text);
+	return dirty;
+}
+
 pid_t
 pc_allotd_start(const char *const *args, int http_port, const char *log_path)
 {

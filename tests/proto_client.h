@@ -117,6 +117,16 @@ pid_t pc_allotd_start(
  * killed (or `pid` <= 0). */
 int pc_allotd_stop(pid_t pid, int timeout_ms);
 
+/* Write `text` to `path`, replacing it; fails the test on error. */
+void pc_write_file(const char *path, const char *text);
+/* Remove `dir` and everything below it; says so on stderr when it
+ * cannot. */
+void pc_rm_rf(const char *dir);
+/* True when the log of a process this test spawned holds a sanitizer
+ * report (ASan, UBSan and TSan write theirs to its stderr), which is
+ * then echoed to the test's stderr. */
+bool pc_log_has_sanitizer_report(const char *log_path);
+
 /* Monotonic milliseconds. */
 uint64_t pc_now_ms(void);
 void pc_sleep_ms(unsigned ms);

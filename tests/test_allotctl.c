@@ -92,15 +92,6 @@ typedef struct coord {
 static coord C;
 
 static void
-write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_ge(fputs(text, f), 0);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
-static void
 coord_init(coord *c)
 {
 	memset(c, 0, sizeof *c);
@@ -109,7 +100,7 @@ coord_init(coord *c)
 	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
 	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
 	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	write_text(c->cfg, cfg_good);
+	pc_write_file(c->cfg, cfg_good);
 }
 
 static void
@@ -153,18 +144,9 @@ coord_done(coord *c)
 		c->pid = 0;
 	}
 	/* Sanitizer builds: allotd's own reports end up in its log. */
-	char *log = c->dir[0] != '\0' ? pc_read_file(c->log) : NULL;
-	bool dirty = log != NULL &&
-	    (strstr(log, "Sanitizer") != NULL ||
-	        strstr(log, "runtime error:") != NULL);
-	if (dirty)
-		fprintf(stderr, "%s\n", log);
-	free(log);
+	bool dirty = c->dir[0] != '\0' && pc_log_has_sanitizer_report(c->log);
 	if (c->dir[0] != '\0') {
-		char cmd[256];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", c->dir);
+		pc_rm_rf(c->dir);
 		c->dir[0] = '\0';
 	}
 	if (!at_exit)
@@ -501,7 +483,7 @@ START_TEST(reload_good_and_bad_files)
 	run_free(&r);
 
 	/* A new file: epoch 2, the new rate in force. */
-	write_text(C.cfg, cfg_halved);
+	pc_write_file(C.cfg, cfg_halved);
 	r = ctl("--http", C.http, "reload", NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "epoch 1 -> 2");
@@ -513,7 +495,7 @@ START_TEST(reload_good_and_bad_files)
 
 	/* A bad file is reported with the loader's position, and allotd is
 	 * not even signalled. */
-	write_text(C.cfg, cfg_bad);
+	pc_write_file(C.cfg, cfg_bad);
 	r = ctl("--http", C.http, "reload", NULL);
 	ck_assert_int_eq(r.status, 1);
 	char where[256];
@@ -540,11 +522,11 @@ START_TEST(reload_good_and_bad_files)
 	    1);
 
 	/* The same through a pid file. */
-	write_text(C.cfg, cfg_good);
+	pc_write_file(C.cfg, cfg_good);
 	char pidfile[256], pidtext[32];
 	snprintf(pidfile, sizeof pidfile, "%s/allotd.pid", C.dir);
 	snprintf(pidtext, sizeof pidtext, "%d\n", (int) C.pid);
-	write_text(pidfile, pidtext);
+	pc_write_file(pidfile, pidtext);
 	r = ctl("--http", C.http, "reload", "--pid-file", pidfile, NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "epoch 2 -> 3");
@@ -618,7 +600,7 @@ START_TEST(check_config_sizing)
 	/* A bad file: the loader's FILE:LINE:COL message, exit 1. */
 	char bad[256];
 	snprintf(bad, sizeof bad, "%s/bad.yaml", dir);
-	write_text(bad, cfg_bad);
+	pc_write_file(bad, cfg_bad);
 	r = ctl("check-config", bad, NULL);
 	ck_assert_int_eq(r.status, 1);
 	char want[512];

@@ -112,19 +112,7 @@ suite_setup(void)
 static void
 suite_teardown(void)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", base_dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", base_dir);
-}
-
-static void
-write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_eq(fputs(text, f) >= 0, 1);
-	ck_assert_int_eq(fclose(f), 0);
+	pc_rm_rf(base_dir);
 }
 
 static void
@@ -137,10 +125,7 @@ cleanup_at_exit(void)
 		kill(c->pid, SIGKILL);
 		pc_wait_exit(c->pid, 2000);
 	}
-	char cmd[256];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", c->dir);
+	pc_rm_rf(c->dir);
 	live_coord = NULL;
 }
 
@@ -155,7 +140,7 @@ coord_init(coord *c, const char *cfg_text)
 	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
 	snprintf(c->sock, sizeof c->sock, "%s/allotd.sock", c->dir);
 	snprintf(c->ipc, sizeof c->ipc, "ipc://%s", c->sock);
-	write_text(c->cfg, cfg_text);
+	pc_write_file(c->cfg, cfg_text);
 	live_coord = c;
 	static bool registered;
 	if (!registered) {
@@ -222,8 +207,6 @@ coord_stop(coord *c, int sig, int timeout_ms)
 	return ex;
 }
 
-static bool log_contains(const coord *c, const char *needle);
-
 static void
 coord_done(coord *c)
 {
@@ -233,13 +216,7 @@ coord_done(coord *c)
 		c->pid = 0;
 	}
 	/* Sanitizer builds: allotd's own reports end up in its log. */
-	bool dirty = log_contains(c, "Sanitizer") ||
-	    log_contains(c, "runtime error:");
-	if (dirty) {
-		char *text = pc_read_file(c->log);
-		fprintf(stderr, "%s\n", text != NULL ? text : "");
-		free(text);
-	}
+	bool dirty = pc_log_has_sanitizer_report(c->log);
 	cleanup_at_exit();
 	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
 }
@@ -697,7 +674,7 @@ START_TEST(test_reload)
 	ck_assert_double_eq_tol(r.rate[1], RA, EPS);
 
 	/* A bad file: the loader's precise error, the old config kept. */
-	write_text(c.cfg, cfg_bad);
+	pc_write_file(c.cfg, cfg_bad);
 	kill(c.pid, SIGHUP);
 	uint64_t t0 = pc_now_ms();
 	while (!log_contains(&c, "ALLOTD-RELOAD-FAIL")) {
@@ -715,7 +692,7 @@ START_TEST(test_reload)
 	    metric(&c, "allotd_config_reloads_total{result=\"fail\"}"), 1);
 
 	/* A good file: new epoch, new shares on the next sync. */
-	write_text(c.cfg, cfg_halved);
+	pc_write_file(c.cfg, cfg_halved);
 	kill(c.pid, SIGHUP);
 	t0 = pc_now_ms();
 	for (;;) {

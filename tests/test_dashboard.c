@@ -73,15 +73,6 @@ typedef struct coord {
 static coord C;
 
 static void
-write_text(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_ge(fputs(text, f), 0);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
-static void
 coord_start(coord *c)
 {
 	memset(c, 0, sizeof *c);
@@ -90,7 +81,7 @@ coord_start(coord *c)
 	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
 	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
 	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	write_text(c->cfg, cfg_text);
+	pc_write_file(c->cfg, cfg_text);
 	int port = pc_free_port();
 	c->http = pc_free_port();
 	ck_assert_int_gt(port, 0);
@@ -117,18 +108,9 @@ coord_stop(coord *c)
 		c->pid = 0;
 	}
 	/* Sanitizer builds: allotd's own reports end up in its log. */
-	char *log = c->dir[0] != '\0' ? pc_read_file(c->log) : NULL;
-	bool dirty = log != NULL &&
-	    (strstr(log, "Sanitizer") != NULL ||
-	        strstr(log, "runtime error:") != NULL);
-	if (dirty)
-		fprintf(stderr, "%s\n", log);
-	free(log);
+	bool dirty = c->dir[0] != '\0' && pc_log_has_sanitizer_report(c->log);
 	if (c->dir[0] != '\0') {
-		char cmd[256];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", c->dir);
+		pc_rm_rf(c->dir);
 		c->dir[0] = '\0';
 	}
 	if (!at_exit)

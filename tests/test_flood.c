@@ -76,10 +76,7 @@ cleanup_at_exit(void)
 		pc_wait_exit(c->pid, 2000);
 		c->pid = 0;
 	}
-	char cmd[256];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", c->dir);
+	pc_rm_rf(c->dir);
 	live_coord = NULL;
 }
 
@@ -133,13 +130,7 @@ coord_start(coord *c, const char *const *extra)
 static void
 coord_done(coord *c)
 {
-	char *text = pc_read_file(c->log);
-	bool dirty = text != NULL &&
-	    (strstr(text, "Sanitizer") != NULL ||
-	        strstr(text, "runtime error:") != NULL);
-	if (dirty)
-		fprintf(stderr, "%s\n", text);
-	free(text);
+	bool dirty = pc_log_has_sanitizer_report(c->log);
 	cleanup_at_exit();
 	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
 }

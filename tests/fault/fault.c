@@ -66,9 +66,7 @@ fault_env_fini(fault_env *e)
 		fprintf(stderr, "fault: kept %s\n", e->dir);
 		return;
 	}
-	char cmd[160];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-	free(pc_shell(cmd));
+	pc_rm_rf(e->dir);
 }
 
 /* fork + execve with extra environment, output appended to the log. The
