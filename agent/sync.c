@@ -36,9 +36,9 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
-#include <nng/supplemental/tls/tls.h>
 #include <uv.h>
 
+#include "dial.h"
 #include "rendezvous.h"
 
 enum phase { IDLE, SENDING, RECEIVING };
@@ -463,46 +463,19 @@ sync_free(struct allot__sync *s)
 	free(s);
 }
 
-/* Dial `url` in the background (nng reconnects by itself). tls+tcp://
- * gets a client TLS configuration that verifies allotd against the CA
- * and presents this replica's certificate. */
+/* Dial `url` (dial.h) with this replica's TLS files; plain TCP is
+ * logged as fit for local use only. */
 static int
 dial(allot_agent *a, nng_socket sock, const char *url)
 {
-	if (strncmp(url, "tls+tcp", 7) != 0) {
-		if (strncmp(url, "tcp://", 6) == 0)
-			allot__log(&a->log, ALLOT_LOG_NOTICE,
-			    "ALLOT-SYNC-PLAIN",
-			    "coordinator %s over plain TCP: local use only, "
-			    "use tls+tcp:// across hosts",
-			    url);
-		return nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK);
-	}
+	if (strncmp(url, "tcp://", 6) == 0)
+		allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-SYNC-PLAIN",
+		    "coordinator %s over plain TCP: local use only, "
+		    "use tls+tcp:// across hosts",
+		    url);
 	const allot_agent_options *o = &a->opts;
-	if (o->tls_ca_file == NULL)
-		return NNG_EINVAL;
-	nng_tls_config *cfg;
-	nng_dialer d;
-	int rv;
-	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) != 0)
-		return rv;
-	if ((rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
-	    (o->tls_cert_key_file != NULL &&
-	        (rv = nng_tls_config_cert_key_file(
-	             cfg, o->tls_cert_key_file, NULL)) != 0) ||
-	    (o->tls_server_name != NULL &&
-	        (rv = nng_tls_config_server_name(cfg, o->tls_server_name)) !=
-	            0) ||
-	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
-	        0 ||
-	    (rv = nng_dialer_create(&d, sock, url)) != 0 ||
-	    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
-	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
-		nng_tls_config_free(cfg);
-		return rv;
-	}
-	nng_tls_config_free(cfg); /* the dialer holds its own reference */
-	return 0;
+	return allot__dial(sock, url, o->tls_ca_file, o->tls_cert_key_file,
+	    o->tls_server_name);
 }
 
 /* Over mutual TLS, prove in every Register that this replica holds its

@@ -21,9 +21,9 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
-#include <nng/supplemental/tls/tls.h>
 
 #include "clock.h"
+#include "dial.h"
 #include "server.h"
 
 enum { IDLE, SENDING, RECEIVING };
@@ -391,28 +391,8 @@ peer_open(allot__cluster *c, size_t i)
 	    (rv = nng_pipe_notify(
 	         p->sock, NNG_PIPE_EV_REM_POST, pipe_cb, p)) != 0)
 		return rv;
-	if (strncmp(p->m->url, "tls+tcp", 7) != 0)
-		return nng_dial(p->sock, p->m->url, NULL, NNG_FLAG_NONBLOCK);
-	if (c->o.tls_ca_file == NULL)
-		return NNG_EINVAL;
-	nng_tls_config *cfg;
-	nng_dialer d;
-	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) != 0)
-		return rv;
-	if ((rv = nng_tls_config_ca_file(cfg, c->o.tls_ca_file)) != 0 ||
-	    (c->o.tls_cert_key_file != NULL &&
-	        (rv = nng_tls_config_cert_key_file(
-	             cfg, c->o.tls_cert_key_file, NULL)) != 0) ||
-	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
-	        0 ||
-	    (rv = nng_dialer_create(&d, p->sock, p->m->url)) != 0 ||
-	    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
-	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
-		nng_tls_config_free(cfg);
-		return rv;
-	}
-	nng_tls_config_free(cfg);
-	return 0;
+	return allot__dial(p->sock, p->m->url, c->o.tls_ca_file,
+	    c->o.tls_cert_key_file, NULL);
 }
 
 static void

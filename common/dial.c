@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* Dialling a coordinator, plain or over mutual TLS (dial.h). */
+#include "dial.h"
+
+#include <string.h>
+
+#include <nng/supplemental/tls/tls.h>
+
+int
+allot__dial(nng_socket sock, const char *url, const char *ca_file,
+    const char *cert_key_file, const char *server_name)
+{
+	if (strncmp(url, "tls+tcp", 7) != 0)
+		return nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK);
+	if (ca_file == NULL)
+		return NNG_EINVAL;
+	nng_tls_config *cfg;
+	nng_dialer d;
+	int rv;
+	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) != 0)
+		return rv;
+	if ((rv = nng_tls_config_ca_file(cfg, ca_file)) != 0 ||
+	    (cert_key_file != NULL &&
+	        (rv = nng_tls_config_cert_key_file(
+	             cfg, cert_key_file, NULL)) != 0) ||
+	    (server_name != NULL &&
+	        (rv = nng_tls_config_server_name(cfg, server_name)) != 0) ||
+	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
+	        0 ||
+	    (rv = nng_dialer_create(&d, sock, url)) != 0 ||
+	    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
+	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+		nng_tls_config_free(cfg);
+		return rv;
+	}
+	nng_tls_config_free(cfg); /* the dialer holds its own reference */
+	return 0;
+}
