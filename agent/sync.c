@@ -67,11 +67,9 @@ struct member {
 	nng_msg *reply;
 	uint32_t fails; /* consecutive failed exchanges */
 	_Atomic bool down; /* read by allot_sync_stats_get() */
-	/* Connections (nng pipes) to the member, kept by a pipe callback:
-	 * a member whose connection dropped (a killed process) fails its
-	 * exchange at once rather than after the request timeout. */
-	_Atomic int pipes;
-	_Atomic bool was_connected;
+	/* Cluster mode: a member whose connection dropped (a killed
+	 * process) fails its exchange at once rather than at its timeout. */
+	allot__link link;
 };
 
 struct allot__sync {
@@ -130,22 +128,6 @@ aio_cb(void *arg)
 	}
 	mb->reply = rv == 0 ? nng_aio_get_msg(mb->aio) : NULL;
 	post(mb, rv);
-}
-
-/* A connection to the member came or went (nng thread). Only counted
- * here: nng does not support aio operations from pipe callbacks; the
- * loop's watch (on_timer) acts on it. */
-static void
-pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-	(void) p;
-	struct member *mb = arg;
-	if (ev == NNG_PIPE_EV_ADD_POST) {
-		atomic_fetch_add(&mb->pipes, 1);
-		atomic_store(&mb->was_connected, true);
-	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		atomic_fetch_sub(&mb->pipes, 1);
-	}
 }
 
 /* Cluster mode: while an exchange is in flight, look every half
@@ -285,8 +267,7 @@ start_exchange(struct member *mb)
 	void *buf;
 	size_t len;
 	nng_msg *m;
-	if (mb->mine != NULL && atomic_load(&mb->was_connected) &&
-	    atomic_load(&mb->pipes) == 0) {
+	if (mb->mine != NULL && allot__link_lost(&mb->link)) {
 		exchange_failed(mb, now, "connection lost");
 		return;
 	}
@@ -370,8 +351,7 @@ on_timer(uv_timer_t *t)
 		if (mb->mine == NULL)
 			return;
 		/* The watch: its completion re-arms the timer. */
-		if (atomic_load(&mb->was_connected) &&
-		    atomic_load(&mb->pipes) == 0)
+		if (allot__link_lost(&mb->link))
 			nng_aio_cancel(mb->aio);
 		else
 			schedule(mb, watch_ms(mb));
@@ -528,11 +508,7 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	if (nng_ctx_open(&mb->ctx, mb->sock) != 0 ||
 	    nng_aio_alloc(&mb->aio, aio_cb, mb) != 0)
 		return ALLOT_ENOMEM;
-	if (cluster &&
-	    (nng_pipe_notify(mb->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, mb) !=
-	            0 ||
-	        nng_pipe_notify(mb->sock, NNG_PIPE_EV_REM_POST, pipe_cb, mb) !=
-	            0))
+	if (cluster && allot__link_watch(mb->sock, &mb->link) != 0)
 		return ALLOT_ENOMEM;
 	int rv = dial(a, mb->sock, mb->m.url);
 	if (rv != 0) {

@@ -36,3 +36,25 @@ allot__dial(nng_socket sock, const char *url, const char *ca_file,
 	nng_tls_config_free(cfg); /* the dialer holds its own reference */
 	return 0;
 }
+
+static void
+link_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	(void) p;
+	allot__link *l = arg;
+	if (ev == NNG_PIPE_EV_ADD_POST) {
+		atomic_fetch_add(&l->pipes, 1);
+		atomic_store(&l->was_connected, true);
+	} else if (ev == NNG_PIPE_EV_REM_POST) {
+		atomic_fetch_sub(&l->pipes, 1);
+	}
+}
+
+int
+allot__link_watch(nng_socket sock, allot__link *l)
+{
+	int rv = nng_pipe_notify(sock, NNG_PIPE_EV_ADD_POST, link_cb, l);
+	return rv != 0 ?
+	    rv :
+	    nng_pipe_notify(sock, NNG_PIPE_EV_REM_POST, link_cb, l);
+}

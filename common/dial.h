@@ -6,6 +6,9 @@
 #ifndef ALLOT_COMMON_DIAL_H
 #define ALLOT_COMMON_DIAL_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include <nng/nng.h>
 
 /* Dial `url` on `sock` in the background (nng reconnects by itself). A
@@ -16,5 +19,25 @@
  * tls+tcp:// without a CA. */
 int allot__dial(nng_socket sock, const char *url, const char *ca_file,
     const char *cert_key_file, const char *server_name);
+
+/* Whether a socket's peer is there: its connections (nng pipes), counted
+ * by a pipe callback (on nng's threads; it does nothing else, since nng
+ * supports no aio operation from there). A peer that was connected and
+ * has no connection left is gone (a killed process): a request in
+ * flight to it will not be answered, and the next can fail at once. */
+typedef struct allot__link {
+	_Atomic int pipes;
+	_Atomic bool was_connected;
+} allot__link;
+
+/* Start counting `sock`'s connections into `l` (zeroed). Returns 0 or an
+ * nng error. */
+int allot__link_watch(nng_socket sock, allot__link *l);
+
+static inline bool
+allot__link_lost(allot__link *l)
+{
+	return atomic_load(&l->was_connected) && atomic_load(&l->pipes) == 0;
+}
 
 #endif

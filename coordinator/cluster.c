@@ -39,8 +39,7 @@ typedef struct peer {
 	_Atomic bool done;
 	int result; /* written by the nng thread before `done` */
 	nng_msg *reply;
-	_Atomic int pipes;
-	_Atomic bool was_connected;
+	allot__link link; /* its connections: gone when killed */
 	/* loop thread */
 	uint32_t fails;
 	bool down;
@@ -92,19 +91,6 @@ probe_cb(void *arg)
 	p->reply = rv == 0 ? nng_aio_get_msg(p->aio) : NULL;
 	p->result = rv;
 	atomic_store_explicit(&p->done, true, memory_order_release);
-}
-
-static void
-pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
-{
-	(void) np;
-	peer *p = arg;
-	if (ev == NNG_PIPE_EV_ADD_POST) {
-		atomic_fetch_add(&p->pipes, 1);
-		atomic_store(&p->was_connected, true);
-	} else if (ev == NNG_PIPE_EV_REM_POST) {
-		atomic_fetch_sub(&p->pipes, 1);
-	}
 }
 
 /* ---- what a peer says ---- */
@@ -347,13 +333,11 @@ on_timer(uv_timer_t *t)
 		if (atomic_load(&p->phase) != IDLE) {
 			/* In flight, within its timeout; but a peer whose
 			 * connection is gone will not answer it. */
-			if (atomic_load(&p->was_connected) &&
-			    atomic_load(&p->pipes) == 0)
+			if (allot__link_lost(&p->link))
 				nng_aio_cancel(p->aio);
 			continue;
 		}
-		if (atomic_load(&p->was_connected) &&
-		    atomic_load(&p->pipes) == 0) {
+		if (allot__link_lost(&p->link)) {
 			/* Connected once, not now: fails at once. */
 			p->result = NNG_ECLOSED;
 			atomic_store(&p->done, true);
@@ -386,10 +370,7 @@ peer_open(allot__cluster *c, size_t i)
 	    p->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	if ((rv = nng_ctx_open(&p->ctx, p->sock)) != 0 ||
 	    (rv = nng_aio_alloc(&p->aio, probe_cb, p)) != 0 ||
-	    (rv = nng_pipe_notify(
-	         p->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, p)) != 0 ||
-	    (rv = nng_pipe_notify(
-	         p->sock, NNG_PIPE_EV_REM_POST, pipe_cb, p)) != 0)
+	    (rv = allot__link_watch(p->sock, &p->link)) != 0)
 		return rv;
 	return allot__dial(p->sock, p->m->url, c->o.tls_ca_file,
 	    c->o.tls_cert_key_file, NULL);
