@@ -97,8 +97,7 @@ now_ns(const allot_agent *a)
 static uint32_t
 request_timeout_ms(const allot_agent *a)
 {
-	uint32_t t = a->opts.sync_interval_ms * 2;
-	return t < 250 ? 250 : t > 2000 ? 2000 : t;
+	return allot__exchange_timeout_ms(a->opts.sync_interval_ms);
 }
 
 /* ---- completion, on an nng thread ---- */

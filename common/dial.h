@@ -8,8 +8,20 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include <nng/nng.h>
+
+/* How long one request/reply exchange with a coordinator (or a member's
+ * probe of another) may take at sync interval T before it counts as
+ * failed: 2 T, at least 250 ms, at most 2 s. allotd's lease arithmetic
+ * (coordinator/state.c) assumes the agents use exactly this. */
+static inline uint32_t
+allot__exchange_timeout_ms(uint32_t interval_ms)
+{
+	uint32_t t = interval_ms * 2;
+	return t < 250 ? 250 : t > 2000 ? 2000 : t;
+}
 
 /* Dial `url` on `sock` in the background (nng reconnects by itself). A
  * tls+tcp:// URL gets a client TLS configuration that verifies the peer

@@ -70,8 +70,7 @@ struct allot__cluster {
 static uint32_t
 probe_timeout_ms(const allot__cluster *c)
 {
-	uint32_t t = c->o.interval_ms * 2;
-	return t < 250 ? 250 : t > 2000 ? 2000 : t;
+	return allot__exchange_timeout_ms(c->o.interval_ms);
 }
 
 /* ---- nng threads ---- */

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "dial.h"
 #include "hash.h"
 #include "rendezvous.h"
 
@@ -168,6 +169,7 @@ typedef struct squota {
 	 * what the agents report they hold until learn_until_ns. */
 	bool disowned;
 	uint64_t learn_until_ns;
+	bool unheard; /* learned(): some replica holds nothing from us */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -250,7 +252,6 @@ struct allot__state {
 	bool cl_cut_off; /* no increases, static ownership */
 	uint64_t cl_learn_ns; /* learning period: lease + 2 intervals */
 	uint64_t cl_boot_until_ns; /* every owned quota learns until */
-	bool room_hold; /* grant(): no increase (learning, cut off) */
 };
 
 /* Monotonic differences never wrap: a timestamp taken by another thread
@@ -826,10 +827,11 @@ lease_at(const allot__state *st, uint64_t sent_ns, uint64_t acked_ns,
 	 * it runs on its bootstrap allowance, a term of its own), no later
 	 * than the last we sent plus its travel. And an agent notices the
 	 * end of its lease between exchanges only, up to one request
-	 * timeout late (agent/sync.c: 2 T, 250 ms to 2 s). */
+	 * timeout late (allot__exchange_timeout_ms: 2 T, 250 ms to 2 s). */
 	uint64_t lease = (uint64_t) st->o.lease_ms * 1000000u;
-	double to = 2 * interval_s;
-	to = to < 0.25 ? 0.25 : to > 2.0 ? 2.0 : to;
+	double to = allot__exchange_timeout_ms(
+	                (uint32_t) lround(interval_s * 1e3)) /
+	    1e3;
 	if (acked_ns == 0)
 		acked_ns = sent_ns;
 	if (sent_ns == 0 || now < acked_ns + lease)
@@ -1216,11 +1218,14 @@ recompute(allot__state *st, service *svc, uint64_t now)
 
 /* Move the grant of one key toward its target: a decrease at once, an
  * increase only as far as the quota's headroom allows, so the grants of
- * the quota never sum above R (rate) or B (burst). Returns true when the
- * grant changed (the key belongs in the Reply); *ret_short is set when
- * the grant is still below the target. Under the lock. */
+ * the quota never sum above R (rate) or B (burst); with `hold` (a key
+ * being learnt, or a member cut off), or st->hold, no increase at all.
+ * Returns true when the grant changed (the key belongs in the Reply);
+ * *ret_short is set when the grant is still below the target. Under the
+ * lock. */
 static bool
-grant(allot__state *st, service *svc, session *s, skey *key, bool *ret_short)
+grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
+    bool *ret_short)
 {
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
@@ -1239,7 +1244,7 @@ grant(allot__state *st, service *svc, session *s, skey *key, bool *ret_short)
 		room_r = C - svc->held_total;
 	room_r -= sq->reserved_rate;
 	room_b -= sq->reserved_burst;
-	if (st->hold || st->room_hold)
+	if (st->hold || hold)
 		room_r = room_b = 0;
 	double gr = key->rate <= held_r ?
 	    key->rate :
@@ -1670,19 +1675,20 @@ static void
 learned(allot__state *st, service *svc, uint64_t now)
 {
 	const cfgv *v = st->cur;
-	for (size_t q = 0; st->cl_n > 0 && q < v->nq; q++) {
+	if (st->cl_n == 0 || svc->nsess == 0)
+		return;
+	for (size_t q = 0; q < v->nq; q++)
+		svc->q[q].unheard = false;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		const session *s = svc->sess[i];
+		for (uint32_t k = 0; k < s->nkeys; k++)
+			if (s->keys[k].q >= 0 &&
+			    (s->ghost || isnan(s->keys[k].sent_rate)))
+				svc->q[s->keys[k].q].unheard = true;
+	}
+	for (size_t q = 0; q < v->nq; q++) {
 		squota *sq = &svc->q[q];
-		if (sq->disowned || now >= sq->learn_until_ns)
-			continue;
-		bool known = svc->nsess > 0;
-		for (uint32_t i = 0; known && i < svc->nsess; i++) {
-			const session *s = svc->sess[i];
-			for (uint32_t k = 0; k < s->nkeys; k++)
-				if (s->keys[k].q == (int32_t) q &&
-				    (s->ghost || isnan(s->keys[k].sent_rate)))
-					known = false;
-		}
-		if (known)
+		if (!sq->disowned && now < sq->learn_until_ns && !sq->unheard)
 			sq->learn_until_ns = now;
 	}
 }
@@ -1715,13 +1721,12 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 		const squota *sq = &s->svc->q[key->q];
 		if (sq->disowned)
 			continue;
-		st->room_hold = st->cl_n > 0 &&
+		bool hold = st->cl_n > 0 &&
 		    (st->cl_cut_off || now < sq->learn_until_ns);
-		if (st->room_hold && isnan(key->sent_rate))
+		if (hold && isnan(key->sent_rate))
 			continue;
 		bool is_short;
-		bool changed = grant(st, s->svc, s, key, &is_short);
-		st->room_hold = false;
+		bool changed = grant(st, s->svc, s, key, hold, &is_short);
 		s->pending += is_short;
 		if (!changed && !all && !key->force_share)
 			continue;
