@@ -21,14 +21,6 @@
 	"img-src 'self' data:; base-uri 'none'; form-action 'none'; " \
 	"frame-ancestors 'none'"
 
-const unsigned char *
-allot__dashboard_page(size_t *ret_len)
-{
-	if (ret_len != NULL)
-		*ret_len = allot__dashboard_html_len;
-	return allot__dashboard_html;
-}
-
 void
 allot__dashboard_serve(nng_aio *aio)
 {

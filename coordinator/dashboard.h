@@ -9,8 +9,6 @@
 #ifndef ALLOT_COORDINATOR_DASHBOARD_H
 #define ALLOT_COORDINATOR_DASHBOARD_H
 
-#include <stddef.h>
-
 #include <nng/nng.h>
 
 /* nng HTTP handler callback (nng_http_handler_alloc) for GET /: answers
@@ -18,9 +16,5 @@
  * its own origin (and nothing else: no scripts, styles, fonts or images
  * from anywhere), and no caching. Any nng thread. */
 void allot__dashboard_serve(nng_aio *aio);
-
-/* The embedded page, for tests: its bytes (not NUL-terminated) and
- * length. */
-const unsigned char *allot__dashboard_page(size_t *ret_len);
 
 #endif

@@ -364,16 +364,3 @@ allot__peerlimit_stats_get(allot__peerlimit *pl, allot__peerlimit_stats *ret)
 		pthread_mutex_unlock(&sh->mu);
 	}
 }
-
-void
-allot__peerlimit_budget(const allot__peerlimit *pl, allot__peer_budget budget,
-    double *ret_rate, double *ret_burst)
-{
-	if (pl == NULL || !pl->on[budget]) {
-		*ret_rate = 0;
-		*ret_burst = 0;
-		return;
-	}
-	*ret_rate = pl->a[budget].rate;
-	*ret_burst = pl->a[budget].burst;
-}

@@ -106,8 +106,4 @@ typedef struct allot__peerlimit_stats {
 void allot__peerlimit_stats_get(
     allot__peerlimit *pl, allot__peerlimit_stats *ret);
 
-/* The configured budget (rate 0: disabled). */
-void allot__peerlimit_budget(const allot__peerlimit *pl,
-    allot__peer_budget budget, double *ret_rate, double *ret_burst);
-
 #endif
