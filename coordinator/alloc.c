@@ -81,14 +81,17 @@ fit_sum(double *base, size_t stride, size_t n, double total)
 }
 
 /* The water level x with sum_i min(c_i, w_i x) = total, for
- * sum_i c_i >= total (max-min fair: everyone below the level keeps its
- * claim, the others get the level). w == NULL means w_i = 1; an item
- * with c_i = w_i = 0 takes no part. Each pass pins the claims at or
- * below the current level; the level only rises, so at most n + 1
- * passes (a handful in practice). */
+ * sum_i c_i >= total (`cap`, max-min fair: everyone below the level keeps
+ * its claim, the others get the level), or with sum_i max(c_i, w_i x) =
+ * total, for sum_i c_i <= total (!`cap`: everyone is raised to the level,
+ * those above keep their own). w == NULL means w_i = 1; an item with
+ * c_i = w_i = 0 takes no part. Each pass pins the claims on the fixed
+ * side of the current level. The level moves one way only (up from
+ * total / sum w under `cap`, down otherwise), so at most n + 1 passes (a
+ * handful in practice). */
 static double
-level_cap(const double *c, size_t cs, const double *w, size_t ws, size_t n,
-    double total)
+level(const double *c, size_t cs, const double *w, size_t ws, size_t n,
+    double total, bool cap)
 {
 	double sw = 0;
 	for (size_t i = 0; i < n; i++)
@@ -101,52 +104,33 @@ level_cap(const double *c, size_t cs, const double *w, size_t ws, size_t n,
 		for (size_t i = 0; i < n; i++) {
 			double wi = w != NULL ? AT(w, ws, i) : 1.0;
 			double ci = AT(c, cs, i);
-			if (ci <= wi * x)
+			if (cap ? ci <= wi * x : ci >= wi * x)
 				fixed += ci;
 			else
 				free_w += wi;
 		}
 		if (!(free_w > 0))
-			return x;
+			return cap ? x : 0;
 		double nx = (total - fixed) / free_w;
-		if (!(nx > x))
+		if (cap ? !(nx > x) : !(nx < x))
 			return x;
-		x = nx;
+		x = !cap && nx < 0 ? 0 : nx;
 	}
 	return x;
 }
 
-/* The level x with sum_i max(m_i, w_i x) = total, for sum_i m_i <= total
- * (everyone is raised to the level, those above keep their own). The
- * level only falls from total / sum w. */
+static double
+level_cap(const double *c, size_t cs, const double *w, size_t ws, size_t n,
+    double total)
+{
+	return level(c, cs, w, ws, n, total, true);
+}
+
 static double
 level_floor(const double *m, size_t ms, const double *w, size_t ws, size_t n,
     double total)
 {
-	double sw = 0;
-	for (size_t i = 0; i < n; i++)
-		sw += w != NULL ? AT(w, ws, i) : 1.0;
-	if (!(sw > 0))
-		return 0;
-	double x = total / sw;
-	for (size_t pass = 0; pass <= n; pass++) {
-		double fixed = 0, free_w = 0;
-		for (size_t i = 0; i < n; i++) {
-			double wi = w != NULL ? AT(w, ws, i) : 1.0;
-			double mi = AT(m, ms, i);
-			if (mi >= wi * x)
-				fixed += mi;
-			else
-				free_w += wi;
-		}
-		if (!(free_w > 0))
-			return 0;
-		double nx = (total - fixed) / free_w;
-		if (!(nx < x))
-			return x;
-		x = nx < 0 ? 0 : nx;
-	}
-	return x;
+	return level(m, ms, w, ws, n, total, false);
 }
 
 static void
