@@ -983,7 +983,7 @@ main(int argc, char **argv)
 		goto out_loop;
 	}
 	if (http_addr != NULL &&
-	    allot__http_start(http_addr, d.state, &d.metrics, d.cluster, &d.lg,
+	    allot__http_start(http_addr, NULL, d.state, &d.metrics, d.cluster, &d.lg,
 	        err, sizeof err, &d.http) != ALLOT_OK) {
 		allot__log(
 		    &d.lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);

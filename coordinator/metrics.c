@@ -328,6 +328,13 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    "Messages charged to the shared overflow budget because the "
 	    "flood-control table was full of busy peers.",
 	    ld(&m->peer_overflow));
+	counter(b, "allotd_http_connections_total",
+	    "Connections accepted by the HTTP listener.",
+	    ld(&m->http_connections));
+	counter(b, "allotd_http_refused_total",
+	    "HTTP connections refused at a cap (--http-max-connections, "
+	    "--http-max-per-address).",
+	    ld(&m->http_refused));
 	gauge(b, "allotd_store_pending_rows",
 	    "Rows queued for the next group commit.", ld(&m->store_pending));
 	counter(b, "allotd_store_rows_written_total",

@@ -99,6 +99,10 @@ typedef struct allot__metrics {
 	/* Written by the loop thread from the flood-control table. */
 	_Atomic uint64_t peers_tracked;
 	_Atomic uint64_t peer_overflow;
+	/* The HTTP listener (http.c): connections accepted, and refused
+	 * at a cap (all clients, or one address). */
+	_Atomic uint64_t http_connections;
+	_Atomic uint64_t http_refused;
 	uint64_t start_wall_ms;
 } allot__metrics;
 
