@@ -742,6 +742,200 @@ split_csv(char *line, char **f, size_t max)
 	return n;
 }
 
+/* The replicas a trace names, in order of first appearance: a replica's
+ * id is its index here. */
+typedef struct trace_names {
+	char name[SIM_MAX_REPLICAS][64];
+	uint32_t n;
+} trace_names;
+
+/* The id of replica `name`, a new one if it was not seen before. */
+static int
+replica_id(trace_names *rn, const char *name, const char *csv_path,
+    size_t lineno, uint32_t *ret, char *err, size_t errlen)
+{
+	uint32_t r = 0;
+	while (r < rn->n && strcmp(rn->name[r], name) != 0)
+		r++;
+	if (r == rn->n) {
+		if (rn->n == SIM_MAX_REPLICAS || strlen(name) >= 64) {
+			set_err(err, errlen,
+			    "%s:%zu: at most %u "
+			    "replicas, names below 64 bytes",
+			    csv_path, lineno, SIM_MAX_REPLICAS);
+			return ALLOT_EINVAL;
+		}
+		snprintf(rn->name[rn->n++], 64, "%s", name);
+	}
+	*ret = r;
+	return ALLOT_OK;
+}
+
+/* One line of a trace (cut up in place) into *ret. Blank lines, comments
+ * and a header on the first line set *ret_skip instead. Callers and
+ * endpoints the quota file does not name get the index one past its
+ * last, as the coordinator's default quota and weight would. */
+static int
+parse_trace_line(char *line, size_t lineno, const char *csv_path,
+    const allot_config *cfg, trace_names *rn, sim_arrival *ret, bool *ret_skip,
+    char *err, size_t errlen)
+{
+	char *f[4];
+	char *hash = strchr(line, '#');
+	if (hash != NULL)
+		*hash = '\0';
+	size_t nf = split_csv(line, f, 4);
+	*ret_skip = false;
+	if (nf == 1 && f[0][0] == '\0') {
+		*ret_skip = true;
+		return ALLOT_OK;
+	}
+	char *end;
+	double t = strtod(f[0], &end);
+	if (end == f[0] && lineno == 1) {
+		*ret_skip = true; /* header */
+		return ALLOT_OK;
+	}
+	if (nf != 4 || *end != '\0' || !(t >= 0) || !isfinite(t)) {
+		set_err(err, errlen,
+		    "%s:%zu: want time_s,replica,"
+		    "caller,endpoint with time_s >= 0",
+		    csv_path, lineno);
+		return ALLOT_EINVAL;
+	}
+	uint32_t r;
+	int rc = replica_id(rn, f[1], csv_path, lineno, &r, err, errlen);
+	if (rc != ALLOT_OK)
+		return rc;
+	uint16_t c = (uint16_t) cfg->ncallers;
+	for (size_t i = 0; i < cfg->ncallers; i++)
+		if (strcmp(cfg->callers[i].identity, f[2]) == 0)
+			c = (uint16_t) i;
+	uint16_t ep = (uint16_t) cfg->nendpoints;
+	for (size_t i = 0; i < cfg->nendpoints; i++)
+		if (strcmp(cfg->endpoints[i].name, f[3]) == 0)
+			ep = (uint16_t) i;
+	*ret = (sim_arrival) { .t = (uint64_t) (t * SIM_NS),
+		.replica = r,
+		.caller = c,
+		.endpoint = ep };
+	return ALLOT_OK;
+}
+
+/* Every arrival of the trace text `csv`, which is cut up in place; the
+ * latest time in *ret_tmax. strtok_r, not strtok: `allot-sim --jobs`
+ * reads the same trace on several threads at once, and strtok's hidden
+ * position made them read each other's lines. Empty lines are skipped
+ * without being counted, so line numbers in messages count the others. */
+static int
+parse_trace(char *csv, const char *csv_path, const allot_config *cfg,
+    trace_names *rn, arrvec *v, uint64_t *ret_tmax, char *err, size_t errlen)
+{
+	size_t lineno = 0;
+	uint64_t tmax = 0;
+	char *save = NULL;
+	for (char *line = strtok_r(csv, "\n", &save); line != NULL;
+	     line = strtok_r(NULL, "\n", &save)) {
+		lineno++;
+		sim_arrival a;
+		bool skip;
+		int rc = parse_trace_line(
+		    line, lineno, csv_path, cfg, rn, &a, &skip, err, errlen);
+		if (rc != ALLOT_OK)
+			return rc;
+		if (skip)
+			continue;
+		if (a.t > tmax)
+			tmax = a.t;
+		if ((rc = arr_push(v, a)) != ALLOT_OK)
+			return rc;
+	}
+	*ret_tmax = tmax;
+	return ALLOT_OK;
+}
+
+/* Replica changes from a schedule, "TIME:+N", "TIME:-N", "TIME:xN"
+ * comma separated: start the next N replicas, or stop the last N
+ * started (by Leave, or by crash). Without a schedule, every replica of
+ * the trace starts at 0. */
+static int
+trace_schedule(sim_scenario *s, const char *schedule, char *err, size_t errlen)
+{
+	size_t ccap = 0;
+	int rc = ALLOT_OK;
+	if (schedule == NULL) {
+		for (uint32_t r = 0; r < s->nreplicas && rc == ALLOT_OK; r++)
+			rc = add_change(s, &ccap, 0, r, SIM_START);
+		return rc;
+	}
+	uint32_t started = 0, stopped = 0;
+	char *sc = strdup(schedule), *save = NULL;
+	if (sc == NULL)
+		return ALLOT_ENOMEM;
+	for (char *tok = strtok_r(sc, ",", &save); tok != NULL;
+	     tok = strtok_r(NULL, ",", &save)) {
+		double t;
+		char op;
+		unsigned cnt;
+		if (sscanf(tok, "%lf:%c%u", &t, &op, &cnt) != 3 || !(t >= 0) ||
+		    (op != '+' && op != '-' && op != 'x')) {
+			set_err(err, errlen,
+			    "schedule item \"%s\": "
+			    "want TIME:+N, TIME:-N or TIME:xN",
+			    tok);
+			free(sc);
+			return ALLOT_EINVAL;
+		}
+		for (unsigned k = 0; k < cnt; k++) {
+			if (op == '+') {
+				if (started == SIM_MAX_REPLICAS)
+					break;
+				rc = add_change(
+				    s, &ccap, t, started++, SIM_START);
+			} else if (started > stopped) {
+				rc = add_change(s, &ccap, t,
+				    started - 1 - stopped++,
+				    op == '-' ? SIM_LEAVE : SIM_CRASH);
+				if (op == 'x')
+					s->graceful = false;
+			}
+			if (rc != ALLOT_OK) {
+				free(sc);
+				return rc;
+			}
+		}
+	}
+	free(sc);
+	if (started > s->nreplicas)
+		s->nreplicas = started;
+	qsort(s->changes, s->nchanges, sizeof *s->changes, cmp_change);
+	return ALLOT_OK;
+}
+
+/* Keep, in order, the arrivals at replicas live at their time and
+ * before the end; *ret_kept: how many. */
+static int
+keep_live(const sim_scenario *s, sim_arrival *a, size_t n, size_t *ret_kept)
+{
+	epochs e;
+	int rc = epochs_build(s, &e);
+	if (rc != ALLOT_OK)
+		return rc;
+	size_t h = 0, kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		h = epoch_at(&e, a[i].t, h);
+		bool live = false;
+		for (uint32_t j = 0;
+		     e.n > 0 && a[i].t >= e.from[0] && j < e.nlive[h]; j++)
+			live |= e.live[h][j] == a[i].replica;
+		if (live && a[i].t < s->duration)
+			a[kept++] = a[i];
+	}
+	epochs_free(&e);
+	*ret_kept = kept;
+	return ALLOT_OK;
+}
+
 int
 sim_scenario_trace(const char *csv_path, const char *config_path,
     const char *schedule, double duration_s, sim_scenario *s, char *err,
@@ -752,16 +946,14 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	s->graceful = true;
 	err[0] = '\0';
 	int rc = ALLOT_EINVAL;
-	char *text = NULL, *csv = NULL;
-	char names[SIM_MAX_REPLICAS][64];
-	uint32_t nnames = 0;
+	char *csv = NULL;
+	trace_names rn = { .n = 0 };
 	arrvec v = { 0 };
-	size_t ccap = 0;
+	uint64_t tmax = 0;
+	size_t kept = 0;
 	snprintf(s->name, sizeof s->name, "trace");
-	if ((text = read_file(config_path, err, errlen)) == NULL)
+	if ((s->config_text = read_file(config_path, err, errlen)) == NULL)
 		goto fail;
-	s->config_text = text;
-	text = NULL;
 	if ((rc = allot_config_parse(config_path, s->config_text,
 	         strlen(s->config_text), err, errlen, &s->cfg)) != ALLOT_OK)
 		goto fail;
@@ -769,62 +961,9 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 		rc = ALLOT_EIO;
 		goto fail;
 	}
-	const allot_config *cfg = s->cfg;
-	size_t lineno = 0;
-	uint64_t tmax = 0;
-	for (char *line = strtok(csv, "\n"); line != NULL;
-	     line = strtok(NULL, "\n")) {
-		lineno++;
-		char *f[4];
-		char *hash = strchr(line, '#');
-		if (hash != NULL)
-			*hash = '\0';
-		size_t nf = split_csv(line, f, 4);
-		if (nf == 1 && f[0][0] == '\0')
-			continue;
-		char *end;
-		double t = strtod(f[0], &end);
-		if (end == f[0] && lineno == 1)
-			continue; /* header */
-		if (nf != 4 || *end != '\0' || !(t >= 0) || !isfinite(t)) {
-			set_err(err, errlen,
-			    "%s:%zu: want time_s,replica,"
-			    "caller,endpoint with time_s >= 0",
-			    csv_path, lineno);
-			rc = ALLOT_EINVAL;
-			goto fail;
-		}
-		uint32_t r = 0;
-		while (r < nnames && strcmp(names[r], f[1]) != 0)
-			r++;
-		if (r == nnames) {
-			if (nnames == SIM_MAX_REPLICAS || strlen(f[1]) >= 64) {
-				set_err(err, errlen,
-				    "%s:%zu: at most %u "
-				    "replicas, names below 64 bytes",
-				    csv_path, lineno, SIM_MAX_REPLICAS);
-				rc = ALLOT_EINVAL;
-				goto fail;
-			}
-			snprintf(names[nnames++], 64, "%s", f[1]);
-		}
-		uint16_t c = (uint16_t) cfg->ncallers;
-		for (size_t i = 0; i < cfg->ncallers; i++)
-			if (strcmp(cfg->callers[i].identity, f[2]) == 0)
-				c = (uint16_t) i;
-		uint16_t ep = (uint16_t) cfg->nendpoints;
-		for (size_t i = 0; i < cfg->nendpoints; i++)
-			if (strcmp(cfg->endpoints[i].name, f[3]) == 0)
-				ep = (uint16_t) i;
-		sim_arrival a = { .t = (uint64_t) (t * SIM_NS),
-			.replica = r,
-			.caller = c,
-			.endpoint = ep };
-		if (a.t > tmax)
-			tmax = a.t;
-		if ((rc = arr_push(&v, a)) != ALLOT_OK)
-			goto fail;
-	}
+	rc = parse_trace(csv, csv_path, s->cfg, &rn, &v, &tmax, err, errlen);
+	if (rc != ALLOT_OK)
+		goto fail;
 	if (v.n == 0) {
 		set_err(err, errlen, "%s: no arrivals", csv_path);
 		rc = ALLOT_EINVAL;
@@ -833,79 +972,12 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	sort_arrivals(v.a, v.n);
 	s->duration = duration_s > 0 ? (uint64_t) (duration_s * SIM_NS) :
 	                               tmax + SIM_NS;
-	s->nreplicas = nnames;
-	if (schedule == NULL) {
-		for (uint32_t r = 0; r < nnames; r++)
-			if ((rc = add_change(s, &ccap, 0, r, SIM_START)) !=
-			    ALLOT_OK)
-				goto fail;
-	} else {
-		/* "TIME:+N", "TIME:-N", "TIME:xN": start the next N
-		 * replicas, or stop the last N started. */
-		uint32_t started = 0, stopped = 0;
-		char *sc = strdup(schedule);
-		if (sc == NULL) {
-			rc = ALLOT_ENOMEM;
-			goto fail;
-		}
-		for (char *tok = strtok(sc, ","); tok != NULL;
-		     tok = strtok(NULL, ",")) {
-			double t;
-			char op;
-			unsigned cnt;
-			if (sscanf(tok, "%lf:%c%u", &t, &op, &cnt) != 3 ||
-			    !(t >= 0) ||
-			    (op != '+' && op != '-' && op != 'x')) {
-				set_err(err, errlen,
-				    "schedule item \"%s\": "
-				    "want TIME:+N, TIME:-N or TIME:xN",
-				    tok);
-				free(sc);
-				rc = ALLOT_EINVAL;
-				goto fail;
-			}
-			for (unsigned k = 0; k < cnt; k++) {
-				if (op == '+') {
-					if (started == SIM_MAX_REPLICAS)
-						break;
-					rc = add_change(
-					    s, &ccap, t, started++, SIM_START);
-				} else if (started > stopped) {
-					rc = add_change(s, &ccap, t,
-					    started - 1 - stopped++,
-					    op == '-' ? SIM_LEAVE : SIM_CRASH);
-					if (op == 'x')
-						s->graceful = false;
-				}
-				if (rc != ALLOT_OK) {
-					free(sc);
-					goto fail;
-				}
-			}
-		}
-		free(sc);
-		if (started > s->nreplicas)
-			s->nreplicas = started;
-		qsort(s->changes, s->nchanges, sizeof *s->changes, cmp_change);
-	}
-	/* Keep the arrivals of live replicas only. */
-	epochs e;
-	if ((rc = epochs_build(s, &e)) != ALLOT_OK)
+	s->nreplicas = rn.n;
+	if ((rc = trace_schedule(s, schedule, err, errlen)) != ALLOT_OK ||
+	    (rc = keep_live(s, v.a, v.n, &kept)) != ALLOT_OK)
 		goto fail;
-	size_t h = 0, kept = 0;
-	for (size_t i = 0; i < v.n; i++) {
-		h = epoch_at(&e, v.a[i].t, h);
-		bool live = false;
-		for (uint32_t j = 0;
-		     e.n > 0 && v.a[i].t >= e.from[0] && j < e.nlive[h]; j++)
-			live |= e.live[h][j] == v.a[i].replica;
-		if (live && v.a[i].t < s->duration)
-			v.a[kept++] = v.a[i];
-	}
-	epochs_free(&e);
 	s->arr = v.a;
 	s->narr = kept;
-	v.a = NULL;
 	char d[160];
 	snprintf(d, sizeof d,
 	    "trace %s: %zu arrivals kept of %zu, %u "
@@ -916,7 +988,6 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	free(csv);
 	return ALLOT_OK;
 fail:
-	free(text);
 	free(csv);
 	free(v.a);
 	if (err[0] == '\0')
