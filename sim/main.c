@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -85,6 +86,7 @@ typedef struct opts {
 	bool json;
 	bool keys;
 	bool sweep;
+	unsigned jobs; /* threads; 0: the CPUs */
 	sim_params p;
 } opts;
 
@@ -265,134 +267,196 @@ run_jobs(const opts *o, bool summary, job *jobs, size_t n, unsigned nthreads,
 	return status;
 }
 
-int
-main(int argc, char **argv)
+/* How an option's argument is stored in `opts`. */
+typedef enum arg_kind {
+	ARG_STR, /* const char *: the argument itself */
+	ARG_SET, /* bool: set true */
+	ARG_CLEAR, /* bool: set false */
+	ARG_DOUBLE, /* double: a number in [lo, hi] */
+	ARG_U32, /* uint32_t: a number in [lo, hi], truncated */
+	ARG_U64, /* uint64_t: likewise */
+	ARG_UINT, /* unsigned: likewise */
+	ARG_HELP,
+} arg_kind;
+
+typedef struct optdef {
+	const char *name;
+	char short_name; /* '\0': long only */
+	arg_kind kind;
+	size_t off; /* of the field in opts */
+	double lo, hi;
+} optdef;
+
+#define AT(field) offsetof(opts, field)
+
+static const optdef optdefs[] = {
+	{ "scenario", 's', ARG_STR, AT(scenario), 0, 0 },
+	{ "trace", '\0', ARG_STR, AT(trace), 0, 0 },
+	{ "config", '\0', ARG_STR, AT(config), 0, 0 },
+	{ "schedule", '\0', ARG_STR, AT(schedule), 0, 0 },
+	{ "interval-ms", 'T', ARG_U32, AT(p.interval_ms), 1, 60000 },
+	{ "sweep", '\0', ARG_SET, AT(sweep), 0, 0 },
+	{ "seed", '\0', ARG_U64, AT(p.seed), 0, 1e18 },
+	{ "duration", '\0', ARG_DOUBLE, AT(duration), 0.1, 1e6 },
+	{ "latency-ms", '\0', ARG_DOUBLE, AT(p.latency_ms), 0, 10000 },
+	{ "jitter-ms", '\0', ARG_DOUBLE, AT(p.latency_jitter_ms), 0, 10000 },
+	{ "loss", '\0', ARG_DOUBLE, AT(p.loss), 0, 1 },
+	{ "jobs", 'j', ARG_UINT, AT(jobs), 1, 1024 },
+	{ "json", '\0', ARG_SET, AT(json), 0, 0 },
+	{ "no-keys", '\0', ARG_CLEAR, AT(keys), 0, 0 },
+	{ "help", 'h', ARG_HELP, 0, 0, 0 },
+};
+#define NOPTS (sizeof optdefs / sizeof optdefs[0])
+
+/* What getopt_long returns for optdefs[i]: its short name, or a code
+ * above any character for a long-only option. */
+static int
+opt_code(size_t i)
 {
-	enum {
-		O_TRACE = 256,
-		O_CONFIG,
-		O_SCHEDULE,
-		O_SWEEP,
-		O_SEED,
-		O_DURATION,
-		O_LATENCY,
-		O_JITTER,
-		O_LOSS,
-		O_JSON,
-		O_NOKEYS
-	};
-	static const struct option lo[] = {
-		{ "scenario", required_argument, NULL, 's' },
-		{ "trace", required_argument, NULL, O_TRACE },
-		{ "config", required_argument, NULL, O_CONFIG },
-		{ "schedule", required_argument, NULL, O_SCHEDULE },
-		{ "interval-ms", required_argument, NULL, 'T' },
-		{ "sweep", no_argument, NULL, O_SWEEP },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "duration", required_argument, NULL, O_DURATION },
-		{ "latency-ms", required_argument, NULL, O_LATENCY },
-		{ "jitter-ms", required_argument, NULL, O_JITTER },
-		{ "loss", required_argument, NULL, O_LOSS },
-		{ "jobs", required_argument, NULL, 'j' },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "no-keys", no_argument, NULL, O_NOKEYS },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	/* Every clock here is the simulator's: spare the agents' TSC
-	 * calibration, a 20 ms sleep on the first agent. */
-	allot__tsc_disable();
-	opts o = { .scenario = NULL, .keys = true };
-	sim_params_init(&o.p);
-	int c;
+	return optdefs[i].short_name != '\0' ? optdefs[i].short_name :
+	                                       256 + (int) i;
+}
+
+static bool
+takes_arg(arg_kind k)
+{
+	return k != ARG_SET && k != ARG_CLEAR && k != ARG_HELP;
+}
+
+/* Store `arg` as `d` says; false if it is out of range. */
+static bool
+opt_store(const optdef *d, const char *arg, opts *o)
+{
+	char *field = (char *) o + d->off;
 	double v;
-	unsigned jobs_arg = 0; /* 0: the CPUs */
+	switch (d->kind) {
+	case ARG_STR: *(const char **) field = arg; return true;
+	case ARG_SET: *(bool *) field = true; return true;
+	case ARG_CLEAR: *(bool *) field = false; return true;
+	case ARG_HELP: return true;
+	default: break;
+	}
+	if (!num_arg(arg, d->lo, d->hi, &v))
+		return false;
+	switch (d->kind) {
+	case ARG_DOUBLE: *(double *) field = v; break;
+	case ARG_U32: *(uint32_t *) field = (uint32_t) v; break;
+	case ARG_U64: *(uint64_t *) field = (uint64_t) v; break;
+	case ARG_UINT: *(unsigned *) field = (unsigned) v; break;
+	default: break;
+	}
+	return true;
+}
+
+/* Fill `o` from the command line. False when the program should stop at
+ * once, with exit status *ret_status (0 after --help, 2 after a bad
+ * command line, its message printed). */
+static bool
+parse_args(int argc, char **argv, opts *o, int *ret_status)
+{
+	struct option lo[NOPTS + 1];
+	for (size_t i = 0; i < NOPTS; i++)
+		lo[i] = (struct option) { optdefs[i].name,
+			takes_arg(optdefs[i].kind) ? required_argument :
+			                             no_argument,
+			NULL, opt_code(i) };
+	lo[NOPTS] = (struct option) { NULL, 0, NULL, 0 };
+	*o = (opts) { .scenario = NULL, .keys = true };
+	sim_params_init(&o->p);
+	int c;
 	while ((c = getopt_long(argc, argv, "s:T:j:h", lo, NULL)) != -1) {
-		switch (c) {
-		case 's': o.scenario = optarg; break;
-		case O_TRACE: o.trace = optarg; break;
-		case O_CONFIG: o.config = optarg; break;
-		case O_SCHEDULE: o.schedule = optarg; break;
-		case 'T':
-			if (!num_arg(optarg, 1, 60000, &v))
-				goto bad;
-			o.p.interval_ms = (uint32_t) v;
-			break;
-		case O_SWEEP: o.sweep = true; break;
-		case O_SEED:
-			if (!num_arg(optarg, 0, 1e18, &v))
-				goto bad;
-			o.p.seed = (uint64_t) v;
-			break;
-		case O_DURATION:
-			if (!num_arg(optarg, 0.1, 1e6, &o.duration))
-				goto bad;
-			break;
-		case O_LATENCY:
-			if (!num_arg(optarg, 0, 10000, &o.p.latency_ms))
-				goto bad;
-			break;
-		case O_JITTER:
-			if (!num_arg(optarg, 0, 10000, &o.p.latency_jitter_ms))
-				goto bad;
-			break;
-		case O_LOSS:
-			if (!num_arg(optarg, 0, 1, &o.p.loss))
-				goto bad;
-			break;
-		case 'j':
-			if (!num_arg(optarg, 1, 1024, &v))
-				goto bad;
-			jobs_arg = (unsigned) v;
-			break;
-		case O_JSON: o.json = true; break;
-		case O_NOKEYS: o.keys = false; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		size_t i = 0;
+		while (i < NOPTS && opt_code(i) != c)
+			i++;
+		if (i == NOPTS) {
+			usage(stderr);
+			*ret_status = 2;
+			return false;
 		}
+		if (optdefs[i].kind == ARG_HELP) {
+			usage(stdout);
+			*ret_status = 0;
+			return false;
+		}
+		if (!opt_store(&optdefs[i], optarg, o))
+			goto bad;
 	}
 	if (optind != argc)
 		goto bad;
-	if (o.trace != NULL && o.config == NULL) {
+	if (o->trace != NULL && o->config == NULL) {
 		fprintf(stderr, "allot-sim: --trace needs --config\n");
-		return 2;
+		*ret_status = 2;
+		return false;
 	}
-	if (o.trace == NULL && o.scenario == NULL)
-		o.scenario = "uniform";
-	static const uint32_t sweep[] = { 50, 100, 250, 1000 };
-	size_t nt = o.sweep ? sizeof sweep / sizeof sweep[0] : 1;
-	bool all = o.trace == NULL && strcmp(o.scenario, "all") == 0;
-	bool summary = all || o.sweep;
-	if (summary && !o.json)
-		sim_print_summary_header(stdout);
+	if (o->trace == NULL && o->scenario == NULL)
+		o->scenario = "uniform";
+	return true;
+bad:
+	fprintf(stderr, "allot-sim: bad argument (see --help)\n");
+	*ret_status = 2;
+	return false;
+}
+
+static const uint32_t sweep_ms[] = { 50, 100, 250, 1000 };
+
+/* The runs to make, in the order they print: for each interval of the
+ * sweep (or the one T), each scenario (or the trace). NULL if out of
+ * memory. */
+static job *
+plan_jobs(const opts *o, bool all, size_t *ret_n)
+{
+	size_t nt = o->sweep ? sizeof sweep_ms / sizeof sweep_ms[0] : 1;
 	size_t nsc = 1;
 	if (all)
 		for (nsc = 0; sim_scenario_names[nsc] != NULL; nsc++)
 			;
-	size_t n = o.trace != NULL ? nt : nt * nsc;
+	size_t n = o->trace != NULL ? nt : nt * nsc;
 	job *jobs = calloc(n, sizeof *jobs);
+	if (jobs == NULL)
+		return NULL;
+	for (size_t ti = 0, k = 0; ti < nt; ti++) {
+		for (size_t i = 0; i < (o->trace != NULL ? 1 : nsc);
+		     i++, k++) {
+			jobs[k].p = o->p;
+			if (o->sweep)
+				jobs[k].p.interval_ms = sweep_ms[ti];
+			jobs[k].name = o->trace != NULL ? NULL :
+			    all ? sim_scenario_names[i] :
+			          o->scenario;
+		}
+	}
+	*ret_n = n;
+	return jobs;
+}
+
+int
+main(int argc, char **argv)
+{
+	/* Every clock here is the simulator's: spare the agents' TSC
+	 * calibration, a 20 ms sleep on the first agent. */
+	allot__tsc_disable();
+	opts o;
+	int status;
+	if (!parse_args(argc, argv, &o, &status))
+		return status;
+	bool all = o.trace == NULL && strcmp(o.scenario, "all") == 0;
+	bool summary = all || o.sweep;
+	if (summary && !o.json)
+		sim_print_summary_header(stdout);
+	size_t n = 0;
+	job *jobs = plan_jobs(&o, all, &n);
 	if (jobs == NULL) {
 		fprintf(stderr, "allot-sim: out of memory\n");
 		return 1;
 	}
-	for (size_t ti = 0, k = 0; ti < nt; ti++) {
-		for (size_t i = 0; i < (o.trace != NULL ? 1 : nsc); i++, k++) {
-			jobs[k].p = o.p;
-			if (o.sweep)
-				jobs[k].p.interval_ms = sweep[ti];
-			jobs[k].name = o.trace != NULL ? NULL :
-			    all ? sim_scenario_names[i] :
-			          o.scenario;
-		}
-	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned nthreads = jobs_arg > 0 ? jobs_arg :
-	    cpus > 0                     ? (unsigned) cpus :
-	                                   1;
+	unsigned nthreads = o.jobs > 0 ? o.jobs :
+	    cpus > 0                   ? (unsigned) cpus :
+	                                 1;
 	if (nthreads > n)
 		nthreads = (unsigned) n;
 	double w0 = mono_s(), c0 = cpu_s(), sim_s;
-	int status = run_jobs(&o, summary, jobs, n, nthreads, &sim_s);
+	status = run_jobs(&o, summary, jobs, n, nthreads, &sim_s);
 	double wall = mono_s() - w0, cpu = cpu_s() - c0;
 	/* The speed, a scenario's three modes counted once (and the noisy
 	 * neighbour's reference run not at all). */
@@ -407,7 +471,4 @@ main(int argc, char **argv)
 	}
 	free(jobs);
 	return status;
-bad:
-	fprintf(stderr, "allot-sim: bad argument (see --help)\n");
-	return 2;
 }
