@@ -18,6 +18,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,67 +186,94 @@ arg_level(const char *v)
 	return (int) arg_u32("--log-level", v, 0, 7);
 }
 
-enum {
-	OPT_CONFIG = 256,
-	OPT_LISTEN,
-	OPT_TLS_CERT,
-	OPT_TLS_KEY,
-	OPT_CA,
-	OPT_TRUST_DOMAIN,
-	OPT_PLAIN,
-	OPT_INSECURE_HEADER,
-	OPT_COORDINATOR,
-	OPT_SERVICE,
-	OPT_REPLICA,
-	OPT_SYNC_MS,
-	OPT_EXPORT_MS,
-	OPT_EXPORT_MAX_ROWS,
-	OPT_ROWS_PER_TOKEN,
-	OPT_MAX_INFLIGHT,
-	OPT_MAX_INFLIGHT_CALLER,
-	OPT_QUEUE_MS,
-	OPT_QUEUE_MAX,
-	OPT_RESERVE,
-	OPT_MAX_CALLERS,
-	OPT_MAX_CONN,
-	OPT_LOG_LEVEL,
+/* How a command-line option is stored in svc_options. */
+enum opt_kind {
+	OK_STR, /* const char *: the argument itself */
+	OK_TRUE, /* bool: set */
+	OK_U32, /* uint32_t: an integer in [min, max] */
+	OK_MS, /* double: milliseconds in [0, 1000] */
+	OK_LEVEL, /* int: a log level, by name or 0-7 */
+	OK_HELP,
 };
 
-static void
-parse_args(struct svc_options *o, int argc, char **argv)
+struct optdef {
+	const char *name;
+	enum opt_kind kind;
+	size_t off; /* of the field in svc_options */
+	uint32_t min, max; /* OK_U32 */
+};
+
+#define AT(field) offsetof(struct svc_options, field)
+
+static const struct optdef optdefs[] = {
+	{ "config", OK_STR, AT(config), 0, 0 },
+	{ "listen", OK_STR, AT(listen), 0, 0 },
+	{ "tls-cert", OK_STR, AT(tls_cert), 0, 0 },
+	{ "tls-key", OK_STR, AT(tls_key), 0, 0 },
+	{ "ca", OK_STR, AT(ca), 0, 0 },
+	{ "trust-domain", OK_STR, AT(trust_domain), 0, 0 },
+	{ "plain-http", OK_TRUE, AT(plain_http), 0, 0 },
+	{ "insecure-identity-header", OK_TRUE, AT(insecure_identity_header), 0,
+	    0 },
+	{ "coordinator", OK_STR, AT(coordinator), 0, 0 },
+	{ "service", OK_STR, AT(service), 0, 0 },
+	{ "replica-id", OK_STR, AT(replica_id), 0, 0 },
+	{ "sync-interval-ms", OK_U32, AT(sync_interval_ms), 1, 3600000 },
+	{ "export-ms", OK_MS, AT(export_ms), 0, 0 },
+	{ "export-max-rows", OK_U32, AT(export_max_rows), 1, 1000000 },
+	{ "rows-per-token", OK_U32, AT(rows_per_token), 1, 1000000 },
+	{ "max-inflight", OK_U32, AT(max_inflight), 1, 100000 },
+	{ "max-inflight-per-caller", OK_U32, AT(max_inflight_per_caller), 1,
+	    100000 },
+	{ "queue-ms", OK_U32, AT(queue_ms), 0, 600000 },
+	{ "queue-max", OK_U32, AT(queue_max), 0, 100000 },
+	{ "interactive-reserve", OK_U32, AT(interactive_reserve), 1, 100000 },
+	{ "max-callers", OK_U32, AT(max_callers), 1, 1u << 20 },
+	{ "max-connections", OK_U32, AT(max_connections), 1, 1000000 },
+	{ "log-level", OK_LEVEL, AT(log_level), 0, 0 },
+	{ "help", OK_HELP, 0, 0, 0 },
+};
+#define NOPTS (sizeof optdefs / sizeof optdefs[0])
+
+/* What getopt_long returns for optdefs[i]: 'h' for --help, else a code
+ * above any character. */
+static int
+opt_code(size_t i)
 {
-	static const struct option longopts[] = {
-		{ "config", required_argument, NULL, OPT_CONFIG },
-		{ "listen", required_argument, NULL, OPT_LISTEN },
-		{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
-		{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
-		{ "ca", required_argument, NULL, OPT_CA },
-		{ "trust-domain", required_argument, NULL, OPT_TRUST_DOMAIN },
-		{ "plain-http", no_argument, NULL, OPT_PLAIN },
-		{ "insecure-identity-header", no_argument, NULL,
-		    OPT_INSECURE_HEADER },
-		{ "coordinator", required_argument, NULL, OPT_COORDINATOR },
-		{ "service", required_argument, NULL, OPT_SERVICE },
-		{ "replica-id", required_argument, NULL, OPT_REPLICA },
-		{ "sync-interval-ms", required_argument, NULL, OPT_SYNC_MS },
-		{ "export-ms", required_argument, NULL, OPT_EXPORT_MS },
-		{ "export-max-rows", required_argument, NULL,
-		    OPT_EXPORT_MAX_ROWS },
-		{ "rows-per-token", required_argument, NULL,
-		    OPT_ROWS_PER_TOKEN },
-		{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
-		{ "max-inflight-per-caller", required_argument, NULL,
-		    OPT_MAX_INFLIGHT_CALLER },
-		{ "queue-ms", required_argument, NULL, OPT_QUEUE_MS },
-		{ "queue-max", required_argument, NULL, OPT_QUEUE_MAX },
-		{ "interactive-reserve", required_argument, NULL,
-		    OPT_RESERVE },
-		{ "max-callers", required_argument, NULL, OPT_MAX_CALLERS },
-		{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
-		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	return optdefs[i].kind == OK_HELP ? 'h' : 256 + (int) i;
+}
+
+/* Store `arg` as `d` says; exits on a bad value. */
+static void
+opt_store(struct svc_options *o, const struct optdef *d, const char *arg)
+{
+	char *field = (char *) o + d->off;
+	char name[64];
+	char *end;
+	snprintf(name, sizeof name, "--%s", d->name);
+	switch (d->kind) {
+	case OK_STR: *(const char **) field = arg; break;
+	case OK_TRUE: *(bool *) field = true; break;
+	case OK_U32:
+		*(uint32_t *) field = arg_u32(name, arg, d->min, d->max);
+		break;
+	case OK_MS:
+		errno = 0;
+		*(double *) field = strtod(arg, &end);
+		if (errno != 0 || end == arg || *end != '\0' ||
+		    !(*(double *) field >= 0 && *(double *) field <= 1000))
+			die("--export-ms wants milliseconds in "
+			    "0..1000, not '%s'",
+			    arg);
+		break;
+	case OK_LEVEL: *(int *) field = arg_level(arg); break;
+	case OK_HELP: usage(stdout); exit(0);
+	}
+}
+
+static void
+set_defaults(struct svc_options *o)
+{
 	memset(o, 0, sizeof *o);
 	o->listen = "127.0.0.1:8443";
 	o->service = "example";
@@ -262,79 +290,12 @@ parse_args(struct svc_options *o, int argc, char **argv)
 	o->max_connections = 1024;
 	o->connection_timeout_s = 60;
 	o->log_level = 6;
+}
 
-	int ch;
-	char *end;
-	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		switch (ch) {
-		case OPT_CONFIG: o->config = optarg; break;
-		case OPT_LISTEN: o->listen = optarg; break;
-		case OPT_TLS_CERT: o->tls_cert = optarg; break;
-		case OPT_TLS_KEY: o->tls_key = optarg; break;
-		case OPT_CA: o->ca = optarg; break;
-		case OPT_TRUST_DOMAIN: o->trust_domain = optarg; break;
-		case OPT_PLAIN: o->plain_http = true; break;
-		case OPT_INSECURE_HEADER:
-			o->insecure_identity_header = true;
-			break;
-		case OPT_COORDINATOR: o->coordinator = optarg; break;
-		case OPT_SERVICE: o->service = optarg; break;
-		case OPT_REPLICA: o->replica_id = optarg; break;
-		case OPT_SYNC_MS:
-			o->sync_interval_ms = arg_u32(
-			    "--sync-interval-ms", optarg, 1, 3600000);
-			break;
-		case OPT_EXPORT_MS:
-			errno = 0;
-			o->export_ms = strtod(optarg, &end);
-			if (errno != 0 || end == optarg || *end != '\0' ||
-			    !(o->export_ms >= 0 && o->export_ms <= 1000))
-				die("--export-ms wants milliseconds in "
-				    "0..1000, not '%s'",
-				    optarg);
-			break;
-		case OPT_EXPORT_MAX_ROWS:
-			o->export_max_rows = arg_u32(
-			    "--export-max-rows", optarg, 1, 1000000);
-			break;
-		case OPT_ROWS_PER_TOKEN:
-			o->rows_per_token = arg_u32(
-			    "--rows-per-token", optarg, 1, 1000000);
-			break;
-		case OPT_MAX_INFLIGHT:
-			o->max_inflight = arg_u32(
-			    "--max-inflight", optarg, 1, 100000);
-			break;
-		case OPT_MAX_INFLIGHT_CALLER:
-			o->max_inflight_per_caller = arg_u32(
-			    "--max-inflight-per-caller", optarg, 1, 100000);
-			break;
-		case OPT_QUEUE_MS:
-			o->queue_ms = arg_u32("--queue-ms", optarg, 0, 600000);
-			break;
-		case OPT_QUEUE_MAX:
-			o->queue_max = arg_u32(
-			    "--queue-max", optarg, 0, 100000);
-			break;
-		case OPT_RESERVE:
-			o->interactive_reserve = arg_u32(
-			    "--interactive-reserve", optarg, 1, 100000);
-			break;
-		case OPT_MAX_CALLERS:
-			o->max_callers = arg_u32(
-			    "--max-callers", optarg, 1, 1u << 20);
-			break;
-		case OPT_MAX_CONN:
-			o->max_connections = arg_u32(
-			    "--max-connections", optarg, 1, 1000000);
-			break;
-		case OPT_LOG_LEVEL: o->log_level = arg_level(optarg); break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
-		}
-	}
-	if (optind < argc)
-		die("unexpected argument '%s' (see --help)", argv[optind]);
+/* The options that only make sense together. */
+static void
+check_combinations(const struct svc_options *o)
+{
 	if (o->config == NULL)
 		die("--config FILE is required (see --help)");
 	if (o->plain_http &&
@@ -348,6 +309,35 @@ parse_args(struct svc_options *o, int argc, char **argv)
 		    "for local experiments)");
 	if (o->trust_domain != NULL && o->ca == NULL)
 		die("--trust-domain needs --ca");
+}
+
+static void
+parse_args(struct svc_options *o, int argc, char **argv)
+{
+	struct option longopts[NOPTS + 1];
+	for (size_t i = 0; i < NOPTS; i++) {
+		bool flag = optdefs[i].kind == OK_TRUE ||
+		    optdefs[i].kind == OK_HELP;
+		longopts[i] = (struct option) { optdefs[i].name,
+			flag ? no_argument : required_argument, NULL,
+			opt_code(i) };
+	}
+	longopts[NOPTS] = (struct option) { NULL, 0, NULL, 0 };
+	set_defaults(o);
+	int ch;
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		size_t i = 0;
+		while (i < NOPTS && opt_code(i) != ch)
+			i++;
+		if (i == NOPTS) {
+			usage(stderr);
+			exit(2);
+		}
+		opt_store(o, &optdefs[i], optarg);
+	}
+	if (optind < argc)
+		die("unexpected argument '%s' (see --help)", argv[optind]);
+	check_combinations(o);
 }
 
 /* Read a whole (PEM) file; NUL-terminated, as libmicrohttpd wants. */
@@ -439,29 +429,13 @@ setup_conc(struct svc *s)
 		s->conc_retry_after_s = 1;
 }
 
-int
-main(int argc, char **argv)
+/* The quota file, then the agent (which syncs with the coordinator when
+ * one is given), the concurrency limiter and the caller table.
+ * `replica` holds the agent's default replica id, made here so that
+ * /stats can show it; it must outlive the service. */
+static void
+start_agent(struct svc *s, char *replica, size_t replica_len)
 {
-	static struct svc svc; /* zeroed; reachable from every thread */
-	struct svc *s = &svc;
-	parse_args(&s->o, argc, argv);
-	s->started_ns = svc_now_ns();
-	s->export_ns_per_row = (uint64_t) llround(s->o.export_ms * 1e6);
-	s->mode = s->o.plain_http ?
-	    (s->o.insecure_identity_header ? MODE_PLAIN_INSECURE :
-	                                     MODE_PLAIN) :
-	    (s->o.ca != NULL ? MODE_MTLS : MODE_TLS);
-
-	/* Signals are taken synchronously by the main thread: block them
-	 * before any thread exists, so that every thread inherits the
-	 * mask. A client that hangs up must not kill the service. */
-	sigset_t stop;
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &stop, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
 	char errbuf[512];
 	int rc = allot_config_load(
 	    s->o.config, errbuf, sizeof errbuf, &s->cfg);
@@ -470,17 +444,12 @@ main(int argc, char **argv)
 		    rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
 		        errbuf :
 		        allot_strerror(rc));
-
-	/* The agent's default replica id, made here so that /stats can
-	 * show it. */
-	char replica[300];
 	if (s->o.replica_id == NULL) {
 		char hn[256];
 		if (gethostname(hn, sizeof hn) != 0)
 			snprintf(hn, sizeof hn, "localhost");
 		hn[sizeof hn - 1] = '\0';
-		snprintf(
-		    replica, sizeof replica, "%s-%ld", hn, (long) getpid());
+		snprintf(replica, replica_len, "%s-%ld", hn, (long) getpid());
 		s->o.replica_id = replica;
 	}
 
@@ -499,48 +468,66 @@ main(int argc, char **argv)
 	setup_conc(s);
 	if (svc_callers_init(&s->callers, s->o.max_callers) != ALLOT_OK)
 		die("caller table: out of memory");
+}
 
-	struct sockaddr_storage addr;
-	socklen_t addrlen;
-	char host[256];
-	parse_listen(s->o.listen, &addr, &addrlen, host, sizeof host);
-	(void) addrlen;
+/* The PEM files libmicrohttpd serves from memory; freed at the end. */
+struct pems {
+	char *cert, *key, *ca;
+};
 
-	unsigned int flags = MHD_USE_THREAD_PER_CONNECTION |
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
-	if (addr.ss_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-	char *cert = NULL, *key = NULL, *ca = NULL;
-	struct MHD_OptionItem tls[4];
+/* Room for libmicrohttpd's TLS options: certificate, key, trust list and
+ * the end. */
+#define TLS_OPTS 4
+
+/* libmicrohttpd's TLS options (MHD_OPTION_END alone for plain HTTP),
+ * the PEM files read into `pems`. */
+static void
+tls_options(
+    const struct svc_options *o, struct pems *pems, struct MHD_OptionItem *tls)
+{
 	size_t ntls = 0;
-	memset(tls, 0, sizeof tls);
-	if (!s->o.plain_http) {
-		flags |= MHD_USE_TLS;
-		cert = slurp(s->o.tls_cert);
-		key = slurp(s->o.tls_key);
+	memset(tls, 0, TLS_OPTS * sizeof *tls);
+	if (!o->plain_http) {
+		pems->cert = slurp(o->tls_cert);
+		pems->key = slurp(o->tls_key);
 		tls[ntls++] = (struct MHD_OptionItem) {
-			MHD_OPTION_HTTPS_MEM_CERT, 0, cert
+			MHD_OPTION_HTTPS_MEM_CERT, 0, pems->cert
 		};
 		tls[ntls++] = (struct MHD_OptionItem) {
-			MHD_OPTION_HTTPS_MEM_KEY, 0, key
+			MHD_OPTION_HTTPS_MEM_KEY, 0, pems->key
 		};
-		if (s->o.ca != NULL) {
+		if (o->ca != NULL) {
 			/* With a trust list libmicrohttpd asks every client
 			 * for a certificate; handlers.c verifies it. A
 			 * client without one is served, as the default
 			 * caller. */
-			ca = slurp(s->o.ca);
+			pems->ca = slurp(o->ca);
 			tls[ntls++] = (struct MHD_OptionItem) {
-				MHD_OPTION_HTTPS_MEM_TRUST, 0, ca
+				MHD_OPTION_HTTPS_MEM_TRUST, 0, pems->ca
 			};
 		}
 	}
 	tls[ntls] = (struct MHD_OptionItem) { MHD_OPTION_END, 0, NULL };
+}
+
+/* Serve on `addr`; returns the port bound (port 0 picks one). */
+static unsigned
+start_httpd(
+    struct svc *s, const struct sockaddr_storage *addr, struct pems *pems)
+{
+	unsigned int flags = MHD_USE_THREAD_PER_CONNECTION |
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+	if (addr->ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	if (!s->o.plain_http)
+		flags |= MHD_USE_TLS;
+	struct MHD_OptionItem tls[TLS_OPTS];
+	tls_options(&s->o, pems, tls);
 
 	/* The logger goes first, so that it sees the other options. */
 	s->httpd = MHD_start_daemon(flags, 0, NULL, NULL, svc_handle, s,
 	    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_SOCK_ADDR,
-	    (struct sockaddr *) &addr, MHD_OPTION_NOTIFY_CONNECTION,
+	    (const struct sockaddr *) addr, MHD_OPTION_NOTIFY_CONNECTION,
 	    svc_notify_connection, s, MHD_OPTION_CONNECTION_LIMIT,
 	    (unsigned int) s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned int) s->o.connection_timeout_s, MHD_OPTION_ARRAY, tls,
@@ -551,8 +538,14 @@ main(int argc, char **argv)
 		    s->o.listen);
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(
 	    s->httpd, MHD_DAEMON_INFO_BIND_PORT);
-	unsigned port = di != NULL ? di->port : 0;
+	return di != NULL ? di->port : 0;
+}
 
+/* What the mode means for callers' identities, the start-up line, and
+ * the "listening on" line that tests and the demo wait for. */
+static void
+announce(const struct svc *s, bool v6, const char *host, unsigned port)
+{
 	switch (s->mode) {
 	case MODE_PLAIN_INSECURE:
 		fprintf(stderr,
@@ -588,30 +581,69 @@ main(int argc, char **argv)
 	    s->o.service, s->o.coordinator ? s->o.coordinator : "none",
 	    s->o.max_inflight, s->o.max_inflight_per_caller, s->o.queue_max,
 	    s->o.queue_ms);
-	bool v6 = addr.ss_family == AF_INET6;
 	printf("listening on %s://%s%s%s:%u\n",
 	    s->o.plain_http ? "http" : "https", v6 ? "[" : "", host,
 	    v6 ? "]" : "", port);
 	fflush(stdout);
+}
 
-	int sig = 0;
-	while (sigwait(&stop, &sig) != 0)
-		;
-	svc_log(s, 6, "SVC-STOP", "signal %d: stopping", sig);
-
-	/* Exports in progress see `stopping` and end early; waiters in the
-	 * limiter's queue give up within --queue-ms. Stopping the daemon
-	 * joins every connection thread, so that nothing uses the agent
-	 * once it is destroyed. */
+/* Exports in progress see `stopping` and end early; waiters in the
+ * limiter's queue give up within --queue-ms. Stopping the daemon joins
+ * every connection thread, so that nothing uses the agent once it is
+ * destroyed. */
+static void
+stop_service(struct svc *s, struct pems *pems)
+{
 	atomic_store(&s->stopping, true);
 	MHD_stop_daemon(s->httpd);
 	allot_conc_destroy(s->conc);
 	allot_agent_destroy(s->agent); /* graceful leave, when synced */
 	allot_config_free(s->cfg);
 	svc_callers_fini(&s->callers);
-	free(cert);
-	free(key);
-	free(ca);
+	free(pems->cert);
+	free(pems->key);
+	free(pems->ca);
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct svc svc; /* zeroed; reachable from every thread */
+	struct svc *s = &svc;
+	parse_args(&s->o, argc, argv);
+	s->started_ns = svc_now_ns();
+	s->export_ns_per_row = (uint64_t) llround(s->o.export_ms * 1e6);
+	s->mode = s->o.plain_http ?
+	    (s->o.insecure_identity_header ? MODE_PLAIN_INSECURE :
+	                                     MODE_PLAIN) :
+	    (s->o.ca != NULL ? MODE_MTLS : MODE_TLS);
+
+	/* Signals are taken synchronously by the main thread: block them
+	 * before any thread exists, so that every thread inherits the
+	 * mask. A client that hangs up must not kill the service. */
+	sigset_t stop;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	char replica[300];
+	start_agent(s, replica, sizeof replica);
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	char host[256];
+	parse_listen(s->o.listen, &addr, &addrlen, host, sizeof host);
+	(void) addrlen;
+	struct pems pems = { NULL, NULL, NULL };
+	unsigned port = start_httpd(s, &addr, &pems);
+	announce(s, addr.ss_family == AF_INET6, host, port);
+
+	int sig = 0;
+	while (sigwait(&stop, &sig) != 0)
+		;
+	svc_log(s, 6, "SVC-STOP", "signal %d: stopping", sig);
+	stop_service(s, &pems);
 	svc_log(s, 6, "SVC-STOPPED", "stopped");
 	return 0;
 }
