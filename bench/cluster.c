@@ -297,54 +297,72 @@ poll_served(allot_agent **as, watch *w, uint64_t now)
 		w->served_at = now;
 }
 
+/* One failover round: the cluster, the agents on it, and what the load
+ * saw. */
+typedef struct fo_round {
+	const char *keys[NFKEYS];
+	char cfg[128];
+	cluster c;
+	int owned[NMEM]; /* keys each member owns */
+	int victim; /* the member owning most keys, killed */
+	allot_agent *as[NAG];
+	allot_key *kh[NAG][NFKEYS];
+	admits ad[NFKEYS]; /* admissions from the steady period on */
+	uint64_t issued[NAG][NFKEYS];
+	uint64_t start, steady, kill_at, end, killed; /* ns */
+	uint64_t offered;
+	watch w;
+} fo_round;
+
+/* The quota file, the owner of every key, and the three members. */
 static void
-measure_failover_round(const bench_opts *o, unsigned r, failover *ret)
+fo_start_cluster(fo_round *f, unsigned r)
 {
 	static char keybuf[NFKEYS][8];
-	const char *keys[NFKEYS];
 	for (int k = 0; k < NFKEYS; k++) {
 		snprintf(keybuf[k], sizeof keybuf[k], "c%d", k);
-		keys[k] = keybuf[k];
+		f->keys[k] = keybuf[k];
 	}
-	char cfg[128];
-	snprintf(cfg, sizeof cfg, "%s/failover.yaml", dir);
-	proto_write_quotas(cfg, keys, NFKEYS, RATE, BURST, "closed");
-	cluster c;
-	cluster_init(&c);
-	int owned[NMEM] = { 0 };
+	snprintf(f->cfg, sizeof f->cfg, "%s/failover.yaml", dir);
+	proto_write_quotas(f->cfg, f->keys, NFKEYS, RATE, BURST, "closed");
+	cluster_init(&f->c);
 	for (int k = 0; k < NFKEYS; k++)
-		owned[allot__rendezvous_owner(
-		    allot__rendezvous_key("bench", keys[k]), c.hashes, NULL,
-		    NMEM)]++;
-	int victim = 0;
+		f->owned[allot__rendezvous_owner(
+		    allot__rendezvous_key("bench", f->keys[k]), f->c.hashes,
+		    NULL, NMEM)]++;
+	f->victim = 0;
 	for (int i = 1; i < NMEM; i++)
-		if (owned[i] > owned[victim])
-			victim = i;
+		if (f->owned[i] > f->owned[f->victim])
+			f->victim = i;
 	const char *timing[] = { "--interval-ms", "100", "--lease-ms", "1000",
 		"--expiry-intervals", "5", NULL };
 	char tag[16];
 	snprintf(tag, sizeof tag, "fo%u", r);
 	for (int i = 0; i < NMEM; i++)
-		start_member(&c, i, cfg, tag, timing);
+		start_member(&f->c, i, f->cfg, tag, timing);
+}
 
-	allot_agent *as[NAG];
-	allot_key *kh[NAG][NFKEYS];
+/* NAG agents with every key resolved, each registered with every member
+ * (at most 10 s). */
+static void
+fo_start_agents(fo_round *f)
+{
 	for (int i = 0; i < NAG; i++) {
 		char id[8];
 		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent(cfg, c.list, id);
+		f->as[i] = mkagent(f->cfg, f->c.list, id);
 		for (int k = 0; k < NFKEYS; k++)
-			if (allot_key_resolve(
-			        as[i], keys[k], "/x", &kh[i][k]) != ALLOT_OK)
-				bench_fail("key %s does not resolve", keys[k]);
+			if (allot_key_resolve(f->as[i], f->keys[k], "/x",
+			        &f->kh[i][k]) != ALLOT_OK)
+				bench_fail(
+				    "key %s does not resolve", f->keys[k]);
 	}
-	/* Every agent registered with every member (at most 10 s). */
 	uint64_t t0 = bench_now_ns();
 	for (;;) {
 		int ready = 0;
 		for (int i = 0; i < NAG; i++) {
 			allot_sync_stats ss;
-			allot_sync_stats_get(as[i], &ss);
+			allot_sync_stats_get(f->as[i], &ss);
 			ready += ss.members == NMEM && ss.registers >= NMEM &&
 			    ss.connected;
 		}
@@ -356,68 +374,91 @@ measure_failover_round(const bench_opts *o, unsigned r, failover *ret)
 			    dir);
 		usleep(10000);
 	}
+}
 
-	/* The load: every agent offers OFFERED tokens/s on every key,
-	 * paced against the clock (a stall catches up at most 20
-	 * requests). Admissions are recorded from the steady period on. */
-	admits ad[NFKEYS];
+/* Every agent's requests on every key due by `due` since the start (a
+ * stall catches up at most 20), admissions logged from `steady` on. */
+static void
+fo_offer(fo_round *f, uint64_t due)
+{
+	for (int i = 0; i < NAG; i++)
+		for (int k = 0; k < NFKEYS; k++) {
+			uint64_t *issued = &f->issued[i][k];
+			admits *ad = &f->ad[k];
+			if (due > *issued + 20)
+				*issued = due - 20;
+			for (; *issued < due; (*issued)++) {
+				allot_decision d;
+				uint64_t t = bench_now_ns();
+				allot_acquire(f->as[i], f->kh[i][k], 1, &d);
+				f->offered++;
+				if (!d.allowed || t < f->steady)
+					continue;
+				if (ad->n == ad->cap)
+					bench_fail("admission log "
+					           "full");
+				ad->ts[ad->n++] = t;
+			}
+		}
+}
+
+static void
+fo_kill_victim(fo_round *f)
+{
+	pid_t pid = f->c.pid[f->victim];
+	kill(pid, SIGKILL);
+	f->killed = bench_now_ns();
+	if (waitpid(pid, NULL, 0) != pid)
+		bench_fail("waitpid: %s", strerror(errno));
+	f->c.pid[f->victim] = 0;
+}
+
+/* The load: every agent offers OFFERED tokens/s on every key, paced
+ * against the clock, through the warm-up, the steady period, the kill
+ * of the victim and AFTER_MS after it, watching for the agents to be
+ * served by the new owners. */
+static void
+fo_run_load(fo_round *f)
+{
 	size_t cap = (size_t) (2.0 * RATE * (STEADY_MS + AFTER_MS + 2000) /
 	                 1000.0) +
 	    1000;
 	for (int k = 0; k < NFKEYS; k++) {
-		ad[k].n = 0;
-		ad[k].cap = cap;
-		ad[k].ts = malloc(cap * sizeof *ad[k].ts);
-		if (ad[k].ts == NULL)
+		f->ad[k].n = 0;
+		f->ad[k].cap = cap;
+		f->ad[k].ts = malloc(cap * sizeof *f->ad[k].ts);
+		if (f->ad[k].ts == NULL)
 			bench_fail("out of memory");
 	}
-	uint64_t issued[NAG][NFKEYS] = { { 0 } };
-	uint64_t start = bench_now_ns();
-	uint64_t steady = start + WARM_MS * 1000000ull;
-	uint64_t kill_at = steady + STEADY_MS * 1000000ull;
-	uint64_t end = kill_at + AFTER_MS * 1000000ull;
-	uint64_t killed = 0, offered = 0;
-	watch w = { 0 };
+	f->start = bench_now_ns();
+	f->steady = f->start + WARM_MS * 1000000ull;
+	f->kill_at = f->steady + STEADY_MS * 1000000ull;
+	f->end = f->kill_at + AFTER_MS * 1000000ull;
 	uint64_t loops = 0, last_poll = 0;
-	for (uint64_t now = start; now < end; now = bench_now_ns()) {
+	for (uint64_t now = f->start; now < f->end; now = bench_now_ns()) {
 		if (++loops > 10000000)
 			bench_fail("failover load: too many iterations");
-		uint64_t due = (uint64_t) (OFFERED * (double) (now - start) /
-		    1e9);
-		for (int i = 0; i < NAG; i++)
-			for (int k = 0; k < NFKEYS; k++) {
-				if (due > issued[i][k] + 20)
-					issued[i][k] = due - 20;
-				for (; issued[i][k] < due; issued[i][k]++) {
-					allot_decision d;
-					uint64_t t = bench_now_ns();
-					allot_acquire(as[i], kh[i][k], 1, &d);
-					offered++;
-					if (!d.allowed || t < steady)
-						continue;
-					if (ad[k].n == ad[k].cap)
-						bench_fail("admission log "
-						           "full");
-					ad[k].ts[ad[k].n++] = t;
-				}
-			}
-		if (killed == 0 && now >= kill_at) {
-			kill(c.pid[victim], SIGKILL);
-			killed = bench_now_ns();
-			if (waitpid(c.pid[victim], NULL, 0) != c.pid[victim])
-				bench_fail("waitpid: %s", strerror(errno));
-			c.pid[victim] = 0;
-		}
-		if (killed != 0 && w.served_at == 0 &&
+		fo_offer(
+		    f, (uint64_t) (OFFERED * (double) (now - f->start) / 1e9));
+		if (f->killed == 0 && now >= f->kill_at)
+			fo_kill_victim(f);
+		if (f->killed != 0 && f->w.served_at == 0 &&
 		    now - last_poll >= 2000000) {
 			last_poll = now;
-			poll_served(as, &w, bench_now_ns());
+			poll_served(f->as, &f->w, bench_now_ns());
 		}
 		usleep(1000);
 	}
+}
+
+/* The round's figures from the admission logs (which it frees), after
+ * checking that every agent saw the kill and that the limiter bound. */
+static void
+fo_figures(const bench_opts *o, unsigned r, fo_round *f, failover *ret)
+{
 	for (int i = 0; i < NAG; i++) {
 		allot_sync_stats ss;
-		allot_sync_stats_get(as[i], &ss);
+		allot_sync_stats_get(f->as[i], &ss);
 		if (ss.members_down != 1)
 			bench_fail("agent r%d sees %u members down after "
 			           "the kill, not 1",
@@ -427,40 +468,54 @@ measure_failover_round(const bench_opts *o, unsigned r, failover *ret)
 	 * the steady period, else the agents were not syncing. */
 	double steady_over = -INFINITY, fo_over = -INFINITY;
 	double after_over = -INFINITY; /* from the kill on: progress only */
-	uint64_t from = killed - 1000000000ull;
+	uint64_t killed = f->killed, from = killed - 1000000000ull;
 	for (int k = 0; k < NFKEYS; k++) {
+		admits *ad = &f->ad[k];
 		size_t n_steady = 0;
-		while (n_steady < ad[k].n && ad[k].ts[n_steady] < killed)
+		while (n_steady < ad->n && ad->ts[n_steady] < killed)
 			n_steady++;
 		double got = (double) n_steady / (STEADY_MS / 1000.0);
 		if (got < 0.5 * RATE || got > 1.5 * RATE + BURST)
 			bench_fail("key %s admitted %.0f/s in steady state, "
 			           "R = %.0f: not the limiter's rate",
-			    keys[k], got, RATE);
+			    f->keys[k], got, RATE);
 		steady_over = fmax(
-		    steady_over, over_of(&ad[k], steady, killed));
-		fo_over = fmax(fo_over, over_of(&ad[k], from, end));
-		after_over = fmax(after_over, over_of(&ad[k], killed, end));
-		free(ad[k].ts);
+		    steady_over, over_of(ad, f->steady, killed));
+		fo_over = fmax(fo_over, over_of(ad, from, f->end));
+		after_over = fmax(after_over, over_of(ad, killed, f->end));
+		free(ad->ts);
 	}
 	ret->steady_over = steady_over;
 	ret->failover_over = fo_over;
-	ret->served_ms = w.served_at ? (double) (w.served_at - killed) / 1e6 :
-	                               NAN;
-	ret->detected_ms = w.down_at ? (double) (w.down_at - killed) / 1e6 :
-	                               NAN;
+	ret->served_ms = f->w.served_at ?
+	    (double) (f->w.served_at - killed) / 1e6 :
+	    NAN;
+	ret->detected_ms = f->w.down_at ?
+	    (double) (f->w.down_at - killed) / 1e6 :
+	    NAN;
 	bench_progress(o,
 	    "round %u: killed m%d (owned %d of %d keys): down after %.0f ms, "
 	    "served by the new owners after %.0f ms; "
 	    "over-admission %.2f steady, %.2f "
 	    "failover, %.2f after the kill alone (R·T); %llu requests "
 	    "offered",
-	    r, victim + 1, owned[victim], NFKEYS, ret->detected_ms,
+	    r, f->victim + 1, f->owned[f->victim], NFKEYS, ret->detected_ms,
 	    ret->served_ms, steady_over, fo_over, after_over,
-	    (unsigned long long) offered);
+	    (unsigned long long) f->offered);
+}
+
+static void
+measure_failover_round(const bench_opts *o, unsigned r, failover *ret)
+{
+	fo_round f;
+	memset(&f, 0, sizeof f);
+	fo_start_cluster(&f, r);
+	fo_start_agents(&f);
+	fo_run_load(&f);
+	fo_figures(o, r, &f, ret);
 	for (int i = 0; i < NAG; i++)
-		allot_agent_destroy(as[i]);
-	stop_members(&c);
+		allot_agent_destroy(f.as[i]);
+	stop_members(&f.c);
 }
 
 static void
