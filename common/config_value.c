@@ -287,9 +287,13 @@ get_number(
 	return ALLOT_OK;
 }
 
-int
-allot__cfg_get_rate(
-    allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)
+/* A number above 0 within [min, max]. The messages say what was
+ * expected: `positive` ("a rate > 0 tokens/s") when it is not above 0,
+ * `range` when it is out of range. */
+static int
+get_positive(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
+    const char *positive, double min, double max, const char *range,
+    double *ret)
 {
 	char q[QBUF];
 	double v = 0;
@@ -297,37 +301,33 @@ allot__cfg_get_rate(
 	if (rc != ALLOT_OK)
 		return rc;
 	if (v <= 0)
-		return FAIL(c, n, "%s is %s, expected a rate > 0 tokens/s",
-		    what, NUM(q, n));
-	if (v < ALLOT__RATE_MIN || v > ALLOT__RATE_MAX)
-		return FAIL(c, n,
-		    "%s is %s, out of range, expected a rate in [" STR(
-		        ALLOT__RATE_MIN) ", " STR(ALLOT__RATE_MAX) "] "
-		                                                   "tokens/s",
-		    what, NUM(q, n));
+		return FAIL(
+		    c, n, "%s is %s, expected %s", what, NUM(q, n), positive);
+	if (v < min || v > max)
+		return FAIL(c, n, "%s is %s, out of range, expected %s", what,
+		    NUM(q, n), range);
 	*ret = v;
 	return ALLOT_OK;
+}
+
+int
+allot__cfg_get_rate(
+    allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)
+{
+	return get_positive(c, n, what, "a rate > 0 tokens/s", ALLOT__RATE_MIN,
+	    ALLOT__RATE_MAX,
+	    "a rate in [" STR(ALLOT__RATE_MIN) ", " STR(
+	        ALLOT__RATE_MAX) "] tokens/s",
+	    ret);
 }
 
 int
 allot__cfg_get_burst(
     allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)
 {
-	char q[QBUF];
-	double v = 0;
-	int rc = get_number(c, n, what, &v);
-	if (rc != ALLOT_OK)
-		return rc;
-	if (v <= 0)
-		return FAIL(c, n, "%s is %s, expected a burst > 0 tokens",
-		    what, NUM(q, n));
-	if (v > ALLOT__BURST_MAX)
-		return FAIL(c, n,
-		    "%s is %s, out of range, expected a burst of at most " STR(
-		        ALLOT__BURST_MAX) " tokens",
-		    what, NUM(q, n));
-	*ret = v;
-	return ALLOT_OK;
+	return get_positive(c, n, what, "a burst > 0 tokens", 0,
+	    ALLOT__BURST_MAX,
+	    "a burst of at most " STR(ALLOT__BURST_MAX) " tokens", ret);
 }
 
 int

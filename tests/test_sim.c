@@ -236,13 +236,16 @@ START_TEST(interval_sweep)
 }
 END_TEST
 
-START_TEST(trace_file)
+/* The files of a trace test in a new directory `dir` (a mkdtemp
+ * template): the quota file `cfg` (caller a at 100 tokens/s, /export of
+ * weight 5), and the trace `csv`, returned open for writing after its
+ * header line. `csv` and `cfg` are `len` bytes. */
+static FILE *
+trace_files(char *dir, char *csv, char *cfg, size_t len)
 {
-	char dir[] = "/tmp/allot-sim-XXXXXX";
 	ck_assert_ptr_nonnull(mkdtemp(dir));
-	char csv[64], cfg[64];
-	snprintf(csv, sizeof csv, "%s/t.csv", dir);
-	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
+	snprintf(csv, len, "%s/t.csv", dir);
+	snprintf(cfg, len, "%s/q.yaml", dir);
 	FILE *f = fopen(cfg, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
@@ -254,6 +257,14 @@ START_TEST(trace_file)
 	f = fopen(csv, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("time_s,replica,caller,endpoint\n", f);
+	return f;
+}
+
+START_TEST(trace_file)
+{
+	char dir[] = "/tmp/allot-sim-XXXXXX";
+	char csv[64], cfg[64];
+	FILE *f = trace_files(dir, csv, cfg, sizeof csv);
 	/* 300/s of caller a for 10 s on two replicas, one in twenty an
 	 * export; plus a few unknown callers. */
 	double offered = 0;
@@ -347,21 +358,8 @@ sim_cli(const char *args, int *ret_status)
 START_TEST(trace_sweep_jobs)
 {
 	char dir[] = "/tmp/allot-sim-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
 	char csv[64], cfg[64], args[256];
-	snprintf(csv, sizeof csv, "%s/t.csv", dir);
-	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
-	FILE *f = fopen(cfg, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
-	      "  callers:\n    - identity: a\n      tokens_per_second: 100\n"
-	      "      burst: 100\n  endpoint_weights:\n    default: 1\n"
-	      "    /export: 5\n",
-	    f);
-	fclose(f);
-	f = fopen(csv, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("time_s,replica,caller,endpoint\n", f);
+	FILE *f = trace_files(dir, csv, cfg, sizeof csv);
 	for (int i = 0; i < 100000; i++)
 		fprintf(f, "%.6f,%s,%s,%s\n", i / 5000.0,
 		    i % 3 ? "pod-a" : "pod-b", i % 100 == 7 ? "mallory" : "a",
