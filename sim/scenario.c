@@ -554,47 +554,57 @@ finish(sim_scenario *s, const caller_spec *cs, size_t ncallers, double ceiling,
 	return ALLOT_OK;
 }
 
-int
-sim_scenario_builtin(const char *name, const sim_params *p, double duration_s,
-    bool without_noisy, sim_scenario *s, char *err, size_t errlen)
+/* What sets a built-in scenario apart from the others, besides its
+ * callers. */
+typedef struct shape {
+	const char *desc;
+	double ceiling; /* global ceiling; 0: none */
+	uint32_t n0, n1; /* replicas before / after the change; n1 0: none */
+	double change_at; /* s */
+	sim_change_kind ck; /* how replicas go when n1 < n0 */
+	double dur; /* s */
+} shape;
+
+enum { NC = 4 }; /* callers of a built-in scenario */
+
+/* The shape and callers of built-in scenario `name`, from the defaults
+ * of "uniform"; false if there is no such scenario. Sets the scenario's
+ * own fields: graceful, noisy_caller, the outage. */
+static bool
+builtin_shape(const char *name, sim_scenario *s, caller_spec *cs, shape *sh)
 {
-	memset(s, 0, sizeof *s);
-	s->noisy_caller = -1;
-	s->graceful = true;
-	size_t ccap = 0;
-	enum { NC = 4 };
-	caller_spec cs[NC];
 	for (size_t i = 0; i < NC; i++)
 		cs[i] = (caller_spec) { .rate = 1000,
 			.burst = 1000,
 			.priority = "standard",
 			.demand = 700,
 			.lb = LB_UNIFORM };
-	double ceiling = 0;
-	uint32_t n0 = 8, n1 = 0; /* replicas before / after */
-	double change_at = 30;
-	sim_change_kind ck = SIM_START;
-	double dur = 60;
-	const char *desc = NULL;
+	*sh = (shape) { .desc = NULL,
+		.ceiling = 0,
+		.n0 = 8,
+		.n1 = 0,
+		.change_at = 30,
+		.ck = SIM_START,
+		.dur = 60 };
 	if (strcmp(name, "uniform") == 0) {
-		desc = "8 replicas, 4 callers at 70 % of R, requests spread "
-		       "evenly";
+		sh->desc = "8 replicas, 4 callers at 70 % of R, requests "
+		           "spread evenly";
 	} else if (strcmp(name, "sticky") == 0) {
-		desc = "8 replicas; 80 % of caller-0's traffic on replica 0 "
-		       "(sticky streams); demand 70 % of R";
+		sh->desc = "8 replicas; 80 % of caller-0's traffic on replica "
+		           "0 (sticky streams); demand 70 % of R";
 		cs[0].lb = LB_STICKY;
 		cs[0].frac = 0.8;
 		cs[0].hot = 0;
 	} else if (strcmp(name, "skewed") == 0) {
-		desc = "8 replicas; each caller's traffic Zipf(1.2) over the "
-		       "replicas (its own ranking); demand 70 % of R";
+		sh->desc = "8 replicas; each caller's traffic Zipf(1.2) over "
+		           "the replicas (its own ranking); demand 70 % of R";
 		for (size_t i = 0; i < NC; i++) {
 			cs[i].lb = LB_ZIPF;
 			cs[i].zipf_s = 1.2;
 		}
 	} else if (strcmp(name, "burst") == 0) {
-		desc = "8 replicas, callers at 30 % of R; every 10 s all "
-		       "callers burst B tokens together within 50 ms";
+		sh->desc = "8 replicas, callers at 30 % of R; every 10 s all "
+		           "callers burst B tokens together within 50 ms";
 		for (size_t i = 0; i < NC; i++) {
 			cs[i].demand = 300;
 			cs[i].burst_tokens = cs[i].burst;
@@ -603,76 +613,102 @@ sim_scenario_builtin(const char *name, const sim_params *p, double duration_s,
 			cs[i].burst_len = 0.05;
 		}
 	} else if (strcmp(name, "scaleup") == 0) {
-		desc = "4 -> 16 replicas at 30 s (graceful: the newcomers "
-		       "register), demand 70 % of R spread evenly";
-		n0 = 4;
-		n1 = 16;
+		sh->desc = "4 -> 16 replicas at 30 s (graceful: the newcomers "
+		           "register), demand 70 % of R spread evenly";
+		sh->n0 = 4;
+		sh->n1 = 16;
 	} else if (strcmp(name, "scaledown") == 0) {
-		desc = "16 -> 4 replicas at 30 s (graceful: Leave), demand "
-		       "70 % of R spread evenly";
-		n0 = 16;
-		n1 = 4;
-		ck = SIM_LEAVE;
+		sh->desc = "16 -> 4 replicas at 30 s (graceful: Leave), "
+		           "demand 70 % of R spread evenly";
+		sh->n0 = 16;
+		sh->n1 = 4;
+		sh->ck = SIM_LEAVE;
 	} else if (strcmp(name, "crash") == 0) {
-		desc = "16 -> 4 replicas at 30 s by crash (no Leave: expiry "
-		       "after K intervals), demand 70 % of R";
-		n0 = 16;
-		n1 = 4;
-		ck = SIM_CRASH;
+		sh->desc = "16 -> 4 replicas at 30 s by crash (no Leave: "
+		           "expiry after K intervals), demand 70 % of R";
+		sh->n0 = 16;
+		sh->n1 = 4;
+		sh->ck = SIM_CRASH;
 		s->graceful = false;
 	} else if (strcmp(name, "noisy") == 0) {
-		desc = "8 replicas, ceiling 3000 over 4 quotas of 1000; "
-		       "caller-3 at 10x its quota, the others at 60 %";
-		ceiling = 3000;
+		sh->desc = "8 replicas, ceiling 3000 over 4 quotas of 1000; "
+		           "caller-3 at 10x its quota, the others at 60 %";
+		sh->ceiling = 3000;
 		for (size_t i = 0; i < NC; i++)
 			cs[i].demand = 600;
 		cs[3].demand = 10000;
 		s->noisy_caller = 3;
 	} else if (strcmp(name, "overload") == 0) {
-		desc = "8 replicas, ceiling 2500 over quotas of 1000 in "
-		       "classes critical, standard, batch, low; demand 3x the "
-		       "ceiling";
-		ceiling = 2500;
+		sh->desc = "8 replicas, ceiling 2500 over quotas of 1000 in "
+		           "classes critical, standard, batch, low; demand 3x "
+		           "the ceiling";
+		sh->ceiling = 2500;
 		static const char *const cls[NC] = { "critical", "standard",
 			"batch", "low" };
 		for (size_t i = 0; i < NC; i++) {
 			cs[i].priority = cls[i];
-			cs[i].demand = 3 * ceiling / NC;
+			cs[i].demand = 3 * sh->ceiling / NC;
 		}
 	} else if (strcmp(name, "outage") == 0) {
-		desc = "8 replicas, demand 70 % of R; the coordinator is "
-		       "unreachable from 20 s to 25 s (lease 3 s, then "
-		       "fallback)";
+		sh->desc = "8 replicas, demand 70 % of R; the coordinator is "
+		           "unreachable from 20 s to 25 s (lease 3 s, then "
+		           "fallback)";
 		s->outage_from = 20 * SIM_NS;
 		s->outage_to = 25 * SIM_NS;
 	} else {
+		return false;
+	}
+	return true;
+}
+
+/* The replica changes of a shape: n0 start at 0, then at change_at the
+ * newcomers start, or the last ones go as `ck` says. */
+static int
+builtin_changes(sim_scenario *s, const shape *sh)
+{
+	size_t ccap = 0;
+	int rc = ALLOT_OK;
+	for (uint32_t r = 0; r < sh->n0 && rc == ALLOT_OK; r++)
+		rc = add_change(s, &ccap, 0, r, SIM_START);
+	if (sh->n1 > sh->n0)
+		for (uint32_t r = sh->n0; r < sh->n1 && rc == ALLOT_OK; r++)
+			rc = add_change(s, &ccap, sh->change_at, r, SIM_START);
+	else if (sh->n1 != 0 && sh->n1 < sh->n0)
+		for (uint32_t r = sh->n1; r < sh->n0 && rc == ALLOT_OK; r++)
+			rc = add_change(s, &ccap, sh->change_at, r, sh->ck);
+	return rc;
+}
+
+int
+sim_scenario_builtin(const char *name, const sim_params *p, double duration_s,
+    bool without_noisy, sim_scenario *s, char *err, size_t errlen)
+{
+	memset(s, 0, sizeof *s);
+	s->noisy_caller = -1;
+	s->graceful = true;
+	caller_spec cs[NC];
+	shape sh;
+	if (!builtin_shape(name, s, cs, &sh)) {
 		set_err(err, errlen, "unknown scenario \"%s\"", name);
 		return ALLOT_ENOENT;
 	}
+	/* A shorter run keeps its change and its outage inside it. */
 	if (duration_s > 0)
-		dur = duration_s;
-	if (change_at >= dur)
-		change_at = dur / 2;
-	if (s->outage_to > (uint64_t) (dur * SIM_NS)) {
-		s->outage_from = (uint64_t) (dur * 0.4 * SIM_NS);
-		s->outage_to = (uint64_t) (dur * 0.4 * SIM_NS) +
-		    (uint64_t) (fmin(5.0, dur * 0.2) * SIM_NS);
+		sh.dur = duration_s;
+	if (sh.change_at >= sh.dur)
+		sh.change_at = sh.dur / 2;
+	if (s->outage_to > (uint64_t) (sh.dur * SIM_NS)) {
+		s->outage_from = (uint64_t) (sh.dur * 0.4 * SIM_NS);
+		s->outage_to = (uint64_t) (sh.dur * 0.4 * SIM_NS) +
+		    (uint64_t) (fmin(5.0, sh.dur * 0.2) * SIM_NS);
 	}
 	snprintf(s->name, sizeof s->name, "%s", name);
-	s->description = strdup(desc);
-	s->duration = (uint64_t) (dur * SIM_NS);
-	s->nreplicas = n0 > n1 ? n0 : n1;
-	int rc = ALLOT_OK;
-	for (uint32_t r = 0; r < n0 && rc == ALLOT_OK; r++)
-		rc = add_change(s, &ccap, 0, r, SIM_START);
-	if (n1 > n0)
-		for (uint32_t r = n0; r < n1 && rc == ALLOT_OK; r++)
-			rc = add_change(s, &ccap, change_at, r, SIM_START);
-	else if (n1 != 0 && n1 < n0)
-		for (uint32_t r = n1; r < n0 && rc == ALLOT_OK; r++)
-			rc = add_change(s, &ccap, change_at, r, ck);
+	s->description = strdup(sh.desc);
+	s->duration = (uint64_t) (sh.dur * SIM_NS);
+	s->nreplicas = sh.n0 > sh.n1 ? sh.n0 : sh.n1;
+	int rc = builtin_changes(s, &sh);
 	if (rc == ALLOT_OK)
-		rc = finish(s, cs, NC, ceiling, p->seed,
+		rc = finish(s, cs, NC, sh.ceiling, p->seed,
 		    without_noisy ? s->noisy_caller : -1, err, errlen);
 	if (rc != ALLOT_OK) {
 		if (err[0] == '\0')
