@@ -1,0 +1,633 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allotd's command line (allotd_opts.h). One table lists every option:
+ * its names, its argument, its help text and the function that stores
+ * its value. getopt_long's option array, the OPTIONS section of `--help`
+ * and the dispatch all come from that table, so an option cannot be
+ * parsed without being documented or the other way round. What depends
+ * on several options (required ones, --member with --self, identity
+ * with --tls-ca) is checked once everything is parsed.
+ */
+#include "allotd_opts.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define EXIT_USAGE ALLOT__DAEMON_EXIT_USAGE
+#define DEFAULT_LISTEN ALLOT__DAEMON_DEFAULT_LISTEN
+#define DEFAULT_HTTP ALLOT__DAEMON_DEFAULT_HTTP
+
+typedef allot__daemon_opts opts;
+struct opt;
+
+/* Store `arg` for option `def` into `o`. Returns 0, -1 after printing
+ * what is wrong (exit 2), or an exit status to stop with (1 + status:
+ * --help and --version). */
+typedef int parse_fn(const struct opt *def, const char *arg, opts *o);
+
+struct opt {
+	const char *name; /* long name, without the dashes */
+	char short_name; /* or 0 */
+	const char *arg; /* the argument's name in the help, NULL if none */
+	/* Help lines, each ending in a newline; printed indented under
+	 * the heading. NULL: described together with the next option (the
+	 * headings are joined with a comma). */
+	const char *help;
+	parse_fn *parse;
+	size_t off; /* the field of opts that parse stores into */
+	uint32_t min, max; /* for parse_u32 */
+};
+
+#define FIELD(f) offsetof(opts, f)
+#define AT(o, def, type) ((type *) (void *) ((char *) (o) + (def)->off))
+
+/* ---- value parsers ---- */
+
+static int
+parse_str(const struct opt *def, const char *arg, opts *o)
+{
+	*AT(o, def, const char *) = arg;
+	return 0;
+}
+
+static int
+parse_u32(const struct opt *def, const char *s, opts *o)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' ||
+	    v < def->min || v > def->max) {
+		fprintf(stderr,
+		    "allotd: --%s expects an integer from %" PRIu32
+		    " to %" PRIu32 ", not \"%s\"\n",
+		    def->name, def->min, def->max, s);
+		return -1;
+	}
+	*AT(o, def, uint32_t) = (uint32_t) v;
+	return 0;
+}
+
+/* --require-identity (min 1) and --no-require-identity (min 0). */
+static int
+parse_flag(const struct opt *def, const char *arg, opts *o)
+{
+	*AT(o, def, int) = (int) def->min;
+	return 0;
+}
+
+/* Append `arg` to the list of a repeatable option, of at most `cap`. */
+static int
+append(const struct opt *def, const char *arg, const char **list, size_t *n,
+    size_t cap)
+{
+	if (*n == cap) {
+		fprintf(stderr, "allotd: at most %zu --%s\n", cap, def->name);
+		return -1;
+	}
+	list[(*n)++] = arg;
+	return 0;
+}
+
+static int
+parse_listen(const struct opt *def, const char *arg, opts *o)
+{
+	return append(def, arg, o->urls, &o->nurls, ALLOT__SERVER_MAX_URLS);
+}
+
+static int
+parse_idmap(const struct opt *def, const char *arg, opts *o)
+{
+	return append(def, arg, o->idmaps, &o->nidmaps, ALLOT__AUTHN_MAX_MAPS);
+}
+
+static int
+parse_audience(const struct opt *def, const char *arg, opts *o)
+{
+	/* Leave room for the --listen URLs and --self. */
+	if (o->nidaud + ALLOT__SERVER_MAX_URLS + 1 >=
+	    ALLOT__AUTHN_MAX_AUDIENCES) {
+		fprintf(stderr, "allotd: too many --identity-audience\n");
+		return -1;
+	}
+	o->idaud[o->nidaud++] = arg;
+	return 0;
+}
+
+static int
+parse_member(const struct opt *def, const char *arg, opts *o)
+{
+	char merr[256];
+	if (o->nmembers == ALLOT__CLUSTER_MAX_MEMBERS) {
+		fprintf(stderr, "allotd: at most %u --member\n",
+		    ALLOT__CLUSTER_MAX_MEMBERS);
+		return -1;
+	}
+	allot__member *m = &o->members[o->nmembers];
+	if (allot__member_parse(arg, false, merr, sizeof merr, m) != 0) {
+		fprintf(stderr, "allotd: --member: %s\n", merr);
+		return -1;
+	}
+	for (size_t i = 0; i < o->nmembers; i++)
+		if (strcmp(o->members[i].name, m->name) == 0) {
+			fprintf(stderr, "allotd: --member %s given twice\n",
+			    o->members[i].name);
+			return -1;
+		}
+	o->nmembers++;
+	return 0;
+}
+
+static int
+parse_hold(const struct opt *def, const char *arg, opts *o)
+{
+	static const struct {
+		const char *name;
+		allot__hold_expired hold;
+	} holds[] = {
+		{ "none", ALLOT__HOLD_NONE },
+		{ "lease", ALLOT__HOLD_LEASE },
+		{ "fallback", ALLOT__HOLD_FALLBACK },
+	};
+	for (size_t i = 0; i < sizeof holds / sizeof holds[0]; i++)
+		if (strcmp(arg, holds[i].name) == 0) {
+			o->so.hold_expired = holds[i].hold;
+			return 0;
+		}
+	fprintf(stderr,
+	    "allotd: --hold-expired %s: expected none, lease or fallback\n",
+	    arg);
+	return -1;
+}
+
+/* --peer-register-rate and --peer-message-rate: R[:B] into a budget's
+ * rate and burst. */
+static int
+peer_rate(const struct opt *def, const char *arg, double *ret_rate,
+    double *ret_burst)
+{
+	char perr[256];
+	if (allot__peerlimit_parse(
+	        arg, ret_rate, ret_burst, perr, sizeof perr) != 0) {
+		fprintf(stderr, "allotd: --%s: %s\n", def->name, perr);
+		return -1;
+	}
+	return 0;
+}
+
+static int
+parse_peer_register(const struct opt *def, const char *arg, opts *o)
+{
+	return peer_rate(
+	    def, arg, &o->plo.register_rate, &o->plo.register_burst);
+}
+
+static int
+parse_peer_message(const struct opt *def, const char *arg, opts *o)
+{
+	return peer_rate(
+	    def, arg, &o->plo.message_rate, &o->plo.message_burst);
+}
+
+static int
+parse_level(const struct opt *def, const char *s, opts *o)
+{
+	static const struct {
+		const char *name;
+		int level;
+	} names[] = {
+		{ "err", 3 },
+		{ "error", 3 },
+		{ "warning", 4 },
+		{ "warn", 4 },
+		{ "notice", 5 },
+		{ "info", 6 },
+		{ "debug", 7 },
+	};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (strcmp(s, names[i].name) == 0) {
+			o->log_level = names[i].level;
+			return 0;
+		}
+	}
+	if (s[0] >= '0' && s[0] <= '7' && s[1] == '\0') {
+		o->log_level = s[0] - '0';
+		return 0;
+	}
+	fprintf(stderr,
+	    "allotd: --log-level expects err, warning, notice, "
+	    "info, debug or 0-7, not \"%s\"\n",
+	    s);
+	return -1;
+}
+
+static parse_fn show_help, show_version;
+
+/* ---- the options ---- */
+
+static const struct opt options[] = {
+	{ "config", 'c', "FILE",
+	    "Quota file (YAML, docs/configuration.md). Required. A bad file\n"
+	    "at start-up is fatal; on SIGHUP it is logged and the config in\n"
+	    "force is kept.\n",
+	    parse_str, FIELD(config_path), 0, 0 },
+	{ "db", 'd', "FILE",
+	    "SQLite store, created if missing (WAL mode, schema migrated).\n"
+	    "Required. Query it with the sqlite3 shell "
+	    "(docs/operations.md).\n",
+	    parse_str, FIELD(db_path), 0, 0 },
+	{ "listen", 'l', "URL",
+	    "Protocol address, nng syntax: tls+tcp://HOST:PORT (mutual TLS,\n"
+	    "across hosts), tcp://HOST:PORT (loopback) or ipc:///PATH.\n"
+	    "Repeat for several. Default " DEFAULT_LISTEN " (loopback\n"
+	    "only), or with --self this member's SYNC_URL.\n",
+	    parse_listen, 0, 0, 0 },
+	{ "http", 'H', "HOST:PORT",
+	    "Address of the dashboard (/), /metrics, /status and /healthz,\n"
+	    "or \"off\". Read-only: nothing on it changes allotd.\n"
+	    "Default " DEFAULT_HTTP ".\n",
+	    parse_str, FIELD(http_addr), 0, 0 },
+	{ "tls-cert", 0, "FILE", NULL, parse_str, FIELD(tls_cert), 0, 0 },
+	{ "tls-ca", 0, "FILE",
+	    "For tls+tcp:// listeners (mutual TLS): allotd's certificate and\n"
+	    "private key in one PEM file, and the CA that agents'\n"
+	    "certificates must chain to. Agents without a valid certificate\n"
+	    "cannot connect. Plain tcp:// beyond loopback logs a warning.\n",
+	    parse_str, FIELD(tls_ca), 0, 0 },
+	{ "require-identity", 0, NULL, NULL, parse_flag, FIELD(require_id), 1,
+	    0 },
+	{ "no-require-identity", 0, NULL,
+	    "Every Register must prove, by a signature with its "
+	    "certificate's\n"
+	    "key, the SPIFFE identity of its service; sessions stay bound\n"
+	    "to their connection. On by default with --tls-ca.\n",
+	    parse_flag, FIELD(require_id), 0, 0 },
+	{ "identity-map", 0, "SPIFFE_PATTERN",
+	    "Which part of a certificate's SPIFFE ID is the service, e.g.\n"
+	    "spiffe://example.org/ns/*/sa/{service} (repeat; first match\n"
+	    "wins). Default: the ID's last path segment.\n",
+	    parse_idmap, 0, 0, 0 },
+	{ "identity-audience", 0, "URL",
+	    "A coordinator URL agents dial that is not a --listen URL\n"
+	    "(e.g. behind a DNS name or NAT); repeat for several.\n",
+	    parse_audience, 0, 0, 0 },
+	{ "member", 0, "NAME=SYNC_URL", NULL, parse_member, 0, 0, 0 },
+	{ "self", 0, "NAME",
+	    "Cluster mode: the full static member list (repeat --member\n"
+	    "for each member, identical on every member and in every\n"
+	    "agent's coordinator list) and which of them this allotd is.\n"
+	    "Each key (service, quota) is owned by one live member chosen\n"
+	    "by rendezvous hashing of the member names. Without --listen,\n"
+	    "allotd listens on its own SYNC_URL. See docs/operations.md,\n"
+	    "\"Cluster\".\n",
+	    parse_str, FIELD(self_name), 0, 0 },
+	{ "hold-expired", 0, "none|lease|fallback",
+	    "What the share of an expired replica (silent past its expiry:\n"
+	    "crashed, or partitioned and still admitting) keeps out of the\n"
+	    "headroom: none (default: the others get it at once), lease (its\n"
+	    "grants until its lease has certainly ended), fallback (also its\n"
+	    "fallback allowance afterwards, for 60 s: a partition never\n"
+	    "over-admits, a crash leaves that capacity unused). See\n"
+	    "docs/allocation.md.\n",
+	    parse_hold, 0, 0, 0 },
+	{ "lease-ms", 0, "MS",
+	    "How long an agent may use a share without hearing from allotd\n"
+	    "(default 3000).\n",
+	    parse_u32, FIELD(so.lease_ms), 10, 3600000 },
+	{ "interval-ms", 0, "MS",
+	    "Expected agent sync interval T; also allotd's sweep period\n"
+	    "(default 100).\n",
+	    parse_u32, FIELD(so.interval_ms), 5, 600000 },
+	{ "expiry-intervals", 0, "K",
+	    "A replica silent for K intervals (of T, or of its own longer\n"
+	    "interval) is expired and its share given back (default 5).\n",
+	    parse_u32, FIELD(so.expiry_intervals), 1, 1000 },
+	{ "retention-s", 0, "S",
+	    "Usage and event rows older than S seconds are deleted\n"
+	    "(default 604800, 7 days; 0 keeps everything).\n",
+	    parse_u32, FIELD(retention_s), 0, UINT32_MAX },
+	{ "workers", 0, "N",
+	    "Requests handled concurrently, one nng context each (default "
+	    "8).\n",
+	    parse_u32, FIELD(workers), 1, 1024 },
+	{ "max-replicas", 0, "N",
+	    "Live replicas over all services (default 10000).\n", parse_u32,
+	    FIELD(so.max_replicas), 1, 10000000 },
+	{ "max-keys", 0, "N",
+	    "Keys one Register may name (default 65537); more are\n"
+	    "answered TOO_LARGE. With --max-replicas it bounds the\n"
+	    "registry: about 165 bytes per key (docs/operations.md,\n"
+	    "\"Memory bounds\").\n",
+	    parse_u32, FIELD(max_keys), 1, ALLOT__SERVER_MAX_KEYS },
+	{ "peer-register-rate", 0, "R[:B]",
+	    "Registers per second each peer may send, with a burst of B\n"
+	    "(default 20:50; B defaults to 2 R; 0 disables). A peer is a\n"
+	    "remote IP address (tcp, tls+tcp), a local uid (ipc), or\n"
+	    "\"local\". Over it: Error RATE_LIMITED, counted as\n"
+	    "allotd_rejected_messages_total{reason=\"peer_register_rate\"}.\n",
+	    parse_peer_register, 0, 0, 0 },
+	{ "peer-message-rate", 0, "R[:B]",
+	    "Messages of any kind per second each peer may send (default\n"
+	    "2000:4000; 0 disables); reason \"peer_message_rate\". A host\n"
+	    "sends about (its replicas) x (members) / T per second over\n"
+	    "the cluster, (its replicas) / T to each member.\n",
+	    parse_peer_message, 0, 0, 0 },
+	{ "peer-table", 0, "N",
+	    "Peers tracked for those budgets (default 4096, about 450\n"
+	    "bytes each); beyond it, new peers share one budget while\n"
+	    "every tracked peer is still paying off a burst.\n",
+	    parse_u32, FIELD(plo.capacity), 1, 1000000 },
+	{ "log-level", 0, "LEVEL",
+	    "err, warning, notice, info or debug, or 0-7 (default info).\n",
+	    parse_level, 0, 0, 0 },
+	{ "help", 'h', NULL, "Print this text and exit.\n", show_help, 0, 0,
+	    0 },
+	{ "version", 'V', NULL, "Print the version and exit.\n", show_version,
+	    0, 0, 0 },
+};
+
+#define NOPTS (sizeof options / sizeof options[0])
+
+#define NOPTS (sizeof options / sizeof options[0])
+
+/* ---- --help and --version ---- */
+
+static const char help_head[] =
+    "NAME\n"
+    "    allotd - the allot coordinator: global quotas, per-replica "
+    "shares\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    allotd --config FILE --db FILE [--listen URL]... [--http "
+    "HOST:PORT]\n"
+    "           [--lease-ms MS] [--interval-ms MS] [--expiry-intervals K]\n"
+    "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
+    "           [--member NAME=SYNC_URL]... [--self NAME]\n"
+    "           [--hold-expired none|lease|fallback]\n"
+    "    allotd --help | --version\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    allotd receives what every replica's agent (liballot) admitted "
+    "and\n"
+    "    denied per quota, keeps global usage in memory and in a SQLite "
+    "file,\n"
+    "    and answers each agent with its share of every quota: a local "
+    "rate\n"
+    "    and burst valid for a lease. Shares are recomputed whenever the\n"
+    "    number of live replicas of a service or the quota config "
+    "changes,\n"
+    "    and reach the agents on their next sync. The quota file applies "
+    "to\n"
+    "    every service; each agent names its service when it registers.\n"
+    "    The wire protocol is described in docs/protocol.md.\n"
+    "\n"
+    "OPTIONS\n";
+
+static const char help_tail[] =
+    "\n"
+    "SIGNALS\n"
+    "    SIGHUP   reload the quota file: a new epoch and new shares, or "
+    "an\n"
+    "             ALLOTD-RELOAD-FAIL line naming the error.\n"
+    "    SIGTERM, SIGINT\n"
+    "             drain: stop accepting, finish requests in flight (at "
+    "most\n"
+    "             2 s), commit the store, record a \"stop\" event, exit "
+    "0.\n"
+    "\n"
+    "RESTART\n"
+    "    Sessions do not survive a restart: agents get UNKNOWN_SESSION "
+    "and\n"
+    "    register again, keeping their local buckets. Replicas that were\n"
+    "    live are restored as placeholders that keep counting toward "
+    "their\n"
+    "    service's replica count (so the first to return is not handed "
+    "the\n"
+    "    whole quota) until they register again or expire.\n"
+    "\n"
+    "LOGGING\n"
+    "    Lines on stderr: time, level, a stable id (ALLOTD-START, -JOIN,\n"
+    "    -LEAVE, -EXPIRE, -REPLACE, -REJECT, -RELOAD, -RELOAD-FAIL,\n"
+    "    -STORE-FAIL, -DRAIN, -STOP, ...), then the message.\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 after a clean drain; 1 when the store, a listener or the "
+    "event\n"
+    "    loop fails; 2 for a bad command line or quota file.\n"
+    "\n"
+    "EXAMPLE\n"
+    "    allotd --config /etc/allot/quotas.yaml --db "
+    "/var/lib/allot/allot.db \\\n"
+    "        --listen tls+tcp://0.0.0.0:7400 --tls-cert "
+    "/etc/allot/allotd.pem \\\n"
+    "        --tls-ca /etc/allot/agents-ca.pem --listen "
+    "ipc:///run/allot/allotd.sock\n"
+    "\n"
+    "SEE ALSO\n"
+    "    docs/protocol.md, docs/operations.md, docs/configuration.md\n";
+
+/* The OPTIONS section: each option's heading, then its help indented
+ * under it; options without help share the next one's paragraph. */
+static void
+print_options(FILE *f)
+{
+	bool joined = false;
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct opt *d = &options[i];
+		fputs(joined ? ", " : "    ", f);
+		if (d->short_name != 0)
+			fprintf(f, "-%c, ", d->short_name);
+		fprintf(f, "--%s%s%s", d->name, d->arg != NULL ? " " : "",
+		    d->arg != NULL ? d->arg : "");
+		joined = d->help == NULL;
+		if (joined)
+			continue;
+		fputc('\n', f);
+		for (const char *l = d->help; *l != '\0';) {
+			const char *nl = strchr(l, '\n');
+			size_t n = nl != NULL ? (size_t) (nl - l) + 1 :
+			                        strlen(l);
+			fputs("        ", f);
+			fwrite(l, 1, n, f);
+			l += n;
+		}
+	}
+}
+
+static int
+show_help(const struct opt *def, const char *arg, opts *o)
+{
+	fputs(help_head, stdout);
+	print_options(stdout);
+	fputs(help_tail, stdout);
+	return 1;
+}
+
+static int
+show_version(const struct opt *def, const char *arg, opts *o)
+{
+	printf("allotd %s\n", ALLOT_VERSION_STRING);
+	return 1;
+}
+
+/* ---- parsing ---- */
+
+static void
+opts_init(opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->http_addr = DEFAULT_HTTP;
+	o->require_id = -1;
+	o->retention_s = 7u * 24u * 3600u;
+	o->workers = 8;
+	o->max_keys = ALLOT__SERVER_MAX_KEYS;
+	o->log_level = ALLOT_LOG_INFO;
+	o->self = -1;
+	allot__state_opts_init(&o->so);
+	allot__peerlimit_opts_init(&o->plo);
+}
+
+/* getopt_long's view of the table: an option is known by its short name
+ * when it has one, else by 256 + its index. */
+static int
+opt_val(size_t i)
+{
+	return options[i].short_name != 0 ? options[i].short_name :
+	                                    256 + (int) i;
+}
+
+static const struct opt *
+opt_find(int val)
+{
+	for (size_t i = 0; i < NOPTS; i++)
+		if (opt_val(i) == val)
+			return &options[i];
+	return NULL;
+}
+
+static void
+make_getopt(struct option *ret_long, char *ret_short)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct opt *d = &options[i];
+		ret_long[i] = (struct option) {
+			.name = d->name,
+			.has_arg = d->arg != NULL ? required_argument :
+			                            no_argument,
+			.flag = NULL,
+			.val = opt_val(i),
+		};
+		if (d->short_name != 0) {
+			ret_short[n++] = d->short_name;
+			if (d->arg != NULL)
+				ret_short[n++] = ':';
+		}
+	}
+	ret_long[NOPTS] = (struct option) { 0 };
+	ret_short[n] = '\0';
+}
+
+/* Identity proofs may name any address allotd listens on or is known by
+ * in the cluster, besides the --identity-audience ones. */
+static int
+make_authn(opts *o)
+{
+	for (size_t i = 0; i < o->nurls; i++)
+		o->idaud[o->nidaud++] = o->urls[i];
+	if (o->self >= 0)
+		o->idaud[o->nidaud++] = o->members[o->self].url;
+	allot__authn_opts ao = {
+		.ca_file = o->tls_ca,
+		.maps = o->idmaps,
+		.nmaps = o->nidmaps,
+		.audiences = o->idaud,
+		.naudiences = o->nidaud,
+	};
+	char aerr[512];
+	if (allot__authn_new(&ao, aerr, sizeof aerr, &o->authn) != ALLOT_OK) {
+		fprintf(stderr, "allotd: %s\n", aerr);
+		return -1;
+	}
+	return 0;
+}
+
+/* What depends on several options, once all are parsed; fills in the
+ * defaults that depend on others. */
+static int
+check(opts *o)
+{
+	if (o->config_path == NULL || o->db_path == NULL) {
+		fprintf(stderr,
+		    "allotd: --config and --db are required\n"
+		    "Try 'allotd --help'.\n");
+		return -1;
+	}
+	if ((o->nmembers > 0) != (o->self_name != NULL)) {
+		fprintf(stderr,
+		    "allotd: --member and --self go together\n"
+		    "Try 'allotd --help'.\n");
+		return -1;
+	}
+	for (size_t i = 0; i < o->nmembers; i++)
+		if (strcmp(o->members[i].name, o->self_name) == 0)
+			o->self = (int) i;
+	if (o->nmembers > 0 && o->self < 0) {
+		fprintf(stderr,
+		    "allotd: --self %s is not one of the --member names\n",
+		    o->self_name);
+		return -1;
+	}
+	if (o->nurls == 0)
+		o->urls[o->nurls++] = o->self >= 0 ? o->members[o->self].url :
+		                                     DEFAULT_LISTEN;
+	if (strcmp(o->http_addr, "off") == 0 ||
+	    strcmp(o->http_addr, "none") == 0)
+		o->http_addr = NULL;
+	if (o->require_id < 0)
+		o->require_id = o->tls_ca != NULL;
+	if (o->require_id && o->tls_ca == NULL) {
+		fprintf(stderr, "allotd: --require-identity needs --tls-ca\n");
+		return -1;
+	}
+	if (o->require_id && make_authn(o) != 0)
+		return -1;
+	return 0;
+}
+
+int
+allot__daemon_parse(int argc, char **argv, allot__daemon_opts *o)
+{
+	opts_init(o);
+	struct option longopts[NOPTS + 1];
+	char shortopts[2 * NOPTS + 1];
+	make_getopt(longopts, shortopts);
+	int c;
+	while (
+	    (c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		const struct opt *def = opt_find(c);
+		if (def == NULL) {
+			/* getopt_long said what is wrong. */
+			fprintf(stderr, "Try 'allotd --help'.\n");
+			return EXIT_USAGE;
+		}
+		int rc = def->parse(def, optarg, o);
+		if (rc != 0)
+			return rc < 0 ? EXIT_USAGE : EXIT_SUCCESS;
+	}
+	if (optind < argc) {
+		fprintf(stderr,
+		    "allotd: unexpected argument \"%s\"\n"
+		    "Try 'allotd --help'.\n",
+		    argv[optind]);
+		return EXIT_USAGE;
+	}
+	return check(o) != 0 ? EXIT_USAGE : -1;
+}

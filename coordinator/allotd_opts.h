@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allotd's command line: the settings it carries (allot__daemon_opts)
+ * and the one table of options behind both getopt_long and `--help`
+ * (allotd_opts.c). Part of the allotd executable only, not of the
+ * coordinator library.
+ */
+#ifndef ALLOT_COORDINATOR_ALLOTD_OPTS_H
+#define ALLOT_COORDINATOR_ALLOTD_OPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "authn.h"
+#include "peerlimit.h"
+#include "rendezvous.h"
+#include "server.h"
+#include "state.h"
+
+#define ALLOT__DAEMON_EXIT_USAGE 2
+#define ALLOT__DAEMON_DEFAULT_LISTEN "tcp://127.0.0.1:7400"
+#define ALLOT__DAEMON_DEFAULT_HTTP "127.0.0.1:7480"
+
+typedef struct allot__daemon_opts {
+	const char *config_path;
+	const char *db_path;
+	const char *urls[ALLOT__SERVER_MAX_URLS];
+	size_t nurls;
+	const char *http_addr; /* NULL: "off" */
+	const char *tls_cert;
+	const char *tls_ca;
+	int require_id; /* -1 until parsed: then on with --tls-ca */
+	const char *idmaps[ALLOT__AUTHN_MAX_MAPS];
+	size_t nidmaps;
+	/* The --identity-audience URLs, then (with identity required) the
+	 * listen URLs and this member's sync URL. */
+	const char *idaud[ALLOT__AUTHN_MAX_AUDIENCES];
+	size_t nidaud;
+	uint32_t retention_s;
+	uint32_t workers;
+	uint32_t max_keys;
+	int log_level;
+	allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
+	size_t nmembers;
+	const char *self_name;
+	int self; /* index in members, or -1 outside a cluster */
+	allot__state_opts so; /* store, lg and metrics are left unset */
+	allot__peerlimit_opts plo;
+	allot__authn *authn; /* with identity required; the caller frees */
+} allot__daemon_opts;
+
+/* Parse the command line into `o` and check it. Returns -1 when allotd
+ * should start; otherwise the exit status, with what to say (the help
+ * text, the version, or the error) already printed: 0 for --help and
+ * --version, ALLOT__DAEMON_EXIT_USAGE for a bad command line. */
+int allot__daemon_parse(int argc, char **argv, allot__daemon_opts *o);
+
+#endif

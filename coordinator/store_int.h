@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store's handle, shared by its parts and by nothing else:
+ * store.c (open, migrate, close, the prepared statements),
+ * store_record.c (record calls from any thread into the current batch),
+ * store_commit.c (group commit and retention on the loop thread) and
+ * store_restore.c (reads at start-up). Which thread may touch which
+ * field is said next to it.
+ */
+#ifndef ALLOT_COORDINATOR_STORE_INT_H
+#define ALLOT_COORDINATOR_STORE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+
+#include "log.h"
+#include "store.h"
+#include "store_batch.h"
+
+/* The prepared statements, one per kind of row and query (store.c holds
+ * their SQL). */
+enum {
+	S_BEGIN,
+	S_COMMIT,
+	S_ROLLBACK,
+	S_JOIN,
+	S_LEFT,
+	S_LEFT_SHARES,
+	S_CONFIG,
+	S_EVENT,
+	S_SEEN,
+	S_SHARE,
+	S_USAGE,
+	S_LEVEL,
+	S_RESTORE_REPLICAS,
+	S_RESTORE_LEVELS,
+	S_RET_USAGE,
+	S_RET_EVENTS,
+	S_RET_HISTORY,
+	S_COUNT
+};
+
+struct allot__store {
+	char *path;
+	sqlite3 *db;
+	sqlite3_stmt *stmt[S_COUNT];
+	allot__logger lg;
+	allot__store_opts opts;
+	int64_t (*clock)(void *ctx);
+	void *clock_ctx;
+
+	pthread_mutex_t mu;
+	/* Under mu: the batch records go to, the interned keys, counters. */
+	struct batch *cur;
+	allot__store_keys keys;
+	uint64_t max_session;
+	uint64_t rows_dropped;
+	uint64_t rows_rejected;
+	uint64_t commits;
+	uint64_t commit_failures;
+	uint64_t rows_written;
+	uint64_t retention_deleted;
+	uint64_t retention_failures;
+	uint64_t shares_unchanged;
+	size_t retry_rows;
+	double last_commit_ms;
+	int last_error;
+
+	/* Loop thread only. */
+	struct batch *retry; /* what the last failed commit left */
+	struct batch *spare; /* empty, swapped in at the next flush */
+	struct batch b[3];
+	allot__tab written; /* struct written_ent (store_commit.c) */
+	allot__tab left; /* struct seen_ent: sessions that left, scratch */
+	int64_t next_forget_ms;
+	int64_t next_retention_ms;
+	char errmsg[256]; /* sqlite3_errmsg() of the last failure */
+	bool failing;
+	uint64_t dropped_logged;
+	uint64_t rejected_logged;
+	allot__logrl rl_fail;
+	allot__logrl rl_drop;
+	allot__logrl rl_retention;
+};
+
+/* The time of an audit row: the store's clock (allot__store_set_clock)
+ * or the wall clock. Any thread. */
+static inline int64_t
+allot__store_now_ms(const allot__store *st)
+{
+	return st->clock != NULL ? st->clock(st->clock_ctx) : allot__wall_ms();
+}
+
+/* Set up the tables of written shares (store_commit.c) for a new store
+ * and release them at close. */
+void allot__store_written_init(allot__store *st);
+void allot__store_written_free(allot__store *st);
+
+#endif
