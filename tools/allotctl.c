@@ -81,9 +81,7 @@ usage_error(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("allotctl: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	ctl_vfail(fmt, ap);
 	va_end(ap);
 	if (cmd != NULL)
 		fprintf(stderr, "Try 'allotctl help %s'.\n", cmd);
@@ -96,19 +94,18 @@ usage_error(const char *cmd, const char *fmt, ...)
 /* The options                                                         */
 /* ------------------------------------------------------------------ */
 
+
 static int
 set_http(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) cmd;
-	(void) as;
 	c->http = arg;
 	return 0;
 }
 
+
 static int
 set_timeout(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) as;
 	long v;
 	if (!ctl_parse_int(arg, 1, 3600000, &v))
 		return usage_error(cmd,
@@ -119,49 +116,46 @@ set_timeout(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
+
 static int
 set_pid(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) as;
 	if (!ctl_parse_int(arg, 1, INT_MAX, &c->pid))
 		return usage_error(
 		    cmd, "--pid expects a process id, not \"%s\"", arg);
 	return 0;
 }
 
+
 static int
 set_pid_file(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) cmd;
-	(void) as;
 	c->pid_file = arg;
 	return 0;
 }
 
+
 static int
 set_wait(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) as;
 	if (!ctl_parse_int(arg, 1, 3600000, &c->wait_ms))
 		return usage_error(
 		    cmd, "--wait expects milliseconds, not \"%s\"", arg);
 	return 0;
 }
 
+
 static int
 set_no_check(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) cmd;
-	(void) as;
-	(void) arg;
 	c->check = false;
 	return 0;
 }
 
+
 static int
 set_capacity(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) as;
 	if (!ctl_parse_double(arg, &c->capacity) || c->capacity <= 0)
 		return usage_error(cmd,
 		    "--capacity expects requests per second > 0, not \"%s\"",
@@ -169,10 +163,10 @@ set_capacity(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
+
 static int
 set_max_overcommit(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) as;
 	if (!ctl_parse_double(arg, &c->max_overcommit) ||
 	    c->max_overcommit <= 0)
 		return usage_error(cmd,
@@ -181,6 +175,7 @@ set_max_overcommit(ctl *c, const char *cmd, const char *as, const char *arg)
 		    arg);
 	return 0;
 }
+
 
 static int
 set_limit(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -192,34 +187,27 @@ set_limit(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
+
 static int
 set_sql(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) cmd;
-	(void) as;
-	(void) arg;
 	c->show_sql = true;
 	return 0;
 }
 
 /* --help: parse() prints the usage, or the command's manual. */
+
 static int
 show_help(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) cmd;
-	(void) as;
-	(void) arg;
 	c->help = true;
 	return CTL_DONE;
 }
 
+
 static int
 show_version(ctl *c, const char *cmd, const char *as, const char *arg)
 {
-	(void) c;
-	(void) cmd;
-	(void) as;
-	(void) arg;
 	printf("allotctl %s\n", ALLOT_VERSION_STRING);
 	return CTL_DONE;
 }

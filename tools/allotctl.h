@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -114,6 +115,8 @@ char *ctl_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "allotctl: <message>" on stderr. */
 void ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ctl_vfail(const char *fmt, va_list ap)
+    __attribute__((format(printf, 1, 0)));
 
 /* strerror() in lower case, as it reads in the middle of a sentence. */
 const char *ctl_errstr(int e);

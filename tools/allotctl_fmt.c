@@ -67,15 +67,20 @@ ctl_asprintf(const char *fmt, ...)
 	return s;
 }
 
-/* "allotctl: <message>" on stderr. */
+void
+ctl_vfail(const char *fmt, va_list ap)
+{
+	fputs("allotctl: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
 void
 ctl_fail(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fputs("allotctl: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	ctl_vfail(fmt, ap);
 	va_end(ap);
 }
 

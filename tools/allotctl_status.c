@@ -109,13 +109,22 @@ ctl_get_status(const ctl *c, json_object **ret)
 	return 0;
 }
 
-int
-ctl_cmd_status(const ctl *c)
+/* Fetch /status and show it with `view`; the exit status. */
+static int
+with_status(const ctl *c, int (*view)(const ctl *c, json_object *doc))
 {
 	json_object *doc;
 	int rc = ctl_get_status(c, &doc);
 	if (rc != 0)
 		return rc;
+	rc = view(c, doc);
+	json_object_put(doc);
+	return rc;
+}
+
+static int
+print_status(const ctl *c, json_object *doc)
+{
 	json_object *cfg = ctl_jget(doc, "config");
 	json_object *set = ctl_jget(doc, "settings");
 	json_object *svcs = ctl_jget(doc, "services");
@@ -179,18 +188,19 @@ ctl_cmd_status(const ctl *c)
 	}
 	free(loaded);
 	free(ceil);
-	json_object_put(doc);
 	return 0;
 }
 
 int
-ctl_cmd_replicas(const ctl *c)
+ctl_cmd_status(const ctl *c)
+{
+	return with_status(c, print_status);
+}
+
+static int
+print_replicas(const ctl *c, json_object *doc)
 {
 	const char *only = c->npos > 0 ? c->pos[0] : NULL;
-	json_object *doc;
-	int rc = ctl_get_status(c, &doc);
-	if (rc != 0)
-		return rc;
 	json_object *svcs = ctl_jget(doc, "services");
 	ctl_table t;
 	ctl_table_init(&t, "llrllrrrl");
@@ -227,18 +237,19 @@ ctl_cmd_replicas(const ctl *c)
 	else
 		ctl_table_print(&t, stdout);
 	ctl_table_free(&t);
-	json_object_put(doc);
 	return 0;
 }
 
 int
-ctl_cmd_quotas(const ctl *c)
+ctl_cmd_replicas(const ctl *c)
+{
+	return with_status(c, print_replicas);
+}
+
+static int
+print_quotas(const ctl *c, json_object *doc)
 {
 	const char *only = c->npos > 0 ? c->pos[0] : NULL;
-	json_object *doc;
-	int rc = ctl_get_status(c, &doc);
-	if (rc != 0)
-		return rc;
 	json_object *svcs = ctl_jget(doc, "services");
 	ctl_table t;
 	if (jlen(svcs) == 0) {
@@ -262,7 +273,6 @@ ctl_cmd_quotas(const ctl *c)
 		    ctl_jnum0(ctl_jget(doc, "config"), "epoch"));
 		ctl_table_print(&t, stdout);
 		ctl_table_free(&t);
-		json_object_put(doc);
 		return 0;
 	}
 	ctl_table_init(&t, "lllrrrrrrrr");
@@ -298,8 +308,13 @@ ctl_cmd_quotas(const ctl *c)
 	else
 		ctl_table_print(&t, stdout);
 	ctl_table_free(&t);
-	json_object_put(doc);
 	return 0;
+}
+
+int
+ctl_cmd_quotas(const ctl *c)
+{
+	return with_status(c, print_quotas);
 }
 
 /* Pass 0: `id` ends in "/CALLER"; pass 1: `id` contains CALLER. */
@@ -354,18 +369,12 @@ match_quota(json_object *doc, const char *caller)
 	return NULL;
 }
 
-int
-ctl_cmd_shares(const ctl *c)
+static int
+print_shares(const ctl *c, json_object *doc)
 {
-	json_object *doc;
-	int rc = ctl_get_status(c, &doc);
-	if (rc != 0)
-		return rc;
 	const char *quota = match_quota(doc, c->pos[0]);
-	if (quota == NULL) {
-		json_object_put(doc);
+	if (quota == NULL)
 		return EXIT_FAIL;
-	}
 	json_object *svcs = ctl_jget(doc, "services");
 	size_t shown = 0;
 	for (size_t i = 0; i < jlen(svcs); i++) {
@@ -417,8 +426,13 @@ ctl_cmd_shares(const ctl *c)
 		printf("%s: no service has registered, so no replica holds a "
 		       "share yet\n",
 		    quota);
-	json_object_put(doc);
 	return 0;
+}
+
+int
+ctl_cmd_shares(const ctl *c)
+{
+	return with_status(c, print_shares);
 }
 
 typedef struct denied_row {
@@ -438,13 +452,9 @@ cmp_denied(const void *a, const void *b)
 	return strcmp(x->quota, y->quota);
 }
 
-int
-ctl_cmd_top_denied(const ctl *c)
+static int
+print_top_denied(const ctl *c, json_object *doc)
 {
-	json_object *doc;
-	int rc = ctl_get_status(c, &doc);
-	if (rc != 0)
-		return rc;
 	json_object *svcs = ctl_jget(doc, "services");
 	denied_row *rows = NULL;
 	size_t n = 0;
@@ -493,6 +503,11 @@ ctl_cmd_top_denied(const ctl *c)
 		ctl_table_free(&t);
 	}
 	free(rows);
-	json_object_put(doc);
 	return 0;
+}
+
+int
+ctl_cmd_top_denied(const ctl *c)
+{
+	return with_status(c, print_top_denied);
 }
