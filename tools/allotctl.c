@@ -94,14 +94,12 @@ usage_error(const char *cmd, const char *fmt, ...)
 /* The options                                                         */
 /* ------------------------------------------------------------------ */
 
-
 static int
 set_http(ctl *c, const char *cmd, const char *as, const char *arg)
 {
 	c->http = arg;
 	return 0;
 }
-
 
 static int
 set_timeout(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -116,7 +114,6 @@ set_timeout(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
-
 static int
 set_pid(ctl *c, const char *cmd, const char *as, const char *arg)
 {
@@ -126,14 +123,12 @@ set_pid(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
-
 static int
 set_pid_file(ctl *c, const char *cmd, const char *as, const char *arg)
 {
 	c->pid_file = arg;
 	return 0;
 }
-
 
 static int
 set_wait(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -144,14 +139,12 @@ set_wait(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
-
 static int
 set_no_check(ctl *c, const char *cmd, const char *as, const char *arg)
 {
 	c->check = false;
 	return 0;
 }
-
 
 static int
 set_capacity(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -162,7 +155,6 @@ set_capacity(ctl *c, const char *cmd, const char *as, const char *arg)
 		    arg);
 	return 0;
 }
-
 
 static int
 set_max_overcommit(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -176,7 +168,6 @@ set_max_overcommit(ctl *c, const char *cmd, const char *as, const char *arg)
 	return 0;
 }
 
-
 static int
 set_limit(ctl *c, const char *cmd, const char *as, const char *arg)
 {
@@ -186,7 +177,6 @@ set_limit(ctl *c, const char *cmd, const char *as, const char *arg)
 		    arg);
 	return 0;
 }
-
 
 static int
 set_sql(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -203,7 +193,6 @@ show_help(ctl *c, const char *cmd, const char *as, const char *arg)
 	c->help = true;
 	return CTL_DONE;
 }
-
 
 static int
 show_version(ctl *c, const char *cmd, const char *as, const char *arg)
@@ -276,6 +265,23 @@ option_code(size_t i)
 	                                              256 + (int) i;
 }
 
+/* getopt_long's short options for the rows accepted in `where`: "+"
+ * (stop at the command), then each letter, with ':' if it takes a
+ * value. */
+static void
+build_shorts(unsigned where, char *shorts)
+{
+	*shorts++ = '+';
+	for (size_t i = 0; i < noptions; i++) {
+		if (options[i].short_name == 0 || !(options[i].cmds & where))
+			continue;
+		*shorts++ = (char) options[i].short_name;
+		if (options[i].arg != NULL)
+			*shorts++ = ':';
+	}
+	*shorts = '\0';
+}
+
 static void
 build_longopts(struct option *lo)
 {
@@ -316,8 +322,11 @@ find_option(int ch, unsigned where)
 static int
 bad_option(const char *cmd, const char *arg)
 {
-	/* -n is the only short option that takes a value. */
-	if (optopt >= 256 || (optopt == 'n' && cmd != NULL))
+	bool short_value = false; /* a command's short option, as -n */
+	for (size_t i = 0; i < noptions && cmd != NULL && optopt != 0; i++)
+		short_value |= options[i].short_name == optopt &&
+		    options[i].arg != NULL;
+	if (optopt >= 256 || short_value)
 		return usage_error(cmd, "\"%s\" needs a value", arg);
 	if (optopt != 0)
 		return usage_error(cmd, "unknown option \"-%c\"", optopt);
@@ -331,14 +340,15 @@ static int
 parse_options(ctl *c, const struct command *cmd, int argc, char **argv)
 {
 	struct option lo[sizeof options / sizeof options[0] + 1];
+	char shorts[2 * sizeof options / sizeof options[0] + 2];
 	build_longopts(lo);
+	build_shorts(cmd ? CTL_ALL : CTL_GLOBAL, shorts);
 	const char *name = cmd ? cmd->name : NULL;
 	unsigned where = cmd ? cmd->bit : CTL_GLOBAL;
 	int ch, li = -1;
 	opterr = 0;
 	optind = 0; /* GNU: start over on a new vector */
-	while ((ch = getopt_long(argc, argv, cmd ? "+hn:" : "+hV", lo, &li)) !=
-	    -1) {
+	while ((ch = getopt_long(argc, argv, shorts, lo, &li)) != -1) {
 		if (ch == '?')
 			return bad_option(name, argv[optind - 1]);
 		char as[32];

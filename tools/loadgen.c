@@ -91,7 +91,6 @@ check_readable(const char *what, const char *path)
 	fclose(f);
 }
 
-
 static void
 opt_target(const char *v)
 {
@@ -104,13 +103,11 @@ opt_target(const char *v)
 		lg_fatal("--target: more than %d targets", LG_MAX_TARGETS);
 }
 
-
 static void
 opt_targets_file(const char *v)
 {
 	arg_path(lg.o.targets_file, "--targets-file", v);
 }
-
 
 static void
 opt_ca(const char *v)
@@ -118,13 +115,11 @@ opt_ca(const char *v)
 	arg_path(lg.o.ca, "--ca", v);
 }
 
-
 static void
 opt_no_verify_hostname(const char *v)
 {
 	lg.o.verify_host = false;
 }
-
 
 static void
 opt_caller(const char *v)
@@ -142,13 +137,11 @@ opt_caller(const char *v)
 	nspecs++;
 }
 
-
 static void
 opt_duration(const char *v)
 {
 	lg.o.duration_s = arg_double("--duration", v, 0.001, 86400);
 }
-
 
 static void
 opt_max_requests(const char *v)
@@ -156,20 +149,17 @@ opt_max_requests(const char *v)
 	lg.o.max_requests = arg_u64("--max-requests", v, 1, UINT64_C(1) << 48);
 }
 
-
 static void
 opt_timeout(const char *v)
 {
 	lg.o.timeout_ms = (uint32_t) arg_u64("--timeout", v, 1, 600000);
 }
 
-
 static void
 opt_drain(const char *v)
 {
 	lg.o.drain_ms = (uint32_t) arg_u64("--drain", v, 0, 600000);
 }
-
 
 static void
 opt_seed(const char *v)
@@ -178,20 +168,17 @@ opt_seed(const char *v)
 	lg.o.seeded = true;
 }
 
-
 static void
 opt_stats_file(const char *v)
 {
 	arg_path(lg.o.stats_file, "--stats-file", v);
 }
 
-
 static void
 opt_json(const char *v)
 {
 	lg.o.json = true;
 }
-
 
 static void
 opt_quiet(const char *v)
@@ -201,14 +188,12 @@ opt_quiet(const char *v)
 
 static void usage(FILE *f);
 
-
 static void
 opt_help(const char *v)
 {
 	usage(stdout);
 	exit(0);
 }
-
 
 static void
 opt_version(const char *v)
