@@ -148,7 +148,12 @@ typedef struct options {
 	uint32_t drain_ms;
 } options;
 
-/* The one run. */
+/*
+ * The one run. The main thread fills `o` and `callers` before any worker
+ * starts and alone keeps the targets file state (tfile_*), `t0_ns` and
+ * `stats`; the target table is shared under `tmu`; the attempt budget
+ * and the stop flags are atomics; `signals` is written by the handler.
+ */
 typedef struct lg_run {
 	options o;
 	caller *callers;
