@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the pieces of allotctl share: the parsed command line, the exit
+ * codes, the output helpers (allotctl_fmt.c), the HTTP client
+ * (allotctl_http.c), the /status reader and the commands, one file per
+ * family (allotctl_status.c, allotctl_reload.c, allotctl_config.c,
+ * allotctl_audit.c), and the manuals (allotctl_help.c). allotctl.c parses
+ * the command line and runs one command. Names here are `ctl_`, private
+ * to this executable as the load generator's are `lg_`.
+ */
+#ifndef ALLOT_TOOLS_ALLOTCTL_H
+#define ALLOT_TOOLS_ALLOTCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <json-c/json.h>
+
+#define EXIT_FAIL 1 /* the command ran and the answer is "no" */
+#define EXIT_USAGE 2 /* bad command line */
+#define EXIT_UNREACHABLE 3 /* allotd could not be reached or misanswered */
+
+#define DEFAULT_HTTP "127.0.0.1:7480"
+#define DEFAULT_TIMEOUT_MS 3000
+#define DEFAULT_WAIT_MS 5000
+
+/* The command line, as main() parsed it; each command reads its part. */
+typedef struct ctl {
+	const char *http; /* HOST:PORT of allotd's HTTP endpoints */
+	int timeout_ms; /* per HTTP exchange */
+	long pid; /* reload --pid; 0: from --pid-file or /status */
+	const char *pid_file; /* reload --pid-file */
+	long wait_ms; /* reload --wait */
+	bool check; /* reload: validate the file before signalling */
+	double capacity; /* check-config: requests/s; 0: unknown */
+	double max_overcommit; /* check-config: exit 1 above; 0: none */
+	long limit; /* top-denied -n, audit --limit */
+	bool show_sql; /* audit --sql */
+	bool help; /* --help: print the manual and stop */
+	int npos; /* the command's positional arguments */
+	char **pos;
+} ctl;
+
+/* ------------------------------------------------------------------ */
+/* Commands (each returns the exit status)                             */
+/* ------------------------------------------------------------------ */
+
+int ctl_cmd_status(const ctl *c);
+int ctl_cmd_replicas(const ctl *c);
+int ctl_cmd_quotas(const ctl *c);
+int ctl_cmd_shares(const ctl *c);
+int ctl_cmd_top_denied(const ctl *c);
+int ctl_cmd_reload(const ctl *c);
+int ctl_cmd_check_config(const ctl *c);
+int ctl_cmd_audit(const ctl *c);
+
+/* ------------------------------------------------------------------ */
+/* Manuals (allotctl_help.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/* Bits naming the commands, for the options each one takes. */
+enum {
+	CTL_STATUS = 1u << 0,
+	CTL_REPLICAS = 1u << 1,
+	CTL_QUOTAS = 1u << 2,
+	CTL_SHARES = 1u << 3,
+	CTL_TOP_DENIED = 1u << 4,
+	CTL_RELOAD = 1u << 5,
+	CTL_CHECK_CONFIG = 1u << 6,
+	CTL_AUDIT = 1u << 7,
+	CTL_GLOBAL = 1u << 8, /* before the command */
+	CTL_COMMON = 1u << 9, /* every command that reads allotd */
+};
+
+/* One command-line option: the row that drives both getopt_long and the
+ * OPTIONS sections of the manuals. `set` stores the value in `c` and
+ * returns 0; CTL_DONE when the program is finished (--help printed);
+ * or an exit status after saying what was wrong. `cmd` is the command
+ * (NULL before it) and `as` the option as it was written ("-n"). */
+#define CTL_DONE (-1)
+
+typedef struct ctl_option {
+	const char *name; /* long name, without "--" */
+	int short_name; /* 0: none */
+	const char *arg; /* the value's name in the manual; NULL: none */
+	unsigned cmds; /* CTL_* bits: where it is accepted */
+	unsigned shown; /* CTL_* bits: which manuals list it */
+	const char *help; /* the manual's text, lines ending in '\n' */
+	int (*set)(ctl *c, const char *cmd, const char *as, const char *arg);
+} ctl_option;
+
+/* The usage text (allotctl --help), listing `opts`' global options. */
+void ctl_usage(FILE *f, const ctl_option *opts, size_t nopts);
+
+/* The manual of command `name`; false if there is none. `bit` is the
+ * command's CTL_* bit, which selects its rows of `opts`. */
+bool ctl_manual(FILE *f, const char *name, unsigned bit,
+    const ctl_option *opts, size_t nopts);
+
+/* True if `name` has a manual (every command, and "help"). */
+bool ctl_has_manual(const char *name);
+
+/* ------------------------------------------------------------------ */
+/* Output helpers (allotctl_fmt.c)                                     */
+/* ------------------------------------------------------------------ */
+
+void ctl_die_oom(void) __attribute__((noreturn));
+void *ctl_calloc(size_t n, size_t size);
+void *ctl_realloc(void *p, size_t size);
+char *ctl_strdup(const char *s);
+char *ctl_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "allotctl: <message>" on stderr. */
+void ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ctl_vfail(const char *fmt, va_list ap)
+    __attribute__((format(printf, 1, 0)));
+
+/* strerror() in lower case, as it reads in the middle of a sentence. */
+const char *ctl_errstr(int e);
+
+/* Numbers as people read them; every result is the caller's to free. */
+char *ctl_num(double v);
+char *ctl_ratio(double v);
+char *ctl_pct(double part, double whole);
+char *ctl_utc_ms(int64_t ms);
+
+bool ctl_parse_int(const char *s, long min, long max, long *ret);
+bool ctl_parse_double(const char *s, double *ret);
+
+/* Rows of owned strings printed in aligned columns; a column whose
+ * alignment is 'r' is right-aligned (numbers). The header is row 0. */
+typedef struct ctl_table {
+	size_t ncols;
+	const char *align;
+	char **cells;
+	size_t nrows;
+	size_t cap;
+} ctl_table;
+
+void ctl_table_init(ctl_table *t, const char *align);
+/* Append a row of `ncols` strings; the table takes ownership. */
+void ctl_table_row(ctl_table *t, ...);
+/* Append a row from an array of `ncols` owned strings. */
+void ctl_table_row_v(ctl_table *t, char **cells);
+void ctl_table_print(const ctl_table *t, FILE *f);
+void ctl_table_free(ctl_table *t);
+
+/* ------------------------------------------------------------------ */
+/* HTTP (allotctl_http.c)                                              */
+/* ------------------------------------------------------------------ */
+
+/* GET `path` from allotd at c->http. On 200 returns 0 and the body
+ * (NUL-terminated, the caller's). Otherwise prints why and returns
+ * EXIT_USAGE (a bad --http) or EXIT_UNREACHABLE. */
+int ctl_http_get(const ctl *c, const char *path, char **ret_body);
+
+/* Every address of the --http host is a loopback address: allotd runs
+ * on this machine, so its pid means something here. */
+bool ctl_http_is_local(const ctl *c);
+
+/* ------------------------------------------------------------------ */
+/* The /status document (allotctl_status.c)                            */
+/* ------------------------------------------------------------------ */
+
+/* Fetch and parse /status. 0 and the document (the caller puts it), or
+ * an exit code after saying why. */
+int ctl_get_status(const ctl *c, json_object **ret);
+
+/* Members of a json-c object, or a neutral value when absent or of
+ * another type: NULL, "", NAN (jnum) or 0 (jnum0). */
+json_object *ctl_jget(json_object *o, const char *key);
+const char *ctl_jstr(json_object *o, const char *key);
+double ctl_jnum(json_object *o, const char *key);
+double ctl_jnum0(json_object *o, const char *key);
+
+#endif /* ALLOT_TOOLS_ALLOTCTL_H */

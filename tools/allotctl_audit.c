@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allotctl audit: the standard audit queries (docs/operations.md's
+ * cookbook) on allotd store files, opened read-only through the SQLite C
+ * API. Several stores are ATTACHed to one in-memory connection and each
+ * query becomes a UNION ALL over them, with a first column "db" naming
+ * the file. Every file is checked to be an allot store (application_id)
+ * new enough to have the audit views before anything is printed.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "allotctl.h"
+
+#define ALLOT_APPLICATION_ID 0x414c4f54 /* "ALOT", schema/001 */
+#define AUDIT_VIEWS_VERSION 2 /* schema/002_audit_views.sql */
+#define NQUERIES (sizeof audit_queries / sizeof audit_queries[0])
+
+/* The standard audit questions (docs/operations.md's cookbook), each a
+ * query on one store schema "S". Several stores are combined with
+ * UNION ALL, a "db" column naming the file. */
+static const struct audit_query {
+	const char *title;
+	const char *sql; /* %1$s is the schema, e.g. "db0" */
+	const char *order; /* applied to the union */
+} audit_queries[] = {
+	{ "Configs loaded",
+	    "SELECT epoch, digest, path, bytes, loaded FROM %1$s.v_configs",
+	    "loaded" },
+	{ "Consumption per caller (tokens)",
+	    "SELECT service, quota, sum(admitted) AS admitted, sum(denied) AS "
+	    "denied, round(100.0 * sum(denied) / max(sum(admitted) + "
+	    "sum(denied), 1), 2) AS denied_pct, count(*) AS seconds, "
+	    "max(live_replicas) AS max_replicas FROM %1$s.usage "
+	    "GROUP BY service, quota",
+	    "admitted DESC" },
+	{ "Who was denied",
+	    "SELECT service, quota, denied, admitted, denied_pct, "
+	    "denied_per_s, first_denied, last_denied FROM %1$s.v_denied",
+	    "denied DESC" },
+	{ "Replicas per service",
+	    "SELECT service, count(*) AS sessions, sum(left_at IS NULL) AS "
+	    "live, sum(left_why IS 'leave') AS left, sum(left_why IS "
+	    "'expired') AS expired, sum(left_why IS 'replaced') AS replaced, "
+	    "sum(left_why IS 'shutdown') AS shutdown FROM %1$s.replicas "
+	    "GROUP BY service",
+	    "service" },
+	{ "Share changes per caller",
+	    "SELECT service, quota, count(*) AS changes, count(DISTINCT "
+	    "session) AS replicas, round(min(rate), 3) AS min_rate, "
+	    "round(max(rate), 3) AS max_rate FROM %1$s.share_history "
+	    "GROUP BY service, quota",
+	    "service, quota" },
+	{ "Live replicas (as the coordinator last knew)",
+	    "SELECT service, replica_id, session, host, agent_version, "
+	    "last_seen, silent_s FROM %1$s.v_live_replicas",
+	    "service, replica_id" },
+	{ "Events", "SELECT at, kind, subject, detail FROM %1$s.v_events",
+	    "at DESC" },
+};
+
+/* "file:" URI for a path, read-only, every special byte escaped. */
+static char *
+ro_uri(const char *path)
+{
+	size_t n = strlen(path);
+	char *u = ctl_calloc(n * 3 + 32, 1);
+	char *p = u + sprintf(u, "file:");
+	for (const unsigned char *s = (const unsigned char *) path; *s; s++) {
+		if (isalnum(*s) || strchr("/-._~", *s) != NULL)
+			*p++ = (char) *s;
+		else
+			p += sprintf(p, "%%%02X", *s);
+	}
+	strcpy(p, "?mode=ro");
+	return u;
+}
+
+/* Run one query and print its table: "== TITLE", the query with
+ * --sql, then the rows or "(no rows)". */
+static int
+audit_print(sqlite3 *db, const char *title, const char *sql, bool show_sql)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		ctl_fail("%s: %s", title, sqlite3_errmsg(db));
+		return EXIT_FAIL;
+	}
+	int ncol = sqlite3_column_count(st);
+	char *align = ctl_calloc((size_t) ncol + 1, 1);
+	memset(align, 'l', (size_t) ncol);
+	char **row = ctl_calloc((size_t) ncol, sizeof *row);
+	ctl_table t;
+	ctl_table_init(&t, align);
+	for (int i = 0; i < ncol; i++)
+		row[i] = ctl_strdup(sqlite3_column_name(st, i));
+	ctl_table_row_v(&t, row);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		for (int i = 0; i < ncol; i++) {
+			int ty = sqlite3_column_type(st, i);
+			const unsigned char *v = sqlite3_column_text(st, i);
+			/* The table reads `align` when it prints, so the
+			 * header cell of a numeric column aligns with its
+			 * numbers. */
+			if (ty == SQLITE_INTEGER || ty == SQLITE_FLOAT)
+				align[i] = 'r';
+			row[i] = ctl_strdup(ty == SQLITE_NULL || v == NULL ?
+			        "-" :
+			        (const char *) v);
+		}
+		ctl_table_row_v(&t, row);
+	}
+	printf("== %s\n", title);
+	if (show_sql)
+		printf("-- %s;\n", sql);
+	if (rc != SQLITE_DONE) {
+		ctl_fail("%s: %s", title, sqlite3_errmsg(db));
+		rc = EXIT_FAIL;
+	} else {
+		if (t.nrows == 1)
+			printf("(no rows)\n");
+		else
+			ctl_table_print(&t, stdout);
+		rc = 0;
+	}
+	putchar('\n');
+	sqlite3_finalize(st);
+	ctl_table_free(&t);
+	free(row);
+	free(align);
+	return rc;
+}
+
+/* PRAGMA db<i>.<name>, an integer. */
+static bool
+pragma_int(sqlite3 *db, int i, const char *name, int *ret)
+{
+	char *sql = ctl_asprintf("PRAGMA db%d.%s", i, name);
+	sqlite3_stmt *st = NULL;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	free(sql);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		*ret = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW;
+}
+
+/* ATTACH `path` read-only as schema db<i> and check that it is an allot
+ * store new enough to have the audit views. False after saying why
+ * not. */
+static bool
+attach_store(sqlite3 *db, int i, const char *path)
+{
+	if (access(path, R_OK) != 0) {
+		ctl_fail("cannot open %s: %s", path, ctl_errstr(errno));
+		return false;
+	}
+	char *uri = ro_uri(path);
+	char *sql = ctl_asprintf("ATTACH ?1 AS db%d", i);
+	sqlite3_stmt *st = NULL;
+	int src = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	if (src == SQLITE_OK)
+		sqlite3_bind_text(st, 1, uri, -1, SQLITE_TRANSIENT);
+	if (src == SQLITE_OK)
+		src = sqlite3_step(st);
+	sqlite3_finalize(st);
+	free(sql);
+	free(uri);
+	if (src != SQLITE_DONE) {
+		ctl_fail("cannot open %s: %s", path, sqlite3_errmsg(db));
+		return false;
+	}
+	int app = 0, ver = 0;
+	if (!pragma_int(db, i, "application_id", &app) ||
+	    !pragma_int(db, i, "user_version", &ver)) {
+		ctl_fail("%s is not a readable SQLite database: %s", path,
+		    sqlite3_errmsg(db));
+		return false;
+	}
+	if (app != ALLOT_APPLICATION_ID) {
+		ctl_fail("%s is not an allot store (application_id 0x%08x)",
+		    path, (unsigned) app);
+		return false;
+	}
+	if (ver < AUDIT_VIEWS_VERSION) {
+		ctl_fail("%s has schema version %d, without the audit views "
+		         "(version %d); open it once with a current allotd",
+		    path, ver, AUDIT_VIEWS_VERSION);
+		return false;
+	}
+	return true;
+}
+
+/* One audit query over every attached store: each store's query, with
+ * a "db" column when there are several, joined by UNION ALL, ordered and
+ * limited. The caller frees the text. */
+static char *
+union_query(const struct audit_query *aq, const ctl *c)
+{
+	int ndb = c->npos;
+	char *sql = NULL;
+	for (int i = 0; i < ndb; i++) {
+		char schema[16];
+		snprintf(schema, sizeof schema, "db%d", i);
+		char *one = NULL;
+		/* The query text is ours (audit_queries), only the schema
+		 * name is substituted. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+		if (asprintf(&one, aq->sql, schema) < 0)
+			ctl_die_oom();
+#pragma GCC diagnostic pop
+		if (ndb > 1) {
+			/* The file's name as a string literal. */
+			char *quoted = sqlite3_mprintf("%Q", c->pos[i]);
+			if (quoted == NULL)
+				ctl_die_oom();
+			char *label = ctl_asprintf(
+			    "SELECT %s AS db, * FROM (%s)", quoted, one);
+			sqlite3_free(quoted);
+			free(one);
+			one = label;
+		}
+		char *joined = sql ?
+		    ctl_asprintf("%s UNION ALL %s", sql, one) :
+		    ctl_strdup(one);
+		free(sql);
+		free(one);
+		sql = joined;
+	}
+	char *full = ctl_asprintf("SELECT * FROM (%s) ORDER BY %s%s LIMIT %ld",
+	    sql, ndb > 1 ? "db, " : "", aq->order, c->limit);
+	free(sql);
+	return full;
+}
+
+int
+ctl_cmd_audit(const ctl *c)
+{
+	sqlite3 *db = NULL;
+	int rc = EXIT_FAIL;
+	if (sqlite3_open_v2(":memory:", &db,
+	        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI,
+	        NULL) != SQLITE_OK) {
+		ctl_fail("cannot start SQLite: %s",
+		    db ? sqlite3_errmsg(db) : "out of memory");
+		goto out;
+	}
+	sqlite3_busy_timeout(db, 2000);
+	for (int i = 0; i < c->npos; i++)
+		if (!attach_store(db, i, c->pos[i]))
+			goto out;
+	if (c->npos > 1) {
+		printf("stores:");
+		for (int i = 0; i < c->npos; i++)
+			printf(
+			    " %s%s", c->pos[i], i + 1 < c->npos ? "," : "\n");
+		putchar('\n');
+	}
+	rc = 0;
+	for (size_t q = 0; q < NQUERIES; q++) {
+		char *sql = union_query(&audit_queries[q], c);
+		if (audit_print(
+		        db, audit_queries[q].title, sql, c->show_sql) != 0)
+			rc = EXIT_FAIL;
+		free(sql);
+	}
+out:
+	sqlite3_close(db);
+	return rc;
+}

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allotctl's HTTP client: GET a path from allotd's read-only HTTP port
+ * with libcurl and turn every way that can fail into one sentence an
+ * operator can act on ("cannot reach allotd at ...: connection refused",
+ * "... answered 404 to GET /x: ..."). Also whether the --http address is
+ * this machine's, which decides whether allotd's reported pid may be
+ * signalled. Requests are HTTP/1.0, one per connection, no proxy from the
+ * environment and no redirects: allotd is addressed directly.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <curl/curl.h>
+
+#include <allot/allot.h>
+
+#include "allotctl.h"
+
+#define HTTP_MAX_BYTES (64u * 1024u * 1024u)
+
+/* Split "HOST:PORT", "[V6]:PORT", "HOST" (port 7480) or an "http://"
+ * URL into host and port. */
+static bool
+split_hostport(
+    const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
+{
+	if (strncmp(addr, "http://", 7) == 0)
+		addr += 7;
+	const char *end = addr + strcspn(addr, "/");
+	const char *colon;
+	if (*addr == '[') {
+		const char *rb = memchr(addr, ']', (size_t) (end - addr));
+		if (rb == NULL)
+			return false;
+		if ((size_t) (rb - addr - 1) >= hostlen)
+			return false;
+		memcpy(host, addr + 1, (size_t) (rb - addr - 1));
+		host[rb - addr - 1] = '\0';
+		colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
+		if (colon == NULL && rb + 1 != end)
+			return false;
+	} else {
+		colon = NULL;
+		for (const char *p = addr; p < end; p++)
+			if (*p == ':')
+				colon = p;
+		const char *hend = colon ? colon : end;
+		if (hend == addr || (size_t) (hend - addr) >= hostlen)
+			return false;
+		memcpy(host, addr, (size_t) (hend - addr));
+		host[hend - addr] = '\0';
+	}
+	if (colon == NULL) {
+		snprintf(port, portlen, "7480");
+		return true;
+	}
+	size_t pl = (size_t) (end - colon - 1);
+	if (pl == 0 || pl >= portlen)
+		return false;
+	memcpy(port, colon + 1, pl);
+	port[pl] = '\0';
+	long v;
+	return ctl_parse_int(port, 1, 65535, &v);
+}
+
+/* The answer being received. */
+typedef struct answer {
+	char *buf;
+	size_t len;
+	bool too_large;
+} answer;
+
+static size_t
+on_data(char *data, size_t size, size_t n, void *ud)
+{
+	answer *a = ud;
+	size_t got = size * n;
+	if (a->len + got > HTTP_MAX_BYTES) {
+		a->too_large = true;
+		return 0; /* curl stops with CURLE_WRITE_ERROR */
+	}
+	a->buf = ctl_realloc(a->buf, a->len + got + 1);
+	memcpy(a->buf + a->len, data, got);
+	a->len += got;
+	a->buf[a->len] = '\0';
+	return got;
+}
+
+/* Say why the exchange failed; the exit status. */
+static int
+explain(const ctl *c, CURL *e, CURLcode r, const answer *a, const char *host,
+    const char *path)
+{
+	long oserr = 0;
+	curl_off_t connected = 0;
+	curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &oserr);
+	curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connected);
+	switch (r) {
+	case CURLE_COULDNT_RESOLVE_HOST: {
+		/* curl does not keep the resolver's reason: ask once more. */
+		struct addrinfo hints = { .ai_family = AF_UNSPEC,
+			.ai_socktype = SOCK_STREAM };
+		struct addrinfo *res = NULL;
+		int gai = getaddrinfo(host, NULL, &hints, &res);
+		freeaddrinfo(res);
+		ctl_fail("cannot reach allotd at %s: cannot resolve %s: %s",
+		    c->http, host,
+		    gai != 0 ? gai_strerror(gai) : curl_easy_strerror(r));
+		break;
+	}
+	case CURLE_OPERATION_TIMEDOUT:
+		if (connected == 0)
+			ctl_fail("cannot reach allotd at %s: no answer within "
+			         "%d ms",
+			    c->http, c->timeout_ms);
+		else
+			ctl_fail("cannot reach allotd at %s: no answer to GET "
+			         "%s within %d ms",
+			    c->http, path, c->timeout_ms);
+		break;
+	case CURLE_WRITE_ERROR:
+		if (a->too_large) {
+			ctl_fail(
+			    "allotd at %s: the answer to GET %s is larger "
+			    "than %u bytes",
+			    c->http, path, HTTP_MAX_BYTES);
+			break;
+		}
+		/* fall through */
+	case CURLE_WEIRD_SERVER_REPLY:
+	case CURLE_UNSUPPORTED_PROTOCOL: /* an HTTP/0.9 answer */
+	case CURLE_GOT_NOTHING:
+		ctl_fail("%s does not answer like allotd (not HTTP)", c->http);
+		break;
+	default:
+		ctl_fail("cannot reach allotd at %s: %s", c->http,
+		    oserr != 0 ? ctl_errstr((int) oserr) :
+		                 curl_easy_strerror(r));
+		break;
+	}
+	return EXIT_UNREACHABLE;
+}
+
+int
+ctl_http_get(const ctl *c, const char *path, char **ret_body)
+{
+	char host[256], port[16];
+	if (!split_hostport(c->http, host, sizeof host, port, sizeof port)) {
+		ctl_fail(
+		    "bad --http address \"%s\", expected HOST:PORT", c->http);
+		return EXIT_USAGE;
+	}
+	bool v6 = strchr(host, ':') != NULL;
+	char *url = ctl_asprintf("http://%s%s%s:%s%s", v6 ? "[" : "", host,
+	    v6 ? "]" : "", port, path);
+	CURL *e = curl_easy_init();
+	if (e == NULL)
+		ctl_die_oom();
+	answer a = { 0 };
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_0);
+	curl_easy_setopt(
+	    e, CURLOPT_USERAGENT, "allotctl/" ALLOT_VERSION_STRING);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_PROXY, "");
+	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->timeout_ms);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
+	CURLcode r = curl_easy_perform(e);
+	long status = 0;
+	if (r == CURLE_OK)
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	int rc = r != CURLE_OK ? explain(c, e, r, &a, host, path) : 0;
+	curl_easy_cleanup(e);
+	free(url);
+	if (a.buf == NULL)
+		a.buf = ctl_calloc(1, 1);
+	if (rc == 0 && status != 200) {
+		/* allotd's error bodies are one line of text. */
+		size_t bl = strcspn(a.buf, "\r\n");
+		ctl_fail("allotd at %s answered %ld to GET %s%s%.*s", c->http,
+		    status, path, bl ? ": " : "", (int) (bl > 200 ? 200 : bl),
+		    a.buf);
+		rc = EXIT_UNREACHABLE;
+	}
+	if (rc != 0) {
+		free(a.buf);
+		return rc;
+	}
+	*ret_body = a.buf;
+	return 0;
+}
+
+/* Every address of the --http host is a loopback address. */
+bool
+ctl_http_is_local(const ctl *c)
+{
+	char host[256], port[16];
+	if (!split_hostport(c->http, host, sizeof host, port, sizeof port))
+		return false;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+		.ai_socktype = SOCK_STREAM };
+	struct addrinfo *res = NULL;
+	if (getaddrinfo(host, port, &hints, &res) != 0)
+		return false;
+	bool local = res != NULL;
+	for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+		if (ai->ai_family == AF_INET) {
+			const struct sockaddr_in *s =
+			    (const struct sockaddr_in *) ai->ai_addr;
+			local &= (ntohl(s->sin_addr.s_addr) >> 24) == 127;
+		} else if (ai->ai_family == AF_INET6) {
+			const struct sockaddr_in6 *s =
+			    (const struct sockaddr_in6 *) ai->ai_addr;
+			local &= IN6_IS_ADDR_LOOPBACK(&s->sin6_addr);
+		} else {
+			local = false;
+		}
+	}
+	freeaddrinfo(res);
+	return local;
+}
