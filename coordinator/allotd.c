@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,7 +453,7 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 		return -1;
 	}
 	if (o->http_addr != NULL &&
-	    allot__http_start(o->http_addr, NULL, d->state, &d->metrics,
+	    allot__http_start(o->http_addr, &o->http_lim, d->state, &d->metrics,
 	        d->cluster, &d->lg, err, sizeof err, &d->http) != ALLOT_OK) {
 		allot__log(
 		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
@@ -519,10 +520,25 @@ announce(allotd *d, const allot__daemon_opts *o)
 /* Everything up to the loop. Returns EXIT_SUCCESS when allotd is up, or
  * the exit status (what failed is logged); stop() closes what was
  * opened either way. */
+/* Every agent pipe, store file and HTTP connection is a descriptor; the
+ * HTTP listener is capped (--http-max-connections) so that the rest
+ * belong to the sync port. Take the hard limit, not the shell's soft
+ * 1,024, so that cap is what binds. */
+static void
+raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void) setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 static int
 start(allotd *d, allot__daemon_opts *o)
 {
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
 	d->stop_signal = "?";
 	d->rl_store = (allot__logrl) ALLOT__LOGRL_INIT(3, 10000);
 	d->config_path = o->config_path;

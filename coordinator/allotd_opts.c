@@ -254,6 +254,20 @@ static const struct opt options[] = {
 	    "or \"off\". Read-only: nothing on it changes allotd.\n"
 	    "Default " DEFAULT_HTTP ".\n",
 	    parse_str, FIELD(http_addr), 0, 0 },
+	{ "http-max-connections", 0, "N",
+	    "HTTP connections open at once, all clients together (default\n"
+	    "128). More are refused at accept and counted in\n"
+	    "allotd_http_refused_total; the sync port is not affected.\n",
+	    parse_u32, FIELD(http_lim.max_connections), 1, 65536 },
+	{ "http-max-per-address", 0, "N",
+	    "HTTP connections open at once from one IP address (default\n"
+	    "32), so that one client cannot hold the others' part.\n",
+	    parse_u32, FIELD(http_lim.max_per_address), 1, 65536 },
+	{ "http-idle-timeout", 0, "S",
+	    "Seconds an HTTP connection may stay silent, between requests\n"
+	    "or while sending its headers, before allotd closes it\n"
+	    "(default 10).\n",
+	    parse_u32, FIELD(http_lim.idle_timeout_s), 1, 3600 },
 	{ "tls-cert", 0, "FILE", NULL, parse_str, FIELD(tls_cert), 0, 0 },
 	{ "tls-ca", 0, "FILE",
 	    "For tls+tcp:// listeners (mutual TLS): allotd's certificate and\n"
@@ -352,8 +366,6 @@ static const struct opt options[] = {
 	{ "version", 'V', NULL, "Print the version and exit.\n", show_version,
 	    0, 0, 0 },
 };
-
-#define NOPTS (sizeof options / sizeof options[0])
 
 #define NOPTS (sizeof options / sizeof options[0])
 
@@ -492,6 +504,7 @@ opts_init(opts *o)
 	o->self = -1;
 	allot__state_opts_init(&o->so);
 	allot__peerlimit_opts_init(&o->plo);
+	allot__http_limits_init(&o->http_lim);
 }
 
 /* getopt_long's view of the table: an option is known by its short name

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "authn.h"
+#include "http.h"
 #include "peerlimit.h"
 #include "rendezvous.h"
 #include "server.h"
@@ -27,6 +28,7 @@ typedef struct allot__daemon_opts {
 	const char *urls[ALLOT__SERVER_MAX_URLS];
 	size_t nurls;
 	const char *http_addr; /* NULL: "off" */
+	allot__http_limits http_lim;
 	const char *tls_cert;
 	const char *tls_ca;
 	int require_id; /* -1 until parsed: then on with --tls-ca */
