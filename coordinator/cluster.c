@@ -24,7 +24,7 @@
 
 #include "clock.h"
 #include "dial.h"
-#include "server.h"
+#include "protocol.h"
 
 enum { IDLE, SENDING, RECEIVING };
 

@@ -327,18 +327,19 @@ allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
 }
 
 bool
-allot__peerlimit_admit(allot__peerlimit *pl, nng_msg *msg,
+allot__peerlimit_admit(allot__peerlimit *pl, const allot__peer *peer,
     allot__peer_budget budget, uint64_t now, char *err, size_t errlen)
 {
+	static const allot__peer local; /* family 0: "local" */
 	if (pl == NULL || !pl->on[budget])
 		return true;
-	allot__peer peer;
-	allot__peer_of(msg, &peer);
+	if (peer == NULL)
+		peer = &local;
 	uint64_t wait_ns = 0;
-	if (allot__peerlimit_take(pl, &peer, budget, now, &wait_ns))
+	if (allot__peerlimit_take(pl, peer, budget, now, &wait_ns))
 		return true;
 	char who[64];
-	allot__peer_format(&peer, who, sizeof who);
+	allot__peer_format(peer, who, sizeof who);
 	snprintf(err, errlen,
 	    "peer %s is over its %s budget of %g/s (burst %g); retry in "
 	    "%llu ms",

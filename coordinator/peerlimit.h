@@ -90,10 +90,11 @@ typedef enum allot__peer_budget {
 bool allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
     allot__peer_budget budget, uint64_t now, uint64_t *ret_wait_ns);
 
-/* allot__peer_of + allot__peerlimit_take for the server: true when `msg`
- * is within its sender's `budget`; false with `err` saying whose budget
- * was exceeded, what it is and when to retry. */
-bool allot__peerlimit_admit(allot__peerlimit *pl, nng_msg *msg,
+/* allot__peerlimit_take for the dispatcher (dispatch.h): true when a
+ * message of `peer` (NULL: the shared "local" peer) is within its
+ * `budget`; false with `err` saying whose budget was exceeded, what it is
+ * and when to retry. The transport names the peer (allot__peer_of). */
+bool allot__peerlimit_admit(allot__peerlimit *pl, const allot__peer *peer,
     allot__peer_budget budget, uint64_t now, char *err, size_t errlen);
 
 typedef struct allot__peerlimit_stats {

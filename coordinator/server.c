@@ -2,16 +2,17 @@
 /*
  * The nng rep0 server (server.h). Each worker loops RECV -> handle ->
  * SEND -> RECV in its aio callback, which nng runs on its own threads;
- * the handling itself is short (decode, one trip under the registry's
- * mutex, encode), so it is done in the callback rather than handed to
- * another thread. protobuf-c allocates through a per-worker bump arena
- * that is reset after every request and keeps its high-water mark, so
- * the steady state allocates nothing per report (nng still allocates one
- * message per reply).
+ * the handling itself (allot__dispatch: decode, one trip under the
+ * registry's mutex, encode) is short, so it is done in the callback
+ * rather than handed to another thread. protobuf-c allocates through a
+ * per-worker bump arena that is reset after every request and keeps its
+ * high-water mark, so the steady state allocates nothing per report (nng
+ * still allocates one message per reply, into which the answer packed in
+ * the arena is copied).
  */
 #include "server.h"
 #include "arena.h"
-#include "cluster.h"
+#include "dispatch.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -23,7 +24,6 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/protocol/reqrep0/rep.h>
 
-#include "authn.h"
 #include "clock.h"
 
 /* ------------------------------------------------------------------ */
@@ -44,6 +44,7 @@ typedef struct worker {
 
 struct allot__server {
 	allot__server_opts o;
+	allot__dispatch_ctx dc; /* from o */
 	allot__logger lgv;
 	nng_socket sock;
 	bool sock_open;
@@ -68,40 +69,8 @@ allot__server_opts_init(allot__server_opts *o)
 	o->max_keys = ALLOT__SERVER_MAX_KEYS;
 }
 
-static allot__reject
-reason_of(Allot__V1__Error__Code c)
-{
-	switch (c) {
-	case ALLOT__V1__ERROR__CODE__VERSION: return ALLOT__REJ_VERSION;
-	case ALLOT__V1__ERROR__CODE__MALFORMED: return ALLOT__REJ_MALFORMED;
-	case ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION:
-		return ALLOT__REJ_UNKNOWN_SESSION;
-	case ALLOT__V1__ERROR__CODE__STALE_SEQ: return ALLOT__REJ_STALE_SEQ;
-	case ALLOT__V1__ERROR__CODE__TOO_LARGE: return ALLOT__REJ_TOO_LARGE;
-	case ALLOT__V1__ERROR__CODE__SHUTTING_DOWN:
-		return ALLOT__REJ_SHUTTING_DOWN;
-	case ALLOT__V1__ERROR__CODE__RATE_LIMITED: return ALLOT__REJ_CAPACITY;
-	case ALLOT__V1__ERROR__CODE__UNAUTHENTICATED:
-		return ALLOT__REJ_IDENTITY_INVALID;
-	default: return ALLOT__REJ_MALFORMED;
-	}
-}
-
-static const char *
-body_name(Allot__V1__Envelope__BodyCase c)
-{
-	switch (c) {
-	case ALLOT__V1__ENVELOPE__BODY_REGISTER: return "Register";
-	case ALLOT__V1__ENVELOPE__BODY_WELCOME: return "Welcome";
-	case ALLOT__V1__ENVELOPE__BODY_SYNC: return "Sync";
-	case ALLOT__V1__ENVELOPE__BODY_REPLY: return "Reply";
-	case ALLOT__V1__ENVELOPE__BODY_LEAVE: return "Leave";
-	case ALLOT__V1__ENVELOPE__BODY_ERROR: return "Error";
-	case ALLOT__V1__ENVELOPE__BODY_PROBE: return "Probe";
-	default: return "nothing";
-	}
-}
-
+/* "1.2.3.4:5678", "ipc:/path" or "pipe 3": who sent `msg`, for the
+ * log. */
 static void
 peer_name(nng_msg *msg, char *buf, size_t len)
 {
@@ -123,187 +92,66 @@ peer_name(nng_msg *msg, char *buf, size_t len)
 	}
 }
 
-/* Encode `env` into a fresh nng message; NULL when out of memory. */
-static nng_msg *
-pack(const Allot__V1__Envelope *env)
+/* Log a refusal, rate-limited per reason. */
+static void
+log_reject(allot__server *srv, nng_msg *req, const allot__dispatch_result *res)
 {
-	size_t n = allot__v1__envelope__get_packed_size(env);
-	nng_msg *m;
-	if (nng_msg_alloc(&m, n) != 0)
-		return NULL;
-	allot__v1__envelope__pack(env, nng_msg_body(m));
-	return m;
+	allot__reject r = res->reason;
+	/* Unknown sessions are expected after a restart or an expiry, and
+	 * refusals while draining are by design. */
+	int level = r == ALLOT__REJ_UNKNOWN_SESSION ||
+	        r == ALLOT__REJ_SHUTTING_DOWN ?
+	    ALLOT_LOG_NOTICE :
+	    ALLOT_LOG_WARNING;
+	if (srv->lgv.fn == NULL || level > srv->lgv.level)
+		return;
+	char peer[160];
+	peer_name(req, peer, sizeof peer);
+	allot__log_ratelimited(&srv->lgv, &srv->rl[r], level, "ALLOTD-REJECT",
+	    "%s from %s rejected (%s): %s",
+	    res->request != NULL ?
+	        allot__dispatch_body_name(res->request->body_case) :
+	        "message",
+	    peer, allot__reject_name(r), res->err);
 }
 
-/* Decode, dispatch and encode one request. Consumes `req`. */
+/* Answer one request (dispatch.h) with what the connection says of its
+ * sender. Consumes `req`; the answer in a fresh message, or NULL when
+ * out of memory. */
 static nng_msg *
 handle(worker *w, nng_msg *req)
 {
 	allot__server *srv = w->srv;
-	allot__metrics *m = srv->o.metrics;
 	uint64_t t0 = allot__mono_ns();
-	size_t len = nng_msg_len(req);
-	char err[256] = "";
-	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-	Allot__V1__Envelope *in = NULL;
-	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
-	Allot__V1__Welcome welcome = ALLOT__V1__WELCOME__INIT;
-	Allot__V1__Reply reply = ALLOT__V1__REPLY__INIT;
-	Allot__V1__Error error = ALLOT__V1__ERROR__INIT;
-	Allot__V1__Probe probe = ALLOT__V1__PROBE__INIT;
-	out.version = ALLOT__PROTOCOL_VERSION;
-	bool counted = false; /* the registry counted the rejection */
 	int pid = nng_pipe_id(nng_msg_get_pipe(req));
-	uint32_t pipe = pid > 0 ? (uint32_t) pid : 0;
-	allot__reject peer_rej = ALLOT__REJ_COUNT; /* over a peer budget */
-
+	allot__peer peer;
+	if (srv->dc.peerlimit != NULL)
+		allot__peer_of(req, &peer);
+	allot__dispatch_req dr = {
+		.buf = nng_msg_body(req),
+		.len = nng_msg_len(req),
+		.pipe = pid > 0 ? (uint32_t) pid : 0,
+		.peer = srv->dc.peerlimit != NULL ? &peer : NULL,
+		.now = t0,
+		.draining = atomic_load(&srv->draining),
+		.pa = &w->pa,
+	};
+	allot__metrics *m = srv->o.metrics;
 	if (m != NULL)
-		allot__metrics_add(&m->bytes_in, len);
-	if (atomic_load(&srv->draining)) {
-		code = ALLOT__V1__ERROR__CODE__SHUTTING_DOWN;
-		snprintf(err, sizeof err,
-		    "the coordinator is shutting down; "
-		    "retry on another or after it restarts");
-		goto answer;
-	}
-	if (!allot__peerlimit_admit(srv->o.peerlimit, req, ALLOT__PEER_MESSAGE,
-	        t0, err, sizeof err)) {
-		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-		peer_rej = ALLOT__REJ_PEER_MESSAGE_RATE;
-		goto answer;
-	}
-	if (len > srv->o.max_msg) {
-		code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-		snprintf(err, sizeof err,
-		    "message of %zu bytes is above the "
-		    "limit of %zu",
-		    len, srv->o.max_msg);
-		goto answer;
-	}
-	in = allot__v1__envelope__unpack(&w->pa, len, nng_msg_body(req));
-	if (in == NULL) {
-		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		snprintf(err, sizeof err,
-		    "could not decode an Envelope from "
-		    "%zu bytes",
-		    len);
-		goto answer;
-	}
-	if (in->version != ALLOT__PROTOCOL_VERSION) {
-		code = ALLOT__V1__ERROR__CODE__VERSION;
-		snprintf(err, sizeof err,
-		    "protocol version %" PRIu32 " is not "
-		    "supported; this coordinator speaks version %u",
-		    in->version, ALLOT__PROTOCOL_VERSION);
-		goto answer;
-	}
-	switch (in->body_case) {
-	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-		if (!allot__peerlimit_admit(srv->o.peerlimit, req,
-		        ALLOT__PEER_REGISTER, t0, err, sizeof err)) {
-			code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-			peer_rej = ALLOT__REJ_PEER_REGISTER_RATE;
-			break;
-		}
-		if (in->register_->n_keys > srv->o.max_keys) {
-			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-			snprintf(err, sizeof err,
-			    "%zu keys in Register; at "
-			    "most %u",
-			    in->register_->n_keys, srv->o.max_keys);
-			break;
-		}
-		if (srv->o.authn != NULL &&
-		    (code = allot__authn_check(srv->o.authn, in->register_, m,
-		         err, sizeof err)) != 0) {
-			counted = true;
-			break;
-		}
-		code = allot__state_register_on(srv->o.state, in->register_,
-		    pipe, &w->pa, &welcome, err, sizeof err);
-		counted = true;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
-		out.welcome = &welcome;
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_SYNC:
-		if (in->sync->n_reports > srv->o.max_reports) {
-			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-			snprintf(err, sizeof err,
-			    "%zu reports in Sync; at "
-			    "most %u",
-			    in->sync->n_reports, srv->o.max_reports);
-			break;
-		}
-		code = allot__state_sync_on(srv->o.state, in->sync, pipe,
-		    &w->pa, &reply, err, sizeof err);
-		counted = true;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-		out.reply = &reply;
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_PROBE:
-		if (srv->o.cluster == NULL) {
-			code = ALLOT__V1__ERROR__CODE__MALFORMED;
-			snprintf(err, sizeof err,
-			    "Probe from member %s: this allotd is not a "
-			    "cluster member (no --member list)",
-			    in->probe->member != NULL ? in->probe->member :
-			                                "?");
-			break;
-		}
-		allot__cluster_on_probe(
-		    srv->o.cluster, in->probe, &w->pa, &probe);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_PROBE;
-		out.probe = &probe;
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave_on(
-		    srv->o.state, in->leave, pipe, &reply, err, sizeof err);
-		counted = true;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-		out.reply = &reply;
-		break;
-	default:
-		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		snprintf(err, sizeof err,
-		    "an agent may send Register, Sync, "
-		    "Leave or (a member) Probe, not %s",
-		    body_name(in->body_case));
-		break;
-	}
-answer:
-	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-		allot__reject r = peer_rej != ALLOT__REJ_COUNT ?
-		    peer_rej :
-		    reason_of(code);
-		if (!counted)
-			allot__metrics_reject(m, r, 1);
-		/* Unknown sessions are expected after a restart or an
-		 * expiry, and refusals while draining are by design. */
-		int level = r == ALLOT__REJ_UNKNOWN_SESSION ||
-		        r == ALLOT__REJ_SHUTTING_DOWN ?
-		    ALLOT_LOG_NOTICE :
-		    ALLOT_LOG_WARNING;
-		if (srv->lgv.fn != NULL && level <= srv->lgv.level) {
-			char peer[160];
-			peer_name(req, peer, sizeof peer);
-			allot__log_ratelimited(&srv->lgv, &srv->rl[r], level,
-			    "ALLOTD-REJECT", "%s from %s rejected (%s): %s",
-			    in != NULL ? body_name(in->body_case) : "message",
-			    peer, allot__reject_name(r), err);
-		}
-		error.code = code;
-		error.message = err;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
-		out.error = &error;
-	}
-	nng_msg *rep = pack(&out);
+		allot__metrics_add(&m->bytes_in, dr.len);
+	allot__dispatch_result res;
+	nng_msg *rep = NULL;
+	if (allot__dispatch(&srv->dc, &dr, &res) == ALLOT_OK &&
+	    nng_msg_alloc(&rep, res.answer_len) == 0)
+		memcpy(nng_msg_body(rep), res.answer, res.answer_len);
+	if (res.code != ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		log_reject(srv, req, &res);
 	allot__arena_reset(&w->arena);
 	nng_msg_free(req);
 	if (m != NULL) {
 		if (rep != NULL)
 			allot__metrics_add(&m->bytes_out, nng_msg_len(rep));
-		allot__hist_observe_ns(
-		    &m->sync_latency, allot__mono_ns() - t0);
+		allot__hist_observe_ns(&m->sync_latency, allot__mono_ns() - t0);
 	}
 	return rep;
 }
@@ -426,6 +274,16 @@ allot__server_start(const allot__server_opts *opts, char *err, size_t errlen,
 	}
 	int rc = ALLOT_ENOMEM;
 	srv->o = *opts;
+	srv->dc = (allot__dispatch_ctx) {
+		.state = opts->state,
+		.authn = opts->authn,
+		.peerlimit = opts->peerlimit,
+		.cluster = opts->cluster,
+		.metrics = opts->metrics,
+		.max_msg = opts->max_msg,
+		.max_reports = opts->max_reports,
+		.max_keys = opts->max_keys,
+	};
 	if (opts->lg != NULL)
 		srv->lgv = *opts->lg;
 	for (int r = 0; r < ALLOT__REJ_COUNT; r++)

@@ -3,11 +3,13 @@
  * The protocol front end of allotd: one nng rep0 socket listening on every
  * configured address (tcp://, ipc://), served by a fixed pool of workers,
  * each an nng context with its own aio, so that many requests are decoded
- * and answered concurrently on nng's threads. A worker decodes the
- * Envelope with protobuf-c into a per-worker arena (no malloc per key
- * report), checks the limits and the version, hands the message to the
- * registry (state.h) and packs the answer. Every rejection is answered
- * with an Error, counted by reason and logged with a rate limit.
+ * and answered concurrently on nng's threads. The server is the
+ * transport only: a worker takes what the connection says of the sender
+ * (its pipe, its address or uid), hands the request to the dispatcher
+ * (dispatch.h: decoding into a per-worker arena, limits, version,
+ * identity, peer budgets, the registry, the answer) and sends what it
+ * packed. Every rejection is answered with an Error, counted by reason
+ * and logged here with a rate limit.
  */
 #ifndef ALLOT_COORDINATOR_SERVER_H
 #define ALLOT_COORDINATOR_SERVER_H
@@ -16,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dispatch.h"
 #include "log.h"
 #include "metrics.h"
 #include "peerlimit.h"
@@ -23,12 +26,12 @@
 
 typedef struct allot__cluster allot__cluster;
 
-#define ALLOT__SERVER_MAX_MSG (1u << 20) /* bytes, answered TOO_LARGE */
-#define ALLOT__SERVER_MAX_REPORTS 65536u /* per Sync */
-#define ALLOT__SERVER_MAX_KEYS 65537u /* per Register */
+/* The request bounds are the dispatcher's (dispatch.h). */
+#define ALLOT__SERVER_MAX_MSG ALLOT__DISPATCH_MAX_MSG
+#define ALLOT__SERVER_MAX_REPORTS ALLOT__DISPATCH_MAX_REPORTS
+#define ALLOT__SERVER_MAX_KEYS ALLOT__DISPATCH_MAX_KEYS
 #define ALLOT__SERVER_WORKERS 8u
 #define ALLOT__SERVER_MAX_URLS 16u
-#define ALLOT__PROTOCOL_VERSION 1u
 
 typedef struct allot__server allot__server;
 
