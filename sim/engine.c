@@ -10,8 +10,8 @@
  *   drives it (timer, request, reply or timeout, lease check, next
  *   delay), its messages carried by a simulated transport (latency,
  *   jitter, loss, coordinator outage) to the real registry
- *   (coordinator/state.c, its clock injected), decoded and encoded as
- *   allotd's server does;
+ *   (coordinator/state.c, its clock injected) through allotd's own
+ *   dispatcher (coordinator/dispatch.c), as its server hands it requests;
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
  *   replica count at every instant, i.e. the equal split at its best.
  *
@@ -34,6 +34,7 @@
 #include "arena.h"
 #include "bucket.h"
 #include "config.h"
+#include "dispatch.h"
 #include "state.h"
 #include "sync_int.h"
 
@@ -532,63 +533,35 @@ run_split(engine *e)
 
 /* ---- allot: the transport and the coordinator ---- */
 
-/* Decode, dispatch to the registry and encode, as allotd's server does
- * (coordinator/server.c) minus nng: decoded into and answered from the
- * arena. The answer is malloc'd. */
+/* Hand a request to allotd's own dispatcher (coordinator/dispatch.h),
+ * decoded into and answered from the arena as by a server worker, with
+ * no peer budgets and no identity checks. The answer is copied out for
+ * the wire (malloc). */
 static int
 coord_handle(
     engine *e, const void *buf, size_t len, void **ret, size_t *ret_len)
 {
 	ProtobufCAllocator pa = { allot__arena_alloc, allot__arena_free,
 		&e->arena };
-	Allot__V1__Envelope *in = allot__v1__envelope__unpack(&pa, len, buf);
-	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
-	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
-	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
-	Allot__V1__Error er = ALLOT__V1__ERROR__INIT;
-	char err[256] = "";
-	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__MALFORMED;
-	out.version = 1;
+	allot__dispatch_ctx c;
+	allot__dispatch_ctx_init(&c);
+	c.state = e->st;
+	allot__dispatch_req req = {
+		.buf = buf, .len = len, .now = e->now, .pa = &pa
+	};
+	allot__dispatch_result res;
 	e->bytes += len;
-	if (in != NULL && in->version == 1) {
-		switch (in->body_case) {
-		case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-			code = allot__state_register(
-			    e->st, in->register_, &pa, &w, err, sizeof err);
-			out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
-			out.welcome = &w;
-			break;
-		case ALLOT__V1__ENVELOPE__BODY_SYNC:
-			e->syncs++;
-			e->reports += in->sync->n_reports;
-			code = allot__state_sync(
-			    e->st, in->sync, &pa, &rp, err, sizeof err);
-			out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-			out.reply = &rp;
-			break;
-		case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-			code = allot__state_leave(
-			    e->st, in->leave, &rp, err, sizeof err);
-			out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-			out.reply = &rp;
-			break;
-		default:
-			snprintf(err, sizeof err, "not an agent message");
-			break;
-		}
-	} else {
-		snprintf(err, sizeof err, "undecodable or wrong version");
+	int rc = allot__dispatch(&c, &req, &res);
+	const Allot__V1__Envelope *in = res.request;
+	if (in != NULL && in->version == ALLOT__PROTOCOL_VERSION &&
+	    in->body_case == ALLOT__V1__ENVELOPE__BODY_SYNC) {
+		e->syncs++;
+		e->reports += in->sync->n_reports;
 	}
-	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-		er.code = code;
-		er.message = err;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
-		out.error = &er;
-	}
-	size_t n = allot__v1__envelope__get_packed_size(&out);
-	void *b = malloc(n ? n : 1);
+	size_t n = res.answer_len;
+	void *b = rc == ALLOT_OK ? malloc(n ? n : 1) : NULL;
 	if (b != NULL)
-		allot__v1__envelope__pack(&out, b);
+		memcpy(b, res.answer, n);
 	allot__arena_reset(&e->arena);
 	if (b == NULL)
 		return ALLOT_ENOMEM;
