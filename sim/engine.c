@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admissions.h"
 #include "allot.pb-c.h"
 #include "arena.h"
 #include "bucket.h"
@@ -41,168 +42,6 @@
 const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
 
 #define SERVICE "svc"
-
-/* ---- admissions ---- */
-
-/* Over-admission is taken over windows of three lengths: T, 1 s, 10 s. */
-#define NWIN 3
-
-/* An admission: its time and the cost admitted before it. */
-typedef struct adm {
-	uint64_t t;
-	uint64_t before;
-} adm;
-
-/* Sentinels after the last admission, the first carrying the cost so
- * far: time UINT64_MAX, after every window. */
-#define ADM_PAD 8
-
-/* Windows are taken in blocks of this many first admissions. */
-#define ADM_BLOCK 16
-
-/*
- * The admissions of one quota (or of the ceiling) in one mode, reduced
- * as they come to what the figures need: the tokens admitted, and for
- * each window length w the max over windows [t, t + w] of the cost
- * admitted in them, t every admission, exactly.
- *
- * The windows are taken in blocks of ADM_BLOCK first admissions once
- * they are closed (an admission came after the block's last window),
- * from the admissions kept in a buffer. The window of a block's first
- * admission is taken exactly; it bounds the max from below. Every window
- * of the block starts no earlier and ends no later than the block's last
- * one: that bounds them from above, and only the blocks whose bound
- * beats the max so far (a few in a hundred) are taken one admission at
- * a time. The buffer keeps the admissions from the first window not
- * taken on, about the longest window's worth, in cache. (The simulator
- * used to keep every admission of a run, tens of megabytes, and take
- * every window afterwards: more than a fifth of allot-sim's time.)
- */
-typedef struct admvec {
-	adm *a; /* a[0 .. n), then ADM_PAD sentinels */
-	size_t n, cap;
-	size_t next[NWIN]; /* first admission whose window is not taken */
-	size_t front[NWIN]; /* the window of next[k] ends at or after it */
-	uint64_t cost; /* tokens admitted so far */
-	uint64_t best[NWIN]; /* costliest window taken, per length */
-	double after_warmup; /* tokens admitted from arrivals >= 3T */
-	double total;
-} admvec;
-
-/* The first admission from j on after `lim`: ADM_PAD at a time without
- * a branch on each (admissions are sorted, so the count of those within
- * is how far to move; a sentinel is never within). */
-static size_t
-adm_after(const adm *a, size_t j, uint64_t lim)
-{
-	for (;;) {
-		size_t k = (size_t) (a[j].t <= lim) + (a[j + 1].t <= lim) +
-		    (a[j + 2].t <= lim) + (a[j + 3].t <= lim) +
-		    (a[j + 4].t <= lim) + (a[j + 5].t <= lim) +
-		    (a[j + 6].t <= lim) + (a[j + 7].t <= lim);
-		j += k;
-		if (k < ADM_PAD)
-			return j;
-	}
-}
-
-/* Take the windows of length w (index k) from next[k] on, a block at a
- * time, while the block's windows are closed or, with `all` (the run is
- * over), to the end. A window's cost is what came before its end minus
- * what came before its first admission. */
-static void
-adm_take(admvec *v, int k, uint64_t w, bool all)
-{
-	const adm *a = v->a;
-	size_t n = v->n, i0 = v->next[k], j = v->front[k];
-	uint64_t best = v->best[k];
-	while (i0 < n) {
-		size_t i1 = i0 + ADM_BLOCK < n ? i0 + ADM_BLOCK : n;
-		if (!all &&
-		    (i1 - i0 < ADM_BLOCK || a[i1 - 1].t + w >= a[n - 1].t))
-			break; /* its last window is still open */
-		j = adm_after(a, j, a[i0].t + w);
-		uint64_t c = a[j].before - a[i0].before;
-		best = c > best ? c : best;
-		size_t jb = adm_after(a, j, a[i1 - 1].t + w);
-		if (a[jb].before - a[i0].before > best) {
-			for (size_t i = i0 + 1, jj = j; i < i1; i++) {
-				jj = adm_after(a, jj, a[i].t + w);
-				c = a[jj].before - a[i].before;
-				best = c > best ? c : best;
-			}
-		}
-		j = jb;
-		i0 = i1;
-	}
-	v->next[k] = i0;
-	v->front[k] = j;
-	v->best[k] = best;
-}
-
-/* Room for one more admission: take the closed windows, drop the
- * admissions no window left needs, or grow. */
-static int
-adm_room(admvec *v, const uint64_t w[NWIN])
-{
-	if (v->n + ADM_PAD < v->cap)
-		return ALLOT_OK;
-	size_t lo = v->n;
-	for (int k = 0; k < NWIN; k++) {
-		adm_take(v, k, w[k], false);
-		lo = v->next[k] < lo ? v->next[k] : lo;
-	}
-	if (v->cap > 0 && lo >= v->cap / 2) {
-		memmove(v->a, v->a + lo, (v->n + ADM_PAD - lo) * sizeof *v->a);
-		v->n -= lo;
-		for (int k = 0; k < NWIN; k++) {
-			v->next[k] -= lo;
-			v->front[k] -= lo;
-		}
-		return ALLOT_OK;
-	}
-	size_t cap = v->cap ? v->cap * 2 : 1024;
-	adm *na = realloc(v->a, cap * sizeof *na);
-	if (na == NULL)
-		return ALLOT_ENOMEM;
-	if (v->a == NULL)
-		for (size_t k = 0; k < ADM_PAD; k++)
-			na[k] = (adm) { UINT64_MAX, 0 };
-	v->a = na;
-	v->cap = cap;
-	return ALLOT_OK;
-}
-
-/* `cost` tokens admitted at t, not before the previous admission; w: the
- * window lengths. */
-static int
-adm_push(admvec *v, uint64_t t, uint32_t cost, uint64_t warm,
-    const uint64_t w[NWIN])
-{
-	if (adm_room(v, w) != ALLOT_OK)
-		return ALLOT_ENOMEM;
-	adm *a = v->a;
-	a[v->n] = (adm) { t, v->cost };
-	v->cost += cost;
-	v->n++;
-	a[v->n].before = v->cost;
-	a[v->n + ADM_PAD - 1] = (adm) { UINT64_MAX, v->cost };
-	v->total += cost;
-	if (t >= warm)
-		v->after_warmup += cost;
-	return ALLOT_OK;
-}
-
-/* The run is over: the costliest window of each length. */
-static void
-adm_max_windows(admvec *v, const uint64_t w[NWIN], double ret[NWIN])
-{
-	for (int k = 0; k < NWIN; k++) {
-		if (v->a != NULL)
-			adm_take(v, k, w[k], true);
-		ret[k] = (double) v->best[k];
-	}
-}
 
 /* ---- events ---- */
 
@@ -310,13 +149,13 @@ typedef struct engine {
 	const allot_config *cfg;
 	uint64_t now;
 	uint64_t T; /* ns */
-	uint64_t wins[NWIN]; /* over-admission windows: T, 1 s, 10 s */
+	uint64_t wins[SIM_NWIN]; /* over-admission windows: T, 1 s, 10 s */
 	uint64_t warm;
 	size_t nq; /* agent quota order: callers, default */
 	size_t nep; /* endpoints + default */
 	double ceiling;
 	double ceiling_burst;
-	admvec adm[SIM_NMODES][SIM_MAX_KEYS + 1]; /* last: the ceiling */
+	sim_admvec adm[SIM_NMODES][SIM_MAX_KEYS + 1]; /* last: the ceiling */
 	double boot[SIM_MAX_KEYS];
 	double offered[SIM_MAX_KEYS];
 	replica *r;
@@ -376,9 +215,10 @@ weight_of(const engine *e, uint16_t ep)
 static void
 record(engine *e, sim_mode m, size_t q, uint64_t t, uint32_t cost)
 {
-	if (adm_push(&e->adm[m][q], t, cost, e->warm, e->wins) != ALLOT_OK ||
+	if (sim_adm_push(&e->adm[m][q], t, cost, e->warm, e->wins) !=
+	        ALLOT_OK ||
 	    (e->ceiling > 0 &&
-	        adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm,
+	        sim_adm_push(&e->adm[m][SIM_MAX_KEYS], t, cost, e->warm,
 	            e->wins) != ALLOT_OK))
 		e->err = ALLOT_ENOMEM;
 }
@@ -1070,13 +910,13 @@ figures(engine *e, sim_result *res)
 		}
 		double ideal_after = e->adm[SIM_IDEAL][src].after_warmup;
 		for (int m = 0; m < SIM_NMODES; m++) {
-			admvec *v = &e->adm[m][src];
+			sim_admvec *v = &e->adm[m][src];
 			sim_fig *f = &k->f[m];
 			f->admitted = v->total;
 			f->over = -INFINITY;
-			double mw[NWIN];
-			adm_max_windows(v, wins, mw);
-			for (int w = 0; w < NWIN; w++) {
+			double mw[SIM_NWIN];
+			sim_adm_max_windows(v, wins, mw);
+			for (int w = 0; w < SIM_NWIN; w++) {
 				double W = (double) wins[w] / SIM_NS;
 				f->over_w[w] = (mw[w] -
 				                   (k->burst + k->rate * W)) /
