@@ -112,8 +112,8 @@ open_request(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		    c->max_msg);
 		return NULL;
 	}
-	Allot__V1__Envelope *in =
-	    allot__v1__envelope__unpack(req->pa, req->len, req->buf);
+	Allot__V1__Envelope *in = allot__v1__envelope__unpack(
+	    req->pa, req->len, req->buf);
 	if (in == NULL) {
 		res->code = ALLOT__V1__ERROR__CODE__MALFORMED;
 		snprintf(res->err, sizeof res->err,
@@ -180,8 +180,8 @@ static void
 on_leave(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
     const Allot__V1__Leave *leave, answer *a, allot__dispatch_result *res)
 {
-	res->code = allot__state_leave_on(c->state, leave, req->pipe,
-	    &a->reply, res->err, sizeof res->err);
+	res->code = allot__state_leave_on(
+	    c->state, leave, req->pipe, &a->reply, res->err, sizeof res->err);
 	a->counted = true;
 	a->env.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 	a->env.reply = &a->reply;
@@ -235,8 +235,8 @@ route(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 /* Turn a refusal into the Error answer and count it, then pack the
  * answer into the request's allocator. */
 static int
-finish(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
-    answer *a, allot__dispatch_result *res)
+finish(const allot__dispatch_ctx *c, const allot__dispatch_req *req, answer *a,
+    allot__dispatch_result *res)
 {
 	if (res->code != OK) {
 		if (res->reason == ALLOT__REJ_COUNT)

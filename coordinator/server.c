@@ -151,7 +151,8 @@ handle(worker *w, nng_msg *req)
 	if (m != NULL) {
 		if (rep != NULL)
 			allot__metrics_add(&m->bytes_out, nng_msg_len(rep));
-		allot__hist_observe_ns(&m->sync_latency, allot__mono_ns() - t0);
+		allot__hist_observe_ns(
+		    &m->sync_latency, allot__mono_ns() - t0);
 	}
 	return rep;
 }
