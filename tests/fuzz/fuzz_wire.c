@@ -1,21 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target "wire": one request as allotd receives it. The input is the
- * body of an nng message; it goes through the same steps as handle() in
- * coordinator/server.c (size bound, Envelope decode into a per-request
- * allocator, version check, key and report count bounds, dispatch to
- * allot__state_register/_sync/_leave, the answer packed), against a
- * registry created in-process with the fuzz config and no store, in which
- * the session FUZZ_SESSION of FUZZ_REPLICA is already open so that a Sync
- * or Leave can name a live session. Each input is handled twice (a replay:
- * a re-registration, a stale sequence number, a leave of a gone session),
- * then the periodic work runs and /metrics and /status are rendered, which
- * is where agent-supplied names end up. The registry is, by the input's
+ * body of an nng message; it goes through allotd's own dispatcher
+ * (coordinator/dispatch.c, the code its server runs: size bound, Envelope
+ * decode into a per-request allocator, version check, key and report count
+ * bounds, allot__state_register_on/_sync_on/_leave_on, the answer packed),
+ * against a registry created in-process with the fuzz config and no store,
+ * in which the session FUZZ_SESSION of FUZZ_REPLICA is already open so
+ * that a Sync or Leave can name a live session. Each input is handled twice (a
+ * replay: a re-registration, a stale sequence number, a leave of a gone
+ * session), then the periodic work runs and /metrics and /status are rendered,
+ * which is where agent-supplied names end up. The registry is, by the input's
  * length, a single coordinator or a cluster member (ownership, learning,
  * not_owner and a view change between the two passes). Beyond not crashing,
- * the target checks that every answer packs and decodes again, that an Error's
- * text is bounded, and that every share sent is a finite, non-negative
- * allowance for a key the session registered.
+ * the target checks that every answer decodes again and says what was
+ * decided (an Error with the code of a refusal), that an Error's text is
+ * bounded, and that every share sent is a finite, non-negative allowance
+ * for a key the session registered.
  */
 #include <math.h>
 #include <stdalign.h>
@@ -26,10 +27,10 @@
 #include <string.h>
 
 #include "allot.pb-c.h"
+#include "dispatch.h"
 #include "fuzz.h"
 #include "metrics.h"
 #include "rendezvous.h"
-#include "server.h"
 #include "state.h"
 
 /* ---- a per-request allocator, like the server's arena ----
@@ -121,22 +122,51 @@ check_shares(Allot__V1__Share *const *shares, size_t n, size_t nkeys)
 	}
 }
 
-/* Pack the answer as the server does and decode it again. */
+/* What an accepted request's answer must hold. `in` is the request,
+ * `back` the answer decoded again from the bytes the dispatcher packed. */
 static void
-answer(const Allot__V1__Envelope *out)
+check_answer(const Allot__V1__Envelope *in, const Allot__V1__Envelope *back)
 {
-	size_t n = allot__v1__envelope__get_packed_size(out);
-	uint8_t *buf = malloc(n > 0 ? n : 1);
-	FUZZ_CHECK(buf != NULL);
-	FUZZ_CHECK(allot__v1__envelope__pack(out, buf) == n);
-	Allot__V1__Envelope *back = allot__v1__envelope__unpack(NULL, n, buf);
-	FUZZ_CHECK(back != NULL);
-	FUZZ_CHECK(back->body_case == out->body_case);
-	allot__v1__envelope__free_unpacked(back, NULL);
-	free(buf);
+	switch (in->body_case) {
+	case ALLOT__V1__ENVELOPE__BODY_REGISTER: {
+		FUZZ_CHECK(
+		    back->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME);
+		const Allot__V1__Welcome *w = back->welcome;
+		size_t nkeys = in->register_->n_keys;
+		FUZZ_CHECK(w->session != 0);
+		FUZZ_CHECK(w->replicas >= 1);
+		check_shares(w->shares, w->n_shares, nkeys);
+		FUZZ_CHECK(w->n_unknown_keys <= nkeys);
+		for (size_t i = 0; i < w->n_unknown_keys; i++)
+			FUZZ_CHECK(w->unknown_keys[i] < nkeys);
+		break;
+	}
+	case ALLOT__V1__ENVELOPE__BODY_SYNC: {
+		FUZZ_CHECK(back->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY);
+		const Allot__V1__Reply *r = back->reply;
+		FUZZ_CHECK(r->seq == in->sync->seq);
+		FUZZ_CHECK(r->rejected_reports <= in->sync->n_reports);
+		/* Key ids are bounded by what any session may register. */
+		check_shares(r->shares, r->n_shares, ALLOT__DISPATCH_MAX_KEYS);
+		FUZZ_CHECK(r->n_not_owner <= in->sync->n_reports);
+		break;
+	}
+	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
+		FUZZ_CHECK(back->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY);
+		break;
+	default:
+		/* Probe included: there is no cluster object here, so
+		 * nothing else may be accepted. */
+		FUZZ_CHECK(
+		    in->body_case == ALLOT__V1__ENVELOPE__BODY_REGISTER);
+		break;
+	}
 }
 
-/* handle() of coordinator/server.c, minus the transport and logging. */
+/* One request through allotd's own dispatcher (coordinator/dispatch.c)
+ * with its default bounds, minus the transport: no peer budgets, no
+ * identity checks, no cluster object (a Probe is answered MALFORMED).
+ * The answer must decode again and agree with what was decided. */
 static void
 handle(allot__state *st, const uint8_t *data, size_t len)
 {
@@ -146,91 +176,27 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 		.free = trk_free,
 		.allocator_data = &head,
 	};
-	char err[256] = "";
-	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
-	Allot__V1__Welcome welcome = ALLOT__V1__WELCOME__INIT;
-	Allot__V1__Reply reply = ALLOT__V1__REPLY__INIT;
-	Allot__V1__Error error = ALLOT__V1__ERROR__INIT;
-	out.version = ALLOT__PROTOCOL_VERSION;
-	Allot__V1__Envelope *in = NULL;
-
-	if (len > ALLOT__SERVER_MAX_MSG) {
-		code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-		goto done;
+	allot__dispatch_ctx c;
+	allot__dispatch_ctx_init(&c);
+	c.state = st;
+	c.metrics = &metrics;
+	allot__dispatch_req req = { .buf = data, .len = len, .pa = &pa };
+	allot__dispatch_result res;
+	FUZZ_CHECK(allot__dispatch(&c, &req, &res) == ALLOT_OK);
+	FUZZ_CHECK(memchr(res.err, '\0', sizeof res.err) != NULL);
+	Allot__V1__Envelope *back = allot__v1__envelope__unpack(
+	    NULL, res.answer_len, res.answer);
+	FUZZ_CHECK(back != NULL);
+	FUZZ_CHECK(back->version == ALLOT__PROTOCOL_VERSION);
+	if (res.code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		FUZZ_CHECK(res.reason < ALLOT__REJ_COUNT);
+		FUZZ_CHECK(back->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR);
+		FUZZ_CHECK(back->error->code == res.code);
+	} else {
+		FUZZ_CHECK(res.request != NULL);
+		check_answer(res.request, back);
 	}
-	in = allot__v1__envelope__unpack(&pa, len, data);
-	if (in == NULL) {
-		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		goto done;
-	}
-	if (in->version != ALLOT__PROTOCOL_VERSION) {
-		code = ALLOT__V1__ERROR__CODE__VERSION;
-		goto done;
-	}
-	switch (in->body_case) {
-	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-		if (in->register_->n_keys > ALLOT__SERVER_MAX_KEYS) {
-			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-			break;
-		}
-		code = allot__state_register(
-		    st, in->register_, &pa, &welcome, err, sizeof err);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
-		out.welcome = &welcome;
-		if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-			FUZZ_CHECK(welcome.session != 0);
-			FUZZ_CHECK(welcome.replicas >= 1);
-			check_shares(welcome.shares, welcome.n_shares,
-			    in->register_->n_keys);
-			FUZZ_CHECK(
-			    welcome.n_unknown_keys <= in->register_->n_keys);
-			for (size_t i = 0; i < welcome.n_unknown_keys; i++)
-				FUZZ_CHECK(welcome.unknown_keys[i] <
-				    in->register_->n_keys);
-		}
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_SYNC:
-		if (in->sync->n_reports > ALLOT__SERVER_MAX_REPORTS) {
-			code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
-			break;
-		}
-		code = allot__state_sync(
-		    st, in->sync, &pa, &reply, err, sizeof err);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-		out.reply = &reply;
-		if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-			FUZZ_CHECK(reply.seq == in->sync->seq);
-			FUZZ_CHECK(
-			    reply.rejected_reports <= in->sync->n_reports);
-			/* Key ids are bounded by what any session may
-			 * register. */
-			check_shares(reply.shares, reply.n_shares,
-			    ALLOT__SERVER_MAX_KEYS);
-			FUZZ_CHECK(reply.n_not_owner <= in->sync->n_reports);
-		}
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave(
-		    st, in->leave, &reply, err, sizeof err);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-		out.reply = &reply;
-		break;
-	default:
-		/* Probe included: no cluster object here (server.c answers
-		 * MALFORMED without one too). */
-		code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		break;
-	}
-done:
-	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-		FUZZ_CHECK(memchr(err, '\0', sizeof err) != NULL);
-		error.code = code;
-		error.message = err;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
-		out.error = &error;
-	}
-	answer(&out);
+	allot__v1__envelope__free_unpacked(back, NULL);
 	trk_reset(&head);
 }
 

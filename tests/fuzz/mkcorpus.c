@@ -20,8 +20,9 @@
 #include <sys/stat.h>
 
 #include "allot.pb-c.h"
+#include "arena.h"
+#include "dispatch.h"
 #include "fuzz.h"
-#include "server.h"
 #include "state.h"
 #include "sync_int.h"
 
@@ -68,83 +69,27 @@ save_env(const char *target, const char *name, const Allot__V1__Envelope *e)
 	free(buf);
 }
 
-static void *
-sys_alloc(void *arg, size_t size)
-{
-	(void) arg;
-	return malloc(size > 0 ? size : 1);
-}
-
-static void
-sys_free(void *arg, void *p)
-{
-	(void) arg;
-	free(p);
-}
-
-/* allotd's handling of one request (server.c handle()), in-process. The
- * answer is packed into *ret (malloc). */
+/* allotd's handling of one request, in-process: its own dispatcher
+ * (coordinator/dispatch.c) without a transport. The answer is copied
+ * into *ret (malloc). */
 static void
 serve(const void *req, size_t len, uint8_t **ret, size_t *ret_len)
 {
-	Allot__V1__Envelope *in = allot__v1__envelope__unpack(NULL, len, req);
-	FUZZ_CHECK(in != NULL);
-	Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
-	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
-	Allot__V1__Reply r = ALLOT__V1__REPLY__INIT;
-	Allot__V1__Error e = ALLOT__V1__ERROR__INIT;
-	char err[256] = "";
-	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-	/* malloc: the shares are freed below, after packing. */
-	ProtobufCAllocator sys = {
-		.alloc = sys_alloc,
-		.free = sys_free,
-		.allocator_data = NULL,
-	};
-	ProtobufCAllocator *pa = &sys;
-	out.version = ALLOT__PROTOCOL_VERSION;
-	switch (in->body_case) {
-	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-		code = allot__state_register(
-		    st, in->register_, pa, &w, err, sizeof err);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
-		out.welcome = &w;
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_SYNC:
-		code = allot__state_sync(
-		    st, in->sync, pa, &r, err, sizeof err);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-		out.reply = &r;
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		code = allot__state_leave(st, in->leave, &r, err, sizeof err);
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
-		out.reply = &r;
-		break;
-	default: code = ALLOT__V1__ERROR__CODE__MALFORMED; break;
-	}
-	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-		e.code = code;
-		e.message = err;
-		out.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
-		out.error = &e;
-	}
-	*ret_len = allot__v1__envelope__get_packed_size(&out);
+	allot__arena arena = { 0 };
+	ProtobufCAllocator pa = { allot__arena_alloc, allot__arena_free,
+		&arena };
+	allot__dispatch_ctx c;
+	allot__dispatch_ctx_init(&c);
+	c.state = st;
+	allot__dispatch_req dr = { .buf = req, .len = len, .pa = &pa };
+	allot__dispatch_result res;
+	FUZZ_CHECK(allot__dispatch(&c, &dr, &res) == ALLOT_OK);
+	FUZZ_CHECK(res.request != NULL);
+	*ret_len = res.answer_len;
 	*ret = malloc(*ret_len > 0 ? *ret_len : 1);
 	FUZZ_CHECK(*ret != NULL);
-	allot__v1__envelope__pack(&out, *ret);
-	/* The default allocator is malloc: free what the registry took. */
-	if (out.body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
-		if (w.n_shares > 0)
-			free(w.shares[0]);
-		free(w.shares);
-		free(w.unknown_keys);
-	} else if (out.body_case == ALLOT__V1__ENVELOPE__BODY_REPLY &&
-	    r.n_shares > 0) {
-		free(r.shares[0]);
-		free(r.shares);
-	}
-	allot__v1__envelope__free_unpacked(in, NULL);
+	memcpy(*ret, res.answer, *ret_len);
+	allot__arena_destroy(&arena);
 }
 
 typedef struct peer {
@@ -253,7 +198,7 @@ wire_variants(void)
 	reg.keys = (char **) keys;
 	reg.sync_interval_ms = 100;
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
 	env.register_ = &reg;
 	save_env("wire", "register-unknown-key", &env);
@@ -292,7 +237,7 @@ wire_variants(void)
 	sy.n_reports = 1;
 	sy.reports = krp;
 	env = (Allot__V1__Envelope) ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
 	env.sync = &sy;
 	save_env("wire", "sync-one-report", &env);
@@ -318,7 +263,7 @@ static void
 reply_variants(void)
 {
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	Allot__V1__Error e = ALLOT__V1__ERROR__INIT;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_ERROR;
 	env.error = &e;
