@@ -38,6 +38,7 @@
 #include "bench.h"
 #include "memory.h"
 #include "proto.h"
+#include "protocol.h"
 #include "sync_int.h"
 
 #define NKEYS 50
@@ -138,7 +139,7 @@ measure_agent(const bench_opts *o, double *ret_bytes, double *ret_us)
 			}
 			Allot__V1__Reply rep = ALLOT__V1__REPLY__INIT;
 			Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-			env.version = 1;
+			env.version = ALLOT__PROTOCOL_VERSION;
 			env.body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
 			env.reply = &rep;
 			rep.replicas = 8;

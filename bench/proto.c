@@ -23,6 +23,7 @@
 
 #include "bench.h"
 #include "proto.h"
+#include "protocol.h"
 
 void
 proto_mkdtemp(char *buf, size_t len)
@@ -208,7 +209,7 @@ proto_join(proto_session *ss, const char *url, const char *replica_id,
 	reg.keys = (char **) keys;
 	reg.sync_interval_ms = 1000;
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
 	env.register_ = &reg;
 	Allot__V1__Envelope *r = proto_exchange(ss->s, &env);
@@ -297,7 +298,7 @@ client(void *arg)
 				sy.reports = &ptrs[m * l->nkeys];
 				Allot__V1__Envelope env =
 				    ALLOT__V1__ENVELOPE__INIT;
-				env.version = 1;
+				env.version = ALLOT__PROTOCOL_VERSION;
 				env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
 				env.sync = &sy;
 				sent[m] = proto_send(rs[i].ss[m].s, &env);
