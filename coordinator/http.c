@@ -224,6 +224,9 @@ on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
 	}
 }
 
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
 static void
 on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
