@@ -74,6 +74,25 @@ eff_burst(const cfgv *v, double r, double b)
 	return r > 0 ? fmax(b, (double) v->cfg->max_weight) : 0;
 }
 
+/* The lease/fallback blend: what a replica that holds `r`, `b` on quota
+ * `q` (fallback R/n, B/n) may run on in lease phase `ph`. While its
+ * lease surely runs, what it holds; while it may have ended, the larger
+ * of that and the fallback; once it surely ended, the fallback. */
+static void
+lease_blend(const cfgv *v, size_t q, lease_phase ph, uint32_t n, double r,
+    double b, double *ret_r, double *ret_b)
+{
+	b = eff_burst(v, r, b);
+	if (ph != LEASE_HELD) {
+		double fr, fb;
+		fallback_allowance(v, q, n, &fr, &fb);
+		r = ph == LEASE_LAPSED ? fr : fmax(r, fr);
+		b = ph == LEASE_LAPSED ? fb : fmax(b, fb);
+	}
+	*ret_r = r;
+	*ret_b = b;
+}
+
 /* What one key of a session may run on now (live bound terms). */
 void
 allot__key_bound(const allot__state *st, const session *s, const skey *key,
@@ -86,18 +105,10 @@ allot__key_bound(const allot__state *st, const session *s, const skey *key,
 		r = fmax(r, key->may_rate);
 		b = fmax(b, key->may_burst);
 	}
-	b = eff_burst(v, r, b);
 	lease_phase ph = s->ghost ? LEASE_HELD :
 	                            lease_at(st, s->last_reply_ns,
 	                                s->acked_reply_ns, s->interval_s, now);
-	if (ph != LEASE_HELD) {
-		double fr, fb;
-		fallback_allowance(v, (size_t) key->q, fewest(s), &fr, &fb);
-		r = ph == LEASE_LAPSED ? fr : fmax(r, fr);
-		b = ph == LEASE_LAPSED ? fb : fmax(b, fb);
-	}
-	*ret_r = r;
-	*ret_b = b;
+	lease_blend(v, (size_t) key->q, ph, fewest(s), r, b, ret_r, ret_b);
 }
 
 /* What expired replica `z` may run quota q on at `now`; false when it had
@@ -109,18 +120,10 @@ allot__zombie_value(const allot__state *st, const zombie *z, size_t q,
 	const cfgv *v = st->cur;
 	if (z->epoch != v->epoch || q >= v->nq || isnan(z->rate[q]))
 		return false;
-	double r = z->rate[q];
-	double b = eff_burst(v, r, z->burst[q]);
 	lease_phase ph = lease_at(
 	    st, z->reply_ns, z->acked_ns, z->interval_s, now);
-	if (ph != LEASE_HELD) {
-		double fr, fb;
-		fallback_allowance(v, q, z->n_last, &fr, &fb);
-		r = ph == LEASE_LAPSED ? fr : fmax(r, fr);
-		b = ph == LEASE_LAPSED ? fb : fmax(b, fb);
-	}
-	*ret_r = r;
-	*ret_b = b;
+	lease_blend(
+	    v, q, ph, z->n_last, z->rate[q], z->burst[q], ret_r, ret_b);
 	return true;
 }
 
@@ -168,17 +171,12 @@ allot__compute_bounds(allot__state *st, service *svc, uint64_t now)
 		svc->q[q].bound_burst = 0;
 		svc->q[q].counted_expired = 0;
 	}
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		const session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			const skey *key = &s->keys[k];
-			if (key->q < 0)
-				continue;
-			double r, b;
-			allot__key_bound(st, s, key, now, &r, &b);
-			svc->q[key->q].bound_rate += r;
-			svc->q[key->q].bound_burst += b;
-		}
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		double r, b;
+		allot__key_bound(st, s, key, now, &r, &b);
+		svc->q[key->q].bound_rate += r;
+		svc->q[key->q].bound_burst += b;
 	}
 	for (uint32_t i = 0; i < svc->nzs; i++) {
 		const zombie *z = &svc->zs[i];

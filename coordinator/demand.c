@@ -116,12 +116,12 @@ allot__conserve_join(service *svc)
 	if (n < 1)
 		return;
 	double f = n / (n + 1);
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		session *s = svc->sess[i];
-		for (uint32_t k = 0; !s->ghost && k < s->nkeys; k++) {
-			s->keys[k].est *= f;
-			s->keys[k].est2 *= f * f;
-		}
+	FOR_EACH_SESSION_KEY(svc, i, s, key)
+	{
+		if (s->ghost)
+			break;
+		key->est *= f;
+		key->est2 *= f * f;
 	}
 }
 
@@ -140,23 +140,21 @@ allot__conserve_leave(service *svc, const session *gone_s)
 		if (gk->q < 0 || gk->est_ns == 0)
 			continue;
 		double add = allot__est_read(gone_s, gk) / n;
-		for (uint32_t i = 0; i < svc->nsess; i++) {
-			session *s = svc->sess[i];
+		/* To the same quota's key of every other live session. */
+		FOR_EACH_KEY(svc, i, s, key)
+		{
 			if (s == gone_s || s->ghost)
-				continue;
-			for (uint32_t j = 0; j < s->nkeys; j++) {
-				skey *key = &s->keys[j];
-				if (key->q != gk->q)
-					continue;
-				if (key->est_ns == 0) {
-					key->est = key->est2 = 0;
-					key->est_ns = s->last_sync_ns;
-				}
-				/* Shift the mean, keep the variance. */
-				key->est2 += add * (2 * key->est + add);
-				key->est += add;
 				break;
+			if (key->q != gk->q)
+				continue;
+			if (key->est_ns == 0) {
+				key->est = key->est2 = 0;
+				key->est_ns = s->last_sync_ns;
 			}
+			/* Shift the mean, keep the variance. */
+			key->est2 += add * (2 * key->est + add);
+			key->est += add;
+			break;
 		}
 	}
 }

@@ -34,18 +34,13 @@ allot__rebuild_granted(allot__state *st, service *svc)
 		svc->q[q].granted_burst = 0;
 	}
 	svc->held_total = 0;
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		const session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			const skey *key = &s->keys[k];
-			if (key->q < 0)
-				continue;
-			svc->held_total += key_hold(key);
-			if (isnan(key->sent_rate))
-				continue;
-			svc->q[key->q].granted_rate += key->sent_rate;
-			svc->q[key->q].granted_burst += key->sent_burst;
-		}
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		svc->held_total += key_hold(key);
+		if (isnan(key->sent_rate))
+			continue;
+		svc->q[key->q].granted_rate += key->sent_rate;
+		svc->q[key->q].granted_burst += key->sent_burst;
 	}
 }
 
@@ -72,14 +67,10 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 		svc->q[q].demand_sum = 0;
 	}
 	size_t total = 0;
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		const session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			if (s->keys[k].q >= 0) {
-				aq[s->keys[k].q].nslots++;
-				total++;
-			}
-		}
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		aq[key->q].nslots++;
+		total++;
 	}
 	size_t ocap = st->owner_cap;
 	if (!allot__grow((void **) &st->slots, &st->slot_cap, total + 1,
@@ -245,19 +236,16 @@ allot__record_shares(allot__state *st, service *svc)
 		return;
 	svc->rec_pending = false;
 	int64_t until = allot__wall_ms() + st->o.lease_ms;
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			skey *key = &s->keys[k];
-			if (!key->rec_pending)
-				continue;
-			key->rec_pending = false;
-			if (st->o.store != NULL && key->q >= 0 && !s->ghost &&
-			    !isnan(key->sent_rate))
-				allot__store_share(st->o.store, s->id,
-				    svc->name, st->cur->q[key->q]->identity,
-				    key->sent_rate, key->sent_burst, until);
-		}
+	FOR_EACH_SESSION_KEY(svc, i, s, key)
+	{
+		if (!key->rec_pending)
+			continue;
+		key->rec_pending = false;
+		if (st->o.store != NULL && key->q >= 0 && !s->ghost &&
+		    !isnan(key->sent_rate))
+			allot__store_share(st->o.store, s->id, svc->name,
+			    st->cur->q[key->q]->identity, key->sent_rate,
+			    key->sent_burst, until);
 	}
 }
 

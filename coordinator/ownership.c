@@ -49,17 +49,14 @@ static void
 disown(service *svc, size_t q)
 {
 	squota *sq = &svc->q[q];
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			skey *key = &s->keys[k];
-			if (key->q != (int32_t) q)
-				continue;
-			double h0 = key_hold(key);
-			key->sent_rate = key->sent_burst = NAN;
-			key->may_rate = key->may_burst = NAN;
-			svc->held_total -= h0;
-		}
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		if (key->q != (int32_t) q)
+			continue;
+		double h0 = key_hold(key);
+		key->sent_rate = key->sent_burst = NAN;
+		key->may_rate = key->may_burst = NAN;
+		svc->held_total -= h0;
 	}
 	sq->granted_rate = sq->granted_burst = 0;
 	sq->disowned = true;
@@ -115,13 +112,9 @@ allot__learned(allot__state *st, service *svc, uint64_t now)
 		return;
 	for (size_t q = 0; q < v->nq; q++)
 		svc->q[q].unheard = false;
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		const session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++)
-			if (s->keys[k].q >= 0 &&
-			    (s->ghost || isnan(s->keys[k].sent_rate)))
-				svc->q[s->keys[k].q].unheard = true;
-	}
+	FOR_EACH_KEY(svc, i, s, key)
+	if (s->ghost || isnan(key->sent_rate))
+		svc->q[key->q].unheard = true;
 	for (size_t q = 0; q < v->nq; q++) {
 		squota *sq = &svc->q[q];
 		if (!sq->disowned && now < sq->learn_until_ns && !sq->unheard)

@@ -125,12 +125,12 @@ allot__state_restore(allot__state *st)
 		allot__recompute(st, svc, now);
 		/* What they held before the restart is unknown; assume their
 		 * equal share, which is what the last run handed out. */
-		for (uint32_t j = 0; j < svc->nsess; j++) {
-			session *s = svc->sess[j];
-			for (uint32_t k = 0; s->ghost && k < s->nkeys; k++) {
-				s->keys[k].sent_rate = s->keys[k].rate;
-				s->keys[k].sent_burst = s->keys[k].burst;
-			}
+		FOR_EACH_SESSION_KEY(svc, j, s, key)
+		{
+			if (!s->ghost)
+				break;
+			key->sent_rate = key->rate;
+			key->sent_burst = key->burst;
 		}
 		allot__rebuild_granted(st, svc);
 	}

@@ -314,12 +314,9 @@ allot__state_foreach_share(
 	const cfgv *v = st->cur;
 	const struct service *svc = allot__service_find(st, name);
 	uint64_t now = now_ns(st);
-	for (uint32_t i = 0; svc != NULL && i < svc->nsess; i++) {
-		const session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			const skey *key = &s->keys[k];
-			if (key->q < 0)
-				continue;
+	if (svc != NULL) {
+		FOR_EACH_KEY(svc, i, s, key)
+		{
 			allot__state_share sh = {
 				.replica_id = s->replica_id,
 				.session = s->id,
