@@ -44,10 +44,10 @@ allot__rebuild_granted(allot__state *st, service *svc)
 	}
 }
 
-/* Recompute every target share of `svc` with the allocator. Under the
- * lock. Grants follow on each replica's next sync (allot__grant()). */
-bool
-allot__recompute(allot__state *st, service *svc, uint64_t now)
+/* The allocator's input per quota of `svc` (st->aq), the global buckets
+ * brought up to `now`. False when out of memory. */
+static bool
+alloc_quotas(allot__state *st, service *svc, uint64_t now)
 {
 	const cfgv *v = st->cur;
 	size_t nq = v->nq;
@@ -66,6 +66,17 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 		};
 		svc->q[q].demand_sum = 0;
 	}
+	return true;
+}
+
+/* The allocator's input per key of `svc` (st->slots, grouped by quota),
+ * and for each slot the session and key it stands for (st->owner_*).
+ * False when out of memory. */
+static bool
+alloc_slots(allot__state *st, service *svc)
+{
+	size_t nq = st->cur->nq;
+	allot__alloc_quota *aq = st->aq;
 	size_t total = 0;
 	FOR_EACH_KEY(svc, i, s, key)
 	{
@@ -86,55 +97,48 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 		off += aq[q].nslots;
 		aq[q].nslots = 0;
 	}
-	double window_s = svc->last_alloc_ns != 0 ?
-	    (double) since(now, svc->last_alloc_ns) / 1e9 :
-	    0;
-	for (uint32_t i = 0; i < svc->nsess; i++) {
-		const session *s = svc->sess[i];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			int32_t q = s->keys[k].q;
-			if (q < 0)
-				continue;
-			allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
-			size_t idx = (size_t) (sl - st->slots);
-			const skey *key = &s->keys[k];
-			/* Until its first Sync a replica's demand is unknown
-			 * (a placeholder's too); after it, a key it does not
-			 * report is idle. */
-			bool fresh = s->ghost || s->last_seq < 2;
-			double d = fresh ? 0 : allot__est_read(s, key);
-			double dv = fresh ? 0 : allot__est_var(s, key);
-			svc->q[q].demand_sum += d;
-			*sl = (allot__alloc_slot) {
-				.replica = i,
-				.consumed = key->consumed,
-				/* Denials while its grant lagged its target
-				 * (waiting for headroom) say nothing about
-				 * the target. */
-				.denied = key->was_short ? 0 : key->denied,
-				.demand = d,
-				.demand_var = dv,
-				.fresh = fresh,
-				.held = key->held,
-				.has_prev = key->targeted,
-				.prev_rate = key->rate,
-				.prev_burst = key->burst,
-			};
-			st->owner_sess[idx] = i;
-			st->owner_key[idx] = k;
-			aq[q].nslots++;
-		}
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		int32_t q = key->q;
+		allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
+		size_t idx = (size_t) (sl - st->slots);
+		/* Until its first Sync a replica's demand is unknown (a
+		 * placeholder's too); after it, a key it does not report is
+		 * idle. */
+		bool fresh = s->ghost || s->last_seq < 2;
+		double d = fresh ? 0 : allot__est_read(s, key);
+		double dv = fresh ? 0 : allot__est_var(s, key);
+		svc->q[q].demand_sum += d;
+		*sl = (allot__alloc_slot) {
+			.replica = i,
+			.consumed = key->consumed,
+			/* Denials while its grant lagged its target (waiting
+			 * for headroom) say nothing about the target. */
+			.denied = key->was_short ? 0 : key->denied,
+			.demand = d,
+			.demand_var = dv,
+			.fresh = fresh,
+			.held = key->held,
+			.has_prev = key->targeted,
+			.prev_rate = key->rate,
+			.prev_burst = key->burst,
+		};
+		st->owner_sess[idx] = i;
+		st->owner_key[idx] = (uint32_t) (key - s->keys);
+		aq[q].nslots++;
 	}
-	allot__alloc_service as = {
-		.ceiling_rate = v->cfg->ceiling_rate,
-		.window_s = window_s,
-		.nreplicas = svc->nsess,
-		.quotas = aq,
-		.nquotas = nq,
-	};
-	allot__alloc_compute(&st->o.policy, &as);
+	return true;
+}
+
+/* Take the allocator's output into the quotas and keys of `svc`, and
+ * start the keys' next window. Returns true when some target changed. */
+static bool
+alloc_apply(allot__state *st, service *svc)
+{
+	const cfgv *v = st->cur;
+	allot__alloc_quota *aq = st->aq;
 	bool changed = false;
-	for (size_t q = 0; q < nq; q++) {
+	for (size_t q = 0; q < v->nq; q++) {
 		svc->q[q].sum_rate = aq[q].sum_rate;
 		svc->q[q].sum_burst = aq[q].sum_burst;
 		svc->q[q].allowance = aq[q].allowance;
@@ -159,7 +163,29 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 			        0.01 * key->rate + tolerance(v->rate[q]);
 		}
 	}
-	if (changed)
+	return changed;
+}
+
+/* Recompute every target share of `svc` with the allocator. Under the
+ * lock. Grants follow on each replica's next sync (allot__grant()). */
+bool
+allot__recompute(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	if (!alloc_quotas(st, svc, now) || !alloc_slots(st, svc))
+		return false;
+	double window_s = svc->last_alloc_ns != 0 ?
+	    (double) since(now, svc->last_alloc_ns) / 1e9 :
+	    0;
+	allot__alloc_service as = {
+		.ceiling_rate = v->cfg->ceiling_rate,
+		.window_s = window_s,
+		.nreplicas = svc->nsess,
+		.quotas = st->aq,
+		.nquotas = v->nq,
+	};
+	allot__alloc_compute(&st->o.policy, &as);
+	if (alloc_apply(st, svc))
 		svc->gen++;
 	allot__rebuild_granted(st, svc);
 	svc->dirty = false;

@@ -357,4 +357,14 @@ uint32_t allot__own_quotas(allot__state *st, service *svc, uint64_t now);
 service *allot__service_open(allot__state *st, const char *name, bool *full);
 void allot__learned(allot__state *st, service *svc, uint64_t now);
 
+/* ---- validate.c ---- */
+
+Allot__V1__Error__Code allot__register_check(
+    const Allot__V1__Register *req, char *err, size_t errlen);
+session *allot__session_new(const Allot__V1__Register *req);
+bool allot__pipe_ok(const session *s, uint32_t pipe);
+Allot__V1__Error__Code allot__pipe_mismatch(
+    allot__metrics *m, uint64_t id, char *err, size_t errlen);
+void allot__sanitize(char *dst, size_t cap, const char *src);
+
 #endif

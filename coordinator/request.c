@@ -13,25 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-/* Printable ASCII, 1..max bytes (0 allowed when !required). Names end up
- * in label values, JSON and log lines; restricting them keeps all three
- * trivially safe. */
-static bool
-name_ok(const char *s, size_t max, bool required)
-{
-	if (s == NULL)
-		return !required;
-	size_t n = 0;
-	for (; s[n] != '\0'; n++) {
-		unsigned char c = (unsigned char) s[n];
-		if (c < 0x20 || c > 0x7e || n >= max)
-			return false;
-	}
-	return n > 0 || !required;
-}
 
 static void *
 pa_alloc(ProtobufCAllocator *pa, size_t size)
@@ -94,124 +76,42 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 	return true;
 }
 
-/* A session for `req` with everything copied, built before locking. */
-static session *
-session_new(const Allot__V1__Register *req)
-{
-	session *s = calloc(1, sizeof *s);
-	if (s == NULL)
-		return NULL;
-	s->nkeys = (uint32_t) req->n_keys;
-	s->replica_id = strdup(req->replica_id);
-	s->host = strdup(req->host != NULL ? req->host : "");
-	s->agent_version = strdup(
-	    req->agent_version != NULL ? req->agent_version : "");
-	s->pid = req->pid;
-	s->digest = req->config_digest;
-	size_t blob = 0;
-	for (size_t k = 0; k < req->n_keys; k++)
-		blob += strlen(req->keys[k]) + 1;
-	s->keys = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->keys);
-	s->names = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->names);
-	s->names_blob = malloc(blob ? blob : 1);
-	if (s->replica_id == NULL || s->host == NULL ||
-	    s->agent_version == NULL || s->keys == NULL || s->names == NULL ||
-	    s->names_blob == NULL) {
-		allot__session_free(s);
-		return NULL;
-	}
-	char *p = s->names_blob;
-	for (size_t k = 0; k < req->n_keys; k++) {
-		size_t len = strlen(req->keys[k]);
-		memcpy(p, req->keys[k], len + 1);
-		s->names[k] = p;
-		p += len + 1;
-		s->keys[k].q = -1;
-		s->keys[k].sent_rate = NAN;
-		s->keys[k].sent_burst = NAN;
-		s->keys[k].may_rate = NAN;
-		s->keys[k].may_burst = NAN;
-	}
-	return s;
-}
-
-/* A session registered over one connection is driven over that one
- * only: a Sync or Leave for it arriving on another connection (another
- * peer guessing the sequential id, or the same agent after a reconnect)
- * is answered UNKNOWN_SESSION, which makes a genuine agent register
- * again, and counted apart. Pipe 0 (the simulator, tests) binds nothing. */
-static bool
-pipe_ok(const session *s, uint32_t pipe)
-{
-	return s->pipe == 0 || s->pipe == pipe;
-}
+/* One Register on its way through: what its steps share. */
+typedef struct reg {
+	allot__state *st;
+	const Allot__V1__Register *req;
+	session *s; /* the new session (ours until it is linked) */
+	service *svc;
+	session *old; /* the session it replaces, or NULL */
+	bool returning; /* replaces a session, or expired not long ago */
+	uint32_t *unknown; /* key ids without a quota */
+	size_t nunknown;
+	uint32_t replicas;
+	allot__reject why; /* when refused */
+	char *err;
+	size_t errlen;
+} reg;
 
 static Allot__V1__Error__Code
-pipe_mismatch(allot__metrics *m, uint64_t id, char *err, size_t errlen)
+reg_no_memory(reg *r)
 {
-	snprintf(err, errlen,
-	    "session %" PRIu64 " belongs to another connection: register "
-	    "again",
-	    id);
-	allot__metrics_reject(m, ALLOT__REJ_SESSION_PIPE, 1);
-	return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	r->why = ALLOT__REJ_CAPACITY;
+	snprintf(r->err, r->errlen, "out of memory, try again later");
+	return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 }
 
-Allot__V1__Error__Code
-allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
-    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
-    size_t errlen)
+/* Map every key of the new session to its quota index; a key listed
+ * twice is refused. Under the lock. */
+static Allot__V1__Error__Code
+reg_intern_keys(reg *r)
 {
-	allot__metrics *m = st->o.metrics;
-	if (!name_ok(req->replica_id, ALLOT__STATE_NAME_MAX, true) ||
-	    !name_ok(req->service, ALLOT__STATE_NAME_MAX, true) ||
-	    !name_ok(req->host, ALLOT__STATE_NAME_MAX, false) ||
-	    !name_ok(req->agent_version, ALLOT__STATE_VERSION_MAX, false)) {
-		snprintf(err, errlen,
-		    "replica_id and service must be 1-%u "
-		    "printable ASCII characters (host too, agent_version "
-		    "at most %u)",
-		    ALLOT__STATE_NAME_MAX, ALLOT__STATE_VERSION_MAX);
-		allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
-		return ALLOT__V1__ERROR__CODE__MALFORMED;
-	}
-	for (size_t k = 0; k < req->n_keys; k++) {
-		if (!name_ok(req->keys[k], ALLOT__STATE_NAME_MAX, true)) {
-			snprintf(err, errlen,
-			    "key %zu: a key must be 1-%u "
-			    "printable ASCII characters",
-			    k, ALLOT__STATE_NAME_MAX);
-			allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
-			return ALLOT__V1__ERROR__CODE__MALFORMED;
-		}
-	}
-	uint32_t *unknown = pa_alloc(pa, (req->n_keys + 1) * sizeof *unknown);
-	session *s = session_new(req);
-	if (s == NULL || unknown == NULL) {
-		allot__session_free(s);
-		snprintf(err, errlen, "out of memory, try again later");
-		allot__metrics_reject(m, ALLOT__REJ_CAPACITY, 1);
-		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-	}
-	size_t nunknown = 0;
-	uint64_t now;
-	session *old = NULL;
-	Allot__V1__Error__Code code = ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-	allot__reject why = ALLOT__REJ_COUNT;
-	uint32_t replicas = 0;
-
-	pthread_mutex_lock(&st->mu);
-	now = now_ns(st);
-	allot__heard(st, now);
+	allot__state *st = r->st;
+	session *s = r->s;
 	const cfgv *v = st->cur;
 	size_t stamp_was = st->stamp_cap;
 	if (!allot__grow((void **) &st->stamp, &st->stamp_cap, v->nq,
-	        sizeof *st->stamp)) {
-		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-		why = ALLOT__REJ_CAPACITY;
-		snprintf(err, errlen, "out of memory, try again later");
-		goto unlock;
-	}
+	        sizeof *st->stamp))
+		return reg_no_memory(r);
 	/* realloc leaves the new stamps undefined: one equal to stamp_gen
 	 * would call a key listed once "listed twice". */
 	memset(st->stamp + stamp_was, 0,
@@ -224,86 +124,116 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 		int32_t q = allot__cfgv_find(
 		    v, s->names[k], strlen(s->names[k]));
 		if (q < 0) {
-			unknown[nunknown++] = k;
+			r->unknown[r->nunknown++] = k;
 			continue;
 		}
 		if (st->stamp[q] == st->stamp_gen) {
-			code = ALLOT__V1__ERROR__CODE__MALFORMED;
-			why = ALLOT__REJ_MALFORMED;
-			snprintf(err, errlen, "key %u (%.64s) is listed twice",
-			    k, s->names[k]);
-			goto unlock;
+			r->why = ALLOT__REJ_MALFORMED;
+			snprintf(r->err, r->errlen,
+			    "key %u (%.64s) is listed twice", k, s->names[k]);
+			return ALLOT__V1__ERROR__CODE__MALFORMED;
 		}
 		st->stamp[q] = st->stamp_gen;
 		s->keys[k].q = q;
 		s->nknown++;
 	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* Find or create the service, and the session of the same replica the
+ * new one replaces; refuse when a table is full. Under the lock. */
+static Allot__V1__Error__Code
+reg_find(reg *r)
+{
+	allot__state *st = r->st;
 	bool full = false;
-	service *svc = allot__service_open(st, req->service, &full);
-	if (svc == NULL) {
-		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-		why = ALLOT__REJ_CAPACITY;
-		snprintf(err, errlen,
+	r->svc = allot__service_open(st, r->req->service, &full);
+	if (r->svc == NULL) {
+		r->why = ALLOT__REJ_CAPACITY;
+		snprintf(r->err, r->errlen,
 		    full ? "too many services (at most %u)" :
 		           "out of memory, try again later",
 		    st->o.max_services);
-		goto unlock;
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	}
+	service *svc = r->svc;
 	for (uint32_t i = 0; i < svc->nsess; i++) {
-		if (strcmp(svc->sess[i]->replica_id, s->replica_id) == 0) {
-			old = svc->sess[i];
+		if (strcmp(svc->sess[i]->replica_id, r->s->replica_id) == 0) {
+			r->old = svc->sess[i];
 			break;
 		}
 	}
-	if (old == NULL && st->nsessions >= st->o.max_replicas) {
-		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-		why = ALLOT__REJ_CAPACITY;
-		snprintf(err, errlen, "too many replicas (at most %u)",
+	if (r->old == NULL && st->nsessions >= st->o.max_replicas) {
+		r->why = ALLOT__REJ_CAPACITY;
+		snprintf(r->err, r->errlen, "too many replicas (at most %u)",
 		    st->o.max_replicas);
-		goto unlock;
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	}
-	bool returning = old != NULL;
-	for (uint32_t i = 0; i < svc->nzs && !returning; i++)
-		returning = strcmp(svc->zs[i].replica_id, s->replica_id) == 0;
-	allot__carry_allowances(st, svc, s, old, now);
-	if (old != NULL) {
-		allot__est_inherit(s, old);
-		allot__session_unlink(st, old);
+	r->returning = r->old != NULL;
+	for (uint32_t i = 0; i < svc->nzs && !r->returning; i++)
+		r->returning = strcmp(svc->zs[i].replica_id,
+		                   r->s->replica_id) == 0;
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* Put the new session in its service in place of the old one (whose
+ * estimates it inherits) or beside the others (who give up part of
+ * theirs), holding what the replica may still run on. Under the lock. */
+static Allot__V1__Error__Code
+reg_link(reg *r, uint32_t pipe, uint64_t now)
+{
+	allot__state *st = r->st;
+	service *svc = r->svc;
+	session *s = r->s;
+	allot__carry_allowances(st, svc, s, r->old, now);
+	if (r->old != NULL) {
+		allot__est_inherit(s, r->old);
+		allot__session_unlink(st, r->old);
 	} else {
 		allot__conserve_join(svc);
 	}
 	allot__zombie_forget(svc, s->replica_id);
 	if (!allot__service_add(svc, s)) {
-		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-		why = ALLOT__REJ_CAPACITY;
-		snprintf(err, errlen, "out of memory, try again later");
-		if (old != NULL && allot__service_add(svc, old)) {
-			if (!old->ghost)
-				allot__session_hash_add(st, old);
+		if (r->old != NULL && allot__service_add(svc, r->old)) {
+			if (!r->old->ghost)
+				allot__session_hash_add(st, r->old);
 			st->nsessions++;
-			old = NULL;
+			r->old = NULL;
 		}
-		goto unlock;
+		return reg_no_memory(r);
 	}
+	uint32_t iv = r->req->sync_interval_ms;
 	s->id = st->next_session++;
 	s->pipe = pipe;
 	s->last_seen_ns = now;
 	s->last_sync_ns = now;
-	s->expiry_ns = allot__expiry_ns(st, req->sync_interval_ms);
-	s->interval_s = (double) (req->sync_interval_ms > 0 &&
-	                            req->sync_interval_ms <=
-	                                ALLOT__STATE_AGENT_INTERVAL_MAX ?
-	                        req->sync_interval_ms :
+	s->expiry_ns = allot__expiry_ns(st, iv);
+	s->interval_s = (double) (iv > 0 &&
+	                            iv <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
+	                        iv :
 	                        st->o.interval_ms) /
 	    1e3;
 	s->joined_wall_ms = allot__wall_ms();
 	s->seen_wall_ms = s->joined_wall_ms;
 	allot__session_hash_add(st, s);
 	st->nsessions++;
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* The shares recomputed, the Welcome with the new session's first
+ * grants, and the store rows. Under the lock. */
+static void
+reg_welcome(
+    reg *r, ProtobufCAllocator *pa, uint64_t now, Allot__V1__Welcome *ret)
+{
+	allot__state *st = r->st;
+	service *svc = r->svc;
+	session *s = r->s;
+	const cfgv *v = st->cur;
 	allot__recompute(st, svc, now);
-	replicas = svc->nsess;
+	r->replicas = svc->nsess;
 	ret->session = s->id;
-	ret->replicas = replicas;
+	ret->replicas = r->replicas;
 	ret->config_epoch = v->epoch;
 	ret->config_digest = v->cfg->digest;
 	ret->lease_ms = st->o.lease_ms;
@@ -315,7 +245,7 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 	 * ones wait for it: the wave settles in one round, not two. A
 	 * replica coming back (replacing its session, or after it expired)
 	 * is no newcomer: it gets what the headroom has at once. */
-	for (uint32_t i = 0; i < svc->nsess && !st->hold && !returning; i++)
+	for (uint32_t i = 0; i < svc->nsess && !st->hold && !r->returning; i++)
 		st->hold = svc->sess[i] != s && !svc->sess[i]->ghost;
 	bool built = build_shares(
 	    st, s, pa, true, &ret->shares, &ret->n_shares);
@@ -326,32 +256,31 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 		s->force_full = true;
 	}
 	s->last_reply_ns = now;
-	s->last_replicas = replicas;
+	s->last_replicas = r->replicas;
 	s->sent_gen = svc->gen;
-	ret->unknown_keys = unknown;
-	ret->n_unknown_keys = nunknown;
+	ret->unknown_keys = r->unknown;
+	ret->n_unknown_keys = r->nunknown;
 	if (st->o.store != NULL) {
-		if (old != NULL)
+		if (r->old != NULL)
 			allot__store_replica_left(
-			    st->o.store, old->id, "replaced");
+			    st->o.store, r->old->id, "replaced");
 		allot__store_replica_joined(st->o.store, s->id, s->replica_id,
 		    svc->name, s->host, s->pid, s->agent_version, s->digest);
 	}
-unlock:
-	pthread_mutex_unlock(&st->mu);
-	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-		allot__metrics_reject(m, why, 1);
-		allot__log_ratelimited(st->o.lg, &st->rl_register,
-		    ALLOT_LOG_WARNING, "ALLOTD-REGISTER-FAIL",
-		    "replica %s of %s not registered: %s", req->replica_id,
-		    req->service, err);
-		allot__session_free(s);
-		return code;
-	}
+}
+
+/* After unlocking: the counters, log lines and events of a join. */
+static void
+reg_report(reg *r)
+{
+	allot__state *st = r->st;
+	allot__metrics *m = st->o.metrics;
+	const Allot__V1__Register *req = r->req;
+	session *s = r->s, *old = r->old;
 	if (m != NULL) {
 		allot__metrics_add(&m->registers, 1);
 		allot__metrics_add(&m->joins, 1);
-		allot__metrics_add(&m->register_unknown_keys, nunknown);
+		allot__metrics_add(&m->register_unknown_keys, r->nunknown);
 		if (old != NULL)
 			allot__metrics_add(&m->replaced, 1);
 	}
@@ -376,148 +305,255 @@ unlock:
 	    "replica %s of %s joined (host %s pid %u, agent %s): session "
 	    "%" PRIu64 ", %u keys, %zu unknown; %u replicas now",
 	    s->replica_id, req->service, s->host, s->pid, s->agent_version,
-	    s->id, s->nkeys, nunknown, replicas);
-	if (nunknown > 0)
+	    s->id, s->nkeys, r->nunknown, r->replicas);
+	if (r->nunknown > 0)
 		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
 		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
 		    "replica %s of %s named %zu identities without a quota "
 		    "(first: %.128s); they stay at the agent's own config",
-		    s->replica_id, req->service, nunknown,
-		    req->keys[unknown[0]]);
+		    s->replica_id, req->service, r->nunknown,
+		    req->keys[r->unknown[0]]);
 	if (st->o.store != NULL) {
 		snprintf(detail, sizeof detail,
 		    "service=%.64s session=%" PRIu64
 		    " keys=%u unknown=%zu replicas=%u",
-		    req->service, s->id, s->nkeys, nunknown, replicas);
+		    req->service, s->id, s->nkeys, r->nunknown, r->replicas);
 		allot__store_event(st->o.store, "join", s->replica_id, detail);
 	}
-	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
 Allot__V1__Error__Code
-allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
-    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err,
+allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
+    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
     size_t errlen)
 {
 	allot__metrics *m = st->o.metrics;
-	uint32_t unknown = 0, absurd = 0;
-	uint32_t bad_key = 0;
-	const Allot__V1__KeyReport *bad = NULL;
-	uint64_t last_seq = 0;
+	Allot__V1__Error__Code code = allot__register_check(req, err, errlen);
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
+		return code;
+	}
+	uint32_t *unknown = pa_alloc(pa, (req->n_keys + 1) * sizeof *unknown);
+	session *s = allot__session_new(req);
+	reg r = {
+		.st = st,
+		.req = req,
+		.s = s,
+		.unknown = unknown,
+		.why = ALLOT__REJ_COUNT,
+		.err = err,
+		.errlen = errlen,
+	};
+	if (r.s == NULL || r.unknown == NULL) {
+		allot__session_free(r.s);
+		snprintf(err, errlen, "out of memory, try again later");
+		allot__metrics_reject(m, ALLOT__REJ_CAPACITY, 1);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
 
 	pthread_mutex_lock(&st->mu);
 	uint64_t now = now_ns(st);
 	allot__heard(st, now);
-	session *s = allot__session_find(st, req->session);
-	if (s == NULL) {
-		pthread_mutex_unlock(&st->mu);
+	code = reg_intern_keys(&r);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		code = reg_find(&r);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		code = reg_link(&r, pipe, now);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		reg_welcome(&r, pa, now, ret);
+	pthread_mutex_unlock(&st->mu);
+
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		allot__metrics_reject(m, r.why, 1);
+		allot__log_ratelimited(st->o.lg, &st->rl_register,
+		    ALLOT_LOG_WARNING, "ALLOTD-REGISTER-FAIL",
+		    "replica %s of %s not registered: %s", req->replica_id,
+		    req->service, err);
+		allot__session_free(r.s);
+		return code;
+	}
+	reg_report(&r);
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* One Sync on its way through: what its steps share. */
+typedef struct syn {
+	allot__state *st;
+	const Allot__V1__Sync *req;
+	session *s;
+	service *svc;
+	uint64_t now;
+	/* The bounds of a sane report: the replicas, the time since the
+	 * last Sync plus a second, and the slack (absurd_factor). */
+	double n;
+	double window_s;
+	double f;
+	double w; /* seconds the reports cover (demand estimates) */
+	uint32_t unknown; /* reports for no key or a key without quota */
+	uint32_t absurd; /* reports with impossible numbers */
+	const Allot__V1__KeyReport *bad; /* the first absurd one */
+	uint32_t *not_owner; /* keys another member owns */
+	size_t n_not_owner;
+	bool forced; /* some key reported an allowance from elsewhere */
+} syn;
+
+/* Why a Sync has no session to go to. */
+typedef enum sync_refusal {
+	SYNC_OK,
+	SYNC_UNKNOWN, /* no such session */
+	SYNC_PIPE, /* on another connection than its Register */
+	SYNC_STALE, /* seq not above the last accepted */
+} sync_refusal;
+
+/* The live session of the Sync (y->s), or why not. Under the lock. */
+static sync_refusal
+sync_session(syn *y, uint32_t pipe, uint64_t *ret_last_seq)
+{
+	y->s = allot__session_find(y->st, y->req->session);
+	if (y->s == NULL)
+		return SYNC_UNKNOWN;
+	if (!allot__pipe_ok(y->s, pipe))
+		return SYNC_PIPE;
+	if (y->req->seq <= y->s->last_seq) {
+		*ret_last_seq = y->s->last_seq;
+		return SYNC_STALE;
+	}
+	return SYNC_OK;
+}
+
+/* The answer to a refused Sync, after unlocking. */
+static Allot__V1__Error__Code
+sync_refuse(allot__metrics *m, const Allot__V1__Sync *req, sync_refusal why,
+    uint64_t last_seq, char *err, size_t errlen)
+{
+	if (why == SYNC_PIPE)
+		return allot__pipe_mismatch(m, req->session, err, errlen);
+	if (why == SYNC_UNKNOWN) {
 		snprintf(err, errlen,
 		    "unknown session %" PRIu64 ": register again",
 		    req->session);
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
 	}
-	if (!pipe_ok(s, pipe)) {
-		pthread_mutex_unlock(&st->mu);
-		return pipe_mismatch(m, req->session, err, errlen);
+	snprintf(err, errlen,
+	    "seq %" PRIu64 " is not above the last "
+	    "accepted seq %" PRIu64 " of session %" PRIu64,
+	    req->seq, last_seq, req->session);
+	allot__metrics_reject(m, ALLOT__REJ_STALE_SEQ, 1);
+	return ALLOT__V1__ERROR__CODE__STALE_SEQ;
+}
+
+/* A report for a quota another member owns in our view: no allocation
+ * and no lease for it (Reply.not_owner), but what was consumed is
+ * recorded, so that the members' files add up to everything the agents
+ * report. Under the lock. */
+static void
+book_not_owned(
+    syn *y, ProtobufCAllocator *pa, const Allot__V1__KeyReport *r, int32_t q)
+{
+	const cfgv *v = y->st->cur;
+	squota *dq = &y->svc->q[q];
+	double dlim = y->f * v->rate[q] * y->n * y->window_s + v->burst[q];
+	if ((double) r->consumed <= dlim &&
+	    (double) r->denied <= ALLOT__STATE_FLOOD_FACTOR * dlim) {
+		dq->allowed_total += r->consumed;
+		dq->denied_total += r->denied;
+		dq->win_allowed += r->consumed;
+		dq->win_denied += r->denied;
 	}
-	if (req->seq <= s->last_seq) {
-		last_seq = s->last_seq;
-		pthread_mutex_unlock(&st->mu);
-		snprintf(err, errlen,
-		    "seq %" PRIu64 " is not above the last "
-		    "accepted seq %" PRIu64 " of session %" PRIu64,
-		    req->seq, last_seq, req->session);
-		allot__metrics_reject(m, ALLOT__REJ_STALE_SEQ, 1);
-		return ALLOT__V1__ERROR__CODE__STALE_SEQ;
+	if (y->not_owner == NULL)
+		y->not_owner = pa_alloc(
+		    pa, y->req->n_reports * sizeof *y->not_owner);
+	if (y->not_owner != NULL)
+		y->not_owner[y->n_not_owner++] = r->key;
+}
+
+/* Book one report of a key we own: the quota's counters and global
+ * bucket, the key's demand estimate and allocator window. A report with
+ * numbers no agent can produce is dropped (counted absurd). Under the
+ * lock. */
+static void
+book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
+{
+	const cfgv *v = y->st->cur;
+	int32_t q = key->q;
+	if (r->foreign) {
+		key->force_share = true;
+		y->forced = true;
+		if (isnan(key->sent_rate) &&
+		    y->now < y->svc->q[q].learn_until_ns)
+			allot__adopt(y->st, y->svc, y->s, key, r);
 	}
-	service *svc = s->svc;
-	const cfgv *v = st->cur;
-	double n = svc->nsess;
-	double window_s = (double) since(now, s->last_sync_ns) / 1e9 + 1.0;
-	double f = st->o.absurd_factor;
+	double f = y->f, n = y->n;
+	double rate = v->rate[q], burst = v->burst[q];
+	double lim = f * rate * n * y->window_s + burst;
+	if ((double) r->consumed > lim ||
+	    (double) r->denied > ALLOT__STATE_FLOOD_FACTOR * lim ||
+	    (double) r->demand > ALLOT__STATE_FLOOD_FACTOR * f * rate * n ||
+	    (double) r->held > f * burst + 1) {
+		if (y->absurd++ == 0)
+			y->bad = r;
+		return;
+	}
+	squota *sq = &y->svc->q[q];
+	sq->allowed_total += r->consumed;
+	sq->denied_total += r->denied;
+	sq->win_allowed += r->consumed;
+	sq->win_denied += r->denied;
+	allot__level_bring(sq, rate, burst, y->now);
+	sq->level -= (double) r->consumed;
+	if (sq->level < 0)
+		sq->level = 0;
+	allot__est_update(y->s, key, (double) r->consumed + (double) r->denied,
+	    y->w, y->now);
+	key->consumed += (double) r->consumed;
+	key->denied += (double) r->denied;
+	key->demand = (double) r->demand;
+	key->held = (double) r->held;
+}
+
+/* Every report of the Sync. Under the lock. */
+static void
+book_reports(syn *y, ProtobufCAllocator *pa)
+{
+	const Allot__V1__Sync *req = y->req;
+	session *s = y->s;
+	y->n = y->svc->nsess;
+	y->window_s = (double) since(y->now, s->last_sync_ns) / 1e9 + 1.0;
+	y->f = y->st->o.absurd_factor;
 	/* The window the reports cover, for the demand estimates: the
 	 * agent's own measure (no network jitter in it) unless it is
 	 * missing or beyond what the coordinator saw. */
 	double w = (double) req->elapsed_ms / 1e3;
-	double wseen = window_s - 1.0;
+	double wseen = y->window_s - 1.0;
 	if (!(w > 0) || w > wseen + 1.0)
 		w = wseen;
 	if (w < 1e-3)
 		w = 1e-3;
-	uint32_t *not_owner = NULL;
-	size_t n_not_owner = 0;
-	bool forced = false;
+	y->w = w;
 	for (size_t i = 0; i < req->n_reports; i++) {
 		const Allot__V1__KeyReport *r = req->reports[i];
 		if (r->key >= s->nkeys || s->keys[r->key].q < 0) {
-			unknown++;
+			y->unknown++;
 			continue;
 		}
 		skey *key = &s->keys[r->key];
-		int32_t q = key->q;
-		if (svc->q[q].disowned) {
-			/* Another member's key in our view: no allocation
-			 * and no lease for it (Reply.not_owner), but what was
-			 * consumed is recorded, so that the members' files
-			 * add up to everything the agents report. */
-			squota *dq = &svc->q[q];
-			double dlim = f * v->rate[q] * n * window_s +
-			    v->burst[q];
-			if ((double) r->consumed <= dlim &&
-			    (double) r->denied <=
-			        ALLOT__STATE_FLOOD_FACTOR * dlim) {
-				dq->allowed_total += r->consumed;
-				dq->denied_total += r->denied;
-				dq->win_allowed += r->consumed;
-				dq->win_denied += r->denied;
-			}
-			if (not_owner == NULL)
-				not_owner = pa_alloc(
-				    pa, req->n_reports * sizeof *not_owner);
-			if (not_owner != NULL)
-				not_owner[n_not_owner++] = r->key;
-			continue;
-		}
-		if (r->foreign) {
-			key->force_share = true;
-			forced = true;
-			if (isnan(key->sent_rate) &&
-			    now < svc->q[q].learn_until_ns)
-				allot__adopt(st, svc, s, key, r);
-		}
-		double rate = v->rate[q], burst = v->burst[q];
-		double lim = f * rate * n * window_s + burst;
-		if ((double) r->consumed > lim ||
-		    (double) r->denied > ALLOT__STATE_FLOOD_FACTOR * lim ||
-		    (double) r->demand >
-		        ALLOT__STATE_FLOOD_FACTOR * f * rate * n ||
-		    (double) r->held > f * burst + 1) {
-			if (absurd++ == 0) {
-				bad = r;
-				bad_key = r->key;
-			}
-			continue;
-		}
-		squota *sq = &svc->q[q];
-		sq->allowed_total += r->consumed;
-		sq->denied_total += r->denied;
-		sq->win_allowed += r->consumed;
-		sq->win_denied += r->denied;
-		allot__level_bring(sq, rate, burst, now);
-		sq->level -= (double) r->consumed;
-		if (sq->level < 0)
-			sq->level = 0;
-		allot__est_update(
-		    s, key, (double) r->consumed + (double) r->denied, w, now);
-		key->consumed += (double) r->consumed;
-		key->denied += (double) r->denied;
-		key->demand = (double) r->demand;
-		key->held = (double) r->held;
+		if (y->svc->q[key->q].disowned)
+			book_not_owned(y, pa, r, key->q);
+		else
+			book_report(y, key, r);
 	}
-	bool gap = req->seq != s->last_seq + 1;
-	/* No gap: the agent applied our previous answer, so what it holds
-	 * is its grant again, and its lease runs from that answer. */
+}
+
+/* The sequence number of the Sync: without a gap, the agent applied our
+ * previous answer, so what it holds is its grant again, and its lease
+ * runs from that answer. Returns whether there was a gap. Under the
+ * lock. */
+static bool
+sync_ack(syn *y)
+{
+	session *s = y->s;
+	bool gap = y->req->seq != s->last_seq + 1;
 	if (!gap) {
 		s->acked_reply_ns = s->last_reply_ns;
 		s->acked_replicas = s->last_replicas;
@@ -529,25 +565,35 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 			key->may_rate = key->sent_rate;
 			key->may_burst = key->sent_burst;
 			if (key->q >= 0)
-				svc->held_total += key_hold(key) - h0;
+				y->svc->held_total += key_hold(key) - h0;
 		}
 		s->unacked = false;
 	}
-	s->last_seq = req->seq;
-	s->last_seen_ns = now;
-	s->last_sync_ns = now;
+	s->last_seq = y->req->seq;
+	s->last_seen_ns = y->now;
+	s->last_sync_ns = y->now;
 	s->seen_dirty = true;
+	return gap;
+}
 
-	ret->seq = req->seq;
+/* The Reply: full after a gap or every full_every answers, otherwise the
+ * grants that changed. Under the lock. */
+static void
+sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
+{
+	allot__state *st = y->st;
+	session *s = y->s;
+	service *svc = y->svc;
+	ret->seq = y->req->seq;
 	ret->replicas = svc->nsess;
-	ret->config_epoch = v->epoch;
+	ret->config_epoch = st->cur->epoch;
 	ret->lease_ms = st->o.lease_ms;
-	ret->rejected_reports = unknown + absurd;
-	ret->not_owner = not_owner;
-	ret->n_not_owner = n_not_owner;
+	ret->rejected_reports = y->unknown + y->absurd;
+	ret->not_owner = y->not_owner;
+	ret->n_not_owner = y->n_not_owner;
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
-	if (full || forced || s->sent_gen != svc->gen || s->pending > 0) {
+	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0) {
 		if (build_shares(
 		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
 			ret->full = full;
@@ -560,17 +606,25 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 			s->force_full = true;
 		}
 	}
-	s->last_reply_ns = now;
+	s->last_reply_ns = y->now;
 	s->last_replicas = svc->nsess;
-	pthread_mutex_unlock(&st->mu);
+}
 
+/* After unlocking: the counters and log lines of a Sync. */
+static void
+sync_report(const syn *y)
+{
+	allot__state *st = y->st;
+	allot__metrics *m = st->o.metrics;
+	const Allot__V1__Sync *req = y->req;
+	uint32_t unknown = y->unknown, absurd = y->absurd;
 	if (m != NULL) {
 		allot__metrics_add(&m->syncs, 1);
 		allot__metrics_add(
 		    &m->key_reports, req->n_reports - unknown - absurd);
 	}
-	if (n_not_owner > 0)
-		allot__metrics_reject(m, ALLOT__REJ_NOT_OWNER, n_not_owner);
+	if (y->n_not_owner > 0)
+		allot__metrics_reject(m, ALLOT__REJ_NOT_OWNER, y->n_not_owner);
 	if (unknown > 0) {
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
 		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
@@ -580,6 +634,7 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		    req->session, req->seq, unknown);
 	}
 	if (absurd > 0) {
+		const Allot__V1__KeyReport *bad = y->bad;
 		allot__metrics_reject(m, ALLOT__REJ_ABSURD, absurd);
 		allot__log_ratelimited(st->o.lg, &st->rl_absurd,
 		    ALLOT_LOG_WARNING, "ALLOTD-ABSURD",
@@ -587,22 +642,36 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		    "impossible numbers dropped (first: key %u consumed "
 		    "%" PRIu64 " denied %" PRIu64 " held %" PRIu64
 		    " demand %" PRIu64 ")",
-		    req->session, req->seq, absurd, bad_key, bad->consumed,
+		    req->session, req->seq, absurd, bad->key, bad->consumed,
 		    bad->denied, bad->held, bad->demand);
 	}
-	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
-/* Agent-supplied free text for a store row: printable, bounded. */
-static void
-sanitize(char *dst, size_t cap, const char *src)
+Allot__V1__Error__Code
+allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
+    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err,
+    size_t errlen)
 {
-	size_t j = 0;
-	for (size_t i = 0; src != NULL && src[i] != '\0' && j + 1 < cap; i++) {
-		unsigned char c = (unsigned char) src[i];
-		dst[j++] = c >= 0x20 && c < 0x7f ? (char) c : '?';
+	syn y = { .st = st, .req = req };
+	uint64_t last_seq = 0;
+
+	pthread_mutex_lock(&st->mu);
+	y.now = now_ns(st);
+	allot__heard(st, y.now);
+	sync_refusal why = sync_session(&y, pipe, &last_seq);
+	if (why != SYNC_OK) {
+		pthread_mutex_unlock(&st->mu);
+		return sync_refuse(
+		    st->o.metrics, req, why, last_seq, err, errlen);
 	}
-	dst[j] = '\0';
+	y.svc = y.s->svc;
+	book_reports(&y, pa);
+	bool gap = sync_ack(&y);
+	sync_reply(&y, pa, gap, ret);
+	pthread_mutex_unlock(&st->mu);
+
+	sync_report(&y);
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
 Allot__V1__Error__Code
@@ -621,9 +690,9 @@ allot__state_leave_on(allot__state *st, const Allot__V1__Leave *req,
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
 		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
 	}
-	if (!pipe_ok(s, pipe)) {
+	if (!allot__pipe_ok(s, pipe)) {
 		pthread_mutex_unlock(&st->mu);
-		return pipe_mismatch(m, req->session, err, errlen);
+		return allot__pipe_mismatch(m, req->session, err, errlen);
 	}
 	service *svc = s->svc;
 	allot__conserve_leave(svc, s);
@@ -640,7 +709,7 @@ allot__state_leave_on(allot__state *st, const Allot__V1__Leave *req,
 	pthread_mutex_unlock(&st->mu);
 
 	char reason[129];
-	sanitize(reason, sizeof reason, req->reason);
+	allot__sanitize(reason, sizeof reason, req->reason);
 	if (m != NULL)
 		allot__metrics_add(&m->leaves, 1);
 	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-LEAVE",
