@@ -1,16 +1,223 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The state as text: the per-service and per-quota series of /metrics
- * (Prometheus) and the /status document (JSON).
+ * (Prometheus) and the /status document (JSON). Each takes a snapshot
+ * of what it shows under the state's lock and formats it after
+ * unlocking.
  */
 #include "registry_int.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "arena.h"
+
+/* ---- the snapshot ----
+ * Rendering formats a copy of the state taken under the lock (bounds
+ * computed, strings copied), so that the nng workers' requests, which
+ * need the lock, never wait for the formatting of every replica. The
+ * copy lives in an arena and goes at once after the rendering. */
+
+/* One share of one quota, as /status lists it. */
+typedef struct snap_share {
+	uint64_t session;
+	const char *replica_id;
+	double rate; /* its grant (0: none yet) */
+	double burst;
+	double target_rate;
+	double target_burst;
+	double demand;
+} snap_share;
+
+/* One replica of a service, as /status lists it. */
+typedef struct snap_replica {
+	uint64_t session;
+	const char *replica_id;
+	const char *host;
+	const char *agent_version;
+	uint32_t pid;
+	bool restored;
+	uint32_t keys;
+	uint32_t unknown_keys;
+	uint64_t last_seq;
+	int64_t last_seen_ms;
+	uint64_t silent_ms;
+} snap_replica;
+
+/* One quota of one service. */
+typedef struct snap_quota {
+	squota sq; /* a copy, bounds computed */
+	bool learning;
+	uint32_t nshares;
+	snap_share *shares; /* in session order */
+} snap_quota;
+
+typedef struct snap_service {
+	const char *name;
+	uint32_t nsess;
+	snap_replica *reps; /* NULL in a snapshot without sessions */
+	snap_quota *q; /* nq */
+} snap_service;
+
+/* One quota of the config in force. */
+typedef struct snap_qcfg {
+	const char *identity;
+	double rate;
+	double burst;
+	const char *priority;
+	bool shadow;
+} snap_qcfg;
+
+typedef struct snap {
+	allot__arena ar;
+	uint64_t epoch;
+	uint64_t digest;
+	const char *path;
+	int64_t loaded_wall_ms;
+	double ceiling_rate;
+	size_t nq;
+	snap_qcfg *qc;
+	size_t nsessions;
+	size_t nsvcs;
+	snap_service *svcs;
+} snap;
+
+static void *
+snap_alloc(snap *sn, size_t n, size_t size)
+{
+	return allot__arena_alloc(&sn->ar, (n ? n : 1) * size);
+}
+
+/* A copy of `s` in the snapshot's arena; NULL when out of memory. */
+static const char *
+snap_str(snap *sn, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = allot__arena_alloc(&sn->ar, n);
+	if (p != NULL)
+		memcpy(p, s, n);
+	return p;
+}
+
+/* The replicas of `svc` and, per quota, its shares in the order of the
+ * sessions and their keys. */
+static bool
+snap_sessions(snap *sn, snap_service *ss, const service *svc, uint64_t now)
+{
+	ss->reps = snap_alloc(sn, svc->nsess, sizeof *ss->reps);
+	if (ss->reps == NULL)
+		return false;
+	for (uint32_t j = 0; j < svc->nsess; j++) {
+		const session *s = svc->sess[j];
+		ss->reps[j] = (snap_replica) {
+			.session = s->id,
+			.replica_id = snap_str(sn, s->replica_id),
+			.host = snap_str(sn, s->host != NULL ? s->host : ""),
+			.agent_version = snap_str(sn,
+			    s->agent_version != NULL ? s->agent_version : ""),
+			.pid = s->pid,
+			.restored = s->ghost,
+			.keys = s->nkeys,
+			.unknown_keys = s->nkeys - s->nknown,
+			.last_seq = s->last_seq,
+			.last_seen_ms = s->seen_wall_ms,
+			.silent_ms = since(now, s->last_seen_ns) / 1000000u,
+		};
+		if (ss->reps[j].replica_id == NULL ||
+		    ss->reps[j].host == NULL ||
+		    ss->reps[j].agent_version == NULL)
+			return false;
+	}
+	FOR_EACH_KEY(svc, j, s, key)
+	ss->q[key->q].nshares++;
+	for (size_t q = 0; q < sn->nq; q++) {
+		snap_quota *sq = &ss->q[q];
+		sq->shares = snap_alloc(sn, sq->nshares, sizeof *sq->shares);
+		if (sq->shares == NULL)
+			return false;
+		sq->nshares = 0;
+	}
+	FOR_EACH_KEY(svc, j, s, key)
+	{
+		snap_quota *sq = &ss->q[key->q];
+		sq->shares[sq->nshares++] = (snap_share) {
+			.session = s->id,
+			.replica_id = ss->reps[j].replica_id,
+			.rate = isnan(key->sent_rate) ? 0 : key->sent_rate,
+			.burst = isnan(key->sent_burst) ? 0 : key->sent_burst,
+			.target_rate = key->rate,
+			.target_burst = key->burst,
+			.demand = s->ghost ? 0 : allot__est_read(s, key),
+		};
+	}
+	return true;
+}
+
+/* Copy what the rendering shows, with the live bounds computed, and with
+ * the replicas and shares when `sessions` is set. Under the lock. False
+ * when out of memory (the arena is the caller's to free). */
+static bool
+snap_take(snap *sn, allot__state *st, bool sessions)
+{
+	const cfgv *v = st->cur;
+	uint64_t now = now_ns(st);
+	for (size_t i = 0; i < st->nsvcs; i++)
+		allot__compute_bounds(st, st->svcs[i], now);
+	sn->epoch = v->epoch;
+	sn->digest = v->cfg->digest;
+	sn->path = snap_str(sn, v->path);
+	sn->loaded_wall_ms = v->loaded_wall_ms;
+	sn->ceiling_rate = v->cfg->ceiling_rate;
+	sn->nq = v->nq;
+	sn->nsessions = st->nsessions;
+	sn->nsvcs = st->nsvcs;
+	sn->qc = snap_alloc(sn, v->nq, sizeof *sn->qc);
+	sn->svcs = snap_alloc(sn, st->nsvcs, sizeof *sn->svcs);
+	if (sn->path == NULL || sn->qc == NULL || sn->svcs == NULL)
+		return false;
+	for (size_t q = 0; q < v->nq; q++) {
+		sn->qc[q] = (snap_qcfg) {
+			.identity = snap_str(sn, v->q[q]->identity),
+			.rate = v->rate[q],
+			.burst = v->burst[q],
+			.priority = snap_str(sn,
+			    allot__cfgv_priority_name(v, v->q[q]->priority)),
+			.shadow = v->q[q]->shadow,
+		};
+		if (sn->qc[q].identity == NULL || sn->qc[q].priority == NULL)
+			return false;
+	}
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		const service *svc = st->svcs[i];
+		snap_service *ss = &sn->svcs[i];
+		*ss = (snap_service) {
+			.name = snap_str(sn, svc->name),
+			.nsess = svc->nsess,
+			.q = snap_alloc(sn, v->nq, sizeof *ss->q),
+		};
+		if (ss->name == NULL || ss->q == NULL)
+			return false;
+		for (size_t q = 0; q < v->nq; q++) {
+			const squota *sq = &svc->q[q];
+			ss->q[q] = (snap_quota) {
+				.sq = *sq,
+				/* Cluster mode: whether this member learns
+				 * the quota (never for a single
+				 * coordinator). */
+				.learning = st->cl_n > 0 && !sq->disowned &&
+				    now < sq->learn_until_ns,
+			};
+		}
+		if (sessions && !snap_sessions(sn, ss, svc, now))
+			return false;
+	}
+	return true;
+}
+
+/* ---- /metrics ---- */
 
 /* A bound is +Inf when a replica runs an `open` fallback: Prometheus
  * says so, JSON has null. */
@@ -24,8 +231,8 @@ put_bound(allot__buf *b, double v, bool json)
 }
 
 static void
-sq_labels(
-    allot__buf *b, const char *metric, const service *svc, const char *quota)
+sq_labels(allot__buf *b, const char *metric, const snap_service *svc,
+    const char *quota)
 {
 	allot__buf_printf(b, "%s{service=\"", metric);
 	allot__buf_label(b, svc->name);
@@ -51,17 +258,17 @@ typedef enum sq_field {
 } sq_field;
 
 static void
-sq_family(allot__state *st, allot__buf *b, const char *name, const char *type,
+sq_family(const snap *sn, allot__buf *b, const char *name, const char *type,
     const char *help, sq_field f)
 {
-	const cfgv *v = st->cur;
 	allot__buf_printf(
 	    b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-	for (size_t i = 0; i < st->nsvcs; i++) {
-		const service *svc = st->svcs[i];
-		for (size_t q = 0; q < v->nq; q++) {
-			const squota *sq = &svc->q[q];
-			sq_labels(b, name, svc, v->q[q]->identity);
+	for (size_t i = 0; i < sn->nsvcs; i++) {
+		const snap_service *svc = &sn->svcs[i];
+		for (size_t q = 0; q < sn->nq; q++) {
+			const squota *sq = &svc->q[q].sq;
+			const snap_qcfg *qc = &sn->qc[q];
+			sq_labels(b, name, svc, qc->identity);
 			switch (f) {
 			case F_ALLOWED:
 				allot__buf_printf(
@@ -88,7 +295,7 @@ sq_family(allot__state *st, allot__buf *b, const char *name, const char *type,
 			case F_BRATIO:
 				put_bound(b,
 				    allot__bound_ratio(
-				        sq, v->rate[q], v->burst[q]),
+				        sq, qc->rate, qc->burst),
 				    false);
 				break;
 			case F_ALLOWANCE:
@@ -110,155 +317,271 @@ sq_family(allot__state *st, allot__buf *b, const char *name, const char *type,
 	}
 }
 
-void
-allot__state_render_metrics(allot__state *st, allot__buf *b)
+/* The config, replica and per-quota configuration series. */
+static void
+metrics_config(const snap *sn, allot__buf *b)
 {
-	pthread_mutex_lock(&st->mu);
-	const cfgv *v = st->cur;
-	uint64_t bnow = now_ns(st);
-	for (size_t i = 0; i < st->nsvcs; i++)
-		allot__compute_bounds(st, st->svcs[i], bnow);
 	allot__buf_printf(b,
 	    "# HELP allotd_config_epoch Epoch of the quota "
 	    "config in force.\n# TYPE allotd_config_epoch gauge\n"
 	    "allotd_config_epoch %" PRIu64 "\n",
-	    v->epoch);
+	    sn->epoch);
 	allot__buf_printf(b,
 	    "# HELP allotd_config_info Digest of the quota "
 	    "config in force.\n# TYPE allotd_config_info gauge\n"
 	    "allotd_config_info{digest=\"%016" PRIx64 "\",epoch=\"%" PRIu64
 	    "\"} 1\n",
-	    v->cfg->digest, v->epoch);
+	    sn->digest, sn->epoch);
 	allot__buf_puts(b,
 	    "# HELP allotd_replicas Live replicas per service "
 	    "(restored ones included).\n# TYPE allotd_replicas gauge\n");
-	for (size_t i = 0; i < st->nsvcs; i++) {
+	for (size_t i = 0; i < sn->nsvcs; i++) {
 		allot__buf_puts(b, "allotd_replicas{service=\"");
-		allot__buf_label(b, st->svcs[i]->name);
-		allot__buf_printf(b, "\"} %u\n", st->svcs[i]->nsess);
+		allot__buf_label(b, sn->svcs[i].name);
+		allot__buf_printf(b, "\"} %u\n", sn->svcs[i].nsess);
 	}
 	allot__buf_printf(b,
 	    "# HELP allotd_sessions Live sessions, all "
 	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
-	    st->nsessions);
+	    sn->nsessions);
 	allot__buf_puts(b,
 	    "# HELP allotd_quota_rate Configured rate R per "
 	    "quota, tokens/s.\n# TYPE allotd_quota_rate gauge\n");
-	for (size_t q = 0; q < v->nq; q++) {
+	for (size_t q = 0; q < sn->nq; q++) {
 		allot__buf_puts(b, "allotd_quota_rate{quota=\"");
-		allot__buf_label(b, v->q[q]->identity);
+		allot__buf_label(b, sn->qc[q].identity);
 		allot__buf_puts(b, "\"} ");
-		allot__buf_num(b, v->rate[q]);
+		allot__buf_num(b, sn->qc[q].rate);
 		allot__buf_puts(b, "\n");
 	}
 	allot__buf_puts(b,
 	    "# HELP allotd_quota_burst Configured burst B per "
 	    "quota, tokens.\n# TYPE allotd_quota_burst gauge\n");
-	for (size_t q = 0; q < v->nq; q++) {
+	for (size_t q = 0; q < sn->nq; q++) {
 		allot__buf_puts(b, "allotd_quota_burst{quota=\"");
-		allot__buf_label(b, v->q[q]->identity);
+		allot__buf_label(b, sn->qc[q].identity);
 		allot__buf_puts(b, "\"} ");
-		allot__buf_num(b, v->burst[q]);
+		allot__buf_num(b, sn->qc[q].burst);
 		allot__buf_puts(b, "\n");
 	}
-	sq_family(st, b, "allotd_allowed_tokens_total", "counter",
+}
+
+void
+allot__state_render_metrics(allot__state *st, allot__buf *b)
+{
+	snap sn = { 0 };
+	pthread_mutex_lock(&st->mu);
+	bool ok = snap_take(&sn, st, false);
+	pthread_mutex_unlock(&st->mu);
+	if (!ok) {
+		b->oom = true;
+		allot__arena_destroy(&sn.ar);
+		return;
+	}
+	metrics_config(&sn, b);
+	sq_family(&sn, b, "allotd_allowed_tokens_total", "counter",
 	    "Tokens admitted, as reported by the agents.", F_ALLOWED);
-	sq_family(st, b, "allotd_denied_tokens_total", "counter",
+	sq_family(&sn, b, "allotd_denied_tokens_total", "counter",
 	    "Tokens denied, as reported by the agents.", F_DENIED);
-	sq_family(st, b, "allotd_utilization", "gauge",
+	sq_family(&sn, b, "allotd_utilization", "gauge",
 	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL);
-	sq_family(st, b, "allotd_allowance_rate", "gauge",
+	sq_family(&sn, b, "allotd_allowance_rate", "gauge",
 	    "Sum of the rate shares the replicas hold, tokens/s (<= R).",
 	    F_ARATE);
-	sq_family(st, b, "allotd_allowance_burst", "gauge",
+	sq_family(&sn, b, "allotd_allowance_burst", "gauge",
 	    "Sum of the burst shares the replicas hold, tokens (<= B).",
 	    F_ABURST);
-	sq_family(st, b, "allotd_bucket_level_tokens", "gauge",
+	sq_family(&sn, b, "allotd_bucket_level_tokens", "gauge",
 	    "Estimated level of the global bucket.", F_LEVEL);
 	/* The live bound (docs/allocation.md, "The live bound"). */
-	sq_family(st, b, "allotd_allowance_bound_rate", "gauge",
+	sq_family(&sn, b, "allotd_allowance_bound_rate", "gauge",
 	    "Rate the agents may admit at now, tokens/s: grants, decreases "
 	    "not acknowledged yet, fallbacks of lapsed and expired "
 	    "replicas.",
 	    F_BRATE);
-	sq_family(st, b, "allotd_allowance_bound_burst", "gauge",
+	sq_family(&sn, b, "allotd_allowance_bound_burst", "gauge",
 	    "Tokens the agents' local buckets may hold now (same terms, "
 	    "local bursts raised to the largest endpoint weight).",
 	    F_BBURST);
-	sq_family(st, b, "allotd_overadmission_bound_ratio", "gauge",
+	sq_family(&sn, b, "allotd_overadmission_bound_ratio", "gauge",
 	    "max(bound rate / R, bound burst / B): the worst-case "
 	    "admission over any window relative to the quota's (1 = "
 	    "none above it).",
 	    F_BRATIO);
-	sq_family(st, b, "allotd_expired_replicas_counted", "gauge",
+	sq_family(&sn, b, "allotd_expired_replicas_counted", "gauge",
 	    "Expired replicas whose lease or fallback is still counted in "
 	    "the bound.",
 	    F_EXPIRED);
-	sq_family(st, b, "allotd_allocation_rate", "gauge",
+	sq_family(&sn, b, "allotd_allocation_rate", "gauge",
 	    "The quota's allowance under the global ceiling, tokens/s "
 	    "(<= R).",
 	    F_ALLOWANCE);
-	sq_family(st, b, "allotd_burst_budget_tokens", "gauge",
+	sq_family(&sn, b, "allotd_burst_budget_tokens", "gauge",
 	    "What the burst shares may sum to: the global bucket's level "
 	    "plus one interval of refill (<= B).",
 	    F_BUDGET);
-	sq_family(st, b, "allotd_demand_rate", "gauge",
+	sq_family(&sn, b, "allotd_demand_rate", "gauge",
 	    "Sum of the replicas' demand estimates (admitted + denied "
 	    "cost), tokens/s.",
 	    F_DEMAND);
-	pthread_mutex_unlock(&st->mu);
+	allot__arena_destroy(&sn.ar);
 }
 
-/* The (session, key) pairs of a service grouped by quota, so /status
- * lists each quota's shares in time linear in the number of keys. */
-typedef struct share_index {
-	uint32_t *start; /* nq + 1 offsets into sess/key */
-	uint32_t *sess;
-	uint32_t *key;
-} share_index;
+/* ---- /status ---- */
 
+/* The document up to the list of services. */
 static void
-share_index_free(share_index *x)
+status_head(const snap *sn, const allot__state_opts *o, allot__buf *b)
 {
-	free(x->start);
-	free(x->sess);
-	free(x->key);
+	allot__buf_printf(b,
+	    "{\"version\":\"%s\",\"config\":{\"epoch\":%" PRIu64
+	    ",\"digest\":\"%016" PRIx64 "\",\"path\":",
+	    ALLOT_VERSION_STRING, sn->epoch, sn->digest);
+	allot__buf_json(b, sn->path);
+	allot__buf_printf(b,
+	    ",\"loaded_at_ms\":%" PRId64 ",\"quotas\":%zu,"
+	    "\"ceiling_rate\":",
+	    sn->loaded_wall_ms, sn->nq);
+	allot__buf_num(b, sn->ceiling_rate);
+	allot__buf_printf(b,
+	    "},\"settings\":{\"lease_ms\":%u,\"interval_ms\":"
+	    "%u,\"expiry_intervals\":%u,\"allocator\":\"%s\"},"
+	    "\"sessions\":%zu,\"services\":[",
+	    o->lease_ms, o->interval_ms, o->expiry_intervals,
+	    allot__alloc_name(&o->policy), sn->nsessions);
 }
 
-static bool
-share_index_build(share_index *x, const service *svc, size_t nq)
+/* The replicas of one service. */
+static void
+status_replicas(const snap_service *svc, allot__buf *b)
 {
-	size_t total = 0;
-	for (uint32_t j = 0; j < svc->nsess; j++)
-		total += svc->sess[j]->nknown;
-	x->start = calloc(nq + 2, sizeof *x->start);
-	x->sess = malloc((total + 1) * sizeof *x->sess);
-	x->key = malloc((total + 1) * sizeof *x->key);
-	if (x->start == NULL || x->sess == NULL || x->key == NULL) {
-		share_index_free(x);
-		return false;
-	}
 	for (uint32_t j = 0; j < svc->nsess; j++) {
-		const session *s = svc->sess[j];
-		for (uint32_t k = 0; k < s->nkeys; k++)
-			if (s->keys[k].q >= 0)
-				x->start[s->keys[k].q + 2]++;
+		const snap_replica *s = &svc->reps[j];
+		allot__buf_printf(b,
+		    "%s{\"session\":%" PRIu64 ",\"replica_id\":", j ? "," : "",
+		    s->session);
+		allot__buf_json(b, s->replica_id);
+		allot__buf_puts(b, ",\"host\":");
+		allot__buf_json(b, s->host);
+		allot__buf_printf(b, ",\"pid\":%u,\"agent_version\":", s->pid);
+		allot__buf_json(b, s->agent_version);
+		allot__buf_printf(b,
+		    ",\"restored\":%s,\"keys\":%u,"
+		    "\"unknown_keys\":%u,\"last_seq\":%" PRIu64
+		    ",\"last_seen_ms\":%" PRId64 ",\"silent_ms\":%" PRIu64 "}",
+		    s->restored ? "true" : "false", s->keys, s->unknown_keys,
+		    s->last_seq, s->last_seen_ms, s->silent_ms);
 	}
-	for (size_t q = 2; q < nq + 2; q++)
-		x->start[q] += x->start[q - 1];
-	/* start[q + 1] is now the fill cursor of quota q; after the fill
-	 * start[q] .. start[q + 1] are quota q's entries. */
-	for (uint32_t j = 0; j < svc->nsess; j++) {
-		const session *s = svc->sess[j];
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			if (s->keys[k].q < 0)
-				continue;
-			uint32_t e = x->start[s->keys[k].q + 1]++;
-			x->sess[e] = j;
-			x->key[e] = k;
-		}
+}
+
+/* One quota of one service, with its shares. */
+static void
+status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
+{
+	const snap_quota *sqs = &svc->q[q];
+	const squota *sq = &sqs->sq;
+	const snap_qcfg *qc = &sn->qc[q];
+	allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+	allot__buf_json(b, qc->identity);
+	allot__buf_puts(b, ",\"rate\":");
+	allot__buf_num(b, qc->rate);
+	allot__buf_puts(b, ",\"burst\":");
+	allot__buf_num(b, qc->burst);
+	allot__buf_puts(b, ",\"priority\":");
+	allot__buf_json(b, qc->priority);
+	allot__buf_puts(b, ",\"sum_rate\":");
+	allot__buf_num(b, sq->granted_rate);
+	allot__buf_puts(b, ",\"sum_burst\":");
+	allot__buf_num(b, sq->granted_burst);
+	allot__buf_puts(b, ",\"target_sum_rate\":");
+	allot__buf_num(b, sq->sum_rate);
+	allot__buf_puts(b, ",\"target_sum_burst\":");
+	allot__buf_num(b, sq->sum_burst);
+	allot__buf_puts(b, ",\"allocation_rate\":");
+	allot__buf_num(b, sq->allowance);
+	allot__buf_puts(b, ",\"burst_budget\":");
+	allot__buf_num(b, sq->burst_budget);
+	allot__buf_puts(b, ",\"bound_rate\":");
+	put_bound(b, sq->bound_rate, true);
+	allot__buf_puts(b, ",\"bound_burst\":");
+	put_bound(b, sq->bound_burst, true);
+	allot__buf_puts(b, ",\"overadmission_bound_ratio\":");
+	put_bound(b, allot__bound_ratio(sq, qc->rate, qc->burst), true);
+	allot__buf_printf(b, ",\"expired_counted\":%u", sq->counted_expired);
+	allot__buf_printf(b,
+	    ",\"holders\":%u,"
+	    "\"admitted_per_s\":",
+	    sq->nslots);
+	allot__buf_num(b, sq->admitted_rate);
+	allot__buf_puts(b, ",\"denied_per_s\":");
+	allot__buf_num(b, sq->denied_rate);
+	allot__buf_puts(b, ",\"utilization\":");
+	allot__buf_num(b, sq->utilization);
+	allot__buf_puts(b, ",\"level\":");
+	allot__buf_num(b, sq->level);
+	allot__buf_puts(b, ",\"demand\":");
+	allot__buf_num(b, sq->demand_sum);
+	/* Cluster mode: whether this member owns the quota now, and learns
+	 * it (always owned, not learning, for a single coordinator). */
+	allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
+	    sq->disowned ? "false" : "true", sqs->learning ? "true" : "false");
+	allot__buf_printf(b,
+	    ",\"admitted_total\":%" PRIu64 ",\"denied_total\":%" PRIu64
+	    ",\"shares\":[",
+	    sq->allowed_total, sq->denied_total);
+	for (uint32_t e = 0; e < sqs->nshares; e++) {
+		const snap_share *s = &sqs->shares[e];
+		allot__buf_printf(b,
+		    "%s{\"session\":%" PRIu64 ",\"replica_id\":",
+		    e > 0 ? "," : "", s->session);
+		allot__buf_json(b, s->replica_id);
+		allot__buf_puts(b, ",\"rate\":");
+		allot__buf_num(b, s->rate);
+		allot__buf_puts(b, ",\"burst\":");
+		allot__buf_num(b, s->burst);
+		allot__buf_puts(b, ",\"target_rate\":");
+		allot__buf_num(b, s->target_rate);
+		allot__buf_puts(b, ",\"target_burst\":");
+		allot__buf_num(b, s->target_burst);
+		allot__buf_puts(b, ",\"demand\":");
+		allot__buf_num(b, s->demand);
+		allot__buf_puts(b, "}");
 	}
-	return true;
+	allot__buf_puts(b, "]}");
+}
+
+/* After the services: every configured quota, the pid and the store. */
+static void
+status_tail(const snap *sn, const allot__store *store,
+    const allot__store_stats *ss, allot__buf *b)
+{
+	/* For allotctl and the dashboard: every configured quota (also
+	 * before any service registered), the pid (allotctl reload signals
+	 * it) and the store's counters (its health). */
+	allot__buf_printf(b, "],\"pid\":%ld,\"quotas\":[", (long) getpid());
+	for (size_t q = 0; q < sn->nq; q++) {
+		const snap_qcfg *qc = &sn->qc[q];
+		allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+		allot__buf_json(b, qc->identity);
+		allot__buf_puts(b, ",\"rate\":");
+		allot__buf_num(b, qc->rate);
+		allot__buf_puts(b, ",\"burst\":");
+		allot__buf_num(b, qc->burst);
+		allot__buf_puts(b, ",\"priority\":");
+		allot__buf_json(b, qc->priority);
+		allot__buf_printf(
+		    b, ",\"shadow\":%s}", qc->shadow ? "true" : "false");
+	}
+	allot__buf_puts(b, "],\"store\":");
+	if (store == NULL)
+		allot__buf_puts(b, "null");
+	else
+		allot__buf_printf(b,
+		    "{\"commits\":%" PRIu64 ",\"commit_failures\":%" PRIu64
+		    ",\"pending_rows\":%" PRIu64 ",\"rows_written\":%" PRIu64
+		    ",\"rows_dropped\":%" PRIu64 ",\"last_error\":%d}",
+		    ss->commits, ss->commit_failures, ss->pending,
+		    ss->rows_written, ss->rows_dropped, ss->last_error);
 }
 
 void
@@ -269,177 +592,29 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 	allot__store_stats ss;
 	memset(&ss, 0, sizeof ss);
 	allot__store_stats_get(st->o.store, &ss);
+	snap sn = { 0 };
 	pthread_mutex_lock(&st->mu);
-	uint64_t now = now_ns(st);
-	const cfgv *v = st->cur;
-	for (size_t i = 0; i < st->nsvcs; i++)
-		allot__compute_bounds(st, st->svcs[i], now);
-	allot__buf_printf(b,
-	    "{\"version\":\"%s\",\"config\":{\"epoch\":%" PRIu64
-	    ",\"digest\":\"%016" PRIx64 "\",\"path\":",
-	    ALLOT_VERSION_STRING, v->epoch, v->cfg->digest);
-	allot__buf_json(b, v->path);
-	allot__buf_printf(b,
-	    ",\"loaded_at_ms\":%" PRId64 ",\"quotas\":%zu,"
-	    "\"ceiling_rate\":",
-	    v->loaded_wall_ms, v->nq);
-	allot__buf_num(b, v->cfg->ceiling_rate);
-	allot__buf_printf(b,
-	    "},\"settings\":{\"lease_ms\":%u,\"interval_ms\":"
-	    "%u,\"expiry_intervals\":%u,\"allocator\":\"%s\"},"
-	    "\"sessions\":%zu,\"services\":[",
-	    st->o.lease_ms, st->o.interval_ms, st->o.expiry_intervals,
-	    allot__alloc_name(&st->o.policy), st->nsessions);
-	for (size_t i = 0; i < st->nsvcs; i++) {
-		const service *svc = st->svcs[i];
+	bool ok = snap_take(&sn, st, true);
+	pthread_mutex_unlock(&st->mu);
+	if (!ok) {
+		b->oom = true;
+		allot__arena_destroy(&sn.ar);
+		return;
+	}
+	status_head(&sn, &st->o, b);
+	for (size_t i = 0; i < sn.nsvcs; i++) {
+		const snap_service *svc = &sn.svcs[i];
 		allot__buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
 		allot__buf_json(b, svc->name);
 		allot__buf_printf(
 		    b, ",\"live_replicas\":%u,\"replicas\":[", svc->nsess);
-		for (uint32_t j = 0; j < svc->nsess; j++) {
-			const session *s = svc->sess[j];
-			allot__buf_printf(b,
-			    "%s{\"session\":%" PRIu64 ",\"replica_id\":",
-			    j ? "," : "", s->id);
-			allot__buf_json(b, s->replica_id);
-			allot__buf_puts(b, ",\"host\":");
-			allot__buf_json(b, s->host != NULL ? s->host : "");
-			allot__buf_printf(
-			    b, ",\"pid\":%u,\"agent_version\":", s->pid);
-			allot__buf_json(b,
-			    s->agent_version != NULL ? s->agent_version : "");
-			allot__buf_printf(b,
-			    ",\"restored\":%s,\"keys\":%u,"
-			    "\"unknown_keys\":%u,\"last_seq\":%" PRIu64
-			    ",\"last_seen_ms\":%" PRId64
-			    ",\"silent_ms\":%" PRIu64 "}",
-			    s->ghost ? "true" : "false", s->nkeys,
-			    s->nkeys - s->nknown, s->last_seq, s->seen_wall_ms,
-			    since(now, s->last_seen_ns) / 1000000u);
-		}
+		status_replicas(svc, b);
 		allot__buf_puts(b, "],\"quotas\":[");
-		share_index idx;
-		if (!share_index_build(&idx, svc, v->nq)) {
-			b->oom = true;
-			break;
-		}
-		for (size_t q = 0; q < v->nq; q++) {
-			const squota *sq = &svc->q[q];
-			allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
-			allot__buf_json(b, v->q[q]->identity);
-			allot__buf_puts(b, ",\"rate\":");
-			allot__buf_num(b, v->rate[q]);
-			allot__buf_puts(b, ",\"burst\":");
-			allot__buf_num(b, v->burst[q]);
-			allot__buf_puts(b, ",\"priority\":");
-			allot__buf_json(b,
-			    allot__cfgv_priority_name(v, v->q[q]->priority));
-			allot__buf_puts(b, ",\"sum_rate\":");
-			allot__buf_num(b, sq->granted_rate);
-			allot__buf_puts(b, ",\"sum_burst\":");
-			allot__buf_num(b, sq->granted_burst);
-			allot__buf_puts(b, ",\"target_sum_rate\":");
-			allot__buf_num(b, sq->sum_rate);
-			allot__buf_puts(b, ",\"target_sum_burst\":");
-			allot__buf_num(b, sq->sum_burst);
-			allot__buf_puts(b, ",\"allocation_rate\":");
-			allot__buf_num(b, sq->allowance);
-			allot__buf_puts(b, ",\"burst_budget\":");
-			allot__buf_num(b, sq->burst_budget);
-			allot__buf_puts(b, ",\"bound_rate\":");
-			put_bound(b, sq->bound_rate, true);
-			allot__buf_puts(b, ",\"bound_burst\":");
-			put_bound(b, sq->bound_burst, true);
-			allot__buf_puts(b, ",\"overadmission_bound_ratio\":");
-			put_bound(b,
-			    allot__bound_ratio(sq, v->rate[q], v->burst[q]),
-			    true);
-			allot__buf_printf(
-			    b, ",\"expired_counted\":%u", sq->counted_expired);
-			allot__buf_printf(b,
-			    ",\"holders\":%u,"
-			    "\"admitted_per_s\":",
-			    sq->nslots);
-			allot__buf_num(b, sq->admitted_rate);
-			allot__buf_puts(b, ",\"denied_per_s\":");
-			allot__buf_num(b, sq->denied_rate);
-			allot__buf_puts(b, ",\"utilization\":");
-			allot__buf_num(b, sq->utilization);
-			allot__buf_puts(b, ",\"level\":");
-			allot__buf_num(b, sq->level);
-			allot__buf_puts(b, ",\"demand\":");
-			allot__buf_num(b, sq->demand_sum);
-			/* Cluster mode: whether this member owns the quota
-			 * now, and learns it (always owned, not learning,
-			 * for a single coordinator). */
-			allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
-			    sq->disowned ? "false" : "true",
-			    st->cl_n > 0 && !sq->disowned &&
-			            now < sq->learn_until_ns ?
-			        "true" :
-			        "false");
-			allot__buf_printf(b,
-			    ",\"admitted_total\":%" PRIu64
-			    ",\"denied_total\":%" PRIu64 ",\"shares\":[",
-			    sq->allowed_total, sq->denied_total);
-			for (uint32_t e = idx.start[q]; e < idx.start[q + 1];
-			     e++) {
-				const session *s = svc->sess[idx.sess[e]];
-				const skey *key = &s->keys[idx.key[e]];
-				allot__buf_printf(b,
-				    "%s{\"session\":%" PRIu64
-				    ",\"replica_id\":",
-				    e > idx.start[q] ? "," : "", s->id);
-				allot__buf_json(b, s->replica_id);
-				allot__buf_puts(b, ",\"rate\":");
-				allot__buf_num(b,
-				    isnan(key->sent_rate) ? 0 :
-				                            key->sent_rate);
-				allot__buf_puts(b, ",\"burst\":");
-				allot__buf_num(b,
-				    isnan(key->sent_burst) ? 0 :
-				                             key->sent_burst);
-				allot__buf_puts(b, ",\"target_rate\":");
-				allot__buf_num(b, key->rate);
-				allot__buf_puts(b, ",\"target_burst\":");
-				allot__buf_num(b, key->burst);
-				allot__buf_puts(b, ",\"demand\":");
-				allot__buf_num(
-				    b, s->ghost ? 0 : allot__est_read(s, key));
-				allot__buf_puts(b, "}");
-			}
-			allot__buf_puts(b, "]}");
-		}
-		share_index_free(&idx);
+		for (size_t q = 0; q < sn.nq; q++)
+			status_quota(&sn, svc, q, b);
 		allot__buf_puts(b, "]}");
 	}
-	/* For allotctl and the dashboard: every configured quota (also
-	 * before any service registered), the pid (allotctl reload signals
-	 * it) and the store's counters (its health). */
-	allot__buf_printf(b, "],\"pid\":%ld,\"quotas\":[", (long) getpid());
-	for (size_t q = 0; q < v->nq; q++) {
-		allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
-		allot__buf_json(b, v->q[q]->identity);
-		allot__buf_puts(b, ",\"rate\":");
-		allot__buf_num(b, v->rate[q]);
-		allot__buf_puts(b, ",\"burst\":");
-		allot__buf_num(b, v->burst[q]);
-		allot__buf_puts(b, ",\"priority\":");
-		allot__buf_json(
-		    b, allot__cfgv_priority_name(v, v->q[q]->priority));
-		allot__buf_printf(
-		    b, ",\"shadow\":%s}", v->q[q]->shadow ? "true" : "false");
-	}
-	allot__buf_puts(b, "],\"store\":");
-	if (st->o.store == NULL)
-		allot__buf_puts(b, "null");
-	else
-		allot__buf_printf(b,
-		    "{\"commits\":%" PRIu64 ",\"commit_failures\":%" PRIu64
-		    ",\"pending_rows\":%" PRIu64 ",\"rows_written\":%" PRIu64
-		    ",\"rows_dropped\":%" PRIu64 ",\"last_error\":%d}",
-		    ss.commits, ss.commit_failures, ss.pending,
-		    ss.rows_written, ss.rows_dropped, ss.last_error);
+	status_tail(&sn, st->o.store, &ss, b);
 	allot__buf_printf(b, ",\"now_ms\":%" PRId64 "}\n", wall);
-	pthread_mutex_unlock(&st->mu);
+	allot__arena_destroy(&sn.ar);
 }
