@@ -317,6 +317,73 @@ sq_family(const snap *sn, allot__buf *b, const char *name, const char *type,
 	}
 }
 
+/* The per-service and per-quota families of /metrics, in their order. */
+static const struct sq_family_def {
+	const char *name;
+	const char *type;
+	const char *help;
+	sq_field f;
+} sq_families[] = {
+	{ "allotd_allowed_tokens_total", "counter",
+	    "Tokens admitted, as reported by the agents.", F_ALLOWED },
+	{ "allotd_denied_tokens_total", "counter",
+	    "Tokens denied, as reported by the agents.", F_DENIED },
+	{ "allotd_utilization", "gauge",
+	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL },
+	{ "allotd_allowance_rate", "gauge",
+	    "Sum of the rate shares the replicas hold, tokens/s (<= R).",
+	    F_ARATE },
+	{ "allotd_allowance_burst", "gauge",
+	    "Sum of the burst shares the replicas hold, tokens (<= B).",
+	    F_ABURST },
+	{ "allotd_bucket_level_tokens", "gauge",
+	    "Estimated level of the global bucket.", F_LEVEL },
+	/* The live bound (docs/allocation.md, "The live bound"). */
+	{ "allotd_allowance_bound_rate", "gauge",
+	    "Rate the agents may admit at now, tokens/s: grants, decreases "
+	    "not acknowledged yet, fallbacks of lapsed and expired replicas.",
+	    F_BRATE },
+	{ "allotd_allowance_bound_burst", "gauge",
+	    "Tokens the agents' local buckets may hold now (same terms, local "
+	    "bursts raised to the largest endpoint weight).",
+	    F_BBURST },
+	{ "allotd_overadmission_bound_ratio", "gauge",
+	    "max(bound rate / R, bound burst / B): the worst-case admission "
+	    "over any window relative to the quota's (1 = none above it).",
+	    F_BRATIO },
+	{ "allotd_expired_replicas_counted", "gauge",
+	    "Expired replicas whose lease or fallback is still counted in the "
+	    "bound.",
+	    F_EXPIRED },
+	{ "allotd_allocation_rate", "gauge",
+	    "The quota's allowance under the global ceiling, tokens/s (<= R).",
+	    F_ALLOWANCE },
+	{ "allotd_burst_budget_tokens", "gauge",
+	    "What the burst shares may sum to: the global bucket's level plus "
+	    "one interval of refill (<= B).",
+	    F_BUDGET },
+	{ "allotd_demand_rate", "gauge",
+	    "Sum of the replicas' demand estimates (admitted + denied cost), "
+	    "tokens/s.",
+	    F_DEMAND },
+};
+
+/* A gauge per configured quota: its rate, or its burst. */
+static void
+quota_series(const snap *sn, allot__buf *b, const char *name, const char *help,
+    bool burst)
+{
+	allot__buf_printf(
+	    b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	for (size_t q = 0; q < sn->nq; q++) {
+		allot__buf_printf(b, "%s{quota=\"", name);
+		allot__buf_label(b, sn->qc[q].identity);
+		allot__buf_puts(b, "\"} ");
+		allot__buf_num(b, burst ? sn->qc[q].burst : sn->qc[q].rate);
+		allot__buf_puts(b, "\n");
+	}
+}
+
 /* The config, replica and per-quota configuration series. */
 static void
 metrics_config(const snap *sn, allot__buf *b)
@@ -344,26 +411,10 @@ metrics_config(const snap *sn, allot__buf *b)
 	    "# HELP allotd_sessions Live sessions, all "
 	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
 	    sn->nsessions);
-	allot__buf_puts(b,
-	    "# HELP allotd_quota_rate Configured rate R per "
-	    "quota, tokens/s.\n# TYPE allotd_quota_rate gauge\n");
-	for (size_t q = 0; q < sn->nq; q++) {
-		allot__buf_puts(b, "allotd_quota_rate{quota=\"");
-		allot__buf_label(b, sn->qc[q].identity);
-		allot__buf_puts(b, "\"} ");
-		allot__buf_num(b, sn->qc[q].rate);
-		allot__buf_puts(b, "\n");
-	}
-	allot__buf_puts(b,
-	    "# HELP allotd_quota_burst Configured burst B per "
-	    "quota, tokens.\n# TYPE allotd_quota_burst gauge\n");
-	for (size_t q = 0; q < sn->nq; q++) {
-		allot__buf_puts(b, "allotd_quota_burst{quota=\"");
-		allot__buf_label(b, sn->qc[q].identity);
-		allot__buf_puts(b, "\"} ");
-		allot__buf_num(b, sn->qc[q].burst);
-		allot__buf_puts(b, "\n");
-	}
+	quota_series(sn, b, "allotd_quota_rate",
+	    "Configured rate R per quota, tokens/s.", false);
+	quota_series(sn, b, "allotd_quota_burst",
+	    "Configured burst B per quota, tokens.", true);
 }
 
 void
@@ -379,51 +430,9 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 		return;
 	}
 	metrics_config(&sn, b);
-	sq_family(&sn, b, "allotd_allowed_tokens_total", "counter",
-	    "Tokens admitted, as reported by the agents.", F_ALLOWED);
-	sq_family(&sn, b, "allotd_denied_tokens_total", "counter",
-	    "Tokens denied, as reported by the agents.", F_DENIED);
-	sq_family(&sn, b, "allotd_utilization", "gauge",
-	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL);
-	sq_family(&sn, b, "allotd_allowance_rate", "gauge",
-	    "Sum of the rate shares the replicas hold, tokens/s (<= R).",
-	    F_ARATE);
-	sq_family(&sn, b, "allotd_allowance_burst", "gauge",
-	    "Sum of the burst shares the replicas hold, tokens (<= B).",
-	    F_ABURST);
-	sq_family(&sn, b, "allotd_bucket_level_tokens", "gauge",
-	    "Estimated level of the global bucket.", F_LEVEL);
-	/* The live bound (docs/allocation.md, "The live bound"). */
-	sq_family(&sn, b, "allotd_allowance_bound_rate", "gauge",
-	    "Rate the agents may admit at now, tokens/s: grants, decreases "
-	    "not acknowledged yet, fallbacks of lapsed and expired "
-	    "replicas.",
-	    F_BRATE);
-	sq_family(&sn, b, "allotd_allowance_bound_burst", "gauge",
-	    "Tokens the agents' local buckets may hold now (same terms, "
-	    "local bursts raised to the largest endpoint weight).",
-	    F_BBURST);
-	sq_family(&sn, b, "allotd_overadmission_bound_ratio", "gauge",
-	    "max(bound rate / R, bound burst / B): the worst-case "
-	    "admission over any window relative to the quota's (1 = "
-	    "none above it).",
-	    F_BRATIO);
-	sq_family(&sn, b, "allotd_expired_replicas_counted", "gauge",
-	    "Expired replicas whose lease or fallback is still counted in "
-	    "the bound.",
-	    F_EXPIRED);
-	sq_family(&sn, b, "allotd_allocation_rate", "gauge",
-	    "The quota's allowance under the global ceiling, tokens/s "
-	    "(<= R).",
-	    F_ALLOWANCE);
-	sq_family(&sn, b, "allotd_burst_budget_tokens", "gauge",
-	    "What the burst shares may sum to: the global bucket's level "
-	    "plus one interval of refill (<= B).",
-	    F_BUDGET);
-	sq_family(&sn, b, "allotd_demand_rate", "gauge",
-	    "Sum of the replicas' demand estimates (admitted + denied "
-	    "cost), tokens/s.",
-	    F_DEMAND);
+	for (size_t i = 0; i < sizeof sq_families / sizeof *sq_families; i++)
+		sq_family(&sn, b, sq_families[i].name, sq_families[i].type,
+		    sq_families[i].help, sq_families[i].f);
 	allot__arena_destroy(&sn.ar);
 }
 
