@@ -438,6 +438,26 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 
 /* ---- /status ---- */
 
+/* `,"name":v` */
+static void
+put_num(allot__buf *b, const char *name, double v)
+{
+	allot__buf_printf(b, ",\"%s\":", name);
+	allot__buf_num(b, v);
+}
+
+/* The opening of quota `q`'s object, with its configuration. */
+static void
+put_quota(allot__buf *b, size_t q, const snap_qcfg *qc)
+{
+	allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+	allot__buf_json(b, qc->identity);
+	put_num(b, "rate", qc->rate);
+	put_num(b, "burst", qc->burst);
+	allot__buf_puts(b, ",\"priority\":");
+	allot__buf_json(b, qc->priority);
+}
+
 /* The document up to the list of services. */
 static void
 status_head(const snap *sn, const allot__state_opts *o, allot__buf *b)
@@ -490,26 +510,13 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
 	const snap_quota *sqs = &svc->q[q];
 	const squota *sq = &sqs->sq;
 	const snap_qcfg *qc = &sn->qc[q];
-	allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
-	allot__buf_json(b, qc->identity);
-	allot__buf_puts(b, ",\"rate\":");
-	allot__buf_num(b, qc->rate);
-	allot__buf_puts(b, ",\"burst\":");
-	allot__buf_num(b, qc->burst);
-	allot__buf_puts(b, ",\"priority\":");
-	allot__buf_json(b, qc->priority);
-	allot__buf_puts(b, ",\"sum_rate\":");
-	allot__buf_num(b, sq->granted_rate);
-	allot__buf_puts(b, ",\"sum_burst\":");
-	allot__buf_num(b, sq->granted_burst);
-	allot__buf_puts(b, ",\"target_sum_rate\":");
-	allot__buf_num(b, sq->sum_rate);
-	allot__buf_puts(b, ",\"target_sum_burst\":");
-	allot__buf_num(b, sq->sum_burst);
-	allot__buf_puts(b, ",\"allocation_rate\":");
-	allot__buf_num(b, sq->allowance);
-	allot__buf_puts(b, ",\"burst_budget\":");
-	allot__buf_num(b, sq->burst_budget);
+	put_quota(b, q, qc);
+	put_num(b, "sum_rate", sq->granted_rate);
+	put_num(b, "sum_burst", sq->granted_burst);
+	put_num(b, "target_sum_rate", sq->sum_rate);
+	put_num(b, "target_sum_burst", sq->sum_burst);
+	put_num(b, "allocation_rate", sq->allowance);
+	put_num(b, "burst_budget", sq->burst_budget);
 	allot__buf_puts(b, ",\"bound_rate\":");
 	put_bound(b, sq->bound_rate, true);
 	allot__buf_puts(b, ",\"bound_burst\":");
@@ -522,14 +529,10 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
 	    "\"admitted_per_s\":",
 	    sq->nslots);
 	allot__buf_num(b, sq->admitted_rate);
-	allot__buf_puts(b, ",\"denied_per_s\":");
-	allot__buf_num(b, sq->denied_rate);
-	allot__buf_puts(b, ",\"utilization\":");
-	allot__buf_num(b, sq->utilization);
-	allot__buf_puts(b, ",\"level\":");
-	allot__buf_num(b, sq->level);
-	allot__buf_puts(b, ",\"demand\":");
-	allot__buf_num(b, sq->demand_sum);
+	put_num(b, "denied_per_s", sq->denied_rate);
+	put_num(b, "utilization", sq->utilization);
+	put_num(b, "level", sq->level);
+	put_num(b, "demand", sq->demand_sum);
 	/* Cluster mode: whether this member owns the quota now, and learns
 	 * it (always owned, not learning, for a single coordinator). */
 	allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
@@ -544,16 +547,11 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
 		    "%s{\"session\":%" PRIu64 ",\"replica_id\":",
 		    e > 0 ? "," : "", s->session);
 		allot__buf_json(b, s->replica_id);
-		allot__buf_puts(b, ",\"rate\":");
-		allot__buf_num(b, s->rate);
-		allot__buf_puts(b, ",\"burst\":");
-		allot__buf_num(b, s->burst);
-		allot__buf_puts(b, ",\"target_rate\":");
-		allot__buf_num(b, s->target_rate);
-		allot__buf_puts(b, ",\"target_burst\":");
-		allot__buf_num(b, s->target_burst);
-		allot__buf_puts(b, ",\"demand\":");
-		allot__buf_num(b, s->demand);
+		put_num(b, "rate", s->rate);
+		put_num(b, "burst", s->burst);
+		put_num(b, "target_rate", s->target_rate);
+		put_num(b, "target_burst", s->target_burst);
+		put_num(b, "demand", s->demand);
 		allot__buf_puts(b, "}");
 	}
 	allot__buf_puts(b, "]}");
@@ -570,14 +568,7 @@ status_tail(const snap *sn, const allot__store *store,
 	allot__buf_printf(b, "],\"pid\":%ld,\"quotas\":[", (long) getpid());
 	for (size_t q = 0; q < sn->nq; q++) {
 		const snap_qcfg *qc = &sn->qc[q];
-		allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
-		allot__buf_json(b, qc->identity);
-		allot__buf_puts(b, ",\"rate\":");
-		allot__buf_num(b, qc->rate);
-		allot__buf_puts(b, ",\"burst\":");
-		allot__buf_num(b, qc->burst);
-		allot__buf_puts(b, ",\"priority\":");
-		allot__buf_json(b, qc->priority);
+		put_quota(b, q, qc);
 		allot__buf_printf(
 		    b, ",\"shadow\":%s}", qc->shadow ? "true" : "false");
 	}
