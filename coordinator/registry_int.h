@@ -39,9 +39,10 @@
 #include "state.h"
 
 /* A loaded config with what the hot paths derive from it (config_view.c).
- * Owns the config and its arrays; immutable once built, so it may be
- * read without the lock by the loop thread, the only one that replaces
- * it. */
+ * Owns the config and its arrays, and never changes once built. The
+ * loop thread replaces st->cur under the lock (allot__state_reload())
+ * and frees the old view after unlocking: nothing may keep a pointer
+ * into it past the lock (render.c copies what it shows). */
 typedef struct cfgv {
 	allot_config *cfg;
 	uint64_t epoch;
@@ -165,14 +166,13 @@ typedef struct squota {
 	 * what the agents report they hold until learn_until_ns. */
 	bool disowned;
 	uint64_t learn_until_ns;
-	bool
-	    unheard; /* allot__learned(): some replica holds nothing from us */
+	bool unheard; /* allot__learned(): a replica holds nothing here */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
  * until its lease ends, then on each quota's fallback. Counted in the
  * live bound (not in the headroom) until it registers again or
- * zombie_ms pass. */
+ * zombie_ms pass. Owned by its service (svc->zs, registry.c). */
 typedef struct zombie {
 	char *replica_id;
 	uint64_t reply_ns; /* as in its session */

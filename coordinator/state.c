@@ -166,6 +166,44 @@ allot__state_second(allot__state *st)
 	pthread_mutex_unlock(&st->mu);
 }
 
+/* Move `svc` from config view `ov` to `nv`: its quotas by identity into
+ * `nq` (which it then owns; a global bucket no deeper than the new
+ * burst), its sessions' keys re-interned, a full Reply for each. Under
+ * the lock; cannot fail. */
+static void
+remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
+{
+	for (size_t q = 0; q < nv->nq; q++) {
+		const char *id = nv->q[q]->identity;
+		int32_t oq = allot__cfgv_find(ov, id, strlen(id));
+		if (oq >= 0) {
+			nq[q] = svc->q[oq];
+			if (nq[q].level > nv->burst[q])
+				nq[q].level = nv->burst[q];
+		} else {
+			allot__squota_init(&nq[q], nv, q);
+		}
+	}
+	free(svc->q);
+	svc->q = nq;
+	for (uint32_t j = 0; j < svc->nsess; j++) {
+		session *s = svc->sess[j];
+		s->nknown = 0;
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			skey *key = &s->keys[k];
+			key->q = allot__cfgv_find(
+			    nv, s->names[k], strlen(s->names[k]));
+			if (key->q >= 0)
+				s->nknown++;
+		}
+		s->force_full = true;
+	}
+	/* Expired replicas were counted per quota index of the old config;
+	 * a reload forgets them (docs/allocation.md). */
+	allot__zombies_clear(svc);
+	svc->dirty = true;
+}
+
 int
 allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
     const char *text, bool *ret_changed)
@@ -209,37 +247,8 @@ allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
 	}
 	/* Nothing can fail from here on. */
 	for (size_t i = 0; i < st->nsvcs; i++) {
-		service *svc = st->svcs[i];
-		for (size_t q = 0; q < nv->nq; q++) {
-			const char *id = nv->q[q]->identity;
-			int32_t oq = allot__cfgv_find(ov, id, strlen(id));
-			if (oq >= 0) {
-				nq[i][q] = svc->q[oq];
-				if (nq[i][q].level > nv->burst[q])
-					nq[i][q].level = nv->burst[q];
-			} else {
-				allot__squota_init(&nq[i][q], nv, q);
-			}
-		}
-		free(svc->q);
-		svc->q = nq[i];
+		remap(st->svcs[i], ov, nv, nq[i]);
 		nq[i] = NULL;
-		for (uint32_t j = 0; j < svc->nsess; j++) {
-			session *s = svc->sess[j];
-			s->nknown = 0;
-			for (uint32_t k = 0; k < s->nkeys; k++) {
-				skey *key = &s->keys[k];
-				key->q = allot__cfgv_find(
-				    nv, s->names[k], strlen(s->names[k]));
-				if (key->q >= 0)
-					s->nknown++;
-			}
-			s->force_full = true;
-		}
-		/* Expired replicas were counted per quota index of the old
-		 * config; a reload forgets them (docs/allocation.md). */
-		allot__zombies_clear(svc);
-		svc->dirty = true;
 	}
 	st->cur = nv;
 	for (size_t i = 0; i < st->nsvcs; i++) {
