@@ -290,10 +290,15 @@ fewest(const session *s)
 	if (key->q < 0) {                    \
 	} else
 
+/* The functions of each file, in the order of the layers; each one's
+ * contract is in the comment above its definition. */
+
 /* ---- config_view.c ---- */
 
 void allot__cfgv_free(cfgv *v);
+/* The quota index of identity[0..len), or -1. */
 int32_t allot__cfgv_find(const cfgv *v, const char *identity, size_t len);
+/* Takes ownership of `cfg` only on success. */
 cfgv *allot__cfgv_new(allot_config *cfg, const char *path, uint64_t epoch);
 const char *allot__cfgv_priority_name(const cfgv *v, uint32_t p);
 void allot__cfgv_record(allot__store *store, const cfgv *v, const char *text);
@@ -301,6 +306,7 @@ void allot__cfgv_record(allot__store *store, const cfgv *v, const char *text);
 /* ---- registry.c ---- */
 
 void allot__session_free(session *s);
+/* The live session `id`, or NULL (placeholders are not in the hash). */
 session *allot__session_find(const allot__state *st, uint64_t id);
 void allot__session_hash_add(allot__state *st, session *s);
 void allot__session_hash_del(allot__state *st, session *s);
@@ -311,6 +317,8 @@ bool allot__service_add(service *svc, session *s);
 void allot__session_unlink(allot__state *st, session *s);
 uint64_t allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms);
 void allot__heard(allot__state *st, uint64_t now);
+/* Make *p hold `need` elements of `elem` bytes (doubling); false when
+ * out of memory, *p unchanged. */
 bool allot__grow(void **p, size_t *cap, size_t need, size_t elem);
 void allot__zombies_clear(service *svc);
 void allot__zombie_forget(service *svc, const char *replica_id);
