@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The allocation driver and the grants. The allocator (alloc.h) sets each
+ * key's target share; what a replica is actually sent (its grant) moves
+ * toward the target under one rule that keeps the sum of grants of a
+ * quota at or below R (and of bursts at or below B) at every instant,
+ * not only once all replicas have synced: a decrease is granted at once,
+ * an increase only out of the headroom R - sum(grants). When a replica
+ * joins, the others shrink on their next sync and the newcomer grows on
+ * the sync after that, so a change settles within two intervals.
+ * Replicas restored after a restart are assumed to hold their equal share
+ * until they return or expire. Store rows for changed grants are
+ * recorded from here.
+ */
+#include "registry_int.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Differences below this are rounding, not a change worth a message. */
+static double
+tolerance(double total)
+{
+	return 1e-9 * (total > 1 ? total : 1);
+}
+
+/* The sums of grants of each quota of `svc`, from scratch (the running
+ * sums are kept incrementally; this removes any rounding drift). */
+void
+allot__rebuild_granted(allot__state *st, service *svc)
+{
+	for (size_t q = 0; q < st->cur->nq; q++) {
+		svc->q[q].granted_rate = 0;
+		svc->q[q].granted_burst = 0;
+	}
+	svc->held_total = 0;
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		svc->held_total += key_hold(key);
+		if (isnan(key->sent_rate))
+			continue;
+		svc->q[key->q].granted_rate += key->sent_rate;
+		svc->q[key->q].granted_burst += key->sent_burst;
+	}
+}
+
+/* The allocator's input per quota of `svc` (st->aq), the global buckets
+ * brought up to `now`. False when out of memory. */
+static bool
+alloc_quotas(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	size_t nq = v->nq;
+	if (!allot__grow((void **) &st->aq, &st->aq_cap, nq, sizeof *st->aq))
+		return false;
+	allot__alloc_quota *aq = st->aq;
+	for (size_t q = 0; q < nq; q++) {
+		allot__level_bring(&svc->q[q], v->rate[q], v->burst[q], now);
+		aq[q] = (allot__alloc_quota) {
+			.rate = v->rate[q],
+			.burst = v->burst[q],
+			.priority = v->q[q]->priority,
+			.level = svc->q[q].level,
+			.horizon_s = (double) st->o.interval_ms / 1e3,
+			.min_burst = (double) v->cfg->max_weight,
+		};
+		svc->q[q].demand_sum = 0;
+	}
+	return true;
+}
+
+/* The allocator's input per key of `svc` (st->slots, grouped by quota),
+ * and for each slot the session and key it stands for (st->owner_*).
+ * False when out of memory. */
+static bool
+alloc_slots(allot__state *st, service *svc)
+{
+	size_t nq = st->cur->nq;
+	allot__alloc_quota *aq = st->aq;
+	size_t total = 0;
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		aq[key->q].nslots++;
+		total++;
+	}
+	size_t ocap = st->owner_cap;
+	if (!allot__grow((void **) &st->slots, &st->slot_cap, total + 1,
+	        sizeof *st->slots) ||
+	    !allot__grow((void **) &st->owner_sess, &ocap, total + 1,
+	        sizeof *st->owner_sess) ||
+	    !allot__grow((void **) &st->owner_key, &st->owner_cap, total + 1,
+	        sizeof *st->owner_key))
+		return false;
+	size_t off = 0;
+	for (size_t q = 0; q < nq; q++) {
+		aq[q].slots = st->slots + off;
+		off += aq[q].nslots;
+		aq[q].nslots = 0;
+	}
+	FOR_EACH_KEY(svc, i, s, key)
+	{
+		int32_t q = key->q;
+		allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
+		size_t idx = (size_t) (sl - st->slots);
+		/* Until its first Sync a replica's demand is unknown (a
+		 * placeholder's too); after it, a key it does not report is
+		 * idle. */
+		bool fresh = s->ghost || s->last_seq < 2;
+		double d = fresh ? 0 : allot__est_read(s, key);
+		double dv = fresh ? 0 : allot__est_var(s, key);
+		svc->q[q].demand_sum += d;
+		*sl = (allot__alloc_slot) {
+			.replica = i,
+			.consumed = key->consumed,
+			/* Denials while its grant lagged its target (waiting
+			 * for headroom) say nothing about the target. */
+			.denied = key->was_short ? 0 : key->denied,
+			.demand = d,
+			.demand_var = dv,
+			.fresh = fresh,
+			.held = key->held,
+			.has_prev = key->targeted,
+			.prev_rate = key->rate,
+			.prev_burst = key->burst,
+		};
+		st->owner_sess[idx] = i;
+		st->owner_key[idx] = (uint32_t) (key - s->keys);
+		aq[q].nslots++;
+	}
+	return true;
+}
+
+/* Take the allocator's output into the quotas and keys of `svc`, and
+ * start the keys' next window. Returns true when some target changed. */
+static bool
+alloc_apply(allot__state *st, service *svc)
+{
+	const cfgv *v = st->cur;
+	allot__alloc_quota *aq = st->aq;
+	bool changed = false;
+	for (size_t q = 0; q < v->nq; q++) {
+		svc->q[q].sum_rate = aq[q].sum_rate;
+		svc->q[q].sum_burst = aq[q].sum_burst;
+		svc->q[q].allowance = aq[q].allowance;
+		svc->q[q].burst_budget = aq[q].burst_budget;
+		svc->q[q].nslots = (uint32_t) aq[q].nslots;
+		for (size_t j = 0; j < aq[q].nslots; j++) {
+			size_t idx = (size_t) (&aq[q].slots[j] - st->slots);
+			session *s = svc->sess[st->owner_sess[idx]];
+			skey *key = &s->keys[st->owner_key[idx]];
+			if (!key->targeted ||
+			    key->rate != aq[q].slots[j].rate ||
+			    key->burst != aq[q].slots[j].burst) {
+				key->rate = aq[q].slots[j].rate;
+				key->burst = aq[q].slots[j].burst;
+				key->targeted = true;
+				changed = true;
+			}
+			key->consumed = 0;
+			key->denied = 0;
+			key->was_short = isnan(key->sent_rate) ||
+			    key->rate - key->sent_rate >
+			        0.01 * key->rate + tolerance(v->rate[q]);
+		}
+	}
+	return changed;
+}
+
+/* Recompute every target share of `svc` with the allocator. Under the
+ * lock. Grants follow on each replica's next sync (allot__grant()). */
+bool
+allot__recompute(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	if (!alloc_quotas(st, svc, now) || !alloc_slots(st, svc))
+		return false;
+	double window_s = svc->last_alloc_ns != 0 ?
+	    (double) since(now, svc->last_alloc_ns) / 1e9 :
+	    0;
+	allot__alloc_service as = {
+		.ceiling_rate = v->cfg->ceiling_rate,
+		.window_s = window_s,
+		.nreplicas = svc->nsess,
+		.quotas = st->aq,
+		.nquotas = v->nq,
+	};
+	allot__alloc_compute(&st->o.policy, &as);
+	if (alloc_apply(st, svc))
+		svc->gen++;
+	allot__rebuild_granted(st, svc);
+	svc->dirty = false;
+	svc->last_alloc_ns = now;
+	return true;
+}
+
+/* Move the grant of one key toward its target: a decrease at once, an
+ * increase only as far as the quota's headroom allows, so the grants of
+ * the quota never sum above R (rate) or B (burst); with `hold` (a key
+ * being learnt, or a member cut off), or st->hold, no increase at all.
+ * Returns true when the grant changed (the key belongs in the Reply);
+ * *ret_short is set when the grant is still below the target. Under the
+ * lock. */
+bool
+allot__grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
+    bool *ret_short)
+{
+	squota *sq = &svc->q[key->q];
+	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
+	double C = st->cur->cfg->ceiling_rate;
+	bool fresh = isnan(key->sent_rate);
+	double held_r = fresh ? 0 : key->sent_rate;
+	double held_b = fresh ? 0 : key->sent_burst;
+	double room_r = R - sq->granted_rate;
+	/* Bursts only out of what the global bucket has (the allocator's
+	 * budget), and rates also within the ceiling across quotas. The
+	 * ceiling counts what the agents may hold, decreases they have not
+	 * acknowledged included: it moves capacity between callers, where
+	 * a lost Reply would otherwise let two of them use it at once. */
+	double room_b = fmin(B, sq->burst_budget) - sq->granted_burst;
+	if (C > 0 && C - svc->held_total < room_r)
+		room_r = C - svc->held_total;
+	room_r -= sq->reserved_rate;
+	room_b -= sq->reserved_burst;
+	if (st->hold || hold)
+		room_r = room_b = 0;
+	double gr = key->rate <= held_r ?
+	    key->rate :
+	    fmin(key->rate, held_r + (room_r > 0 ? room_r : 0));
+	double gb = key->burst <= held_b ?
+	    key->burst :
+	    fmin(key->burst, held_b + (room_b > 0 ? room_b : 0));
+	*ret_short = key->rate - gr > tolerance(R) ||
+	    key->burst - gb > tolerance(B);
+	if (key->rate - gr > 0.01 * key->rate + tolerance(R))
+		key->was_short = true;
+	key->reply_target = key->rate;
+	if (!fresh && fabs(gr - held_r) <= tolerance(R) &&
+	    fabs(gb - held_b) <= tolerance(B))
+		return false;
+	sq->granted_rate += gr - held_r;
+	sq->granted_burst += gb - held_b;
+	double h0 = key_hold(key);
+	key->sent_rate = gr;
+	key->sent_burst = gb;
+	/* Until the agent acknowledges, it may still run on the larger of
+	 * this grant and any earlier one it has not confirmed. */
+	key->may_rate = isnan(key->may_rate) ? gr : fmax(key->may_rate, gr);
+	key->may_burst = isnan(key->may_burst) ? gb : fmax(key->may_burst, gb);
+	if (key->may_rate != gr || key->may_burst != gb)
+		s->unacked = true;
+	svc->held_total += key_hold(key) - h0;
+	key->rec_pending = true;
+	svc->rec_pending = true;
+	return true;
+}
+
+/* Store rows for the grants that changed. Under the lock (memory only). */
+void
+allot__record_shares(allot__state *st, service *svc)
+{
+	if (!svc->rec_pending)
+		return;
+	svc->rec_pending = false;
+	int64_t until = allot__wall_ms() + st->o.lease_ms;
+	FOR_EACH_SESSION_KEY(svc, i, s, key)
+	{
+		if (!key->rec_pending)
+			continue;
+		key->rec_pending = false;
+		if (st->o.store != NULL && key->q >= 0 && !s->ghost &&
+		    !isnan(key->sent_rate))
+			allot__store_share(st->o.store, s->id, svc->name,
+			    st->cur->q[key->q]->identity, key->sent_rate,
+			    key->sent_burst, until);
+	}
+}
+
+/* A replica registering again keeps its local buckets and the
+ * allowances it ran on (docs/protocol.md) until our Welcome reaches it,
+ * so its new session may hold those until it acknowledges the Welcome.
+ * `old` is its previous live session, or NULL. Under the lock. */
+void
+allot__carry_allowances(allot__state *st, service *svc, session *s,
+    const session *old, uint64_t now)
+{
+	const zombie *z = NULL;
+	for (uint32_t i = 0; i < svc->nzs; i++)
+		if (strcmp(svc->zs[i].replica_id, s->replica_id) == 0)
+			z = &svc->zs[i];
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		skey *key = &s->keys[k];
+		if (key->q < 0)
+			continue;
+		double r = -1, b = -1, x, y;
+		if (z != NULL &&
+		    allot__zombie_value(st, z, (size_t) key->q, now, &x, &y)) {
+			r = x;
+			b = y;
+		}
+		for (uint32_t j = 0;
+		     old != NULL && !old->ghost && j < old->nkeys; j++) {
+			if (old->keys[j].q != key->q)
+				continue;
+			allot__key_bound(st, old, &old->keys[j], now, &x, &y);
+			r = fmax(r, x);
+			b = fmax(b, y);
+		}
+		if (r >= 0) {
+			key->may_rate = r;
+			key->may_burst = b;
+			s->unacked = true;
+		}
+	}
+}

@@ -1,0 +1,378 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The private structures of the coordinator state (state.h), shared by
+ * the files that implement it and included by no other. The state is the
+ * whole: the config in force (a cfgv, config_view.c), the registry of
+ * services and their sessions (registry.c), per key the demand estimates
+ * (demand.c), per quota the live bound (bounds.c) and the grants
+ * (grants.c), cluster ownership (ownership.c), and on top of those the
+ * requests (request.c), the restart (restore.c), the rendering
+ * (render.c) and the periodic work (state.c). Calls go one way, down
+ * that list; the prototypes below are grouped the same way.
+ *
+ * Everything here is guarded by the state's one mutex (st->mu) unless a
+ * comment says otherwise: every function declared below expects it held,
+ * except the allot__cfgv_* ones, which work on a view not installed yet
+ * or on the one in force. Under the lock: array indexing and memory only;
+ * anything that formats a log line is done after unlocking, from values
+ * copied out; store records only append to the store's in-memory batch,
+ * so they are allowed inside.
+ *
+ * Layout, chosen for the per-report path: a session holds its keys as an
+ * array indexed by the key id of its Register (each entry names a quota
+ * index of the config in force, or -1), and its service holds one squota
+ * per quota index. A key report is therefore two bounds checks, two array
+ * loads and a few additions, with no string work and no allocation.
+ */
+#ifndef ALLOT_COORDINATOR_REGISTRY_INT_H
+#define ALLOT_COORDINATOR_REGISTRY_INT_H
+
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "clock.h"
+#include "dial.h"
+#include "rendezvous.h"
+#include "state.h"
+
+/* A loaded config with what the hot paths derive from it (config_view.c).
+ * Owns the config and its arrays, and never changes once built. The
+ * loop thread replaces st->cur under the lock (allot__state_reload())
+ * and frees the old view after unlocking: nothing may keep a pointer
+ * into it past the lock (render.c copies what it shows). */
+typedef struct cfgv {
+	allot_config *cfg;
+	uint64_t epoch;
+	int64_t loaded_wall_ms;
+	char *path;
+	size_t nq; /* 1 + ncallers: index 0 is default */
+	const allot__quota **q; /* q[i] for quota index i */
+	double *rate; /* q[i]->rate, contiguous */
+	double *burst;
+	uint32_t *index; /* identity hash table: quota index + 1 */
+	size_t index_mask;
+	uint64_t seed;
+} cfgv;
+
+/* One interned key of a session: owned by its session (an array indexed
+ * by the key id of the Register). */
+typedef struct skey {
+	int32_t q; /* quota index; -1: no quota for it */
+	bool rec_pending; /* share changed since its store row */
+	double consumed; /* allocator window: tokens admitted */
+	double denied; /* allocator window: tokens denied */
+	double demand; /* last reported demand, tokens/s */
+	double held; /* last reported bucket level */
+	double rate; /* target share (allocator output) */
+	double burst;
+	double sent_rate; /* grant: what the agent was last sent */
+	double sent_burst; /* (NaN: nothing yet, holds no share) */
+	double may_rate; /* the largest grant it may still hold: */
+	double may_burst; /* sent, or more until acknowledged */
+	double reply_target; /* the target when it was last answered */
+	double est; /* demand estimate, tokens/s */
+	double est2; /* its second moment, (tokens/s)^2 */
+	uint64_t est_ns; /* est covers up to here; 0: never */
+	bool targeted; /* rate/burst hold an allocator output */
+	bool was_short; /* its grant was below its target at some
+	                   point since the last round */
+	bool force_share; /* the next Reply carries its share (cluster:
+	                     it reported an allowance from elsewhere) */
+} skey;
+
+/* The rate an agent may hold on a key: its grant, or an earlier larger
+ * grant it has not acknowledged, or what it ran on before registering
+ * again. */
+static inline double
+key_hold(const skey *key)
+{
+	double r = isnan(key->sent_rate) ? 0 : key->sent_rate;
+	return isnan(key->may_rate) || key->may_rate < r ? r : key->may_rate;
+}
+
+struct service;
+
+/* A replica's session (registry.c): owned by its service (svc->sess),
+ * linked into st->htab unless it is a placeholder of a restart (ghost).
+ * Its strings and keys are its own. */
+typedef struct session {
+	uint64_t id;
+	uint32_t pipe; /* nng pipe it registered on; 0: not bound */
+	char *replica_id;
+	char *host;
+	char *agent_version;
+	uint32_t pid;
+	uint64_t digest;
+	struct service *svc;
+	uint32_t slot; /* index in svc->sess */
+	uint32_t nkeys;
+	uint32_t nknown; /* keys with q >= 0 */
+	skey *keys;
+	char **names; /* key identities (into names_blob) */
+	char *names_blob;
+	uint64_t last_seq;
+	uint64_t last_seen_ns;
+	uint64_t last_sync_ns;
+	uint64_t expiry_ns;
+	int64_t joined_wall_ms;
+	int64_t seen_wall_ms;
+	uint64_t sent_gen;
+	uint32_t replies_since_full;
+	uint32_t pending; /* keys whose grant is below target */
+	bool force_full;
+	bool ghost; /* restored from the store, not back yet;
+	               holds a key per quota, never syncs */
+	bool seen_dirty; /* synced since its last-seen row */
+	bool unacked; /* some key's may_* is above its grant */
+	double interval_s; /* its sync interval (demand smoothing) */
+	uint64_t last_reply_ns; /* our last answer: its lease runs from */
+	uint32_t last_replicas; /* here at the latest, and the count */
+	uint64_t acked_reply_ns; /* the last answer it acknowledged: its */
+	uint32_t acked_replicas; /* lease runs from here at the earliest */
+	struct session *hnext;
+} session;
+
+/* One quota of one service: per quota index of st->cur, owned by the
+ * service (svc->q); re-mapped by identity when the config changes. */
+typedef struct squota {
+	uint64_t allowed_total; /* tokens, since start (counters) */
+	uint64_t denied_total;
+	uint64_t win_allowed; /* since the last per-second pass */
+	uint64_t win_denied;
+	double demand_sum; /* sum of the demand estimates, tokens/s */
+	double level; /* global bucket estimate, tokens */
+	uint64_t level_ns; /* when `level` was last brought up */
+	double level_recorded;
+	double sum_rate; /* sum of targets (allocator outputs) */
+	double sum_burst;
+	double granted_rate; /* sum of grants: what replicas hold */
+	double granted_burst;
+	double allowance; /* its part of the ceiling (allocator) */
+	double burst_budget; /* what the bursts may sum to */
+	double bound_rate; /* the live bound, see allot__compute_bounds() */
+	double bound_burst;
+	uint32_t counted_expired; /* expired replicas in the bound */
+	double reserved_rate; /* kept out of the headroom for expired */
+	double reserved_burst; /* replicas (hold_expired) */
+	uint32_t nslots; /* replicas holding a share */
+	double admitted_rate; /* last second, tokens/s */
+	double denied_rate;
+	double utilization; /* admitted / (R * 1 s) */
+	/* Cluster mode: another member owns it in our view (we book and
+	 * grant nothing for it), or we took it over and grant only within
+	 * what the agents report they hold until learn_until_ns. */
+	bool disowned;
+	uint64_t learn_until_ns;
+	bool unheard; /* allot__learned(): a replica holds nothing here */
+} squota;
+
+/* An expired replica that may still be running: on its last grants
+ * until its lease ends, then on each quota's fallback. Counted in the
+ * live bound (not in the headroom) until it registers again or
+ * zombie_ms pass. Owned by its service (svc->zs, registry.c). */
+typedef struct zombie {
+	char *replica_id;
+	uint64_t reply_ns; /* as in its session */
+	uint64_t acked_ns;
+	uint64_t drop_ns;
+	uint32_t n_last; /* the fewest replicas it may have been
+	                    told last (the largest fallback) */
+	double interval_s;
+	uint64_t epoch; /* config the arrays index */
+	double *rate; /* per quota index: what it may hold */
+	double *burst;
+} zombie;
+
+/* A service (registry.c): owned by the state (st->svcs), never freed
+ * before the state. Owns its sessions, squotas and zombies. */
+typedef struct service {
+	char *name;
+	session **sess;
+	uint32_t nsess;
+	uint32_t cap;
+	squota *q; /* one per quota index of st->cur */
+	double held_total; /* sum over every quota of what the agents
+	                      may hold (key_hold()): the ceiling */
+	zombie *zs;
+	uint32_t nzs;
+	uint32_t nsess_silenced; /* sessions when the last silence ended */
+	uint64_t gen; /* bumped when any share changes */
+	bool dirty; /* replica set or config changed */
+	bool rec_pending; /* some key has rec_pending */
+	uint64_t last_alloc_ns;
+} service;
+
+/* The whole coordinator state (state.h). `o`, `lgv` and the rate limits
+ * are set at create and read without the lock (the rate limits are
+ * atomic); everything else is guarded by `mu`. The state owns the config
+ * in force (`cur`), every service (and through them every session and
+ * zombie), the session hash and the scratch arrays below. */
+struct allot__state {
+	pthread_mutex_t mu;
+	allot__state_opts o;
+	allot__logger lgv;
+	cfgv *cur; /* config_view.c; replaced by allot__state_reload() */
+	/* The registry (registry.c): services and the session hash. */
+	service **svcs;
+	size_t nsvcs;
+	session **htab; /* live sessions by id (placeholders are not in it) */
+	size_t hmask;
+	size_t nsessions; /* live sessions, restored ones included */
+	uint64_t next_session;
+	uint64_t last_second_ns;
+	uint64_t last_heard_ns; /* last request from any replica */
+	bool hold; /* allot__grant(): no increase (see register) */
+	uint64_t grace_until_ns; /* no expiry before (after a silence) */
+	uint32_t *stamp; /* duplicate-key detection, per quota */
+	size_t stamp_cap;
+	uint32_t stamp_gen;
+	/* allocator scratch (grants.c), reused across rounds */
+	allot__alloc_quota *aq;
+	size_t aq_cap;
+	allot__alloc_slot *slots;
+	size_t slot_cap;
+	uint32_t *owner_sess; /* per slot: index in svc->sess */
+	uint32_t *owner_key; /* per slot: key index in the session */
+	size_t owner_cap;
+	allot__logrl rl_unknown;
+	allot__logrl rl_absurd;
+	allot__logrl rl_register;
+	/* Cluster mode (ownership.c); cl_n == 0: one coordinator, every
+	 * quota owned. */
+	size_t cl_n;
+	size_t cl_self;
+	uint64_t cl_hash[ALLOT__CLUSTER_MAX_MEMBERS];
+	bool cl_live[ALLOT__CLUSTER_MAX_MEMBERS];
+	bool cl_cut_off; /* no increases, static ownership */
+	uint64_t cl_learn_ns; /* learning period: lease + 2 intervals */
+	uint64_t cl_boot_until_ns; /* every owned quota learns until */
+};
+
+/* Monotonic differences never wrap: a timestamp taken by another thread
+ * may be a hair newer than `now`. */
+static inline uint64_t
+since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
+static inline uint64_t
+now_ns(const allot__state *st)
+{
+	return st->o.clock != NULL ? st->o.clock(st->o.clock_ctx) :
+	                             allot__mono_ns();
+}
+
+/* The fewest replicas a session may have been told in its last answer:
+ * its fallback is R divided by that. */
+static inline uint32_t
+fewest(const session *s)
+{
+	uint32_t a = s->last_replicas, b = s->acked_replicas;
+	return b != 0 && b < a ? b : a;
+}
+
+/* Every session `s` of `svc` (its index in svc->sess is `i`) and every
+ * key `key` of it, in order. The loop is three nested fors: `continue`
+ * moves to the next key, `break` ends this session's keys only. */
+#define FOR_EACH_SESSION_KEY(svc, i, s, key)                                \
+	for (uint32_t i = 0; i < (svc)->nsess; i++)                         \
+		for (session *s = (svc)->sess[i]; s != NULL; s = NULL)      \
+			for (skey *key = s->keys; key < s->keys + s->nkeys; \
+			     key++)
+
+/* The same, for the keys that name a quota of the config (key->q >= 0). */
+#define FOR_EACH_KEY(svc, i, s, key)         \
+	FOR_EACH_SESSION_KEY(svc, i, s, key) \
+	if (key->q < 0) {                    \
+	} else
+
+/* The functions of each file, in the order of the layers; each one's
+ * contract is in the comment above its definition. */
+
+/* ---- config_view.c ---- */
+
+void allot__cfgv_free(cfgv *v);
+/* The quota index of identity[0..len), or -1. */
+int32_t allot__cfgv_find(const cfgv *v, const char *identity, size_t len);
+/* Takes ownership of `cfg` only on success. */
+cfgv *allot__cfgv_new(allot_config *cfg, const char *path, uint64_t epoch);
+const char *allot__cfgv_priority_name(const cfgv *v, uint32_t p);
+void allot__cfgv_record(allot__store *store, const cfgv *v, const char *text);
+
+/* ---- registry.c ---- */
+
+void allot__session_free(session *s);
+/* The live session `id`, or NULL (placeholders are not in the hash). */
+session *allot__session_find(const allot__state *st, uint64_t id);
+void allot__session_hash_add(allot__state *st, session *s);
+void allot__session_hash_del(allot__state *st, session *s);
+service *allot__service_find(const allot__state *st, const char *name);
+void allot__squota_init(squota *sq, const cfgv *v, size_t q);
+service *allot__service_get(allot__state *st, const char *name, bool *full);
+bool allot__service_add(service *svc, session *s);
+void allot__session_unlink(allot__state *st, session *s);
+uint64_t allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms);
+void allot__heard(allot__state *st, uint64_t now);
+/* Make *p hold `need` elements of `elem` bytes (doubling); false when
+ * out of memory, *p unchanged. */
+bool allot__grow(void **p, size_t *cap, size_t need, size_t elem);
+void allot__zombies_clear(service *svc);
+void allot__zombie_forget(service *svc, const char *replica_id);
+void allot__zombie_add(
+    allot__state *st, service *svc, const session *s, uint64_t now);
+void allot__zombies_expire(service *svc, uint64_t now);
+
+/* ---- demand.c ---- */
+
+void allot__level_bring(squota *sq, double rate, double burst, uint64_t now);
+double allot__est_read(const session *s, const skey *key);
+double allot__est_var(const session *s, const skey *key);
+void allot__est_update(
+    const session *s, skey *key, double amount, double w, uint64_t now);
+void allot__conserve_join(service *svc);
+void allot__conserve_leave(service *svc, const session *gone_s);
+void allot__est_inherit(session *s, const session *old);
+
+/* ---- bounds.c ---- */
+
+void allot__key_bound(const allot__state *st, const session *s,
+    const skey *key, uint64_t now, double *ret_r, double *ret_b);
+bool allot__zombie_value(const allot__state *st, const zombie *z, size_t q,
+    uint64_t now, double *ret_r, double *ret_b);
+void allot__reserve_expired(allot__state *st, service *svc, uint64_t now);
+void allot__compute_bounds(allot__state *st, service *svc, uint64_t now);
+double allot__bound_ratio(const squota *sq, double R, double B);
+
+/* ---- grants.c ---- */
+
+void allot__rebuild_granted(allot__state *st, service *svc);
+bool allot__recompute(allot__state *st, service *svc, uint64_t now);
+bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
+    bool hold, bool *ret_short);
+void allot__record_shares(allot__state *st, service *svc);
+void allot__carry_allowances(allot__state *st, service *svc, session *s,
+    const session *old, uint64_t now);
+
+/* ---- ownership.c ---- */
+
+void allot__adopt(allot__state *st, service *svc, session *s, skey *key,
+    const Allot__V1__KeyReport *r);
+uint32_t allot__own_quotas(allot__state *st, service *svc, uint64_t now);
+service *allot__service_open(allot__state *st, const char *name, bool *full);
+void allot__learned(allot__state *st, service *svc, uint64_t now);
+
+/* ---- validate.c ---- */
+
+Allot__V1__Error__Code allot__register_check(
+    const Allot__V1__Register *req, char *err, size_t errlen);
+session *allot__session_new(const Allot__V1__Register *req);
+bool allot__pipe_ok(const session *s, uint32_t pipe);
+Allot__V1__Error__Code allot__pipe_mismatch(
+    allot__metrics *m, uint64_t id, char *err, size_t errlen);
+void allot__sanitize(char *dst, size_t cap, const char *src);
+
+#endif

@@ -1,0 +1,620 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The state as text: the per-service and per-quota series of /metrics
+ * (Prometheus) and the /status document (JSON). Each takes a snapshot
+ * of what it shows under the state's lock and formats it after
+ * unlocking.
+ */
+#include "registry_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena.h"
+
+/* ---- the snapshot ----
+ * Rendering formats a copy of the state taken under the lock (bounds
+ * computed, strings copied), so that the nng workers' requests, which
+ * need the lock, never wait for the formatting of every replica. The
+ * copy lives in an arena and goes at once after the rendering. */
+
+/* One share of one quota, as /status lists it. */
+typedef struct snap_share {
+	uint64_t session;
+	const char *replica_id;
+	double rate; /* its grant (0: none yet) */
+	double burst;
+	double target_rate;
+	double target_burst;
+	double demand;
+} snap_share;
+
+/* One replica of a service, as /status lists it. */
+typedef struct snap_replica {
+	uint64_t session;
+	const char *replica_id;
+	const char *host;
+	const char *agent_version;
+	uint32_t pid;
+	bool restored;
+	uint32_t keys;
+	uint32_t unknown_keys;
+	uint64_t last_seq;
+	int64_t last_seen_ms;
+	uint64_t silent_ms;
+} snap_replica;
+
+/* One quota of one service. */
+typedef struct snap_quota {
+	squota sq; /* a copy, bounds computed */
+	bool learning;
+	uint32_t nshares;
+	snap_share *shares; /* in session order */
+} snap_quota;
+
+typedef struct snap_service {
+	const char *name;
+	uint32_t nsess;
+	snap_replica *reps; /* NULL in a snapshot without sessions */
+	snap_quota *q; /* nq */
+} snap_service;
+
+/* One quota of the config in force. */
+typedef struct snap_qcfg {
+	const char *identity;
+	double rate;
+	double burst;
+	const char *priority;
+	bool shadow;
+} snap_qcfg;
+
+typedef struct snap {
+	allot__arena ar;
+	uint64_t epoch;
+	uint64_t digest;
+	const char *path;
+	int64_t loaded_wall_ms;
+	double ceiling_rate;
+	size_t nq;
+	snap_qcfg *qc;
+	size_t nsessions;
+	size_t nsvcs;
+	snap_service *svcs;
+} snap;
+
+static void *
+snap_alloc(snap *sn, size_t n, size_t size)
+{
+	return allot__arena_alloc(&sn->ar, (n ? n : 1) * size);
+}
+
+/* A copy of `s` in the snapshot's arena; NULL when out of memory. */
+static const char *
+snap_str(snap *sn, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = allot__arena_alloc(&sn->ar, n);
+	if (p != NULL)
+		memcpy(p, s, n);
+	return p;
+}
+
+/* The replicas of `svc` and, per quota, its shares in the order of the
+ * sessions and their keys. */
+static bool
+snap_sessions(snap *sn, snap_service *ss, const service *svc, uint64_t now)
+{
+	ss->reps = snap_alloc(sn, svc->nsess, sizeof *ss->reps);
+	if (ss->reps == NULL)
+		return false;
+	for (uint32_t j = 0; j < svc->nsess; j++) {
+		const session *s = svc->sess[j];
+		ss->reps[j] = (snap_replica) {
+			.session = s->id,
+			.replica_id = snap_str(sn, s->replica_id),
+			.host = snap_str(sn, s->host != NULL ? s->host : ""),
+			.agent_version = snap_str(sn,
+			    s->agent_version != NULL ? s->agent_version : ""),
+			.pid = s->pid,
+			.restored = s->ghost,
+			.keys = s->nkeys,
+			.unknown_keys = s->nkeys - s->nknown,
+			.last_seq = s->last_seq,
+			.last_seen_ms = s->seen_wall_ms,
+			.silent_ms = since(now, s->last_seen_ns) / 1000000u,
+		};
+		if (ss->reps[j].replica_id == NULL ||
+		    ss->reps[j].host == NULL ||
+		    ss->reps[j].agent_version == NULL)
+			return false;
+	}
+	FOR_EACH_KEY(svc, j, s, key)
+	ss->q[key->q].nshares++;
+	for (size_t q = 0; q < sn->nq; q++) {
+		snap_quota *sq = &ss->q[q];
+		sq->shares = snap_alloc(sn, sq->nshares, sizeof *sq->shares);
+		if (sq->shares == NULL)
+			return false;
+		sq->nshares = 0;
+	}
+	FOR_EACH_KEY(svc, j, s, key)
+	{
+		snap_quota *sq = &ss->q[key->q];
+		sq->shares[sq->nshares++] = (snap_share) {
+			.session = s->id,
+			.replica_id = ss->reps[j].replica_id,
+			.rate = isnan(key->sent_rate) ? 0 : key->sent_rate,
+			.burst = isnan(key->sent_burst) ? 0 : key->sent_burst,
+			.target_rate = key->rate,
+			.target_burst = key->burst,
+			.demand = s->ghost ? 0 : allot__est_read(s, key),
+		};
+	}
+	return true;
+}
+
+/* Copy what the rendering shows, with the live bounds computed, and with
+ * the replicas and shares when `sessions` is set. Under the lock. False
+ * when out of memory (the arena is the caller's to free). */
+static bool
+snap_take(snap *sn, allot__state *st, bool sessions)
+{
+	const cfgv *v = st->cur;
+	uint64_t now = now_ns(st);
+	for (size_t i = 0; i < st->nsvcs; i++)
+		allot__compute_bounds(st, st->svcs[i], now);
+	sn->epoch = v->epoch;
+	sn->digest = v->cfg->digest;
+	sn->path = snap_str(sn, v->path);
+	sn->loaded_wall_ms = v->loaded_wall_ms;
+	sn->ceiling_rate = v->cfg->ceiling_rate;
+	sn->nq = v->nq;
+	sn->nsessions = st->nsessions;
+	sn->nsvcs = st->nsvcs;
+	sn->qc = snap_alloc(sn, v->nq, sizeof *sn->qc);
+	sn->svcs = snap_alloc(sn, st->nsvcs, sizeof *sn->svcs);
+	if (sn->path == NULL || sn->qc == NULL || sn->svcs == NULL)
+		return false;
+	for (size_t q = 0; q < v->nq; q++) {
+		sn->qc[q] = (snap_qcfg) {
+			.identity = snap_str(sn, v->q[q]->identity),
+			.rate = v->rate[q],
+			.burst = v->burst[q],
+			.priority = snap_str(sn,
+			    allot__cfgv_priority_name(v, v->q[q]->priority)),
+			.shadow = v->q[q]->shadow,
+		};
+		if (sn->qc[q].identity == NULL || sn->qc[q].priority == NULL)
+			return false;
+	}
+	for (size_t i = 0; i < st->nsvcs; i++) {
+		const service *svc = st->svcs[i];
+		snap_service *ss = &sn->svcs[i];
+		*ss = (snap_service) {
+			.name = snap_str(sn, svc->name),
+			.nsess = svc->nsess,
+			.q = snap_alloc(sn, v->nq, sizeof *ss->q),
+		};
+		if (ss->name == NULL || ss->q == NULL)
+			return false;
+		for (size_t q = 0; q < v->nq; q++) {
+			const squota *sq = &svc->q[q];
+			ss->q[q] = (snap_quota) {
+				.sq = *sq,
+				/* Cluster mode: whether this member learns
+				 * the quota (never for a single
+				 * coordinator). */
+				.learning = st->cl_n > 0 && !sq->disowned &&
+				    now < sq->learn_until_ns,
+			};
+		}
+		if (sessions && !snap_sessions(sn, ss, svc, now))
+			return false;
+	}
+	return true;
+}
+
+/* ---- /metrics ---- */
+
+/* A bound is +Inf when a replica runs an `open` fallback: Prometheus
+ * says so, JSON has null. */
+static void
+put_bound(allot__buf *b, double v, bool json)
+{
+	if (isinf(v))
+		allot__buf_puts(b, json ? "null" : "+Inf");
+	else
+		allot__buf_num(b, v);
+}
+
+static void
+sq_labels(allot__buf *b, const char *metric, const snap_service *svc,
+    const char *quota)
+{
+	allot__buf_printf(b, "%s{service=\"", metric);
+	allot__buf_label(b, svc->name);
+	allot__buf_puts(b, "\",quota=\"");
+	allot__buf_label(b, quota);
+	allot__buf_puts(b, "\"} ");
+}
+
+typedef enum sq_field {
+	F_ALLOWED,
+	F_DENIED,
+	F_UTIL,
+	F_ARATE,
+	F_ABURST,
+	F_LEVEL,
+	F_BRATE,
+	F_BBURST,
+	F_BRATIO,
+	F_ALLOWANCE,
+	F_BUDGET,
+	F_DEMAND,
+	F_EXPIRED
+} sq_field;
+
+static void
+sq_family(const snap *sn, allot__buf *b, const char *name, const char *type,
+    const char *help, sq_field f)
+{
+	allot__buf_printf(
+	    b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	for (size_t i = 0; i < sn->nsvcs; i++) {
+		const snap_service *svc = &sn->svcs[i];
+		for (size_t q = 0; q < sn->nq; q++) {
+			const squota *sq = &svc->q[q].sq;
+			const snap_qcfg *qc = &sn->qc[q];
+			sq_labels(b, name, svc, qc->identity);
+			switch (f) {
+			case F_ALLOWED:
+				allot__buf_printf(
+				    b, "%" PRIu64 "\n", sq->allowed_total);
+				continue;
+			case F_DENIED:
+				allot__buf_printf(
+				    b, "%" PRIu64 "\n", sq->denied_total);
+				continue;
+			case F_UTIL: allot__buf_num(b, sq->utilization); break;
+			case F_ARATE:
+				allot__buf_num(b, sq->granted_rate);
+				break;
+			case F_ABURST:
+				allot__buf_num(b, sq->granted_burst);
+				break;
+			case F_LEVEL: allot__buf_num(b, sq->level); break;
+			case F_BRATE:
+				put_bound(b, sq->bound_rate, false);
+				break;
+			case F_BBURST:
+				put_bound(b, sq->bound_burst, false);
+				break;
+			case F_BRATIO:
+				put_bound(b,
+				    allot__bound_ratio(
+				        sq, qc->rate, qc->burst),
+				    false);
+				break;
+			case F_ALLOWANCE:
+				allot__buf_num(b, sq->allowance);
+				break;
+			case F_BUDGET:
+				allot__buf_num(b, sq->burst_budget);
+				break;
+			case F_DEMAND:
+				allot__buf_num(b, sq->demand_sum);
+				break;
+			case F_EXPIRED:
+				allot__buf_printf(
+				    b, "%u\n", sq->counted_expired);
+				continue;
+			}
+			allot__buf_puts(b, "\n");
+		}
+	}
+}
+
+/* The per-service and per-quota families of /metrics, in their order. */
+static const struct sq_family_def {
+	const char *name;
+	const char *type;
+	const char *help;
+	sq_field f;
+} sq_families[] = {
+	{ "allotd_allowed_tokens_total", "counter",
+	    "Tokens admitted, as reported by the agents.", F_ALLOWED },
+	{ "allotd_denied_tokens_total", "counter",
+	    "Tokens denied, as reported by the agents.", F_DENIED },
+	{ "allotd_utilization", "gauge",
+	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL },
+	{ "allotd_allowance_rate", "gauge",
+	    "Sum of the rate shares the replicas hold, tokens/s (<= R).",
+	    F_ARATE },
+	{ "allotd_allowance_burst", "gauge",
+	    "Sum of the burst shares the replicas hold, tokens (<= B).",
+	    F_ABURST },
+	{ "allotd_bucket_level_tokens", "gauge",
+	    "Estimated level of the global bucket.", F_LEVEL },
+	/* The live bound (docs/allocation.md, "The live bound"). */
+	{ "allotd_allowance_bound_rate", "gauge",
+	    "Rate the agents may admit at now, tokens/s: grants, decreases "
+	    "not acknowledged yet, fallbacks of lapsed and expired replicas.",
+	    F_BRATE },
+	{ "allotd_allowance_bound_burst", "gauge",
+	    "Tokens the agents' local buckets may hold now (same terms, local "
+	    "bursts raised to the largest endpoint weight).",
+	    F_BBURST },
+	{ "allotd_overadmission_bound_ratio", "gauge",
+	    "max(bound rate / R, bound burst / B): the worst-case admission "
+	    "over any window relative to the quota's (1 = none above it).",
+	    F_BRATIO },
+	{ "allotd_expired_replicas_counted", "gauge",
+	    "Expired replicas whose lease or fallback is still counted in the "
+	    "bound.",
+	    F_EXPIRED },
+	{ "allotd_allocation_rate", "gauge",
+	    "The quota's allowance under the global ceiling, tokens/s (<= R).",
+	    F_ALLOWANCE },
+	{ "allotd_burst_budget_tokens", "gauge",
+	    "What the burst shares may sum to: the global bucket's level plus "
+	    "one interval of refill (<= B).",
+	    F_BUDGET },
+	{ "allotd_demand_rate", "gauge",
+	    "Sum of the replicas' demand estimates (admitted + denied cost), "
+	    "tokens/s.",
+	    F_DEMAND },
+};
+
+/* A gauge per configured quota: its rate, or its burst. */
+static void
+quota_series(const snap *sn, allot__buf *b, const char *name, const char *help,
+    bool burst)
+{
+	allot__buf_printf(
+	    b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	for (size_t q = 0; q < sn->nq; q++) {
+		allot__buf_printf(b, "%s{quota=\"", name);
+		allot__buf_label(b, sn->qc[q].identity);
+		allot__buf_puts(b, "\"} ");
+		allot__buf_num(b, burst ? sn->qc[q].burst : sn->qc[q].rate);
+		allot__buf_puts(b, "\n");
+	}
+}
+
+/* The config, replica and per-quota configuration series. */
+static void
+metrics_config(const snap *sn, allot__buf *b)
+{
+	allot__buf_printf(b,
+	    "# HELP allotd_config_epoch Epoch of the quota "
+	    "config in force.\n# TYPE allotd_config_epoch gauge\n"
+	    "allotd_config_epoch %" PRIu64 "\n",
+	    sn->epoch);
+	allot__buf_printf(b,
+	    "# HELP allotd_config_info Digest of the quota "
+	    "config in force.\n# TYPE allotd_config_info gauge\n"
+	    "allotd_config_info{digest=\"%016" PRIx64 "\",epoch=\"%" PRIu64
+	    "\"} 1\n",
+	    sn->digest, sn->epoch);
+	allot__buf_puts(b,
+	    "# HELP allotd_replicas Live replicas per service "
+	    "(restored ones included).\n# TYPE allotd_replicas gauge\n");
+	for (size_t i = 0; i < sn->nsvcs; i++) {
+		allot__buf_puts(b, "allotd_replicas{service=\"");
+		allot__buf_label(b, sn->svcs[i].name);
+		allot__buf_printf(b, "\"} %u\n", sn->svcs[i].nsess);
+	}
+	allot__buf_printf(b,
+	    "# HELP allotd_sessions Live sessions, all "
+	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
+	    sn->nsessions);
+	quota_series(sn, b, "allotd_quota_rate",
+	    "Configured rate R per quota, tokens/s.", false);
+	quota_series(sn, b, "allotd_quota_burst",
+	    "Configured burst B per quota, tokens.", true);
+}
+
+void
+allot__state_render_metrics(allot__state *st, allot__buf *b)
+{
+	snap sn = { 0 };
+	pthread_mutex_lock(&st->mu);
+	bool ok = snap_take(&sn, st, false);
+	pthread_mutex_unlock(&st->mu);
+	if (!ok) {
+		b->oom = true;
+		allot__arena_destroy(&sn.ar);
+		return;
+	}
+	metrics_config(&sn, b);
+	for (size_t i = 0; i < sizeof sq_families / sizeof *sq_families; i++)
+		sq_family(&sn, b, sq_families[i].name, sq_families[i].type,
+		    sq_families[i].help, sq_families[i].f);
+	allot__arena_destroy(&sn.ar);
+}
+
+/* ---- /status ---- */
+
+/* `,"name":v` */
+static void
+put_num(allot__buf *b, const char *name, double v)
+{
+	allot__buf_printf(b, ",\"%s\":", name);
+	allot__buf_num(b, v);
+}
+
+/* The opening of quota `q`'s object, with its configuration. */
+static void
+put_quota(allot__buf *b, size_t q, const snap_qcfg *qc)
+{
+	allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+	allot__buf_json(b, qc->identity);
+	put_num(b, "rate", qc->rate);
+	put_num(b, "burst", qc->burst);
+	allot__buf_puts(b, ",\"priority\":");
+	allot__buf_json(b, qc->priority);
+}
+
+/* The document up to the list of services. */
+static void
+status_head(const snap *sn, const allot__state_opts *o, allot__buf *b)
+{
+	allot__buf_printf(b,
+	    "{\"version\":\"%s\",\"config\":{\"epoch\":%" PRIu64
+	    ",\"digest\":\"%016" PRIx64 "\",\"path\":",
+	    ALLOT_VERSION_STRING, sn->epoch, sn->digest);
+	allot__buf_json(b, sn->path);
+	allot__buf_printf(b,
+	    ",\"loaded_at_ms\":%" PRId64 ",\"quotas\":%zu,"
+	    "\"ceiling_rate\":",
+	    sn->loaded_wall_ms, sn->nq);
+	allot__buf_num(b, sn->ceiling_rate);
+	allot__buf_printf(b,
+	    "},\"settings\":{\"lease_ms\":%u,\"interval_ms\":"
+	    "%u,\"expiry_intervals\":%u,\"allocator\":\"%s\"},"
+	    "\"sessions\":%zu,\"services\":[",
+	    o->lease_ms, o->interval_ms, o->expiry_intervals,
+	    allot__alloc_name(&o->policy), sn->nsessions);
+}
+
+/* The replicas of one service. */
+static void
+status_replicas(const snap_service *svc, allot__buf *b)
+{
+	for (uint32_t j = 0; j < svc->nsess; j++) {
+		const snap_replica *s = &svc->reps[j];
+		allot__buf_printf(b,
+		    "%s{\"session\":%" PRIu64 ",\"replica_id\":", j ? "," : "",
+		    s->session);
+		allot__buf_json(b, s->replica_id);
+		allot__buf_puts(b, ",\"host\":");
+		allot__buf_json(b, s->host);
+		allot__buf_printf(b, ",\"pid\":%u,\"agent_version\":", s->pid);
+		allot__buf_json(b, s->agent_version);
+		allot__buf_printf(b,
+		    ",\"restored\":%s,\"keys\":%u,"
+		    "\"unknown_keys\":%u,\"last_seq\":%" PRIu64
+		    ",\"last_seen_ms\":%" PRId64 ",\"silent_ms\":%" PRIu64 "}",
+		    s->restored ? "true" : "false", s->keys, s->unknown_keys,
+		    s->last_seq, s->last_seen_ms, s->silent_ms);
+	}
+}
+
+/* One quota of one service, with its shares. */
+static void
+status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
+{
+	const snap_quota *sqs = &svc->q[q];
+	const squota *sq = &sqs->sq;
+	const snap_qcfg *qc = &sn->qc[q];
+	put_quota(b, q, qc);
+	put_num(b, "sum_rate", sq->granted_rate);
+	put_num(b, "sum_burst", sq->granted_burst);
+	put_num(b, "target_sum_rate", sq->sum_rate);
+	put_num(b, "target_sum_burst", sq->sum_burst);
+	put_num(b, "allocation_rate", sq->allowance);
+	put_num(b, "burst_budget", sq->burst_budget);
+	allot__buf_puts(b, ",\"bound_rate\":");
+	put_bound(b, sq->bound_rate, true);
+	allot__buf_puts(b, ",\"bound_burst\":");
+	put_bound(b, sq->bound_burst, true);
+	allot__buf_puts(b, ",\"overadmission_bound_ratio\":");
+	put_bound(b, allot__bound_ratio(sq, qc->rate, qc->burst), true);
+	allot__buf_printf(b, ",\"expired_counted\":%u", sq->counted_expired);
+	allot__buf_printf(b,
+	    ",\"holders\":%u,"
+	    "\"admitted_per_s\":",
+	    sq->nslots);
+	allot__buf_num(b, sq->admitted_rate);
+	put_num(b, "denied_per_s", sq->denied_rate);
+	put_num(b, "utilization", sq->utilization);
+	put_num(b, "level", sq->level);
+	put_num(b, "demand", sq->demand_sum);
+	/* Cluster mode: whether this member owns the quota now, and learns
+	 * it (always owned, not learning, for a single coordinator). */
+	allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
+	    sq->disowned ? "false" : "true", sqs->learning ? "true" : "false");
+	allot__buf_printf(b,
+	    ",\"admitted_total\":%" PRIu64 ",\"denied_total\":%" PRIu64
+	    ",\"shares\":[",
+	    sq->allowed_total, sq->denied_total);
+	for (uint32_t e = 0; e < sqs->nshares; e++) {
+		const snap_share *s = &sqs->shares[e];
+		allot__buf_printf(b,
+		    "%s{\"session\":%" PRIu64 ",\"replica_id\":",
+		    e > 0 ? "," : "", s->session);
+		allot__buf_json(b, s->replica_id);
+		put_num(b, "rate", s->rate);
+		put_num(b, "burst", s->burst);
+		put_num(b, "target_rate", s->target_rate);
+		put_num(b, "target_burst", s->target_burst);
+		put_num(b, "demand", s->demand);
+		allot__buf_puts(b, "}");
+	}
+	allot__buf_puts(b, "]}");
+}
+
+/* After the services: every configured quota, the pid and the store. */
+static void
+status_tail(const snap *sn, const allot__store *store,
+    const allot__store_stats *ss, allot__buf *b)
+{
+	/* For allotctl and the dashboard: every configured quota (also
+	 * before any service registered), the pid (allotctl reload signals
+	 * it) and the store's counters (its health). */
+	allot__buf_printf(b, "],\"pid\":%ld,\"quotas\":[", (long) getpid());
+	for (size_t q = 0; q < sn->nq; q++) {
+		const snap_qcfg *qc = &sn->qc[q];
+		put_quota(b, q, qc);
+		allot__buf_printf(
+		    b, ",\"shadow\":%s}", qc->shadow ? "true" : "false");
+	}
+	allot__buf_puts(b, "],\"store\":");
+	if (store == NULL)
+		allot__buf_puts(b, "null");
+	else
+		allot__buf_printf(b,
+		    "{\"commits\":%" PRIu64 ",\"commit_failures\":%" PRIu64
+		    ",\"pending_rows\":%" PRIu64 ",\"rows_written\":%" PRIu64
+		    ",\"rows_dropped\":%" PRIu64 ",\"last_error\":%d}",
+		    ss->commits, ss->commit_failures, ss->pending,
+		    ss->rows_written, ss->rows_dropped, ss->last_error);
+}
+
+void
+allot__state_render_status(allot__state *st, allot__buf *b)
+{
+	int64_t wall = allot__wall_ms();
+	/* Taken before st->mu: the store has its own lock. */
+	allot__store_stats ss;
+	memset(&ss, 0, sizeof ss);
+	allot__store_stats_get(st->o.store, &ss);
+	snap sn = { 0 };
+	pthread_mutex_lock(&st->mu);
+	bool ok = snap_take(&sn, st, true);
+	pthread_mutex_unlock(&st->mu);
+	if (!ok) {
+		b->oom = true;
+		allot__arena_destroy(&sn.ar);
+		return;
+	}
+	status_head(&sn, &st->o, b);
+	for (size_t i = 0; i < sn.nsvcs; i++) {
+		const snap_service *svc = &sn.svcs[i];
+		allot__buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+		allot__buf_json(b, svc->name);
+		allot__buf_printf(
+		    b, ",\"live_replicas\":%u,\"replicas\":[", svc->nsess);
+		status_replicas(svc, b);
+		allot__buf_puts(b, "],\"quotas\":[");
+		for (size_t q = 0; q < sn.nq; q++)
+			status_quota(&sn, svc, q, b);
+		allot__buf_puts(b, "]}");
+	}
+	status_tail(&sn, st->o.store, &ss, b);
+	allot__buf_printf(b, ",\"now_ms\":%" PRId64 "}\n", wall);
+	allot__arena_destroy(&sn.ar);
+}

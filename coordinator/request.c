@@ -1,0 +1,750 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The requests of the protocol (docs/protocol.md): Register, Sync and
+ * Leave from the nng worker threads. Each validates what it can before
+ * locking, does its memory work under the lock, and logs and counts after
+ * unlocking. Session ids, sequence numbers, key interning, the bounds
+ * that make a report "absurd" and which shares a Reply carries are
+ * decided here.
+ */
+#include "registry_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static void *
+pa_alloc(ProtobufCAllocator *pa, size_t size)
+{
+	return pa->alloc(pa->allocator_data, size);
+}
+
+/* Bring every grant of `s` toward its target (allot__grant()) and fill
+ * `shares` with the keys whose grant changed, or with every key that has
+ * a quota when `all` is set. Returns false when `pa` is out of memory;
+ * nothing is granted then. */
+static bool
+build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
+    Allot__V1__Share ***ret, size_t *ret_n)
+{
+	*ret = NULL;
+	*ret_n = 0;
+	s->pending = 0;
+	if (s->nknown == 0)
+		return true;
+	/* Room for every key up front: once a grant is made it must reach
+	 * the agent. The arena makes this a pointer bump. */
+	Allot__V1__Share *arr = pa_alloc(pa, s->nknown * sizeof *arr);
+	Allot__V1__Share **ptrs = pa_alloc(pa, s->nknown * sizeof *ptrs);
+	if (arr == NULL || ptrs == NULL)
+		return false;
+	size_t j = 0;
+	uint64_t now = st->cl_n > 0 ? now_ns(st) : 0;
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		skey *key = &s->keys[k];
+		if (key->q < 0)
+			continue;
+		/* Cluster: nothing for another member's keys; and while a
+		 * key is learnt (taken over) or we are cut off, no grant
+		 * for a replica that has not said what it runs on: it keeps
+		 * that allowance, and its next report tells us. */
+		const squota *sq = &s->svc->q[key->q];
+		if (sq->disowned)
+			continue;
+		bool hold = st->cl_n > 0 &&
+		    (st->cl_cut_off || now < sq->learn_until_ns);
+		if (hold && isnan(key->sent_rate))
+			continue;
+		bool is_short;
+		bool changed = allot__grant(
+		    st, s->svc, s, key, hold, &is_short);
+		s->pending += is_short;
+		if (!changed && !all && !key->force_share)
+			continue;
+		key->force_share = false;
+		allot__v1__share__init(&arr[j]);
+		arr[j].key = k;
+		arr[j].rate = key->sent_rate;
+		arr[j].burst = key->sent_burst;
+		ptrs[j] = &arr[j];
+		j++;
+	}
+	*ret = j > 0 ? ptrs : NULL;
+	*ret_n = j;
+	return true;
+}
+
+/* One Register on its way through: what its steps share. */
+typedef struct reg {
+	allot__state *st;
+	const Allot__V1__Register *req;
+	session *s; /* the new session (ours until it is linked) */
+	service *svc;
+	session *old; /* the session it replaces, or NULL */
+	bool returning; /* replaces a session, or expired not long ago */
+	uint32_t *unknown; /* key ids without a quota */
+	size_t nunknown;
+	uint32_t replicas;
+	allot__reject why; /* when refused */
+	char *err;
+	size_t errlen;
+} reg;
+
+static Allot__V1__Error__Code
+reg_no_memory(reg *r)
+{
+	r->why = ALLOT__REJ_CAPACITY;
+	snprintf(r->err, r->errlen, "out of memory, try again later");
+	return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+}
+
+/* Map every key of the new session to its quota index; a key listed
+ * twice is refused. Under the lock. */
+static Allot__V1__Error__Code
+reg_intern_keys(reg *r)
+{
+	allot__state *st = r->st;
+	session *s = r->s;
+	const cfgv *v = st->cur;
+	size_t stamp_was = st->stamp_cap;
+	if (!allot__grow((void **) &st->stamp, &st->stamp_cap, v->nq,
+	        sizeof *st->stamp))
+		return reg_no_memory(r);
+	/* realloc leaves the new stamps undefined: one equal to stamp_gen
+	 * would call a key listed once "listed twice". */
+	memset(st->stamp + stamp_was, 0,
+	    (st->stamp_cap - stamp_was) * sizeof *st->stamp);
+	if (++st->stamp_gen == 0) {
+		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
+		st->stamp_gen = 1;
+	}
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		int32_t q = allot__cfgv_find(
+		    v, s->names[k], strlen(s->names[k]));
+		if (q < 0) {
+			r->unknown[r->nunknown++] = k;
+			continue;
+		}
+		if (st->stamp[q] == st->stamp_gen) {
+			r->why = ALLOT__REJ_MALFORMED;
+			snprintf(r->err, r->errlen,
+			    "key %u (%.64s) is listed twice", k, s->names[k]);
+			return ALLOT__V1__ERROR__CODE__MALFORMED;
+		}
+		st->stamp[q] = st->stamp_gen;
+		s->keys[k].q = q;
+		s->nknown++;
+	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* Find or create the service, and the session of the same replica the
+ * new one replaces; refuse when a table is full. Under the lock. */
+static Allot__V1__Error__Code
+reg_find(reg *r)
+{
+	allot__state *st = r->st;
+	bool full = false;
+	r->svc = allot__service_open(st, r->req->service, &full);
+	if (r->svc == NULL) {
+		r->why = ALLOT__REJ_CAPACITY;
+		snprintf(r->err, r->errlen,
+		    full ? "too many services (at most %u)" :
+		           "out of memory, try again later",
+		    st->o.max_services);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	service *svc = r->svc;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		if (strcmp(svc->sess[i]->replica_id, r->s->replica_id) == 0) {
+			r->old = svc->sess[i];
+			break;
+		}
+	}
+	if (r->old == NULL && st->nsessions >= st->o.max_replicas) {
+		r->why = ALLOT__REJ_CAPACITY;
+		snprintf(r->err, r->errlen, "too many replicas (at most %u)",
+		    st->o.max_replicas);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	r->returning = r->old != NULL;
+	for (uint32_t i = 0; i < svc->nzs && !r->returning; i++)
+		r->returning = strcmp(svc->zs[i].replica_id,
+		                   r->s->replica_id) == 0;
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* Put the new session in its service in place of the old one (whose
+ * estimates it inherits) or beside the others (who give up part of
+ * theirs), holding what the replica may still run on. Under the lock. */
+static Allot__V1__Error__Code
+reg_link(reg *r, uint32_t pipe, uint64_t now)
+{
+	allot__state *st = r->st;
+	service *svc = r->svc;
+	session *s = r->s;
+	allot__carry_allowances(st, svc, s, r->old, now);
+	if (r->old != NULL) {
+		allot__est_inherit(s, r->old);
+		allot__session_unlink(st, r->old);
+	} else {
+		allot__conserve_join(svc);
+	}
+	allot__zombie_forget(svc, s->replica_id);
+	if (!allot__service_add(svc, s)) {
+		if (r->old != NULL && allot__service_add(svc, r->old)) {
+			if (!r->old->ghost)
+				allot__session_hash_add(st, r->old);
+			st->nsessions++;
+			r->old = NULL;
+		}
+		return reg_no_memory(r);
+	}
+	uint32_t iv = r->req->sync_interval_ms;
+	s->id = st->next_session++;
+	s->pipe = pipe;
+	s->last_seen_ns = now;
+	s->last_sync_ns = now;
+	s->expiry_ns = allot__expiry_ns(st, iv);
+	s->interval_s = (double) (iv > 0 &&
+	                            iv <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
+	                        iv :
+	                        st->o.interval_ms) /
+	    1e3;
+	s->joined_wall_ms = allot__wall_ms();
+	s->seen_wall_ms = s->joined_wall_ms;
+	allot__session_hash_add(st, s);
+	st->nsessions++;
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* The shares recomputed, the Welcome with the new session's first
+ * grants, and the store rows. Under the lock. */
+static void
+reg_welcome(
+    reg *r, ProtobufCAllocator *pa, uint64_t now, Allot__V1__Welcome *ret)
+{
+	allot__state *st = r->st;
+	service *svc = r->svc;
+	session *s = r->s;
+	const cfgv *v = st->cur;
+	allot__recompute(st, svc, now);
+	r->replicas = svc->nsess;
+	ret->session = s->id;
+	ret->replicas = r->replicas;
+	ret->config_epoch = v->epoch;
+	ret->config_digest = v->cfg->digest;
+	ret->lease_ms = st->o.lease_ms;
+	/* A newcomer takes headroom at its Welcome only when it is alone
+	 * (placeholders of a restart aside); otherwise it gets its first
+	 * grant in its first Reply. In a wave of joins this keeps an early
+	 * newcomer from taking a share sized for the smaller replica set,
+	 * which it would only give back at its next Sync while the later
+	 * ones wait for it: the wave settles in one round, not two. A
+	 * replica coming back (replacing its session, or after it expired)
+	 * is no newcomer: it gets what the headroom has at once. */
+	for (uint32_t i = 0; i < svc->nsess && !st->hold && !r->returning; i++)
+		st->hold = svc->sess[i] != s && !svc->sess[i]->ghost;
+	bool built = build_shares(
+	    st, s, pa, true, &ret->shares, &ret->n_shares);
+	st->hold = false;
+	if (!built) {
+		/* Welcome without shares: the agent keeps its static split;
+		 * the first Reply is full. */
+		s->force_full = true;
+	}
+	s->last_reply_ns = now;
+	s->last_replicas = r->replicas;
+	s->sent_gen = svc->gen;
+	ret->unknown_keys = r->unknown;
+	ret->n_unknown_keys = r->nunknown;
+	if (st->o.store != NULL) {
+		if (r->old != NULL)
+			allot__store_replica_left(
+			    st->o.store, r->old->id, "replaced");
+		allot__store_replica_joined(st->o.store, s->id, s->replica_id,
+		    svc->name, s->host, s->pid, s->agent_version, s->digest);
+	}
+}
+
+/* After unlocking: the counters, log lines and events of a join. */
+static void
+reg_report(reg *r)
+{
+	allot__state *st = r->st;
+	allot__metrics *m = st->o.metrics;
+	const Allot__V1__Register *req = r->req;
+	session *s = r->s, *old = r->old;
+	if (m != NULL) {
+		allot__metrics_add(&m->registers, 1);
+		allot__metrics_add(&m->joins, 1);
+		allot__metrics_add(&m->register_unknown_keys, r->nunknown);
+		if (old != NULL)
+			allot__metrics_add(&m->replaced, 1);
+	}
+	char detail[160];
+	if (old != NULL) {
+		allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-REPLACE",
+		    "replica %s of %s registered again: session %" PRIu64
+		    " replaces %s session %" PRIu64,
+		    s->replica_id, req->service, s->id,
+		    old->ghost ? "restored" : "live", old->id);
+		if (st->o.store != NULL) {
+			snprintf(detail, sizeof detail,
+			    "service=%.64s "
+			    "session=%" PRIu64 " by=%" PRIu64,
+			    req->service, old->id, s->id);
+			allot__store_event(
+			    st->o.store, "replaced", s->replica_id, detail);
+		}
+		allot__session_free(old);
+	}
+	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-JOIN",
+	    "replica %s of %s joined (host %s pid %u, agent %s): session "
+	    "%" PRIu64 ", %u keys, %zu unknown; %u replicas now",
+	    s->replica_id, req->service, s->host, s->pid, s->agent_version,
+	    s->id, s->nkeys, r->nunknown, r->replicas);
+	if (r->nunknown > 0)
+		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
+		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
+		    "replica %s of %s named %zu identities without a quota "
+		    "(first: %.128s); they stay at the agent's own config",
+		    s->replica_id, req->service, r->nunknown,
+		    req->keys[r->unknown[0]]);
+	if (st->o.store != NULL) {
+		snprintf(detail, sizeof detail,
+		    "service=%.64s session=%" PRIu64
+		    " keys=%u unknown=%zu replicas=%u",
+		    req->service, s->id, s->nkeys, r->nunknown, r->replicas);
+		allot__store_event(st->o.store, "join", s->replica_id, detail);
+	}
+}
+
+Allot__V1__Error__Code
+allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
+    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
+    size_t errlen)
+{
+	allot__metrics *m = st->o.metrics;
+	Allot__V1__Error__Code code = allot__register_check(req, err, errlen);
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
+		return code;
+	}
+	uint32_t *unknown = pa_alloc(pa, (req->n_keys + 1) * sizeof *unknown);
+	session *s = allot__session_new(req);
+	reg r = {
+		.st = st,
+		.req = req,
+		.s = s,
+		.unknown = unknown,
+		.why = ALLOT__REJ_COUNT,
+		.err = err,
+		.errlen = errlen,
+	};
+	if (r.s == NULL || r.unknown == NULL) {
+		allot__session_free(r.s);
+		snprintf(err, errlen, "out of memory, try again later");
+		allot__metrics_reject(m, ALLOT__REJ_CAPACITY, 1);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = now_ns(st);
+	allot__heard(st, now);
+	code = reg_intern_keys(&r);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		code = reg_find(&r);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		code = reg_link(&r, pipe, now);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
+		reg_welcome(&r, pa, now, ret);
+	pthread_mutex_unlock(&st->mu);
+
+	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+		allot__metrics_reject(m, r.why, 1);
+		allot__log_ratelimited(st->o.lg, &st->rl_register,
+		    ALLOT_LOG_WARNING, "ALLOTD-REGISTER-FAIL",
+		    "replica %s of %s not registered: %s", req->replica_id,
+		    req->service, err);
+		allot__session_free(r.s);
+		return code;
+	}
+	reg_report(&r);
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* One Sync on its way through: what its steps share. */
+typedef struct syn {
+	allot__state *st;
+	const Allot__V1__Sync *req;
+	session *s;
+	service *svc;
+	uint64_t now;
+	/* The bounds of a sane report: the replicas, the time since the
+	 * last Sync plus a second, and the slack (absurd_factor). */
+	double n;
+	double window_s;
+	double f;
+	double w; /* seconds the reports cover (demand estimates) */
+	uint32_t unknown; /* reports for no key or a key without quota */
+	uint32_t absurd; /* reports with impossible numbers */
+	const Allot__V1__KeyReport *bad; /* the first absurd one */
+	uint32_t *not_owner; /* keys another member owns */
+	size_t n_not_owner;
+	bool forced; /* some key reported an allowance from elsewhere */
+} syn;
+
+/* Why a Sync has no session to go to. */
+typedef enum sync_refusal {
+	SYNC_OK,
+	SYNC_UNKNOWN, /* no such session */
+	SYNC_PIPE, /* on another connection than its Register */
+	SYNC_STALE, /* seq not above the last accepted */
+} sync_refusal;
+
+/* The live session of the Sync (y->s), or why not. Under the lock. */
+static sync_refusal
+sync_session(syn *y, uint32_t pipe, uint64_t *ret_last_seq)
+{
+	y->s = allot__session_find(y->st, y->req->session);
+	if (y->s == NULL)
+		return SYNC_UNKNOWN;
+	if (!allot__pipe_ok(y->s, pipe))
+		return SYNC_PIPE;
+	if (y->req->seq <= y->s->last_seq) {
+		*ret_last_seq = y->s->last_seq;
+		return SYNC_STALE;
+	}
+	return SYNC_OK;
+}
+
+/* The answer to a refused Sync, after unlocking. */
+static Allot__V1__Error__Code
+sync_refuse(allot__metrics *m, const Allot__V1__Sync *req, sync_refusal why,
+    uint64_t last_seq, char *err, size_t errlen)
+{
+	if (why == SYNC_PIPE)
+		return allot__pipe_mismatch(m, req->session, err, errlen);
+	if (why == SYNC_UNKNOWN) {
+		snprintf(err, errlen,
+		    "unknown session %" PRIu64 ": register again",
+		    req->session);
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
+		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
+	snprintf(err, errlen,
+	    "seq %" PRIu64 " is not above the last "
+	    "accepted seq %" PRIu64 " of session %" PRIu64,
+	    req->seq, last_seq, req->session);
+	allot__metrics_reject(m, ALLOT__REJ_STALE_SEQ, 1);
+	return ALLOT__V1__ERROR__CODE__STALE_SEQ;
+}
+
+/* A report for a quota another member owns in our view: no allocation
+ * and no lease for it (Reply.not_owner), but what was consumed is
+ * recorded, so that the members' files add up to everything the agents
+ * report. Under the lock. */
+static void
+book_not_owned(
+    syn *y, ProtobufCAllocator *pa, const Allot__V1__KeyReport *r, int32_t q)
+{
+	const cfgv *v = y->st->cur;
+	squota *dq = &y->svc->q[q];
+	double dlim = y->f * v->rate[q] * y->n * y->window_s + v->burst[q];
+	if ((double) r->consumed <= dlim &&
+	    (double) r->denied <= ALLOT__STATE_FLOOD_FACTOR * dlim) {
+		dq->allowed_total += r->consumed;
+		dq->denied_total += r->denied;
+		dq->win_allowed += r->consumed;
+		dq->win_denied += r->denied;
+	}
+	if (y->not_owner == NULL)
+		y->not_owner = pa_alloc(
+		    pa, y->req->n_reports * sizeof *y->not_owner);
+	if (y->not_owner != NULL)
+		y->not_owner[y->n_not_owner++] = r->key;
+}
+
+/* Book one report of a key we own: the quota's counters and global
+ * bucket, the key's demand estimate and allocator window. A report with
+ * numbers no agent can produce is dropped (counted absurd). Under the
+ * lock. */
+static void
+book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
+{
+	const cfgv *v = y->st->cur;
+	int32_t q = key->q;
+	if (r->foreign) {
+		key->force_share = true;
+		y->forced = true;
+		if (isnan(key->sent_rate) &&
+		    y->now < y->svc->q[q].learn_until_ns)
+			allot__adopt(y->st, y->svc, y->s, key, r);
+	}
+	double f = y->f, n = y->n;
+	double rate = v->rate[q], burst = v->burst[q];
+	double lim = f * rate * n * y->window_s + burst;
+	if ((double) r->consumed > lim ||
+	    (double) r->denied > ALLOT__STATE_FLOOD_FACTOR * lim ||
+	    (double) r->demand > ALLOT__STATE_FLOOD_FACTOR * f * rate * n ||
+	    (double) r->held > f * burst + 1) {
+		if (y->absurd++ == 0)
+			y->bad = r;
+		return;
+	}
+	squota *sq = &y->svc->q[q];
+	sq->allowed_total += r->consumed;
+	sq->denied_total += r->denied;
+	sq->win_allowed += r->consumed;
+	sq->win_denied += r->denied;
+	allot__level_bring(sq, rate, burst, y->now);
+	sq->level -= (double) r->consumed;
+	if (sq->level < 0)
+		sq->level = 0;
+	allot__est_update(y->s, key, (double) r->consumed + (double) r->denied,
+	    y->w, y->now);
+	key->consumed += (double) r->consumed;
+	key->denied += (double) r->denied;
+	key->demand = (double) r->demand;
+	key->held = (double) r->held;
+}
+
+/* Every report of the Sync. Under the lock. */
+static void
+book_reports(syn *y, ProtobufCAllocator *pa)
+{
+	const Allot__V1__Sync *req = y->req;
+	session *s = y->s;
+	y->n = y->svc->nsess;
+	y->window_s = (double) since(y->now, s->last_sync_ns) / 1e9 + 1.0;
+	y->f = y->st->o.absurd_factor;
+	/* The window the reports cover, for the demand estimates: the
+	 * agent's own measure (no network jitter in it) unless it is
+	 * missing or beyond what the coordinator saw. */
+	double w = (double) req->elapsed_ms / 1e3;
+	double wseen = y->window_s - 1.0;
+	if (!(w > 0) || w > wseen + 1.0)
+		w = wseen;
+	if (w < 1e-3)
+		w = 1e-3;
+	y->w = w;
+	for (size_t i = 0; i < req->n_reports; i++) {
+		const Allot__V1__KeyReport *r = req->reports[i];
+		if (r->key >= s->nkeys || s->keys[r->key].q < 0) {
+			y->unknown++;
+			continue;
+		}
+		skey *key = &s->keys[r->key];
+		if (y->svc->q[key->q].disowned)
+			book_not_owned(y, pa, r, key->q);
+		else
+			book_report(y, key, r);
+	}
+}
+
+/* The sequence number of the Sync: without a gap, the agent applied our
+ * previous answer, so what it holds is its grant again, and its lease
+ * runs from that answer. Returns whether there was a gap. Under the
+ * lock. */
+static bool
+sync_ack(syn *y)
+{
+	session *s = y->s;
+	bool gap = y->req->seq != s->last_seq + 1;
+	if (!gap) {
+		s->acked_reply_ns = s->last_reply_ns;
+		s->acked_replicas = s->last_replicas;
+	}
+	if (!gap && s->unacked) {
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			skey *key = &s->keys[k];
+			double h0 = key->q >= 0 ? key_hold(key) : 0;
+			key->may_rate = key->sent_rate;
+			key->may_burst = key->sent_burst;
+			if (key->q >= 0)
+				y->svc->held_total += key_hold(key) - h0;
+		}
+		s->unacked = false;
+	}
+	s->last_seq = y->req->seq;
+	s->last_seen_ns = y->now;
+	s->last_sync_ns = y->now;
+	s->seen_dirty = true;
+	return gap;
+}
+
+/* The Reply: full after a gap or every full_every answers, otherwise the
+ * grants that changed. Under the lock. */
+static void
+sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
+{
+	allot__state *st = y->st;
+	session *s = y->s;
+	service *svc = y->svc;
+	ret->seq = y->req->seq;
+	ret->replicas = svc->nsess;
+	ret->config_epoch = st->cur->epoch;
+	ret->lease_ms = st->o.lease_ms;
+	ret->rejected_reports = y->unknown + y->absurd;
+	ret->not_owner = y->not_owner;
+	ret->n_not_owner = y->n_not_owner;
+	bool full = s->force_full || gap ||
+	    ++s->replies_since_full >= st->o.full_every;
+	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0) {
+		if (build_shares(
+		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
+			ret->full = full;
+			if (full) {
+				s->replies_since_full = 0;
+				s->force_full = false;
+			}
+			s->sent_gen = svc->gen;
+		} else {
+			s->force_full = true;
+		}
+	}
+	s->last_reply_ns = y->now;
+	s->last_replicas = svc->nsess;
+}
+
+/* After unlocking: the counters and log lines of a Sync. */
+static void
+sync_report(const syn *y)
+{
+	allot__state *st = y->st;
+	allot__metrics *m = st->o.metrics;
+	const Allot__V1__Sync *req = y->req;
+	uint32_t unknown = y->unknown, absurd = y->absurd;
+	if (m != NULL) {
+		allot__metrics_add(&m->syncs, 1);
+		allot__metrics_add(
+		    &m->key_reports, req->n_reports - unknown - absurd);
+	}
+	if (y->n_not_owner > 0)
+		allot__metrics_reject(m, ALLOT__REJ_NOT_OWNER, y->n_not_owner);
+	if (unknown > 0) {
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
+		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
+		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
+		    "session %" PRIu64 " seq %" PRIu64 ": %u reports for keys "
+		    "that are out of range or have no quota were dropped",
+		    req->session, req->seq, unknown);
+	}
+	if (absurd > 0) {
+		const Allot__V1__KeyReport *bad = y->bad;
+		allot__metrics_reject(m, ALLOT__REJ_ABSURD, absurd);
+		allot__log_ratelimited(st->o.lg, &st->rl_absurd,
+		    ALLOT_LOG_WARNING, "ALLOTD-ABSURD",
+		    "session %" PRIu64 " seq %" PRIu64 ": %u reports with "
+		    "impossible numbers dropped (first: key %u consumed "
+		    "%" PRIu64 " denied %" PRIu64 " held %" PRIu64
+		    " demand %" PRIu64 ")",
+		    req->session, req->seq, absurd, bad->key, bad->consumed,
+		    bad->denied, bad->held, bad->demand);
+	}
+}
+
+Allot__V1__Error__Code
+allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
+    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err,
+    size_t errlen)
+{
+	syn y = { .st = st, .req = req };
+	uint64_t last_seq = 0;
+
+	pthread_mutex_lock(&st->mu);
+	y.now = now_ns(st);
+	allot__heard(st, y.now);
+	sync_refusal why = sync_session(&y, pipe, &last_seq);
+	if (why != SYNC_OK) {
+		pthread_mutex_unlock(&st->mu);
+		return sync_refuse(
+		    st->o.metrics, req, why, last_seq, err, errlen);
+	}
+	y.svc = y.s->svc;
+	book_reports(&y, pa);
+	bool gap = sync_ack(&y);
+	sync_reply(&y, pa, gap, ret);
+	pthread_mutex_unlock(&st->mu);
+
+	sync_report(&y);
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+Allot__V1__Error__Code
+allot__state_leave_on(allot__state *st, const Allot__V1__Leave *req,
+    uint32_t pipe, Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	allot__metrics *m = st->o.metrics;
+	pthread_mutex_lock(&st->mu);
+	uint64_t now = now_ns(st);
+	allot__heard(st, now);
+	session *s = allot__session_find(st, req->session);
+	if (s == NULL) {
+		pthread_mutex_unlock(&st->mu);
+		snprintf(
+		    err, errlen, "unknown session %" PRIu64, req->session);
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
+		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
+	if (!allot__pipe_ok(s, pipe)) {
+		pthread_mutex_unlock(&st->mu);
+		return allot__pipe_mismatch(m, req->session, err, errlen);
+	}
+	service *svc = s->svc;
+	allot__conserve_leave(svc, s);
+	allot__session_unlink(st, s);
+	allot__recompute(st, svc, now);
+	uint32_t remaining = svc->nsess;
+	ret->seq = 0;
+	ret->replicas = remaining;
+	ret->config_epoch = st->cur->epoch;
+	ret->lease_ms = 0;
+	ret->full = true;
+	if (st->o.store != NULL)
+		allot__store_replica_left(st->o.store, s->id, "leave");
+	pthread_mutex_unlock(&st->mu);
+
+	char reason[129];
+	allot__sanitize(reason, sizeof reason, req->reason);
+	if (m != NULL)
+		allot__metrics_add(&m->leaves, 1);
+	allot__log(st->o.lg, ALLOT_LOG_INFO, "ALLOTD-LEAVE",
+	    "replica %s of %s left (session %" PRIu64 ", reason \"%s\"); %u "
+	    "replicas now",
+	    s->replica_id, svc->name, s->id, reason, remaining);
+	if (st->o.store != NULL) {
+		char detail[256];
+		snprintf(detail, sizeof detail,
+		    "service=%.64s session=%" PRIu64 " replicas=%u reason=%s",
+		    svc->name, s->id, remaining, reason);
+		allot__store_event(
+		    st->o.store, "leave", s->replica_id, detail);
+	}
+	allot__session_free(s);
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+Allot__V1__Error__Code
+allot__state_register(allot__state *st, const Allot__V1__Register *req,
+    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err, size_t errlen)
+{
+	return allot__state_register_on(st, req, 0, pa, ret, err, errlen);
+}
+
+Allot__V1__Error__Code
+allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
+    ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	return allot__state_sync_on(st, req, 0, pa, ret, err, errlen);
+}
+
+Allot__V1__Error__Code
+allot__state_leave(allot__state *st, const Allot__V1__Leave *req,
+    Allot__V1__Reply *ret, char *err, size_t errlen)
+{
+	return allot__state_leave_on(st, req, 0, ret, err, errlen);
+}

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the requests accept before they touch the state: the names of a
+ * Register (printable ASCII, bounded), a session built from one outside
+ * the lock, the connection a session is bound to, and the free text of a
+ * Leave made safe for a store row.
+ */
+#include "registry_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Printable ASCII, 1..max bytes (0 allowed when !required). Names end up
+ * in label values, JSON and log lines; restricting them keeps all three
+ * trivially safe. */
+static bool
+name_ok(const char *s, size_t max, bool required)
+{
+	if (s == NULL)
+		return !required;
+	size_t n = 0;
+	for (; s[n] != '\0'; n++) {
+		unsigned char c = (unsigned char) s[n];
+		if (c < 0x20 || c > 0x7e || n >= max)
+			return false;
+	}
+	return n > 0 || !required;
+}
+
+/* Whether the names of a Register are acceptable; if not, the Error code
+ * with a message in `err`. */
+Allot__V1__Error__Code
+allot__register_check(const Allot__V1__Register *req, char *err, size_t errlen)
+{
+	if (!name_ok(req->replica_id, ALLOT__STATE_NAME_MAX, true) ||
+	    !name_ok(req->service, ALLOT__STATE_NAME_MAX, true) ||
+	    !name_ok(req->host, ALLOT__STATE_NAME_MAX, false) ||
+	    !name_ok(req->agent_version, ALLOT__STATE_VERSION_MAX, false)) {
+		snprintf(err, errlen,
+		    "replica_id and service must be 1-%u "
+		    "printable ASCII characters (host too, agent_version "
+		    "at most %u)",
+		    ALLOT__STATE_NAME_MAX, ALLOT__STATE_VERSION_MAX);
+		return ALLOT__V1__ERROR__CODE__MALFORMED;
+	}
+	for (size_t k = 0; k < req->n_keys; k++) {
+		if (!name_ok(req->keys[k], ALLOT__STATE_NAME_MAX, true)) {
+			snprintf(err, errlen,
+			    "key %zu: a key must be 1-%u "
+			    "printable ASCII characters",
+			    k, ALLOT__STATE_NAME_MAX);
+			return ALLOT__V1__ERROR__CODE__MALFORMED;
+		}
+	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* A session for `req` with everything copied, built before locking. */
+session *
+allot__session_new(const Allot__V1__Register *req)
+{
+	session *s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return NULL;
+	s->nkeys = (uint32_t) req->n_keys;
+	s->replica_id = strdup(req->replica_id);
+	s->host = strdup(req->host != NULL ? req->host : "");
+	s->agent_version = strdup(
+	    req->agent_version != NULL ? req->agent_version : "");
+	s->pid = req->pid;
+	s->digest = req->config_digest;
+	size_t blob = 0;
+	for (size_t k = 0; k < req->n_keys; k++)
+		blob += strlen(req->keys[k]) + 1;
+	s->keys = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->keys);
+	s->names = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->names);
+	s->names_blob = malloc(blob ? blob : 1);
+	if (s->replica_id == NULL || s->host == NULL ||
+	    s->agent_version == NULL || s->keys == NULL || s->names == NULL ||
+	    s->names_blob == NULL) {
+		allot__session_free(s);
+		return NULL;
+	}
+	char *p = s->names_blob;
+	for (size_t k = 0; k < req->n_keys; k++) {
+		size_t len = strlen(req->keys[k]);
+		memcpy(p, req->keys[k], len + 1);
+		s->names[k] = p;
+		p += len + 1;
+		s->keys[k].q = -1;
+		s->keys[k].sent_rate = NAN;
+		s->keys[k].sent_burst = NAN;
+		s->keys[k].may_rate = NAN;
+		s->keys[k].may_burst = NAN;
+	}
+	return s;
+}
+
+/* A session registered over one connection is driven over that one
+ * only: a Sync or Leave for it arriving on another connection (another
+ * peer guessing the sequential id, or the same agent after a reconnect)
+ * is answered UNKNOWN_SESSION, which makes a genuine agent register
+ * again, and counted apart. Pipe 0 (the simulator, tests) binds nothing. */
+bool
+allot__pipe_ok(const session *s, uint32_t pipe)
+{
+	return s->pipe == 0 || s->pipe == pipe;
+}
+
+Allot__V1__Error__Code
+allot__pipe_mismatch(allot__metrics *m, uint64_t id, char *err, size_t errlen)
+{
+	snprintf(err, errlen,
+	    "session %" PRIu64 " belongs to another connection: register "
+	    "again",
+	    id);
+	allot__metrics_reject(m, ALLOT__REJ_SESSION_PIPE, 1);
+	return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+}
+
+/* Agent-supplied free text for a store row: printable, bounded. */
+void
+allot__sanitize(char *dst, size_t cap, const char *src)
+{
+	size_t j = 0;
+	for (size_t i = 0; src != NULL && src[i] != '\0' && j + 1 < cap; i++) {
+		unsigned char c = (unsigned char) src[i];
+		dst[j++] = c >= 0x20 && c < 0x7f ? (char) c : '?';
+	}
+	dst[j] = '\0';
+}
