@@ -18,12 +18,12 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include <allot/client.h>
 
 #include "clock.h"
+#include "prng.h"
 
 /* Sub-window buckets of the budget window: the window forgets a tenth of
  * itself at a time, which is smooth enough for a budget. */
@@ -68,34 +68,14 @@ allot_retry_policy_init(allot_retry_policy *policy)
 	policy->budget_min_retries = 3;
 }
 
-static uint64_t
-splitmix64(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* Uniform in [0, n], from 53 random bits; the bias is far below what a
  * backoff delay can notice. */
 static uint64_t
 uniform_upto(uint64_t *state, uint64_t n)
 {
-	double u = (double) (splitmix64(state) >> 11) * 0x1.0p-53;
+	double u = allot__splitmix64_unit(state);
 	uint64_t v = (uint64_t) (u * ((double) n + 1.0));
 	return v > n ? n : v;
-}
-
-static uint64_t
-entropy_seed(const void *salt)
-{
-	uint64_t s = 0;
-	if (getrandom(&s, sizeof(s), GRND_NONBLOCK) != (ssize_t) sizeof(s)) {
-		s = allot__mono_ns() ^ (uint64_t) (uintptr_t) salt;
-		s ^= (uint64_t) time(NULL) << 20;
-	}
-	return s;
 }
 
 static uint64_t
@@ -137,7 +117,7 @@ allot_retry_create(const allot_retry_policy *policy, allot_retry **ret_retry)
 		r->width_ns = 1;
 	for (int i = 0; i < BUDGET_BUCKETS; i++)
 		r->ring[i].epoch = UINT64_MAX;
-	r->rng = pol.seed != 0 ? pol.seed : entropy_seed(r);
+	r->rng = allot__prng_seed(pol.seed, r);
 	*ret_retry = r;
 	return ALLOT_OK;
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "allot.pb-c.h"
+#include "prng.h"
 #include "sign.h"
 
 #define PROTO_VERSION 1u
@@ -27,15 +28,11 @@
 typedef allot__syncc syncc;
 typedef allot__qsync qsync;
 
-/* xorshift64*: jitter only. */
+/* xorshift64* (prng.h): jitter only. */
 static double
 uniform(syncc *s)
 {
-	s->rng ^= s->rng >> 12;
-	s->rng ^= s->rng << 25;
-	s->rng ^= s->rng >> 27;
-	return (double) ((s->rng * 0x2545f4914f6cdd1dull) >> 11) /
-	    9007199254740992.0;
+	return allot__xorshift64s_unit(&s->rng);
 }
 
 static inline bool

@@ -13,11 +13,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include <allot/client.h>
 
 #include "clock.h"
+#include "prng.h"
 
 #define MAX_BUCKETS 3600u
 
@@ -51,15 +51,6 @@ allot_throttle_options_init(allot_throttle_options *opts)
 	opts->k = 2.0;
 	opts->window_ms = 60000;
 	opts->bucket_ms = 1000;
-}
-
-static uint64_t
-splitmix64(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 static uint64_t
@@ -99,11 +90,7 @@ allot_throttle_create(
 	}
 	t->opts = o;
 	t->width_ns = (uint64_t) o.bucket_ms * 1000000u;
-	t->rng = o.seed;
-	if (t->rng == 0 &&
-	    getrandom(&t->rng, sizeof(t->rng), GRND_NONBLOCK) !=
-	        (ssize_t) sizeof(t->rng))
-		t->rng = allot__mono_ns() ^ (uint64_t) (uintptr_t) t;
+	t->rng = allot__prng_seed(o.seed, t);
 	t->head = now_ns(t) / t->width_ns;
 	*ret_throttle = t;
 	return ALLOT_OK;
@@ -170,7 +157,7 @@ allot_throttle_admit(allot_throttle *throttle)
 	struct tslot *s = advance(t, now);
 	double p = probability(t);
 	if (p > 0.0) {
-		double u = (double) (splitmix64(&t->rng) >> 11) * 0x1.0p-53;
+		double u = allot__splitmix64_unit(&t->rng);
 		send = u >= p;
 	}
 	/* A request sent now is counted when its answer is recorded, so a

@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prng.h"
+
 volatile uint64_t bench_sink;
 
 static _Noreturn void
@@ -178,18 +180,13 @@ bench_fail(const char *fmt, ...)
 void
 bench_rng_seed(bench_rng *r, uint64_t seed)
 {
-	r->s = seed ? seed : 0x9e3779b97f4a7c15ull;
+	r->s = seed ? seed : ALLOT__GOLDEN64;
 }
 
 uint64_t
 bench_rng_next(bench_rng *r)
 {
-	uint64_t x = r->s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	r->s = x;
-	return x * 0x2545f4914f6cdd1dull;
+	return allot__xorshift64s(&r->s);
 }
 
 uint32_t

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "prng.h"
 
 const char *const sim_scenario_names[] = {
 	"uniform",
@@ -54,26 +55,17 @@ typedef struct rng {
 	uint64_t s;
 } rng;
 
-static uint64_t
-rng_next(rng *r)
-{
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static double
 rng_unit(rng *r)
 {
-	return (double) (rng_next(r) >> 11) / 9007199254740992.0;
+	return allot__splitmix64_unit(&r->s);
 }
 
 static rng
 rng_stream(uint64_t seed, uint64_t a, uint64_t b)
 {
-	rng r = { seed * 0x9e3779b97f4a7c15ull ^ (a << 32) ^ b };
-	rng_next(&r);
+	rng r = { seed * ALLOT__GOLDEN64 ^ (a << 32) ^ b };
+	allot__splitmix64(&r.s);
 	return r;
 }
 
