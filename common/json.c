@@ -1,19 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* JSON strings to a stdio stream (json.h). */
+/* JSON strings to a stdio stream (json.h), escaped by buf.h's escaper. */
 #include "json.h"
+
+#include "buf.h"
+
+static void
+file_sink(void *ctx, const char *s, size_t n)
+{
+	fwrite(s, 1, n, ctx);
+}
 
 void
 allot__json_fputs(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; s != NULL && *s != '\0'; s++) {
-		unsigned char c = (unsigned char) *s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
+	allot__json_escape(s, file_sink, f);
 }

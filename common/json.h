@@ -2,8 +2,8 @@
 /*
  * JSON string output to a stdio stream, for the tools and test reports
  * that write JSON lines (allot-sim --json, the fault suite's figures).
- * allotd renders into memory instead (allot__buf_json, metrics.h), with
- * the same escaping.
+ * allotd renders into memory instead (allot__buf_json); both use the
+ * one escaper, allot__json_escape (buf.h).
  */
 #ifndef ALLOT_COMMON_JSON_H
 #define ALLOT_COMMON_JSON_H

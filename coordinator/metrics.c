@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Process-wide counters of allotd and the Prometheus/JSON text helpers the
- * HTTP endpoints use (metrics.h). Nothing here locks: counters are relaxed
+ * Process-wide counters of allotd and their Prometheus rendering
+ * (metrics.h). Nothing here locks: counters are relaxed
  * atomics, and a rendered snapshot may mix values from slightly different
  * instants, which Prometheus tolerates.
  */
@@ -13,119 +13,6 @@
 #include <string.h>
 
 #include <allot/allot.h>
-
-/* ---- buffer ---- */
-
-static bool
-reserve(allot__buf *b, size_t extra)
-{
-	if (b->oom)
-		return false;
-	if (b->len + extra + 1 <= b->cap)
-		return true;
-	size_t cap = b->cap ? b->cap : 4096;
-	while (cap < b->len + extra + 1)
-		cap *= 2;
-	char *p = realloc(b->p, cap);
-	if (p == NULL) {
-		b->oom = true;
-		return false;
-	}
-	b->p = p;
-	b->cap = cap;
-	return true;
-}
-
-void
-allot__buf_printf(allot__buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char small[256];
-	int n = vsnprintf(small, sizeof small, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if (!reserve(b, (size_t) n))
-		return;
-	if ((size_t) n < sizeof small) {
-		memcpy(b->p + b->len, small, (size_t) n + 1);
-	} else {
-		va_start(ap, fmt);
-		vsnprintf(b->p + b->len, (size_t) n + 1, fmt, ap);
-		va_end(ap);
-	}
-	b->len += (size_t) n;
-}
-
-void
-allot__buf_puts(allot__buf *b, const char *s)
-{
-	size_t n = strlen(s);
-	if (!reserve(b, n))
-		return;
-	memcpy(b->p + b->len, s, n + 1);
-	b->len += n;
-}
-
-void
-allot__buf_label(allot__buf *b, const char *s)
-{
-	for (; *s != '\0'; s++) {
-		if (!reserve(b, 2))
-			return;
-		if (*s == '\\' || *s == '"') {
-			b->p[b->len++] = '\\';
-			b->p[b->len++] = *s;
-		} else if (*s == '\n') {
-			b->p[b->len++] = '\\';
-			b->p[b->len++] = 'n';
-		} else {
-			b->p[b->len++] = *s;
-		}
-		b->p[b->len] = '\0';
-	}
-}
-
-void
-allot__buf_json(allot__buf *b, const char *s)
-{
-	allot__buf_puts(b, "\"");
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char) *s;
-		if (c == '"' || c == '\\') {
-			allot__buf_printf(b, "\\%c", c);
-		} else if (c < 0x20 || c == 0x7f) {
-			allot__buf_printf(b, "\\u%04x", c);
-		} else {
-			if (!reserve(b, 1))
-				return;
-			b->p[b->len++] = (char) c;
-			b->p[b->len] = '\0';
-		}
-	}
-	allot__buf_puts(b, "\"");
-}
-
-void
-allot__buf_num(allot__buf *b, double v)
-{
-	if (!isfinite(v))
-		v = 0;
-	if (v == floor(v) && fabs(v) < 1e15)
-		allot__buf_printf(b, "%.0f", v);
-	else
-		allot__buf_printf(b, "%.9g", v);
-}
-
-void
-allot__buf_free(allot__buf *b)
-{
-	free(b->p);
-	b->p = NULL;
-	b->len = b->cap = 0;
-	b->oom = false;
-}
 
 /* ---- reasons ---- */
 

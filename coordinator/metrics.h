@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * allotd's process-wide counters and histograms, and the text buffer the
- * HTTP endpoints render into. Counters are relaxed atomics so the nng
+ * allotd's process-wide counters and histograms (the text buffer the
+ * HTTP endpoints render into is common/buf.h). Counters are relaxed atomics so the nng
  * worker threads bump them without a lock; per-service and per-quota
  * figures live in the registry (state.c) under its mutex and are rendered
  * from there. Label sets are fixed enums (rejection reasons) or come from
@@ -17,25 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- growable text buffer ---- */
-
-typedef struct allot__buf {
-	char *p;
-	size_t len;
-	size_t cap;
-	bool oom; /* an append failed: the text is truncated */
-} allot__buf;
-
-void allot__buf_printf(allot__buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void allot__buf_puts(allot__buf *b, const char *s);
-/* Append `s` escaped as a Prometheus label value (\\, \", \n). */
-void allot__buf_label(allot__buf *b, const char *s);
-/* Append `s` as a JSON string, quotes included. */
-void allot__buf_json(allot__buf *b, const char *s);
-/* Append a finite double as a number (JSON/Prometheus); NaN/Inf as 0. */
-void allot__buf_num(allot__buf *b, double v);
-void allot__buf_free(allot__buf *b);
+#include "buf.h"
 
 /* ---- rejection reasons (label values of allotd_rejected_messages_total) */
 
