@@ -10,6 +10,7 @@
  * are evicted to make room.
  */
 #include "agent_int.h"
+#include "sync_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "fallback.h"
 
 #define NAME_SZ (ALLOT_IDENTITY_MAX + 1)
 #define NONE UINT32_MAX
@@ -48,73 +51,6 @@ dup_or_null(const char *s)
 
 /* ---- read-only string indexes ---- */
 
-static uint32_t
-pow2_at_least(uint64_t n)
-{
-	uint32_t c = 8;
-	while (c < n && c < (1u << 30))
-		c <<= 1;
-	return c;
-}
-
-static int
-index_build(uint32_t n, const char *(*name)(void *, uint32_t), void *ctx,
-    uint64_t seed, uint32_t **ret_idx, uint64_t **ret_hash, uint32_t *ret_mask)
-{
-	uint32_t cap = pow2_at_least((uint64_t) n * 2 + 1);
-	uint32_t *idx = calloc(cap, sizeof *idx);
-	uint64_t *hs = calloc(cap, sizeof *hs);
-	if (idx == NULL || hs == NULL) {
-		free(idx);
-		free(hs);
-		return ALLOT_ENOMEM;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		const char *s = name(ctx, i);
-		uint64_t h = allot__hash(s, strlen(s), seed);
-		uint32_t p = (uint32_t) h & (cap - 1);
-		while (idx[p] != 0)
-			p = (p + 1) & (cap - 1);
-		idx[p] = i + 1;
-		hs[p] = h;
-	}
-	*ret_idx = idx;
-	*ret_hash = hs;
-	*ret_mask = cap - 1;
-	return ALLOT_OK;
-}
-
-static const char *
-caller_name(void *ctx, uint32_t i)
-{
-	const allot_config *cfg = ctx;
-	return cfg->callers[i].identity;
-}
-
-static const char *
-endpoint_name(void *ctx, uint32_t i)
-{
-	const allot_config *cfg = ctx;
-	return cfg->endpoints[i].name;
-}
-
-/* Caller index for an identity, or -1. */
-static inline int64_t
-find_caller(const allot_agent *a, const char *id, size_t len, uint64_t h)
-{
-	uint32_t p = (uint32_t) h & a->id_mask;
-	for (;;) {
-		uint32_t v = a->id_index[p];
-		if (v == 0)
-			return -1;
-		if (a->id_hash[p] == h) {
-			const char *s = a->cfg->callers[v - 1].identity;
-			if (memcmp(s, id, len) == 0 && s[len] == '\0')
-				return v - 1;
-		}
-		p = (p + 1) & a->id_mask;
-	}
-}
 
 static inline uint32_t
 find_class(const allot_agent *a, const char *ep)
@@ -132,16 +68,33 @@ find_class(const allot_agent *a, const char *ep)
 		return dflt;
 	}
 	uint64_t h = allot__hash(ep, len, a->seed);
-	uint32_t p = (uint32_t) h & a->ep_mask;
-	for (;;) {
-		uint32_t v = a->ep_index[p];
-		if (v == 0)
-			return dflt;
-		if (a->ep_hash[p] == h && a->ep_len[v - 1] == len &&
-		    memcmp(a->cfg->endpoints[v - 1].name, ep, len) == 0)
-			return v - 1;
-		p = (p + 1) & a->ep_mask;
+	uint32_t pos = allot__idmap_start(&a->ep_map, h), v;
+	while ((v = allot__idmap_next(&a->ep_map, h, &pos)) !=
+	    ALLOT__IDMAP_NONE)
+		if (a->ep_len[v] == len &&
+		    memcmp(a->cfg->endpoints[v].name, ep, len) == 0)
+			return v;
+	return dflt;
+}
+
+static int
+endpoints_index(allot_agent *a)
+{
+	const allot_config *c = a->cfg;
+	a->ep_len = calloc(a->nclasses, sizeof *a->ep_len);
+	if (a->ep_len == NULL ||
+	    allot__idmap_init(&a->ep_map, (uint32_t) c->nendpoints) !=
+	        ALLOT_OK)
+		return ALLOT_ENOMEM;
+	for (uint32_t j = 0; j + 1 < a->nclasses; j++) {
+		const char *name = c->endpoints[j].name;
+		a->class_names[j] = name;
+		a->ep_len[j] = strlen(name);
+		allot__idmap_add(&a->ep_map,
+		    allot__hash(name, a->ep_len[j], a->seed), j);
 	}
+	a->class_names[a->nclasses - 1] = "default";
+	return ALLOT_OK;
 }
 
 /* ---- create / destroy ---- */
@@ -166,48 +119,14 @@ key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
 	k->next_free = NONE;
 }
 
-int
-allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
-    allot_agent **ret_agent)
+/* Own copies of the option strings; the options then point at them. */
+static int
+options_copy(allot_agent *a, const allot_agent_options *o)
 {
-	if (cfg == NULL || ret_agent == NULL)
-		return ALLOT_EINVAL;
-	allot_agent_options o;
-	if (opts != NULL)
-		o = *opts;
-	else
-		allot_agent_options_init(&o);
-	if (o.sync_interval_ms == 0 || o.initial_replicas == 0 ||
-	    o.max_threads == 0 || o.max_threads > 65536 ||
-	    !(o.sync_jitter >= 0 && o.sync_jitter < 1) ||
-	    o.reconnect_min_ms == 0 || o.reconnect_max_ms < o.reconnect_min_ms)
-		return ALLOT_EINVAL;
-
-	int rc = ALLOT_ENOMEM;
-	allot_agent *a = calloc(1, sizeof *a);
-	if (a == NULL)
-		return ALLOT_ENOMEM;
-	pthread_mutex_init(&a->dyn_lock, NULL);
-	pthread_mutex_init(&a->set_lock, NULL);
-	a->opts = o;
-	a->log.fn = o.log;
-	a->log.ctx = o.log_ctx;
-	a->log.level = o.log_level;
-	a->clock_fn = o.clock;
-	a->clock_ctx = o.clock_ctx;
-	a->tsc = allot__tsc_get();
-	a->seed = allot__hash_seed();
-	a->max_blocks = o.max_threads;
-	a->idle_evict_ns = (uint64_t) o.idle_evict_ms * 1000000u;
-	a->dyn_free = NONE;
-
-	if ((a->cfg = allot__config_dup(cfg)) == NULL)
-		goto fail;
-	const allot_config *c = a->cfg;
-	a->coordinator = dup_or_null(o.coordinator);
-	a->service = dup_or_null(o.service != NULL ? o.service : "default");
-	if (o.replica_id != NULL) {
-		a->replica_id = strdup(o.replica_id);
+	a->coordinator = dup_or_null(o->coordinator);
+	a->service = dup_or_null(o->service != NULL ? o->service : "default");
+	if (o->replica_id != NULL) {
+		a->replica_id = strdup(o->replica_id);
 	} else {
 		char host[256] = "localhost";
 		gethostname(host, sizeof host - 1);
@@ -216,79 +135,50 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		a->replica_id = strdup(buf);
 	}
 	if (a->service == NULL || a->replica_id == NULL ||
-	    (o.coordinator != NULL && a->coordinator == NULL))
-		goto fail;
-	a->tls_ca = dup_or_null(o.tls_ca_file);
-	a->tls_cert = dup_or_null(o.tls_cert_key_file);
-	a->tls_name = dup_or_null(o.tls_server_name);
-	if ((o.tls_ca_file != NULL && a->tls_ca == NULL) ||
-	    (o.tls_cert_key_file != NULL && a->tls_cert == NULL) ||
-	    (o.tls_server_name != NULL && a->tls_name == NULL))
-		goto fail;
+	    (o->coordinator != NULL && a->coordinator == NULL))
+		return ALLOT_ENOMEM;
+	a->tls_ca = dup_or_null(o->tls_ca_file);
+	a->tls_cert = dup_or_null(o->tls_cert_key_file);
+	a->tls_name = dup_or_null(o->tls_server_name);
+	if ((o->tls_ca_file != NULL && a->tls_ca == NULL) ||
+	    (o->tls_cert_key_file != NULL && a->tls_cert == NULL) ||
+	    (o->tls_server_name != NULL && a->tls_name == NULL))
+		return ALLOT_ENOMEM;
 	a->opts.tls_ca_file = a->tls_ca;
 	a->opts.tls_cert_key_file = a->tls_cert;
 	a->opts.tls_server_name = a->tls_name;
 	a->opts.coordinator = a->coordinator;
 	a->opts.service = a->service;
 	a->opts.replica_id = a->replica_id;
+	return ALLOT_OK;
+}
 
-	a->nquotas = (uint32_t) c->ncallers + 1;
-	a->nclasses = (uint32_t) c->nendpoints + 1;
-	a->dyn_cap = o.max_unknown_keys;
-	size_t nknown = (size_t) c->ncallers * a->nclasses;
-	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
-
-	a->quotas = aligned_alloc(64, sizeof(allot__qrt) * a->nquotas);
-	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
-	a->known_keys = calloc(nknown + 1, sizeof(allot_key));
-	a->anon_keys = calloc(a->nclasses, sizeof(allot_key));
-	a->overflow_keys = calloc(a->nclasses, sizeof(allot_key));
-	a->dyn_keys = calloc(a->dyn_cap + 1, sizeof(allot_key));
-	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
-	a->nkeys = (uint32_t) nkeys;
-	if (a->quotas == NULL || a->class_names == NULL ||
-	    a->known_keys == NULL || a->anon_keys == NULL ||
-	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
-	    a->dyn_names == NULL)
-		goto fail;
+/* Quotas: before the first reply from a coordinator every bucket runs
+ * at the static share R / initial_replicas (fallback.h). */
+static void
+quotas_init(allot_agent *a)
+{
+	const allot_config *c = a->cfg;
 	memset(a->quotas, 0, sizeof(allot__qrt) * a->nquotas);
-	if ((rc = allot__blocks_init(a)) != ALLOT_OK)
-		goto fail;
-	rc = ALLOT_ENOMEM;
-
-	/* Quotas: before the first reply from a coordinator every bucket
-	 * runs at the static split R / initial_replicas. */
 	for (uint32_t i = 0; i < a->nquotas; i++) {
 		allot__qrt *q = &a->quotas[i];
 		q->q = i < c->ncallers ? &c->callers[i] : &c->def;
 		q->index = i;
 		q->is_default = i == c->ncallers;
-		double n = (double) o.initial_replicas;
-		allot__allowance al = {
-			.rate = q->q->rate / n,
-			.burst = fmax(q->q->burst / n, (double) c->max_weight),
-			.mode = ALLOT__MODE_LIMIT,
-		};
+		allot__allowance al;
+		allot__static_share(q->q->rate, q->q->burst,
+		    a->opts.initial_replicas, c->max_weight, &al);
 		allot__bucket_init(&q->bucket, &al);
 		atomic_store(&q->bucket.shadow, q->q->shadow);
 	}
-	a->ep_len = calloc(a->nclasses, sizeof *a->ep_len);
-	if (a->ep_len == NULL)
-		goto fail;
-	for (uint32_t j = 0; j + 1 < a->nclasses; j++) {
-		a->class_names[j] = c->endpoints[j].name;
-		a->ep_len[j] = strlen(c->endpoints[j].name);
-	}
-	a->class_names[a->nclasses - 1] = "default";
+}
 
-	if ((rc = index_build((uint32_t) c->ncallers, caller_name, (void *) c,
-	         a->seed, &a->id_index, &a->id_hash, &a->id_mask)) !=
-	        ALLOT_OK ||
-	    (rc = index_build((uint32_t) c->nendpoints, endpoint_name,
-	         (void *) c, a->seed, &a->ep_index, &a->ep_hash,
-	         &a->ep_mask)) != ALLOT_OK)
-		goto fail;
-
+/* Every key, numbered across kinds: known callers by endpoint class,
+ * then anonymous and overflow keys, then the unknown-identity pool. */
+static int
+keys_init(allot_agent *a)
+{
+	const allot_config *c = a->cfg;
 	uint32_t id = 0;
 	allot__qrt *def = &a->quotas[a->nquotas - 1];
 	for (size_t i = 0; i < c->ncallers; i++)
@@ -309,14 +199,105 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		k->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
 	}
 	a->dyn_free = a->dyn_cap > 0 ? 0 : NONE;
-	a->dyn_mask = pow2_at_least((uint64_t) a->dyn_cap * 2 + 1) - 1;
+	/* Sized as an idmap of the pool, but an index of its own: lock-free
+	 * reads of atomic key pointers, written under dyn_lock. */
+	a->dyn_mask = allot__idmap_slots(a->dyn_cap) - 1;
 	a->dyn_index = calloc((size_t) a->dyn_mask + 1, sizeof *a->dyn_index);
-	if (a->dyn_index == NULL) {
-		rc = ALLOT_ENOMEM;
-		goto fail;
-	}
+	return a->dyn_index == NULL ? ALLOT_ENOMEM : ALLOT_OK;
+}
 
-	if (a->coordinator != NULL && (rc = allot__sync_start(a)) != ALLOT_OK)
+/* The sync engine installs allowances here (allot__installer). */
+static void
+install(void *ctx, uint32_t quota, const allot__allowance *al)
+{
+	allot_agent *a = ctx;
+	allot__quota_set(a, &a->quotas[quota], al);
+}
+
+int
+allot__syncc_init(allot__syncc *c, allot_agent *a, uint64_t seed)
+{
+	allot__installer in = { install, a };
+	return allot__syncc_create(c, a, seed, &in);
+}
+
+static bool
+options_valid(const allot_agent_options *o)
+{
+	return o->sync_interval_ms != 0 && o->initial_replicas != 0 &&
+	    o->max_threads != 0 && o->max_threads <= 65536 &&
+	    o->sync_jitter >= 0 && o->sync_jitter < 1 &&
+	    o->reconnect_min_ms != 0 &&
+	    o->reconnect_max_ms >= o->reconnect_min_ms;
+}
+
+int
+allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
+    allot_agent **ret_agent)
+{
+	if (cfg == NULL || ret_agent == NULL)
+		return ALLOT_EINVAL;
+	allot_agent_options o;
+	if (opts != NULL)
+		o = *opts;
+	else
+		allot_agent_options_init(&o);
+	if (!options_valid(&o))
+		return ALLOT_EINVAL;
+
+	int rc = ALLOT_ENOMEM;
+	allot_agent *a = calloc(1, sizeof *a);
+	if (a == NULL)
+		return ALLOT_ENOMEM;
+	pthread_mutex_init(&a->dyn_lock, NULL);
+	pthread_mutex_init(&a->set_lock, NULL);
+	a->opts = o;
+	a->log.fn = o.log;
+	a->log.ctx = o.log_ctx;
+	a->log.level = o.log_level;
+	a->clock_fn = o.clock;
+	a->clock_ctx = o.clock_ctx;
+	a->tsc = allot__tsc_get();
+	a->seed = allot__hash_seed();
+	a->max_blocks = o.max_threads;
+	a->idle_evict_ns = (uint64_t) o.idle_evict_ms * 1000000u;
+	a->dyn_free = NONE;
+
+	if ((a->cfg = allot__config_dup(cfg)) == NULL ||
+	    options_copy(a, &o) != ALLOT_OK)
+		goto fail;
+	const allot_config *c = a->cfg;
+	a->nquotas = (uint32_t) c->ncallers + 1;
+	a->nclasses = (uint32_t) c->nendpoints + 1;
+	a->dyn_cap = o.max_unknown_keys;
+	size_t nknown = (size_t) c->ncallers * a->nclasses;
+	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
+
+	a->quotas = aligned_alloc(64, sizeof(allot__qrt) * a->nquotas);
+	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
+	a->known_keys = calloc(nknown + 1, sizeof(allot_key));
+	a->anon_keys = calloc(a->nclasses, sizeof(allot_key));
+	a->overflow_keys = calloc(a->nclasses, sizeof(allot_key));
+	a->dyn_keys = calloc(a->dyn_cap + 1, sizeof(allot_key));
+	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
+	a->nkeys = (uint32_t) nkeys;
+	if (a->quotas == NULL || a->class_names == NULL ||
+	    a->known_keys == NULL || a->anon_keys == NULL ||
+	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
+	    a->dyn_names == NULL)
+		goto fail;
+	if ((rc = allot__blocks_init(a)) != ALLOT_OK)
+		goto fail;
+	quotas_init(a);
+	if ((rc = endpoints_index(a)) != ALLOT_OK ||
+	    (rc = allot__config_index_build(&a->callers, c, false, a->seed)) !=
+	        ALLOT_OK ||
+	    (rc = keys_init(a)) != ALLOT_OK)
+		goto fail;
+
+	allot__installer in = { install, a };
+	if (a->coordinator != NULL &&
+	    (rc = allot__sync_start(a, &in)) != ALLOT_OK)
 		goto fail;
 	allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-AGENT-START",
 	    "agent %s for service %s: %zu callers, %u endpoint classes, "
@@ -349,11 +330,9 @@ allot_agent_destroy(allot_agent *a)
 	free(a->overflow_keys);
 	free(a->anon_keys);
 	free(a->known_keys);
-	free(a->ep_index);
-	free(a->ep_hash);
+	allot__idmap_fini(&a->ep_map);
 	free(a->ep_len);
-	free(a->id_index);
-	free(a->id_hash);
+	allot__config_index_free(&a->callers);
 	free(a->class_names);
 	free(a->quotas);
 	free(a->coordinator);
@@ -577,7 +556,7 @@ resolve(allot_agent *a, const char *identity, const char *endpoint, bool pin,
 	if (len > ALLOT_IDENTITY_MAX)
 		return ALLOT_EINVAL;
 	uint64_t h = allot__hash(identity, len, a->seed);
-	int64_t ci = find_caller(a, identity, len, h);
+	int64_t ci = allot__config_index_find_h(&a->callers, identity, len, h);
 	if (ci >= 0) {
 		*ret = &a->known_keys[(size_t) ci * a->nclasses + cls];
 		return ALLOT_OK;

@@ -22,7 +22,9 @@
 #include "bucket.h"
 #include "clock.h"
 #include "config.h"
+#include "config_index.h"
 #include "hash.h"
+#include "idmap.h"
 #include "log.h"
 
 /* Counters of one key in one thread's block. */
@@ -108,15 +110,11 @@ struct allot_agent {
 	uint32_t nclasses; /* nendpoints + 1; last is "default" */
 	const char **class_names;
 
-	/* Read-only open-addressing indexes built at create: value is
-	 * index + 1, 0 marks an empty slot. */
-	uint32_t *id_index;
-	uint64_t *id_hash;
-	uint32_t id_mask;
-	uint32_t *ep_index;
-	uint64_t *ep_hash;
+	/* Read-only indexes built at create (idmap.h): configured
+	 * identities to caller index, endpoint names to class. */
+	allot__config_index callers;
+	allot__idmap ep_map;
 	size_t *ep_len; /* per endpoint class */
-	uint32_t ep_mask;
 
 	allot_key *known_keys; /* ncallers * nclasses */
 	allot_key *anon_keys; /* nclasses: no identity */
@@ -211,11 +209,20 @@ void allot__quota_totals(
 void allot__quota_set(
     allot_agent *a, allot__qrt *q, const allot__allowance *al);
 
+/* How the sync engine installs allowances: given to it at creation, so
+ * that it calls nothing in agent.c (agent.c starts sync.c, which drives
+ * sync_core.c; no call goes back up). `quota` indexes a->quotas. */
+typedef struct allot__installer {
+	void (*install)(
+	    void *ctx, uint32_t quota, const allot__allowance *al);
+	void *ctx;
+} allot__installer;
+
 /* Evict idle unknown-identity keys now (any thread; takes dyn_lock). */
 void allot__agent_sweep(allot_agent *a, uint64_t now);
 
-/* The coordinator loop (sync.c). */
-int allot__sync_start(allot_agent *a);
+/* The coordinator loop (sync.c), installing through `in`. */
+int allot__sync_start(allot_agent *a, const allot__installer *in);
 void allot__sync_stop(allot_agent *a);
 
 #endif

@@ -74,6 +74,7 @@ struct member {
 
 struct allot__sync {
 	allot_agent *a;
+	allot__installer in; /* given by agent.c, for every engine */
 	uv_loop_t loop;
 	uv_thread_t thread;
 	uv_async_t wake;
@@ -481,9 +482,10 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	allot_agent *a = s->a;
 	struct member *mb = &s->m[i];
 	mb->s = s;
-	if (allot__syncc_init(&mb->core, a,
+	if (allot__syncc_create(&mb->core, a,
 	        allot__hash_seed() ^ (uint64_t) getpid() ^
-	            allot__mix64(i + 1)) != ALLOT_OK)
+	            allot__mix64(i + 1),
+	        &s->in) != ALLOT_OK)
 		return ALLOT_ENOMEM;
 	if (cluster) {
 		mb->mine = calloc(
@@ -520,12 +522,13 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 }
 
 int
-allot__sync_start(allot_agent *a)
+allot__sync_start(allot_agent *a, const allot__installer *in)
 {
 	struct allot__sync *s = calloc(1, sizeof *s);
 	if (s == NULL)
 		return ALLOT_ENOMEM;
 	s->a = a;
+	s->in = *in;
 	/* Several comma-separated addresses are a cluster: NAME=URL
 	 * entries named as in allotd's --member (a bare URL is named by
 	 * itself). One address is the single-coordinator path. */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "allot.pb-c.h"
+#include "fallback.h"
 #include "prng.h"
 #include "sign.h"
 
@@ -48,10 +49,12 @@ peer(const syncc *s)
 }
 
 int
-allot__syncc_init(syncc *s, allot_agent *a, uint64_t seed)
+allot__syncc_create(
+    syncc *s, allot_agent *a, uint64_t seed, const allot__installer *in)
 {
 	memset(s, 0, sizeof *s);
 	s->a = a;
+	s->in = *in;
 	s->fail_rl = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	s->rng = seed | 1;
 	s->q = calloc(a->nquotas, sizeof *s->q);
@@ -248,7 +251,7 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	};
 	if (!(rate > 0))
 		al.mode = ALLOT__MODE_CLOSED;
-	allot__quota_set(a, &a->quotas[key], &al);
+	s->in.install(s->in.ctx, key, &al);
 	s->q[key].share_rate = rate;
 	s->q[key].share_burst = burst;
 	s->q[key].has_share = true;
@@ -324,15 +327,11 @@ key_fallback(syncc *s, uint32_t i, uint32_t n)
 {
 	allot_agent *a = s->a;
 	const allot__quota *q = a->quotas[i].q;
-	allot__allowance al = { .rate = q->rate / n,
-		.burst = q->burst / n,
-		.mode = ALLOT__MODE_LIMIT,
-		.hint_ns = (uint64_t) a->opts.reconnect_max_ms * 1000000u };
-	if (q->fallback == ALLOT_FALLBACK_OPEN)
-		al.mode = ALLOT__MODE_OPEN;
-	else if (q->fallback == ALLOT_FALLBACK_CLOSED)
-		al.mode = ALLOT__MODE_CLOSED;
-	allot__quota_set(a, &a->quotas[i], &al);
+	allot__allowance al;
+	allot__fallback_allowance(
+	    q->fallback, q->rate, q->burst, n, a->cfg->max_weight, &al);
+	al.hint_ns = (uint64_t) a->opts.reconnect_max_ms * 1000000u;
+	s->in.install(s->in.ctx, i, &al);
 }
 
 static uint32_t

@@ -3,7 +3,9 @@
  * The sync protocol engine of the agent, without a transport: it builds
  * the next request (Register or Sync) from the buckets' counters, applies
  * replies (installing allowances), and runs the lease / fallback / backoff
- * state machine, all at an explicit time `now`. sync.c drives it over nng
+ * state machine, all at an explicit time `now`. It reads the agent's
+ * quotas and counters and installs allowances through the installer it
+ * was created with (agent_int.h), never calling back into agent.c. sync.c drives it over nng
  * from a libuv loop; the simulator drives it over a simulated transport
  * on a virtual clock. One driver thread at a time; the counters are
  * atomics so allot_sync_stats_get() may read them from any thread.
@@ -35,7 +37,8 @@ typedef enum allot__expect {
 } allot__expect;
 
 typedef struct allot__syncc {
-	allot_agent *a;
+	allot_agent *a; /* read only: its quotas, options and counters */
+	allot__installer in; /* where allowances go */
 	allot__expect expect;
 	uint64_t session;
 	uint64_t seq;
@@ -83,6 +86,14 @@ typedef struct allot__syncc {
 	allot__logrl fail_rl;
 } allot__syncc;
 
+/* An engine for agent `a`'s quotas that installs allowances through
+ * `in`; `seed` starts its jitter. */
+int allot__syncc_create(allot__syncc *c, allot_agent *a, uint64_t seed,
+    const allot__installer *in);
+
+/* The same, installing straight into `a`'s buckets (agent.c): for the
+ * drivers that have no installer of their own (the simulator, the fuzz
+ * targets, the benchmarks). */
 int allot__syncc_init(allot__syncc *c, allot_agent *a, uint64_t seed);
 void allot__syncc_fini(allot__syncc *c);
 
