@@ -35,13 +35,11 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <uv.h>
 
 #include "dial.h"
+#include "exchange.h"
 #include "rendezvous.h"
-
-enum phase { IDLE, SENDING, RECEIVING };
 
 /* Consecutive failed exchanges (timeouts, transport errors) after which
  * a cluster member is taken as down and its keys re-routed; a single
@@ -57,19 +55,12 @@ struct member {
 	uv_timer_t timer;
 	bool timer_init;
 
-	nng_socket sock;
-	bool sock_open;
-	nng_ctx ctx;
-	nng_aio *aio;
-	_Atomic int phase; /* enum phase; nng thread and loop thread */
-	_Atomic int done; /* an exchange completed */
-	int result; /* written by the nng thread before `done` */
-	nng_msg *reply;
+	/* Cluster mode watches the connection: a member whose connection
+	 * dropped (a killed process) fails its exchange at once rather
+	 * than at its timeout. */
+	allot__exchange x;
 	uint32_t fails; /* consecutive failed exchanges */
 	_Atomic bool down; /* read by allot_sync_stats_get() */
-	/* Cluster mode: a member whose connection dropped (a killed
-	 * process) fails its exchange at once rather than at its timeout. */
-	allot__link link;
 };
 
 struct allot__sync {
@@ -101,33 +92,11 @@ request_timeout_ms(const allot_agent *a)
 	return allot__exchange_timeout_ms(a->opts.sync_interval_ms);
 }
 
-/* ---- completion, on an nng thread ---- */
-
+/* An exchange completed (on an nng thread): wake the loop. */
 static void
-post(struct member *mb, int rv)
+wake_loop(void *ctx)
 {
-	mb->result = rv;
-	atomic_store_explicit(&mb->done, 1, memory_order_release);
-	uv_async_send(&mb->s->wake);
-}
-
-static void
-aio_cb(void *arg)
-{
-	struct member *mb = arg;
-	int rv = nng_aio_result(mb->aio);
-	if (atomic_load(&mb->phase) == SENDING) {
-		if (rv != 0) {
-			nng_msg_free(nng_aio_get_msg(mb->aio));
-			post(mb, rv);
-			return;
-		}
-		atomic_store(&mb->phase, RECEIVING);
-		nng_ctx_recv(mb->ctx, mb->aio);
-		return;
-	}
-	mb->reply = rv == 0 ? nng_aio_get_msg(mb->aio) : NULL;
-	post(mb, rv);
+	uv_async_send(ctx);
 }
 
 /* Cluster mode: while an exchange is in flight, look every half
@@ -266,8 +235,7 @@ start_exchange(struct member *mb)
 	uint64_t now = now_ns(a);
 	void *buf;
 	size_t len;
-	nng_msg *m;
-	if (mb->mine != NULL && allot__link_lost(&mb->link)) {
+	if (mb->mine != NULL && allot__exchange_lost(&mb->x)) {
 		exchange_failed(mb, now, "connection lost");
 		return;
 	}
@@ -275,18 +243,12 @@ start_exchange(struct member *mb)
 		exchange_failed(mb, now, "out of memory");
 		return;
 	}
-	if (nng_msg_alloc(&m, len) != 0) {
-		free(buf);
+	int rv = allot__exchange_send(&mb->x, buf, len, request_timeout_ms(a));
+	free(buf);
+	if (rv != 0) {
 		exchange_failed(mb, now, "out of memory");
 		return;
 	}
-	memcpy(nng_msg_body(m), buf, len);
-	free(buf);
-	atomic_store(&mb->done, 0);
-	atomic_store(&mb->phase, SENDING);
-	nng_aio_set_msg(mb->aio, m);
-	nng_aio_set_timeout(mb->aio, (nng_duration) request_timeout_ms(a));
-	nng_ctx_send(mb->ctx, mb->aio);
 	if (mb->mine != NULL)
 		schedule(mb, watch_ms(mb));
 	/* An exchange may take up to its timeout, and nothing else wakes
@@ -308,20 +270,18 @@ start_exchange(struct member *mb)
 static void
 complete(struct member *mb)
 {
-	if (atomic_load(&mb->phase) == IDLE ||
-	    !atomic_load_explicit(&mb->done, memory_order_acquire))
+	int result;
+	nng_msg *reply;
+	if (!allot__exchange_finish(&mb->x, &result, &reply))
 		return;
-	atomic_store(&mb->done, 0);
-	atomic_store(&mb->phase, IDLE);
 	uint64_t now = now_ns(mb->s->a);
 	bool ok = false;
-	if (mb->result != 0) {
-		allot__syncc_failed(&mb->core, now, nng_strerror(mb->result));
+	if (result != 0) {
+		allot__syncc_failed(&mb->core, now, nng_strerror(result));
 	} else {
-		ok = allot__syncc_reply(&mb->core, now,
-		    nng_msg_body(mb->reply), nng_msg_len(mb->reply));
-		nng_msg_free(mb->reply);
-		mb->reply = NULL;
+		ok = allot__syncc_reply(&mb->core, now, nng_msg_body(reply),
+		    nng_msg_len(reply));
+		nng_msg_free(reply);
 	}
 	member_health(mb, ok);
 	allot__syncc_check_lease(&mb->core, now);
@@ -347,12 +307,12 @@ on_timer(uv_timer_t *t)
 {
 	struct member *mb = t->data;
 	allot__syncc_check_lease(&mb->core, now_ns(mb->s->a));
-	if (atomic_load(&mb->phase) != IDLE) {
+	if (allot__exchange_busy(&mb->x)) {
 		if (mb->mine == NULL)
 			return;
 		/* The watch: its completion re-arms the timer. */
-		if (allot__link_lost(&mb->link))
-			nng_aio_cancel(mb->aio);
+		if (allot__exchange_lost(&mb->x))
+			allot__exchange_cancel(&mb->x);
 		else
 			schedule(mb, watch_ms(mb));
 		return;
@@ -367,29 +327,8 @@ send_leave(struct member *mb)
 	size_t len;
 	if (allot__syncc_leave(&mb->core, &buf, &len) != ALLOT_OK)
 		return;
-	nng_aio *aio;
-	nng_msg *m;
-	if (nng_aio_alloc(&aio, NULL, NULL) != 0) {
-		free(buf);
-		return;
-	}
-	if (nng_msg_alloc(&m, len) == 0) {
-		memcpy(nng_msg_body(m), buf, len);
-		nng_aio_set_msg(aio, m);
-		nng_aio_set_timeout(aio, 300);
-		nng_ctx_send(mb->ctx, aio);
-		nng_aio_wait(aio);
-		if (nng_aio_result(aio) != 0) {
-			nng_msg_free(nng_aio_get_msg(aio));
-		} else {
-			nng_ctx_recv(mb->ctx, aio);
-			nng_aio_wait(aio);
-			if (nng_aio_result(aio) == 0)
-				nng_msg_free(nng_aio_get_msg(aio));
-		}
-	}
+	(void) allot__exchange_call(&mb->x, buf, len, 300);
 	free(buf);
-	nng_aio_free(aio);
 	allot__log(&mb->s->a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-LEAVE",
 	    "left session %llu", (unsigned long long) mb->core.session);
 }
@@ -410,12 +349,7 @@ thread_main(void *arg)
 	/* Stopping: cancel the exchanges in flight, then leave. */
 	for (size_t i = 0; i < s->n; i++) {
 		struct member *mb = &s->m[i];
-		nng_aio_stop(mb->aio);
-		if (mb->reply != NULL) {
-			nng_msg_free(mb->reply);
-			mb->reply = NULL;
-		}
-		atomic_store(&mb->phase, IDLE);
+		allot__exchange_stop(&mb->x);
 		send_leave(mb);
 		uv_close((uv_handle_t *) &mb->timer, close_cb);
 	}
@@ -428,10 +362,7 @@ sync_free(struct allot__sync *s)
 {
 	for (size_t i = 0; i < s->n; i++) {
 		struct member *mb = &s->m[i];
-		if (mb->aio != NULL)
-			nng_aio_free(mb->aio);
-		if (mb->sock_open)
-			nng_close(mb->sock);
+		allot__exchange_close(&mb->x);
 		allot__syncc_fini(&mb->core);
 		allot__signer_free(mb->core.signer);
 		free(mb->mine);
@@ -495,23 +426,18 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 		mb->core.mine = mb->mine;
 		mb->core.peer = mb->m.url;
 	}
-	if (nng_req0_open(&mb->sock) != 0)
+	allot__exchange_opts xo = {
+		.reconnect_min_ms = a->opts.reconnect_min_ms,
+		.reconnect_max_ms = cluster ? member_retry_ms(a) :
+		                              a->opts.reconnect_max_ms,
+		.recv_max = 4u << 20,
+		.watch_link = cluster,
+		.wake = wake_loop,
+		.wake_ctx = &s->wake,
+	};
+	if (allot__exchange_open(&mb->x, &xo) != 0)
 		return ALLOT_ENOMEM;
-	mb->sock_open = true;
-	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMINT,
-	    (nng_duration) a->opts.reconnect_min_ms);
-	nng_socket_set_ms(mb->sock, NNG_OPT_RECONNMAXT,
-	    (nng_duration) (cluster ? member_retry_ms(a) :
-	                              a->opts.reconnect_max_ms));
-	nng_socket_set_ms(
-	    mb->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	nng_socket_set_size(mb->sock, NNG_OPT_RECVMAXSZ, 4u << 20);
-	if (nng_ctx_open(&mb->ctx, mb->sock) != 0 ||
-	    nng_aio_alloc(&mb->aio, aio_cb, mb) != 0)
-		return ALLOT_ENOMEM;
-	if (cluster && allot__link_watch(mb->sock, &mb->link) != 0)
-		return ALLOT_ENOMEM;
-	int rv = dial(a, mb->sock, mb->m.url);
+	int rv = dial(a, mb->x.sock, mb->m.url);
 	if (rv != 0) {
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
 		    "cannot use coordinator address \"%s\": %s", mb->m.url,

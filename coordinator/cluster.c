@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Member-to-member probing and the view it yields (cluster.h). One REQ
- * socket per peer, dialled in the background (nng reconnects by itself);
- * one Probe in flight per peer at a time, with a timeout of two sync
- * intervals (at least 250 ms). A pipe callback counts each peer's
- * connections (and does nothing else: nng supports no aio operation from
- * there); the probe timer cancels a probe in flight to a peer that has
- * none left, and a peer that was connected and has none fails its next
+ * Member-to-member probing and the view it yields (cluster.h). One
+ * request/reply exchange per peer (exchange.h), dialled in the
+ * background (nng reconnects by itself); one Probe in flight per peer at
+ * a time, with a timeout of two sync intervals (at least 250 ms). Each
+ * peer's connections are counted (dial.h's link); the probe timer
+ * cancels a probe in flight to a peer that has none left, and a peer that was connected and has none fails its next
  * probe without waiting, so a killed member is down within about one
  * sync interval.
  */
@@ -20,26 +19,19 @@
 #include <string.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "clock.h"
 #include "dial.h"
+#include "exchange.h"
 #include "protocol.h"
-
-enum { IDLE, SENDING, RECEIVING };
 
 typedef struct peer {
 	struct allot__cluster *c;
 	const allot__member *m;
-	nng_socket sock;
-	bool sock_open;
-	nng_ctx ctx;
-	nng_aio *aio;
-	_Atomic int phase;
-	_Atomic bool done;
-	int result; /* written by the nng thread before `done` */
-	nng_msg *reply;
-	allot__link link; /* its connections: gone when killed */
+	/* The probe (exchange.h), watching the peer's connections: gone
+	 * when it is killed. */
+	allot__exchange x;
+	int result; /* the last probe's outcome */
 	/* loop thread */
 	uint32_t fails;
 	bool down;
@@ -71,25 +63,6 @@ static uint32_t
 probe_timeout_ms(const allot__cluster *c)
 {
 	return allot__exchange_timeout_ms(c->o.interval_ms);
-}
-
-/* ---- nng threads ---- */
-
-static void
-probe_cb(void *arg)
-{
-	peer *p = arg;
-	int rv = nng_aio_result(p->aio);
-	if (atomic_load(&p->phase) == SENDING && rv == 0) {
-		atomic_store(&p->phase, RECEIVING);
-		nng_ctx_recv(p->ctx, p->aio);
-		return;
-	}
-	if (atomic_load(&p->phase) == SENDING)
-		nng_msg_free(nng_aio_get_msg(p->aio));
-	p->reply = rv == 0 ? nng_aio_get_msg(p->aio) : NULL;
-	p->result = rv;
-	atomic_store_explicit(&p->done, true, memory_order_release);
 }
 
 /* ---- what a peer says ---- */
@@ -187,17 +160,11 @@ start_probe(allot__cluster *c, peer *p)
 	size_t len = allot__v1__envelope__get_packed_size(&env);
 	nng_msg *m;
 	if (nng_msg_alloc(&m, len) != 0) {
-		p->result = NNG_ENOMEM;
-		atomic_store(&p->done, true);
-		atomic_store(&p->phase, SENDING);
+		allot__exchange_fail(&p->x, NNG_ENOMEM);
 		return;
 	}
 	allot__v1__envelope__pack(&env, nng_msg_body(m));
-	atomic_store(&p->done, false);
-	atomic_store(&p->phase, SENDING);
-	nng_aio_set_msg(p->aio, m);
-	nng_aio_set_timeout(p->aio, (nng_duration) probe_timeout_ms(c));
-	nng_ctx_send(p->ctx, p->aio);
+	allot__exchange_send_msg(&p->x, m, probe_timeout_ms(c));
 }
 
 /* The outcome of peer `i`'s probe, if it is in: true when one was. */
@@ -205,14 +172,13 @@ static bool
 finish_probe(allot__cluster *c, size_t i, uint64_t now)
 {
 	peer *p = &c->peers[i];
-	if (atomic_load(&p->phase) == IDLE ||
-	    !atomic_load_explicit(&p->done, memory_order_acquire))
+	nng_msg *reply;
+	if (!allot__exchange_finish(&p->x, &p->result, &reply))
 		return false;
-	atomic_store(&p->phase, IDLE);
 	bool ok = false;
 	if (p->result == 0) {
 		Allot__V1__Envelope *env = allot__v1__envelope__unpack(
-		    NULL, nng_msg_len(p->reply), nng_msg_body(p->reply));
+		    NULL, nng_msg_len(reply), nng_msg_body(reply));
 		ok = env != NULL &&
 		    env->body_case == ALLOT__V1__ENVELOPE__BODY_PROBE &&
 		    env->probe->member != NULL &&
@@ -228,8 +194,7 @@ finish_probe(allot__cluster *c, size_t i, uint64_t now)
 			    p->m->name, p->m->url);
 		if (env != NULL)
 			allot__v1__envelope__free_unpacked(env, NULL);
-		nng_msg_free(p->reply);
-		p->reply = NULL;
+		nng_msg_free(reply);
 	}
 	pthread_mutex_lock(&c->mu);
 	if (ok) {
@@ -329,18 +294,16 @@ on_timer(uv_timer_t *t)
 		peer *p = &c->peers[i];
 		bool was_down = p->down;
 		finish_probe(c, i, now);
-		if (atomic_load(&p->phase) != IDLE) {
+		if (allot__exchange_busy(&p->x)) {
 			/* In flight, within its timeout; but a peer whose
 			 * connection is gone will not answer it. */
-			if (allot__link_lost(&p->link))
-				nng_aio_cancel(p->aio);
+			if (allot__exchange_lost(&p->x))
+				allot__exchange_cancel(&p->x);
 			continue;
 		}
-		if (allot__link_lost(&p->link)) {
+		if (allot__exchange_lost(&p->x)) {
 			/* Connected once, not now: fails at once. */
-			p->result = NNG_ECLOSED;
-			atomic_store(&p->done, true);
-			atomic_store(&p->phase, SENDING);
+			allot__exchange_fail(&p->x, NNG_ECLOSED);
 			finish_probe(c, i, now);
 		} else {
 			start_probe(c, p);
@@ -359,36 +322,23 @@ peer_open(allot__cluster *c, size_t i)
 	peer *p = &c->peers[i];
 	p->c = c;
 	p->m = &c->members[i];
-	int rv;
-	if ((rv = nng_req0_open(&p->sock)) != 0)
+	allot__exchange_opts xo = {
+		.reconnect_min_ms = 50,
+		.reconnect_max_ms = 500,
+		.watch_link = true,
+	};
+	int rv = allot__exchange_open(&p->x, &xo);
+	if (rv != 0)
 		return rv;
-	p->sock_open = true;
-	nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 50);
-	nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 500);
-	nng_socket_set_ms(
-	    p->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	if ((rv = nng_ctx_open(&p->ctx, p->sock)) != 0 ||
-	    (rv = nng_aio_alloc(&p->aio, probe_cb, p)) != 0 ||
-	    (rv = allot__link_watch(p->sock, &p->link)) != 0)
-		return rv;
-	return allot__dial(p->sock, p->m->url, c->o.tls_ca_file,
+	return allot__dial(p->x.sock, p->m->url, c->o.tls_ca_file,
 	    c->o.tls_cert_key_file, NULL);
 }
 
 static void
 cluster_free(allot__cluster *c)
 {
-	for (size_t i = 0; i < c->o.n; i++) {
-		peer *p = &c->peers[i];
-		if (p->aio != NULL)
-			nng_aio_stop(p->aio);
-		if (p->reply != NULL)
-			nng_msg_free(p->reply);
-		if (p->sock_open)
-			nng_close(p->sock);
-		if (p->aio != NULL)
-			nng_aio_free(p->aio);
-	}
+	for (size_t i = 0; i < c->o.n; i++)
+		allot__exchange_close(&c->peers[i].x);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
