@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "hash.h"
+#include "idmap.h"
 
 struct cstats {
 	uint32_t in_flight;
@@ -45,11 +46,6 @@ struct queue {
 	struct waiter *tail;
 };
 
-struct name_ent {
-	char *name; /* NULL: empty */
-	uint32_t slot;
-};
-
 struct allot_conc {
 	allot_conc_options o; /* with derived lane_max filled in */
 	pthread_mutex_t mu;
@@ -58,8 +54,8 @@ struct allot_conc {
 	struct cstats total;
 	struct cstats lane[ALLOT_CONC_LANES];
 	struct cstats *caller; /* [slot * ALLOT_CONC_LANES + lane] */
-	struct name_ent *names;
-	uint32_t names_cap; /* power of two, >= 2 * max_callers */
+	allot__idmap names; /* caller name hash -> slot (idmap.h) */
+	char **slot_name; /* [slot]: its caller's name; [0] unused */
 	uint32_t next_slot;
 	uint64_t seed;
 };
@@ -110,13 +106,11 @@ allot_conc_create(const allot_conc_options *opts, allot_conc **ret_conc)
 	if (c == NULL)
 		return ALLOT_ENOMEM;
 	c->o = o;
-	c->names_cap = 4;
-	while (c->names_cap < 2 * o.max_callers)
-		c->names_cap *= 2;
 	c->caller = calloc(
 	    (size_t) o.max_callers * ALLOT_CONC_LANES, sizeof(*c->caller));
-	c->names = calloc(c->names_cap, sizeof(*c->names));
-	if (c->caller == NULL || c->names == NULL)
+	c->slot_name = calloc(o.max_callers, sizeof(*c->slot_name));
+	if (c->caller == NULL || c->slot_name == NULL ||
+	    allot__idmap_init(&c->names, o.max_callers) != ALLOT_OK)
 		goto fail_mem;
 	if (pthread_condattr_init(&c->cvattr) != 0)
 		goto fail_mem;
@@ -132,7 +126,8 @@ allot_conc_create(const allot_conc_options *opts, allot_conc **ret_conc)
 
 fail_mem:
 	free(c->caller);
-	free(c->names);
+	free(c->slot_name);
+	allot__idmap_fini(&c->names);
 	free(c);
 	return ALLOT_ENOMEM;
 }
@@ -142,11 +137,12 @@ allot_conc_destroy(allot_conc *conc)
 {
 	if (conc == NULL)
 		return;
-	for (uint32_t i = 0; i < conc->names_cap; i++)
-		free(conc->names[i].name);
+	for (uint32_t i = 1; i < conc->next_slot; i++)
+		free(conc->slot_name[i]);
 	pthread_mutex_destroy(&conc->mu);
 	pthread_condattr_destroy(&conc->cvattr);
-	free(conc->names);
+	free(conc->slot_name);
+	allot__idmap_fini(&conc->names);
 	free(conc->caller);
 	free(conc);
 }
@@ -166,16 +162,16 @@ allot_conc_caller(allot_conc *conc, const char *name, uint32_t *ret_slot)
 	if (len > ALLOT_IDENTITY_MAX)
 		return ALLOT_EINVAL;
 
-	uint32_t mask = c->names_cap - 1;
-	uint32_t i = (uint32_t) allot__hash(name, len, c->seed) & mask;
+	uint64_t h = allot__hash(name, len, c->seed);
 	int rc = ALLOT_OK;
 	pthread_mutex_lock(&c->mu);
-	/* Linear probing; the table is at most half full, so the loop ends
-	 * at an empty entry. */
-	while (c->names[i].name != NULL && strcmp(c->names[i].name, name) != 0)
-		i = (i + 1) & mask;
-	if (c->names[i].name != NULL) {
-		*ret_slot = c->names[i].slot;
+	uint32_t pos = allot__idmap_start(&c->names, h), slot;
+	while ((slot = allot__idmap_next(&c->names, h, &pos)) !=
+	        ALLOT__IDMAP_NONE &&
+	    strcmp(c->slot_name[slot], name) != 0)
+		;
+	if (slot != ALLOT__IDMAP_NONE) {
+		*ret_slot = slot;
 	} else if (c->next_slot >= c->o.max_callers) {
 		*ret_slot = ALLOT_CONC_DEFAULT_CALLER;
 	} else {
@@ -184,9 +180,10 @@ allot_conc_caller(allot_conc *conc, const char *name, uint32_t *ret_slot)
 			rc = ALLOT_ENOMEM;
 		} else {
 			memcpy(copy, name, len + 1);
-			c->names[i].name = copy;
-			c->names[i].slot = c->next_slot++;
-			*ret_slot = c->names[i].slot;
+			slot = c->next_slot++;
+			c->slot_name[slot] = copy;
+			allot__idmap_add(&c->names, h, slot);
+			*ret_slot = slot;
 		}
 	}
 	pthread_mutex_unlock(&c->mu);

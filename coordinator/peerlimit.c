@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-peer flood control (peerlimit.h): shards of a fixed table of peers,
- * each with a chained hash index, a clock hand for eviction and two GCRA
+ * each with a hash index (idmap.h), a clock hand for eviction and two GCRA
  * buckets per peer. Everything is allocated at creation; a lookup, an
  * insertion and an eviction are done under the shard's mutex, which is
  * held for a hash probe and one bucket take.
@@ -18,8 +18,11 @@
 
 #include <arpa/inet.h>
 
+#include <allot/allot.h>
+
 #include "bucket.h"
 #include "hash.h"
+#include "idmap.h"
 
 #define NSHARDS 16u
 #define NIL UINT32_MAX
@@ -28,13 +31,12 @@ typedef struct entry {
 	allot__bucket b[2]; /* [ALLOT__PEER_MESSAGE], [ALLOT__PEER_REGISTER] */
 	allot__peer key;
 	bool used;
-	uint32_t next; /* hash chain */
 } entry;
 
 typedef struct shard {
 	pthread_mutex_t mu;
 	entry *e; /* per_shard slots */
-	uint32_t *head; /* nheads chains */
+	allot__idmap index; /* peer hash -> slot in e */
 	uint32_t used;
 	uint32_t hand; /* clock hand for eviction */
 	uint64_t evictions;
@@ -46,7 +48,6 @@ struct allot__peerlimit {
 	bool on[2];
 	allot__allowance a[2];
 	uint32_t per_shard;
-	uint32_t nheads; /* power of two */
 	uint64_t seed;
 	shard s[NSHARDS];
 	pthread_mutex_t overflow_mu;
@@ -128,9 +129,6 @@ allot__peerlimit_create(const allot__peerlimit_opts *o, bool *ret_oom)
 	};
 	uint32_t cap = o->capacity < 1 ? 1 : o->capacity;
 	pl->per_shard = (cap + NSHARDS - 1) / NSHARDS;
-	pl->nheads = 1;
-	while (pl->nheads < pl->per_shard)
-		pl->nheads <<= 1;
 	pl->seed = allot__hash_seed();
 	pthread_mutex_init(&pl->overflow_mu, NULL);
 	for (int k = 0; k < 2; k++)
@@ -140,15 +138,13 @@ allot__peerlimit_create(const allot__peerlimit_opts *o, bool *ret_oom)
 		pthread_mutex_init(&sh->mu, NULL);
 		sh->e = aligned_alloc(
 		    _Alignof(entry), (size_t) pl->per_shard * sizeof *sh->e);
-		sh->head = malloc((size_t) pl->nheads * sizeof *sh->head);
-		if (sh->e == NULL || sh->head == NULL) {
+		if (sh->e == NULL ||
+		    allot__idmap_init(&sh->index, pl->per_shard) != ALLOT_OK) {
 			allot__peerlimit_destroy(pl);
 			*ret_oom = true;
 			return NULL;
 		}
 		memset(sh->e, 0, (size_t) pl->per_shard * sizeof *sh->e);
-		for (uint32_t h = 0; h < pl->nheads; h++)
-			sh->head[h] = NIL;
 	}
 	return pl;
 }
@@ -161,7 +157,7 @@ allot__peerlimit_destroy(allot__peerlimit *pl)
 	for (uint32_t i = 0; i < NSHARDS; i++) {
 		pthread_mutex_destroy(&pl->s[i].mu);
 		free(pl->s[i].e);
-		free(pl->s[i].head);
+		allot__idmap_fini(&pl->s[i].index);
 	}
 	pthread_mutex_destroy(&pl->overflow_mu);
 	free(pl);
@@ -239,17 +235,18 @@ refilled(const entry *e, uint64_t now)
 	return true;
 }
 
+/* A peer's hash: its low bits pick the shard, the rest index it there. */
+static uint64_t
+peer_hash(const allot__peerlimit *pl, const allot__peer *key)
+{
+	return allot__hash(key, sizeof *key, pl->seed);
+}
+
 static void
 unlink_entry(const allot__peerlimit *pl, shard *sh, uint32_t idx)
 {
 	entry *e = &sh->e[idx];
-	uint64_t h = allot__hash(&e->key, sizeof e->key, pl->seed) >> 8 &
-	    (pl->nheads - 1);
-	uint32_t *pp = &sh->head[h];
-	while (*pp != NIL && *pp != idx)
-		pp = &sh->e[*pp].next;
-	if (*pp == idx)
-		*pp = e->next;
+	allot__idmap_remove(&sh->index, peer_hash(pl, &e->key) >> 8, idx);
 	e->used = false;
 	sh->used--;
 }
@@ -289,15 +286,16 @@ allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
 	memset(&key, 0, sizeof key);
 	key.family = peer->family;
 	memcpy(key.addr, peer->addr, sizeof key.addr);
-	uint64_t h = allot__hash(&key, sizeof key, pl->seed);
+	uint64_t h = peer_hash(pl, &key);
 	shard *sh = &pl->s[h & (NSHARDS - 1)];
-	uint32_t chain = (uint32_t) (h >> 8) & (pl->nheads - 1);
+	uint64_t ih = h >> 8;
 	allot__take t;
 
 	pthread_mutex_lock(&sh->mu);
-	uint32_t i = sh->head[chain];
-	while (i != NIL && !same(&sh->e[i].key, &key))
-		i = sh->e[i].next;
+	uint32_t pos = allot__idmap_start(&sh->index, ih), i;
+	while ((i = allot__idmap_next(&sh->index, ih, &pos)) != NIL &&
+	    !same(&sh->e[i].key, &key))
+		;
 	if (i == NIL) {
 		i = free_slot(pl, sh, now);
 		if (i != NIL) {
@@ -306,8 +304,7 @@ allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
 			e->used = true;
 			for (int k = 0; k < 2; k++)
 				allot__bucket_init(&e->b[k], &pl->a[k]);
-			e->next = sh->head[chain];
-			sh->head[chain] = i;
+			allot__idmap_add(&sh->index, ih, i);
 			sh->used++;
 		}
 	}
