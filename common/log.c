@@ -20,11 +20,17 @@ vlog(const allot__logger *lg, int level, const char *id, const char *fmt,
 	lg->fn(lg->ctx, level, id, msg);
 }
 
+static bool
+enabled(const allot__logger *lg, int level)
+{
+	return lg != NULL && lg->fn != NULL && level <= lg->level;
+}
+
 void
 allot__log(
     const allot__logger *lg, int level, const char *id, const char *fmt, ...)
 {
-	if (lg == NULL || lg->fn == NULL || level > lg->level)
+	if (!enabled(lg, level))
 		return;
 	va_list ap;
 	va_start(ap, fmt);
@@ -32,12 +38,11 @@ allot__log(
 	va_end(ap);
 }
 
-void
-allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl, int level,
-    const char *id, const char *fmt, ...)
+/* Whether one more message fits `rl`'s window. A new window first says
+ * how many the last one suppressed. */
+static bool
+admit(const allot__logger *lg, allot__logrl *rl, int level, const char *id)
 {
-	if (lg == NULL || lg->fn == NULL || level > lg->level)
-		return;
 	uint64_t now = allot__mono_ns() / 1000000u;
 	uint64_t start = atomic_load(&rl->window_start_ms);
 	if (now - start >= rl->interval_ms &&
@@ -54,8 +59,17 @@ allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl, int level,
 	}
 	if (atomic_fetch_add(&rl->count, 1) >= rl->burst) {
 		atomic_fetch_add(&rl->suppressed, 1);
-		return;
+		return false;
 	}
+	return true;
+}
+
+void
+allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl, int level,
+    const char *id, const char *fmt, ...)
+{
+	if (!enabled(lg, level) || !admit(lg, rl, level, id))
+		return;
 	va_list ap;
 	va_start(ap, fmt);
 	vlog(lg, level, id, fmt, ap);
