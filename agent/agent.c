@@ -51,7 +51,6 @@ dup_or_null(const char *s)
 
 /* ---- read-only string indexes ---- */
 
-
 static inline uint32_t
 find_class(const allot_agent *a, const char *ep)
 {
@@ -69,8 +68,8 @@ find_class(const allot_agent *a, const char *ep)
 	}
 	uint64_t h = allot__hash(ep, len, a->seed);
 	uint32_t pos = allot__idmap_start(&a->ep_map, h), v;
-	while ((v = allot__idmap_next(&a->ep_map, h, &pos)) !=
-	    ALLOT__IDMAP_NONE)
+	while (
+	    (v = allot__idmap_next(&a->ep_map, h, &pos)) != ALLOT__IDMAP_NONE)
 		if (a->ep_len[v] == len &&
 		    memcmp(a->cfg->endpoints[v].name, ep, len) == 0)
 			return v;
@@ -90,8 +89,8 @@ endpoints_index(allot_agent *a)
 		const char *name = c->endpoints[j].name;
 		a->class_names[j] = name;
 		a->ep_len[j] = strlen(name);
-		allot__idmap_add(&a->ep_map,
-		    allot__hash(name, a->ep_len[j], a->seed), j);
+		allot__idmap_add(
+		    &a->ep_map, allot__hash(name, a->ep_len[j], a->seed), j);
 	}
 	a->class_names[a->nclasses - 1] = "default";
 	return ALLOT_OK;

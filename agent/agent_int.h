@@ -213,8 +213,7 @@ void allot__quota_set(
  * that it calls nothing in agent.c (agent.c starts sync.c, which drives
  * sync_core.c; no call goes back up). `quota` indexes a->quotas. */
 typedef struct allot__installer {
-	void (*install)(
-	    void *ctx, uint32_t quota, const allot__allowance *al);
+	void (*install)(void *ctx, uint32_t quota, const allot__allowance *al);
 	void *ctx;
 } allot__installer;
 

@@ -279,8 +279,8 @@ complete(struct member *mb)
 	if (result != 0) {
 		allot__syncc_failed(&mb->core, now, nng_strerror(result));
 	} else {
-		ok = allot__syncc_reply(&mb->core, now, nng_msg_body(reply),
-		    nng_msg_len(reply));
+		ok = allot__syncc_reply(
+		    &mb->core, now, nng_msg_body(reply), nng_msg_len(reply));
 		nng_msg_free(reply);
 	}
 	member_health(mb, ok);
@@ -414,8 +414,7 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	struct member *mb = &s->m[i];
 	mb->s = s;
 	if (allot__syncc_create(&mb->core, a,
-	        allot__hash_seed() ^ (uint64_t) getpid() ^
-	            allot__mix64(i + 1),
+	        allot__hash_seed() ^ (uint64_t) getpid() ^ allot__mix64(i + 1),
 	        &s->in) != ALLOT_OK)
 		return ALLOT_ENOMEM;
 	if (cluster) {

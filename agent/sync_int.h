@@ -5,10 +5,11 @@
  * replies (installing allowances), and runs the lease / fallback / backoff
  * state machine, all at an explicit time `now`. It reads the agent's
  * quotas and counters and installs allowances through the installer it
- * was created with (agent_int.h), never calling back into agent.c. sync.c drives it over nng
- * from a libuv loop; the simulator drives it over a simulated transport
- * on a virtual clock. One driver thread at a time; the counters are
- * atomics so allot_sync_stats_get() may read them from any thread.
+ * was created with (agent_int.h), never calling back into agent.c. sync.c
+ * drives it over nng from a libuv loop; the simulator drives it over a
+ * simulated transport on a virtual clock. One driver thread at a time; the
+ * counters are atomics so allot_sync_stats_get() may read them from any
+ * thread.
  */
 #ifndef ALLOT_AGENT_SYNC_INT_H
 #define ALLOT_AGENT_SYNC_INT_H

@@ -12,7 +12,8 @@ allot__config_index_build(allot__config_index *ix, const allot_config *cfg,
 	ix->seed = seed;
 	ix->n = (uint32_t) cfg->ncallers + (with_default ? 1 : 0);
 	ix->ids = calloc(ix->n > 0 ? ix->n : 1, sizeof *ix->ids);
-	if (ix->ids == NULL || allot__idmap_init(&ix->map, ix->n) != ALLOT_OK) {
+	if (ix->ids == NULL ||
+	    allot__idmap_init(&ix->map, ix->n) != ALLOT_OK) {
 		allot__config_index_free(ix);
 		return ALLOT_ENOMEM;
 	}

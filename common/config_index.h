@@ -37,8 +37,8 @@ allot__config_index_find_h(
     const allot__config_index *ix, const char *id, size_t len, uint64_t h)
 {
 	uint32_t pos = allot__idmap_start(&ix->map, h), v;
-	while ((v = allot__idmap_next(&ix->map, h, &pos)) !=
-	    ALLOT__IDMAP_NONE) {
+	while (
+	    (v = allot__idmap_next(&ix->map, h, &pos)) != ALLOT__IDMAP_NONE) {
 		const char *s = ix->ids[v];
 		if (memcmp(s, id, len) == 0 && s[len] == '\0')
 			return v;

@@ -117,7 +117,8 @@ allot__exchange_cancel(allot__exchange *x)
 }
 
 bool
-allot__exchange_finish(allot__exchange *x, int *ret_result, nng_msg **ret_reply)
+allot__exchange_finish(
+    allot__exchange *x, int *ret_result, nng_msg **ret_reply)
 {
 	if (atomic_load(&x->phase) == IDLE ||
 	    !atomic_load_explicit(&x->done, memory_order_acquire))

@@ -5,8 +5,8 @@
 #include <math.h>
 
 void
-allot__static_share(double rate, double burst, uint32_t n,
-    uint32_t max_weight, allot__allowance *ret)
+allot__static_share(double rate, double burst, uint32_t n, uint32_t max_weight,
+    allot__allowance *ret)
 {
 	double nn = n > 0 ? (double) n : 1.0;
 	*ret = (allot__allowance) {

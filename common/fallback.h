@@ -28,13 +28,12 @@ void allot__static_share(double rate, double burst, uint32_t n,
 /* The allowance of a quota with fallback `kind` over `n` replicas. Open
  * and closed allowances carry R / n and B / n as their nominal figures
  * (what an acquire reports as the limit). hint_ns is left 0. */
-void allot__fallback_allowance(allot_fallback kind, double rate,
-    double burst, uint32_t n, uint32_t max_weight, allot__allowance *ret);
+void allot__fallback_allowance(allot_fallback kind, double rate, double burst,
+    uint32_t n, uint32_t max_weight, allot__allowance *ret);
 
 /* The same as the coordinator accounts for it: the rate and burst a
  * replica on its fallback may spend, INFINITY when open, 0 when closed. */
-void allot__fallback_rate_burst(allot_fallback kind, double rate,
-    double burst, uint32_t n, uint32_t max_weight, double *ret_rate,
-    double *ret_burst);
+void allot__fallback_rate_burst(allot_fallback kind, double rate, double burst,
+    uint32_t n, uint32_t max_weight, double *ret_rate, double *ret_burst);
 
 #endif

@@ -5,9 +5,9 @@
  * background (nng reconnects by itself); one Probe in flight per peer at
  * a time, with a timeout of two sync intervals (at least 250 ms). Each
  * peer's connections are counted (dial.h's link); the probe timer
- * cancels a probe in flight to a peer that has none left, and a peer that was connected and has none fails its next
- * probe without waiting, so a killed member is down within about one
- * sync interval.
+ * cancels a probe in flight to a peer that has none left, and a peer that was
+ * connected and has none fails its next probe without waiting, so a killed
+ * member is down within about one sync interval.
  */
 #include "cluster.h"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * allotd's process-wide counters and histograms (the text buffer the
- * HTTP endpoints render into is common/buf.h). Counters are relaxed atomics so the nng
- * worker threads bump them without a lock; per-service and per-quota
+ * HTTP endpoints render into is common/buf.h). Counters are relaxed atomics so
+ * the nng worker threads bump them without a lock; per-service and per-quota
  * figures live in the registry (state.c) under its mutex and are rendered
  * from there. Label sets are fixed enums (rejection reasons) or come from
  * the quota config and the bounded service table, so the number of series

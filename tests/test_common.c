@@ -50,8 +50,8 @@ START_TEST(idmap_matches_a_set)
 		in[k] = !in[k];
 		if (step % 97 == 0)
 			for (uint32_t j = 0; j < N; j++)
-				ck_assert_uint_eq(find(&m, j) != ALLOT__IDMAP_NONE,
-				    in[j]);
+				ck_assert_uint_eq(
+				    find(&m, j) != ALLOT__IDMAP_NONE, in[j]);
 	}
 	allot__idmap_remove(&m, weak_hash(N + 1), N + 1); /* absent */
 	for (uint32_t j = 0; j < N; j++)
@@ -63,7 +63,9 @@ END_TEST
 START_TEST(json_escaping)
 {
 	allot__buf b = { 0 };
-	allot__buf_json(&b, "a\"b\\c\n\x01\x7f" "d");
+	allot__buf_json(&b,
+	    "a\"b\\c\n\x01\x7f"
+	    "d");
 	ck_assert_str_eq(b.p, "\"a\\\"b\\\\c\\u000a\\u0001\\u007fd\"");
 	allot__buf_free(&b);
 	allot__buf_json(&b, NULL);
