@@ -8,6 +8,9 @@
  * Keys of unknown identities come from a bounded pool; when it is full
  * they share one overflow key per endpoint class, and idle unpinned keys
  * are evicted to make room.
+ * Layering: agent.c starts the sync loop (sync.c), which drives the sync
+ * engine (sync_core.c); the engine installs allowances through the
+ * installer agent.c hands down (agent_int.h), so no call goes back up.
  */
 #include "agent_int.h"
 #include "sync_int.h"
