@@ -16,14 +16,21 @@
  * odd constant to spread small seeds with. */
 #define ALLOT__GOLDEN64 0x9e3779b97f4a7c15ull
 
+/* splitmix64's output function: a bijective mix of all 64 bits, also
+ * good as a hash finalizer. */
+static inline uint64_t
+allot__splitmix64_mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 /* The next splitmix64 number of the stream whose state is `*s`. */
 static inline uint64_t
 allot__splitmix64(uint64_t *s)
 {
-	uint64_t z = (*s += ALLOT__GOLDEN64);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return allot__splitmix64_mix(*s += ALLOT__GOLDEN64);
 }
 
 /* The top 53 bits of `x` as a double in [0, 1). */

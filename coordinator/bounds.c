@@ -12,6 +12,8 @@
  */
 #include "registry_int.h"
 
+#include "fallback.h"
+
 #include <math.h>
 
 /* What an agent runs on when its lease ran out: the quota's fallback
@@ -20,18 +22,8 @@ static void
 fallback_allowance(
     const cfgv *v, size_t q, uint32_t n, double *ret_r, double *ret_b)
 {
-	const allot__quota *qq = v->q[q];
-	if (qq->fallback == ALLOT_FALLBACK_OPEN) {
-		*ret_r = *ret_b = INFINITY;
-		return;
-	}
-	if (qq->fallback == ALLOT_FALLBACK_CLOSED) {
-		*ret_r = *ret_b = 0;
-		return;
-	}
-	double nn = n > 0 ? (double) n : 1.0;
-	*ret_r = v->rate[q] / nn;
-	*ret_b = fmax(v->burst[q] / nn, (double) v->cfg->max_weight);
+	allot__fallback_rate_burst(v->q[q]->fallback, v->rate[q], v->burst[q],
+	    n, v->cfg->max_weight, ret_r, ret_b);
 }
 
 /* Where a replica stands with its lease at `now`, as far as the

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "clock.h"
+#include "config_index.h"
 #include "dial.h"
 #include "rendezvous.h"
 #include "state.h"
@@ -52,9 +53,7 @@ typedef struct cfgv {
 	const allot__quota **q; /* q[i] for quota index i */
 	double *rate; /* q[i]->rate, contiguous */
 	double *burst;
-	uint32_t *index; /* identity hash table: quota index + 1 */
-	size_t index_mask;
-	uint64_t seed;
+	allot__config_index index; /* identity -> quota index */
 } cfgv;
 
 /* One interned key of a session: owned by its session (an array indexed

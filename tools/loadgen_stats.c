@@ -10,18 +10,11 @@
 #include <string.h>
 
 #include "loadgen.h"
+#include "prng.h"
 
 /* ------------------------------------------------------------------ */
 /* Random numbers and hashing                                          */
 /* ------------------------------------------------------------------ */
-
-static uint64_t
-mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
 
 void
 lg_rng_seed(lg_rng *r, uint64_t seed)
@@ -32,14 +25,13 @@ lg_rng_seed(lg_rng *r, uint64_t seed)
 uint64_t
 lg_rng_next(lg_rng *r)
 {
-	r->s += UINT64_C(0x9e3779b97f4a7c15);
-	return mix64(r->s);
+	return allot__splitmix64(&r->s);
 }
 
 double
 lg_rng_double(lg_rng *r)
 {
-	return (double) (lg_rng_next(r) >> 11) * 0x1.0p-53;
+	return allot__unit53(lg_rng_next(r));
 }
 
 uint32_t
@@ -59,7 +51,7 @@ lg_hash_str(const char *s)
 		h ^= (unsigned char) *s;
 		h *= UINT64_C(0x100000001b3);
 	}
-	return mix64(h);
+	return allot__splitmix64_mix(h);
 }
 
 int
@@ -74,7 +66,8 @@ lg_rendezvous(uint64_t caller_hash, const uint64_t *target_hash,
 
 		if (active != NULL && !active[i])
 			continue;
-		score = mix64(caller_hash ^ mix64(target_hash[i]));
+		score = allot__splitmix64_mix(
+		    caller_hash ^ allot__splitmix64_mix(target_hash[i]));
 		if (best < 0 || score > best_score) {
 			best = (int) i;
 			best_score = score;

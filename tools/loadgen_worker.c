@@ -17,6 +17,7 @@
 
 #include "loadgen.h"
 #include "loadgen_engine.h"
+#include "prng.h"
 
 static size_t
 discard(char *ptr, size_t size, size_t nmemb, void *ud)
@@ -449,7 +450,7 @@ void
 lg_caller_setup(caller *c, size_t idx)
 {
 	const lg_caller_spec *sp = &c->spec;
-	uint64_t seed = lg.o.seed + UINT64_C(0x9e3779b97f4a7c15) * (idx + 1);
+	uint64_t seed = lg.o.seed + ALLOT__GOLDEN64 * (idx + 1);
 	int rc;
 
 	c->hash = lg_hash_str(sp->name);
