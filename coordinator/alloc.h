@@ -2,7 +2,7 @@
 /*
  * The allocator: the one place that decides how each quota's global rate R
  * and burst B are divided among the live replicas of a service. The
- * registry (state.c) fills an allot__alloc_service with, per quota, one
+ * allocation round (grants.c) fills an allot__alloc_service with, per quota, one
  * slot per participating replica carrying its demand estimate, what it
  * reported since the previous round and its current target, calls
  * allot__alloc_compute() and hands the slot outputs (rate, burst) to the

@@ -3,7 +3,7 @@
  * allotd's process-wide counters and histograms (the text buffer the
  * HTTP endpoints render into is common/buf.h). Counters are relaxed atomics so
  * the nng worker threads bump them without a lock; per-service and per-quota
- * figures live in the registry (state.c) under its mutex and are rendered
+ * figures live in the state (state.h) under its mutex and are rendered
  * from there. Label sets are fixed enums (rejection reasons) or come from
  * the quota config and the bounded service table, so the number of series
  * stays bounded whatever the peers send.
@@ -105,7 +105,7 @@ allot__metrics_add(_Atomic uint64_t *c, uint64_t n)
 }
 
 /* Render the process-wide series (everything but the per-service and
- * per-quota ones, which state.c renders) in Prometheus text format. */
+ * per-quota ones, which render.c renders) in Prometheus text format. */
 void allot__metrics_render(const allot__metrics *m, allot__buf *b);
 
 #endif

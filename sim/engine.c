@@ -10,7 +10,7 @@
  *   drives it (timer, request, reply or timeout, lease check, next
  *   delay), its messages carried by a simulated transport (latency,
  *   jitter, loss, coordinator outage) to the real registry
- *   (coordinator/state.c, its clock injected) through allotd's own
+ *   (coordinator/state.h, its clock injected) through allotd's own
  *   dispatcher (coordinator/dispatch.c), as its server hands it requests;
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
  *   replica count at every instant, i.e. the equal split at its best.
