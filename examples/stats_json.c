@@ -94,6 +94,27 @@ struct totals {
 	uint64_t tokens_estimated, tokens_measured;
 };
 
+/* The counters a caller and the totals both carry; the first preceded by
+ * a comma unless it opens its object. */
+static void
+counts_json(struct jbuf *b, const struct totals *x, bool first)
+{
+	jf(b, "%s\"requests\":%" PRIu64, first ? "" : ",", x->requests);
+	jf(b,
+	    ",\"admitted\":%" PRIu64 ",\"rate_denied\":%" PRIu64
+	    ",\"shadow_would_deny\":%" PRIu64 ",\"conc_rejected\":%" PRIu64
+	    ",\"cost_too_big\":%" PRIu64 ",\"bad_requests\":%" PRIu64
+	    ",\"work_done\":%" PRIu64 ",\"lookups_done\":%" PRIu64
+	    ",\"exports_done\":%" PRIu64 ",\"rows_exported\":%" PRIu64
+	    ",\"export_tokens_estimated\":%" PRIu64
+	    ",\"export_tokens_measured\":%" PRIu64,
+	    x->admitted, x->rate_denied, x->shadow_would_deny,
+	    x->conc_rejected, x->cost_too_big, x->bad_requests,
+	    x->lookups_done + x->exports_done, x->lookups_done,
+	    x->exports_done, x->rows_exported, x->tokens_estimated,
+	    x->tokens_measured);
+}
+
 static void
 caller_json(
     struct jbuf *b, struct svc *s, struct svc_caller *c, struct totals *t)
@@ -132,22 +153,11 @@ caller_json(
 	jstr(b, c->has_identity ? c->identity : NULL, true);
 	jf(b, ",\"quota\":");
 	jstr(b, c->quota, false);
+	counts_json(b, &x, false);
 	jf(b,
-	    ",\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64
-	    ",\"rate_denied\":%" PRIu64 ",\"shadow_would_deny\":%" PRIu64
-	    ",\"conc_rejected\":%" PRIu64 ",\"cost_too_big\":%" PRIu64
-	    ",\"bad_requests\":%" PRIu64 ",\"work_done\":%" PRIu64
-	    ",\"lookups_done\":%" PRIu64 ",\"exports_done\":%" PRIu64
-	    ",\"rows_exported\":%" PRIu64
-	    ",\"export_tokens_estimated\":%" PRIu64
-	    ",\"export_tokens_measured\":%" PRIu64
 	    ",\"export_in_flight\":%" PRIu32
 	    ",\"export_max_in_flight\":%" PRIu32 ",\"export_queued\":%" PRIu32
 	    "}",
-	    x.requests, x.admitted, x.rate_denied, x.shadow_would_deny,
-	    x.conc_rejected, x.cost_too_big, x.bad_requests,
-	    x.lookups_done + x.exports_done, x.lookups_done, x.exports_done,
-	    x.rows_exported, x.tokens_estimated, x.tokens_measured,
 	    cs.in_flight, cs.max_in_flight, cs.queued);
 }
 
@@ -294,20 +304,9 @@ svc_stats_json(struct svc *s, size_t *ret_len)
 			jf(&b, ",");
 		caller_json(&b, s, &s->callers.rec[i], &t);
 	}
-	jf(&b,
-	    "],\"totals\":{\"requests\":%" PRIu64 ",\"admitted\":%" PRIu64
-	    ",\"rate_denied\":%" PRIu64 ",\"shadow_would_deny\":%" PRIu64
-	    ",\"conc_rejected\":%" PRIu64 ",\"cost_too_big\":%" PRIu64
-	    ",\"bad_requests\":%" PRIu64 ",\"work_done\":%" PRIu64
-	    ",\"lookups_done\":%" PRIu64 ",\"exports_done\":%" PRIu64
-	    ",\"rows_exported\":%" PRIu64
-	    ",\"export_tokens_estimated\":%" PRIu64
-	    ",\"export_tokens_measured\":%" PRIu64
-	    ",\"callers_overflowed\":%" PRIu64 "}",
-	    t.requests, t.admitted, t.rate_denied, t.shadow_would_deny,
-	    t.conc_rejected, t.cost_too_big, t.bad_requests,
-	    t.lookups_done + t.exports_done, t.lookups_done, t.exports_done,
-	    t.rows_exported, t.tokens_estimated, t.tokens_measured,
+	jf(&b, "],\"totals\":{");
+	counts_json(&b, &t, true);
+	jf(&b, ",\"callers_overflowed\":%" PRIu64 "}",
 	    ld(&s->callers.overflowed));
 
 	const allot_conc_options *co = &s->conc_opts;
