@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The simulator's scenarios (sim.h): the ten built-in ones and arrival
- * traces. A built-in scenario writes its quota file, its replica schedule
- * and its arrivals: every caller is a Poisson stream of requests (5 % of
- * them exports of weight 10, the rest lookups of weight 1) with its own
- * random generator, so dropping one caller leaves the others' arrivals
- * unchanged, and a load-balancing rule sends each request to a replica
- * live at that instant (uniform, sticky or Zipf). docs/allocation.md
+ * traces (the seeded families of issue 13 are sim/families.c's, built
+ * through the same sim_scenario_builtin). A built-in scenario writes its quota
+ * file, its replica schedule and its arrivals: every caller is a Poisson
+ * stream of requests (5 % of them exports of weight 10, the rest lookups of
+ * weight 1) with its own random generator, so dropping one caller leaves the
+ * others' arrivals unchanged, and a load-balancing rule sends each request to
+ * a replica live at that instant (uniform, sticky or Zipf). docs/allocation.md
  * describes each scenario and the trace format.
  */
 #include "sim.h"
@@ -19,7 +20,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "prng.h"
+#include "scenario_int.h"
 
 const char *const sim_scenario_names[] = {
 	"uniform",
@@ -49,26 +50,6 @@ sim_params_init(sim_params *p)
 	p->expiry_intervals = 5;
 }
 
-/* ---- random numbers (splitmix64 streams) ---- */
-
-typedef struct rng {
-	uint64_t s;
-} rng;
-
-static double
-rng_unit(rng *r)
-{
-	return allot__splitmix64_unit(&r->s);
-}
-
-static rng
-rng_stream(uint64_t seed, uint64_t a, uint64_t b)
-{
-	rng r = { seed * ALLOT__GOLDEN64 ^ (a << 32) ^ b };
-	allot__splitmix64(&r.s);
-	return r;
-}
-
 /* ---- building blocks ---- */
 
 static void set_err(char *err, size_t len, const char *fmt, ...)
@@ -83,13 +64,8 @@ set_err(char *err, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-typedef struct arrvec {
-	sim_arrival *a;
-	size_t n, cap;
-} arrvec;
-
-static int
-arr_push(arrvec *v, sim_arrival x)
+int
+sim_arr_push(sim_arrvec *v, sim_arrival x)
 {
 	if (v->n == v->cap) {
 		size_t cap = v->cap ? v->cap * 2 : 4096;
@@ -173,8 +149,8 @@ merge_ways(const sim_arrival *src, sim_arrival *dst, const size_t *b, int nr,
 	}
 }
 
-static void
-sort_arrivals(sim_arrival *a, size_t n)
+void
+sim_sort_arrivals(sim_arrival *a, size_t n)
 {
 	if (n < 2 || run_end(a, 0, n) == n)
 		return;
@@ -326,18 +302,18 @@ typedef struct caller_spec {
 #define MEAN_COST (1.0 + (W_EXPORT - 1.0) * P_EXPORT)
 
 static uint32_t
-pick_replica(const caller_spec *c, rng *r, const uint32_t *live, uint32_t n,
-    const double *zw)
+pick_replica(const caller_spec *c, sim_rng *r, const uint32_t *live,
+    uint32_t n, const double *zw)
 {
 	switch (c->lb) {
 	case LB_STICKY: {
 		bool hot_live = false;
 		for (uint32_t i = 0; i < n; i++)
 			hot_live |= live[i] == c->hot;
-		if (hot_live && (rng_unit(r) < c->frac || n == 1))
+		if (hot_live && (sim_rng_unit(r) < c->frac || n == 1))
 			return c->hot;
 		uint32_t others = n - (hot_live ? 1 : 0);
-		uint32_t k = (uint32_t) (rng_unit(r) * others);
+		uint32_t k = (uint32_t) (sim_rng_unit(r) * others);
 		for (uint32_t i = 0; i < n; i++) {
 			if (hot_live && live[i] == c->hot)
 				continue;
@@ -350,7 +326,7 @@ pick_replica(const caller_spec *c, rng *r, const uint32_t *live, uint32_t n,
 		double tot = 0;
 		for (uint32_t i = 0; i < n; i++)
 			tot += zw[live[i]];
-		double u = rng_unit(r) * tot;
+		double u = sim_rng_unit(r) * tot;
 		for (uint32_t i = 0; i < n; i++) {
 			u -= zw[live[i]];
 			if (u <= 0)
@@ -360,15 +336,15 @@ pick_replica(const caller_spec *c, rng *r, const uint32_t *live, uint32_t n,
 	}
 	case LB_UNIFORM: break;
 	}
-	uint32_t k = (uint32_t) (rng_unit(r) * n);
+	uint32_t k = (uint32_t) (sim_rng_unit(r) * n);
 	return live[k < n ? k : n - 1];
 }
 
 static uint16_t
-pick_endpoint(rng *r)
+pick_endpoint(sim_rng *r)
 {
 	/* cfg endpoints: 0 "/lookup" (1), 1 "/export" (10). */
-	return rng_unit(r) < P_EXPORT ? 1 : 0;
+	return sim_rng_unit(r) < P_EXPORT ? 1 : 0;
 }
 
 /* The epoch live at t (epochs are sorted; `hint` walks forward). */
@@ -382,16 +358,16 @@ epoch_at(const epochs *e, uint64_t t, size_t hint)
 
 static int
 gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
-    uint16_t ci, uint64_t seed, arrvec *out)
+    uint16_t ci, uint64_t seed, sim_arrvec *out)
 {
-	rng r = rng_stream(seed, ci + 1, 1);
-	rng rr = rng_stream(seed, ci + 1, 2);
+	sim_rng r = sim_rng_stream(seed, ci + 1, 1);
+	sim_rng rr = sim_rng_stream(seed, ci + 1, 2);
 	uint32_t perm[SIM_MAX_REPLICAS];
 	for (uint32_t i = 0; i < s->nreplicas; i++)
 		perm[i] = i;
 	/* A different ranking of the replicas for every caller. */
 	for (uint32_t i = s->nreplicas; i > 1; i--) {
-		uint32_t j = (uint32_t) (rng_unit(&rr) * i);
+		uint32_t j = (uint32_t) (sim_rng_unit(&rr) * i);
 		uint32_t x = perm[i - 1];
 		perm[i - 1] = perm[j < i ? j : i - 1];
 		perm[j < i ? j : i - 1] = x;
@@ -408,7 +384,7 @@ gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
 		double t = 0;
 		double end = (double) s->duration / SIM_NS;
 		for (;;) {
-			t += -log(1.0 - rng_unit(&r)) / req_rate;
+			t += -log(1.0 - sim_rng_unit(&r)) / req_rate;
 			if (t >= end)
 				break;
 			uint64_t tn = (uint64_t) (t * SIM_NS);
@@ -420,17 +396,18 @@ gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
 				.endpoint = pick_endpoint(&r) };
 			a.replica = pick_replica(
 			    c, &rr, e->live[h], e->nlive[h], zw);
-			if (arr_push(out, a) != ALLOT_OK)
+			if (sim_arr_push(out, a) != ALLOT_OK)
 				return ALLOT_ENOMEM;
 		}
 	}
 	if (c->burst_tokens > 0 && c->burst_every > 0) {
-		rng rb = rng_stream(seed, ci + 1, 3);
+		sim_rng rb = sim_rng_stream(seed, ci + 1, 3);
 		double end = (double) s->duration / SIM_NS;
 		for (double at = c->burst_at; at < end; at += c->burst_every) {
 			double tokens = 0;
 			while (tokens < c->burst_tokens) {
-				double t = at + rng_unit(&rb) * c->burst_len;
+				double t = at +
+				    sim_rng_unit(&rb) * c->burst_len;
 				uint64_t tn = (uint64_t) (t * SIM_NS);
 				size_t hh = epoch_at(e, tn, 0);
 				if (e->nlive[hh] == 0)
@@ -439,11 +416,11 @@ gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
 					.caller = ci,
 					.endpoint = pick_endpoint(&rb) };
 				a.replica =
-				    e->live[hh][(uint32_t) (rng_unit(&rb) *
+				    e->live[hh][(uint32_t) (sim_rng_unit(&rb) *
 				                    e->nlive[hh]) %
 				        e->nlive[hh]];
 				tokens += a.endpoint == 1 ? W_EXPORT : 1;
-				if (arr_push(out, a) != ALLOT_OK)
+				if (sim_arr_push(out, a) != ALLOT_OK)
 					return ALLOT_ENOMEM;
 			}
 		}
@@ -519,7 +496,7 @@ finish(sim_scenario *s, const caller_spec *cs, size_t ncallers, double ceiling,
 	epochs e;
 	if ((rc = epochs_build(s, &e)) != ALLOT_OK)
 		return rc;
-	arrvec v = { 0 };
+	sim_arrvec v = { 0 };
 	for (size_t i = 0; i < ncallers && rc == ALLOT_OK; i++)
 		if ((int) i != skip_caller)
 			rc = gen_caller(s, &e, &cs[i], (uint16_t) i, seed, &v);
@@ -528,7 +505,7 @@ finish(sim_scenario *s, const caller_spec *cs, size_t ncallers, double ceiling,
 		free(v.a);
 		return rc;
 	}
-	sort_arrivals(v.a, v.n);
+	sim_sort_arrivals(v.a, v.n);
 	s->arr = v.a;
 	s->narr = v.n;
 	s->demand_below_r = true;
@@ -680,6 +657,12 @@ sim_scenario_builtin(const char *name, const sim_params *p, double duration_s,
 	s->graceful = true;
 	caller_spec cs[NC];
 	shape sh;
+	int frc = sim_family_build(name, p, duration_s, s, err, errlen);
+	if (frc != ALLOT_ENOENT) {
+		if (frc != ALLOT_OK)
+			sim_scenario_free(s);
+		return frc;
+	}
 	if (!builtin_shape(name, s, cs, &sh)) {
 		set_err(err, errlen, "unknown scenario \"%s\"", name);
 		return ALLOT_ENOENT;
@@ -857,7 +840,8 @@ parse_trace_line(char *line, size_t lineno, const char *csv_path,
  * without being counted, so line numbers in messages count the others. */
 static int
 parse_trace(char *csv, const char *csv_path, const allot_config *cfg,
-    trace_names *rn, arrvec *v, uint64_t *ret_tmax, char *err, size_t errlen)
+    trace_names *rn, sim_arrvec *v, uint64_t *ret_tmax, char *err,
+    size_t errlen)
 {
 	size_t lineno = 0;
 	uint64_t tmax = 0;
@@ -875,7 +859,7 @@ parse_trace(char *csv, const char *csv_path, const allot_config *cfg,
 			continue;
 		if (a.t > tmax)
 			tmax = a.t;
-		if ((rc = arr_push(v, a)) != ALLOT_OK)
+		if ((rc = sim_arr_push(v, a)) != ALLOT_OK)
 			return rc;
 	}
 	*ret_tmax = tmax;
@@ -976,7 +960,7 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 	int rc = ALLOT_EINVAL;
 	char *csv = NULL;
 	trace_names rn = { .n = 0 };
-	arrvec v = { 0 };
+	sim_arrvec v = { 0 };
 	uint64_t tmax = 0;
 	size_t kept = 0;
 	snprintf(s->name, sizeof s->name, "trace");
@@ -997,7 +981,7 @@ sim_scenario_trace(const char *csv_path, const char *config_path,
 		rc = ALLOT_EINVAL;
 		goto fail;
 	}
-	sort_arrivals(v.a, v.n);
+	sim_sort_arrivals(v.a, v.n);
 	s->duration = duration_s > 0 ? (uint64_t) (duration_s * SIM_NS) :
 	                               tmax + SIM_NS;
 	s->nreplicas = rn.n;

@@ -91,10 +91,21 @@ typedef struct sim_scenario {
 	bool demand_below_r; /* every quota's demand is below its R */
 	int noisy_caller; /* the noisy neighbour, or -1 */
 	bool graceful; /* replica-count changes are graceful */
+	/* The coordinator is killed at outage_from (its state destroyed,
+	 * what its store had not committed lost) and restarted at
+	 * outage_to from its SQLite store (allot__state_restore), as
+	 * allotd after a SIGKILL; agents see it unreachable between. */
+	bool restart;
 } sim_scenario;
 
-/* The names of the built-in scenarios, NULL-terminated. */
+/* The names of the built-in scenarios, NULL-terminated ("all"). */
 extern const char *const sim_scenario_names[];
+
+/* The seeded families of issue 13 (sim/families.c), NULL-terminated
+ * ("families"): every seed draws its own parameters from ranges, and
+ * every caller stays below its quota on average. sim_scenario_builtin
+ * builds them too. */
+extern const char *const sim_family_names[];
 
 /* Build a built-in scenario. `duration_s` <= 0 takes its default.
  * `without_noisy`: drop the noisy caller's arrivals (the reference run
