@@ -11,7 +11,9 @@
  *   delay), its messages carried by a simulated transport (latency,
  *   jitter, loss, coordinator outage) to the real registry
  *   (coordinator/state.h, its clock injected) through allotd's own
- *   dispatcher (coordinator/dispatch.c), as its server hands it requests;
+ *   dispatcher (coordinator/dispatch.c), as its server hands it requests
+ *   (in a `restart` scenario that coordinator has a real store, and is
+ *   killed and restored mid-run: sim/coord.c);
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
  *   replica count at every instant, i.e. the equal split at its best.
  *
@@ -35,6 +37,7 @@
 #include "arena.h"
 #include "bucket.h"
 #include "config.h"
+#include "coord.h"
 #include "dispatch.h"
 #include "state.h"
 #include "sync_int.h"
@@ -53,6 +56,8 @@ typedef enum evkind {
 	EV_TIMEOUT,
 	EV_TICK,
 	EV_SECOND,
+	EV_KILL, /* the coordinator is killed (a `restart` scenario) */
+	EV_RESTART, /* and restarted from its store */
 } evkind;
 
 typedef struct ev {
@@ -161,7 +166,8 @@ typedef struct engine {
 	replica *r;
 	heap h;
 	uint64_t rng;
-	allot__state *st;
+	allot__state *st; /* co.st; NULL while the coordinator is dead */
+	sim_coord co;
 	allot__arena arena; /* the coordinator's protobuf-c allocator,
 	                       as allotd's server has one per worker */
 	/* convergence */
@@ -593,7 +599,7 @@ on_coord(engine *e, ev *x)
 {
 	void *out;
 	size_t len;
-	if (outage(e))
+	if (outage(e) || e->st == NULL)
 		return; /* arrived at an unreachable coordinator */
 	if (coord_handle(e, x->buf, x->len, &out, &len) != ALLOT_OK) {
 		e->err = ALLOT_ENOMEM;
@@ -673,6 +679,8 @@ static bool
 converged(engine *e)
 {
 	uint32_t live = 0;
+	if (e->st == NULL)
+		return false; /* a killed coordinator */
 	for (uint32_t i = 0; i < e->s->nreplicas; i++) {
 		if (!e->r[i].live)
 			continue;
@@ -754,18 +762,21 @@ run_allot(engine *e)
 	o.interval_ms = e->p->interval_ms;
 	o.lease_ms = e->p->lease_ms;
 	o.expiry_intervals = e->p->expiry_intervals;
-	allot_config *cc = allot__config_dup(e->cfg);
-	if (cc == NULL)
-		return ALLOT_ENOMEM;
 	e->now = 0;
-	int rc = allot__state_create(&o, cc, "sim", s->config_text, &e->st);
+	int rc = sim_coord_start(
+	    &e->co, &o, e->cfg, s->config_text, s->restart);
+	e->st = e->co.st;
 	if (rc != ALLOT_OK) {
-		allot_config_free(cc);
+		sim_coord_stop(&e->co);
 		return rc;
 	}
 	e->max_held_over_bound = -INFINITY;
 	for (size_t i = 0; i < s->nchanges; i++)
 		push(e, s->changes[i].t, EV_CHANGE, s->changes[i].replica, i);
+	if (s->restart) {
+		push(e, s->outage_from, EV_KILL, 0, 0);
+		push(e, s->outage_to, EV_RESTART, 0, 0);
+	}
 	push(e, e->T, EV_TICK, 0, 0);
 	push(e, SIM_NS, EV_SECOND, 0, 0);
 	size_t ai = 0;
@@ -843,14 +854,27 @@ run_allot(engine *e)
 			break;
 		case EV_TIMEOUT: on_timeout(e, &x); break;
 		case EV_TICK:
-			allot__state_tick(e->st);
-			invariants(e);
-			conv_check(e);
+			if (e->st != NULL) {
+				allot__state_tick(e->st);
+				invariants(e);
+				conv_check(e);
+				sim_coord_commit(&e->co);
+			}
 			push(e, e->now + e->T, EV_TICK, 0, 0);
 			break;
 		case EV_SECOND:
-			allot__state_second(e->st);
+			if (e->st != NULL)
+				allot__state_second(e->st);
 			push(e, e->now + SIM_NS, EV_SECOND, 0, 0);
+			break;
+		case EV_KILL:
+			sim_coord_kill(&e->co);
+			e->st = NULL;
+			break;
+		case EV_RESTART:
+			if ((rc = sim_coord_restart(&e->co)) != ALLOT_OK)
+				e->err = rc;
+			e->st = e->co.st;
 			break;
 		}
 		free(x.buf);
@@ -863,7 +887,7 @@ run_allot(engine *e)
 		ev x = heap_pop(&e->h);
 		free(x.buf);
 	}
-	allot__state_destroy(e->st);
+	sim_coord_stop(&e->co);
 	e->st = NULL;
 	allot__arena_destroy(&e->arena);
 	return e->err;
