@@ -3,7 +3,8 @@
  * allot-sim: run a scenario (built-in, or an arrival trace with its quota
  * file and replica schedule) through the ideal global bucket, allot and
  * the equal split, and print the accuracy figures of docs/allocation.md
- * as a table or JSON. `--scenario all` runs every built-in scenario;
+ * as a table or JSON. `--scenario all` runs the ten built-in scenarios,
+ * `--scenario families` the seeded families of issue 13 (sim/families.c);
  * `--sweep` repeats the run for T = 50, 100, 250 and 1000 ms. Runs are
  * independent and deterministic, so `--jobs` spreads them over threads
  * and prints them in order, the same output as one thread gives; the
@@ -36,7 +37,11 @@ usage(FILE *f)
 	    "uniform):\n"
 	    "                        uniform sticky skewed burst scaleup "
 	    "scaledown crash\n"
-	    "                        noisy overload outage\n"
+	    "                        noisy overload outage;\n"
+	    "                        or a seeded family, or \"families\" for "
+	    "all of them:\n"
+	    "                        onoff fanout pareto ramp restart "
+	    "sizing\n"
 	    "      --trace FILE      arrival trace, CSV time_s,replica,caller,"
 	    "endpoint\n"
 	    "      --config FILE     quota file of the trace\n"
@@ -403,12 +408,12 @@ static const uint32_t sweep_ms[] = { 50, 100, 250, 1000 };
  * sweep (or the one T), each scenario (or the trace). NULL if out of
  * memory. */
 static job *
-plan_jobs(const opts *o, bool all, size_t *ret_n)
+plan_jobs(const opts *o, const char *const *all, size_t *ret_n)
 {
 	size_t nt = o->sweep ? sizeof sweep_ms / sizeof sweep_ms[0] : 1;
 	size_t nsc = 1;
-	if (all)
-		for (nsc = 0; sim_scenario_names[nsc] != NULL; nsc++)
+	if (all != NULL)
+		for (nsc = 0; all[nsc] != NULL; nsc++)
 			;
 	size_t n = o->trace != NULL ? nt : nt * nsc;
 	job *jobs = calloc(n, sizeof *jobs);
@@ -421,8 +426,8 @@ plan_jobs(const opts *o, bool all, size_t *ret_n)
 			if (o->sweep)
 				jobs[k].p.interval_ms = sweep_ms[ti];
 			jobs[k].name = o->trace != NULL ? NULL :
-			    all ? sim_scenario_names[i] :
-			          o->scenario;
+			    all != NULL                 ? all[i] :
+			                                  o->scenario;
 		}
 	}
 	*ret_n = n;
@@ -439,8 +444,12 @@ main(int argc, char **argv)
 	int status;
 	if (!parse_args(argc, argv, &o, &status))
 		return status;
-	bool all = o.trace == NULL && strcmp(o.scenario, "all") == 0;
-	bool summary = all || o.sweep;
+	const char *const *all = NULL;
+	if (o.trace == NULL && strcmp(o.scenario, "all") == 0)
+		all = sim_scenario_names;
+	else if (o.trace == NULL && strcmp(o.scenario, "families") == 0)
+		all = sim_family_names;
+	bool summary = all != NULL || o.sweep;
 	if (summary && !o.json)
 		sim_print_summary_header(stdout);
 	size_t n = 0;
