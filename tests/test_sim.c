@@ -10,7 +10,13 @@
  * (and the split's failure there), utilization and priority order in
  * overload, convergence after graceful changes, the noisy neighbour, the
  * coordinator outage, message loss, determinism, the T sweep and traces,
- * and allot-sim's output on a trace being the same for any --jobs.
+ * and allot-sim's output on a trace being the same for any --jobs. The
+ * seeded families of issue 13 (sim/families.c) are checked for what
+ * holds before its mechanism: they run, draw their parameters from the
+ * seed, keep their callers below quota, stay within one interval of
+ * over-admission (all but restart, which does not yet) and print the
+ * same for any --jobs; their under-admission targets are bench-accuracy's
+ * (PASS or MISS there), not asserted here.
  */
 #include <check.h>
 #include <math.h>
@@ -387,6 +393,104 @@ START_TEST(trace_sweep_jobs)
 }
 END_TEST
 
+/* A family's run at `seed`, 20 simulated s; the scenario is kept in `s`
+ * for the caller to free. */
+static void
+run_family(const char *name, uint64_t seed, sim_scenario *s, sim_result *r)
+{
+	sim_params p;
+	sim_params_init(&p);
+	p.seed = seed;
+	char err[256] = "";
+	ck_assert_msg(sim_scenario_builtin(
+	                  name, &p, 20, false, s, err, sizeof err) == ALLOT_OK,
+	    "%s: %s", name, err);
+	ck_assert_uint_gt(s->narr, 0);
+	ck_assert_int_eq(sim_run(s, &p, r), ALLOT_OK);
+}
+
+/* Every family, seeds 1..3: parameters that change with the seed,
+ * callers below their quota (restart's flooder, caller-4, apart), the
+ * ideal bucket within B + R W and grants within R. All but restart also
+ * keep allot within one interval of over-admission and the agents
+ * within the live bound today. */
+START_TEST(families_bounded)
+{
+	for (size_t i = 0; sim_family_names[i] != NULL; i++) {
+		const char *name = sim_family_names[i];
+		bool restart = strcmp(name, "restart") == 0;
+		uint32_t nrep[3];
+		for (uint64_t seed = 1; seed <= 3; seed++) {
+			sim_scenario s;
+			sim_result r;
+			run_family(name, seed, &s, &r);
+			ck_assert(s.restart == restart);
+			nrep[seed - 1] = s.nreplicas;
+			for (size_t k = 0; k < r.nkeys; k++)
+				ck_assert_msg((restart && k == 4) ||
+				        r.keys[k].offered <
+				            r.keys[k].rate * r.duration_s,
+				    "%s seed %llu: %s above its quota", name,
+				    (unsigned long long) seed,
+				    r.keys[k].identity);
+			ck_assert(r.over[SIM_IDEAL] <= 1e-9);
+			ck_assert(r.max_granted_ratio <= 1 + 1e-9);
+			if (!restart)
+				assert_invariants(&r);
+			sim_scenario_free(&s);
+		}
+		ck_assert_msg(nrep[0] != nrep[1] || nrep[1] != nrep[2],
+		    "%s: the same replica count for every seed", name);
+	}
+}
+END_TEST
+
+/* restart kills the coordinator for real: the same arrivals without the
+ * kill keep every invariant, and with it the coordinator misses ticks
+ * (its invariants are checked only while it runs). */
+START_TEST(family_restart)
+{
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		sim_scenario s;
+		sim_result killed, kept;
+		run_family("restart", seed, &s, &killed);
+		ck_assert(s.outage_to > s.outage_from);
+		uint64_t down_ticks = (s.outage_to - s.outage_from) /
+		    100000000u;
+		s.restart = false;
+		s.outage_from = s.outage_to = 0;
+		sim_params p;
+		sim_params_init(&p);
+		p.seed = seed;
+		ck_assert_int_eq(sim_run(&s, &p, &kept), ALLOT_OK);
+		assert_invariants(&kept);
+		/* Every quota is checked at every tick it runs. */
+		ck_assert_uint_le(
+		    killed.invariant_checks + (down_ticks - 1) * kept.nkeys,
+		    kept.invariant_checks);
+		/* The flooder is held to its quota until the kill. */
+		ck_assert(killed.max_granted_ratio <= 1 + 1e-9);
+		sim_scenario_free(&s);
+	}
+}
+END_TEST
+
+/* The families print the same for any --jobs, one T or the sweep. */
+START_TEST(families_jobs)
+{
+	int st1, st2;
+	char *one = sim_cli("-s families --duration 10 --sweep -j 1", &st1);
+	ck_assert_msg(st1 == 0, "-j 1: status %d: %s", st1, one);
+	for (size_t i = 0; sim_family_names[i] != NULL; i++)
+		ck_assert_ptr_nonnull(strstr(one, sim_family_names[i]));
+	char *two = sim_cli("-s families --duration 10 --sweep -j 2", &st2);
+	ck_assert_msg(st2 == 0, "-j 2: status %d: %s", st2, two);
+	ck_assert_str_eq(two, one);
+	free(one);
+	free(two);
+}
+END_TEST
+
 static Suite *
 sim_suite(void)
 {
@@ -403,6 +507,9 @@ sim_suite(void)
 	tcase_add_test(tc, interval_sweep);
 	tcase_add_test(tc, trace_file);
 	tcase_add_test(tc, trace_sweep_jobs);
+	tcase_add_test(tc, families_bounded);
+	tcase_add_test(tc, family_restart);
+	tcase_add_test(tc, families_jobs);
 	suite_add_tcase(s, tc);
 	return s;
 }
