@@ -39,6 +39,7 @@
 #include "config.h"
 #include "coord.h"
 #include "dispatch.h"
+#include "prng.h"
 #include "state.h"
 #include "sync_int.h"
 
@@ -192,11 +193,7 @@ eng_clock(void *ctx)
 static double
 eng_unit(engine *e)
 {
-	uint64_t z = (e->rng += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return (double) (z >> 11) / 9007199254740992.0;
+	return allot__splitmix64_unit(&e->rng);
 }
 
 static size_t
