@@ -87,16 +87,6 @@ static double speed_sim_s, speed_wall_s, speed_cpu_s;
 /* Seeds run this many at a time: the CPUs, as allot-sim does. */
 static unsigned nthreads = 1;
 
-static double
-cpu_s(void)
-{
-	struct rusage u;
-	if (getrusage(RUSAGE_SELF, &u) != 0)
-		return NAN;
-	return (double) (u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-	    (double) (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 /* One seed of a scenario (and its noisy neighbour's reference run). */
 static void
 run_seed(const char *name, uint32_t interval_ms, unsigned seed, sim_result *r)
@@ -164,7 +154,7 @@ run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms, agg *a)
 	seeds j = { .name = name, .interval_ms = interval_ms, .a = a };
 	atomic_init(&j.next, 0);
 	uint64_t w0 = bench_now_ns();
-	double c0 = cpu_s();
+	double c0 = sim_cpu_s();
 	pthread_t th[BENCH_MAX_ROUNDS];
 	unsigned nt = 0;
 	while (nt + 1 < nthreads && nt + 1 < a->n &&
@@ -177,7 +167,7 @@ run_seeds(const bench_opts *o, const char *name, uint32_t interval_ms, agg *a)
 		for (unsigned i = 0; i < a->n; i++)
 			speed_sim_s += a->r[i].duration_s;
 		speed_wall_s += (double) (bench_now_ns() - w0) / 1e9;
-		speed_cpu_s += cpu_s() - c0;
+		speed_cpu_s += sim_cpu_s() - c0;
 	}
 	for (unsigned i = 0; i < a->n; i++)
 		bench_progress(o, "accuracy: %s T=%u ms seed %u: %.2f s", name,

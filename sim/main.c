@@ -103,17 +103,6 @@ mono_s(void)
 	return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
 }
 
-/* User and system time of the process, every thread. */
-static double
-cpu_s(void)
-{
-	struct rusage u;
-	if (getrusage(RUSAGE_SELF, &u) != 0)
-		return NAN;
-	return (double) (u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-	    (double) (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 /* One run (two for the noisy neighbour); prints it on `out`, errors on
  * `err`. Its wall_s is the whole of it: building the arrivals, the
  * three modes and the reference run. */
@@ -464,9 +453,9 @@ main(int argc, char **argv)
 	                                 1;
 	if (nthreads > n)
 		nthreads = (unsigned) n;
-	double w0 = mono_s(), c0 = cpu_s(), sim_s;
+	double w0 = mono_s(), c0 = sim_cpu_s(), sim_s;
 	status = run_jobs(&o, summary, jobs, n, nthreads, &sim_s);
-	double wall = mono_s() - w0, cpu = cpu_s() - c0;
+	double wall = mono_s() - w0, cpu = sim_cpu_s() - c0;
 	/* The speed, a scenario's three modes counted once (and the noisy
 	 * neighbour's reference run not at all). */
 	if (summary && !o.json && status != 2)

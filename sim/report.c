@@ -9,6 +9,7 @@
 #include "sim.h"
 
 #include <math.h>
+#include <sys/resource.h>
 #include <string.h>
 
 #include "json.h"
@@ -207,4 +208,14 @@ sim_print_json(FILE *f, const sim_result *r)
 	fputs(",\"sim_seconds_per_real_s\":", f);
 	jnum(f, r->wall_s > 0 ? r->duration_s / r->wall_s : NAN);
 	fputs("}\n", f);
+}
+
+double
+sim_cpu_s(void)
+{
+	struct rusage u;
+	if (getrusage(RUSAGE_SELF, &u) != 0)
+		return NAN;
+	return (double) (u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+	    (double) (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }

@@ -190,6 +190,10 @@ void sim_neighbour(
     sim_result *with, const sim_result *without, int noisy_caller);
 
 /* Output. */
+/* User and system time of the process, every thread, in seconds (NaN
+ * when unavailable): the simulator's speed per CPU second. */
+double sim_cpu_s(void);
+
 void sim_print_table(FILE *f, const sim_result *r, bool per_key);
 void sim_print_json(FILE *f, const sim_result *r);
 void sim_print_summary_header(FILE *f);
