@@ -4,13 +4,14 @@
  * mode, then the summary, the coordinator's load and allot's checked
  * invariants), a one-row-per-run summary for --all and sweeps, and the
  * same figures as one JSON object per run. NaN (not applicable, or no
- * convergence) prints as "-" and as null.
+ * convergence) prints as "-" and as null. Also the process's CPU time,
+ * which the speed lines are counted in.
  */
 #include "sim.h"
 
 #include <math.h>
-#include <sys/resource.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "json.h"
 
