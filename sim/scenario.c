@@ -428,11 +428,11 @@ gen_caller(const sim_scenario *s, const epochs *e, const caller_spec *c,
 	return ALLOT_OK;
 }
 
-/* The quota file of a scenario: callers spiffe://sim/caller-<i>. */
-static char *
-make_config(const caller_spec *cs, size_t n, double ceiling)
+char *
+sim_quota_file(
+    const sim_quota_spec *q, size_t n, const char *weights, double ceiling)
 {
-	size_t cap = 1024 + n * 256;
+	size_t cap = 1024 + n * 256 + (weights != NULL ? strlen(weights) : 0);
 	char *t = malloc(cap);
 	if (t == NULL)
 		return NULL;
@@ -447,18 +447,35 @@ make_config(const caller_spec *cs, size_t n, double ceiling)
 		    "      tokens_per_second: %.17g\n"
 		    "      burst: %.17g\n"
 		    "      priority: %s\n",
-		    i, cs[i].rate, cs[i].burst,
-		    cs[i].priority != NULL ? cs[i].priority : "standard");
+		    i, q[i].rate, q[i].burst,
+		    q[i].priority != NULL ? q[i].priority : "standard");
 	len += (size_t) snprintf(t + len, cap - len,
-	    "  endpoint_weights:\n    default: 1\n    \"/lookup\": 1\n"
-	    "    \"/export\": %u\n",
-	    W_EXPORT);
+	    "  endpoint_weights:\n    default: 1\n    \"/lookup\": 1\n%s",
+	    weights != NULL ? weights : "");
 	if (ceiling > 0)
 		snprintf(t + len, cap - len,
 		    "  global_ceiling:\n"
 		    "    tokens_per_second: %.17g\n"
 		    "    shed_order: [low, batch, standard, critical]\n",
 		    ceiling);
+	return t;
+}
+
+/* The quota file of a built-in scenario: its callers, "/export" at
+ * W_EXPORT, and its ceiling. */
+static char *
+make_config(const caller_spec *cs, size_t n, double ceiling)
+{
+	sim_quota_spec *q = calloc(n > 0 ? n : 1, sizeof *q);
+	if (q == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		q[i] = (sim_quota_spec) { cs[i].rate, cs[i].burst,
+			cs[i].priority };
+	char weights[64];
+	snprintf(weights, sizeof weights, "    \"/export\": %u\n", W_EXPORT);
+	char *t = sim_quota_file(q, n, weights, ceiling);
+	free(q);
 	return t;
 }
 

@@ -48,6 +48,20 @@ int sim_arr_push(sim_arrvec *v, sim_arrival x);
 /* Sort into the engine's order: time, caller, replica, endpoint. */
 void sim_sort_arrivals(sim_arrival *a, size_t n);
 
+/* One caller of a generated quota file. */
+typedef struct sim_quota_spec {
+	double rate;
+	double burst;
+	const char *priority; /* NULL: standard */
+} sim_quota_spec;
+
+/* The quota file (malloc'd YAML) of callers spiffe://sim/caller-<i> with
+ * `q[i]`, the endpoint weights "default" and "/lookup" at 1 followed by
+ * the lines `weights` (may be NULL), and a global ceiling when
+ * `ceiling` > 0. NULL when out of memory. */
+char *sim_quota_file(
+    const sim_quota_spec *q, size_t n, const char *weights, double ceiling);
+
 /* Build family scenario `name` (sim/families.c) into `s` (zeroed by the
  * caller, noisy_caller -1, graceful true). ALLOT_ENOENT: not a family. */
 int sim_family_build(const char *name, const sim_params *p, double duration_s,
