@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allot-agentd's start-up and shutdown: options, the quota file and the
+ * agent (liballot, syncing with allotd when --coordinator is given), the
+ * gRPC and HTTP listeners, the "listening" lines that tests and scripts
+ * wait for, then the main thread's watch: every --cert-check-ms it looks
+ * whether the TLS certificate files changed (and the listeners reload
+ * them; connections in progress keep their session), until SIGTERM or
+ * SIGINT stops everything in order: listeners first, so that no request
+ * uses the agent once it is destroyed, then the agent (a graceful leave).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agentd.h"
+
+static const char *const level_names[8] = { "emerg", "alert", "crit", "error",
+	"warning", "notice", "info", "debug" };
+
+uint64_t
+agentd_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+static void
+emit(int level, const char *id, const char *msg)
+{
+	/* One fprintf per line, so that threads do not interleave. */
+	fprintf(stderr, AGENTD_PROG ": %s %s: %s\n",
+	    level_names[level < 0 ? 0 : level > 7 ? 7 : level], id, msg);
+}
+
+void
+agentd_log(const struct agentd *d, int level, const char *id, const char *fmt,
+    ...)
+{
+	if (level > d->o.log_level)
+		return;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	emit(level, id, msg);
+}
+
+/* liballot's handler: the library never prints by itself. */
+static void
+agent_log(void *ctx, int level, const char *id, const char *msg)
+{
+	const struct agentd *d = ctx;
+	if (level <= d->o.log_level)
+		emit(level, id, msg);
+}
+
+__attribute__((noreturn)) static void
+fail(const char *what, const char *why)
+{
+	fprintf(stderr, AGENTD_PROG ": %s: %s\n", what, why);
+	exit(2);
+}
+
+static void
+start_agent(struct agentd *d)
+{
+	char err[512];
+	int rc = allot_config_load(d->o.config, err, sizeof err, &d->cfg);
+	if (rc != ALLOT_OK)
+		fail(d->o.config, rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
+		        err :
+		        allot_strerror(rc));
+	if (!agentd_map_init(&d->map, &d->o, err, sizeof err))
+		fail("mapping", err);
+	const struct agentd_options *o = &d->o;
+	allot_agent_options ao;
+	allot_agent_options_init(&ao);
+	ao.log = agent_log;
+	ao.log_ctx = d;
+	ao.log_level = o->log_level;
+	ao.coordinator = o->coordinator;
+	ao.tls_ca_file = o->coordinator_ca;
+	ao.tls_cert_key_file = o->coordinator_cert_key;
+	ao.tls_server_name = o->coordinator_server_name;
+	ao.service = o->service;
+	ao.replica_id = o->replica_id;
+	/* Zero (unset) keeps liballot's default. */
+#define SET(field) \
+	if (o->field != 0) \
+		ao.field = o->field
+	SET(sync_interval_ms);
+	SET(initial_replicas);
+	SET(reconnect_min_ms);
+	SET(reconnect_max_ms);
+	SET(max_unknown_keys);
+	SET(max_threads);
+#undef SET
+	if (o->idle_evict_ms != 0)
+		ao.idle_evict_ms = o->idle_evict_ms;
+	if (o->sync_jitter >= 0)
+		ao.sync_jitter = o->sync_jitter;
+	rc = allot_agent_create(d->cfg, &ao, &d->agent);
+	if (rc != ALLOT_OK)
+		fail("agent", allot_strerror(rc));
+}
+
+static bool
+enabled(const char *listen)
+{
+	return listen != NULL && listen[0] != '\0' &&
+	    strcmp(listen, "none") != 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct agentd daemon; /* zeroed; reached from every thread */
+	struct agentd *d = &daemon;
+	agentd_options_parse(&d->o, argc, argv);
+
+	/* Signals are taken by the main thread only: block them before
+	 * any thread exists. A client that hangs up must not kill us. */
+	sigset_t stop;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	start_agent(d);
+	if (enabled(d->o.grpc_listen)) {
+		if (grpc_server_start(d, &d->grpc) != ALLOT_OK)
+			fail("gRPC", "cannot serve (see above)");
+		printf("grpc listening on %s://%s (port %u)\n",
+		    d->o.tls_cert != NULL ? "https" : "http",
+		    d->o.grpc_listen, grpc_server_port(d->grpc));
+	}
+	if (enabled(d->o.http_listen) || d->o.http_socket != NULL) {
+		if (http_api_start(d, &d->http) != ALLOT_OK)
+			fail("HTTP", "cannot serve (see above)");
+		printf("http listening on %s (port %u)\n",
+		    enabled(d->o.http_listen) ? d->o.http_listen : "-",
+		    http_api_port(d->http));
+		if (d->o.http_socket != NULL)
+			printf("http listening on unix:%s\n", d->o.http_socket);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	agentd_log(d, 6, "AGENTD-START", "service %s, coordinator %s",
+	    d->o.service, d->o.coordinator ? d->o.coordinator : "none");
+
+	struct timespec tick = { d->o.cert_check_ms / 1000,
+		(long) (d->o.cert_check_ms % 1000) * 1000000 };
+	int sig;
+	for (;;) {
+		sig = sigtimedwait(&stop, NULL, &tick);
+		if (sig > 0)
+			break;
+		if (d->grpc != NULL)
+			grpc_server_check_certs(d->grpc);
+	}
+	agentd_log(d, 6, "AGENTD-STOP", "signal %d: stopping", sig);
+	atomic_store(&d->stopping, true);
+	http_api_stop(d->http);
+	grpc_server_stop(d->grpc);
+	allot_agent_destroy(d->agent);
+	allot_config_free(d->cfg);
+	agentd_log(d, 6, "AGENTD-STOPPED", "stopped");
+	return 0;
+}
