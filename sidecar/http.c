@@ -302,7 +302,7 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static struct MHD_Daemon *
 start(struct agentd *d, unsigned flags, int fd, const struct sockaddr *sa)
 {
-	flags |= MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+	flags |= MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO;
 	return MHD_start_daemon(flags, 0, NULL, NULL, handle, d,
 	    fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
 	    fd >= 0 ? (void *) (intptr_t) fd : (void *) sa,
