@@ -43,6 +43,8 @@ def stubs():
 
 
 pb, pbg = stubs()
+# Loopback only: never through a proxy the environment may name.
+NOPROXY = [('grpc.enable_http_proxy', 0)]
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa
 
 
@@ -53,6 +55,8 @@ def request(spec):
         desc = req.descriptors.add()
         for k, v in d.get('entries', []):
             desc.entries.add(key=k, value=v)
+        if 'pad' in d:
+            desc.entries.add(key='pad', value='x' * d['pad'])
         if 'hits_addend' in d:
             desc.hits_addend.value = d['hits_addend']
     return req
@@ -75,7 +79,7 @@ def summary(resp):
 
 
 def burst(target, n, identity):
-    ch = grpc.insecure_channel(target)
+    ch = grpc.insecure_channel(target, options=NOPROXY)
     stub = pbg.RateLimitServiceStub(ch)
     req = request({'descriptors': [{'entries': [('caller', identity),
                                                 ('endpoint', '/lookup')]}]})
@@ -91,7 +95,8 @@ def burst(target, n, identity):
 
 def call(target, spec):
     ch = grpc.insecure_channel(
-        target, options=[('grpc.max_send_message_length', 1 << 26)])
+        target, options=NOPROXY + [('grpc.max_send_message_length',
+                                    1 << 26)])
     stub = pbg.RateLimitServiceStub(ch)
     try:
         return {'status': 'OK',
@@ -105,7 +110,7 @@ def call(target, spec):
 
 def load(target, seconds, ca):
     creds = grpc.ssl_channel_credentials(open(ca, 'rb').read())
-    opts = [('grpc.ssl_target_name_override', 'localhost')]
+    opts = NOPROXY
     req = request({'descriptors': [{'entries': [('caller', 'load')]}]})
     long_ch = grpc.secure_channel(target, creds, opts)
     stub = pbg.RateLimitServiceStub(long_ch)
