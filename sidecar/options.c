@@ -5,8 +5,7 @@
  * options file (--options FILE: one "name value" or "name = value" per
  * line, '#' starts a comment), so that every option, liballot's agent
  * options included, is both a flag and a config key. The file is read
- * first and the command line wins. The descriptor mapping is parsed from
- * its options here too.
+ * first and the command line wins.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -299,51 +298,4 @@ agentd_options_parse(struct agentd_options *o, int argc, char **argv)
 		die("--config FILE is required (see --help)");
 	if ((o->tls_cert == NULL) != (o->tls_key == NULL))
 		die("--tls-cert and --tls-key go together");
-}
-
-/* Split a comma-separated list in place (into a copy kept for life). */
-static bool
-split(const char *list, const char **out, size_t *ret_n)
-{
-	char *copy = strdup(list);
-	size_t n = 0;
-	if (copy == NULL)
-		return false;
-	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t != NULL;
-	     t = strtok_r(NULL, ",", &save)) {
-		if (n == RLS_MAX_KEYS)
-			return false;
-		out[n++] = t;
-	}
-	*ret_n = n;
-	return true;
-}
-
-bool
-agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
-    size_t errlen)
-{
-	memset(m, 0, sizeof *m);
-	if (!split(o->identity_keys, m->identity_keys, &m->n_identity_keys) ||
-	    !split(o->endpoint_keys, m->endpoint_keys, &m->n_endpoint_keys)) {
-		snprintf(err, errlen, "at most %d identity and endpoint keys",
-		    RLS_MAX_KEYS);
-		return false;
-	}
-	if (strcmp(o->unknown, "default") == 0)
-		m->unknown = UNKNOWN_DEFAULT;
-	else if (strcmp(o->unknown, "allow") == 0)
-		m->unknown = UNKNOWN_ALLOW;
-	else if (strcmp(o->unknown, "reject") == 0)
-		m->unknown = UNKNOWN_REJECT;
-	else {
-		snprintf(err, errlen, "--unknown wants default, allow or "
-		                      "reject, not '%s'",
-		    o->unknown);
-		return false;
-	}
-	m->domain = o->domain;
-	m->max_descriptors = o->max_descriptors;
-	m->max_entries = o->max_entries;
-	return true;
 }

@@ -9,6 +9,7 @@
  * in force, what remains, the time until reset) and the headers Envoy
  * adds for the client: RateLimit-Policy and RateLimit of the binding
  * descriptor, and Retry-After when the request is over the limit.
+ * The mapping itself is parsed from the options here (agentd_map_init).
  * agentd_decide() is the one decision both APIs make. Nothing here keeps
  * state between calls: the fuzz target drives agentd_rls() directly.
  */
@@ -309,4 +310,51 @@ agentd_rls(allot_agent *agent, const struct rls_map *m, const uint8_t *req,
 	envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(
 	    rq, NULL);
 	return rc;
+}
+
+/* Split a comma-separated list in place (into a copy kept for life). */
+static bool
+split(const char *list, const char **out, size_t *ret_n)
+{
+	char *copy = strdup(list);
+	size_t n = 0;
+	if (copy == NULL)
+		return false;
+	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t != NULL;
+	     t = strtok_r(NULL, ",", &save)) {
+		if (n == RLS_MAX_KEYS)
+			return false;
+		out[n++] = t;
+	}
+	*ret_n = n;
+	return true;
+}
+
+bool
+agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
+    size_t errlen)
+{
+	memset(m, 0, sizeof *m);
+	if (!split(o->identity_keys, m->identity_keys, &m->n_identity_keys) ||
+	    !split(o->endpoint_keys, m->endpoint_keys, &m->n_endpoint_keys)) {
+		snprintf(err, errlen, "at most %d identity and endpoint keys",
+		    RLS_MAX_KEYS);
+		return false;
+	}
+	if (strcmp(o->unknown, "default") == 0)
+		m->unknown = UNKNOWN_DEFAULT;
+	else if (strcmp(o->unknown, "allow") == 0)
+		m->unknown = UNKNOWN_ALLOW;
+	else if (strcmp(o->unknown, "reject") == 0)
+		m->unknown = UNKNOWN_REJECT;
+	else {
+		snprintf(err, errlen, "--unknown wants default, allow or "
+		                      "reject, not '%s'",
+		    o->unknown);
+		return false;
+	}
+	m->domain = o->domain;
+	m->max_descriptors = o->max_descriptors;
+	m->max_entries = o->max_entries;
+	return true;
 }
