@@ -94,12 +94,14 @@ struct conn {
 	bool tls_retry; /* the last gnutls_record_send said AGAIN */
 	bool want_out; /* EPOLLOUT is on */
 	nghttp2_session *h2;
+	struct stream *streams; /* freed with the connection if still open */
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	uint64_t last_ns;
 };
 
 struct stream {
+	struct stream *prev, *next; /* the connection's open streams */
 	uint8_t *in;
 	size_t in_len;
 	size_t header_bytes;
@@ -222,9 +224,14 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 	if (f->hd.type != NGHTTP2_HEADERS ||
 	    f->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
+	struct conn *c = user;
 	struct stream *st = calloc(1, sizeof *st);
 	if (st == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	st->next = c->streams;
+	if (c->streams != NULL)
+		c->streams->prev = st;
+	c->streams = st;
 	nghttp2_session_set_stream_user_data(h2, f->hd.stream_id, st);
 	return 0;
 }
@@ -262,7 +269,7 @@ static int
 on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
     size_t len, void *user)
 {
-	struct agentd *d = user;
+	struct agentd *d = ((struct conn *) user)->w->g->d;
 	struct stream *st = nghttp2_session_get_stream_user_data(h2, id);
 	if (st == NULL || st->answered)
 		return 0;
@@ -299,8 +306,22 @@ on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 	struct stream *st =
 	    nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
 	if (st != NULL)
-		serve(user, h2, f->hd.stream_id, st);
+		serve(((struct conn *) user)->w->g->d, h2, f->hd.stream_id, st);
 	return 0;
+}
+
+static void
+stream_free(struct conn *c, struct stream *st)
+{
+	if (st->prev != NULL)
+		st->prev->next = st->next;
+	else
+		c->streams = st->next;
+	if (st->next != NULL)
+		st->next->prev = st->prev;
+	free(st->in);
+	free(st->body);
+	free(st);
 }
 
 static int
@@ -309,9 +330,7 @@ on_close(nghttp2_session *h2, int32_t id, uint32_t err, void *user)
 	struct stream *st = nghttp2_session_get_stream_user_data(h2, id);
 	if (st != NULL) {
 		nghttp2_session_set_stream_user_data(h2, id, NULL);
-		free(st->in);
-		free(st->body);
-		free(st);
+		stream_free(user, st);
 	}
 	return 0;
 }
@@ -345,7 +364,9 @@ conn_close(struct conn *c)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
-	nghttp2_session_del(c->h2);
+	nghttp2_session_del(c->h2); /* calls no stream-close callbacks */
+	while (c->streams != NULL)
+		stream_free(c, c->streams);
 	if (c->tls != NULL)
 		gnutls_deinit(c->tls);
 	creds_put(w->g, c->creds);
@@ -559,7 +580,7 @@ conn_open(struct worker *w, int fd)
 		{ NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, d->o.max_streams },
 		{ NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, HEADER_BYTES_MAX },
 	};
-	if (nghttp2_session_server_new2(&c->h2, g->cbs, d, g->h2opt) != 0 ||
+	if (nghttp2_session_server_new2(&c->h2, g->cbs, c, g->h2opt) != 0 ||
 	    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
 	    (g->creds != NULL && !conn_tls(c)) ||
 	    epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {

@@ -232,7 +232,11 @@ read_file(struct agentd_options *o, const char *path)
 			die("%s:%u: unknown option '%s'", path, ln, s);
 		if (*v == '\0')
 			die("%s:%u: '%s' wants a value", path, ln, s);
-		char *copy = strdup(v);
+		if (d->kind != K_STR) {
+			store(o, d, v);
+			continue;
+		}
+		char *copy = strdup(v); /* kept: the options live as long */
 		if (copy == NULL)
 			die("out of memory");
 		store(o, d, copy);
