@@ -56,8 +56,8 @@ on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
     void *user)
 {
-	struct call *call =
-	    nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+	struct call *call = nghttp2_session_get_stream_user_data(
+	    h2, f->hd.stream_id);
 	if (call != NULL && namelen == 11 &&
 	    memcmp(name, "grpc-status", 11) == 0)
 		call->status = atoi((const char *) value);
@@ -116,7 +116,8 @@ rlsc_connect(int port)
 	nghttp2_session_callbacks *cbs;
 	nghttp2_session_callbacks_new(&cbs);
 	nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+	    cbs, on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
 	nghttp2_option *opt;
 	nghttp2_option_new(&opt);
@@ -208,13 +209,13 @@ submit(rlsc *c, const char *path, bool end)
 		nghttp2_nv nv[] = {
 			{ (uint8_t *) ":method", (uint8_t *) "POST", 7, 4, 0 },
 			{ (uint8_t *) ":scheme", (uint8_t *) "http", 7, 4, 0 },
-			{ (uint8_t *) ":authority", (uint8_t *) "localhost", 10,
-			    9, 0 },
-			{ (uint8_t *) ":path", (uint8_t *) path, 5, strlen(path),
-			    0 },
+			{ (uint8_t *) ":authority", (uint8_t *) "localhost",
+			    10, 9, 0 },
+			{ (uint8_t *) ":path", (uint8_t *) path, 5,
+			    strlen(path), 0 },
 		};
-		return nghttp2_submit_headers(c->h2, 0, -1, NULL, nv, 4, NULL) <
-		        0 ?
+		return nghttp2_submit_headers(
+		           c->h2, 0, -1, NULL, nv, 4, NULL) < 0 ?
 		    -1 :
 		    0;
 	}
@@ -226,10 +227,11 @@ submit(rlsc *c, const char *path, bool end)
 	nghttp2_nv nv[] = {
 		{ (uint8_t *) ":method", (uint8_t *) "POST", 7, 4, 0 },
 		{ (uint8_t *) ":scheme", (uint8_t *) "http", 7, 4, 0 },
-		{ (uint8_t *) ":authority", (uint8_t *) "localhost", 10, 9, 0 },
+		{ (uint8_t *) ":authority", (uint8_t *) "localhost", 10, 9,
+		    0 },
 		{ (uint8_t *) ":path", (uint8_t *) path, 5, strlen(path), 0 },
-		{ (uint8_t *) "content-type", (uint8_t *) "application/grpc", 12,
-		    16, 0 },
+		{ (uint8_t *) "content-type", (uint8_t *) "application/grpc",
+		    12, 16, 0 },
 		{ (uint8_t *) "te", (uint8_t *) "trailers", 2, 8, 0 },
 	};
 	nghttp2_data_provider prd = { .source.ptr = call,
@@ -244,8 +246,8 @@ submit(rlsc *c, const char *path, bool end)
 }
 
 size_t
-rlsc_run(rlsc *c, const char *path, const uint8_t *body, size_t len,
-    size_t n, size_t window, rlsc_done_fn done, void *ctx)
+rlsc_run(rlsc *c, const char *path, const uint8_t *body, size_t len, size_t n,
+    size_t window, rlsc_done_fn done, void *ctx)
 {
 	c->done = done;
 	c->ctx = ctx;
@@ -285,8 +287,8 @@ rlsc_flood(rlsc *c, size_t n, int wait_ms, size_t *ret_refused)
 }
 
 uint8_t *
-rlsc_request(const char *identity, const char *endpoint, uint32_t hits,
-    size_t *ret_len)
+rlsc_request(
+    const char *identity, const char *endpoint, uint32_t hits, size_t *ret_len)
 {
 	Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__Entry
 	    e[2] = {
@@ -310,8 +312,9 @@ rlsc_request(const char *identity, const char *endpoint, uint32_t hits,
 	r.n_descriptors = 1;
 	r.descriptors = &dp;
 	r.hits_addend = hits;
-	size_t n = envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
-	    &r);
+	size_t n =
+	    envoy__service__ratelimit__v3__rate_limit_request__get_packed_size(
+	        &r);
 	uint8_t *buf = malloc(n + 5);
 	if (buf == NULL)
 		return NULL;

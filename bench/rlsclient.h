@@ -13,7 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RLSC_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define RLSC_PATH \
+	"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 typedef struct rlsc rlsc;
 

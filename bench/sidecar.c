@@ -55,16 +55,14 @@ static bench_figure figs[NFIG] = {
 	[F_GRPC_P50] = { "sidecar.grpc_p50_ns", "ns", 0,
 	    "gRPC ShouldRateLimit, h2c loopback, one call at a time, p50",
 	    BENCH_AT_MOST, NAN },
-	[F_GRPC_P99] = { "sidecar.grpc_p99_ns", "ns", 0,
-	    "the same, p99" },
+	[F_GRPC_P99] = { "sidecar.grpc_p99_ns", "ns", 0, "the same, p99" },
 	[F_GRPC_RATE] = { "sidecar.grpc_decisions_per_s", "/s", 0,
 	    "gRPC, 2 connections x 64 calls in flight", BENCH_AT_LEAST,
 	    50000 },
 	[F_HTTP_P50] = { "sidecar.http_uds_p50_ns", "ns", 0,
 	    "POST /v1/acquire, Unix socket, keep-alive, p50", BENCH_AT_MOST,
 	    NAN },
-	[F_HTTP_P99] = { "sidecar.http_uds_p99_ns", "ns", 0,
-	    "the same, p99" },
+	[F_HTTP_P99] = { "sidecar.http_uds_p99_ns", "ns", 0, "the same, p99" },
 	[F_HTTP_RATE] = { "sidecar.http_uds_decisions_per_s", "/s", 0,
 	    "HTTP on the Unix socket, 4 keep-alive connections" },
 	[F_REDIS] = { "sidecar.redis_ns", "ns", 0,
@@ -118,9 +116,10 @@ start_daemon(struct daemon *dm)
 	FILE *f = fopen(cfg, "w");
 	if (f == NULL)
 		bench_fail("%s: %s", cfg, strerror(errno));
-	fprintf(f, "quotas:\n  default: {tokens_per_second: 1, burst: 1}\n"
-	           "  callers:\n    - {identity: \"" ID "\", "
-	           "tokens_per_second: 1000000000, burst: 1000000000}\n");
+	fprintf(f,
+	    "quotas:\n  default: {tokens_per_second: 1, burst: 1}\n"
+	    "  callers:\n    - {identity: \"" ID "\", "
+	    "tokens_per_second: 1000000000, burst: 1000000000}\n");
 	fclose(f);
 	dm->grpc_port = free_port();
 	snprintf(port, sizeof port, "127.0.0.1:%d", dm->grpc_port);
@@ -185,8 +184,7 @@ struct grpc_run {
 };
 
 static void
-grpc_done(void *ctx, int status, const uint8_t *msg, size_t len,
-    uint64_t lat)
+grpc_done(void *ctx, int status, const uint8_t *msg, size_t len, uint64_t lat)
 {
 	struct grpc_run *r = ctx;
 	/* overall_code OK is field 1 = 1: bytes 08 01. */
@@ -211,8 +209,8 @@ grpc_flood(void *arg)
 	if (c == NULL)
 		return NULL;
 	struct grpc_run r = { NULL, 0, 0 };
-	t->done = rlsc_run(c, RLSC_PATH, t->body, t->len, t->calls, WINDOW,
-	    grpc_done, &r);
+	t->done = rlsc_run(
+	    c, RLSC_PATH, t->body, t->len, t->calls, WINDOW, grpc_done, &r);
 	t->bad = r.bad;
 	rlsc_close(c);
 	return NULL;
@@ -231,8 +229,8 @@ measure_grpc(const struct daemon *dm, uint64_t calls, unsigned round)
 	if (rlsc_run(c, RLSC_PATH, body, len, calls, 1, grpc_done, &r) !=
 	        calls ||
 	    r.bad != 0)
-		bench_fail("gRPC: %zu of %" PRIu64 " calls failed", r.bad,
-		    calls);
+		bench_fail(
+		    "gRPC: %zu of %" PRIu64 " calls failed", r.bad, calls);
 	rlsc_close(c);
 	samples[F_GRPC_P50][round] = pct(lat, calls, 0.5);
 	samples[F_GRPC_P99][round] = pct(lat, calls, 0.99);
@@ -412,7 +410,7 @@ main(int argc, char **argv)
 	 * round trip, measured in the same run. */
 	figs[F_GRPC_P50].target = figs[F_REDIS].value;
 	figs[F_HTTP_P50].target = figs[F_REDIS].value;
-	bench_report(&o, "sidecar: allot-agentd vs a Redis round trip", figs,
-	    NFIG);
+	bench_report(
+	    &o, "sidecar: allot-agentd vs a Redis round trip", figs, NFIG);
 	return 0;
 }

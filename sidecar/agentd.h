@@ -138,9 +138,8 @@ void agentd_decide(allot_agent *agent, const char *identity,
  * RateLimitResponse into a malloc'd buffer after 5 bytes left free for
  * the gRPC prefix. Returns a gRPC status: 0 with *ret_buf and *ret_len
  * (prefix included) set, else the error code with `msg` filled. */
-int agentd_rls(allot_agent *agent, const struct rls_map *m,
-    const uint8_t *req, size_t len, uint8_t **ret_buf, size_t *ret_len,
-    char *msg, size_t msglen);
+int agentd_rls(allot_agent *agent, const struct rls_map *m, const uint8_t *req,
+    size_t len, uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen);
 
 /* grpc.c */
 struct grpc_server;

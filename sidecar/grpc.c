@@ -115,10 +115,10 @@ struct stream {
 /* Responses                                                        */
 /* ---------------------------------------------------------------- */
 
-#define NV(n, v)                                                       \
-	{                                                              \
-		(uint8_t *) (n), (uint8_t *) (v), sizeof(n) - 1,       \
-		    strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME            \
+#define NV(n, v)                                                            \
+	{                                                                   \
+		(uint8_t *) (n), (uint8_t *) (v), sizeof(n) - 1, strlen(v), \
+		    NGHTTP2_NV_FLAG_NO_COPY_NAME                            \
 	}
 
 /* A response with no message: the status in the headers, which end the
@@ -150,7 +150,8 @@ read_body(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
 	st->body_off += n;
 	if (st->body_off == st->body_len) {
 		/* The trailers end the stream, not the data. */
-		*flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+		*flags |= NGHTTP2_DATA_FLAG_EOF |
+		    NGHTTP2_DATA_FLAG_NO_END_STREAM;
 		nghttp2_nv tr[] = { NV("grpc-status", "0") };
 		nghttp2_submit_trailer(h2, id, tr, 1);
 	}
@@ -181,8 +182,7 @@ serve(struct agentd *d, nghttp2_session *h2, int32_t id, struct stream *st)
 		return;
 	}
 	uint32_t len = (uint32_t) st->in[1] << 24 |
-	    (uint32_t) st->in[2] << 16 | (uint32_t) st->in[3] << 8 |
-	    st->in[4];
+	    (uint32_t) st->in[2] << 16 | (uint32_t) st->in[3] << 8 | st->in[4];
 	if (st->in[0] != 0) {
 		answer_status(d, h2, id, st, GRPC_UNIMPLEMENTED,
 		    "compressed messages are not supported");
@@ -247,8 +247,8 @@ on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
     void *user)
 {
-	struct stream *st =
-	    nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+	struct stream *st = nghttp2_session_get_stream_user_data(
+	    h2, f->hd.stream_id);
 	if (st == NULL || f->hd.type != NGHTTP2_HEADERS)
 		return 0;
 	st->header_bytes += namelen + valuelen;
@@ -287,8 +287,8 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 	}
 	uint8_t *p = realloc(st->in, st->in_len + len);
 	if (p == NULL) {
-		answer_status(d, h2, id, st, GRPC_RESOURCE_EXHAUSTED,
-		    "out of memory");
+		answer_status(
+		    d, h2, id, st, GRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return 0;
 	}
 	memcpy(p + st->in_len, data, len);
@@ -303,10 +303,11 @@ on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 	if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
 	    !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
 		return 0;
-	struct stream *st =
-	    nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+	struct stream *st = nghttp2_session_get_stream_user_data(
+	    h2, f->hd.stream_id);
 	if (st != NULL)
-		serve(((struct conn *) user)->w->g->d, h2, f->hd.stream_id, st);
+		serve(
+		    ((struct conn *) user)->w->g->d, h2, f->hd.stream_id, st);
 	return 0;
 }
 
@@ -440,7 +441,8 @@ flush(struct conn *c)
 			if (n == 0)
 				break;
 			if (c->out_len + (size_t) n > c->out_cap) {
-				size_t cap = c->out_len + (size_t) n + OUT_BATCH;
+				size_t cap = c->out_len + (size_t) n +
+				    OUT_BATCH;
 				uint8_t *p = realloc(c->out, cap);
 				if (p == NULL)
 					return -1;
@@ -651,8 +653,8 @@ listen_on(struct agentd *d, const char *spec, unsigned *ret_port)
 	const char *colon = strrchr(spec, ':');
 	size_t hl = colon != NULL ? (size_t) (colon - spec) : 0;
 	if (colon == NULL || hl == 0 || hl >= sizeof host) {
-		agentd_log(d, 3, "AGENTD-LISTEN", "wants HOST:PORT, not '%s'",
-		    spec);
+		agentd_log(
+		    d, 3, "AGENTD-LISTEN", "wants HOST:PORT, not '%s'", spec);
 		return -1;
 	}
 	const char *h = spec;
@@ -665,7 +667,7 @@ listen_on(struct agentd *d, const char *spec, unsigned *ret_port)
 	struct addrinfo hints = { .ai_family = AF_UNSPEC,
 		.ai_socktype = SOCK_STREAM,
 		.ai_flags = AI_NUMERICSERV | AI_PASSIVE },
-			*res;
+	                *res;
 	if (getaddrinfo(host, colon + 1, &hints, &res) != 0) {
 		agentd_log(d, 3, "AGENTD-LISTEN", "bad address '%s'", spec);
 		return -1;
@@ -676,8 +678,8 @@ listen_on(struct agentd *d, const char *spec, unsigned *ret_port)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 ||
 	    listen(fd, 1024) != 0) {
-		agentd_log(d, 3, "AGENTD-LISTEN", "%s: %s", spec,
-		    strerror(errno));
+		agentd_log(
+		    d, 3, "AGENTD-LISTEN", "%s: %s", spec, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(res);
@@ -704,8 +706,8 @@ same_file(const struct stat *a, const struct stat *b)
 /* Load the certificate and key; on success they are what new
  * handshakes use. */
 static bool
-load_creds(struct grpc_server *g, const struct stat *cst,
-    const struct stat *kst)
+load_creds(
+    struct grpc_server *g, const struct stat *cst, const struct stat *kst)
 {
 	struct agentd *d = g->d;
 	struct creds *c = calloc(1, sizeof *c);
@@ -749,8 +751,8 @@ grpc_server_check_certs(struct grpc_server *g)
 	 * pair stays in force and the next tick tries again. */
 	if (load_creds(g, &cst, &kst)) {
 		atomic_fetch_add(&d->n.cert_reloads, 1);
-		agentd_log(d, 6, "AGENTD-TLS-RELOAD", "%s reloaded",
-		    d->o.tls_cert);
+		agentd_log(
+		    d, 6, "AGENTD-TLS-RELOAD", "%s reloaded", d->o.tls_cert);
 	} else {
 		atomic_fetch_add(&d->n.cert_reload_errors, 1);
 	}

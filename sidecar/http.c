@@ -132,7 +132,8 @@ acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 		return send_error(d, c, 400, allot_strerror(v.rc));
 	json_object *o = json_object_new_object();
 	json_object *h = json_object_new_object();
-	json_object_object_add(o, "allowed", json_object_new_boolean(v.d.allowed));
+	json_object_object_add(
+	    o, "allowed", json_object_new_boolean(v.d.allowed));
 	json_object_object_add(
 	    o, "shadow_denied", json_object_new_boolean(v.d.shadow_denied));
 	json_object_object_add(o, "cost", json_object_new_int64(v.d.cost));
@@ -145,7 +146,8 @@ acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 	json_object_object_add(o, "rate", json_object_new_double(v.d.rate));
 	json_object_object_add(
 	    h, "RateLimit-Policy", json_object_new_string(v.policy));
-	json_object_object_add(h, "RateLimit", json_object_new_string(v.ratelimit));
+	json_object_object_add(
+	    h, "RateLimit", json_object_new_string(v.ratelimit));
 	if (v.retry_after[0] != '\0')
 		json_object_object_add(
 		    h, "Retry-After", json_object_new_string(v.retry_after));
@@ -195,8 +197,10 @@ remaining(struct agentd *d, struct MHD_Connection *c)
 	if (rc != ALLOT_OK)
 		return send_error(d, c, 400, allot_strerror(rc));
 	json_object *o = json_object_new_object();
-	json_object_object_add(o, "identity", json_object_new_string(ks.identity));
-	json_object_object_add(o, "endpoint", json_object_new_string(ks.endpoint));
+	json_object_object_add(
+	    o, "identity", json_object_new_string(ks.identity));
+	json_object_object_add(
+	    o, "endpoint", json_object_new_string(ks.endpoint));
 	json_object_object_add(o, "quota", json_object_new_string(ks.quota));
 	json_object_object_add(o, "known", json_object_new_boolean(ks.known));
 	json_object_object_add(o, "remaining",
@@ -207,8 +211,8 @@ remaining(struct agentd *d, struct MHD_Connection *c)
 }
 
 static enum MHD_Result
-post(struct agentd *d, struct MHD_Connection *c, const char *url,
-    struct req *r)
+post(
+    struct agentd *d, struct MHD_Connection *c, const char *url, struct req *r)
 {
 	if (r->too_big)
 		return send_error(d, c, 413, "body above 4096 bytes");
@@ -220,8 +224,8 @@ post(struct agentd *d, struct MHD_Connection *c, const char *url,
 	json_object *in = tok != NULL ?
 	    json_tokener_parse_ex(tok, r->body, (int) r->len) :
 	    NULL;
-	bool ok = in != NULL && json_tokener_get_error(tok) ==
-	        json_tokener_success &&
+	bool ok = in != NULL &&
+	    json_tokener_get_error(tok) == json_tokener_success &&
 	    json_object_is_type(in, json_type_object);
 	json_tokener_free(tok);
 	enum MHD_Result ret;
@@ -247,8 +251,8 @@ get(struct agentd *d, struct MHD_Connection *c, const char *url)
 		char *text = agentd_metrics(d, &len);
 		if (text == NULL)
 			return send_error(d, c, 500, "out of memory");
-		enum MHD_Result ret = send_text(c, 200,
-		    "text/plain; version=0.0.4", text, len);
+		enum MHD_Result ret = send_text(
+		    c, 200, "text/plain; version=0.0.4", text, len);
 		free(text);
 		return ret;
 	}
@@ -302,7 +306,8 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static struct MHD_Daemon *
 start(struct agentd *d, unsigned flags, int fd, const struct sockaddr *sa)
 {
-	flags |= MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO;
+	flags |= MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+	    MHD_USE_TURBO;
 	return MHD_start_daemon(flags, 0, NULL, NULL, handle, d,
 	    fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
 	    fd >= 0 ? (void *) (intptr_t) fd : (void *) sa,
@@ -353,15 +358,16 @@ http_api_start(struct agentd *d, struct http_api **ret)
 		host[colon - l] = '\0';
 		struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 			.ai_flags = AI_NUMERICSERV | AI_PASSIVE },
-				*res;
+		                *res;
 		if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
 			return ALLOT_EINVAL;
-		h->tcp = start(d, res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0,
-		    -1, res->ai_addr);
+		h->tcp = start(d,
+		    res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, -1,
+		    res->ai_addr);
 		freeaddrinfo(res);
 		if (h->tcp == NULL) {
-			agentd_log(d, 3, "AGENTD-LISTEN", "cannot serve on %s",
-			    l);
+			agentd_log(
+			    d, 3, "AGENTD-LISTEN", "cannot serve on %s", l);
 			return ALLOT_EIO;
 		}
 		const union MHD_DaemonInfo *di = MHD_get_daemon_info(

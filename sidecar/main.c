@@ -5,7 +5,9 @@
  * gRPC and HTTP listeners, the "listening" lines that tests and scripts
  * wait for, then the main thread's watch: every --cert-check-ms it looks
  * whether the TLS certificate files changed (and the listeners reload
- * them; connections in progress keep their session), until SIGTERM or
+ * them; connections in progress keep their session) and whether the
+ * coordinator's client certificate changed (see watch_coordinator_cert),
+ * until SIGTERM or
  * SIGINT stops everything in order: listeners first, so that no request
  * uses the agent once it is destroyed, then the agent (a graceful leave).
  */
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,12 +39,15 @@ emit(int level, const char *id, const char *msg)
 {
 	/* One fprintf per line, so that threads do not interleave. */
 	fprintf(stderr, AGENTD_PROG ": %s %s: %s\n",
-	    level_names[level < 0 ? 0 : level > 7 ? 7 : level], id, msg);
+	    level_names[level < 0 ? 0 :
+	            level > 7     ? 7 :
+	                            level],
+	    id, msg);
 }
 
 void
-agentd_log(const struct agentd *d, int level, const char *id, const char *fmt,
-    ...)
+agentd_log(
+    const struct agentd *d, int level, const char *id, const char *fmt, ...)
 {
 	if (level > d->o.log_level)
 		return;
@@ -75,7 +81,8 @@ start_agent(struct agentd *d)
 	char err[512];
 	int rc = allot_config_load(d->o.config, err, sizeof err, &d->cfg);
 	if (rc != ALLOT_OK)
-		fail(d->o.config, rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
+		fail(d->o.config,
+		    rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
 		        err :
 		        allot_strerror(rc));
 	if (!agentd_map_init(&d->map, &d->o, err, sizeof err))
@@ -93,9 +100,9 @@ start_agent(struct agentd *d)
 	ao.service = o->service;
 	ao.replica_id = o->replica_id;
 	/* Zero (unset) keeps liballot's default. */
-#define SET(field) \
+#define SET(field)         \
 	if (o->field != 0) \
-		ao.field = o->field
+	ao.field = o->field
 	SET(sync_interval_ms);
 	SET(initial_replicas);
 	SET(reconnect_min_ms);
@@ -110,6 +117,36 @@ start_agent(struct agentd *d)
 	rc = allot_agent_create(d->cfg, &ao, &d->agent);
 	if (rc != ALLOT_OK)
 		fail("agent", allot_strerror(rc));
+}
+
+/*
+ * The certificate and key liballot presents to allotd. The session in
+ * progress keeps its TLS connection (a handshake already made does not
+ * expire with its certificate); what must change is what the next dial
+ * and the next Register's identity proof use, and that lives in
+ * liballot's sync thread, which has no call for it yet. Until it has
+ * (allot_agent_reload_tls(), see docs/sidecar.md), the change is logged
+ * once per change so that an operator can restart before the old
+ * certificate expires.
+ */
+static void
+watch_coordinator_cert(struct agentd *d, struct stat *last)
+{
+	struct stat st;
+	if (d->o.coordinator_cert_key == NULL ||
+	    stat(d->o.coordinator_cert_key, &st) != 0)
+		return;
+	bool changed = last->st_ino != 0 &&
+	    (st.st_ino != last->st_ino || st.st_size != last->st_size ||
+	        st.st_mtim.tv_sec != last->st_mtim.tv_sec ||
+	        st.st_mtim.tv_nsec != last->st_mtim.tv_nsec);
+	*last = st;
+	if (changed)
+		agentd_log(d, 4, "AGENTD-COORD-CERT",
+		    "%s changed: the session to allotd continues on the old "
+		    "certificate; restart allot-agentd before it expires "
+		    "(liballot cannot reload it yet)",
+		    d->o.coordinator_cert_key);
 }
 
 static bool
@@ -140,8 +177,8 @@ main(int argc, char **argv)
 		if (grpc_server_start(d, &d->grpc) != ALLOT_OK)
 			fail("gRPC", "cannot serve (see above)");
 		printf("grpc listening on %s://%s (port %u)\n",
-		    d->o.tls_cert != NULL ? "https" : "http",
-		    d->o.grpc_listen, grpc_server_port(d->grpc));
+		    d->o.tls_cert != NULL ? "https" : "http", d->o.grpc_listen,
+		    grpc_server_port(d->grpc));
 	}
 	if (enabled(d->o.http_listen) || d->o.http_socket != NULL) {
 		if (http_api_start(d, &d->http) != ALLOT_OK)
@@ -150,7 +187,8 @@ main(int argc, char **argv)
 		    enabled(d->o.http_listen) ? d->o.http_listen : "-",
 		    http_api_port(d->http));
 		if (d->o.http_socket != NULL)
-			printf("http listening on unix:%s\n", d->o.http_socket);
+			printf(
+			    "http listening on unix:%s\n", d->o.http_socket);
 	}
 	printf("ready\n");
 	fflush(stdout);
@@ -160,7 +198,9 @@ main(int argc, char **argv)
 	struct timespec tick = { d->o.cert_check_ms / 1000,
 		(long) (d->o.cert_check_ms % 1000) * 1000000 };
 	int sig;
+	struct stat coord_cert = { 0 };
 	for (;;) {
+		watch_coordinator_cert(d, &coord_cert);
 		sig = sigtimedwait(&stop, NULL, &tick);
 		if (sig > 0)
 			break;

@@ -89,9 +89,9 @@ per_key(struct buf *b, allot_agent *agent)
 			break;
 		cap = n;
 	}
-	static const char *const names[] = { "admitted_total",
-		"denied_total", "shadow_denied_total", "tokens_spent_total",
-		"allowance_rate", "allowance_burst", "utilization" };
+	static const char *const names[] = { "admitted_total", "denied_total",
+		"shadow_denied_total", "tokens_spent_total", "allowance_rate",
+		"allowance_burst", "utilization" };
 	for (size_t m = 0; m < sizeof names / sizeof names[0]; m++) {
 		put(b, "# TYPE allot_agentd_key_%s %s\n", names[m],
 		    m < 4 ? "counter" : "gauge");
@@ -109,8 +109,7 @@ per_key(struct buf *b, allot_agent *agent)
 			put(b,
 			    "allot_agentd_key_%s{identity=\"%s\","
 			    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
-			    names[m], id, ep, q,
-			    v[m]);
+			    names[m], id, ep, q, v[m]);
 		}
 	}
 	free(ks);

@@ -120,10 +120,11 @@ static const struct optdef optdefs[] = {
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: " AGENTD_PROG " --config FILE [options]\n\n"
-	           "liballot as a sidecar: Envoy's Rate Limit Service over "
-	           "gRPC,\na JSON decision API and /metrics over HTTP. "
-	           "docs/sidecar.md.\n\n");
+	fprintf(f,
+	    "usage: " AGENTD_PROG " --config FILE [options]\n\n"
+	    "liballot as a sidecar: Envoy's Rate Limit Service over "
+	    "gRPC,\na JSON decision API and /metrics over HTTP. "
+	    "docs/sidecar.md.\n\n");
 	for (size_t i = 0; i < NOPTS; i++)
 		fprintf(f, "  --%-24s %s\n", optdefs[i].name, optdefs[i].help);
 }
@@ -275,7 +276,8 @@ agentd_options_parse(struct agentd_options *o, int argc, char **argv)
 		longopts[i] = (struct option) { optdefs[i].name,
 			optdefs[i].kind == K_HELP ? no_argument :
 			                            required_argument,
-			NULL, optdefs[i].kind == K_HELP ? 'h' : 256 + (int) i };
+			NULL,
+			optdefs[i].kind == K_HELP ? 'h' : 256 + (int) i };
 	longopts[NOPTS] = (struct option) { NULL, 0, NULL, 0 };
 	defaults(o);
 	/* The options file first, wherever --options stands. */

@@ -34,7 +34,8 @@ typedef Envoy__Config__Core__V3__HeaderValue header;
 #define CODE_OK ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
 #define CODE_OVER \
 	ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
-#define UNIT(u) ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__##u
+#define UNIT(u) \
+	ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__##u
 
 /* gRPC status codes (grpc/status.h). */
 #define GRPC_INVALID_ARGUMENT 3
@@ -68,7 +69,8 @@ agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
 	const char *name = policy_name(endpoint);
 	allot_fmt_ratelimit_policy(
 	    &ret->d, name, ret->policy, sizeof ret->policy);
-	allot_fmt_ratelimit(&ret->d, name, ret->ratelimit, sizeof ret->ratelimit);
+	allot_fmt_ratelimit(
+	    &ret->d, name, ret->ratelimit, sizeof ret->ratelimit);
 	/* A cost above the burst can never pass: no Retry-After. */
 	if (!ret->d.allowed && ret->rc == ALLOT_OK)
 		allot_fmt_retry_after(
@@ -103,8 +105,9 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 {
 	*ret_skip = false;
 	if (ds->n_entries > m->max_entries) {
-		snprintf(msg, msglen, "a descriptor has %zu entries (at most %"
-		    PRIu32 ")", ds->n_entries, m->max_entries);
+		snprintf(msg, msglen,
+		    "a descriptor has %zu entries (at most %" PRIu32 ")",
+		    ds->n_entries, m->max_entries);
 		return GRPC_INVALID_ARGUMENT;
 	}
 	const char *id = entry_value(ds, m->identity_keys, m->n_identity_keys);
@@ -143,7 +146,8 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 static void
 fill_limit(limit *l, const allot_decision *d, const char *name)
 {
-	envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(l);
+	envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(
+	    l);
 	l->name = (char *) name;
 	double r = d->rate;
 	if (r >= 10 || r <= 0 || (r >= 1 && fabs(r - round(r)) < 1e-9)) {
@@ -199,19 +203,20 @@ binding(const struct slot *slots, const bool *skip, size_t n)
 			continue;
 		if (!slots[i].v.d.allowed)
 			return (int) i;
-		if (best < 0 || slots[i].v.d.remaining <
-		        slots[best].v.d.remaining)
+		if (best < 0 ||
+		    slots[i].v.d.remaining < slots[best].v.d.remaining)
 			best = (int) i;
 	}
 	return best;
 }
 
 static int
-encode(response *r, uint8_t **ret_buf, size_t *ret_len, char *msg,
-    size_t msglen)
+encode(
+    response *r, uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen)
 {
-	size_t n = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
-	    r);
+	size_t n =
+	    envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
+	        r);
 	uint8_t *buf = malloc(5 + n);
 	if (buf == NULL) {
 		snprintf(msg, msglen, "out of memory");
@@ -241,8 +246,8 @@ answer(allot_agent *agent, const struct rls_map *m, const request *req,
 	response r = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
 	r.overall_code = CODE_OK;
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		rc = decide_one(agent, m, req->descriptors[i], req->hits_addend,
-		    &slots[i].v, &skip[i], msg, msglen);
+		rc = decide_one(agent, m, req->descriptors[i],
+		    req->hits_addend, &slots[i].v, &skip[i], msg, msglen);
 		if (rc != 0)
 			break;
 		fill_status(&slots[i], skip[i]);
@@ -268,7 +273,8 @@ answer(allot_agent *agent, const struct rls_map *m, const request *req,
 			envoy__config__core__v3__header_value__init(
 			    &h[r.n_response_headers_to_add]);
 			h[r.n_response_headers_to_add].key = (char *) keys[i];
-			h[r.n_response_headers_to_add].value = (char *) vals[i];
+			h[r.n_response_headers_to_add].value = (char *)
+			    vals[i];
 			hp[r.n_response_headers_to_add] =
 			    &h[r.n_response_headers_to_add];
 			r.n_response_headers_to_add++;
@@ -287,8 +293,9 @@ int
 agentd_rls(allot_agent *agent, const struct rls_map *m, const uint8_t *req,
     size_t len, uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen)
 {
-	request *rq = envoy__service__ratelimit__v3__rate_limit_request__unpack(
-	    NULL, len, req);
+	request *rq =
+	    envoy__service__ratelimit__v3__rate_limit_request__unpack(
+	        NULL, len, req);
 	if (rq == NULL) {
 		snprintf(msg, msglen, "malformed RateLimitRequest");
 		return GRPC_INVALID_ARGUMENT;
@@ -348,8 +355,9 @@ agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
 	else if (strcmp(o->unknown, "reject") == 0)
 		m->unknown = UNKNOWN_REJECT;
 	else {
-		snprintf(err, errlen, "--unknown wants default, allow or "
-		                      "reject, not '%s'",
+		snprintf(err, errlen,
+		    "--unknown wants default, allow or "
+		    "reject, not '%s'",
 		    o->unknown);
 		return false;
 	}

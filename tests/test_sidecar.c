@@ -111,8 +111,8 @@ agentd_stop(struct agentd *a)
 	if (a->pid > 0) {
 		kill(a->pid, SIGTERM);
 		int rc = pc_wait_exit(a->pid, 10000);
-		ck_assert_msg(rc == 0, "allot-agentd exit %d; log in %s", rc,
-		    a->log);
+		ck_assert_msg(
+		    rc == 0, "allot-agentd exit %d; log in %s", rc, a->log);
 		ck_assert(!pc_log_has_sanitizer_report(a->log));
 	}
 	if (getenv("ALLOT_KEEP_TMP") == NULL)
@@ -132,8 +132,9 @@ need_tools(void)
 {
 	if (!have(PY " -c 'import grpc, grpc_tools' 2>/dev/null") ||
 	    !have("curl --version >/dev/null 2>&1")) {
-		fprintf(stderr, "test_sidecar: needs " PY " with grpcio and "
-		                "grpc_tools, and curl (scripts/bootstrap)\n");
+		fprintf(stderr,
+		    "test_sidecar: needs " PY " with grpcio and "
+		    "grpc_tools, and curl (scripts/bootstrap)\n");
 		exit(77);
 	}
 }
@@ -147,8 +148,10 @@ py(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof args, fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof cmd, "ALLOT_SOURCE_DIR=%s " PY " %s/tests/"
-	    "sidecar_client.py %s", source_dir(), source_dir(), args);
+	snprintf(cmd, sizeof cmd,
+	    "ALLOT_SOURCE_DIR=%s " PY " %s/tests/"
+	    "sidecar_client.py %s",
+	    source_dir(), source_dir(), args);
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL, "failed: %s", cmd);
 	return out;
@@ -170,15 +173,18 @@ START_TEST(grpc_burst_seed_002)
 	struct agentd a;
 	agentd_start(&a, cfg_burst, NULL);
 	char *out = py("burst 127.0.0.1:%d 30 '%s'", a.grpc_port, ID_BURSTER);
-	ck_assert_msg(strstr(out, "\"ok\": 10, \"over\": 20") != NULL, "%s",
-	    out);
+	ck_assert_msg(
+	    strstr(out, "\"ok\": 10, \"over\": 20") != NULL, "%s", out);
 	/* A denial carries the limit, the wait and the headers. */
-	ck_assert_msg(strstr(out, "\"Retry-After\": \"1\"") != NULL, "%s", out);
-	ck_assert_msg(strstr(out, "\"requests_per_unit\": 5, \"unit\": "
-	                          "\"SECOND\"") != NULL,
+	ck_assert_msg(
+	    strstr(out, "\"Retry-After\": \"1\"") != NULL, "%s", out);
+	ck_assert_msg(strstr(out,
+	                  "\"requests_per_unit\": 5, \"unit\": "
+	                  "\"SECOND\"") != NULL,
 	    "%s", out);
-	ck_assert_msg(strstr(out, "\"RateLimit-Policy\": \"\\\"/lookup\\\";"
-	                          "q=10;w=2\"") != NULL,
+	ck_assert_msg(strstr(out,
+	                  "\"RateLimit-Policy\": \"\\\"/lookup\\\";"
+	                  "q=10;w=2\"") != NULL,
 	    "%s", out);
 	free(out);
 	/* /metrics: what the daemon admitted and denied, per key. */
@@ -222,8 +228,8 @@ START_TEST(http_burst_seed_002)
 	    "&endpoint=/lookup'",
 	    a.http_port, ID_BURSTER);
 	out = pc_shell(cmd);
-	ck_assert_msg(out != NULL && strstr(out, "\"limit\":10") != NULL,
-	    "%s", out);
+	ck_assert_msg(
+	    out != NULL && strstr(out, "\"limit\":10") != NULL, "%s", out);
 	free(out);
 	snprintf(cmd, sizeof cmd,
 	    "curl -s -d '{\"identity\":\"" ID_BURSTER "\",\"endpoint\":"
@@ -382,7 +388,8 @@ START_TEST(bad_clients)
 	         "[[\"remote_address\", \"10.0.0.1\"]]}]}'",
 	    a.grpc_port);
 	ck_assert_msg(strstr(out, "\"overall\": \"OK\"") &&
-	        strstr(out, "\"RateLimit-Policy\": \"\\\"default\\\";q=2;w=2\""),
+	        strstr(
+	            out, "\"RateLimit-Policy\": \"\\\"default\\\";q=2;w=2\""),
 	    "%s", out);
 	free(out);
 	/* Thousands of streams on one connection: all but the allowed
@@ -395,8 +402,8 @@ START_TEST(bad_clients)
 	long during = rss_kb(a.pid);
 	rlsc_close(c);
 	ck_assert_msg(refused >= 5000 - 128, "%zu refused", refused);
-	ck_assert_msg(during - before < 64 * 1024, "RSS %ld -> %ld kB", before,
-	    during);
+	ck_assert_msg(
+	    during - before < 64 * 1024, "RSS %ld -> %ld kB", before, during);
 	out = py("burst 127.0.0.1:%d 1 load", a.grpc_port);
 	ck_assert_msg(strstr(out, "\"ok\": 1") != NULL, "%s", out);
 	free(out);
@@ -412,8 +419,9 @@ START_TEST(unknown_reject)
 	int fd = mkstemp(opts);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
-	pc_write_file(opts, "# a comment\nunknown = reject\n"
-	                    "max-descriptors 4\n");
+	pc_write_file(opts,
+	    "# a comment\nunknown = reject\n"
+	    "max-descriptors 4\n");
 	const char *extra[] = { "--options", opts, NULL };
 	struct agentd a;
 	agentd_start(&a, cfg_burst, extra);
@@ -445,9 +453,10 @@ hammer_main(void *arg)
 {
 	struct hammer *h = arg;
 	char cmd[4096];
-	int n = snprintf(cmd, sizeof cmd, "curl -s -H 'Content-Type: "
-	                                  "application/json' -d "
-	                                  "'{\"identity\":\"shared\"}'");
+	int n = snprintf(cmd, sizeof cmd,
+	    "curl -s -H 'Content-Type: "
+	    "application/json' -d "
+	    "'{\"identity\":\"shared\"}'");
 	for (int i = 0; i < 20; i++)
 		n += snprintf(cmd + n, sizeof cmd - (size_t) n,
 		    " http://127.0.0.1:%d/v1/acquire", h->port);
@@ -486,7 +495,8 @@ START_TEST(three_agents_one_allotd)
 		"4", "--lease-ms", "600", NULL };
 	pid_t allotd = pc_allotd_start(args, hport, log);
 	const char *extra[] = { "--coordinator", url, "--sync-interval-ms",
-		"50", "--initial-replicas", "3", "--service", "sidecar", NULL };
+		"50", "--initial-replicas", "3", "--service", "sidecar",
+		NULL };
 	struct agentd a[3];
 	for (int i = 0; i < 3; i++)
 		agentd_start(&a[i], quotas, extra);
@@ -507,15 +517,16 @@ START_TEST(three_agents_one_allotd)
 	}
 	double secs = (double) (pc_now_ms() - t0) / 1000.0;
 	double bound = 30 + 30 * secs;
-	fprintf(stderr, "three agentd: %d of %d admitted in %.2f s (bound "
-	                "%.0f)\n",
+	fprintf(stderr,
+	    "three agentd: %d of %d admitted in %.2f s (bound "
+	    "%.0f)\n",
 	    admitted, calls, secs, bound);
 	ck_assert_msg(calls > 3 * admitted / 2, "demand did not exceed quota");
 	/* The accuracy bench's bound: within 15% of burst + rate * t. */
 	ck_assert_msg(admitted <= 1.15 * bound && admitted >= 0.5 * bound,
 	    "%d admitted, bound %.0f", admitted, bound);
-	ck_assert(pc_metric_get(a[0].http_port,
-	              "allot_agentd_sync_connected") == 1);
+	ck_assert(
+	    pc_metric_get(a[0].http_port, "allot_agentd_sync_connected") == 1);
 	/* allotd dies: the agents keep answering, in fallback once the
 	 * lease has run out. */
 	kill(allotd, SIGKILL);
@@ -585,8 +596,8 @@ START_TEST(cert_rotation)
 	    out ? out : "(none)");
 	ck_assert_msg(strstr(out, "\"new_channels\": 0") == NULL, "%s", out);
 	free(out);
-	ck_assert(pc_metric_get(a.http_port,
-	              "allot_agentd_cert_reloads_total") >= 1);
+	ck_assert(pc_metric_get(
+	              a.http_port, "allot_agentd_cert_reloads_total") >= 1);
 	/* New handshakes see the new certificate. */
 	snprintf(cmd, sizeof cmd,
 	    "openssl s_client -connect 127.0.0.1:%d -alpn h2 </dev/null "

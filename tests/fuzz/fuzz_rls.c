@@ -63,8 +63,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t len = 0;
 	char msg[160];
 	msg[0] = '\0';
-	int rc = agentd_rls(agent, &map, data, size, &out, &len, msg,
-	    sizeof msg);
+	int rc = agentd_rls(
+	    agent, &map, data, size, &out, &len, msg, sizeof msg);
 	if (rc != 0) {
 		FUZZ_CHECK(out == NULL && msg[0] != '\0');
 		FUZZ_CHECK(rc == 3 || rc == 8 || rc == 13);
