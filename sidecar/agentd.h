@@ -57,21 +57,9 @@ struct agentd_options {
 	uint32_t max_entries;
 	uint32_t idle_timeout_s;
 	int log_level;
-	/* liballot's allot_agent_options, one for one. */
-	const char *coordinator;
-	const char *coordinator_ca;
-	const char *coordinator_cert_key;
-	const char *coordinator_server_name;
-	const char *service;
-	const char *replica_id;
-	uint32_t sync_interval_ms;
-	double sync_jitter;
-	uint32_t initial_replicas;
-	uint32_t reconnect_min_ms;
-	uint32_t reconnect_max_ms;
-	uint32_t max_unknown_keys;
-	uint32_t idle_evict_ms;
-	uint32_t max_threads;
+	/* liballot's options, every one an option of ours too (the log
+	 * handler and level are set from the daemon's). */
+	allot_agent_options agent;
 };
 
 /* The descriptor mapping, parsed from the options once. */
@@ -114,11 +102,14 @@ struct agentd {
 /* main.c */
 void agentd_log(const struct agentd *d, int level, const char *id,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-uint64_t agentd_now_ns(void);
+/* Monotonic milliseconds, coarse: for timeouts. */
+uint64_t agentd_now_ms(void);
 
 /* options.c: defaults, then the options file, then the command line
  * (later wins); exits with a message on a bad value. */
 void agentd_options_parse(struct agentd_options *o, int argc, char **argv);
+/* "error", "warning", ... for a syslog level (clamped to 0-7). */
+const char *agentd_level_name(int level);
 /* The mapping from the options; false with `err` set when bad. */
 bool agentd_map_init(struct rls_map *m, const struct agentd_options *o,
     char *err, size_t errlen);

@@ -97,7 +97,7 @@ struct conn {
 	struct stream *streams; /* freed with the connection if still open */
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
-	uint64_t last_ns;
+	uint64_t last_ms; /* of the last I/O, for the idle timeout */
 };
 
 struct stream {
@@ -480,7 +480,7 @@ read_in(struct conn *c, uint8_t *buf, size_t len)
 static bool
 conn_io(struct conn *c, uint32_t events)
 {
-	c->last_ns = agentd_now_ns();
+	c->last_ms = agentd_now_ms();
 	if (c->tls != NULL && !c->handshaken) {
 		int rc = gnutls_handshake(c->tls);
 		if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
@@ -572,7 +572,7 @@ conn_open(struct worker *w, int fd)
 	}
 	c->w = w;
 	c->fd = fd;
-	c->last_ns = agentd_now_ns();
+	c->last_ms = agentd_now_ms();
 	c->next = w->conns;
 	if (w->conns != NULL)
 		w->conns->prev = c;
@@ -606,11 +606,11 @@ accept_all(struct worker *w)
 static void
 reap_idle(struct worker *w)
 {
-	uint64_t now = agentd_now_ns();
-	uint64_t max = (uint64_t) w->g->d->o.idle_timeout_s * 1000000000u;
+	uint64_t now = agentd_now_ms();
+	uint64_t max = (uint64_t) w->g->d->o.idle_timeout_s * 1000u;
 	for (struct conn *c = w->conns, *next; c != NULL; c = next) {
 		next = c->next;
-		if (now - c->last_ns > max)
+		if (now - c->last_ms > max)
 			conn_close(c);
 	}
 }
@@ -620,7 +620,7 @@ worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct epoll_event evs[64];
-	uint64_t last_reap = agentd_now_ns();
+	uint64_t last_reap = agentd_now_ms();
 	while (!atomic_load(&w->g->stop)) {
 		int n = epoll_wait(w->ep, evs, 64, TICK_MS);
 		for (int i = 0; i < n; i++) {
@@ -632,9 +632,9 @@ worker_main(void *arg)
 			if (!conn_io(c, evs[i].events))
 				conn_close(c);
 		}
-		if (agentd_now_ns() - last_reap > 1000000000u) {
+		if (agentd_now_ms() - last_reap > 1000) {
 			reap_idle(w);
-			last_reap = agentd_now_ns();
+			last_reap = agentd_now_ms();
 		}
 	}
 	while (w->conns != NULL)

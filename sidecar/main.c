@@ -23,25 +23,21 @@
 
 #include "agentd.h"
 
-static const char *const level_names[8] = { "emerg", "alert", "crit", "error",
-	"warning", "notice", "info", "debug" };
-
+/* Idle timeouts are read on every I/O event and need no more than
+ * milliseconds: the coarse clock costs no more than a memory read. */
 uint64_t
-agentd_now_ns(void)
+agentd_now_ms(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
 }
 
 static void
 emit(int level, const char *id, const char *msg)
 {
 	/* One fprintf per line, so that threads do not interleave. */
-	fprintf(stderr, AGENTD_PROG ": %s %s: %s\n",
-	    level_names[level < 0 ? 0 :
-	            level > 7     ? 7 :
-	                            level],
+	fprintf(stderr, AGENTD_PROG ": %s %s: %s\n", agentd_level_name(level),
 	    id, msg);
 }
 
@@ -87,33 +83,10 @@ start_agent(struct agentd *d)
 		        allot_strerror(rc));
 	if (!agentd_map_init(&d->map, &d->o, err, sizeof err))
 		fail("mapping", err);
-	const struct agentd_options *o = &d->o;
-	allot_agent_options ao;
-	allot_agent_options_init(&ao);
+	allot_agent_options ao = d->o.agent;
 	ao.log = agent_log;
 	ao.log_ctx = d;
-	ao.log_level = o->log_level;
-	ao.coordinator = o->coordinator;
-	ao.tls_ca_file = o->coordinator_ca;
-	ao.tls_cert_key_file = o->coordinator_cert_key;
-	ao.tls_server_name = o->coordinator_server_name;
-	ao.service = o->service;
-	ao.replica_id = o->replica_id;
-	/* Zero (unset) keeps liballot's default. */
-#define SET(field)         \
-	if (o->field != 0) \
-	ao.field = o->field
-	SET(sync_interval_ms);
-	SET(initial_replicas);
-	SET(reconnect_min_ms);
-	SET(reconnect_max_ms);
-	SET(max_unknown_keys);
-	SET(max_threads);
-#undef SET
-	if (o->idle_evict_ms != 0)
-		ao.idle_evict_ms = o->idle_evict_ms;
-	if (o->sync_jitter >= 0)
-		ao.sync_jitter = o->sync_jitter;
+	ao.log_level = d->o.log_level;
 	rc = allot_agent_create(d->cfg, &ao, &d->agent);
 	if (rc != ALLOT_OK)
 		fail("agent", allot_strerror(rc));
@@ -133,8 +106,8 @@ static void
 watch_coordinator_cert(struct agentd *d, struct stat *last)
 {
 	struct stat st;
-	if (d->o.coordinator_cert_key == NULL ||
-	    stat(d->o.coordinator_cert_key, &st) != 0)
+	if (d->o.agent.tls_cert_key_file == NULL ||
+	    stat(d->o.agent.tls_cert_key_file, &st) != 0)
 		return;
 	bool changed = last->st_ino != 0 &&
 	    (st.st_ino != last->st_ino || st.st_size != last->st_size ||
@@ -146,7 +119,7 @@ watch_coordinator_cert(struct agentd *d, struct stat *last)
 		    "%s changed: the session to allotd continues on the old "
 		    "certificate; restart allot-agentd before it expires "
 		    "(liballot cannot reload it yet)",
-		    d->o.coordinator_cert_key);
+		    d->o.agent.tls_cert_key_file);
 }
 
 static bool
@@ -164,12 +137,14 @@ main(int argc, char **argv)
 	agentd_options_parse(&d->o, argc, argv);
 
 	/* Signals are taken by the main thread only: block them before
-	 * any thread exists. A client that hangs up must not kill us. */
-	sigset_t stop;
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &stop, NULL);
+	 * any thread exists. SIGHUP checks the certificates at once (as
+	 * after a rotation); a client that hangs up must not kill us. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	start_agent(d);
@@ -193,7 +168,8 @@ main(int argc, char **argv)
 	printf("ready\n");
 	fflush(stdout);
 	agentd_log(d, 6, "AGENTD-START", "service %s, coordinator %s",
-	    d->o.service, d->o.coordinator ? d->o.coordinator : "none");
+	    d->o.agent.service,
+	    d->o.agent.coordinator ? d->o.agent.coordinator : "none");
 
 	struct timespec tick = { d->o.cert_check_ms / 1000,
 		(long) (d->o.cert_check_ms % 1000) * 1000000 };
@@ -201,8 +177,8 @@ main(int argc, char **argv)
 	struct stat coord_cert = { 0 };
 	for (;;) {
 		watch_coordinator_cert(d, &coord_cert);
-		sig = sigtimedwait(&stop, NULL, &tick);
-		if (sig > 0)
+		sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig > 0 && sig != SIGHUP)
 			break;
 		if (d->grpc != NULL)
 			grpc_server_check_certs(d->grpc);

@@ -11,45 +11,11 @@
  * them per key).
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agentd.h"
-
-struct buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-__attribute__((format(printf, 2, 3))) static void
-put(struct buf *b, const char *fmt, ...)
-{
-	for (;;) {
-		va_list ap;
-		va_start(ap, fmt);
-		int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->oom = true;
-			return;
-		}
-		if ((size_t) n < b->cap - b->len) {
-			b->len += (size_t) n;
-			return;
-		}
-		size_t cap = b->cap * 2 + (size_t) n;
-		char *p = realloc(b->p, cap);
-		if (p == NULL) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-}
 
 /* A label value with '\\', '"' and newlines escaped. */
 static void
@@ -70,17 +36,16 @@ label(char *out, size_t len, const char *s)
 	out[j] = '\0';
 }
 
-static void
-per_key(struct buf *b, allot_agent *agent)
+static bool
+per_key(FILE *f, allot_agent *agent)
 {
 	size_t n = 0, cap = 64;
 	allot_key_stats *ks = NULL;
 	for (;;) {
 		allot_key_stats *p = realloc(ks, cap * sizeof *ks);
 		if (p == NULL) {
-			b->oom = true;
 			free(ks);
-			return;
+			return false;
 		}
 		ks = p;
 		if (allot_stats(agent, ks, cap, &n) != ALLOT_OK)
@@ -93,7 +58,7 @@ per_key(struct buf *b, allot_agent *agent)
 		"shadow_denied_total", "tokens_spent_total", "allowance_rate",
 		"allowance_burst", "utilization" };
 	for (size_t m = 0; m < sizeof names / sizeof names[0]; m++) {
-		put(b, "# TYPE allot_agentd_key_%s %s\n", names[m],
+		fprintf(f, "# TYPE allot_agentd_key_%s %s\n", names[m],
 		    m < 4 ? "counter" : "gauge");
 		for (size_t i = 0; i < n; i++) {
 			char id[2 * ALLOT_IDENTITY_MAX + 2], ep[130];
@@ -106,22 +71,23 @@ per_key(struct buf *b, allot_agent *agent)
 				(double) ks[i].shadow_denied,
 				(double) ks[i].tokens_spent, ks[i].rate,
 				ks[i].limit, ks[i].utilization };
-			put(b,
+			fprintf(f,
 			    "allot_agentd_key_%s{identity=\"%s\","
 			    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
 			    names[m], id, ep, q, v[m]);
 		}
 	}
 	free(ks);
+	return true;
 }
 
 static void
-sync_state(struct buf *b, allot_agent *agent)
+sync_state(FILE *f, allot_agent *agent)
 {
 	allot_sync_stats s;
 	if (allot_sync_stats_get(agent, &s) != ALLOT_OK)
 		return;
-	put(b,
+	fprintf(f,
 	    "# TYPE allot_agentd_sync_enabled gauge\n"
 	    "allot_agentd_sync_enabled %d\n"
 	    "# TYPE allot_agentd_sync_connected gauge\n"
@@ -148,13 +114,16 @@ sync_state(struct buf *b, allot_agent *agent)
 char *
 agentd_metrics(struct agentd *d, size_t *ret_len)
 {
-	struct buf b = { malloc(8192), 0, 8192, false };
-	if (b.p == NULL)
+	/* A memory stream grows as the text does. */
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (f == NULL)
 		return NULL;
-	per_key(&b, d->agent);
-	sync_state(&b, d->agent);
+	bool ok = per_key(f, d->agent);
+	sync_state(f, d->agent);
 	const struct agentd_counters *n = &d->n;
-	put(&b,
+	fprintf(f,
 	    "# TYPE allot_agentd_grpc_calls_total counter\n"
 	    "allot_agentd_grpc_calls_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_grpc_errors_total counter\n"
@@ -175,10 +144,11 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    (uint64_t) n->grpc_conns, (uint64_t) n->grpc_refused_conns,
 	    (uint64_t) n->http_calls, (uint64_t) n->http_errors,
 	    (uint64_t) n->cert_reloads, (uint64_t) n->cert_reload_errors);
-	if (b.oom) {
-		free(b.p);
+	ok = !ferror(f) && ok;
+	if (fclose(f) != 0 || !ok) {
+		free(text);
 		return NULL;
 	}
-	*ret_len = b.len;
-	return b.p;
+	*ret_len = len;
+	return text;
 }

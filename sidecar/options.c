@@ -85,33 +85,33 @@ static const struct optdef optdefs[] = {
 	    "close idle connections after (default 300)" },
 	{ "log-level", K_LEVEL, AT(log_level), 0, 0,
 	    "error, warning, info (default), debug or 0-7" },
-	{ "coordinator", K_STR, AT(coordinator), 0, 0,
+	{ "coordinator", K_STR, AT(agent.coordinator), 0, 0,
 	    "allotd address(es), comma separated (default: local-only)" },
-	{ "coordinator-ca", K_STR, AT(coordinator_ca), 0, 0,
+	{ "coordinator-ca", K_STR, AT(agent.tls_ca_file), 0, 0,
 	    "tls+tcp://: the CA of allotd's certificate" },
-	{ "coordinator-cert-key", K_STR, AT(coordinator_cert_key), 0, 0,
+	{ "coordinator-cert-key", K_STR, AT(agent.tls_cert_key_file), 0, 0,
 	    "tls+tcp://: this agent's certificate and key, one PEM file" },
-	{ "coordinator-server-name", K_STR, AT(coordinator_server_name), 0, 0,
+	{ "coordinator-server-name", K_STR, AT(agent.tls_server_name), 0, 0,
 	    "tls+tcp://: the name allotd's certificate must carry" },
-	{ "service", K_STR, AT(service), 0, 0,
+	{ "service", K_STR, AT(agent.service), 0, 0,
 	    "protected service's name (default sidecar)" },
-	{ "replica-id", K_STR, AT(replica_id), 0, 0,
+	{ "replica-id", K_STR, AT(agent.replica_id), 0, 0,
 	    "default <hostname>-<pid>" },
-	{ "sync-interval-ms", K_U32, AT(sync_interval_ms), 1, 3600000,
+	{ "sync-interval-ms", K_U32, AT(agent.sync_interval_ms), 1, 3600000,
 	    "sync interval T (default 100)" },
-	{ "sync-jitter", K_DOUBLE, AT(sync_jitter), 0, 0,
+	{ "sync-jitter", K_DOUBLE, AT(agent.sync_jitter), 0, 0,
 	    "jitter fraction of T, 0..0.5 (default 0.1)" },
-	{ "initial-replicas", K_U32, AT(initial_replicas), 1, 1000000,
+	{ "initial-replicas", K_U32, AT(agent.initial_replicas), 1, 1000000,
 	    "replicas assumed before allotd answers (default 1)" },
-	{ "reconnect-min-ms", K_U32, AT(reconnect_min_ms), 1, 3600000,
+	{ "reconnect-min-ms", K_U32, AT(agent.reconnect_min_ms), 1, 3600000,
 	    "reconnect backoff, lower bound (default T)" },
-	{ "reconnect-max-ms", K_U32, AT(reconnect_max_ms), 1, 3600000,
+	{ "reconnect-max-ms", K_U32, AT(agent.reconnect_max_ms), 1, 3600000,
 	    "reconnect backoff, upper bound (default 5000)" },
-	{ "max-unknown-keys", K_U32, AT(max_unknown_keys), 1, 1u << 24,
+	{ "max-unknown-keys", K_U32, AT(agent.max_unknown_keys), 1, 1u << 24,
 	    "keys for unknown identities (default 4096)" },
-	{ "idle-evict-ms", K_U32, AT(idle_evict_ms), 0, 86400000,
+	{ "idle-evict-ms", K_U32, AT(agent.idle_evict_ms), 0, 86400000,
 	    "evict idle unknown keys after (default 300000; 0 never)" },
-	{ "max-threads", K_U32, AT(max_threads), 1, 65536,
+	{ "max-threads", K_U32, AT(agent.max_threads), 1, 65536,
 	    "threads counting in blocks of their own (default 64)" },
 	{ "help", K_HELP, 0, 0, 0, "this text" },
 };
@@ -131,6 +131,12 @@ usage(FILE *f)
 
 static const char *const levels[8] = { "emerg", "alert", "crit", "error",
 	"warning", "notice", "info", "debug" };
+
+const char *
+agentd_level_name(int level)
+{
+	return levels[level < 0 ? 0 : level > 7 ? 7 : level];
+}
 
 static uint32_t
 parse_u32(const char *name, const char *v, uint32_t min, uint32_t max)
@@ -264,8 +270,8 @@ defaults(struct agentd_options *o)
 	o->max_entries = 16;
 	o->idle_timeout_s = 300;
 	o->log_level = 6;
-	o->service = "sidecar";
-	o->sync_jitter = -1; /* liballot's default */
+	allot_agent_options_init(&o->agent);
+	o->agent.service = "sidecar";
 }
 
 void
