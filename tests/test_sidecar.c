@@ -515,15 +515,17 @@ START_TEST(three_agents_one_allotd)
 		admitted += h[i].admitted;
 		calls += h[i].calls;
 	}
+	/* The accuracy bench's bound (docs/allocation.md): over any window
+	 * W, at most B + R W + R T (one sync interval T of rate). W here
+	 * is measured around the calls, so it is the longer one. */
 	double secs = (double) (pc_now_ms() - t0) / 1000.0;
-	double bound = 30 + 30 * secs;
+	double bound = 30 + 30 * secs + 30 * 0.050;
 	fprintf(stderr,
 	    "three agentd: %d of %d admitted in %.2f s (bound "
 	    "%.0f)\n",
 	    admitted, calls, secs, bound);
 	ck_assert_msg(calls > 3 * admitted / 2, "demand did not exceed quota");
-	/* The accuracy bench's bound: within 15% of burst + rate * t. */
-	ck_assert_msg(admitted <= 1.15 * bound && admitted >= 0.5 * bound,
+	ck_assert_msg(admitted <= bound && admitted >= 0.5 * bound,
 	    "%d admitted, bound %.0f", admitted, bound);
 	ck_assert(
 	    pc_metric_get(a[0].http_port, "allot_agentd_sync_connected") == 1);
