@@ -483,8 +483,11 @@ conn_io(struct conn *c, uint32_t events)
 	c->last_ms = agentd_now_ms();
 	if (c->tls != NULL && !c->handshaken) {
 		int rc = gnutls_handshake(c->tls);
-		if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
+		if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED) {
+			/* Blocked writing: wait until the socket drains. */
+			want_out(c, gnutls_record_get_direction(c->tls) == 1);
 			return true;
+		}
 		if (rc < 0)
 			return false;
 		c->handshaken = true;
@@ -493,7 +496,11 @@ conn_io(struct conn *c, uint32_t events)
 		if (flush(c) < 0)
 			return false;
 	}
-	if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+	/* Records GnuTLS has already decrypted raise no epoll event: read
+	 * them once the backlog that stopped reading is gone. */
+	bool pending = c->tls != NULL && c->out_len == 0 &&
+	    gnutls_record_check_pending(c->tls) > 0;
+	if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !pending)
 		return true;
 	uint8_t buf[16384];
 	for (;;) {
