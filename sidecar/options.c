@@ -125,8 +125,20 @@ usage(FILE *f)
 	    "liballot as a sidecar: Envoy's Rate Limit Service over "
 	    "gRPC,\na JSON decision API and /metrics over HTTP. "
 	    "docs/sidecar.md.\n\n");
-	for (size_t i = 0; i < NOPTS; i++)
-		fprintf(f, "  --%-24s %s\n", optdefs[i].name, optdefs[i].help);
+	/* Each help text wrapped at 79 columns, indented past the names. */
+	for (size_t i = 0; i < NOPTS; i++) {
+		int col = fprintf(f, "  --%-24s", optdefs[i].name);
+		for (const char *w = optdefs[i].help; *w != '\0';) {
+			int n = (int) strcspn(w, " ");
+			if (col + 1 + n > 79) {
+				col = fprintf(f, "\n%28s", "") - 1;
+			}
+			col += fprintf(f, " %.*s", n, w);
+			w += n;
+			w += *w == ' ';
+		}
+		fputc('\n', f);
+	}
 }
 
 static const char *const levels[8] = { "emerg", "alert", "crit", "error",
