@@ -29,7 +29,8 @@ struct rlsc {
 	nghttp2_session *h2;
 	rlsc_done_fn done;
 	void *ctx;
-	size_t inflight, completed, refused;
+	size_t inflight, completed, refused, exhausted;
+	size_t partial; /* rlsc_flood's bytes per stream */
 	bool dead;
 	const uint8_t *body;
 	size_t body_len;
@@ -56,11 +57,15 @@ on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
     void *user)
 {
+	rlsc *c = user;
 	struct call *call = nghttp2_session_get_stream_user_data(
 	    h2, f->hd.stream_id);
-	if (call != NULL && namelen == 11 &&
-	    memcmp(name, "grpc-status", 11) == 0)
+	if (namelen != 11 || memcmp(name, "grpc-status", 11) != 0)
+		return 0;
+	if (call != NULL)
 		call->status = atoi((const char *) value);
+	else if (atoi((const char *) value) == 8)
+		c->exhausted++;
 	return 0;
 }
 
@@ -201,6 +206,19 @@ read_req(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
 	return (ssize_t) n;
 }
 
+/* A flood stream's body: `partial` zero bytes, the stream left open. */
+static ssize_t
+read_partial(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
+    uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+	rlsc *c = user;
+	size_t n = c->partial < len ? c->partial : len;
+	memset(buf, 0, n);
+	/* One frame per stream is enough to hold the server's memory. */
+	*flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+	return (ssize_t) n;
+}
+
 static int
 submit(rlsc *c, const char *path, bool end)
 {
@@ -213,11 +231,14 @@ submit(rlsc *c, const char *path, bool end)
 			    10, 9, 0 },
 			{ (uint8_t *) ":path", (uint8_t *) path, 5,
 			    strlen(path), 0 },
+			{ (uint8_t *) "content-type",
+			    (uint8_t *) "application/grpc", 12, 16, 0 },
 		};
-		return nghttp2_submit_headers(
-		           c->h2, 0, -1, NULL, nv, 4, NULL) < 0 ?
-		    -1 :
-		    0;
+		nghttp2_data_provider prd = { .read_callback = read_partial };
+		int32_t id = c->partial > 0 ?
+		    nghttp2_submit_request(c->h2, NULL, nv, 5, &prd, NULL) :
+		    nghttp2_submit_headers(c->h2, 0, -1, NULL, nv, 5, NULL);
+		return id < 0 ? -1 : 0;
 	}
 	struct call *call = calloc(1, sizeof *call);
 	if (call == NULL)
@@ -269,10 +290,13 @@ rlsc_run(rlsc *c, const char *path, const uint8_t *body, size_t len, size_t n,
 }
 
 int
-rlsc_flood(rlsc *c, size_t n, int wait_ms, size_t *ret_refused)
+rlsc_flood(rlsc *c, size_t n, size_t partial, int wait_ms, size_t *ret_refused,
+    size_t *ret_exhausted)
 {
 	c->done = NULL;
 	c->refused = 0;
+	c->exhausted = 0;
+	c->partial = partial;
 	for (size_t i = 0; i < n; i++)
 		if (submit(c, RLSC_PATH, false) != 0)
 			return -1;
@@ -283,6 +307,7 @@ rlsc_flood(rlsc *c, size_t n, int wait_ms, size_t *ret_refused)
 		pump_out(c);
 	}
 	*ret_refused = c->refused;
+	*ret_exhausted = c->exhausted;
 	return c->dead ? -1 : 0;
 }
 

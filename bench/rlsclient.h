@@ -33,10 +33,13 @@ void rlsc_close(rlsc *c);
 size_t rlsc_run(rlsc *c, const char *path, const uint8_t *body, size_t len,
     size_t n, size_t window, rlsc_done_fn done, void *ctx);
 
-/* Open `n` streams (headers only, never ended), then wait up to
- * `wait_ms` for the server's answers; *ret_refused counts streams it
- * reset with REFUSED_STREAM. Returns 0, or -1 if the connection died. */
-int rlsc_flood(rlsc *c, size_t n, int wait_ms, size_t *ret_refused);
+/* Open `n` streams, never ended: headers only, or with `partial` bytes
+ * of a message that never completes. Then wait up to `wait_ms` for the
+ * server's answers: *ret_refused counts streams it reset with
+ * REFUSED_STREAM, *ret_exhausted those it answered RESOURCE_EXHAUSTED.
+ * Returns 0, or -1 if the connection died. */
+int rlsc_flood(rlsc *c, size_t n, size_t partial, int wait_ms,
+    size_t *ret_refused, size_t *ret_exhausted);
 
 /* A request body: RateLimitRequest with one descriptor of the entries
  * caller=`identity`, endpoint=`endpoint`, prefixed for gRPC; malloc'd. */

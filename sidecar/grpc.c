@@ -13,7 +13,8 @@
  * connection (SETTINGS_MAX_CONCURRENT_STREAMS; nghttp2 refuses the rest
  * with REFUSED_STREAM), header bytes per stream, message size (a larger
  * body is answered RESOURCE_EXHAUSTED as soon as it is seen, and its
- * further bytes dropped), and idle time. A protocol error ends the
+ * further bytes dropped), request bytes held per connection, and idle
+ * time. A protocol error ends the
  * connection with GOAWAY (nghttp2 writes it); a bad request ends only its
  * stream with a gRPC status.
  *
@@ -52,6 +53,10 @@
  * waiting for a slow reader before it stops producing. */
 #define OUT_BATCH 65536
 #define TICK_MS 250
+/* Request bytes one connection may hold at once, across its streams, in
+ * messages of the largest size: what bounds a client that opens every
+ * stream it may and sends each a message it never ends. */
+#define CONN_IN_MESSAGES 16
 
 /* Reference-counted TLS credentials: the current ones, and older ones
  * that connections opened before a rotation still use. */
@@ -95,6 +100,7 @@ struct conn {
 	bool want_out; /* EPOLLOUT is on */
 	nghttp2_session *h2;
 	struct stream *streams; /* freed with the connection if still open */
+	size_t in_bytes; /* request bytes its streams hold */
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	uint64_t last_ms; /* of the last I/O, for the idle timeout */
@@ -269,17 +275,24 @@ static int
 on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
     size_t len, void *user)
 {
-	struct agentd *d = ((struct conn *) user)->w->g->d;
+	struct conn *c = user;
+	struct agentd *d = c->w->g->d;
 	struct stream *st = nghttp2_session_get_stream_user_data(h2, id);
 	if (st == NULL || st->answered)
 		return 0;
 	size_t max = (size_t) d->o.max_message + 5;
-	if (st->in_len + len > max) {
-		char msg[96];
+	char msg[96];
+	msg[0] = '\0';
+	if (st->in_len + len > max)
 		snprintf(msg, sizeof msg,
 		    "request message above %" PRIu32 " bytes",
 		    d->o.max_message);
+	else if (c->in_bytes + len > CONN_IN_MESSAGES * max)
+		snprintf(msg, sizeof msg,
+		    "too many request bytes in flight on this connection");
+	if (msg[0] != '\0') {
 		answer_status(d, h2, id, st, GRPC_RESOURCE_EXHAUSTED, msg);
+		c->in_bytes -= st->in_len;
 		free(st->in);
 		st->in = NULL;
 		st->in_len = 0;
@@ -294,6 +307,7 @@ on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
 	memcpy(p + st->in_len, data, len);
 	st->in = p;
 	st->in_len += len;
+	c->in_bytes += len;
 	return 0;
 }
 
@@ -320,6 +334,7 @@ stream_free(struct conn *c, struct stream *st)
 		c->streams = st->next;
 	if (st->next != NULL)
 		st->next->prev = st->prev;
+	c->in_bytes -= st->in_len;
 	free(st->in);
 	free(st->body);
 	free(st);

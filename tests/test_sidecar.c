@@ -397,11 +397,24 @@ START_TEST(bad_clients)
 	long before = rss_kb(a.pid);
 	rlsc *c = rlsc_connect(a.grpc_port);
 	ck_assert_ptr_nonnull(c);
-	size_t refused = 0;
-	rlsc_flood(c, 5000, 1500, &refused);
+	size_t refused = 0, exhausted = 0;
+	rlsc_flood(c, 5000, 0, 1500, &refused, &exhausted);
 	long during = rss_kb(a.pid);
 	rlsc_close(c);
 	ck_assert_msg(refused >= 5000 - 128, "%zu refused", refused);
+	ck_assert_msg(
+	    during - before < 64 * 1024, "RSS %ld -> %ld kB", before, during);
+	/* Every stream it may, each with 16 kB of a message it never
+	 * ends: the connection holds at most 16 messages' worth, the rest
+	 * are answered RESOURCE_EXHAUSTED (112 of them, once all arrived;
+	 * on a loaded machine some may still be on their way). */
+	c = rlsc_connect(a.grpc_port);
+	ck_assert_ptr_nonnull(c);
+	rlsc_flood(c, 128, 16000, 1500, &refused, &exhausted);
+	during = rss_kb(a.pid);
+	rlsc_close(c);
+	ck_assert_msg(refused == 0 && exhausted >= 64,
+	    "%zu refused, %zu exhausted", refused, exhausted);
 	ck_assert_msg(
 	    during - before < 64 * 1024, "RSS %ld -> %ld kB", before, during);
 	out = py("burst 127.0.0.1:%d 1 load", a.grpc_port);
