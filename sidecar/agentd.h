@@ -119,6 +119,8 @@ bool agentd_map_init(struct rls_map *m, const struct agentd_options *o,
 struct agentd_verdict {
 	int rc; /* allot_acquire's */
 	allot_decision d;
+	const char *name; /* the policy's: the endpoint class or "default";
+	                     valid as long as `endpoint` */
 	char policy[160]; /* RateLimit-Policy */
 	char ratelimit[160]; /* RateLimit */
 	char retry_after[24]; /* Retry-After; "" when allowed */

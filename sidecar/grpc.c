@@ -43,6 +43,9 @@
 #include "agentd.h"
 
 #define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+/* gRPC's health checking protocol, as Kubernetes' gRPC probes and
+ * Envoy's gRPC health checks call it. */
+#define HEALTH_PATH "/grpc.health.v1.Health/Check"
 #define GRPC_INVALID_ARGUMENT 3
 #define GRPC_RESOURCE_EXHAUSTED 8
 #define GRPC_UNIMPLEMENTED 12
@@ -111,7 +114,8 @@ struct stream {
 	uint8_t *in;
 	size_t in_len;
 	size_t header_bytes;
-	bool path_ok, post, ct_ok, answered;
+	enum { M_NONE, M_RLS, M_HEALTH } method;
+	bool post, ct_ok, answered;
 	uint8_t *body;
 	size_t body_len, body_off;
 	char status[12];
@@ -164,6 +168,58 @@ read_body(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
 	return (ssize_t) n;
 }
 
+/* The one message of a unary call, without its prefix; NULL with the
+ * stream answered when the envelope is wrong. */
+static const uint8_t *
+message_of(struct agentd *d, nghttp2_session *h2, int32_t id,
+    struct stream *st, uint32_t *ret_len)
+{
+	if (!st->ct_ok) {
+		st->answered = true;
+		nghttp2_nv nv[] = { NV(":status", "415") };
+		nghttp2_submit_response(h2, id, nv, 1, NULL);
+		return NULL;
+	}
+	if (!st->post || st->method == M_NONE) {
+		answer_status(d, h2, id, st, GRPC_UNIMPLEMENTED,
+		    "unknown method: allot-agentd serves " RLS_PATH);
+		return NULL;
+	}
+	if (st->in_len < 5) {
+		answer_status(d, h2, id, st, GRPC_INVALID_ARGUMENT,
+		    "no request message");
+		return NULL;
+	}
+	uint32_t len = (uint32_t) st->in[1] << 24 |
+	    (uint32_t) st->in[2] << 16 | (uint32_t) st->in[3] << 8 | st->in[4];
+	if (st->in[0] != 0) {
+		answer_status(d, h2, id, st, GRPC_UNIMPLEMENTED,
+		    "compressed messages are not supported");
+		return NULL;
+	}
+	if ((size_t) len + 5 != st->in_len) {
+		answer_status(d, h2, id, st, GRPC_INVALID_ARGUMENT,
+		    "the body is not one length-prefixed message");
+		return NULL;
+	}
+	*ret_len = len;
+	return st->in + 5;
+}
+
+/* HealthCheckResponse{status: SERVING}: the daemon answers, so it
+ * serves (whatever service the request names). */
+static int
+health(struct stream *st)
+{
+	static const uint8_t serving[] = { 0x08, 0x01 };
+	st->body = malloc(5 + sizeof serving);
+	if (st->body == NULL)
+		return GRPC_RESOURCE_EXHAUSTED;
+	memcpy(st->body + 5, serving, sizeof serving);
+	st->body_len = 5 + sizeof serving;
+	return 0;
+}
+
 /* The request is complete: check its envelope, decide, answer. */
 static void
 serve(struct agentd *d, nghttp2_session *h2, int32_t id, struct stream *st)
@@ -171,37 +227,15 @@ serve(struct agentd *d, nghttp2_session *h2, int32_t id, struct stream *st)
 	if (st->answered)
 		return;
 	atomic_fetch_add(&d->n.grpc_calls, 1);
-	if (!st->ct_ok) {
-		st->answered = true;
-		nghttp2_nv nv[] = { NV(":status", "415") };
-		nghttp2_submit_response(h2, id, nv, 1, NULL);
+	uint32_t len;
+	const uint8_t *req = message_of(d, h2, id, st, &len);
+	if (req == NULL)
 		return;
-	}
-	if (!st->post || !st->path_ok) {
-		answer_status(d, h2, id, st, GRPC_UNIMPLEMENTED,
-		    "unknown method: allot-agentd serves " RLS_PATH);
-		return;
-	}
-	if (st->in_len < 5) {
-		answer_status(d, h2, id, st, GRPC_INVALID_ARGUMENT,
-		    "no request message");
-		return;
-	}
-	uint32_t len = (uint32_t) st->in[1] << 24 |
-	    (uint32_t) st->in[2] << 16 | (uint32_t) st->in[3] << 8 | st->in[4];
-	if (st->in[0] != 0) {
-		answer_status(d, h2, id, st, GRPC_UNIMPLEMENTED,
-		    "compressed messages are not supported");
-		return;
-	}
-	if ((size_t) len + 5 != st->in_len) {
-		answer_status(d, h2, id, st, GRPC_INVALID_ARGUMENT,
-		    "the body is not one length-prefixed message");
-		return;
-	}
-	char msg[160];
-	int code = agentd_rls(d->agent, &d->map, st->in + 5, len, &st->body,
-	    &st->body_len, msg, sizeof msg);
+	char msg[160] = "out of memory";
+	int code = st->method == M_HEALTH ?
+	    health(st) :
+	    agentd_rls(d->agent, &d->map, req, len, &st->body, &st->body_len,
+	        msg, sizeof msg);
 	if (code != 0) {
 		answer_status(d, h2, id, st, code, msg);
 		return;
@@ -261,7 +295,9 @@ on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
 	if (st->header_bytes > HEADER_BYTES_MAX)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM */
 	if (eq(name, namelen, ":path"))
-		st->path_ok = eq(value, valuelen, RLS_PATH);
+		st->method = eq(value, valuelen, RLS_PATH) ? M_RLS :
+		    eq(value, valuelen, HEALTH_PATH)       ? M_HEALTH :
+		                                             M_NONE;
 	else if (eq(name, namelen, ":method"))
 		st->post = eq(value, valuelen, "POST");
 	else if (eq(name, namelen, "content-type"))

@@ -67,6 +67,7 @@ agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
 	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG)
 		return;
 	const char *name = policy_name(endpoint);
+	ret->name = name;
 	allot_fmt_ratelimit_policy(
 	    &ret->d, name, ret->policy, sizeof ret->policy);
 	allot_fmt_ratelimit(
@@ -181,7 +182,7 @@ fill_status(struct slot *s, bool skip)
 	}
 	const allot_decision *d = &s->v.d;
 	s->st.code = d->allowed ? CODE_OK : CODE_OVER;
-	fill_limit(&s->lim, d, "allot");
+	fill_limit(&s->lim, d, s->v.name);
 	s->st.current_limit = &s->lim;
 	double rem = d->remaining > 0 ? floor(d->remaining) : 0;
 	s->st.limit_remaining = rem > UINT32_MAX ? UINT32_MAX : (uint32_t) rem;

@@ -301,6 +301,12 @@ START_TEST(curl_prior_knowledge)
 	    body, len, NULL, 0);
 	ck_assert_msg(strstr(h, "grpc-status: 12") != NULL, "%s", h);
 	free(h);
+	/* gRPC health checking (Kubernetes' gRPC probes): SERVING. */
+	const uint8_t empty[] = { 0, 0, 0, 0, 0 };
+	h = curl_grpc(
+	    &a, "/grpc.health.v1.Health/Check", empty, sizeof empty, NULL, 0);
+	ck_assert_msg(strstr(h, "grpc-status: 0") != NULL, "%s", h);
+	free(h);
 	const uint8_t junk[] = { 0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff };
 	h = curl_grpc(&a, RLSC_PATH, junk, sizeof junk, NULL, 0);
 	ck_assert_msg(strstr(h, "grpc-status: 3") != NULL, "%s", h);
