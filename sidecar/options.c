@@ -299,9 +299,14 @@ agentd_options_parse(struct agentd_options *o, int argc, char **argv)
 	longopts[NOPTS] = (struct option) { NULL, 0, NULL, 0 };
 	defaults(o);
 	/* The options file first, wherever --options stands. */
-	for (int i = 1; i + 1 < argc; i++)
-		if (strcmp(argv[i], "--options") == 0)
-			store(o, find("options"), argv[i + 1]);
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			break;
+		if (strncmp(argv[i], "--options=", 10) == 0)
+			store(o, find("options"), argv[i] + 10);
+		else if (strcmp(argv[i], "--options") == 0 && i + 1 < argc)
+			store(o, find("options"), argv[++i]);
+	}
 	int ch;
 	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		if (ch == 'h') {
