@@ -149,28 +149,48 @@ rlsc_close(rlsc *c)
 	free(c);
 }
 
+static int
+send_all(rlsc *c, const uint8_t *data, size_t n)
+{
+	for (size_t off = 0; off < n;) {
+		ssize_t w = send(c->fd, data + off, n - off, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			c->dead = true;
+			return -1;
+		}
+		off += (size_t) w;
+	}
+	return 0;
+}
+
+/* Send what nghttp2 has queued in one write, as a proxy batches its
+ * frames: a request's HEADERS and DATA arrive together. */
 static void
 pump_out(rlsc *c)
 {
+	uint8_t buf[65536];
+	size_t len = 0;
 	for (;;) {
 		const uint8_t *data;
 		ssize_t n = nghttp2_session_mem_send(c->h2, &data);
-		if (n <= 0) {
-			if (n < 0)
-				c->dead = true;
+		if (n < 0) {
+			c->dead = true;
 			return;
 		}
-		for (ssize_t off = 0; off < n;) {
-			ssize_t w = send(c->fd, data + off, (size_t) (n - off),
-			    MSG_NOSIGNAL);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				c->dead = true;
-				return;
-			}
-			off += w;
+		if (n > 0 && len + (size_t) n <= sizeof buf) {
+			memcpy(buf + len, data, (size_t) n);
+			len += (size_t) n;
+			continue;
 		}
+		if (len > 0 && send_all(c, buf, len) != 0)
+			return;
+		len = 0;
+		if (n == 0)
+			return;
+		if (send_all(c, data, (size_t) n) != 0)
+			return;
 	}
 }
 
