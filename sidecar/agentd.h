@@ -49,7 +49,6 @@ struct agentd_options {
 	const char *unknown;
 	/* Bounds. */
 	uint32_t grpc_threads;
-	uint32_t http_threads;
 	uint32_t max_connections;
 	uint32_t max_streams;
 	uint32_t max_message;

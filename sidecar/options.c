@@ -69,10 +69,8 @@ static const struct optdef optdefs[] = {
 	    "default bucket), allow (OK, uncharged) or reject" },
 	{ "grpc-threads", K_U32, AT(grpc_threads), 1, 64,
 	    "gRPC I/O threads (default 2)" },
-	{ "http-threads", K_U32, AT(http_threads), 1, 64,
-	    "HTTP threads per listener (default 2)" },
 	{ "max-connections", K_U32, AT(max_connections), 1, 1000000,
-	    "gRPC connections at once (default 1024)" },
+	    "connections at once, per listener (default 1024)" },
 	{ "max-streams", K_U32, AT(max_streams), 1, 65536,
 	    "concurrent streams per gRPC connection (default 128)" },
 	{ "max-message", K_U32, AT(max_message), 64, 16777216,
@@ -274,7 +272,6 @@ defaults(struct agentd_options *o)
 	o->endpoint_keys = "endpoint,path";
 	o->unknown = "default";
 	o->grpc_threads = 2;
-	o->http_threads = 2;
 	o->max_connections = 1024;
 	o->max_streams = 128;
 	o->max_message = 16384;
