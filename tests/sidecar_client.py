@@ -10,8 +10,10 @@
 #   call TARGET JSON            one call; JSON is the request, as a dict
 #   load TARGET SECONDS CA      TLS: calls on one channel and on a new
 #                               channel every 100 ms, for SECONDS
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -28,6 +30,7 @@ RLS = 'envoy/service/ratelimit/v3/rls.proto'
 
 def stubs():
     out = tempfile.mkdtemp(prefix='allot-rls-py-')
+    atexit.register(shutil.rmtree, out, True)
     wkt = os.path.join(os.path.dirname(grpc_tools.__file__), '_proto')
     files = [RLS, 'envoy/extensions/common/ratelimit/v3/ratelimit.proto',
              'envoy/type/v3/ratelimit_unit.proto',
