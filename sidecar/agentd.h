@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allot-agentd, the sidecar: what its files share. The daemon embeds
+ * liballot through its public headers only, as any service would, and
+ * answers for other processes: Envoy's Rate Limit Service over gRPC
+ * (grpc.c: HTTP/2 with nghttp2, cleartext or GnuTLS; rls.c: the request
+ * mapped to keys and decisions), a JSON decision API and /metrics over
+ * HTTP/1.1 (http.c, libmicrohttpd, loopback and a Unix socket), and the
+ * start-up, options and certificate watch (main.c, options.c). Every
+ * limit that bounds a client's memory is an option here.
+ */
+#ifndef ALLOT_AGENTD_H
+#define ALLOT_AGENTD_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <allot/allot.h>
+
+#define AGENTD_PROG "allot-agentd"
+
+/* What a descriptor that names no configured identity key gets. */
+enum agentd_unknown {
+	UNKNOWN_DEFAULT, /* the shared default bucket (DESIGN.md) */
+	UNKNOWN_ALLOW, /* OK, nothing charged (envoyproxy/ratelimit) */
+	UNKNOWN_REJECT, /* the RPC fails with INVALID_ARGUMENT */
+};
+
+struct agentd_options {
+	/* Quota file, and the optional file of further options. */
+	const char *config;
+	const char *options_file;
+	/* Listeners; "" or "none" disables one. */
+	const char *grpc_listen;
+	const char *http_listen;
+	const char *http_socket;
+	/* TLS for the gRPC listener (both or neither), watched for
+	 * rotation every cert_check_ms. */
+	const char *tls_cert;
+	const char *tls_key;
+	uint32_t cert_check_ms;
+	/* Descriptor mapping (rls.c). */
+	const char *domain;
+	const char *identity_keys;
+	const char *endpoint_keys;
+	const char *unknown;
+	/* Bounds. */
+	uint32_t grpc_threads;
+	uint32_t max_connections;
+	uint32_t max_streams;
+	uint32_t max_message;
+	uint32_t max_descriptors;
+	uint32_t max_entries;
+	uint32_t idle_timeout_s;
+	int log_level;
+	/* liballot's options, every one an option of ours too (the log
+	 * handler and level are set from the daemon's). */
+	allot_agent_options agent;
+};
+
+/* The descriptor mapping, parsed from the options once. */
+#define RLS_MAX_KEYS 8
+struct rls_map {
+	const char *identity_keys[RLS_MAX_KEYS];
+	size_t n_identity_keys;
+	const char *endpoint_keys[RLS_MAX_KEYS];
+	size_t n_endpoint_keys;
+	enum agentd_unknown unknown;
+	const char *domain; /* NULL: any */
+	uint32_t max_descriptors;
+	uint32_t max_entries;
+};
+
+/* The daemon's own counters, for /metrics. */
+struct agentd_counters {
+	atomic_uint_fast64_t grpc_calls;
+	atomic_uint_fast64_t grpc_errors;
+	atomic_uint_fast64_t grpc_refused_conns;
+	atomic_uint_fast64_t grpc_conns;
+	atomic_uint_fast64_t http_calls;
+	atomic_uint_fast64_t http_errors;
+	atomic_uint_fast64_t cert_reloads;
+	atomic_uint_fast64_t cert_reload_errors;
+};
+
+struct agentd {
+	struct agentd_options o;
+	struct rls_map map;
+	allot_config *cfg;
+	allot_agent *agent;
+	struct agentd_counters n;
+	atomic_bool stopping;
+	struct grpc_server *grpc;
+	struct http_api *http;
+	char replica[300];
+};
+
+/* main.c */
+void agentd_log(const struct agentd *d, int level, const char *id,
+    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Monotonic milliseconds, coarse: for timeouts. */
+uint64_t agentd_now_ms(void);
+
+/* options.c: defaults, then the options file, then the command line
+ * (later wins); exits with a message on a bad value. */
+void agentd_options_parse(struct agentd_options *o, int argc, char **argv);
+/* "error", "warning", ... for a syslog level (clamped to 0-7). */
+const char *agentd_level_name(int level);
+/* The mapping from the options; false with `err` set when bad. */
+bool agentd_map_init(struct rls_map *m, const struct agentd_options *o,
+    char *err, size_t errlen);
+
+/* rls.c: one decision for (identity, endpoint, cost), with the headers a
+ * proxy should set; shared by the gRPC and the HTTP APIs. */
+struct agentd_verdict {
+	int rc; /* allot_acquire's */
+	allot_decision d;
+	const char *name; /* the policy's: the endpoint class or "default";
+	                     valid as long as `endpoint` */
+	char policy[160]; /* RateLimit-Policy */
+	char ratelimit[160]; /* RateLimit */
+	char retry_after[24]; /* Retry-After; "" when allowed */
+};
+void agentd_decide(allot_agent *agent, const char *identity,
+    const char *endpoint, uint32_t cost, struct agentd_verdict *ret);
+/* Decode one RateLimitRequest, decide every descriptor and encode the
+ * RateLimitResponse into a malloc'd buffer after 5 bytes left free for
+ * the gRPC prefix. Returns a gRPC status: 0 with *ret_buf and *ret_len
+ * (prefix included) set, else the error code with `msg` filled. */
+int agentd_rls(allot_agent *agent, const struct rls_map *m, const uint8_t *req,
+    size_t len, uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen);
+
+/* grpc.c */
+struct grpc_server;
+int grpc_server_start(struct agentd *d, struct grpc_server **ret);
+unsigned grpc_server_port(const struct grpc_server *g);
+/* Reload the TLS certificate and key if their files changed. */
+void grpc_server_check_certs(struct grpc_server *g);
+void grpc_server_stop(struct grpc_server *g);
+
+/* http.c */
+struct http_api;
+int http_api_start(struct agentd *d, struct http_api **ret);
+unsigned http_api_port(const struct http_api *h);
+void http_api_stop(struct http_api *h);
+
+/* metrics.c: Prometheus text of the agent and the daemon, malloc'd. */
+char *agentd_metrics(struct agentd *d, size_t *ret_len);
+
+#endif

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allot-agentd's start-up and shutdown: options, the quota file and the
+ * agent (liballot, syncing with allotd when --coordinator is given), the
+ * gRPC and HTTP listeners, the "listening" lines that tests and scripts
+ * wait for, then the main thread's watch: every --cert-check-ms it looks
+ * whether the TLS certificate files changed (and the listeners reload
+ * them; connections in progress keep their session) and whether the
+ * coordinator's client certificate changed (see watch_coordinator_cert),
+ * until SIGTERM or
+ * SIGINT stops everything in order: listeners first, so that no request
+ * uses the agent once it is destroyed, then the agent (a graceful leave).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agentd.h"
+
+/* Idle timeouts are read on every I/O event and need no more than
+ * milliseconds: the coarse clock costs no more than a memory read. */
+uint64_t
+agentd_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
+
+static void
+emit(int level, const char *id, const char *msg)
+{
+	/* One fprintf per line, so that threads do not interleave. */
+	fprintf(stderr, AGENTD_PROG ": %s %s: %s\n", agentd_level_name(level),
+	    id, msg);
+}
+
+void
+agentd_log(
+    const struct agentd *d, int level, const char *id, const char *fmt, ...)
+{
+	if (level > d->o.log_level)
+		return;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	emit(level, id, msg);
+}
+
+/* liballot's handler: the library never prints by itself. */
+static void
+agent_log(void *ctx, int level, const char *id, const char *msg)
+{
+	const struct agentd *d = ctx;
+	if (level <= d->o.log_level)
+		emit(level, id, msg);
+}
+
+__attribute__((noreturn)) static void
+fail(const char *what, const char *why)
+{
+	fprintf(stderr, AGENTD_PROG ": %s: %s\n", what, why);
+	exit(2);
+}
+
+static void
+start_agent(struct agentd *d)
+{
+	char err[512];
+	int rc = allot_config_load(d->o.config, err, sizeof err, &d->cfg);
+	if (rc != ALLOT_OK)
+		fail(d->o.config,
+		    rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
+		        err :
+		        allot_strerror(rc));
+	if (!agentd_map_init(&d->map, &d->o, err, sizeof err))
+		fail("mapping", err);
+	allot_agent_options ao = d->o.agent;
+	ao.log = agent_log;
+	ao.log_ctx = d;
+	ao.log_level = d->o.log_level;
+	rc = allot_agent_create(d->cfg, &ao, &d->agent);
+	if (rc != ALLOT_OK)
+		fail("agent", allot_strerror(rc));
+}
+
+/*
+ * The certificate and key liballot presents to allotd. The session in
+ * progress keeps its TLS connection (a handshake already made does not
+ * expire with its certificate); what must change is what the next dial
+ * and the next Register's identity proof use, and that lives in
+ * liballot's sync thread, which has no call for it yet. Until it has
+ * (allot_agent_reload_tls(), see docs/sidecar.md), the change is logged
+ * once per change so that an operator can restart before the old
+ * certificate expires.
+ */
+static void
+watch_coordinator_cert(struct agentd *d, struct stat *last)
+{
+	struct stat st;
+	if (d->o.agent.tls_cert_key_file == NULL ||
+	    stat(d->o.agent.tls_cert_key_file, &st) != 0)
+		return;
+	bool changed = last->st_ino != 0 &&
+	    (st.st_ino != last->st_ino || st.st_size != last->st_size ||
+	        st.st_mtim.tv_sec != last->st_mtim.tv_sec ||
+	        st.st_mtim.tv_nsec != last->st_mtim.tv_nsec);
+	*last = st;
+	if (changed)
+		agentd_log(d, 4, "AGENTD-COORD-CERT",
+		    "%s changed: the session to allotd continues on the old "
+		    "certificate; restart allot-agentd before it expires "
+		    "(liballot cannot reload it yet)",
+		    d->o.agent.tls_cert_key_file);
+}
+
+static bool
+enabled(const char *listen)
+{
+	return listen != NULL && listen[0] != '\0' &&
+	    strcmp(listen, "none") != 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct agentd daemon; /* zeroed; reached from every thread */
+	struct agentd *d = &daemon;
+	agentd_options_parse(&d->o, argc, argv);
+
+	/* Signals are taken by the main thread only: block them before
+	 * any thread exists. SIGHUP checks the certificates at once (as
+	 * after a rotation); a client that hangs up must not kill us. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	start_agent(d);
+	if (enabled(d->o.grpc_listen)) {
+		if (grpc_server_start(d, &d->grpc) != ALLOT_OK)
+			fail("gRPC", "cannot serve (see above)");
+		printf("grpc listening on %s://%s (port %u)\n",
+		    d->o.tls_cert != NULL ? "https" : "http", d->o.grpc_listen,
+		    grpc_server_port(d->grpc));
+	}
+	if (enabled(d->o.http_listen) || d->o.http_socket != NULL) {
+		if (http_api_start(d, &d->http) != ALLOT_OK)
+			fail("HTTP", "cannot serve (see above)");
+		printf("http listening on %s (port %u)\n",
+		    enabled(d->o.http_listen) ? d->o.http_listen : "-",
+		    http_api_port(d->http));
+		if (d->o.http_socket != NULL)
+			printf(
+			    "http listening on unix:%s\n", d->o.http_socket);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	agentd_log(d, 6, "AGENTD-START", "service %s, coordinator %s",
+	    d->o.agent.service,
+	    d->o.agent.coordinator ? d->o.agent.coordinator : "none");
+
+	struct timespec tick = { d->o.cert_check_ms / 1000,
+		(long) (d->o.cert_check_ms % 1000) * 1000000 };
+	int sig;
+	struct stat coord_cert = { 0 };
+	for (;;) {
+		watch_coordinator_cert(d, &coord_cert);
+		sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig > 0 && sig != SIGHUP)
+			break;
+		if (d->grpc != NULL)
+			grpc_server_check_certs(d->grpc);
+	}
+	agentd_log(d, 6, "AGENTD-STOP", "signal %d: stopping", sig);
+	atomic_store(&d->stopping, true);
+	http_api_stop(d->http);
+	grpc_server_stop(d->grpc);
+	allot_agent_destroy(d->agent);
+	allot_config_free(d->cfg);
+	agentd_log(d, 6, "AGENTD-STOPPED", "stopped");
+	return 0;
+}

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allot-agentd's /metrics, Prometheus text: per key (caller identity,
+ * endpoint class) what liballot counted (admitted, denied, shadow-denied,
+ * the allowance it holds as rate and burst, how drained it is), the sync
+ * loop's state (connected, in fallback, the lease left, replicas), so
+ * that an operator sees from outside whether this replica runs on its
+ * coordinator's allowance or in fallback, and the daemon's own counters.
+ * Everything comes from liballot's public stats API; the lease and the
+ * fallback state are the agent's, not per key (liballot does not expose
+ * them per key).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentd.h"
+
+/* A label value with '\\', '"' and newlines escaped. */
+static void
+label(char *out, size_t len, const char *s)
+{
+	size_t j = 0;
+	for (; *s != '\0' && j + 3 < len; s++) {
+		if (*s == '\\' || *s == '"') {
+			out[j++] = '\\';
+			out[j++] = *s;
+		} else if (*s == '\n') {
+			out[j++] = '\\';
+			out[j++] = 'n';
+		} else {
+			out[j++] = *s;
+		}
+	}
+	out[j] = '\0';
+}
+
+static bool
+per_key(FILE *f, allot_agent *agent)
+{
+	size_t n = 0, cap = 64;
+	allot_key_stats *ks = NULL;
+	for (;;) {
+		allot_key_stats *p = realloc(ks, cap * sizeof *ks);
+		if (p == NULL) {
+			free(ks);
+			return false;
+		}
+		ks = p;
+		if (allot_stats(agent, ks, cap, &n) != ALLOT_OK)
+			n = 0;
+		if (n <= cap)
+			break;
+		cap = n;
+	}
+	static const char *const names[] = { "admitted_total", "denied_total",
+		"shadow_denied_total", "tokens_spent_total", "allowance_rate",
+		"allowance_burst", "utilization" };
+	for (size_t m = 0; m < sizeof names / sizeof names[0]; m++) {
+		fprintf(f, "# TYPE allot_agentd_key_%s %s\n", names[m],
+		    m < 4 ? "counter" : "gauge");
+		for (size_t i = 0; i < n; i++) {
+			char id[2 * ALLOT_IDENTITY_MAX + 2], ep[130];
+			char q[2 * ALLOT_IDENTITY_MAX + 2];
+			label(id, sizeof id, ks[i].identity);
+			label(q, sizeof q, ks[i].quota);
+			label(ep, sizeof ep, ks[i].endpoint);
+			double v[] = { (double) ks[i].allowed,
+				(double) ks[i].denied,
+				(double) ks[i].shadow_denied,
+				(double) ks[i].tokens_spent, ks[i].rate,
+				ks[i].limit, ks[i].utilization };
+			fprintf(f,
+			    "allot_agentd_key_%s{identity=\"%s\","
+			    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
+			    names[m], id, ep, q, v[m]);
+		}
+	}
+	free(ks);
+	return true;
+}
+
+static void
+sync_state(FILE *f, allot_agent *agent)
+{
+	allot_sync_stats s;
+	if (allot_sync_stats_get(agent, &s) != ALLOT_OK)
+		return;
+	fprintf(f,
+	    "# TYPE allot_agentd_sync_enabled gauge\n"
+	    "allot_agentd_sync_enabled %d\n"
+	    "# TYPE allot_agentd_sync_connected gauge\n"
+	    "allot_agentd_sync_connected %d\n"
+	    "# TYPE allot_agentd_fallback gauge\n"
+	    "allot_agentd_fallback %d\n"
+	    "# TYPE allot_agentd_lease_remaining_seconds gauge\n"
+	    "allot_agentd_lease_remaining_seconds %.3f\n"
+	    "# TYPE allot_agentd_replicas gauge\n"
+	    "allot_agentd_replicas %" PRIu32 "\n"
+	    "# TYPE allot_agentd_syncs_ok_total counter\n"
+	    "allot_agentd_syncs_ok_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_syncs_failed_total counter\n"
+	    "allot_agentd_syncs_failed_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_fallback_enters_total counter\n"
+	    "allot_agentd_fallback_enters_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_members_down gauge\n"
+	    "allot_agentd_members_down %" PRIu32 "\n",
+	    s.enabled, s.connected, s.in_fallback,
+	    (double) s.lease_remaining_ms / 1000.0, s.replicas, s.syncs_ok,
+	    s.syncs_failed, s.fallback_enters, s.members_down);
+}
+
+char *
+agentd_metrics(struct agentd *d, size_t *ret_len)
+{
+	/* A memory stream grows as the text does. */
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (f == NULL)
+		return NULL;
+	bool ok = per_key(f, d->agent);
+	sync_state(f, d->agent);
+	const struct agentd_counters *n = &d->n;
+	fprintf(f,
+	    "# TYPE allot_agentd_grpc_calls_total counter\n"
+	    "allot_agentd_grpc_calls_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_grpc_errors_total counter\n"
+	    "allot_agentd_grpc_errors_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_grpc_connections_total counter\n"
+	    "allot_agentd_grpc_connections_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_grpc_refused_connections_total counter\n"
+	    "allot_agentd_grpc_refused_connections_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_http_calls_total counter\n"
+	    "allot_agentd_http_calls_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_http_errors_total counter\n"
+	    "allot_agentd_http_errors_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_cert_reloads_total counter\n"
+	    "allot_agentd_cert_reloads_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_cert_reload_errors_total counter\n"
+	    "allot_agentd_cert_reload_errors_total %" PRIu64 "\n",
+	    (uint64_t) n->grpc_calls, (uint64_t) n->grpc_errors,
+	    (uint64_t) n->grpc_conns, (uint64_t) n->grpc_refused_conns,
+	    (uint64_t) n->http_calls, (uint64_t) n->http_errors,
+	    (uint64_t) n->cert_reloads, (uint64_t) n->cert_reload_errors);
+	ok = !ferror(f) && ok;
+	if (fclose(f) != 0 || !ok) {
+		free(text);
+		return NULL;
+	}
+	*ret_len = len;
+	return text;
+}

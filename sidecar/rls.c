@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Envoy's Rate Limit Service request, decided by liballot: a
+ * RateLimitRequest is decoded (protobuf-c, from a message already bounded
+ * by --max-message), checked against the limits of the mapping (domain,
+ * descriptors, entries), and every descriptor becomes one acquire on the
+ * key (caller identity, endpoint class) that its entries name. The
+ * response carries a status per descriptor (OK or OVER_LIMIT, the limit
+ * in force, what remains, the time until reset) and the headers Envoy
+ * adds for the client: RateLimit-Policy and RateLimit of the binding
+ * descriptor, and Retry-After when the request is over the limit.
+ * The mapping itself is parsed from the options here (agentd_map_init).
+ * agentd_decide() is the one decision both APIs make. Nothing here keeps
+ * state between calls: the fuzz target drives agentd_rls() directly.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agentd.h"
+#include "rls.pb-c.h"
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest request;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse response;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus
+    status;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit limit;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor
+    descriptor;
+typedef Envoy__Config__Core__V3__HeaderValue header;
+
+#define CODE_OK ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+#define CODE_OVER \
+	ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+#define UNIT(u) \
+	ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__##u
+
+/* gRPC status codes (grpc/status.h). */
+#define GRPC_INVALID_ARGUMENT 3
+#define GRPC_RESOURCE_EXHAUSTED 8
+#define GRPC_INTERNAL 13
+
+/* An endpoint class is at most this long (allot_key_stats.endpoint). */
+#define ENDPOINT_MAX 63
+
+/* A policy name goes inside a structured-field string: only characters
+ * that need no escaping there, else "default". */
+static const char *
+policy_name(const char *endpoint)
+{
+	if (endpoint == NULL || endpoint[0] == '\0')
+		return "default";
+	for (const char *p = endpoint; *p != '\0'; p++)
+		if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\')
+			return "default";
+	return endpoint;
+}
+
+void
+agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
+    uint32_t cost, struct agentd_verdict *ret)
+{
+	memset(ret, 0, sizeof *ret);
+	ret->rc = allot_acquire_id(agent, identity, endpoint, cost, &ret->d);
+	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG)
+		return;
+	const char *name = policy_name(endpoint);
+	ret->name = name;
+	allot_fmt_ratelimit_policy(
+	    &ret->d, name, ret->policy, sizeof ret->policy);
+	allot_fmt_ratelimit(
+	    &ret->d, name, ret->ratelimit, sizeof ret->ratelimit);
+	/* A cost above the burst can never pass: no Retry-After. */
+	if (!ret->d.allowed && ret->rc == ALLOT_OK)
+		allot_fmt_retry_after(
+		    &ret->d, ret->retry_after, sizeof ret->retry_after);
+}
+
+static bool
+key_listed(const char *key, const char *const *keys, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(key, keys[i]) == 0)
+			return true;
+	return false;
+}
+
+/* The value of the first entry whose key is one of `keys`, or NULL. */
+static const char *
+entry_value(const descriptor *ds, const char *const *keys, size_t n)
+{
+	for (size_t i = 0; i < ds->n_entries; i++)
+		if (key_listed(ds->entries[i]->key, keys, n))
+			return ds->entries[i]->value;
+	return NULL;
+}
+
+/* One descriptor's decision; *ret_skip when it is not charged (an
+ * unknown descriptor under --unknown allow). Returns a gRPC status. */
+static int
+decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
+    uint32_t hits, struct agentd_verdict *v, bool *ret_skip, char *msg,
+    size_t msglen)
+{
+	*ret_skip = false;
+	if (ds->n_entries > m->max_entries) {
+		snprintf(msg, msglen,
+		    "a descriptor has %zu entries (at most %" PRIu32 ")",
+		    ds->n_entries, m->max_entries);
+		return GRPC_INVALID_ARGUMENT;
+	}
+	const char *id = entry_value(ds, m->identity_keys, m->n_identity_keys);
+	const char *ep = entry_value(ds, m->endpoint_keys, m->n_endpoint_keys);
+	if (id == NULL && m->unknown == UNKNOWN_ALLOW) {
+		*ret_skip = true;
+		return 0;
+	}
+	if (id == NULL && m->unknown == UNKNOWN_REJECT) {
+		snprintf(msg, msglen, "a descriptor has no identity entry");
+		return GRPC_INVALID_ARGUMENT;
+	}
+	if ((id != NULL && strlen(id) > ALLOT_IDENTITY_MAX) ||
+	    (ep != NULL && strlen(ep) > ENDPOINT_MAX)) {
+		snprintf(msg, msglen, "identity or endpoint too long");
+		return GRPC_INVALID_ARGUMENT;
+	}
+	uint64_t cost = hits;
+	if (ds->hits_addend != NULL && ds->hits_addend->value > 0)
+		cost = ds->hits_addend->value;
+	if (cost > UINT32_MAX) {
+		snprintf(msg, msglen, "hits_addend above 2^32");
+		return GRPC_INVALID_ARGUMENT;
+	}
+	agentd_decide(agent, id, ep, (uint32_t) cost, v);
+	if (v->rc != ALLOT_OK && v->rc != ALLOT_ETOOBIG) {
+		snprintf(msg, msglen, "%s", allot_strerror(v->rc));
+		return v->rc == ALLOT_EINVAL ? GRPC_INVALID_ARGUMENT :
+		                               GRPC_INTERNAL;
+	}
+	return 0;
+}
+
+/* The limit in force: per second when that is whole or large, else per
+ * minute or hour, so that a quota of 0.5/s is not reported as 0/s. */
+static void
+fill_limit(limit *l, const allot_decision *d, const char *name)
+{
+	envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(
+	    l);
+	l->name = (char *) name;
+	double r = d->rate;
+	if (r >= 10 || r <= 0 || (r >= 1 && fabs(r - round(r)) < 1e-9)) {
+		l->unit = UNIT(SECOND);
+		l->requests_per_unit = r > UINT32_MAX ? UINT32_MAX :
+		                                        (uint32_t) llround(r);
+	} else if (r * 60 >= 10) {
+		l->unit = UNIT(MINUTE);
+		l->requests_per_unit = (uint32_t) llround(r * 60);
+	} else {
+		l->unit = UNIT(HOUR);
+		l->requests_per_unit = (uint32_t) llround(r * 3600);
+	}
+}
+
+struct slot {
+	status st;
+	limit lim;
+	Google__Protobuf__Duration reset;
+	struct agentd_verdict v;
+};
+
+static void
+fill_status(struct slot *s, bool skip)
+{
+	envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(
+	    &s->st);
+	if (skip) {
+		s->st.code = CODE_OK;
+		return;
+	}
+	const allot_decision *d = &s->v.d;
+	s->st.code = d->allowed ? CODE_OK : CODE_OVER;
+	fill_limit(&s->lim, d, s->v.name);
+	s->st.current_limit = &s->lim;
+	double rem = d->remaining > 0 ? floor(d->remaining) : 0;
+	s->st.limit_remaining = rem > UINT32_MAX ? UINT32_MAX : (uint32_t) rem;
+	google__protobuf__duration__init(&s->reset);
+	uint64_t ns = d->allowed ? d->reset_ns : d->retry_after_ns;
+	s->reset.seconds = (int64_t) (ns / 1000000000u);
+	s->reset.nanos = (int32_t) (ns % 1000000000u);
+	s->st.duration_until_reset = &s->reset;
+}
+
+/* The descriptor whose headers the client sees: the first over the
+ * limit, else the one with the least left. -1 if none was charged. */
+static int
+binding(const struct slot *slots, const bool *skip, size_t n)
+{
+	int best = -1;
+	for (size_t i = 0; i < n; i++) {
+		if (skip[i])
+			continue;
+		if (!slots[i].v.d.allowed)
+			return (int) i;
+		if (best < 0 ||
+		    slots[i].v.d.remaining < slots[best].v.d.remaining)
+			best = (int) i;
+	}
+	return best;
+}
+
+static int
+encode(
+    response *r, uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen)
+{
+	size_t n =
+	    envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(
+	        r);
+	uint8_t *buf = malloc(5 + n);
+	if (buf == NULL) {
+		snprintf(msg, msglen, "out of memory");
+		return GRPC_RESOURCE_EXHAUSTED;
+	}
+	envoy__service__ratelimit__v3__rate_limit_response__pack(r, buf + 5);
+	*ret_buf = buf;
+	*ret_len = 5 + n;
+	return 0;
+}
+
+/* Decide every descriptor of `req` and encode the response. */
+static int
+answer(allot_agent *agent, const struct rls_map *m, const request *req,
+    uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen)
+{
+	size_t n = req->n_descriptors;
+	struct slot *slots = calloc(n > 0 ? n : 1, sizeof *slots);
+	status **ptrs = calloc(n > 0 ? n : 1, sizeof *ptrs);
+	bool *skip = calloc(n > 0 ? n : 1, sizeof *skip);
+	int rc = 0;
+	if (slots == NULL || ptrs == NULL || skip == NULL) {
+		snprintf(msg, msglen, "out of memory");
+		rc = GRPC_RESOURCE_EXHAUSTED;
+		goto out;
+	}
+	response r = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
+	r.overall_code = CODE_OK;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		rc = decide_one(agent, m, req->descriptors[i],
+		    req->hits_addend, &slots[i].v, &skip[i], msg, msglen);
+		if (rc != 0)
+			break;
+		fill_status(&slots[i], skip[i]);
+		ptrs[i] = &slots[i].st;
+		if (slots[i].st.code == CODE_OVER)
+			r.overall_code = CODE_OVER;
+	}
+	if (rc != 0)
+		goto out;
+	r.n_statuses = n;
+	r.statuses = ptrs;
+	header h[3], *hp[3];
+	int b = binding(slots, skip, n);
+	if (b >= 0) {
+		const struct agentd_verdict *v = &slots[b].v;
+		const char *keys[3] = { "RateLimit-Policy", "RateLimit",
+			"Retry-After" };
+		const char *vals[3] = { v->policy, v->ratelimit,
+			v->retry_after };
+		for (size_t i = 0; i < 3; i++) {
+			if (vals[i][0] == '\0')
+				continue;
+			envoy__config__core__v3__header_value__init(
+			    &h[r.n_response_headers_to_add]);
+			h[r.n_response_headers_to_add].key = (char *) keys[i];
+			h[r.n_response_headers_to_add].value = (char *)
+			    vals[i];
+			hp[r.n_response_headers_to_add] =
+			    &h[r.n_response_headers_to_add];
+			r.n_response_headers_to_add++;
+		}
+		r.response_headers_to_add = hp;
+	}
+	rc = encode(&r, ret_buf, ret_len, msg, msglen);
+out:
+	free(slots);
+	free(ptrs);
+	free(skip);
+	return rc;
+}
+
+int
+agentd_rls(allot_agent *agent, const struct rls_map *m, const uint8_t *req,
+    size_t len, uint8_t **ret_buf, size_t *ret_len, char *msg, size_t msglen)
+{
+	request *rq =
+	    envoy__service__ratelimit__v3__rate_limit_request__unpack(
+	        NULL, len, req);
+	if (rq == NULL) {
+		snprintf(msg, msglen, "malformed RateLimitRequest");
+		return GRPC_INVALID_ARGUMENT;
+	}
+	int rc;
+	if (m->domain != NULL && strcmp(rq->domain, m->domain) != 0) {
+		snprintf(msg, msglen, "unknown domain");
+		rc = GRPC_INVALID_ARGUMENT;
+	} else if (rq->n_descriptors == 0) {
+		snprintf(msg, msglen, "no descriptors");
+		rc = GRPC_INVALID_ARGUMENT;
+	} else if (rq->n_descriptors > m->max_descriptors) {
+		snprintf(msg, msglen, "%zu descriptors (at most %" PRIu32 ")",
+		    rq->n_descriptors, m->max_descriptors);
+		rc = GRPC_INVALID_ARGUMENT;
+	} else {
+		rc = answer(agent, m, rq, ret_buf, ret_len, msg, msglen);
+	}
+	envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(
+	    rq, NULL);
+	return rc;
+}
+
+/* Split a comma-separated list in place (into a copy kept for life). */
+static bool
+split(const char *list, const char **out, size_t *ret_n)
+{
+	char *copy = strdup(list);
+	size_t n = 0;
+	if (copy == NULL)
+		return false;
+	for (char *save = NULL, *t = strtok_r(copy, ",", &save); t != NULL;
+	     t = strtok_r(NULL, ",", &save)) {
+		if (n == RLS_MAX_KEYS)
+			return false;
+		out[n++] = t;
+	}
+	*ret_n = n;
+	return true;
+}
+
+bool
+agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
+    size_t errlen)
+{
+	memset(m, 0, sizeof *m);
+	if (!split(o->identity_keys, m->identity_keys, &m->n_identity_keys) ||
+	    !split(o->endpoint_keys, m->endpoint_keys, &m->n_endpoint_keys)) {
+		snprintf(err, errlen, "at most %d identity and endpoint keys",
+		    RLS_MAX_KEYS);
+		return false;
+	}
+	if (strcmp(o->unknown, "default") == 0)
+		m->unknown = UNKNOWN_DEFAULT;
+	else if (strcmp(o->unknown, "allow") == 0)
+		m->unknown = UNKNOWN_ALLOW;
+	else if (strcmp(o->unknown, "reject") == 0)
+		m->unknown = UNKNOWN_REJECT;
+	else {
+		snprintf(err, errlen,
+		    "--unknown wants default, allow or "
+		    "reject, not '%s'",
+		    o->unknown);
+		return false;
+	}
+	m->domain = o->domain;
+	m->max_descriptors = o->max_descriptors;
+	m->max_entries = o->max_entries;
+	return true;
+}

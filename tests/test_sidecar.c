@@ -1,0 +1,659 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * allot-agentd (sidecar/) as its clients see it, every process real and
+ * on loopback: Python's grpcio with stubs generated from sidecar/proto
+ * (tests/sidecar_client.py) and curl --http2-prior-knowledge call
+ * ShouldRateLimit; curl calls the JSON API on the Unix socket and on
+ * TCP. The seed-002 burst (30 at once, capacity 10, refill 5/s) gives
+ * exactly 10 OK and 20 OVER_LIMIT through both APIs. Bad input gets clear
+ * errors and the daemon stays up with bounded memory: malformed frames,
+ * malformed messages, oversized requests, unknown descriptors, a client
+ * opening thousands of streams. Three allot-agentd against one allotd
+ * hold the global quota, and keep answering (fallback) once allotd is
+ * killed. The gRPC certificate is replaced under load: no call fails.
+ * Skips (77) without /usr/bin/python3's grpc modules or curl.
+ */
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "../bench/rlsclient.h"
+#include "proto_client.h"
+#include "rls.pb-c.h"
+#include "runner.h"
+
+#define PY "/usr/bin/python3"
+#define ID_BURSTER "spiffe://test.example/ns/a/sa/burster"
+
+static const char cfg_burst[] =
+    "quotas:\n"
+    "  default: {tokens_per_second: 1, burst: 2}\n"
+    "  callers:\n"
+    "    - {identity: \"" ID_BURSTER "\", tokens_per_second: 5, "
+    "burst: 10}\n"
+    "    - {identity: \"load\", tokens_per_second: 1000000, "
+    "burst: 1000000}\n"
+    "  endpoint_weights: {default: 1, \"/lookup\": 1}\n";
+
+struct agentd {
+	pid_t pid;
+	char dir[128];
+	char log[192];
+	char sock[192];
+	int grpc_port, http_port;
+};
+
+static const char *
+build_dir(void)
+{
+	const char *b = getenv("ALLOT_BUILD_DIR");
+	return b != NULL ? b : "build";
+}
+
+static const char *
+source_dir(void)
+{
+	const char *s = getenv("ALLOT_SOURCE_DIR");
+	return s != NULL ? s : ".";
+}
+
+/* Start allot-agentd with the quota `cfg` and extra arguments (NULL
+ * terminated), and wait until /healthz answers. */
+static void
+agentd_start(struct agentd *a, const char *cfg, const char *const *extra)
+{
+	memset(a, 0, sizeof *a);
+	snprintf(a->dir, sizeof a->dir, "/tmp/allot-test-sidecar-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(a->dir));
+	char cfgpath[256], grpc[64], http[64], bin[512];
+	snprintf(cfgpath, sizeof cfgpath, "%s/quotas.yaml", a->dir);
+	snprintf(a->log, sizeof a->log, "%s/agentd.log", a->dir);
+	snprintf(a->sock, sizeof a->sock, "%s/agentd.sock", a->dir);
+	snprintf(bin, sizeof bin, "%s/sidecar/allot-agentd", build_dir());
+	pc_write_file(cfgpath, cfg);
+	a->grpc_port = pc_free_port();
+	a->http_port = pc_free_port();
+	snprintf(grpc, sizeof grpc, "127.0.0.1:%d", a->grpc_port);
+	snprintf(http, sizeof http, "127.0.0.1:%d", a->http_port);
+	char *argv[40] = { bin, "--config", cfgpath, "--grpc-listen", grpc,
+		"--http-listen", http, "--http-socket", a->sock };
+	size_t n = 9;
+	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 39; i++)
+		argv[n++] = (char *) extra[i];
+	argv[n] = NULL;
+	a->pid = pc_spawn(argv, a->log);
+	for (int i = 0; i < 200; i++) {
+		int st = 0;
+		char *r = pc_http_get(a->http_port, "/healthz", &st);
+		free(r);
+		if (st == 200)
+			return;
+		ck_assert_msg(pc_wait_exit(a->pid, 0) == -1,
+		    "allot-agentd exited; log in %s", a->log);
+		pc_sleep_ms(25);
+	}
+	ck_abort_msg("allot-agentd did not answer; log in %s", a->log);
+}
+
+static void
+agentd_stop(struct agentd *a)
+{
+	if (a->pid > 0) {
+		kill(a->pid, SIGTERM);
+		int rc = pc_wait_exit(a->pid, 10000);
+		ck_assert_msg(
+		    rc == 0, "allot-agentd exit %d; log in %s", rc, a->log);
+		ck_assert(!pc_log_has_sanitizer_report(a->log));
+	}
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(a->dir);
+}
+
+static bool
+have(const char *cmd)
+{
+	char *out = pc_shell(cmd);
+	free(out);
+	return out != NULL;
+}
+
+static void
+need_tools(void)
+{
+	if (!have(PY " -c 'import grpc, grpc_tools' 2>/dev/null") ||
+	    !have("curl --version >/dev/null 2>&1")) {
+		fprintf(stderr,
+		    "test_sidecar: needs " PY " with grpcio and "
+		    "grpc_tools, and curl (scripts/bootstrap)\n");
+		exit(77);
+	}
+}
+
+/* Run the Python client; its JSON output, malloc'd. */
+static char *
+py(const char *fmt, ...)
+{
+	char args[8192], cmd[9000];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof args, fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof cmd,
+	    "ALLOT_SOURCE_DIR=%s " PY " %s/tests/"
+	    "sidecar_client.py %s",
+	    source_dir(), source_dir(), args);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL, "failed: %s", cmd);
+	return out;
+}
+
+static int
+count(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	return n;
+}
+
+/* ---------------------------------------------------------------- */
+
+START_TEST(grpc_burst_seed_002)
+{
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	char *out = py("burst 127.0.0.1:%d 30 '%s'", a.grpc_port, ID_BURSTER);
+	ck_assert_msg(
+	    strstr(out, "\"ok\": 10, \"over\": 20") != NULL, "%s", out);
+	/* A denial carries the limit, the wait and the headers. */
+	ck_assert_msg(
+	    strstr(out, "\"Retry-After\": \"1\"") != NULL, "%s", out);
+	ck_assert_msg(strstr(out,
+	                  "\"requests_per_unit\": 5, \"unit\": "
+	                  "\"SECOND\"") != NULL,
+	    "%s", out);
+	ck_assert_msg(strstr(out,
+	                  "\"RateLimit-Policy\": \"\\\"/lookup\\\";"
+	                  "q=10;w=2\"") != NULL,
+	    "%s", out);
+	free(out);
+	/* /metrics: what the daemon admitted and denied, per key. */
+	double ok = pc_metric_get(a.http_port,
+	    "allot_agentd_key_admitted_total{identity=\"" ID_BURSTER
+	    "\",endpoint=\"/lookup\",quota=\"" ID_BURSTER "\"}");
+	double no = pc_metric_get(a.http_port,
+	    "allot_agentd_key_denied_total{identity=\"" ID_BURSTER
+	    "\",endpoint=\"/lookup\",quota=\"" ID_BURSTER "\"}");
+	ck_assert_msg(ok == 10 && no == 20, "metrics %g %g", ok, no);
+	ck_assert(pc_metric_get(a.http_port, "allot_agentd_fallback") == 0);
+	agentd_stop(&a);
+}
+END_TEST
+
+/* curl, 30 at once, on the Unix socket; then one on TCP. */
+START_TEST(http_burst_seed_002)
+{
+	need_tools();
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	char cmd[8192];
+	int n = snprintf(cmd, sizeof cmd,
+	    "curl -s --parallel --parallel-immediate --parallel-max 30 "
+	    "--unix-socket %s -H 'Content-Type: application/json' "
+	    "-d '{\"identity\":\"" ID_BURSTER "\",\"endpoint\":\"/lookup\"}'",
+	    a.sock);
+	for (int i = 0; i < 30; i++)
+		n += snprintf(cmd + n, sizeof cmd - (size_t) n,
+		    " http://agentd/v1/acquire");
+	snprintf(cmd + n, sizeof cmd - (size_t) n, " 2>/dev/null");
+	char *out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(count(out, "\"allowed\":true") == 10 &&
+	        count(out, "\"allowed\":false") == 20,
+	    "%s", out);
+	ck_assert(count(out, "\"Retry-After\":\"1\"") == 20);
+	free(out);
+	snprintf(cmd, sizeof cmd,
+	    "curl -s 'http://127.0.0.1:%d/v1/remaining?identity=%s"
+	    "&endpoint=/lookup'",
+	    a.http_port, ID_BURSTER);
+	out = pc_shell(cmd);
+	ck_assert_msg(
+	    out != NULL && strstr(out, "\"limit\":10") != NULL, "%s", out);
+	free(out);
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -d '{\"identity\":\"" ID_BURSTER "\",\"endpoint\":"
+	    "\"/lookup\",\"charged\":1,\"measured\":0}' "
+	    "http://127.0.0.1:%d/v1/settle; curl -s -d '{\"cost\":\"x\"}' "
+	    "-w ' %%{http_code}' http://127.0.0.1:%d/v1/acquire",
+	    a.http_port, a.http_port);
+	out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strstr(out, "{\"settled\":true}") &&
+	        strstr(out, " 400") != NULL,
+	    "%s", out);
+	free(out);
+	agentd_stop(&a);
+}
+END_TEST
+
+/* curl over h2c: a request encoded here, the response decoded here. */
+static char *
+curl_grpc(const struct agentd *a, const char *path, const uint8_t *body,
+    size_t len, char *resp, size_t resplen)
+{
+	char req[256], out[256], cmd[1024];
+	snprintf(req, sizeof req, "%s/req.bin", a->dir);
+	snprintf(out, sizeof out, "%s/resp.bin", a->dir);
+	FILE *f = fopen(req, "wb");
+	ck_assert(f != NULL && fwrite(body, 1, len, f) == len);
+	fclose(f);
+	snprintf(cmd, sizeof cmd,
+	    "curl -s --http2-prior-knowledge -D - -o %s -H "
+	    "'content-type: application/grpc' -H 'te: trailers' "
+	    "--data-binary @%s http://127.0.0.1:%d%s",
+	    out, req, a->grpc_port, path);
+	char *hdrs = pc_shell(cmd);
+	ck_assert_msg(hdrs != NULL, "%s", cmd);
+	if (resp != NULL) {
+		f = fopen(out, "rb");
+		size_t n = f != NULL ? fread(resp, 1, resplen, f) : 0;
+		if (f != NULL)
+			fclose(f);
+		ck_assert_uint_gt(n, 5);
+		Envoy__Service__Ratelimit__V3__RateLimitResponse *r =
+		    envoy__service__ratelimit__v3__rate_limit_response__unpack(
+		        NULL, n - 5, (uint8_t *) resp + 5);
+		ck_assert_ptr_nonnull(r);
+		ck_assert_int_eq(r->overall_code,
+		    ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK);
+		ck_assert_uint_eq(r->n_statuses, 1);
+		ck_assert_uint_eq(r->statuses[0]->limit_remaining, 9);
+		envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(
+		    r, NULL);
+	}
+	return hdrs;
+}
+
+START_TEST(curl_prior_knowledge)
+{
+	need_tools();
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	size_t len;
+	uint8_t *body = rlsc_request(ID_BURSTER, "/lookup", 0, &len);
+	char resp[4096];
+	char *h = curl_grpc(&a, RLSC_PATH, body, len, resp, sizeof resp);
+	ck_assert_msg(strstr(h, "grpc-status: 0") != NULL, "%s", h);
+	free(h);
+	/* Another method: UNIMPLEMENTED. A message that is not protobuf:
+	 * INVALID_ARGUMENT. A compressed one: UNIMPLEMENTED. */
+	h = curl_grpc(&a, "/envoy.service.ratelimit.v3.RateLimitService/Other",
+	    body, len, NULL, 0);
+	ck_assert_msg(strstr(h, "grpc-status: 12") != NULL, "%s", h);
+	free(h);
+	/* gRPC health checking (Kubernetes' gRPC probes): SERVING. */
+	const uint8_t empty[] = { 0, 0, 0, 0, 0 };
+	h = curl_grpc(
+	    &a, "/grpc.health.v1.Health/Check", empty, sizeof empty, NULL, 0);
+	ck_assert_msg(strstr(h, "grpc-status: 0") != NULL, "%s", h);
+	free(h);
+	const uint8_t junk[] = { 0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff };
+	h = curl_grpc(&a, RLSC_PATH, junk, sizeof junk, NULL, 0);
+	ck_assert_msg(strstr(h, "grpc-status: 3") != NULL, "%s", h);
+	free(h);
+	body[0] = 1;
+	h = curl_grpc(&a, RLSC_PATH, body, len, NULL, 0);
+	ck_assert_msg(strstr(h, "grpc-status: 12") != NULL, "%s", h);
+	free(h);
+	free(body);
+	agentd_stop(&a);
+}
+END_TEST
+
+static long
+rss_kb(pid_t pid)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "awk '/VmRSS/ {print $2}' /proc/%d/status",
+	    (int) pid);
+	char *out = pc_shell(cmd);
+	long kb = out != NULL ? atol(out) : -1;
+	free(out);
+	return kb;
+}
+
+/* Bytes that are not HTTP/2 after the preface: GOAWAY, then close. */
+static void
+raw_garbage(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons((uint16_t) port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+	/* A SETTINGS frame of length 5 (not a multiple of 6). */
+	static const uint8_t bad[] = { 0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4,
+		5 };
+	ck_assert(send(fd, preface, sizeof preface - 1, 0) > 0);
+	ck_assert(send(fd, bad, sizeof bad, 0) > 0);
+	struct timeval tv = { 5, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	uint8_t buf[4096];
+	size_t len = 0;
+	ssize_t n;
+	while ((n = recv(fd, buf + len, sizeof buf - len, 0)) > 0)
+		len += (size_t) n;
+	ck_assert_msg(n == 0, "the connection was not closed");
+	bool goaway = false;
+	for (size_t off = 0; off + 9 <= len;) {
+		size_t flen = (size_t) buf[off] << 16 |
+		    (size_t) buf[off + 1] << 8 | buf[off + 2];
+		goaway = goaway || buf[off + 3] == 7;
+		off += 9 + flen;
+	}
+	ck_assert_msg(goaway, "no GOAWAY in %zu bytes", len);
+	close(fd);
+}
+
+START_TEST(bad_clients)
+{
+	need_tools();
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	raw_garbage(a.grpc_port);
+	/* Oversized: too many descriptors, a message above the limit. */
+	char spec[2048];
+	int n = snprintf(spec, sizeof spec, "{\"descriptors\": [");
+	for (int i = 0; i < 17; i++)
+		n += snprintf(spec + n, sizeof spec - (size_t) n,
+		    "%s{\"entries\": [[\"caller\", \"x\"]]}", i ? "," : "");
+	snprintf(spec + n, sizeof spec - (size_t) n, "]}");
+	char *out = py("call 127.0.0.1:%d '%s'", a.grpc_port, spec);
+	ck_assert_msg(strstr(out, "INVALID_ARGUMENT") &&
+	        strstr(out, "17 descriptors (at most 16)"),
+	    "%s", out);
+	free(out);
+	out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	         "[[\"caller\", \"x\"]], \"pad\": 100000}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "RESOURCE_EXHAUSTED") != NULL, "%s", out);
+	free(out);
+	/* An unknown descriptor (no caller entry): the default bucket. */
+	out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	         "[[\"remote_address\", \"10.0.0.1\"]]}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "\"overall\": \"OK\"") &&
+	        strstr(
+	            out, "\"RateLimit-Policy\": \"\\\"default\\\";q=2;w=2\""),
+	    "%s", out);
+	free(out);
+	/* Thousands of streams on one connection: all but the allowed
+	 * number refused, memory bounded, the daemon still serving. */
+	long before = rss_kb(a.pid);
+	rlsc *c = rlsc_connect(a.grpc_port);
+	ck_assert_ptr_nonnull(c);
+	size_t refused = 0, exhausted = 0;
+	rlsc_flood(c, 5000, 0, 1500, &refused, &exhausted);
+	long during = rss_kb(a.pid);
+	rlsc_close(c);
+	ck_assert_msg(refused >= 5000 - 128, "%zu refused", refused);
+	ck_assert_msg(
+	    during - before < 64 * 1024, "RSS %ld -> %ld kB", before, during);
+	/* Every stream it may, each with 16 kB of a message it never
+	 * ends: the connection holds at most 16 messages' worth, the rest
+	 * are answered RESOURCE_EXHAUSTED (112 of them, once all arrived;
+	 * on a loaded machine some may still be on their way). */
+	c = rlsc_connect(a.grpc_port);
+	ck_assert_ptr_nonnull(c);
+	rlsc_flood(c, 128, 16000, 1500, &refused, &exhausted);
+	during = rss_kb(a.pid);
+	rlsc_close(c);
+	ck_assert_msg(refused == 0 && exhausted >= 64,
+	    "%zu refused, %zu exhausted", refused, exhausted);
+	ck_assert_msg(
+	    during - before < 64 * 1024, "RSS %ld -> %ld kB", before, during);
+	out = py("burst 127.0.0.1:%d 1 load", a.grpc_port);
+	ck_assert_msg(strstr(out, "\"ok\": 1") != NULL, "%s", out);
+	free(out);
+	agentd_stop(&a);
+}
+END_TEST
+
+/* --unknown reject, given in an options file. */
+START_TEST(unknown_reject)
+{
+	need_tools();
+	char opts[] = "/tmp/allot-test-sidecar-opts-XXXXXX";
+	int fd = mkstemp(opts);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	pc_write_file(opts,
+	    "# a comment\nunknown = reject\n"
+	    "max-descriptors 4\n");
+	const char *extra[] = { "--options", opts, NULL };
+	struct agentd a;
+	agentd_start(&a, cfg_burst, extra);
+	char *out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	               "[[\"remote_address\", \"10.0.0.1\"]]}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "INVALID_ARGUMENT") &&
+	        strstr(out, "no identity entry"),
+	    "%s", out);
+	free(out);
+	agentd_stop(&a);
+	unlink(opts);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- */
+/* Several agentd against one allotd                                */
+/* ---------------------------------------------------------------- */
+
+struct hammer {
+	int port;
+	int admitted, calls;
+	uint64_t until_ms;
+};
+
+/* Acquire through curl's keep-alive: 20 per command, until the end. */
+static void *
+hammer_main(void *arg)
+{
+	struct hammer *h = arg;
+	char cmd[4096];
+	int n = snprintf(cmd, sizeof cmd,
+	    "curl -s -H 'Content-Type: "
+	    "application/json' -d "
+	    "'{\"identity\":\"shared\"}'");
+	for (int i = 0; i < 20; i++)
+		n += snprintf(cmd + n, sizeof cmd - (size_t) n,
+		    " http://127.0.0.1:%d/v1/acquire", h->port);
+	while (pc_now_ms() < h->until_ms) {
+		char *out = pc_shell(cmd);
+		if (out == NULL)
+			continue;
+		h->admitted += count(out, "\"allowed\":true");
+		h->calls += count(out, "\"allowed\":");
+		free(out);
+		pc_sleep_ms(20);
+	}
+	return NULL;
+}
+
+START_TEST(three_agents_one_allotd)
+{
+	need_tools();
+	char dir[] = "/tmp/allot-test-sidecar-cl-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char cfg[256], db[256], log[256], url[64], http[32];
+	static const char quotas[] =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 1, burst: 1}\n"
+	    "  callers:\n"
+	    "    - {identity: \"shared\", tokens_per_second: 30, burst: 30}\n";
+	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
+	snprintf(db, sizeof db, "%s/allotd.db", dir);
+	snprintf(log, sizeof log, "%s/allotd.log", dir);
+	pc_write_file(cfg, quotas);
+	snprintf(url, sizeof url, "tcp://127.0.0.1:%d", pc_free_port());
+	int hport = pc_free_port();
+	snprintf(http, sizeof http, "127.0.0.1:%d", hport);
+	const char *args[] = { "--config", cfg, "--db", db, "--listen", url,
+		"--http", http, "--interval-ms", "50", "--expiry-intervals",
+		"4", "--lease-ms", "600", NULL };
+	pid_t allotd = pc_allotd_start(args, hport, log);
+	const char *extra[] = { "--coordinator", url, "--sync-interval-ms",
+		"50", "--initial-replicas", "3", "--service", "sidecar",
+		NULL };
+	struct agentd a[3];
+	for (int i = 0; i < 3; i++)
+		agentd_start(&a[i], quotas, extra);
+	pc_sleep_ms(500); /* all three registered */
+	/* 3 s of demand far above the quota through all three. */
+	uint64_t t0 = pc_now_ms();
+	struct hammer h[3];
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++) {
+		h[i] = (struct hammer) { a[i].http_port, 0, 0, t0 + 3000 };
+		pthread_create(&th[i], NULL, hammer_main, &h[i]);
+	}
+	int admitted = 0, calls = 0;
+	for (int i = 0; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		admitted += h[i].admitted;
+		calls += h[i].calls;
+	}
+	/* The accuracy bench's bound (docs/allocation.md): over any window
+	 * W, at most B + R W + R T (one sync interval T of rate). W here
+	 * is measured around the calls, so it is the longer one. */
+	double secs = (double) (pc_now_ms() - t0) / 1000.0;
+	double bound = 30 + 30 * secs + 30 * 0.050;
+	fprintf(stderr,
+	    "three agentd: %d of %d admitted in %.2f s (bound "
+	    "%.0f)\n",
+	    admitted, calls, secs, bound);
+	ck_assert_msg(calls > 3 * admitted / 2, "demand did not exceed quota");
+	ck_assert_msg(admitted <= bound && admitted >= 0.5 * bound,
+	    "%d admitted, bound %.0f", admitted, bound);
+	ck_assert(
+	    pc_metric_get(a[0].http_port, "allot_agentd_sync_connected") == 1);
+	/* allotd dies: the agents keep answering, in fallback once the
+	 * lease has run out. */
+	kill(allotd, SIGKILL);
+	pc_wait_exit(allotd, 5000);
+	pc_sleep_ms(1500);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_msg(pc_metric_get(a[i].http_port,
+		                  "allot_agentd_fallback") == 1,
+		    "agentd %d not in fallback", i);
+		char cmd[256];
+		snprintf(cmd, sizeof cmd,
+		    "curl -s -d '{\"identity\":\"shared\"}' "
+		    "http://127.0.0.1:%d/v1/acquire",
+		    a[i].http_port);
+		char *out = pc_shell(cmd);
+		ck_assert_msg(out != NULL && strstr(out, "\"allowed\":"), "%s",
+		    out ? out : "(none)");
+		free(out);
+	}
+	for (int i = 0; i < 3; i++)
+		agentd_stop(&a[i]);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(dir);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- */
+/* Certificate rotation under load                                  */
+/* ---------------------------------------------------------------- */
+
+START_TEST(cert_rotation)
+{
+	need_tools();
+	char dir[] = "/tmp/allot-test-sidecar-tls-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char cmd[2048];
+	/* Two server certificates from one CA: mkcerts remakes what is
+	 * missing under the CA it keeps. */
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && %s/scripts/mkcerts -d 2 ca >/dev/null 2>&1 && "
+	    "cp ca/server.pem one.pem && cp ca/server.key one.key && "
+	    "rm ca/server.pem ca/server.key && "
+	    "%s/scripts/mkcerts -d 2 ca >/dev/null 2>&1 && "
+	    "cp ca/server.pem two.pem && cp ca/server.key two.key && "
+	    "cp one.pem live.pem && cp one.key live.key && echo ok",
+	    dir, source_dir(), source_dir());
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "mkcerts");
+	free(out);
+	char cert[256], key[256];
+	snprintf(cert, sizeof cert, "%s/live.pem", dir);
+	snprintf(key, sizeof key, "%s/live.key", dir);
+	const char *extra[] = { "--tls-cert", cert, "--tls-key", key,
+		"--cert-check-ms", "100", NULL };
+	struct agentd a;
+	agentd_start(&a, cfg_burst, extra);
+	/* Load for 3 s; the files are replaced after 1 s, the key first
+	 * (a moment of mismatch the daemon must ride out). */
+	snprintf(cmd, sizeof cmd,
+	    "(sleep 1; cd %s && cp two.key new.key && mv new.key live.key &&"
+	    " sleep 0.3 && cp two.pem new.pem && mv new.pem live.pem) & "
+	    "ALLOT_SOURCE_DIR=%s " PY " %s/tests/sidecar_client.py load "
+	    "localhost:%d 3 %s/ca/ca.pem; wait",
+	    dir, source_dir(), source_dir(), a.grpc_port, dir);
+	out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strstr(out, "\"failures\": 0"), "%s",
+	    out ? out : "(none)");
+	ck_assert_msg(strstr(out, "\"new_channels\": 0") == NULL, "%s", out);
+	free(out);
+	ck_assert(pc_metric_get(
+	              a.http_port, "allot_agentd_cert_reloads_total") >= 1);
+	/* New handshakes see the new certificate. */
+	snprintf(cmd, sizeof cmd,
+	    "openssl s_client -connect 127.0.0.1:%d -alpn h2 </dev/null "
+	    "2>/dev/null | openssl x509 -noout -fingerprint; openssl x509 "
+	    "-noout -fingerprint -in %s/two.pem",
+	    a.grpc_port, dir);
+	out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	char *nl = strchr(out, '\n');
+	ck_assert_msg(nl != NULL && strcmp(nl + 1, "") != 0 &&
+	        strncmp(out, nl + 1, (size_t) (nl - out)) == 0,
+	    "served certificate is not the new one: %s", out);
+	free(out);
+	agentd_stop(&a);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(dir);
+}
+END_TEST
+
+static Suite *
+sidecar_suite(void)
+{
+	Suite *s = suite_create("sidecar");
+	TCase *tc = tcase_create("agentd");
+	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, need_tools, NULL);
+	tcase_add_test(tc, grpc_burst_seed_002);
+	tcase_add_test(tc, http_burst_seed_002);
+	tcase_add_test(tc, curl_prior_knowledge);
+	tcase_add_test(tc, bad_clients);
+	tcase_add_test(tc, unknown_reject);
+	tcase_add_test(tc, three_agents_one_allotd);
+	tcase_add_test(tc, cert_rotation);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(sidecar_suite)
