@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config_parse.h"
+#include "name.h"
 
 static bool
 key_is(const allot__cfg_node *k, const char *name)
@@ -157,7 +158,13 @@ parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 				break;
 			/* "default" names the default quota in statistics
 			 * and in the keys an agent registers. */
-			if (strcmp(s, "default") == 0)
+			if (!allot__name_valid(s, ALLOT__NAME_MAX, true))
+				rc = FAIL(c, v,
+				    "%s must be 1-%u " ALLOT__NAME_RULE
+				    ", the same rule allotd applies to the "
+				    "keys of a Register",
+				    what, ALLOT__NAME_MAX);
+			else if (strcmp(s, "default") == 0)
 				rc = FAIL(c, v,
 				    "%s \"default\" is reserved for "
 				    "quotas.default, expected a caller's own "

@@ -43,7 +43,7 @@ typedef struct allot__state allot__state;
  * flooding), so their bound is this many times wider than consumption's. */
 #define ALLOT__STATE_FLOOD_FACTOR 1000.0
 /* Longest string accepted in Register (replica id, service, host, key). */
-#define ALLOT__STATE_NAME_MAX 255u
+#define ALLOT__STATE_NAME_MAX 255u /* = ALLOT__NAME_MAX, common/name.h */
 #define ALLOT__STATE_VERSION_MAX 64u
 /* Agent sync intervals above this are treated as this for expiry. */
 #define ALLOT__STATE_AGENT_INTERVAL_MAX 60000u

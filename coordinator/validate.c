@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the requests accept before they touch the state: the names of a
- * Register (printable ASCII, bounded), a session built from one outside
- * the lock, the connection a session is bound to, and the free text of a
- * Leave made safe for a store row.
+ * Register (common/name.h: one rule with the config loader), a session
+ * built from one outside the lock, the connection a session is bound to,
+ * and the free text of a Leave made safe for a store row.
  */
 #include "registry_int.h"
 
@@ -13,21 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Printable ASCII, 1..max bytes (0 allowed when !required). Names end up
- * in label values, JSON and log lines; restricting them keeps all three
- * trivially safe. */
+#include "name.h"
+
+/* One rule for every name (common/name.h): the config loader applies
+ * the same one to identities, so an accepted config never makes a
+ * Register fail here. */
 static bool
 name_ok(const char *s, size_t max, bool required)
 {
-	if (s == NULL)
-		return !required;
-	size_t n = 0;
-	for (; s[n] != '\0'; n++) {
-		unsigned char c = (unsigned char) s[n];
-		if (c < 0x20 || c > 0x7e || n >= max)
-			return false;
-	}
-	return n > 0 || !required;
+	return allot__name_valid(s, max, required);
 }
 
 /* Whether the names of a Register are acceptable; if not, the Error code
@@ -40,17 +34,15 @@ allot__register_check(const Allot__V1__Register *req, char *err, size_t errlen)
 	    !name_ok(req->host, ALLOT__STATE_NAME_MAX, false) ||
 	    !name_ok(req->agent_version, ALLOT__STATE_VERSION_MAX, false)) {
 		snprintf(err, errlen,
-		    "replica_id and service must be 1-%u "
-		    "printable ASCII characters (host too, agent_version "
-		    "at most %u)",
+		    "replica_id and service must be 1-%u " ALLOT__NAME_RULE
+		    " (host too, agent_version at most %u)",
 		    ALLOT__STATE_NAME_MAX, ALLOT__STATE_VERSION_MAX);
 		return ALLOT__V1__ERROR__CODE__MALFORMED;
 	}
 	for (size_t k = 0; k < req->n_keys; k++) {
 		if (!name_ok(req->keys[k], ALLOT__STATE_NAME_MAX, true)) {
 			snprintf(err, errlen,
-			    "key %zu: a key must be 1-%u "
-			    "printable ASCII characters",
+			    "key %zu: a key must be 1-%u " ALLOT__NAME_RULE,
 			    k, ALLOT__STATE_NAME_MAX);
 			return ALLOT__V1__ERROR__CODE__MALFORMED;
 		}
