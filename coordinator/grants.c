@@ -73,7 +73,7 @@ alloc_quotas(allot__state *st, service *svc, uint64_t now)
  * and for each slot the session and key it stands for (st->owner_*).
  * False when out of memory. */
 static bool
-alloc_slots(allot__state *st, service *svc)
+alloc_slots(allot__state *st, service *svc, uint64_t now)
 {
 	size_t nq = st->cur->nq;
 	allot__alloc_quota *aq = st->aq;
@@ -104,8 +104,10 @@ alloc_slots(allot__state *st, service *svc)
 		size_t idx = (size_t) (sl - st->slots);
 		/* Until its first Sync a replica's demand is unknown (a
 		 * placeholder's too); after it, a key it does not report is
-		 * idle. */
-		bool fresh = s->ghost || s->last_seq < 2;
+		 * idle. One that never synced claims only for a while
+		 * (allot__claim_ns()). */
+		bool fresh = s->ghost || s->last_seq == 1 ||
+		    (s->last_seq == 0 && now < s->fresh_until_ns);
 		double d = fresh ? 0 : allot__est_read(s, key);
 		double dv = fresh ? 0 : allot__est_var(s, key);
 		svc->q[q].demand_sum += d;
@@ -172,7 +174,7 @@ bool
 allot__recompute(allot__state *st, service *svc, uint64_t now)
 {
 	const cfgv *v = st->cur;
-	if (!alloc_quotas(st, svc, now) || !alloc_slots(st, svc))
+	if (!alloc_quotas(st, svc, now) || !alloc_slots(st, svc, now))
 		return false;
 	double window_s = svc->last_alloc_ns != 0 ?
 	    (double) since(now, svc->last_alloc_ns) / 1e9 :

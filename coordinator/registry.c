@@ -4,7 +4,8 @@
  * destroying the state, the session hash by id, finding or adding a
  * service, linking a session into its service and unlinking it (its
  * grants go back to the headroom), the expiry time of a session, the
- * silence of the whole coordinator (allot__heard()), and the zombies:
+ * silence of the whole coordinator (allot__heard()), freeing a service
+ * left empty, and the zombies:
  * expired replicas that may still be running on their lease or their
  * fallback, remembered so that the live bound (bounds.c) and, with
  * hold_expired, the headroom (grants.c) still count them.
@@ -27,6 +28,7 @@ allot__session_free(session *s)
 	free(s->host);
 	free(s->agent_version);
 	free(s->keys);
+	free(s->kid);
 	free(s->names);
 	free(s->names_blob);
 	free(s);
@@ -112,6 +114,47 @@ allot__service_get(allot__state *st, const char *name, bool *full)
 	return svc;
 }
 
+static void
+service_free(service *svc)
+{
+	for (uint32_t j = 0; j < svc->nsess; j++)
+		allot__session_free(svc->sess[j]);
+	allot__zombies_clear(svc);
+	free(svc->sess);
+	free(svc->q);
+	free(svc->name);
+	free(svc);
+}
+
+/* Whether `svc` has had no replica, live, restored or expired, for
+ * service_idle_ms: its counters and global buckets then describe nothing
+ * that runs, and it is freed (a later Register starts it afresh), so
+ * that Register+Leave pairs under new names cannot fill the table. */
+bool
+allot__service_idle(allot__state *st, service *svc, uint64_t now)
+{
+	if (svc->nsess > 0 || svc->nzs > 0 || st->o.service_idle_ms == 0) {
+		svc->empty_ns = 0;
+		return false;
+	}
+	if (svc->empty_ns == 0) {
+		svc->empty_ns = now ? now : 1;
+		return false;
+	}
+	return since(now, svc->empty_ns) >=
+	    (uint64_t) st->o.service_idle_ms * 1000000u;
+}
+
+/* Free the service at index i of st->svcs; the others keep their order. */
+void
+allot__service_remove(allot__state *st, size_t i)
+{
+	service_free(st->svcs[i]);
+	memmove(&st->svcs[i], &st->svcs[i + 1],
+	    (st->nsvcs - i - 1) * sizeof *st->svcs);
+	st->nsvcs--;
+}
+
 bool
 allot__service_add(service *svc, session *s)
 {
@@ -175,6 +218,21 @@ allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms)
 	uint64_t floor_ms = 2u * timeout + iv;
 	uint64_t k_ms = (uint64_t) iv * st->o.expiry_intervals;
 	return (k_ms > floor_ms ? k_ms : floor_ms) * 1000000u;
+}
+
+/* How long a replica that has not synced yet claims the average demand
+ * of its service (alloc.c): two of its sync intervals and a second,
+ * time enough for an agent's first Sync. A replica that registers and
+ * never syncs (a fake, or one stuck) then claims nothing, so a burst of
+ * them cannot take the others' shares for the whole expiry. */
+uint64_t
+allot__claim_ns(const allot__state *st, uint32_t agent_interval_ms)
+{
+	uint64_t iv = agent_interval_ms > 0 &&
+	        agent_interval_ms <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
+	    agent_interval_ms :
+	    st->o.interval_ms;
+	return (2u * iv + 1000u) * 1000000u;
 }
 
 /* A request from a replica: the coordinator is not cut off. When nobody
@@ -349,16 +407,8 @@ allot__state_destroy(allot__state *st)
 {
 	if (st == NULL)
 		return;
-	for (size_t i = 0; i < st->nsvcs; i++) {
-		service *svc = st->svcs[i];
-		for (uint32_t j = 0; j < svc->nsess; j++)
-			allot__session_free(svc->sess[j]);
-		allot__zombies_clear(svc);
-		free(svc->sess);
-		free(svc->q);
-		free(svc->name);
-		free(svc);
-	}
+	for (size_t i = 0; i < st->nsvcs; i++)
+		service_free(st->svcs[i]);
 	free(st->svcs);
 	free(st->htab);
 	free(st->stamp);

@@ -18,11 +18,17 @@
  * copied out; store records only append to the store's in-memory batch,
  * so they are allowed inside.
  *
- * Layout, chosen for the per-report path: a session holds its keys as an
- * array indexed by the key id of its Register (each entry names a quota
- * index of the config in force, or -1), and its service holds one squota
- * per quota index. A key report is therefore two bounds checks, two array
- * loads and a few additions, with no string work and no allocation.
+ * Layout, chosen for the per-report path: a session keeps only the keys
+ * of its Register that name a quota (at most one per quota index of the
+ * config, duplicates being refused), each naming a quota index of the
+ * config in force, or -1 after a reload took its quota away; its service
+ * holds one squota per quota index. Keys without a quota are counted, not
+ * kept: they cost no memory and no work per tick, however many a Register
+ * lists (docs/operations.md, "Memory bounds"). When every key of the
+ * Register was kept, the kept array is indexed by the Register's key id
+ * and a key report is two bounds checks, two array loads and a few
+ * additions; otherwise `kid` maps kept keys to key ids and a report is a
+ * binary search over the session's kept keys.
  */
 #ifndef ALLOT_COORDINATOR_REGISTRY_INT_H
 #define ALLOT_COORDINATOR_REGISTRY_INT_H
@@ -56,8 +62,8 @@ typedef struct cfgv {
 	allot__config_index index; /* identity -> quota index */
 } cfgv;
 
-/* One interned key of a session: owned by its session (an array indexed
- * by the key id of the Register). */
+/* One interned key of a session: owned by its session (the array of its
+ * kept keys, see session.kid). */
 typedef struct skey {
 	int32_t q; /* quota index; -1: no quota for it */
 	bool rec_pending; /* share changed since its store row */
@@ -107,11 +113,20 @@ typedef struct session {
 	uint64_t digest;
 	struct service *svc;
 	uint32_t slot; /* index in svc->sess */
-	uint32_t nkeys;
-	uint32_t nknown; /* keys with q >= 0 */
+	uint32_t nwire; /* keys listed in its Register */
+	uint32_t nkeys; /* keys kept: those that named a quota */
+	uint32_t nknown; /* kept keys with q >= 0 */
 	skey *keys;
-	char **names; /* key identities (into names_blob) */
+	uint32_t *kid; /* per kept key its Register key id, ascending;
+	                  NULL: every key was kept, kid[i] == i */
+	char **names; /* kept key identities (into names_blob) */
 	char *names_blob;
+	bool reregister; /* a reload added quotas and it listed keys
+	                    without one: its next Sync is answered
+	                    UNKNOWN_SESSION so that it registers again */
+	uint64_t fresh_until_ns; /* claims the average demand until its
+	                            second Sync or this, whichever first */
+	double clipped; /* tokens of implausible reports not booked */
 	uint64_t last_seq;
 	uint64_t last_seen_ns;
 	uint64_t last_sync_ns;
@@ -185,8 +200,9 @@ typedef struct zombie {
 	double *burst;
 } zombie;
 
-/* A service (registry.c): owned by the state (st->svcs), never freed
- * before the state. Owns its sessions, squotas and zombies. */
+/* A service (registry.c): owned by the state (st->svcs), freed by the
+ * loop thread once empty for service_idle_ms (allot__service_idle()).
+ * Owns its sessions, squotas and zombies. */
 typedef struct service {
 	char *name;
 	session **sess;
@@ -202,6 +218,7 @@ typedef struct service {
 	bool dirty; /* replica set or config changed */
 	bool rec_pending; /* some key has rec_pending */
 	uint64_t last_alloc_ns;
+	uint64_t empty_ns; /* when it was first seen empty; 0: not */
 } service;
 
 /* The whole coordinator state (state.h). `o`, `lgv` and the rate limits
@@ -283,6 +300,31 @@ fewest(const session *s)
 			for (skey *key = s->keys; key < s->keys + s->nkeys; \
 			     key++)
 
+/* The kept key of Register key id `id`, or NULL when it had no quota. */
+static inline skey *
+session_key(const session *s, uint32_t id)
+{
+	if (s->kid == NULL)
+		return id < s->nkeys ? &s->keys[id] : NULL;
+	uint32_t lo = 0, hi = s->nkeys;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (s->kid[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < s->nkeys && s->kid[lo] == id ? &s->keys[lo] : NULL;
+}
+
+/* The Register key id of a kept key. */
+static inline uint32_t
+key_id(const session *s, const skey *key)
+{
+	uint32_t i = (uint32_t) (key - s->keys);
+	return s->kid != NULL ? s->kid[i] : i;
+}
+
 /* The same, for the keys that name a quota of the config (key->q >= 0). */
 #define FOR_EACH_KEY(svc, i, s, key)         \
 	FOR_EACH_SESSION_KEY(svc, i, s, key) \
@@ -312,9 +354,12 @@ void allot__session_hash_del(allot__state *st, session *s);
 service *allot__service_find(const allot__state *st, const char *name);
 void allot__squota_init(squota *sq, const cfgv *v, size_t q);
 service *allot__service_get(allot__state *st, const char *name, bool *full);
+bool allot__service_idle(allot__state *st, service *svc, uint64_t now);
+void allot__service_remove(allot__state *st, size_t i);
 bool allot__service_add(service *svc, session *s);
 void allot__session_unlink(allot__state *st, session *s);
 uint64_t allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms);
+uint64_t allot__claim_ns(const allot__state *st, uint32_t agent_interval_ms);
 void allot__heard(allot__state *st, uint64_t now);
 /* Make *p hold `need` elements of `elem` bytes (doubling); false when
  * out of memory, *p unchanged. */
@@ -369,6 +414,9 @@ void allot__learned(allot__state *st, service *svc, uint64_t now);
 Allot__V1__Error__Code allot__register_check(
     const Allot__V1__Register *req, char *err, size_t errlen);
 session *allot__session_new(const Allot__V1__Register *req);
+/* Keep only the keys whose q[k] >= 0 (nknown of them); false when out of
+ * memory, `s` unchanged. */
+bool allot__session_keep(session *s, const int32_t *q, uint32_t nknown);
 bool allot__pipe_ok(const session *s, uint32_t pipe);
 Allot__V1__Error__Code allot__pipe_mismatch(
     allot__metrics *m, uint64_t id, char *err, size_t errlen);

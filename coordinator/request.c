@@ -65,7 +65,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 			continue;
 		key->force_share = false;
 		allot__v1__share__init(&arr[j]);
-		arr[j].key = k;
+		arr[j].key = key_id(s, key);
 		arr[j].rate = key->sent_rate;
 		arr[j].burst = key->sent_burst;
 		ptrs[j] = &arr[j];
@@ -86,6 +86,7 @@ typedef struct reg {
 	bool returning; /* replaces a session, or expired not long ago */
 	uint32_t *unknown; /* key ids without a quota */
 	size_t nunknown;
+	int32_t *q; /* per key id its quota index, or -1 */
 	uint32_t replicas;
 	allot__reject why; /* when refused */
 	char *err;
@@ -120,9 +121,11 @@ reg_intern_keys(reg *r)
 		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
 		st->stamp_gen = 1;
 	}
-	for (uint32_t k = 0; k < s->nkeys; k++) {
+	uint32_t nknown = 0;
+	for (uint32_t k = 0; k < s->nwire; k++) {
 		int32_t q = allot__cfgv_find(
 		    v, s->names[k], strlen(s->names[k]));
+		r->q[k] = q;
 		if (q < 0) {
 			r->unknown[r->nunknown++] = k;
 			continue;
@@ -134,9 +137,13 @@ reg_intern_keys(reg *r)
 			return ALLOT__V1__ERROR__CODE__MALFORMED;
 		}
 		st->stamp[q] = st->stamp_gen;
-		s->keys[k].q = q;
-		s->nknown++;
+		nknown++;
 	}
+	/* Keys without a quota are counted (Welcome.unknown_keys, the
+	 * metrics), not kept: a Register listing 65,537 of them costs the
+	 * state what one listing only its known keys does. */
+	if (!allot__session_keep(s, r->q, nknown))
+		return reg_no_memory(r);
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
@@ -167,6 +174,14 @@ reg_find(reg *r)
 		r->why = ALLOT__REJ_CAPACITY;
 		snprintf(r->err, r->errlen, "too many replicas (at most %u)",
 		    st->o.max_replicas);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	if (r->old == NULL &&
+	    svc->nsess >= st->o.max_replicas_per_service) {
+		r->why = ALLOT__REJ_CAPACITY;
+		snprintf(r->err, r->errlen,
+		    "too many replicas of service %.64s (at most %u)",
+		    svc->name, st->o.max_replicas_per_service);
 		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	}
 	r->returning = r->old != NULL;
@@ -208,6 +223,7 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	s->last_seen_ns = now;
 	s->last_sync_ns = now;
 	s->expiry_ns = allot__expiry_ns(st, iv);
+	s->fresh_until_ns = now + allot__claim_ns(st, iv);
 	s->interval_s = (double) (iv > 0 &&
 	                            iv <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
 	                        iv :
@@ -305,7 +321,7 @@ reg_report(reg *r)
 	    "replica %s of %s joined (host %s pid %u, agent %s): session "
 	    "%" PRIu64 ", %u keys, %zu unknown; %u replicas now",
 	    s->replica_id, req->service, s->host, s->pid, s->agent_version,
-	    s->id, s->nkeys, r->nunknown, r->replicas);
+	    s->id, s->nwire, r->nunknown, r->replicas);
 	if (r->nunknown > 0)
 		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
 		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
@@ -317,7 +333,7 @@ reg_report(reg *r)
 		snprintf(detail, sizeof detail,
 		    "service=%.64s session=%" PRIu64
 		    " keys=%u unknown=%zu replicas=%u",
-		    req->service, s->id, s->nkeys, r->nunknown, r->replicas);
+		    req->service, s->id, s->nwire, r->nunknown, r->replicas);
 		allot__store_event(st->o.store, "join", s->replica_id, detail);
 	}
 }
@@ -334,17 +350,19 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 		return code;
 	}
 	uint32_t *unknown = pa_alloc(pa, (req->n_keys + 1) * sizeof *unknown);
+	int32_t *qs = pa_alloc(pa, (req->n_keys + 1) * sizeof *qs);
 	session *s = allot__session_new(req);
 	reg r = {
 		.st = st,
 		.req = req,
 		.s = s,
 		.unknown = unknown,
+		.q = qs,
 		.why = ALLOT__REJ_COUNT,
 		.err = err,
 		.errlen = errlen,
 	};
-	if (r.s == NULL || r.unknown == NULL) {
+	if (r.s == NULL || r.unknown == NULL || r.q == NULL) {
 		allot__session_free(r.s);
 		snprintf(err, errlen, "out of memory, try again later");
 		allot__metrics_reject(m, ALLOT__REJ_CAPACITY, 1);
@@ -403,6 +421,7 @@ typedef enum sync_refusal {
 	SYNC_UNKNOWN, /* no such session */
 	SYNC_PIPE, /* on another connection than its Register */
 	SYNC_STALE, /* seq not above the last accepted */
+	SYNC_REREGISTER, /* a reload may have given its keys a quota */
 } sync_refusal;
 
 /* The live session of the Sync (y->s), or why not. Under the lock. */
@@ -414,6 +433,12 @@ sync_session(syn *y, uint32_t pipe, uint64_t *ret_last_seq)
 		return SYNC_UNKNOWN;
 	if (!allot__pipe_ok(y->s, pipe))
 		return SYNC_PIPE;
+	if (y->s->reregister) {
+		/* It stays registered (and keeps its grants) until its new
+		 * Register replaces it. */
+		y->s->last_seen_ns = y->now;
+		return SYNC_REREGISTER;
+	}
 	if (y->req->seq <= y->s->last_seq) {
 		*ret_last_seq = y->s->last_seq;
 		return SYNC_STALE;
@@ -428,6 +453,14 @@ sync_refuse(allot__metrics *m, const Allot__V1__Sync *req, sync_refusal why,
 {
 	if (why == SYNC_PIPE)
 		return allot__pipe_mismatch(m, req->session, err, errlen);
+	if (why == SYNC_REREGISTER) {
+		snprintf(err, errlen,
+		    "session %" PRIu64 ": the configuration was reloaded "
+		    "with new quotas; register again",
+		    req->session);
+		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
+		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+	}
 	if (why == SYNC_UNKNOWN) {
 		snprintf(err, errlen,
 		    "unknown session %" PRIu64 ": register again",
@@ -533,11 +566,11 @@ book_reports(syn *y, ProtobufCAllocator *pa)
 	y->w = w;
 	for (size_t i = 0; i < req->n_reports; i++) {
 		const Allot__V1__KeyReport *r = req->reports[i];
-		if (r->key >= s->nkeys || s->keys[r->key].q < 0) {
+		skey *key = session_key(s, r->key);
+		if (key == NULL || key->q < 0) {
 			y->unknown++;
 			continue;
 		}
-		skey *key = &s->keys[r->key];
 		if (y->svc->q[key->q].disowned)
 			book_not_owned(y, pa, r, key->q);
 		else

@@ -59,7 +59,7 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 		s->keys[q].sent_rate = NAN;
 		s->keys[q].sent_burst = NAN;
 	}
-	s->nkeys = s->nknown = (uint32_t) v->nq;
+	s->nwire = s->nkeys = s->nknown = (uint32_t) v->nq;
 	s->id = r->session;
 	s->ghost = true;
 	s->interval_s = (double) st->o.interval_ms / 1e3;

@@ -32,6 +32,8 @@ allot__state_opts_init(allot__state_opts *o)
 	o->expiry_intervals = ALLOT__STATE_EXPIRY_INTERVALS;
 	o->max_replicas = ALLOT__STATE_MAX_REPLICAS;
 	o->max_services = ALLOT__STATE_MAX_SERVICES;
+	o->max_replicas_per_service = ALLOT__STATE_MAX_REPLICAS_PER_SERVICE;
+	o->service_idle_ms = ALLOT__STATE_SERVICE_IDLE_MS;
 	o->full_every = ALLOT__STATE_FULL_EVERY;
 	o->absurd_factor = ALLOT__STATE_ABSURD_FACTOR;
 	allot__alloc_policy_init(&o->policy);
@@ -54,7 +56,18 @@ allot__state_tick(allot__state *st)
 	    since(now, st->last_heard_ns) > win;
 	bool grace = now < st->grace_until_ns;
 	for (size_t i = 0; i < st->nsvcs; i++) {
+		/* One service at a time: the lock is let go between them,
+		 * so a request of another service never waits for a walk
+		 * over every session. Only this thread removes services. */
+		if (i > 0) {
+			pthread_mutex_unlock(&st->mu);
+			pthread_mutex_lock(&st->mu);
+		}
 		service *svc = st->svcs[i];
+		if (allot__service_idle(st, svc, now)) {
+			allot__service_remove(st, i--);
+			continue;
+		}
 		allot__zombies_expire(svc, now);
 		for (uint32_t j = svc->nsess; j-- > 0;) {
 			session *s = svc->sess[j];
@@ -168,11 +181,13 @@ allot__state_second(allot__state *st)
 
 /* Move `svc` from config view `ov` to `nv`: its quotas by identity into
  * `nq` (which it then owns; a global bucket no deeper than the new
- * burst), its sessions' keys re-interned, a full Reply for each. Under
- * the lock; cannot fail. */
+ * burst), its sessions' keys re-interned, a full Reply for each; a
+ * session that listed keys without a quota is asked to register again
+ * when the new config adds quotas. Under the lock; cannot fail. */
 static void
 remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 {
+	bool added = false;
 	for (size_t q = 0; q < nv->nq; q++) {
 		const char *id = nv->q[q]->identity;
 		int32_t oq = allot__cfgv_find(ov, id, strlen(id));
@@ -182,6 +197,7 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 				nq[q].level = nv->burst[q];
 		} else {
 			allot__squota_init(&nq[q], nv, q);
+			added = true;
 		}
 	}
 	free(svc->q);
@@ -197,6 +213,10 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 				s->nknown++;
 		}
 		s->force_full = true;
+		/* Its keys without a quota were not kept: one may have a
+		 * quota now, which only a new Register can tell. */
+		if (added && s->nwire > s->nkeys && !s->ghost)
+			s->reregister = true;
 	}
 	/* Expired replicas were counted per quota index of the old config;
 	 * a reload forgets them (docs/allocation.md). */

@@ -37,6 +37,12 @@ typedef struct allot__state allot__state;
 #define ALLOT__STATE_EXPIRY_INTERVALS 5u
 #define ALLOT__STATE_MAX_REPLICAS 10000u
 #define ALLOT__STATE_MAX_SERVICES 256u
+/* Live sessions of one service: fake replicas of a service cannot take
+ * the whole replica table (docs/operations.md, "Budgets"). */
+#define ALLOT__STATE_MAX_REPLICAS_PER_SERVICE 1000u
+/* A service with no replica and nothing expired left is freed after
+ * this long, so that Register+Leave pairs do not fill the table. */
+#define ALLOT__STATE_SERVICE_IDLE_MS 60000u
 #define ALLOT__STATE_FULL_EVERY 10u
 #define ALLOT__STATE_ABSURD_FACTOR 4.0
 /* Denials and demand may legitimately exceed the quota (a caller
@@ -80,6 +86,8 @@ typedef struct allot__state_opts {
 	uint32_t expiry_intervals; /* K: missed intervals before expiry */
 	uint32_t max_replicas; /* live sessions, all services */
 	uint32_t max_services;
+	uint32_t max_replicas_per_service; /* live sessions, one service */
+	uint32_t service_idle_ms; /* an empty service is freed after */
 	uint32_t full_every; /* a full Reply at least every N */
 	double absurd_factor; /* slack on the consumption bound */
 	allot__alloc_policy policy;

@@ -50,14 +50,16 @@ allot__register_check(const Allot__V1__Register *req, char *err, size_t errlen)
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
-/* A session for `req` with everything copied, built before locking. */
+/* A session for `req` with everything copied, built before locking. Its
+ * keys are only named here: allot__session_keep() keeps, under the lock,
+ * those that name a quota of the config in force. */
 session *
 allot__session_new(const Allot__V1__Register *req)
 {
 	session *s = calloc(1, sizeof *s);
 	if (s == NULL)
 		return NULL;
-	s->nkeys = (uint32_t) req->n_keys;
+	s->nwire = (uint32_t) req->n_keys;
 	s->replica_id = strdup(req->replica_id);
 	s->host = strdup(req->host != NULL ? req->host : "");
 	s->agent_version = strdup(
@@ -67,11 +69,10 @@ allot__session_new(const Allot__V1__Register *req)
 	size_t blob = 0;
 	for (size_t k = 0; k < req->n_keys; k++)
 		blob += strlen(req->keys[k]) + 1;
-	s->keys = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->keys);
 	s->names = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->names);
 	s->names_blob = malloc(blob ? blob : 1);
 	if (s->replica_id == NULL || s->host == NULL ||
-	    s->agent_version == NULL || s->keys == NULL || s->names == NULL ||
+	    s->agent_version == NULL || s->names == NULL ||
 	    s->names_blob == NULL) {
 		allot__session_free(s);
 		return NULL;
@@ -82,13 +83,61 @@ allot__session_new(const Allot__V1__Register *req)
 		memcpy(p, req->keys[k], len + 1);
 		s->names[k] = p;
 		p += len + 1;
-		s->keys[k].q = -1;
-		s->keys[k].sent_rate = NAN;
-		s->keys[k].sent_burst = NAN;
-		s->keys[k].may_rate = NAN;
-		s->keys[k].may_burst = NAN;
 	}
 	return s;
+}
+
+bool
+allot__session_keep(session *s, const int32_t *q, uint32_t nknown)
+{
+	uint32_t n = nknown ? nknown : 1;
+	bool all = nknown == s->nwire;
+	size_t blob = 0;
+	for (uint32_t k = 0; k < s->nwire; k++)
+		if (q[k] >= 0)
+			blob += strlen(s->names[k]) + 1;
+	skey *keys = calloc(n, sizeof *keys);
+	char **names = calloc(n, sizeof *names);
+	char *nb = malloc(blob ? blob : 1);
+	uint32_t *kid = all ? NULL : calloc(n, sizeof *kid);
+	if (keys == NULL || names == NULL || nb == NULL ||
+	    (!all && kid == NULL)) {
+		free(keys);
+		free(names);
+		free(nb);
+		free(kid);
+		return false;
+	}
+	char *p = nb;
+	uint32_t j = 0;
+	for (uint32_t k = 0; k < s->nwire; k++) {
+		if (q[k] < 0)
+			continue;
+		size_t len = strlen(s->names[k]);
+		memcpy(p, s->names[k], len + 1);
+		names[j] = p;
+		p += len + 1;
+		if (kid != NULL)
+			kid[j] = k;
+		keys[j] = (skey) {
+			.q = q[k],
+			.sent_rate = NAN,
+			.sent_burst = NAN,
+			.may_rate = NAN,
+			.may_burst = NAN,
+		};
+		j++;
+	}
+	free(s->keys);
+	free(s->kid);
+	free(s->names);
+	free(s->names_blob);
+	s->keys = keys;
+	s->kid = kid;
+	s->names = names;
+	s->names_blob = nb;
+	s->nkeys = s->nknown = nknown;
+	return true;
 }
 
 /* A session registered over one connection is driven over that one
