@@ -334,11 +334,20 @@ static const struct opt options[] = {
 	{ "max-replicas", 0, "N",
 	    "Live replicas over all services (default 10000).\n", parse_u32,
 	    FIELD(so.max_replicas), 1, 10000000 },
+	{ "max-replicas-per-service", 0, "N",
+	    "Live replicas of one service (default 1000); a new one beyond\n"
+	    "it is answered RATE_LIMITED, reason \"capacity\".\n",
+	    parse_u32, FIELD(so.max_replicas_per_service), 1, 10000000 },
+	{ "service-idle-ms", 0, "MS",
+	    "A service with no replica left (live, restored or expired) is\n"
+	    "freed after MS (default 60000; 0 never): its counters and\n"
+	    "series go, a later Register starts it afresh.\n",
+	    parse_u32, FIELD(so.service_idle_ms), 0, UINT32_MAX },
 	{ "max-keys", 0, "N",
 	    "Keys one Register may name (default 65537); more are\n"
-	    "answered TOO_LARGE. With --max-replicas it bounds the\n"
-	    "registry: about 165 bytes per key (docs/operations.md,\n"
-	    "\"Memory bounds\").\n",
+	    "answered TOO_LARGE. Only keys that name a quota are kept (at\n"
+	    "most one per quota), about 200 bytes each; the others are\n"
+	    "counted (docs/operations.md, \"Memory bounds\").\n",
 	    parse_u32, FIELD(max_keys), 1, ALLOT__SERVER_MAX_KEYS },
 	{ "peer-register-rate", 0, "R[:B]",
 	    "Registers per second each peer may send, with a burst of B\n"
