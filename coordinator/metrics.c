@@ -167,6 +167,18 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	counter(b, "allotd_register_unknown_keys_total",
 	    "Keys named at registration that have no quota.",
 	    ld(&m->register_unknown_keys));
+	counter(b, "allotd_reports_clipped_total",
+	    "Key reports claiming more consumption than the replica could "
+	    "have admitted since its last report; the excess is not "
+	    "booked.",
+	    ld(&m->reports_clipped));
+	counter(b, "allotd_tokens_clipped_total",
+	    "Tokens of consumption clipped from implausible reports.",
+	    ld(&m->tokens_clipped));
+	counter(b, "allotd_throttled_syncs_alive_total",
+	    "Syncs refused by a peer budget that still proved their "
+	    "session alive.",
+	    ld(&m->throttled_alive));
 	allot__buf_puts(b,
 	    "# HELP allotd_rejected_messages_total Rejected "
 	    "input by reason (unknown_key and absurd count key reports, the "

@@ -63,6 +63,9 @@ typedef struct allot__metrics {
 	_Atomic uint64_t leaves;
 	_Atomic uint64_t key_reports; /* accepted key reports */
 	_Atomic uint64_t register_unknown_keys;
+	_Atomic uint64_t reports_clipped; /* implausible key reports */
+	_Atomic uint64_t tokens_clipped; /* consumption not booked */
+	_Atomic uint64_t throttled_alive; /* refused Syncs kept alive */
 	_Atomic uint64_t rejected[ALLOT__REJ_COUNT];
 	_Atomic uint64_t joins;
 	_Atomic uint64_t expiries;

@@ -378,6 +378,7 @@ allot__state_create(const allot__state_opts *opts, allot_config *cfg,
 	st->rl_unknown = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	st->rl_absurd = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	st->rl_register = (allot__logrl) ALLOT__LOGRL_INIT(20, 10000);
+	st->rl_clip = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	size_t buckets = 64;
 	while (buckets < 2 * (size_t) opts->max_replicas)
 		buckets *= 2;

@@ -81,6 +81,8 @@ typedef struct skey {
 	double est; /* demand estimate, tokens/s */
 	double est2; /* its second moment, (tokens/s)^2 */
 	uint64_t est_ns; /* est covers up to here; 0: never */
+	double credit; /* tokens it may still report (plausibility) */
+	uint64_t credit_ns; /* credit brought up to here; 0: never */
 	bool targeted; /* rate/burst hold an allocator output */
 	bool was_short; /* its grant was below its target at some
 	                   point since the last round */
@@ -126,7 +128,6 @@ typedef struct session {
 	                    UNKNOWN_SESSION so that it registers again */
 	uint64_t fresh_until_ns; /* claims the average demand until its
 	                            second Sync or this, whichever first */
-	double clipped; /* tokens of implausible reports not booked */
 	uint64_t last_seq;
 	uint64_t last_seen_ns;
 	uint64_t last_sync_ns;
@@ -256,6 +257,8 @@ struct allot__state {
 	allot__logrl rl_unknown;
 	allot__logrl rl_absurd;
 	allot__logrl rl_register;
+	allot__logrl rl_clip;
+	uint64_t clip_event_ns; /* last "implausible" event row */
 	/* Cluster mode (ownership.c); cl_n == 0: one coordinator, every
 	 * quota owned. */
 	size_t cl_n;

@@ -176,8 +176,7 @@ reg_find(reg *r)
 		    st->o.max_replicas);
 		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	}
-	if (r->old == NULL &&
-	    svc->nsess >= st->o.max_replicas_per_service) {
+	if (r->old == NULL && svc->nsess >= st->o.max_replicas_per_service) {
 		r->why = ALLOT__REJ_CAPACITY;
 		snprintf(r->err, r->errlen,
 		    "too many replicas of service %.64s (at most %u)",
@@ -410,6 +409,10 @@ typedef struct syn {
 	uint32_t unknown; /* reports for no key or a key without quota */
 	uint32_t absurd; /* reports with impossible numbers */
 	const Allot__V1__KeyReport *bad; /* the first absurd one */
+	uint32_t clipped; /* reports above what could be admitted */
+	double clipped_tokens; /* and by how much, in all */
+	const Allot__V1__KeyReport *clip; /* the first clipped one */
+	bool audit; /* write its event row (st->clip_event_ns) */
 	uint32_t *not_owner; /* keys another member owns */
 	size_t n_not_owner;
 	bool forced; /* some key reported an allowance from elsewhere */
@@ -501,6 +504,33 @@ book_not_owned(
 		y->not_owner[y->n_not_owner++] = r->key;
 }
 
+/* The consumption `key` may plausibly report now: what its replica could
+ * have admitted since its last report with the allowance it may hold
+ * (its grant, a larger one not acknowledged yet, or its fallback R/n;
+ * before its first grant or on an allowance from elsewhere, the whole R)
+ * plus its burst. A token bucket per key, refilled at that allowance and
+ * never deeper than the allowance over the time since the last report
+ * plus a second of network jitter plus the burst: unlike a bound per
+ * Sync, frequent Syncs do not add up to more than the allowance over
+ * time. Under the lock. */
+static double
+plausible(syn *y, skey *key, bool foreign, double R, double B)
+{
+	double rate = R;
+	uint32_t n = fewest(y->s);
+	if (!isnan(key->sent_rate) && !foreign)
+		rate = fmax(key_hold(key), R / (n > 0 ? n : 1));
+	double dt = key->credit_ns != 0 ?
+	    (double) since(y->now, key->credit_ns) / 1e9 :
+	    0;
+	double cap = rate * (dt + 1.0) + B;
+	key->credit = key->credit_ns != 0 ? key->credit + rate * dt : cap;
+	if (key->credit > cap)
+		key->credit = cap;
+	key->credit_ns = y->now;
+	return key->credit;
+}
+
 /* Book one report of a key we own: the quota's counters and global
  * bucket, the key's demand estimate and allocator window. A report with
  * numbers no agent can produce is dropped (counted absurd). Under the
@@ -528,18 +558,30 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 			y->bad = r;
 		return;
 	}
+	/* More than it could have admitted is clipped: counted and
+	 * audited, never booked as consumption. */
+	uint64_t consumed = r->consumed;
+	double credit = plausible(y, key, r->foreign, rate, burst);
+	if ((double) consumed > credit) {
+		uint64_t keep = (uint64_t) credit;
+		y->clipped_tokens += (double) (consumed - keep);
+		if (y->clipped++ == 0)
+			y->clip = r;
+		consumed = keep;
+	}
+	key->credit -= (double) consumed;
 	squota *sq = &y->svc->q[q];
-	sq->allowed_total += r->consumed;
+	sq->allowed_total += consumed;
 	sq->denied_total += r->denied;
-	sq->win_allowed += r->consumed;
+	sq->win_allowed += consumed;
 	sq->win_denied += r->denied;
 	allot__level_bring(sq, rate, burst, y->now);
-	sq->level -= (double) r->consumed;
+	sq->level -= (double) consumed;
 	if (sq->level < 0)
 		sq->level = 0;
-	allot__est_update(y->s, key, (double) r->consumed + (double) r->denied,
-	    y->w, y->now);
-	key->consumed += (double) r->consumed;
+	allot__est_update(
+	    y->s, key, (double) consumed + (double) r->denied, y->w, y->now);
+	key->consumed += (double) consumed;
 	key->denied += (double) r->denied;
 	key->demand = (double) r->demand;
 	key->held = (double) r->held;
@@ -643,6 +685,37 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 	s->last_replicas = svc->nsess;
 }
 
+/* After unlocking: clipped reports counted, logged and audited (at most
+ * one event row a second, so a liar cannot flood the store). */
+static void
+sync_report_clipped(const syn *y)
+{
+	allot__state *st = y->st;
+	allot__metrics *m = st->o.metrics;
+	const Allot__V1__KeyReport *c = y->clip;
+	if (m != NULL) {
+		allot__metrics_add(&m->reports_clipped, y->clipped);
+		allot__metrics_add(
+		    &m->tokens_clipped, (uint64_t) y->clipped_tokens);
+	}
+	allot__log_ratelimited(st->o.lg, &st->rl_clip, ALLOT_LOG_WARNING,
+	    "ALLOTD-IMPLAUSIBLE",
+	    "session %" PRIu64 " seq %" PRIu64 ": %u reports claimed more "
+	    "than the replica could have admitted since its last report; "
+	    "%.0f tokens not booked (first: key %u consumed %" PRIu64 ")",
+	    y->req->session, y->req->seq, y->clipped, y->clipped_tokens,
+	    c->key, c->consumed);
+	if (st->o.store != NULL && y->audit) {
+		char detail[160];
+		snprintf(detail, sizeof detail,
+		    "service=%.64s session=%" PRIu64 " reports=%u tokens=%.0f",
+		    y->svc->name, y->req->session, y->clipped,
+		    y->clipped_tokens);
+		allot__store_event(
+		    st->o.store, "implausible", y->s->replica_id, detail);
+	}
+}
+
 /* After unlocking: the counters and log lines of a Sync. */
 static void
 sync_report(const syn *y)
@@ -666,6 +739,8 @@ sync_report(const syn *y)
 		    "that are out of range or have no quota were dropped",
 		    req->session, req->seq, unknown);
 	}
+	if (y->clipped > 0)
+		sync_report_clipped(y);
 	if (absurd > 0) {
 		const Allot__V1__KeyReport *bad = y->bad;
 		allot__metrics_reject(m, ALLOT__REJ_ABSURD, absurd);
@@ -699,6 +774,12 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 	}
 	y.svc = y.s->svc;
 	book_reports(&y, pa);
+	if (y.clipped > 0 &&
+	    (st->clip_event_ns == 0 ||
+	        since(y.now, st->clip_event_ns) >= 1000000000u)) {
+		st->clip_event_ns = y.now;
+		y.audit = true;
+	}
 	bool gap = sync_ack(&y);
 	sync_reply(&y, pa, gap, ret);
 	pthread_mutex_unlock(&st->mu);

@@ -42,8 +42,8 @@ allot__register_check(const Allot__V1__Register *req, char *err, size_t errlen)
 	for (size_t k = 0; k < req->n_keys; k++) {
 		if (!name_ok(req->keys[k], ALLOT__STATE_NAME_MAX, true)) {
 			snprintf(err, errlen,
-			    "key %zu: a key must be 1-%u " ALLOT__NAME_RULE,
-			    k, ALLOT__STATE_NAME_MAX);
+			    "key %zu: a key must be 1-%u " ALLOT__NAME_RULE, k,
+			    ALLOT__STATE_NAME_MAX);
 			return ALLOT__V1__ERROR__CODE__MALFORMED;
 		}
 	}
