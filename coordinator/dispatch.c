@@ -89,6 +89,29 @@ admit(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 	return false;
 }
 
+/* A Sync refused by its peer's message budget still proves that its
+ * session's agent is alive (docs/reliability.md, "Adversary"): a flood
+ * from the same address as an honest agent must throttle the agent, not
+ * expire it. The Sync is decoded only to find its session, which is
+ * touched when the Sync came over the session's own connection; nothing
+ * of it is booked. */
+static void
+still_alive(const allot__dispatch_ctx *c, const allot__dispatch_req *req)
+{
+	if (c->state == NULL || req->len > c->max_msg)
+		return;
+	Allot__V1__Envelope *in = allot__v1__envelope__unpack(
+	    req->pa, req->len, req->buf);
+	if (in == NULL)
+		return;
+	if (in->version == ALLOT__PROTOCOL_VERSION &&
+	    in->body_case == ALLOT__V1__ENVELOPE__BODY_SYNC &&
+	    allot__state_alive(c->state, in->sync->session, req->pipe) &&
+	    c->metrics != NULL)
+		allot__metrics_add(&c->metrics->throttled_alive, 1);
+	allot__v1__envelope__free_unpacked(in, req->pa);
+}
+
 /* Everything before a message's kind matters: the refusals that need no
  * decoding, then the decoding and the version. The decoded request, or
  * NULL with the result's code set. */
@@ -103,8 +126,10 @@ open_request(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		    "retry on another or after it restarts");
 		return NULL;
 	}
-	if (!admit(c, req, ALLOT__PEER_MESSAGE, res))
+	if (!admit(c, req, ALLOT__PEER_MESSAGE, res)) {
+		still_alive(c, req);
 		return NULL;
+	}
 	if (req->len > c->max_msg) {
 		res->code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
 		snprintf(res->err, sizeof res->err,

@@ -788,6 +788,18 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
+bool
+allot__state_alive(allot__state *st, uint64_t session_id, uint32_t pipe)
+{
+	pthread_mutex_lock(&st->mu);
+	session *s = allot__session_find(st, session_id);
+	bool ok = s != NULL && allot__pipe_ok(s, pipe);
+	if (ok)
+		s->last_seen_ns = now_ns(st);
+	pthread_mutex_unlock(&st->mu);
+	return ok;
+}
+
 Allot__V1__Error__Code
 allot__state_leave_on(allot__state *st, const Allot__V1__Leave *req,
     uint32_t pipe, Allot__V1__Reply *ret, char *err, size_t errlen)

@@ -154,6 +154,11 @@ Allot__V1__Error__Code allot__state_sync_on(allot__state *st,
 Allot__V1__Error__Code allot__state_leave_on(allot__state *st,
     const Allot__V1__Leave *req, uint32_t pipe, Allot__V1__Reply *ret,
     char *err, size_t errlen);
+/* A Sync for `session` on `pipe` was refused before it reached the state
+ * (its peer's message budget): it still proves the session alive, so its
+ * last-seen time moves and it does not expire while throttled. Nothing
+ * else changes. True when such a session exists on that pipe. */
+bool allot__state_alive(allot__state *st, uint64_t session, uint32_t pipe);
 
 /* ---- periodic work (loop thread) ---- */
 
