@@ -17,17 +17,23 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <allot/allot.h>
 
 #include "proto_client.h"
 #include "runner.h"
+#include "state.h"
 
 #define SVC "checkout"
 #define PER_ADDRESS 8
@@ -53,8 +59,10 @@ typedef struct coord {
 	pid_t pid;
 } coord;
 
+/* allotd with `text` as its config, the HTTP limits above, and `extra`
+ * (NULL-terminated, may be NULL) after the common options. */
 static void
-coord_start(coord *c)
+coord_start_with(coord *c, const char *text, const char *const *extra)
 {
 	memset(c, 0, sizeof *c);
 	snprintf(c->dir, sizeof c->dir, "/tmp/allot-adversary-XXXXXX");
@@ -63,7 +71,7 @@ coord_start(coord *c)
 	snprintf(cfg, sizeof cfg, "%s/quotas.yaml", c->dir);
 	snprintf(db, sizeof db, "%s/allot.db", c->dir);
 	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	pc_write_file(cfg, cfg_text);
+	pc_write_file(cfg, text);
 	int port = pc_free_port();
 	c->http = pc_free_port();
 	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
@@ -71,11 +79,21 @@ coord_start(coord *c)
 	snprintf(maxc, sizeof maxc, "%d", MAX_CONNS);
 	snprintf(pera, sizeof pera, "%d", PER_ADDRESS);
 	snprintf(idle, sizeof idle, "%d", IDLE_S);
-	const char *args[] = { "--config", cfg, "--db", db, "--listen", c->url,
-		"--http", http, "--http-max-connections", maxc,
+	const char *args[48] = { "--config", cfg, "--db", db, "--listen",
+		c->url, "--http", http, "--http-max-connections", maxc,
 		"--http-max-per-address", pera, "--http-idle-timeout", idle,
-		"--interval-ms", "100", NULL };
+		"--interval-ms", "100" };
+	size_t n = 16;
+	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 47; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
 	c->pid = pc_allotd_start(args, c->http, c->log);
+}
+
+static void
+coord_start(coord *c)
+{
+	coord_start_with(c, cfg_text, NULL);
 }
 
 static void
@@ -232,6 +250,559 @@ START_TEST(test_http_all_addresses)
 }
 END_TEST
 
+/* ---- figures for docs/reliability.md ("Adversary") ---- */
+
+/* One JSON line per attack to $ALLOT_ADVERSARY_REPORT, when set
+ * (scripts/reliability builds the adversary table from them): the
+ * attack, the honest figure the issue observed before, and after. */
+static void
+report(const char *attack, const char *target, const char *before,
+    bool ok, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void
+report(const char *attack, const char *target, const char *before,
+    bool ok, const char *fmt, ...)
+{
+	char after[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(after, sizeof after, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "adversary: %s: %s\n", attack, after);
+	const char *path = getenv("ALLOT_ADVERSARY_REPORT");
+	if (path == NULL || path[0] == '\0')
+		return;
+	FILE *f = fopen(path, "a");
+	if (f == NULL)
+		return;
+	fprintf(f,
+	    "{\"attack\":\"%s\",\"target\":\"%s\",\"before\":\"%s\","
+	    "\"after\":\"%s\",\"ok\":%s}\n",
+	    attack, target, before, after, ok ? "true" : "false");
+	fclose(f);
+}
+
+/* allotd's resident memory, bytes (0 when unreadable). */
+static uint64_t
+rss_of(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+	char *text = pc_read_file(path);
+	if (text == NULL)
+		return 0;
+	const char *p = strstr(text, "VmRSS:");
+	uint64_t kb = p != NULL ? strtoull(p + 6, NULL, 10) : 0;
+	free(text);
+	return kb * 1024u;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+	return x < y ? -1 : x > y;
+}
+
+/* The p99 of `n` sync round trips of `r`, microseconds, one every 5 ms. */
+static uint64_t
+sync_p99_us(pc_replica *r, size_t n)
+{
+	uint64_t *us = calloc(n, sizeof *us);
+	ck_assert_ptr_nonnull(us);
+	for (size_t i = 0; i < n; i++) {
+		struct timespec a, b;
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		ck_assert_int_eq(pc_replica_sync(r, NULL, 0, NULL), 0);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		us[i] = (uint64_t) (b.tv_sec - a.tv_sec) * 1000000u +
+		    (uint64_t) (b.tv_nsec - a.tv_nsec) / 1000u;
+		pc_sleep_ms(5);
+	}
+	qsort(us, n, sizeof *us, cmp_u64);
+	uint64_t p99 = us[(n * 99) / 100];
+	free(us);
+	return p99;
+}
+
+/* ---- key flood ---- */
+
+/* The issue's attack was 150 Registers of 65,537 keys without a quota,
+ * sync_interval_ms 60,000. The same shape, scaled to run in seconds on
+ * two cores: FLOOD_SESSIONS Registers of the full 65,537 keys. */
+#define FLOOD_SESSIONS 24
+#define FLOOD_KEYS 65537
+/* docs/operations.md, "Memory bounds": allotd's base plus, per session,
+ * its record and one kept key per quota; keys without a quota are not
+ * kept. The decode arenas of the workers come on top while Registers are
+ * in flight. */
+#define FLOOD_RSS_BOUND (96u << 20)
+
+START_TEST(test_key_flood)
+{
+	coord c;
+	coord_start(&c);
+	/* The machine's own noise first: on a shared machine the quiet p99
+	 * may already be above 2 ms; the flood must not add to it. */
+	pc_replica h;
+	memset(&h, 0, sizeof h);
+	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	uint64_t quiet = sync_p99_us(&h, 300);
+	uint64_t limit = quiet + quiet / 2 + 500;
+	if (limit < 2000)
+		limit = 2000;
+	uint64_t rss0 = rss_of(c.pid);
+	char **names = calloc(FLOOD_KEYS, sizeof *names);
+	ck_assert_ptr_nonnull(names);
+	names[0] = strdup("default");
+	names[1] = strdup("spiffe://test/a");
+	for (size_t k = 2; k < FLOOD_KEYS; k++) {
+		char b[32];
+		snprintf(b, sizeof b, "junk-%zu", k);
+		names[k] = strdup(b);
+	}
+	pc_conn att[FLOOD_SESSIONS];
+	int nflood = FLOOD_SESSIONS;
+	if (getenv("ALLOT_FLOOD_SESSIONS") != NULL)
+		nflood = atoi(getenv("ALLOT_FLOOD_SESSIONS"));
+	for (int i = 0; i < nflood; i++) {
+		memset(&att[i], 0, sizeof att[i]);
+		ck_assert_int_eq(pc_open(&att[i], c.url, 5000), 0);
+		char id[32];
+		snprintf(id, sizeof id, "flood-%d", i);
+		Allot__V1__Envelope *e = pc_register(&att[i], id, "flood",
+		    (const char *const *) names, FLOOD_KEYS, 60000);
+		ck_assert_ptr_nonnull(e);
+		ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+		ck_assert_uint_eq(e->welcome->n_unknown_keys, FLOOD_KEYS - 2);
+		pc_free(e);
+	}
+	/* Another service's honest agent, while the flood's sessions live
+	 * (and allotd ticks every 100 ms over them). */
+	uint64_t p99 = sync_p99_us(&h, 400);
+	uint64_t rss = rss_of(c.pid);
+	bool ok = p99 <= limit && rss <= FLOOD_RSS_BOUND;
+	report("key flood: Registers of 65,537 keys without a quota "
+	       "(24 sessions here, 150 in the issue)",
+	    "other services' sync p99 <= 2 ms; memory under its bound",
+	    "sync 0.3 ms -> 162 ms; allotd at 1.41 GB", ok,
+	    "other service's sync p99 %.2f ms (%.2f ms before the flood on "
+	    "this machine); allotd %.0f MB (%.0f MB before, bound %u MB)",
+	    (double) p99 / 1e3, (double) quiet / 1e3,
+	    (double) rss / 1048576.0,
+	    (double) rss0 / 1048576.0, FLOOD_RSS_BOUND >> 20);
+	ck_assert_msg(p99 <= limit,
+	    "sync p99 %llu us under the key flood, %llu us before",
+	    (unsigned long long) p99, (unsigned long long) quiet);
+	ck_assert_msg(rss <= FLOOD_RSS_BOUND, "allotd at %llu bytes",
+	    (unsigned long long) rss);
+	pc_replica_close(&h);
+	for (int i = 0; i < nflood; i++)
+		pc_close(&att[i]);
+	for (size_t k = 0; k < FLOOD_KEYS; k++)
+		free(names[k]);
+	free(names);
+	coord_stop(&c);
+}
+END_TEST
+
+/* ---- names: no accepted config makes a Register fail ---- */
+
+typedef struct arena {
+	void *p[256];
+	size_t n;
+} arena;
+
+static void *
+a_alloc(void *d, size_t size)
+{
+	arena *a = d;
+	ck_assert_uint_lt(a->n, 256);
+	return a->p[a->n++] = malloc(size ? size : 1);
+}
+
+static void
+a_free(void *d, void *p)
+{
+	(void) d;
+	(void) p;
+}
+
+static void
+a_reset(arena *a)
+{
+	for (size_t i = 0; i < a->n; i++)
+		free(a->p[i]);
+	a->n = 0;
+}
+
+/* A random name: printable ASCII, UTF-8 sequences, control characters
+ * and YAML's own escapes, written as a double-quoted YAML scalar (`yaml`)
+ * and as the bytes it stands for (`raw`). */
+static void
+random_name(unsigned *seed, char *yaml, size_t ylen, char *raw, size_t rlen)
+{
+	static const char *const pieces[][2] = {
+		{ "a", "a" }, { "Z", "Z" }, { "0", "0" }, { "/", "/" },
+		{ ":", ":" }, { " ", " " }, { "~", "~" }, { "\\t", "\t" },
+		{ "\\u00fc", "\xc3\xbc" }, { "\\u00ef", "\xc3\xaf" },
+		{ "\\u00f8", "\xc3\xb8" }, { "\\x01", "\x01" },
+		{ "\\x7f", "\x7f" }, { "\\u2603", "\xe2\x98\x83" },
+		{ "-", "-" }, { ".", "." }, { "\\\"", "\"" },
+		{ "\\\\", "\\" },
+	};
+	size_t np = sizeof pieces / sizeof pieces[0];
+	size_t yn = 0, rn = 0;
+	int len = 1 + (int) (rand_r(seed) % 12);
+	/* Mostly valid, so that acceptance is exercised as well. */
+	bool plain = rand_r(seed) % 2 == 0;
+	for (int i = 0; i < len; i++) {
+		size_t k = (size_t) rand_r(seed) % (plain ? 7 : np);
+		size_t a = strlen(pieces[k][0]), b = strlen(pieces[k][1]);
+		if (yn + a + 1 >= ylen || rn + b + 1 >= rlen)
+			break;
+		memcpy(yaml + yn, pieces[k][0], a);
+		memcpy(raw + rn, pieces[k][1], b);
+		yn += a;
+		rn += b;
+	}
+	yaml[yn] = '\0';
+	raw[rn] = '\0';
+}
+
+START_TEST(test_names_property)
+{
+	unsigned seed = 18;
+	int accepted = 0, refused = 0;
+	for (int i = 0; i < 400; i++) {
+		char yname[128], raw[128], text[512], err[256];
+		random_name(&seed, yname, sizeof yname, raw, sizeof raw);
+		snprintf(text, sizeof text,
+		    "quotas:\n  default:\n    tokens_per_second: 10\n"
+		    "    burst: 20\n  callers:\n    - identity: \"%s\"\n"
+		    "      tokens_per_second: 5\n      burst: 5\n",
+		    yname);
+		allot_config *cfg = NULL;
+		if (allot_config_parse("t", text, strlen(text), err,
+		        sizeof err, &cfg) != ALLOT_OK) {
+			refused++;
+			continue;
+		}
+		accepted++;
+		allot__state_opts o;
+		allot__state_opts_init(&o);
+		allot__state *st = NULL;
+		ck_assert_int_eq(
+		    allot__state_create(&o, cfg, "t", text, &st), ALLOT_OK);
+		char *ks[] = { "default", raw };
+		Allot__V1__Register rq = ALLOT__V1__REGISTER__INIT;
+		rq.replica_id = "r1";
+		rq.service = "svc";
+		rq.n_keys = 2;
+		rq.keys = ks;
+		rq.sync_interval_ms = 100;
+		Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
+		arena a = { .n = 0 };
+		ProtobufCAllocator pa = { a_alloc, a_free, &a };
+		int code = allot__state_register(
+		    st, &rq, &pa, &w, err, sizeof err);
+		ck_assert_msg(code == 0,
+		    "config with identity \"%s\" accepted, Register refused: "
+		    "%s",
+		    yname, err);
+		ck_assert_uint_eq(w.n_unknown_keys, 0);
+		a_reset(&a);
+		allot__state_destroy(st);
+	}
+	ck_assert_int_gt(accepted, 50);
+	ck_assert_int_gt(refused, 50);
+	report("a quota identity with non-ASCII or control characters",
+	    "no accepted config makes a Register fail",
+	    "check-config valid, then every Register refused MALFORMED",
+	    true,
+	    "one rule (common/name.h): %d random names accepted by the "
+	    "loader all register; %d refused by the loader with the wire's "
+	    "words",
+	    accepted, refused);
+}
+END_TEST
+
+/* ---- fake replicas ---- */
+
+static const char share_cfg[] = "quotas:\n"
+                                "  default:\n"
+                                "    tokens_per_second: 10\n"
+                                "    burst: 20\n"
+                                "  callers:\n"
+                                "    - identity: \"spiffe://test/a\"\n"
+                                "      tokens_per_second: 1000\n"
+                                "      burst: 1000\n";
+
+/* One 100 ms round of an honest replica wanting 1,500 tokens/s of key 1
+ * (R = 1,000): it admits what its grant allows and reports the rest
+ * denied. Returns its rate share after the round. */
+static double
+honest_round(pc_replica *r)
+{
+	double rate = isnan(r->rate[1]) ? 0 : r->rate[1];
+	uint64_t want = 150, can = (uint64_t) (rate * 0.1);
+	uint64_t got = can < want ? can : want;
+	pc_report rep = { .key = 1, .consumed = got, .denied = want - got,
+		.held = 0, .demand = 1500 };
+	ck_assert_int_eq(pc_replica_sync(r, &rep, 1, NULL), 0);
+	pc_sleep_ms(100);
+	return isnan(r->rate[1]) ? 0 : r->rate[1];
+}
+
+START_TEST(test_fake_replicas)
+{
+	coord c;
+	coord_start_with(&c, share_cfg, NULL);
+	pc_replica h;
+	memset(&h, 0, sizeof h);
+	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	double before = 0;
+	for (int i = 0; i < 15; i++)
+		before = honest_round(&h);
+	/* The fakes declare the longest sync interval, so that they live
+	 * for the 5-minute expiry, and never sync. Their claim on the
+	 * average demand ends after an interval (at most the lease, 3 s)
+	 * and a second; the honest replica's estimate (shrunk by each join)
+	 * recovers from its own reports. */
+	enum { FAKES = 49 };
+	pc_conn f[FAKES];
+	int joined = 0;
+	for (int i = 0; i < FAKES; i++) {
+		memset(&f[i], 0, sizeof f[i]);
+		ck_assert_int_eq(pc_open(&f[i], c.url, 5000), 0);
+		char id[32];
+		snprintf(id, sizeof id, "fake-%d", i);
+		Allot__V1__Envelope *e = pc_register(
+		    &f[i], id, SVC, keys, 2, 60000);
+		ck_assert_ptr_nonnull(e);
+		joined += e->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME;
+		pc_free(e);
+	}
+	double worst = 1e9, after = 0, dip = 1e9;
+	int low = 0;
+	for (int i = 0; i < 70; i++) {
+		after = honest_round(&h);
+		if (after < 0.9 * 1000)
+			low++;
+		if (after < dip)
+			dip = after;
+		if (i >= 55 && after < worst)
+			worst = after;
+	}
+	/* Its fair share: the whole quota, the fakes wanting nothing. */
+	double fair = 1000;
+	bool ok = worst >= 0.9 * fair;
+	report("49 fake replicas registered in one burst, never syncing",
+	    "the honest replica keeps >= 90 % of its fair share",
+	    "share 1,000/s -> 20/s for 5 minutes", ok,
+	    "%d fakes joined; honest share %.0f/s before, %.0f/s 7 s after "
+	    "(worst of the last 1.5 s %.0f/s of a fair %.0f/s; below 90 %% "
+	    "for %.1f s after the burst, at least %.0f/s)",
+	    joined, before, after, worst, fair, low * 0.1, dip);
+	ck_assert_msg(ok, "honest share %.0f of a fair %.0f", worst, fair);
+	for (int i = 0; i < FAKES; i++)
+		pc_close(&f[i]);
+	pc_replica_close(&h);
+	coord_stop(&c);
+}
+END_TEST
+
+/* ---- replica and service tables ---- */
+
+START_TEST(test_tables)
+{
+	coord c;
+	const char *extra[] = { "--max-replicas-per-service", "20",
+		"--max-services", "8", "--service-idle-ms", "300",
+		"--peer-register-rate", "0", NULL };
+	coord_start_with(&c, cfg_text, extra);
+	/* Fake replicas of one service: the service's budget, not the
+	 * replica table, runs out. */
+	pc_conn one;
+	memset(&one, 0, sizeof one);
+	ck_assert_int_eq(pc_open(&one, c.url, 5000), 0);
+	int refused = 0;
+	for (int i = 0; i < 30; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "fill-%d", i);
+		Allot__V1__Envelope *e = pc_register(
+		    &one, id, "filler", keys, 2, 100);
+		ck_assert_ptr_nonnull(e);
+		refused += pc_error_code(e) ==
+		    ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		pc_free(e);
+	}
+	ck_assert_int_eq(refused, 10);
+	assert_agent_joins(&c, "new-replica");
+	/* Register+Leave pairs under new service names: the empty
+	 * services are freed and new services still accepted. */
+	for (int i = 0; i < 40; i++) {
+		char svc[32];
+		snprintf(svc, sizeof svc, "junk-%d", i);
+		Allot__V1__Envelope *e = pc_register(
+		    &one, "r", svc, keys, 2, 100);
+		ck_assert_ptr_nonnull(e);
+		if (e->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
+			uint64_t sid = e->welcome->session;
+			pc_free(e);
+			e = pc_leave(&one, sid, "bye");
+			ck_assert_ptr_nonnull(e);
+		}
+		pc_free(e);
+		if (i % 4 == 3)
+			pc_sleep_ms(400);
+	}
+	pc_sleep_ms(500);
+	pc_replica n;
+	memset(&n, 0, sizeof n);
+	int rc = pc_replica_join(&n, c.url, "svc-new", "brand-new", keys, 2);
+	double series = 0;
+	char *m = pc_http_get(c.http, "/metrics", NULL);
+	ck_assert_ptr_nonnull(m);
+	for (const char *p = m; (p = strstr(p, "quota=\"")) != NULL; p++)
+		series++;
+	size_t mlen = strlen(m);
+	free(m);
+	bool ok = rc == 0 && refused == 10;
+	report("replica and service tables filled (Register+Leave pairs, "
+	       "fake replicas of one service)",
+	    "new replicas and services still accepted; /metrics bounded",
+	    "new replicas refused 5 min, new services until restart; "
+	    "/metrics 760 KB",
+	    ok,
+	    "%d of 30 fake replicas refused by the service's budget, a "
+	    "new replica and, after 40 Register+Leave services, a new "
+	    "service accepted; /metrics %zu bytes, %.0f per-quota series",
+	    refused, mlen, series);
+	ck_assert_msg(rc == 0, "a new service was refused (%d)", rc);
+	pc_replica_close(&n);
+	pc_close(&one);
+	coord_stop(&c);
+}
+END_TEST
+
+/* ---- consumption plausibility ---- */
+
+START_TEST(test_plausibility)
+{
+	coord c;
+	coord_start_with(&c, share_cfg, NULL);
+	pc_replica h, liar;
+	memset(&h, 0, sizeof h);
+	memset(&liar, 0, sizeof liar);
+	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	ck_assert_int_eq(
+	    pc_replica_join(&liar, c.url, "liar", SVC, keys, 2), 0);
+	uint64_t t0 = pc_now_ms();
+	enum { ROUNDS = 30 };
+	for (int i = 0; i < ROUNDS; i++) {
+		/* 90,000 tokens/s against R = 1,000: under the old bound
+		 * per Sync (4 R n (T + 1 s) + B), far above what it could
+		 * have admitted. */
+		pc_report lie = { .key = 1, .consumed = 9000, .denied = 0,
+			.held = 0, .demand = 1000 };
+		ck_assert_int_eq(pc_replica_sync(&liar, &lie, 1, NULL), 0);
+		honest_round(&h);
+	}
+	double secs = (double) (pc_now_ms() - t0) / 1e3;
+	char *m = pc_http_get(c.http, "/metrics", NULL);
+	ck_assert_ptr_nonnull(m);
+	double clipped = pc_metric(m, "allotd_reports_clipped_total");
+	double booked = pc_metric(m,
+	    "allotd_allowed_tokens_total{service=\"" SVC
+	    "\",quota=\"spiffe://test/a\"}");
+	free(m);
+	/* What both could have admitted: R over the time plus a burst and
+	 * a second of slack each. */
+	double can = 1000 * secs + 2 * (1000 + 1000);
+	bool ok = clipped >= ROUNDS - 2 && booked <= can;
+	report("consumption reported at the old bound (90,000 tokens/s "
+	       "against R = 1,000)",
+	    "implausible reports clipped, counted, audited; never booked",
+	    "0 of 100 rejected; 914,910 phantom tokens booked", ok,
+	    "%.0f of %d reports clipped; %.0f tokens booked in %.1f s "
+	    "(at most %.0f could have been admitted; the lie was %d)",
+	    clipped, ROUNDS, booked, secs, can, ROUNDS * 9000);
+	ck_assert_msg(clipped >= ROUNDS - 2, "%.0f clipped", clipped);
+	ck_assert_msg(booked <= can, "%.0f booked, at most %.0f possible",
+	    booked, can);
+	pc_replica_close(&h);
+	pc_replica_close(&liar);
+	coord_stop(&c);
+}
+END_TEST
+
+/* ---- a flood from the honest agent's own address ---- */
+
+typedef struct flood {
+	const char *url;
+	volatile bool stop;
+	uint64_t sent;
+} flood;
+
+static void *
+flood_run(void *arg)
+{
+	flood *f = arg;
+	pc_conn c;
+	memset(&c, 0, sizeof c);
+	if (pc_open(&c, f->url, 5000) != 0)
+		return NULL;
+	while (!f->stop) {
+		Allot__V1__Envelope *e = pc_sync(&c, 999999, 1, 100, NULL, 0);
+		pc_free(e);
+		f->sent++;
+	}
+	pc_close(&c);
+	return NULL;
+}
+
+START_TEST(test_same_ip_flood)
+{
+	coord c;
+	const char *extra[] = { "--peer-message-rate", "40:40", NULL };
+	coord_start_with(&c, cfg_text, extra);
+	pc_replica h;
+	memset(&h, 0, sizeof h);
+	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	flood f = { .url = c.url };
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, flood_run, &f), 0);
+	int ok_syncs = 0, limited = 0, lost = 0;
+	uint64_t end = pc_now_ms() + 4000;
+	while (pc_now_ms() < end) {
+		int rc = pc_replica_sync(&h, NULL, 0, NULL);
+		ok_syncs += rc == 0;
+		limited += rc == ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		lost += rc == ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
+		pc_sleep_ms(100);
+	}
+	f.stop = true;
+	pthread_join(th, NULL);
+	double expired = pc_metric_get(c.http, "allotd_expiries_total");
+	double alive = pc_metric_get(
+	    c.http, "allotd_throttled_syncs_alive_total");
+	bool ok = lost == 0 && expired == 0;
+	report("a flood from the same IP as an honest agent",
+	    "0 honest sessions expired",
+	    "the honest session expired 7 times, share 0 for >= 4 s", ok,
+	    "%.0f expiries, %d syncs answered unknown-session; of the "
+	    "honest agent's syncs %d served, %d throttled (%.0f kept it "
+	    "alive), %llu flood messages",
+	    expired, lost, ok_syncs, limited, alive,
+	    (unsigned long long) f.sent);
+	ck_assert_msg(limited > 0, "the flood never throttled the agent");
+	ck_assert_msg(ok, "%.0f expiries, %d unknown-session", expired, lost);
+	pc_replica_close(&h);
+	coord_stop(&c);
+}
+END_TEST
+
 static Suite *
 adversary_suite(void)
 {
@@ -241,6 +812,23 @@ adversary_suite(void)
 	tcase_add_test(tc, test_http_one_address);
 	tcase_add_test(tc, test_http_all_addresses);
 	suite_add_tcase(s, tc);
+	struct {
+		const char *name;
+		const TTest *t;
+	} rows[] = {
+		{ "key-flood", test_key_flood },
+		{ "names", test_names_property },
+		{ "fake-replicas", test_fake_replicas },
+		{ "tables", test_tables },
+		{ "plausibility", test_plausibility },
+		{ "same-ip-flood", test_same_ip_flood },
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+		tc = tcase_create(rows[i].name);
+		tcase_set_timeout(tc, 60);
+		tcase_add_test(tc, rows[i].t);
+		suite_add_tcase(s, tc);
+	}
 	return s;
 }
 
