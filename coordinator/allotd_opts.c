@@ -334,6 +334,11 @@ static const struct opt options[] = {
 	{ "max-replicas", 0, "N",
 	    "Live replicas over all services (default 10000).\n", parse_u32,
 	    FIELD(so.max_replicas), 1, 10000000 },
+	{ "max-services", 0, "N",
+	    "Services at once (default 256); a Register of a new one\n"
+	    "beyond it is answered RATE_LIMITED. Empty services are freed\n"
+	    "(--service-idle-ms), so only live ones count.\n",
+	    parse_u32, FIELD(so.max_services), 1, 1000000 },
 	{ "max-replicas-per-service", 0, "N",
 	    "Live replicas of one service (default 1000); a new one beyond\n"
 	    "it is answered RATE_LIMITED, reason \"capacity\".\n",

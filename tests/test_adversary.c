@@ -172,6 +172,7 @@ static void
 assert_agent_joins(const coord *c, const char *id)
 {
 	pc_replica r;
+	memset(&r, 0, sizeof r);
 	int rc = pc_replica_join(&r, c->url, id, SVC, keys, 2);
 	ck_assert_msg(rc == 0, "a new agent was refused (%d)", rc);
 	ck_assert_int_eq(pc_replica_sync(&r, NULL, 0, NULL), 0);
@@ -784,7 +785,8 @@ START_TEST(test_same_ip_flood)
 	}
 	f.stop = true;
 	pthread_join(th, NULL);
-	double expired = pc_metric_get(c.http, "allotd_expiries_total");
+	double expired = pc_metric_get(
+	    c.http, "allotd_replica_events_total{kind=\"expiry\"}");
 	double alive = pc_metric_get(
 	    c.http, "allotd_throttled_syncs_alive_total");
 	bool ok = lost == 0 && expired == 0;
