@@ -105,6 +105,52 @@ coord_stop(coord *c)
 	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
 }
 
+/* ---- figures for docs/reliability.md ("Adversary") ---- */
+
+/* One JSON line per attack to $ALLOT_ADVERSARY_REPORT, when set
+ * (scripts/reliability builds the adversary table from them): the
+ * attack, the honest figure the issue observed before, and after. */
+static void report(const char *attack, const char *target, const char *before,
+    bool ok, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void
+report(const char *attack, const char *target, const char *before, bool ok,
+    const char *fmt, ...)
+{
+	char after[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(after, sizeof after, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "adversary: %s: %s\n", attack, after);
+	const char *path = getenv("ALLOT_ADVERSARY_REPORT");
+	if (path == NULL || path[0] == '\0')
+		return;
+	FILE *f = fopen(path, "a");
+	if (f == NULL)
+		return;
+	fprintf(f,
+	    "{\"attack\":\"%s\",\"target\":\"%s\",\"before\":\"%s\","
+	    "\"after\":\"%s\",\"ok\":%s}\n",
+	    attack, target, before, after, ok ? "true" : "false");
+	fclose(f);
+}
+
+/* allotd's resident memory, bytes (0 when unreadable). */
+static uint64_t
+rss_of(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+	char *text = pc_read_file(path);
+	if (text == NULL)
+		return 0;
+	const char *p = strstr(text, "VmRSS:");
+	uint64_t kb = p != NULL ? strtoull(p + 6, NULL, 10) : 0;
+	free(text);
+	return kb * 1024u;
+}
+
 /* A TCP connection to 127.0.0.1:port leaving from `from`; -1 if the
  * connect itself fails. */
 static int
@@ -196,8 +242,7 @@ START_TEST(test_http_one_address)
 	ck_assert_int_eq(status, 200);
 	free(body);
 	assert_agent_joins(&c, "r-one-address");
-	double refused =
-	    pc_metric_get(c.http, "allotd_http_refused_total");
+	double refused = pc_metric_get(c.http, "allotd_http_refused_total");
 	ck_assert_msg(refused >= N - PER_ADDRESS, "refused %.0f, want >= %d",
 	    refused, N - PER_ADDRESS);
 
@@ -211,6 +256,16 @@ START_TEST(test_http_one_address)
 		if (!closed_by_peer(fds[i], left > 0 ? left : 0))
 			still++;
 	}
+	report("idle and half-sent HTTP connections to the status port "
+	       "from one address",
+	    "the address held to its cap, /healthz and the sync port "
+	    "served, idle ones closed",
+	    "held > 120 s; /healthz failed; no new agent could connect",
+	    open <= PER_ADDRESS && still == 0,
+	    "%zu of %d held (cap %d per address), %.0f refused and "
+	    "counted; /healthz 200 and a new agent joined meanwhile; %zu "
+	    "still open %d s after the idle timeout",
+	    open, N, PER_ADDRESS, refused, still, 3);
 	ck_assert_msg(still == 0,
 	    "%zu connections still open %d s after the idle timeout", still,
 	    3);
@@ -235,6 +290,14 @@ START_TEST(test_http_all_addresses)
 	    MAX_CONNS);
 	/* The HTTP listener is full; the sync port is not. */
 	assert_agent_joins(&c, "r-all-addresses");
+	report("the HTTP listener's connection cap reached from several "
+	       "addresses",
+	    "the sync port accepts new agents while the HTTP port is "
+	    "exhausted",
+	    "no new agent could connect to the sync port", true,
+	    "%zu connections held from %d addresses (cap %d); a new agent "
+	    "registered and synced",
+	    open, ADDRS, MAX_CONNS);
 	release(fds, N);
 	/* Once they are gone the listener serves again. */
 	int status = 0;
@@ -250,53 +313,6 @@ START_TEST(test_http_all_addresses)
 	coord_stop(&c);
 }
 END_TEST
-
-/* ---- figures for docs/reliability.md ("Adversary") ---- */
-
-/* One JSON line per attack to $ALLOT_ADVERSARY_REPORT, when set
- * (scripts/reliability builds the adversary table from them): the
- * attack, the honest figure the issue observed before, and after. */
-static void
-report(const char *attack, const char *target, const char *before,
-    bool ok, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-static void
-report(const char *attack, const char *target, const char *before,
-    bool ok, const char *fmt, ...)
-{
-	char after[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(after, sizeof after, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "adversary: %s: %s\n", attack, after);
-	const char *path = getenv("ALLOT_ADVERSARY_REPORT");
-	if (path == NULL || path[0] == '\0')
-		return;
-	FILE *f = fopen(path, "a");
-	if (f == NULL)
-		return;
-	fprintf(f,
-	    "{\"attack\":\"%s\",\"target\":\"%s\",\"before\":\"%s\","
-	    "\"after\":\"%s\",\"ok\":%s}\n",
-	    attack, target, before, after, ok ? "true" : "false");
-	fclose(f);
-}
-
-/* allotd's resident memory, bytes (0 when unreadable). */
-static uint64_t
-rss_of(pid_t pid)
-{
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
-	char *text = pc_read_file(path);
-	if (text == NULL)
-		return 0;
-	const char *p = strstr(text, "VmRSS:");
-	uint64_t kb = p != NULL ? strtoull(p + 6, NULL, 10) : 0;
-	free(text);
-	return kb * 1024u;
-}
 
 static int
 cmp_u64(const void *a, const void *b)
@@ -347,7 +363,8 @@ START_TEST(test_key_flood)
 	 * may already be above 2 ms; the flood must not add to it. */
 	pc_replica h;
 	memset(&h, 0, sizeof h);
-	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	ck_assert_int_eq(
+	    pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
 	uint64_t quiet = sync_p99_us(&h, 300);
 	uint64_t limit = quiet + quiet / 2 + 500;
 	if (limit < 2000)
@@ -374,7 +391,8 @@ START_TEST(test_key_flood)
 		Allot__V1__Envelope *e = pc_register(&att[i], id, "flood",
 		    (const char *const *) names, FLOOD_KEYS, 60000);
 		ck_assert_ptr_nonnull(e);
-		ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+		ck_assert_int_eq(
+		    e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
 		ck_assert_uint_eq(e->welcome->n_unknown_keys, FLOOD_KEYS - 2);
 		pc_free(e);
 	}
@@ -389,8 +407,7 @@ START_TEST(test_key_flood)
 	    "sync 0.3 ms -> 162 ms; allotd at 1.41 GB", ok,
 	    "other service's sync p99 %.2f ms (%.2f ms before the flood on "
 	    "this machine); allotd %.0f MB (%.0f MB before, bound %u MB)",
-	    (double) p99 / 1e3, (double) quiet / 1e3,
-	    (double) rss / 1048576.0,
+	    (double) p99 / 1e3, (double) quiet / 1e3, (double) rss / 1048576.0,
 	    (double) rss0 / 1048576.0, FLOOD_RSS_BOUND >> 20);
 	ck_assert_msg(p99 <= limit,
 	    "sync p99 %llu us under the key flood, %llu us before",
@@ -444,12 +461,23 @@ static void
 random_name(unsigned *seed, char *yaml, size_t ylen, char *raw, size_t rlen)
 {
 	static const char *const pieces[][2] = {
-		{ "a", "a" }, { "Z", "Z" }, { "0", "0" }, { "/", "/" },
-		{ ":", ":" }, { " ", " " }, { "~", "~" }, { "\\t", "\t" },
-		{ "\\u00fc", "\xc3\xbc" }, { "\\u00ef", "\xc3\xaf" },
-		{ "\\u00f8", "\xc3\xb8" }, { "\\x01", "\x01" },
-		{ "\\x7f", "\x7f" }, { "\\u2603", "\xe2\x98\x83" },
-		{ "-", "-" }, { ".", "." }, { "\\\"", "\"" },
+		{ "a", "a" },
+		{ "Z", "Z" },
+		{ "0", "0" },
+		{ "/", "/" },
+		{ ":", ":" },
+		{ " ", " " },
+		{ "~", "~" },
+		{ "\\t", "\t" },
+		{ "\\u00fc", "\xc3\xbc" },
+		{ "\\u00ef", "\xc3\xaf" },
+		{ "\\u00f8", "\xc3\xb8" },
+		{ "\\x01", "\x01" },
+		{ "\\x7f", "\x7f" },
+		{ "\\u2603", "\xe2\x98\x83" },
+		{ "-", "-" },
+		{ ".", "." },
+		{ "\\\"", "\"" },
 		{ "\\\\", "\\" },
 	};
 	size_t np = sizeof pieces / sizeof pieces[0];
@@ -519,8 +547,7 @@ START_TEST(test_names_property)
 	ck_assert_int_gt(refused, 50);
 	report("a quota identity with non-ASCII or control characters",
 	    "no accepted config makes a Register fail",
-	    "check-config valid, then every Register refused MALFORMED",
-	    true,
+	    "check-config valid, then every Register refused MALFORMED", true,
 	    "one rule (common/name.h): %d random names accepted by the "
 	    "loader all register; %d refused by the loader with the wire's "
 	    "words",
@@ -548,8 +575,11 @@ honest_round(pc_replica *r)
 	double rate = isnan(r->rate[1]) ? 0 : r->rate[1];
 	uint64_t want = 150, can = (uint64_t) (rate * 0.1);
 	uint64_t got = can < want ? can : want;
-	pc_report rep = { .key = 1, .consumed = got, .denied = want - got,
-		.held = 0, .demand = 1500 };
+	pc_report rep = { .key = 1,
+		.consumed = got,
+		.denied = want - got,
+		.held = 0,
+		.demand = 1500 };
 	ck_assert_int_eq(pc_replica_sync(r, &rep, 1, NULL), 0);
 	pc_sleep_ms(100);
 	return isnan(r->rate[1]) ? 0 : r->rate[1];
@@ -561,7 +591,8 @@ START_TEST(test_fake_replicas)
 	coord_start_with(&c, share_cfg, NULL);
 	pc_replica h;
 	memset(&h, 0, sizeof h);
-	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	ck_assert_int_eq(
+	    pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
 	double before = 0;
 	for (int i = 0; i < 15; i++)
 		before = honest_round(&h);
@@ -696,7 +727,8 @@ START_TEST(test_plausibility)
 	pc_replica h, liar;
 	memset(&h, 0, sizeof h);
 	memset(&liar, 0, sizeof liar);
-	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	ck_assert_int_eq(
+	    pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
 	ck_assert_int_eq(
 	    pc_replica_join(&liar, c.url, "liar", SVC, keys, 2), 0);
 	uint64_t t0 = pc_now_ms();
@@ -705,8 +737,11 @@ START_TEST(test_plausibility)
 		/* 90,000 tokens/s against R = 1,000: under the old bound
 		 * per Sync (4 R n (T + 1 s) + B), far above what it could
 		 * have admitted. */
-		pc_report lie = { .key = 1, .consumed = 9000, .denied = 0,
-			.held = 0, .demand = 1000 };
+		pc_report lie = { .key = 1,
+			.consumed = 9000,
+			.denied = 0,
+			.held = 0,
+			.demand = 1000 };
 		ck_assert_int_eq(pc_replica_sync(&liar, &lie, 1, NULL), 0);
 		honest_round(&h);
 	}
@@ -730,8 +765,8 @@ START_TEST(test_plausibility)
 	    "(at most %.0f could have been admitted; the lie was %d)",
 	    clipped, ROUNDS, booked, secs, can, ROUNDS * 9000);
 	ck_assert_msg(clipped >= ROUNDS - 2, "%.0f clipped", clipped);
-	ck_assert_msg(booked <= can, "%.0f booked, at most %.0f possible",
-	    booked, can);
+	ck_assert_msg(
+	    booked <= can, "%.0f booked, at most %.0f possible", booked, can);
 	pc_replica_close(&h);
 	pc_replica_close(&liar);
 	coord_stop(&c);
@@ -770,7 +805,8 @@ START_TEST(test_same_ip_flood)
 	coord_start_with(&c, cfg_text, extra);
 	pc_replica h;
 	memset(&h, 0, sizeof h);
-	ck_assert_int_eq(pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
+	ck_assert_int_eq(
+	    pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
 	flood f = { .url = c.url };
 	pthread_t th;
 	ck_assert_int_eq(pthread_create(&th, NULL, flood_run, &f), 0);
