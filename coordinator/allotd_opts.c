@@ -351,7 +351,7 @@ static const struct opt options[] = {
 	{ "max-keys", 0, "N",
 	    "Keys one Register may name (default 65537); more are\n"
 	    "answered TOO_LARGE. Only keys that name a quota are kept (at\n"
-	    "most one per quota), about 200 bytes each; the others are\n"
+	    "most one per quota), about 180 bytes each; the others are\n"
 	    "counted (docs/operations.md, \"Memory bounds\").\n",
 	    parse_u32, FIELD(max_keys), 1, ALLOT__SERVER_MAX_KEYS },
 	{ "peer-register-rate", 0, "R[:B]",
