@@ -52,7 +52,8 @@ struct svc_options {
 	uint32_t interactive_reserve; /* permits exports can never take */
 	uint32_t max_callers;
 	uint32_t max_connections;
-	uint32_t connection_timeout_s;
+	uint32_t max_per_address; /* connections from one IP address */
+	uint32_t connection_timeout_s; /* idle, TLS handshake included */
 	int log_level;
 };
 

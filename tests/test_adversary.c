@@ -372,7 +372,8 @@ START_TEST(test_key_flood)
 	uint64_t quiet = sync_p99_us(&h, 300);
 	uint64_t limit = quiet + quiet / 2 + 500;
 	if (limit < 5000)
-		limit = quiet <= 1000 && getenv("ALLOT_QUIET_MACHINE") != NULL ?
+		limit = quiet <= 1000 &&
+		        getenv("ALLOT_QUIET_MACHINE") != NULL ?
 		    2000 :
 		    5000;
 	uint64_t rss0 = rss_of(c.pid);
@@ -847,6 +848,155 @@ START_TEST(test_same_ip_flood)
 }
 END_TEST
 
+/* ---- the example service: connects that never start TLS ---- */
+
+#define EX_ID "spiffe://adversary.test/ns/payments/sa/checkout"
+#define EX_PER_ADDRESS 16
+#define EX_TIMEOUT_S 2
+
+/* True once the peer has closed `fd`, whatever it sent first (a TLS
+ * alert), waiting at most `ms`. */
+static bool
+eof_within(int fd, int ms)
+{
+	uint64_t end = pc_now_ms() + (uint64_t) (ms > 0 ? ms : 0);
+	for (;;) {
+		int left = (int) (end - pc_now_ms());
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, left > 0 ? left : 0) <= 0)
+			return false;
+		char b[256];
+		ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN))
+			return true;
+		if (pc_now_ms() >= end)
+			return false;
+	}
+}
+
+static int
+threads_of(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+	char *text = pc_read_file(path);
+	if (text == NULL)
+		return -1;
+	const char *p = strstr(text, "Threads:");
+	int n = p != NULL ? atoi(p + 8) : -1;
+	free(text);
+	return n;
+}
+
+/* An mTLS request as the checkout caller: the HTTP status, 0 when no
+ * answer came within 5 s. */
+static int
+mtls_get(const char *dir, int port)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -o /dev/null -w '%%{http_code}' --max-time 5 "
+	    "--cacert %s/ca.pem --cert %s/checkout.pem --key "
+	    "%s/checkout.key https://127.0.0.1:%d/lookup 2>/dev/null",
+	    dir, dir, dir, port);
+	char *out = pc_shell(cmd);
+	int code = out != NULL ? atoi(out) : 0;
+	free(out);
+	return code;
+}
+
+START_TEST(test_example_service)
+{
+	const char *build = getenv("ALLOT_BUILD_DIR");
+	const char *src = getenv("ALLOT_SOURCE_DIR");
+	char *curl = pc_shell("command -v curl");
+	if (build == NULL || src == NULL || curl == NULL || curl[0] == '\0') {
+		free(curl);
+		fprintf(stderr,
+		    "example service row skipped: no curl or "
+		    "ALLOT_SOURCE_DIR\n");
+		return;
+	}
+	free(curl);
+	char dir[] = "/tmp/allot-adversary-ex-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "%s/scripts/mkcerts %s checkout=%s "
+	    ">/dev/null 2>&1 && echo ok",
+	    src, dir, EX_ID);
+	char *ok = pc_shell(cmd);
+	ck_assert_msg(ok != NULL && strcmp(ok, "ok") == 0, "mkcerts failed");
+	free(ok);
+	char cfg[256], cert[256], key[256], ca[256], listen[32], log[256];
+	snprintf(cfg, sizeof cfg, "%s/quotas.yaml", dir);
+	snprintf(cert, sizeof cert, "%s/server.pem", dir);
+	snprintf(key, sizeof key, "%s/server.key", dir);
+	snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+	snprintf(log, sizeof log, "%s/service.log", dir);
+	pc_write_file(cfg,
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n"
+	    "    - {identity: \"" EX_ID "\", "
+	    "tokens_per_second: 500, burst: 1000}\n");
+	int port = pc_free_port();
+	snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+	char bin[512], per[16], tmo[16];
+	snprintf(bin, sizeof bin, "%s/examples/allot-example-service", build);
+	snprintf(per, sizeof per, "%d", EX_PER_ADDRESS);
+	snprintf(tmo, sizeof tmo, "%d", EX_TIMEOUT_S);
+	char *argv[] = { bin, "--config", cfg, "--listen", listen,
+		"--tls-cert", cert, "--tls-key", key, "--ca", ca,
+		"--max-per-address", per, "--connection-timeout", tmo,
+		"--log-level", "warning", NULL };
+	pid_t pid = pc_spawn(argv, log);
+	int code = 0;
+	for (int i = 0; i < 100 && code == 0; i++) {
+		code = mtls_get(dir, port);
+		if (code == 0)
+			pc_sleep_ms(100);
+	}
+	ck_assert_msg(code == 200, "the service never answered (%d)", code);
+	int threads0 = threads_of(pid);
+
+	/* The attack: plain TCP connects that never start the handshake,
+	 * from one address (1,100 in the issue; the same shape here). */
+	enum { N = 300 };
+	int fds[N];
+	size_t held = hold("127.0.0.2", port, fds, N);
+	int threads = threads_of(pid);
+	uint64_t t0 = pc_now_ms();
+	int during = mtls_get(dir, port);
+	uint64_t took = pc_now_ms() - t0;
+	size_t still = 0;
+	uint64_t deadline = pc_now_ms() + (EX_TIMEOUT_S + 3) * 1000u;
+	for (size_t i = 0; i < N; i++) {
+		if (fds[i] < 0)
+			continue;
+		int left = (int) (deadline - pc_now_ms());
+		if (!eof_within(fds[i], left))
+			still++;
+	}
+	release(fds, N);
+	bool pass = during == 200 && held <= EX_PER_ADDRESS && still == 0;
+	report("plain TCP connects to the example service, no TLS "
+	       "handshake",
+	    "mTLS callers answered; threads and held connections bounded",
+	    "1,026 threads; every mTLS caller unanswered for 60 s", pass,
+	    "%zu of %d connects held (cap %d per address), %d threads (%d "
+	    "before); an mTLS caller answered %d in %llu ms; %zu still "
+	    "open %d s after the handshake timeout",
+	    held, N, EX_PER_ADDRESS, threads, threads0, during,
+	    (unsigned long long) took, still, 3);
+	pc_allotd_stop(pid, 5000);
+	pc_rm_rf(dir);
+	ck_assert_msg(during == 200, "the mTLS caller got %d", during);
+	ck_assert_msg(held <= EX_PER_ADDRESS, "%zu held", held);
+	ck_assert_msg(still == 0, "%zu connections still open", still);
+}
+END_TEST
+
 static Suite *
 adversary_suite(void)
 {
@@ -866,6 +1016,7 @@ adversary_suite(void)
 		{ "tables", test_tables },
 		{ "plausibility", test_plausibility },
 		{ "same-ip-flood", test_same_ip_flood },
+		{ "example-service", test_example_service },
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		tc = tcase_create(rows[i].name);
