@@ -3,7 +3,8 @@
  * Cluster membership as one member sees it (docs/operations.md,
  * Cluster). Every probe period (half the sync interval) the member sends
  * a Probe to every other member over its own nng REQ socket and answers
- * theirs (allot__cluster_on_probe, called by the server). A peer that
+ * theirs (allot__cluster_on_probe, called by the server; what an inbound
+ * Probe says is never taken: only the answers to its own). A peer that
  * misses ALLOT__CLUSTER_DOWN_AFTER probes in a row is down; its
  * connection dropping (a killed process) fails the probe in flight at
  * once. The view (who is live, and whether this member reaches a

@@ -997,6 +997,68 @@ START_TEST(test_example_service)
 }
 END_TEST
 
+/* ---- forged member Probes ---- */
+
+START_TEST(test_forged_probes)
+{
+	coord c;
+	int other = pc_free_port();
+	char m1[96], m2[96];
+	/* The listen URL is chosen by coord_start_with: name it after. */
+	snprintf(m2, sizeof m2, "m2=tcp://127.0.0.1:%d", other);
+	/* m1 is this allotd; its URL is only used by the others. */
+	snprintf(m1, sizeof m1, "m1=tcp://127.0.0.1:%d", pc_free_port());
+	const char *extra[] = { "--member", m1, "--member", m2, "--self", "m1",
+		NULL };
+	coord_start_with(&c, cfg_text, extra);
+	pc_conn att;
+	memset(&att, 0, sizeof att);
+	ck_assert_int_eq(pc_open(&att, c.url, 5000), 0);
+	enum { N = 200 };
+	int answered = 0;
+	for (int i = 0; i < N; i++) {
+		Allot__V1__Probe pr = ALLOT__V1__PROBE__INIT;
+		pr.member = "m2";
+		/* Alternating digests: each change was a log line and an
+		 * event row before. */
+		pr.config_digest = (uint64_t) (i % 2) + 1;
+		pr.config_epoch = 7;
+		Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+		env.version = 1;
+		env.body_case = ALLOT__V1__ENVELOPE__BODY_PROBE;
+		env.probe = &pr;
+		Allot__V1__Envelope *e = pc_send(&att, &env);
+		answered += e != NULL;
+		pc_free(e);
+	}
+	pc_close(&att);
+	pc_sleep_ms(300);
+	char *log = pc_read_file(c.log);
+	ck_assert_ptr_nonnull(log);
+	int lines = 0;
+	for (const char *p = log;
+	     (p = strstr(p, "ALLOTD-CLUSTER-CONFIG-MISMATCH")) != NULL; p++)
+		lines++;
+	free(log);
+	char *status = pc_http_get(c.http, "/status", NULL);
+	bool believed = status != NULL &&
+	    (strstr(status, "\"config_digest\":\"0000000000000001\"") !=
+	            NULL ||
+	        strstr(status, "\"config_digest\":\"0000000000000002\"") !=
+	            NULL);
+	free(status);
+	bool ok = lines == 0 && !believed;
+	report("Probes claiming to be a member",
+	    "a name in a message changes nothing and writes nothing",
+	    "86 mismatch log lines and event rows in 4 s", ok,
+	    "%d forged Probes answered; %d mismatch log lines; the claimed "
+	    "member's state %s",
+	    answered, lines, believed ? "taken" : "untouched");
+	ck_assert_msg(ok, "%d mismatch lines, believed %d", lines, believed);
+	coord_stop(&c);
+}
+END_TEST
+
 static Suite *
 adversary_suite(void)
 {
@@ -1017,6 +1079,7 @@ adversary_suite(void)
 		{ "plausibility", test_plausibility },
 		{ "same-ip-flood", test_same_ip_flood },
 		{ "example-service", test_example_service },
+		{ "forged-probes", test_forged_probes },
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		tc = tcase_create(rows[i].name);
