@@ -31,6 +31,7 @@
 
 #include <allot/allot.h>
 
+#include "arena.h"
 #include "proto_client.h"
 #include "runner.h"
 #include "state.h"
@@ -136,19 +137,27 @@ report(const char *attack, const char *target, const char *before, bool ok,
 	fclose(f);
 }
 
-/* allotd's resident memory, bytes (0 when unreadable). */
+/* The number after `field` ("VmRSS:", "Threads:") in /proc/PID/status;
+ * 0 when unreadable. */
 static uint64_t
-rss_of(pid_t pid)
+proc_status(pid_t pid, const char *field)
 {
 	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
 	char *text = pc_read_file(path);
 	if (text == NULL)
 		return 0;
-	const char *p = strstr(text, "VmRSS:");
-	uint64_t kb = p != NULL ? strtoull(p + 6, NULL, 10) : 0;
+	const char *p = strstr(text, field);
+	uint64_t v = p != NULL ? strtoull(p + strlen(field), NULL, 10) : 0;
 	free(text);
-	return kb * 1024u;
+	return v;
+}
+
+/* allotd's resident memory, bytes (0 when unreadable). */
+static uint64_t
+rss_of(pid_t pid)
+{
+	return proc_status(pid, "VmRSS:") * 1024u;
 }
 
 /* A TCP connection to 127.0.0.1:port leaving from `from`; -1 if the
@@ -171,17 +180,24 @@ tcp_from(const char *from, int port)
 	return fd;
 }
 
-/* True once the peer has closed `fd` (read gives 0 or an error), waiting
- * at most `ms`. */
+/* True once the peer has closed `fd`, whatever it sent first (a TLS
+ * alert), waiting at most `ms`. */
 static bool
-closed_by_peer(int fd, int ms)
+eof_within(int fd, int ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	if (poll(&p, 1, ms) <= 0)
-		return false;
-	char b[256];
-	ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
-	return n == 0 || (n < 0 && errno != EAGAIN);
+	uint64_t end = pc_now_ms() + (uint64_t) (ms > 0 ? ms : 0);
+	for (;;) {
+		int left = (int) (end - pc_now_ms());
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, left > 0 ? left : 0) <= 0)
+			return false;
+		char b[256];
+		ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN))
+			return true;
+		if (pc_now_ms() >= end)
+			return false;
+	}
 }
 
 /* Connections from `from`, alternately idle and with half a request, then
@@ -201,7 +217,7 @@ hold(const char *from, int port, int *fds, size_t n)
 	pc_sleep_ms(300);
 	size_t open = 0;
 	for (size_t i = 0; i < n; i++)
-		if (fds[i] >= 0 && !closed_by_peer(fds[i], 0))
+		if (fds[i] >= 0 && !eof_within(fds[i], 0))
 			open++;
 	return open;
 }
@@ -253,7 +269,7 @@ START_TEST(test_http_one_address)
 		if (fds[i] < 0)
 			continue;
 		int left = (int) (deadline - pc_now_ms());
-		if (!closed_by_peer(fds[i], left > 0 ? left : 0))
+		if (!eof_within(fds[i], left > 0 ? left : 0))
 			still++;
 	}
 	report("idle and half-sent HTTP connections to the status port "
@@ -452,34 +468,6 @@ END_TEST
 
 /* ---- names: no accepted config makes a Register fail ---- */
 
-typedef struct arena {
-	void *p[256];
-	size_t n;
-} arena;
-
-static void *
-a_alloc(void *d, size_t size)
-{
-	arena *a = d;
-	ck_assert_uint_lt(a->n, 256);
-	return a->p[a->n++] = malloc(size ? size : 1);
-}
-
-static void
-a_free(void *d, void *p)
-{
-	(void) d;
-	(void) p;
-}
-
-static void
-a_reset(arena *a)
-{
-	for (size_t i = 0; i < a->n; i++)
-		free(a->p[i]);
-	a->n = 0;
-}
-
 /* A random name: printable ASCII, UTF-8 sequences, control characters
  * and YAML's own escapes, written as a double-quoted YAML scalar (`yaml`)
  * and as the bytes it stands for (`raw`). */
@@ -557,8 +545,9 @@ START_TEST(test_names_property)
 		rq.keys = ks;
 		rq.sync_interval_ms = 100;
 		Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
-		arena a = { .n = 0 };
-		ProtobufCAllocator pa = { a_alloc, a_free, &a };
+		allot__arena a = { 0 };
+		ProtobufCAllocator pa = { allot__arena_alloc,
+			allot__arena_free, &a };
 		int code = allot__state_register(
 		    st, &rq, &pa, &w, err, sizeof err);
 		ck_assert_msg(code == 0,
@@ -566,7 +555,7 @@ START_TEST(test_names_property)
 		    "%s",
 		    yname, err);
 		ck_assert_uint_eq(w.n_unknown_keys, 0);
-		a_reset(&a);
+		allot__arena_destroy(&a);
 		allot__state_destroy(st);
 	}
 	ck_assert_int_gt(accepted, 50);
@@ -873,38 +862,10 @@ END_TEST
 #define EX_PER_ADDRESS 16
 #define EX_TIMEOUT_S 2
 
-/* True once the peer has closed `fd`, whatever it sent first (a TLS
- * alert), waiting at most `ms`. */
-static bool
-eof_within(int fd, int ms)
-{
-	uint64_t end = pc_now_ms() + (uint64_t) (ms > 0 ? ms : 0);
-	for (;;) {
-		int left = (int) (end - pc_now_ms());
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		if (poll(&p, 1, left > 0 ? left : 0) <= 0)
-			return false;
-		char b[256];
-		ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
-		if (n == 0 || (n < 0 && errno != EAGAIN))
-			return true;
-		if (pc_now_ms() >= end)
-			return false;
-	}
-}
-
 static int
 threads_of(pid_t pid)
 {
-	char path[64];
-	snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
-	char *text = pc_read_file(path);
-	if (text == NULL)
-		return -1;
-	const char *p = strstr(text, "Threads:");
-	int n = p != NULL ? atoi(p + 8) : -1;
-	free(text);
-	return n;
+	return (int) proc_status(pid, "Threads:");
 }
 
 /* An mTLS request as the checkout caller: the HTTP status, 0 when no

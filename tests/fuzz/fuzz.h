@@ -12,6 +12,7 @@
 #ifndef ALLOT_TESTS_FUZZ_H
 #define ALLOT_TESTS_FUZZ_H
 
+#include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,6 +72,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 	{                                                                 \
 		"spiffe://t/a", "spiffe://t/b", "spiffe://t/c", "default" \
 	}
+
+/* A per-request allocator for protobuf-c, like allotd's arena, for the
+ * targets that drive the dispatcher: every block is its own malloc so
+ * that AddressSanitizer sees the bounds of each; fuzz_trk_reset()
+ * releases them all at once after the answer is packed. */
+typedef struct fuzz_blk {
+	struct fuzz_blk *next;
+	alignas(max_align_t) unsigned char data[];
+} fuzz_blk;
+
+static inline void *
+fuzz_trk_alloc(void *arg, size_t size)
+{
+	fuzz_blk **head = arg;
+	fuzz_blk *b = malloc(sizeof *b + (size > 0 ? size : 1));
+	if (b == NULL)
+		return NULL;
+	b->next = *head;
+	*head = b;
+	return b->data;
+}
+
+static inline void
+fuzz_trk_free(void *arg, void *p)
+{
+	(void) arg;
+	(void) p; /* released by fuzz_trk_reset() */
+}
+
+static inline void
+fuzz_trk_reset(fuzz_blk **head)
+{
+	while (*head != NULL) {
+		fuzz_blk *n = (*head)->next;
+		free(*head);
+		*head = n;
+	}
+}
 
 /* The service and replica of the session every wire input finds open
  * (session 1), and the sequence number the agent target's Sync carries. */

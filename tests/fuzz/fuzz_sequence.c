@@ -16,7 +16,6 @@
  * than its own, and services stay within their table.
  */
 #include <math.h>
-#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,42 +34,6 @@
 #define MAX_PER_SERVICE 5
 #define MAX_SERVICES 3
 #define MAX_JUNK 4096
-
-/* ---- a per-request allocator, like the server's arena ---- */
-
-typedef struct blk {
-	struct blk *next;
-	alignas(max_align_t) unsigned char data[];
-} blk;
-
-static void *
-trk_alloc(void *arg, size_t size)
-{
-	blk **head = arg;
-	blk *b = malloc(sizeof *b + (size > 0 ? size : 1));
-	if (b == NULL)
-		return NULL;
-	b->next = *head;
-	*head = b;
-	return b->data;
-}
-
-static void
-trk_free(void *arg, void *p)
-{
-	(void) arg;
-	(void) p;
-}
-
-static void
-trk_reset(blk **head)
-{
-	while (*head != NULL) {
-		blk *n = (*head)->next;
-		free(*head);
-		*head = n;
-	}
-}
 
 /* ---- the program being run ---- */
 
@@ -131,10 +94,10 @@ send(prog *g, int r, Allot__V1__Envelope *env)
 	uint8_t *buf = malloc(len ? len : 1);
 	FUZZ_CHECK(buf != NULL);
 	allot__v1__envelope__pack(env, buf);
-	blk *head = NULL;
+	fuzz_blk *head = NULL;
 	ProtobufCAllocator pa = {
-		.alloc = trk_alloc,
-		.free = trk_free,
+		.alloc = fuzz_trk_alloc,
+		.free = fuzz_trk_free,
 		.allocator_data = &head,
 	};
 	allot__dispatch_ctx c;
@@ -157,7 +120,7 @@ send(prog *g, int r, Allot__V1__Envelope *env)
 		g->session[r] = 0;
 	}
 	allot__v1__envelope__free_unpacked(back, NULL);
-	trk_reset(&head);
+	fuzz_trk_reset(&head);
 	free(buf);
 }
 

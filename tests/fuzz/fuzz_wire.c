@@ -19,7 +19,6 @@
  * for a key the session registered.
  */
 #include <math.h>
-#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,44 +31,6 @@
 #include "metrics.h"
 #include "rendezvous.h"
 #include "state.h"
-
-/* ---- a per-request allocator, like the server's arena ----
- * Every block is its own malloc so that AddressSanitizer sees the bounds
- * of each; everything is released at once after the answer is packed. */
-
-typedef struct blk {
-	struct blk *next;
-	alignas(max_align_t) unsigned char data[];
-} blk;
-
-static void *
-trk_alloc(void *arg, size_t size)
-{
-	blk **head = arg;
-	blk *b = malloc(sizeof *b + (size > 0 ? size : 1));
-	if (b == NULL)
-		return NULL;
-	b->next = *head;
-	*head = b;
-	return b->data;
-}
-
-static void
-trk_free(void *arg, void *p)
-{
-	(void) arg;
-	(void) p; /* released by trk_reset() */
-}
-
-static void
-trk_reset(blk **head)
-{
-	while (*head != NULL) {
-		blk *n = (*head)->next;
-		free(*head);
-		*head = n;
-	}
-}
 
 /* ---- the fixed part: config, logger, metrics ---- */
 
@@ -170,10 +131,10 @@ check_answer(const Allot__V1__Envelope *in, const Allot__V1__Envelope *back)
 static void
 handle(allot__state *st, const uint8_t *data, size_t len)
 {
-	blk *head = NULL;
+	fuzz_blk *head = NULL;
 	ProtobufCAllocator pa = {
-		.alloc = trk_alloc,
-		.free = trk_free,
+		.alloc = fuzz_trk_alloc,
+		.free = fuzz_trk_free,
 		.allocator_data = &head,
 	};
 	allot__dispatch_ctx c;
@@ -197,17 +158,17 @@ handle(allot__state *st, const uint8_t *data, size_t len)
 		check_answer(res.request, back);
 	}
 	allot__v1__envelope__free_unpacked(back, NULL);
-	trk_reset(&head);
+	fuzz_trk_reset(&head);
 }
 
 /* Open session FUZZ_SESSION as an agent with the fuzz config would. */
 static void
 register_resident(allot__state *st)
 {
-	blk *head = NULL;
+	fuzz_blk *head = NULL;
 	ProtobufCAllocator pa = {
-		.alloc = trk_alloc,
-		.free = trk_free,
+		.alloc = fuzz_trk_alloc,
+		.free = fuzz_trk_free,
 		.allocator_data = &head,
 	};
 	const char *keys[FUZZ_NKEYS] = FUZZ_KEYS;
@@ -226,7 +187,7 @@ register_resident(allot__state *st)
 	FUZZ_CHECK(allot__state_register(st, &reg, &pa, &w, err, sizeof err) ==
 	    ALLOT__V1__ERROR__CODE__UNSPECIFIED);
 	FUZZ_CHECK(w.session == FUZZ_SESSION);
-	trk_reset(&head);
+	fuzz_trk_reset(&head);
 }
 
 int
