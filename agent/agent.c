@@ -623,6 +623,119 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 		d->remaining = 0;
 }
 
+/* ---- token leases (agent_int.h, bucket.h) ---- */
+
+/* Close `c`'s lease on `k`'s bucket, refunding what it still holds. */
+static void
+lease_close(allot_key *k, allot__lease *l, uint64_t now)
+{
+	if (l->n != 0)
+		allot__bucket_unlease(k->bucket, l->n, l->held, now);
+	l->n = 0;
+	l->held = 0;
+}
+
+/* The batch a lease takes on `r`'s allowance: small, and all the
+ * leases of the key together at most 1/LEASE_SHARE of its burst. */
+static inline uint32_t
+lease_size(const allot_agent *a, const allot__rate *r)
+{
+	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
+	double n = floor(
+	    burst / (ALLOT__LEASE_SHARE * (double) a->max_blocks));
+	return n >= ALLOT__LEASE_MAX ? ALLOT__LEASE_MAX : (uint32_t) n;
+}
+
+/* An admission from the thread's own lease: a decision as the bucket
+ * would give it when the batch was taken. */
+static inline void
+lease_decision(const allot__lease *l, const allot__rate *r, uint32_t cost,
+    uint64_t now, allot_decision *d)
+{
+	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
+	double tpn = atomic_load_explicit(
+	    &r->tokens_per_ns, memory_order_relaxed);
+	uint64_t debt = l->z_ns > now ? l->z_ns - now : 0;
+	d->cost = cost;
+	d->retry_after_ns = 0;
+	d->reset_ns = debt;
+	d->limit = burst;
+	d->rate = atomic_load_explicit(&r->rate, memory_order_relaxed);
+	double rem = burst - (double) debt * tpn;
+	d->remaining = rem > 0 ? rem : 0;
+	d->allowed = true;
+	d->shadow_denied = false;
+}
+
+/* The lease is spent, stale or idle: give it back and, while the key
+ * stays contended, take the next batch and admit from it. False: decide
+ * through the bucket as usual (a denial there writes nothing). */
+static __attribute__((noinline)) bool
+lease_renew(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
+    uint64_t now, allot_decision *ret)
+{
+	allot__lease *l = &c->lease;
+	bool idle = now - l->stamp_ns >= ALLOT__LEASE_IDLE_NS;
+	lease_close(k, l, now);
+	if (idle) {
+		l->on = false; /* contended again before it leases again */
+		return false;
+	}
+	uint32_t cur = atomic_load_explicit(
+	    &k->bucket->cur, memory_order_acquire);
+	uint32_t n = lease_size(a, &k->bucket->slot[cur & 1u]);
+	allot__take t;
+	if (n < 2 || cost > n || !allot__bucket_lease(k->bucket, now, n, &t))
+		return false;
+	l->n = (uint16_t) n;
+	l->held = (uint8_t) (n - cost);
+	l->ver = t.ver;
+	l->stamp_ns = now;
+	l->z_ns = now + t.debt_ns;
+	lease_decision(l, t.r, cost, now, ret);
+	return true;
+}
+
+/* Admit from the thread's lease on `k`, renewing it when needed. */
+static inline bool
+lease_spend(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
+    uint64_t now, allot_decision *ret)
+{
+	allot__lease *l = &c->lease;
+	if (allot__likely(l->held >= cost &&
+	        now - l->stamp_ns < ALLOT__LEASE_IDLE_NS &&
+	        allot__bucket_lease_live(k->bucket, l->ver))) {
+		l->held = (uint8_t) (l->held - cost);
+		l->stamp_ns = now;
+		lease_decision(
+		    l, &k->bucket->slot[l->ver & 1u], cost, now, ret);
+		return true;
+	}
+	return lease_renew(a, k, c, cost, now, ret);
+}
+
+static void
+leases_return_keys(
+    allot_agent *a, allot__tblock *b, allot_key *keys, size_t n, uint64_t now)
+{
+	for (size_t i = 0; i < n; i++) {
+		allot__lease *l = &b->c[keys[i].id].lease;
+		lease_close(&keys[i], l, now);
+		l->on = false;
+	}
+}
+
+void
+allot__leases_return(allot_agent *a, allot__tblock *b)
+{
+	uint64_t now = allot__agent_now(a);
+	leases_return_keys(
+	    a, b, a->known_keys, (size_t) a->cfg->ncallers * a->nclasses, now);
+	leases_return_keys(a, b, a->anon_keys, a->nclasses, now);
+	leases_return_keys(a, b, a->overflow_keys, a->nclasses, now);
+	leases_return_keys(a, b, a->dyn_keys, a->dyn_cap, now);
+}
+
 static inline int
 acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 {
@@ -638,6 +751,12 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 		return ALLOT_ETOOBIG;
 	}
 	uint64_t now = allot__agent_now(a);
+	if (allot__unlikely(c->lease.on) &&
+	    lease_spend(a, k, c, cost, now, ret)) {
+		allot__bump(b, &c->allowed, 1);
+		allot__bump(b, &c->spent, cost);
+		return ALLOT_OK;
+	}
 	allot__take t;
 	allot__bucket_take(k->bucket, now, cost, &t);
 	fill_decision(&t, cost, ret);
@@ -646,6 +765,12 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 		ret->shadow_denied = false;
 		allot__bump(b, &c->allowed, 1);
 		allot__bump(b, &c->spent, cost);
+		/* Another thread took from this bucket between our read and
+		 * our CAS: lease from now on (an owned block only). */
+		if (allot__unlikely(t.contended) && !b->shared) {
+			c->lease.on = true;
+			c->lease.stamp_ns = now;
+		}
 		return ALLOT_OK;
 	}
 	if (atomic_load_explicit(&k->bucket->shadow, memory_order_relaxed)) {

@@ -5,8 +5,8 @@
  * hot path and key tables), stats.c (snapshots) and sync.c (the
  * coordinator loop). Nothing here is part of the public interface.
  *
- * Memory per key: sizeof(allot_key) plus 40 bytes of counters in each
- * thread block (one block per thread that has called acquire, at most
+ * Memory per key: sizeof(allot_key) plus 64 bytes of counters and lease
+ * in each thread block (one block per thread that has called acquire, at most
  * max_threads); unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes
  * for the name.
  * docs/configuration.md ("Memory") gives the figures for common sizes.
@@ -27,13 +27,40 @@
 #include "idmap.h"
 #include "log.h"
 
-/* Counters of one key in one thread's block. */
+/*
+ * A thread's token lease on one key (bucket.h, "Token leases"): tokens
+ * taken from the shared bucket in one batch and spent by this thread
+ * alone, so that a key hot on several cores does not bounce its bucket's
+ * line on every decision. Only the owning thread reads or writes it.
+ * A thread leases on a key only after its CAS on that bucket lost to
+ * another thread (`on`); a single-threaded caller never leases.
+ */
+typedef struct allot__lease {
+	uint64_t stamp_ns; /* last use: idle for LEASE_IDLE_NS, returned */
+	uint64_t z_ns; /* the bucket's z after the batch: for decisions */
+	uint32_t ver; /* allowance version it was taken under */
+	uint16_t n; /* tokens reserved in the bucket's `leased`, 0: none */
+	uint8_t held; /* of them, not yet spent */
+	bool on; /* contention seen: lease on this key */
+} allot__lease;
+
+/* Spent-from-lease tokens are returned after this long unused. */
+#define ALLOT__LEASE_IDLE_NS 1000000u
+/* A batch is at most this many tokens, and at most the burst /
+ * (LEASE_SHARE * max_threads): all the leases of one key together never
+ * hold more than 1/LEASE_SHARE of its burst out of the bucket. */
+#define ALLOT__LEASE_MAX 16u
+#define ALLOT__LEASE_SHARE 16u
+
+/* Counters of one key in one thread's block, and its lease: one cache
+ * line, one line touched per decision. */
 typedef struct allot__kcount {
-	_Atomic uint64_t allowed;
+	_Alignas(64) _Atomic uint64_t allowed;
 	_Atomic uint64_t denied;
 	_Atomic uint64_t shadow_denied;
 	_Atomic uint64_t spent; /* may be lowered by refunds */
 	_Atomic uint64_t denied_tokens;
+	allot__lease lease;
 } allot__kcount;
 
 /*
@@ -48,7 +75,8 @@ typedef struct allot__kcount {
  */
 typedef struct allot__tblock {
 	_Atomic int owned; /* a live thread writes it */
-	bool shared; /* the overflow block: atomic RMW */
+	bool shared; /* the overflow block: atomic RMW, never leases */
+	struct allot_agent *agent; /* its leases go back here at exit */
 	_Alignas(64) allot__kcount c[]; /* indexed by allot_key.id */
 } allot__tblock;
 
@@ -196,6 +224,9 @@ allot__bump(const allot__tblock *b, _Atomic uint64_t *c, uint64_t v)
 
 int allot__blocks_init(allot_agent *a);
 void allot__blocks_fini(allot_agent *a);
+
+/* Give back every lease open in block `b` (its owner, at thread exit). */
+void allot__leases_return(allot_agent *a, allot__tblock *b);
 
 /* Sum a key's counters over every thread block, minus its base. */
 void allot__key_totals(

@@ -3,7 +3,8 @@
  * Per-thread counter blocks (agent_int.h): how a thread finds its block
  * (a TLS cache keyed by the agent's generation, then a pthread key), how
  * blocks are created, adopted after their thread exits, and freed with
- * the agent. Only the first acquire of a thread comes here.
+ * the agent, and the return of a thread's token leases when it exits.
+ * Only the first acquire of a thread comes here.
  */
 #include "agent_int.h"
 
@@ -16,7 +17,7 @@ _Thread_local allot__tlcache allot__tl
 static _Atomic uint64_t next_gen = 1;
 
 static allot__tblock *
-block_new(const allot_agent *a, bool shared)
+block_new(allot_agent *a, bool shared)
 {
 	size_t sz = sizeof(allot__tblock) +
 	    sizeof(allot__kcount) * (size_t) a->nkeys;
@@ -26,6 +27,7 @@ block_new(const allot_agent *a, bool shared)
 		return NULL;
 	memset(b, 0, sz);
 	b->shared = shared;
+	b->agent = a;
 	return b;
 }
 
@@ -35,6 +37,8 @@ static void
 thread_exit(void *p)
 {
 	allot__tblock *b = p;
+	/* Its leases go back now: an adopter may come much later. */
+	allot__leases_return(b->agent, b);
 	atomic_store_explicit(&b->owned, 0, memory_order_release);
 }
 

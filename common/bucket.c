@@ -39,7 +39,8 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 		    &r->hint_ns, a->hint_ns, memory_order_relaxed);
 		atomic_store_explicit(
 		    &r->mode, (uint32_t) a->mode, memory_order_relaxed);
-		atomic_store_explicit(&r->ver, ver, memory_order_release);
+		atomic_store_explicit(
+		    &r->ver, ver & ~ALLOT__VER_RETIRED, memory_order_release);
 		return;
 	}
 	double rate = a->rate, burst = a->burst;
@@ -65,7 +66,8 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 	atomic_store_explicit(&r->hint_ns, a->hint_ns, memory_order_relaxed);
 	atomic_store_explicit(
 	    &r->mode, (uint32_t) a->mode, memory_order_relaxed);
-	atomic_store_explicit(&r->ver, ver, memory_order_release);
+	atomic_store_explicit(
+	    &r->ver, ver & ~ALLOT__VER_RETIRED, memory_order_release);
 }
 
 void
@@ -78,11 +80,13 @@ allot__bucket_init(allot__bucket *b, const allot__allowance *a)
 	if (a->mode != ALLOT__MODE_LIMIT) {
 		fill_slot(&b->slot[1], a, 1, &b->slot[0], 0);
 		atomic_init(&b->cur, 1);
+		atomic_init(&b->leased, 0);
 		atomic_init(&b->shadow, false);
 		atomic_init(&b->state, 1); /* z = 0, version 1 */
 		return;
 	}
 	atomic_init(&b->cur, 0);
+	atomic_init(&b->leased, 0);
 	atomic_init(&b->shadow, false);
 	atomic_init(&b->state, 0); /* z = 0: full */
 }
@@ -163,8 +167,62 @@ allot__bucket_set(allot__bucket *b, const allot__allowance *a, uint64_t now)
 	uint32_t next = cur + 1;
 	fill_slot(&b->slot[next & 1u], a, next, &b->slot[cur & 1u], now);
 	atomic_store_explicit(&b->cur, next, memory_order_seq_cst);
+	/* Leases taken under `cur` are spent no more (bucket.h). */
+	atomic_store_explicit(&b->slot[cur & 1u].ver,
+	    (cur & ~ALLOT__VER_RETIRED) | ALLOT__VER_RETIRED,
+	    memory_order_release);
 	s = atomic_load_explicit(&b->state, memory_order_acquire);
 	allot__bucket_upgrade(b, s, now);
+}
+
+/* Whether `n` tokens are there for a lease at `now`, read-only: a bucket
+ * that cannot lease is not written to. */
+static bool
+lease_possible(allot__bucket *b, uint64_t now, uint64_t n)
+{
+	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	uint32_t cur = atomic_load_explicit(&b->cur, memory_order_acquire);
+	if ((s & ALLOT__VMASK) != (cur & ALLOT__VMASK))
+		return true; /* lagging: the take below upgrades it */
+	const allot__rate *r = &b->slot[cur & 1u];
+	if (atomic_load_explicit(&r->mode, memory_order_relaxed) !=
+	    ALLOT__MODE_LIMIT)
+		return false;
+	uint64_t iv = atomic_load_explicit(
+	    &r->interval_fp, memory_order_relaxed);
+	uint64_t held = atomic_load_explicit(&b->leased, memory_order_relaxed);
+	uint64_t z = s >> ALLOT__VBITS;
+	uint64_t floor_z = now + allot__need_ns(held, iv);
+	uint64_t base = z > floor_z ? z : floor_z;
+	return base + allot__need_ns(n, iv) - now <=
+	    atomic_load_explicit(&r->tau_ns, memory_order_relaxed);
+}
+
+bool
+allot__bucket_lease(
+    allot__bucket *b, uint64_t now, uint64_t n, allot__take *out)
+{
+	if (!lease_possible(b, now, n))
+		return false;
+	/* Reserve first: a take that reads the reservation keeps the
+	 * level below burst - leased; one that read before it is ordered
+	 * by the CAS on the state either way (bucket.h). */
+	atomic_fetch_add_explicit(&b->leased, n, memory_order_acq_rel);
+	allot__bucket_take_own(b, now, n, n, out);
+	if (out->allowed && !out->open)
+		return true;
+	atomic_fetch_sub_explicit(&b->leased, n, memory_order_acq_rel);
+	return false;
+}
+
+void
+allot__bucket_unlease(
+    allot__bucket *b, uint64_t n, uint64_t unspent, uint64_t now)
+{
+	/* Release the reservation before refunding: level + leased never
+	 * exceeds the burst in between, since unspent <= n. */
+	atomic_fetch_sub_explicit(&b->leased, n, memory_order_acq_rel);
+	allot__bucket_adjust(b, -(int64_t) unspent, now);
 }
 
 void

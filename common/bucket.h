@@ -24,6 +24,18 @@
  * for allowed requests the CAS fails, for denials the state is re-read
  * after the slot (a seqlock whose sequence is the state word itself).
  *
+ * Token leases (the hot-key path of a contended key): a thread may take a
+ * small batch of tokens in one CAS and spend them without touching the
+ * shared line again. Leased tokens stay inside the burst: `leased` counts
+ * the tokens reserved by every open lease, and no take lets the bucket
+ * refill above burst - leased (its base is max(z, now + leased * I)), so
+ * the bucket's level plus what threads hold never exceeds the burst and
+ * the over-admission bound is that of a bucket without leases. A lease
+ * is spent only under the allowance it was taken under (a swap marks the
+ * old slot retired) and is given back, unspent tokens refunded, on a
+ * swap, when idle, or when its thread exits (agent.c). With nothing
+ * leased (always, in one thread) the arithmetic is the plain GCRA's.
+ *
  * Arithmetic saturates: tau is capped at ALLOT__TAU_MAX (about 13 days of
  * refill), costs at ALLOT__NEED_MAX, and `z` at now + 2 * ALLOT__NEED_MAX,
  * so no configured rate or burst can overflow the 60 bits of `z`
@@ -59,8 +71,13 @@ typedef enum allot__mode {
 /* One allowance version. Fields are atomics because the writer may
  * rewrite an idle slot while a slow reader still looks at it (the reader
  * then retries, see above). */
+/* A slot's `ver` once a newer version is in force: leases taken under
+ * it are no longer spent. Versions are stored modulo 2^31. */
+#define ALLOT__VER_RETIRED (1u << 31)
+
+/* Exactly one cache line: a decision reads one slot line, whichever. */
 typedef struct allot__rate {
-	_Atomic uint64_t interval_fp; /* ns per token, 48.16 fixed point */
+	_Alignas(64) _Atomic uint64_t interval_fp; /* ns per token, 48.16 */
 	_Atomic uint64_t tau_ns; /* burst * interval, <= TAU_MAX */
 	_Atomic double rate; /* tokens per second */
 	_Atomic double burst; /* tokens */
@@ -68,13 +85,16 @@ typedef struct allot__rate {
 	_Atomic uint64_t hint_ns; /* CLOSED: retry-after to suggest */
 	_Atomic uint64_t since_ns; /* when this version took effect */
 	_Atomic uint32_t mode; /* allot__mode */
-	_Atomic uint32_t ver; /* version stored in this slot */
+	_Atomic uint32_t ver; /* version stored here, | VER_RETIRED */
 } allot__rate;
 
+/* Three lines: the written one (state, and the lease reservations that
+ * bound it), then one per slot, read-mostly. */
 typedef struct allot__bucket {
 	_Alignas(64) _Atomic uint64_t state; /* z << VBITS | version */
 	_Atomic uint32_t cur; /* version in force (full counter) */
 	_Atomic bool shadow; /* evaluate, count, never deny */
+	_Atomic uint64_t leased; /* tokens reserved by open leases */
 	allot__rate slot[2]; /* slot[v & 1] holds version v */
 } allot__bucket;
 
@@ -82,9 +102,11 @@ typedef struct allot__bucket {
 typedef struct allot__take {
 	bool allowed;
 	bool open; /* decided by MODE_OPEN */
+	bool contended; /* a CAS lost to another thread on the way */
 	uint64_t debt_ns; /* z - now after the decision: time until full */
 	uint64_t wait_ns; /* denied: time until `cost` tokens exist */
 	const allot__rate *r;
+	uint32_t ver; /* the version decided under (full counter) */
 } allot__take;
 
 /* An allowance to install. */
@@ -128,14 +150,17 @@ allot__need_ns(uint64_t cost, uint64_t interval_fp)
 }
 
 /*
- * The hot path: try to take `cost` tokens at time `now`. Lock-free; the
- * allow path is one CAS, the deny path only reads.
+ * Take `cost` tokens at `now`, `own` of the tokens reserved in `leased`
+ * being the caller's own (a lease being taken) and the rest holding the
+ * bucket below its burst. Lock-free; the allow path is one CAS, the deny
+ * path only reads.
  */
 static inline void
-allot__bucket_take(
-    allot__bucket *b, uint64_t now, uint64_t cost, allot__take *out)
+allot__bucket_take_own(allot__bucket *b, uint64_t now, uint64_t cost,
+    uint64_t own, allot__take *out)
 {
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	out->contended = false;
 	for (;;) {
 		uint32_t v = (uint32_t) s & ALLOT__VMASK;
 		uint32_t cur = atomic_load_explicit(
@@ -153,10 +178,17 @@ allot__bucket_take(
 		    &r->tau_ns, memory_order_acquire);
 		uint32_t mode = atomic_load_explicit(
 		    &r->mode, memory_order_acquire);
+		uint64_t held = atomic_load_explicit(
+		    &b->leased, memory_order_relaxed);
 		uint64_t z = s >> ALLOT__VBITS;
-		uint64_t base = z > now ? z : now;
+		uint64_t floor_z = now;
+		/* Tokens held in leases never refill into the bucket. */
+		if (allot__unlikely(held > own))
+			floor_z += allot__need_ns(held - own, iv);
+		uint64_t base = z > floor_z ? z : floor_z;
 		uint64_t nz = base + allot__need_ns(cost, iv);
 		out->r = r;
+		out->ver = cur;
 		if (allot__likely(mode == ALLOT__MODE_LIMIT)) {
 			if (nz - now <= tau) {
 				if (atomic_compare_exchange_weak_explicit(
@@ -170,6 +202,7 @@ allot__bucket_take(
 					out->wait_ns = 0;
 					return;
 				}
+				out->contended = true;
 				continue;
 			}
 		}
@@ -198,6 +231,34 @@ allot__bucket_take(
 		}
 		return;
 	}
+}
+
+/* The hot path: try to take `cost` tokens at time `now`. */
+static inline void
+allot__bucket_take(
+    allot__bucket *b, uint64_t now, uint64_t cost, allot__take *out)
+{
+	allot__bucket_take_own(b, now, cost, 0, out);
+}
+
+/* Open a lease of `n` tokens: reserve them in `leased` and take them in
+ * one CAS. True when the bucket (in MODE_LIMIT) had them; `out` says
+ * under which version, to spend them under. A refusal writes nothing
+ * but the reservation it takes back. */
+bool allot__bucket_lease(
+    allot__bucket *b, uint64_t now, uint64_t n, allot__take *out);
+
+/* Close a lease of `n` tokens, `unspent` of them refunded. */
+void allot__bucket_unlease(
+    allot__bucket *b, uint64_t n, uint64_t unspent, uint64_t now);
+
+/* Whether a lease taken under version `ver` may still be spent: no
+ * allowance has replaced it. */
+static inline bool
+allot__bucket_lease_live(const allot__bucket *b, uint32_t ver)
+{
+	return atomic_load_explicit(&b->slot[ver & 1u].ver,
+	           memory_order_acquire) == (ver & ~ALLOT__VER_RETIRED);
 }
 
 #endif
