@@ -99,6 +99,85 @@ endpoints_index(allot_agent *a)
 	return ALLOT_OK;
 }
 
+/*
+ * Configured identities to their keys: the hot form of the config index
+ * (config_index.h numbers callers the same way). One slot holds the full
+ * hash, the identity and the caller's first key, so a lookup of a cold
+ * caller costs the slot's line, then its key's line and its identity's
+ * bytes in parallel: the identity is only compared on a hash match, and
+ * the key does not wait for the comparison. At most half full; built
+ * once, then only read.
+ */
+struct allot__caller_slot {
+	uint64_t hash;
+	allot_key *keys; /* ncallers * nclasses: this caller's first; NULL:
+	                    empty */
+	const char *identity;
+	size_t len;
+};
+
+static int
+callers_index(allot_agent *a)
+{
+	const allot_config *c = a->cfg;
+	uint32_t cap = allot__idmap_slots((uint32_t) c->ncallers);
+	size_t sz = sizeof(struct allot__caller_slot) * cap;
+	a->caller_mask = cap - 1;
+	a->caller_tab = aligned_alloc(64, sz);
+	if (a->caller_tab == NULL)
+		return ALLOT_ENOMEM;
+	memset(a->caller_tab, 0, sz);
+	for (size_t i = 0; i < c->ncallers; i++) {
+		const char *id = c->callers[i].identity;
+		size_t len = strlen(id);
+		uint64_t h = allot__hash(id, len, a->seed);
+		uint32_t p = (uint32_t) h & a->caller_mask;
+		bool dup = false;
+		for (; a->caller_tab[p].keys != NULL;
+		     p = (p + 1) & a->caller_mask) {
+			const struct allot__caller_slot *e = &a->caller_tab[p];
+			/* The loader rejects duplicates; should one get
+			 * through, the first stands. */
+			dup |= e->hash == h && e->len == len &&
+			    memcmp(e->identity, id, len) == 0;
+		}
+		if (dup)
+			continue;
+		a->caller_tab[p] = (struct allot__caller_slot) { h,
+			&a->known_keys[i * a->nclasses], id, len };
+	}
+	return ALLOT_OK;
+}
+
+static inline allot_key *
+find_caller(
+    const allot_agent *a, const char *id, size_t len, uint64_t h, uint32_t cls)
+{
+	for (uint32_t p = (uint32_t) h & a->caller_mask;;
+	     p = (p + 1) & a->caller_mask) {
+		const struct allot__caller_slot *e = &a->caller_tab[p];
+		if (e->keys == NULL)
+			return NULL;
+		if (e->hash != h)
+			continue;
+		allot_key *k = e->keys + cls;
+		__builtin_prefetch(k);
+		if (e->len == len && memcmp(e->identity, id, len) == 0)
+			return k;
+	}
+}
+
+/* Zeroed, 64-byte aligned room for `n` keys (one more: never empty). */
+static allot_key *
+keys_alloc(size_t n)
+{
+	size_t sz = sizeof(allot_key) * (n + 1);
+	allot_key *k = aligned_alloc(64, sz);
+	if (k != NULL)
+		memset(k, 0, sz);
+	return k;
+}
+
 /* ---- create / destroy ---- */
 
 static void
@@ -277,10 +356,10 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 
 	a->quotas = aligned_alloc(64, sizeof(allot__qrt) * a->nquotas);
 	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
-	a->known_keys = calloc(nknown + 1, sizeof(allot_key));
-	a->anon_keys = calloc(a->nclasses, sizeof(allot_key));
-	a->overflow_keys = calloc(a->nclasses, sizeof(allot_key));
-	a->dyn_keys = calloc(a->dyn_cap + 1, sizeof(allot_key));
+	a->known_keys = keys_alloc(nknown);
+	a->anon_keys = keys_alloc(a->nclasses);
+	a->overflow_keys = keys_alloc(a->nclasses);
+	a->dyn_keys = keys_alloc(a->dyn_cap);
 	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
 	a->nkeys = (uint32_t) nkeys;
 	if (a->quotas == NULL || a->class_names == NULL ||
@@ -292,9 +371,8 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		goto fail;
 	quotas_init(a);
 	if ((rc = endpoints_index(a)) != ALLOT_OK ||
-	    (rc = allot__config_index_build(&a->callers, c, false, a->seed)) !=
-	        ALLOT_OK ||
-	    (rc = keys_init(a)) != ALLOT_OK)
+	    (rc = keys_init(a)) != ALLOT_OK ||
+	    (rc = callers_index(a)) != ALLOT_OK)
 		goto fail;
 
 	allot__installer in = { install, a };
@@ -334,7 +412,7 @@ allot_agent_destroy(allot_agent *a)
 	free(a->known_keys);
 	allot__idmap_fini(&a->ep_map);
 	free(a->ep_len);
-	allot__config_index_free(&a->callers);
+	free(a->caller_tab);
 	free(a->class_names);
 	free(a->quotas);
 	free(a->coordinator);
@@ -558,9 +636,9 @@ resolve(allot_agent *a, const char *identity, const char *endpoint, bool pin,
 	if (len > ALLOT_IDENTITY_MAX)
 		return ALLOT_EINVAL;
 	uint64_t h = allot__hash(identity, len, a->seed);
-	int64_t ci = allot__config_index_find_h(&a->callers, identity, len, h);
-	if (ci >= 0) {
-		*ret = &a->known_keys[(size_t) ci * a->nclasses + cls];
+	allot_key *known = find_caller(a, identity, len, h, cls);
+	if (known != NULL) {
+		*ret = known;
 		return ALLOT_OK;
 	}
 	uint64_t dh = dyn_hash(h, cls);
@@ -739,6 +817,10 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 static inline int
 acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 {
+	/* A cold bucket is three lines: ask for the slots now, so they
+	 * come in parallel with the state word instead of after it. */
+	__builtin_prefetch(&k->bucket->slot[0]);
+	__builtin_prefetch(&k->bucket->slot[1]);
 	if (cost == ALLOT_COST_DEFAULT)
 		cost = k->weight;
 	allot__tblock *b = allot__thread_block(a);

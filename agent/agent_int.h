@@ -100,8 +100,9 @@ typedef struct allot__qrt {
 	allot__ktotals retired;
 } allot__qrt;
 
+/* The fields a decision reads come first, in the key's first line. */
 struct allot_key {
-	allot__bucket *bucket;
+	_Alignas(64) allot__bucket *bucket;
 	allot__qrt *quota;
 	uint32_t id; /* index into every thread block */
 	uint32_t weight;
@@ -138,9 +139,11 @@ struct allot_agent {
 	uint32_t nclasses; /* nendpoints + 1; last is "default" */
 	const char **class_names;
 
-	/* Read-only indexes built at create (idmap.h): configured
-	 * identities to caller index, endpoint names to class. */
-	allot__config_index callers;
+	/* Read-only indexes built at create: configured identities to
+	 * their keys (one line per probe, agent.c), endpoint names to
+	 * class (idmap.h). */
+	struct allot__caller_slot *caller_tab;
+	uint32_t caller_mask;
 	allot__idmap ep_map;
 	size_t *ep_len; /* per endpoint class */
 
