@@ -3,10 +3,10 @@
  * Suite `hotpath`: what one allow/deny decision costs. In one run and
  * side by side it times liballot's allot_acquire() through a resolved key
  * and allot_acquire_id() through identity+endpoint lookup (one thread and
- * two, one key and 10,000, allow path and deny path), the floor (a bare
- * token bucket, floor.h) and the usual alternative (a central Redis token
- * bucket, redis.h). Every measurement runs once per round, rounds are
- * interleaved, and the median over rounds is reported. Each loop counts
+ * two and four, one key and 10,000, allow path and deny path), the floor
+ * (a bare token bucket, floor.h) and the usual alternative (a central
+ * Redis token bucket, redis.h). Every measurement runs once per round, rounds
+ * are interleaved, and the median over rounds is reported. Each loop counts
  * its admissions and the run fails loudly if an allow-path loop saw a
  * denial or a deny-path loop an admission, so a figure always measures
  * the path it names. docs/benchmarks.md explains every figure.
@@ -205,40 +205,65 @@ thread_main(void *arg)
 }
 
 typedef struct result2 {
-	double per_thread_ns; /* mean over both threads of ns per decision */
+	double per_thread_ns; /* mean over the threads of ns per decision */
 	double wall_ns; /* first start to last finish */
 } result2;
+
+#define MAX_THREADS 4
+
+/* `nt` threads released together by a barrier, `n` decisions each. */
+static result2
+measure_n(job *const *jobs, int nt, uint64_t n)
+{
+	pthread_barrier_t bar;
+	pthread_t th[MAX_THREADS];
+	thread_start ts[MAX_THREADS];
+
+	if (!bench_selected(opts, jobs[0]->name))
+		return (result2) { NAN, NAN };
+	if (pthread_barrier_init(&bar, NULL, (unsigned) nt) != 0)
+		bench_fail("pthread_barrier_init failed");
+	for (int i = 0; i < nt; i++) {
+		jobs[i]->n = n;
+		ts[i] = (thread_start) { &bar, jobs[i] };
+		if (pthread_create(&th[i], NULL, thread_main, &ts[i]) != 0)
+			bench_fail("pthread_create failed");
+	}
+	for (int i = 0; i < nt; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&bar);
+	uint64_t start = UINT64_MAX, end = 0;
+	double sum = 0;
+	for (int i = 0; i < nt; i++) {
+		check(jobs[i]);
+		start = jobs[i]->t0 < start ? jobs[i]->t0 : start;
+		end = jobs[i]->t1 > end ? jobs[i]->t1 : end;
+		sum += (double) (jobs[i]->t1 - jobs[i]->t0);
+	}
+	return (result2) {
+		.per_thread_ns = sum / ((double) nt * (double) n),
+		.wall_ns = (double) (end - start),
+	};
+}
 
 /* Two threads released together by a barrier, `n` decisions each. */
 static result2
 measure2(job *a, job *b, uint64_t n)
 {
-	pthread_barrier_t bar;
-	pthread_t th[2];
-	thread_start ts[2] = { { &bar, a }, { &bar, b } };
+	job *jobs[2] = { a, b };
+	return measure_n(jobs, 2, n);
+}
 
-	if (!bench_selected(opts, a->name))
-		return (result2) { NAN, NAN };
-	a->n = b->n = n;
-	if (pthread_barrier_init(&bar, NULL, 2) != 0)
-		bench_fail("pthread_barrier_init failed");
-	for (int i = 0; i < 2; i++)
-		if (pthread_create(&th[i], NULL, thread_main, &ts[i]) != 0)
-			bench_fail("pthread_create failed");
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
-	pthread_barrier_destroy(&bar);
-	check(a);
-	check(b);
-
-	uint64_t start = a->t0 < b->t0 ? a->t0 : b->t0;
-	uint64_t end = a->t1 > b->t1 ? a->t1 : b->t1;
-	return (result2) {
-		.per_thread_ns = ((double) (a->t1 - a->t0) +
-		                     (double) (b->t1 - b->t0)) /
-		    (2.0 * (double) n),
-		.wall_ns = (double) (end - start),
-	};
+/* `nt` threads all running copies of `proto`. */
+static result2
+measure_same(const job *proto, int nt, uint64_t n)
+{
+	job j[MAX_THREADS], *jobs[MAX_THREADS];
+	for (int i = 0; i < nt; i++) {
+		j[i] = *proto;
+		jobs[i] = &j[i];
+	}
+	return measure_n(jobs, nt, n);
 }
 
 /* ------------------------------------------------------------------ */
@@ -342,6 +367,10 @@ enum fig {
 	F_RESOLVED_2T_DISTINCT,
 	F_SCALE,
 	F_DENY_2T_SAME,
+	F_FLOOR_2T_SAME,
+	F_FLOOR_4T_SAME,
+	F_RESOLVED_4T_SAME,
+	F_DENY_4T_SAME,
 	F_LOOKUP,
 	F_LOOKUP_DENY,
 	F_LOOKUP_UNKNOWN,
@@ -352,6 +381,11 @@ enum fig {
 	F_RATIO_RESOLVED_FLOOR,
 	F_RATIO_LOOKUP_FLOOR,
 	F_RATIO_REDIS_RESOLVED,
+	F_RATIO_10K_FLOOR,
+	F_RATIO_LOOKUP10K_RESOLVED10K,
+	F_RATIO_2T_SAME_FLOOR,
+	F_RATIO_4T_SAME_FLOOR,
+	F_RATIO_DENY_FLOOR,
 	F_SETUP_10K,
 	F_NOISE,
 	NFIG
@@ -381,6 +415,14 @@ static bench_figure figs[NFIG] = {
 	    1.7 },
 	[F_DENY_2T_SAME] = { "hotpath.deny_2t_same_key_ns", "ns", 1,
 	    "allot_acquire, 2 threads, one empty key, deny (per thread)" },
+	[F_FLOOR_2T_SAME] = { "hotpath.floor_2t_same_key_ns", "ns", 1,
+	    "floor, 2 threads, one bucket, allow (per thread)" },
+	[F_FLOOR_4T_SAME] = { "hotpath.floor_4t_same_key_ns", "ns", 1,
+	    "floor, 4 threads on 2 cores, one bucket (per thread)" },
+	[F_RESOLVED_4T_SAME] = { "hotpath.resolved_4t_same_key_ns", "ns", 1,
+	    "allot_acquire, 4 threads on 2 cores, same key (per thread)" },
+	[F_DENY_4T_SAME] = { "hotpath.deny_4t_same_key_ns", "ns", 1,
+	    "allot_acquire, 4 threads, one empty key, deny (per thread)" },
 	[F_LOOKUP] = { "hotpath.lookup_ns", "ns", 1,
 	    "allot_acquire_id, 1 caller configured, allow" },
 	[F_LOOKUP_DENY] = { "hotpath.lookup_deny_ns", "ns", 1,
@@ -401,6 +443,18 @@ static bench_figure figs[NFIG] = {
 	    "lookup_ns / floor_ns", BENCH_AT_MOST, 2.0 },
 	[F_RATIO_REDIS_RESOLVED] = { "hotpath.ratio_redis_resolved", "x", 0,
 	    "redis_ns / resolved_ns", BENCH_AT_LEAST, 1000 },
+	[F_RATIO_10K_FLOOR] = { "hotpath.ratio_resolved_10k_floor", "x", 3,
+	    "resolved_10k_ns / floor_ns", BENCH_AT_MOST, 2.0 },
+	[F_RATIO_LOOKUP10K_RESOLVED10K] = { "hotpath.ratio_lookup_10k_"
+	                                    "resolved_10k",
+	    "x", 3, "lookup_10k_ns / resolved_10k_ns", BENCH_AT_MOST, 1.5 },
+	[F_RATIO_2T_SAME_FLOOR] = { "hotpath.ratio_2t_same_key_floor", "x", 3,
+	    "resolved_2t_same_key_ns / floor_ns", BENCH_AT_MOST, 1.5 },
+	[F_RATIO_4T_SAME_FLOOR] = { "hotpath.ratio_4t_same_key_floor", "x", 3,
+	    "resolved_4t_same_key_ns / floor_4t_same_key_ns (both "
+	    "oversubscribed)" },
+	[F_RATIO_DENY_FLOOR] = { "hotpath.ratio_deny_floor", "x", 3,
+	    "resolved_deny_ns / floor_deny_ns", BENCH_AT_MOST, 1.0 },
 	[F_SETUP_10K] = { "hotpath.setup_10k_ms", "ms", 1,
 	    "parse 10,000-caller YAML + create agent + resolve keys" },
 	[F_NOISE] = { "hotpath.noise_cpu_pct", "%", 1,
@@ -649,6 +703,18 @@ round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
 	a = b = key_job("deny_2t_same_key", w->deny, w->k_deny, EXPECT_DENY);
 	samples[F_DENY_2T_SAME][r] = measure2(&a, &b, n).per_thread_ns;
 
+	/* The same beyond the machine's two cores: four threads share
+	 * them, so a thread's figure includes the time it waits for a
+	 * core (about half): compare with the floor run the same way. */
+	j = floor_job("floor_2t_same_key", &w->f_allow, EXPECT_ALLOW);
+	samples[F_FLOOR_2T_SAME][r] = measure_same(&j, 2, n).per_thread_ns;
+	j = floor_job("floor_4t_same_key", &w->f_allow, EXPECT_ALLOW);
+	samples[F_FLOOR_4T_SAME][r] = measure_same(&j, 4, n).per_thread_ns;
+	j = key_job("resolved_4t_same_key", w->one, w->k_one, EXPECT_ALLOW);
+	samples[F_RESOLVED_4T_SAME][r] = measure_same(&j, 4, n).per_thread_ns;
+	j = key_job("deny_4t_same_key", w->deny, w->k_deny, EXPECT_DENY);
+	samples[F_DENY_4T_SAME][r] = measure_same(&j, 4, n).per_thread_ns;
+
 	samples[F_REDIS][r] = measure_redis(w, redis_calls);
 }
 
@@ -690,6 +756,16 @@ main(int argc, char **argv)
 	    figs[F_FLOOR].value;
 	figs[F_RATIO_REDIS_RESOLVED].value = figs[F_REDIS].value /
 	    figs[F_RESOLVED].value;
+	figs[F_RATIO_10K_FLOOR].value = figs[F_RESOLVED_10K].value /
+	    figs[F_FLOOR].value;
+	figs[F_RATIO_LOOKUP10K_RESOLVED10K].value = figs[F_LOOKUP_10K].value /
+	    figs[F_RESOLVED_10K].value;
+	figs[F_RATIO_2T_SAME_FLOOR].value = figs[F_RESOLVED_2T_SAME].value /
+	    figs[F_FLOOR].value;
+	figs[F_RATIO_4T_SAME_FLOOR].value = figs[F_RESOLVED_4T_SAME].value /
+	    figs[F_FLOOR_4T_SAME].value;
+	figs[F_RATIO_DENY_FLOOR].value = figs[F_RESOLVED_DENY].value /
+	    figs[F_FLOOR_DENY].value;
 
 	teardown(&w);
 	bench_cpu_mark(&cpu1);
