@@ -5,7 +5,9 @@
  * their fields, shadow mode, cost above the burst, settlements, the
  * bounded unknown-identity table with pinning and idle eviction, and
  * counters. Then real threads: N threads x M acquires admit exactly
- * burst + rate x elapsed, and allowance swaps race with acquires.
+ * burst + rate x elapsed, allowance swaps race with acquires, and token
+ * leases on one hot key: returned on a swap, when idle and at thread
+ * exit, never admitting a token the bucket did not have.
  */
 #include <check.h>
 #include <pthread.h>
@@ -460,6 +462,131 @@ START_TEST(thread_blocks_bounded)
 }
 END_TEST
 
+static const char *LEASE_CFG =
+    "quotas:\n"
+    "  default: {tokens_per_second: 10, burst: 20}\n"
+    "  callers:\n"
+    "    - {identity: hot, tokens_per_second: 1, burst: 100000}\n";
+
+static allot_agent *
+lease_agent(allot_key **ret_k)
+{
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(allot_config_parse("t", LEASE_CFG, strlen(LEASE_CFG),
+	                     err, sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = vclock;
+	o.max_threads = 4; /* batches of min(16, 100000 / (16 * 4)) */
+	atomic_store(&vnow, 10 * S);
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	ck_assert_int_eq(allot_key_resolve(a, "hot", "/x", ret_k), ALLOT_OK);
+	return a;
+}
+
+START_TEST(lease_returned_on_swap_and_idle)
+{
+	allot_key *k;
+	allot_agent *a = lease_agent(&k);
+	allot__bucket *bk = k->bucket;
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	/* As if a CAS had lost to another thread: lease from now on. */
+	allot__kcount *c = &allot__thread_block(a)->c[k->id];
+	c->lease.on = true;
+	c->lease.stamp_ns = atomic_load(&vnow);
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 16);
+	ck_assert_uint_eq(c->lease.held, 15);
+	/* Spent from the lease: the shared word is not written. */
+	uint64_t s0 = atomic_load(&bk->state);
+	ck_assert_int_eq(admit_n(a, k, 5, 1), 5);
+	ck_assert_uint_eq(atomic_load(&bk->state), s0);
+	ck_assert_uint_eq(c->lease.held, 10);
+	/* A swap: the lease is given back (10 refunded) and a new one
+	 * taken under the new allowance. */
+	allot__allowance al = {
+		.rate = 0.001, .burst = 100000, .mode = ALLOT__MODE_LIMIT
+	};
+	allot__quota_set(a, k->quota, &al);
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 16);
+	ck_assert_uint_eq(c->lease.held, 15);
+	ck_assert_uint_eq(c->lease.ver, atomic_load(&bk->cur));
+	/* Idle for 2 ms: returned on the next call, which decides through
+	 * the bucket again. */
+	atomic_fetch_add(&vnow, 2 * MS);
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 0);
+	ck_assert(!c->lease.on);
+	/* Every token not spent came back and none was created. */
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.allowed, 9);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(bk, atomic_load(&vnow)), 100000 - 9, 1e-3);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+struct hammer_arg {
+	allot_agent *a;
+	allot_key *k;
+	uint64_t admitted, calls;
+};
+
+static void *
+hammer_thread(void *p)
+{
+	struct hammer_arg *x = p;
+	allot_decision d;
+	/* Until this thread is denied twice in a row: the bucket and its
+	 * own lease are both empty. */
+	for (int denied = 0; denied < 2; x->calls++) {
+		ck_assert_int_eq(allot_acquire(x->a, x->k, 1, &d), ALLOT_OK);
+		x->admitted += d.allowed;
+		denied = d.allowed ? 0 : denied + 1;
+	}
+	return NULL;
+}
+
+START_TEST(lease_bound_n_threads_one_key)
+{
+	/* Four threads drain one key of burst 100,000 on a frozen clock:
+	 * leases never admit a token the bucket did not have, and the
+	 * ones left when the threads exit go back to the bucket. */
+	allot_key *k;
+	allot_agent *a = lease_agent(&k);
+	enum { N = 4 };
+	pthread_t th[N];
+	struct hammer_arg arg[N];
+	for (int i = 0; i < N; i++) {
+		arg[i] = (struct hammer_arg) { a, k, 0, 0 };
+		pthread_create(&th[i], NULL, hammer_thread, &arg[i]);
+	}
+	uint64_t admitted = 0, calls = 0;
+	for (int i = 0; i < N; i++) {
+		pthread_join(th[i], NULL);
+		admitted += arg[i].admitted;
+		calls += arg[i].calls;
+	}
+	ck_assert_uint_le(admitted, 100000);
+	/* At most one batch per thread held out of the others' reach. */
+	ck_assert_uint_ge(admitted, 100000 - N * 16);
+	ck_assert_uint_eq(atomic_load(&k->bucket->leased), 0);
+	double level = allot__bucket_level(k->bucket, atomic_load(&vnow));
+	ck_assert_double_eq_tol(level + (double) admitted, 100000, 1e-3);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.allowed, admitted);
+	ck_assert_uint_eq(st.allowed + st.denied, calls);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 agent_suite(void)
 {
@@ -471,11 +598,13 @@ agent_suite(void)
 	tcase_add_test(tc, cost_above_burst);
 	tcase_add_test(tc, settle_reconciles);
 	tcase_add_test(tc, unknown_table_bounded);
+	tcase_add_test(tc, lease_returned_on_swap_and_idle);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, n_threads_m_acquires);
 	tcase_add_test(tc, thread_blocks_bounded);
+	tcase_add_test(tc, lease_bound_n_threads_one_key);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2,10 +2,11 @@
 /*
  * Token bucket arithmetic (common/bucket.h) on a virtual clock: refill,
  * cap, fractional tokens, exact retry-after, costs above one, allowance
- * swaps that preserve the level, saturation at absurd parameters, and
- * after-the-fact adjustments. Then the same bucket under real threads:
- * the 30-thread burst from rate-limiting-between-services.txt, and
- * allowance swaps racing against acquirers.
+ * swaps that preserve the level, saturation at absurd parameters,
+ * after-the-fact adjustments, and token leases held inside the burst.
+ * Then the same bucket under real threads: the 30-thread burst from
+ * rate-limiting-between-services.txt, and allowance swaps racing against
+ * acquirers.
  */
 #include <check.h>
 #include <math.h>
@@ -233,6 +234,48 @@ burst_thread(void *p)
 	return NULL;
 }
 
+START_TEST(lease_inside_the_burst)
+{
+	/* Leased tokens leave the bucket and never refill into it while
+	 * held: level + leased stays within the burst. */
+	allot__take t;
+	mk(1, 100);
+	uint64_t now = 10 * S;
+	ck_assert(allot__bucket_lease(&b, now, 16, &t));
+	ck_assert_uint_eq(atomic_load(&b.leased), 16);
+	ck_assert(take(now, 84, &t));
+	ck_assert(!take(now, 1, &t));
+	/* An hour later the bucket holds burst - leased, not the burst. */
+	now += 3600 * S;
+	ck_assert(!take(now, 85, &t));
+	ck_assert(take(now, 84, &t));
+	ck_assert(!take(now, 1, &t));
+	/* A lease that cannot be had writes nothing. */
+	uint64_t s0 = atomic_load(&b.state);
+	ck_assert(!allot__bucket_lease(&b, now, 16, &t));
+	ck_assert_uint_eq(atomic_load(&b.state), s0);
+	ck_assert_uint_eq(atomic_load(&b.leased), 16);
+	/* Closing it with 10 unspent: those 10 come back, no more. */
+	allot__bucket_unlease(&b, 16, 10, now);
+	ck_assert_uint_eq(atomic_load(&b.leased), 0);
+	ck_assert(take(now, 10, &t));
+	ck_assert(!take(now, 1, &t));
+	/* And a swap retires the slot the lease was taken under. */
+	ck_assert(take(now + 3600 * S, 50, &t));
+	ck_assert(allot__bucket_lease(&b, now + 3600 * S, 4, &t));
+	uint32_t ver = t.ver;
+	ck_assert(allot__bucket_lease_live(&b, ver));
+	allot__allowance a2 = {
+		.rate = 2, .burst = 100, .mode = ALLOT__MODE_LIMIT
+	};
+	allot__bucket_set(&b, &a2, now + 3600 * S);
+	ck_assert(!allot__bucket_lease_live(&b, ver));
+	allot__bucket_unlease(&b, 4, 4, now + 3600 * S);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&b, now + 3600 * S), 50.0, 1e-6);
+}
+END_TEST
+
 START_TEST(thirty_simultaneous)
 {
 	/* rate-limiting-between-services.txt: capacity 10, refill 5/s,
@@ -337,6 +380,7 @@ bucket_suite(void)
 	tcase_add_test(tc, open_and_closed);
 	tcase_add_test(tc, saturation);
 	tcase_add_test(tc, adjust_debt_and_refund);
+	tcase_add_test(tc, lease_inside_the_burst);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 60);
