@@ -116,6 +116,26 @@ struct allot__caller_slot {
 	size_t len;
 };
 
+/* Identities copied to lines of their own: one of up to 63 bytes is one
+ * line to compare, wherever the config allocated it. */
+static char *
+names_copy(const allot_config *c)
+{
+	size_t total = 64;
+	for (size_t i = 0; i < c->ncallers; i++)
+		total += (strlen(c->callers[i].identity) + 64) & ~(size_t) 63;
+	char *arena = aligned_alloc(64, total);
+	if (arena == NULL)
+		return NULL;
+	char *p = arena;
+	for (size_t i = 0; i < c->ncallers; i++) {
+		size_t len = strlen(c->callers[i].identity);
+		memcpy(p, c->callers[i].identity, len + 1);
+		p += (len + 64) & ~(size_t) 63;
+	}
+	return arena;
+}
+
 static int
 callers_index(allot_agent *a)
 {
@@ -124,11 +144,12 @@ callers_index(allot_agent *a)
 	size_t sz = sizeof(struct allot__caller_slot) * cap;
 	a->caller_mask = cap - 1;
 	a->caller_tab = aligned_alloc(64, sz);
-	if (a->caller_tab == NULL)
+	a->caller_names = names_copy(c);
+	if (a->caller_tab == NULL || a->caller_names == NULL)
 		return ALLOT_ENOMEM;
 	memset(a->caller_tab, 0, sz);
+	const char *id = a->caller_names;
 	for (size_t i = 0; i < c->ncallers; i++) {
-		const char *id = c->callers[i].identity;
 		size_t len = strlen(id);
 		uint64_t h = allot__hash(id, len, a->seed);
 		uint32_t p = (uint32_t) h & a->caller_mask;
@@ -141,10 +162,10 @@ callers_index(allot_agent *a)
 			dup |= e->hash == h && e->len == len &&
 			    memcmp(e->identity, id, len) == 0;
 		}
-		if (dup)
-			continue;
-		a->caller_tab[p] = (struct allot__caller_slot) { h,
-			&a->known_keys[i * a->nclasses], id, len };
+		if (!dup)
+			a->caller_tab[p] = (struct allot__caller_slot) { h,
+				&a->known_keys[i * a->nclasses], id, len };
+		id += (len + 64) & ~(size_t) 63;
 	}
 	return ALLOT_OK;
 }
@@ -413,6 +434,7 @@ allot_agent_destroy(allot_agent *a)
 	allot__idmap_fini(&a->ep_map);
 	free(a->ep_len);
 	free(a->caller_tab);
+	free(a->caller_names);
 	free(a->class_names);
 	free(a->quotas);
 	free(a->coordinator);

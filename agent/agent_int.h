@@ -22,7 +22,6 @@
 #include "bucket.h"
 #include "clock.h"
 #include "config.h"
-#include "config_index.h"
 #include "hash.h"
 #include "idmap.h"
 #include "log.h"
@@ -143,6 +142,7 @@ struct allot_agent {
 	 * their keys (one line per probe, agent.c), endpoint names to
 	 * class (idmap.h). */
 	struct allot__caller_slot *caller_tab;
+	char *caller_names; /* the identities, each from a line start */
 	uint32_t caller_mask;
 	allot__idmap ep_map;
 	size_t *ep_len; /* per endpoint class */
