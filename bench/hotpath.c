@@ -750,22 +750,21 @@ main(int argc, char **argv)
 	/* Every figure up to the ratios is a median of per-round samples. */
 	for (int f = 0; f < F_RATIO_RESOLVED_FLOOR; f++)
 		figs[f].value = bench_median(samples[f], o.rounds);
-	figs[F_RATIO_RESOLVED_FLOOR].value = figs[F_RESOLVED].value /
-	    figs[F_FLOOR].value;
-	figs[F_RATIO_LOOKUP_FLOOR].value = figs[F_LOOKUP].value /
-	    figs[F_FLOOR].value;
-	figs[F_RATIO_REDIS_RESOLVED].value = figs[F_REDIS].value /
-	    figs[F_RESOLVED].value;
-	figs[F_RATIO_10K_FLOOR].value = figs[F_RESOLVED_10K].value /
-	    figs[F_FLOOR].value;
-	figs[F_RATIO_LOOKUP10K_RESOLVED10K].value = figs[F_LOOKUP_10K].value /
-	    figs[F_RESOLVED_10K].value;
-	figs[F_RATIO_2T_SAME_FLOOR].value = figs[F_RESOLVED_2T_SAME].value /
-	    figs[F_FLOOR].value;
-	figs[F_RATIO_4T_SAME_FLOOR].value = figs[F_RESOLVED_4T_SAME].value /
-	    figs[F_FLOOR_4T_SAME].value;
-	figs[F_RATIO_DENY_FLOOR].value = figs[F_RESOLVED_DENY].value /
-	    figs[F_FLOOR_DENY].value;
+	/* Each ratio is of two medians of the same run. */
+	static const int ratio[][3] = {
+		{ F_RATIO_RESOLVED_FLOOR, F_RESOLVED, F_FLOOR },
+		{ F_RATIO_LOOKUP_FLOOR, F_LOOKUP, F_FLOOR },
+		{ F_RATIO_REDIS_RESOLVED, F_REDIS, F_RESOLVED },
+		{ F_RATIO_10K_FLOOR, F_RESOLVED_10K, F_FLOOR },
+		{ F_RATIO_LOOKUP10K_RESOLVED10K, F_LOOKUP_10K,
+		    F_RESOLVED_10K },
+		{ F_RATIO_2T_SAME_FLOOR, F_RESOLVED_2T_SAME, F_FLOOR },
+		{ F_RATIO_4T_SAME_FLOOR, F_RESOLVED_4T_SAME, F_FLOOR_4T_SAME },
+		{ F_RATIO_DENY_FLOOR, F_RESOLVED_DENY, F_FLOOR_DENY },
+	};
+	for (size_t i = 0; i < sizeof ratio / sizeof ratio[0]; i++)
+		figs[ratio[i][0]].value = figs[ratio[i][1]].value /
+		    figs[ratio[i][2]].value;
 
 	teardown(&w);
 	bench_cpu_mark(&cpu1);
