@@ -704,22 +704,20 @@ allot_key_cost(const allot_key *k)
 static inline void
 fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 {
-	const allot__rate *r = t->r;
-	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
-	double tpn = atomic_load_explicit(
-	    &r->tokens_per_ns, memory_order_relaxed);
+	double burst = t->burst;
+	/* As the slot's tokens_per_ns was computed: the same double. */
+	double tpn = t->rate / 1e9;
 	d->cost = cost;
 	d->retry_after_ns = t->wait_ns;
 	d->reset_ns = t->debt_ns;
 	d->limit = burst;
-	d->rate = atomic_load_explicit(&r->rate, memory_order_relaxed);
+	d->rate = t->rate;
 	double rem = burst - (double) t->debt_ns * tpn;
 	d->remaining = rem > 0 ? rem : 0;
 	/* A closed bucket (fallback: closed, or a zero grant) has nothing
 	 * to offer, whatever level it will resume from. */
 	if (allot__unlikely(!t->allowed && t->wait_ns != 0 &&
-	        atomic_load_explicit(&r->mode, memory_order_relaxed) ==
-	            ALLOT__MODE_CLOSED))
+	        t->mode == ALLOT__MODE_CLOSED))
 		d->remaining = 0;
 }
 
@@ -839,10 +837,6 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 static inline int
 acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 {
-	/* A cold bucket is three lines: ask for the slots now, so they
-	 * come in parallel with the state word instead of after it. */
-	__builtin_prefetch(&k->bucket->slot[0]);
-	__builtin_prefetch(&k->bucket->slot[1]);
 	if (cost == ALLOT_COST_DEFAULT)
 		cost = k->weight;
 	allot__tblock *b = allot__thread_block(a);

@@ -70,6 +70,30 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 	    &r->ver, ver & ~ALLOT__VER_RETIRED, memory_order_release);
 }
 
+/* Copy slot[ver & 1] into the state's line (the single writer, once the
+ * state has left the version the copy held: bucket.h). */
+static void
+hot_copy(allot__bucket *b, uint32_t ver)
+{
+	const allot__rate *r = &b->slot[ver & 1u];
+	atomic_store_explicit(&b->hot_interval_fp,
+	    atomic_load_explicit(&r->interval_fp, memory_order_relaxed),
+	    memory_order_relaxed);
+	atomic_store_explicit(&b->hot_tau_ns,
+	    atomic_load_explicit(&r->tau_ns, memory_order_relaxed),
+	    memory_order_relaxed);
+	atomic_store_explicit(&b->hot_rate,
+	    atomic_load_explicit(&r->rate, memory_order_relaxed),
+	    memory_order_relaxed);
+	atomic_store_explicit(&b->hot_burst,
+	    atomic_load_explicit(&r->burst, memory_order_relaxed),
+	    memory_order_relaxed);
+	atomic_store_explicit(&b->hot_mode,
+	    atomic_load_explicit(&r->mode, memory_order_relaxed),
+	    memory_order_relaxed);
+	atomic_store_explicit(&b->hot_ver, ver, memory_order_release);
+}
+
 void
 allot__bucket_init(allot__bucket *b, const allot__allowance *a)
 {
@@ -83,12 +107,14 @@ allot__bucket_init(allot__bucket *b, const allot__allowance *a)
 		atomic_init(&b->leased, 0);
 		atomic_init(&b->shadow, false);
 		atomic_init(&b->state, 1); /* z = 0, version 1 */
+		hot_copy(b, 1);
 		return;
 	}
 	atomic_init(&b->cur, 0);
 	atomic_init(&b->leased, 0);
 	atomic_init(&b->shadow, false);
 	atomic_init(&b->state, 0); /* z = 0: full */
+	hot_copy(b, 0);
 }
 
 /* Debt in tokens under slot `r` at `now` for state word `s`. */
@@ -173,6 +199,9 @@ allot__bucket_set(allot__bucket *b, const allot__allowance *a, uint64_t now)
 	    memory_order_release);
 	s = atomic_load_explicit(&b->state, memory_order_acquire);
 	allot__bucket_upgrade(b, s, now);
+	/* The state is at `next` now: no decision that reads the copy of
+	 * `cur` can stand any more. */
+	hot_copy(b, next);
 }
 
 /* Whether `n` tokens are there for a lease at `now`, read-only: a bucket

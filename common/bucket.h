@@ -88,15 +88,31 @@ typedef struct allot__rate {
 	_Atomic uint32_t ver; /* version stored here, | VER_RETIRED */
 } allot__rate;
 
-/* Three lines: the written one (state, and the lease reservations that
- * bound it), then one per slot, read-mostly. */
+/*
+ * Three lines: the one a decision reads (the state, the lease
+ * reservations that bound it and a copy of what a decision needs of the
+ * slot in force), then one per slot. The copy is rewritten by the
+ * single writer only after the state has left the version it held, so it
+ * is validated exactly as the slots are (by the CAS, or by the re-read of
+ * the state); `hot_ver` is stored last, so a reader that finds its
+ * version there reads a complete copy. Until then decisions read the
+ * slot.
+ */
 typedef struct allot__bucket {
 	_Alignas(64) _Atomic uint64_t state; /* z << VBITS | version */
 	_Atomic uint32_t cur; /* version in force (full counter) */
-	_Atomic bool shadow; /* evaluate, count, never deny */
+	_Atomic uint32_t hot_ver; /* version the copy holds (full counter) */
 	_Atomic uint64_t leased; /* tokens reserved by open leases */
+	_Atomic uint64_t hot_interval_fp; /* of slot[hot_ver & 1] */
+	_Atomic uint64_t hot_tau_ns;
+	_Atomic double hot_rate;
+	_Atomic double hot_burst;
+	_Atomic uint32_t hot_mode;
+	_Atomic bool shadow; /* evaluate, count, never deny */
 	allot__rate slot[2]; /* slot[v & 1] holds version v */
 } allot__bucket;
+_Static_assert(__builtin_offsetof(allot__bucket, slot) == 64,
+    "a decision reads the bucket's first line only");
 
 /* What one take decided. */
 typedef struct allot__take {
@@ -105,7 +121,9 @@ typedef struct allot__take {
 	bool contended; /* a CAS lost to another thread on the way */
 	uint64_t debt_ns; /* z - now after the decision: time until full */
 	uint64_t wait_ns; /* denied: time until `cost` tokens exist */
-	const allot__rate *r;
+	const allot__rate *r; /* the slot decided under */
+	double rate, burst; /* its allowance */
+	uint32_t mode; /* its allot__mode */
 	uint32_t ver; /* the version decided under (full counter) */
 } allot__take;
 
@@ -171,13 +189,35 @@ allot__bucket_take_own(allot__bucket *b, uint64_t now, uint64_t cost,
 		}
 		const allot__rate *r = &b->slot[v & 1u];
 		/* Acquire loads (plain moves on x86): the state re-read
-		 * below cannot be hoisted above them. */
-		uint64_t iv = atomic_load_explicit(
-		    &r->interval_fp, memory_order_acquire);
-		uint64_t tau = atomic_load_explicit(
-		    &r->tau_ns, memory_order_acquire);
-		uint32_t mode = atomic_load_explicit(
-		    &r->mode, memory_order_acquire);
+		 * below cannot be hoisted above them. The copy in the
+		 * state's line when it holds this version, else the slot. */
+		uint64_t iv, tau;
+		uint32_t mode;
+		if (allot__likely(atomic_load_explicit(&b->hot_ver,
+		                      memory_order_acquire) == cur)) {
+			iv = atomic_load_explicit(
+			    &b->hot_interval_fp, memory_order_acquire);
+			tau = atomic_load_explicit(
+			    &b->hot_tau_ns, memory_order_acquire);
+			mode = atomic_load_explicit(
+			    &b->hot_mode, memory_order_acquire);
+			out->rate = atomic_load_explicit(
+			    &b->hot_rate, memory_order_acquire);
+			out->burst = atomic_load_explicit(
+			    &b->hot_burst, memory_order_acquire);
+		} else {
+			iv = atomic_load_explicit(
+			    &r->interval_fp, memory_order_acquire);
+			tau = atomic_load_explicit(
+			    &r->tau_ns, memory_order_acquire);
+			mode = atomic_load_explicit(
+			    &r->mode, memory_order_acquire);
+			out->rate = atomic_load_explicit(
+			    &r->rate, memory_order_acquire);
+			out->burst = atomic_load_explicit(
+			    &r->burst, memory_order_acquire);
+		}
+		out->mode = mode;
 		uint64_t held = atomic_load_explicit(
 		    &b->leased, memory_order_relaxed);
 		uint64_t z = s >> ALLOT__VBITS;
