@@ -4,7 +4,9 @@
  * path. Everything allocated here is allocated at create; the per-request
  * path (allot_acquire) reads the key, reads the clock, runs the bucket
  * (bucket.h) and adds to two counters in the calling thread's own block
- * (thread.c), with no locked instruction.
+ * (thread.c), with no locked instruction. A key contended by several
+ * threads is served from per-thread token leases instead (bucket.h), so
+ * its bucket's line is written once per batch, not per decision.
  * Keys of unknown identities come from a bounded pool; when it is full
  * they share one overflow key per endpoint class, and idle unpinned keys
  * are evicted to make room.
@@ -102,31 +104,35 @@ endpoints_index(allot_agent *a)
 /*
  * Configured identities to their keys: the hot form of the config index
  * (config_index.h numbers callers the same way). One slot holds the full
- * hash, the identity and the caller's first key, so a lookup of a cold
- * caller costs the slot's line, then its key's line and its identity's
- * bytes in parallel: the identity is only compared on a hash match, and
- * the key does not wait for the comparison. At most half full; built
- * once, then only read.
+ * hash, the identity, the caller's first key and its bucket, so a lookup
+ * of a cold caller costs the slot's line, then the identity, the key, the
+ * bucket and the thread's counters all at once: the identity is only
+ * compared on a hash match, and nothing waits for the comparison. At most
+ * half full; built once, then only read.
  */
 struct allot__caller_slot {
 	uint64_t hash;
 	allot_key *keys; /* ncallers * nclasses: this caller's first; NULL:
 	                    empty */
-	const char *identity;
-	size_t len;
+	const char *identity; /* NUL-terminated, on a line of its own */
+	allot__bucket *bucket; /* the caller's */
 };
 
 /* Identities copied to lines of their own: one of up to 63 bytes is one
- * line to compare, wherever the config allocated it. */
+ * line to compare, wherever the config allocated it. Zeroed, and with
+ * ALLOT_IDENTITY_MAX bytes to spare at the end, so that comparing any
+ * identity the caller may pass reads inside the copy. */
 static char *
 names_copy(const allot_config *c)
 {
-	size_t total = 64;
+	size_t total = 64 + ALLOT_IDENTITY_MAX + 1;
 	for (size_t i = 0; i < c->ncallers; i++)
 		total += (strlen(c->callers[i].identity) + 64) & ~(size_t) 63;
+	total = (total + 63) & ~(size_t) 63;
 	char *arena = aligned_alloc(64, total);
 	if (arena == NULL)
 		return NULL;
+	memset(arena, 0, total);
 	char *p = arena;
 	for (size_t i = 0; i < c->ncallers; i++) {
 		size_t len = strlen(c->callers[i].identity);
@@ -159,12 +165,12 @@ callers_index(allot_agent *a)
 			const struct allot__caller_slot *e = &a->caller_tab[p];
 			/* The loader rejects duplicates; should one get
 			 * through, the first stands. */
-			dup |= e->hash == h && e->len == len &&
-			    memcmp(e->identity, id, len) == 0;
+			dup |= e->hash == h && strcmp(e->identity, id) == 0;
 		}
 		if (!dup)
 			a->caller_tab[p] = (struct allot__caller_slot) { h,
-				&a->known_keys[i * a->nclasses], id, len };
+				&a->known_keys[i * a->nclasses], id,
+				&a->quotas[i].bucket };
 		id += (len + 64) & ~(size_t) 63;
 	}
 	return ALLOT_OK;
@@ -181,9 +187,19 @@ find_caller(
 			return NULL;
 		if (e->hash != h)
 			continue;
+		/* Everything the decision will read, asked for now: the
+		 * key, the bucket and this thread's counters come while the
+		 * identity is compared, not one after the other. Known keys
+		 * are numbered caller by caller, class by class. */
 		allot_key *k = e->keys + cls;
 		__builtin_prefetch(k);
-		if (e->len == len && memcmp(e->identity, id, len) == 0)
+		__builtin_prefetch(e->bucket, 1);
+		if (allot__likely(allot__tl.gen == a->gen))
+			__builtin_prefetch(
+			    &allot__tl.b->c[(e->keys - a->known_keys) + cls],
+			    1);
+		if (memcmp(e->identity, id, len) == 0 &&
+		    e->identity[len] == '\0')
 			return k;
 	}
 }
