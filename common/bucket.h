@@ -68,14 +68,13 @@ typedef enum allot__mode {
 	ALLOT__MODE_CLOSED = 2, /* deny everything (fallback: closed) */
 } allot__mode;
 
-/* One allowance version. Fields are atomics because the writer may
- * rewrite an idle slot while a slow reader still looks at it (the reader
- * then retries, see above). */
 /* A slot's `ver` once a newer version is in force: leases taken under
  * it are no longer spent. Versions are stored modulo 2^31. */
 #define ALLOT__VER_RETIRED (1u << 31)
 
-/* Exactly one cache line: a decision reads one slot line, whichever. */
+/* One allowance version, on one cache line. Fields are atomics because
+ * the writer may rewrite an idle slot while a slow reader still looks at
+ * it (the reader then retries, see above). */
 typedef struct allot__rate {
 	_Alignas(64) _Atomic uint64_t interval_fp; /* ns per token, 48.16 */
 	_Atomic uint64_t tau_ns; /* burst * interval, <= TAU_MAX */
