@@ -139,7 +139,7 @@ typedef struct allot_agent_options {
 	 *  (default 300000 ms). 0 disables eviction. */
 	uint32_t idle_evict_ms;
 	/** Threads that count in a block of their own (default 64): a
-	 *  thread's first acquire allocates nkeys * 40 bytes for it, reused
+	 *  thread's first acquire allocates nkeys * 64 bytes for it, reused
 	 *  by a later thread once it exits. Beyond this many live threads
 	 *  the rest share one block and count with atomic instructions. */
 	uint32_t max_threads;
