@@ -102,6 +102,7 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	double level = allot__bucket_level(k->bucket, allot__agent_now(a));
 	double u = al.burst > 0 ? 1.0 - level / al.burst : 0.0;
 	out->utilization = u < 0 ? 0 : u;
+	allot__sync_key_state(a, (uint32_t) (k->quota - a->quotas), out);
 }
 
 int

@@ -25,12 +25,20 @@
  * state is touched by the loop thread alone. Destroy wakes the loop,
  * which cancels any exchange in flight, sends a graceful Leave (bounded
  * to 300 ms), closes its handles and exits; uv_loop_close() must succeed.
+ *
+ * Certificate rotation (allot_agent_reload_tls(), tls_reload.h) is done
+ * on the loop thread too: it replaces every member's signer at once and
+ * gives each a new dialer, started when its connection drops (a pipe
+ * event wakes the loop then). After every exchange and lease check the
+ * loop publishes each key's lease, fallback state and allowance for
+ * allot_key_stats (atomics: readers on other threads never wait).
  */
 #include "sync_int.h"
 #include "sign.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -40,6 +48,7 @@
 #include "dial.h"
 #include "exchange.h"
 #include "rendezvous.h"
+#include "tls_reload.h"
 
 /* Consecutive failed exchanges (timeouts, transport errors) after which
  * a cluster member is taken as down and its keys re-routed; a single
@@ -59,6 +68,7 @@ struct member {
 	 * dropped (a killed process) fails its exchange at once rather
 	 * than at its timeout. */
 	allot__exchange x;
+	allot__tlsdial td; /* its dialers, for certificate rotation */
 	uint32_t fails; /* consecutive failed exchanges */
 	_Atomic bool down; /* read by allot_sync_stats_get() */
 };
@@ -78,6 +88,19 @@ struct allot__sync {
 	uint64_t *keyhash; /* nquotas: rendezvous identity of each key */
 	_Atomic uint32_t down_pub;
 	_Atomic uint64_t reroutes;
+
+	/* Certificate rotation: asked from other threads, the automatic
+	 * check's timer, and the pipe events' wake-up while a new dialer
+	 * waits (link_wakers counts those in progress, for the close). */
+	allot__tlsreq rl;
+	uv_timer_t tls_timer;
+	bool tls_timer_init;
+	allot__tlsfiles tls_seen;
+	_Atomic bool swap_pending;
+	_Atomic bool link_wake_off;
+	_Atomic int link_wakers;
+
+	struct keypub *pub; /* nquotas: each key's state, for stats */
 };
 
 static uint64_t
@@ -185,6 +208,239 @@ member_health(struct member *mb, bool ok)
 		    mb->m.name, mb->m.url, mb->fails);
 	}
 	reroute(s);
+}
+
+/* ---- certificate rotation ---- */
+
+/* The loop thread's own agent, so that a reload asked from a log handler
+ * runs at once instead of waiting for itself. */
+static _Thread_local const struct allot__sync *loop_of;
+
+/* A member's connection count changed (on an nng thread): wake the loop
+ * if a new dialer waits for the connection to drop. */
+static void
+link_changed(void *ctx)
+{
+	struct allot__sync *s = ctx;
+	atomic_fetch_add(&s->link_wakers, 1);
+	if (!atomic_load(&s->link_wake_off) && atomic_load(&s->swap_pending))
+		uv_async_send(&s->wake);
+	atomic_fetch_sub(&s->link_wakers, 1);
+}
+
+/* Before the wake-up handle closes: no pipe event may use it any more. */
+static void
+link_wake_off(struct allot__sync *s)
+{
+	atomic_store(&s->link_wake_off, true);
+	while (atomic_load(&s->link_wakers) > 0)
+		sched_yield();
+}
+
+/* Start the new dialers of the members whose connection is gone. */
+static void
+swap_dialers(struct allot__sync *s)
+{
+	if (!atomic_load(&s->swap_pending))
+		return;
+	bool waiting = false;
+	for (size_t i = 0; i < s->n; i++) {
+		struct member *mb = &s->m[i];
+		if (allot__tlsdial_swap(&mb->td, &mb->x.link))
+			allot__log(&s->a->log, ALLOT_LOG_NOTICE,
+			    "ALLOT-TLS-SWAP",
+			    "connecting to %s with the new certificate",
+			    mb->m.url);
+		waiting |= nng_dialer_id(mb->td.next) > 0;
+	}
+	atomic_store(&s->swap_pending, waiting);
+}
+
+/* New signers and unstarted dialers for every tls+tcp:// member, from
+ * the files read now, into `sg` and `d` (n each). */
+static int
+reload_prepare(struct allot__sync *s, allot__signer **sg, nng_dialer *d,
+    char *err, size_t errlen)
+{
+	const allot_agent_options *o = &s->a->opts;
+	size_t ntls = 0;
+	for (size_t i = 0; i < s->n; i++)
+		ntls += strncmp(s->m[i].m.url, "tls+tcp", 7) == 0;
+	if (ntls == 0) {
+		snprintf(err, errlen, "no tls+tcp:// coordinator");
+		return ALLOT_ESTATE;
+	}
+	nng_tls_config *cfg;
+	int rc = allot__tls_load(o, &cfg, err, errlen);
+	if (rc != ALLOT_OK)
+		return rc;
+	for (size_t i = 0; rc == ALLOT_OK && i < s->n; i++) {
+		struct member *mb = &s->m[i];
+		if (strncmp(mb->m.url, "tls+tcp", 7) != 0)
+			continue;
+		if (o->tls_cert_key_file != NULL &&
+		    (rc = allot__signer_new(o->tls_cert_key_file, mb->m.url,
+		         err, errlen, &sg[i])) != ALLOT_OK) {
+			rc = rc == ALLOT_EINVAL ? ALLOT_ECONFIG : rc;
+			break;
+		}
+		int rv = allot__dialer_new(
+		    mb->x.sock, mb->m.url, cfg, false, &d[i]);
+		if (rv != 0) {
+			snprintf(err, errlen, "%s: %s", mb->m.url,
+			    nng_strerror(rv));
+			rc = rv == NNG_ENOMEM ? ALLOT_ENOMEM : ALLOT_EIO;
+		}
+	}
+	nng_tls_config_free(cfg); /* the dialers hold their own */
+	return rc;
+}
+
+/* allot_agent_reload_tls() on the loop thread: all or nothing. */
+static int
+reload(struct allot__sync *s)
+{
+	allot_agent *a = s->a;
+	char err[512] = "out of memory";
+	allot__signer **sg = calloc(s->n, sizeof *sg);
+	nng_dialer *d = calloc(s->n, sizeof *d);
+	int rc = sg == NULL || d == NULL ?
+	    ALLOT_ENOMEM :
+	    reload_prepare(s, sg, d, err, sizeof err);
+	for (size_t i = 0; sg != NULL && d != NULL && i < s->n; i++) {
+		struct member *mb = &s->m[i];
+		if (rc != ALLOT_OK) {
+			allot__signer_free(sg[i]);
+			if (nng_dialer_id(d[i]) > 0)
+				nng_dialer_close(d[i]);
+			continue;
+		}
+		if (sg[i] != NULL) {
+			allot__signer_free(mb->core.signer);
+			mb->core.signer = sg[i];
+		}
+		if (nng_dialer_id(d[i]) > 0)
+			allot__tlsdial_set_next(&mb->td, d[i]);
+	}
+	free(sg);
+	free(d);
+	if (rc != ALLOT_OK) {
+		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-TLS-RELOAD",
+		    "certificates not reloaded, the current ones stay in "
+		    "use: %s",
+		    err);
+		return rc;
+	}
+	allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-TLS-RELOAD",
+	    "reloaded %s and %s: Registers are signed with the new key, "
+	    "and the next connection presents the new certificate; the "
+	    "session continues",
+	    a->opts.tls_ca_file,
+	    a->opts.tls_cert_key_file != NULL ? a->opts.tls_cert_key_file :
+	                                        "no certificate");
+	atomic_store(&s->swap_pending, true);
+	swap_dialers(s);
+	return ALLOT_OK;
+}
+
+/* The automatic mode: reload when the files' metadata changed (a file
+ * caught half written fails to load and is retried at its next change). */
+static void
+on_tls_check(uv_timer_t *t)
+{
+	struct allot__sync *s = t->data;
+	allot__tlsfiles f = allot__tls_files_look(&s->a->opts);
+	if (f.h == s->tls_seen.h)
+		return;
+	s->tls_seen = f;
+	(void) reload(s);
+}
+
+static void
+tls_check_start(struct allot__sync *s)
+{
+	uint32_t ms = s->a->opts.tls_reload_check_ms;
+	loop_of = s;
+	if (ms == 0 || s->a->opts.tls_ca_file == NULL)
+		return;
+	uv_timer_init(&s->loop, &s->tls_timer);
+	s->tls_timer.data = s;
+	s->tls_timer_init = true;
+	uv_timer_start(&s->tls_timer, on_tls_check, ms, ms);
+}
+
+int
+allot_agent_reload_tls(allot_agent *a)
+{
+	if (a == NULL)
+		return ALLOT_EINVAL;
+	struct allot__sync *s = a->sync;
+	if (s == NULL || a->opts.tls_ca_file == NULL)
+		return ALLOT_ESTATE;
+	if (loop_of == s)
+		return reload(s);
+	return allot__tlsreq_ask(&s->rl, wake_loop, &s->wake);
+}
+
+/* ---- each key's state, for allot_key_stats ---- */
+
+struct keypub {
+	_Atomic bool in_fallback;
+	_Atomic int64_t lease_until_ms; /* the agent's clock; 0: none */
+	_Atomic double rate;
+	_Atomic double burst;
+};
+
+/* Publish every key's state from the session that owns it (loop thread;
+ * O(keys x members), next to the exchange it follows). */
+static void
+publish(struct allot__sync *s)
+{
+	allot_agent *a = s->a;
+	for (uint32_t k = 0; k < a->nquotas; k++) {
+		const struct member *mb = &s->m[0];
+		for (size_t i = 1; i < s->n; i++)
+			if (s->m[i].mine[k])
+				mb = &s->m[i];
+		const allot__syncc *c = &mb->core;
+		const allot__qsync *q = &c->q[k];
+		bool fb = mb->mine != NULL ? q->key_fallback :
+		                             atomic_load(&c->in_fallback);
+		uint64_t until = mb->mine != NULL ? q->lease_until_ns :
+		                                    c->lease_until_ns;
+		struct keypub *p = &s->pub[k];
+		atomic_store_explicit(
+		    &p->in_fallback, fb, memory_order_relaxed);
+		atomic_store_explicit(&p->lease_until_ms,
+		    (int64_t) (until / 1000000u), memory_order_relaxed);
+		if (!q->has_share)
+			continue; /* a moved key: its last grant stands */
+		atomic_store_explicit(
+		    &p->rate, q->share_rate, memory_order_relaxed);
+		atomic_store_explicit(
+		    &p->burst, q->share_burst, memory_order_relaxed);
+	}
+}
+
+void
+allot__sync_key_state(
+    allot_agent *a, uint32_t quota, allot_key_stats *ret)
+{
+	struct allot__sync *s = a->sync;
+	if (s == NULL || quota >= a->nquotas)
+		return;
+	const struct keypub *p = &s->pub[quota];
+	ret->in_fallback =
+	    atomic_load_explicit(&p->in_fallback, memory_order_relaxed);
+	int64_t until =
+	    atomic_load_explicit(&p->lease_until_ms, memory_order_relaxed);
+	ret->lease_remaining_ms = until == 0 ?
+	    0 :
+	    until - (int64_t) (allot__agent_now(a) / 1000000u);
+	ret->granted_rate =
+	    atomic_load_explicit(&p->rate, memory_order_relaxed);
+	ret->granted_burst =
+	    atomic_load_explicit(&p->burst, memory_order_relaxed);
 }
 
 /* ---- the loop ---- */
@@ -298,8 +554,12 @@ on_wake(uv_async_t *h)
 		uv_stop(&s->loop);
 		return;
 	}
+	if (allot__tlsreq_pending(&s->rl))
+		allot__tlsreq_answer(&s->rl, reload(s));
 	for (size_t i = 0; i < s->n; i++)
 		complete(&s->m[i]);
+	swap_dialers(s);
+	publish(s);
 }
 
 static void
@@ -307,6 +567,7 @@ on_timer(uv_timer_t *t)
 {
 	struct member *mb = t->data;
 	allot__syncc_check_lease(&mb->core, now_ns(mb->s->a));
+	publish(mb->s);
 	if (allot__exchange_busy(&mb->x)) {
 		if (mb->mine == NULL)
 			return;
@@ -345,7 +606,11 @@ thread_main(void *arg)
 	struct allot__sync *s = arg;
 	for (size_t i = 0; i < s->n; i++)
 		schedule(&s->m[i], 0);
+	tls_check_start(s);
 	uv_run(&s->loop, UV_RUN_DEFAULT);
+	link_wake_off(s);
+	if (s->tls_timer_init)
+		uv_close((uv_handle_t *) &s->tls_timer, close_cb);
 	/* Stopping: cancel the exchanges in flight, then leave. */
 	for (size_t i = 0; i < s->n; i++) {
 		struct member *mb = &s->m[i];
@@ -362,6 +627,7 @@ sync_free(struct allot__sync *s)
 {
 	for (size_t i = 0; i < s->n; i++) {
 		struct member *mb = &s->m[i];
+		allot__tlsdial_fini(&mb->td);
 		allot__exchange_close(&mb->x);
 		allot__syncc_fini(&mb->core);
 		allot__signer_free(mb->core.signer);
@@ -371,13 +637,15 @@ sync_free(struct allot__sync *s)
 	free(s->hashes);
 	free(s->live);
 	free(s->keyhash);
+	free(s->pub);
+	allot__tlsreq_fini(&s->rl);
 	free(s);
 }
 
 /* Dial `url` (dial.h) with this replica's TLS files; plain TCP is
  * logged as fit for local use only. */
 static int
-dial(allot_agent *a, nng_socket sock, const char *url)
+dial(allot_agent *a, nng_socket sock, const char *url, nng_dialer *ret)
 {
 	if (strncmp(url, "tcp://", 6) == 0)
 		allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-SYNC-PLAIN",
@@ -385,8 +653,8 @@ dial(allot_agent *a, nng_socket sock, const char *url)
 		    "use tls+tcp:// across hosts",
 		    url);
 	const allot_agent_options *o = &a->opts;
-	return allot__dial(sock, url, o->tls_ca_file, o->tls_cert_key_file,
-	    o->tls_server_name);
+	return allot__dial_keep(sock, url, o->tls_ca_file,
+	    o->tls_cert_key_file, o->tls_server_name, ret);
 }
 
 /* Over mutual TLS, prove in every Register that this replica holds its
@@ -430,13 +698,15 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 		.reconnect_max_ms = cluster ? member_retry_ms(a) :
 		                              a->opts.reconnect_max_ms,
 		.recv_max = 4u << 20,
-		.watch_link = cluster,
+		.watch_link = true, /* rotation swaps dialers on a drop */
 		.wake = wake_loop,
 		.wake_ctx = &s->wake,
 	};
 	if (allot__exchange_open(&mb->x, &xo) != 0)
 		return ALLOT_ENOMEM;
-	int rv = dial(a, mb->x.sock, mb->m.url);
+	mb->x.link.on_change = link_changed;
+	mb->x.link.on_change_ctx = s;
+	int rv = dial(a, mb->x.sock, mb->m.url, &mb->td.cur);
 	if (rv != 0) {
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
 		    "cannot use coordinator address \"%s\": %s", mb->m.url,
@@ -454,6 +724,7 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 		return ALLOT_ENOMEM;
 	s->a = a;
 	s->in = *in;
+	allot__tlsreq_init(&s->rl);
 	/* Several comma-separated addresses are a cluster: NAME=URL
 	 * entries named as in allotd's --member (a bare URL is named by
 	 * itself). One address is the single-coordinator path. */
@@ -474,8 +745,9 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	s->live = calloc((size_t) n, sizeof *s->live);
 	s->keyhash = calloc(
 	    a->nquotas > 0 ? a->nquotas : 1, sizeof *s->keyhash);
+	s->pub = calloc(a->nquotas > 0 ? a->nquotas : 1, sizeof *s->pub);
 	if (s->m == NULL || s->hashes == NULL || s->live == NULL ||
-	    s->keyhash == NULL) {
+	    s->keyhash == NULL || s->pub == NULL) {
 		sync_free(s);
 		return ALLOT_ENOMEM;
 	}
@@ -507,6 +779,7 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	}
 	uv_async_init(&s->loop, &s->wake, on_wake);
 	s->wake.data = s;
+	s->tls_seen = allot__tls_files_look(&a->opts);
 	a->sync = s;
 	if (uv_thread_create(&s->thread, thread_main, s) != 0) {
 		for (size_t i = 0; i < s->n; i++)

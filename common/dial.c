@@ -7,15 +7,10 @@
 #include <nng/supplemental/tls/tls.h>
 
 int
-allot__dial(nng_socket sock, const char *url, const char *ca_file,
-    const char *cert_key_file, const char *server_name)
+allot__tls_client_config(const char *ca_file, const char *cert_key_file,
+    const char *server_name, nng_tls_config **ret)
 {
-	if (strncmp(url, "tls+tcp", 7) != 0)
-		return nng_dial(sock, url, NULL, NNG_FLAG_NONBLOCK);
-	if (ca_file == NULL)
-		return NNG_EINVAL;
 	nng_tls_config *cfg;
-	nng_dialer d;
 	int rv;
 	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) != 0)
 		return rv;
@@ -26,15 +21,59 @@ allot__dial(nng_socket sock, const char *url, const char *ca_file,
 	    (server_name != NULL &&
 	        (rv = nng_tls_config_server_name(cfg, server_name)) != 0) ||
 	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
-	        0 ||
-	    (rv = nng_dialer_create(&d, sock, url)) != 0 ||
-	    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
-	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+	        0) {
 		nng_tls_config_free(cfg);
 		return rv;
 	}
-	nng_tls_config_free(cfg); /* the dialer holds its own reference */
+	*ret = cfg;
 	return 0;
+}
+
+int
+allot__dialer_new(nng_socket sock, const char *url, nng_tls_config *cfg,
+    bool start, nng_dialer *ret)
+{
+	nng_dialer d;
+	int rv;
+	if ((rv = nng_dialer_create(&d, sock, url)) != 0)
+		return rv;
+	if ((cfg != NULL &&
+	        (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0) ||
+	    (start && (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0)) {
+		nng_dialer_close(d);
+		return rv;
+	}
+	*ret = d;
+	return 0;
+}
+
+int
+allot__dial_keep(nng_socket sock, const char *url, const char *ca_file,
+    const char *cert_key_file, const char *server_name, nng_dialer *ret)
+{
+	nng_dialer d;
+	if (ret == NULL)
+		ret = &d;
+	if (strncmp(url, "tls+tcp", 7) != 0)
+		return nng_dial(sock, url, ret, NNG_FLAG_NONBLOCK);
+	if (ca_file == NULL)
+		return NNG_EINVAL;
+	nng_tls_config *cfg;
+	int rv = allot__tls_client_config(
+	    ca_file, cert_key_file, server_name, &cfg);
+	if (rv != 0)
+		return rv;
+	rv = allot__dialer_new(sock, url, cfg, true, ret);
+	nng_tls_config_free(cfg); /* the dialer holds its own reference */
+	return rv;
+}
+
+int
+allot__dial(nng_socket sock, const char *url, const char *ca_file,
+    const char *cert_key_file, const char *server_name)
+{
+	return allot__dial_keep(
+	    sock, url, ca_file, cert_key_file, server_name, NULL);
 }
 
 static void
@@ -48,6 +87,8 @@ link_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 	} else if (ev == NNG_PIPE_EV_REM_POST) {
 		atomic_fetch_sub(&l->pipes, 1);
 	}
+	if (l->on_change != NULL)
+		l->on_change(l->on_change_ctx);
 }
 
 int

@@ -180,6 +180,13 @@ typedef struct allot_agent_options {
 	 *  bounds in ms (defaults 3 * T, T, 5000). */
 	uint32_t reconnect_min_ms;
 	uint32_t reconnect_max_ms;
+	/** Certificate rotation (allot_agent_reload_tls()) done by the
+	 *  agent itself: every this many ms the sync thread looks whether
+	 *  tls_ca_file or tls_cert_key_file changed (inode, size, times)
+	 *  and reloads them if so, for short-lived certificates such as
+	 *  SPIFFE X509-SVIDs. Default 0: off (call allot_agent_reload_tls()
+	 *  when the files change instead). */
+	uint32_t tls_reload_check_ms;
 } allot_agent_options;
 
 /** Fill `opts` with the documented defaults. */
@@ -289,6 +296,16 @@ typedef struct allot_key_stats {
 	double limit; /**< the bucket's current local burst */
 	double utilization; /**< 1 - level / burst, now: the fraction of
 	                         the bucket drained (the leading signal) */
+	/* The coordinator's view of the key's quota (all zero when
+	 * local-only), published by the sync thread after each exchange
+	 * and lease check: the fields may come from neighbouring rounds. */
+	bool in_fallback; /**< its lease ran out: on its fallback */
+	int64_t lease_remaining_ms; /**< until the allowance's lease ends;
+	                                 negative once expired, 0 before the
+	                                 first grant */
+	double granted_rate; /**< the coordinator's last allowance
+	                          (tokens/s), kept through a fallback */
+	double granted_burst; /**< its burst */
 } allot_key_stats;
 
 /**
@@ -302,6 +319,24 @@ ALLOT_API int allot_stats(
 /** Counters of one key. */
 ALLOT_API int allot_key_stats_get(
     allot_agent *agent, const allot_key *key, allot_key_stats *ret);
+
+/**
+ * Certificate rotation: re-read `tls_ca_file` and `tls_cert_key_file`
+ * (the paths given at creation) and use them from now on, without
+ * dropping the session. Callable from any thread; it waits for the sync
+ * thread to do it (so not from a log handler). On success the next
+ * Register's identity proof is signed with the new key at once, and the
+ * next connection to each coordinator presents the new certificate: nng
+ * cannot change the certificate of a live dialer, so a new one is made
+ * and started when the current connection drops; the connection in
+ * progress (its handshake already made) and the session carry on.
+ * @return ALLOT_OK; ALLOT_EIO when a file cannot be read; ALLOT_ECONFIG
+ *         when its contents are not a usable CA, certificate or key (the
+ *         key does not match the certificate); ALLOT_ENOMEM; ALLOT_ESTATE
+ *         for an agent with no tls+tcp:// coordinator. On any error
+ *         nothing changes: the agent keeps the certificate it had.
+ */
+ALLOT_API int allot_agent_reload_tls(allot_agent *agent);
 
 /** State of the coordinator sync loop (all zero when local-only). */
 typedef struct allot_sync_stats {
