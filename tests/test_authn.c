@@ -11,6 +11,8 @@
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,8 @@ path(char *buf, size_t len, const char *name)
 	snprintf(buf, len, "%s/%s", dir, name);
 }
 
+static void start_allotd(const char *dbname);
+
 static void
 setup(void)
 {
@@ -67,13 +71,21 @@ setup(void)
 	    "certificates: %s", out ? out : "(failed)");
 	free(out);
 	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
+	http_port = pc_free_port();
+	start_allotd("a.db");
+}
+
+/* allotd on `url`, storing into `dbname` (a new one forgets every
+ * session, as a restart without its store would). */
+static void
+start_allotd(const char *dbname)
+{
 	char cfg[128], db[128], cert[128], ca[128], log[128], http[32];
 	path(cfg, sizeof cfg, "q.yaml");
-	path(db, sizeof db, "a.db");
+	path(db, sizeof db, dbname);
 	path(cert, sizeof cert, "allotd.pem");
 	path(ca, sizeof ca, "ca1/ca.pem");
 	path(log, sizeof log, "allotd.log");
-	http_port = pc_free_port();
 	snprintf(http, sizeof http, "127.0.0.1:%d", http_port);
 	const char *args[] = { "--config", cfg, "--db", db, "--listen", url,
 		"--http", http, "--tls-cert", cert, "--tls-ca", ca,
@@ -528,6 +540,201 @@ START_TEST(service_map)
 }
 END_TEST
 
+/* Certificate rotation (allot_agent_reload_tls()): log lines seen, and a
+ * steady load that must never be refused. */
+struct rot {
+	pthread_mutex_t mu;
+	char ids[4096];
+	allot_agent *a;
+	_Atomic bool stop;
+	_Atomic uint64_t allowed, denied;
+};
+
+static void
+rot_log(void *ctx, int level, const char *id, const char *msg)
+{
+	(void) level;
+	(void) msg;
+	struct rot *r = ctx;
+	pthread_mutex_lock(&r->mu);
+	size_t n = strlen(r->ids);
+	if (n + strlen(id) + 2 < sizeof r->ids)
+		snprintf(r->ids + n, sizeof r->ids - n, "%s ", id);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static int
+rot_seen(struct rot *r, const char *id)
+{
+	pthread_mutex_lock(&r->mu);
+	int n = 0;
+	for (const char *p = r->ids; (p = strstr(p, id)) != NULL; p++)
+		n += p[strlen(id)] == ' ';
+	pthread_mutex_unlock(&r->mu);
+	return n;
+}
+
+/* 40 requests a second against a quota of 100. */
+static void *
+rot_load(void *arg)
+{
+	struct rot *r = arg;
+	while (!atomic_load(&r->stop)) {
+		allot_decision dec;
+		ck_assert_int_eq(allot_acquire_id(r->a, "svc", "x", 1, &dec),
+		    ALLOT_OK);
+		atomic_fetch_add(dec.allowed ? &r->allowed : &r->denied, 1);
+		pc_sleep_ms(25);
+	}
+	return NULL;
+}
+
+/* Put `from` (a PEM under dir) in place of the agent's rot.pem, as a
+ * rotation does: a new file renamed over the old one. */
+static void
+rot_install(const char *from)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && cp %s rot.new && mv rot.new rot.pem && echo ok", dir,
+	    from);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "rot: %s", out);
+	free(out);
+}
+
+/* Wait until the agent has registered `n` times and synced since. */
+static void
+rot_wait_registers(allot_agent *a, uint64_t n, allot_sync_stats *ret)
+{
+	uint64_t t0 = pc_now_ms(), ok0 = 0;
+	do {
+		pc_sleep_ms(50);
+		allot_sync_stats_get(a, ret);
+		if (ret->registers < n)
+			ok0 = ret->syncs_ok;
+	} while ((ret->registers < n || ret->syncs_ok < ok0 + 3 ||
+	             !ret->connected) &&
+	    pc_now_ms() - t0 < 15000);
+	ck_assert_uint_eq(ret->registers, n);
+	ck_assert(ret->connected);
+}
+
+/* Replace the agent's certificate under load: the session continues and
+ * no request is refused; a bad file changes nothing; after a restart of
+ * allotd the agent connects and registers with the new certificate. */
+START_TEST(rotation)
+{
+	char cmd[1024], cfgp[128], ca[128], certp[128], err[256];
+	snprintf(cmd, sizeof cmd,
+	    "d=%s; %s/scripts/mkcerts $d/ca1 svc2=spiffe://t/ns/prod/sa/svc "
+	    ">/dev/null && cat $d/ca1/svc2.pem $d/ca1/svc2.key > $d/svc2.pem "
+	    "&& cat $d/ca1/svc2.pem $d/ca1/svc.key > $d/mixed.pem && "
+	    "cp $d/svc.pem $d/rot.pem && echo ok",
+	    dir, getenv("ALLOT_SOURCE_DIR"));
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "certs: %s", out);
+	free(out);
+	path(cfgp, sizeof cfgp, "q.yaml");
+	path(ca, sizeof ca, "ca1/ca.pem");
+	path(certp, sizeof certp, "rot.pem");
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_load(cfgp, err, sizeof err, &cfg), ALLOT_OK);
+	static struct rot r;
+	memset(&r, 0, sizeof r);
+	pthread_mutex_init(&r.mu, NULL);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = url;
+	o.service = "svc";
+	o.replica_id = "rot";
+	o.sync_interval_ms = 50;
+	o.tls_ca_file = ca;
+	o.tls_cert_key_file = certp;
+	o.tls_server_name = "localhost";
+	o.log = rot_log;
+	o.log_ctx = &r;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &r.a), ALLOT_OK);
+	allot_config_free(cfg);
+	allot_sync_stats st;
+	rot_wait_registers(r.a, 1, &st);
+	uint64_t session = st.session;
+	pthread_t load;
+	ck_assert_int_eq(pthread_create(&load, NULL, rot_load, &r), 0);
+	pc_sleep_ms(300);
+
+	/* Unusable files: refused, and nothing changes. */
+	path(cmd, sizeof cmd, "rot.pem");
+	char moved[128];
+	path(moved, sizeof moved, "rot.away");
+	ck_assert_int_eq(rename(cmd, moved), 0);
+	ck_assert_int_eq(allot_agent_reload_tls(r.a), ALLOT_EIO);
+	ck_assert_int_eq(rename(moved, cmd), 0);
+	rot_install("mixed.pem");
+	ck_assert_int_eq(allot_agent_reload_tls(r.a), ALLOT_ECONFIG);
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-RELOAD"), 2);
+
+	/* The new pair: the session and its connection carry on. */
+	rot_install("svc2.pem");
+	ck_assert_int_eq(allot_agent_reload_tls(r.a), ALLOT_OK);
+	uint64_t ok0 = st.syncs_ok;
+	pc_sleep_ms(1000);
+	allot_sync_stats_get(r.a, &st);
+	ck_assert_uint_eq(st.session, session);
+	ck_assert_uint_eq(st.registers, 1);
+	ck_assert_uint_ge(st.syncs_ok, ok0 + 10);
+	ck_assert(st.connected && !st.in_fallback);
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-SWAP"), 0);
+	ck_assert_uint_eq(atomic_load(&r.denied), 0);
+
+	/* The per-key view agrees with the coordinator's grant. */
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(r.a, "svc", "x", &k), ALLOT_OK);
+	allot_key_stats ks;
+	ck_assert_int_eq(allot_key_stats_get(r.a, k, &ks), ALLOT_OK);
+	ck_assert(!ks.in_fallback);
+	ck_assert_int_gt(ks.lease_remaining_ms, 0);
+	ck_assert_double_gt(ks.granted_rate, 0);
+	ck_assert_double_gt(ks.granted_burst, 0);
+	allot_key_release(r.a, k);
+
+	/* A restart that forgets the session: the next connection is made
+	 * with the new certificate, and the new Register's proof verifies. */
+	pc_allotd_stop(allotd, 5000);
+	start_allotd("b.db");
+	rot_wait_registers(r.a, 2, &st);
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-SWAP"), 1);
+	ck_assert_double_eq(rejected("identity_invalid"), 0);
+	ck_assert_double_eq(rejected("identity_mismatch"), 0);
+
+	/* Which certificate signs: one naming another service is taken
+	 * (same CA), the session continues, and only the next Register,
+	 * after another restart, is refused for it. */
+	session = st.session;
+	rot_install("other.pem");
+	ck_assert_int_eq(allot_agent_reload_tls(r.a), ALLOT_OK);
+	pc_sleep_ms(500);
+	allot_sync_stats_get(r.a, &st);
+	ck_assert_uint_eq(st.session, session);
+	ck_assert(st.connected);
+	atomic_store(&r.stop, true);
+	pthread_join(load, NULL);
+	ck_assert_uint_eq(atomic_load(&r.denied), 0);
+	ck_assert_uint_gt(atomic_load(&r.allowed), 50);
+	pc_allotd_stop(allotd, 5000);
+	start_allotd("c.db");
+	uint64_t t0 = pc_now_ms();
+	while (rejected("identity_mismatch") < 1 && pc_now_ms() - t0 < 10000)
+		pc_sleep_ms(50);
+	ck_assert_double_ge(rejected("identity_mismatch"), 1);
+	allot_sync_stats_get(r.a, &st);
+	ck_assert_uint_eq(st.registers, 2);
+	allot_agent_destroy(r.a);
+	pthread_mutex_destroy(&r.mu);
+}
+END_TEST
+
 static Suite *
 authn_suite(void)
 {
@@ -541,6 +748,7 @@ authn_suite(void)
 	tcase_add_test(tc, missing_and_foreign);
 	tcase_add_test(tc, session_hijack);
 	tcase_add_test(tc, openssl_interop);
+	tcase_add_test(tc, rotation);
 	suite_add_tcase(s, tc);
 	TCase *tu = tcase_create("map");
 	tcase_add_test(tu, service_map);
