@@ -620,12 +620,12 @@ rot_wait_registers(allot_agent *a, uint64_t n, allot_sync_stats *ret)
 	ck_assert(ret->connected);
 }
 
-/* Replace the agent's certificate under load: the session continues and
- * no request is refused; a bad file changes nothing; after a restart of
- * allotd the agent connects and registers with the new certificate. */
-START_TEST(rotation)
+/* svc2.pem: another certificate for svc from the same CA; mixed.pem: it
+ * with svc's key (no pair); rot.pem, the agent's file, starts as svc's. */
+static void
+rot_certs(void)
 {
-	char cmd[1024], cfgp[128], ca[128], certp[128], err[256];
+	char cmd[1024];
 	snprintf(cmd, sizeof cmd,
 	    "d=%s; %s/scripts/mkcerts $d/ca1 svc2=spiffe://t/ns/prod/sa/svc "
 	    ">/dev/null && cat $d/ca1/svc2.pem $d/ca1/svc2.key > $d/svc2.pem "
@@ -635,15 +635,21 @@ START_TEST(rotation)
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "certs: %s", out);
 	free(out);
+}
+
+/* An agent presenting rot.pem, its log lines into `r`. */
+static void
+rot_agent(struct rot *r, uint32_t check_ms)
+{
+	char cfgp[128], ca[128], certp[128], err[256];
 	path(cfgp, sizeof cfgp, "q.yaml");
 	path(ca, sizeof ca, "ca1/ca.pem");
 	path(certp, sizeof certp, "rot.pem");
 	allot_config *cfg;
 	ck_assert_int_eq(
 	    allot_config_load(cfgp, err, sizeof err, &cfg), ALLOT_OK);
-	static struct rot r;
-	memset(&r, 0, sizeof r);
-	pthread_mutex_init(&r.mu, NULL);
+	memset(r, 0, sizeof *r);
+	pthread_mutex_init(&r->mu, NULL);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.coordinator = url;
@@ -653,10 +659,22 @@ START_TEST(rotation)
 	o.tls_ca_file = ca;
 	o.tls_cert_key_file = certp;
 	o.tls_server_name = "localhost";
+	o.tls_reload_check_ms = check_ms;
 	o.log = rot_log;
-	o.log_ctx = &r;
-	ck_assert_int_eq(allot_agent_create(cfg, &o, &r.a), ALLOT_OK);
+	o.log_ctx = r;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &r->a), ALLOT_OK);
 	allot_config_free(cfg);
+}
+
+/* Replace the agent's certificate under load: the session continues and
+ * no request is refused; a bad file changes nothing; after a restart of
+ * allotd the agent connects and registers with the new certificate. */
+START_TEST(rotation)
+{
+	char cmd[1024];
+	rot_certs();
+	static struct rot r;
+	rot_agent(&r, 0);
 	allot_sync_stats st;
 	rot_wait_registers(r.a, 1, &st);
 	uint64_t session = st.session;
@@ -735,6 +753,37 @@ START_TEST(rotation)
 }
 END_TEST
 
+/* The automatic mode: a changed file is reloaded by the agent itself, a
+ * bad one is refused, and the session carries on. */
+START_TEST(rotation_auto)
+{
+	rot_certs();
+	static struct rot r;
+	rot_agent(&r, 50);
+	allot_sync_stats st;
+	rot_wait_registers(r.a, 1, &st);
+	uint64_t session = st.session;
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-RELOAD"), 0);
+	rot_install("svc2.pem");
+	uint64_t t0 = pc_now_ms();
+	while (rot_seen(&r, "ALLOT-TLS-RELOAD") < 1 && pc_now_ms() - t0 < 5000)
+		pc_sleep_ms(20);
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-RELOAD"), 1);
+	rot_install("mixed.pem");
+	while (rot_seen(&r, "ALLOT-TLS-RELOAD") < 2 && pc_now_ms() - t0 < 5000)
+		pc_sleep_ms(20);
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-RELOAD"), 2);
+	pc_sleep_ms(300); /* no change: no further attempt */
+	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-RELOAD"), 2);
+	allot_sync_stats_get(r.a, &st);
+	ck_assert_uint_eq(st.session, session);
+	ck_assert_uint_eq(st.registers, 1);
+	ck_assert(st.connected);
+	allot_agent_destroy(r.a);
+	pthread_mutex_destroy(&r.mu);
+}
+END_TEST
+
 static Suite *
 authn_suite(void)
 {
@@ -749,6 +798,7 @@ authn_suite(void)
 	tcase_add_test(tc, session_hijack);
 	tcase_add_test(tc, openssl_interop);
 	tcase_add_test(tc, rotation);
+	tcase_add_test(tc, rotation_auto);
 	suite_add_tcase(s, tc);
 	TCase *tu = tcase_create("map");
 	tcase_add_test(tu, service_map);
