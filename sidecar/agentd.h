@@ -84,6 +84,9 @@ struct agentd_counters {
 	atomic_uint_fast64_t http_errors;
 	atomic_uint_fast64_t cert_reloads;
 	atomic_uint_fast64_t cert_reload_errors;
+	/* The coordinator certificate, reloaded by liballot. */
+	atomic_uint_fast64_t coord_cert_reloads;
+	atomic_uint_fast64_t coord_cert_reload_errors;
 };
 
 struct agentd {

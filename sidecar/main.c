@@ -6,7 +6,8 @@
  * wait for, then the main thread's watch: every --cert-check-ms it looks
  * whether the TLS certificate files changed (and the listeners reload
  * them; connections in progress keep their session) and whether the
- * coordinator's client certificate changed (see watch_coordinator_cert),
+ * coordinator's client certificate changed (and liballot reloads it; see
+ * watch_coordinator_cert),
  * until SIGTERM or
  * SIGINT stops everything in order: listeners first, so that no request
  * uses the agent once it is destroyed, then the agent (a graceful leave).
@@ -93,20 +94,20 @@ start_agent(struct agentd *d)
 }
 
 /*
- * The certificate and key liballot presents to allotd. The session in
- * progress keeps its TLS connection (a handshake already made does not
- * expire with its certificate); what must change is what the next dial
- * and the next Register's identity proof use, and that lives in
- * liballot's sync thread, which has no call for it yet. Until it has
- * (allot_agent_reload_tls(), see docs/sidecar.md), the change is logged
- * once per change so that an operator can restart before the old
- * certificate expires.
+ * The certificate and key liballot presents to allotd: when that file
+ * changes, liballot reloads it with the CA (allot_agent_reload_tls()):
+ * the session in progress keeps its TLS connection, the next Register's
+ * identity proof is signed with the new key, and the next connection
+ * presents the new certificate. A file caught half written fails to
+ * load and is tried again at its next change; the old certificate stays
+ * in use meanwhile (liballot logs why).
  */
 static void
 watch_coordinator_cert(struct agentd *d, struct stat *last)
 {
 	struct stat st;
 	if (d->o.agent.tls_cert_key_file == NULL ||
+	    d->o.agent.coordinator == NULL ||
 	    stat(d->o.agent.tls_cert_key_file, &st) != 0)
 		return;
 	bool changed = last->st_ino != 0 &&
@@ -114,12 +115,17 @@ watch_coordinator_cert(struct agentd *d, struct stat *last)
 	        st.st_mtim.tv_sec != last->st_mtim.tv_sec ||
 	        st.st_mtim.tv_nsec != last->st_mtim.tv_nsec);
 	*last = st;
-	if (changed)
-		agentd_log(d, 4, "AGENTD-COORD-CERT",
-		    "%s changed: the session to allotd continues on the old "
-		    "certificate; restart allot-agentd before it expires "
-		    "(liballot cannot reload it yet)",
-		    d->o.agent.tls_cert_key_file);
+	if (!changed)
+		return;
+	int rc = allot_agent_reload_tls(d->agent);
+	if (rc == ALLOT_OK)
+		atomic_fetch_add(&d->n.coord_cert_reloads, 1);
+	else
+		atomic_fetch_add(&d->n.coord_cert_reload_errors, 1);
+	agentd_log(d, rc == ALLOT_OK ? 6 : 4, "AGENTD-COORD-CERT",
+	    "%s changed: %s", d->o.agent.tls_cert_key_file,
+	    rc == ALLOT_OK ? "reloaded; the session to allotd continues" :
+	                     allot_strerror(rc));
 }
 
 static bool

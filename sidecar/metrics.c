@@ -6,9 +6,9 @@
  * loop's state (connected, in fallback, the lease left, replicas), so
  * that an operator sees from outside whether this replica runs on its
  * coordinator's allowance or in fallback, and the daemon's own counters.
- * Everything comes from liballot's public stats API; the lease and the
- * fallback state are the agent's, not per key (liballot does not expose
- * them per key).
+ * Everything comes from liballot's public stats API: per key also its
+ * fallback state, the lease left on its allowance and the coordinator's
+ * last grant (allot_key_stats), and the agent-wide sync state besides.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -56,7 +56,8 @@ per_key(FILE *f, allot_agent *agent)
 	}
 	static const char *const names[] = { "admitted_total", "denied_total",
 		"shadow_denied_total", "tokens_spent_total", "allowance_rate",
-		"allowance_burst", "utilization" };
+		"allowance_burst", "utilization", "fallback",
+		"lease_remaining_seconds", "granted_rate", "granted_burst" };
 	for (size_t m = 0; m < sizeof names / sizeof names[0]; m++) {
 		fprintf(f, "# TYPE allot_agentd_key_%s %s\n", names[m],
 		    m < 4 ? "counter" : "gauge");
@@ -70,7 +71,10 @@ per_key(FILE *f, allot_agent *agent)
 				(double) ks[i].denied,
 				(double) ks[i].shadow_denied,
 				(double) ks[i].tokens_spent, ks[i].rate,
-				ks[i].limit, ks[i].utilization };
+				ks[i].limit, ks[i].utilization,
+				ks[i].in_fallback ? 1.0 : 0.0,
+				(double) ks[i].lease_remaining_ms / 1000.0,
+				ks[i].granted_rate, ks[i].granted_burst };
 			fprintf(f,
 			    "allot_agentd_key_%s{identity=\"%s\","
 			    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
@@ -139,11 +143,19 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    "# TYPE allot_agentd_cert_reloads_total counter\n"
 	    "allot_agentd_cert_reloads_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_cert_reload_errors_total counter\n"
-	    "allot_agentd_cert_reload_errors_total %" PRIu64 "\n",
+	    "allot_agentd_cert_reload_errors_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_coordinator_cert_reloads_total counter\n"
+	    "allot_agentd_coordinator_cert_reloads_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_coordinator_cert_reload_errors_total "
+	    "counter\n"
+	    "allot_agentd_coordinator_cert_reload_errors_total %" PRIu64
+	    "\n",
 	    (uint64_t) n->grpc_calls, (uint64_t) n->grpc_errors,
 	    (uint64_t) n->grpc_conns, (uint64_t) n->grpc_refused_conns,
 	    (uint64_t) n->http_calls, (uint64_t) n->http_errors,
-	    (uint64_t) n->cert_reloads, (uint64_t) n->cert_reload_errors);
+	    (uint64_t) n->cert_reloads, (uint64_t) n->cert_reload_errors,
+	    (uint64_t) n->coord_cert_reloads,
+	    (uint64_t) n->coord_cert_reload_errors);
 	ok = !ferror(f) && ok;
 	if (fclose(f) != 0 || !ok) {
 		free(text);

@@ -491,6 +491,24 @@ hammer_main(void *arg)
 	return NULL;
 }
 
+/* The per-key series `name` of the caller "shared" (any endpoint), or
+ * NAN. */
+static double
+shared_key_metric(int port, const char *name)
+{
+	int status = 0;
+	char *body = pc_http_get(port, "/metrics", &status);
+	char prefix[128];
+	snprintf(prefix, sizeof prefix,
+	    "\nallot_agentd_key_%s{identity=\"shared\",", name);
+	const char *p = body != NULL ? strstr(body, prefix) : NULL;
+	double v = NAN;
+	if (p != NULL && (p = strstr(p, "} ")) != NULL)
+		v = strtod(p + 2, NULL);
+	free(body);
+	return v;
+}
+
 START_TEST(three_agents_one_allotd)
 {
 	need_tools();
@@ -548,6 +566,10 @@ START_TEST(three_agents_one_allotd)
 	    "%d admitted, bound %.0f", admitted, bound);
 	ck_assert(
 	    pc_metric_get(a[0].http_port, "allot_agentd_sync_connected") == 1);
+	ck_assert(shared_key_metric(a[0].http_port, "fallback") == 0);
+	ck_assert(shared_key_metric(a[0].http_port, "granted_rate") > 0);
+	ck_assert(
+	    shared_key_metric(a[0].http_port, "lease_remaining_seconds") > 0);
 	/* allotd dies: the agents keep answering, in fallback once the
 	 * lease has run out. */
 	kill(allotd, SIGKILL);
@@ -557,6 +579,13 @@ START_TEST(three_agents_one_allotd)
 		ck_assert_msg(pc_metric_get(a[i].http_port,
 		                  "allot_agentd_fallback") == 1,
 		    "agentd %d not in fallback", i);
+		/* The key says so too, with its lease run out and the
+		 * coordinator's last grant kept. */
+		ck_assert(shared_key_metric(a[i].http_port, "fallback") == 1);
+		ck_assert(shared_key_metric(a[i].http_port,
+		              "lease_remaining_seconds") < 0);
+		ck_assert(
+		    shared_key_metric(a[i].http_port, "granted_rate") > 0);
 		char cmd[256];
 		snprintf(cmd, sizeof cmd,
 		    "curl -s -d '{\"identity\":\"shared\"}' "
