@@ -667,6 +667,89 @@ START_TEST(cert_rotation)
 }
 END_TEST
 
+/* The certificate allot-agentd presents to allotd is replaced: liballot
+ * reloads it and the session to allotd carries on; a file that does not
+ * load is counted and changes nothing. */
+START_TEST(coordinator_cert_rotation)
+{
+	char dir[] = "/tmp/allot-test-sidecar-coord-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && %s/scripts/mkcerts -d 2 ca "
+	    "one=spiffe://t/ns/prod/sa/sidecar "
+	    "two=spiffe://t/ns/prod/sa/sidecar >/dev/null 2>&1 && "
+	    "cat ca/server.pem ca/server.key > allotd.pem && "
+	    "cat ca/one.pem ca/one.key > live.pem && "
+	    "cat ca/two.pem ca/two.key > two.pem && echo ok",
+	    dir, source_dir());
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "mkcerts");
+	free(out);
+	char qpath[256], db[256], log[256], ca[256], srv[256], live[256];
+	char url[64], http[64];
+	snprintf(qpath, sizeof qpath, "%s/q.yaml", dir);
+	snprintf(db, sizeof db, "%s/allotd.db", dir);
+	snprintf(log, sizeof log, "%s/allotd.log", dir);
+	snprintf(ca, sizeof ca, "%s/ca/ca.pem", dir);
+	snprintf(srv, sizeof srv, "%s/allotd.pem", dir);
+	snprintf(live, sizeof live, "%s/live.pem", dir);
+	pc_write_file(qpath, cfg_burst);
+	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
+	int hport = pc_free_port();
+	snprintf(http, sizeof http, "127.0.0.1:%d", hport);
+	const char *args[] = { "--config", qpath, "--db", db, "--listen", url,
+		"--http", http, "--tls-cert", srv, "--tls-ca", ca,
+		"--interval-ms", "50", NULL };
+	pid_t allotd = pc_allotd_start(args, hport, log);
+	const char *extra[] = { "--coordinator", url, "--coordinator-ca", ca,
+		"--coordinator-cert-key", live, "--coordinator-server-name",
+		"localhost", "--service", "sidecar", "--sync-interval-ms", "50",
+		"--cert-check-ms", "100", NULL };
+	struct agentd a;
+	agentd_start(&a, cfg_burst, extra);
+	const char *ok = "allot_agentd_coordinator_cert_reloads_total";
+	const char *bad = "allot_agentd_coordinator_cert_reload_errors_total";
+	uint64_t t0 = pc_now_ms();
+	while (pc_metric_get(a.http_port, "allot_agentd_sync_connected") != 1 &&
+	    pc_now_ms() - t0 < 10000)
+		pc_sleep_ms(50);
+	ck_assert(pc_metric_get(a.http_port, "allot_agentd_sync_connected") ==
+	    1);
+	double failed = pc_metric_get(a.http_port,
+	    "allot_agentd_syncs_failed_total");
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && cp two.pem new.pem && mv new.pem live.pem && echo ok",
+	    dir);
+	free(pc_shell(cmd));
+	t0 = pc_now_ms();
+	while (pc_metric_get(a.http_port, ok) < 1 && pc_now_ms() - t0 < 5000)
+		pc_sleep_ms(50);
+	ck_assert(pc_metric_get(a.http_port, ok) == 1);
+	ck_assert(pc_metric_get(a.http_port, bad) == 0);
+	pc_sleep_ms(300);
+	ck_assert(pc_metric_get(a.http_port, "allot_agentd_sync_connected") ==
+	    1);
+	ck_assert(pc_metric_get(a.http_port,
+	              "allot_agentd_syncs_failed_total") == failed);
+	/* Half a file: refused, the certificate in use stays. */
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && head -c 100 two.pem > new.pem && mv new.pem live.pem",
+	    dir);
+	free(pc_shell(cmd));
+	t0 = pc_now_ms();
+	while (pc_metric_get(a.http_port, bad) < 1 && pc_now_ms() - t0 < 5000)
+		pc_sleep_ms(50);
+	ck_assert(pc_metric_get(a.http_port, bad) == 1);
+	ck_assert(pc_metric_get(a.http_port, "allot_agentd_sync_connected") ==
+	    1);
+	agentd_stop(&a);
+	pc_allotd_stop(allotd, 5000);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(dir);
+}
+END_TEST
+
 static Suite *
 sidecar_suite(void)
 {
@@ -681,6 +764,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, unknown_reject);
 	tcase_add_test(tc, three_agents_one_allotd);
 	tcase_add_test(tc, cert_rotation);
+	tcase_add_test(tc, coordinator_cert_rotation);
 	suite_add_tcase(s, tc);
 	return s;
 }
