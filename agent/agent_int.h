@@ -260,7 +260,7 @@ void allot__sync_stop(allot_agent *a);
 
 /* The coordinator's view of quota `quota` (a->quotas index) into the
  * fields of `ret` that say so (sync.c); untouched when local-only. */
-void allot__sync_key_state(allot_agent *a, uint32_t quota,
-    allot_key_stats *ret);
+void allot__sync_key_state(
+    allot_agent *a, uint32_t quota, allot_key_stats *ret);
 
 #endif

@@ -423,24 +423,23 @@ publish(struct allot__sync *s)
 }
 
 void
-allot__sync_key_state(
-    allot_agent *a, uint32_t quota, allot_key_stats *ret)
+allot__sync_key_state(allot_agent *a, uint32_t quota, allot_key_stats *ret)
 {
 	struct allot__sync *s = a->sync;
 	if (s == NULL || quota >= a->nquotas)
 		return;
 	const struct keypub *p = &s->pub[quota];
-	ret->in_fallback =
-	    atomic_load_explicit(&p->in_fallback, memory_order_relaxed);
-	int64_t until =
-	    atomic_load_explicit(&p->lease_until_ms, memory_order_relaxed);
+	ret->in_fallback = atomic_load_explicit(
+	    &p->in_fallback, memory_order_relaxed);
+	int64_t until = atomic_load_explicit(
+	    &p->lease_until_ms, memory_order_relaxed);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :
 	    until - (int64_t) (allot__agent_now(a) / 1000000u);
-	ret->granted_rate =
-	    atomic_load_explicit(&p->rate, memory_order_relaxed);
-	ret->granted_burst =
-	    atomic_load_explicit(&p->burst, memory_order_relaxed);
+	ret->granted_rate = atomic_load_explicit(
+	    &p->rate, memory_order_relaxed);
+	ret->granted_burst = atomic_load_explicit(
+	    &p->burst, memory_order_relaxed);
 }
 
 /* ---- the loop ---- */

@@ -33,8 +33,8 @@ readable(const char *path, char *err, size_t errlen)
 }
 
 int
-allot__tls_load(const allot_agent_options *o, nng_tls_config **ret,
-    char *err, size_t errlen)
+allot__tls_load(const allot_agent_options *o, nng_tls_config **ret, char *err,
+    size_t errlen)
 {
 	if (o->tls_ca_file == NULL) {
 		snprintf(err, errlen, "no tls_ca_file");
@@ -45,8 +45,8 @@ allot__tls_load(const allot_agent_options *o, nng_tls_config **ret,
 		rc = readable(o->tls_cert_key_file, err, errlen);
 	if (rc != ALLOT_OK)
 		return rc;
-	int rv = allot__tls_client_config(o->tls_ca_file,
-	    o->tls_cert_key_file, o->tls_server_name, ret);
+	int rv = allot__tls_client_config(
+	    o->tls_ca_file, o->tls_cert_key_file, o->tls_server_name, ret);
 	if (rv == 0)
 		return ALLOT_OK;
 	snprintf(err, errlen, "%s / %s: %s", o->tls_ca_file,
@@ -157,7 +157,7 @@ look(const char *path, uint64_t h)
 allot__tlsfiles
 allot__tls_files_look(const allot_agent_options *o)
 {
-	allot__tlsfiles f = { look(o->tls_cert_key_file,
-		look(o->tls_ca_file, 0x746c73u)) };
+	allot__tlsfiles f = { look(
+	    o->tls_cert_key_file, look(o->tls_ca_file, 0x746c73u)) };
 	return f;
 }

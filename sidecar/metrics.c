@@ -148,8 +148,7 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    "allot_agentd_coordinator_cert_reloads_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_coordinator_cert_reload_errors_total "
 	    "counter\n"
-	    "allot_agentd_coordinator_cert_reload_errors_total %" PRIu64
-	    "\n",
+	    "allot_agentd_coordinator_cert_reload_errors_total %" PRIu64 "\n",
 	    (uint64_t) n->grpc_calls, (uint64_t) n->grpc_errors,
 	    (uint64_t) n->grpc_conns, (uint64_t) n->grpc_refused_conns,
 	    (uint64_t) n->http_calls, (uint64_t) n->http_errors,

@@ -581,8 +581,8 @@ rot_load(void *arg)
 	struct rot *r = arg;
 	while (!atomic_load(&r->stop)) {
 		allot_decision dec;
-		ck_assert_int_eq(allot_acquire_id(r->a, "svc", "x", 1, &dec),
-		    ALLOT_OK);
+		ck_assert_int_eq(
+		    allot_acquire_id(r->a, "svc", "x", 1, &dec), ALLOT_OK);
 		atomic_fetch_add(dec.allowed ? &r->allowed : &r->denied, 1);
 		pc_sleep_ms(25);
 	}

@@ -582,8 +582,8 @@ START_TEST(three_agents_one_allotd)
 		/* The key says so too, with its lease run out and the
 		 * coordinator's last grant kept. */
 		ck_assert(shared_key_metric(a[i].http_port, "fallback") == 1);
-		ck_assert(shared_key_metric(a[i].http_port,
-		              "lease_remaining_seconds") < 0);
+		ck_assert(shared_key_metric(
+		              a[i].http_port, "lease_remaining_seconds") < 0);
 		ck_assert(
 		    shared_key_metric(a[i].http_port, "granted_rate") > 0);
 		char cmd[256];
@@ -704,20 +704,21 @@ START_TEST(coordinator_cert_rotation)
 	pid_t allotd = pc_allotd_start(args, hport, log);
 	const char *extra[] = { "--coordinator", url, "--coordinator-ca", ca,
 		"--coordinator-cert-key", live, "--coordinator-server-name",
-		"localhost", "--service", "sidecar", "--sync-interval-ms", "50",
-		"--cert-check-ms", "100", NULL };
+		"localhost", "--service", "sidecar", "--sync-interval-ms",
+		"50", "--cert-check-ms", "100", NULL };
 	struct agentd a;
 	agentd_start(&a, cfg_burst, extra);
 	const char *ok = "allot_agentd_coordinator_cert_reloads_total";
 	const char *bad = "allot_agentd_coordinator_cert_reload_errors_total";
 	uint64_t t0 = pc_now_ms();
-	while (pc_metric_get(a.http_port, "allot_agentd_sync_connected") != 1 &&
+	while (
+	    pc_metric_get(a.http_port, "allot_agentd_sync_connected") != 1 &&
 	    pc_now_ms() - t0 < 10000)
 		pc_sleep_ms(50);
-	ck_assert(pc_metric_get(a.http_port, "allot_agentd_sync_connected") ==
-	    1);
-	double failed = pc_metric_get(a.http_port,
-	    "allot_agentd_syncs_failed_total");
+	ck_assert(
+	    pc_metric_get(a.http_port, "allot_agentd_sync_connected") == 1);
+	double failed = pc_metric_get(
+	    a.http_port, "allot_agentd_syncs_failed_total");
 	snprintf(cmd, sizeof cmd,
 	    "cd %s && cp two.pem new.pem && mv new.pem live.pem && echo ok",
 	    dir);
@@ -728,8 +729,8 @@ START_TEST(coordinator_cert_rotation)
 	ck_assert(pc_metric_get(a.http_port, ok) == 1);
 	ck_assert(pc_metric_get(a.http_port, bad) == 0);
 	pc_sleep_ms(300);
-	ck_assert(pc_metric_get(a.http_port, "allot_agentd_sync_connected") ==
-	    1);
+	ck_assert(
+	    pc_metric_get(a.http_port, "allot_agentd_sync_connected") == 1);
 	ck_assert(pc_metric_get(a.http_port,
 	              "allot_agentd_syncs_failed_total") == failed);
 	/* Half a file: refused, the certificate in use stays. */
@@ -741,8 +742,8 @@ START_TEST(coordinator_cert_rotation)
 	while (pc_metric_get(a.http_port, bad) < 1 && pc_now_ms() - t0 < 5000)
 		pc_sleep_ms(50);
 	ck_assert(pc_metric_get(a.http_port, bad) == 1);
-	ck_assert(pc_metric_get(a.http_port, "allot_agentd_sync_connected") ==
-	    1);
+	ck_assert(
+	    pc_metric_get(a.http_port, "allot_agentd_sync_connected") == 1);
 	agentd_stop(&a);
 	pc_allotd_stop(allotd, 5000);
 	if (getenv("ALLOT_KEEP_TMP") == NULL)
