@@ -69,10 +69,11 @@ allot__tlsdial_swap(allot__tlsdial *td, allot__link *l)
 		return false;
 	if (nng_dialer_id(td->cur) > 0)
 		nng_dialer_close(td->cur);
+	td->cur = (nng_dialer) NNG_DIALER_INITIALIZER;
+	if (nng_dialer_start(td->next, NNG_FLAG_NONBLOCK) != 0)
+		return false; /* kept, and tried again at the next wake-up */
 	td->cur = td->next;
 	td->next = (nng_dialer) NNG_DIALER_INITIALIZER;
-	if (nng_dialer_start(td->cur, NNG_FLAG_NONBLOCK) != 0)
-		return false;
 	return true;
 }
 

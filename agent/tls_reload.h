@@ -44,7 +44,8 @@ typedef struct allot__tlsdial {
 void allot__tlsdial_set_next(allot__tlsdial *td, nng_dialer d);
 
 /* When a next dialer waits and `l` shows no connection: close the dialer
- * in use and start the next. Returns true when it swapped. */
+ * in use and start the next. Returns true when it swapped; a next dialer
+ * that would not start stays next, to be started at the next call. */
 bool allot__tlsdial_swap(allot__tlsdial *td, allot__link *l);
 
 /* Close the next dialer, if any (the socket closes the one in use). */
