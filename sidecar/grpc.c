@@ -87,8 +87,9 @@ struct grpc_server {
 	atomic_uint nconns;
 	nghttp2_session_callbacks *cbs;
 	nghttp2_option *h2opt;
+	bool tls; /* set before the workers start, then read-only */
 	pthread_mutex_t tls_mu;
-	struct creds *creds; /* NULL: cleartext */
+	struct creds *creds; /* under tls_mu; NULL: cleartext */
 	struct stat cert_st, key_st; /* of the files loaded */
 };
 
@@ -642,7 +643,7 @@ conn_open(struct worker *w, int fd)
 	};
 	if (nghttp2_session_server_new2(&c->h2, g->cbs, c, g->h2opt) != 0 ||
 	    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
-	    (g->creds != NULL && !conn_tls(c)) ||
+	    (g->tls && !conn_tls(c)) ||
 	    epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
 		conn_close(c);
 		return;
@@ -797,7 +798,7 @@ load_creds(
 void
 grpc_server_check_certs(struct grpc_server *g)
 {
-	if (g == NULL || g->creds == NULL)
+	if (g == NULL || !g->tls)
 		return;
 	struct agentd *d = g->d;
 	struct stat cst, kst;
@@ -854,6 +855,7 @@ grpc_server_start(struct agentd *d, struct grpc_server **ret)
 			    d->o.tls_cert, d->o.tls_key);
 			return ALLOT_EIO;
 		}
+		g->tls = true;
 	}
 	g->lfd = listen_on(d, d->o.grpc_listen, &g->port);
 	if (g->lfd < 0)
