@@ -356,6 +356,15 @@ burst_of(double r, double sum_r, double budget, double w, size_t npos)
 	return base + (rest > 0 ? rest : 0) * (r / sum_r);
 }
 
+/* A stale slot with a target to keep (see allot__alloc_slot). */
+static bool
+kept(const allot__alloc_slot *x)
+{
+	return x->stale && x->has_prev && x->prev_rate >= 0 &&
+	    isfinite(x->prev_rate) && x->prev_burst >= 0 &&
+	    isfinite(x->prev_burst);
+}
+
 static void
 fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 {
@@ -385,6 +394,11 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	double s = 0;
 	for (size_t i = 0; i < n; i++) {
 		sl[i].rate = fmax(sl[i].rate * (1.0 + h), f);
+		/* A replica that has not reported since demand appeared
+		 * claims at least its target: its estimate predates the
+		 * change, and it may be about to see the same burst. */
+		if (kept(&sl[i]) && sl[i].prev_rate > sl[i].rate)
+			sl[i].rate = sl[i].prev_rate;
 		s += sl[i].rate;
 	}
 	if (s > A) {
@@ -443,10 +457,21 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	    B * fmin(1.0, A / R), L + A * nonneg(aq->horizon_s));
 	budget = nonneg(budget);
 	double w = nonneg(aq->min_burst);
+	/* Stale replicas keep their bursts (within the budget): their
+	 * buckets hold those tokens, and shrinking a burst destroys what
+	 * it held above the new one while growing another's creates
+	 * capacity, not tokens. The others share the rest. */
+	double keep = 0;
+	for (size_t i = 0; i < n; i++)
+		if (kept(&sl[i]))
+			keep += sl[i].prev_burst;
+	double kf = keep > budget ? budget / keep : 1.0;
+	double total = budget;
+	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
 	size_t npos = 0;
 	double sum_r = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (sl[i].rate > 0) {
+		if (sl[i].rate > 0 && !kept(&sl[i])) {
 			npos++;
 			sum_r += sl[i].rate;
 		}
@@ -454,6 +479,10 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	double sum = 0;
 	for (size_t i = 0; i < n; i++) {
 		allot__alloc_slot *x = &sl[i];
+		if (kept(x)) {
+			x->burst = 0; /* set below */
+			continue;
+		}
 		x->burst = burst_of(x->rate, sum_r, budget, w, npos);
 		double p = x->prev_burst;
 		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
@@ -476,8 +505,11 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
 		}
 	}
-	aq->burst_budget = budget;
-	aq->sum_burst = fit_sum(&sl[0].burst, st, n, budget);
+	for (size_t i = 0; keep > 0 && i < n; i++)
+		if (kept(&sl[i]))
+			sl[i].burst = sl[i].prev_burst * kf;
+	aq->burst_budget = total;
+	aq->sum_burst = fit_sum(&sl[0].burst, st, n, total);
 }
 
 static void

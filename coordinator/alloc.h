@@ -2,8 +2,8 @@
 /*
  * The allocator: the one place that decides how each quota's global rate R
  * and burst B are divided among the live replicas of a service. The
- * allocation round (grants.c) fills an allot__alloc_service with, per quota, one
- * slot per participating replica carrying its demand estimate, what it
+ * allocation round (grants.c) fills an allot__alloc_service with, per quota,
+ * one slot per participating replica carrying its demand estimate, what it
  * reported since the previous round and its current target, calls
  * allot__alloc_compute() and hands the slot outputs (rate, burst) to the
  * replicas as targets. The allocator keeps no state of its own between
@@ -75,6 +75,9 @@ typedef struct allot__alloc_slot {
 	bool fresh; /* no estimate yet (a newcomer): it claims
 	               what the others claim on average */
 	double held; /* tokens in the replica's bucket, last seen */
+	bool stale; /* it has not reported since demand appeared in
+	               its quota (onset): its estimate predates it, so
+	               it keeps its target (rate and burst) this round */
 	bool has_prev; /* prev_* is the current target */
 	double prev_rate;
 	double prev_burst;

@@ -13,6 +13,10 @@
 
 #include <math.h>
 
+/* How many standard deviations of a replica's per-window rate a jump
+ * must exceed to mark an onset. */
+#define ALLOT__ONSET_Z 3.0
+
 /* Refill the quota's global bucket estimate up to `now`. */
 void
 allot__level_bring(squota *sq, double rate, double burst, uint64_t now)
@@ -97,6 +101,40 @@ allot__est_update(
 	key->est += a * (inst - key->est);
 	key->est2 += a * (inst * inst - key->est2);
 	key->est_ns = now;
+}
+
+/* Called with a report of `amount` tokens over `w` seconds before it is
+ * folded into the estimate: a replica running above both its target and
+ * twice its estimate says demand just appeared (a cron job's fan-out, a
+ * burst after an idle spell). The other replicas' estimates predate it
+ * until they report, so the allocator must not read them as idle and
+ * take their shares (and the tokens their buckets hold) for the first
+ * reporter: the quota's onset marks the episode, and replicas that have
+ * not reported since keep their targets (alloc.c, `stale`). The first
+ * jump of an episode sets it; a new episode starts `episode_ns` later.
+ * Under the lock. */
+void
+allot__est_onset(squota *sq, const session *s, const skey *key, double amount,
+    double w, uint64_t now, uint64_t episode_ns)
+{
+	/* The first reports of a newcomer are it learning its part of
+	 * the load (claimed for it at the join), not a jump. */
+	if (!key->targeted || s->last_seq < 2 || !(w > 0))
+		return;
+	double inst = amount / w;
+	double m1 = allot__est_read(s, key);
+	if (!(inst > key->rate) || !(inst > 2 * m1))
+		return;
+	/* Nor is a window that the replica's own noise explains (a few
+	 * heavy requests on a quiet replica): the jump must exceed
+	 * ALLOT__ONSET_Z standard deviations of its per-window rate. */
+	double m2 = m1 > 0 ? key->est2 * (m1 / key->est) : 0;
+	double var = m2 - m1 * m1;
+	double z = ALLOT__ONSET_Z;
+	if (var > 0 && (inst - m1) * (inst - m1) <= z * z * var)
+		return;
+	if (sq->onset_ns == 0 || since(now, sq->onset_ns) > episode_ns)
+		sq->onset_ns = now;
 }
 
 /* Demand is the callers', not the replicas': when the replica set

@@ -75,6 +75,13 @@ alloc_quotas(allot__state *st, service *svc, uint64_t now)
 static bool
 alloc_slots(allot__state *st, service *svc, uint64_t now)
 {
+	uint64_t episode = 2 * (uint64_t) st->o.interval_ms * 1000000u;
+	/* While a newcomer learns its part of the load, demand moves
+	 * between replicas by design (demand.c conserve_*): no onset
+	 * holds targets then. */
+	for (uint32_t i = 0; i < svc->nsess; i++)
+		if (!svc->sess[i]->ghost && svc->sess[i]->last_seq < 4)
+			episode = 0;
 	size_t nq = st->cur->nq;
 	allot__alloc_quota *aq = st->aq;
 	size_t total = 0;
@@ -111,7 +118,12 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		double d = fresh ? 0 : allot__est_read(s, key);
 		double dv = fresh ? 0 : allot__est_var(s, key);
 		svc->q[q].demand_sum += d;
+		uint64_t onset = svc->q[q].onset_ns;
 		*sl = (allot__alloc_slot) {
+			.stale = !fresh && key->targeted && episode > 0 &&
+			    onset != 0 && s->last_sync_ns < onset &&
+			    since(now, s->last_sync_ns) <= episode * 3 / 4 &&
+			    since(now, onset) <= episode,
 			.replica = i,
 			.consumed = key->consumed,
 			/* Denials while its grant lagged its target (waiting

@@ -182,6 +182,9 @@ typedef struct squota {
 	bool disowned;
 	uint64_t learn_until_ns;
 	bool unheard; /* allot__learned(): a replica holds nothing here */
+	/* The first report of a jump in demand (allot__est_onset()):
+	 * replicas that have not reported since keep their targets. */
+	uint64_t onset_ns;
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -380,6 +383,8 @@ double allot__est_read(const session *s, const skey *key);
 double allot__est_var(const session *s, const skey *key);
 void allot__est_update(
     const session *s, skey *key, double amount, double w, uint64_t now);
+void allot__est_onset(squota *sq, const session *s, const skey *key,
+    double amount, double w, uint64_t now, uint64_t episode_ns);
 void allot__conserve_join(service *svc);
 void allot__conserve_leave(service *svc, const session *gone_s);
 void allot__est_inherit(session *s, const session *old);

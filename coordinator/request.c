@@ -579,6 +579,8 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	sq->level -= (double) consumed;
 	if (sq->level < 0)
 		sq->level = 0;
+	allot__est_onset(sq, y->s, key, (double) consumed + (double) r->denied,
+	    y->w, y->now, 2 * (uint64_t) y->st->o.interval_ms * 1000000u);
 	allot__est_update(
 	    y->s, key, (double) consumed + (double) r->denied, y->w, y->now);
 	key->consumed += (double) consumed;
