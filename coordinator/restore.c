@@ -22,6 +22,19 @@ typedef struct restore_ctx {
 	uint32_t dropped;
 } restore_ctx;
 
+/* How long a placeholder waits for its replica. Its agent keeps running
+ * on its grants (then its fallback) and comes back within its longest
+ * reconnect backoff: until then the placeholder holds its share, or the
+ * first agent back would be handed the others'. learn_ms covers that
+ * backoff, as after a silence of the coordinator's own. */
+static uint64_t
+ghost_expiry_ns(const allot__state *st)
+{
+	uint64_t e = allot__expiry_ns(st, 0);
+	uint64_t learn = (uint64_t) st->o.learn_ms * 1000000u;
+	return learn > e ? learn : e;
+}
+
 static void
 on_restored_replica(void *arg, const allot__store_replica *r)
 {
@@ -64,7 +77,7 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 	s->ghost = true;
 	s->interval_s = (double) st->o.interval_ms / 1e3;
 	s->last_seen_ns = rc->now;
-	s->expiry_ns = allot__expiry_ns(st, 0);
+	s->expiry_ns = ghost_expiry_ns(st);
 	s->joined_wall_ms = allot__wall_ms();
 	s->seen_wall_ms = r->last_seen_ms;
 	if (!allot__service_add(svc, s))
@@ -139,7 +152,7 @@ allot__state_restore(allot__state *st)
 		allot__log(st->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-RESTORE",
 		    "%u replicas were live at the last stop: they count "
 		    "until they re-register or expire in %" PRIu64 " ms%s",
-		    rc.restored, allot__expiry_ns(st, 0) / 1000000u,
+		    rc.restored, ghost_expiry_ns(st) / 1000000u,
 		    rc.dropped ? " (some could not be restored and were "
 		                 "marked expired)" :
 		                 "");
