@@ -6,7 +6,8 @@
  * replicas, the leftover spread, newcomers claiming the average, the
  * dead band, sums that never exceed R, B, the burst budget or the
  * ceiling over thousands of random rounds, bursts cut from the global
- * bucket's level, the ceiling served in reverse shed order and max-min
+ * bucket's level, replicas not heard since demand appeared keeping their
+ * targets, the ceiling served in reverse shed order and max-min
  * fair within a class, and in the registry: shares that follow
  * cost-weighted demand, the headroom rule at every step, and the live
  * bound counting unacknowledged decreases and expired replicas.
@@ -314,6 +315,47 @@ START_TEST(burst_from_level)
 	q.level = 150;
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(q.burst_budget, 160, EPS);
+}
+END_TEST
+
+/* Demand appeared on replica 0 (its report says 300 tokens/s); replicas
+ * 1-3 have not reported since, so their estimates (0) predate it. They
+ * keep their targets, rate and burst, instead of dropping to the floor
+ * and losing the tokens their buckets hold; replica 0 gets the rest.
+ * Once they are not stale the water-fill moves the capacity. */
+START_TEST(stale_keep_targets)
+{
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[4];
+	allot__alloc_quota q;
+	one_quota(&q, sl, 4, (double[]) { 300, 0, 0, 0 }, 100, 200);
+	q.level = 170; /* replica 0 consumed 30 */
+	for (size_t i = 0; i < 4; i++) {
+		sl[i].has_prev = true;
+		sl[i].prev_rate = 25;
+		sl[i].prev_burst = 50;
+		sl[i].stale = i > 0;
+	}
+	run(&p, &q, 1, 0);
+	for (size_t i = 1; i < 4; i++) {
+		ck_assert_double_eq_tol(sl[i].rate, 25, 1e-9);
+		ck_assert_double_eq_tol(sl[i].burst, 50, 1e-9);
+	}
+	ck_assert_double_eq_tol(sl[0].rate, 25, 1e-9);
+	/* The budget (170 + 100 * 0.1) less what the others keep. */
+	ck_assert_double_eq_tol(sl[0].burst, 180 - 150, 1e-9);
+	ck_assert(q.sum_rate <= 100 && q.sum_burst <= q.burst_budget);
+	/* Kept bursts above the budget are scaled down to it. */
+	q.level = 60;
+	run(&p, &q, 1, 0);
+	ck_assert(q.sum_burst <= q.burst_budget + 1e-9);
+	ck_assert_double_eq_tol(sl[1].burst, 70.0 / 3, 1e-9);
+	/* Not stale: replica 0 takes what the idle ones do not claim. */
+	q.level = 170;
+	for (size_t i = 1; i < 4; i++)
+		sl[i].stale = false;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 100, 1e-9);
 }
 END_TEST
 
@@ -697,6 +739,7 @@ alloc_suite(void)
 	tcase_add_test(tc, deadband);
 	tcase_add_test(tc, sums_never_exceed);
 	tcase_add_test(tc, burst_from_level);
+	tcase_add_test(tc, stale_keep_targets);
 	tcase_add_test(tc, ceiling_shed_order);
 	tcase_add_test(tc, static_and_names);
 	suite_add_tcase(s, tc);
