@@ -79,6 +79,7 @@ struct allot__sync {
 	uv_loop_t loop;
 	uv_thread_t thread;
 	uv_async_t wake;
+	uv_timer_t check; /* early asks (check_early) */
 	_Atomic int stopping;
 
 	size_t n;
@@ -580,6 +581,32 @@ on_timer(uv_timer_t *t)
 	start_exchange(mb);
 }
 
+/* Every eighth of an interval: a member whose agent started denying a
+ * key runs its exchange now instead of at its timer (sync_int.h
+ * allot__syncc_early_due(): counters only, bounded to one early Sync
+ * per quarter interval and per onset of denials). */
+static void
+check_early(uv_timer_t *t)
+{
+	struct allot__sync *s = t->data;
+	uint64_t now = now_ns(s->a);
+	for (size_t i = 0; i < s->n; i++) {
+		struct member *mb = &s->m[i];
+		if (allot__exchange_busy(&mb->x) ||
+		    !allot__syncc_early_due(&mb->core, now))
+			continue;
+		uv_timer_stop(&mb->timer);
+		start_exchange(mb);
+	}
+}
+
+static uint64_t
+check_ms(const allot_agent *a)
+{
+	uint64_t t = a->opts.sync_interval_ms / 8;
+	return t > 0 ? t : 1;
+}
+
 static void
 send_leave(struct member *mb)
 {
@@ -606,6 +633,7 @@ thread_main(void *arg)
 	for (size_t i = 0; i < s->n; i++)
 		schedule(&s->m[i], 0);
 	tls_check_start(s);
+	uv_timer_start(&s->check, check_early, check_ms(s->a), check_ms(s->a));
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 	link_wake_off(s);
 	if (s->tls_timer_init)
@@ -617,6 +645,7 @@ thread_main(void *arg)
 		send_leave(mb);
 		uv_close((uv_handle_t *) &mb->timer, close_cb);
 	}
+	uv_close((uv_handle_t *) &s->check, close_cb);
 	uv_close((uv_handle_t *) &s->wake, close_cb);
 	uv_run(&s->loop, UV_RUN_DEFAULT);
 }
@@ -779,11 +808,14 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	uv_async_init(&s->loop, &s->wake, on_wake);
 	s->wake.data = s;
 	s->tls_seen = allot__tls_files_look(&a->opts);
+	uv_timer_init(&s->loop, &s->check);
+	s->check.data = s;
 	a->sync = s;
 	if (uv_thread_create(&s->thread, thread_main, s) != 0) {
 		for (size_t i = 0; i < s->n; i++)
 			uv_close((uv_handle_t *) &s->m[i].timer, NULL);
 		uv_close((uv_handle_t *) &s->wake, NULL);
+		uv_close((uv_handle_t *) &s->check, NULL);
 		uv_run(&s->loop, UV_RUN_DEFAULT);
 		uv_loop_close(&s->loop);
 		a->sync = NULL;
@@ -845,6 +877,7 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->not_owner += m.not_owner;
 		ret->keys_unconfirmed += m.keys_unconfirmed;
 		ret->throttled += m.throttled;
+		ret->early_syncs += m.early_syncs;
 		if (!s->m[i].down &&
 		    (!have_lease ||
 		        m.lease_remaining_ms < ret->lease_remaining_ms)) {

@@ -155,6 +155,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		uint64_t denied = t.denied_tokens - qs->last_denied;
 		qs->last_spent += consumed;
 		qs->last_denied = t.denied_tokens;
+		qs->denying = denied > 0;
 		if (elapsed > 0) {
 			double inst = (double) (consumed + denied) / elapsed;
 			qs->demand = 0.5 * qs->demand + 0.5 * inst;
@@ -194,6 +195,11 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	sy.elapsed_ms = elapsed_ms;
 	sy.n_reports = n;
 	sy.reports = ptrs;
+	sy.early = s->early;
+	if (s->early)
+		atomic_fetch_add(&s->early_syncs, 1);
+	s->early_sent = s->early;
+	s->early = false;
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	env.version = PROTO_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
@@ -640,8 +646,12 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 		double j = a->opts.sync_jitter;
 		t = a->opts.sync_interval_ms *
 		    (1.0 + j * (2 * uniform(s) - 1));
-		if (s->short_grant) {
+		/* A short Welcome, or an early Sync (the grant may need
+		 * the others' next Syncs to free headroom): again after
+		 * half an interval. */
+		if (s->short_grant || s->early_sent) {
 			s->short_grant = false;
+			s->early_sent = false;
 			t /= 2;
 		}
 	} else {
@@ -659,6 +669,35 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 			t = left + 1;
 	}
 	return t < 1 ? 1 : (uint64_t) t;
+}
+
+bool
+allot__syncc_early_due(syncc *s, uint64_t now)
+{
+	allot_agent *a = s->a;
+	/* A newcomer's first Syncs are paced by its Welcome (a short one
+	 * asks again after half an interval), and a zero grant is the
+	 * coordinator waiting for the others to give back: asking sooner
+	 * would find no headroom, and would only push the next Sync back. */
+	if (s->session == 0 || s->seq < 3 || s->short_grant || s->throttled ||
+	    s->backoff_ms != 0 || atomic_load(&s->in_fallback))
+		return false;
+	uint64_t gap = (uint64_t) a->opts.sync_interval_ms * 250000u;
+	if (now < s->last_sync_ns + gap)
+		return false;
+	for (uint32_t i = 0; i < a->nquotas; i++) {
+		allot__qrt *q = &a->quotas[i];
+		if (q->is_default || !is_mine(s, i) || s->q[i].denying ||
+		    !(s->q[i].share_rate > 0))
+			continue;
+		allot__ktotals t;
+		allot__quota_totals(a, q, &t);
+		if (t.denied_tokens > s->q[i].last_denied) {
+			s->early = true;
+			return true;
+		}
+	}
+	return false;
 }
 
 void
@@ -685,6 +724,7 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->not_owner = atomic_load(&s->not_owner);
 	ret->throttled = atomic_load(&s->throttled_n);
 	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
+	ret->early_syncs = atomic_load(&s->early_syncs);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :

@@ -30,6 +30,7 @@ typedef struct allot__qsync {
 	bool foreign;
 	bool key_fallback; /* its lease ran out: on its fallback */
 	uint64_t lease_until_ns; /* 0: none yet */
+	bool denying; /* its last report carried denials */
 } allot__qsync;
 
 typedef enum allot__expect {
@@ -50,6 +51,8 @@ typedef struct allot__syncc {
 	size_t sent_bytes;
 	uint32_t backoff_ms;
 	bool short_grant; /* the Welcome left a key without a grant */
+	bool early; /* the next Sync goes out early (syncc_early_due) */
+	bool early_sent; /* the last Sync went out early */
 	uint64_t rng;
 	allot__qsync *q;
 	bool *seen; /* scratch, nquotas */
@@ -82,6 +85,7 @@ typedef struct allot__syncc {
 	_Atomic uint64_t not_owner; /* keys a member said it does not own */
 	_Atomic uint32_t unconfirmed; /* mine and foreign (cluster mode) */
 	_Atomic uint64_t throttled_n; /* RATE_LIMITED answers */
+	_Atomic uint64_t early_syncs; /* Syncs sent early, short */
 	bool throttled; /* the last answer was RATE_LIMITED */
 	_Atomic int64_t lease_until_pub;
 	allot__logrl fail_rl;
@@ -131,6 +135,14 @@ void allot__syncc_adopt_key(
 /* Cluster mode: recount the keys of this session whose allowance it has
  * not answered for (allot_sync_stats.keys_unconfirmed). */
 void allot__syncc_count_unconfirmed(allot__syncc *c);
+
+/* Whether to run an exchange now, before the interval is up: a key
+ * (other than `default`) started denying since the last report, which
+ * had none, and at least a quarter interval has passed since the last
+ * Sync. Reads only the keys' counters (no lock); the driver calls it on
+ * a timer finer than the interval while no exchange is in flight, and
+ * on true runs the exchange at once (the Sync says `early`). */
+bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
 
 /* Fill the public stats from the engine. */
 void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);

@@ -372,6 +372,8 @@ typedef struct allot_sync_stats {
 	uint32_t keys_unconfirmed; /**< keys running on an allowance their
 	                                current owner has not answered for
 	                                yet (moved, or refused) */
+	uint64_t early_syncs; /**< Syncs sent before the interval was up
+	                           because a key started denying */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
