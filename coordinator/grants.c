@@ -69,19 +69,29 @@ alloc_quotas(allot__state *st, service *svc, uint64_t now)
 	return true;
 }
 
+/* Whether a replica of `svc` is still in its first Syncs, learning its
+ * part of the load after a join. */
+static bool
+learning(const service *svc)
+{
+	for (uint32_t i = 0; i < svc->nsess; i++)
+		if (!svc->sess[i]->ghost && svc->sess[i]->last_seq < 4)
+			return true;
+	return false;
+}
+
 /* The allocator's input per key of `svc` (st->slots, grouped by quota),
  * and for each slot the session and key it stands for (st->owner_*).
  * False when out of memory. */
 static bool
 alloc_slots(allot__state *st, service *svc, uint64_t now)
 {
-	uint64_t episode = 2 * (uint64_t) st->o.interval_ms * 1000000u;
 	/* While a newcomer learns its part of the load, demand moves
 	 * between replicas by design (demand.c conserve_*): no onset
 	 * holds targets then. */
-	for (uint32_t i = 0; i < svc->nsess; i++)
-		if (!svc->sess[i]->ghost && svc->sess[i]->last_seq < 4)
-			episode = 0;
+	uint64_t episode = learning(svc) ?
+	    0 :
+	    2 * (uint64_t) st->o.interval_ms * 1000000u;
 	size_t nq = st->cur->nq;
 	allot__alloc_quota *aq = st->aq;
 	size_t total = 0;
@@ -205,6 +215,23 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 	svc->dirty = false;
 	svc->last_alloc_ns = now;
 	return true;
+}
+
+/* An early Sync (an agent short of a key, docs/allocation.md): run the
+ * service's allocation round now rather than at the next tick, at most
+ * once per quarter interval, so that its grant can move in this very
+ * Reply. Under the lock. */
+void
+allot__early_round(allot__state *st, service *svc, uint64_t now)
+{
+	uint64_t gap = (uint64_t) st->o.interval_ms * 250000u;
+	/* After a join the headroom rule is already moving the shares
+	 * (the newcomer asks again after half an interval): a round
+	 * would only move the targets under it. */
+	if (st->o.policy.kind == ALLOT__ALLOC_STATIC || learning(svc) ||
+	    (svc->last_alloc_ns != 0 && since(now, svc->last_alloc_ns) < gap))
+		return;
+	allot__recompute(st, svc, now);
 }
 
 /* Move the grant of one key toward its target: a decrease at once, an

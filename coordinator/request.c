@@ -783,6 +783,8 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		y.audit = true;
 	}
 	bool gap = sync_ack(&y);
+	if (req->early)
+		allot__early_round(st, y.svc, y.now);
 	sync_reply(&y, pa, gap, ret);
 	pthread_mutex_unlock(&st->mu);
 

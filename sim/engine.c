@@ -59,6 +59,7 @@ typedef enum evkind {
 	EV_SECOND,
 	EV_KILL, /* the coordinator is killed (a `restart` scenario) */
 	EV_RESTART, /* and restarted from its store */
+	EV_CHECK,
 } evkind;
 
 typedef struct ev {
@@ -466,6 +467,13 @@ request_timeout_ns(const engine *e)
 	return (uint64_t) t * 1000000u;
 }
 
+/* agent/sync.c's early-ask check period. */
+static uint64_t
+check_ns(const engine *e)
+{
+	return (uint64_t) e->p->interval_ms * 1000000u / 8;
+}
+
 static void
 schedule_timer(engine *e, replica *r, uint32_t idx, uint64_t delay_ms)
 {
@@ -637,6 +645,21 @@ on_timeout(engine *e, ev *x)
 	    allot__syncc_next_delay_ms(&r->sc, e->now, false));
 }
 
+/* agent/sync.c's check for keys that started denying, every eighth of
+ * an interval: a replica with one runs its exchange at once. */
+static void
+on_check(engine *e)
+{
+	for (uint32_t i = 0; i < e->s->nreplicas; i++) {
+		replica *r = &e->r[i];
+		if (!r->live || !r->sc_init || r->waiting ||
+		    !allot__syncc_early_due(&r->sc, e->now))
+			continue;
+		r->timer_gen++; /* the regular timer is superseded */
+		on_timer(e, i);
+	}
+}
+
 /* ---- allot: checks ---- */
 
 typedef struct conv_ctx {
@@ -776,6 +799,7 @@ run_allot(engine *e)
 	}
 	push(e, e->T, EV_TICK, 0, 0);
 	push(e, SIM_NS, EV_SECOND, 0, 0);
+	push(e, check_ns(e), EV_CHECK, 0, 0);
 	size_t ai = 0;
 	while (e->err == ALLOT_OK) {
 		uint64_t ta = ai < s->narr ? s->arr[ai].t : UINT64_MAX;
@@ -872,6 +896,10 @@ run_allot(engine *e)
 			if ((rc = sim_coord_restart(&e->co)) != ALLOT_OK)
 				e->err = rc;
 			e->st = e->co.st;
+			break;
+		case EV_CHECK:
+			on_check(e);
+			push(e, e->now + check_ns(e), EV_CHECK, 0, 0);
 			break;
 		}
 		free(x.buf);
