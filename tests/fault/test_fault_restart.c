@@ -7,12 +7,17 @@
  * keep their allowance while the lease runs (fail-static) and then run
  * their fallback (static share R / n), that a short outage never reaches
  * the fallback, that over-admission stays within the design's bound
- * B + R(W + T), and that every row a reader saw committed before a kill
- * is still there after the restart.
+ * B + R(W + T), that the agents' rates, sampled every 10 ms through
+ * each restart, never sum above R (the restored placeholders hold the
+ * share of the agents not back yet), and that every row a reader saw
+ * committed before a kill is still there after the restart.
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +34,49 @@ typedef struct rows {
 	long long replicas, max_session, events, max_event, configs,
 	    max_config, usage, max_at, admitted;
 } rows;
+
+/* Samples the sum of the agents' greedy rates every 10 ms, on its own
+ * thread while the test waits for the agents to come back. */
+typedef struct sampler {
+	allot_agent **as;
+	int n;
+	_Atomic bool stop;
+	double worst;
+	pthread_t th;
+} sampler;
+
+static void *
+sample_main(void *arg)
+{
+	sampler *sp = arg;
+	while (!atomic_load(&sp->stop)) {
+		double sum = 0;
+		for (int i = 0; i < sp->n; i++)
+			sum += fault_rate(sp->as[i], "greedy");
+		if (sum > sp->worst)
+			sp->worst = sum;
+		pc_sleep_ms(10);
+	}
+	return NULL;
+}
+
+static void
+sampler_start(sampler *sp, allot_agent **as, int n)
+{
+	sp->as = as;
+	sp->n = n;
+	sp->worst = 0;
+	atomic_store(&sp->stop, false);
+	ck_assert_int_eq(pthread_create(&sp->th, NULL, sample_main, sp), 0);
+}
+
+static double
+sampler_stop(sampler *sp)
+{
+	atomic_store(&sp->stop, true);
+	pthread_join(sp->th, NULL);
+	return sp->worst;
+}
 
 static void
 rows_before(const char *db, rows *r)
@@ -96,6 +144,7 @@ START_TEST(sigkill_restart_under_load)
 	uint64_t worst_recovery = 0, total_recovery = 0;
 	uint64_t first_fallback_ms = UINT64_MAX, rows_checked = 0;
 	int fallbacks_seen = 0;
+	double worst_sum = 0;
 	for (int cycle = 0; cycle < CYCLES; cycle++) {
 		/* Odd cycles stay down past the lease, even ones do not. */
 		bool long_outage = cycle % 2 == 1;
@@ -164,6 +213,8 @@ START_TEST(sigkill_restart_under_load)
 		}
 
 		uint64_t restarted = pc_now_ms();
+		sampler sp;
+		sampler_start(&sp, as, AGENTS);
 		fault_allotd_start(&e);
 		rows_after(e.db, &b, &a);
 		ck_assert_int_eq(a.replicas, b.replicas);
@@ -175,6 +226,16 @@ START_TEST(sigkill_restart_under_load)
 		    b.usage);
 		fault_await_synced(as, AGENTS, (uint64_t) cycle + 2, 10000);
 		uint64_t rec = pc_now_ms() - restarted;
+		/* Through the agents' return (their backoff is at most 4 T
+		 * here) and well after. */
+		while (pc_now_ms() - restarted < 1500)
+			pc_sleep_ms(10);
+		double sum = sampler_stop(&sp);
+		if (sum > worst_sum)
+			worst_sum = sum;
+		ck_assert_msg(sum <= FAULT_R * (1 + 1e-9),
+		    "cycle %d: the agents' rates sum to %.3f/s, R %.0f/s",
+		    cycle, sum, FAULT_R);
 		/* Where failed requests come from, for the log. */
 		for (int i = 0; i < AGENTS; i++) {
 			unsigned long long den = atomic_load(
@@ -222,11 +283,12 @@ START_TEST(sigkill_restart_under_load)
 	snprintf(f.measured, sizeof f.measured,
 	    "window %.1f s; fallback entered %.0f ms after the kill "
 	    "(lease %u ms); recovery mean %.0f ms; %llu committed rows "
-	    "checked, 0 missing; %llu tokens unreported across sessions",
+	    "checked, 0 missing; %llu tokens unreported across sessions; "
+	    "sum of rates after a restart at most %.3f R",
 	    (double) window / 1000.0, (double) first_fallback_ms,
 	    FAULT_LEASE_MS, (double) total_recovery / CYCLES,
-	    (unsigned long long) rows_checked,
-	    (unsigned long long) unreported);
+	    (unsigned long long) rows_checked, (unsigned long long) unreported,
+	    worst_sum / FAULT_R);
 	fault_report(&f);
 
 	ck_assert_int_gt(fallbacks_seen, 0);
