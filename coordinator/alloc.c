@@ -33,6 +33,7 @@ allot__alloc_policy_init(allot__alloc_policy *pol)
 {
 	pol->kind = ALLOT__ALLOC_DEMAND;
 	pol->floor_fraction = ALLOT__ALLOC_FLOOR_FRACTION;
+	pol->replica_floor = ALLOT__ALLOC_REPLICA_FLOOR;
 	pol->headroom = ALLOT__ALLOC_HEADROOM;
 	pol->deadband = ALLOT__ALLOC_DEADBAND;
 	pol->noise_z = ALLOT__ALLOC_NOISE_Z;
@@ -383,7 +384,7 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 		return;
 	}
 	double db = pol->deadband > 0 ? fmin(pol->deadband, 0.5) : 0;
-	double ff = pol->floor_fraction > 0 ? fmin(pol->floor_fraction, 1) : 0;
+	double ff = pol->replica_floor > 0 ? fmin(pol->replica_floor, 1) : 0;
 	double f = ff * A / (double) n;
 	/* A slot claims its demand plus the headroom that absorbs its
 	 * fluctuations until the next round. */

@@ -32,15 +32,21 @@ typedef enum allot__alloc_kind {
 
 /* Defaults of the demand-aware policy (allot__alloc_policy_init()). */
 #define ALLOT__ALLOC_FLOOR_FRACTION 0.05
+#define ALLOT__ALLOC_REPLICA_FLOOR 0.25
 #define ALLOT__ALLOC_HEADROOM 0.25
 #define ALLOT__ALLOC_DEADBAND 0.05
 #define ALLOT__ALLOC_NOISE_Z 2.0
 
 typedef struct allot__alloc_policy {
 	allot__alloc_kind kind;
-	/* The fraction of the equal share (allowance / n) an idle replica
-	 * keeps so it can admit its first requests. In [0, 1]. */
+	/* The fraction of R a quota that went quiet still wants under the
+	 * ceiling, so it can admit again before the next round. In [0, 1]. */
 	double floor_fraction;
+	/* The fraction of the equal share (allowance / n) an idle replica
+	 * keeps: so it can admit its first requests, and so that its bucket
+	 * refills (its burst follows its rate) for a burst that lands on it
+	 * next rather than where the last one did. In [0, 1]. */
+	double replica_floor;
 	/* A replica claims its demand estimate times (1 + headroom): the
 	 * margin that absorbs the fluctuation of its arrivals between two
 	 * rounds. >= 0. */

@@ -34,6 +34,7 @@ exact_policy(void)
 	allot__alloc_policy_init(&p);
 	p.headroom = 0;
 	p.floor_fraction = 0;
+	p.replica_floor = 0;
 	p.deadband = 0;
 	return p;
 }
@@ -119,10 +120,10 @@ END_TEST
 
 START_TEST(waterfill_floor)
 {
-	/* An idle replica keeps floor_fraction of the equal share even
+	/* An idle replica keeps replica_floor of the equal share even
 	 * when the others want everything. */
 	allot__alloc_policy p = exact_policy();
-	p.floor_fraction = 0.3;
+	p.replica_floor = 0.3;
 	allot__alloc_slot sl[3];
 	allot__alloc_quota q;
 	one_quota(&q, sl, 3, (double[]) { 0, 200, 200 }, 100, 200);
