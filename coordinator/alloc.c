@@ -366,6 +366,79 @@ kept(const allot__alloc_slot *x)
 	    isfinite(x->prev_burst);
 }
 
+/* The slots' bursts from their rates (fill_quota), the dead band `db`
+ * applied. */
+static void
+fill_bursts(allot__alloc_quota *aq, double db)
+{
+	size_t n = aq->nslots;
+	double A = aq->allowance;
+	allot__alloc_slot *sl = aq->slots;
+	const size_t st = sizeof *sl;
+	/* Bursts: only what the global bucket has (its level now plus what
+	 * it refills until the next round), scaled down with the
+	 * allowance when the ceiling cut it. */
+	double R = aq->rate, B = aq->burst;
+	double L = isnan(aq->level) ? B : nonneg(aq->level);
+	double budget = fmin(
+	    B * fmin(1.0, A / R), L + A * nonneg(aq->horizon_s));
+	budget = nonneg(budget);
+	double w = nonneg(aq->min_burst);
+	/* Stale replicas keep their bursts (within the budget): their
+	 * buckets hold those tokens, and shrinking a burst destroys what
+	 * it held above the new one while growing another's creates
+	 * capacity, not tokens. The others share the rest. */
+	double keep = 0;
+	for (size_t i = 0; i < n; i++)
+		if (kept(&sl[i]))
+			keep += sl[i].prev_burst;
+	double kf = keep > budget ? budget / keep : 1.0;
+	double total = budget;
+	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
+	size_t npos = 0;
+	double sum_r = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (sl[i].rate > 0 && !kept(&sl[i])) {
+			npos++;
+			sum_r += sl[i].rate;
+		}
+	}
+	double sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		allot__alloc_slot *x = &sl[i];
+		if (kept(x)) {
+			x->burst = 0; /* set below */
+			continue;
+		}
+		x->burst = burst_of(x->rate, sum_r, budget, w, npos);
+		double p = x->prev_burst;
+		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
+		    isfinite(p) &&
+		    fabs(x->burst - p) <= db * fmax(x->burst, p))
+			x->burst = p;
+		sum += x->burst;
+	}
+	if (sum > budget) {
+		double slack = 0;
+		for (size_t i = 0; i < n; i++)
+			slack += fmax(0,
+			    sl[i].burst -
+			        burst_of(sl[i].rate, sum_r, budget, w, npos));
+		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
+		for (size_t i = 0; i < n; i++) {
+			double nb = burst_of(
+			    sl[i].rate, sum_r, budget, w, npos);
+			if (sl[i].burst > nb)
+				sl[i].burst -= (sl[i].burst - nb) * cut;
+		}
+	}
+	for (size_t i = 0; keep > 0 && i < n; i++)
+		if (kept(&sl[i]))
+			sl[i].burst = sl[i].prev_burst * kf;
+	aq->burst_budget = total;
+	aq->sum_burst = fit_sum(&sl[0].burst, st, n, total);
+}
+
 static void
 fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 {
@@ -448,69 +521,7 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 		}
 	}
 	aq->sum_rate = fit_sum(&sl[0].rate, st, n, A);
-
-	/* Bursts: only what the global bucket has (its level now plus what
-	 * it refills until the next round), scaled down with the
-	 * allowance when the ceiling cut it. */
-	double R = aq->rate, B = aq->burst;
-	double L = isnan(aq->level) ? B : nonneg(aq->level);
-	double budget = fmin(
-	    B * fmin(1.0, A / R), L + A * nonneg(aq->horizon_s));
-	budget = nonneg(budget);
-	double w = nonneg(aq->min_burst);
-	/* Stale replicas keep their bursts (within the budget): their
-	 * buckets hold those tokens, and shrinking a burst destroys what
-	 * it held above the new one while growing another's creates
-	 * capacity, not tokens. The others share the rest. */
-	double keep = 0;
-	for (size_t i = 0; i < n; i++)
-		if (kept(&sl[i]))
-			keep += sl[i].prev_burst;
-	double kf = keep > budget ? budget / keep : 1.0;
-	double total = budget;
-	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
-	size_t npos = 0;
-	double sum_r = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (sl[i].rate > 0 && !kept(&sl[i])) {
-			npos++;
-			sum_r += sl[i].rate;
-		}
-	}
-	double sum = 0;
-	for (size_t i = 0; i < n; i++) {
-		allot__alloc_slot *x = &sl[i];
-		if (kept(x)) {
-			x->burst = 0; /* set below */
-			continue;
-		}
-		x->burst = burst_of(x->rate, sum_r, budget, w, npos);
-		double p = x->prev_burst;
-		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
-		    isfinite(p) &&
-		    fabs(x->burst - p) <= db * fmax(x->burst, p))
-			x->burst = p;
-		sum += x->burst;
-	}
-	if (sum > budget) {
-		double slack = 0;
-		for (size_t i = 0; i < n; i++)
-			slack += fmax(0,
-			    sl[i].burst -
-			        burst_of(sl[i].rate, sum_r, budget, w, npos));
-		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
-		for (size_t i = 0; i < n; i++) {
-			double nb = burst_of(
-			    sl[i].rate, sum_r, budget, w, npos);
-			if (sl[i].burst > nb)
-				sl[i].burst -= (sl[i].burst - nb) * cut;
-		}
-	}
-	for (size_t i = 0; keep > 0 && i < n; i++)
-		if (kept(&sl[i]))
-			sl[i].burst = sl[i].prev_burst * kf;
-	aq->burst_budget = total;
-	aq->sum_burst = fit_sum(&sl[0].burst, st, n, total);
+	fill_bursts(aq, db);
 }
 
 static void
