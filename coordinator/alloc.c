@@ -458,7 +458,8 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	}
 	double db = pol->deadband > 0 ? fmin(pol->deadband, 0.5) : 0;
 	double ff = pol->replica_floor > 0 ? fmin(pol->replica_floor, 1) : 0;
-	double f = ff * A / (double) n;
+	double f0 = pol->floor_fraction > 0 ? fmin(pol->floor_fraction, 1) : 0;
+	double f = ff * A / (double) n, fnew = f0 * A / (double) n;
 	/* A slot claims its demand plus the headroom that absorbs its
 	 * fluctuations until the next round. */
 	double h = nonneg(pol->headroom);
@@ -467,7 +468,8 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * which spreads the leftover over idle and busy replicas alike. */
 	double s = 0;
 	for (size_t i = 0; i < n; i++) {
-		sl[i].rate = fmax(sl[i].rate * (1.0 + h), f);
+		sl[i].rate = fmax(
+		    sl[i].rate * (1.0 + h), sl[i].served ? f : fnew);
 		/* A replica that has not reported since demand appeared
 		 * claims at least its target: its estimate predates the
 		 * change, and it may be about to see the same burst. */

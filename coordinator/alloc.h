@@ -43,9 +43,12 @@ typedef struct allot__alloc_policy {
 	 * ceiling, so it can admit again before the next round. In [0, 1]. */
 	double floor_fraction;
 	/* The fraction of the equal share (allowance / n) an idle replica
-	 * keeps: so it can admit its first requests, and so that its bucket
+	 * that has served the quota's callers keeps, so that its bucket
 	 * refills (its burst follows its rate) for a burst that lands on it
-	 * next rather than where the last one did. In [0, 1]. */
+	 * next rather than where the last one did. One that never saw
+	 * their traffic keeps floor_fraction of it, enough to admit its
+	 * first requests: replicas the callers do not reach (or replicas
+	 * that only registered) hold little of a busy quota. In [0, 1]. */
 	double replica_floor;
 	/* A replica claims its demand estimate times (1 + headroom): the
 	 * margin that absorbs the fluctuation of its arrivals between two
@@ -81,6 +84,9 @@ typedef struct allot__alloc_slot {
 	bool fresh; /* no estimate yet (a newcomer): it claims
 	               what the others claim on average */
 	double held; /* tokens in the replica's bucket, last seen */
+	bool served; /* it has reported traffic of this quota at some
+	                point (its floor is replica_floor, not
+	                floor_fraction) */
 	bool stale; /* it has not reported since demand appeared in
 	               its quota (onset): its estimate predates it, so
 	               it keeps its target (rate and burst) this round */

@@ -130,6 +130,7 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		svc->q[q].demand_sum += d;
 		uint64_t onset = svc->q[q].onset_ns;
 		*sl = (allot__alloc_slot) {
+			.served = key->est_ns != 0,
 			.stale = !fresh && key->targeted && episode > 0 &&
 			    onset != 0 && s->last_sync_ns < onset &&
 			    since(now, s->last_sync_ns) <= episode * 3 / 4 &&

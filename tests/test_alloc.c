@@ -127,10 +127,18 @@ START_TEST(waterfill_floor)
 	allot__alloc_slot sl[3];
 	allot__alloc_quota q;
 	one_quota(&q, sl, 3, (double[]) { 0, 200, 200 }, 100, 200);
+	for (size_t i = 0; i < 3; i++)
+		sl[i].served = true;
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(sl[0].rate, 10, EPS);
 	ck_assert_double_eq_tol(sl[1].rate, 45, EPS);
 	ck_assert_double_eq_tol(sl[2].rate, 45, EPS);
+	/* One that never served the quota keeps floor_fraction. */
+	p.floor_fraction = 0.15;
+	sl[0].served = false;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 5, EPS);
+	ck_assert_double_eq_tol(sl[1].rate, 47.5, EPS);
 }
 END_TEST
 
