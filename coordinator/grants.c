@@ -221,8 +221,8 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 /* An early Sync (an agent short of a key, docs/allocation.md): run the
  * service's allocation round now rather than at the next tick, at most
  * once per quarter interval, so that its grant can move in this very
- * Reply. Under the lock. */
-void
+ * Reply. Returns whether it ran. Under the lock. */
+bool
 allot__early_round(allot__state *st, service *svc, uint64_t now)
 {
 	uint64_t gap = (uint64_t) st->o.interval_ms * 250000u;
@@ -231,8 +231,8 @@ allot__early_round(allot__state *st, service *svc, uint64_t now)
 	 * would only move the targets under it. */
 	if (st->o.policy.kind == ALLOT__ALLOC_STATIC || learning(svc) ||
 	    (svc->last_alloc_ns != 0 && since(now, svc->last_alloc_ns) < gap))
-		return;
-	allot__recompute(st, svc, now);
+		return false;
+	return allot__recompute(st, svc, now);
 }
 
 /* Move the grant of one key toward its target: a decrease at once, an

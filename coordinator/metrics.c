@@ -160,6 +160,12 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    ld(&m->registers));
 	counter(
 	    b, "allotd_syncs_total", "Sync messages accepted.", ld(&m->syncs));
+	counter(b, "allotd_early_syncs_total",
+	    "Syncs sent early by an agent whose key started denying.",
+	    ld(&m->early_syncs));
+	counter(b, "allotd_early_rounds_total",
+	    "Allocation rounds run at once for an early Sync.",
+	    ld(&m->early_rounds));
 	counter(b, "allotd_leaves_total", "Leave messages accepted.",
 	    ld(&m->leaves));
 	counter(b, "allotd_key_reports_total", "Key reports accepted.",

@@ -60,6 +60,8 @@ void allot__hist_observe_ns(allot__hist *h, uint64_t ns);
 typedef struct allot__metrics {
 	_Atomic uint64_t registers;
 	_Atomic uint64_t syncs;
+	_Atomic uint64_t early_syncs; /* Syncs flagged early (short) */
+	_Atomic uint64_t early_rounds; /* allocation rounds they ran */
 	_Atomic uint64_t leaves;
 	_Atomic uint64_t key_reports; /* accepted key reports */
 	_Atomic uint64_t register_unknown_keys;

@@ -403,7 +403,7 @@ double allot__bound_ratio(const squota *sq, double R, double B);
 
 void allot__rebuild_granted(allot__state *st, service *svc);
 bool allot__recompute(allot__state *st, service *svc, uint64_t now);
-void allot__early_round(allot__state *st, service *svc, uint64_t now);
+bool allot__early_round(allot__state *st, service *svc, uint64_t now);
 bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
     bool hold, bool *ret_short);
 void allot__record_shares(allot__state *st, service *svc);

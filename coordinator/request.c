@@ -416,6 +416,7 @@ typedef struct syn {
 	uint32_t *not_owner; /* keys another member owns */
 	size_t n_not_owner;
 	bool forced; /* some key reported an allowance from elsewhere */
+	bool early_round; /* an early Sync ran the allocation round */
 } syn;
 
 /* Why a Sync has no session to go to. */
@@ -728,6 +729,10 @@ sync_report(const syn *y)
 	uint32_t unknown = y->unknown, absurd = y->absurd;
 	if (m != NULL) {
 		allot__metrics_add(&m->syncs, 1);
+		if (req->early)
+			allot__metrics_add(&m->early_syncs, 1);
+		if (y->early_round)
+			allot__metrics_add(&m->early_rounds, 1);
 		allot__metrics_add(
 		    &m->key_reports, req->n_reports - unknown - absurd);
 	}
@@ -784,7 +789,7 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 	}
 	bool gap = sync_ack(&y);
 	if (req->early)
-		allot__early_round(st, y.svc, y.now);
+		y.early_round = allot__early_round(st, y.svc, y.now);
 	sync_reply(&y, pa, gap, ret);
 	pthread_mutex_unlock(&st->mu);
 
