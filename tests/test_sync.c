@@ -5,7 +5,8 @@
  * leave), the sum of what agents hold never exceeds the quota, and when
  * allotd is killed with SIGKILL agents keep their allowance for the lease
  * (fail-static), then apply each quota's fallback, and re-register when a
- * new allotd starts on the same database.
+ * new allotd starts on the same database; and a replica whose key starts
+ * denying asks at once (an early Sync).
  */
 #include <check.h>
 #include <math.h>
@@ -225,6 +226,50 @@ admit(allot_agent *a, const char *caller, int n)
 	return ok;
 }
 
+/* Asking when short (docs/allocation.md): a replica whose key starts
+ * denying syncs at once, flagged early, and allotd counts it; a key that
+ * keeps denying asks early once, not on every check. */
+START_TEST(early_sync_when_short)
+{
+	env e;
+	env_init(&e);
+	start_allotd(&e);
+	allot_agent *as[2] = { mkagent(&e, "r0"), mkagent(&e, "r1") };
+	await_rates(as, 2, 200.0, 400.0, 10000);
+	/* Past the first Syncs, which a newcomer's Welcome paces. */
+	pc_sleep_ms(300);
+	allot_sync_stats ss;
+	allot_sync_stats_get(as[0], &ss);
+	ck_assert_uint_eq(ss.early_syncs, 0);
+	/* Drain r0's bucket (burst 400) until it denies, then keep it
+	 * denying for a second: one onset of denials. */
+	uint64_t t0 = pc_now_ms();
+	while (admit(as[0], "a", 50) == 50)
+		ck_assert(pc_now_ms() - t0 < 5000);
+	uint64_t seen_ms = 0;
+	t0 = pc_now_ms();
+	while (pc_now_ms() - t0 < 1000) {
+		admit(as[0], "a", 50);
+		allot_sync_stats_get(as[0], &ss);
+		if (ss.early_syncs > 0 && seen_ms == 0)
+			seen_ms = pc_now_ms() - t0;
+		pc_sleep_ms(2);
+	}
+	ck_assert_msg(seen_ms > 0 && seen_ms < 250,
+	    "no early Sync within 250 ms (5 T) of the first denial "
+	    "(%llu ms)",
+	    (unsigned long long) seen_ms);
+	/* Each early Sync reports the denials, so the next needs a report
+	 * without any first: a few at most, not one per check. */
+	ck_assert_uint_le(ss.early_syncs, 3);
+	ck_assert_double_ge(pc_metric_get(e.http, "allotd_early_syncs_total"),
+	    (double) ss.early_syncs);
+	for (int i = 0; i < 2; i++)
+		allot_agent_destroy(as[i]);
+	env_fini(&e);
+}
+END_TEST
+
 START_TEST(coordinator_killed_and_restarted)
 {
 	env e;
@@ -316,6 +361,7 @@ sync_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, shares_follow_replica_count);
 	tcase_add_test(tc, coordinator_killed_and_restarted);
+	tcase_add_test(tc, early_sync_when_short);
 	suite_add_tcase(s, tc);
 	return s;
 }
