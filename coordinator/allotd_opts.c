@@ -343,6 +343,13 @@ static const struct opt options[] = {
 	    "Live replicas of one service (default 1000); a new one beyond\n"
 	    "it is answered RATE_LIMITED, reason \"capacity\".\n",
 	    parse_u32, FIELD(so.max_replicas_per_service), 1, 10000000 },
+	{ "max-replicas-per-peer", 0, "N",
+	    "Live replicas of one service registered from one peer (an IP\n"
+	    "address, or a local uid for ipc://; default 256, 0 no limit);\n"
+	    "a new one beyond it is answered RATE_LIMITED, reason\n"
+	    "\"peer_replicas\". Size it for the most replicas of a service\n"
+	    "behind one address (NAT).\n",
+	    parse_u32, FIELD(so.max_replicas_per_peer), 0, 10000000 },
 	{ "service-idle-ms", 0, "MS",
 	    "A service with no replica left (live, restored or expired) is\n"
 	    "freed after MS (default 60000; 0 never): its counters and\n"

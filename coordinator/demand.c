@@ -144,19 +144,23 @@ allot__est_onset(squota *sq, const session *s, const skey *key, double amount,
  * leaves hands its estimate to the survivors in equal parts. The
  * estimates then correct themselves from the next reports; without
  * this they would lag a change by a few intervals, and the shares with
- * them. Under the lock. */
+ * them. `newcomer` is NULL at a Register (before it is added), or the
+ * session whose join waited for its first Sync (join_pending); sessions
+ * still waiting hold no demand and give none. Under the lock. */
 void
-allot__conserve_join(service *svc)
+allot__conserve_join(service *svc, const session *newcomer)
 {
 	double n = 0;
-	for (uint32_t i = 0; i < svc->nsess; i++)
-		n += !svc->sess[i]->ghost;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		const session *o = svc->sess[i];
+		n += o != newcomer && !o->ghost && !o->join_pending;
+	}
 	if (n < 1)
 		return;
 	double f = n / (n + 1);
 	FOR_EACH_SESSION_KEY(svc, i, s, key)
 	{
-		if (s->ghost)
+		if (s->ghost || s == newcomer || s->join_pending)
 			break;
 		key->est *= f;
 		key->est2 *= f * f;

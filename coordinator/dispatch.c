@@ -176,7 +176,8 @@ on_register(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		a->counted = true;
 		return;
 	}
-	res->code = allot__state_register_on(c->state, reg, req->pipe, req->pa,
+	res->code = allot__state_register_from(c->state, reg, req->pipe,
+	    req->peer != NULL ? allot__peer_id(req->peer) : 0, req->pa,
 	    &a->welcome, res->err, sizeof res->err);
 	a->counted = true;
 	a->env.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;

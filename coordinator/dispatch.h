@@ -72,8 +72,9 @@ typedef struct allot__dispatch_req {
 	/* The connection it came on (a session is bound to the one it
 	 * registered on); 0: none, sessions are not bound. */
 	uint32_t pipe;
-	/* Who sent it, for the peer budgets; NULL: the shared "local"
-	 * peer. Only read when the context has a peer table. */
+	/* Who sent it, for the peer budgets and the replica budget per
+	 * peer (state.h); NULL: the shared "local" peer for the former,
+	 * nobody (no replica budget) for the latter. */
 	const allot__peer *peer;
 	uint64_t now; /* monotonic ns, for the peer budgets */
 	bool draining; /* refuse with SHUTTING_DOWN */

@@ -119,12 +119,14 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		int32_t q = key->q;
 		allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
 		size_t idx = (size_t) (sl - st->slots);
-		/* Until its first Sync a replica's demand is unknown (a
-		 * placeholder's too); after it, a key it does not report is
-		 * idle. One that never synced claims only for a while
-		 * (allot__claim_ns()). */
-		bool fresh = s->ghost || s->last_seq == 1 ||
-		    (s->last_seq == 0 && now < s->fresh_until_ns);
+		/* Until its second Sync a replica's demand is unknown (a
+		 * placeholder's too) and it claims the others' average;
+		 * after it, a key it does not report is idle. One that never
+		 * synced claims nothing: a burst of fakes that register and
+		 * never sync takes nothing from the others, and an honest
+		 * newcomer claims from its first Sync, half an interval
+		 * after its Welcome. */
+		bool fresh = s->ghost || s->last_seq == 1;
 		double d = fresh ? 0 : allot__est_read(s, key);
 		double dv = fresh ? 0 : allot__est_var(s, key);
 		svc->q[q].demand_sum += d;

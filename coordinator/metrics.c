@@ -37,6 +37,7 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_IDENTITY_REPLAY] = "identity_replay",
 		[ALLOT__REJ_PEER_REGISTER_RATE] = "peer_register_rate",
 		[ALLOT__REJ_PEER_MESSAGE_RATE] = "peer_message_rate",
+		[ALLOT__REJ_PEER_REPLICAS] = "peer_replicas",
 	};
 	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
 }

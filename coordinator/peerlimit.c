@@ -193,6 +193,17 @@ allot__peer_of(nng_msg *msg, allot__peer *ret)
 	}
 }
 
+uint64_t
+allot__peer_id(const allot__peer *p)
+{
+	allot__peer key;
+	memset(&key, 0, sizeof key);
+	key.family = p->family;
+	memcpy(key.addr, p->addr, sizeof key.addr);
+	uint64_t h = allot__hash(&key, sizeof key, 0x616c6c6f74706565ull);
+	return h != 0 ? h : 1;
+}
+
 void
 allot__peer_format(const allot__peer *p, char *buf, size_t len)
 {

@@ -76,6 +76,9 @@ typedef struct allot__peer {
 } allot__peer;
 
 void allot__peer_of(nng_msg *msg, allot__peer *ret);
+/* A nonzero 64-bit name of `p`, the same in every process (the
+ * registry's replica budget per peer, state.h). */
+uint64_t allot__peer_id(const allot__peer *p);
 /* "127.0.0.1", "::1", "uid 0" or "local". */
 void allot__peer_format(const allot__peer *p, char *buf, size_t len);
 

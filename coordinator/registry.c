@@ -220,27 +220,6 @@ allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms)
 	return (k_ms > floor_ms ? k_ms : floor_ms) * 1000000u;
 }
 
-/* How long a replica that has not synced yet claims the average demand
- * of its service (alloc.c): one of its sync intervals and a second, time
- * enough for an agent's first Sync (sent half an interval after a
- * Welcome without shares, one after one with them). The interval counts
- * no longer than the lease: an agent syncing less often than its lease
- * runs out would lose its allowance between syncs anyway. A replica that
- * registers and never syncs (a fake, or one stuck) then claims nothing,
- * so a burst of them cannot take the others' shares for the whole
- * expiry, however long an interval it declares. */
-uint64_t
-allot__claim_ns(const allot__state *st, uint32_t agent_interval_ms)
-{
-	uint64_t iv = agent_interval_ms > 0 &&
-	        agent_interval_ms <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
-	    agent_interval_ms :
-	    st->o.interval_ms;
-	if (iv > st->o.lease_ms)
-		iv = st->o.lease_ms;
-	return (iv + 1000u) * 1000000u;
-}
-
 /* A request from a replica: the coordinator is not cut off. When nobody
  * had been heard for K intervals, that silence was more likely the
  * coordinator's own network than every replica dying at once: the

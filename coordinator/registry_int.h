@@ -126,8 +126,6 @@ typedef struct session {
 	bool reregister; /* a reload added quotas and it listed keys
 	                    without one: its next Sync is answered
 	                    UNKNOWN_SESSION so that it registers again */
-	uint64_t fresh_until_ns; /* claims the average demand until its
-	                            second Sync or this, whichever first */
 	uint64_t last_seq;
 	uint64_t last_seen_ns;
 	uint64_t last_sync_ns;
@@ -141,6 +139,11 @@ typedef struct session {
 	bool ghost; /* restored from the store, not back yet;
 	               holds a key per quota, never syncs */
 	bool seen_dirty; /* synced since its last-seen row */
+	uint64_t peer; /* who registered it (state.h); 0: unknown */
+	bool join_pending; /* a newcomer whose peer had another replica
+	                      of the service: its first Sync, not its
+	                      Register, moves demand to it
+	                      (allot__conserve_join) */
 	bool unacked; /* some key's may_* is above its grant */
 	double interval_s; /* its sync interval (demand smoothing) */
 	uint64_t last_reply_ns; /* our last answer: its lease runs from */
@@ -365,7 +368,6 @@ void allot__service_remove(allot__state *st, size_t i);
 bool allot__service_add(service *svc, session *s);
 void allot__session_unlink(allot__state *st, session *s);
 uint64_t allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms);
-uint64_t allot__claim_ns(const allot__state *st, uint32_t agent_interval_ms);
 void allot__heard(allot__state *st, uint64_t now);
 /* Make *p hold `need` elements of `elem` bytes (doubling); false when
  * out of memory, *p unchanged. */
@@ -385,7 +387,7 @@ void allot__est_update(
     const session *s, skey *key, double amount, double w, uint64_t now);
 void allot__est_onset(squota *sq, const session *s, const skey *key,
     double amount, double w, uint64_t now, uint64_t episode_ns);
-void allot__conserve_join(service *svc);
+void allot__conserve_join(service *svc, const session *newcomer);
 void allot__conserve_leave(service *svc, const session *gone_s);
 void allot__est_inherit(session *s, const session *old);
 

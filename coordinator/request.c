@@ -88,6 +88,8 @@ typedef struct reg {
 	size_t nunknown;
 	int32_t *q; /* per key id its quota index, or -1 */
 	uint32_t replicas;
+	uint64_t peer; /* its sender (state.h), 0: unknown */
+	uint32_t of_peer; /* the service's other replicas from that peer */
 	allot__reject why; /* when refused */
 	char *err;
 	size_t errlen;
@@ -165,10 +167,13 @@ reg_find(reg *r)
 	}
 	service *svc = r->svc;
 	for (uint32_t i = 0; i < svc->nsess; i++) {
-		if (strcmp(svc->sess[i]->replica_id, r->s->replica_id) == 0) {
+		const session *o = svc->sess[i];
+		if (r->old == NULL &&
+		    strcmp(o->replica_id, r->s->replica_id) == 0) {
 			r->old = svc->sess[i];
-			break;
+			continue;
 		}
+		r->of_peer += r->peer != 0 && o->peer == r->peer && !o->ghost;
 	}
 	if (r->old == NULL && st->nsessions >= st->o.max_replicas) {
 		r->why = ALLOT__REJ_CAPACITY;
@@ -181,6 +186,15 @@ reg_find(reg *r)
 		snprintf(r->err, r->errlen,
 		    "too many replicas of service %.64s (at most %u)",
 		    svc->name, st->o.max_replicas_per_service);
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	if (r->old == NULL && st->o.max_replicas_per_peer > 0 &&
+	    r->of_peer >= st->o.max_replicas_per_peer) {
+		r->why = ALLOT__REJ_PEER_REPLICAS;
+		snprintf(r->err, r->errlen,
+		    "too many replicas of service %.64s from this peer (at "
+		    "most %u)",
+		    svc->name, st->o.max_replicas_per_peer);
 		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	}
 	r->returning = r->old != NULL;
@@ -203,8 +217,13 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	if (r->old != NULL) {
 		allot__est_inherit(s, r->old);
 		allot__session_unlink(st, r->old);
+	} else if (r->of_peer > 0) {
+		/* Its address already has a replica here: it moves demand
+		 * when it syncs, so that fakes registered from one address
+		 * cannot shrink the others' shares (state.h). */
+		s->join_pending = true;
 	} else {
-		allot__conserve_join(svc);
+		allot__conserve_join(svc, NULL);
 	}
 	allot__zombie_forget(svc, s->replica_id);
 	if (!allot__service_add(svc, s)) {
@@ -219,10 +238,10 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	uint32_t iv = r->req->sync_interval_ms;
 	s->id = st->next_session++;
 	s->pipe = pipe;
+	s->peer = r->peer;
 	s->last_seen_ns = now;
 	s->last_sync_ns = now;
 	s->expiry_ns = allot__expiry_ns(st, iv);
-	s->fresh_until_ns = now + allot__claim_ns(st, iv);
 	s->interval_s = (double) (iv > 0 &&
 	                            iv <= ALLOT__STATE_AGENT_INTERVAL_MAX ?
 	                        iv :
@@ -342,6 +361,15 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
     uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err,
     size_t errlen)
 {
+	return allot__state_register_from(
+	    st, req, pipe, 0, pa, ret, err, errlen);
+}
+
+Allot__V1__Error__Code
+allot__state_register_from(allot__state *st, const Allot__V1__Register *req,
+    uint32_t pipe, uint64_t peer, ProtobufCAllocator *pa,
+    Allot__V1__Welcome *ret, char *err, size_t errlen)
+{
 	allot__metrics *m = st->o.metrics;
 	Allot__V1__Error__Code code = allot__register_check(req, err, errlen);
 	if (code != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
@@ -357,6 +385,7 @@ allot__state_register_on(allot__state *st, const Allot__V1__Register *req,
 		.s = s,
 		.unknown = unknown,
 		.q = qs,
+		.peer = peer,
 		.why = ALLOT__REJ_COUNT,
 		.err = err,
 		.errlen = errlen,
@@ -780,6 +809,10 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		    st->o.metrics, req, why, last_seq, err, errlen);
 	}
 	y.svc = y.s->svc;
+	if (y.s->join_pending) {
+		allot__conserve_join(y.svc, y.s);
+		y.s->join_pending = false;
+	}
 	book_reports(&y, pa);
 	if (y.clipped > 0 &&
 	    (st->clip_event_ns == 0 ||

@@ -125,13 +125,12 @@ handle(worker *w, nng_msg *req)
 	uint64_t t0 = allot__mono_ns();
 	int pid = nng_pipe_id(nng_msg_get_pipe(req));
 	allot__peer peer;
-	if (srv->dc.peerlimit != NULL)
-		allot__peer_of(req, &peer);
+	allot__peer_of(req, &peer);
 	allot__dispatch_req dr = {
 		.buf = nng_msg_body(req),
 		.len = nng_msg_len(req),
 		.pipe = pid > 0 ? (uint32_t) pid : 0,
-		.peer = srv->dc.peerlimit != NULL ? &peer : NULL,
+		.peer = &peer,
 		.now = t0,
 		.draining = atomic_load(&srv->draining),
 		.pa = &w->pa,

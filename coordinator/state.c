@@ -33,6 +33,7 @@ allot__state_opts_init(allot__state_opts *o)
 	o->max_replicas = ALLOT__STATE_MAX_REPLICAS;
 	o->max_services = ALLOT__STATE_MAX_SERVICES;
 	o->max_replicas_per_service = ALLOT__STATE_MAX_REPLICAS_PER_SERVICE;
+	o->max_replicas_per_peer = ALLOT__STATE_MAX_REPLICAS_PER_PEER;
 	o->service_idle_ms = ALLOT__STATE_SERVICE_IDLE_MS;
 	o->full_every = ALLOT__STATE_FULL_EVERY;
 	o->absurd_factor = ALLOT__STATE_ABSURD_FACTOR;

@@ -40,6 +40,7 @@ typedef struct allot__state allot__state;
 /* Live sessions of one service: fake replicas of a service cannot take
  * the whole replica table (docs/operations.md, "Budgets"). */
 #define ALLOT__STATE_MAX_REPLICAS_PER_SERVICE 1000u
+#define ALLOT__STATE_MAX_REPLICAS_PER_PEER 256u /* of one service */
 /* A service with no replica and nothing expired left is freed after
  * this long, so that Register+Leave pairs do not fill the table. */
 #define ALLOT__STATE_SERVICE_IDLE_MS 60000u
@@ -87,6 +88,9 @@ typedef struct allot__state_opts {
 	uint32_t max_replicas; /* live sessions, all services */
 	uint32_t max_services;
 	uint32_t max_replicas_per_service; /* live sessions, one service */
+	/* Live sessions of one service registered by one peer (a Register
+	 * naming its peer, allot__state_register_from); 0: no limit. */
+	uint32_t max_replicas_per_peer;
 	uint32_t service_idle_ms; /* an empty service is freed after */
 	uint32_t full_every; /* a full Reply at least every N */
 	double absurd_factor; /* slack on the consumption bound */
@@ -154,6 +158,17 @@ Allot__V1__Error__Code allot__state_sync_on(allot__state *st,
 Allot__V1__Error__Code allot__state_leave_on(allot__state *st,
     const Allot__V1__Leave *req, uint32_t pipe, Allot__V1__Reply *ret,
     char *err, size_t errlen);
+/* allot__state_register_on for a Register from `peer`, a nonzero key of
+ * its sender (the dispatcher's: its address, uid or verified identity;
+ * 0: unknown, as for the functions above). A peer's live replicas of one
+ * service are bounded (max_replicas_per_peer), and a new replica from a
+ * peer that already has one in the service takes demand from the others
+ * at its first Sync, not at its Register: a burst of replicas that
+ * register from one address and never sync cannot shrink the others'
+ * shares (docs/allocation.md, "Joins and leaves"). */
+Allot__V1__Error__Code allot__state_register_from(allot__state *st,
+    const Allot__V1__Register *req, uint32_t pipe, uint64_t peer,
+    ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err, size_t errlen);
 /* A Sync for `session` on `pipe` was refused before it reached the state
  * (its peer's message budget): it still proves the session alive, so its
  * last-seen time moves and it does not expire while throttled. Nothing
