@@ -184,6 +184,8 @@ on_tick(uv_timer_t *t)
 		allot__peerlimit_stats_get(d->peerlimit, &ps);
 		atomic_store(&d->metrics.peers_tracked, ps.peers);
 		atomic_store(&d->metrics.peer_overflow, ps.overflow);
+		atomic_store(&d->metrics.peer_connections, ps.bound);
+		atomic_store(&d->metrics.peer_bind_refused, ps.bind_refused);
 	}
 }
 

@@ -379,6 +379,14 @@ static const struct opt options[] = {
 	    "bytes each); beyond it, new peers share one budget while\n"
 	    "every tracked peer is still paying off a burst.\n",
 	    parse_u32, FIELD(plo.capacity), 1, 1000000 },
+	{ "peer-connections", 0, "N",
+	    "Connections of one peer that, once a Register on them\n"
+	    "succeeded (with --tls-ca: proved its identity), get a message\n"
+	    "budget of their own, so that a flood from other connections\n"
+	    "of the same address cannot throttle them (default 256; 0:\n"
+	    "every message is charged to its address). Each holds a slot\n"
+	    "of --peer-table until it closes.\n",
+	    parse_u32, FIELD(plo.conns_per_peer), 0, 1000000 },
 	{ "log-level", 0, "LEVEL",
 	    "err, warning, notice, info or debug, or 0-7 (default info).\n",
 	    parse_level, 0, 0, 0 },

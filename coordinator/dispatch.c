@@ -79,8 +79,8 @@ static bool
 admit(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
     allot__peer_budget budget, allot__dispatch_result *res)
 {
-	if (allot__peerlimit_admit(c->peerlimit, req->peer, budget, req->now,
-	        res->err, sizeof res->err))
+	if (allot__peerlimit_admit(c->peerlimit, req->pipe, req->peer, budget,
+	        req->now, res->err, sizeof res->err))
 		return true;
 	res->code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	res->reason = budget == ALLOT__PEER_REGISTER ?
@@ -180,6 +180,11 @@ on_register(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 	    req->peer != NULL ? allot__peer_id(req->peer) : 0, req->pa,
 	    &a->welcome, res->err, sizeof res->err);
 	a->counted = true;
+	/* A connection that registered (with a verifier: proved its
+	 * identity) gets a message budget of its own (peerlimit.h). */
+	if (res->code == OK)
+		allot__peerlimit_bind(
+		    c->peerlimit, req->pipe, req->peer, req->now);
 	a->env.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 	a->env.welcome = &a->welcome;
 }

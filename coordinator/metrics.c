@@ -234,6 +234,15 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    "Messages charged to the shared overflow budget because the "
 	    "flood-control table was full of busy peers.",
 	    ld(&m->peer_overflow));
+	gauge(b, "allotd_peer_connections",
+	    "Registered connections with a message budget of their own "
+	    "(--peer-connections).",
+	    ld(&m->peer_connections));
+	counter(b, "allotd_peer_bind_refused_total",
+	    "Registers whose connection stayed on its address's message "
+	    "budget: the address had --peer-connections of them, or the "
+	    "table was full.",
+	    ld(&m->peer_bind_refused));
 	counter(b, "allotd_http_connections_total",
 	    "Connections accepted by the HTTP listener.",
 	    ld(&m->http_connections));

@@ -87,6 +87,8 @@ typedef struct allot__metrics {
 	/* Written by the loop thread from the flood-control table. */
 	_Atomic uint64_t peers_tracked;
 	_Atomic uint64_t peer_overflow;
+	_Atomic uint64_t peer_connections; /* with their own budget */
+	_Atomic uint64_t peer_bind_refused;
 	/* The HTTP listener (http.c): connections accepted, and refused
 	 * at a cap (all clients, or one address). */
 	_Atomic uint64_t http_connections;

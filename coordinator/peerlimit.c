@@ -4,7 +4,10 @@
  * each with a hash index (idmap.h), a clock hand for eviction and two GCRA
  * buckets per peer. Everything is allocated at creation; a lookup, an
  * insertion and an eviction are done under the shard's mutex, which is
- * held for a hash probe and one bucket take.
+ * held for a hash probe and one bucket take. A bound connection is an
+ * entry of its own (family 'p', the pipe id), which names its address;
+ * it and an address with bound connections are never evicted. No two
+ * shard mutexes are ever held at once.
  */
 #include "peerlimit.h"
 
@@ -27,9 +30,13 @@
 #define NSHARDS 16u
 #define NIL UINT32_MAX
 
+#define FAMILY_PIPE 'p'
+
 typedef struct entry {
 	allot__bucket b[2]; /* [ALLOT__PEER_MESSAGE], [ALLOT__PEER_REGISTER] */
 	allot__peer key;
+	allot__peer parent; /* a bound connection's address */
+	uint32_t conns; /* an address's bound connections */
 	bool used;
 } entry;
 
@@ -41,6 +48,7 @@ typedef struct shard {
 	uint32_t hand; /* clock hand for eviction */
 	uint64_t evictions;
 	uint64_t overflow;
+	uint64_t bound; /* entries that are bound connections */
 } shard;
 
 struct allot__peerlimit {
@@ -52,6 +60,7 @@ struct allot__peerlimit {
 	shard s[NSHARDS];
 	pthread_mutex_t overflow_mu;
 	entry overflow;
+	_Atomic uint64_t bind_refused;
 };
 
 void
@@ -62,6 +71,7 @@ allot__peerlimit_opts_init(allot__peerlimit_opts *o)
 	o->message_rate = ALLOT__PEER_MESSAGE_RATE;
 	o->message_burst = ALLOT__PEER_MESSAGE_BURST;
 	o->capacity = ALLOT__PEER_CAPACITY;
+	o->conns_per_peer = ALLOT__PEER_CONNS;
 }
 
 int
@@ -233,10 +243,13 @@ same(const allot__peer *a, const allot__peer *b)
 	    memcmp(a->addr, b->addr, sizeof a->addr) == 0;
 }
 
-/* Both buckets back at their bursts: forgetting the peer loses nothing. */
+/* Both buckets back at their bursts: forgetting the peer loses nothing.
+ * Never a bound connection or an address that has one. */
 static bool
 refilled(const entry *e, uint64_t now)
 {
+	if (e->key.family == FAMILY_PIPE || e->conns > 0)
+		return false;
 	for (int k = 0; k < 2; k++) {
 		uint64_t s = atomic_load_explicit(
 		    &e->b[k].state, memory_order_relaxed);
@@ -258,6 +271,8 @@ unlink_entry(const allot__peerlimit *pl, shard *sh, uint32_t idx)
 {
 	entry *e = &sh->e[idx];
 	allot__idmap_remove(&sh->index, peer_hash(pl, &e->key) >> 8, idx);
+	if (e->key.family == FAMILY_PIPE)
+		sh->bound--;
 	e->used = false;
 	sh->used--;
 }
@@ -287,38 +302,86 @@ free_slot(const allot__peerlimit *pl, shard *sh, uint64_t now)
 	return NIL;
 }
 
+/* `peer` with its padding zeroed, so that it hashes the same each time. */
+static allot__peer
+key_of(const allot__peer *peer)
+{
+	allot__peer key;
+	memset(&key, 0, sizeof key);
+	key.family = peer->family;
+	memcpy(key.addr, peer->addr, sizeof key.addr);
+	return key;
+}
+
+static allot__peer
+pipe_key(uint32_t pipe)
+{
+	allot__peer key;
+	memset(&key, 0, sizeof key);
+	key.family = FAMILY_PIPE;
+	memcpy(key.addr, &pipe, sizeof pipe);
+	return key;
+}
+
+/* The shard of `key` and its index hash. */
+static shard *
+shard_of(allot__peerlimit *pl, const allot__peer *key, uint64_t *ret_ih)
+{
+	uint64_t h = peer_hash(pl, key);
+	*ret_ih = h >> 8;
+	return &pl->s[h & (NSHARDS - 1)];
+}
+
+/* The slot of `key` in `sh`, or NIL. Under the shard's mutex. */
+static uint32_t
+lookup(shard *sh, uint64_t ih, const allot__peer *key)
+{
+	uint32_t pos = allot__idmap_start(&sh->index, ih), i;
+	while ((i = allot__idmap_next(&sh->index, ih, &pos)) != NIL &&
+	    !same(&sh->e[i].key, key))
+		;
+	return i;
+}
+
+/* The slot of `key` in `sh`, a new one (full buckets) when it has none;
+ * NIL when there is no room. Under the shard's mutex. */
+static uint32_t
+lookup_or_add(const allot__peerlimit *pl, shard *sh, uint64_t ih,
+    const allot__peer *key, uint64_t now)
+{
+	uint32_t i = lookup(sh, ih, key);
+	if (i != NIL)
+		return i;
+	i = free_slot(pl, sh, now);
+	if (i == NIL)
+		return NIL;
+	entry *e = &sh->e[i];
+	e->key = *key;
+	memset(&e->parent, 0, sizeof e->parent);
+	e->conns = 0;
+	e->used = true;
+	for (int k = 0; k < 2; k++)
+		allot__bucket_init(&e->b[k], &pl->a[k]);
+	allot__idmap_add(&sh->index, ih, i);
+	sh->used++;
+	if (key->family == FAMILY_PIPE)
+		sh->bound++;
+	return i;
+}
+
 bool
 allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
     allot__peer_budget budget, uint64_t now, uint64_t *ret_wait_ns)
 {
 	if (pl == NULL || !pl->on[budget])
 		return true;
-	allot__peer key;
-	memset(&key, 0, sizeof key);
-	key.family = peer->family;
-	memcpy(key.addr, peer->addr, sizeof key.addr);
-	uint64_t h = peer_hash(pl, &key);
-	shard *sh = &pl->s[h & (NSHARDS - 1)];
-	uint64_t ih = h >> 8;
+	allot__peer key = key_of(peer);
+	uint64_t ih;
+	shard *sh = shard_of(pl, &key, &ih);
 	allot__take t;
 
 	pthread_mutex_lock(&sh->mu);
-	uint32_t pos = allot__idmap_start(&sh->index, ih), i;
-	while ((i = allot__idmap_next(&sh->index, ih, &pos)) != NIL &&
-	    !same(&sh->e[i].key, &key))
-		;
-	if (i == NIL) {
-		i = free_slot(pl, sh, now);
-		if (i != NIL) {
-			entry *e = &sh->e[i];
-			e->key = key;
-			e->used = true;
-			for (int k = 0; k < 2; k++)
-				allot__bucket_init(&e->b[k], &pl->a[k]);
-			allot__idmap_add(&sh->index, ih, i);
-			sh->used++;
-		}
-	}
+	uint32_t i = lookup_or_add(pl, sh, ih, &key, now);
 	if (i == NIL) {
 		sh->overflow++;
 		pthread_mutex_unlock(&sh->mu);
@@ -334,9 +397,113 @@ allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
 	return t.allowed;
 }
 
+/* One message of connection `pipe`, charged to its own budget when it is
+ * bound: false when it is not (nothing taken); else true with
+ * *ret_allowed and *ret_wait_ns. */
+static bool
+take_bound(allot__peerlimit *pl, uint32_t pipe, uint64_t now,
+    bool *ret_allowed, uint64_t *ret_wait_ns)
+{
+	allot__peer key = pipe_key(pipe);
+	uint64_t ih;
+	shard *sh = shard_of(pl, &key, &ih);
+	pthread_mutex_lock(&sh->mu);
+	uint32_t i = lookup(sh, ih, &key);
+	allot__take t = { .allowed = true };
+	if (i != NIL)
+		allot__bucket_take(
+		    &sh->e[i].b[ALLOT__PEER_MESSAGE], now, 1, &t);
+	pthread_mutex_unlock(&sh->mu);
+	*ret_allowed = t.allowed;
+	*ret_wait_ns = t.allowed ? 0 : t.wait_ns;
+	return i != NIL;
+}
+
+/* Add `delta` to the bound connections of address `addr`: false when
+ * a +1 would pass the cap or finds no room. */
+static bool
+count_conn(
+    allot__peerlimit *pl, const allot__peer *addr, int delta, uint64_t now)
+{
+	uint64_t ih;
+	shard *sh = shard_of(pl, addr, &ih);
+	bool ok = true;
+	pthread_mutex_lock(&sh->mu);
+	uint32_t i = delta > 0 ? lookup_or_add(pl, sh, ih, addr, now) :
+	                         lookup(sh, ih, addr);
+	if (i == NIL)
+		ok = delta < 0;
+	else if (delta > 0 && sh->e[i].conns >= pl->o.conns_per_peer)
+		ok = false;
+	else if (delta > 0)
+		sh->e[i].conns++;
+	else if (sh->e[i].conns > 0)
+		sh->e[i].conns--;
+	pthread_mutex_unlock(&sh->mu);
+	return ok;
+}
+
 bool
-allot__peerlimit_admit(allot__peerlimit *pl, const allot__peer *peer,
-    allot__peer_budget budget, uint64_t now, char *err, size_t errlen)
+allot__peerlimit_bind(
+    allot__peerlimit *pl, uint32_t pipe, const allot__peer *peer, uint64_t now)
+{
+	static const allot__peer local; /* family 0: "local" */
+	if (pl == NULL || pipe == 0 || pl->o.conns_per_peer == 0 ||
+	    !pl->on[ALLOT__PEER_MESSAGE])
+		return false;
+	allot__peer key = pipe_key(pipe);
+	allot__peer addr = key_of(peer != NULL ? peer : &local);
+	uint64_t ih;
+	shard *sh = shard_of(pl, &key, &ih);
+	pthread_mutex_lock(&sh->mu);
+	bool known = lookup(sh, ih, &key) != NIL;
+	pthread_mutex_unlock(&sh->mu);
+	if (known)
+		return true;
+	if (!count_conn(pl, &addr, +1, now)) {
+		atomic_fetch_add(&pl->bind_refused, 1);
+		return false;
+	}
+	pthread_mutex_lock(&sh->mu);
+	bool raced = lookup(sh, ih, &key) != NIL;
+	uint32_t i = raced ? NIL : lookup_or_add(pl, sh, ih, &key, now);
+	if (i != NIL)
+		sh->e[i].parent = addr;
+	pthread_mutex_unlock(&sh->mu);
+	if (i == NIL) {
+		/* Bound meanwhile by another thread, or no room. */
+		count_conn(pl, &addr, -1, now);
+		if (!raced)
+			atomic_fetch_add(&pl->bind_refused, 1);
+		return raced;
+	}
+	return true;
+}
+
+void
+allot__peerlimit_unbind(allot__peerlimit *pl, uint32_t pipe)
+{
+	if (pl == NULL || pipe == 0)
+		return;
+	allot__peer key = pipe_key(pipe);
+	uint64_t ih;
+	shard *sh = shard_of(pl, &key, &ih);
+	pthread_mutex_lock(&sh->mu);
+	uint32_t i = lookup(sh, ih, &key);
+	allot__peer addr;
+	if (i != NIL) {
+		addr = sh->e[i].parent;
+		unlink_entry(pl, sh, i);
+	}
+	pthread_mutex_unlock(&sh->mu);
+	if (i != NIL)
+		count_conn(pl, &addr, -1, 0);
+}
+
+bool
+allot__peerlimit_admit(allot__peerlimit *pl, uint32_t pipe,
+    const allot__peer *peer, allot__peer_budget budget, uint64_t now,
+    char *err, size_t errlen)
 {
 	static const allot__peer local; /* family 0: "local" */
 	if (pl == NULL || !pl->on[budget])
@@ -344,10 +511,21 @@ allot__peerlimit_admit(allot__peerlimit *pl, const allot__peer *peer,
 	if (peer == NULL)
 		peer = &local;
 	uint64_t wait_ns = 0;
-	if (allot__peerlimit_take(pl, peer, budget, now, &wait_ns))
+	bool ok = false;
+	bool own = budget == ALLOT__PEER_MESSAGE && pipe != 0 &&
+	    pl->o.conns_per_peer > 0 &&
+	    take_bound(pl, pipe, now, &ok, &wait_ns);
+	if (!own)
+		ok = allot__peerlimit_take(pl, peer, budget, now, &wait_ns);
+	if (ok)
 		return true;
-	char who[64];
+	char who[96];
 	allot__peer_format(peer, who, sizeof who);
+	if (own) {
+		size_t n = strlen(who);
+		snprintf(who + n, sizeof who - n, " (connection %u)",
+		    (unsigned) pipe);
+	}
 	snprintf(err, errlen,
 	    "peer %s is over its %s budget of %g/s (burst %g); retry in "
 	    "%llu ms",
@@ -367,9 +545,11 @@ allot__peerlimit_stats_get(allot__peerlimit *pl, allot__peerlimit_stats *ret)
 	for (uint32_t i = 0; i < NSHARDS; i++) {
 		shard *sh = &pl->s[i];
 		pthread_mutex_lock(&sh->mu);
-		ret->peers += sh->used;
+		ret->peers += sh->used - sh->bound;
 		ret->evictions += sh->evictions;
 		ret->overflow += sh->overflow;
+		ret->bound += sh->bound;
 		pthread_mutex_unlock(&sh->mu);
 	}
+	ret->bind_refused = atomic_load(&pl->bind_refused);
 }

@@ -12,9 +12,18 @@
  * port is ignored, so new connections do not buy a new budget; IPv4 and
  * IPv6 addresses are distinct peers), the peer's uid for ipc:// (every
  * process of one local user is one peer), and one shared "local" peer for
- * anything else (inproc://, or an address nng cannot give). Agents behind
- * one NAT address share one budget: size the budgets for the busiest
- * address, not the busiest replica.
+ * anything else (inproc://, or an address nng cannot give).
+ *
+ * Until it registers, that is. A connection (nng pipe) on which a
+ * Register succeeded (with --tls-ca: carried a verified identity proof)
+ * is bound (allot__peerlimit_bind): from then on its messages are
+ * charged to a message budget of its own, the same size, so a flood from
+ * other connections of its address cannot throttle it. Registers stay
+ * charged to the address. An address has at most `conns_per_peer` bound
+ * connections; the others stay on the address's budget. So what one
+ * address can send is bounded by (conns_per_peer + 1) message budgets,
+ * and a connection's budget lasts until it closes
+ * (allot__peerlimit_unbind).
  *
  * Memory is bounded: the table holds at most `capacity` peers (rounded
  * up to a multiple of the shard count), about 450 bytes each, allocated
@@ -44,6 +53,7 @@
 #define ALLOT__PEER_MESSAGE_RATE 2000.0 /* messages per second per peer */
 #define ALLOT__PEER_MESSAGE_BURST 4000.0
 #define ALLOT__PEER_CAPACITY 4096u /* peers tracked */
+#define ALLOT__PEER_CONNS 256u /* bound connections per address */
 
 typedef struct allot__peerlimit allot__peerlimit;
 
@@ -53,6 +63,9 @@ typedef struct allot__peerlimit_opts {
 	double message_rate; /* per second; 0 disables this budget */
 	double message_burst;
 	uint32_t capacity; /* peers tracked, >= 1 */
+	/* Bound connections per address, each with its own message
+	 * budget; 0: none (every message is charged to its address). */
+	uint32_t conns_per_peer;
 } allot__peerlimit_opts;
 
 /* The defaults above. */
@@ -82,6 +95,16 @@ uint64_t allot__peer_id(const allot__peer *p);
 /* "127.0.0.1", "::1", "uid 0" or "local". */
 void allot__peer_format(const allot__peer *p, char *buf, size_t len);
 
+/* Give connection `pipe` (nonzero), from `peer`, a message budget of its
+ * own (above). False when it is not given: no table, a zero pipe, the
+ * address's bound connections at their cap, or the table full of peers
+ * still paying off a burst. Binding a bound pipe again is a no-op. */
+bool allot__peerlimit_bind(allot__peerlimit *pl, uint32_t pipe,
+    const allot__peer *peer, uint64_t now);
+/* Connection `pipe` closed: its budget goes, its address may bind
+ * another. A no-op for a pipe that was not bound. */
+void allot__peerlimit_unbind(allot__peerlimit *pl, uint32_t pipe);
+
 typedef enum allot__peer_budget {
 	ALLOT__PEER_MESSAGE = 0,
 	ALLOT__PEER_REGISTER = 1,
@@ -94,17 +117,23 @@ bool allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
     allot__peer_budget budget, uint64_t now, uint64_t *ret_wait_ns);
 
 /* allot__peerlimit_take for the dispatcher (dispatch.h): true when a
- * message of `peer` (NULL: the shared "local" peer) is within its
- * `budget`; false with `err` saying whose budget was exceeded, what it is
- * and when to retry. The transport names the peer (allot__peer_of). */
-bool allot__peerlimit_admit(allot__peerlimit *pl, const allot__peer *peer,
-    allot__peer_budget budget, uint64_t now, char *err, size_t errlen);
+ * message of `peer` (NULL: the shared "local" peer) that came on
+ * connection `pipe` (0: none) is within its `budget`, charged to the
+ * connection's own message budget when it is bound, else to `peer`;
+ * false with `err` saying whose budget was exceeded, what it is and when
+ * to retry. The transport names the peer (allot__peer_of). */
+bool allot__peerlimit_admit(allot__peerlimit *pl, uint32_t pipe,
+    const allot__peer *peer, allot__peer_budget budget, uint64_t now,
+    char *err, size_t errlen);
 
 typedef struct allot__peerlimit_stats {
-	uint64_t peers; /* slots in use */
+	uint64_t peers; /* slots in use by addresses */
 	uint64_t capacity;
 	uint64_t evictions; /* refilled peers forgotten for a new one */
 	uint64_t overflow; /* checks charged to the overflow peer */
+	uint64_t bound; /* connections with a budget of their own */
+	uint64_t bind_refused; /* Registers whose connection stayed on its
+	                          address's budget (cap or table full) */
 } allot__peerlimit_stats;
 
 void allot__peerlimit_stats_get(

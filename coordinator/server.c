@@ -258,6 +258,16 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 	return 0;
 }
 
+/* A connection closed: its own message budget, if it had one, goes. */
+static void
+on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	allot__peerlimit *pl = arg;
+	int id = nng_pipe_id(p);
+	if (ev == NNG_PIPE_EV_REM_POST && id > 0)
+		allot__peerlimit_unbind(pl, (uint32_t) id);
+}
+
 int
 allot__server_start(const allot__server_opts *opts, char *err, size_t errlen,
     allot__server **ret)
@@ -303,6 +313,9 @@ allot__server_start(const allot__server_opts *opts, char *err, size_t errlen,
 		goto fail;
 	}
 	srv->sock_open = true;
+	if (opts->peerlimit != NULL)
+		nng_pipe_notify(srv->sock, NNG_PIPE_EV_REM_POST,
+		    on_pipe_removed, opts->peerlimit);
 	/* nng drops (and closes the connection of) anything above its own
 	 * limit without telling us; keep that limit above ours so that
 	 * merely large messages are answered TOO_LARGE and counted. */

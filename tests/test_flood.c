@@ -471,6 +471,72 @@ peer4(unsigned i)
 	return p;
 }
 
+/* A registered connection's own budget: its address's budget spent by
+ * others does not touch it, its own is the same size, the address binds
+ * at most conns_per_peer connections, and a closed one frees its place
+ * and is charged to its address again. */
+START_TEST(test_table_connections)
+{
+	allot__peerlimit_opts o;
+	allot__peerlimit_opts_init(&o);
+	o.message_rate = 10;
+	o.message_burst = 2;
+	o.capacity = 128; /* 8 a shard */
+	o.conns_per_peer = 2;
+	bool oom;
+	allot__peerlimit *pl = allot__peerlimit_create(&o, &oom);
+	ck_assert_ptr_nonnull(pl);
+	uint64_t now = 1000000000ull;
+	char err[256];
+	allot__peer a = peer4(1);
+	/* Connection 7 registers; connection 8 floods from the same
+	 * address and spends the address's budget. */
+	ck_assert(allot__peerlimit_bind(pl, 7, &a, now));
+	ck_assert(allot__peerlimit_bind(pl, 7, &a, now)); /* again: no-op */
+	for (int i = 0; i < 2; i++)
+		ck_assert(allot__peerlimit_admit(
+		    pl, 8, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
+	ck_assert(!allot__peerlimit_admit(
+	    pl, 8, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
+	ck_assert_ptr_nonnull(strstr(err, "10.0.0.1"));
+	/* Connection 7 still has its own burst of 2, then is limited
+	 * itself, and says which connection. */
+	for (int i = 0; i < 2; i++)
+		ck_assert(allot__peerlimit_admit(
+		    pl, 7, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
+	ck_assert(!allot__peerlimit_admit(
+	    pl, 7, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
+	ck_assert_ptr_nonnull(strstr(err, "connection 7"));
+	/* Registers stay on the address. */
+	ck_assert(allot__peerlimit_admit(
+	    pl, 7, &a, ALLOT__PEER_REGISTER, now, err, sizeof err));
+	/* At most two bound connections per address. */
+	ck_assert(allot__peerlimit_bind(pl, 9, &a, now));
+	ck_assert(!allot__peerlimit_bind(pl, 10, &a, now));
+	allot__peerlimit_stats st;
+	allot__peerlimit_stats_get(pl, &st);
+	ck_assert_uint_eq(st.bound, 2);
+	ck_assert_uint_eq(st.bind_refused, 1);
+	/* Bound connections survive a flood of new peers. */
+	now += 1000000000ull;
+	for (unsigned i = 100; i < 2100; i++) {
+		allot__peer p = peer4(i);
+		allot__peerlimit_take(pl, &p, ALLOT__PEER_MESSAGE, now, NULL);
+	}
+	allot__peerlimit_stats_get(pl, &st);
+	ck_assert_uint_eq(st.bound, 2);
+	/* Connection 7 closes: 10 may bind now (once the flood's peers have
+	 * refilled and can be forgotten). */
+	now += 1000000000ull;
+	allot__peerlimit_unbind(pl, 7);
+	allot__peerlimit_unbind(pl, 7);
+	ck_assert(allot__peerlimit_bind(pl, 10, &a, now));
+	allot__peerlimit_stats_get(pl, &st);
+	ck_assert_uint_eq(st.bound, 2);
+	allot__peerlimit_destroy(pl);
+}
+END_TEST
+
 START_TEST(test_table_bound)
 {
 	allot__peerlimit_opts o;
@@ -632,6 +698,7 @@ flood_suite(void)
 	suite_add_tcase(s, tc);
 	TCase *unit = tcase_create("table");
 	tcase_add_test(unit, test_table_bound);
+	tcase_add_test(unit, test_table_connections);
 	suite_add_tcase(s, unit);
 	return s;
 }
