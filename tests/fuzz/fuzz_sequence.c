@@ -9,7 +9,9 @@
  * with the periodic work), builds the valid message an agent (or a
  * hostile one) would send, and runs it through allotd's own dispatcher
  * (coordinator/dispatch.c) against a registry on a virtual clock, with
- * each replica on its own connection. After every message the registry's
+ * each replica on its own connection and two addresses (replicas 0-3
+ * and 4-7), so that the replica budget per peer and the joins that wait
+ * for a first Sync are driven too. After every message the registry's
  * invariants are asserted through the state's public queries: the grants
  * of every quota of every service sum to at most R (rate) and B (burst),
  * no service holds more replicas than its budget, the registry no more
@@ -32,6 +34,7 @@
 #define NSERVICES 5
 #define MAX_REPLICAS 12
 #define MAX_PER_SERVICE 5
+#define MAX_PER_PEER 2 /* so a service holds at most 4 of 5 */
 #define MAX_SERVICES 3
 #define MAX_JUNK 4096
 
@@ -104,8 +107,17 @@ send(prog *g, int r, Allot__V1__Envelope *env)
 	allot__dispatch_ctx_init(&c);
 	c.state = g->st;
 	c.metrics = &g->metrics;
+	allot__peer peer;
+	memset(&peer, 0, sizeof peer);
+	peer.family = 4;
+	peer.addr[0] = 10;
+	peer.addr[3] = (uint8_t) (1 + r / 4);
 	allot__dispatch_req req = {
-		.buf = buf, .len = len, .pa = &pa, .pipe = (uint32_t) r + 1
+		.buf = buf,
+		.len = len,
+		.pa = &pa,
+		.pipe = (uint32_t) r + 1,
+		.peer = &peer,
 	};
 	allot__dispatch_result res;
 	FUZZ_CHECK(allot__dispatch(&c, &req, &res) == ALLOT_OK);
@@ -225,6 +237,7 @@ check(prog *g)
 	for (size_t s = 0; s < NSERVICES; s++) {
 		uint32_t n = allot__state_service_replicas(g->st, services[s]);
 		FUZZ_CHECK(n <= MAX_PER_SERVICE);
+		FUZZ_CHECK(n <= 2 * MAX_PER_PEER);
 		for (size_t q = 0;; q++) {
 			allot__state_quota sq;
 			if (allot__state_quota_get(
@@ -271,6 +284,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	so.clock_ctx = &g;
 	so.max_replicas = MAX_REPLICAS;
 	so.max_replicas_per_service = MAX_PER_SERVICE;
+	so.max_replicas_per_peer = MAX_PER_PEER;
 	so.max_services = MAX_SERVICES;
 	so.service_idle_ms = 1000;
 	so.metrics = &g.metrics;
