@@ -216,6 +216,8 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	allot__carry_allowances(st, svc, s, r->old, now);
 	if (r->old != NULL) {
 		allot__est_inherit(s, r->old);
+		/* Still waiting for its first Sync to move demand. */
+		s->join_pending = r->old->join_pending;
 		allot__session_unlink(st, r->old);
 	} else if (r->of_peer > 0) {
 		/* Its address already has a replica here: it moves demand
