@@ -42,8 +42,9 @@ pc_sleep_ms(unsigned ms)
 		;
 }
 
-int
-pc_open(pc_conn *c, const char *url, int timeout_ms)
+/* A req socket with the clients' timeouts, not yet dialed. */
+static int
+open_socket(pc_conn *c)
 {
 	int rv = nng_req0_open(&c->sock);
 	if (rv != 0)
@@ -53,6 +54,15 @@ pc_open(pc_conn *c, const char *url, int timeout_ms)
 	nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, 5000);
 	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 3600000);
 	nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
+	return 0;
+}
+
+int
+pc_open(pc_conn *c, const char *url, int timeout_ms)
+{
+	int rv = open_socket(c);
+	if (rv != 0)
+		return rv;
 	uint64_t end = pc_now_ms() + (uint64_t) timeout_ms;
 	for (;;) {
 		rv = nng_dial(c->sock, url, NULL, 0);
@@ -63,6 +73,31 @@ pc_open(pc_conn *c, const char *url, int timeout_ms)
 	if (rv != 0)
 		pc_close(c);
 	return rv;
+}
+
+/* pc_open, but the connection leaves from `local_ip` (nng's tcp dialer
+ * binds NNG_OPT_LOCADDR), so allotd sees another peer. */
+int
+pc_open_from(pc_conn *c, const char *url, const char *local_ip)
+{
+	int rv = open_socket(c);
+	if (rv != 0)
+		return rv;
+	nng_dialer d;
+	nng_sockaddr sa;
+	memset(&sa, 0, sizeof sa);
+	sa.s_in.sa_family = NNG_AF_INET;
+	if (inet_pton(AF_INET, local_ip, &sa.s_in.sa_addr) != 1) {
+		pc_close(c);
+		return NNG_EINVAL;
+	}
+	if ((rv = nng_dialer_create(&d, c->sock, url)) != 0 ||
+	    (rv = nng_dialer_set_addr(d, NNG_OPT_LOCADDR, &sa)) != 0 ||
+	    (rv = nng_dialer_start(d, 0)) != 0) {
+		pc_close(c);
+		return rv;
+	}
+	return 0;
 }
 
 void

@@ -25,6 +25,9 @@ typedef struct pc_conn {
 
 /* Dial `url` (blocking, retried until `timeout_ms`). 0 or an nng error. */
 int pc_open(pc_conn *c, const char *url, int timeout_ms);
+/* pc_open, but the connection leaves from `local_ip` ("127.0.0.2"), so
+ * allotd sees another peer. */
+int pc_open_from(pc_conn *c, const char *url, const char *local_ip);
 void pc_close(pc_conn *c);
 
 /* Send `len` raw bytes and decode the answer. NULL on a transport error

@@ -144,32 +144,6 @@ rejected(const coord *c, const char *reason)
 	return pc_metric_get(c->http, series);
 }
 
-/* pc_open, but the connection leaves from `local_ip` (nng's tcp dialer
- * binds NNG_OPT_LOCADDR), so allotd sees another peer. */
-static int
-open_from(pc_conn *c, const char *url, const char *local_ip)
-{
-	int rv = nng_req0_open(&c->sock);
-	if (rv != 0)
-		return rv;
-	c->open = true;
-	nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, 5000);
-	nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, 5000);
-	nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, 3600000);
-	nng_dialer d;
-	nng_sockaddr sa;
-	memset(&sa, 0, sizeof sa);
-	sa.s_in.sa_family = NNG_AF_INET;
-	ck_assert_int_eq(inet_pton(AF_INET, local_ip, &sa.s_in.sa_addr), 1);
-	if ((rv = nng_dialer_create(&d, c->sock, url)) != 0 ||
-	    (rv = nng_dialer_set_addr(d, NNG_OPT_LOCADDR, &sa)) != 0 ||
-	    (rv = nng_dialer_start(d, 0)) != 0) {
-		pc_close(c);
-		return rv;
-	}
-	return 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* a well-behaved replica on another address, in its own thread        */
 /* ------------------------------------------------------------------ */
@@ -206,7 +180,7 @@ good_start(good *g, const coord *c, pthread_t *th)
 {
 	memset(g, 0, sizeof *g);
 	g->c = c;
-	int rv = open_from(&g->r.c, c->url, "127.0.0.2");
+	int rv = pc_open_from(&g->r.c, c->url, "127.0.0.2");
 	ck_assert_msg(
 	    rv == 0, "cannot dial from 127.0.0.2: %s", nng_strerror(rv));
 	int rc = pc_replica_join(&g->r, c->url, "good-1", SVC, keys, NKEYS);
@@ -288,7 +262,7 @@ START_TEST(test_register_flood)
 	/* Meanwhile another peer may still register. */
 	pc_replica late;
 	memset(&late, 0, sizeof late);
-	ck_assert_int_eq(open_from(&late.c, c.url, "127.0.0.2"), 0);
+	ck_assert_int_eq(pc_open_from(&late.c, c.url, "127.0.0.2"), 0);
 	ck_assert_int_eq(
 	    pc_replica_join(&late, c.url, "good-2", SVC, keys, NKEYS), 0);
 	pc_replica_close(&late);
