@@ -5,7 +5,7 @@
  * its Reply but the agent applies it only on receipt, so a key remembers
  * the largest grant not acknowledged yet (the next Sync without a
  * sequence gap acknowledges); and a replica whose lease may have ended
- * runs on its quota's fallback, an expired one (a zombie) too, for a
+ * runs on its quota's fallback, and so may an expired replica, for a
  * while. The sums of those per quota are the live bound in /metrics, and
  * what the expired replicas may still hold is kept out of the headroom
  * (allot__reserve_expired()).
@@ -91,22 +91,23 @@ allot__key_bound(const allot__state *st, const session *s, const skey *key,
     uint64_t now, double *ret_r, double *ret_b)
 {
 	const cfgv *v = st->cur;
-	double r = isnan(key->sent_rate) ? 0 : key->sent_rate;
-	double b = isnan(key->sent_burst) ? 0 : key->sent_burst;
-	if (!s->ghost && !isnan(key->may_rate)) {
-		r = fmax(r, key->may_rate);
-		b = fmax(b, key->may_burst);
+	double r = isnan(key->grant_rate) ? 0 : key->grant_rate;
+	double b = isnan(key->grant_burst) ? 0 : key->grant_burst;
+	if (!s->placeholder && !isnan(key->hold_rate)) {
+		r = fmax(r, key->hold_rate);
+		b = fmax(b, key->hold_burst);
 	}
-	lease_phase ph = s->ghost ? LEASE_HELD :
-	                            lease_at(st, s->last_reply_ns,
-	                                s->acked_reply_ns, s->interval_s, now);
+	lease_phase ph = s->placeholder ?
+	    LEASE_HELD :
+	    lease_at(
+	        st, s->last_reply_ns, s->acked_reply_ns, s->interval_s, now);
 	lease_blend(v, (size_t) key->q, ph, fewest(s), r, b, ret_r, ret_b);
 }
 
 /* What expired replica `z` may run quota q on at `now`; false when it had
  * no key for it. */
 bool
-allot__zombie_value(const allot__state *st, const zombie *z, size_t q,
+allot__expired_value(const allot__state *st, const expired_rep *z, size_t q,
     uint64_t now, double *ret_r, double *ret_b)
 {
 	const cfgv *v = st->cur;
@@ -133,9 +134,9 @@ allot__reserve_expired(allot__state *st, service *svc, uint64_t now)
 		squota *sq = &svc->q[q];
 		sq->reserved_rate = sq->reserved_burst = 0;
 		for (uint32_t i = 0; i < svc->nzs; i++) {
-			const zombie *z = &svc->zs[i];
+			const expired_rep *z = &svc->zs[i];
 			double r, b;
-			if (!allot__zombie_value(st, z, q, now, &r, &b))
+			if (!allot__expired_value(st, z, q, now, &r, &b))
 				continue;
 			if (st->o.hold_expired == ALLOT__HOLD_LEASE) {
 				if (lease_at(st, z->reply_ns, z->acked_ns,
@@ -163,20 +164,19 @@ allot__compute_bounds(allot__state *st, service *svc, uint64_t now)
 		svc->q[q].bound_burst = 0;
 		svc->q[q].counted_expired = 0;
 	}
-	FOR_EACH_KEY(svc, i, s, key)
-	{
+	FOR_EACH_KEY (svc, i, s, key) {
 		double r, b;
 		allot__key_bound(st, s, key, now, &r, &b);
 		svc->q[key->q].bound_rate += r;
 		svc->q[key->q].bound_burst += b;
 	}
 	for (uint32_t i = 0; i < svc->nzs; i++) {
-		const zombie *z = &svc->zs[i];
+		const expired_rep *z = &svc->zs[i];
 		if (z->epoch != v->epoch)
 			continue;
 		for (size_t q = 0; q < v->nq; q++) {
 			double r, b;
-			if (!allot__zombie_value(st, z, q, now, &r, &b))
+			if (!allot__expired_value(st, z, q, now, &r, &b))
 				continue;
 			svc->q[q].bound_rate += r;
 			svc->q[q].bound_burst += b;

@@ -153,14 +153,13 @@ allot__conserve_join(service *svc, const session *newcomer)
 	double n = 0;
 	for (uint32_t i = 0; i < svc->nsess; i++) {
 		const session *o = svc->sess[i];
-		n += o != newcomer && !o->ghost && !o->join_pending;
+		n += o != newcomer && !o->placeholder && !o->join_pending;
 	}
 	if (n < 1)
 		return;
 	double f = n / (n + 1);
-	FOR_EACH_SESSION_KEY(svc, i, s, key)
-	{
-		if (s->ghost || s == newcomer || s->join_pending)
+	FOR_EACH_SESSION_KEY (svc, i, s, key) {
+		if (s->placeholder || s == newcomer || s->join_pending)
 			break;
 		key->est *= f;
 		key->est2 *= f * f;
@@ -170,11 +169,11 @@ allot__conserve_join(service *svc, const session *newcomer)
 void
 allot__conserve_leave(service *svc, const session *gone_s)
 {
-	if (gone_s->ghost || gone_s->last_seq == 0)
+	if (gone_s->placeholder || gone_s->last_seq == 0)
 		return;
 	double n = 0;
 	for (uint32_t i = 0; i < svc->nsess; i++)
-		n += svc->sess[i] != gone_s && !svc->sess[i]->ghost;
+		n += svc->sess[i] != gone_s && !svc->sess[i]->placeholder;
 	if (n < 1)
 		return;
 	for (uint32_t k = 0; k < gone_s->nkeys; k++) {
@@ -183,9 +182,8 @@ allot__conserve_leave(service *svc, const session *gone_s)
 			continue;
 		double add = allot__est_read(gone_s, gk) / n;
 		/* To the same quota's key of every other live session. */
-		FOR_EACH_KEY(svc, i, s, key)
-		{
-			if (s == gone_s || s->ghost)
+		FOR_EACH_KEY (svc, i, s, key) {
+			if (s == gone_s || s->placeholder)
 				break;
 			if (key->q != gk->q)
 				continue;
@@ -210,7 +208,7 @@ allot__est_inherit(session *s, const session *old)
 		for (uint32_t j = 0; key->q >= 0 && j < old->nkeys; j++) {
 			const skey *ok = &old->keys[j];
 			if (ok->q == key->q && ok->est_ns != 0 &&
-			    !old->ghost) {
+			    !old->placeholder) {
 				double d = est_decay(old,
 				    (double) since(
 				        old->last_sync_ns, ok->est_ns) /

@@ -34,13 +34,12 @@ allot__rebuild_granted(allot__state *st, service *svc)
 		svc->q[q].granted_burst = 0;
 	}
 	svc->held_total = 0;
-	FOR_EACH_KEY(svc, i, s, key)
-	{
+	FOR_EACH_KEY (svc, i, s, key) {
 		svc->held_total += key_hold(key);
-		if (isnan(key->sent_rate))
+		if (isnan(key->grant_rate))
 			continue;
-		svc->q[key->q].granted_rate += key->sent_rate;
-		svc->q[key->q].granted_burst += key->sent_burst;
+		svc->q[key->q].granted_rate += key->grant_rate;
+		svc->q[key->q].granted_burst += key->grant_burst;
 	}
 }
 
@@ -75,7 +74,7 @@ static bool
 learning(const service *svc)
 {
 	for (uint32_t i = 0; i < svc->nsess; i++)
-		if (!svc->sess[i]->ghost && svc->sess[i]->last_seq < 4)
+		if (!svc->sess[i]->placeholder && svc->sess[i]->last_seq < 4)
 			return true;
 	return false;
 }
@@ -95,8 +94,7 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 	size_t nq = st->cur->nq;
 	allot__alloc_quota *aq = st->aq;
 	size_t total = 0;
-	FOR_EACH_KEY(svc, i, s, key)
-	{
+	FOR_EACH_KEY (svc, i, s, key) {
 		aq[key->q].nslots++;
 		total++;
 	}
@@ -114,8 +112,7 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		off += aq[q].nslots;
 		aq[q].nslots = 0;
 	}
-	FOR_EACH_KEY(svc, i, s, key)
-	{
+	FOR_EACH_KEY (svc, i, s, key) {
 		int32_t q = key->q;
 		allot__alloc_slot *sl = &aq[q].slots[aq[q].nslots];
 		size_t idx = (size_t) (sl - st->slots);
@@ -126,7 +123,7 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		 * never sync takes nothing from the others, and an honest
 		 * newcomer claims from its first Sync, half an interval
 		 * after its Welcome. */
-		bool fresh = s->ghost || s->last_seq == 1;
+		bool fresh = s->placeholder || s->last_seq == 1;
 		double d = fresh ? 0 : allot__est_read(s, key);
 		double dv = fresh ? 0 : allot__est_var(s, key);
 		svc->q[q].demand_sum += d;
@@ -166,8 +163,8 @@ alloc_apply(allot__state *st, service *svc)
 	allot__alloc_quota *aq = st->aq;
 	bool changed = false;
 	for (size_t q = 0; q < v->nq; q++) {
-		svc->q[q].sum_rate = aq[q].sum_rate;
-		svc->q[q].sum_burst = aq[q].sum_burst;
+		svc->q[q].target_sum_rate = aq[q].sum_rate;
+		svc->q[q].target_sum_burst = aq[q].sum_burst;
 		svc->q[q].allowance = aq[q].allowance;
 		svc->q[q].burst_budget = aq[q].burst_budget;
 		svc->q[q].nslots = (uint32_t) aq[q].nslots;
@@ -185,8 +182,8 @@ alloc_apply(allot__state *st, service *svc)
 			}
 			key->consumed = 0;
 			key->denied = 0;
-			key->was_short = isnan(key->sent_rate) ||
-			    key->rate - key->sent_rate >
+			key->was_short = isnan(key->grant_rate) ||
+			    key->rate - key->grant_rate >
 			        0.01 * key->rate + tolerance(v->rate[q]);
 		}
 	}
@@ -251,9 +248,9 @@ allot__grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
 	double C = st->cur->cfg->ceiling_rate;
-	bool fresh = isnan(key->sent_rate);
-	double held_r = fresh ? 0 : key->sent_rate;
-	double held_b = fresh ? 0 : key->sent_burst;
+	bool fresh = isnan(key->grant_rate);
+	double held_r = fresh ? 0 : key->grant_rate;
+	double held_b = fresh ? 0 : key->grant_burst;
 	double room_r = R - sq->granted_rate;
 	/* Bursts only out of what the global bucket has (the allocator's
 	 * budget), and rates also within the ceiling across quotas. The
@@ -284,13 +281,14 @@ allot__grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
 	sq->granted_rate += gr - held_r;
 	sq->granted_burst += gb - held_b;
 	double h0 = key_hold(key);
-	key->sent_rate = gr;
-	key->sent_burst = gb;
+	key->grant_rate = gr;
+	key->grant_burst = gb;
 	/* Until the agent acknowledges, it may still run on the larger of
 	 * this grant and any earlier one it has not confirmed. */
-	key->may_rate = isnan(key->may_rate) ? gr : fmax(key->may_rate, gr);
-	key->may_burst = isnan(key->may_burst) ? gb : fmax(key->may_burst, gb);
-	if (key->may_rate != gr || key->may_burst != gb)
+	key->hold_rate = isnan(key->hold_rate) ? gr : fmax(key->hold_rate, gr);
+	key->hold_burst = isnan(key->hold_burst) ? gb :
+	                                           fmax(key->hold_burst, gb);
+	if (key->hold_rate != gr || key->hold_burst != gb)
 		s->unacked = true;
 	svc->held_total += key_hold(key) - h0;
 	key->rec_pending = true;
@@ -306,16 +304,15 @@ allot__record_shares(allot__state *st, service *svc)
 		return;
 	svc->rec_pending = false;
 	int64_t until = allot__wall_ms() + st->o.lease_ms;
-	FOR_EACH_SESSION_KEY(svc, i, s, key)
-	{
+	FOR_EACH_SESSION_KEY (svc, i, s, key) {
 		if (!key->rec_pending)
 			continue;
 		key->rec_pending = false;
-		if (st->o.store != NULL && key->q >= 0 && !s->ghost &&
-		    !isnan(key->sent_rate))
+		if (st->o.store != NULL && key->q >= 0 && !s->placeholder &&
+		    !isnan(key->grant_rate))
 			allot__store_share(st->o.store, s->id, svc->name,
-			    st->cur->q[key->q]->identity, key->sent_rate,
-			    key->sent_burst, until);
+			    st->cur->q[key->q]->identity, key->grant_rate,
+			    key->grant_burst, until);
 	}
 }
 
@@ -327,7 +324,7 @@ void
 allot__carry_allowances(allot__state *st, service *svc, session *s,
     const session *old, uint64_t now)
 {
-	const zombie *z = NULL;
+	const expired_rep *z = NULL;
 	for (uint32_t i = 0; i < svc->nzs; i++)
 		if (strcmp(svc->zs[i].replica_id, s->replica_id) == 0)
 			z = &svc->zs[i];
@@ -337,12 +334,13 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
 			continue;
 		double r = -1, b = -1, x, y;
 		if (z != NULL &&
-		    allot__zombie_value(st, z, (size_t) key->q, now, &x, &y)) {
+		    allot__expired_value(
+		        st, z, (size_t) key->q, now, &x, &y)) {
 			r = x;
 			b = y;
 		}
 		for (uint32_t j = 0;
-		     old != NULL && !old->ghost && j < old->nkeys; j++) {
+		     old != NULL && !old->placeholder && j < old->nkeys; j++) {
 			if (old->keys[j].q != key->q)
 				continue;
 			allot__key_bound(st, old, &old->keys[j], now, &x, &y);
@@ -350,8 +348,8 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
 			b = fmax(b, y);
 		}
 		if (r >= 0) {
-			key->may_rate = r;
-			key->may_burst = b;
+			key->hold_rate = r;
+			key->hold_burst = b;
 			s->unacked = true;
 		}
 	}

@@ -29,15 +29,15 @@ allot__adopt(allot__state *st, service *svc, session *s, skey *key,
 	    r->held_burst > B                                ? B :
 	                                                       0;
 	double h0 = key_hold(key);
-	key->sent_rate = fmin(hr, fmax(0, R - sq->granted_rate));
-	key->sent_burst = fmin(hb, fmax(0, B - sq->granted_burst));
-	key->may_rate = hr;
-	key->may_burst = hb;
-	sq->granted_rate += key->sent_rate;
-	sq->granted_burst += key->sent_burst;
+	key->grant_rate = fmin(hr, fmax(0, R - sq->granted_rate));
+	key->grant_burst = fmin(hb, fmax(0, B - sq->granted_burst));
+	key->hold_rate = hr;
+	key->hold_burst = hb;
+	sq->granted_rate += key->grant_rate;
+	sq->granted_burst += key->grant_burst;
 	svc->held_total += key_hold(key) - h0;
-	if (key->may_rate != key->sent_rate ||
-	    key->may_burst != key->sent_burst)
+	if (key->hold_rate != key->grant_rate ||
+	    key->hold_burst != key->grant_burst)
 		s->unacked = true;
 	key->rec_pending = true;
 	svc->rec_pending = true;
@@ -49,13 +49,12 @@ static void
 disown(service *svc, size_t q)
 {
 	squota *sq = &svc->q[q];
-	FOR_EACH_KEY(svc, i, s, key)
-	{
+	FOR_EACH_KEY (svc, i, s, key) {
 		if (key->q != (int32_t) q)
 			continue;
 		double h0 = key_hold(key);
-		key->sent_rate = key->sent_burst = NAN;
-		key->may_rate = key->may_burst = NAN;
+		key->grant_rate = key->grant_burst = NAN;
+		key->hold_rate = key->hold_burst = NAN;
 		svc->held_total -= h0;
 	}
 	sq->granted_rate = sq->granted_burst = 0;
@@ -112,9 +111,9 @@ allot__learned(allot__state *st, service *svc, uint64_t now)
 		return;
 	for (size_t q = 0; q < v->nq; q++)
 		svc->q[q].unheard = false;
-	FOR_EACH_KEY(svc, i, s, key)
-	if (s->ghost || isnan(key->sent_rate))
-		svc->q[key->q].unheard = true;
+	FOR_EACH_KEY (svc, i, s, key)
+		if (s->placeholder || isnan(key->grant_rate))
+			svc->q[key->q].unheard = true;
 	for (size_t q = 0; q < v->nq; q++) {
 		squota *sq = &svc->q[q];
 		if (!sq->disowned && now < sq->learn_until_ns && !sq->unheard)

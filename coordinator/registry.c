@@ -5,7 +5,7 @@
  * service, linking a session into its service and unlinking it (its
  * grants go back to the headroom), the expiry time of a session, the
  * silence of the whole coordinator (allot__heard()), freeing a service
- * left empty, and the zombies:
+ * left empty, and the expired replicas:
  * expired replicas that may still be running on their lease or their
  * fallback, remembered so that the live bound (bounds.c) and, with
  * hold_expired, the headroom (grants.c) still count them.
@@ -119,7 +119,7 @@ service_free(service *svc)
 {
 	for (uint32_t j = 0; j < svc->nsess; j++)
 		allot__session_free(svc->sess[j]);
-	allot__zombies_clear(svc);
+	allot__expired_clear(svc);
 	free(svc->sess);
 	free(svc->q);
 	free(svc->name);
@@ -178,7 +178,7 @@ void
 allot__session_unlink(allot__state *st, session *s)
 {
 	service *svc = s->svc;
-	if (!s->ghost)
+	if (!s->placeholder)
 		allot__session_hash_del(st, s);
 	for (uint32_t k = 0; k < s->nkeys; k++) {
 		const skey *key = &s->keys[k];
@@ -187,9 +187,9 @@ allot__session_unlink(allot__state *st, session *s)
 		squota *sq = &svc->q[key->q];
 		/* Its grant goes back to the headroom. */
 		svc->held_total -= key_hold(key);
-		if (!isnan(key->sent_rate)) {
-			sq->granted_rate -= key->sent_rate;
-			sq->granted_burst -= key->sent_burst;
+		if (!isnan(key->grant_rate)) {
+			sq->granted_rate -= key->grant_rate;
+			sq->granted_burst -= key->grant_burst;
 		}
 	}
 	uint32_t last = svc->nsess - 1;
@@ -258,7 +258,7 @@ allot__grow(void **p, size_t *cap, size_t need, size_t elem)
 }
 
 static void
-zombie_free(zombie *z)
+expired_free(expired_rep *z)
 {
 	free(z->replica_id);
 	free(z->rate);
@@ -266,29 +266,29 @@ zombie_free(zombie *z)
 }
 
 void
-allot__zombies_clear(service *svc)
+allot__expired_clear(service *svc)
 {
 	for (uint32_t i = 0; i < svc->nzs; i++)
-		zombie_free(&svc->zs[i]);
+		expired_free(&svc->zs[i]);
 	free(svc->zs);
 	svc->zs = NULL;
 	svc->nzs = 0;
 }
 
 static void
-zombie_remove(service *svc, uint32_t i)
+expired_remove(service *svc, uint32_t i)
 {
-	zombie_free(&svc->zs[i]);
+	expired_free(&svc->zs[i]);
 	svc->zs[i] = svc->zs[--svc->nzs];
 }
 
 /* The replica registered again: its new session is what it holds. */
 void
-allot__zombie_forget(service *svc, const char *replica_id)
+allot__expired_forget(service *svc, const char *replica_id)
 {
 	for (uint32_t i = 0; i < svc->nzs; i++) {
 		if (strcmp(svc->zs[i].replica_id, replica_id) == 0) {
-			zombie_remove(svc, i);
+			expired_remove(svc, i);
 			return;
 		}
 	}
@@ -297,20 +297,20 @@ allot__zombie_forget(service *svc, const char *replica_id)
 /* Remember what the expiring session `s` may still hold. Without memory
  * it is simply not counted (the bound then under-reports). */
 void
-allot__zombie_add(
+allot__expired_add(
     allot__state *st, service *svc, const session *s, uint64_t now)
 {
-	allot__zombie_forget(svc, s->replica_id);
+	allot__expired_forget(svc, s->replica_id);
 	const cfgv *v = st->cur;
-	zombie *arr = realloc(svc->zs, (svc->nzs + 1) * sizeof *arr);
+	expired_rep *arr = realloc(svc->zs, (svc->nzs + 1) * sizeof *arr);
 	if (arr == NULL)
 		return;
 	svc->zs = arr;
-	zombie z = {
+	expired_rep z = {
 		.replica_id = strdup(s->replica_id),
 		.reply_ns = s->last_reply_ns,
 		.acked_ns = s->acked_reply_ns,
-		.drop_ns = now + (uint64_t) st->o.zombie_ms * 1000000u,
+		.drop_ns = now + (uint64_t) st->o.counted_ms * 1000000u,
 		.n_last = fewest(s),
 		.interval_s = s->interval_s,
 		.epoch = v->epoch,
@@ -318,7 +318,7 @@ allot__zombie_add(
 		.burst = malloc(v->nq * sizeof(double)),
 	};
 	if (z.replica_id == NULL || z.rate == NULL || z.burst == NULL) {
-		zombie_free(&z);
+		expired_free(&z);
 		return;
 	}
 	for (size_t q = 0; q < v->nq; q++)
@@ -327,22 +327,22 @@ allot__zombie_add(
 		const skey *key = &s->keys[k];
 		if (key->q < 0)
 			continue;
-		z.rate[key->q] = isnan(key->sent_rate) ?
+		z.rate[key->q] = isnan(key->grant_rate) ?
 		    0 :
-		    fmax(key->sent_rate, key->may_rate);
-		z.burst[key->q] = isnan(key->sent_burst) ?
+		    fmax(key->grant_rate, key->hold_rate);
+		z.burst[key->q] = isnan(key->grant_burst) ?
 		    0 :
-		    fmax(key->sent_burst, key->may_burst);
+		    fmax(key->grant_burst, key->hold_burst);
 	}
 	svc->zs[svc->nzs++] = z;
 }
 
 void
-allot__zombies_expire(service *svc, uint64_t now)
+allot__expired_drop(service *svc, uint64_t now)
 {
 	for (uint32_t i = svc->nzs; i-- > 0;)
 		if (now >= svc->zs[i].drop_ns)
-			zombie_remove(svc, i);
+			expired_remove(svc, i);
 }
 
 int

@@ -73,10 +73,10 @@ typedef struct skey {
 	double held; /* last reported bucket level */
 	double rate; /* target share (allocator output) */
 	double burst;
-	double sent_rate; /* grant: what the agent was last sent */
-	double sent_burst; /* (NaN: nothing yet, holds no share) */
-	double may_rate; /* the largest grant it may still hold: */
-	double may_burst; /* sent, or more until acknowledged */
+	double grant_rate; /* grant: what the agent was last sent */
+	double grant_burst; /* (NaN: nothing yet, holds no share) */
+	double hold_rate; /* the largest grant it may still hold: */
+	double hold_burst; /* sent, or more until acknowledged */
 	double reply_target; /* the target when it was last answered */
 	double est; /* demand estimate, tokens/s */
 	double est2; /* its second moment, (tokens/s)^2 */
@@ -96,14 +96,15 @@ typedef struct skey {
 static inline double
 key_hold(const skey *key)
 {
-	double r = isnan(key->sent_rate) ? 0 : key->sent_rate;
-	return isnan(key->may_rate) || key->may_rate < r ? r : key->may_rate;
+	double r = isnan(key->grant_rate) ? 0 : key->grant_rate;
+	return isnan(key->hold_rate) || key->hold_rate < r ? r :
+	                                                     key->hold_rate;
 }
 
 struct service;
 
 /* A replica's session (registry.c): owned by its service (svc->sess),
- * linked into st->htab unless it is a placeholder of a restart (ghost).
+ * linked into st->htab unless it is a placeholder of a restart.
  * Its strings and keys are its own. */
 typedef struct session {
 	uint64_t id;
@@ -136,7 +137,7 @@ typedef struct session {
 	uint32_t replies_since_full;
 	uint32_t pending; /* keys whose grant is below target */
 	bool force_full;
-	bool ghost; /* restored from the store, not back yet;
+	bool placeholder; /* restored from the store, not back yet;
 	               holds a key per quota, never syncs */
 	bool seen_dirty; /* synced since its last-seen row */
 	uint64_t peer; /* who registered it (state.h); 0: unknown */
@@ -164,8 +165,8 @@ typedef struct squota {
 	double level; /* global bucket estimate, tokens */
 	uint64_t level_ns; /* when `level` was last brought up */
 	double level_recorded;
-	double sum_rate; /* sum of targets (allocator outputs) */
-	double sum_burst;
+	double target_sum_rate; /* sum of targets (allocator outputs) */
+	double target_sum_burst;
 	double granted_rate; /* sum of grants: what replicas hold */
 	double granted_burst;
 	double allowance; /* its part of the ceiling (allocator) */
@@ -193,8 +194,8 @@ typedef struct squota {
 /* An expired replica that may still be running: on its last grants
  * until its lease ends, then on each quota's fallback. Counted in the
  * live bound (not in the headroom) until it registers again or
- * zombie_ms pass. Owned by its service (svc->zs, registry.c). */
-typedef struct zombie {
+ * counted_ms pass. Owned by its service (svc->zs, registry.c). */
+typedef struct expired_rep {
 	char *replica_id;
 	uint64_t reply_ns; /* as in its session */
 	uint64_t acked_ns;
@@ -205,11 +206,11 @@ typedef struct zombie {
 	uint64_t epoch; /* config the arrays index */
 	double *rate; /* per quota index: what it may hold */
 	double *burst;
-} zombie;
+} expired_rep;
 
 /* A service (registry.c): owned by the state (st->svcs), freed by the
  * loop thread once empty for service_idle_ms (allot__service_idle()).
- * Owns its sessions, squotas and zombies. */
+ * Owns its sessions, squotas and expired replicas. */
 typedef struct service {
 	char *name;
 	session **sess;
@@ -218,7 +219,7 @@ typedef struct service {
 	squota *q; /* one per quota index of st->cur */
 	double held_total; /* sum over every quota of what the agents
 	                      may hold (key_hold()): the ceiling */
-	zombie *zs;
+	expired_rep *zs;
 	uint32_t nzs;
 	uint32_t nsess_silenced; /* sessions when the last silence ended */
 	uint64_t gen; /* bumped when any share changes */
@@ -232,7 +233,7 @@ typedef struct service {
  * are set at create and read without the lock (the rate limits are
  * atomic); everything else is guarded by `mu`. The state owns the config
  * in force (`cur`), every service (and through them every session and
- * zombie), the session hash and the scratch arrays below. */
+ * expired replica), the session hash and the scratch arrays below. */
 struct allot__state {
 	pthread_mutex_t mu;
 	allot__state_opts o;
@@ -372,11 +373,11 @@ void allot__heard(allot__state *st, uint64_t now);
 /* Make *p hold `need` elements of `elem` bytes (doubling); false when
  * out of memory, *p unchanged. */
 bool allot__grow(void **p, size_t *cap, size_t need, size_t elem);
-void allot__zombies_clear(service *svc);
-void allot__zombie_forget(service *svc, const char *replica_id);
-void allot__zombie_add(
+void allot__expired_clear(service *svc);
+void allot__expired_forget(service *svc, const char *replica_id);
+void allot__expired_add(
     allot__state *st, service *svc, const session *s, uint64_t now);
-void allot__zombies_expire(service *svc, uint64_t now);
+void allot__expired_drop(service *svc, uint64_t now);
 
 /* ---- demand.c ---- */
 
@@ -395,8 +396,8 @@ void allot__est_inherit(session *s, const session *old);
 
 void allot__key_bound(const allot__state *st, const session *s,
     const skey *key, uint64_t now, double *ret_r, double *ret_b);
-bool allot__zombie_value(const allot__state *st, const zombie *z, size_t q,
-    uint64_t now, double *ret_r, double *ret_b);
+bool allot__expired_value(const allot__state *st, const expired_rep *z,
+    size_t q, uint64_t now, double *ret_r, double *ret_b);
 void allot__reserve_expired(allot__state *st, service *svc, uint64_t now);
 void allot__compute_bounds(allot__state *st, service *svc, uint64_t now);
 double allot__bound_ratio(const squota *sq, double R, double B);

@@ -119,7 +119,7 @@ snap_sessions(snap *sn, snap_service *ss, const service *svc, uint64_t now)
 			.agent_version = snap_str(sn,
 			    s->agent_version != NULL ? s->agent_version : ""),
 			.pid = s->pid,
-			.restored = s->ghost,
+			.restored = s->placeholder,
 			.keys = s->nwire,
 			.unknown_keys = s->nwire - s->nknown,
 			.last_seq = s->last_seq,
@@ -131,8 +131,8 @@ snap_sessions(snap *sn, snap_service *ss, const service *svc, uint64_t now)
 		    ss->reps[j].agent_version == NULL)
 			return false;
 	}
-	FOR_EACH_KEY(svc, j, s, key)
-	ss->q[key->q].nshares++;
+	FOR_EACH_KEY (svc, j, s, key)
+		ss->q[key->q].nshares++;
 	for (size_t q = 0; q < sn->nq; q++) {
 		snap_quota *sq = &ss->q[q];
 		sq->shares = snap_alloc(sn, sq->nshares, sizeof *sq->shares);
@@ -140,17 +140,17 @@ snap_sessions(snap *sn, snap_service *ss, const service *svc, uint64_t now)
 			return false;
 		sq->nshares = 0;
 	}
-	FOR_EACH_KEY(svc, j, s, key)
-	{
+	FOR_EACH_KEY (svc, j, s, key) {
 		snap_quota *sq = &ss->q[key->q];
 		sq->shares[sq->nshares++] = (snap_share) {
 			.session = s->id,
 			.replica_id = ss->reps[j].replica_id,
-			.rate = isnan(key->sent_rate) ? 0 : key->sent_rate,
-			.burst = isnan(key->sent_burst) ? 0 : key->sent_burst,
+			.rate = isnan(key->grant_rate) ? 0 : key->grant_rate,
+			.burst = isnan(key->grant_burst) ? 0 :
+			                                   key->grant_burst,
 			.target_rate = key->rate,
 			.target_burst = key->burst,
-			.demand = s->ghost ? 0 : allot__est_read(s, key),
+			.demand = s->placeholder ? 0 : allot__est_read(s, key),
 		};
 	}
 	return true;
@@ -513,8 +513,8 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
 	put_quota(b, q, qc);
 	put_num(b, "sum_rate", sq->granted_rate);
 	put_num(b, "sum_burst", sq->granted_burst);
-	put_num(b, "target_sum_rate", sq->sum_rate);
-	put_num(b, "target_sum_burst", sq->sum_burst);
+	put_num(b, "target_sum_rate", sq->target_sum_rate);
+	put_num(b, "target_sum_burst", sq->target_sum_burst);
 	put_num(b, "allocation_rate", sq->allowance);
 	put_num(b, "burst_budget", sq->burst_budget);
 	allot__buf_puts(b, ",\"bound_rate\":");

@@ -55,7 +55,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 			continue;
 		bool hold = st->cl_n > 0 &&
 		    (st->cl_cut_off || now < sq->learn_until_ns);
-		if (hold && isnan(key->sent_rate))
+		if (hold && isnan(key->grant_rate))
 			continue;
 		bool is_short;
 		bool changed = allot__grant(
@@ -66,8 +66,8 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 		key->force_share = false;
 		allot__v1__share__init(&arr[j]);
 		arr[j].key = key_id(s, key);
-		arr[j].rate = key->sent_rate;
-		arr[j].burst = key->sent_burst;
+		arr[j].rate = key->grant_rate;
+		arr[j].burst = key->grant_burst;
 		ptrs[j] = &arr[j];
 		j++;
 	}
@@ -173,7 +173,8 @@ reg_find(reg *r)
 			r->old = svc->sess[i];
 			continue;
 		}
-		r->of_peer += r->peer != 0 && o->peer == r->peer && !o->ghost;
+		r->of_peer += r->peer != 0 && o->peer == r->peer &&
+		    !o->placeholder;
 	}
 	if (r->old == NULL && st->nsessions >= st->o.max_replicas) {
 		r->why = ALLOT__REJ_CAPACITY;
@@ -227,10 +228,10 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	} else {
 		allot__conserve_join(svc, NULL);
 	}
-	allot__zombie_forget(svc, s->replica_id);
+	allot__expired_forget(svc, s->replica_id);
 	if (!allot__service_add(svc, s)) {
 		if (r->old != NULL && allot__service_add(svc, r->old)) {
-			if (!r->old->ghost)
+			if (!r->old->placeholder)
 				allot__session_hash_add(st, r->old);
 			st->nsessions++;
 			r->old = NULL;
@@ -282,7 +283,7 @@ reg_welcome(
 	 * replica coming back (replacing its session, or after it expired)
 	 * is no newcomer: it gets what the headroom has at once. */
 	for (uint32_t i = 0; i < svc->nsess && !st->hold && !r->returning; i++)
-		st->hold = svc->sess[i] != s && !svc->sess[i]->ghost;
+		st->hold = svc->sess[i] != s && !svc->sess[i]->placeholder;
 	bool built = build_shares(
 	    st, s, pa, true, &ret->shares, &ret->n_shares);
 	st->hold = false;
@@ -326,7 +327,7 @@ reg_report(reg *r)
 		    "replica %s of %s registered again: session %" PRIu64
 		    " replaces %s session %" PRIu64,
 		    s->replica_id, req->service, s->id,
-		    old->ghost ? "restored" : "live", old->id);
+		    old->placeholder ? "restored" : "live", old->id);
 		if (st->o.store != NULL) {
 			snprintf(detail, sizeof detail,
 			    "service=%.64s "
@@ -550,7 +551,7 @@ plausible(syn *y, skey *key, bool foreign, double R, double B)
 {
 	double rate = R;
 	uint32_t n = fewest(y->s);
-	if (!isnan(key->sent_rate) && !foreign)
+	if (!isnan(key->grant_rate) && !foreign)
 		rate = fmax(key_hold(key), R / (n > 0 ? n : 1));
 	double dt = key->credit_ns != 0 ?
 	    (double) since(y->now, key->credit_ns) / 1e9 :
@@ -575,7 +576,7 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	if (r->foreign) {
 		key->force_share = true;
 		y->forced = true;
-		if (isnan(key->sent_rate) &&
+		if (isnan(key->grant_rate) &&
 		    y->now < y->svc->q[q].learn_until_ns)
 			allot__adopt(y->st, y->svc, y->s, key, r);
 	}
@@ -671,8 +672,8 @@ sync_ack(syn *y)
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
 			double h0 = key->q >= 0 ? key_hold(key) : 0;
-			key->may_rate = key->sent_rate;
-			key->may_burst = key->sent_burst;
+			key->hold_rate = key->grant_rate;
+			key->hold_burst = key->grant_burst;
 			if (key->q >= 0)
 				y->svc->held_total += key_hold(key) - h0;
 		}

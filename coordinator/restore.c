@@ -28,7 +28,7 @@ typedef struct restore_ctx {
  * first agent back would be handed the others'. learn_ms covers that
  * backoff, as after a silence of the coordinator's own. */
 static uint64_t
-ghost_expiry_ns(const allot__state *st)
+placeholder_expiry_ns(const allot__state *st)
 {
 	uint64_t e = allot__expiry_ns(st, 0);
 	uint64_t learn = (uint64_t) st->o.learn_ms * 1000000u;
@@ -69,15 +69,15 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 		s->names[q] = p;
 		p += len + 1;
 		s->keys[q].q = (int32_t) q;
-		s->keys[q].sent_rate = NAN;
-		s->keys[q].sent_burst = NAN;
+		s->keys[q].grant_rate = NAN;
+		s->keys[q].grant_burst = NAN;
 	}
 	s->nwire = s->nkeys = s->nknown = (uint32_t) v->nq;
 	s->id = r->session;
-	s->ghost = true;
+	s->placeholder = true;
 	s->interval_s = (double) st->o.interval_ms / 1e3;
 	s->last_seen_ns = rc->now;
-	s->expiry_ns = ghost_expiry_ns(st);
+	s->expiry_ns = placeholder_expiry_ns(st);
 	s->joined_wall_ms = allot__wall_ms();
 	s->seen_wall_ms = r->last_seen_ms;
 	if (!allot__service_add(svc, s))
@@ -138,12 +138,11 @@ allot__state_restore(allot__state *st)
 		allot__recompute(st, svc, now);
 		/* What they held before the restart is unknown; assume their
 		 * equal share, which is what the last run handed out. */
-		FOR_EACH_SESSION_KEY(svc, j, s, key)
-		{
-			if (!s->ghost)
+		FOR_EACH_SESSION_KEY (svc, j, s, key) {
+			if (!s->placeholder)
 				break;
-			key->sent_rate = key->rate;
-			key->sent_burst = key->burst;
+			key->grant_rate = key->rate;
+			key->grant_burst = key->burst;
 		}
 		allot__rebuild_granted(st, svc);
 	}
@@ -152,7 +151,7 @@ allot__state_restore(allot__state *st)
 		allot__log(st->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-RESTORE",
 		    "%u replicas were live at the last stop: they count "
 		    "until they re-register or expire in %" PRIu64 " ms%s",
-		    rc.restored, ghost_expiry_ns(st) / 1000000u,
+		    rc.restored, placeholder_expiry_ns(st) / 1000000u,
 		    rc.dropped ? " (some could not be restored and were "
 		                 "marked expired)" :
 		                 "");

@@ -39,7 +39,7 @@ allot__state_opts_init(allot__state_opts *o)
 	o->absurd_factor = ALLOT__STATE_ABSURD_FACTOR;
 	allot__alloc_policy_init(&o->policy);
 	o->learn_ms = 2 * ALLOT__STATE_LEASE_MS;
-	o->zombie_ms = ALLOT__STATE_ZOMBIE_MS;
+	o->counted_ms = ALLOT__STATE_COUNTED_MS;
 }
 
 void
@@ -69,12 +69,12 @@ allot__state_tick(allot__state *st)
 			allot__service_remove(st, i--);
 			continue;
 		}
-		allot__zombies_expire(svc, now);
+		allot__expired_drop(svc, now);
 		for (uint32_t j = svc->nsess; j-- > 0;) {
 			session *s = svc->sess[j];
 			if (since(now, s->last_seen_ns) <= s->expiry_ns)
 				continue;
-			if (!s->ghost &&
+			if (!s->placeholder &&
 			    (quiet || (grace && svc->nsess_silenced >= 2)))
 				continue;
 			if (!allot__grow(
@@ -82,8 +82,8 @@ allot__state_tick(allot__state *st)
 				break; /* retried on the next tick */
 			allot__conserve_leave(svc, s);
 			allot__session_unlink(st, s);
-			if (!s->ghost)
-				allot__zombie_add(st, svc, s, now);
+			if (!s->placeholder)
+				allot__expired_add(st, svc, s, now);
 			list[n++] = (gone) {
 				.s = s,
 				.why = "expired",
@@ -113,8 +113,8 @@ allot__state_tick(allot__state *st)
 		allot__log(st->o.lg, ALLOT_LOG_WARNING, "ALLOTD-EXPIRE",
 		    "%sreplica %s of %s expired: session %" PRIu64 " silent "
 		    "for %" PRIu64 " ms; %u replicas now",
-		    s->ghost ? "restored " : "", s->replica_id, s->svc->name,
-		    s->id, list[i].silent_ms, list[i].remaining);
+		    s->placeholder ? "restored " : "", s->replica_id,
+		    s->svc->name, s->id, list[i].silent_ms, list[i].remaining);
 		if (st->o.store != NULL) {
 			char detail[160];
 			snprintf(detail, sizeof detail,
@@ -122,7 +122,8 @@ allot__state_tick(allot__state *st)
 			    "session=%" PRIu64 " silent_ms=%" PRIu64
 			    " replicas=%u%s",
 			    s->svc->name, s->id, list[i].silent_ms,
-			    list[i].remaining, s->ghost ? " restored" : "");
+			    list[i].remaining,
+			    s->placeholder ? " restored" : "");
 			allot__store_event(
 			    st->o.store, "expiry", s->replica_id, detail);
 		}
@@ -216,12 +217,12 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 		s->force_full = true;
 		/* Its keys without a quota were not kept: one may have a
 		 * quota now, which only a new Register can tell. */
-		if (added && s->nwire > s->nkeys && !s->ghost)
+		if (added && s->nwire > s->nkeys && !s->placeholder)
 			s->reregister = true;
 	}
 	/* Expired replicas were counted per quota index of the old config;
 	 * a reload forgets them (docs/allocation.md). */
-	allot__zombies_clear(svc);
+	allot__expired_clear(svc);
 	svc->dirty = true;
 }
 
@@ -345,25 +346,26 @@ allot__state_foreach_share(
 	const struct service *svc = allot__service_find(st, name);
 	uint64_t now = now_ns(st);
 	if (svc != NULL) {
-		FOR_EACH_KEY(svc, i, s, key)
-		{
+		FOR_EACH_KEY (svc, i, s, key) {
 			allot__state_share sh = {
 				.replica_id = s->replica_id,
 				.session = s->id,
 				.quota = key->q,
 				.identity = v->q[key->q]->identity,
-				.restored = s->ghost,
-				.fresh = s->ghost || s->last_seq < 2,
-				.demand = s->ghost ? 0 :
-				                     allot__est_read(s, key),
+				.restored = s->placeholder,
+				.fresh = s->placeholder || s->last_seq < 2,
+				.demand = s->placeholder ?
+				    0 :
+				    allot__est_read(s, key),
 				.target_rate = key->rate,
 				.target_burst = key->burst,
 				.reply_target_rate = key->reply_target,
-				.rate = isnan(key->sent_rate) ? 0 :
-				                                key->sent_rate,
-				.burst = isnan(key->sent_burst) ?
+				.rate = isnan(key->grant_rate) ?
 				    0 :
-				    key->sent_burst,
+				    key->grant_rate,
+				.burst = isnan(key->grant_burst) ?
+				    0 :
+				    key->grant_burst,
 			};
 			allot__key_bound(
 			    st, s, key, now, &sh.bound_rate, &sh.bound_burst);
@@ -397,7 +399,7 @@ allot__state_quota_get(
 			.burst_budget = sq->burst_budget,
 			.level = sq->level,
 			.demand = sq->demand_sum,
-			.target_rate = sq->sum_rate,
+			.target_rate = sq->target_sum_rate,
 			.granted_rate = sq->granted_rate,
 			.granted_burst = sq->granted_burst,
 			.bound_rate = sq->bound_rate,

@@ -60,7 +60,7 @@ typedef struct allot__state allot__state;
 #define ALLOT__STATE_TAU_MIN_S 0.25
 /* How long an expired replica still counts in the live bound (its lease,
  * then its fallback allowance), unless it registers again before. */
-#define ALLOT__STATE_ZOMBIE_MS 60000u
+#define ALLOT__STATE_COUNTED_MS 60000u
 
 /* Time source of the state (monotonic ns); NULL in the options means
  * CLOCK_MONOTONIC. The simulator runs the state on a virtual clock. */
@@ -75,9 +75,9 @@ typedef enum allot__hold_expired {
 	 * handed out twice while a lease runs; after it, a partitioned
 	 * replica's fallback (static_share: R/n) comes on top of R. */
 	ALLOT__HOLD_LEASE,
-	/* Also its fallback allowance afterwards, for zombie_ms: a
+	/* Also its fallback allowance afterwards, for counted_ms: a
 	 * partition never over-admits, but after a crash that capacity
-	 * stays unused for zombie_ms. */
+	 * stays unused for counted_ms. */
 	ALLOT__HOLD_FALLBACK,
 } allot__hold_expired;
 
@@ -107,7 +107,7 @@ typedef struct allot__state_opts {
 	 * the default is twice the default lease, longer than an agent's
 	 * longest reconnect backoff (5 s). */
 	uint32_t learn_ms;
-	uint32_t zombie_ms; /* ALLOT__STATE_ZOMBIE_MS */
+	uint32_t counted_ms; /* ALLOT__STATE_COUNTED_MS */
 	/* What an expired replica (silent past its expiry, maybe crashed,
 	 * maybe partitioned and still admitting) keeps out of the headroom
 	 * while it may still be running on it. */
@@ -242,7 +242,7 @@ typedef struct allot__state_quota {
 
 typedef void (*allot__state_share_fn)(void *ctx, const allot__state_share *sh);
 
-/* Call `fn` for every share of every replica of `service` (ghosts
+/* Call `fn` for every share of every replica of `service` (placeholders
  * included), under the state's lock: `fn` must not call back into the
  * state. Returns the number of shares, 0 for an unknown service. */
 size_t allot__state_foreach_share(allot__state *st, const char *service,

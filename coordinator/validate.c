@@ -110,10 +110,10 @@ allot__session_keep(
 			kid[j] = k;
 		keys[j] = (skey) {
 			.q = q[k],
-			.sent_rate = NAN,
-			.sent_burst = NAN,
-			.may_rate = NAN,
-			.may_burst = NAN,
+			.grant_rate = NAN,
+			.grant_burst = NAN,
+			.hold_rate = NAN,
+			.hold_burst = NAN,
 		};
 		j++;
 	}
