@@ -111,18 +111,13 @@ ld(const _Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
+/* One series with one sample: a counter or a gauge. */
 static void
-counter(allot__buf *b, const char *name, const char *help, uint64_t v)
+simple(allot__buf *b, const char *type, const char *name, const char *help,
+    uint64_t v)
 {
-	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n",
-	    name, help, name, name, (unsigned long long) v);
-}
-
-static void
-gauge(allot__buf *b, const char *name, const char *help, uint64_t v)
-{
-	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name,
-	    help, name, name, (unsigned long long) v);
+	allot__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name,
+	    help, name, type, name, (unsigned long long) v);
 }
 
 static void
@@ -144,8 +139,8 @@ histogram(
 	    (double) ld(&h->sum_ns) / 1e9, name, (unsigned long long) cum);
 }
 
-void
-allot__metrics_render(const allot__metrics *m, allot__buf *b)
+static void
+build_info(const allot__metrics *m, allot__buf *b)
 {
 	allot__buf_printf(b,
 	    "# HELP allotd_build_info allotd version.\n"
@@ -157,35 +152,11 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    "start time.\n# TYPE allotd_start_time_seconds gauge\n"
 	    "allotd_start_time_seconds %.3f\n",
 	    (double) m->start_wall_ms / 1e3);
-	counter(b, "allotd_registers_total", "Register messages accepted.",
-	    ld(&m->registers));
-	counter(
-	    b, "allotd_syncs_total", "Sync messages accepted.", ld(&m->syncs));
-	counter(b, "allotd_early_syncs_total",
-	    "Syncs sent early by an agent whose key started denying.",
-	    ld(&m->early_syncs));
-	counter(b, "allotd_early_rounds_total",
-	    "Allocation rounds run at once for an early Sync.",
-	    ld(&m->early_rounds));
-	counter(b, "allotd_leaves_total", "Leave messages accepted.",
-	    ld(&m->leaves));
-	counter(b, "allotd_key_reports_total", "Key reports accepted.",
-	    ld(&m->key_reports));
-	counter(b, "allotd_register_unknown_keys_total",
-	    "Keys named at registration that have no quota.",
-	    ld(&m->register_unknown_keys));
-	counter(b, "allotd_reports_clipped_total",
-	    "Key reports claiming more consumption than the replica could "
-	    "have admitted since its last report; the excess is not "
-	    "booked.",
-	    ld(&m->reports_clipped));
-	counter(b, "allotd_tokens_clipped_total",
-	    "Tokens of consumption clipped from implausible reports.",
-	    ld(&m->tokens_clipped));
-	counter(b, "allotd_throttled_syncs_alive_total",
-	    "Syncs refused by a peer budget that still proved their "
-	    "session alive.",
-	    ld(&m->throttled_alive));
+}
+
+static void
+rejected(const allot__metrics *m, allot__buf *b)
+{
 	allot__buf_puts(b,
 	    "# HELP allotd_rejected_messages_total Rejected "
 	    "input by reason (unknown_key and absurd count key reports, the "
@@ -196,6 +167,11 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 		    "allotd_rejected_messages_total{reason=\"%s\"} %llu\n",
 		    allot__reject_name((allot__reject) r),
 		    (unsigned long long) ld(&m->rejected[r]));
+}
+
+static void
+events(const allot__metrics *m, allot__buf *b)
+{
 	allot__buf_printf(b,
 	    "# HELP allotd_replica_events_total Replica "
 	    "registry changes by kind.\n"
@@ -215,46 +191,116 @@ allot__metrics_render(const allot__metrics *m, allot__buf *b)
 	    "allotd_config_reloads_total{result=\"fail\"} %llu\n",
 	    (unsigned long long) ld(&m->reloads_ok),
 	    (unsigned long long) ld(&m->reloads_failed));
-	counter(b, "allotd_received_bytes_total", "Protocol bytes received.",
-	    ld(&m->bytes_in));
-	counter(b, "allotd_sent_bytes_total", "Protocol bytes sent.",
-	    ld(&m->bytes_out));
-	histogram(b, "allotd_sync_latency_seconds",
+}
+
+/* The process-wide series in the order /metrics shows them: a counter or
+ * gauge names its field, a histogram its allot__hist, anything with
+ * labels a function. */
+typedef enum series_kind { COUNTER, GAUGE, HISTOGRAM, CUSTOM } series_kind;
+
+static const struct series {
+	series_kind kind;
+	const char *name;
+	const char *help;
+	size_t off; /* of the field, for all but CUSTOM */
+	void (*fn)(const allot__metrics *m, allot__buf *b); /* CUSTOM */
+} series[] = {
+#define F(f) offsetof(allot__metrics, f), NULL
+	{ CUSTOM, NULL, NULL, 0, build_info },
+	{ COUNTER, "allotd_registers_total", "Register messages accepted.",
+	    F(registers) },
+	{ COUNTER, "allotd_syncs_total", "Sync messages accepted.", F(syncs) },
+	{ COUNTER, "allotd_early_syncs_total",
+	    "Syncs sent early by an agent whose key started denying.",
+	    F(early_syncs) },
+	{ COUNTER, "allotd_early_rounds_total",
+	    "Allocation rounds run at once for an early Sync.",
+	    F(early_rounds) },
+	{ COUNTER, "allotd_leaves_total", "Leave messages accepted.",
+	    F(leaves) },
+	{ COUNTER, "allotd_key_reports_total", "Key reports accepted.",
+	    F(key_reports) },
+	{ COUNTER, "allotd_register_unknown_keys_total",
+	    "Keys named at registration that have no quota.",
+	    F(register_unknown_keys) },
+	{ COUNTER, "allotd_reports_clipped_total",
+	    "Key reports claiming more consumption than the replica could "
+	    "have admitted since its last report; the excess is not "
+	    "booked.",
+	    F(reports_clipped) },
+	{ COUNTER, "allotd_tokens_clipped_total",
+	    "Tokens of consumption clipped from implausible reports.",
+	    F(tokens_clipped) },
+	{ COUNTER, "allotd_throttled_syncs_alive_total",
+	    "Syncs refused by a peer budget that still proved their "
+	    "session alive.",
+	    F(throttled_alive) },
+	{ CUSTOM, NULL, NULL, 0, rejected },
+	{ CUSTOM, NULL, NULL, 0, events },
+	{ COUNTER, "allotd_received_bytes_total", "Protocol bytes received.",
+	    F(bytes_in) },
+	{ COUNTER, "allotd_sent_bytes_total", "Protocol bytes sent.",
+	    F(bytes_out) },
+	{ HISTOGRAM, "allotd_sync_latency_seconds",
 	    "Time from receiving a request to queueing its reply.",
-	    &m->sync_latency);
-	histogram(b, "allotd_store_commit_seconds",
-	    "Duration of each store group commit.", &m->store_commit);
-	counter(b, "allotd_store_commit_failures_total",
+	    F(sync_latency) },
+	{ HISTOGRAM, "allotd_store_commit_seconds",
+	    "Duration of each store group commit.", F(store_commit) },
+	{ COUNTER, "allotd_store_commit_failures_total",
 	    "Store group commits that failed (the batch is retried).",
-	    ld(&m->store_commit_failures));
-	gauge(b, "allotd_peers_tracked",
+	    F(store_commit_failures) },
+	{ GAUGE, "allotd_peers_tracked",
 	    "Peers in the flood-control table (--peer-table).",
-	    ld(&m->peers_tracked));
-	counter(b, "allotd_peer_overflow_total",
+	    F(peers_tracked) },
+	{ COUNTER, "allotd_peer_overflow_total",
 	    "Messages charged to the shared overflow budget because the "
 	    "flood-control table was full of busy peers.",
-	    ld(&m->peer_overflow));
-	gauge(b, "allotd_peer_connections",
+	    F(peer_overflow) },
+	{ GAUGE, "allotd_peer_connections",
 	    "Registered connections with a message budget of their own "
 	    "(--peer-connections).",
-	    ld(&m->peer_connections));
-	counter(b, "allotd_peer_bind_refused_total",
+	    F(peer_connections) },
+	{ COUNTER, "allotd_peer_bind_refused_total",
 	    "Registers whose connection stayed on its address's message "
 	    "budget: the address had --peer-connections of them, or the "
 	    "table was full.",
-	    ld(&m->peer_bind_refused));
-	counter(b, "allotd_http_connections_total",
+	    F(peer_bind_refused) },
+	{ COUNTER, "allotd_http_connections_total",
 	    "Connections accepted by the HTTP listener.",
-	    ld(&m->http_connections));
-	counter(b, "allotd_http_refused_total",
+	    F(http_connections) },
+	{ COUNTER, "allotd_http_refused_total",
 	    "HTTP connections refused at a cap (--http-max-connections, "
 	    "--http-max-per-address).",
-	    ld(&m->http_refused));
-	gauge(b, "allotd_store_pending_rows",
-	    "Rows queued for the next group commit.", ld(&m->store_pending));
-	counter(b, "allotd_store_rows_written_total",
-	    "Rows committed to the store.", ld(&m->store_rows_written));
-	counter(b, "allotd_store_rows_dropped_total",
+	    F(http_refused) },
+	{ GAUGE, "allotd_store_pending_rows",
+	    "Rows queued for the next group commit.", F(store_pending) },
+	{ COUNTER, "allotd_store_rows_written_total",
+	    "Rows committed to the store.", F(store_rows_written) },
+	{ COUNTER, "allotd_store_rows_dropped_total",
 	    "Usage rows dropped because the queue was full.",
-	    ld(&m->store_rows_dropped));
+	    F(store_rows_dropped) },
+#undef F
+};
+
+void
+allot__metrics_render(const allot__metrics *m, allot__buf *b)
+{
+	for (size_t i = 0; i < sizeof series / sizeof series[0]; i++) {
+		const struct series *x = &series[i];
+		const char *field = (const char *) m + x->off;
+		switch (x->kind) {
+		case COUNTER:
+		case GAUGE:
+			simple(b, x->kind == COUNTER ? "counter" : "gauge",
+			    x->name, x->help,
+			    ld((const _Atomic uint64_t *) (const void *)
+			            field));
+			break;
+		case HISTOGRAM:
+			histogram(b, x->name, x->help,
+			    (const allot__hist *) (const void *) field);
+			break;
+		case CUSTOM: x->fn(m, b); break;
+		}
+	}
 }
