@@ -420,6 +420,13 @@ START_TEST(test_key_flood)
 		        getenv("ALLOT_QUIET_MACHINE") != NULL ?
 		    2000 :
 		    5000;
+#if defined(__SANITIZE_ADDRESS__)
+	/* Under AddressSanitizer every Register of 65,537 names runs several
+	 * times slower inside the lock: the bound is the plain build's
+	 * business. This one still fails the behaviour of the issue (162 ms:
+	 * every key of every session walked under the lock each tick). */
+	limit = 25000;
+#endif
 	uint64_t rss0 = rss_of(c.pid);
 	char **names = calloc(FLOOD_KEYS, sizeof *names);
 	ck_assert_ptr_nonnull(names);

@@ -347,8 +347,13 @@ START_TEST(test_message_flood)
 	    f.sent, f.elapsed_s, f.welcome, f.before_first_rl, f.rl_message,
 	    g.ok, g.failed);
 
-	ck_assert_msg(
-	    f.sent > 1000, "only %u Syncs in %.2f s", f.sent, f.elapsed_s);
+	/* The flood must outrun the budget (a burst of 100, then 200/s) at
+	 * least twice over for the rest to mean anything; how much more
+	 * depends on the build (a sanitizer one is several times slower). */
+	double budget = 100 + 200 * f.elapsed_s;
+	ck_assert_msg(f.sent > 2 * budget,
+	    "only %u Syncs in %.2f s against a budget of %.0f", f.sent,
+	    f.elapsed_s, budget);
 	ck_assert_uint_eq(f.other, 0);
 	ck_assert_uint_eq(f.rl_register, 0);
 	ck_assert_uint_gt(f.rl_message, 0);
@@ -651,8 +656,13 @@ START_TEST(test_agent_backs_off)
 	/* It backed off: without backing off it sends 20/s, 80 in 4 s
 	 * (measured with the back-off: about 47, of which 23 answered). */
 	ck_assert_uint_le(ss.syncs_ok + ss.throttled, 64);
-	ck_assert_double_eq(
-	    rejected(&c, "peer_message_rate"), (double) ss.throttled);
+	/* allotd counts a refusal when it answers; the agent when the answer
+	 * arrives: one exchange may be in flight between the two readings. */
+	double counted = rejected(&c, "peer_message_rate");
+	ck_assert_msg(counted >= (double) ss.throttled &&
+	        counted <= (double) ss.throttled + 1,
+	    "allotd counted %.0f refusals, the agent %llu", counted,
+	    (unsigned long long) ss.throttled);
 	allot_agent_destroy(a);
 	coord_done(&c);
 }
