@@ -584,12 +584,17 @@ on_timer(uv_timer_t *t)
 /* Every eighth of an interval: a member whose agent started denying a
  * key runs its exchange now instead of at its timer (sync_int.h
  * allot__syncc_early_due(): counters only, bounded to one early Sync
- * per quarter interval and per onset of denials). */
+ * per quarter interval and per onset of denials). Leases are checked
+ * here too: an early exchange stops the member's timer, which is what
+ * notices a lease running out while an exchange is in flight. */
 static void
 check_early(uv_timer_t *t)
 {
 	struct allot__sync *s = t->data;
 	uint64_t now = now_ns(s->a);
+	for (size_t i = 0; i < s->n; i++)
+		allot__syncc_check_lease(&s->m[i].core, now);
+	publish(s);
 	for (size_t i = 0; i < s->n; i++) {
 		struct member *mb = &s->m[i];
 		if (allot__exchange_busy(&mb->x) ||
