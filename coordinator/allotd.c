@@ -455,8 +455,9 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 		return -1;
 	}
 	if (o->http_addr != NULL &&
-	    allot__http_start(o->http_addr, &o->http_lim, d->state, &d->metrics,
-	        d->cluster, &d->lg, err, sizeof err, &d->http) != ALLOT_OK) {
+	    allot__http_start(o->http_addr, &o->http_lim, d->state,
+	        &d->metrics, d->cluster, &d->lg, err, sizeof err,
+	        &d->http) != ALLOT_OK) {
 		allot__log(
 		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		return -1;

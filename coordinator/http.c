@@ -75,8 +75,8 @@ respond(struct MHD_Connection *c, unsigned status, const char *type,
 static enum MHD_Result
 respond_text(struct MHD_Connection *c, unsigned status, const char *text)
 {
-	return respond(c, status, "text/plain; charset=utf-8", text,
-	    strlen(text), false);
+	return respond(
+	    c, status, "text/plain; charset=utf-8", text, strlen(text), false);
 }
 
 static enum MHD_Result
@@ -183,8 +183,8 @@ addr_text(const struct sockaddr *sa, char *out, size_t cap)
 	socklen_t len = sa->sa_family == AF_INET6 ?
 	    sizeof(struct sockaddr_in6) :
 	    sizeof(struct sockaddr_in);
-	if (getnameinfo(sa, len, out, (socklen_t) cap, NULL, 0,
-	        NI_NUMERICHOST) != 0)
+	if (getnameinfo(
+	        sa, len, out, (socklen_t) cap, NULL, 0, NI_NUMERICHOST) != 0)
 		snprintf(out, cap, "?");
 }
 
@@ -247,8 +247,8 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 /* "HOST:PORT", "[V6]:PORT" or "http://HOST:PORT[/]" into a socket
  * address. */
 static int
-parse_addr(const char *addr, struct sockaddr_storage *ret, char *err,
-    size_t errlen)
+parse_addr(
+    const char *addr, struct sockaddr_storage *ret, char *err, size_t errlen)
 {
 	const char *s = addr;
 	if (strncmp(s, "http://", 7) == 0)
@@ -351,14 +351,14 @@ allot__http_start(const char *addr, const allot__http_limits *lim,
 	 * (counted), its own is the backstop. */
 	h->d = MHD_start_daemon(flags, 0, on_accept, h, on_request, h,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &sa,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int) lim->max_connections + 1,
+	    MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned int) lim->max_connections + 1,
 	    MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 	    (unsigned int) lim->max_per_address, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned int) lim->idle_timeout_s,
 	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 32768,
 	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-	    MHD_OPTION_END);
+	    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
 	if (h->d == NULL) {
 		snprintf(err, errlen,
 		    "cannot listen for HTTP on %s (address in use or not "
