@@ -70,4 +70,12 @@ uint32_t allot__config_weight(const allot_config *cfg, const char *endpoint);
 /* Deep copy; NULL on allocation failure. */
 allot_config *allot__config_dup(const allot_config *cfg);
 
+/* The quotas that apply to `service` (NULL: the top level only), as a
+ * config of its own that the caller frees: what an agent of that service
+ * enforces and what allotd allocates for it. Its `digest` stays the digest
+ * of the whole file, which is what agents and allotd compare. ALLOT_OK or
+ * ALLOT_ENOMEM. */
+int allot__config_select(
+    const allot_config *cfg, const char *service, allot_config **ret);
+
 #endif
