@@ -29,9 +29,9 @@ allot_config_free(allot_config *cfg)
 	if (cfg == NULL)
 		return;
 	free(cfg->source);
-	free(cfg->def.identity);
+	allot__quota_free(&cfg->def);
 	for (size_t i = 0; i < cfg->ncallers; i++)
-		free(cfg->callers[i].identity);
+		allot__quota_free(&cfg->callers[i]);
 	free(cfg->callers);
 	for (size_t i = 0; i < cfg->nendpoints; i++)
 		free(cfg->endpoints[i].name);
@@ -193,6 +193,64 @@ allot__config_weight(const allot_config *cfg, const char *endpoint)
 	return cfg->default_weight;
 }
 
+size_t
+allot__quota_key(const allot__quota *q, char *buf, size_t size)
+{
+	int n = q->endpoint != NULL ?
+	    snprintf(buf, size, "%s %s", q->identity, q->endpoint) :
+	    snprintf(buf, size, "%s", q->identity);
+	return n < 0 ? 0 : (size_t) n;
+}
+
+void
+allot__quota_free(allot__quota *q)
+{
+	free(q->identity);
+	free(q->endpoint);
+	free(q->owner);
+	free(q->reason);
+	for (size_t i = 0; i < q->nlabels; i++)
+		free(q->labels[i]);
+	free(q->labels);
+	q->identity = q->endpoint = q->owner = q->reason = NULL;
+	q->labels = NULL;
+	q->nlabels = 0;
+}
+
+static int
+str_copy(char **d, const char *s)
+{
+	*d = NULL;
+	if (s == NULL)
+		return ALLOT_OK;
+	return (*d = strdup(s)) != NULL ? ALLOT_OK : ALLOT_ENOMEM;
+}
+
+int
+allot__quota_copy(allot__quota *d, const allot__quota *q)
+{
+	*d = *q;
+	d->labels = NULL;
+	d->nlabels = 0;
+	int rc = str_copy(&d->identity, q->identity);
+	int r2 = str_copy(&d->endpoint, q->endpoint);
+	int r3 = str_copy(&d->owner, q->owner);
+	int r4 = str_copy(&d->reason, q->reason);
+	if (rc != ALLOT_OK || r2 != ALLOT_OK || r3 != ALLOT_OK ||
+	    r4 != ALLOT_OK)
+		return ALLOT_ENOMEM;
+	if (q->nlabels > 0) {
+		d->labels = calloc(q->nlabels, sizeof *d->labels);
+		if (d->labels == NULL)
+			return ALLOT_ENOMEM;
+		for (; d->nlabels < q->nlabels; d->nlabels++)
+			if (str_copy(&d->labels[d->nlabels],
+			        q->labels[d->nlabels]) != ALLOT_OK)
+				return ALLOT_ENOMEM;
+	}
+	return ALLOT_OK;
+}
+
 allot_config *
 allot__config_dup(const allot_config *cfg)
 {
@@ -203,7 +261,7 @@ allot__config_dup(const allot_config *cfg)
 	/* Clear every owned pointer before copying, so that a failure
 	 * half-way leaves something allot_config_free() can release. */
 	d->source = NULL;
-	d->def.identity = NULL;
+	memset(&d->def, 0, sizeof d->def);
 	d->callers = NULL;
 	d->ncallers = 0;
 	d->endpoints = NULL;
@@ -211,16 +269,16 @@ allot__config_dup(const allot_config *cfg)
 	d->nclasses = 0;
 	memset(d->classes, 0, sizeof d->classes);
 	if ((d->source = strdup(cfg->source)) == NULL ||
-	    (d->def.identity = strdup(cfg->def.identity)) == NULL)
+	    allot__quota_copy(&d->def, &cfg->def) != ALLOT_OK)
 		goto fail;
 	if (cfg->ncallers > 0) {
 		d->callers = calloc(cfg->ncallers, sizeof *d->callers);
 		if (d->callers == NULL)
 			goto fail;
-		for (; d->ncallers < cfg->ncallers; d->ncallers++) {
-			allot__quota *q = &d->callers[d->ncallers];
-			*q = cfg->callers[d->ncallers];
-			if ((q->identity = strdup(q->identity)) == NULL)
+		for (; d->ncallers < cfg->ncallers;) {
+			allot__quota *q = &d->callers[d->ncallers++];
+			if (allot__quota_copy(
+			        q, &cfg->callers[d->ncallers - 1]) != ALLOT_OK)
 				goto fail;
 		}
 	}

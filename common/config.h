@@ -28,6 +28,11 @@
 /* One quota: a configured caller, or the shared default bucket. */
 typedef struct allot__quota {
 	char *identity; /* SPIFFE ID; "default" for the default quota */
+	/* NULL: every request of `identity`. Else an endpoint quota: only
+	 * its requests to this endpoint, which then do not also charge its
+	 * caller-wide quota. Its wire key is "IDENTITY ENDPOINT" (one
+	 * space), allot__quota_key(). */
+	char *endpoint;
 	double rate; /* tokens_per_second, > 0 */
 	double burst; /* burst, >= the largest endpoint weight */
 	uint32_t priority; /* index into allot_config.classes */
@@ -35,6 +40,18 @@ typedef struct allot__quota {
 	bool shared; /* the default bucket: one bucket for all */
 	allot_fallback fallback;
 	uint32_t line; /* where it was defined, for messages */
+	uint32_t unit_s; /* the rate was written per 1, 60, 3600 or 86400 s */
+	/* A candidate value evaluated in shadow beside this one, never
+	 * enforced; 0: none. */
+	double cand_rate; /* tokens/s */
+	double cand_burst;
+	/* Review metadata: kept, shown and audited, never enforced. NULL
+	 * or 0 when absent. */
+	char *owner;
+	char *reason;
+	double expected_peak; /* tokens/s */
+	char **labels; /* "name=value" */
+	size_t nlabels;
 } allot__quota;
 
 typedef struct allot__endpoint {
@@ -66,6 +83,16 @@ const allot__quota *allot__config_find(
 
 /* The weight of an endpoint (default_weight if not listed). */
 uint32_t allot__config_weight(const allot_config *cfg, const char *endpoint);
+
+/* The wire key name of a quota into buf: its identity, or "IDENTITY
+ * ENDPOINT" for an endpoint quota. Returns the length it needs (as
+ * snprintf). */
+size_t allot__quota_key(const allot__quota *q, char *buf, size_t size);
+
+/* Deep copy of a quota's owned strings into `d` (a struct copy of `q`);
+ * ALLOT_OK or ALLOT_ENOMEM, with `d` then freeable either way. */
+int allot__quota_copy(allot__quota *d, const allot__quota *q);
+void allot__quota_free(allot__quota *q);
 
 /* Deep copy; NULL on allocation failure. */
 allot_config *allot__config_dup(const allot_config *cfg);
