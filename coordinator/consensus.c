@@ -253,6 +253,12 @@ allot__consensus_may_grant(const allot__consensus *c, uint64_t now)
 }
 
 uint64_t
+allot__consensus_grant_until(const allot__consensus *c)
+{
+	return allot__cnode_grant_until(&c->node);
+}
+
+uint64_t
 allot__consensus_epoch(const allot__consensus *c)
 {
 	return allot__cnode_epoch(&c->node);

@@ -13,9 +13,10 @@
  *   the seed members, all voters) or allot__consensus_join (a member a
  *   leader will add), then allot__consensus_start. A member that already
  *   has state in its dir ignores the bootstrap list.
- * - dispatch answers agents only while allot__consensus_may_grant(c,
- *   uv_now(loop)) holds; otherwise NOT_LEADER with
- *   allot__consensus_leader(). Welcome and Reply carry
+ * - dispatch answers agents only while the lease holds: on nng's worker
+ *   threads, uv_hrtime() / 1000000 < allot__consensus_grant_until(c);
+ *   on the loop, allot__consensus_may_grant(c, uv_now(loop)). Otherwise
+ *   NOT_LEADER with allot__consensus_leader(). Welcome and Reply carry
  *   allot__consensus_epoch().
  * - the leader proposes the quota config and the per-second usage
  *   batches; every member's store writes what on_apply hands it, with
@@ -92,7 +93,10 @@ int allot__consensus_start(allot__consensus *c);
 void allot__consensus_close(
     allot__consensus *c, void (*cb)(void *ctx), void *ctx);
 
+/* The fencing predicate, on the loop's thread (consensus_node.h). */
 bool allot__consensus_may_grant(const allot__consensus *c, uint64_t now);
+/* The published lease end, for any thread (allot__cnode_grant_until). */
+uint64_t allot__consensus_grant_until(const allot__consensus *c);
 uint64_t allot__consensus_epoch(const allot__consensus *c);
 bool allot__consensus_leader(
     const allot__consensus *c, uint64_t *ret_id, const char **ret_address);

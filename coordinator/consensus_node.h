@@ -30,10 +30,10 @@
  * argument needs neither libraft's refusal to vote while a leader is
  * known, nor bounded restart times, nor anything about transfers.
  * The price is the wait: a new leader grants lease * (1 + d) after it
- * wins. The brief for this stage said to count the wait from when the new
- * leader last heard of the old one; that is not safe: in a bridge
- * partition (A - C - B, A and B cut apart) B may never hear of A, yet A
- * renewed its lease through C just before C voted for B.
+ * wins. Counting the wait from when the new leader last heard of the old
+ * one instead would not be safe: in a bridge partition (A - C - B, A and
+ * B cut apart) B may never hear of A, yet A renewed its lease through C
+ * just before C voted for B.
  *
  * Clocks read in whole milliseconds, and libuv's loop time can lag
  * CLOCK_MONOTONIC by a coarse tick, so the wait also adds
