@@ -316,6 +316,12 @@ allot__consensus_remove_member(allot__consensus *c, uint64_t id)
 	return allot__cnode_remove_member(&c->node, id);
 }
 
+bool
+allot__consensus_changing(const allot__consensus *c)
+{
+	return allot__cnode_changing(&c->node);
+}
+
 size_t
 allot__consensus_members(
     const allot__consensus *c, allot__cmember *out, size_t cap)

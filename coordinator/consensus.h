@@ -118,6 +118,11 @@ int allot__consensus_propose_usage(allot__consensus *c,
 int allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address);
 int allot__consensus_remove_member(allot__consensus *c, uint64_t id);
+/* True while a membership change this member drives is in progress
+ * (the next add or remove gets ALLOT_EBUSY until then). */
+bool allot__consensus_changing(const allot__consensus *c);
+/* The configuration this member knows, the latest even before it is
+ * committed. */
 size_t allot__consensus_members(
     const allot__consensus *c, allot__cmember *out, size_t cap);
 
