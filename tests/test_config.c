@@ -228,7 +228,20 @@ START_TEST(digest_follows_content)
 		{ "burst: 600", "burst: 601" },
 		{ "priority: standard", "priority: batch" },
 		{ "tokens_per_second: 800", "tokens_per_second: 801" },
-		{ "shared: true", "shared: false" },
+		{ "      priority: batch ",
+		    "      owner: team-analytics\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      reason: nightly reports\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      expected_peak: 80\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      labels: {ticket: OPS-1}\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      candidate: {tokens_per_second: 90, burst: 200}\n"
+		    "      priority: batch " },
+		{ "tokens_per_second: 300", "tokens_per_minute: 18000" },
+		{ "    tokens_per_second: 800\n",
+		    "    tokens_per_second: 800\n    overcommit: true\n" },
 		{ "default: 1\n", "default: 2\n" },
 		{ "sa/search\"", "sa/search2\"" },
 		{ "[low, batch, standard, critical]",
@@ -256,7 +269,7 @@ START_TEST(shadow_fallback_and_custom_classes)
 	ck_assert_str_eq(cfg->classes[1], "silver");
 	ck_assert_str_eq(cfg->classes[2], "gold");
 
-	ck_assert(!cfg->def.shared);
+	ck_assert(cfg->def.shared);
 	ck_assert(!cfg->def.shadow);
 	ck_assert_int_eq(cfg->def.fallback, ALLOT_FALLBACK_CLOSED);
 	ck_assert_str_eq(class_of(cfg, &cfg->def), "bulk");
@@ -322,11 +335,12 @@ START_TEST(scalar_spellings)
 	    " shadow: NO, fallback: \"closed\"}\n"
 	    "    - {identity: \"007\", tokens_per_second: 1E1, burst: 30,"
 	    " shadow: TRUE}\n"
-	    "    - {identity: 'b c', tokens_per_second: 0.001,"
+	    "    - {identity: 'b c', tokens_per_second: 0.000001,"
 	    " burst: 1000000000}\n"
 	    "    - {identity: d, tokens_per_second: 1000000000, burst: 30}\n"
 	    "  endpoint_weights: {\"/a\": +3, /b: 30, default: 1}\n"
-	    "  global_ceiling: {tokens_per_second: 0.001}\n");
+	    "  global_ceiling: {tokens_per_second: 0.000001, overcommit: "
+	    "yes}\n");
 	ck_assert_double_eq(cfg->def.rate, 0.5);
 	ck_assert_double_eq(cfg->def.burst, 1000);
 	ck_assert(cfg->def.shadow);
@@ -547,7 +561,9 @@ static const struct bad {
 	/* unknown keys, named, with the allowed ones listed */
 	{ "quotas:\n  default:\n    tokens_per_second: 10\n    burts: 20\n",
 	  4, 5, "unknown key \"burts\" in quotas.default, expected one of: "
-	  "tokens_per_second, burst, priority, shadow, fallback, shared" },
+	  "tokens_per_second, tokens_per_minute, tokens_per_hour, "
+	  "tokens_per_day, burst, priority, shadow, fallback, shared, owner, "
+	  "reason, expected_peak, labels, candidate" },
 	{ "verbose: true\n" HEAD, 1, 1,
 	  "unknown key \"verbose\" in the top level, expected one of: "
 	  "quotas" },
@@ -556,7 +572,9 @@ static const struct bad {
 	  "global_ceiling" },
 	{ HEAD CALLER("a", "5", "30") "      shared: true\n", 7, 7,
 	  "unknown key \"shared\" in quotas.callers[0], expected one of: "
-	  "identity, tokens_per_second, burst, priority, shadow, fallback" },
+	  "identity, tokens_per_second, tokens_per_minute, tokens_per_hour, "
+	  "tokens_per_day, burst, priority, shadow, fallback, owner, reason, "
+	  "expected_peak, labels, candidate, endpoints" },
 	{ HEAD "  global_ceiling: {tokens_per_second: 5, order: [a]}\n", 3, 42,
 	  "unknown key \"order\" in quotas.global_ceiling, expected one of: "
 	  "tokens_per_second, shed_order" },
@@ -618,13 +636,13 @@ static const struct bad {
 	  "burst is -.Inf, which is infinite, expected a finite number" },
 	{ "quotas:\n  default: {tokens_per_second: 1e999, burst: 20}\n", 2, 32,
 	  "is 1e999, which overflows, expected a finite number" },
-	{ "quotas:\n  default: {tokens_per_second: 0.0009, burst: 20}\n",
+	{ "quotas:\n  default: {tokens_per_second: 0.0000009, burst: 20}\n",
 	  2, 32,
-	  "tokens_per_second is 0.0009, out of range, expected a rate in "
-	  "[0.001, 1e9] tokens/s" },
+	  "tokens_per_second is 0.0000009, out of range, expected a rate in "
+	  "[1e-6, 1e9] tokens/s" },
 	{ "quotas:\n  default: {tokens_per_second: 1.5e9, burst: 20}\n", 2, 32,
 	  "tokens_per_second is 1.5e9, out of range, expected a rate in "
-	  "[0.001, 1e9] tokens/s" },
+	  "[1e-6, 1e9] tokens/s" },
 	{ "quotas:\n  default: {tokens_per_second: 010, burst: 20}\n", 2, 32,
 	  "leading zero (octal in YAML 1.1), expected a decimal number" },
 	{ "quotas:\n  default: {tokens_per_second: 0x10, burst: 20}\n", 2, 32,
