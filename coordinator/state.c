@@ -191,8 +191,12 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 {
 	bool added = false;
 	for (size_t q = 0; q < nv->nq; q++) {
-		const char *id = nv->q[q]->identity;
-		int32_t oq = allot__cfgv_find(ov, id, strlen(id));
+		/* Only the quotas of this service's view carry its state. */
+		const char *id = nv->names[q];
+		int32_t oq = -1;
+		if (allot__cfgv_find(nv, svc->name, id, strlen(id)) ==
+		    (int32_t) q)
+			oq = allot__cfgv_find(ov, svc->name, id, strlen(id));
 		if (oq >= 0) {
 			nq[q] = svc->q[oq];
 			if (nq[q].level > nv->burst[q])
@@ -209,8 +213,8 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 		s->nknown = 0;
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
-			key->q = allot__cfgv_find(
-			    nv, s->names[k], strlen(s->names[k]));
+			key->q = allot__cfgv_find(nv, svc->name, s->names[k],
+			    strlen(s->names[k]));
 			if (key->q >= 0)
 				s->nknown++;
 		}
