@@ -324,8 +324,8 @@ quotas_copy(allot__quota **d, size_t *nd, const allot__quota *q, size_t n)
 }
 
 static int
-endpoints_copy(allot__endpoint **d, size_t *nd, const allot__endpoint *e,
-    size_t n)
+endpoints_copy(
+    allot__endpoint **d, size_t *nd, const allot__endpoint *e, size_t n)
 {
 	*d = NULL;
 	*nd = 0;
@@ -443,8 +443,8 @@ find_key(const allot__quota *qs, size_t n, const allot__quota *q)
  * service's quota of the same wire key, then the service's others in
  * file order. */
 static int
-merge_callers(allot_config *d, const allot_config *cfg,
-    const allot__service *s)
+merge_callers(
+    allot_config *d, const allot_config *cfg, const allot__service *s)
 {
 	size_t cap = cfg->ncallers + s->ncallers;
 	if (cap == 0)
@@ -473,8 +473,8 @@ merge_callers(allot_config *d, const allot_config *cfg,
 /* The view's weights: the top level's, each replaced by the service's
  * weight of the same endpoint, then the service's others. */
 static int
-merge_endpoints(allot_config *d, const allot_config *cfg,
-    const allot__service *s)
+merge_endpoints(
+    allot_config *d, const allot_config *cfg, const allot__service *s)
 {
 	size_t cap = cfg->nendpoints + s->nendpoints;
 	if (cap == 0)

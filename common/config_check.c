@@ -63,7 +63,8 @@ static int
 resolve_all(allot__cfg_ctx *c, allot__quota *def, allot__quota *qs, size_t n,
     allot__cfg_scope *sc)
 {
-	int rc = def != NULL ? resolve_priority(c, def, &sc->def, 0) : ALLOT_OK;
+	int rc = def != NULL ? resolve_priority(c, def, &sc->def, 0) :
+	                       ALLOT_OK;
 	/* An endpoint quota follows its caller, resolved by then. */
 	for (size_t i = 0; i < n && rc == ALLOT_OK; i++) {
 		const allot__cfg_meta *m = &sc->meta[i];
@@ -102,8 +103,8 @@ cmp_key(const void *a, const void *b)
  * first definition. Without endpoint quotas the wire key is the
  * identity, and the order is the one digests always used. */
 static int
-check_keys(allot__cfg_ctx *c, allot__cfg_scope *sc, const allot__quota *qs,
-    size_t n)
+check_keys(
+    allot__cfg_ctx *c, allot__cfg_scope *sc, const allot__quota *qs, size_t n)
 {
 	char q[QBUF];
 	if (n == 0)
@@ -253,7 +254,8 @@ check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
 	if (q->cand_burst > 0 && q->cand_burst < need)
 		return FAIL(c, m->cand_burst,
 		    "%s has a candidate burst of %s, below the weight %" PRIu32
-		    " of endpoint %s%s, expected a candidate burst >= %" PRIu32,
+		    " of endpoint %s%s, expected a candidate burst >= "
+		    "%" PRIu32,
 		    who, NUM(q3, m->cand_burst), need, Q(q2, ep), in, need);
 	if (!(v->ceiling > 0) || v->overcommit)
 		return ALLOT_OK;
@@ -272,8 +274,8 @@ check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
 }
 
 static bool
-overridden(const allot__cfg_scope *sc, const allot__service *svc,
-    const char *key)
+overridden(
+    const allot__cfg_scope *sc, const allot__service *svc, const char *key)
 {
 	size_t lo = 0, hi = svc->ncallers;
 	while (lo < hi) {
@@ -336,7 +338,8 @@ allot__cfg_check_all(allot__cfg_ctx *c)
 	rc = resolve_all(c, &cfg->def, cfg->callers, cfg->ncallers, &c->top);
 	for (size_t i = 0; i < cfg->nservices && rc == ALLOT_OK; i++) {
 		allot__service *s = &cfg->services[i];
-		rc = resolve_all(c, s->def, s->callers, s->ncallers, &c->svc[i]);
+		rc = resolve_all(
+		    c, s->def, s->callers, s->ncallers, &c->svc[i]);
 	}
 	if (rc == ALLOT_OK)
 		rc = check_keys(c, &c->top, cfg->callers, cfg->ncallers);

@@ -15,7 +15,8 @@ allot__config_index_build(allot__config_index *ix, const allot_config *cfg,
 	size_t blob = 0;
 	for (size_t i = 0; i < cfg->ncallers; i++)
 		if (cfg->callers[i].endpoint != NULL)
-			blob += allot__quota_key(&cfg->callers[i], NULL, 0) + 1;
+			blob += allot__quota_key(&cfg->callers[i], NULL, 0) +
+			    1;
 	if (blob > 0 && (ix->blob = malloc(blob)) == NULL) {
 		allot__config_index_free(ix);
 		return ALLOT_ENOMEM;

@@ -44,8 +44,9 @@ key_index(const allot__cfg_node *k, const char *const *keys, size_t nkeys)
 static const char *const units[NUNITS] = { "tokens_per_second",
 	"tokens_per_minute", "tokens_per_hour", "tokens_per_day" };
 static const uint32_t unit_secs[NUNITS] = { 1, 60, 3600, 86400 };
-#define UNIT_LIST \
-	"tokens_per_second, tokens_per_minute, tokens_per_hour, tokens_per_day"
+#define UNIT_LIST                                                 \
+	"tokens_per_second, tokens_per_minute, tokens_per_hour, " \
+	"tokens_per_day"
 
 static size_t
 unit_index(const allot__cfg_node *k)
@@ -77,7 +78,8 @@ walk_map(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 		if (j == nkeys && rates && k->len > 11 &&
 		    memcmp(k->str, "tokens_per_", 11) == 0)
 			return FAIL(c, k,
-			    "unknown unit %s in %s, expected one of: " UNIT_LIST,
+			    "unknown unit %s in %s, expected one "
+			    "of: " UNIT_LIST,
 			    QN(q, k), what);
 		if (j == nkeys) {
 			allot__cfg_join(list, sizeof list, keys, nkeys);
@@ -143,7 +145,7 @@ find_unit(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 
 /* The kinds of quota mapping, and the keys each takes. */
 enum qkind { Q_DEFAULT, Q_CALLER, Q_ENDPOINT };
-#define RATE_KEYS \
+#define RATE_KEYS                                                    \
 	"tokens_per_second", "tokens_per_minute", "tokens_per_hour", \
 	    "tokens_per_day"
 #define META_KEYS "owner", "reason", "expected_peak", "labels", "candidate"
@@ -151,8 +153,8 @@ static const char *const default_keys[] = { RATE_KEYS, "burst", "priority",
 	"shadow", "fallback", "shared", META_KEYS };
 static const char *const caller_keys[] = { "identity", RATE_KEYS, "burst",
 	"priority", "shadow", "fallback", META_KEYS, "endpoints" };
-static const char *const endpoint_keys[] = { RATE_KEYS, "burst",
-	"priority", "shadow", "fallback", META_KEYS };
+static const char *const endpoint_keys[] = { RATE_KEYS, "burst", "priority",
+	"shadow", "fallback", META_KEYS };
 #define NKEYS(a) (sizeof(a) / sizeof((a)[0]))
 
 static int
@@ -215,8 +217,8 @@ parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 	size_t n = map->nkids / 2;
 	if (n > ALLOT__MAX_LABELS)
 		return FAIL(c, map->kids[2 * ALLOT__MAX_LABELS],
-		    "too many labels in %s (%zu), expected at most %d", what, n,
-		    ALLOT__MAX_LABELS);
+		    "too many labels in %s (%zu), expected at most %d", what,
+		    n, ALLOT__MAX_LABELS);
 	if (n == 0)
 		return ALLOT_OK;
 	q->labels = calloc(n, sizeof *q->labels);
@@ -227,7 +229,8 @@ parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 		const char *name = NULL;
 		char *val = NULL;
 		int rc = allot__cfg_get_string(c, k, "label name",
-		    ALLOT__LABEL_MAX / 2, "a label name such as \"team\"", &name);
+		    ALLOT__LABEL_MAX / 2, "a label name such as \"team\"",
+		    &name);
 		if (rc != ALLOT_OK)
 			return rc;
 		if (!allot__name_valid(name, ALLOT__LABEL_MAX / 2, true) ||
@@ -285,7 +288,8 @@ parse_candidate(allot__cfg_ctx *c, const allot__cfg_node *map,
 		    rv == NULL ? units[0] : "burst", path);
 	for (size_t u = 0; u < NUNITS; u++)
 		if (vals[u] != NULL)
-			snprintf(what, sizeof what, "%.400s.%s", path, units[u]);
+			snprintf(
+			    what, sizeof what, "%.400s.%s", path, units[u]);
 	/* In file order, so the first bad value is the one reported. */
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
 		const allot__cfg_node *v = map->kids[i + 1];
@@ -307,8 +311,8 @@ parse_candidate(allot__cfg_ctx *c, const allot__cfg_node *map,
  * missing rate is a missing "tokens_per_second". */
 static int
 need_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
-    enum qkind kind, const allot__cfg_node *ident,
-    const allot__cfg_node *rate, const allot__cfg_node *burst)
+    enum qkind kind, const allot__cfg_node *ident, const allot__cfg_node *rate,
+    const allot__cfg_node *burst)
 {
 	static const char *const dreq[] = { "tokens_per_second", "burst" };
 	static const char *const creq[] = { "identity", "tokens_per_second",
@@ -364,10 +368,11 @@ parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
 		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
 		const char *s = NULL;
-		snprintf(what, sizeof what, "%s.%.*s", path, (int) k->len,
-		    k->str);
+		snprintf(
+		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
 		if (unit_index(k) < NUNITS) {
-			rc = allot__cfg_get_rate_per(c, v, what, unit, &q->rate);
+			rc = allot__cfg_get_rate_per(
+			    c, v, what, unit, &q->rate);
 		} else if (key_is(k, "identity")) {
 			rc = allot__cfg_get_string(c, v, what,
 			    ALLOT_IDENTITY_MAX,
@@ -431,7 +436,8 @@ parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 		} else if (key_is(k, "endpoints")) {
 			m->eps = v;
 		} else {
-			rc = FAIL(c, k, "unexpected key %s, expected a quota key",
+			rc = FAIL(c, k,
+			    "unexpected key %s, expected a quota key",
 			    QN(q1, k));
 		}
 	}
@@ -510,7 +516,8 @@ parse_endpoint_quotas(allot__cfg_ctx *c, allot__cfg_scope *sc,
 			    memcmp(o->str, k->str, k->len) == 0)
 				return FAIL(c, k,
 				    "duplicate key %s in %s (first at line "
-				    "%" PRIu32 "), expected each endpoint once",
+				    "%" PRIu32
+				    "), expected each endpoint once",
 				    QN(qb, k), path, o->line);
 		}
 		if ((rc = grow(c, sc, arr, *n, k, prefix)) != ALLOT_OK)
@@ -686,8 +693,8 @@ parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map,
     const char *prefix, bool top, double *rate, bool *overcommit,
     allot__cfg_scope *sc)
 {
-	static const char *const tkeys[] = { "tokens_per_second",
-		"shed_order", "overcommit" };
+	static const char *const tkeys[] = { "tokens_per_second", "shed_order",
+		"overcommit" };
 	static const char *const skeys[] = { "tokens_per_second",
 		"overcommit" };
 	char path[PATH_MAX_], what[PATH_MAX_ + 32];
@@ -701,7 +708,8 @@ parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map,
 				    "are the file's, expected them under "
 				    "quotas.global_ceiling",
 				    path);
-	int rc = walk_map(c, map, path, top ? tkeys : skeys, top ? 3 : 2, vals);
+	int rc = walk_map(
+	    c, map, path, top ? tkeys : skeys, top ? 3 : 2, vals);
 	if (rc == ALLOT_OK)
 		rc = need(c, map, path, tkeys, vals, 1);
 	if (rc != ALLOT_OK)
@@ -709,8 +717,8 @@ parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map,
 	/* Fields in file order, so the first bad one is reported. */
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
 		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
-		snprintf(what, sizeof what, "%s.%.*s", path, (int) k->len,
-		    k->str);
+		snprintf(
+		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
 		if (key_is(k, "tokens_per_second")) {
 			rc = allot__cfg_get_rate(c, v, what, rate);
 			sc->ceiling = v;
@@ -754,11 +762,10 @@ parse_scope(allot__cfg_ctx *c, const allot__cfg_node *map, const char *prefix,
 			    c, v, path, Q_DEFAULT, NULL, d, &sc->def);
 			break;
 		case K_CALLERS:
-			rc = svc != NULL ?
-			    parse_callers(c, v, prefix, sc, &svc->callers,
-			        &svc->ncallers) :
-			    parse_callers(c, v, prefix, sc, &cfg->callers,
-			        &cfg->ncallers);
+			rc = svc != NULL ? parse_callers(c, v, prefix, sc,
+			                       &svc->callers, &svc->ncallers) :
+			                   parse_callers(c, v, prefix, sc,
+			                       &cfg->callers, &cfg->ncallers);
 			break;
 		case K_WEIGHTS:
 			rc = svc != NULL ?

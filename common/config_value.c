@@ -346,7 +346,8 @@ allot__cfg_get_rate_per(allot__cfg_ctx *c, const allot__cfg_node *n,
 	if (v <= 0) {
 		snprintf(pos, sizeof pos, "a rate > 0 tokens/%s",
 		    unit_word(unit_s));
-		return FAIL(c, n, "%s is %s, expected %s", what, NUM(q, n), pos);
+		return FAIL(
+		    c, n, "%s is %s, expected %s", what, NUM(q, n), pos);
 	}
 	double r = v / unit_s;
 	if (!(r >= ALLOT__RATE_MIN && r <= ALLOT__RATE_MAX))

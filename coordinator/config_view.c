@@ -69,8 +69,7 @@ find_svc(const cfgv *v, const char *sname)
 }
 
 int32_t
-allot__cfgv_find(
-    const cfgv *v, const char *sname, const char *key, size_t len)
+allot__cfgv_find(const cfgv *v, const char *sname, const char *key, size_t len)
 {
 	const cfgv_svc *sv = find_svc(v, sname);
 	if (sv == NULL)
@@ -103,7 +102,8 @@ allot__cfgv_ceiling(const cfgv *v, const char *sname)
 static int
 cmp_svc(const void *a, const void *b)
 {
-	return strcmp(((const cfgv_svc *) a)->name, ((const cfgv_svc *) b)->name);
+	return strcmp(
+	    ((const cfgv_svc *) a)->name, ((const cfgv_svc *) b)->name);
 }
 
 /* Whether quota `q` of a service's view is the service's own (else it
@@ -139,14 +139,16 @@ build_services(cfgv *v, allot_config *cfg, uint64_t seed, size_t *nq)
 		const allot__service *s = &cfg->services[k];
 		cfgv_svc *sv = &v->svc[k];
 		sv->name = s->name;
-		if (allot__config_select(cfg, s->name, &sv->view) != ALLOT_OK ||
+		if (allot__config_select(cfg, s->name, &sv->view) !=
+		        ALLOT_OK ||
 		    allot__config_index_build(
 		        &sv->index, sv->view, true, seed) != ALLOT_OK ||
 		    (sv->gq = calloc(sv->index.n, sizeof *sv->gq)) == NULL)
 			return ALLOT_ENOMEM;
 		for (uint32_t i = 0; i < sv->index.n; i++) {
-			const allot__quota *q = i == 0 ? &sv->view->def :
-			                                 &sv->view->callers[i - 1];
+			const allot__quota *q = i == 0 ?
+			    &sv->view->def :
+			    &sv->view->callers[i - 1];
 			const char *key = sv->index.ids[i];
 			if (!own_quota(s, q, i == 0)) {
 				sv->gq[i] = (int32_t) allot__config_index_find(

@@ -213,8 +213,8 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 		s->nknown = 0;
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
-			key->q = allot__cfgv_find(nv, svc->name, s->names[k],
-			    strlen(s->names[k]));
+			key->q = allot__cfgv_find(
+			    nv, svc->name, s->names[k], strlen(s->names[k]));
 			if (key->q >= 0)
 				s->nknown++;
 		}

@@ -67,8 +67,8 @@ candidate_text(const allot__quota *q)
 }
 
 static void
-quota_row(ctl_table *t, const allot_config *cfg, const allot__quota *q,
-    char *name)
+quota_row(
+    ctl_table *t, const allot_config *cfg, const allot__quota *q, char *name)
 {
 	ctl_table_row(&t[0], name, ctl_strdup(cfg->classes[q->priority]),
 	    ctl_num(q->rate), ctl_num(q->burst), ctl_num(q->rate + q->burst),
@@ -243,9 +243,10 @@ print_capacity(const allot_config *cfg, const sums *s, double capacity)
 	if (cfg->ceiling_rate > 0) {
 		char *c = ctl_num(cfg->ceiling_rate);
 		if (cfg->ceiling_rate > capacity)
-			printf("warning:    the ceiling (%s tokens/s) is above "
-			       "the tested capacity (%s requests/s): it "
-			       "cannot protect the service\n",
+			printf(
+			    "warning:    the ceiling (%s tokens/s) is above "
+			    "the tested capacity (%s requests/s): it "
+			    "cannot protect the service\n",
 			    c, cap);
 		else
 			printf("margin:     the ceiling is %.0f%% of the "
@@ -275,15 +276,15 @@ ctl_print_sizing(const allot_config *cfg, double capacity)
 
 /* Exit 1 above --max-overcommit. */
 static int
-check_over(const ctl *c, const char *what, const allot_config *cfg,
-    double over)
+check_over(
+    const ctl *c, const char *what, const allot_config *cfg, double over)
 {
 	if (!(c->max_overcommit > 0 && cfg->ceiling_rate > 0 &&
 	        over > c->max_overcommit))
 		return 0;
 	char *r = ctl_ratio(over), *m = ctl_ratio(c->max_overcommit);
-	ctl_fail("%s: overcommit %sx is above --max-overcommit %s", what, r,
-	    m);
+	ctl_fail(
+	    "%s: overcommit %sx is above --max-overcommit %s", what, r, m);
 	free(r);
 	free(m);
 	return EXIT_FAIL;
