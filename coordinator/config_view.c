@@ -43,6 +43,7 @@ allot__cfgv_free(cfgv *v)
 	free(v->path);
 	free(v->q);
 	free(v->names);
+	free(v->qsvc);
 	free(v->rate);
 	free(v->burst);
 	allot__config_index_free(&v->index);
@@ -90,6 +91,18 @@ allot__cfgv_at(const cfgv *v, const char *sname, size_t i)
 {
 	const cfgv_svc *sv = find_svc(v, sname);
 	return sv != NULL ? sv->gq[i] : (int32_t) i;
+}
+
+void
+allot__cfgv_mask(const cfgv *v, const char *sname, bool *in)
+{
+	memset(in, 0, v->nq * sizeof *in);
+	size_t n = allot__cfgv_count(v, sname);
+	for (size_t i = 0; i < n; i++) {
+		int32_t q = allot__cfgv_at(v, sname, i);
+		if (q >= 0)
+			in[q] = true;
+	}
 }
 
 double
@@ -158,6 +171,7 @@ build_services(cfgv *v, allot_config *cfg, uint64_t seed, size_t *nq)
 			sv->gq[i] = (int32_t) *nq;
 			v->q[*nq] = q;
 			v->names[*nq] = key;
+			v->qsvc[*nq] = s->name;
 			(*nq)++;
 		}
 	}
@@ -182,8 +196,10 @@ allot__cfgv_new(allot_config *cfg, const char *path, uint64_t epoch)
 	v->loaded_wall_ms = allot__wall_ms();
 	v->q = calloc(cap, sizeof *v->q);
 	v->names = calloc(cap, sizeof *v->names);
+	v->qsvc = calloc(cap, sizeof *v->qsvc);
 	v->path = strdup(path != NULL ? path : "");
-	if (v->q == NULL || v->names == NULL || v->path == NULL ||
+	if (v->q == NULL || v->names == NULL || v->qsvc == NULL ||
+	    v->path == NULL ||
 	    allot__config_index_build(&v->index, cfg, true, seed) != ALLOT_OK)
 		goto fail;
 	for (size_t i = 0; i < v->ntop; i++) {

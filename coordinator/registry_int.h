@@ -71,6 +71,8 @@ typedef struct cfgv {
 	size_t ntop; /* 1 + ncallers: the top level's */
 	const allot__quota **q; /* q[i] for quota index i */
 	const char **names; /* q[i]'s wire key (allot__quota_key()) */
+	const char **qsvc; /* the service whose section q[i] is; NULL: the
+	                      top level's, in every service's view */
 	double *rate; /* q[i]->rate, contiguous */
 	double *burst;
 	allot__config_index index; /* the top level: wire key -> index */
@@ -371,6 +373,8 @@ int32_t allot__cfgv_find(
  * below allot__cfgv_count(v, service) is a quota index. */
 size_t allot__cfgv_count(const cfgv *v, const char *sname);
 int32_t allot__cfgv_at(const cfgv *v, const char *sname, size_t i);
+/* in[i] for every quota index i: whether `sname`'s view has it. */
+void allot__cfgv_mask(const cfgv *v, const char *sname, bool *in);
 /* The ceiling of `service`'s view (0: none). */
 double allot__cfgv_ceiling(const cfgv *v, const char *sname);
 /* Takes ownership of `cfg` only on success. */

@@ -193,17 +193,18 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 	for (size_t q = 0; q < nv->nq; q++) {
 		/* Only the quotas of this service's view carry its state. */
 		const char *id = nv->names[q];
-		int32_t oq = -1;
-		if (allot__cfgv_find(nv, svc->name, id, strlen(id)) ==
-		    (int32_t) q)
-			oq = allot__cfgv_find(ov, svc->name, id, strlen(id));
+		bool in_view = allot__cfgv_find(nv, svc->name, id,
+		                   strlen(id)) == (int32_t) q;
+		int32_t oq = in_view ?
+		    allot__cfgv_find(ov, svc->name, id, strlen(id)) :
+		    -1;
 		if (oq >= 0) {
 			nq[q] = svc->q[oq];
 			if (nq[q].level > nv->burst[q])
 				nq[q].level = nv->burst[q];
 		} else {
 			allot__squota_init(&nq[q], nv, q);
-			added = true;
+			added |= in_view;
 		}
 	}
 	free(svc->q);

@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One allotd, one quota file, several services (docs/configuration.md,
+ * "Services"): a real allotd loads tests/data/services.yaml and raw
+ * protocol replicas of three services register the same keys. Each
+ * service is allocated from its own view: a caller scoped to service
+ * "search" has no quota for "billing" or for a service the file does not
+ * name, billing's override of a top-level caller and of the default is
+ * what billing's replicas are granted while search keeps the top-level
+ * values, the endpoint quota is its own key, and /metrics shows each
+ * service its own quotas once. A reload that changes billing's override
+ * moves billing's grant and leaves search's alone.
+ */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto_client.h"
+#include "runner.h"
+
+#define DATA(f) ALLOT_TEST_DATA "/" f
+
+#define REPORTING "spiffe://prod.example.internal/ns/analytics/sa/reporting"
+#define INDEXER "spiffe://prod.example.internal/ns/search/sa/indexer"
+#define CHECKOUT "spiffe://prod.example.internal/ns/payments/sa/checkout"
+
+/* The keys every replica registers, in this order. */
+enum { K_REPORTING, K_INDEXER, K_DEFAULT, K_EXPORT, NK };
+static const char *const keys[NK] = { REPORTING, INDEXER, "default",
+	REPORTING " /export" };
+
+typedef struct coord {
+	char dir[96], cfg[160], db[160], log[160], url[64];
+	int port, http;
+	pid_t pid;
+} coord;
+
+static coord *live;
+
+static void
+cleanup_at_exit(void)
+{
+	if (live == NULL)
+		return;
+	if (live->pid > 0) {
+		kill(live->pid, SIGKILL);
+		pc_wait_exit(live->pid, 2000);
+	}
+	pc_rm_rf(live->dir);
+	live = NULL;
+}
+
+static void
+coord_start(coord *c, const char *text)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->dir, sizeof c->dir, "/tmp/allot-svc-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
+	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
+	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
+	pc_write_file(c->cfg, text);
+	live = c;
+	static bool registered;
+	if (!registered) {
+		atexit(cleanup_at_exit);
+		registered = true;
+	}
+	c->port = pc_free_port();
+	c->http = pc_free_port();
+	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
+	char http[32];
+	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
+	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
+		c->url, "--http", http, "--interval-ms", "100", NULL };
+	c->pid = pc_allotd_start(args, c->http, c->log);
+}
+
+static void
+coord_done(coord *c)
+{
+	if (c->pid > 0) {
+		kill(c->pid, SIGTERM);
+		if (pc_wait_exit(c->pid, 5000) < 0) {
+			kill(c->pid, SIGKILL);
+			pc_wait_exit(c->pid, 2000);
+		}
+		c->pid = 0;
+	}
+	bool dirty = pc_log_has_sanitizer_report(c->log);
+	cleanup_at_exit();
+	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+}
+
+static bool
+is_unknown(const pc_replica *r, uint32_t k)
+{
+	for (size_t i = 0; i < r->nunknown; i++)
+		if (r->unknown[i] == k)
+			return true;
+	return false;
+}
+
+/* Sync every replica until key k of r holds `want` tokens/s (within
+ * 1%), for at most 5 s. */
+static void
+await_share(pc_replica *rs, size_t n, pc_replica *r, uint32_t k, double want)
+{
+	uint64_t end = pc_now_ms() + 5000;
+	for (;;) {
+		for (size_t i = 0; i < n; i++) {
+			pc_report rep[NK];
+			size_t nr = 0;
+			for (uint32_t j = 0; j < NK; j++)
+				if (!is_unknown(&rs[i], j))
+					rep[nr++] = (pc_report) { .key = j,
+						.consumed = 1,
+						.held = 1,
+						.demand = 1 };
+			int rc = pc_replica_sync(&rs[i], rep, nr, NULL);
+			if (rc != 0 && live != NULL) {
+				char *log = pc_read_file(live->log);
+				fprintf(stderr, "%s\n", log ? log : "");
+				free(log);
+			}
+			ck_assert_msg(rc == 0, "sync of %s: %d", rs[i].id, rc);
+		}
+		double got = r->rate[k];
+		if (!isnan(got) && fabs(got - want) <= 0.01 * want)
+			return;
+		ck_assert_msg(pc_now_ms() < end,
+		    "%s key %u holds %g tokens/s, want %g", r->id, k, got,
+		    want);
+		pc_sleep_ms(50);
+	}
+}
+
+static void
+join(pc_replica *r, const coord *c, const char *id, const char *service)
+{
+	memset(r, 0, sizeof *r);
+	int rc = pc_replica_join(r, c->url, id, service, keys, NK);
+	ck_assert_msg(rc == 0, "register %s failed: %d", id, rc);
+}
+
+START_TEST(each_service_its_view)
+{
+	char *text = pc_read_file(DATA("services.yaml"));
+	ck_assert_ptr_nonnull(text);
+	coord c;
+	coord_start(&c, text);
+	pc_replica r[3];
+	join(&r[0], &c, "search-1", "search");
+	join(&r[1], &c, "billing-1", "billing");
+	join(&r[2], &c, "other-1", "checkout");
+
+	/* The indexer is search's alone. */
+	ck_assert(!is_unknown(&r[0], K_INDEXER));
+	ck_assert(is_unknown(&r[1], K_INDEXER));
+	ck_assert(is_unknown(&r[2], K_INDEXER));
+	/* The endpoint quota is a key of its own, in every view. */
+	for (size_t i = 0; i < 3; i++) {
+		ck_assert(!is_unknown(&r[i], K_EXPORT));
+		ck_assert(!is_unknown(&r[i], K_REPORTING));
+		ck_assert(!is_unknown(&r[i], K_DEFAULT));
+	}
+
+	/* Each service is granted its view's values. */
+	await_share(r, 3, &r[0], K_INDEXER, 10);
+	await_share(r, 3, &r[0], K_REPORTING, 100);
+	await_share(r, 3, &r[1], K_REPORTING, 20);
+	await_share(r, 3, &r[2], K_REPORTING, 100);
+	await_share(r, 3, &r[0], K_DEFAULT, 10);
+	await_share(r, 3, &r[1], K_DEFAULT, 2);
+	await_share(r, 3, &r[1], K_EXPORT, 1000.0 / 86400);
+
+	/* /metrics: the configured quotas, a service section's own ones
+	 * labelled with it; per service only the quotas of its view. */
+	char *m = pc_http_get(c.http, "/metrics", NULL);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_double_eq(
+	    pc_metric(m, "allotd_quota_rate{quota=\"" REPORTING "\"}"), 100);
+	ck_assert_double_eq(pc_metric(m,
+	                        "allotd_quota_rate{quota=\"" REPORTING
+	                        "\",service=\"billing\"}"),
+	    20);
+	ck_assert_double_eq_tol(
+	    pc_metric(m, "allotd_quota_rate{quota=\"" REPORTING " /export\"}"),
+	    1000.0 / 86400, 1e-9);
+	ck_assert(!isnan(pc_metric(m,
+	    "allotd_allowance_rate{service=\"search\",quota=\"" INDEXER
+	    "\"}")));
+	ck_assert(isnan(pc_metric(m,
+	    "allotd_allowance_rate{service=\"billing\",quota=\"" INDEXER
+	    "\"}")));
+	/* One series per (service, quota): billing's reporting once. */
+	char *first = strstr(m,
+	    "allotd_allowance_rate{service=\"billing\",quota=\"" REPORTING
+	    "\"}");
+	ck_assert_ptr_nonnull(first);
+	ck_assert_ptr_null(strstr(first + 1,
+	    "allotd_allowance_rate{service=\"billing\",quota=\"" REPORTING
+	    "\"}"));
+	free(m);
+
+	/* A reload that changes billing's override: billing's grant moves,
+	 * search keeps the top-level value. */
+	char *t2 = strdup(text);
+	char *at = strstr(t2, "tokens_per_second: 20\n");
+	ck_assert_ptr_nonnull(at);
+	memcpy(at, "tokens_per_second: 40\n", 22);
+	pc_write_file(c.cfg, t2);
+	kill(c.pid, SIGHUP);
+	await_share(r, 3, &r[1], K_REPORTING, 40);
+	await_share(r, 3, &r[0], K_REPORTING, 100);
+	await_share(r, 3, &r[0], K_INDEXER, 10);
+	free(t2);
+
+	for (size_t i = 0; i < 3; i++)
+		pc_replica_close(&r[i]);
+	free(text);
+	coord_done(&c);
+}
+END_TEST
+
+static Suite *
+services_suite(void)
+{
+	Suite *s = suite_create("services");
+	TCase *tc = tcase_create("views");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, each_service_its_view);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(services_suite)
