@@ -227,6 +227,45 @@ START_TEST(each_service_its_view)
 }
 END_TEST
 
+/* allotctl check-config: units as written, the endpoint quota, the
+ * candidate, the review metadata, and each service's view with its own
+ * sizing. */
+START_TEST(check_config_shows_views)
+{
+	char cmd[1024];
+	const char *b = getenv("ALLOT_BUILD_DIR");
+	snprintf(cmd, sizeof cmd,
+	    "'%s/tools/allotctl' check-config --capacity 2000 '%s'",
+	    b ? b : ".", DATA("services.yaml"));
+	char *out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	static const char *const want[] = {
+		"valid, digest ",
+		REPORTING " /export",
+		"1000/day",
+		"6000/min",
+		"36000/hour",
+		"4800/min+100",
+		"owner team-payments; expected peak 420/s (84% of the quota); "
+		"ticket=OPS-1234 tier=1; reason: Black Friday peak",
+		"allocation: 2 callers and 1 endpoint quota, 600 tokens/s",
+		"service search (line 36)",
+		"allocation: 3 callers and 1 endpoint quota, 610 tokens/s",
+		"service billing (line 42)",
+		"allocation: 2 callers and 1 endpoint quota, 520 tokens/s",
+		"ceiling:    600 tokens/s: not overcommitted (520 vs 600",
+		"margin:     the ceiling is 30% of the tested capacity",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+		ck_assert_msg(strstr(out, want[i]) != NULL,
+		    "no \"%s\" in:\n%s", want[i], out);
+	/* search's caller is not in billing's table. */
+	const char *billing = strstr(out, "service billing");
+	ck_assert_ptr_null(strstr(billing, INDEXER));
+	free(out);
+}
+END_TEST
+
 static Suite *
 services_suite(void)
 {
@@ -234,6 +273,7 @@ services_suite(void)
 	TCase *tc = tcase_create("views");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, each_service_its_view);
+	tcase_add_test(tc, check_config_shows_views);
 	suite_add_tcase(s, tc);
 	return s;
 }

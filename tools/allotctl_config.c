@@ -93,21 +93,26 @@ print_review(const allot_config *cfg)
 		char key[ALLOT_IDENTITY_MAX + ALLOT__ENDPOINT_MAX + 2];
 		allot__quota_key(q, key, sizeof key);
 		printf("  %s:", key);
-		if (q->owner != NULL)
-			printf(" owner %s;", q->owner);
+		const char *sep = " ";
+		if (q->owner != NULL) {
+			printf("%sowner %s", sep, q->owner);
+			sep = "; ";
+		}
 		if (q->expected_peak > 0) {
 			char *p = rate_as_written(q->expected_peak, q->unit_s);
 			char *pct = ctl_pct(q->expected_peak, q->rate);
-			printf(" expected peak %s (%s of the quota);", p, pct);
+			printf("%sexpected peak %s (%s of the quota)", sep, p,
+			    pct);
 			free(p);
 			free(pct);
+			sep = "; ";
 		}
-		for (size_t j = 0; j < q->nlabels; j++)
-			printf(" %s", q->labels[j]);
-		if (q->nlabels > 0)
-			putchar(';');
+		for (size_t j = 0; j < q->nlabels; j++) {
+			printf("%s%s", j == 0 ? sep : " ", q->labels[j]);
+			sep = "; ";
+		}
 		if (q->reason != NULL)
-			printf(" reason: %s", q->reason);
+			printf("%sreason: %s", sep, q->reason);
 		putchar('\n');
 	}
 }
