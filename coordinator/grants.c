@@ -311,7 +311,7 @@ allot__record_shares(allot__state *st, service *svc)
 		if (st->o.store != NULL && key->q >= 0 && !s->placeholder &&
 		    !isnan(key->grant_rate))
 			allot__store_share(st->o.store, s->id, svc->name,
-			    st->cur->q[key->q]->identity, key->grant_rate,
+			    st->cur->names[key->q], key->grant_rate,
 			    key->grant_burst, until);
 	}
 }

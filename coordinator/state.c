@@ -156,13 +156,13 @@ allot__state_second(allot__state *st)
 			if (store != NULL &&
 			    (sq->win_allowed > 0 || sq->win_denied > 0))
 				allot__store_usage(store, svc->name,
-				    v->q[q]->identity, sq->win_allowed,
+				    v->names[q], sq->win_allowed,
 				    sq->win_denied, sq->demand_sum,
 				    svc->nsess);
 			if (store != NULL &&
 			    !(fabs(sq->level - sq->level_recorded) < 1e-6)) {
-				allot__store_level(store, svc->name,
-				    v->q[q]->identity, sq->level);
+				allot__store_level(
+				    store, svc->name, v->names[q], sq->level);
 				sq->level_recorded = sq->level;
 			}
 			sq->win_allowed = 0;
@@ -356,7 +356,7 @@ allot__state_foreach_share(
 				.replica_id = s->replica_id,
 				.session = s->id,
 				.quota = key->q,
-				.identity = v->q[key->q]->identity,
+				.identity = v->names[key->q],
 				.restored = s->placeholder,
 				.fresh = s->placeholder || s->last_seq < 2,
 				.demand = s->placeholder ?
@@ -397,7 +397,7 @@ allot__state_quota_get(
 		squota *sq = &svc->q[q];
 		allot__level_bring(sq, v->rate[q], v->burst[q], now);
 		*ret = (allot__state_quota) {
-			.identity = v->q[q]->identity,
+			.identity = v->names[q],
 			.rate = v->rate[q],
 			.burst = v->burst[q],
 			.allowance = sq->allowance,

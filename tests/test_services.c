@@ -54,6 +54,20 @@ cleanup_at_exit(void)
 	live = NULL;
 }
 
+/* Spawn allotd on fresh ports with the file and store of `c`. */
+static void
+coord_spawn(coord *c)
+{
+	c->port = pc_free_port();
+	c->http = pc_free_port();
+	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
+	char http[32];
+	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
+	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
+		c->url, "--http", http, "--interval-ms", "100", NULL };
+	c->pid = pc_allotd_start(args, c->http, c->log);
+}
+
 static void
 coord_start(coord *c, const char *text)
 {
@@ -70,14 +84,7 @@ coord_start(coord *c, const char *text)
 		atexit(cleanup_at_exit);
 		registered = true;
 	}
-	c->port = pc_free_port();
-	c->http = pc_free_port();
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
-	char http[32];
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
-	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
-		c->url, "--http", http, "--interval-ms", "100", NULL };
-	c->pid = pc_allotd_start(args, c->http, c->log);
+	coord_spawn(c);
 }
 
 static void
@@ -266,6 +273,66 @@ START_TEST(check_config_shows_views)
 }
 END_TEST
 
+static double
+metric_of(const coord *c, const char *series)
+{
+	return pc_metric_get(c->http, series);
+}
+
+/* A restart restores each service with the quotas of its view, and an
+ * endpoint quota's global bucket level as its own (not its caller's). */
+START_TEST(restart_restores_per_view)
+{
+	char *text = pc_read_file(DATA("services.yaml"));
+	ck_assert_ptr_nonnull(text);
+	coord c;
+	coord_start(&c, text);
+	pc_replica r[2];
+	join(&r[0], &c, "search-1", "search");
+	join(&r[1], &c, "billing-1", "billing");
+	await_share(r, 2, &r[1], K_EXPORT, 1000.0 / 86400);
+	/* Billing's replica spends 40 of the 50 exports' tokens. */
+	pc_report spend = {
+		.key = K_EXPORT, .consumed = 40, .held = 10, .demand = 1
+	};
+	ck_assert_int_eq(pc_replica_sync(&r[1], &spend, 1, NULL), 0);
+	const char *lvl_export = "allotd_bucket_level_tokens{service="
+	                         "\"billing\",quota=\"" REPORTING
+	                         " /export\"}";
+	const char *lvl_caller = "allotd_bucket_level_tokens{service="
+	                         "\"billing\",quota=\"" REPORTING "\"}";
+	double before = metric_of(&c, lvl_export);
+	ck_assert_msg(before < 20, "export level %g", before);
+	pc_sleep_ms(1500); /* a per-second pass records it, then a commit */
+	for (size_t i = 0; i < 2; i++)
+		pc_replica_close(&r[i]);
+	kill(c.pid, SIGTERM);
+	ck_assert_int_eq(pc_wait_exit(c.pid, 10000), 0);
+
+	coord_spawn(&c);
+	/* Both replicas come back as placeholders of their own service. */
+	ck_assert_double_eq(
+	    metric_of(&c, "allotd_replicas{service=\"billing\"}"), 1);
+	ck_assert_double_eq(
+	    metric_of(&c, "allotd_replicas{service=\"search\"}"), 1);
+	double after = metric_of(&c, lvl_export);
+	ck_assert_msg(after < 20, "export level %g after restart", after);
+	ck_assert_msg(metric_of(&c, lvl_caller) > 50, "caller level %g",
+	    metric_of(&c, lvl_caller));
+	char *m = pc_http_get(c.http, "/metrics", NULL);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_ptr_null(strstr(m,
+	    "allotd_allowance_rate{service=\"billing\",quota=\"" INDEXER
+	    "\"}"));
+	ck_assert_ptr_nonnull(strstr(m,
+	    "allotd_allowance_rate{service=\"search\",quota=\"" INDEXER
+	    "\"}"));
+	free(m);
+	free(text);
+	coord_done(&c);
+}
+END_TEST
+
 static Suite *
 services_suite(void)
 {
@@ -274,6 +341,7 @@ services_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, each_service_its_view);
 	tcase_add_test(tc, check_config_shows_views);
+	tcase_add_test(tc, restart_restores_per_view);
 	suite_add_tcase(s, tc);
 	return s;
 }
