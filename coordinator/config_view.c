@@ -70,7 +70,14 @@ find_svc(const cfgv *v, const char *sname)
 }
 
 int32_t
-allot__cfgv_find(const cfgv *v, const char *sname, const char *key, size_t len)
+allot__cfgv_find(const cfgv *v, const char *key, size_t len)
+{
+	return (int32_t) allot__config_index_find(&v->index, key, len);
+}
+
+int32_t
+allot__cfgv_find_svc(
+    const cfgv *v, const char *sname, const char *key, size_t len)
 {
 	const cfgv_svc *sv = find_svc(v, sname);
 	if (sv == NULL)

@@ -61,7 +61,7 @@ typedef struct cfgv_svc {
  * into it past the lock (render.c copies what it shows). Quota indexes
  * are shared by every service: 0 is the top-level default, 1..ntop-1 the
  * top-level callers, then each service section's own quotas; a service
- * reaches only those of its view (allot__cfgv_find()). */
+ * reaches only those of its view (allot__cfgv_find_svc()). */
 typedef struct cfgv {
 	allot_config *cfg;
 	uint64_t epoch;
@@ -365,9 +365,13 @@ key_id(const session *s, const skey *key)
 /* ---- config_view.c ---- */
 
 void allot__cfgv_free(cfgv *v);
-/* The quota index of wire key key[0..len) for `service` (NULL, or a
- * service the file does not name: the top level's), or -1. */
-int32_t allot__cfgv_find(
+/* The quota index of wire key key[0..len) in the top-level view (the
+ * view of every service the file does not name), or -1. */
+int32_t allot__cfgv_find(const cfgv *v, const char *key, size_t len);
+/* The quota index of wire key key[0..len) for service `sname` (NULL, or a
+ * service the file does not name: the top level's), or -1: what keys of
+ * that service's replicas resolve through. */
+int32_t allot__cfgv_find_svc(
     const cfgv *v, const char *sname, const char *key, size_t len);
 /* The quotas of `service`'s view: allot__cfgv_at(v, service, i) for i
  * below allot__cfgv_count(v, service) is a quota index. */

@@ -102,7 +102,7 @@ on_restored_level(void *arg, const allot__store_level *l)
 	allot__state *st = rc->st;
 	if (l->service == NULL || l->quota == NULL)
 		return;
-	int32_t q = allot__cfgv_find(
+	int32_t q = allot__cfgv_find_svc(
 	    st->cur, l->service, l->quota, strlen(l->quota));
 	if (q < 0 || !isfinite(l->level))
 		return;

@@ -193,10 +193,10 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 	for (size_t q = 0; q < nv->nq; q++) {
 		/* Only the quotas of this service's view carry its state. */
 		const char *id = nv->names[q];
-		bool in_view = allot__cfgv_find(nv, svc->name, id,
+		bool in_view = allot__cfgv_find_svc(nv, svc->name, id,
 		                   strlen(id)) == (int32_t) q;
 		int32_t oq = in_view ?
-		    allot__cfgv_find(ov, svc->name, id, strlen(id)) :
+		    allot__cfgv_find_svc(ov, svc->name, id, strlen(id)) :
 		    -1;
 		if (oq >= 0) {
 			nq[q] = svc->q[oq];
@@ -214,7 +214,7 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 		s->nknown = 0;
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
-			key->q = allot__cfgv_find(
+			key->q = allot__cfgv_find_svc(
 			    nv, svc->name, s->names[k], strlen(s->names[k]));
 			if (key->q >= 0)
 				s->nknown++;
