@@ -273,15 +273,17 @@ check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
 	    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
 }
 
+/* Whether a scope whose quotas are qs[0..n) (sorted in sc->byid) has
+ * one of wire key `key`. */
 static bool
-overridden(
-    const allot__cfg_scope *sc, const allot__service *svc, const char *key)
+has_key(const allot__cfg_scope *sc, const allot__quota *qs, size_t n,
+    const char *key)
 {
-	size_t lo = 0, hi = svc->ncallers;
+	size_t lo = 0, hi = n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		const allot__quota *q = sc->byid[mid];
-		int r = strcmp(sc->meta[q - svc->callers].key, key);
+		int r = strcmp(sc->meta[q - qs].key, key);
 		if (r == 0)
 			return true;
 		if (r < 0)
@@ -290,6 +292,34 @@ overridden(
 			hi = mid;
 	}
 	return false;
+}
+
+static bool
+overridden(
+    const allot__cfg_scope *sc, const allot__service *svc, const char *key)
+{
+	return has_key(sc, svc->callers, svc->ncallers, key);
+}
+
+/* A view holds at most ALLOT__MAX_CALLERS quotas besides its default,
+ * like one scope: the agents of the service hold them all. */
+static int
+check_size(
+    allot__cfg_ctx *c, const allot__service *svc, const allot__cfg_scope *sc)
+{
+	const allot_config *cfg = c->cfg;
+	size_t n = cfg->ncallers;
+	for (size_t i = 0; i < svc->ncallers; i++)
+		if (!has_key(
+		        &c->top, cfg->callers, cfg->ncallers, sc->meta[i].key))
+			n++;
+	if (n <= ALLOT__MAX_CALLERS)
+		return ALLOT_OK;
+	char q[QBUF];
+	return FAIL(c, sc->name,
+	    "service %s has %zu quotas in its view (the top level's and its "
+	    "own), expected at most %d",
+	    Q(q, svc->name), n, ALLOT__MAX_CALLERS);
 }
 
 /* Every quota of the view of service `si` (SIZE_MAX: the top level). */
@@ -305,7 +335,9 @@ check_view(allot__cfg_ctx *c, size_t si)
 	 * were checked against. */
 	bool top = svc == NULL || svc->nendpoints > 0 ||
 	    svc->default_weight > 0 || svc->ceiling_rate > 0;
-	int rc = ALLOT_OK;
+	int rc = svc != NULL ? check_size(c, svc, sc) : ALLOT_OK;
+	if (rc != ALLOT_OK)
+		return rc;
 	if (svc != NULL && svc->def != NULL)
 		rc = check_quota(c, &v, svc->def, &sc->def, true);
 	else if (top)

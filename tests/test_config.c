@@ -1233,6 +1233,32 @@ START_TEST(caller_count_limit)
 	expect_bad(text, 4 + ALLOT__MAX_CALLERS, 7,
 	    "too many callers (65537), expected at most 65536");
 	free(text);
+	/* A service's view counts the top level's callers and its own:
+	 * overriding one adds nothing, adding one more is too many. */
+	char *base = with_callers(ALLOT__MAX_CALLERS, SIZE_MAX);
+	size_t len = strlen(base) + 256;
+	text = malloc(len);
+	ck_assert_ptr_nonnull(text);
+	snprintf(text, len,
+	    "%sservices:\n  s: {callers: [{identity: c7, "
+	    "tokens_per_second: 2, burst: 20}]}\n",
+	    base);
+	cfg = parse_ok(text);
+	allot_config *view = NULL;
+	ck_assert_int_eq(allot__config_select(cfg, "s", &view), ALLOT_OK);
+	ck_assert_uint_eq(view->ncallers, ALLOT__MAX_CALLERS);
+	ck_assert_double_eq(view->callers[7].rate, 2);
+	allot_config_free(view);
+	allot_config_free(cfg);
+	snprintf(text, len,
+	    "%sservices:\n  s: {callers: [{identity: more, "
+	    "tokens_per_second: 2, burst: 20}]}\n",
+	    base);
+	expect_bad(text, 4 + ALLOT__MAX_CALLERS + 1, 3,
+	    "service \"s\" has 65537 quotas in its view (the top level's "
+	    "and its own), expected at most 65536");
+	free(text);
+	free(base);
 }
 END_TEST
 
