@@ -426,17 +426,45 @@ fail:
 	return NULL;
 }
 
-/* The index in qs[0..n) of the quota with the wire key of `q`, or n. */
-static size_t
-find_key(const allot__quota *qs, size_t n, const allot__quota *q)
+/* Quotas by (identity, endpoint), caller-wide first: the order of the
+ * look-ups below (any order works, as long as it is total). */
+static int
+cmp_quota(const void *a, const void *b)
 {
+	const allot__quota *x = *(const allot__quota *const *) a;
+	const allot__quota *y = *(const allot__quota *const *) b;
+	int r = strcmp(x->identity, y->identity);
+	if (r != 0 || (x->endpoint == NULL && y->endpoint == NULL))
+		return r;
+	if (x->endpoint == NULL || y->endpoint == NULL)
+		return x->endpoint == NULL ? -1 : 1;
+	return strcmp(x->endpoint, y->endpoint);
+}
+
+/* qs[0..n) as pointers sorted by cmp_quota(); NULL when out of memory
+ * (or n == 0). */
+static const allot__quota **
+sorted(const allot__quota *qs, size_t n)
+{
+	if (n == 0)
+		return NULL;
+	const allot__quota **p = malloc(n * sizeof *p);
+	if (p == NULL)
+		return NULL;
 	for (size_t i = 0; i < n; i++)
-		if (strcmp(qs[i].identity, q->identity) == 0 &&
-		    (qs[i].endpoint == NULL) == (q->endpoint == NULL) &&
-		    (q->endpoint == NULL ||
-		        strcmp(qs[i].endpoint, q->endpoint) == 0))
-			return i;
-	return n;
+		p[i] = &qs[i];
+	qsort(p, n, sizeof *p, cmp_quota);
+	return p;
+}
+
+/* The quota of `by` (n, sorted) with the wire key of `q`, or NULL. */
+static const allot__quota *
+find_key(const allot__quota **by, size_t n, const allot__quota *q)
+{
+	if (n == 0)
+		return NULL;
+	const allot__quota **f = bsearch(&q, by, n, sizeof *by, cmp_quota);
+	return f != NULL ? *f : NULL;
 }
 
 /* The view's quotas: the top level's, each replaced in place by the
@@ -449,25 +477,32 @@ merge_callers(
 	size_t cap = cfg->ncallers + s->ncallers;
 	if (cap == 0)
 		return ALLOT_OK;
-	if ((d->callers = calloc(cap, sizeof *d->callers)) == NULL)
-		return ALLOT_ENOMEM;
+	const allot__quota **top = sorted(cfg->callers, cfg->ncallers);
+	const allot__quota **own = sorted(s->callers, s->ncallers);
+	int rc = ALLOT_ENOMEM;
+	if ((cfg->ncallers > 0 && top == NULL) ||
+	    (s->ncallers > 0 && own == NULL) ||
+	    (d->callers = calloc(cap, sizeof *d->callers)) == NULL)
+		goto out;
 	for (size_t i = 0; i < cfg->ncallers; i++) {
-		size_t j = find_key(s->callers, s->ncallers, &cfg->callers[i]);
-		const allot__quota *q = j < s->ncallers ? &s->callers[j] :
-		                                          &cfg->callers[i];
-		if (allot__quota_copy(&d->callers[d->ncallers++], q) !=
-		    ALLOT_OK)
-			return ALLOT_ENOMEM;
+		const allot__quota *q = find_key(
+		    own, s->ncallers, &cfg->callers[i]);
+		if (allot__quota_copy(&d->callers[d->ncallers++],
+		        q != NULL ? q : &cfg->callers[i]) != ALLOT_OK)
+			goto out;
 	}
 	for (size_t j = 0; j < s->ncallers; j++) {
-		if (find_key(cfg->callers, cfg->ncallers, &s->callers[j]) <
-		    cfg->ncallers)
+		if (find_key(top, cfg->ncallers, &s->callers[j]) != NULL)
 			continue;
 		if (allot__quota_copy(&d->callers[d->ncallers++],
 		        &s->callers[j]) != ALLOT_OK)
-			return ALLOT_ENOMEM;
+			goto out;
 	}
-	return ALLOT_OK;
+	rc = ALLOT_OK;
+out:
+	free(top);
+	free(own);
+	return rc;
 }
 
 /* The view's weights: the top level's, each replaced by the service's

@@ -126,24 +126,6 @@ cmp_svc(const void *a, const void *b)
 	    ((const cfgv_svc *) a)->name, ((const cfgv_svc *) b)->name);
 }
 
-/* Whether quota `q` of a service's view is the service's own (else it
- * is the top level's of the same wire key). */
-static bool
-own_quota(const allot__service *s, const allot__quota *q, bool is_default)
-{
-	if (is_default)
-		return s->def != NULL;
-	for (size_t i = 0; i < s->ncallers; i++) {
-		const allot__quota *o = &s->callers[i];
-		if (strcmp(o->identity, q->identity) == 0 &&
-		    (o->endpoint == NULL) == (q->endpoint == NULL) &&
-		    (q->endpoint == NULL ||
-		        strcmp(o->endpoint, q->endpoint) == 0))
-			return true;
-	}
-	return false;
-}
-
 /* Each service's view, its index and its quotas' shared indexes; the
  * own quotas are appended to v->q from *nq on. */
 static int
@@ -165,12 +147,22 @@ build_services(cfgv *v, allot_config *cfg, uint64_t seed, size_t *nq)
 		        &sv->index, sv->view, true, seed) != ALLOT_OK ||
 		    (sv->gq = calloc(sv->index.n, sizeof *sv->gq)) == NULL)
 			return ALLOT_ENOMEM;
+		/* The service's own quotas, by wire key. */
+		allot_config section = { .callers = s->callers,
+			.ncallers = s->ncallers };
+		allot__config_index own;
+		if (allot__config_index_build(&own, &section, false, seed) !=
+		    ALLOT_OK)
+			return ALLOT_ENOMEM;
 		for (uint32_t i = 0; i < sv->index.n; i++) {
 			const allot__quota *q = i == 0 ?
 			    &sv->view->def :
 			    &sv->view->callers[i - 1];
 			const char *key = sv->index.ids[i];
-			if (!own_quota(s, q, i == 0)) {
+			bool mine = i == 0 ? s->def != NULL :
+			                     allot__config_index_find(
+			                         &own, key, strlen(key)) >= 0;
+			if (!mine) {
 				sv->gq[i] = (int32_t) allot__config_index_find(
 				    &v->index, key, strlen(key));
 				continue;
@@ -181,6 +173,7 @@ build_services(cfgv *v, allot_config *cfg, uint64_t seed, size_t *nq)
 			v->qsvc[*nq] = s->name;
 			(*nq)++;
 		}
+		allot__config_index_free(&own);
 	}
 	qsort(v->svc, v->nsvc, sizeof *v->svc, cmp_svc);
 	return ALLOT_OK;
