@@ -20,6 +20,7 @@
 #include <allot/allot.h>
 
 #include "allotctl.h"
+#include "bucket.h"
 #include "config.h"
 
 /* What the sizing lines add up. */
@@ -263,12 +264,36 @@ print_capacity(const allot_config *cfg, const sums *s, double capacity)
 	free(cap);
 }
 
+/* A bucket holds at most ALLOT__TAU_MAX of refill (bucket.h): with a
+ * rate per day, a burst of more than 13 days' worth acts as less. */
+static void
+print_refill_limits(const allot_config *cfg)
+{
+	double tau_s = (double) ALLOT__TAU_MAX / 1e9;
+	for (size_t i = 0; i <= cfg->ncallers; i++) {
+		const allot__quota *q = i < cfg->ncallers ? &cfg->callers[i] :
+		                                            &cfg->def;
+		if (!(q->burst / q->rate > tau_s))
+			continue;
+		char key[ALLOT_IDENTITY_MAX + ALLOT__ENDPOINT_MAX + 2];
+		allot__quota_key(q, key, sizeof key);
+		char *b = ctl_num(q->burst), *eff = ctl_num(q->rate * tau_s);
+		printf("warning:    %s: burst %s takes %.0f days to refill; a "
+		       "bucket holds at most %.0f days of refill, so it acts "
+		       "as a burst of %s\n",
+		    key, b, q->burst / q->rate / 86400, tau_s / 86400, eff);
+		free(b);
+		free(eff);
+	}
+}
+
 double
 ctl_print_sizing(const allot_config *cfg, double capacity)
 {
 	sums s;
 	print_quotas(cfg, &s);
 	print_review(cfg);
+	print_refill_limits(cfg);
 	double over = print_allocation(cfg, &s);
 	print_burst(cfg, &s);
 	if (capacity > 0)
