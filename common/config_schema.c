@@ -64,9 +64,10 @@ walk_map(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 {
 	const allot__cfg_node *seen[32] = { NULL };
 	char d[DBUF], q[QBUF], list[512];
-	bool rates = key_index(&(allot__cfg_node) { .str = (char *) units[0],
-	                           .len = strlen(units[0]) },
-	                 keys, nkeys) < nkeys;
+	/* Where every unit is allowed (not in global_ceiling). */
+	bool rates = false;
+	for (size_t i = 0; i < nkeys; i++)
+		rates |= strcmp(keys[i], units[NUNITS - 1]) == 0;
 	for (size_t i = 0; i < nkeys; i++)
 		vals[i] = NULL;
 	if (map->type != NODE_MAP)
