@@ -15,7 +15,7 @@
 #include <allot/allot.h>
 
 /* Limits enforced by the loader; docs/configuration.md lists them. */
-#define ALLOT__RATE_MIN 0.001 /* tokens/s */
+#define ALLOT__RATE_MIN 1e-6 /* tokens/s: below 1 token per day */
 #define ALLOT__RATE_MAX 1e9 /* tokens/s */
 #define ALLOT__BURST_MAX 1e9 /* tokens */
 #define ALLOT__WEIGHT_MAX 1000000u
@@ -24,6 +24,11 @@
 #define ALLOT__ENDPOINT_MAX 63 /* bytes */
 #define ALLOT__MAX_CLASSES 8
 #define ALLOT__CLASS_MAX 31 /* bytes */
+#define ALLOT__MAX_SERVICES 1024
+#define ALLOT__MAX_LABELS 32
+#define ALLOT__LABEL_MAX 255 /* bytes of "name=value" */
+#define ALLOT__OWNER_MAX 255 /* bytes */
+#define ALLOT__REASON_MAX 1024 /* bytes */
 
 /* One quota: a configured caller, or the shared default bucket. */
 typedef struct allot__quota {
@@ -49,7 +54,7 @@ typedef struct allot__quota {
 	 * or 0 when absent. */
 	char *owner;
 	char *reason;
-	double expected_peak; /* tokens/s */
+	double expected_peak; /* tokens/s (written per unit_s) */
 	char **labels; /* "name=value" */
 	size_t nlabels;
 } allot__quota;
@@ -58,6 +63,25 @@ typedef struct allot__endpoint {
 	char *name; /* e.g. "/export" */
 	uint32_t weight; /* tokens per request, >= 1 */
 } allot__endpoint;
+
+/* A service's section of the file (services.NAME): what it overrides of
+ * the top-level quotas. allot__config_select() merges it into a view. */
+typedef struct allot__service {
+	char *name; /* the service name of a Register */
+	uint32_t line; /* where it was defined, for messages */
+	allot__quota *def; /* its own default quota; NULL: quotas.default */
+	/* Its callers and endpoint quotas: each replaces the top-level
+	 * quota of the same wire key, or adds one. */
+	allot__quota *callers;
+	size_t ncallers;
+	/* Its endpoint weights: each replaces the top-level weight of the
+	 * same endpoint, or adds one. */
+	allot__endpoint *endpoints;
+	size_t nendpoints;
+	uint32_t default_weight; /* 0: quotas.endpoint_weights.default */
+	double ceiling_rate; /* 0: quotas.global_ceiling */
+	bool overcommit; /* with its own ceiling only */
+} allot__service;
 
 struct allot_config {
 	char *source; /* file name used in messages */
@@ -69,15 +93,23 @@ struct allot_config {
 	uint32_t default_weight; /* endpoint_weights.default (1 if absent) */
 	uint32_t max_weight; /* max over all weights */
 	double ceiling_rate; /* global_ceiling.tokens_per_second; 0 = none */
+	/* global_ceiling.overcommit: a single quota may exceed the ceiling
+	 * (the sum of all of them always may). */
+	bool overcommit;
 	/* Priority classes in shed order: classes[0] is shed first. Defaults
 	 * to low, batch, standard, critical when shed_order is absent. */
 	char *classes[ALLOT__MAX_CLASSES];
 	size_t nclasses;
+	/* services.NAME, in file order; none in a view made by
+	 * allot__config_select(). */
+	allot__service *services;
+	size_t nservices;
 	uint64_t digest; /* 64-bit digest of the canonical content */
 };
 
-/* The quota for an identity, or NULL if it is not a configured caller.
- * Linear scan: for set-up paths only (agents build their own index). */
+/* The caller-wide quota for an identity (not one of its endpoint
+ * quotas), or NULL if it is not a configured caller. Linear scan: for
+ * set-up paths only (agents build their own index). */
 const allot__quota *allot__config_find(
     const allot_config *cfg, const char *identity);
 
@@ -94,14 +126,23 @@ size_t allot__quota_key(const allot__quota *q, char *buf, size_t size);
 int allot__quota_copy(allot__quota *d, const allot__quota *q);
 void allot__quota_free(allot__quota *q);
 
+/* The service section `name` of cfg, or NULL. */
+const allot__service *allot__config_service(
+    const allot_config *cfg, const char *name);
+
 /* Deep copy; NULL on allocation failure. */
 allot_config *allot__config_dup(const allot_config *cfg);
 
-/* The quotas that apply to `service` (NULL: the top level only), as a
- * config of its own that the caller frees: what an agent of that service
- * enforces and what allotd allocates for it. Its `digest` stays the digest
- * of the whole file, which is what agents and allotd compare. ALLOT_OK or
- * ALLOT_ENOMEM. */
+/* The quotas that apply to `service` (NULL, or a service the file does
+ * not name: the top level only), as a config of its own that the caller
+ * frees: what an agent of that service enforces and what allotd
+ * allocates for it. The view is the top-level quotas with the service's
+ * section merged in: its default replaces quotas.default, each of its
+ * callers (and endpoint quotas) replaces the top-level quota of the same
+ * wire key in place or is appended, its weights replace or add weights,
+ * its ceiling replaces the top-level one. The view has no services. Its
+ * `digest` stays the digest of the whole file, which is what agents and
+ * allotd compare. ALLOT_OK or ALLOT_ENOMEM. */
 int allot__config_select(
     const allot_config *cfg, const char *service, allot_config **ret);
 

@@ -4,8 +4,13 @@
  * after the schema walk because YAML mappings are unordered (priority
  * classes may follow the callers that name them, endpoint_weights may
  * follow callers): each quota's priority resolved against shed_order,
- * duplicate caller identities, and every burst against the heaviest
- * endpoint weight.
+ * duplicate wire keys within a scope, and then, in the view of the top
+ * level and of every service (allot__config_select()): every burst and
+ * candidate burst against the heaviest endpoint weight (an endpoint
+ * quota: its endpoint's weight), every endpoint quota against
+ * endpoint_weights, and every rate against the ceiling unless it says
+ * overcommit. A top-level quota is checked again in a service's view
+ * only when the service changes weights or the ceiling.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,6 +18,7 @@
 #include <string.h>
 
 #include "config_parse.h"
+#include "name.h"
 
 static int
 set_default_classes(allot__cfg_ctx *c)
@@ -29,13 +35,15 @@ set_default_classes(allot__cfg_ctx *c)
 }
 
 /* A quota without `priority` gets classes[0], the class shed first:
- * protection from shedding is opted into, never granted by omission. */
+ * protection from shedding is opted into, never granted by omission.
+ * An endpoint quota without one has its caller's (`inherit`). */
 static int
-resolve_priority(allot__cfg_ctx *c, allot__quota *q, const allot__cfg_meta *m)
+resolve_priority(allot__cfg_ctx *c, allot__quota *q, const allot__cfg_meta *m,
+    uint32_t inherit)
 {
 	allot_config *cfg = c->cfg;
 	char q1[QBUF], list[ALLOT__MAX_CLASSES * (ALLOT__CLASS_MAX + 2)];
-	q->priority = 0;
+	q->priority = inherit;
 	if (m->prio == NULL)
 		return ALLOT_OK;
 	for (size_t i = 0; i < cfg->nclasses; i++) {
@@ -52,79 +60,304 @@ resolve_priority(allot__cfg_ctx *c, allot__quota *q, const allot__cfg_meta *m)
 }
 
 static int
-cmp_identity(const void *a, const void *b)
+resolve_all(allot__cfg_ctx *c, allot__quota *def, allot__quota *qs, size_t n,
+    allot__cfg_scope *sc)
+{
+	int rc = def != NULL ? resolve_priority(c, def, &sc->def, 0) :
+	                       ALLOT_OK;
+	/* An endpoint quota follows its caller, resolved by then. */
+	for (size_t i = 0; i < n && rc == ALLOT_OK; i++) {
+		const allot__cfg_meta *m = &sc->meta[i];
+		uint32_t inherit = m->endpoint != NULL ?
+		    qs[m->parent].priority :
+		    0;
+		rc = resolve_priority(c, &qs[i], m, inherit);
+	}
+	return rc;
+}
+
+/* The scope being sorted: qsort has no context argument. Loading runs
+ * on one thread per ctx, but several threads may load at once. */
+static _Thread_local const allot__cfg_scope *sort_scope;
+static _Thread_local const allot__quota *sort_base;
+
+static const char *
+key_of(const allot__quota *q)
+{
+	return sort_scope->meta[q - sort_base].key;
+}
+
+static int
+cmp_key(const void *a, const void *b)
 {
 	const allot__quota *x = *(const allot__quota *const *) a;
 	const allot__quota *y = *(const allot__quota *const *) b;
-	int r = strcmp(x->identity, y->identity);
+	int r = strcmp(key_of(x), key_of(y));
 	if (r != 0)
 		return r;
 	return x < y ? -1 : x > y; /* file order among equals */
 }
 
-/* Sort callers by identity (kept for the digest) and report the earliest
- * repeated identity, pointing back at its first definition. */
+/* Sort a scope's quotas by wire key (kept for the digest and for the
+ * views) and report the earliest repeated key, pointing back at its
+ * first definition. Without endpoint quotas the wire key is the
+ * identity, and the order is the one digests always used. */
 static int
-check_identities(allot__cfg_ctx *c)
+check_keys(
+    allot__cfg_ctx *c, allot__cfg_scope *sc, const allot__quota *qs, size_t n)
 {
-	allot_config *cfg = c->cfg;
 	char q[QBUF];
-	if (cfg->ncallers == 0)
+	if (n == 0)
 		return ALLOT_OK;
-	c->byid = malloc(cfg->ncallers * sizeof *c->byid);
-	if (c->byid == NULL)
+	sc->byid = malloc(n * sizeof *sc->byid);
+	if (sc->byid == NULL)
 		return allot__cfg_nomem(c);
-	for (size_t i = 0; i < cfg->ncallers; i++)
-		c->byid[i] = &cfg->callers[i];
-	qsort(c->byid, cfg->ncallers, sizeof *c->byid, cmp_identity);
-	/* Each run of equal identities is in file order: its first entry
-	 * is the definition, its second the earliest repeat. */
+	for (size_t i = 0; i < n; i++)
+		sc->byid[i] = &qs[i];
+	sort_scope = sc;
+	sort_base = qs;
+	qsort(sc->byid, n, sizeof *sc->byid, cmp_key);
+	/* Each run of equal keys is in file order: its first entry is the
+	 * definition, its second the earliest repeat. */
 	const allot__quota *dup = NULL, *first = NULL;
-	for (size_t i = 0, j; i < cfg->ncallers; i = j) {
-		for (j = i + 1; j < cfg->ncallers; j++)
-			if (strcmp(c->byid[i]->identity,
-			        c->byid[j]->identity) != 0)
+	for (size_t i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n; j++)
+			if (strcmp(key_of(sc->byid[i]), key_of(sc->byid[j])) !=
+			    0)
 				break;
-		if (j - i > 1 && (dup == NULL || c->byid[i + 1] < dup)) {
-			dup = c->byid[i + 1];
-			first = c->byid[i];
+		if (j - i > 1 && (dup == NULL || sc->byid[i + 1] < dup)) {
+			dup = sc->byid[i + 1];
+			first = sc->byid[i];
 		}
 	}
 	if (dup == NULL)
 		return ALLOT_OK;
-	const allot__cfg_node *n = c->meta[dup - cfg->callers].ident;
-	return FAIL(c, n,
-	    "duplicate identity %s (first defined at line %" PRIu32
-	    "), expected each caller identity once",
-	    Q(q, dup->identity), first->line);
+	const allot__cfg_meta *m = &sc->meta[dup - qs];
+	if (m->endpoint == NULL)
+		return FAIL(c, m->ident,
+		    "duplicate identity %s (first defined at line %" PRIu32
+		    "), expected each caller identity once",
+		    Q(q, dup->identity), first->line);
+	return FAIL(c, m->endpoint,
+	    "duplicate key %s (first defined at line %" PRIu32
+	    "), expected each caller identity and endpoint quota once",
+	    Q(q, m->key), first->line);
 }
 
-/* Every request to any endpoint must be able to pass a full bucket. */
-static int
-check_burst(allot__cfg_ctx *c, const allot__quota *q, const allot__cfg_meta *m,
-    bool is_default)
+/* The weights, ceiling and name of one view: the top level (svc NULL)
+ * or a service's. */
+typedef struct view {
+	const allot_config *cfg;
+	const allot__service *svc;
+	uint32_t max_weight;
+	const char *heaviest; /* an endpoint of that weight */
+	double ceiling;
+	bool overcommit;
+	const allot__cfg_node *ceiling_node;
+} view;
+
+/* The weight of `endpoint` in view `v`; 0 when it has none. */
+static uint32_t
+view_weight(const view *v, const char *endpoint)
 {
-	allot_config *cfg = c->cfg;
-	char q1[QBUF], q2[QBUF], q3[QBUF], who[QBUF + 16];
-	if (q->burst >= cfg->max_weight)
-		return ALLOT_OK;
-	const char *ep = "default";
-	for (size_t i = 0; i < cfg->nendpoints; i++) {
-		if (cfg->endpoints[i].weight == cfg->max_weight) {
-			ep = cfg->endpoints[i].name;
-			break;
+	if (v->svc != NULL)
+		for (size_t i = 0; i < v->svc->nendpoints; i++)
+			if (strcmp(v->svc->endpoints[i].name, endpoint) == 0)
+				return v->svc->endpoints[i].weight;
+	for (size_t i = 0; i < v->cfg->nendpoints; i++)
+		if (strcmp(v->cfg->endpoints[i].name, endpoint) == 0)
+			return v->cfg->endpoints[i].weight;
+	return 0;
+}
+
+static void
+view_init(view *v, allot__cfg_ctx *c, const allot__service *svc,
+    const allot__cfg_scope *sc)
+{
+	const allot_config *cfg = c->cfg;
+	*v = (view) { .cfg = cfg, .svc = svc };
+	v->max_weight = svc != NULL && svc->default_weight > 0 ?
+	    svc->default_weight :
+	    cfg->default_weight;
+	v->heaviest = "default";
+	for (int pass = 0; pass < 2; pass++) {
+		const allot__endpoint *e = pass == 0 ? cfg->endpoints :
+		    svc != NULL                      ? svc->endpoints :
+		                                       NULL;
+		size_t n = pass == 0 ? cfg->nendpoints :
+		    svc != NULL      ? svc->nendpoints :
+		                       0;
+		for (size_t i = 0; i < n; i++) {
+			uint32_t w = view_weight(v, e[i].name);
+			if (w > v->max_weight) {
+				v->max_weight = w;
+				v->heaviest = e[i].name;
+			}
 		}
 	}
-	if (is_default)
+	if (svc != NULL && svc->ceiling_rate > 0) {
+		v->ceiling = svc->ceiling_rate;
+		v->overcommit = svc->overcommit;
+		v->ceiling_node = sc->ceiling;
+	} else {
+		v->ceiling = cfg->ceiling_rate;
+		v->overcommit = cfg->overcommit;
+		v->ceiling_node = c->top.ceiling;
+	}
+}
+
+/* A quota against the weights and the ceiling of view `v`. */
+static int
+check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
+    const allot__cfg_meta *m, bool is_default)
+{
+	char q1[QBUF], q2[QBUF], q3[QBUF], who[ALLOT__NAME_MAX + QBUF + 32];
+	char in[QBUF + 16] = "", list[512];
+	if (v->svc != NULL)
+		snprintf(in, sizeof in, " in service %s", Q(q1, v->svc->name));
+	if (is_default && v->svc != NULL && v->svc->def == q)
+		snprintf(who, sizeof who, "services.%s.default", v->svc->name);
+	else if (is_default)
 		snprintf(who, sizeof who, "quotas.default");
+	else if (q->endpoint != NULL)
+		snprintf(who, sizeof who, "endpoint quota %s", Q(q1, m->key));
 	else
 		snprintf(who, sizeof who, "caller %s", Q(q1, q->identity));
-	return FAIL(c, m->burst,
-	    "%s has burst %s, below the weight %" PRIu32
-	    " of endpoint %s, expected burst >= %" PRIu32
-	    " (a request there could never pass)",
-	    who, NUM(q3, m->burst), cfg->max_weight, Q(q2, ep),
-	    cfg->max_weight);
+	uint32_t need = v->max_weight;
+	const char *ep = v->heaviest;
+	if (q->endpoint != NULL) {
+		need = view_weight(v, q->endpoint);
+		ep = q->endpoint;
+		if (need == 0) {
+			const char *names[ALLOT__MAX_ENDPOINTS * 2];
+			size_t n = 0;
+			for (size_t i = 0; i < v->cfg->nendpoints; i++)
+				names[n++] = v->cfg->endpoints[i].name;
+			for (size_t i = 0; v->svc && i < v->svc->nendpoints;
+			     i++)
+				names[n++] = v->svc->endpoints[i].name;
+			allot__cfg_join(list, sizeof list, names, n);
+			return FAIL(c, m->endpoint,
+			    "%s: endpoint %s has no weight in "
+			    "endpoint_weights%s, expected an endpoint listed "
+			    "there (%s)",
+			    who, Q(q2, q->endpoint), in,
+			    n > 0 ? list : "none is");
+		}
+	}
+	if (q->burst < need)
+		return FAIL(c, m->burst,
+		    "%s has burst %s, below the weight %" PRIu32
+		    " of endpoint %s%s, expected burst >= %" PRIu32
+		    " (a request there could never pass)",
+		    who, NUM(q3, m->burst), need, Q(q2, ep), in, need);
+	if (q->cand_burst > 0 && q->cand_burst < need)
+		return FAIL(c, m->cand_burst,
+		    "%s has a candidate burst of %s, below the weight %" PRIu32
+		    " of endpoint %s%s, expected a candidate burst >= "
+		    "%" PRIu32,
+		    who, NUM(q3, m->cand_burst), need, Q(q2, ep), in, need);
+	if (!(v->ceiling > 0) || v->overcommit)
+		return ALLOT_OK;
+	const allot__cfg_node *at = q->rate > v->ceiling ? m->rate :
+	    q->cand_rate > v->ceiling                    ? m->cand_rate :
+	                                                   NULL;
+	if (at == NULL)
+		return ALLOT_OK;
+	return FAIL(c, at,
+	    "%s has a %srate of %.6g tokens/s, above the global ceiling of "
+	    "%.6g tokens/s%s, expected at most the ceiling (or overcommit: "
+	    "true in the global_ceiling at line %" PRIu32 ")",
+	    who, at == m->rate ? "" : "candidate ",
+	    at == m->rate ? q->rate : q->cand_rate, v->ceiling, in,
+	    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
+}
+
+/* Whether a scope whose quotas are qs[0..n) (sorted in sc->byid) has
+ * one of wire key `key`. */
+static bool
+has_key(const allot__cfg_scope *sc, const allot__quota *qs, size_t n,
+    const char *key)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const allot__quota *q = sc->byid[mid];
+		int r = strcmp(sc->meta[q - qs].key, key);
+		if (r == 0)
+			return true;
+		if (r < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+static bool
+overridden(
+    const allot__cfg_scope *sc, const allot__service *svc, const char *key)
+{
+	return has_key(sc, svc->callers, svc->ncallers, key);
+}
+
+/* A view holds at most ALLOT__MAX_CALLERS quotas besides its default,
+ * like one scope: the agents of the service hold them all. */
+static int
+check_size(
+    allot__cfg_ctx *c, const allot__service *svc, const allot__cfg_scope *sc)
+{
+	const allot_config *cfg = c->cfg;
+	size_t n = cfg->ncallers;
+	for (size_t i = 0; i < svc->ncallers; i++)
+		if (!has_key(
+		        &c->top, cfg->callers, cfg->ncallers, sc->meta[i].key))
+			n++;
+	if (n <= ALLOT__MAX_CALLERS)
+		return ALLOT_OK;
+	char q[QBUF];
+	return FAIL(c, sc->name,
+	    "service %s has %zu quotas in its view (the top level's and its "
+	    "own), expected at most %d",
+	    Q(q, svc->name), n, ALLOT__MAX_CALLERS);
+}
+
+/* Every quota of the view of service `si` (SIZE_MAX: the top level). */
+static int
+check_view(allot__cfg_ctx *c, size_t si)
+{
+	const allot_config *cfg = c->cfg;
+	const allot__service *svc = si != SIZE_MAX ? &cfg->services[si] : NULL;
+	const allot__cfg_scope *sc = svc != NULL ? &c->svc[si] : &c->top;
+	view v;
+	view_init(&v, c, svc, sc);
+	/* The top-level quotas, unless the service changes nothing they
+	 * were checked against. */
+	bool top = svc == NULL || svc->nendpoints > 0 ||
+	    svc->default_weight > 0 || svc->ceiling_rate > 0;
+	int rc = svc != NULL ? check_size(c, svc, sc) : ALLOT_OK;
+	if (rc != ALLOT_OK)
+		return rc;
+	if (svc != NULL && svc->def != NULL)
+		rc = check_quota(c, &v, svc->def, &sc->def, true);
+	else if (top)
+		rc = check_quota(c, &v, &cfg->def, &c->top.def, true);
+	for (size_t i = 0; top && i < cfg->ncallers && rc == ALLOT_OK; i++) {
+		const allot__cfg_meta *m = &c->top.meta[i];
+		if (svc == NULL || !overridden(sc, svc, m->key))
+			rc = check_quota(c, &v, &cfg->callers[i], m, false);
+	}
+	for (size_t i = 0; svc && i < svc->ncallers && rc == ALLOT_OK; i++)
+		rc = check_quota(c, &v, &svc->callers[i], &sc->meta[i], false);
+	return rc;
+}
+
+static int
+cmp_service(const void *a, const void *b)
+{
+	const allot__service *x = *(const allot__service *const *) a;
+	const allot__service *y = *(const allot__service *const *) b;
+	return strcmp(x->name, y->name);
 }
 
 int
@@ -134,18 +367,33 @@ allot__cfg_check_all(allot__cfg_ctx *c)
 	int rc = ALLOT_OK;
 	if (cfg->nclasses == 0 && (rc = set_default_classes(c)) != ALLOT_OK)
 		return rc;
-	rc = resolve_priority(c, &cfg->def, &c->def);
-	for (size_t i = 0; i < cfg->ncallers && rc == ALLOT_OK; i++)
-		rc = resolve_priority(c, &cfg->callers[i], &c->meta[i]);
+	rc = resolve_all(c, &cfg->def, cfg->callers, cfg->ncallers, &c->top);
+	for (size_t i = 0; i < cfg->nservices && rc == ALLOT_OK; i++) {
+		allot__service *s = &cfg->services[i];
+		rc = resolve_all(
+		    c, s->def, s->callers, s->ncallers, &c->svc[i]);
+	}
 	if (rc == ALLOT_OK)
-		rc = check_identities(c);
+		rc = check_keys(c, &c->top, cfg->callers, cfg->ncallers);
+	for (size_t i = 0; i < cfg->nservices && rc == ALLOT_OK; i++)
+		rc = check_keys(c, &c->svc[i], cfg->services[i].callers,
+		    cfg->services[i].ncallers);
 	cfg->max_weight = cfg->default_weight;
 	for (size_t i = 0; i < cfg->nendpoints; i++)
 		if (cfg->endpoints[i].weight > cfg->max_weight)
 			cfg->max_weight = cfg->endpoints[i].weight;
+	if (rc == ALLOT_OK && cfg->nservices > 0) {
+		c->svc_sorted = malloc(cfg->nservices * sizeof *c->svc_sorted);
+		if (c->svc_sorted == NULL)
+			return allot__cfg_nomem(c);
+		for (size_t i = 0; i < cfg->nservices; i++)
+			c->svc_sorted[i] = &cfg->services[i];
+		qsort(c->svc_sorted, cfg->nservices, sizeof *c->svc_sorted,
+		    cmp_service);
+	}
 	if (rc == ALLOT_OK)
-		rc = check_burst(c, &cfg->def, &c->def, true);
-	for (size_t i = 0; i < cfg->ncallers && rc == ALLOT_OK; i++)
-		rc = check_burst(c, &cfg->callers[i], &c->meta[i], false);
+		rc = check_view(c, SIZE_MAX);
+	for (size_t i = 0; i < cfg->nservices && rc == ALLOT_OK; i++)
+		rc = check_view(c, i);
 	return rc;
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The identity -> quota index of a loaded config (config.h), built once
+ * The wire key -> quota index of a loaded config (config.h), built once
  * and then only read, by any number of threads: the agent resolves every
  * allot_acquire_id() through it, and the coordinator every reported key.
  * Two numberings, one per side: the agent's (caller i is quota i, the
  * default bucket is not indexed) and the coordinator's (the default is
- * quota 0 and caller i is quota i + 1).
+ * quota 0 and caller i is quota i + 1). A caller-wide quota's wire key is
+ * its identity, an endpoint quota's "IDENTITY ENDPOINT"
+ * (allot__quota_key()).
  */
 #ifndef ALLOT_COMMON_CONFIG_INDEX_H
 #define ALLOT_COMMON_CONFIG_INDEX_H
@@ -18,12 +20,14 @@
 
 typedef struct allot__config_index {
 	allot__idmap map;
-	const char **ids; /* quota index -> identity, in the config */
+	const char **ids; /* quota index -> wire key: the identity in the
+	                     config, or an endpoint quota's key in `blob` */
+	char *blob; /* endpoint quotas' keys, owned */
 	uint32_t n; /* quotas indexed */
 	uint64_t seed; /* of allot__hash */
 } allot__config_index;
 
-/* Index `cfg`'s quotas by identity, hashed with `seed`; with
+/* Index `cfg`'s quotas by wire key, hashed with `seed`; with
  * `with_default`, the coordinator's numbering. The index points into
  * `cfg`, which must outlive it. ALLOT_OK or ALLOT_ENOMEM. */
 int allot__config_index_build(allot__config_index *ix, const allot_config *cfg,

@@ -42,10 +42,30 @@ typedef struct allot__cfg_node {
 /* Side data for one quota, kept only while loading: the nodes that later
  * checks point their messages at. */
 typedef struct allot__cfg_meta {
+	const allot__cfg_node *map; /* the quota's mapping */
 	const allot__cfg_node *ident;
+	const allot__cfg_node *rate; /* the value of its unit key */
 	const allot__cfg_node *burst;
 	const allot__cfg_node *prio;
+	const allot__cfg_node *endpoint; /* endpoint quotas: the key */
+	const allot__cfg_node *cand_rate; /* candidate: its unit's value */
+	const allot__cfg_node *cand_burst;
+	const allot__cfg_node *eps; /* callers: their `endpoints` */
+	size_t parent; /* endpoint quotas: index of their caller */
+	char *key; /* the wire key (allot__quota_key), owned */
 } allot__cfg_meta;
+
+/* One scope of the file: the top-level quotas, or a service's section.
+ * `meta` is parallel to the scope's callers array. */
+typedef struct allot__cfg_scope {
+	const char *service; /* NULL: the top level */
+	const allot__cfg_node *name; /* services: the key naming it */
+	allot__cfg_meta def; /* its default (services: if it has one) */
+	allot__cfg_meta *meta;
+	size_t cap; /* of meta and the callers array */
+	const allot__quota **byid; /* callers sorted by wire key */
+	const allot__cfg_node *ceiling; /* its ceiling's rate value */
+} allot__cfg_scope;
 
 typedef struct allot__cfg_ctx {
 	const char *name;
@@ -53,10 +73,14 @@ typedef struct allot__cfg_ctx {
 	size_t errlen;
 	locale_t cloc; /* "C" numeric locale for strtod_l */
 	allot_config *cfg;
-	allot__cfg_meta def; /* quotas.default */
-	allot__cfg_meta *meta; /* quotas.callers, cfg->ncallers long */
-	const allot__quota **byid; /* callers sorted by identity */
+	allot__cfg_scope top;
+	allot__cfg_scope *svc; /* per cfg->services entry */
+	size_t nsvc; /* allocated */
+	const allot__service **svc_sorted; /* cfg->services by name */
 } allot__cfg_ctx;
+
+/* Free what a scope owns (not the quotas). */
+void allot__cfg_scope_free(allot__cfg_scope *s);
 
 /* ---- The stages (see the top of this file) ---- */
 
@@ -71,14 +95,14 @@ void allot__cfg_node_free(allot__cfg_node *n);
 int allot__cfg_parse_root(allot__cfg_ctx *c, const allot__cfg_node *root);
 
 /* Checks across sections, after the walk: priority classes, duplicate
- * identities (sorting c->byid), bursts against endpoint weights.
- * config_check.c. */
+ * wire keys (sorting each scope's byid), and in the view of every
+ * service: bursts against endpoint weights, endpoint quotas against
+ * endpoint_weights, quotas against the ceiling. config_check.c. */
 int allot__cfg_check_all(allot__cfg_ctx *c);
 
-/* The digest of a loaded config; `byid` is its callers sorted by
- * identity. config_digest.c. */
-uint64_t allot__cfg_digest(
-    const allot_config *cfg, const allot__quota *const *byid);
+/* The digest of a loaded config; each scope's byid is its callers
+ * sorted by wire key. config_digest.c. */
+uint64_t allot__cfg_digest(const allot__cfg_ctx *c);
 
 /* ---- Messages (config_value.c) ---- */
 
@@ -118,6 +142,12 @@ bool allot__cfg_is_null(const allot__cfg_node *n);
 const char *allot__cfg_describe(
     const allot__cfg_node *n, char *buf, size_t size);
 int allot__cfg_get_rate(allot__cfg_ctx *c, const allot__cfg_node *n,
+    const char *what, double *ret);
+/* A rate written per `unit_s` seconds, into tokens/s. */
+int allot__cfg_get_rate_per(allot__cfg_ctx *c, const allot__cfg_node *n,
+    const char *what, uint32_t unit_s, double *ret);
+/* A number >= 0. */
+int allot__cfg_get_amount(allot__cfg_ctx *c, const allot__cfg_node *n,
     const char *what, double *ret);
 int allot__cfg_get_burst(allot__cfg_ctx *c, const allot__cfg_node *n,
     const char *what, double *ret);

@@ -4,8 +4,12 @@
  * value of the tree is checked against docs/configuration.md and fills
  * the allot_config, section by section in file order so that the first
  * bad value in the file is the one reported. Unknown, duplicate and
- * missing keys are errors. What spans sections is left to
- * config_check.c, because YAML mappings are unordered.
+ * missing keys are errors. The file has two scopes: `quotas`, for every
+ * service, and `services`, what each named service overrides of it; both
+ * are walked by the same functions. A caller's endpoint quotas become
+ * entries of its scope's callers, right after their caller. What spans
+ * sections is left to config_check.c, because YAML mappings are
+ * unordered.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,6 +18,9 @@
 
 #include "config_parse.h"
 #include "name.h"
+
+/* Bytes of a path in messages ("services.NAME.callers[N].endpoints.E"). */
+#define PATH_MAX_ 512
 
 static bool
 key_is(const allot__cfg_node *k, const char *name)
@@ -32,15 +39,35 @@ key_index(const allot__cfg_node *k, const char *const *keys, size_t nkeys)
 	return i;
 }
 
+/* The rate keys; a quota has exactly one of them. */
+#define NUNITS 4
+static const char *const units[NUNITS] = { "tokens_per_second",
+	"tokens_per_minute", "tokens_per_hour", "tokens_per_day" };
+static const uint32_t unit_secs[NUNITS] = { 1, 60, 3600, 86400 };
+#define UNIT_LIST                                                 \
+	"tokens_per_second, tokens_per_minute, tokens_per_hour, " \
+	"tokens_per_day"
+
+static size_t
+unit_index(const allot__cfg_node *k)
+{
+	return key_index(k, units, NUNITS);
+}
+
 /* Check that `map` is a mapping whose keys are all in `keys`, each at
  * most once, and fill vals[i] with the value of keys[i] (NULL if absent).
- */
+ * An unknown "tokens_per_..." key where rates are allowed is an unknown
+ * unit, and its message names the known ones. */
 static int
 walk_map(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
     const char *const *keys, size_t nkeys, const allot__cfg_node **vals)
 {
-	const allot__cfg_node *seen[8] = { NULL };
-	char d[DBUF], q[QBUF], list[256];
+	const allot__cfg_node *seen[32] = { NULL };
+	char d[DBUF], q[QBUF], list[512];
+	/* Where every unit is allowed (not in global_ceiling). */
+	bool rates = false;
+	for (size_t i = 0; i < nkeys; i++)
+		rates |= strcmp(keys[i], units[NUNITS - 1]) == 0;
 	for (size_t i = 0; i < nkeys; i++)
 		vals[i] = NULL;
 	if (map->type != NODE_MAP)
@@ -49,6 +76,12 @@ walk_map(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
 		const allot__cfg_node *k = map->kids[i];
 		size_t j = key_index(k, keys, nkeys);
+		if (j == nkeys && rates && k->len > 11 &&
+		    memcmp(k->str, "tokens_per_", 11) == 0)
+			return FAIL(c, k,
+			    "unknown unit %s in %s, expected one "
+			    "of: " UNIT_LIST,
+			    QN(q, k), what);
 		if (j == nkeys) {
 			allot__cfg_join(list, sizeof list, keys, nkeys);
 			return FAIL(c, k,
@@ -83,21 +116,47 @@ need(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 	return ALLOT_OK;
 }
 
-/* Keys of a quota; the required ones come first. */
-enum {
-	QK_RATE,
-	QK_BURST,
-	QK_PRIORITY,
-	QK_SHADOW,
-	QK_FALLBACK,
-	QK_SHARED, /* quotas.default only */
-	QK_IDENTITY, /* quotas.callers only */
-};
-static const char *const default_keys[] = { "tokens_per_second", "burst",
-	"priority", "shadow", "fallback", "shared" };
-/* Same indices as above except identity, which is listed first. */
-static const char *const caller_keys[] = { "identity", "tokens_per_second",
-	"burst", "priority", "shadow", "fallback" };
+/* The one rate key of a mapping whose keys walk_map() accepted: its
+ * value into *ret_v and its unit's seconds into *ret_unit (NULL and 1
+ * when there is none); two of them are an error at the second. */
+static int
+find_unit(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
+    const allot__cfg_node **ret_v, uint32_t *ret_unit)
+{
+	const allot__cfg_node *first = NULL;
+	char q1[QBUF], q2[QBUF];
+	*ret_v = NULL;
+	*ret_unit = 1;
+	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
+		const allot__cfg_node *k = map->kids[i];
+		size_t u = unit_index(k);
+		if (u == NUNITS)
+			continue;
+		if (first != NULL)
+			return FAIL(c, k,
+			    "%s has both %s (line %" PRIu32 ") and %s, "
+			    "expected exactly one rate key of: " UNIT_LIST,
+			    what, QN(q1, first), first->line, QN(q2, k));
+		first = k;
+		*ret_v = map->kids[i + 1];
+		*ret_unit = unit_secs[u];
+	}
+	return ALLOT_OK;
+}
+
+/* The kinds of quota mapping, and the keys each takes. */
+enum qkind { Q_DEFAULT, Q_CALLER, Q_ENDPOINT };
+#define RATE_KEYS                                                    \
+	"tokens_per_second", "tokens_per_minute", "tokens_per_hour", \
+	    "tokens_per_day"
+#define META_KEYS "owner", "reason", "expected_peak", "labels", "candidate"
+static const char *const default_keys[] = { RATE_KEYS, "burst", "priority",
+	"shadow", "fallback", "shared", META_KEYS };
+static const char *const caller_keys[] = { "identity", RATE_KEYS, "burst",
+	"priority", "shadow", "fallback", META_KEYS, "endpoints" };
+static const char *const endpoint_keys[] = { RATE_KEYS, "burst", "priority",
+	"shadow", "fallback", META_KEYS };
+#define NKEYS(a) (sizeof(a) / sizeof((a)[0]))
 
 static int
 parse_fallback(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
@@ -122,33 +181,200 @@ parse_fallback(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
 	return ALLOT_OK;
 }
 
-/* One quota mapping: quotas.default (`path` "quotas.default") or an entry
- * of quotas.callers. */
+/* Free text kept for review (owner, reason, a label's value): any UTF-8
+ * but no control characters, which would break the log lines, tables
+ * and audit rows it ends up in. A copy into *ret. */
 static int
-parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
-    bool is_default, allot__quota *q, allot__cfg_meta *m)
+get_text(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
+    size_t max, const char *expect, char **ret)
 {
-	const char *const *keys = is_default ? default_keys : caller_keys;
-	const allot__cfg_node *vals[6];
-	char what[96];
-	int rc = walk_map(c, map, path, keys, 6, vals);
-	if (rc == ALLOT_OK)
-		rc = need(c, map, path, keys, vals, is_default ? 2 : 3);
+	const char *s = NULL;
+	int rc = allot__cfg_get_string(c, n, what, max, expect, &s);
 	if (rc != ALLOT_OK)
 		return rc;
+	for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return FAIL(c, n,
+			    "%s contains a control character, expected %s "
+			    "on one line",
+			    what, expect);
+	free(*ret);
+	if ((*ret = strdup(s)) == NULL)
+		return allot__cfg_nomem(c);
+	return ALLOT_OK;
+}
+
+/* labels: a mapping of name to value, kept as "name=value" in file
+ * order. */
+static int
+parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
+    allot__quota *q)
+{
+	char d[DBUF], qb[QBUF], vwhat[PATH_MAX_ + 80];
+	if (map->type != NODE_MAP)
+		return FAIL(c, map,
+		    "%s is %s, expected a mapping of label name: value", what,
+		    allot__cfg_describe(map, d, sizeof d));
+	size_t n = map->nkids / 2;
+	if (n > ALLOT__MAX_LABELS)
+		return FAIL(c, map->kids[2 * ALLOT__MAX_LABELS],
+		    "too many labels in %s (%zu), expected at most %d", what,
+		    n, ALLOT__MAX_LABELS);
+	if (n == 0)
+		return ALLOT_OK;
+	q->labels = calloc(n, sizeof *q->labels);
+	if (q->labels == NULL)
+		return allot__cfg_nomem(c);
+	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
+		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
+		const char *name = NULL;
+		char *val = NULL;
+		int rc = allot__cfg_get_string(c, k, "label name",
+		    ALLOT__LABEL_MAX / 2, "a label name such as \"team\"",
+		    &name);
+		if (rc != ALLOT_OK)
+			return rc;
+		if (!allot__name_valid(name, ALLOT__LABEL_MAX / 2, true) ||
+		    strchr(name, '=') != NULL)
+			return FAIL(c, k,
+			    "label name %s has a character that is not "
+			    "allowed, expected " ALLOT__NAME_RULE " other "
+			    "than '='",
+			    QN(qb, k));
+		for (size_t j = 0; j < i; j += 2) {
+			const allot__cfg_node *o = map->kids[j];
+			if (o->len == k->len &&
+			    memcmp(o->str, k->str, k->len) == 0)
+				return FAIL(c, k,
+				    "duplicate label %s in %s (first at line "
+				    "%" PRIu32 "), expected each label once",
+				    QN(qb, k), what, o->line);
+		}
+		snprintf(vwhat, sizeof vwhat, "%s.%s", what, name);
+		rc = get_text(c, v, vwhat, ALLOT__LABEL_MAX - k->len - 1,
+		    "a label value", &val);
+		if (rc != ALLOT_OK)
+			return rc;
+		size_t len = k->len + 1 + strlen(val) + 1;
+		char *s = malloc(len);
+		if (s == NULL) {
+			free(val);
+			return allot__cfg_nomem(c);
+		}
+		snprintf(s, len, "%s=%s", name, val);
+		free(val);
+		q->labels[q->nlabels++] = s;
+	}
+	return ALLOT_OK;
+}
+
+/* candidate: a rate (any unit) and a burst evaluated in shadow. */
+static int
+parse_candidate(allot__cfg_ctx *c, const allot__cfg_node *map,
+    const char *path, allot__quota *q, allot__cfg_meta *m)
+{
+	static const char *const keys[] = { RATE_KEYS, "burst" };
+	const allot__cfg_node *vals[NKEYS(keys)], *rv = NULL;
+	char what[PATH_MAX_ + 32];
+	uint32_t unit = 1;
+	int rc = walk_map(c, map, path, keys, NKEYS(keys), vals);
+	if (rc == ALLOT_OK)
+		rc = find_unit(c, map, path, &rv, &unit);
+	if (rc != ALLOT_OK)
+		return rc;
+	if (rv == NULL || vals[NUNITS] == NULL)
+		return FAIL(c, map,
+		    "missing required key \"%s\" in %s, expected a rate "
+		    "(one of: " UNIT_LIST ") and a burst",
+		    rv == NULL ? units[0] : "burst", path);
+	for (size_t u = 0; u < NUNITS; u++)
+		if (vals[u] != NULL)
+			snprintf(
+			    what, sizeof what, "%.400s.%s", path, units[u]);
+	/* In file order, so the first bad value is the one reported. */
+	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
+		const allot__cfg_node *v = map->kids[i + 1];
+		if (v == rv) {
+			rc = allot__cfg_get_rate_per(
+			    c, v, what, unit, &q->cand_rate);
+		} else {
+			char bw[PATH_MAX_ + 8];
+			snprintf(bw, sizeof bw, "%.400s.burst", path);
+			rc = allot__cfg_get_burst(c, v, bw, &q->cand_burst);
+		}
+	}
+	m->cand_rate = rv;
+	m->cand_burst = vals[NUNITS];
+	return rc;
+}
+
+/* The required keys of a quota, reported as before units existed: a
+ * missing rate is a missing "tokens_per_second". */
+static int
+need_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
+    enum qkind kind, const allot__cfg_node *ident, const allot__cfg_node *rate,
+    const allot__cfg_node *burst)
+{
+	static const char *const dreq[] = { "tokens_per_second", "burst" };
+	static const char *const creq[] = { "identity", "tokens_per_second",
+		"burst" };
+	const allot__cfg_node *dv[] = { rate, burst };
+	const allot__cfg_node *cv[] = { ident, rate, burst };
+	if (kind == Q_CALLER)
+		return need(c, map, path, creq, cv, 3);
+	return need(c, map, path, dreq, dv, 2);
+}
+
+/* One quota mapping at `path`: quotas.default, an entry of callers, or
+ * an endpoint quota of caller `parent` (which it inherits priority,
+ * shadow and fallback from unless it sets them). */
+static int
+parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
+    enum qkind kind, const allot__quota *parent, allot__quota *q,
+    allot__cfg_meta *m)
+{
+	const char *const *keys = kind == Q_DEFAULT ? default_keys :
+	    kind == Q_CALLER                        ? caller_keys :
+	                                              endpoint_keys;
+	size_t nkeys = kind == Q_DEFAULT ? NKEYS(default_keys) :
+	    kind == Q_CALLER             ? NKEYS(caller_keys) :
+	                                   NKEYS(endpoint_keys);
+	const allot__cfg_node *vals[32], *ident = NULL, *burst = NULL;
+	char what[PATH_MAX_ + 32], q1[QBUF];
+	uint32_t unit = 1;
+	double peak = 0;
+	int rc = walk_map(c, map, path, keys, nkeys, vals);
+	if (rc == ALLOT_OK)
+		rc = find_unit(c, map, path, &m->rate, &unit);
+	if (rc != ALLOT_OK)
+		return rc;
+	for (size_t i = 0; i < nkeys; i++) {
+		if (strcmp(keys[i], "identity") == 0)
+			ident = vals[i];
+		else if (strcmp(keys[i], "burst") == 0)
+			burst = vals[i];
+	}
+	rc = need_quota(c, map, path, kind, ident, m->rate, burst);
+	if (rc != ALLOT_OK)
+		return rc;
+	m->map = map;
 	q->line = map->line;
-	q->shared = is_default;
+	q->unit_s = unit;
+	q->shared = kind == Q_DEFAULT;
 	q->fallback = ALLOT_FALLBACK_STATIC_SHARE;
+	if (parent != NULL) {
+		q->shadow = parent->shadow;
+		q->fallback = parent->fallback;
+	}
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
 		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
-		size_t j = key_index(k, keys, 6);
-		int field = is_default ? (int) j :
-		    j == 0             ? QK_IDENTITY :
-		                         (int) j - 1;
 		const char *s = NULL;
-		snprintf(what, sizeof what, "%s.%s", path, keys[j]);
-		switch (field) {
-		case QK_IDENTITY:
+		snprintf(
+		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
+		if (unit_index(k) < NUNITS) {
+			rc = allot__cfg_get_rate_per(
+			    c, v, what, unit, &q->rate);
+		} else if (key_is(k, "identity")) {
 			rc = allot__cfg_get_string(c, v, what,
 			    ALLOT_IDENTITY_MAX,
 			    "a verified caller identity such as a SPIFFE ID",
@@ -172,82 +398,210 @@ parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 				    what);
 			else if ((q->identity = strdup(s)) == NULL)
 				rc = allot__cfg_nomem(c);
-			break;
-		case QK_RATE:
-			rc = allot__cfg_get_rate(c, v, what, &q->rate);
-			break;
-		case QK_BURST:
+		} else if (key_is(k, "burst")) {
 			rc = allot__cfg_get_burst(c, v, what, &q->burst);
 			m->burst = v;
-			break;
-		case QK_PRIORITY:
+		} else if (key_is(k, "priority")) {
 			rc = allot__cfg_get_string(c, v, what,
 			    ALLOT__CLASS_MAX,
 			    "a priority class named in shed_order", &s);
 			m->prio = v;
-			break;
-		case QK_SHADOW:
+		} else if (key_is(k, "shadow")) {
 			rc = allot__cfg_get_bool(c, v, what, &q->shadow);
-			break;
-		case QK_FALLBACK:
+		} else if (key_is(k, "fallback")) {
 			rc = parse_fallback(c, v, what, &q->fallback);
-			break;
-		case QK_SHARED:
+		} else if (key_is(k, "shared")) {
 			rc = allot__cfg_get_bool(c, v, what, &q->shared);
-			break;
-		default: break;
+			/* Documented once, never implemented: refused rather
+			 * than silently shared. */
+			if (rc == ALLOT_OK && !q->shared)
+				rc = FAIL(c, v,
+				    "shared: false is not supported: unknown "
+				    "callers share the default bucket, "
+				    "expected shared: true or no \"shared\" "
+				    "key (give a caller its own quota under "
+				    "callers)");
+		} else if (key_is(k, "owner")) {
+			rc = get_text(c, v, what, ALLOT__OWNER_MAX,
+			    "who answers for the quota, such as a team",
+			    &q->owner);
+		} else if (key_is(k, "reason")) {
+			rc = get_text(c, v, what, ALLOT__REASON_MAX,
+			    "why the quota has this value", &q->reason);
+		} else if (key_is(k, "expected_peak")) {
+			rc = allot__cfg_get_amount(c, v, what, &peak);
+		} else if (key_is(k, "labels")) {
+			rc = parse_labels(c, v, what, q);
+		} else if (key_is(k, "candidate")) {
+			rc = parse_candidate(c, v, what, q, m);
+		} else if (key_is(k, "endpoints")) {
+			m->eps = v;
+		} else {
+			rc = FAIL(c, k,
+			    "unexpected key %s, expected a quota key",
+			    QN(q1, k));
 		}
 	}
+	q->expected_peak = peak / unit;
 	return rc;
 }
 
+/* Room for one more entry in a scope's callers (and its meta). */
 static int
-parse_callers(allot__cfg_ctx *c, const allot__cfg_node *seq)
+grow(allot__cfg_ctx *c, allot__cfg_scope *sc, allot__quota **arr, size_t n,
+    const allot__cfg_node *at, const char *prefix)
 {
-	allot_config *cfg = c->cfg;
-	char d[DBUF], path[48];
-	if (seq->type != NODE_SEQ)
-		return FAIL(c, seq,
-		    "quotas.callers is %s, expected a sequence of callers "
-		    "(\"- identity: ...\"; [] for none)",
-		    allot__cfg_describe(seq, d, sizeof d));
-	if (seq->nkids > ALLOT__MAX_CALLERS)
-		return FAIL(c, seq->kids[ALLOT__MAX_CALLERS],
-		    "too many callers (%zu), expected at most %d", seq->nkids,
-		    ALLOT__MAX_CALLERS);
-	if (seq->nkids == 0)
+	if (n >= ALLOT__MAX_CALLERS)
+		return FAIL(c, at,
+		    "too many quotas in %s.callers (callers and their "
+		    "endpoint quotas), expected at most %d",
+		    prefix, ALLOT__MAX_CALLERS);
+	if (n < sc->cap)
 		return ALLOT_OK;
-	cfg->callers = calloc(seq->nkids, sizeof *cfg->callers);
-	c->meta = calloc(seq->nkids, sizeof *c->meta);
-	if (cfg->callers == NULL || c->meta == NULL)
+	size_t cap = sc->cap ? sc->cap * 2 : 8;
+	allot__quota *q = realloc(*arr, cap * sizeof *q);
+	if (q != NULL)
+		*arr = q;
+	allot__cfg_meta *m = realloc(sc->meta, cap * sizeof *m);
+	if (m != NULL)
+		sc->meta = m;
+	if (q == NULL || m == NULL)
 		return allot__cfg_nomem(c);
-	cfg->ncallers = seq->nkids;
-	for (size_t i = 0; i < seq->nkids; i++) {
-		snprintf(path, sizeof path, "quotas.callers[%zu]", i);
-		int rc = parse_quota(c, seq->kids[i], path, false,
-		    &cfg->callers[i], &c->meta[i]);
+	memset(q + sc->cap, 0, (cap - sc->cap) * sizeof *q);
+	memset(m + sc->cap, 0, (cap - sc->cap) * sizeof *m);
+	sc->cap = cap;
+	return ALLOT_OK;
+}
+
+static int
+set_key(allot__cfg_ctx *c, const allot__quota *q, allot__cfg_meta *m)
+{
+	size_t len = allot__quota_key(q, NULL, 0);
+	if ((m->key = malloc(len + 1)) == NULL)
+		return allot__cfg_nomem(c);
+	allot__quota_key(q, m->key, len + 1);
+	return ALLOT_OK;
+}
+
+/* The endpoint quotas of caller `ci` (its `endpoints` mapping), appended
+ * after it. */
+static int
+parse_endpoint_quotas(allot__cfg_ctx *c, allot__cfg_scope *sc,
+    allot__quota **arr, size_t *n, size_t ci, const char *cpath,
+    const char *prefix)
+{
+	const allot__cfg_node *map = sc->meta[ci].eps;
+	char d[DBUF], qb[QBUF], path[PATH_MAX_ + 96];
+	snprintf(path, sizeof path, "%s.endpoints", cpath);
+	if (map->type != NODE_MAP)
+		return FAIL(c, map,
+		    "%s is %s, expected a mapping of endpoint: quota", path,
+		    allot__cfg_describe(map, d, sizeof d));
+	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
+		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
+		const char *name = NULL;
+		int rc = allot__cfg_get_string(c, k, "endpoint name",
+		    ALLOT__ENDPOINT_MAX,
+		    "an endpoint name such as \"/export\"", &name);
+		if (rc != ALLOT_OK)
+			return rc;
+		if (strcmp(name, "default") == 0)
+			return FAIL(c, k,
+			    "endpoint \"default\" in %s is the weight of "
+			    "unlisted endpoints, expected an endpoint named "
+			    "in endpoint_weights",
+			    path);
+		for (size_t j = 0; j < i; j += 2) {
+			const allot__cfg_node *o = map->kids[j];
+			if (o->len == k->len &&
+			    memcmp(o->str, k->str, k->len) == 0)
+				return FAIL(c, k,
+				    "duplicate key %s in %s (first at line "
+				    "%" PRIu32
+				    "), expected each endpoint once",
+				    QN(qb, k), path, o->line);
+		}
+		if ((rc = grow(c, sc, arr, *n, k, prefix)) != ALLOT_OK)
+			return rc;
+		allot__quota *q = &(*arr)[*n];
+		allot__cfg_meta *m = &sc->meta[*n];
+		const allot__quota *parent = &(*arr)[ci];
+		(*n)++;
+		m->parent = ci;
+		m->endpoint = k;
+		if ((q->identity = strdup(parent->identity)) == NULL ||
+		    (q->endpoint = strdup(name)) == NULL)
+			return allot__cfg_nomem(c);
+		if ((rc = set_key(c, q, m)) != ALLOT_OK)
+			return rc;
+		/* Its wire key is a key name of a Register. */
+		if (!allot__name_valid(m->key, ALLOT__NAME_MAX, true))
+			return FAIL(c, k,
+			    "endpoint quota %s: the key \"IDENTITY ENDPOINT\" "
+			    "must be 1-%u " ALLOT__NAME_RULE
+			    ", expected a shorter identity or endpoint name",
+			    QN(qb, k), ALLOT__NAME_MAX);
+		char qpath[PATH_MAX_ + 192];
+		snprintf(qpath, sizeof qpath, "%s.%s", path, QN(qb, k));
+		rc = parse_quota(c, v, qpath, Q_ENDPOINT, parent, q, m);
 		if (rc != ALLOT_OK)
 			return rc;
 	}
 	return ALLOT_OK;
 }
 
+/* PREFIX.callers: a sequence of callers, each followed by its endpoint
+ * quotas, into *arr and *n. */
 static int
-parse_weights(allot__cfg_ctx *c, const allot__cfg_node *map)
+parse_callers(allot__cfg_ctx *c, const allot__cfg_node *seq,
+    const char *prefix, allot__cfg_scope *sc, allot__quota **arr, size_t *n)
 {
-	allot_config *cfg = c->cfg;
+	char d[DBUF], path[PATH_MAX_];
+	if (seq->type != NODE_SEQ)
+		return FAIL(c, seq,
+		    "%s.callers is %s, expected a sequence of callers "
+		    "(\"- identity: ...\"; [] for none)",
+		    prefix, allot__cfg_describe(seq, d, sizeof d));
+	if (seq->nkids > ALLOT__MAX_CALLERS)
+		return FAIL(c, seq->kids[ALLOT__MAX_CALLERS],
+		    "too many callers (%zu), expected at most %d", seq->nkids,
+		    ALLOT__MAX_CALLERS);
+	for (size_t i = 0; i < seq->nkids; i++) {
+		int rc = grow(c, sc, arr, *n, seq->kids[i], prefix);
+		if (rc != ALLOT_OK)
+			return rc;
+		size_t ci = (*n)++;
+		snprintf(path, sizeof path, "%s.callers[%zu]", prefix, i);
+		rc = parse_quota(c, seq->kids[i], path, Q_CALLER, NULL,
+		    &(*arr)[ci], &sc->meta[ci]);
+		if (rc == ALLOT_OK)
+			rc = set_key(c, &(*arr)[ci], &sc->meta[ci]);
+		if (rc == ALLOT_OK && sc->meta[ci].eps != NULL)
+			rc = parse_endpoint_quotas(
+			    c, sc, arr, n, ci, path, prefix);
+		if (rc != ALLOT_OK)
+			return rc;
+	}
+	return ALLOT_OK;
+}
+
+/* PREFIX.endpoint_weights into eps[0..*neps) and *defw. */
+static int
+parse_weights(allot__cfg_ctx *c, const allot__cfg_node *map,
+    const char *prefix, allot__endpoint **eps, size_t *neps, uint32_t *defw)
+{
 	char d[DBUF], q[QBUF], what[ALLOT__ENDPOINT_MAX + 64];
 	if (map->type != NODE_MAP)
 		return FAIL(c, map,
-		    "quotas.endpoint_weights is %s, expected a mapping of "
+		    "%s.endpoint_weights is %s, expected a mapping of "
 		    "endpoint: weight",
-		    allot__cfg_describe(map, d, sizeof d));
+		    prefix, allot__cfg_describe(map, d, sizeof d));
 	size_t pairs = map->nkids / 2;
 	size_t cap = pairs < ALLOT__MAX_ENDPOINTS ? pairs :
 	                                            ALLOT__MAX_ENDPOINTS;
 	if (cap > 0) {
-		cfg->endpoints = calloc(cap, sizeof *cfg->endpoints);
-		if (cfg->endpoints == NULL)
+		*eps = calloc(cap, sizeof **eps);
+		if (*eps == NULL)
 			return allot__cfg_nomem(c);
 	}
 	for (size_t i = 0; i < map->nkids; i += 2) {
@@ -264,31 +618,30 @@ parse_weights(allot__cfg_ctx *c, const allot__cfg_node *map)
 			    memcmp(o->str, k->str, k->len) == 0)
 				return FAIL(c, k,
 				    "duplicate key %s in "
-				    "quotas.endpoint_weights (first at line "
+				    "%s.endpoint_weights (first at line "
 				    "%" PRIu32
 				    "), expected each endpoint once",
-				    QN(q, k), o->line);
+				    QN(q, k), prefix, o->line);
 		}
 		snprintf(what, sizeof what, "the weight of %s", QN(q, k));
 		if (strcmp(name, "default") == 0) {
-			rc = allot__cfg_get_weight(
-			    c, v, what, &cfg->default_weight);
+			rc = allot__cfg_get_weight(c, v, what, defw);
 			if (rc != ALLOT_OK)
 				return rc;
 			continue;
 		}
-		if (cfg->nendpoints == ALLOT__MAX_ENDPOINTS)
+		if (*neps == ALLOT__MAX_ENDPOINTS)
 			return FAIL(c, k,
-			    "too many endpoints in quotas.endpoint_weights, "
+			    "too many endpoints in %s.endpoint_weights, "
 			    "expected at most %d besides default",
-			    ALLOT__MAX_ENDPOINTS);
-		allot__endpoint *ep = &cfg->endpoints[cfg->nendpoints];
+			    prefix, ALLOT__MAX_ENDPOINTS);
+		allot__endpoint *ep = &(*eps)[*neps];
 		rc = allot__cfg_get_weight(c, v, what, &ep->weight);
 		if (rc != ALLOT_OK)
 			return rc;
 		if ((ep->name = strdup(name)) == NULL)
 			return allot__cfg_nomem(c);
-		cfg->nendpoints++;
+		(*neps)++;
 	}
 	return ALLOT_OK;
 }
@@ -334,39 +687,172 @@ parse_shed_order(allot__cfg_ctx *c, const allot__cfg_node *seq)
 	return ALLOT_OK;
 }
 
+/* PREFIX.global_ceiling. The priority classes are the file's: only the
+ * top-level ceiling names them. */
 static int
-parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map)
+parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map,
+    const char *prefix, bool top, double *rate, bool *overcommit,
+    allot__cfg_scope *sc)
 {
-	static const char *const keys[] = { "tokens_per_second",
-		"shed_order" };
-	const char *path = "quotas.global_ceiling";
-	const allot__cfg_node *vals[2];
-	int rc = walk_map(c, map, path, keys, 2, vals);
+	static const char *const tkeys[] = { "tokens_per_second", "shed_order",
+		"overcommit" };
+	static const char *const skeys[] = { "tokens_per_second",
+		"overcommit" };
+	char path[PATH_MAX_], what[PATH_MAX_ + 32];
+	const allot__cfg_node *vals[3];
+	snprintf(path, sizeof path, "%s.global_ceiling", prefix);
+	if (!top && map->type == NODE_MAP)
+		for (size_t i = 0; i + 1 < map->nkids; i += 2)
+			if (key_is(map->kids[i], "shed_order"))
+				return FAIL(c, map->kids[i],
+				    "shed_order in %s: the priority classes "
+				    "are the file's, expected them under "
+				    "quotas.global_ceiling",
+				    path);
+	int rc = walk_map(
+	    c, map, path, top ? tkeys : skeys, top ? 3 : 2, vals);
 	if (rc == ALLOT_OK)
-		rc = need(c, map, path, keys, vals, 1);
+		rc = need(c, map, path, tkeys, vals, 1);
 	if (rc != ALLOT_OK)
 		return rc;
 	/* Fields in file order, so the first bad one is reported. */
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
-		const allot__cfg_node *v = map->kids[i + 1];
-		if (key_is(map->kids[i], "tokens_per_second"))
-			rc = allot__cfg_get_rate(c, v,
-			    "quotas.global_ceiling.tokens_per_second",
-			    &c->cfg->ceiling_rate);
-		else
+		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
+		snprintf(
+		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
+		if (key_is(k, "tokens_per_second")) {
+			rc = allot__cfg_get_rate(c, v, what, rate);
+			sc->ceiling = v;
+		} else if (key_is(k, "overcommit")) {
+			rc = allot__cfg_get_bool(c, v, what, overcommit);
+		} else {
 			rc = parse_shed_order(c, v);
+		}
 	}
 	return rc;
+}
+
+/* The sections of a scope: `quotas`, or one service's mapping. */
+static int
+parse_scope(allot__cfg_ctx *c, const allot__cfg_node *map, const char *prefix,
+    allot__cfg_scope *sc, allot__service *svc)
+{
+	enum { K_DEFAULT, K_CALLERS, K_WEIGHTS, K_CEILING };
+	static const char *const keys[] = { "default", "callers",
+		"endpoint_weights", "global_ceiling" };
+	allot_config *cfg = c->cfg;
+	const allot__cfg_node *vals[4];
+	char path[PATH_MAX_];
+	int rc = walk_map(c, map, prefix, keys, 4, vals);
+	if (rc == ALLOT_OK && svc == NULL)
+		rc = need(c, map, prefix, keys, vals, 1);
+	/* Sections in file order, so the first bad one is reported. */
+	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
+		const allot__cfg_node *v = map->kids[i + 1];
+		switch (key_index(map->kids[i], keys, 4)) {
+		case K_DEFAULT:
+			snprintf(path, sizeof path, "%s.default", prefix);
+			if (svc != NULL &&
+			    (svc->def = calloc(1, sizeof *svc->def)) == NULL)
+				return allot__cfg_nomem(c);
+			allot__quota *d = svc != NULL ? svc->def : &cfg->def;
+			if (svc != NULL &&
+			    (d->identity = strdup("default")) == NULL)
+				return allot__cfg_nomem(c);
+			rc = parse_quota(
+			    c, v, path, Q_DEFAULT, NULL, d, &sc->def);
+			break;
+		case K_CALLERS:
+			rc = svc != NULL ? parse_callers(c, v, prefix, sc,
+			                       &svc->callers, &svc->ncallers) :
+			                   parse_callers(c, v, prefix, sc,
+			                       &cfg->callers, &cfg->ncallers);
+			break;
+		case K_WEIGHTS:
+			rc = svc != NULL ?
+			    parse_weights(c, v, prefix, &svc->endpoints,
+			        &svc->nendpoints, &svc->default_weight) :
+			    parse_weights(c, v, prefix, &cfg->endpoints,
+			        &cfg->nendpoints, &cfg->default_weight);
+			break;
+		case K_CEILING:
+			rc = svc != NULL ?
+			    parse_ceiling(c, v, prefix, false,
+			        &svc->ceiling_rate, &svc->overcommit, sc) :
+			    parse_ceiling(c, v, prefix, true,
+			        &cfg->ceiling_rate, &cfg->overcommit, sc);
+			break;
+		default: break;
+		}
+	}
+	return rc;
+}
+
+/* services: a mapping of service name to the sections it overrides. */
+static int
+parse_services(allot__cfg_ctx *c, const allot__cfg_node *map)
+{
+	allot_config *cfg = c->cfg;
+	char d[DBUF], q[QBUF], prefix[PATH_MAX_];
+	if (map->type != NODE_MAP)
+		return FAIL(c, map,
+		    "services is %s, expected a mapping of service name: "
+		    "quotas",
+		    allot__cfg_describe(map, d, sizeof d));
+	size_t n = map->nkids / 2;
+	if (n > ALLOT__MAX_SERVICES)
+		return FAIL(c, map->kids[2 * ALLOT__MAX_SERVICES],
+		    "too many services (%zu), expected at most %d", n,
+		    ALLOT__MAX_SERVICES);
+	if (n == 0)
+		return ALLOT_OK;
+	cfg->services = calloc(n, sizeof *cfg->services);
+	c->svc = calloc(n, sizeof *c->svc);
+	if (cfg->services == NULL || c->svc == NULL)
+		return allot__cfg_nomem(c);
+	c->nsvc = n;
+	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
+		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
+		const char *name = NULL;
+		int rc = allot__cfg_get_string(c, k, "service name",
+		    ALLOT__NAME_MAX, "a service name as agents register it",
+		    &name);
+		if (rc != ALLOT_OK)
+			return rc;
+		if (!allot__name_valid(name, ALLOT__NAME_MAX, true))
+			return FAIL(c, k,
+			    "service name %s must be 1-%u " ALLOT__NAME_RULE
+			    ", expected the name agents register with",
+			    QN(q, k), ALLOT__NAME_MAX);
+		for (size_t j = 0; j < i; j += 2) {
+			const allot__cfg_node *o = map->kids[j];
+			if (o->len == k->len &&
+			    memcmp(o->str, k->str, k->len) == 0)
+				return FAIL(c, k,
+				    "duplicate service %s (first at line "
+				    "%" PRIu32 "), expected each service once",
+				    QN(q, k), o->line);
+		}
+		allot__service *svc = &cfg->services[cfg->nservices];
+		allot__cfg_scope *sc = &c->svc[cfg->nservices];
+		cfg->nservices++;
+		if ((svc->name = strdup(name)) == NULL)
+			return allot__cfg_nomem(c);
+		svc->line = k->line;
+		sc->service = svc->name;
+		sc->name = k;
+		snprintf(prefix, sizeof prefix, "services.%s", name);
+		if ((rc = parse_scope(c, v, prefix, sc, svc)) != ALLOT_OK)
+			return rc;
+	}
+	return ALLOT_OK;
 }
 
 int
 allot__cfg_parse_root(allot__cfg_ctx *c, const allot__cfg_node *root)
 {
-	static const char *const top_keys[] = { "quotas" };
-	enum { K_DEFAULT, K_CALLERS, K_WEIGHTS, K_CEILING };
-	static const char *const keys[] = { "default", "callers",
-		"endpoint_weights", "global_ceiling" };
-	const allot__cfg_node *top[1], *vals[4];
+	static const char *const top_keys[] = { "quotas", "services" };
+	const allot__cfg_node *top[2];
 	char d[DBUF];
 	if (root == NULL || allot__cfg_is_null(root))
 		return FAIL_AT(c, root ? root->line : 1, root ? root->col : 1,
@@ -377,30 +863,20 @@ allot__cfg_parse_root(allot__cfg_ctx *c, const allot__cfg_node *root)
 		    "the document is %s, expected a mapping with a top-level "
 		    "\"quotas\" key",
 		    allot__cfg_describe(root, d, sizeof d));
-	int rc = walk_map(c, root, "the top level", top_keys, 1, top);
+	int rc = walk_map(c, root, "the top level", top_keys, 2, top);
 	if (rc != ALLOT_OK)
 		return rc;
 	if (top[0] == NULL)
 		return FAIL(c, root,
 		    "missing required key \"quotas\" at the top level, "
 		    "expected a top-level \"quotas\" mapping");
-	const allot__cfg_node *quotas = top[0];
-	rc = walk_map(c, quotas, "quotas", keys, 4, vals);
-	if (rc == ALLOT_OK)
-		rc = need(c, quotas, "quotas", keys, vals, 1);
 	/* Sections in file order, so the first bad one is reported. */
-	for (size_t i = 0; i + 1 < quotas->nkids && rc == ALLOT_OK; i += 2) {
-		const allot__cfg_node *v = quotas->kids[i + 1];
-		switch (key_index(quotas->kids[i], keys, 4)) {
-		case K_DEFAULT:
-			rc = parse_quota(c, v, "quotas.default", true,
-			    &c->cfg->def, &c->def);
-			break;
-		case K_CALLERS: rc = parse_callers(c, v); break;
-		case K_WEIGHTS: rc = parse_weights(c, v); break;
-		case K_CEILING: rc = parse_ceiling(c, v); break;
-		default: break;
-		}
+	for (size_t i = 0; i + 1 < root->nkids && rc == ALLOT_OK; i += 2) {
+		const allot__cfg_node *v = root->kids[i + 1];
+		if (v == top[0])
+			rc = parse_scope(c, v, "quotas", &c->top, NULL);
+		else
+			rc = parse_services(c, v);
 	}
 	return rc;
 }

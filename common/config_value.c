@@ -321,6 +321,62 @@ allot__cfg_get_rate(
 	    ret);
 }
 
+static const char *
+unit_word(uint32_t unit_s)
+{
+	switch (unit_s) {
+	case 60: return "minute";
+	case 3600: return "hour";
+	case 86400: return "day";
+	default: return "second";
+	}
+}
+
+int
+allot__cfg_get_rate_per(allot__cfg_ctx *c, const allot__cfg_node *n,
+    const char *what, uint32_t unit_s, double *ret)
+{
+	char q[QBUF], pos[48];
+	if (unit_s <= 1)
+		return allot__cfg_get_rate(c, n, what, ret);
+	double v = 0;
+	int rc = get_number(c, n, what, &v);
+	if (rc != ALLOT_OK)
+		return rc;
+	if (v <= 0) {
+		snprintf(pos, sizeof pos, "a rate > 0 tokens/%s",
+		    unit_word(unit_s));
+		return FAIL(
+		    c, n, "%s is %s, expected %s", what, NUM(q, n), pos);
+	}
+	double r = v / unit_s;
+	if (!(r >= ALLOT__RATE_MIN && r <= ALLOT__RATE_MAX))
+		return FAIL(c, n,
+		    "%s is %s, which is %.3g tokens/s, out of range, expected "
+		    "a rate in [" STR(ALLOT__RATE_MIN) ", " STR(
+		        ALLOT__RATE_MAX) "] tokens/s",
+		    what, NUM(q, n), r);
+	*ret = r;
+	return ALLOT_OK;
+}
+
+int
+allot__cfg_get_amount(
+    allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)
+{
+	char q[QBUF];
+	double v = 0;
+	int rc = get_number(c, n, what, &v);
+	if (rc != ALLOT_OK)
+		return rc;
+	if (v < 0 || v > ALLOT__RATE_MAX * 86400.0)
+		return FAIL(c, n,
+		    "%s is %s, out of range, expected a number of tokens >= 0",
+		    what, NUM(q, n));
+	*ret = v;
+	return ALLOT_OK;
+}
+
 int
 allot__cfg_get_burst(
     allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)

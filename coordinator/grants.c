@@ -202,7 +202,7 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 	    (double) since(now, svc->last_alloc_ns) / 1e9 :
 	    0;
 	allot__alloc_service as = {
-		.ceiling_rate = v->cfg->ceiling_rate,
+		.ceiling_rate = allot__cfgv_ceiling(v, svc->name),
 		.window_s = window_s,
 		.nreplicas = svc->nsess,
 		.quotas = st->aq,
@@ -247,7 +247,7 @@ allot__grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
 {
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
-	double C = st->cur->cfg->ceiling_rate;
+	double C = allot__cfgv_ceiling(st->cur, svc->name);
 	bool fresh = isnan(key->grant_rate);
 	double held_r = fresh ? 0 : key->grant_rate;
 	double held_b = fresh ? 0 : key->grant_burst;
@@ -311,7 +311,7 @@ allot__record_shares(allot__state *st, service *svc)
 		if (st->o.store != NULL && key->q >= 0 && !s->placeholder &&
 		    !isnan(key->grant_rate))
 			allot__store_share(st->o.store, s->id, svc->name,
-			    st->cur->q[key->q]->identity, key->grant_rate,
+			    st->cur->names[key->q], key->grant_rate,
 			    key->grant_burst, until);
 	}
 }

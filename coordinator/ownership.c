@@ -75,9 +75,8 @@ allot__own_quotas(allot__state *st, service *svc, uint64_t now)
 	for (size_t q = 0; q < v->nq; q++) {
 		squota *sq = &svc->q[q];
 		int o = allot__rendezvous_owner(
-		    allot__rendezvous_key(svc->name, v->q[q]->identity),
-		    st->cl_hash, st->cl_cut_off ? NULL : st->cl_live,
-		    st->cl_n);
+		    allot__rendezvous_key(svc->name, v->names[q]), st->cl_hash,
+		    st->cl_cut_off ? NULL : st->cl_live, st->cl_n);
 		bool own = o == (int) st->cl_self;
 		if (own && sq->disowned) {
 			sq->disowned = false;

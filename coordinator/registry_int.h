@@ -45,21 +45,39 @@
 #include "rendezvous.h"
 #include "state.h"
 
+/* One service's view of the file (config_view.c): the quotas that
+ * apply to it, indexed by wire key, each mapped to its quota index. */
+typedef struct cfgv_svc {
+	const char *name; /* into cfg */
+	allot_config *view; /* allot__config_select(), owned */
+	allot__config_index index; /* wire key -> view quota (0: default) */
+	int32_t *gq; /* view quota -> quota index */
+} cfgv_svc;
+
 /* A loaded config with what the hot paths derive from it (config_view.c).
  * Owns the config and its arrays, and never changes once built. The
  * loop thread replaces st->cur under the lock (allot__state_reload())
  * and frees the old view after unlocking: nothing may keep a pointer
- * into it past the lock (render.c copies what it shows). */
+ * into it past the lock (render.c copies what it shows). Quota indexes
+ * are shared by every service: 0 is the top-level default, 1..ntop-1 the
+ * top-level callers, then each service section's own quotas; a service
+ * reaches only those of its view (allot__cfgv_find_svc()). */
 typedef struct cfgv {
 	allot_config *cfg;
 	uint64_t epoch;
 	int64_t loaded_wall_ms;
 	char *path;
-	size_t nq; /* 1 + ncallers: index 0 is default */
+	size_t nq; /* quotas of every scope */
+	size_t ntop; /* 1 + ncallers: the top level's */
 	const allot__quota **q; /* q[i] for quota index i */
+	const char **names; /* q[i]'s wire key (allot__quota_key()) */
+	const char **qsvc; /* the service whose section q[i] is; NULL: the
+	                      top level's, in every service's view */
 	double *rate; /* q[i]->rate, contiguous */
 	double *burst;
-	allot__config_index index; /* identity -> quota index */
+	allot__config_index index; /* the top level: wire key -> index */
+	cfgv_svc *svc; /* the services the file names, by name */
+	size_t nsvc;
 } cfgv;
 
 /* One interned key of a session: owned by its session (the array of its
@@ -347,8 +365,22 @@ key_id(const session *s, const skey *key)
 /* ---- config_view.c ---- */
 
 void allot__cfgv_free(cfgv *v);
-/* The quota index of identity[0..len), or -1. */
-int32_t allot__cfgv_find(const cfgv *v, const char *identity, size_t len);
+/* The quota index of wire key key[0..len) in the top-level view (the
+ * view of every service the file does not name), or -1. */
+int32_t allot__cfgv_find(const cfgv *v, const char *key, size_t len);
+/* The quota index of wire key key[0..len) for service `sname` (NULL, or a
+ * service the file does not name: the top level's), or -1: what keys of
+ * that service's replicas resolve through. */
+int32_t allot__cfgv_find_svc(
+    const cfgv *v, const char *sname, const char *key, size_t len);
+/* The quotas of `service`'s view: allot__cfgv_at(v, service, i) for i
+ * below allot__cfgv_count(v, service) is a quota index. */
+size_t allot__cfgv_count(const cfgv *v, const char *sname);
+int32_t allot__cfgv_at(const cfgv *v, const char *sname, size_t i);
+/* in[i] for every quota index i: whether `sname`'s view has it. */
+void allot__cfgv_mask(const cfgv *v, const char *sname, bool *in);
+/* The ceiling of `service`'s view (0: none). */
+double allot__cfgv_ceiling(const cfgv *v, const char *sname);
 /* Takes ownership of `cfg` only on success. */
 cfgv *allot__cfgv_new(allot_config *cfg, const char *path, uint64_t epoch);
 const char *allot__cfgv_priority_name(const cfgv *v, uint32_t p);

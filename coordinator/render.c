@@ -60,11 +60,14 @@ typedef struct snap_service {
 	uint32_t nsess;
 	snap_replica *reps; /* NULL in a snapshot without sessions */
 	snap_quota *q; /* nq */
+	bool *in; /* nq: whether the service's view has the quota */
 } snap_service;
 
 /* One quota of the config in force. */
 typedef struct snap_qcfg {
-	const char *identity;
+	const char *identity; /* its wire key: "IDENTITY ENDPOINT" for an
+	                         endpoint quota */
+	const char *service; /* NULL: the top level's (every service's) */
 	double rate;
 	double burst;
 	const char *priority;
@@ -180,14 +183,18 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 		return false;
 	for (size_t q = 0; q < v->nq; q++) {
 		sn->qc[q] = (snap_qcfg) {
-			.identity = snap_str(sn, v->q[q]->identity),
+			.identity = snap_str(sn, v->names[q]),
+			.service = v->qsvc[q] != NULL ?
+			    snap_str(sn, v->qsvc[q]) :
+			    NULL,
 			.rate = v->rate[q],
 			.burst = v->burst[q],
 			.priority = snap_str(sn,
 			    allot__cfgv_priority_name(v, v->q[q]->priority)),
 			.shadow = v->q[q]->shadow,
 		};
-		if (sn->qc[q].identity == NULL || sn->qc[q].priority == NULL)
+		if (sn->qc[q].identity == NULL || sn->qc[q].priority == NULL ||
+		    (v->qsvc[q] != NULL && sn->qc[q].service == NULL))
 			return false;
 	}
 	for (size_t i = 0; i < st->nsvcs; i++) {
@@ -197,9 +204,12 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 			.name = snap_str(sn, svc->name),
 			.nsess = svc->nsess,
 			.q = snap_alloc(sn, v->nq, sizeof *ss->q),
+			.in = snap_alloc(sn, v->nq, sizeof *ss->in),
 		};
-		if (ss->name == NULL || ss->q == NULL)
+		if (ss->name == NULL || ss->q == NULL || ss->in == NULL)
 			return false;
+		/* A service shows the quotas of its view only. */
+		allot__cfgv_mask(v, svc->name, ss->in);
 		for (size_t q = 0; q < v->nq; q++) {
 			const squota *sq = &svc->q[q];
 			ss->q[q] = (snap_quota) {
@@ -268,6 +278,8 @@ sq_family(const snap *sn, allot__buf *b, const char *name, const char *type,
 		for (size_t q = 0; q < sn->nq; q++) {
 			const squota *sq = &svc->q[q].sq;
 			const snap_qcfg *qc = &sn->qc[q];
+			if (!svc->in[q])
+				continue;
 			sq_labels(b, name, svc, qc->identity);
 			switch (f) {
 			case F_ALLOWED:
@@ -378,6 +390,11 @@ quota_series(const snap *sn, allot__buf *b, const char *name, const char *help,
 	for (size_t q = 0; q < sn->nq; q++) {
 		allot__buf_printf(b, "%s{quota=\"", name);
 		allot__buf_label(b, sn->qc[q].identity);
+		/* A service section's own quota: one series per service. */
+		if (sn->qc[q].service != NULL) {
+			allot__buf_puts(b, "\",service=\"");
+			allot__buf_label(b, sn->qc[q].service);
+		}
 		allot__buf_puts(b, "\"} ");
 		allot__buf_num(b, burst ? sn->qc[q].burst : sn->qc[q].rate);
 		allot__buf_puts(b, "\n");
@@ -448,10 +465,14 @@ put_num(allot__buf *b, const char *name, double v)
 
 /* The opening of quota `q`'s object, with its configuration. */
 static void
-put_quota(allot__buf *b, size_t q, const snap_qcfg *qc)
+put_quota(allot__buf *b, bool comma, const snap_qcfg *qc)
 {
-	allot__buf_puts(b, q ? ",{\"quota\":" : "{\"quota\":");
+	allot__buf_puts(b, comma ? ",{\"quota\":" : "{\"quota\":");
 	allot__buf_json(b, qc->identity);
+	if (qc->service != NULL) {
+		allot__buf_puts(b, ",\"service\":");
+		allot__buf_json(b, qc->service);
+	}
 	put_num(b, "rate", qc->rate);
 	put_num(b, "burst", qc->burst);
 	allot__buf_puts(b, ",\"priority\":");
@@ -505,12 +526,13 @@ status_replicas(const snap_service *svc, allot__buf *b)
 
 /* One quota of one service, with its shares. */
 static void
-status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
+status_quota(const snap *sn, const snap_service *svc, size_t q, bool comma,
+    allot__buf *b)
 {
 	const snap_quota *sqs = &svc->q[q];
 	const squota *sq = &sqs->sq;
 	const snap_qcfg *qc = &sn->qc[q];
-	put_quota(b, q, qc);
+	put_quota(b, comma, qc);
 	put_num(b, "sum_rate", sq->granted_rate);
 	put_num(b, "sum_burst", sq->granted_burst);
 	put_num(b, "target_sum_rate", sq->target_sum_rate);
@@ -568,7 +590,7 @@ status_tail(const snap *sn, const allot__store *store,
 	allot__buf_printf(b, "],\"pid\":%ld,\"quotas\":[", (long) getpid());
 	for (size_t q = 0; q < sn->nq; q++) {
 		const snap_qcfg *qc = &sn->qc[q];
-		put_quota(b, q, qc);
+		put_quota(b, q > 0, qc);
 		allot__buf_printf(
 		    b, ",\"shadow\":%s}", qc->shadow ? "true" : "false");
 	}
@@ -610,8 +632,13 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 		    b, ",\"live_replicas\":%u,\"replicas\":[", svc->nsess);
 		status_replicas(svc, b);
 		allot__buf_puts(b, "],\"quotas\":[");
-		for (size_t q = 0; q < sn.nq; q++)
-			status_quota(&sn, svc, q, b);
+		bool comma = false;
+		for (size_t q = 0; q < sn.nq; q++) {
+			if (!svc->in[q])
+				continue;
+			status_quota(&sn, svc, q, comma, b);
+			comma = true;
+		}
 		allot__buf_puts(b, "]}");
 	}
 	status_tail(&sn, st->o.store, &ss, b);

@@ -126,7 +126,8 @@ reg_intern_keys(reg *r)
 	uint32_t nknown = 0;
 	char *const *wire = r->req->keys;
 	for (uint32_t k = 0; k < s->nwire; k++) {
-		int32_t q = allot__cfgv_find(v, wire[k], strlen(wire[k]));
+		int32_t q = allot__cfgv_find_svc(
+		    v, r->req->service, wire[k], strlen(wire[k]));
 		r->q[k] = q;
 		if (q < 0) {
 			r->unknown[r->nunknown++] = k;

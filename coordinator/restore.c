@@ -52,27 +52,29 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 	s->replica_id = strdup(r->replica_id);
 	if (svc == NULL || s->replica_id == NULL)
 		goto drop;
-	/* A placeholder holds one key per quota (names kept for reloads). */
+	/* A placeholder holds one key per quota of its service's view
+	 * (names kept for reloads). */
 	const cfgv *v = st->cur;
-	size_t blob = 0;
-	for (size_t q = 0; q < v->nq; q++)
-		blob += strlen(v->q[q]->identity) + 1;
-	s->keys = calloc(v->nq, sizeof *s->keys);
-	s->names = calloc(v->nq, sizeof *s->names);
+	size_t nv = allot__cfgv_count(v, r->service), blob = 0;
+	for (size_t i = 0; i < nv; i++)
+		blob += strlen(v->names[allot__cfgv_at(v, r->service, i)]) + 1;
+	s->keys = calloc(nv, sizeof *s->keys);
+	s->names = calloc(nv, sizeof *s->names);
 	s->names_blob = malloc(blob);
 	if (s->keys == NULL || s->names == NULL || s->names_blob == NULL)
 		goto drop;
 	char *p = s->names_blob;
-	for (size_t q = 0; q < v->nq; q++) {
-		size_t len = strlen(v->q[q]->identity);
-		memcpy(p, v->q[q]->identity, len + 1);
-		s->names[q] = p;
+	for (size_t i = 0; i < nv; i++) {
+		int32_t q = allot__cfgv_at(v, r->service, i);
+		size_t len = strlen(v->names[q]);
+		memcpy(p, v->names[q], len + 1);
+		s->names[i] = p;
 		p += len + 1;
-		s->keys[q].q = (int32_t) q;
-		s->keys[q].grant_rate = NAN;
-		s->keys[q].grant_burst = NAN;
+		s->keys[i].q = q;
+		s->keys[i].grant_rate = NAN;
+		s->keys[i].grant_burst = NAN;
 	}
-	s->nwire = s->nkeys = s->nknown = (uint32_t) v->nq;
+	s->nwire = s->nkeys = s->nknown = (uint32_t) nv;
 	s->id = r->session;
 	s->placeholder = true;
 	s->interval_s = (double) st->o.interval_ms / 1e3;
@@ -100,7 +102,8 @@ on_restored_level(void *arg, const allot__store_level *l)
 	allot__state *st = rc->st;
 	if (l->service == NULL || l->quota == NULL)
 		return;
-	int32_t q = allot__cfgv_find(st->cur, l->quota, strlen(l->quota));
+	int32_t q = allot__cfgv_find_svc(
+	    st->cur, l->service, l->quota, strlen(l->quota));
 	if (q < 0 || !isfinite(l->level))
 		return;
 	bool full;

@@ -156,13 +156,13 @@ allot__state_second(allot__state *st)
 			if (store != NULL &&
 			    (sq->win_allowed > 0 || sq->win_denied > 0))
 				allot__store_usage(store, svc->name,
-				    v->q[q]->identity, sq->win_allowed,
+				    v->names[q], sq->win_allowed,
 				    sq->win_denied, sq->demand_sum,
 				    svc->nsess);
 			if (store != NULL &&
 			    !(fabs(sq->level - sq->level_recorded) < 1e-6)) {
-				allot__store_level(store, svc->name,
-				    v->q[q]->identity, sq->level);
+				allot__store_level(
+				    store, svc->name, v->names[q], sq->level);
 				sq->level_recorded = sq->level;
 			}
 			sq->win_allowed = 0;
@@ -191,15 +191,20 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 {
 	bool added = false;
 	for (size_t q = 0; q < nv->nq; q++) {
-		const char *id = nv->q[q]->identity;
-		int32_t oq = allot__cfgv_find(ov, id, strlen(id));
+		/* Only the quotas of this service's view carry its state. */
+		const char *id = nv->names[q];
+		bool in_view = allot__cfgv_find_svc(nv, svc->name, id,
+		                   strlen(id)) == (int32_t) q;
+		int32_t oq = in_view ?
+		    allot__cfgv_find_svc(ov, svc->name, id, strlen(id)) :
+		    -1;
 		if (oq >= 0) {
 			nq[q] = svc->q[oq];
 			if (nq[q].level > nv->burst[q])
 				nq[q].level = nv->burst[q];
 		} else {
 			allot__squota_init(&nq[q], nv, q);
-			added = true;
+			added |= in_view;
 		}
 	}
 	free(svc->q);
@@ -209,8 +214,8 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 		s->nknown = 0;
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
-			key->q = allot__cfgv_find(
-			    nv, s->names[k], strlen(s->names[k]));
+			key->q = allot__cfgv_find_svc(
+			    nv, svc->name, s->names[k], strlen(s->names[k]));
 			if (key->q >= 0)
 				s->nknown++;
 		}
@@ -351,7 +356,7 @@ allot__state_foreach_share(
 				.replica_id = s->replica_id,
 				.session = s->id,
 				.quota = key->q,
-				.identity = v->q[key->q]->identity,
+				.identity = v->names[key->q],
 				.restored = s->placeholder,
 				.fresh = s->placeholder || s->last_seq < 2,
 				.demand = s->placeholder ?
@@ -392,7 +397,7 @@ allot__state_quota_get(
 		squota *sq = &svc->q[q];
 		allot__level_bring(sq, v->rate[q], v->burst[q], now);
 		*ret = (allot__state_quota) {
-			.identity = v->q[q]->identity,
+			.identity = v->names[q],
 			.rate = v->rate[q],
 			.burst = v->burst[q],
 			.allowance = sq->allowance,

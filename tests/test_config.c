@@ -13,114 +13,8 @@
 #include <string.h>
 
 #include "config.h"
+#include "config_util.h"
 #include "runner.h"
-
-#define DATA(f) ALLOT_TEST_DATA "/" f
-
-#define CHECKOUT "spiffe://prod.example.internal/ns/payments/sa/checkout"
-#define SEARCH "spiffe://prod.example.internal/ns/search/sa/search"
-#define REPORTING "spiffe://prod.example.internal/ns/analytics/sa/reporting"
-
-static allot_config *
-load_ok(const char *path)
-{
-	char err[512] = "";
-	allot_config *cfg = NULL;
-	int rc = allot_config_load(path, err, sizeof err, &cfg);
-	ck_assert_msg(rc == ALLOT_OK, "%s: rc %d: %s", path, rc, err);
-	ck_assert_ptr_nonnull(cfg);
-	return cfg;
-}
-
-static allot_config *
-parse_ok(const char *text)
-{
-	char err[512] = "";
-	allot_config *cfg = NULL;
-	int rc = allot_config_parse(
-	    "t.yaml", text, strlen(text), err, sizeof err, &cfg);
-	ck_assert_msg(rc == ALLOT_OK, "rc %d: %s\n--\n%s", rc, err, text);
-	ck_assert_ptr_nonnull(cfg);
-	return cfg;
-}
-
-/* Parse `text` (as "t.yaml") and require ALLOT_ECONFIG, a message at
- * line:col containing `want` and of the form "what, expected what", and
- * the output pointer left alone. */
-static void
-expect_bad_len(
-    const char *text, size_t len, int line, int col, const char *want)
-{
-	char err[1024], prefix[64];
-	allot_config sentinel;
-	allot_config *cfg = &sentinel;
-	memset(err, 'x', sizeof err);
-	int rc = allot_config_parse(
-	    "t.yaml", text, len, err, sizeof err, &cfg);
-	ck_assert_msg(rc == ALLOT_ECONFIG, "rc %d (%s) for:\n%s", rc,
-	    rc == ALLOT_OK ? "loaded" : err, text);
-	ck_assert_ptr_eq(cfg, &sentinel);
-	snprintf(prefix, sizeof prefix, "t.yaml:%d:%d: ", line, col);
-	ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0,
-	    "want position %s, got: %s", prefix, err);
-	ck_assert_msg(
-	    strstr(err, want) != NULL, "want \"%s\" in: %s", want, err);
-	ck_assert_msg(strstr(err, ", expected ") != NULL,
-	    "no \", expected\" in: %s", err);
-}
-
-static void
-expect_bad(const char *text, int line, int col, const char *want)
-{
-	expect_bad_len(text, strlen(text), line, col, want);
-}
-
-static char *
-slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_ptr_nonnull(f);
-	char *buf = malloc(1 << 16);
-	ck_assert_ptr_nonnull(buf);
-	size_t n = fread(buf, 1, (1 << 16) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
-}
-
-/* Replace the one occurrence of `from` in `text` by `to` (new string). */
-static char *
-edit(const char *text, const char *from, const char *to)
-{
-	const char *at = strstr(text, from);
-	ck_assert_msg(at != NULL, "\"%s\" not in text", from);
-	ck_assert_ptr_null(strstr(at + 1, from));
-	size_t head = (size_t) (at - text);
-	char *out = malloc(strlen(text) + strlen(to) + 1);
-	ck_assert_ptr_nonnull(out);
-	memcpy(out, text, head);
-	strcpy(out + head, to);
-	strcat(out, at + strlen(from));
-	return out;
-}
-
-static uint64_t
-digest_of(const char *text)
-{
-	allot_config *cfg = parse_ok(text);
-	uint64_t d = cfg->digest;
-	allot_config_free(cfg);
-	return d;
-}
-
-static const char *
-class_of(const allot_config *cfg, const allot__quota *q)
-{
-	ck_assert_uint_lt(q->priority, cfg->nclasses);
-	return cfg->classes[q->priority];
-}
-
-/* ------------------------------------------------------------------ */
 
 START_TEST(reference_loads_with_exact_values)
 {
@@ -228,7 +122,20 @@ START_TEST(digest_follows_content)
 		{ "burst: 600", "burst: 601" },
 		{ "priority: standard", "priority: batch" },
 		{ "tokens_per_second: 800", "tokens_per_second: 801" },
-		{ "shared: true", "shared: false" },
+		{ "      priority: batch ",
+		    "      owner: team-analytics\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      reason: nightly reports\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      expected_peak: 80\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      labels: {ticket: OPS-1}\n      priority: batch " },
+		{ "      priority: batch ",
+		    "      candidate: {tokens_per_second: 90, burst: 200}\n"
+		    "      priority: batch " },
+		{ "tokens_per_second: 300", "tokens_per_minute: 18000" },
+		{ "    tokens_per_second: 800\n",
+		    "    tokens_per_second: 800\n    overcommit: true\n" },
 		{ "default: 1\n", "default: 2\n" },
 		{ "sa/search\"", "sa/search2\"" },
 		{ "[low, batch, standard, critical]",
@@ -256,7 +163,7 @@ START_TEST(shadow_fallback_and_custom_classes)
 	ck_assert_str_eq(cfg->classes[1], "silver");
 	ck_assert_str_eq(cfg->classes[2], "gold");
 
-	ck_assert(!cfg->def.shared);
+	ck_assert(cfg->def.shared);
 	ck_assert(!cfg->def.shadow);
 	ck_assert_int_eq(cfg->def.fallback, ALLOT_FALLBACK_CLOSED);
 	ck_assert_str_eq(class_of(cfg, &cfg->def), "bulk");
@@ -322,11 +229,12 @@ START_TEST(scalar_spellings)
 	    " shadow: NO, fallback: \"closed\"}\n"
 	    "    - {identity: \"007\", tokens_per_second: 1E1, burst: 30,"
 	    " shadow: TRUE}\n"
-	    "    - {identity: 'b c', tokens_per_second: 0.001,"
+	    "    - {identity: 'b c', tokens_per_second: 0.000001,"
 	    " burst: 1000000000}\n"
 	    "    - {identity: d, tokens_per_second: 1000000000, burst: 30}\n"
 	    "  endpoint_weights: {\"/a\": +3, /b: 30, default: 1}\n"
-	    "  global_ceiling: {tokens_per_second: 0.001}\n");
+	    "  global_ceiling: {tokens_per_second: 0.000001, overcommit: "
+	    "yes}\n");
 	ck_assert_double_eq(cfg->def.rate, 0.5);
 	ck_assert_double_eq(cfg->def.burst, 1000);
 	ck_assert(cfg->def.shadow);
@@ -526,17 +434,6 @@ END_TEST
 /* Bad files                                                          */
 /* ------------------------------------------------------------------ */
 
-/* A valid head: lines 1-2. On line 2 the rate is at column 32 and the
- * burst at column 43. */
-#define HEAD "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
-/* One block-style caller, lines 3-6: `-` at 4:5, identity value at 4:17,
- * rate value at 5:26, burst value at 6:14. */
-#define CALLER(id, rate, burst)               \
-	"  callers:\n"                        \
-	"    - identity: " id "\n"            \
-	"      tokens_per_second: " rate "\n" \
-	"      burst: " burst "\n"
-
 /* A table: kept as written, one case per entry. */
 /* clang-format off */
 static const struct bad {
@@ -547,7 +444,9 @@ static const struct bad {
 	/* unknown keys, named, with the allowed ones listed */
 	{ "quotas:\n  default:\n    tokens_per_second: 10\n    burts: 20\n",
 	  4, 5, "unknown key \"burts\" in quotas.default, expected one of: "
-	  "tokens_per_second, burst, priority, shadow, fallback, shared" },
+	  "tokens_per_second, tokens_per_minute, tokens_per_hour, "
+	  "tokens_per_day, burst, priority, shadow, fallback, shared, owner, "
+	  "reason, expected_peak, labels, candidate" },
 	{ "verbose: true\n" HEAD, 1, 1,
 	  "unknown key \"verbose\" in the top level, expected one of: "
 	  "quotas" },
@@ -556,7 +455,9 @@ static const struct bad {
 	  "global_ceiling" },
 	{ HEAD CALLER("a", "5", "30") "      shared: true\n", 7, 7,
 	  "unknown key \"shared\" in quotas.callers[0], expected one of: "
-	  "identity, tokens_per_second, burst, priority, shadow, fallback" },
+	  "identity, tokens_per_second, tokens_per_minute, tokens_per_hour, "
+	  "tokens_per_day, burst, priority, shadow, fallback, owner, reason, "
+	  "expected_peak, labels, candidate, endpoints" },
 	{ HEAD "  global_ceiling: {tokens_per_second: 5, order: [a]}\n", 3, 42,
 	  "unknown key \"order\" in quotas.global_ceiling, expected one of: "
 	  "tokens_per_second, shed_order" },
@@ -618,13 +519,13 @@ static const struct bad {
 	  "burst is -.Inf, which is infinite, expected a finite number" },
 	{ "quotas:\n  default: {tokens_per_second: 1e999, burst: 20}\n", 2, 32,
 	  "is 1e999, which overflows, expected a finite number" },
-	{ "quotas:\n  default: {tokens_per_second: 0.0009, burst: 20}\n",
+	{ "quotas:\n  default: {tokens_per_second: 0.0000009, burst: 20}\n",
 	  2, 32,
-	  "tokens_per_second is 0.0009, out of range, expected a rate in "
-	  "[0.001, 1e9] tokens/s" },
+	  "tokens_per_second is 0.0000009, out of range, expected a rate in "
+	  "[1e-6, 1e9] tokens/s" },
 	{ "quotas:\n  default: {tokens_per_second: 1.5e9, burst: 20}\n", 2, 32,
 	  "tokens_per_second is 1.5e9, out of range, expected a rate in "
-	  "[0.001, 1e9] tokens/s" },
+	  "[1e-6, 1e9] tokens/s" },
 	{ "quotas:\n  default: {tokens_per_second: 010, burst: 20}\n", 2, 32,
 	  "leading zero (octal in YAML 1.1), expected a decimal number" },
 	{ "quotas:\n  default: {tokens_per_second: 0x10, burst: 20}\n", 2, 32,
@@ -935,6 +836,32 @@ START_TEST(caller_count_limit)
 	expect_bad(text, 4 + ALLOT__MAX_CALLERS, 7,
 	    "too many callers (65537), expected at most 65536");
 	free(text);
+	/* A service's view counts the top level's callers and its own:
+	 * overriding one adds nothing, adding one more is too many. */
+	char *base = with_callers(ALLOT__MAX_CALLERS, SIZE_MAX);
+	size_t len = strlen(base) + 256;
+	text = malloc(len);
+	ck_assert_ptr_nonnull(text);
+	snprintf(text, len,
+	    "%sservices:\n  s: {callers: [{identity: c7, "
+	    "tokens_per_second: 2, burst: 20}]}\n",
+	    base);
+	cfg = parse_ok(text);
+	allot_config *view = NULL;
+	ck_assert_int_eq(allot__config_select(cfg, "s", &view), ALLOT_OK);
+	ck_assert_uint_eq(view->ncallers, ALLOT__MAX_CALLERS);
+	ck_assert_double_eq(view->callers[7].rate, 2);
+	allot_config_free(view);
+	allot_config_free(cfg);
+	snprintf(text, len,
+	    "%sservices:\n  s: {callers: [{identity: more, "
+	    "tokens_per_second: 2, burst: 20}]}\n",
+	    base);
+	expect_bad(text, 4 + ALLOT__MAX_CALLERS + 1, 3,
+	    "service \"s\" has 65537 quotas in its view (the top level's "
+	    "and its own), expected at most 65536");
+	free(text);
+	free(base);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <allot/allot.h>
 #include <json-c/json.h>
 
 #define EXIT_FAIL 1 /* the command ran and the answer is "no" */
@@ -55,6 +56,15 @@ int ctl_cmd_shares(const ctl *c);
 int ctl_cmd_top_denied(const ctl *c);
 int ctl_cmd_reload(const ctl *c);
 int ctl_cmd_check_config(const ctl *c);
+/* The quota table and sizing of one view of a quota file (a config
+ * without services, or one made by allot__config_select()), on stdout:
+ * the quotas with their units and candidates, their review metadata,
+ * then "allocation:", "ceiling:", "burst:" and, with capacity > 0
+ * (requests/s tested), "capacity:" with the margin the ceiling leaves
+ * below it or a warning when the ceiling is above it. Returns the
+ * overcommit (the sum of the rates over the ceiling; 0 without one).
+ * allotctl_config.c; allotctl diff calls it too. */
+double ctl_print_sizing(const allot_config *cfg, double capacity);
 int ctl_cmd_audit(const ctl *c);
 
 /* ------------------------------------------------------------------ */

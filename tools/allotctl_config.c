@@ -4,9 +4,13 @@
  * allotd and the agents use, then print its quotas and the sizing
  * arithmetic: the callers' rates against the global ceiling (the
  * overcommit), the correlated burst (every caller spending rate + burst
- * in the same second) and both as a share of a tested capacity. The
- * public API can load a file but does not expose the quotas inside it,
- * so this is the one part of allotctl that reads common/config.h.
+ * in the same second) and both as a share of a tested capacity, with the
+ * margin the ceiling leaves below it. A file with services is shown once
+ * per view: the top level, then each service's (allot__config_select()),
+ * each with its own sizing. The public API can load a file but does not
+ * expose the quotas inside it, so this (and allotctl diff, which calls
+ * ctl_print_sizing()) is the part of allotctl that reads
+ * common/config.h.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -16,48 +20,135 @@
 #include <allot/allot.h>
 
 #include "allotctl.h"
+#include "bucket.h"
 #include "config.h"
 
 /* What the sizing lines add up. */
 typedef struct sums {
-	double rate, burst; /* over the named callers */
+	double rate, burst; /* over the named callers and endpoint quotas */
+	size_t ncallers, nendpoint; /* caller-wide and endpoint quotas */
 	char *sr, *sb, *sf; /* rate, burst, rate + burst, as printed */
 } sums;
 
-/* The quota table: every caller, then the default. */
+static const char *
+unit_name(uint32_t unit_s)
+{
+	switch (unit_s) {
+	case 60: return "min";
+	case 3600: return "hour";
+	case 86400: return "day";
+	default: return "s";
+	}
+}
+
+/* A rate as written: "1000/day". */
+static char *
+rate_as_written(double rate, uint32_t unit_s)
+{
+	uint32_t u = unit_s > 0 ? unit_s : 1;
+	char *n = ctl_num(rate * u);
+	char buf[96];
+	snprintf(buf, sizeof buf, "%s/%s", n, unit_name(u));
+	free(n);
+	return ctl_strdup(buf);
+}
+
+static char *
+candidate_text(const allot__quota *q)
+{
+	if (!(q->cand_rate > 0))
+		return ctl_strdup("-");
+	char *r = rate_as_written(q->cand_rate, q->unit_s);
+	char *b = ctl_num(q->cand_burst);
+	char buf[192];
+	snprintf(buf, sizeof buf, "%s+%s", r, b);
+	free(r);
+	free(b);
+	return ctl_strdup(buf);
+}
+
+static void
+quota_row(
+    ctl_table *t, const allot_config *cfg, const allot__quota *q, char *name)
+{
+	ctl_table_row(&t[0], name, ctl_strdup(cfg->classes[q->priority]),
+	    ctl_num(q->rate), ctl_num(q->burst), ctl_num(q->rate + q->burst),
+	    ctl_strdup(q->shadow ? "shadow" : "enforce"),
+	    rate_as_written(q->rate, q->unit_s), candidate_text(q));
+}
+
+/* "review:" lines: the metadata of every quota that has some. */
+static void
+print_review(const allot_config *cfg)
+{
+	bool any = false;
+	for (size_t i = 0; i <= cfg->ncallers; i++) {
+		const allot__quota *q = i < cfg->ncallers ? &cfg->callers[i] :
+		                                            &cfg->def;
+		if (q->owner == NULL && q->reason == NULL &&
+		    !(q->expected_peak > 0) && q->nlabels == 0)
+			continue;
+		if (!any)
+			printf("\nreview:\n");
+		any = true;
+		char key[ALLOT_IDENTITY_MAX + ALLOT__ENDPOINT_MAX + 2];
+		allot__quota_key(q, key, sizeof key);
+		printf("  %s:", key);
+		const char *sep = " ";
+		if (q->owner != NULL) {
+			printf("%sowner %s", sep, q->owner);
+			sep = "; ";
+		}
+		if (q->expected_peak > 0) {
+			char *p = rate_as_written(q->expected_peak, q->unit_s);
+			char *pct = ctl_pct(q->expected_peak, q->rate);
+			printf("%sexpected peak %s (%s of the quota)", sep, p,
+			    pct);
+			free(p);
+			free(pct);
+			sep = "; ";
+		}
+		for (size_t j = 0; j < q->nlabels; j++) {
+			printf("%s%s", j == 0 ? sep : " ", q->labels[j]);
+			sep = "; ";
+		}
+		if (q->reason != NULL)
+			printf("%sreason: %s", sep, q->reason);
+		putchar('\n');
+	}
+}
+
+/* The quota table: every caller and endpoint quota, then the default. */
 static void
 print_quotas(const allot_config *cfg, sums *ret)
 {
 	ctl_table t;
-	ctl_table_init(&t, "llrrrl");
+	ctl_table_init(&t, "llrrrlrl");
 	ctl_table_row(&t, ctl_strdup("QUOTA"), ctl_strdup("PRIORITY"),
 	    ctl_strdup("RATE/S"), ctl_strdup("BURST"),
-	    ctl_strdup("FIRST_SECOND"), ctl_strdup("MODE"));
-	double sum_rate = 0, sum_burst = 0;
+	    ctl_strdup("FIRST_SECOND"), ctl_strdup("MODE"),
+	    ctl_strdup("AS_WRITTEN"), ctl_strdup("CANDIDATE"));
+	*ret = (sums) { 0 };
 	for (size_t i = 0; i < cfg->ncallers; i++) {
 		const allot__quota *q = &cfg->callers[i];
-		sum_rate += q->rate;
-		sum_burst += q->burst;
-		ctl_table_row(&t, ctl_strdup(q->identity),
-		    ctl_strdup(cfg->classes[q->priority]), ctl_num(q->rate),
-		    ctl_num(q->burst), ctl_num(q->rate + q->burst),
-		    ctl_strdup(q->shadow ? "shadow" : "enforce"));
+		char key[ALLOT_IDENTITY_MAX + ALLOT__ENDPOINT_MAX + 2];
+		allot__quota_key(q, key, sizeof key);
+		ret->rate += q->rate;
+		ret->burst += q->burst;
+		if (q->endpoint != NULL)
+			ret->nendpoint++;
+		else
+			ret->ncallers++;
+		quota_row(&t, cfg, q, ctl_strdup(key));
 	}
-	const allot__quota *d = &cfg->def;
-	ctl_table_row(&t,
-	    ctl_strdup(d->shared ? "default (shared by unknown callers)" :
-	                           "default (each unknown caller)"),
-	    ctl_strdup(cfg->classes[d->priority]), ctl_num(d->rate),
-	    ctl_num(d->burst), ctl_num(d->rate + d->burst),
-	    ctl_strdup(d->shadow ? "shadow" : "enforce"));
+	quota_row(&t, cfg, &cfg->def,
+	    ctl_strdup("default (shared by unknown callers)"));
 	putchar('\n');
 	ctl_table_print(&t, stdout);
 	ctl_table_free(&t);
-	ret->rate = sum_rate;
-	ret->burst = sum_burst;
-	ret->sr = ctl_num(sum_rate);
-	ret->sb = ctl_num(sum_burst);
-	ret->sf = ctl_num(sum_rate + sum_burst);
+	ret->sr = ctl_num(ret->rate);
+	ret->sb = ctl_num(ret->burst);
+	ret->sf = ctl_num(ret->rate + ret->burst);
 }
 
 /* "allocation:" and "ceiling:"; returns the overcommit (0: no
@@ -66,19 +157,16 @@ static double
 print_allocation(const allot_config *cfg, const sums *s)
 {
 	const allot__quota *d = &cfg->def;
-	size_t n = cfg->ncallers;
-	printf("\nallocation: %zu caller%s, %s tokens/s in total", n,
-	    n == 1 ? "" : "s", s->sr);
+	size_t n = s->ncallers;
+	printf("\nallocation: %zu caller%s", n, n == 1 ? "" : "s");
+	if (s->nendpoint > 0)
+		printf(" and %zu endpoint quota%s", s->nendpoint,
+		    s->nendpoint == 1 ? "" : "s");
+	printf(", %s tokens/s in total", s->sr);
 	char *dr = ctl_num(d->rate);
-	if (d->shared) {
-		char *all = ctl_num(s->rate + d->rate);
-		printf(" (%s with the shared default's %s)", all, dr);
-		free(all);
-	} else {
-		printf(" (plus %s per unknown caller: the default is not "
-		       "shared)",
-		    dr);
-	}
+	char *all = ctl_num(s->rate + d->rate);
+	printf(" (%s with the shared default's %s)", all, dr);
+	free(all);
 	free(dr);
 	putchar('\n');
 	if (!(cfg->ceiling_rate > 0)) {
@@ -86,6 +174,9 @@ print_allocation(const allot_config *cfg, const sums *s)
 		       "together (add quotas.global_ceiling)\n");
 		return 0;
 	}
+	if (cfg->overcommit)
+		printf("            (overcommit: true: one quota may exceed "
+		       "the ceiling)\n");
 	char *c = ctl_num(cfg->ceiling_rate);
 	double over = s->rate / cfg->ceiling_rate;
 	char *r = ctl_ratio(over);
@@ -111,7 +202,7 @@ print_allocation(const allot_config *cfg, const sums *s)
 static void
 print_burst(const allot_config *cfg, const sums *s)
 {
-	size_t n = cfg->ncallers;
+	size_t n = s->ncallers + s->nendpoint;
 	printf("burst:      if every caller bursts together, the first "
 	       "second admits up to sum(rate + burst) = %s + %s = %s tokens",
 	    s->sr, s->sb, s->sf);
@@ -155,7 +246,78 @@ print_capacity(const allot_config *cfg, const sums *s, double capacity)
 		printf("            (tokens are requests only where the "
 		       "endpoint weight is 1; weighted endpoints admit fewer "
 		       "requests)\n");
+	if (cfg->ceiling_rate > 0) {
+		char *c = ctl_num(cfg->ceiling_rate);
+		if (cfg->ceiling_rate > capacity)
+			printf(
+			    "warning:    the ceiling (%s tokens/s) is above "
+			    "the tested capacity (%s requests/s): it "
+			    "cannot protect the service\n",
+			    c, cap);
+		else
+			printf("margin:     the ceiling is %.0f%% of the "
+			       "tested capacity, %.0f%% held in reserve\n",
+			    100 * cfg->ceiling_rate / capacity,
+			    100 * (1 - cfg->ceiling_rate / capacity));
+		free(c);
+	}
 	free(cap);
+}
+
+/* A bucket holds at most ALLOT__TAU_MAX of refill (bucket.h): with a
+ * rate per day, a burst of more than 13 days' worth acts as less. */
+static void
+print_refill_limits(const allot_config *cfg)
+{
+	double tau_s = (double) ALLOT__TAU_MAX / 1e9;
+	for (size_t i = 0; i <= cfg->ncallers; i++) {
+		const allot__quota *q = i < cfg->ncallers ? &cfg->callers[i] :
+		                                            &cfg->def;
+		if (!(q->burst / q->rate > tau_s))
+			continue;
+		char key[ALLOT_IDENTITY_MAX + ALLOT__ENDPOINT_MAX + 2];
+		allot__quota_key(q, key, sizeof key);
+		char *b = ctl_num(q->burst), *eff = ctl_num(q->rate * tau_s);
+		printf("warning:    %s: burst %s takes %.0f days to refill; a "
+		       "bucket holds at most %.0f days of refill, so it acts "
+		       "as a burst of %s\n",
+		    key, b, q->burst / q->rate / 86400, tau_s / 86400, eff);
+		free(b);
+		free(eff);
+	}
+}
+
+double
+ctl_print_sizing(const allot_config *cfg, double capacity)
+{
+	sums s;
+	print_quotas(cfg, &s);
+	print_review(cfg);
+	print_refill_limits(cfg);
+	double over = print_allocation(cfg, &s);
+	print_burst(cfg, &s);
+	if (capacity > 0)
+		print_capacity(cfg, &s, capacity);
+	free(s.sr);
+	free(s.sb);
+	free(s.sf);
+	return over;
+}
+
+/* Exit 1 above --max-overcommit. */
+static int
+check_over(
+    const ctl *c, const char *what, const allot_config *cfg, double over)
+{
+	if (!(c->max_overcommit > 0 && cfg->ceiling_rate > 0 &&
+	        over > c->max_overcommit))
+		return 0;
+	char *r = ctl_ratio(over), *m = ctl_ratio(c->max_overcommit);
+	ctl_fail(
+	    "%s: overcommit %sx is above --max-overcommit %s", what, r, m);
+	free(r);
+	free(m);
+	return EXIT_FAIL;
 }
 
 int
@@ -180,25 +342,26 @@ ctl_cmd_check_config(const ctl *c)
 		printf(" %s", cfg->classes[i]);
 	putchar('\n');
 
-	sums s;
-	print_quotas(cfg, &s);
-	double over = print_allocation(cfg, &s);
-	print_burst(cfg, &s);
-	if (c->capacity > 0)
-		print_capacity(cfg, &s, c->capacity);
-	int rc = 0;
-	if (c->max_overcommit > 0 && cfg->ceiling_rate > 0 &&
-	    over > c->max_overcommit) {
-		char *r = ctl_ratio(over), *m = ctl_ratio(c->max_overcommit);
-		ctl_fail("%s: overcommit %sx is above --max-overcommit %s",
-		    file, r, m);
-		free(r);
-		free(m);
-		rc = EXIT_FAIL;
+	int rc = check_over(c, file, cfg, ctl_print_sizing(cfg, c->capacity));
+	for (size_t i = 0; i < cfg->nservices; i++) {
+		const char *name = cfg->services[i].name;
+		allot_config *view = NULL;
+		if (allot__config_select(cfg, name, &view) != ALLOT_OK) {
+			ctl_fail("%s: out of memory", file);
+			rc = EXIT_FAIL;
+			break;
+		}
+		printf("\nservice %s (line %" PRIu32 "): the top level with "
+		       "its section merged in\n",
+		    name, cfg->services[i].line);
+		char what[1024];
+		snprintf(what, sizeof what, "%s: service %s", file, name);
+		int r = check_over(
+		    c, what, view, ctl_print_sizing(view, c->capacity));
+		if (r != 0)
+			rc = r;
+		allot_config_free(view);
 	}
-	free(s.sr);
-	free(s.sb);
-	free(s.sf);
 	allot_config_free(cfg);
 	return rc;
 }

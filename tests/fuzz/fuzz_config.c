@@ -30,7 +30,10 @@ check_quota(const allot_config *cfg, const allot__quota *q)
 	    q->rate <= ALLOT__RATE_MAX);
 	FUZZ_CHECK(isfinite(q->burst) && q->burst > 0 &&
 	    q->burst <= ALLOT__BURST_MAX);
-	FUZZ_CHECK(q->burst >= cfg->max_weight);
+	/* An endpoint quota is charged only on its endpoint. */
+	FUZZ_CHECK(q->burst >= (q->endpoint != NULL ?
+	                               allot__config_weight(cfg, q->endpoint) :
+	                               cfg->max_weight));
 	FUZZ_CHECK(q->priority < cfg->nclasses);
 	FUZZ_CHECK(q->fallback == ALLOT_FALLBACK_STATIC_SHARE ||
 	    q->fallback == ALLOT_FALLBACK_OPEN ||
@@ -66,8 +69,9 @@ check_config(const allot_config *cfg)
 	for (size_t i = 0; i < cfg->ncallers; i++) {
 		check_quota(cfg, &cfg->callers[i]);
 		/* Identities are unique: the first match is this one. */
-		FUZZ_CHECK(allot__config_find(cfg, cfg->callers[i].identity) ==
-		    &cfg->callers[i]);
+		FUZZ_CHECK(cfg->callers[i].endpoint != NULL ||
+		    allot__config_find(cfg, cfg->callers[i].identity) ==
+		        &cfg->callers[i]);
 	}
 }
 
