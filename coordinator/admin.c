@@ -696,6 +696,9 @@ allot__admin_start(
 		free_admin(a);
 		return ALLOT_EIO;
 	}
+	/* Before the first request can arrive: a handler signals it. */
+	uv_async_init(o->loop, &a->async, on_async);
+	a->async.data = a;
 	a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
 	        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
 	    0, NULL, NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -707,11 +710,10 @@ allot__admin_start(
 		    o->path);
 		close(fd);
 		unlink(o->path);
-		free_admin(a);
+		/* Freed once the loop has run the close. */
+		uv_close((uv_handle_t *) &a->async, on_closed);
 		return ALLOT_EIO;
 	}
-	uv_async_init(o->loop, &a->async, on_async);
-	a->async.data = a;
 	*ret = a;
 	return ALLOT_OK;
 }
