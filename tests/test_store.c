@@ -873,6 +873,72 @@ START_TEST(config_changes_recorded)
 }
 END_TEST
 
+/* The text of every field a quota can carry (those the loader of this
+ * version may not fill yet are set by hand), and the whole-file
+ * settings. */
+START_TEST(config_diff_text)
+{
+	allot_config *a = parse(Q_HEAD "    - identity: spiffe://t/a\n"
+	                               "      tokens_per_second: 500\n"
+	                               "      burst: 1000\n"
+	                               "      priority: critical\n");
+	allot_config *b = allot__config_dup(a);
+	ck_assert_ptr_nonnull(b);
+	allot__quota *q = &b->callers[0];
+	q->unit_s = 86400;
+	q->rate = 1000.0 / 86400;
+	q->shadow = true;
+	q->cand_rate = 500.0 / 86400;
+	q->cand_burst = 10;
+	q->fallback = ALLOT_FALLBACK_CLOSED;
+	q->owner = strdup("payments");
+	q->reason = strdup("Q3 launch");
+	q->expected_peak = 450;
+	q->labels = calloc(1, sizeof *q->labels);
+	q->labels[0] = strdup("team=pay");
+	q->nlabels = 1;
+	b->def.shared = false;
+	b->ceiling_rate = 300;
+	char *t = allot__quota_text(b, q);
+	ck_assert_str_eq(t,
+	    "1000/day burst 1000 critical shadow candidate 500/day burst 10 "
+	    "fallback closed owner payments reason \"Q3 launch\" peak 450/s "
+	    "labels team=pay");
+	free(t);
+	allot__config_diff d;
+	ck_assert_int_eq(allot__config_diff_compute(a, b, &d), ALLOT_OK);
+	ck_assert_uint_eq(d.n, 3); /* default, a, (global_ceiling) */
+	bool seen[3] = { false };
+	for (size_t i = 0; i < d.n; i++) {
+		const allot__quota_change *c = &d.v[i];
+		ck_assert_int_eq(c->kind, ALLOT__QUOTA_CHANGED);
+		if (strcmp(c->quota, "spiffe://t/a") == 0) {
+			seen[0] = true;
+			ck_assert_str_eq(c->owner, "payments");
+			ck_assert_ptr_nonnull(strstr(c->fields,
+			    "rate 500/s -> 1000/day; shadow (none) -> "
+			    "shadow"));
+			ck_assert_ptr_nonnull(
+			    strstr(c->fields, "owner (none) -> payments"));
+		} else if (strcmp(c->quota, "default") == 0) {
+			seen[1] = true;
+			ck_assert_str_eq(
+			    c->fields, "shared (none) -> per caller");
+		} else {
+			seen[2] = true;
+			ck_assert_str_eq(c->quota, "(global_ceiling)");
+			ck_assert_str_eq(c->before, "none");
+			ck_assert_str_eq(c->after, "300/s");
+			ck_assert_str_eq(c->fields, "none -> 300/s");
+		}
+	}
+	ck_assert(seen[0] && seen[1] && seen[2]);
+	allot__config_diff_free(&d);
+	allot_config_free(a);
+	allot_config_free(b);
+}
+END_TEST
+
 /* ---- failures while running ---- */
 
 static void
@@ -1320,6 +1386,7 @@ store_suite(void)
 	tcase_add_test(tc, views_through_sqlite3_shell);
 	tcase_add_test(tc, null_store_is_harmless);
 	tcase_add_test(tc, config_changes_recorded);
+	tcase_add_test(tc, config_diff_text);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("restart");
