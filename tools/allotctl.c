@@ -513,7 +513,6 @@ parse(ctl *c, int argc, char **argv, const struct command **ret_cmd)
 		free(pos);
 		return rc;
 	}
-	/* Lives until exit, as argv does. */
 	c->npos = npos;
 	c->pos = pos;
 	if (c->pid != 0 && c->pid_file != NULL)
@@ -547,9 +546,8 @@ main(int argc, char **argv)
 
 	const struct command *cmd = NULL;
 	int rc = parse(&c, argc, argv, &cmd);
-	if (rc == CTL_DONE)
-		return 0;
-	if (rc != 0)
-		return rc;
-	return cmd->run(&c);
+	if (rc == 0)
+		rc = cmd->run(&c);
+	free(c.pos); /* the arguments, gathered by parse() */
+	return rc == CTL_DONE ? 0 : rc;
 }
