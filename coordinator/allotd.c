@@ -673,8 +673,9 @@ announce(allotd *d, const allot__daemon_opts *o)
 	char detail[2048];
 	snprintf(detail, sizeof detail,
 	    "version=%s pid=%ld listen=%s "
-	    "http=%s epoch=%" PRIu64 " digest=%016" PRIx64,
+	    "http=%s admin=%s epoch=%" PRIu64 " digest=%016" PRIx64,
 	    ALLOT_VERSION_STRING, (long) getpid(), listen_list, http,
+	    o->admin_socket != NULL ? o->admin_socket : "off",
 	    allot__state_epoch(d->state), allot__state_digest(d->state));
 	if (o->self >= 0) {
 		const char *self = o->members[o->self].name;
