@@ -429,6 +429,96 @@ diff_setting(allot__config_diff *d, size_t *cap, const char *name,
 	    at, f, NULL);
 }
 
+#ifdef ALLOT__MAX_SERVICES
+/* Per-service sections (services.NAME in the file). Compiled once the
+ * quota model has them (common/config.h defines ALLOT__MAX_SERVICES with
+ * them); until then every quota is top-level. A service's changes are
+ * those of its view (allot__config_select) restricted to what its own
+ * section sets, so that a top-level change is recorded once, at the top
+ * level, not once more per service that inherits it. */
+
+/* Whether service section `s` (NULL: none) sets `key`. */
+static bool
+section_sets(const allot__service *s, const char *key)
+{
+	char buf[512];
+	if (s == NULL)
+		return false;
+	if (strcmp(key, "default") == 0)
+		return s->def != NULL;
+	if (strcmp(key, "(global_ceiling)") == 0)
+		return s->ceiling_rate > 0;
+	if (strcmp(key, "(endpoint_weights)") == 0)
+		return s->nendpoints > 0 || s->default_weight != 0;
+	if (key[0] == '(')
+		return false; /* the shed order is the file's */
+	for (size_t i = 0; i < s->ncallers; i++) {
+		allot__quota_key(&s->callers[i], buf, sizeof buf);
+		if (strcmp(buf, key) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool
+diff_service(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after, const char *name)
+{
+	const allot__service *sb = allot__config_service(before, name);
+	const allot__service *sa = allot__config_service(after, name);
+	allot_config *vb = NULL, *va = NULL;
+	allot__config_diff v = { 0 };
+	bool ok = (before == NULL ||
+	              allot__config_select(before, name, &vb) == ALLOT_OK) &&
+	    allot__config_select(after, name, &va) == ALLOT_OK &&
+	    allot__config_diff_compute(vb, va, &v) == ALLOT_OK;
+	for (size_t i = 0; ok && i < v.n; i++) {
+		allot__quota_change *c = &v.v[i];
+		if (!section_sets(sb, c->quota) && !section_sets(sa, c->quota))
+			continue;
+		ok = push(d, cap, c->kind, c->quota, c->before, c->after,
+		    c->fields, c->owner);
+		c->before = c->after = c->fields = NULL; /* pushed */
+		if (ok) {
+			d->v[d->n - 1].service = strdup(name);
+			ok = d->v[d->n - 1].service != NULL;
+		}
+	}
+	allot__config_diff_free(&v);
+	allot_config_free(vb);
+	allot_config_free(va);
+	return ok;
+}
+
+/* Every service named on either side, after's first. */
+static bool
+diff_services(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after)
+{
+	bool ok = true;
+	for (size_t i = 0; ok && i < after->nservices; i++)
+		ok = diff_service(
+		    d, cap, before, after, after->services[i].name);
+	for (size_t i = 0; ok && before != NULL && i < before->nservices; i++)
+		if (allot__config_service(after, before->services[i].name) ==
+		    NULL)
+			ok = diff_service(
+			    d, cap, before, after, before->services[i].name);
+	return ok;
+}
+#else
+static bool
+diff_services(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after)
+{
+	(void) d;
+	(void) cap;
+	(void) before;
+	(void) after;
+	return true;
+}
+#endif
+
 int
 allot__config_diff_compute(const allot_config *before,
     const allot_config *after, allot__config_diff *ret)
@@ -462,7 +552,8 @@ allot__config_diff_compute(const allot_config *before,
 	    diff_setting(
 	        &d, &cap, "(endpoint_weights)", before, after, weights_text) &&
 	    diff_setting(
-	        &d, &cap, "(shed_order)", before, after, classes_text);
+	        &d, &cap, "(shed_order)", before, after, classes_text) &&
+	    diff_services(&d, &cap, before, after);
 	if (!ok) {
 		allot__config_diff_free(&d);
 		*ret = (allot__config_diff) { 0 };

@@ -27,8 +27,10 @@ typedef enum allot__change_kind {
  * change. */
 typedef struct allot__quota_change {
 	allot__change_kind kind;
-	/* The service the quota is scoped to; NULL for the top level of
-	 * the file (the only scope before per-service quotas). */
+	/* The service section (services.NAME) the quota is set in; NULL
+	 * for the top level of the file. A service's row is only for what
+	 * its own section sets: a top-level change is one row, not one per
+	 * service that inherits it. */
 	char *service;
 	/* Its wire key (allot__quota_key: "IDENTITY" or "IDENTITY
 	 * ENDPOINT"), "default", or a whole-file setting in parentheses:

@@ -939,6 +939,51 @@ START_TEST(config_diff_text)
 }
 END_TEST
 
+#ifdef ALLOT__MAX_SERVICES
+/* A service's own quota is a row of its own, named by the service; a
+ * top-level change it inherits is not repeated for it. */
+START_TEST(config_diff_services)
+{
+	allot_config *a = parse(Q_HEAD "    - identity: spiffe://t/a\n"
+	                               "      tokens_per_second: 500\n"
+	                               "      burst: 1000\n"
+	                               "services:\n"
+	                               "  billing:\n"
+	                               "    callers:\n"
+	                               "      - identity: spiffe://t/x\n"
+	                               "        tokens_per_second: 20\n"
+	                               "        burst: 60\n"
+	                               "  search:\n"
+	                               "    callers:\n"
+	                               "      - identity: spiffe://t/y\n"
+	                               "        tokens_per_second: 5\n"
+	                               "        burst: 5\n");
+	allot_config *b = parse(Q_HEAD "    - identity: spiffe://t/a\n"
+	                               "      tokens_per_second: 400\n"
+	                               "      burst: 1000\n"
+	                               "services:\n"
+	                               "  billing:\n"
+	                               "    callers:\n"
+	                               "      - identity: spiffe://t/x\n"
+	                               "        tokens_per_second: 30\n"
+	                               "        burst: 60\n");
+	allot__config_diff d;
+	ck_assert_int_eq(allot__config_diff_compute(a, b, &d), ALLOT_OK);
+	ck_assert_uint_eq(d.n, 3);
+	ck_assert_ptr_null(d.v[0].service);
+	ck_assert_str_eq(d.v[0].quota, "spiffe://t/a");
+	ck_assert_str_eq(d.v[1].service, "billing");
+	ck_assert_str_eq(d.v[1].quota, "spiffe://t/x");
+	ck_assert_str_eq(d.v[1].fields, "rate 20/s -> 30/s");
+	ck_assert_str_eq(d.v[2].service, "search");
+	ck_assert_int_eq(d.v[2].kind, ALLOT__QUOTA_REMOVED);
+	allot__config_diff_free(&d);
+	allot_config_free(a);
+	allot_config_free(b);
+}
+END_TEST
+#endif
+
 /* ---- failures while running ---- */
 
 static void
@@ -1387,6 +1432,9 @@ store_suite(void)
 	tcase_add_test(tc, null_store_is_harmless);
 	tcase_add_test(tc, config_changes_recorded);
 	tcase_add_test(tc, config_diff_text);
+#ifdef ALLOT__MAX_SERVICES
+	tcase_add_test(tc, config_diff_services);
+#endif
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("restart");
