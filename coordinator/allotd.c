@@ -6,10 +6,11 @@
  * protocol server (server.c), the cluster links (cluster.c) and the HTTP
  * endpoints (http.c); then runs a libuv loop on the main thread that
  * owns every periodic duty: expiry sweeps and share recomputation every
- * interval, usage rows and one group commit per second, SIGHUP reloads,
- * and the SIGTERM/SIGINT drain (stop accepting, let in-flight requests
- * finish, final commit, "stop" event); and last stops, closing whatever
- * was opened, every handle included, with uv_loop_close() == 0.
+ * interval, usage rows and one group commit per second, SIGHUP reloads
+ * and the applies of the admin socket (admin.c), each recorded in the
+ * audit table, and the SIGTERM/SIGINT drain (stop accepting, let in-flight
+ * requests finish, final commit, "stop" event); and last stops, closing
+ * whatever was opened, every handle included, with uv_loop_close() == 0.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,12 +24,14 @@
 #include <nng/nng.h>
 #include <uv.h>
 
+#include "admin.h"
 #include "allotd_opts.h"
 #include "alloc.h"
 #include "authn.h"
 #include "clock.h"
 #include "cluster.h"
 #include "config.h"
+#include "config_diff.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -58,11 +61,15 @@ typedef struct allotd {
 	allot__peerlimit *peerlimit;
 	allot__http *http;
 	allot__cluster *cluster;
+	allot__admin *admin;
 	const char *config_path;
-	/* The quota config at start-up until the state owns it, and its
-	 * text as read (kept until exit). */
+	/* The quota config at start-up until the state owns it. */
 	allot_config *cfg;
+	/* The config in force as its text (what the store recorded and
+	 * GET /config answers) and a copy of its model (what an apply is
+	 * diffed against); replaced at each change, loop thread only. */
 	char *text;
+	allot_config *cur;
 	uint64_t last_second_ns;
 	uint64_t drain_deadline_ns;
 	bool draining;
@@ -146,11 +153,11 @@ load_config(const char *path, allot_config **ret_cfg, char **ret_text,
 /* loop callbacks                                                      */
 /* ------------------------------------------------------------------ */
 
-static void
+static int
 store_commit(allotd *d)
 {
 	if (d->store == NULL)
-		return;
+		return ALLOT_OK;
 	uint64_t t0 = allot__mono_ns();
 	int rc = allot__store_flush(d->store);
 	allot__hist_observe_ns(
@@ -168,6 +175,7 @@ store_commit(allotd *d)
 		    "%d, %" PRIu64 " rows queued, %" PRIu64 " failures so "
 		    "far); allocating from memory and retrying",
 		    s.last_error, s.pending, s.commit_failures);
+	return rc;
 }
 
 static void
@@ -209,9 +217,19 @@ reload(allotd *d)
 	}
 	bool changed = false;
 	uint64_t digest = cfg->digest;
-	rc = allot__state_reload(
-	    d->state, cfg, d->config_path, text, &changed);
-	free(text);
+	allot_config *copy = allot__config_dup(cfg);
+	rc = copy != NULL ? allot__state_reload(d->state, cfg, d->config_path,
+	                        text, &changed) :
+	                    ALLOT_ENOMEM;
+	if (rc != ALLOT_OK || !changed) {
+		free(text);
+		allot_config_free(copy);
+	} else {
+		free(d->text);
+		d->text = text;
+		allot_config_free(d->cur);
+		d->cur = copy;
+	}
 	if (rc != ALLOT_OK) {
 		allot_config_free(cfg);
 		allot__metrics_add(&d->metrics.reloads_failed, 1);
@@ -237,6 +255,114 @@ reload(allotd *d)
 	snprintf(detail, sizeof detail, "epoch=%" PRIu64 " digest=%016" PRIx64,
 	    epoch, digest);
 	allot__store_event(d->store, "config", d->config_path, detail);
+}
+
+/* An apply of the admin socket, on the loop thread: the expected digest,
+ * then the file on disk (so that a restart keeps what was applied), then
+ * the state, the audit rows and a commit, so that the answer says the
+ * audit is on disk. Nothing changes when a step before the state fails;
+ * the file is put back when the state refuses. */
+static void
+admin_apply(allotd *d, allot__admin_job *job)
+{
+	allot_config *cfg = job->cfg;
+	job->prev_epoch = job->epoch = allot__state_epoch(d->state);
+	job->prev_digest = job->digest = allot__state_digest(d->state);
+	if (d->draining) {
+		job->status = 503;
+		snprintf(job->msg, sizeof job->msg,
+		    "allotd is stopping; nothing was applied");
+		return;
+	}
+	if (job->has_expect && job->expect != job->digest) {
+		job->status = 409;
+		snprintf(job->msg, sizeof job->msg,
+		    "the config in force is %016" PRIx64 " (epoch %" PRIu64
+		    "), not the expected %016" PRIx64
+		    ": it changed since; review the diff again. Nothing was "
+		    "applied",
+		    job->digest, job->epoch, job->expect);
+		return;
+	}
+	if (cfg->digest == job->digest) {
+		job->status = 200; /* the same config: not a change */
+		return;
+	}
+	char err[512];
+	char *text = malloc(job->len + 1);
+	allot_config *copy = allot__config_dup(cfg);
+	if (text == NULL || copy == NULL ||
+	    allot__config_diff_compute(d->cur, cfg, &job->diff) != ALLOT_OK) {
+		snprintf(err, sizeof err, "out of memory");
+		goto fail;
+	}
+	memcpy(text, job->text, job->len);
+	text[job->len] = '\0';
+	if (allot__admin_write_file(
+	        d->config_path, text, job->len, err, sizeof err) != ALLOT_OK)
+		goto fail;
+	bool changed = false;
+	int rc = allot__state_apply(
+	    d->state, cfg, d->config_path, text, job->who, &changed);
+	if (rc != ALLOT_OK) {
+		char e2[256];
+		if (allot__admin_write_file(d->config_path, d->text,
+		        strlen(d->text), e2, sizeof e2) != ALLOT_OK)
+			allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-APPLY-FAIL",
+			    "%s; %s now differs from the config in force", e2,
+			    d->config_path);
+		snprintf(err, sizeof err, "cannot install it: %s",
+		    allot_strerror(rc));
+		goto fail;
+	}
+	job->cfg = NULL; /* the state's */
+	free(d->text);
+	d->text = text;
+	allot_config_free(d->cur);
+	d->cur = copy;
+	job->changed = changed;
+	job->epoch = allot__state_epoch(d->state);
+	job->digest = allot__state_digest(d->state);
+	allot__metrics_add(&d->metrics.reloads_ok, 1);
+	char detail[512];
+	snprintf(detail, sizeof detail,
+	    "epoch=%" PRIu64 " digest=%016" PRIx64 " who=%s", job->epoch,
+	    job->digest, job->who->who);
+	allot__store_event(d->store, "config", d->config_path, detail);
+	job->committed = store_commit(d) == ALLOT_OK;
+	job->status = 200;
+	return;
+fail:
+	free(text);
+	allot_config_free(copy);
+	allot__config_diff_free(&job->diff);
+	job->status = 500;
+	snprintf(
+	    job->msg, sizeof job->msg, "%.480s; nothing was applied", err);
+	allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-APPLY-FAIL", "%s", job->msg);
+}
+
+/* The admin socket's jobs (admin.h), on the loop thread. */
+static void
+admin_run(void *ctx, allot__admin_job *job)
+{
+	allotd *d = ctx;
+	if (job->op == ALLOT__ADMIN_APPLY) {
+		admin_apply(d, job);
+		return;
+	}
+	job->epoch = allot__state_epoch(d->state);
+	job->digest = allot__state_digest(d->state);
+	job->path = strdup(d->config_path);
+	job->text_out = strdup(d->text);
+	job->status = 200;
+	if (job->path == NULL || job->text_out == NULL) {
+		free(job->path);
+		free(job->text_out);
+		job->path = job->text_out = NULL;
+		job->status = 500;
+		snprintf(job->msg, sizeof job->msg, "out of memory");
+	}
 }
 
 static void
@@ -271,6 +397,8 @@ close_listeners(allotd *d)
 	d->http = NULL;
 	allot__cluster_stop(d->cluster);
 	d->cluster = NULL;
+	allot__admin_stop(d->admin);
+	d->admin = NULL;
 }
 
 static void
@@ -336,6 +464,39 @@ on_signal(uv_signal_t *s, int signum)
 /* start, run, stop                                                    */
 /* ------------------------------------------------------------------ */
 
+/* The audit rows of the config allotd starts with: every quota, for an
+ * empty store (`lrc` ALLOT_ENOENT); what changed since the config the
+ * store recorded last (`last_text`), when the file changed while allotd
+ * was stopped; nothing for an unchanged file. */
+static void
+audit_start(allotd *d, int lrc, uint64_t last_digest, const char *last_text)
+{
+	if (lrc == ALLOT_OK && last_digest == d->cur->digest)
+		return;
+	if (lrc != ALLOT_OK && lrc != ALLOT_ENOENT)
+		return; /* the store could not say: logged there */
+	allot__state_who w = {
+		.who = "start",
+		.reason = "the first config of an empty store",
+		.source = d->config_path,
+	};
+	allot_config *before = NULL;
+	if (lrc == ALLOT_OK) {
+		char err[512];
+		w.reason = "the file changed while allotd was stopped";
+		/* A file the loader no longer takes is diffed as nothing. */
+		if (allot_config_parse("(store)", last_text, strlen(last_text),
+		        err, sizeof err, &before) != ALLOT_OK)
+			before = NULL;
+	}
+	if (allot__state_audit_start(d->state, before, &w) != ALLOT_OK)
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-AUDIT-FAIL",
+		    "out of memory: the quotas of epoch %" PRIu64
+		    " are not in the audit table",
+		    allot__state_epoch(d->state));
+	allot_config_free(before);
+}
+
 /* The quota config, the store, and the registry with what the last run
  * left live. Returns EXIT_SUCCESS, EXIT_USAGE for a bad quota file, or
  * EXIT_FAILURE. */
@@ -363,13 +524,25 @@ open_state(allotd *d, allot__daemon_opts *o)
 	o->so.store = d->store;
 	o->so.lg = &d->lg;
 	o->so.metrics = &d->metrics;
-	if (allot__state_create(&o->so, d->cfg, d->config_path, d->text,
+	uint64_t last_epoch = 0, last_digest = 0;
+	char *last_text = NULL;
+	int lrc = allot__store_last_config(
+	    d->store, &last_epoch, &last_digest, &last_text);
+	if (lrc == ALLOT_OK)
+		o->so.epoch = last_digest == d->cfg->digest ? last_epoch :
+		                                              last_epoch + 1;
+	d->cur = allot__config_dup(d->cfg);
+	if (d->cur == NULL ||
+	    allot__state_create(&o->so, d->cfg, d->config_path, d->text,
 	        &d->state) != ALLOT_OK) {
+		free(last_text);
 		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-NOMEM",
 		    "cannot create the registry");
 		return EXIT_FAILURE;
 	}
 	d->cfg = NULL; /* the state owns it */
+	audit_start(d, lrc, last_digest, last_text);
+	free(last_text);
 	if (allot__state_restore(d->state) != ALLOT_OK)
 		allot__log(&d->lg, ALLOT_LOG_WARNING, "ALLOTD-RESTORE-FAIL",
 		    "could not read the replicas of the last run from %s; "
@@ -462,6 +635,20 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		return -1;
 	}
+	allot__admin_opts ado = {
+		.path = o->admin_socket,
+		.group = o->admin_group,
+		.loop = &d->loop,
+		.run = admin_run,
+		.ctx = d,
+		.lg = &d->lg,
+	};
+	if (o->admin_socket != NULL &&
+	    allot__admin_start(&ado, err, sizeof err, &d->admin) != ALLOT_OK) {
+		allot__log(
+		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
+		return -1;
+	}
 	return 0;
 }
 
@@ -486,8 +673,9 @@ announce(allotd *d, const allot__daemon_opts *o)
 	char detail[2048];
 	snprintf(detail, sizeof detail,
 	    "version=%s pid=%ld listen=%s "
-	    "http=%s epoch=%" PRIu64 " digest=%016" PRIx64,
+	    "http=%s admin=%s epoch=%" PRIu64 " digest=%016" PRIx64,
 	    ALLOT_VERSION_STRING, (long) getpid(), listen_list, http,
+	    o->admin_socket != NULL ? o->admin_socket : "off",
 	    allot__state_epoch(d->state), allot__state_digest(d->state));
 	if (o->self >= 0) {
 		const char *self = o->members[o->self].name;
@@ -599,6 +787,7 @@ stop(allotd *d, allot__daemon_opts *o, int exit_code)
 	allot__state_destroy(d->state);
 	allot__store_close(d->store);
 	allot_config_free(d->cfg);
+	allot_config_free(d->cur);
 	free(d->text);
 	allot__authn_free(o->authn);
 	nng_fini();

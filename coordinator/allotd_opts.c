@@ -254,6 +254,18 @@ static const struct opt options[] = {
 	    "or \"off\". Read-only: nothing on it changes allotd.\n"
 	    "Default " DEFAULT_HTTP ".\n",
 	    parse_str, FIELD(http_addr), 0, 0 },
+	{ "admin-socket", 0, "PATH",
+	    "Unix socket of the admin API (GET /config, POST /config/diff,\n"
+	    "POST /config/apply: allotctl diff and apply). Created mode "
+	    "0600,\n"
+	    "owned by allotd's user; the kernel names each caller\n"
+	    "(SO_PEERCRED), and that name goes into the audit table.\n"
+	    "Default none: quotas change by file and SIGHUP only.\n",
+	    parse_str, FIELD(admin_socket), 0, 0 },
+	{ "admin-group", 0, "GROUP",
+	    "Make the admin socket mode 0660 and of this group, so that its\n"
+	    "members may apply changes too (default: allotd's user only).\n",
+	    parse_str, FIELD(admin_group), 0, 0 },
 	{ "http-max-connections", 0, "N",
 	    "HTTP connections open at once, all clients together (default\n"
 	    "128). More are refused at accept and counted in\n"
@@ -412,6 +424,7 @@ static const char help_head[] =
     "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
     "           [--member NAME=SYNC_URL]... [--self NAME]\n"
     "           [--hold-expired none|lease|fallback]\n"
+    "           [--admin-socket PATH [--admin-group GROUP]]\n"
     "    allotd --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -633,6 +646,11 @@ check(opts *o)
 	if (strcmp(o->http_addr, "off") == 0 ||
 	    strcmp(o->http_addr, "none") == 0)
 		o->http_addr = NULL;
+	if (o->admin_group != NULL && o->admin_socket == NULL) {
+		fprintf(
+		    stderr, "allotd: --admin-group needs --admin-socket\n");
+		return -1;
+	}
 	if (o->require_id < 0)
 		o->require_id = o->tls_ca != NULL;
 	if (o->require_id && o->tls_ca == NULL) {

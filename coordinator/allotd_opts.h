@@ -29,6 +29,8 @@ typedef struct allot__daemon_opts {
 	size_t nurls;
 	const char *http_addr; /* NULL: "off" */
 	allot__http_limits http_lim;
+	const char *admin_socket; /* NULL: none (reload by SIGHUP only) */
+	const char *admin_group; /* NULL: the socket is mode 0600 */
 	const char *tls_cert;
 	const char *tls_ca;
 	int require_id; /* -1 until parsed: then on with --tls-ca */

@@ -375,7 +375,8 @@ allot__state_create(const allot__state_opts *opts, allot_config *cfg,
 		free(st);
 		return ALLOT_ENOMEM;
 	}
-	st->cur = allot__cfgv_new(cfg, path, 1);
+	st->cur = allot__cfgv_new(
+	    cfg, path, opts->epoch != 0 ? opts->epoch : 1);
 	if (st->cur == NULL) {
 		pthread_mutex_destroy(&st->mu);
 		free(st->htab);

@@ -2,11 +2,14 @@
 /*
  * The coordinator state (state.h) as a whole: its options, the periodic
  * work of the loop thread (tick: expiry and the allocation round; second:
- * usage rows and rates), a config reload, and the small read-only
+ * usage rows and rates), a config reload and its audit rows (who, why,
+ * and per quota before and after), and the small read-only
  * queries. The parts live beside it; registry_int.h says which file owns
  * what and in which direction they call.
  */
 #include "registry_int.h"
+
+#include "config_diff.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -231,9 +234,54 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 	svc->dirty = true;
 }
 
+/* The audit rows of a change from `before` to `after` (epoch `epoch`). */
+static int
+audit(allot__state *st, const allot_config *before, const allot_config *after,
+    uint64_t epoch, const allot__state_who *w)
+{
+	if (st->o.store == NULL)
+		return ALLOT_OK;
+	allot__config_diff d;
+	int rc = allot__config_diff_compute(before, after, &d);
+	if (rc != ALLOT_OK)
+		return rc;
+	allot__store_change c = {
+		.epoch = epoch,
+		.digest = after->digest,
+		.who = w->who,
+		.claimed_as = w->claimed_as,
+		.reason = w->reason,
+		.source = w->source,
+	};
+	allot__store_config_change(st->o.store, &c, &d);
+	allot__config_diff_free(&d);
+	return ALLOT_OK;
+}
+
+int
+allot__state_audit_start(
+    allot__state *st, const allot_config *before, const allot__state_who *w)
+{
+	if (st == NULL || w == NULL)
+		return ALLOT_EINVAL;
+	/* Start-up: no request runs yet, the view in force stays. */
+	return audit(st, before, st->cur->cfg, st->cur->epoch, w);
+}
+
 int
 allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
     const char *text, bool *ret_changed)
+{
+	static const allot__state_who sighup = {
+		.who = "signal",
+		.reason = "reload",
+	};
+	return allot__state_apply(st, cfg, path, text, &sighup, ret_changed);
+}
+
+int
+allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
+    const char *text, const allot__state_who *w, bool *ret_changed)
 {
 	if (st == NULL || cfg == NULL)
 		return ALLOT_EINVAL;
@@ -298,6 +346,15 @@ unlock:
 		allot__cfgv_free(nv);
 		return rv;
 	}
+	/* The old view is still ours (only this thread reloads), and the
+	 * new config cannot go before the next reload on this thread. An
+	 * audit that cannot be computed (out of memory) is logged: the
+	 * config is in force either way. */
+	if (w != NULL && audit(st, ov->cfg, cfg, epoch + 1, w) != ALLOT_OK)
+		allot__log(st->o.lg, ALLOT_LOG_ERR, "ALLOTD-AUDIT-FAIL",
+		    "out of memory: the quota changes of epoch %" PRIu64
+		    " are not in the audit table",
+		    epoch + 1);
 	allot__cfgv_free(ov);
 	if (ret_changed != NULL)
 		*ret_changed = true;

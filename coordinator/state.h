@@ -112,13 +112,17 @@ typedef struct allot__state_opts {
 	 * maybe partitioned and still admitting) keeps out of the headroom
 	 * while it may still be running on it. */
 	allot__hold_expired hold_expired;
+	/* The epoch of the config given to allot__state_create(); 0 means
+	 * 1. allotd passes the store's last epoch for an unchanged file and
+	 * one more for a changed one, so epochs never restart. */
+	uint64_t epoch;
 } allot__state_opts;
 
 void allot__state_opts_init(allot__state_opts *o);
 
 /* Create the state with `cfg` (ownership passes to the state on ALLOT_OK)
- * as epoch 1. `path` and `text` are what the config was parsed from; the
- * state records them as the first config row. */
+ * as epoch opts->epoch (1 when 0). `path` and `text` are what the config was
+ * parsed from; the state records them as the first config row. */
 int allot__state_create(const allot__state_opts *opts, allot_config *cfg,
     const char *path, const char *text, allot__state **ret);
 void allot__state_destroy(allot__state *st);
@@ -192,6 +196,28 @@ void allot__state_second(allot__state *st);
  */
 int allot__state_reload(allot__state *st, allot_config *cfg, const char *path,
     const char *text, bool *ret_changed);
+
+/* Who installs a config, and why: what the audit rows (config_changes,
+ * quota_changes; store.h) say. */
+typedef struct allot__state_who {
+	const char *who; /* a kernel-verified user name, "signal", "start" */
+	const char *claimed_as; /* NULL: nothing claimed */
+	const char *reason;
+	const char *source; /* the client's file name; NULL: none */
+} allot__state_who;
+
+/* allot__state_reload() recording `w` with one audit row per quota that
+ * changed (allot__state_reload() is this with who "signal" and reason
+ * "reload"). Loop thread only: one reload at a time. */
+int allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
+    const char *text, const allot__state_who *w, bool *ret_changed);
+
+/* The audit rows of the config allot__state_create() installed, against
+ * `before` (the config the store recorded last, or NULL for an empty
+ * store: every quota added). Start-up, loop thread. ALLOT_OK or
+ * ALLOT_ENOMEM (nothing recorded). */
+int allot__state_audit_start(
+    allot__state *st, const allot_config *before, const allot__state_who *w);
 
 uint64_t allot__state_epoch(allot__state *st);
 uint64_t allot__state_digest(allot__state *st);

@@ -95,6 +95,17 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_RET_HISTORY] =
 	    "DELETE FROM share_history WHERE id IN (SELECT id"
 	    " FROM share_history WHERE at < ?1 ORDER BY at LIMIT ?2)",
+	[S_CHANGE] = "INSERT INTO config_changes (at, epoch, digest, who,"
+	             " claimed_as, reason, source)"
+	             " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	/* Written right after its config_changes row, in the same
+	 * transaction, by the store's one writer: the newest row is its. */
+	[S_QUOTA_CHANGE] =
+	    "INSERT INTO quota_changes (change, service, quota, action,"
+	    " before, after, fields, owner) VALUES ((SELECT max(id) FROM"
+	    " config_changes), ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[S_LAST_CONFIG] = "SELECT epoch, digest, content FROM configs"
+	                  " ORDER BY id DESC LIMIT 1",
 };
 
 struct sqlite3 *

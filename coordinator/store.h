@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config_diff.h"
 #include "log.h"
 
 typedef struct allot__store allot__store;
@@ -114,6 +115,22 @@ void allot__store_replica_seen(allot__store *st, uint64_t session);
 void allot__store_config_loaded(allot__store *st, uint64_t epoch,
     uint64_t digest, const char *path, const char *content);
 
+/* Who installed a config change, and why (config_changes). */
+typedef struct allot__store_change {
+	uint64_t epoch; /* the epoch installed */
+	uint64_t digest; /* of the new config */
+	const char *who; /* kernel-verified user, "signal" or "start" */
+	const char *claimed_as; /* NULL: nothing claimed */
+	const char *reason;
+	const char *source; /* the client's file name; NULL: none */
+} allot__store_change;
+
+/* A config change and one row per quota of `d` that changed. All of it
+ * goes into the same batch, so one commit writes all of it or none: a
+ * crash loses a change whole, never half of it. */
+void allot__store_config_change(allot__store *st, const allot__store_change *c,
+    const allot__config_diff *d);
+
 /* The allowance handed to one replica for one quota. */
 void allot__store_share(allot__store *st, uint64_t session,
     const char *service, const char *quota, double rate, double burst,
@@ -166,6 +183,13 @@ void allot__store_level_set(
     allot__store *st, const char *service, const char *quota, double level);
 #define allot__store_level(st, service, quota, level) \
 	allot__store_level_set((st), (service), (quota), (level))
+
+/* The config recorded last (configs): its epoch, digest and content (the
+ * caller frees it). ALLOT_OK, ALLOT_ENOENT when none was ever recorded,
+ * ALLOT_ENOMEM or ALLOT_EIO. Start-up, loop thread: a restart keeps the
+ * epoch of an unchanged file and moves past it for a changed one. */
+int allot__store_last_config(allot__store *st, uint64_t *ret_epoch,
+    uint64_t *ret_digest, char **ret_content);
 
 /* Largest session id ever issued (so a restart never reuses one). */
 uint64_t allot__store_max_session(allot__store *st);

@@ -179,7 +179,14 @@ allot__batch_op_push(struct batch *b, struct op *o, const char *s0,
     const char *s1, const char *s2, const char *s3)
 {
 	const char *in[4] = { s0, s1, s2, s3 };
-	for (int i = 0; i < 4; i++) {
+	return allot__batch_op_push_v(b, o, in, 4);
+}
+
+bool
+allot__batch_op_push_v(
+    struct batch *b, struct op *o, const char *const *in, size_t n)
+{
+	for (size_t i = 0; i < n && i < OP_STRINGS; i++) {
 		if (in[i] == NULL)
 			continue;
 		o->s[i] = arena_strdup(&b->arena, in[i]);
@@ -238,8 +245,7 @@ merge_ops(struct batch *dst, const struct batch *src)
 			if (!allot__batch_op_push(
 			        dst, d, NULL, NULL, NULL, NULL))
 				lost++;
-		} else if (!allot__batch_op_push(
-		               dst, d, s->s[0], s->s[1], s->s[2], s->s[3])) {
+		} else if (!allot__batch_op_push_v(dst, d, s->s, OP_STRINGS)) {
 			lost++;
 		}
 	}

@@ -67,11 +67,17 @@ struct level_ent {
 	int64_t at;
 };
 
-enum op_kind { OP_JOIN, OP_LEFT, OP_CONFIG, OP_EVENT };
+enum op_kind { OP_JOIN, OP_LEFT, OP_CONFIG, OP_EVENT, OP_CHANGE, OP_QUOTA };
+
+#define OP_STRINGS 6
 
 /* One appended record. JOIN: s = replica_id, service, host, version;
  * u = config digest. LEFT: s[0] = why. CONFIG: u = epoch, u2 = digest,
- * s = path, content. EVENT: s = kind, subject, detail. */
+ * s = path, content. EVENT: s = kind, subject, detail. CHANGE (a config
+ * change, config_changes): u = epoch, u2 = digest, s = who, claimed_as,
+ * reason, source. QUOTA (one of its quotas, quota_changes, written after
+ * its CHANGE, which it refers to): s = service, quota, before, after,
+ * fields, owner; pid = the action (allot__change_kind). */
 struct op {
 	struct op *next;
 	enum op_kind kind;
@@ -80,7 +86,7 @@ struct op {
 	uint64_t session;
 	uint64_t u;
 	uint64_t u2;
-	const char *s[4];
+	const char *s[OP_STRINGS];
 };
 
 struct batch {
@@ -120,6 +126,9 @@ struct op *allot__batch_op_new(struct batch *b, enum op_kind kind, int64_t at);
  * queued) when out of memory. */
 bool allot__batch_op_push(struct batch *b, struct op *o, const char *s0,
     const char *s1, const char *s2, const char *s3);
+/* The same for `n` (<= OP_STRINGS) strings. */
+bool allot__batch_op_push_v(
+    struct batch *b, struct op *o, const char *const *in, size_t n);
 
 /* Drop the oldest usage rows until the batch holds at most `bound` rows
  * (or no usage is left: other rows are never dropped). Returns how many

@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "clock.h"
+#include "config_diff.h"
 
 #define NIL ALLOT__TAB_NIL
 #define RETENTION_EVERY_MS 60000
@@ -226,6 +227,23 @@ write_op(allot__store *st, const struct op *o)
 		bind_text(s, 3, o->s[1]);
 		bind_text(s, 4, o->s[2]);
 		return step_done(st, S_EVENT);
+	case OP_CHANGE:
+		s = st->stmt[S_CHANGE];
+		sqlite3_bind_int64(s, 1, o->at);
+		sqlite3_bind_int64(s, 2, (sqlite3_int64) o->u);
+		bind_hex(s, 3, o->u2);
+		for (int i = 0; i < 4; i++)
+			bind_text(s, 4 + i, o->s[i]);
+		return step_done(st, S_CHANGE);
+	case OP_QUOTA:
+		s = st->stmt[S_QUOTA_CHANGE];
+		bind_text(s, 1, o->s[0]);
+		bind_text(s, 2, o->s[1]);
+		bind_text(s, 3,
+		    allot__change_kind_name((allot__change_kind) o->pid));
+		for (int i = 2; i < 6; i++)
+			bind_text(s, 2 + i, o->s[i]);
+		return step_done(st, S_QUOTA_CHANGE);
 	}
 	return SQLITE_MISUSE;
 }

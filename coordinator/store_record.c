@@ -149,6 +149,37 @@ allot__store_config_loaded(allot__store *st, uint64_t epoch, uint64_t digest,
 }
 
 void
+allot__store_config_change(allot__store *st, const allot__store_change *c,
+    const allot__config_diff *d)
+{
+	if (st == NULL || c == NULL)
+		return;
+	int64_t at = allot__store_now_ms(st);
+	pthread_mutex_lock(&st->mu);
+	struct op *o = op_new(st, OP_CHANGE, at);
+	if (o != NULL) {
+		o->u = c->epoch;
+		o->u2 = c->digest;
+		op_push(st, o, c->who != NULL ? c->who : "?", c->claimed_as,
+		    c->reason != NULL ? c->reason : "", c->source);
+	}
+	for (size_t i = 0; o != NULL && d != NULL && i < d->n; i++) {
+		const allot__quota_change *q = &d->v[i];
+		struct op *r = op_new(st, OP_QUOTA, at);
+		if (r == NULL)
+			continue;
+		r->pid = (uint32_t) q->kind;
+		const char *s[OP_STRINGS] = { q->service, q->quota, q->before,
+			q->after, q->fields, q->owner };
+		if (allot__batch_op_push_v(st->cur, r, s, OP_STRINGS))
+			bound_cur(st);
+		else
+			st->rows_rejected++;
+	}
+	pthread_mutex_unlock(&st->mu);
+}
+
+void
 allot__store_event(allot__store *st, const char *kind, const char *subject,
     const char *detail)
 {

@@ -3,10 +3,14 @@
  * The store's reads at start-up (store.h, "restore"): the replicas that
  * were live when the last run stopped or crashed, and the last recorded
  * global bucket level of each quota, handed to the registry through
- * callbacks. Only committed rows are read, with statements prepared at
- * open; nothing here writes.
+ * callbacks, and the config recorded last (whose epoch a restart keeps). Only
+ * committed rows are read, with statements prepared at open; nothing here
+ * writes.
  */
 #include "store_int.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 int
 allot__store_restore(allot__store *st,
@@ -50,4 +54,36 @@ fail:
 	    "store %s: reading state to restore failed: %s", st->path,
 	    sqlite3_errstr(rc));
 	return ALLOT_EIO;
+}
+
+int
+allot__store_last_config(allot__store *st, uint64_t *ret_epoch,
+    uint64_t *ret_digest, char **ret_content)
+{
+	if (st == NULL)
+		return ALLOT_EINVAL;
+	sqlite3_stmt *s = st->stmt[S_LAST_CONFIG];
+	int rc = sqlite3_step(s);
+	int rv = ALLOT_ENOENT;
+	if (rc == SQLITE_ROW) {
+		const char *hex = (const char *) sqlite3_column_text(s, 1);
+		const char *text = (const char *) sqlite3_column_text(s, 2);
+		char *copy = strdup(text != NULL ? text : "");
+		if (copy == NULL) {
+			rv = ALLOT_ENOMEM;
+		} else {
+			*ret_epoch = (uint64_t) sqlite3_column_int64(s, 0);
+			*ret_digest = hex != NULL ? strtoull(hex, NULL, 16) :
+			                            0;
+			*ret_content = copy;
+			rv = ALLOT_OK;
+		}
+	} else if (rc != SQLITE_DONE) {
+		allot__log(&st->lg, ALLOT_LOG_ERR, "ALLOT-STORE-FAIL",
+		    "store %s: reading the last config failed: %s", st->path,
+		    sqlite3_errstr(rc));
+		rv = ALLOT_EIO;
+	}
+	sqlite3_reset(s);
+	return rv;
 }

@@ -13,7 +13,8 @@
  * the correlated-burst arithmetic and rejects a bad file; audit prints
  * rows from a store allotd wrote, for one file and for two; an
  * unreachable coordinator is exit 3 with a clear message; every command
- * has a manual. Exits 77 (skipped) when allotctl was not built. Every
+ * has a manual (diff and apply too, whose own tests are in
+ * test_apply.c). Exits 77 (skipped) when allotctl was not built. Every
  * wait is bounded.
  */
 #include <check.h>
@@ -746,7 +747,8 @@ END_TEST
 START_TEST(manuals)
 {
 	const char *cmds[] = { "status", "replicas", "quotas", "shares",
-		"top-denied", "reload", "check-config", "audit" };
+		"top-denied", "reload", "check-config", "audit", "diff",
+		"apply" };
 	run r = ctl("--help", NULL);
 	ck_assert_int_eq(r.status, 0);
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
@@ -770,6 +772,25 @@ START_TEST(manuals)
 	}
 	r = ctl("help", "reload", NULL);
 	assert_has(r.out, "AUTHENTICATION");
+	run_free(&r);
+	r = ctl("help", "apply", NULL);
+	assert_has(r.out, "AUTHENTICATION");
+	assert_has(r.out, "--reason TEXT");
+	assert_has(r.out, "--admin PATH");
+	assert_has(r.out, "--margin X");
+	run_free(&r);
+	/* Options after the file, and the ones a command does not take. */
+	r = ctl("apply", "x.yaml", "--reason", "r", "--margin", "2", NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "--margin expects a share of the capacity");
+	run_free(&r);
+	r = ctl("diff", "x.yaml", "--reason", "r", NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "diff does not take \"--reason\"");
+	run_free(&r);
+	r = ctl("apply", "x.yaml", "--reason", "r", "--admin",
+	    "/nonexistent/admin.sock", NULL);
+	ck_assert_int_eq(r.status, 1); /* x.yaml does not exist */
 	run_free(&r);
 	r = ctl("frobnicate", NULL);
 	ck_assert_int_eq(r.status, 2);

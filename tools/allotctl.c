@@ -9,7 +9,9 @@
  * allotd's GET /status (allotctl_status.c) and never change anything;
  * reload signals allotd on its own host (allotctl_reload.c);
  * check-config validates and sizes a quota file (allotctl_config.c) and
- * audit queries store files (allotctl_audit.c), both without an allotd.
+ * audit queries store files (allotctl_audit.c), both without an allotd;
+ * diff and apply review and make a quota change through allotd's admin
+ * socket (allotctl_apply.c).
  */
 #include <getopt.h>
 #include <limits.h>
@@ -27,7 +29,9 @@
 #define CTL_ONLINE                                             \
 	(CTL_STATUS | CTL_REPLICAS | CTL_QUOTAS | CTL_SHARES | \
 	    CTL_TOP_DENIED | CTL_RELOAD)
-#define CTL_ALL (CTL_ONLINE | CTL_CHECK_CONFIG | CTL_AUDIT)
+#define CTL_ALL \
+	(CTL_ONLINE | CTL_CHECK_CONFIG | CTL_AUDIT | CTL_DIFF | CTL_APPLY)
+#define CTL_CHANGE (CTL_DIFF | CTL_APPLY)
 
 /* The commands, and the positional arguments each takes. */
 static const struct command {
@@ -53,6 +57,10 @@ static const struct command {
 	    "reload takes no arguments", NULL, 10 },
 	{ "check-config", CTL_CHECK_CONFIG, ctl_cmd_check_config, 1, 1,
 	    "check-config takes one FILE", NULL, 10 },
+	{ "diff", CTL_DIFF, ctl_cmd_diff, 1, 1, "diff takes one FILE", NULL,
+	    10 },
+	{ "apply", CTL_APPLY, ctl_cmd_apply, 1, 1, "apply takes one FILE",
+	    NULL, 10 },
 	/* SQLite attaches at most 10 databases by default. */
 	{ "audit", CTL_AUDIT, ctl_cmd_audit, 1, 10,
 	    "audit takes one or more DB files",
@@ -169,6 +177,54 @@ set_max_overcommit(ctl *c, const char *cmd, const char *as, const char *arg)
 }
 
 static int
+set_admin(ctl *c, const char *cmd, const char *as, const char *arg)
+{
+	c->admin = arg;
+	return 0;
+}
+
+static int
+set_reason(ctl *c, const char *cmd, const char *as, const char *arg)
+{
+	c->reason = arg;
+	return 0;
+}
+
+static int
+set_as(ctl *c, const char *cmd, const char *as, const char *arg)
+{
+	if (arg[0] == '\0')
+		return usage_error(cmd, "--as expects a name");
+	c->as_name = arg;
+	return 0;
+}
+
+static int
+set_expect(ctl *c, const char *cmd, const char *as, const char *arg)
+{
+	size_t n = strlen(arg);
+	if (n == 0 || n > 16 || strspn(arg, "0123456789abcdefABCDEF") != n)
+		return usage_error(cmd,
+		    "--expect expects a digest of 16 hex digits (allotctl "
+		    "status, or the diff's), not \"%s\"",
+		    arg);
+	c->expect = arg;
+	return 0;
+}
+
+static int
+set_margin(ctl *c, const char *cmd, const char *as, const char *arg)
+{
+	if (!ctl_parse_double(arg, &c->margin) || c->margin <= 0 ||
+	    c->margin > 1)
+		return usage_error(cmd,
+		    "--margin expects a share of the capacity, above 0 and "
+		    "at most 1 (e.g. 0.8), not \"%s\"",
+		    arg);
+	return 0;
+}
+
+static int
 set_limit(ctl *c, const char *cmd, const char *as, const char *arg)
 {
 	if (!ctl_parse_int(arg, 1, 1000000, &c->limit))
@@ -208,7 +264,7 @@ static const ctl_option options[] = {
 	    "allotd's HTTP address (its --http option). Default: the\n"
 	    "ALLOT_HTTP environment variable, else " DEFAULT_HTTP ".\n",
 	    set_http },
-	{ "timeout", 0, "MS", CTL_GLOBAL | CTL_ALL, CTL_COMMON,
+	{ "timeout", 0, "MS", CTL_GLOBAL | CTL_ALL, CTL_COMMON | CTL_CHANGE,
 	    "Give up on an HTTP exchange after MS milliseconds (default\n"
 	    "3000).\n",
 	    set_timeout },
@@ -226,7 +282,30 @@ static const ctl_option options[] = {
 	    "Do not validate the file first; allotd still refuses a bad\n"
 	    "one, and its log (ALLOTD-RELOAD-FAIL) says why.\n",
 	    set_no_check },
-	{ "capacity", 0, "RPS", CTL_CHECK_CONFIG, CTL_CHECK_CONFIG,
+	{ "admin", 0, "PATH", CTL_CHANGE, CTL_CHANGE,
+	    "allotd's admin socket (its --admin-socket). Default: the\n"
+	    "ALLOT_ADMIN_SOCKET environment variable, else\n" DEFAULT_ADMIN
+	    ".\n",
+	    set_admin },
+	{ "reason", 0, "TEXT", CTL_APPLY, CTL_APPLY,
+	    "Why the change is made (required; one line). Recorded in the\n"
+	    "audit table with the user the kernel names.\n",
+	    set_reason },
+	{ "as", 0, "NAME", CTL_APPLY, CTL_APPLY,
+	    "Also record NAME (e.g. the reviewer or the person a deploy\n"
+	    "job acts for), marked as claimed: it is not verified.\n",
+	    set_as },
+	{ "expect", 0, "DIGEST", CTL_APPLY, CTL_APPLY,
+	    "Apply only if the config in force has this digest (the one a\n"
+	    "reviewed diff was made against). Default: the digest of the\n"
+	    "diff apply prints first.\n",
+	    set_expect },
+	{ "margin", 0, "X", CTL_CHANGE, CTL_CHANGE,
+	    "Share of --capacity the ceiling should stay under (default\n"
+	    "0.8); above it the sizing check prints a WARNING.\n",
+	    set_margin },
+	{ "capacity", 0, "RPS", CTL_CHECK_CONFIG | CTL_CHANGE,
+	    CTL_CHECK_CONFIG | CTL_CHANGE,
 	    "The protected service's tested capacity in requests/s; the\n"
 	    "allocation and the correlated burst are also given as a\n"
 	    "share of it.\n",
@@ -245,8 +324,8 @@ static const ctl_option options[] = {
 	    "shell.\n",
 	    set_sql },
 	{ "help", 'h', NULL, CTL_GLOBAL | CTL_ALL,
-	    CTL_COMMON | CTL_CHECK_CONFIG | CTL_AUDIT, "Print this text.\n",
-	    show_help },
+	    CTL_COMMON | CTL_CHECK_CONFIG | CTL_AUDIT | CTL_CHANGE,
+	    "Print this text.\n", show_help },
 	{ "version", 'V', NULL, CTL_GLOBAL, CTL_GLOBAL, "Print the version.\n",
 	    show_version },
 };
@@ -415,12 +494,27 @@ parse(ctl *c, int argc, char **argv, const struct command **ret_cmd)
 	/* The command's own options; the common ones are accepted here
 	 * too. */
 	rc = parse_options(c, cmd, argc, argv);
+	/* Options may follow the arguments too (allotctl apply FILE
+	 * --reason TEXT): each run of them is parsed with the word before
+	 * it standing in for the command name. */
+	char **pos = ctl_calloc((size_t) argc + 1, sizeof *pos);
+	int npos = 0;
+	for (int i = optind; rc == 0 && !c->help && i < argc;) {
+		if (argv[i][0] == '-' && argv[i][1] != '\0') {
+			rc = parse_options(c, cmd, argc - i + 1, argv + i - 1);
+			i += optind - 1;
+		} else {
+			pos[npos++] = argv[i++];
+		}
+	}
 	if (c->help)
 		ctl_manual(stdout, cmd->name, cmd->bit, options, noptions);
-	if (rc != 0)
+	if (rc != 0) {
+		free(pos);
 		return rc;
-	c->npos = argc - optind;
-	c->pos = argv + optind;
+	}
+	c->npos = npos;
+	c->pos = pos;
 	if (c->pid != 0 && c->pid_file != NULL)
 		return usage_error(
 		    cmd->name, "give --pid or --pid-file, not both");
@@ -439,17 +533,21 @@ main(int argc, char **argv)
 	ctl c = { .http = DEFAULT_HTTP,
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
 		.wait_ms = DEFAULT_WAIT_MS,
-		.check = true };
+		.check = true,
+		.admin = DEFAULT_ADMIN,
+		.margin = DEFAULT_MARGIN };
 	const char *env = getenv("ALLOT_HTTP");
 	if (env != NULL && *env != '\0')
 		c.http = env;
+	env = getenv("ALLOT_ADMIN_SOCKET");
+	if (env != NULL && *env != '\0')
+		c.admin = env;
 	signal(SIGPIPE, SIG_IGN);
 
 	const struct command *cmd = NULL;
 	int rc = parse(&c, argc, argv, &cmd);
-	if (rc == CTL_DONE)
-		return 0;
-	if (rc != 0)
-		return rc;
-	return cmd->run(&c);
+	if (rc == 0)
+		rc = cmd->run(&c);
+	free(c.pos); /* the arguments, gathered by parse() */
+	return rc == CTL_DONE ? 0 : rc;
 }

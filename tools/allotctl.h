@@ -27,6 +27,9 @@
 #define DEFAULT_HTTP "127.0.0.1:7480"
 #define DEFAULT_TIMEOUT_MS 3000
 #define DEFAULT_WAIT_MS 5000
+/* allotd's --admin-socket when ALLOT_ADMIN_SOCKET is not set. */
+#define DEFAULT_ADMIN "/run/allot/admin.sock"
+#define DEFAULT_MARGIN 0.8
 
 /* The command line, as main() parsed it; each command reads its part. */
 typedef struct ctl {
@@ -40,6 +43,11 @@ typedef struct ctl {
 	double max_overcommit; /* check-config: exit 1 above; 0: none */
 	long limit; /* top-denied -n, audit --limit */
 	bool show_sql; /* audit --sql */
+	const char *admin; /* diff, apply: allotd's admin socket */
+	const char *reason; /* apply --reason */
+	const char *as_name; /* apply --as (recorded as claimed) */
+	const char *expect; /* apply --expect: digest in force, hex */
+	double margin; /* diff, apply: share of --capacity to stay under */
 	bool help; /* --help: print the manual and stop */
 	int npos; /* the command's positional arguments */
 	char **pos;
@@ -66,6 +74,8 @@ int ctl_cmd_check_config(const ctl *c);
  * allotctl_config.c; allotctl diff calls it too. */
 double ctl_print_sizing(const allot_config *cfg, double capacity);
 int ctl_cmd_audit(const ctl *c);
+int ctl_cmd_diff(const ctl *c); /* allotctl_apply.c */
+int ctl_cmd_apply(const ctl *c);
 
 /* ------------------------------------------------------------------ */
 /* Manuals (allotctl_help.c)                                           */
@@ -81,6 +91,8 @@ enum {
 	CTL_RELOAD = 1u << 5,
 	CTL_CHECK_CONFIG = 1u << 6,
 	CTL_AUDIT = 1u << 7,
+	CTL_DIFF = 1u << 10,
+	CTL_APPLY = 1u << 11,
 	CTL_GLOBAL = 1u << 8, /* before the command */
 	CTL_COMMON = 1u << 9, /* every command that reads allotd */
 };
@@ -170,6 +182,16 @@ int ctl_http_get(const ctl *c, const char *path, char **ret_body);
 /* Every address of the --http host is a loopback address: allotd runs
  * on this machine, so its pid means something here. */
 bool ctl_http_is_local(const ctl *c);
+
+/* ------------------------------------------------------------------ */
+/* Quota files (allotctl_config.c)                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct allot_config allot_config;
+
+/* check-config's sizing lines for `cfg` (allocation, ceiling, burst, and
+ * capacity with c->capacity), without its quota table. */
+void ctl_config_sizing(const ctl *c, const allot_config *cfg);
 
 /* ------------------------------------------------------------------ */
 /* The /status document (allotctl_status.c)                            */

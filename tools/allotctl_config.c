@@ -365,3 +365,23 @@ ctl_cmd_check_config(const ctl *c)
 	allot_config_free(cfg);
 	return rc;
 }
+
+void
+ctl_config_sizing(const ctl *c, const allot_config *cfg)
+{
+	sums s = { 0 };
+	for (size_t i = 0; i < cfg->ncallers; i++) {
+		s.rate += cfg->callers[i].rate;
+		s.burst += cfg->callers[i].burst;
+	}
+	s.sr = ctl_num(s.rate);
+	s.sb = ctl_num(s.burst);
+	s.sf = ctl_num(s.rate + s.burst);
+	print_allocation(cfg, &s);
+	print_burst(cfg, &s);
+	if (c->capacity > 0)
+		print_capacity(cfg, &s, c->capacity);
+	free(s.sr);
+	free(s.sb);
+	free(s.sf);
+}

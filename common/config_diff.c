@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-quota diff of two configs (config_diff.h): quotas matched by
+ * their wire key, each described as one line of text, and the settings
+ * of the whole file compared as pseudo-quotas. Both allotd (its audit
+ * rows and its admin socket's answers) and allotctl go through here, so
+ * what an operator reviews is what the audit table records.
+ */
+#include "config_diff.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+
+const char *
+allot__change_kind_name(allot__change_kind k)
+{
+	switch (k) {
+	case ALLOT__QUOTA_ADDED: return "added";
+	case ALLOT__QUOTA_REMOVED: return "removed";
+	case ALLOT__QUOTA_CHANGED: return "changed";
+	}
+	return "?";
+}
+
+/* A number as written in a quota file: integers without a fraction,
+ * others with six significant digits. */
+static void
+put_num(allot__buf *b, double v)
+{
+	if (v == floor(v) && fabs(v) < 1e15)
+		allot__buf_printf(b, "%.0f", v);
+	else
+		allot__buf_printf(b, "%.6g", v);
+}
+
+/* A rate in the unit it was written in: "500/s", "1000/day". */
+static void
+put_rate(allot__buf *b, double per_s, uint32_t unit_s)
+{
+	static const struct {
+		uint32_t s;
+		const char *name;
+	} units[] = { { 60, "min" }, { 3600, "h" }, { 86400, "day" } };
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+		if (unit_s == units[i].s) {
+			put_num(b, per_s * unit_s);
+			allot__buf_printf(b, "/%s", units[i].name);
+			return;
+		}
+	}
+	put_num(b, per_s);
+	allot__buf_puts(b, "/s");
+}
+
+static const char *
+fallback_name(allot_fallback f)
+{
+	switch (f) {
+	case ALLOT_FALLBACK_STATIC_SHARE: return "static_share";
+	case ALLOT_FALLBACK_OPEN: return "open";
+	case ALLOT_FALLBACK_CLOSED: return "closed";
+	}
+	return "?";
+}
+
+static const char *
+class_name(const allot_config *cfg, uint32_t p)
+{
+	return p < cfg->nclasses ? cfg->classes[p] : "?";
+}
+
+/* A free-form string, quoted when it holds a space (or is empty). */
+static void
+put_word(allot__buf *b, const char *s)
+{
+	if (s[0] != '\0' && strpbrk(s, " \t\"") == NULL)
+		allot__buf_puts(b, s);
+	else
+		allot__buf_json(b, s);
+}
+
+/* The parts of a quota's text, one per field, in the order the text
+ * and the changed-field list use. */
+enum {
+	F_RATE,
+	F_BURST,
+	F_PRIORITY,
+	F_SHADOW,
+	F_CANDIDATE,
+	F_FALLBACK,
+	F_SHARED,
+	F_OWNER,
+	F_REASON,
+	F_PEAK,
+	F_LABELS,
+	F_COUNT
+};
+
+static const char *const field_names[F_COUNT] = { "rate", "burst", "priority",
+	"shadow", "candidate", "fallback", "shared", "owner", "reason",
+	"expected_peak", "labels" };
+
+/* Field `f` of quota `q` into `b` (nothing when it has its default, so
+ * that the text stays short). */
+static void
+put_field(allot__buf *b, const allot_config *cfg, const allot__quota *q, int f,
+    bool is_default)
+{
+	switch (f) {
+	case F_RATE: put_rate(b, q->rate, q->unit_s); break;
+	case F_BURST: put_num(b, q->burst); break;
+	case F_PRIORITY:
+		allot__buf_puts(b, class_name(cfg, q->priority));
+		break;
+	case F_SHADOW:
+		if (q->shadow)
+			allot__buf_puts(b, "shadow");
+		break;
+	case F_CANDIDATE:
+		if (q->cand_rate > 0) {
+			put_rate(b, q->cand_rate, q->unit_s);
+			allot__buf_puts(b, " burst ");
+			put_num(b, q->cand_burst);
+		}
+		break;
+	case F_FALLBACK:
+		if (q->fallback != ALLOT_FALLBACK_STATIC_SHARE)
+			allot__buf_puts(b, fallback_name(q->fallback));
+		break;
+	case F_SHARED:
+		if (is_default && !q->shared)
+			allot__buf_puts(b, "per caller");
+		break;
+	case F_OWNER:
+		if (q->owner != NULL)
+			put_word(b, q->owner);
+		break;
+	case F_REASON:
+		if (q->reason != NULL)
+			put_word(b, q->reason);
+		break;
+	case F_PEAK:
+		if (q->expected_peak > 0)
+			put_rate(b, q->expected_peak, 1);
+		break;
+	case F_LABELS:
+		for (size_t i = 0; i < q->nlabels; i++) {
+			if (i > 0)
+				allot__buf_puts(b, ",");
+			put_word(b, q->labels[i]);
+		}
+		break;
+	}
+}
+
+/* Field `f` as its own string ("" when at its default); NULL on OOM. */
+static char *
+field_text(const allot_config *cfg, const allot__quota *q, int f, bool def)
+{
+	allot__buf b = { 0 };
+	put_field(&b, cfg, q, f, def);
+	allot__buf_puts(&b, "");
+	if (b.oom) {
+		allot__buf_free(&b);
+		return NULL;
+	}
+	return b.p;
+}
+
+/* "500/s burst 1000 critical shadow candidate 400/s burst 800 fallback
+ * open owner payments reason \"Q3 launch\" peak 450/s labels
+ * team=pay": what a field is called precedes it, except the rate and
+ * the priority, which read fine alone. */
+static char *
+quota_text(const allot_config *cfg, const allot__quota *q, bool def)
+{
+	static const char *const prefix[F_COUNT] = { "", "burst ", "", "",
+		"candidate ", "fallback ", "", "owner ", "reason ", "peak ",
+		"labels " };
+	allot__buf b = { 0 };
+	for (int f = 0; f < F_COUNT; f++) {
+		char *t = field_text(cfg, q, f, def);
+		if (t == NULL) {
+			b.oom = true;
+			break;
+		}
+		if (t[0] != '\0') {
+			if (b.len > 0)
+				allot__buf_puts(&b, " ");
+			allot__buf_printf(&b, "%s%s", prefix[f], t);
+		}
+		free(t);
+	}
+	allot__buf_puts(&b, "");
+	if (b.oom) {
+		allot__buf_free(&b);
+		return NULL;
+	}
+	return b.p;
+}
+
+char *
+allot__quota_text(const allot_config *cfg, const allot__quota *q)
+{
+	return quota_text(cfg, q, q == &cfg->def);
+}
+
+/* "rate 400/s -> 200/s; burst 800 -> 400" for the fields that differ
+ * between `a` and `b`; NULL on OOM. A field set on one side only reads
+ * "shadow (none) -> shadow". */
+static char *
+changed_fields(const allot_config *ca, const allot__quota *a,
+    const allot_config *cb, const allot__quota *b, bool def)
+{
+	allot__buf out = { 0 };
+	for (int f = 0; f < F_COUNT && !out.oom; f++) {
+		char *x = field_text(ca, a, f, def);
+		char *y = field_text(cb, b, f, def);
+		if (x == NULL || y == NULL)
+			out.oom = true;
+		else if (strcmp(x, y) != 0)
+			allot__buf_printf(&out, "%s%s %s -> %s",
+			    out.len > 0 ? "; " : "", field_names[f],
+			    x[0] != '\0' ? x : "(none)",
+			    y[0] != '\0' ? y : "(none)");
+		free(x);
+		free(y);
+	}
+	allot__buf_puts(&out, "");
+	if (out.oom) {
+		allot__buf_free(&out);
+		return NULL;
+	}
+	return out.p;
+}
+
+/* ---- whole-file settings ---- */
+
+static char *
+ceiling_text(const allot_config *cfg)
+{
+	allot__buf b = { 0 };
+	if (cfg->ceiling_rate > 0)
+		put_rate(&b, cfg->ceiling_rate, 1);
+	else
+		allot__buf_puts(&b, "none");
+	return b.oom ? (allot__buf_free(&b), NULL) : b.p;
+}
+
+static char *
+weights_text(const allot_config *cfg)
+{
+	allot__buf b = { 0 };
+	allot__buf_printf(&b, "default %u", cfg->default_weight);
+	for (size_t i = 0; i < cfg->nendpoints; i++)
+		allot__buf_printf(&b, ", %s %u", cfg->endpoints[i].name,
+		    cfg->endpoints[i].weight);
+	return b.oom ? (allot__buf_free(&b), NULL) : b.p;
+}
+
+static char *
+classes_text(const allot_config *cfg)
+{
+	allot__buf b = { 0 };
+	for (size_t i = 0; i < cfg->nclasses; i++)
+		allot__buf_printf(&b, "%s%s", i ? "," : "", cfg->classes[i]);
+	allot__buf_puts(&b, "");
+	return b.oom ? (allot__buf_free(&b), NULL) : b.p;
+}
+
+/* ---- the diff ---- */
+
+static char *
+dup_or_null(const char *s)
+{
+	return s != NULL ? strdup(s) : NULL;
+}
+
+static void
+change_free(allot__quota_change *c)
+{
+	free(c->service);
+	free(c->quota);
+	free(c->before);
+	free(c->after);
+	free(c->fields);
+	free(c->owner);
+}
+
+void
+allot__config_diff_free(allot__config_diff *d)
+{
+	if (d == NULL)
+		return;
+	for (size_t i = 0; i < d->n; i++)
+		change_free(&d->v[i]);
+	free(d->v);
+	d->v = NULL;
+	d->n = 0;
+}
+
+/* Append a change taking ownership of `before`, `after` and `fields`
+ * (freed on failure); false on OOM. */
+static bool
+push(allot__config_diff *d, size_t *cap, allot__change_kind kind,
+    const char *quota, char *before, char *after, char *fields,
+    const char *owner)
+{
+	if (d->n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		allot__quota_change *nv = realloc(d->v, nc * sizeof *nv);
+		if (nv == NULL)
+			goto fail;
+		d->v = nv;
+		*cap = nc;
+	}
+	allot__quota_change *c = &d->v[d->n];
+	memset(c, 0, sizeof *c);
+	c->kind = kind;
+	c->quota = strdup(quota);
+	c->owner = dup_or_null(owner);
+	c->before = before;
+	c->after = after;
+	c->fields = fields;
+	if (c->quota == NULL || (owner != NULL && c->owner == NULL)) {
+		change_free(c);
+		return false;
+	}
+	d->n++;
+	return true;
+fail:
+	free(before);
+	free(after);
+	free(fields);
+	return false;
+}
+
+/* The quota of `cfg` with wire key `key`, or NULL (a linear scan: set-up
+ * paths only). */
+static const allot__quota *
+find_key(const allot_config *cfg, const char *key)
+{
+	char buf[512];
+	if (strcmp(key, "default") == 0)
+		return &cfg->def;
+	for (size_t i = 0; i < cfg->ncallers; i++) {
+		allot__quota_key(&cfg->callers[i], buf, sizeof buf);
+		if (strcmp(buf, key) == 0)
+			return &cfg->callers[i];
+	}
+	return NULL;
+}
+
+static const allot__quota *
+quota_at(const allot_config *cfg, size_t i)
+{
+	return i == 0 ? &cfg->def : &cfg->callers[i - 1];
+}
+
+/* One quota of `after` against `before` (NULL: none). */
+static bool
+diff_one(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after, const allot__quota *q, const char *key)
+{
+	bool def = q == &after->def;
+	const allot__quota *o = before != NULL ? find_key(before, key) : NULL;
+	char *at = quota_text(after, q, def);
+	if (at == NULL)
+		return false;
+	if (o == NULL)
+		return push(
+		    d, cap, ALLOT__QUOTA_ADDED, key, NULL, at, NULL, q->owner);
+	char *bt = quota_text(before, o, def);
+	if (bt == NULL) {
+		free(at);
+		return false;
+	}
+	if (strcmp(at, bt) == 0) {
+		free(at);
+		free(bt);
+		return true;
+	}
+	char *f = changed_fields(before, o, after, q, def);
+	if (f == NULL) {
+		free(at);
+		free(bt);
+		return false;
+	}
+	return push(d, cap, ALLOT__QUOTA_CHANGED, key, bt, at, f,
+	    q->owner != NULL ? q->owner : o->owner);
+}
+
+/* A whole-file setting: `fn` of each side. */
+static bool
+diff_setting(allot__config_diff *d, size_t *cap, const char *name,
+    const allot_config *before, const allot_config *after,
+    char *(*fn)(const allot_config *) )
+{
+	char *at = fn(after);
+	char *bt = before != NULL ? fn(before) : NULL;
+	if (at == NULL || (before != NULL && bt == NULL)) {
+		free(at);
+		free(bt);
+		return false;
+	}
+	if (bt != NULL && strcmp(at, bt) == 0) {
+		free(at);
+		free(bt);
+		return true;
+	}
+	char *f = NULL;
+	if (bt != NULL) {
+		size_t n = strlen(at) + strlen(bt) + 8;
+		f = malloc(n);
+		if (f == NULL) {
+			free(at);
+			free(bt);
+			return false;
+		}
+		snprintf(f, n, "%s -> %s", bt, at);
+	}
+	return push(d, cap,
+	    bt != NULL ? ALLOT__QUOTA_CHANGED : ALLOT__QUOTA_ADDED, name, bt,
+	    at, f, NULL);
+}
+
+#ifdef ALLOT__MAX_SERVICES
+/* Per-service sections (services.NAME in the file). Compiled once the
+ * quota model has them (common/config.h defines ALLOT__MAX_SERVICES with
+ * them); until then every quota is top-level. A service's changes are
+ * those of its view (allot__config_select) restricted to what its own
+ * section sets, so that a top-level change is recorded once, at the top
+ * level, not once more per service that inherits it. */
+
+/* Whether service section `s` (NULL: none) sets `key`. */
+static bool
+section_sets(const allot__service *s, const char *key)
+{
+	char buf[512];
+	if (s == NULL)
+		return false;
+	if (strcmp(key, "default") == 0)
+		return s->def != NULL;
+	if (strcmp(key, "(global_ceiling)") == 0)
+		return s->ceiling_rate > 0;
+	if (strcmp(key, "(endpoint_weights)") == 0)
+		return s->nendpoints > 0 || s->default_weight != 0;
+	if (key[0] == '(')
+		return false; /* the shed order is the file's */
+	for (size_t i = 0; i < s->ncallers; i++) {
+		allot__quota_key(&s->callers[i], buf, sizeof buf);
+		if (strcmp(buf, key) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool
+diff_service(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after, const char *name)
+{
+	const allot__service *sb = allot__config_service(before, name);
+	const allot__service *sa = allot__config_service(after, name);
+	allot_config *vb = NULL, *va = NULL;
+	allot__config_diff v = { 0 };
+	bool ok = (before == NULL ||
+	              allot__config_select(before, name, &vb) == ALLOT_OK) &&
+	    allot__config_select(after, name, &va) == ALLOT_OK &&
+	    allot__config_diff_compute(vb, va, &v) == ALLOT_OK;
+	for (size_t i = 0; ok && i < v.n; i++) {
+		allot__quota_change *c = &v.v[i];
+		if (!section_sets(sb, c->quota) && !section_sets(sa, c->quota))
+			continue;
+		ok = push(d, cap, c->kind, c->quota, c->before, c->after,
+		    c->fields, c->owner);
+		c->before = c->after = c->fields = NULL; /* pushed */
+		if (ok) {
+			d->v[d->n - 1].service = strdup(name);
+			ok = d->v[d->n - 1].service != NULL;
+		}
+	}
+	allot__config_diff_free(&v);
+	allot_config_free(vb);
+	allot_config_free(va);
+	return ok;
+}
+
+/* Every service named on either side, after's first. */
+static bool
+diff_services(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after)
+{
+	bool ok = true;
+	for (size_t i = 0; ok && i < after->nservices; i++)
+		ok = diff_service(
+		    d, cap, before, after, after->services[i].name);
+	for (size_t i = 0; ok && before != NULL && i < before->nservices; i++)
+		if (allot__config_service(after, before->services[i].name) ==
+		    NULL)
+			ok = diff_service(
+			    d, cap, before, after, before->services[i].name);
+	return ok;
+}
+#else
+static bool
+diff_services(allot__config_diff *d, size_t *cap, const allot_config *before,
+    const allot_config *after)
+{
+	(void) d;
+	(void) cap;
+	(void) before;
+	(void) after;
+	return true;
+}
+#endif
+
+int
+allot__config_diff_compute(const allot_config *before,
+    const allot_config *after, allot__config_diff *ret)
+{
+	allot__config_diff d = { 0 };
+	size_t cap = 0;
+	char key[512];
+	bool ok = after != NULL;
+	for (size_t i = 0; ok && i <= after->ncallers; i++) {
+		const allot__quota *q = quota_at(after, i);
+		if (i == 0)
+			snprintf(key, sizeof key, "default");
+		else
+			allot__quota_key(q, key, sizeof key);
+		ok = diff_one(&d, &cap, before, after, q, key);
+	}
+	for (size_t i = 1; ok && before != NULL && i <= before->ncallers;
+	     i++) {
+		const allot__quota *q = quota_at(before, i);
+		allot__quota_key(q, key, sizeof key);
+		if (find_key(after, key) != NULL)
+			continue;
+		char *bt = quota_text(before, q, false);
+		ok = bt != NULL &&
+		    push(&d, &cap, ALLOT__QUOTA_REMOVED, key, bt, NULL, NULL,
+		        q->owner);
+	}
+	ok = ok &&
+	    diff_setting(
+	        &d, &cap, "(global_ceiling)", before, after, ceiling_text) &&
+	    diff_setting(
+	        &d, &cap, "(endpoint_weights)", before, after, weights_text) &&
+	    diff_setting(
+	        &d, &cap, "(shed_order)", before, after, classes_text) &&
+	    diff_services(&d, &cap, before, after);
+	if (!ok) {
+		allot__config_diff_free(&d);
+		*ret = (allot__config_diff) { 0 };
+		return ALLOT_ENOMEM;
+	}
+	*ret = d;
+	return ALLOT_OK;
+}
