@@ -429,10 +429,7 @@ diff_setting(allot__config_diff *d, size_t *cap, const char *name,
 	    at, f, NULL);
 }
 
-#ifdef ALLOT__MAX_SERVICES
-/* Per-service sections (services.NAME in the file). Compiled once the
- * quota model has them (common/config.h defines ALLOT__MAX_SERVICES with
- * them); until then every quota is top-level. A service's changes are
+/* Per-service sections (services.NAME in the file). A service's changes are
  * those of its view (allot__config_select) restricted to what its own
  * section sets, so that a top-level change is recorded once, at the top
  * level, not once more per service that inherits it. */
@@ -506,18 +503,6 @@ diff_services(allot__config_diff *d, size_t *cap, const allot_config *before,
 			    d, cap, before, after, before->services[i].name);
 	return ok;
 }
-#else
-static bool
-diff_services(allot__config_diff *d, size_t *cap, const allot_config *before,
-    const allot_config *after)
-{
-	(void) d;
-	(void) cap;
-	(void) before;
-	(void) after;
-	return true;
-}
-#endif
 
 int
 allot__config_diff_compute(const allot_config *before,

@@ -939,7 +939,6 @@ START_TEST(config_diff_text)
 }
 END_TEST
 
-#ifdef ALLOT__MAX_SERVICES
 /* A service's own quota is a row of its own, named by the service; a
  * top-level change it inherits is not repeated for it. */
 START_TEST(config_diff_services)
@@ -982,7 +981,6 @@ START_TEST(config_diff_services)
 	allot_config_free(b);
 }
 END_TEST
-#endif
 
 /* ---- failures while running ---- */
 
@@ -1432,9 +1430,7 @@ store_suite(void)
 	tcase_add_test(tc, null_store_is_harmless);
 	tcase_add_test(tc, config_changes_recorded);
 	tcase_add_test(tc, config_diff_text);
-#ifdef ALLOT__MAX_SERVICES
 	tcase_add_test(tc, config_diff_services);
-#endif
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("restart");

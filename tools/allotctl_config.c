@@ -373,6 +373,10 @@ ctl_config_sizing(const ctl *c, const allot_config *cfg)
 	for (size_t i = 0; i < cfg->ncallers; i++) {
 		s.rate += cfg->callers[i].rate;
 		s.burst += cfg->callers[i].burst;
+		if (cfg->callers[i].endpoint != NULL)
+			s.nendpoint++;
+		else
+			s.ncallers++;
 	}
 	s.sr = ctl_num(s.rate);
 	s.sb = ctl_num(s.burst);
