@@ -552,8 +552,9 @@ status_replicas(const snap_service *svc, allot__buf *b)
  * evaluation of one quota of one service: "candidate" is null without
  * one; its percentage is of the tokens offered since it was set. */
 static void
-status_shadow(const squota *sq, allot__buf *b)
+status_shadow(const squota *sq, const snap_qcfg *qc, allot__buf *b)
 {
+	allot__buf_printf(b, ",\"shadow\":%s", qc->shadow ? "true" : "false");
 	put_num(b, "shadow_denied_per_s", sq->shadow_rate);
 	allot__buf_printf(
 	    b, ",\"shadow_denied_total\":%" PRIu64, sq->shadow_total);
@@ -582,7 +583,6 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
 	const squota *sq = &sqs->sq;
 	const snap_qcfg *qc = &sn->qc[q];
 	put_quota(b, q, qc);
-	allot__buf_printf(b, ",\"shadow\":%s", qc->shadow ? "true" : "false");
 	put_num(b, "sum_rate", sq->granted_rate);
 	put_num(b, "sum_burst", sq->granted_burst);
 	put_num(b, "target_sum_rate", sq->target_sum_rate);
@@ -612,7 +612,7 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, allot__buf *b)
 	allot__buf_printf(b,
 	    ",\"admitted_total\":%" PRIu64 ",\"denied_total\":%" PRIu64,
 	    sq->allowed_total, sq->denied_total);
-	status_shadow(sq, b);
+	status_shadow(sq, qc, b);
 	allot__buf_puts(b, ",\"shares\":[");
 	for (uint32_t e = 0; e < sqs->nshares; e++) {
 		const snap_share *s = &sqs->shares[e];
