@@ -4,8 +4,9 @@
  * the files that implement it and included by no other. The state is the
  * whole: the config in force (a cfgv, config_view.c), the registry of
  * services and their sessions (registry.c), per key the demand estimates
- * (demand.c), per quota the live bound (bounds.c) and the grants
- * (grants.c), cluster ownership (ownership.c), and on top of those the
+ * (demand.c), per quota the live bound (bounds.c), the grants
+ * (grants.c) and the candidate's evaluation (candidate.c), cluster
+ * ownership (ownership.c), and on top of those the
  * requests (request.c), the restart (restore.c), the rendering
  * (render.c) and the periodic work (state.c). Calls go one way, down
  * that list; the prototypes below are grouped the same way.
