@@ -40,7 +40,7 @@
 #define CHROMIUM_TIMEOUT_MS 90000
 
 /* The default quota runs in shadow; caller A carries a candidate of
- * 200/s (below its load of about 300/s) when the loader knows
+ * 150/s (well below its load of about 300/s) when the loader knows
  * candidates (common/config_schema.c), and none otherwise. */
 #define CFG_HEAD                         \
 	"quotas:\n"                      \
@@ -54,7 +54,7 @@
 	"      tokens_per_second: 400\n" \
 	"      burst: 800\n"             \
 	"      priority: critical\n"
-#define CFG_CAND "      candidate: {tokens_per_second: 200, burst: 100}\n"
+#define CFG_CAND "      candidate: {tokens_per_second: 150, burst: 100}\n"
 #define CFG_TAIL                        \
 	"    - identity: \"" QB "\"\n"  \
 	"      tokens_per_second: 60\n" \
@@ -442,7 +442,7 @@ START_TEST(charts_draw_live_data)
 	ck_assert_ptr_nonnull(cand);
 	if (with_candidate)
 		ck_assert_ptr_nonnull(
-		    strstr(cand, "\"candidate\":{\"rate\":200,"));
+		    strstr(cand, "\"candidate\":{\"rate\":150,"));
 	else
 		ck_assert_ptr_nonnull(strstr(cand, "\"candidate\":null"));
 	free(doc);
@@ -534,10 +534,24 @@ START_TEST(charts_draw_live_data)
 	if (with_candidate) {
 		/* Caller A's candidate: its rate, its would-denies drawn
 		 * apart, its share in the table. */
-		ck_assert_double_eq(attr_num(ca, "data-candidate"), 200);
+		ck_assert_double_eq(attr_num(ca, "data-candidate"), 150);
 		ck_assert_double_eq(attr_num(ca, "data-series"), 3);
 		ck_assert_ptr_nonnull(
-		    strstr(dom, "data-col=\"candidate\">200/s: "));
+		    strstr(dom, "data-col=\"candidate\">150/s: "));
+		/* Seconds of about 300/s against 150/s with a burst of
+		 * 100: the candidate has denied something by now. */
+		int hs = 0;
+		char *js = pc_http_get(C.http, "/status", &hs);
+		ck_assert_ptr_nonnull(js);
+		const char *ja = strstr(js, "{\"quota\":\"" QA "\"");
+		ck_assert_ptr_nonnull(ja);
+		const char *jc = strstr(ja, "\"candidate\":{");
+		ck_assert_ptr_nonnull(jc);
+		const char *jd = strstr(jc, "\"denied\":");
+		ck_assert_ptr_nonnull(jd);
+		ck_assert_double_gt(
+		    strtod(jd + strlen("\"denied\":"), NULL), 0);
+		free(js);
 	} else {
 		ck_assert_double_eq(attr_num(ca, "data-series"), 2);
 	}
