@@ -6,7 +6,8 @@
  * dispatch.c) on a virtual clock, with a real SQLite file behind the
  * state. Shadow would-denies land in their own metric, status field and
  * usage column, never in the denials, are neither clipped as implausible
- * nor counted as unmet demand; a candidate below the load is charged
+ * nor counted as unmet demand, and are bounded as denials are; a
+ * candidate below the load is charged
  * close to what a per-request global bucket would deny (computed here,
  * request by request), one above the load with nothing; a reload that
  * changes the candidate starts its evaluation again.
@@ -192,7 +193,8 @@ typedef struct kr {
 	uint64_t consumed, denied, shadow;
 } kr;
 
-static void
+/* Returns Reply.rejected_reports. */
+static uint32_t
 sync1(coord *c, rep *r, kr a, kr b, uint64_t digest)
 {
 	Allot__V1__KeyReport ka = ALLOT__V1__KEY_REPORT__INIT;
@@ -220,7 +222,9 @@ sync1(coord *c, rep *r, kr a, kr b, uint64_t digest)
 	env.sync = &sy;
 	Allot__V1__Envelope *out = roundtrip(c, &env);
 	ck_assert_int_eq(out->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);
+	uint32_t rejected = out->reply->rejected_reports;
 	allot__v1__envelope__free_unpacked(out, NULL);
+	return rejected;
 }
 
 /* The loop thread's periodic work at virtual time `vclock`. */
@@ -440,6 +444,35 @@ START_TEST(shadow_after_reload_to_enforce)
 }
 END_TEST
 
+START_TEST(shadow_bounds)
+{
+	/* More would-denies than admitted tokens (a refund lowered what
+	 * the agent reports consumed): no more than admitted is booked.
+	 * Would-denies beyond the flood bound: the report is dropped as
+	 * absurd, like denials beyond it. */
+	coord c;
+	coord_start(&c, mkcfg(&c, "100", "100", true, 0, 0));
+	rep r;
+	reg(&c, &r, "r0");
+	vclock += INTERVAL_NS;
+	ck_assert_uint_eq(sync1(&c, &r, (kr) { 10, 0, 50 }, (kr) { 0 }, 0), 0);
+	char *m = render(&c, true);
+	ck_assert_double_eq(
+	    metric(m, "allotd_shadow_denied_tokens_total", "a"), 10);
+	ck_assert_double_eq(metric(m, "allotd_allowed_tokens_total", "a"), 10);
+	free(m);
+	vclock += INTERVAL_NS;
+	ck_assert_uint_eq(
+	    sync1(&c, &r, (kr) { 5000000, 0, 4999990 }, (kr) { 0 }, 0), 1);
+	ck_assert_uint_eq(atomic_load(&c.m.rejected[ALLOT__REJ_ABSURD]), 1);
+	m = render(&c, true);
+	ck_assert_double_eq(
+	    metric(m, "allotd_shadow_denied_tokens_total", "a"), 10);
+	free(m);
+	coord_stop(&c);
+}
+END_TEST
+
 /* ---- candidates ---- */
 
 /* What a global token bucket of `rate`/`burst`, full at the start,
@@ -624,6 +657,7 @@ shadow_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, shadow_counted_apart);
 	tcase_add_test(tc, shadow_after_reload_to_enforce);
+	tcase_add_test(tc, shadow_bounds);
 	tcase_add_test(tc, candidate_below_and_above_load);
 	tcase_add_test(tc, candidate_above_load_and_reload);
 	suite_add_tcase(s, tc);
