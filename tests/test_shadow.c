@@ -7,10 +7,10 @@
  * state. Shadow would-denies land in their own metric, status field and
  * usage column, never in the denials, are neither clipped as implausible
  * nor counted as unmet demand, and are bounded as denials are; a
- * candidate below the load is charged
- * close to what a per-request global bucket would deny (computed here,
- * request by request), one above the load with nothing; a reload that
- * changes the candidate starts its evaluation again.
+ * candidate below the load is charged close to what a per-request
+ * global bucket would deny (computed here, request by request), one
+ * above the load with nothing; a reload that changes the candidate
+ * starts its evaluation again.
  */
 #include <check.h>
 #include <math.h>
