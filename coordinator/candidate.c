@@ -16,14 +16,15 @@
  * booking the report holds already.
  *
  * Accuracy: per report, not per request. The bucket sees each replica's
- * traffic as one lump per sync interval, so bursts shorter than an
- * interval are smoothed: the error on what is denied over any stretch of
- * time is at most about one interval of refill per report (rate x T, T
- * the sync interval: 0.1 s by default), and it vanishes when the load is
- * steadily above or below the candidate. The question a candidate
- * answers ("would 400/s deny 3 % of this caller's traffic, or 0.1 %?")
- * is one of sustained rates over minutes, which this measures well; it
- * does not say which individual requests would have been refused.
+ * traffic as one lump per sync interval, so a burst shorter than an
+ * interval is smoothed: it can move what is counted denied by about one
+ * interval of refill (rate x T, T the sync interval: 0.1 s by default),
+ * and a load steadily above or below the candidate is counted exactly
+ * (tests/test_shadow.c: 0.7 % from a bucket fed request by request over
+ * a bursty load). The question a candidate answers ("would 400/s deny
+ * 3 % of this caller's traffic, or 0.1 %?") is one of sustained rates
+ * over hours, which this measures well; it does not say which requests
+ * would have been refused.
  *
  * The bucket starts full, and starts again (full, counts zeroed) when
  * the candidate changes: a config reload with another candidate, or
