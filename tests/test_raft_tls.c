@@ -446,6 +446,218 @@ START_TEST(outsider_cannot_join)
 }
 END_TEST
 
+/* ---- the transport alone, as raft_uv drives it ---- */
+
+typedef struct side {
+	struct raft_uv_transport t;
+	uv_stream_t *stream; /* what raft_uv would own */
+	raft_id peer_id;
+	char peer_address[64];
+	int status; /* the connect callback's, 1 before it fired */
+	bool closed;
+	char *got; /* bytes read from `stream` */
+	size_t ngot, cap;
+	bool eof;
+} side;
+
+static void
+pair_accept(struct raft_uv_transport *t, raft_id id, const char *address,
+    uv_stream_t *stream)
+{
+	side *s = t->data;
+
+	s->peer_id = id;
+	snprintf(s->peer_address, sizeof s->peer_address, "%s", address);
+	s->stream = stream;
+	stream->data = s;
+}
+
+static void
+pair_connected(struct raft_uv_connect *req, uv_stream_t *stream, int status)
+{
+	side *s = req->data;
+
+	s->status = status;
+	s->stream = stream;
+	if (stream != NULL)
+		stream->data = s;
+}
+
+static void
+pair_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+	side *s = h->data;
+
+	(void) hint;
+	*b = uv_buf_init(s->got + s->ngot, (unsigned) (s->cap - s->ngot));
+}
+
+static void
+pair_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
+{
+	side *s = st->data;
+
+	(void) b;
+	if (n > 0)
+		s->ngot += (size_t) n;
+	else if (n == UV_EOF)
+		s->eof = true;
+	else
+		ck_assert_int_ge(n, 0);
+}
+
+static void
+pair_write(side *s, const char *data, size_t len)
+{
+	uv_write_t *w = malloc(sizeof *w);
+	uv_buf_t b = uv_buf_init((char *) data, (unsigned) len);
+
+	ck_assert_int_eq(
+	    uv_write(w, s->stream, &b, 1, (uv_write_cb) (void (*)(void)) free),
+	    0);
+}
+
+static void
+pair_closed(struct raft_uv_transport *t)
+{
+	((side *) t->data)->closed = true;
+}
+
+static uv_loop_t pair_loop;
+
+/* Runs the loop until `*flag` or `ms` pass. */
+static bool
+pair_run(const bool *flag, unsigned ms)
+{
+	uint64_t end = mono_ms() + ms;
+
+	while (!*flag && mono_ms() < end)
+		uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	return *flag;
+}
+
+static void
+pair_free_stream(uv_handle_t *h)
+{
+	raft_free(h); /* what raft_uv does */
+}
+
+/* Two transports on one loop: libraft's handshake arrives with the
+ * dialer's id and address; 1 MiB each way arrives unchanged; closing one
+ * end gives the other EOF; a dial to nobody fails, a dial still in its
+ * handshake when the transport closes is RAFT_CANCELED; everything
+ * closes (uv_loop_close succeeds). */
+START_TEST(transport_pair)
+{
+	enum { N = 1 << 20 };
+	side a = { .status = 1 }, b = { .status = 1 }, c = { .status = 1 };
+	allot__raft_tls_opts o = { 0 };
+	struct raft_uv_connect req = { .data = &b }, req2 = { .data = &c };
+	char cert[128], ca[128], addr_a[64], addr_b[64], addr_x[64];
+	char *data = malloc(N);
+	bool accepted = false;
+	int lfd;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof sa;
+
+	signal(SIGPIPE, SIG_IGN);
+	ck_assert_int_eq(uv_loop_init(&pair_loop), 0);
+	snprintf(cert, sizeof cert, "%s/member.pem", root);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", root);
+	o.cert_key_file = cert;
+	o.ca_file = ca;
+	o.buffer_max = 8192;
+	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", free_port());
+	snprintf(addr_b, sizeof addr_b, "127.0.0.1:%d", free_port());
+	ck_assert_int_eq(allot__raft_tls_init(&a.t, &pair_loop, &o), 0);
+	ck_assert_int_eq(allot__raft_tls_init(&b.t, &pair_loop, &o), 0);
+	a.t.data = &a;
+	b.t.data = &b;
+	ck_assert_int_eq(a.t.init(&a.t, 1, addr_a), 0);
+	ck_assert_int_eq(b.t.init(&b.t, 2, addr_b), 0);
+	ck_assert_int_eq(a.t.listen(&a.t, pair_accept), 0);
+	ck_assert_int_eq(
+	    b.t.connect(&b.t, &req, 1, addr_a, pair_connected), 0);
+	{
+		uint64_t end = mono_ms() + 5000;
+
+		while ((a.stream == NULL || b.status == 1) && mono_ms() < end)
+			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	}
+	ck_assert_int_eq(b.status, 0);
+	ck_assert_ptr_nonnull(a.stream);
+	accepted = true;
+	ck_assert_uint_eq(a.peer_id, 2);
+	ck_assert_str_eq(a.peer_address, addr_b);
+
+	for (size_t i = 0; i < N; i++)
+		data[i] = (char) (i * 131 + i / 977);
+	a.got = malloc(N + 1); /* room to see a byte too many */
+	b.got = malloc(N + 1);
+	a.cap = b.cap = N + 1;
+	ck_assert_int_eq(uv_read_start(a.stream, pair_alloc, pair_read), 0);
+	ck_assert_int_eq(uv_read_start(b.stream, pair_alloc, pair_read), 0);
+	pair_write(&b, data, N);
+	pair_write(&a, data + 1, N - 1);
+	{
+		uint64_t end = mono_ms() + 10000;
+
+		while ((a.ngot < N || b.ngot < N - 1) && mono_ms() < end)
+			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	}
+	ck_assert_uint_eq(a.ngot, N);
+	ck_assert_uint_eq(b.ngot, N - 1);
+	ck_assert(memcmp(a.got, data, N) == 0);
+	ck_assert(memcmp(b.got, data + 1, N - 1) == 0);
+
+	/* b's owner closes its stream: a's reads EOF. */
+	uv_close((uv_handle_t *) b.stream, pair_free_stream);
+	ck_assert(pair_run(&a.eof, 3000));
+	uv_close((uv_handle_t *) a.stream, pair_free_stream);
+
+	/* Nobody at the address: the dial fails. */
+	snprintf(addr_x, sizeof addr_x, "127.0.0.1:%d", free_port());
+	req2.data = &c;
+	ck_assert_int_eq(
+	    b.t.connect(&b.t, &req2, 3, addr_x, pair_connected), 0);
+	{
+		uint64_t end = mono_ms() + 3000;
+
+		while (c.status == 1 && mono_ms() < end)
+			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	}
+	ck_assert_int_eq(c.status, RAFT_NOCONNECTION);
+
+	/* A listener that never answers: closing the transport cancels. */
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *) &sa, sizeof sa), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *) &sa, &len), 0);
+	snprintf(addr_x, sizeof addr_x, "127.0.0.1:%d", ntohs(sa.sin_port));
+	c.status = 1;
+	ck_assert_int_eq(
+	    b.t.connect(&b.t, &req2, 3, addr_x, pair_connected), 0);
+	for (int i = 0; i < 100; i++)
+		uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(1000);
+	ck_assert_int_eq(c.status, 1); /* still in its handshake */
+	b.t.close(&b.t, pair_closed);
+	a.t.close(&a.t, pair_closed);
+	ck_assert(pair_run(&b.closed, 3000));
+	ck_assert(pair_run(&a.closed, 3000));
+	ck_assert_int_eq(c.status, RAFT_CANCELED);
+	close(lfd);
+	allot__raft_tls_close(&a.t);
+	allot__raft_tls_close(&b.t);
+	uv_run(&pair_loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	ck_assert(accepted);
+	free(a.got);
+	free(b.got);
+	free(data);
+}
+END_TEST
+
 static int
 plain_connect(const char *address)
 {
@@ -565,6 +777,7 @@ raft_tls_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_unchecked_fixture(tc, make_certs, remove_certs);
 	tcase_add_test(tc, init_errors);
+	tcase_add_test(tc, transport_pair);
 	tcase_add_test(tc, plain_tcp_refused);
 	tcase_add_test(tc, three_members_over_tls);
 	tcase_add_loop_test(tc, outsider_cannot_join, 0, 3);
