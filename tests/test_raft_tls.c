@@ -8,7 +8,8 @@
  * - member.pem: the cluster CA, SPIFFE ID spiffe://t/allot/member;
  * - imposter.pem: the same CA, another SPIFFE ID (not a member's);
  * - other.pem: the member SPIFFE ID, but from another CA;
- * - nouri.pem: the cluster CA, no SPIFFE ID at all.
+ * - nouri.pem: the cluster CA, no SPIFFE ID at all;
+ * - permember.pem: the cluster CA, a per-member ID spiffe://t/allot/member/m1.
  * Every wait is bounded; each member's log lines are kept so that the
  * tests can check what was refused and why.
  */
@@ -55,6 +56,9 @@ make_certs(void)
 	    "cp $d/ca1/ca.pem $d/ca1/ca.key $d/nouri/; "
 	    "$m -s URI:spiffe://t/svc/imposter $d/imp; "
 	    "$m $d/nouri; "
+	    "mkdir -p $d/pm; cp $d/ca1/ca.pem $d/ca1/ca.key $d/pm/; "
+	    "$m -s URI:" MEMBER_ID "/m1 $d/pm; "
+	    "cat $d/pm/server.pem $d/pm/server.key > $d/permember.pem; "
 	    "$m -s URI:" MEMBER_ID " $d/ca2; "
 	    "cat $d/ca1/server.pem $d/ca1/server.key > $d/member.pem; "
 	    "cat $d/imp/server.pem $d/imp/server.key > $d/imposter.pem; "
@@ -70,7 +74,7 @@ clean_members(void)
 {
 	char cmd[160];
 
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'/m[0-9]*", root);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'/m[0-9]", root);
 	ck_assert_int_eq(system(cmd), 0);
 }
 
@@ -658,6 +662,95 @@ START_TEST(transport_pair)
 }
 END_TEST
 
+/* Per-member SPIFFE IDs: with member_id ".../member/" followed by "*",
+ * a certificate for .../member/m1 is a member and one for .../member
+ * itself is not (the dial is refused and the dialer says why). */
+START_TEST(member_id_pattern)
+{
+	side a = { .status = 1 }, b = { .status = 1 };
+	allot__raft_tls_opts o = { 0 };
+	struct raft_uv_connect req = { .data = &b };
+	char cert[128], ca[128], addr_a[64];
+	allot__logger lg = { capture, NULL, ALLOT_LOG_DEBUG };
+	member *log = calloc(1, sizeof *log);
+
+	signal(SIGPIPE, SIG_IGN);
+	lg.ctx = log;
+	ck_assert_int_eq(uv_loop_init(&pair_loop), 0);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", root);
+	o.ca_file = ca;
+	o.cert_key_file = cert;
+	o.member_id = MEMBER_ID "/*";
+	o.log = &lg;
+	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", free_port());
+	snprintf(cert, sizeof cert, "%s/permember.pem", root);
+	ck_assert_msg(
+	    allot__raft_tls_init(&a.t, &pair_loop, &o) == 0, "%s", a.t.errmsg);
+	a.t.data = &a;
+	ck_assert_int_eq(a.t.init(&a.t, 1, addr_a), 0);
+	ck_assert_int_eq(a.t.listen(&a.t, pair_accept), 0);
+	for (int k = 0; k < 2; k++) {
+		/* k = 0: permember.pem dials (a member); 1: member.pem (not).
+		 */
+		snprintf(cert, sizeof cert, "%s/%s", root,
+		    k == 0 ? "permember.pem" : "member.pem");
+		b = (side) { .status = 1 };
+		ck_assert_int_eq(
+		    allot__raft_tls_init(&b.t, &pair_loop, &o), 0);
+		b.t.data = &b;
+		ck_assert_int_eq(b.t.init(&b.t, 2, "127.0.0.1:1"), 0);
+		ck_assert_int_eq(
+		    b.t.connect(&b.t, &req, 1, addr_a, pair_connected), 0);
+		{
+			uint64_t end = mono_ms() + 5000;
+
+			while (b.status == 1 && mono_ms() < end)
+				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+		}
+		if (k == 0) {
+			ck_assert_int_eq(b.status, 0);
+			uint64_t end = mono_ms() + 3000;
+
+			while (a.stream == NULL && mono_ms() < end)
+				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+			ck_assert_ptr_nonnull(a.stream);
+			ck_assert_uint_eq(a.peer_id, 2);
+			uv_close((uv_handle_t *) b.stream, pair_free_stream);
+			uv_close((uv_handle_t *) a.stream, pair_free_stream);
+			a.stream = NULL;
+		} else {
+			/* b dials a: a is a member for b (m1), b is not for
+			 * a; TLS 1.3 tells b after its handshake, so b may
+			 * have a stream that then ends. */
+			uint64_t end = mono_ms() + 3000;
+
+			while (!logged(log, "is not " MEMBER_ID "/*") &&
+			    mono_ms() < end)
+				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+			ck_assert_msg(
+			    logged(log,
+			        "certificate not a member: " MEMBER_ID
+			        " is not " MEMBER_ID "/*"),
+			    "%s", log->lines);
+			ck_assert_ptr_null(a.stream);
+			if (b.stream != NULL)
+				uv_close((uv_handle_t *) b.stream,
+				    pair_free_stream);
+		}
+		b.closed = false;
+		b.t.close(&b.t, pair_closed);
+		ck_assert(pair_run(&b.closed, 3000));
+		allot__raft_tls_close(&b.t);
+	}
+	a.t.close(&a.t, pair_closed);
+	ck_assert(pair_run(&a.closed, 3000));
+	allot__raft_tls_close(&a.t);
+	uv_run(&pair_loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	free(log);
+}
+END_TEST
+
 static int
 plain_connect(const char *address)
 {
@@ -778,6 +871,7 @@ raft_tls_suite(void)
 	tcase_add_unchecked_fixture(tc, make_certs, remove_certs);
 	tcase_add_test(tc, init_errors);
 	tcase_add_test(tc, transport_pair);
+	tcase_add_test(tc, member_id_pattern);
 	tcase_add_test(tc, plain_tcp_refused);
 	tcase_add_test(tc, three_members_over_tls);
 	tcase_add_loop_test(tc, outsider_cannot_join, 0, 3);
