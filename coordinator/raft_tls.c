@@ -855,7 +855,9 @@ accepted(uv_stream_t *l, int status)
 		else
 			uv_ip6_name(
 			    (struct sockaddr_in6 *) &ss, ip, sizeof ip);
-		snprintf(c->peer, sizeof c->peer, "%s:%d", ip,
+		/* sin_port and sin6_port sit at the same offset. */
+		snprintf(c->peer, sizeof c->peer,
+		    ss.ss_family == AF_INET ? "%s:%d" : "[%s]:%d", ip,
 		    ntohs(((struct sockaddr_in *) &ss)->sin_port));
 	}
 	tr->pending++;
