@@ -518,7 +518,7 @@ START_TEST(swap_every_ms_under_load)
 	allot_agent_options_init(&o);
 	o.log_level = ALLOT_LOG_WARNING;
 	allot_agent *a;
-	allot_config *c1 = mkcfg("a:1000:50 b:10:5", 2, 500);
+	allot_config *c1 = mkcfg("a:400:50 b:300:5", 2, 500);
 	allot_config *c2 = with_endpoint_quota(
 	    "b:20:9:s c:5:5 ay:1:3", "/y", 0);
 	ck_assert_int_eq(allot_agent_create(c1, &o, &a), ALLOT_OK);
