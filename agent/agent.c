@@ -950,8 +950,8 @@ allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
 	/* A local burst below the largest endpoint weight would make that
 	 * endpoint impossible on this replica (docs/allocation.md). */
 	if (x.mode == ALLOT__MODE_LIMIT &&
-	    x.burst < (double) atomic_load(&a->max_weight))
-		x.burst = (double) atomic_load(&a->max_weight);
+	    x.burst < (double) atomic_load(&q->wmax))
+		x.burst = (double) atomic_load(&q->wmax);
 	pthread_mutex_lock(&a->set_lock);
 	allot__bucket_set(&q->bucket, &x, allot__agent_now(a));
 	pthread_mutex_unlock(&a->set_lock);

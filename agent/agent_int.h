@@ -154,6 +154,10 @@ typedef struct allot__qrt {
 	/* The rate and burst a static share splits (fallback.h): the
 	 * quota's own, cut to fit the global ceiling (allot__ceiling_fit). */
 	double static_rate, static_burst;
+	/* The heaviest weight it is charged: its endpoint's for an endpoint
+	 * quota, the config's largest otherwise. Its burst on a replica is
+	 * never set below it (docs/allocation.md). */
+	_Atomic uint32_t wmax;
 	/* Totals folded in from keys that left it: evicted unknown
 	 * identities (dyn_lock) and keys a reconfig moved (cfg_lock). */
 	allot__ktotals retired;

@@ -261,8 +261,8 @@ static void
 static_of(const allot_agent *a, const allot__qrt *q, uint32_t n, bool fb,
     allot__allowance *ret)
 {
-	uint32_t w = atomic_load_explicit(
-	    &a->max_weight, memory_order_relaxed);
+	(void) a;
+	uint32_t w = atomic_load_explicit(&q->wmax, memory_order_relaxed);
 	if (fb)
 		allot__fallback_allowance(q->q->fallback, q->static_rate,
 		    q->static_burst, n, w, ret);
@@ -623,6 +623,13 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 			a->quotas[i].q = &cfg->def;
 	}
 	atomic_store(&a->max_weight, cfg->max_weight);
+	for (uint32_t i = 0; i < nq_new; i++) {
+		const allot__quota *cq = a->quotas[i].q;
+		atomic_store(&a->quotas[i].wmax,
+		    cq->endpoint != NULL ?
+		        allot__config_weight(cfg, cq->endpoint) :
+		        cfg->max_weight);
+	}
 	apply_ceiling(a, cfg, p);
 	for (uint32_t i = 0; i < nq_new; i++) {
 		allot__qrt *q = &a->quotas[i];

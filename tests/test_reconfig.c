@@ -362,6 +362,17 @@ START_TEST(endpoint_quota)
 	/* "a /x" is gone (aex is a caller of its own now): /x is a's. */
 	ck_assert_str_eq(quota_of(a, kx), "spiffe://t/a");
 	ck_assert_int_eq(admit_n(a, kz, 6), 4);
+	/* An endpoint quota's burst is floored at its own endpoint's
+	 * weight, not the heaviest: a burst of 5 stays 5 with /x at 9. */
+	allot_config *c = with_endpoint_quota("a:1:10 aez:2:5", "/z", 0);
+	c->endpoints[0].weight = 9;
+	c->max_weight = 9;
+	set(a, c);
+	allot_decision d;
+	allot_acquire(a, kz, 1, &d);
+	ck_assert_double_eq(d.limit, 5);
+	allot_acquire(a, kd, 1, &d);
+	ck_assert_double_eq(d.limit, 10);
 	allot_agent_destroy(a);
 }
 END_TEST
