@@ -28,12 +28,15 @@ allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
 		    &c->spent, memory_order_relaxed);
 		t->denied_tokens += atomic_load_explicit(
 		    &c->denied_tokens, memory_order_relaxed);
+		t->shadow_tokens += atomic_load_explicit(
+		    &c->shadow_tokens, memory_order_relaxed);
 	}
 	t->allowed -= k->base.allowed;
 	t->denied -= k->base.denied;
 	t->shadow_denied -= k->base.shadow_denied;
 	t->spent -= k->base.spent;
 	t->denied_tokens -= k->base.denied_tokens;
+	t->shadow_tokens -= k->base.shadow_tokens;
 }
 
 static void
@@ -44,24 +47,41 @@ add_totals(allot__ktotals *acc, const allot__ktotals *t)
 	acc->shadow_denied += t->shadow_denied;
 	acc->spent += t->spent;
 	acc->denied_tokens += t->denied_tokens;
+	acc->shadow_tokens += t->shadow_tokens;
 }
 
+/* What key `k` counted since it started charging its quota. */
+static void
+since_join(allot_agent *a, const allot_key *k, allot__ktotals *ret)
+{
+	allot__key_totals(a, k, ret);
+	ret->allowed -= k->qbase.allowed;
+	ret->denied -= k->qbase.denied;
+	ret->shadow_denied -= k->qbase.shadow_denied;
+	ret->spent -= k->qbase.spent;
+	ret->denied_tokens -= k->qbase.denied_tokens;
+	ret->shadow_tokens -= k->qbase.shadow_tokens;
+}
+
+/* A quota's totals: what keys that left it counted while they charged
+ * it, plus what the keys charging it now counted since they joined
+ * (reconfig.c). The default quota also has the anonymous, overflow and
+ * unknown-identity keys, and what evicted ones had counted. */
 void
 allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 {
 	allot__ktotals t;
 	memset(ret, 0, sizeof *ret);
-	if (!q->is_default) {
-		const allot_key *k =
-		    &a->known_keys[(size_t) q->index * a->nclasses];
-		for (uint32_t j = 0; j < a->nclasses; j++) {
-			allot__key_totals(a, &k[j], &t);
-			add_totals(ret, &t);
-		}
-		return;
+	pthread_mutex_lock(&a->cfg_lock);
+	if (!q->is_default)
+		add_totals(ret, &q->retired);
+	for (uint32_t i = 0; i < q->nkeys; i++) {
+		since_join(a, q->keys[i], &t);
+		add_totals(ret, &t);
 	}
-	/* The default quota: anonymous, overflow and every live unknown
-	 * identity, plus what evicted keys had counted. */
+	pthread_mutex_unlock(&a->cfg_lock);
+	if (!q->is_default)
+		return;
 	pthread_mutex_lock(&a->dyn_lock);
 	add_totals(ret, &q->retired);
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
@@ -87,22 +107,25 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	snprintf(out->identity, sizeof out->identity, "%s", k->identity);
 	snprintf(
 	    out->endpoint, sizeof out->endpoint, "%s", a->class_names[k->cls]);
-	out->quota = k->quota->q->identity;
-	out->known = k->known;
-	out->shadow = atomic_load(&k->bucket->shadow);
+	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
+	allot__bucket *b = &q->bucket;
+	out->quota = q->name;
+	out->known = atomic_load_explicit(&k->known, memory_order_relaxed);
+	out->shadow = atomic_load(&b->shadow);
 	out->allowed = t->allowed;
 	out->denied = t->denied;
 	out->shadow_denied = t->shadow_denied;
 	out->tokens_spent = t->spent;
 	out->tokens_denied = t->denied_tokens;
+	out->tokens_shadow = t->shadow_tokens;
 	allot__allowance al;
-	allot__bucket_get(k->bucket, &al);
+	allot__bucket_get(b, &al);
 	out->rate = al.mode == ALLOT__MODE_CLOSED ? 0.0 : al.rate;
 	out->limit = al.burst;
-	double level = allot__bucket_level(k->bucket, allot__agent_now(a));
+	double level = allot__bucket_level(b, allot__agent_now(a));
 	double u = al.burst > 0 ? 1.0 - level / al.burst : 0.0;
 	out->utilization = u < 0 ? 0 : u;
-	allot__sync_key_state(a, (uint32_t) (k->quota - a->quotas), out);
+	allot__sync_key_state(a, q->index, out);
 }
 
 int
@@ -136,7 +159,9 @@ allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
 	if (a == NULL || ret_n == NULL || (out == NULL && cap > 0))
 		return ALLOT_EINVAL;
 	size_t n = 0;
-	size_t nknown = (size_t) a->cfg->ncallers * a->nclasses;
+	size_t nknown = (size_t) atomic_load_explicit(
+	                    &a->ngroups, memory_order_acquire) *
+	    a->nclasses;
 	for (size_t i = 0; i < nknown; i++)
 		visit(a, &a->known_keys[i], out, cap, &n);
 	for (uint32_t j = 0; j < a->nclasses; j++) {
