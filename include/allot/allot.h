@@ -317,8 +317,7 @@ typedef struct allot_key_stats {
 	bool shadow; /**< quota is in shadow mode */
 	uint64_t allowed; /**< admitted, shadow would-be denials included */
 	uint64_t denied; /**< enforced denials */
-	uint64_t
-	    shadow_denied; /**< would-be denials in shadow mode, admitted */
+	uint64_t shadow_denied; /**< shadow would-be denials (admitted) */
 	uint64_t tokens_spent;
 	uint64_t tokens_denied; /**< of enforced denials */
 	uint64_t tokens_shadow; /**< of shadow would-be denials (admitted,
