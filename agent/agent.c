@@ -10,9 +10,14 @@
  * Keys of unknown identities come from a bounded pool; when it is full
  * they share one overflow key per endpoint class, and idle unpinned keys
  * are evicted to make room.
+ * A new config is installed by reconfig.c while threads decide: the
+ * fields of a key a decision reads are relaxed atomics (plain moves),
+ * and the identity and endpoint indexes are insert-only, so resolution
+ * and decisions take no lock and read nothing that can be freed.
  * Layering: agent.c starts the sync loop (sync.c), which drives the sync
- * engine (sync_core.c); the engine installs allowances through the
- * installer agent.c hands down (agent_int.h), so no call goes back up.
+ * engine (sync_core.c); the engine installs allowances and configs
+ * through the installer reconfig.c hands down (agent_int.h), so no call
+ * goes back up.
  */
 #include "agent_int.h"
 #include "sync_int.h"
@@ -106,14 +111,16 @@ find_caller(
 		/* Everything the decision will read, asked for now: the
 		 * key, the bucket and this thread's counters come while the
 		 * identity is compared, not one after the other. Known keys
-		 * are numbered caller by caller, class by class. */
-		allot_key *k = keys + cls;
+		 * are numbered class by class, identity by identity, and
+		 * `keys` is the identity's key of class 0. */
+		size_t off = (size_t) (keys - a->known_keys) +
+		    (size_t) cls * a->group_cap;
+		allot_key *k = &a->known_keys[off];
 		__builtin_prefetch(k);
 		__builtin_prefetch(
 		    atomic_load_explicit(&e->bucket, memory_order_relaxed), 1);
 		if (allot__likely(allot__tl.gen == a->gen))
-			__builtin_prefetch(
-			    &allot__tl.b->c[(keys - a->known_keys) + cls], 1);
+			__builtin_prefetch(&allot__tl.b->c[off], 1);
 		if (memcmp(e->identity, id, len) == 0 &&
 		    e->identity[len] == '\0')
 			return k;
@@ -150,8 +157,8 @@ allot__key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
 	k->identity = identity;
 	atomic_init(&k->pins, 0);
 	atomic_init(&k->gen, 0);
-	k->slot = NONE;
-	k->next_free = NONE;
+	allot__kc(a, k)->slot = NONE;
+	allot__kc(a, k)->next_free = NONE;
 }
 
 /* Own copies of the option strings; the options then point at them. */
@@ -200,7 +207,7 @@ keys_init(allot_agent *a)
 	size_t nknown = (size_t) a->group_cap * a->nclasses;
 	for (size_t i = 0; i < nknown; i++)
 		allot__key_init(a, &a->known_keys[i], def,
-		    (uint32_t) (i % a->nclasses), "", id++);
+		    (uint32_t) (i / a->group_cap), "", id++);
 	for (uint32_t j = 0; j < a->nclasses; j++) {
 		allot__key_init(a, &a->anon_keys[j], def, j, "", id++);
 		allot__key_init(
@@ -211,7 +218,7 @@ keys_init(allot_agent *a)
 		allot__key_init(
 		    a, k, def, 0, &a->dyn_names[(size_t) i * NAME_SZ], id++);
 		k->dynamic = true;
-		k->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
+		allot__kc(a, k)->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
 	}
 	a->dyn_free = a->dyn_cap > 0 ? 0 : NONE;
 	/* Sized as an idmap of the pool, but an index of its own: lock-free
@@ -255,7 +262,17 @@ capacity(allot_agent *a, const allot_config *c)
 		cap = n;
 	a->group_cap = (uint32_t) cap;
 	a->quota_cap = (uint32_t) cap + 1;
-	size_t cls = c->nendpoints + 1 + ALLOT__SPARE_CLASSES;
+	/* Spare endpoint classes, fewer when the callers are many: the
+	 * known keys reserved (every identity has one per class, and every
+	 * thread block a counter line per key) stay within 4 times what
+	 * the first config needs, or ALLOT__KEYS_RESERVED. */
+	size_t first = c->nendpoints + 1;
+	size_t cls = first + ALLOT__SPARE_CLASSES;
+	size_t budget = 4 * (n > 0 ? n : 1) * first;
+	if (budget < ALLOT__KEYS_RESERVED)
+		budget = ALLOT__KEYS_RESERVED;
+	while (cls > first + 1 && cap * cls > budget)
+		cls--;
 	a->nclasses = (uint32_t) (cls > ALLOT__MAX_ENDPOINTS + 1 ?
 	        ALLOT__MAX_ENDPOINTS + 1 :
 	        cls);
@@ -285,6 +302,7 @@ alloc_all(allot_agent *a)
 	if (a->caller_tab != NULL)
 		memset(a->caller_tab, 0, tsz);
 	a->known_keys = keys_alloc(nknown);
+	a->kcold = calloc(nkeys + 1, sizeof *a->kcold);
 	a->anon_keys = keys_alloc(a->nclasses);
 	a->overflow_keys = keys_alloc(a->nclasses);
 	a->dyn_keys = keys_alloc(a->dyn_cap);
@@ -292,9 +310,9 @@ alloc_all(allot_agent *a)
 	if (a->quotas == NULL || a->class_names == NULL ||
 	    a->class_weight == NULL || a->ep_names == NULL ||
 	    a->ep_len == NULL || a->ep_tab == NULL || a->caller_tab == NULL ||
-	    a->known_keys == NULL || a->anon_keys == NULL ||
-	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
-	    a->dyn_names == NULL)
+	    a->known_keys == NULL || a->kcold == NULL ||
+	    a->anon_keys == NULL || a->overflow_keys == NULL ||
+	    a->dyn_keys == NULL || a->dyn_names == NULL)
 		return ALLOT_ENOMEM;
 	return ALLOT_OK;
 }
@@ -388,6 +406,7 @@ allot_agent_destroy(allot_agent *a)
 	free(a->overflow_keys);
 	free(a->anon_keys);
 	free(a->known_keys);
+	free(a->kcold);
 	allot__reconfig_fini(a);
 	free(a->ep_tab);
 	free(a->ep_len);
@@ -476,9 +495,9 @@ fold_retired(allot_agent *a, allot_key *k)
 static void
 dyn_remove(allot_agent *a, allot_key *k)
 {
-	uint32_t p = k->slot;
+	uint32_t p = allot__kc(a, k)->slot;
 	atomic_store_explicit(&a->dyn_index[p], NULL, memory_order_release);
-	k->slot = NONE;
+	allot__kc(a, k)->slot = NONE;
 	for (uint32_t q = (p + 1) & a->dyn_mask;; q = (q + 1) & a->dyn_mask) {
 		allot_key *e = atomic_load_explicit(
 		    &a->dyn_index[q], memory_order_relaxed);
@@ -498,7 +517,7 @@ dyn_remove(allot_agent *a, allot_key *k)
 			    &a->dyn_index[r], e, memory_order_release);
 			atomic_store_explicit(
 			    &a->dyn_index[q], NULL, memory_order_release);
-			e->slot = r;
+			allot__kc(a, e)->slot = r;
 		}
 	}
 }
@@ -513,15 +532,16 @@ dyn_recycle(allot_agent *a, allot_key *k)
 	 * never written by anyone but their owner. */
 	allot__ktotals raw;
 	allot__key_totals(a, k, &raw);
-	k->base.allowed += raw.allowed;
-	k->base.denied += raw.denied;
-	k->base.shadow_denied += raw.shadow_denied;
-	k->base.spent += raw.spent;
-	k->base.denied_tokens += raw.denied_tokens;
-	k->base.shadow_tokens += raw.shadow_tokens;
+	allot__ktotals *base = &allot__kc(a, k)->base;
+	base->allowed += raw.allowed;
+	base->denied += raw.denied;
+	base->shadow_denied += raw.shadow_denied;
+	base->spent += raw.spent;
+	base->denied_tokens += raw.denied_tokens;
+	base->shadow_tokens += raw.shadow_tokens;
 	((char *) k->identity)[0] = '\0'; /* dyn_names storage */
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
-	k->next_free = a->dyn_free;
+	allot__kc(a, k)->next_free = a->dyn_free;
 	a->dyn_free = (uint32_t) (k - a->dyn_keys);
 	a->dyn_used--;
 	atomic_fetch_add_explicit(&a->evictions, 1, memory_order_relaxed);
@@ -533,19 +553,20 @@ sweep_locked(allot_agent *a, uint64_t now)
 	a->last_sweep_ns = now;
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
-		if (k->slot == NONE)
+		if (allot__kc(a, k)->slot == NONE)
 			continue;
 		allot__ktotals t;
 		allot__key_totals(a, k, &t);
 		uint64_t sum = t.allowed + t.denied + t.shadow_denied;
-		if (sum != k->sweep_sum) {
-			k->sweep_sum = sum;
-			k->sweep_ns = now;
+		allot__kcold *kc = allot__kc(a, k);
+		if (sum != kc->sweep_sum) {
+			kc->sweep_sum = sum;
+			kc->sweep_ns = now;
 			continue;
 		}
 		if (atomic_load_explicit(&k->pins, memory_order_acquire) ==
 		        0 &&
-		    now - k->sweep_ns >= a->idle_evict_ns)
+		    now - kc->sweep_ns >= a->idle_evict_ns)
 			dyn_recycle(a, k);
 	}
 }
@@ -581,7 +602,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 		goto out;
 	}
 	k = &a->dyn_keys[a->dyn_free];
-	a->dyn_free = k->next_free;
+	a->dyn_free = allot__kc(a, k)->next_free;
 	a->dyn_used++;
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_acq_rel);
 	memcpy((char *) k->identity, id, len);
@@ -592,14 +613,14 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	atomic_store_explicit(&k->weight,
 	    atomic_load_explicit(&a->class_weight[cls], memory_order_relaxed),
 	    memory_order_relaxed);
-	k->sweep_sum = 0;
-	k->sweep_ns = allot__agent_now(a);
+	allot__kc(a, k)->sweep_sum = 0;
+	allot__kc(a, k)->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
 	uint32_t p = (uint32_t) h & a->dyn_mask;
 	while (atomic_load_explicit(&a->dyn_index[p], memory_order_relaxed) !=
 	    NULL)
 		p = (p + 1) & a->dyn_mask;
-	k->slot = p;
+	allot__kc(a, k)->slot = p;
 	atomic_store_explicit(&a->dyn_index[p], k, memory_order_release);
 out:
 	if (pin && k->dynamic)
@@ -821,7 +842,8 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 {
 	uint64_t now = allot__agent_now(a);
 	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
-	leases_return_keys(a, b, a->known_keys, ng * a->nclasses, now);
+	for (uint32_t c = 0; c < a->nclasses; c++)
+		leases_return_keys(a, b, allot__known_key(a, 0, c), ng, now);
 	leases_return_keys(a, b, a->anon_keys, a->nclasses, now);
 	leases_return_keys(a, b, a->overflow_keys, a->nclasses, now);
 	leases_return_keys(a, b, a->dyn_keys, a->dyn_cap, now);

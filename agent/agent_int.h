@@ -5,7 +5,8 @@
  * hot path and key tables), stats.c (snapshots) and sync.c (the
  * coordinator loop). Nothing here is part of the public interface.
  *
- * Memory per key: sizeof(allot_key) plus 64 bytes of counters and lease
+ * Memory per key: sizeof(allot_key) (one line) and sizeof(allot__kcold)
+ * (what decisions never read), plus 64 bytes of counters and lease
  * in each thread block (one block per thread that has called acquire, at most
  * max_threads); unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes
  * for the name.
@@ -125,8 +126,10 @@ struct allot__ep_slot {
 
 /* Up to this many endpoints are found by a linear scan. */
 #define ALLOT__EP_LINEAR 8u
-/* Endpoint classes reserved beyond the first config's. */
+/* Endpoint classes reserved beyond the first config's: 16, fewer with
+ * many callers (agent.c, capacity()), at least one. */
 #define ALLOT__SPARE_CLASSES 16u
+#define ALLOT__KEYS_RESERVED 65536u
 /* An endpoint name's room in a->ep_names. */
 #define ALLOT__EP_NAME_SZ 64u
 _Static_assert(ALLOT__ENDPOINT_MAX < ALLOT__EP_NAME_SZ, "endpoint names");
@@ -177,6 +180,13 @@ struct allot_key {
 	_Atomic uint32_t gen;
 	uint64_t hash;
 	const char *identity;
+};
+_Static_assert(sizeof(struct allot_key) == 64,
+    "a key is one line: 10,000 keys of a class lie in 640 KB");
+
+/* What the decision path never reads of a key, apart (a->kcold, by key
+ * id), so that keys stay one line each. */
+typedef struct allot__kcold {
 	/* Counts before the key's current identity (dyn_lock): a recycled
 	 * key starts from these instead of zeroing other threads' blocks. */
 	allot__ktotals base;
@@ -188,7 +198,7 @@ struct allot_key {
 	uint64_t sweep_ns;
 	uint32_t next_free;
 	uint32_t slot; /* index in dyn_index, or UINT32_MAX */
-};
+} allot__kcold;
 
 struct allot_agent {
 	/* The config in force (owned). Swapped by a reconfig under cfg_lock
@@ -233,7 +243,12 @@ struct allot_agent {
 	_Atomic uint32_t ngroups;
 	struct allot__arena *names; /* identities and quota names */
 
-	allot_key *known_keys; /* group_cap * nclasses */
+	/* Class by class: identity g's key of class c is
+	 * known_keys[c * group_cap + g] (allot__known_key), so the keys
+	 * (and counters) of one endpoint class lie together however many
+	 * classes are reserved. */
+	allot_key *known_keys; /* nclasses * group_cap */
+	allot__kcold *kcold; /* nkeys, by key id */
 	allot_key *anon_keys; /* nclasses: no identity */
 	allot_key *overflow_keys; /* nclasses: pool exhausted */
 
@@ -273,6 +288,18 @@ struct allot_agent {
 	char *replica_id;
 	struct allot__sync *sync;
 };
+
+static inline allot__kcold *
+allot__kc(const allot_agent *a, const struct allot_key *k)
+{
+	return &a->kcold[k->id];
+}
+
+static inline struct allot_key *
+allot__known_key(const allot_agent *a, uint32_t g, uint32_t cls)
+{
+	return &a->known_keys[(size_t) cls * a->group_cap + g];
+}
 
 static inline uint64_t
 allot__agent_now(const allot_agent *a)

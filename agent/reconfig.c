@@ -96,8 +96,6 @@ allot__reconfig_fini(allot_agent *a)
 static uint32_t
 ep_find(const allot_agent *a, const char *name, size_t len, uint64_t h)
 {
-	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_relaxed);
-	(void) nep;
 	for (uint32_t p = (uint32_t) h & a->ep_mask;;
 	     p = (p + 1) & a->ep_mask) {
 		const struct allot__ep_slot *e = &a->ep_tab[p];
@@ -156,7 +154,7 @@ group_find(const allot_agent *a, const char *id, size_t len, uint64_t h)
 static uint32_t
 group_of(const allot_agent *a, const allot_key *keys)
 {
-	return (uint32_t) ((size_t) (keys - a->known_keys) / a->nclasses);
+	return (uint32_t) (keys - a->known_keys); /* its key of class 0 */
 }
 
 /* Publish identity group `g` (the next one) for `identity`, an arena
@@ -164,9 +162,9 @@ group_of(const allot_agent *a, const allot_key *keys)
 static void
 group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 {
-	allot_key *keys = &a->known_keys[(size_t) g * a->nclasses];
+	allot_key *keys = allot__known_key(a, g, 0);
 	for (uint32_t c = 0; c < a->nclasses; c++)
-		keys[c].identity = identity;
+		allot__known_key(a, g, c)->identity = identity;
 	uint32_t p = (uint32_t) h & a->caller_mask;
 	while (atomic_load_explicit(
 	           &a->caller_tab[p].keys, memory_order_relaxed) != NULL)
@@ -176,7 +174,8 @@ group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 	e->identity = identity;
 	atomic_store_explicit(&e->bucket,
 	    atomic_load_explicit(
-	        &keys[a->nclasses - 1].bucket, memory_order_relaxed),
+	        &allot__known_key(a, g, a->nclasses - 1)->bucket,
+	        memory_order_relaxed),
 	    memory_order_relaxed);
 	atomic_store_explicit(&e->keys, keys, memory_order_release);
 	atomic_store_explicit(&a->ngroups, g + 1, memory_order_release);
@@ -223,9 +222,9 @@ allot__key_charge(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight)
 		 * a decision racing this store is counted with the new. */
 		allot__ktotals t, d;
 		allot__key_totals(a, k, &t);
-		totals_sub(&d, &t, &k->qbase);
+		totals_sub(&d, &t, &allot__kc(a, k)->qbase);
 		totals_add(&old->retired, &d);
-		k->qbase = t;
+		allot__kc(a, k)->qbase = t;
 		atomic_store_explicit(&k->quota, q, memory_order_relaxed);
 		atomic_store_explicit(
 		    &k->bucket, &q->bucket, memory_order_relaxed);
@@ -612,7 +611,7 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
  * gives them (dyn_lock held): its endpoint quota for that class, else
  * its caller-wide quota, else the default. */
 static void
-apply_keys(allot_agent *a, const allot_config *cfg, plan *p)
+apply_keys(allot_agent *a, plan *p)
 {
 	uint32_t ng = atomic_load(&a->ngroups);
 	uint32_t nq = atomic_load(&a->nquotas);
@@ -633,7 +632,6 @@ apply_keys(allot_agent *a, const allot_config *cfg, plan *p)
 		a->quotas[i].nkeys = 0;
 	allot__qrt *def = &a->quotas[a->default_quota];
 	for (uint32_t g = 0; g < ng; g++) {
-		allot_key *keys = &a->known_keys[(size_t) g * a->nclasses];
 		bool known = p->gq[g] != NONE || p->ep_head[g] != NONE;
 		for (uint32_t c = 0; c < a->nclasses; c++) {
 			allot__qrt *q = p->gq[g] != NONE ?
@@ -643,13 +641,14 @@ apply_keys(allot_agent *a, const allot_config *cfg, plan *p)
 			     e = p->ep_next[e])
 				if (p->cls[e] == c)
 					q = &a->quotas[p->slot[e]];
-			allot__key_charge(a, &keys[c], q,
+			allot_key *k = allot__known_key(a, g, c);
+			allot__key_charge(a, k, q,
 			    atomic_load_explicit(
 			        &a->class_weight[c], memory_order_relaxed));
 			atomic_store_explicit(
-			    &keys[c].known, known, memory_order_relaxed);
+			    &k->known, known, memory_order_relaxed);
 			if (q->nkeys < q->keys_cap)
-				q->keys[q->nkeys++] = &keys[c];
+				q->keys[q->nkeys++] = k;
 		}
 	}
 	/* The unknown identities' pool, anonymous and overflow keys: the
@@ -672,7 +671,6 @@ apply_keys(allot_agent *a, const allot_config *cfg, plan *p)
 		atomic_store_explicit(
 		    &k->max_cost, dmax, memory_order_relaxed);
 	}
-	(void) cfg;
 }
 
 /* The caller slots' prefetch hints follow their identity's keys. */
@@ -685,7 +683,10 @@ apply_hints(allot_agent *a)
 		    &e->keys, memory_order_relaxed);
 		if (keys != NULL)
 			atomic_store_explicit(&e->bucket,
-			    atomic_load_explicit(&keys[a->nclasses - 1].bucket,
+			    atomic_load_explicit(
+			        &allot__known_key(
+			            a, group_of(a, keys), a->nclasses - 1)
+			             ->bucket,
 			        memory_order_relaxed),
 			    memory_order_relaxed);
 	}
@@ -716,7 +717,7 @@ apply(allot_agent *a, allot_config *cfg, plan *p, bool initial)
 		group_add(a, ng + g, p->new_id[g], p->new_idh[g]);
 
 	pthread_mutex_lock(&a->dyn_lock);
-	apply_keys(a, cfg, p);
+	apply_keys(a, p);
 	allot_config *old = a->cfg;
 	a->cfg = cfg;
 	pthread_mutex_unlock(&a->dyn_lock);

@@ -31,12 +31,13 @@ allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
 		t->shadow_tokens += atomic_load_explicit(
 		    &c->shadow_tokens, memory_order_relaxed);
 	}
-	t->allowed -= k->base.allowed;
-	t->denied -= k->base.denied;
-	t->shadow_denied -= k->base.shadow_denied;
-	t->spent -= k->base.spent;
-	t->denied_tokens -= k->base.denied_tokens;
-	t->shadow_tokens -= k->base.shadow_tokens;
+	const allot__ktotals *base = &allot__kc(a, k)->base;
+	t->allowed -= base->allowed;
+	t->denied -= base->denied;
+	t->shadow_denied -= base->shadow_denied;
+	t->spent -= base->spent;
+	t->denied_tokens -= base->denied_tokens;
+	t->shadow_tokens -= base->shadow_tokens;
 }
 
 static void
@@ -55,12 +56,13 @@ static void
 since_join(allot_agent *a, const allot_key *k, allot__ktotals *ret)
 {
 	allot__key_totals(a, k, ret);
-	ret->allowed -= k->qbase.allowed;
-	ret->denied -= k->qbase.denied;
-	ret->shadow_denied -= k->qbase.shadow_denied;
-	ret->spent -= k->qbase.spent;
-	ret->denied_tokens -= k->qbase.denied_tokens;
-	ret->shadow_tokens -= k->qbase.shadow_tokens;
+	const allot__ktotals *qb = &allot__kc(a, k)->qbase;
+	ret->allowed -= qb->allowed;
+	ret->denied -= qb->denied;
+	ret->shadow_denied -= qb->shadow_denied;
+	ret->spent -= qb->spent;
+	ret->denied_tokens -= qb->denied_tokens;
+	ret->shadow_tokens -= qb->shadow_tokens;
 }
 
 /* A quota's totals: what keys that left it counted while they charged
@@ -85,7 +87,7 @@ allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 	pthread_mutex_lock(&a->dyn_lock);
 	add_totals(ret, &q->retired);
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
-		if (a->dyn_keys[i].slot == UINT32_MAX)
+		if (allot__kc(a, &a->dyn_keys[i])->slot == UINT32_MAX)
 			continue;
 		allot__key_totals(a, &a->dyn_keys[i], &t);
 		add_totals(ret, &t);
@@ -159,18 +161,18 @@ allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
 	if (a == NULL || ret_n == NULL || (out == NULL && cap > 0))
 		return ALLOT_EINVAL;
 	size_t n = 0;
-	size_t nknown = (size_t) atomic_load_explicit(
-	                    &a->ngroups, memory_order_acquire) *
-	    a->nclasses;
-	for (size_t i = 0; i < nknown; i++)
-		visit(a, &a->known_keys[i], out, cap, &n);
+	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
+	for (uint32_t c = 0; c < a->nclasses; c++)
+		for (size_t g = 0; g < ng; g++)
+			visit(a, allot__known_key(a, (uint32_t) g, c), out,
+			    cap, &n);
 	for (uint32_t j = 0; j < a->nclasses; j++) {
 		visit(a, &a->anon_keys[j], out, cap, &n);
 		visit(a, &a->overflow_keys[j], out, cap, &n);
 	}
 	pthread_mutex_lock(&a->dyn_lock);
 	for (uint32_t i = 0; i < a->dyn_cap; i++)
-		if (a->dyn_keys[i].slot != UINT32_MAX)
+		if (allot__kc(a, &a->dyn_keys[i])->slot != UINT32_MAX)
 			visit(a, &a->dyn_keys[i], out, cap, &n);
 	pthread_mutex_unlock(&a->dyn_lock);
 	*ret_n = n;
