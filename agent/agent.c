@@ -131,11 +131,13 @@ find_caller(
 static allot_key *
 keys_alloc(size_t n)
 {
-	size_t sz = sizeof(allot_key) * (n + 1);
-	allot_key *k = aligned_alloc(64, sz);
-	if (k != NULL)
-		memset(k, 0, sz);
-	return k;
+	return allot__zalloc(sizeof(allot_key) * (n + 1));
+}
+
+static void
+keys_free(allot_key *k, size_t n)
+{
+	allot__zfree(k, sizeof(allot_key) * (n + 1));
 }
 
 /* ---- create / destroy ---- */
@@ -196,18 +198,14 @@ options_copy(allot_agent *a, const allot_agent_options *o)
 }
 
 /* Every key, numbered across kinds: configured identities by endpoint
- * class (group_cap of them, reserved), then anonymous and overflow keys,
- * then the unknown-identity pool. All charge the default quota until a
- * config says otherwise (reconfig.c). */
+ * class (group_cap of them, reserved; reconfig.c initialises an
+ * identity's keys when it first appears), then anonymous and overflow
+ * keys, then the unknown-identity pool, which charge the default quota. */
 static int
 keys_init(allot_agent *a)
 {
-	uint32_t id = 0;
 	allot__qrt *def = &a->quotas[a->default_quota];
-	size_t nknown = (size_t) a->group_cap * a->nclasses;
-	for (size_t i = 0; i < nknown; i++)
-		allot__key_init(a, &a->known_keys[i], def,
-		    (uint32_t) (i / a->group_cap), "", id++);
+	uint32_t id = a->group_cap * a->nclasses;
 	for (uint32_t j = 0; j < a->nclasses; j++) {
 		allot__key_init(a, &a->anon_keys[j], def, j, "", id++);
 		allot__key_init(
@@ -286,9 +284,7 @@ alloc_all(allot_agent *a)
 	if (nkeys >= UINT32_MAX)
 		return ALLOT_EINVAL;
 	a->nkeys = (uint32_t) nkeys;
-	a->quotas = aligned_alloc(64, sizeof(allot__qrt) * a->quota_cap);
-	if (a->quotas != NULL)
-		memset(a->quotas, 0, sizeof(allot__qrt) * a->quota_cap);
+	a->quotas = allot__zalloc(sizeof(allot__qrt) * a->quota_cap);
 	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
 	a->class_weight = calloc(a->nclasses, sizeof *a->class_weight);
 	a->ep_names = calloc(a->nclasses, ALLOT__EP_NAME_SZ);
@@ -298,11 +294,9 @@ alloc_all(allot_agent *a)
 	a->caller_mask = allot__idmap_slots(a->group_cap) - 1;
 	size_t tsz = sizeof(struct allot__caller_slot) *
 	    ((size_t) a->caller_mask + 1);
-	a->caller_tab = aligned_alloc(64, tsz);
-	if (a->caller_tab != NULL)
-		memset(a->caller_tab, 0, tsz);
+	a->caller_tab = allot__zalloc(tsz);
 	a->known_keys = keys_alloc(nknown);
-	a->kcold = calloc(nkeys + 1, sizeof *a->kcold);
+	a->kcold = allot__zalloc(sizeof *a->kcold * (nkeys + 1));
 	a->anon_keys = keys_alloc(a->nclasses);
 	a->overflow_keys = keys_alloc(a->nclasses);
 	a->dyn_keys = keys_alloc(a->dyn_cap);
@@ -402,19 +396,20 @@ allot_agent_destroy(allot_agent *a)
 	if (a->blocks != NULL || a->shared_block != NULL)
 		allot__blocks_fini(a);
 	free(a->dyn_names);
-	free(a->dyn_keys);
-	free(a->overflow_keys);
-	free(a->anon_keys);
-	free(a->known_keys);
-	free(a->kcold);
+	keys_free(a->dyn_keys, a->dyn_cap);
+	keys_free(a->overflow_keys, a->nclasses);
+	keys_free(a->anon_keys, a->nclasses);
+	keys_free(a->known_keys, (size_t) a->group_cap * a->nclasses);
+	allot__zfree(a->kcold, sizeof *a->kcold * ((size_t) a->nkeys + 1));
 	allot__reconfig_fini(a);
 	free(a->ep_tab);
 	free(a->ep_len);
 	free(a->ep_names);
-	free(a->caller_tab);
+	allot__zfree(a->caller_tab,
+	    sizeof(struct allot__caller_slot) * ((size_t) a->caller_mask + 1));
 	free(a->class_names);
 	free(a->class_weight);
-	free(a->quotas);
+	allot__zfree(a->quotas, sizeof(allot__qrt) * a->quota_cap);
 	free(a->coordinator);
 	free(a->tls_ca);
 	free(a->tls_cert);

@@ -339,6 +339,13 @@ allot__bump(const allot__tblock *b, _Atomic uint64_t *c, uint64_t v)
 		atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
+/* Zeroed, 64-byte aligned memory (thread.c). Large sizes are mapped
+ * pages, zero until first touched: capacity reserved at create costs
+ * address space, not resident memory, until it is used. Free with the
+ * same size. */
+void *allot__zalloc(size_t sz);
+void allot__zfree(void *p, size_t sz);
+
 int allot__blocks_init(allot_agent *a);
 void allot__blocks_fini(allot_agent *a);
 

@@ -163,8 +163,12 @@ static void
 group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 {
 	allot_key *keys = allot__known_key(a, g, 0);
-	for (uint32_t c = 0; c < a->nclasses; c++)
-		allot__known_key(a, g, c)->identity = identity;
+	allot__qrt *def = &a->quotas[a->default_quota];
+	for (uint32_t c = 0; c < a->nclasses; c++) {
+		allot_key *k = allot__known_key(a, g, c);
+		allot__key_init(
+		    a, k, def, c, identity, (uint32_t) (k - a->known_keys));
+	}
 	uint32_t p = (uint32_t) h & a->caller_mask;
 	while (atomic_load_explicit(
 	           &a->caller_tab[p].keys, memory_order_relaxed) != NULL)
@@ -212,12 +216,18 @@ max_cost_of(const allot__qrt *q)
 	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
 }
 
-void
-allot__key_charge(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight)
+/* As allot__key_charge; `fresh`: nothing counted on it yet (create). */
+static void
+charge(
+    allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight, bool fresh)
 {
 	allot__qrt *old = atomic_load_explicit(
 	    &k->quota, memory_order_relaxed);
-	if (old != q) {
+	if (old != q && fresh) {
+		atomic_store_explicit(&k->quota, q, memory_order_relaxed);
+		atomic_store_explicit(
+		    &k->bucket, &q->bucket, memory_order_relaxed);
+	} else if (old != q) {
 		/* What it counted until now stays with the quota it leaves;
 		 * a decision racing this store is counted with the new. */
 		allot__ktotals t, d;
@@ -232,6 +242,12 @@ allot__key_charge(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight)
 	atomic_store_explicit(&k->weight, weight, memory_order_relaxed);
 	atomic_store_explicit(
 	    &k->max_cost, max_cost_of(q), memory_order_relaxed);
+}
+
+void
+allot__key_charge(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight)
+{
+	charge(a, k, q, weight, false);
 }
 
 /* ---- quotas ---- */
@@ -250,8 +266,8 @@ static_of(const allot_agent *a, const allot__qrt *q, uint32_t n, bool fb,
 		    q->static_rate, q->static_burst, n, w, ret);
 }
 
-/* Open quota slot `i` for config quota `cq` under wire key `name`, its
- * bucket full at its static share. Before it is published (nquotas). */
+/* Open quota slot `i` for config quota `cq` under wire key `name`,
+ * before it is published (nquotas). */
 static void
 quota_open(allot_agent *a, uint32_t i, const allot__quota *cq,
     const char *name, allot_key **keys)
@@ -267,10 +283,8 @@ quota_open(allot_agent *a, uint32_t i, const allot__quota *cq,
 	q->keys = keys;
 	q->nkeys = 0;
 	q->keys_cap = q->is_default ? a->group_cap * a->nclasses : a->nclasses;
-	allot__allowance al;
-	static_of(a, q, a->opts.initial_replicas, false, &al);
-	allot__bucket_init(&q->bucket, &al);
-	atomic_store(&q->bucket.shadow, cq->shadow);
+	/* Its bucket is initialised once the ceiling's cut is known
+	 * (apply_quotas), before the quota is published. */
 }
 
 int
@@ -294,6 +308,7 @@ allot__reconfig_prepare(allot_agent *a, const allot_config *cfg)
 /* ---- the plan: everything checked and allocated before any change ---- */
 
 typedef struct plan {
+	bool initial; /* the first config, at create */
 	size_t n; /* cfg->ncallers */
 	uint32_t *slot; /* n: quota id of each config quota, NONE: a dup */
 	uint32_t *grp; /* n: identity group */
@@ -412,13 +427,15 @@ plan_endpoint(allot_agent *a, plan *p, const char *name, bool *full)
 
 /* The group of identity `id`: in force or new in this plan. */
 static int
-plan_identity(allot_agent *a, plan *p, const char *id, uint32_t *ret)
+plan_identity(allot_agent *a, plan *p, const char *id, uint32_t *ret,
+    const char **ret_name)
 {
 	size_t len = strlen(id);
 	uint64_t h = allot__hash(id, len, a->seed);
 	allot_key *keys = group_find(a, id, len, h);
 	if (keys != NULL) {
 		*ret = group_of(a, keys);
+		*ret_name = keys->identity;
 		return ALLOT_OK;
 	}
 	uint32_t ng = atomic_load(&a->ngroups);
@@ -426,6 +443,7 @@ plan_identity(allot_agent *a, plan *p, const char *id, uint32_t *ret)
 	while ((v = allot__idmap_next(&p->gmap, h, &pos)) != ALLOT__IDMAP_NONE)
 		if (strcmp(p->new_id[v], id) == 0) {
 			*ret = ng + v;
+			*ret_name = p->new_id[v];
 			return ALLOT_OK;
 		}
 	if (ng + p->nnew_g >= a->group_cap)
@@ -438,6 +456,7 @@ plan_identity(allot_agent *a, plan *p, const char *id, uint32_t *ret)
 	p->new_idh[p->nnew_g] = h;
 	p->new_id[p->nnew_g++] = copy;
 	*ret = ng + p->nnew_g - 1;
+	*ret_name = copy;
 	return ALLOT_OK;
 }
 
@@ -445,7 +464,7 @@ plan_identity(allot_agent *a, plan *p, const char *id, uint32_t *ret)
  * comes back to its slot), or new. */
 static int
 plan_quota(allot_agent *a, plan *p, const allot__quota *cq, const char *key,
-    bool initial, size_t i, uint32_t *ret)
+    const char *stable, bool initial, size_t i, uint32_t *ret)
 {
 	size_t len = strlen(key);
 	uint64_t h = allot__hash(key, len, a->seed);
@@ -460,18 +479,17 @@ plan_quota(allot_agent *a, plan *p, const allot__quota *cq, const char *key,
 			continue;
 		/* Twice in one config, or named as the default: the loader
 		 * refuses both. */
-		if (v >= a->quota_cap || a->quotas[v].is_default)
+		if (v >= a->quota_cap || a->quotas[v].is_default || p->live[v])
 			return ALLOT_ECONFIG;
-		for (size_t j = 0; j < i; j++)
-			if (p->slot[j] == v)
-				return ALLOT_ECONFIG;
+		p->live[v] = 1;
 		*ret = v;
 		return ALLOT_OK;
 	}
 	uint32_t id = initial ? (uint32_t) i : nq + p->nnew_q;
 	if (!initial && id >= a->quota_cap)
 		return ALLOT_EFULL;
-	const char *copy = arena_put(a, key, len);
+	/* A caller-wide quota is named by its identity: the same copy. */
+	const char *copy = stable != NULL ? stable : arena_put(a, key, len);
 	allot_key **keys = calloc(a->nclasses, sizeof *keys);
 	if (copy == NULL || keys == NULL) {
 		free(keys);
@@ -488,10 +506,13 @@ plan_quota(allot_agent *a, plan *p, const allot__quota *cq, const char *key,
 static int
 plan_make(allot_agent *a, const allot_config *cfg, bool initial, plan *p)
 {
+	p->initial = initial;
 	int rc = plan_alloc(a, cfg, p);
 	if (rc != ALLOT_OK)
 		return rc;
 	uint32_t nq = atomic_load(&a->nquotas);
+	/* `live` marks the quotas in force that this config names. */
+	memset(p->live, 0, nq + p->n + 1);
 	for (uint32_t i = 0; i < nq; i++)
 		allot__idmap_add(&p->qmap,
 		    allot__hash(
@@ -507,15 +528,24 @@ plan_make(allot_agent *a, const allot_config *cfg, bool initial, plan *p)
 	char key[ALLOT_IDENTITY_MAX + ALLOT__EP_NAME_SZ + 2];
 	for (size_t i = 0; i < p->n && !full; i++) {
 		const allot__quota *cq = &cfg->callers[i];
-		if (allot__quota_key(cq, key, sizeof key) >= sizeof key)
-			return ALLOT_ECONFIG;
+		/* The wire key: the identity itself, or "IDENTITY ENDPOINT".
+		 */
+		const char *kname = cq->identity;
+		if (cq->endpoint != NULL) {
+			if (allot__quota_key(cq, key, sizeof key) >=
+			    sizeof key)
+				return ALLOT_ECONFIG;
+			kname = key;
+		}
 		p->cls[i] = cq->endpoint == NULL ?
 		    NONE :
 		    plan_endpoint(a, p, cq->endpoint, &full);
-		if ((rc = plan_quota(a, p, cq, key, initial, i,
-		         &p->slot[i])) != ALLOT_OK ||
-		    (rc = plan_identity(a, p, cq->identity, &p->grp[i])) !=
-		        ALLOT_OK)
+		const char *idname;
+		if ((rc = plan_identity(a, p, cq->identity, &p->grp[i],
+		         &idname)) != ALLOT_OK ||
+		    (rc = plan_quota(a, p, cq, kname,
+		         cq->endpoint == NULL ? idname : NULL, initial, i,
+		         &p->slot[i])) != ALLOT_OK)
 			return rc;
 	}
 	return full ? ALLOT_EFULL : ALLOT_OK;
@@ -642,9 +672,10 @@ apply_keys(allot_agent *a, plan *p)
 				if (p->cls[e] == c)
 					q = &a->quotas[p->slot[e]];
 			allot_key *k = allot__known_key(a, g, c);
-			allot__key_charge(a, k, q,
+			charge(a, k, q,
 			    atomic_load_explicit(
-			        &a->class_weight[c], memory_order_relaxed));
+			        &a->class_weight[c], memory_order_relaxed),
+			    p->initial);
 			atomic_store_explicit(
 			    &k->known, known, memory_order_relaxed);
 			if (q->nkeys < q->keys_cap)
