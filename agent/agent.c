@@ -837,8 +837,11 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 {
 	uint64_t now = allot__agent_now(a);
 	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
-	for (uint32_t c = 0; c < a->nclasses; c++)
-		leases_return_keys(a, b, allot__known_key(a, 0, c), ng, now);
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	for (uint32_t i = 0; i <= nep; i++)
+		leases_return_keys(a, b,
+		    allot__known_key(a, 0, allot__class_at(a, i, nep)), ng,
+		    now);
 	leases_return_keys(a, b, a->anon_keys, a->nclasses, now);
 	leases_return_keys(a, b, a->overflow_keys, a->nclasses, now);
 	leases_return_keys(a, b, a->dyn_keys, a->dyn_cap, now);

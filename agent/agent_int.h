@@ -289,6 +289,15 @@ struct allot_agent {
 	struct allot__sync *sync;
 };
 
+/* The endpoint classes in use are 0..nep-1 and the default (the last):
+ * the i-th of them, for i <= nep. Keys of the spare classes between are
+ * never reached by a lookup, so walks over keys skip them. */
+static inline uint32_t
+allot__class_at(const allot_agent *a, uint32_t i, uint32_t nep)
+{
+	return i < nep ? i : a->nclasses - 1;
+}
+
 static inline allot__kcold *
 allot__kc(const allot_agent *a, const struct allot_key *k)
 {

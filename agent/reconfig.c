@@ -661,9 +661,11 @@ apply_keys(allot_agent *a, plan *p)
 	for (uint32_t i = 0; i < nq; i++)
 		a->quotas[i].nkeys = 0;
 	allot__qrt *def = &a->quotas[a->default_quota];
+	uint32_t nep = atomic_load(&a->nep);
 	for (uint32_t g = 0; g < ng; g++) {
 		bool known = p->gq[g] != NONE || p->ep_head[g] != NONE;
-		for (uint32_t c = 0; c < a->nclasses; c++) {
+		for (uint32_t i = 0; i <= nep; i++) {
+			uint32_t c = allot__class_at(a, i, nep);
 			allot__qrt *q = p->gq[g] != NONE ?
 			    &a->quotas[p->gq[g]] :
 			    def;

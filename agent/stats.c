@@ -93,7 +93,9 @@ allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 		add_totals(ret, &t);
 	}
 	pthread_mutex_unlock(&a->dyn_lock);
-	for (uint32_t j = 0; j < a->nclasses; j++) {
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	for (uint32_t i = 0; i <= nep; i++) {
+		uint32_t j = allot__class_at(a, i, nep);
 		allot__key_totals(a, &a->anon_keys[j], &t);
 		add_totals(ret, &t);
 		allot__key_totals(a, &a->overflow_keys[j], &t);
@@ -162,11 +164,15 @@ allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
 		return ALLOT_EINVAL;
 	size_t n = 0;
 	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
-	for (uint32_t c = 0; c < a->nclasses; c++)
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	for (uint32_t i = 0; i <= nep; i++)
 		for (size_t g = 0; g < ng; g++)
-			visit(a, allot__known_key(a, (uint32_t) g, c), out,
-			    cap, &n);
-	for (uint32_t j = 0; j < a->nclasses; j++) {
+			visit(a,
+			    allot__known_key(
+			        a, (uint32_t) g, allot__class_at(a, i, nep)),
+			    out, cap, &n);
+	for (uint32_t i = 0; i <= nep; i++) {
+		uint32_t j = allot__class_at(a, i, nep);
 		visit(a, &a->anon_keys[j], out, cap, &n);
 		visit(a, &a->overflow_keys[j], out, cap, &n);
 	}
