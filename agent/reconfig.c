@@ -239,9 +239,14 @@ charge(
 		atomic_store_explicit(
 		    &k->bucket, &q->bucket, memory_order_relaxed);
 	}
-	atomic_store_explicit(&k->weight, weight, memory_order_relaxed);
-	atomic_store_explicit(
-	    &k->max_cost, max_cost_of(q), memory_order_relaxed);
+	/* Written only when they change: a store would take the key's
+	 * line from the cores deciding on it. */
+	if (atomic_load_explicit(&k->weight, memory_order_relaxed) != weight)
+		atomic_store_explicit(
+		    &k->weight, weight, memory_order_relaxed);
+	uint32_t mc = max_cost_of(q);
+	if (atomic_load_explicit(&k->max_cost, memory_order_relaxed) != mc)
+		atomic_store_explicit(&k->max_cost, mc, memory_order_relaxed);
 }
 
 void
@@ -678,8 +683,10 @@ apply_keys(allot_agent *a, plan *p)
 			    atomic_load_explicit(
 			        &a->class_weight[c], memory_order_relaxed),
 			    p->initial);
-			atomic_store_explicit(
-			    &k->known, known, memory_order_relaxed);
+			if (atomic_load_explicit(
+			        &k->known, memory_order_relaxed) != known)
+				atomic_store_explicit(
+				    &k->known, known, memory_order_relaxed);
 			if (q->nkeys < q->keys_cap)
 				q->keys[q->nkeys++] = k;
 		}
@@ -714,14 +721,16 @@ apply_hints(allot_agent *a)
 		struct allot__caller_slot *e = &a->caller_tab[p];
 		allot_key *keys = atomic_load_explicit(
 		    &e->keys, memory_order_relaxed);
-		if (keys != NULL)
-			atomic_store_explicit(&e->bucket,
-			    atomic_load_explicit(
-			        &allot__known_key(
-			            a, group_of(a, keys), a->nclasses - 1)
-			             ->bucket,
-			        memory_order_relaxed),
-			    memory_order_relaxed);
+		if (keys == NULL)
+			continue;
+		allot__bucket *b = atomic_load_explicit(
+		    &allot__known_key(a, group_of(a, keys), a->nclasses - 1)
+		         ->bucket,
+		    memory_order_relaxed);
+		if (atomic_load_explicit(&e->bucket, memory_order_relaxed) !=
+		    b)
+			atomic_store_explicit(
+			    &e->bucket, b, memory_order_relaxed);
 	}
 }
 
