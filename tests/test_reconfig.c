@@ -415,6 +415,33 @@ START_TEST(ceiling_local)
 }
 END_TEST
 
+/* What the sync engine installs in fallback (static_allowance): the
+ * ceiling's cut, split over the replicas. */
+START_TEST(ceiling_in_fallback)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(mkcfg("a:100:10:c b:100:10", 1, 100), 0);
+	allot__installer in;
+	allot__agent_installer(a, &in);
+	ck_assert(in.reconfig != NULL);
+	ck_assert(in.static_allowance != NULL);
+	allot__allowance al;
+	in.static_allowance(in.ctx, 0, 4, true, &al);
+	ck_assert_int_eq(al.mode, ALLOT__MODE_LIMIT);
+	ck_assert_double_eq_tol(al.rate, 94.5 / 4, 1e-9);
+	in.static_allowance(in.ctx, 1, 4, true, &al);
+	ck_assert_double_eq_tol(al.rate, 5.0 / 4, 1e-9);
+	in.static_allowance(in.ctx, a->default_quota, 4, false, &al);
+	ck_assert_double_eq_tol(al.rate, 0.5 / 4, 1e-9);
+	/* A new ceiling through the installer: the cut follows. */
+	ck_assert_int_eq(
+	    in.reconfig(in.ctx, mkcfg("a:100:10:c b:100:10", 1, 0)), ALLOT_OK);
+	in.static_allowance(in.ctx, 1, 4, true, &al);
+	ck_assert_double_eq_tol(al.rate, 25, 1e-9);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 START_TEST(ceiling_fit)
 {
 	double rate[4] = { 100, 100, 50, 10 }, cut[4];
@@ -555,6 +582,7 @@ suite(void)
 	tcase_add_test(tc, capacity_refused);
 	tcase_add_test(tc, endpoint_quota);
 	tcase_add_test(tc, ceiling_local);
+	tcase_add_test(tc, ceiling_in_fallback);
 	tcase_add_test(tc, ceiling_fit);
 	tcase_add_test(tc, coordinator_owns_config);
 	suite_add_tcase(s, tc);
