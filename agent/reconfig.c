@@ -637,7 +637,10 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 		        p->prev[2 * i + 1] != q->static_burst)) {
 			allot__quota_set(a, q, &al);
 		}
-		atomic_store(&q->bucket.shadow, q->q->shadow);
+		/* In the line every decision reads: stored on a change only.
+		 */
+		if (atomic_load(&q->bucket.shadow) != q->q->shadow)
+			atomic_store(&q->bucket.shadow, q->q->shadow);
 	}
 	atomic_store_explicit(&a->nquotas, nq_new, memory_order_release);
 }
@@ -739,19 +742,17 @@ apply(allot_agent *a, allot_config *cfg, plan *p, bool initial)
 {
 	/* Endpoint weights: every class that the config does not list
 	 * (the default, endpoints it dropped) weighs default_weight. */
+	uint32_t w[ALLOT__MAX_ENDPOINTS + 1];
+	for (uint32_t c = 0; c < a->nclasses; c++)
+		w[c] = cfg->default_weight;
+	for (size_t j = 0; j < cfg->nendpoints; j++)
+		w[p->epcls[j]] = cfg->endpoints[j].weight;
 	uint32_t nep = atomic_load(&a->nep);
 	for (uint32_t j = 0; j < p->nnew_ep; j++)
-		ep_add(a, p->new_ep[j], cfg->default_weight);
+		ep_add(a, p->new_ep[j], w[nep + j]);
 	for (uint32_t c = 0; c < a->nclasses; c++)
-		if (c >= nep + p->nnew_ep || c < nep)
-			atomic_store_explicit(&a->class_weight[c],
-			    cfg->default_weight, memory_order_relaxed);
-	for (uint32_t c = nep; c < nep + p->nnew_ep; c++)
-		atomic_store_explicit(&a->class_weight[c], cfg->default_weight,
-		    memory_order_relaxed);
-	for (size_t j = 0; j < cfg->nendpoints; j++)
-		atomic_store_explicit(&a->class_weight[p->epcls[j]],
-		    cfg->endpoints[j].weight, memory_order_relaxed);
+		atomic_store_explicit(
+		    &a->class_weight[c], w[c], memory_order_relaxed);
 
 	apply_quotas(a, cfg, p, initial);
 	uint32_t ng = atomic_load(&a->ngroups);
