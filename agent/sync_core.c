@@ -334,8 +334,12 @@ key_fallback(syncc *s, uint32_t i, uint32_t n)
 	allot_agent *a = s->a;
 	const allot__quota *q = a->quotas[i].q;
 	allot__allowance al;
-	allot__fallback_allowance(
-	    q->fallback, q->rate, q->burst, n, a->cfg->max_weight, &al);
+	/* The agent's: with the ceiling's local share (fallback.h). */
+	if (s->in.static_allowance != NULL)
+		s->in.static_allowance(s->in.ctx, i, n, true, &al);
+	else
+		allot__fallback_allowance(q->fallback, q->rate, q->burst, n,
+		    a->cfg->max_weight, &al);
 	al.hint_ns = (uint64_t) a->opts.reconnect_max_ms * 1000000u;
 	s->in.install(s->in.ctx, i, &al);
 }

@@ -10,22 +10,58 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 _Thread_local allot__tlcache allot__tl
     __attribute__((tls_model("initial-exec")));
 
 static _Atomic uint64_t next_gen = 1;
 
+/* From this size on, mapped pages (allot__zalloc). */
+#define ZALLOC_MAP ((size_t) 256 * 1024)
+
+void *
+allot__zalloc(size_t sz)
+{
+	sz = (sz + 63) & ~(size_t) 63;
+	if (sz >= ZALLOC_MAP) {
+		void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		return p == MAP_FAILED ? NULL : p;
+	}
+	void *p = aligned_alloc(64, sz);
+	if (p != NULL)
+		memset(p, 0, sz);
+	return p;
+}
+
+void
+allot__zfree(void *p, size_t sz)
+{
+	if (p == NULL)
+		return;
+	sz = (sz + 63) & ~(size_t) 63;
+	if (sz >= ZALLOC_MAP)
+		munmap(p, sz);
+	else
+		free(p);
+}
+
+/* A block's size: its counters for every key the agent may have, most
+ * of them (the reserved capacity) never touched. */
+static size_t
+block_size(const allot_agent *a)
+{
+	return sizeof(allot__tblock) +
+	    sizeof(allot__kcount) * (size_t) a->nkeys;
+}
+
 static allot__tblock *
 block_new(allot_agent *a, bool shared)
 {
-	size_t sz = sizeof(allot__tblock) +
-	    sizeof(allot__kcount) * (size_t) a->nkeys;
-	sz = (sz + 63) & ~(size_t) 63;
-	allot__tblock *b = aligned_alloc(64, sz);
+	allot__tblock *b = allot__zalloc(block_size(a));
 	if (b == NULL)
 		return NULL;
-	memset(b, 0, sz);
 	b->shared = shared;
 	b->agent = a;
 	return b;
@@ -67,9 +103,9 @@ allot__blocks_fini(allot_agent *a)
 		allot__tl.gen = 0;
 	uint32_t n = atomic_load(&a->nblocks);
 	for (uint32_t i = 0; i < n && a->blocks != NULL; i++)
-		free(a->blocks[i]);
+		allot__zfree(a->blocks[i], block_size(a));
 	free(a->blocks);
-	free(a->shared_block);
+	allot__zfree(a->shared_block, block_size(a));
 	pthread_mutex_destroy(&a->blk_lock);
 }
 
