@@ -337,6 +337,12 @@ START_TEST(reload_reaches_every_agent_within_2t)
 	    "(2 T = %u ms)\n",
 	    (unsigned long long) worst, 2 * T_MS);
 	ck_assert_uint_le(worst, 2 * T_MS);
+	/* The new caller's key reached allotd (add_keys): none of its
+	 * reports was refused as a key without a quota. */
+	ck_assert_double_eq(
+	    pc_metric_get(e.http,
+	        "allotd_rejected_messages_total{reason=\"unknown_key\"}"),
+	    0);
 	/* One text per agent: none sent again once installed. */
 	ck_assert_double_eq(
 	    pc_metric_get(e.http, "allotd_config_pushes_total"), NAGENTS);
