@@ -656,6 +656,55 @@ allot__syncc_failed(syncc *s, uint64_t now, const char *why)
 	s->backoff_ms = next > max ? max : next;
 }
 
+/* A Welcome: the new session, the coordinator's config when it sent
+ * one, the first shares and the lease. */
+static void
+apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
+{
+	allot_agent *a = s->a;
+	rebaseline(s);
+	s->session = w->session;
+	s->seq = 0;
+	s->last_sync_ns = now;
+	atomic_store(&s->session_pub, w->session);
+	atomic_store(&s->replicas, w->replicas);
+	atomic_store(&s->epoch, w->config_epoch);
+	atomic_store(&s->digest, w->config_digest);
+	atomic_fetch_add(&s->unknown_keys, w->n_unknown_keys);
+	atomic_fetch_add(&s->registers, 1);
+	if (w->n_unknown_keys > 0)
+		allot__log(&a->log, ALLOT_LOG_WARNING,
+		    "ALLOT-SYNC-UNKNOWN-KEYS",
+		    "coordinator has no quota for %zu of our %u "
+		    "quotas; they keep their local allowance",
+		    w->n_unknown_keys, nq(s));
+	uint32_t before = config_take(s, now, w->config_digest, &w->config);
+	if (w->config_digest != a->cfg->digest)
+		allot__log(&a->log, ALLOT_LOG_NOTICE,
+		    "ALLOT-SYNC-CONFIG-DIFFERS",
+		    "coordinator quota config (digest %016llx) "
+		    "differs from ours (%016llx)%s; the "
+		    "coordinator's allowances win",
+		    (unsigned long long) w->config_digest,
+		    (unsigned long long) a->cfg->digest,
+		    w->config.len > 0 ?
+		        "" :
+		        " and it did not send it (too large, or we "
+		        "do not take configs)");
+	apply_shares(s, w->shares, w->n_shares, true);
+	if (before != UINT32_MAX)
+		config_settle(s, before);
+	/* A Welcome that could not grant every key yet (others had
+	 * not given back): ask again after half an interval. */
+	s->short_grant = false;
+	for (size_t i = 0; i < w->n_shares; i++)
+		if (!(w->shares[i]->rate > 0) && w->shares[i]->key < nq(s) &&
+		    is_mine(s, w->shares[i]->key))
+			s->short_grant = true;
+	set_lease(s, now, w->lease_ms);
+	renew_keys(s, NULL, 0);
+}
+
 /* Returns true when the exchange succeeded. */
 bool
 allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
@@ -720,50 +769,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	}
 	if (s->expect == ALLOT__EXPECT_WELCOME &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
-		const Allot__V1__Welcome *w = env->welcome;
-		rebaseline(s);
-		s->session = w->session;
-		s->seq = 0;
-		s->last_sync_ns = now;
-		atomic_store(&s->session_pub, w->session);
-		atomic_store(&s->replicas, w->replicas);
-		atomic_store(&s->epoch, w->config_epoch);
-		atomic_store(&s->digest, w->config_digest);
-		atomic_fetch_add(&s->unknown_keys, w->n_unknown_keys);
-		atomic_fetch_add(&s->registers, 1);
-		if (w->n_unknown_keys > 0)
-			allot__log(&a->log, ALLOT_LOG_WARNING,
-			    "ALLOT-SYNC-UNKNOWN-KEYS",
-			    "coordinator has no quota for %zu of our %u "
-			    "quotas; they keep their local allowance",
-			    w->n_unknown_keys, nq(s));
-		uint32_t before = config_take(
-		    s, now, w->config_digest, &w->config);
-		if (w->config_digest != a->cfg->digest)
-			allot__log(&a->log, ALLOT_LOG_NOTICE,
-			    "ALLOT-SYNC-CONFIG-DIFFERS",
-			    "coordinator quota config (digest %016llx) "
-			    "differs from ours (%016llx)%s; the "
-			    "coordinator's allowances win",
-			    (unsigned long long) w->config_digest,
-			    (unsigned long long) a->cfg->digest,
-			    w->config.len > 0 ?
-			        "" :
-			        " and it did not send it (too large, or we "
-			        "do not take configs)");
-		apply_shares(s, w->shares, w->n_shares, true);
-		if (before != UINT32_MAX)
-			config_settle(s, before);
-		/* A Welcome that could not grant every key yet (others had
-		 * not given back): ask again after half an interval. */
-		s->short_grant = false;
-		for (size_t i = 0; i < w->n_shares; i++)
-			if (!(w->shares[i]->rate > 0) &&
-			    w->shares[i]->key < nq(s) &&
-			    is_mine(s, w->shares[i]->key))
-				s->short_grant = true;
-		set_lease(s, now, w->lease_ms);
-		renew_keys(s, NULL, 0);
+		apply_welcome(s, now, env->welcome);
 		ok = true;
 	} else if (s->expect == ALLOT__EXPECT_REPLY &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
