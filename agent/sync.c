@@ -213,12 +213,17 @@ member_health(struct member *mb, bool ok)
 	reroute(s);
 }
 
-/* Quotas a config appended (sync_core.c): in a cluster each goes to its
- * owner like the others; the engines send their names in add_keys. */
+/* A member's engine installed a config (sync_core.c): every session
+ * reports the digest in force, and in a cluster each quota it appended
+ * goes to its owner like the others (every engine names them in its
+ * next add_keys). */
 static void
-route_new_keys(struct allot__sync *s)
+config_installed(struct allot__sync *s, const allot__syncc *from)
 {
 	allot_agent *a = s->a;
+	for (size_t i = 0; i < s->n; i++)
+		atomic_store(
+		    &s->m[i].core.enforced, atomic_load(&from->enforced));
 	uint32_t n = atomic_load_explicit(&a->nquotas, memory_order_relaxed);
 	if (s->n < 2 || n <= s->nhashed)
 		return;
@@ -561,7 +566,7 @@ complete(struct member *mb)
 	}
 	member_health(mb, ok);
 	if (allot__syncc_take_reconfigured(&mb->core))
-		route_new_keys(mb->s);
+		config_installed(mb->s, &mb->core);
 	allot__syncc_check_lease(&mb->core, now);
 	schedule(mb,
 	    ok ? allot__syncc_next_delay_ms(&mb->core, now, true) :
