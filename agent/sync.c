@@ -213,6 +213,8 @@ member_health(struct member *mb, bool ok)
 	reroute(s);
 }
 
+static void schedule(struct member *mb, uint64_t delay_ms);
+
 /* A member's engine installed a config (sync_core.c): every session
  * reports the digest in force, and in a cluster each quota it appended
  * goes to its owner like the others (every engine names them in its
@@ -232,6 +234,11 @@ config_installed(struct allot__sync *s, const allot__syncc *from)
 		    a->service, a->quotas[k].name);
 	s->nhashed = n;
 	reroute(s);
+	/* The other members hear of the new keys at once too (the one that
+	 * sent the config does: allot__syncc_next_delay_ms()). */
+	for (size_t i = 0; i < s->n; i++)
+		if (&s->m[i].core != from && !allot__exchange_busy(&s->m[i].x))
+			schedule(&s->m[i], 1);
 }
 
 /* ---- certificate rotation ---- */

@@ -870,8 +870,13 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 	if (ok && s->throttled) {
 		s->throttled = false;
 		ok = false; /* the backoff, not the interval */
-	} else if (ok && s->session == 0)
+	} else if (ok && s->session == 0) {
 		return 0; /* re-register at once */
+	} else if (ok && nq(s) > s->nwire) {
+		/* A config appended quotas: name them now (add_keys), so
+		 * that their shares come within an exchange, not a T. */
+		return 1;
+	}
 	double t;
 	if (ok) {
 		double j = a->opts.sync_jitter;

@@ -533,7 +533,7 @@ START_TEST(cluster_members_push_the_change)
 		ck_assert_uint_eq(st.config_rejects, 0);
 		ck_assert_uint_eq(heavy_cost(as[i]), 5);
 	}
-	ck_assert_uint_le(took, 20 * T_MS);
+	ck_assert_uint_le(took, 4 * T_MS);
 	for (int i = 0; i < 2; i++)
 		allot_agent_destroy(as[i]);
 	for (int i = 0; i < 2; i++) {
