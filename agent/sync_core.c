@@ -11,6 +11,15 @@
  * (fail-static) until their lease expires; then each quota applies its
  * `fallback` (static_share: R / last known replica count, open, closed)
  * until a reply arrives again. Every transition is counted and logged.
+ *
+ * The config plane (docs/protocol.md): every Sync announces the digest
+ * of the config the agent enforces; a Welcome or Reply that carries the
+ * coordinator's file is loaded, checked against its digest and installed
+ * through the installer's `reconfig`, before the shares of the same
+ * message are applied; quotas it appended are named in the next Sync's
+ * add_keys; and the text is cached (config_cache.c). A config that fails
+ * is backed off per digest. An installer without `reconfig` (the
+ * simulator) announces digest 0 and is never sent one.
  */
 #include "sync_int.h"
 
