@@ -608,6 +608,80 @@ START_TEST(cluster_members_push_the_change)
 }
 END_TEST
 
+/* One file for many services: the whole file goes to every agent, whose
+ * digest is the file's, and each enforces its own service's view. */
+START_TEST(each_service_takes_its_view)
+{
+	env e;
+	env_init(&e);
+	pc_write_file(e.cfg, CFG_V1);
+	start_allotd(&e);
+	char err[256];
+	allot_agent *as[2];
+	const char *svc[2] = { "svc", "other" };
+	for (int i = 0; i < 2; i++) {
+		allot_config *cfg;
+		ck_assert_int_eq(
+		    allot_config_load(e.boot, err, sizeof err, &cfg),
+		    ALLOT_OK);
+		allot_agent_options o;
+		allot_agent_options_init(&o);
+		o.coordinator = e.url;
+		o.service = svc[i];
+		o.sync_interval_ms = T_MS;
+		ck_assert_int_eq(
+		    allot_agent_create(cfg, &o, &as[i]), ALLOT_OK);
+		allot_config_free(cfg);
+	}
+	wait_synced(as, 2);
+	size_t n = strlen(CFG_V1) + 200;
+	char *v = malloc(n);
+	ck_assert_ptr_nonnull(v);
+	snprintf(v, n,
+	    "%sservices:\n  svc:\n    callers:\n      - identity: scoped\n"
+	    "        tokens_per_second: 50\n        burst: 50\n",
+	    CFG_V1);
+	change_config(&e, v);
+	uint64_t want = digest_of(v);
+	uint64_t end = pc_now_ms() + 10 * T_MS;
+	allot_sync_stats st[2];
+	for (;;) {
+		allot_sync_stats_get(as[0], &st[0]);
+		allot_sync_stats_get(as[1], &st[1]);
+		if ((st[0].enforced_digest == want &&
+		        st[1].enforced_digest == want) ||
+		    pc_now_ms() > end)
+			break;
+		pc_sleep_ms(5);
+	}
+	for (int i = 0; i < 2; i++) {
+		ck_assert_uint_eq(st[i].enforced_digest, want);
+		ck_assert_uint_eq(st[i].config_installs, 1);
+		allot_key *k;
+		ck_assert_int_eq(
+		    allot_key_resolve(as[i], "scoped", "/light", &k),
+		    ALLOT_OK);
+		allot_key_stats ks;
+		allot_key_stats_get(as[i], k, &ks);
+		allot_key_release(as[i], k);
+		/* Known in svc's view only; "other" charges its default. */
+		ck_assert_int_eq(ks.known, i == 0);
+		allot_decision d;
+		ck_assert_int_eq(
+		    allot_acquire_id(as[i], "scoped", "/light", 0, &d),
+		    ALLOT_OK);
+		if (i == 0)
+			ck_assert(d.limit > 8 && d.limit <= 50);
+		else
+			ck_assert(d.limit <= 8);
+	}
+	free(v);
+	for (int i = 0; i < 2; i++)
+		allot_agent_destroy(as[i]);
+	env_fini(&e);
+}
+END_TEST
+
 static Suite *
 push_suite(void)
 {
@@ -617,6 +691,7 @@ push_suite(void)
 	tcase_add_test(tc, reload_reaches_every_agent_within_2t);
 	tcase_add_test(tc, cache_runs_while_allotd_is_down);
 	tcase_add_test(tc, cluster_members_push_the_change);
+	tcase_add_test(tc, each_service_takes_its_view);
 	suite_add_tcase(s, tc);
 	return s;
 }
