@@ -10,7 +10,9 @@
  * no restart and no denial for the caller the change did not touch. Then
  * the cache: with allotd down, a fresh agent given a stale bootstrap file
  * runs the config it last received, and picks up a newer one within 2 T
- * of allotd coming back.
+ * of allotd coming back. Then a two-member cluster, where each agent
+ * names the new caller to both members, and one file for two services,
+ * each agent enforcing its own service's view.
  */
 #include <check.h>
 #include <pthread.h>
