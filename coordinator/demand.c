@@ -7,7 +7,12 @@
  * reported consumption, which caps the bursts handed out. Demand is the
  * callers', not the replicas': when the replica set changes the estimates
  * are moved between replicas (conserve_*), and a replica registering
- * again keeps its own.
+ * again keeps its own. A quota in shadow mode reports what enforcing
+ * would have denied inside what it admitted (KeyReport.shadow_denied):
+ * the estimates take it once, as consumption, never as unmet demand
+ * (request.c books it; docs/allocation.md, "Shadow quotas"), and the
+ * global bucket here is drained only by what enforcing would have
+ * admitted.
  */
 #include "registry_int.h"
 

@@ -4,8 +4,9 @@
  * the files that implement it and included by no other. The state is the
  * whole: the config in force (a cfgv, config_view.c), the registry of
  * services and their sessions (registry.c), per key the demand estimates
- * (demand.c), per quota the live bound (bounds.c) and the grants
- * (grants.c), cluster ownership (ownership.c), and on top of those the
+ * (demand.c), per quota the live bound (bounds.c), the grants
+ * (grants.c) and the candidate's evaluation (candidate.c), cluster
+ * ownership (ownership.c), and on top of those the
  * requests (request.c), the restart (restore.c), the rendering
  * (render.c) and the periodic work (state.c). Calls go one way, down
  * that list; the prototypes below are grouped the same way.
@@ -218,6 +219,23 @@ typedef struct squota {
 	/* The first report of a jump in demand (allot__est_onset()):
 	 * replicas that have not reported since keep their targets. */
 	uint64_t onset_ns;
+	/* Shadow would-denies: tokens admitted in shadow that enforcing
+	 * would have denied (part of allowed_total, never of denied). */
+	uint64_t shadow_total;
+	uint64_t win_shadow; /* since the last per-second pass */
+	double shadow_rate; /* last second, tokens/s */
+	/* The candidate value's global bucket (candidate.c). */
+	double cand_rate; /* the candidate evaluated; 0: none */
+	double cand_burst;
+	double cand_level; /* tokens */
+	uint64_t cand_ns; /* cand_level brought up to here */
+	int64_t cand_since_ms; /* wall time it started evaluating */
+	double cand_offered; /* tokens offered since then */
+	double cand_denied; /* of them, would-denies under the candidate */
+	double cand_denied_total; /* every candidate's, since start */
+	double win_cand; /* since the last per-second pass */
+	double win_cand_carry; /* its fraction not yet in a usage row */
+	double cand_denied_rate; /* last second, tokens/s */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -437,6 +455,13 @@ void allot__est_onset(squota *sq, const session *s, const skey *key,
 void allot__conserve_join(service *svc, const session *newcomer);
 void allot__conserve_leave(service *svc, const session *gone_s);
 void allot__est_inherit(session *s, const session *old);
+
+/* ---- candidate.c ---- */
+
+void allot__cand_check(squota *sq, const allot__quota *qc, uint64_t now);
+void allot__cand_book(
+    squota *sq, const allot__quota *qc, double offered, uint64_t now);
+uint64_t allot__cand_second(squota *sq, double dt);
 
 /* ---- bounds.c ---- */
 

@@ -72,6 +72,8 @@ typedef struct snap_qcfg {
 	double burst;
 	const char *priority;
 	bool shadow;
+	double cand_rate; /* its candidate (candidate.c); 0: none */
+	double cand_burst;
 } snap_qcfg;
 
 typedef struct snap {
@@ -192,13 +194,20 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 			.priority = snap_str(sn,
 			    allot__cfgv_priority_name(v, v->q[q]->priority)),
 			.shadow = v->q[q]->shadow,
+			.cand_rate = v->q[q]->cand_rate > 0 ?
+			    v->q[q]->cand_rate :
+			    0,
+			.cand_burst = v->q[q]->cand_rate > 0 ?
+			    (v->q[q]->cand_burst > 0 ? v->q[q]->cand_burst :
+			                               v->q[q]->burst) :
+			    0,
 		};
 		if (sn->qc[q].identity == NULL || sn->qc[q].priority == NULL ||
 		    (v->qsvc[q] != NULL && sn->qc[q].service == NULL))
 			return false;
 	}
 	for (size_t i = 0; i < st->nsvcs; i++) {
-		const service *svc = st->svcs[i];
+		service *svc = st->svcs[i];
 		snap_service *ss = &sn->svcs[i];
 		*ss = (snap_service) {
 			.name = snap_str(sn, svc->name),
@@ -211,7 +220,10 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 		/* A service shows the quotas of its view only. */
 		allot__cfgv_mask(v, svc->name, ss->in);
 		for (size_t q = 0; q < v->nq; q++) {
-			const squota *sq = &svc->q[q];
+			squota *sq = &svc->q[q];
+			/* A candidate changed by a reload shows its own
+			 * figures from the start, not the previous one's. */
+			allot__cand_check(sq, v->q[q], now);
 			ss->q[q] = (snap_quota) {
 				.sq = *sq,
 				/* Cluster mode: whether this member learns
@@ -264,7 +276,9 @@ typedef enum sq_field {
 	F_ALLOWANCE,
 	F_BUDGET,
 	F_DEMAND,
-	F_EXPIRED
+	F_EXPIRED,
+	F_SHADOW,
+	F_CAND
 } sq_field;
 
 static void
@@ -323,6 +337,14 @@ sq_family(const snap *sn, allot__buf *b, const char *name, const char *type,
 				allot__buf_printf(
 				    b, "%u\n", sq->counted_expired);
 				continue;
+			case F_SHADOW:
+				allot__buf_printf(
+				    b, "%" PRIu64 "\n", sq->shadow_total);
+				continue;
+			case F_CAND:
+				allot__buf_printf(
+				    b, "%.0f\n", floor(sq->cand_denied_total));
+				continue;
 			}
 			allot__buf_puts(b, "\n");
 		}
@@ -339,7 +361,17 @@ static const struct sq_family_def {
 	{ "allotd_allowed_tokens_total", "counter",
 	    "Tokens admitted, as reported by the agents.", F_ALLOWED },
 	{ "allotd_denied_tokens_total", "counter",
-	    "Tokens denied, as reported by the agents.", F_DENIED },
+	    "Tokens denied, as reported by the agents (shadow would-denies "
+	    "are not denials).",
+	    F_DENIED },
+	{ "allotd_shadow_denied_tokens_total", "counter",
+	    "Tokens admitted in shadow that enforcing would have denied (also "
+	    "in allotd_allowed_tokens_total).",
+	    F_SHADOW },
+	{ "allotd_candidate_denied_tokens_total", "counter",
+	    "Tokens the quota's candidate value would have denied, evaluated "
+	    "per report over the tokens offered (admitted + denied).",
+	    F_CAND },
 	{ "allotd_utilization", "gauge",
 	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL },
 	{ "allotd_allowance_rate", "gauge",
@@ -432,6 +464,19 @@ metrics_config(const snap *sn, allot__buf *b)
 	    "Configured rate R per quota, tokens/s.", false);
 	quota_series(sn, b, "allotd_quota_burst",
 	    "Configured burst B per quota, tokens.", true);
+	allot__buf_puts(b,
+	    "# HELP allotd_quota_candidate_rate Candidate rate per quota "
+	    "(evaluated, never enforced), tokens/s; only quotas with "
+	    "one.\n# TYPE allotd_quota_candidate_rate gauge\n");
+	for (size_t q = 0; q < sn->nq; q++) {
+		if (!(sn->qc[q].cand_rate > 0))
+			continue;
+		allot__buf_puts(b, "allotd_quota_candidate_rate{quota=\"");
+		allot__buf_label(b, sn->qc[q].identity);
+		allot__buf_puts(b, "\"} ");
+		allot__buf_num(b, sn->qc[q].cand_rate);
+		allot__buf_puts(b, "\n");
+	}
 }
 
 void
@@ -524,6 +569,33 @@ status_replicas(const snap_service *svc, allot__buf *b)
 	}
 }
 
+/* Shadow would-denies (admitted, not denied) and the candidate's
+ * evaluation of one quota of one service: "candidate" is null without
+ * one; its percentage is of the tokens offered since it was set. */
+static void
+status_shadow(const squota *sq, const snap_qcfg *qc, allot__buf *b)
+{
+	allot__buf_printf(b, ",\"shadow\":%s", qc->shadow ? "true" : "false");
+	put_num(b, "shadow_denied_per_s", sq->shadow_rate);
+	allot__buf_printf(
+	    b, ",\"shadow_denied_total\":%" PRIu64, sq->shadow_total);
+	if (!(sq->cand_rate > 0)) {
+		allot__buf_puts(b, ",\"candidate\":null");
+		return;
+	}
+	allot__buf_puts(b, ",\"candidate\":{\"rate\":");
+	allot__buf_num(b, sq->cand_rate);
+	put_num(b, "burst", sq->cand_burst);
+	put_num(b, "level", sq->cand_level);
+	put_num(b, "denied_per_s", sq->cand_denied_rate);
+	put_num(b, "denied", floor(sq->cand_denied));
+	put_num(b, "offered", floor(sq->cand_offered));
+	put_num(b, "denied_pct",
+	    sq->cand_offered > 0 ? 100.0 * sq->cand_denied / sq->cand_offered :
+	                           0);
+	allot__buf_printf(b, ",\"since_ms\":%" PRId64 "}", sq->cand_since_ms);
+}
+
 /* One quota of one service, with its shares. */
 static void
 status_quota(const snap *sn, const snap_service *svc, size_t q, bool comma,
@@ -560,9 +632,10 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, bool comma,
 	allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
 	    sq->disowned ? "false" : "true", sqs->learning ? "true" : "false");
 	allot__buf_printf(b,
-	    ",\"admitted_total\":%" PRIu64 ",\"denied_total\":%" PRIu64
-	    ",\"shares\":[",
+	    ",\"admitted_total\":%" PRIu64 ",\"denied_total\":%" PRIu64,
 	    sq->allowed_total, sq->denied_total);
+	status_shadow(sq, qc, b);
+	allot__buf_puts(b, ",\"shares\":[");
 	for (uint32_t e = 0; e < sqs->nshares; e++) {
 		const snap_share *s = &sqs->shares[e];
 		allot__buf_printf(b,
@@ -592,7 +665,16 @@ status_tail(const snap *sn, const allot__store *store,
 		const snap_qcfg *qc = &sn->qc[q];
 		put_quota(b, q > 0, qc);
 		allot__buf_printf(
-		    b, ",\"shadow\":%s}", qc->shadow ? "true" : "false");
+		    b, ",\"shadow\":%s", qc->shadow ? "true" : "false");
+		if (qc->cand_rate > 0) {
+			put_num(b, "candidate_rate", qc->cand_rate);
+			put_num(b, "candidate_burst", qc->cand_burst);
+		} else {
+			allot__buf_puts(b,
+			    ",\"candidate_rate\":null,\"candidate_burst\":"
+			    "null");
+		}
+		allot__buf_puts(b, "}");
 	}
 	allot__buf_puts(b, "],\"store\":");
 	if (store == NULL)

@@ -668,6 +668,27 @@ sync_refuse(allot__metrics *m, const Allot__V1__Sync *req, sync_refusal why,
 	return ALLOT__V1__ERROR__CODE__STALE_SEQ;
 }
 
+/* The shadow would-denies of a report that are booked beside the
+ * allowance: tokens its replica admitted in shadow (they are in
+ * `consumed`) beyond what enforcing would have admitted, so neither the
+ * plausible consumption nor the global bucket may count them, and they
+ * are bounded as denials are. That holds when the quota is in shadow in
+ * the config in force, or when the agent says it still enforces another
+ * config (Sync.config_digest): after a reload that ends shadow it may
+ * run the old setting for up to two intervals. Otherwise shadow tokens
+ * are consumption like any other. Never more than `consumed` (a refund
+ * may have lowered what the agent reports consumed). Under the lock. */
+static uint64_t
+shadow_part(const syn *y, int32_t q, const Allot__V1__KeyReport *r)
+{
+	const cfgv *v = y->st->cur;
+	bool other_cfg = y->req->config_digest != 0 &&
+	    y->req->config_digest != v->cfg->digest;
+	if (!v->q[q]->shadow && !other_cfg)
+		return 0;
+	return r->shadow_denied < r->consumed ? r->shadow_denied : r->consumed;
+}
+
 /* A report for a quota another member owns in our view: no allocation
  * and no lease for it (Reply.not_owner), but what was consumed is
  * recorded, so that the members' files add up to everything the agents
@@ -679,12 +700,19 @@ book_not_owned(
 	const cfgv *v = y->st->cur;
 	squota *dq = &y->svc->q[q];
 	double dlim = y->f * v->rate[q] * y->n * y->window_s + v->burst[q];
-	if ((double) r->consumed <= dlim &&
-	    (double) r->denied <= ALLOT__STATE_FLOOD_FACTOR * dlim) {
+	uint64_t shadow = shadow_part(y, q, r);
+	double flood = ALLOT__STATE_FLOOD_FACTOR * dlim;
+	if ((double) (r->consumed - shadow) <= dlim &&
+	    (double) r->denied <= flood && (double) shadow <= flood) {
 		dq->allowed_total += r->consumed;
 		dq->denied_total += r->denied;
 		dq->win_allowed += r->consumed;
 		dq->win_denied += r->denied;
+		uint64_t sd = r->shadow_denied < r->consumed ?
+		    r->shadow_denied :
+		    r->consumed;
+		dq->shadow_total += sd;
+		dq->win_shadow += sd;
 	}
 	if (y->not_owner == NULL)
 		y->not_owner = pa_alloc(
@@ -720,10 +748,17 @@ plausible(syn *y, skey *key, bool foreign, double R, double B)
 	return key->credit;
 }
 
-/* Book one report of a key we own: the quota's counters and global
- * bucket, the key's demand estimate and allocator window. A report with
- * numbers no agent can produce is dropped (counted absurd). Under the
- * lock. */
+/* Book one report of a key we own: the quota's counters, global bucket
+ * and candidate (candidate.c), the key's demand estimate and allocator
+ * window. A report with numbers no agent can produce is dropped (counted
+ * absurd). Shadow would-denies (shadow_part()) were admitted: they are
+ * consumption in the counters, the demand estimate and the candidate's
+ * bucket, counted apart from denials, and left out of the plausible
+ * consumption and the global bucket, which stand for what enforcing
+ * would have admitted. They are not denials either: a replica admitting
+ * in shadow is not short, so they never push its target up past the
+ * dead band as a denial does (docs/allocation.md, "Shadow quotas").
+ * Under the lock. */
 static void
 book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 {
@@ -739,8 +774,10 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	double f = y->f, n = y->n;
 	double rate = v->rate[q], burst = v->burst[q];
 	double lim = f * rate * n * y->window_s + burst;
-	if ((double) r->consumed > lim ||
-	    (double) r->denied > ALLOT__STATE_FLOOD_FACTOR * lim ||
+	double flood = ALLOT__STATE_FLOOD_FACTOR * lim;
+	uint64_t shadow = shadow_part(y, q, r);
+	if ((double) (r->consumed - shadow) > lim ||
+	    (double) r->denied > flood || (double) shadow > flood ||
 	    (double) r->demand > ALLOT__STATE_FLOOD_FACTOR * f * rate * n ||
 	    (double) r->held > f * burst + 1) {
 		if (y->absurd++ == 0)
@@ -749,29 +786,35 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	}
 	/* More than it could have admitted is clipped: counted and
 	 * audited, never booked as consumption. */
-	uint64_t consumed = r->consumed;
+	uint64_t admitted = r->consumed - shadow;
 	double credit = plausible(y, key, r->foreign, rate, burst);
-	if ((double) consumed > credit) {
+	if ((double) admitted > credit) {
 		uint64_t keep = (uint64_t) credit;
-		y->clipped_tokens += (double) (consumed - keep);
+		y->clipped_tokens += (double) (admitted - keep);
 		if (y->clipped++ == 0)
 			y->clip = r;
-		consumed = keep;
+		admitted = keep;
 	}
-	key->credit -= (double) consumed;
+	key->credit -= (double) admitted;
+	uint64_t consumed = admitted + shadow;
+	uint64_t sd = r->shadow_denied < consumed ? r->shadow_denied :
+	                                            consumed;
 	squota *sq = &y->svc->q[q];
 	sq->allowed_total += consumed;
 	sq->denied_total += r->denied;
+	sq->shadow_total += sd;
 	sq->win_allowed += consumed;
 	sq->win_denied += r->denied;
+	sq->win_shadow += sd;
 	allot__level_bring(sq, rate, burst, y->now);
-	sq->level -= (double) consumed;
+	sq->level -= (double) admitted;
 	if (sq->level < 0)
 		sq->level = 0;
-	allot__est_onset(sq, y->s, key, (double) consumed + (double) r->denied,
-	    y->w, y->now, 2 * (uint64_t) y->st->o.interval_ms * 1000000u);
-	allot__est_update(
-	    y->s, key, (double) consumed + (double) r->denied, y->w, y->now);
+	double offered = (double) consumed + (double) r->denied;
+	allot__cand_book(sq, v->q[q], offered, y->now);
+	allot__est_onset(sq, y->s, key, offered, y->w, y->now,
+	    2 * (uint64_t) y->st->o.interval_ms * 1000000u);
+	allot__est_update(y->s, key, offered, y->w, y->now);
 	key->consumed += (double) consumed;
 	key->denied += (double) r->denied;
 	key->demand = (double) r->demand;

@@ -153,15 +153,25 @@ allot__state_second(allot__state *st)
 			double R = v->rate[q], B = v->burst[q];
 			sq->admitted_rate = (double) sq->win_allowed / dt;
 			sq->denied_rate = (double) sq->win_denied / dt;
+			sq->shadow_rate = (double) sq->win_shadow / dt;
 			sq->utilization = sq->admitted_rate / R;
 			/* Consumption was taken off as it was reported. */
 			allot__level_bring(sq, R, B, now);
+			allot__cand_check(sq, v->q[q], now);
+			allot__store_usage_row row = {
+				.admitted = sq->win_allowed,
+				.denied = sq->win_denied,
+				.shadow_denied = sq->win_shadow,
+				.candidate_denied = allot__cand_second(sq, dt),
+				.candidate_rate = sq->cand_rate,
+				.demand = sq->demand_sum,
+				.live_replicas = svc->nsess,
+			};
 			if (store != NULL &&
-			    (sq->win_allowed > 0 || sq->win_denied > 0))
-				allot__store_usage(store, svc->name,
-				    v->names[q], sq->win_allowed,
-				    sq->win_denied, sq->demand_sum,
-				    svc->nsess);
+			    (row.admitted > 0 || row.denied > 0 ||
+			        row.candidate_denied > 0))
+				allot__store_usage_add(
+				    store, svc->name, v->names[q], &row);
 			if (store != NULL &&
 			    !(fabs(sq->level - sq->level_recorded) < 1e-6)) {
 				allot__store_level(
@@ -170,6 +180,7 @@ allot__state_second(allot__state *st)
 			}
 			sq->win_allowed = 0;
 			sq->win_denied = 0;
+			sq->win_shadow = 0;
 		}
 		for (uint32_t j = 0; j < svc->nsess; j++) {
 			session *s = svc->sess[j];

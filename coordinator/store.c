@@ -71,12 +71,19 @@ static const char *const stmt_sql[S_COUNT] = {
 	    " updated_at = excluded.updated_at",
 	[S_USAGE] =
 	    "INSERT INTO usage (service, quota, at, admitted, denied,"
-	    " demand, live_replicas) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+	    " demand, live_replicas, shadow_denied, candidate_denied,"
+	    " candidate_rate)"
+	    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
 	    " ON CONFLICT (at, service, quota) DO UPDATE SET"
 	    " admitted = admitted + excluded.admitted,"
 	    " denied = denied + excluded.denied,"
 	    " demand = demand + excluded.demand,"
-	    " live_replicas = max(live_replicas, excluded.live_replicas)",
+	    " live_replicas = max(live_replicas, excluded.live_replicas),"
+	    " shadow_denied = shadow_denied + excluded.shadow_denied,"
+	    " candidate_denied = candidate_denied"
+	    " + excluded.candidate_denied,"
+	    " candidate_rate = coalesce(excluded.candidate_rate,"
+	    " candidate_rate)",
 	[S_LEVEL] =
 	    "INSERT INTO levels (service, quota, level, at)"
 	    " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (service, quota) DO UPDATE"

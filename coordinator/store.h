@@ -145,6 +145,23 @@ void allot__store_usage(allot__store *st, const char *service,
     const char *quota, uint64_t admitted, uint64_t denied, double demand,
     uint32_t live_replicas);
 
+/* The same with the shadow figures (schema/004_shadow.sql):
+ * shadow_denied are tokens admitted in shadow that enforcing would have
+ * denied (part of admitted, never of denied), candidate_denied what the
+ * quota's candidate value would have denied, candidate_rate that
+ * candidate (0: none; a row keeps the newest). */
+typedef struct allot__store_usage_row {
+	uint64_t admitted;
+	uint64_t denied;
+	uint64_t shadow_denied;
+	uint64_t candidate_denied;
+	double candidate_rate;
+	double demand;
+	uint32_t live_replicas;
+} allot__store_usage_row;
+void allot__store_usage_add(allot__store *st, const char *service,
+    const char *quota, const allot__store_usage_row *row);
+
 /* kind: "join", "leave", "expiry", "config", "fallback_enter",
  * "fallback_leave", "reject", "start", "stop", ... */
 void allot__store_event(allot__store *st, const char *kind,

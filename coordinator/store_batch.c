@@ -268,6 +268,10 @@ allot__batch_merge(struct batch *dst, struct batch *src)
 		}
 		d->admitted += s->admitted;
 		d->denied += s->denied;
+		d->shadow_denied += s->shadow_denied;
+		d->candidate_denied += s->candidate_denied;
+		if (s->candidate_rate > 0)
+			d->candidate_rate = s->candidate_rate;
 		d->demand += s->demand;
 		if (s->live_replicas > d->live_replicas)
 			d->live_replicas = s->live_replicas;

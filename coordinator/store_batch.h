@@ -39,6 +39,9 @@ struct usage_ent {
 	const struct key *k;
 	uint64_t admitted;
 	uint64_t denied;
+	uint64_t shadow_denied; /* of admitted: would-denies in shadow */
+	uint64_t candidate_denied; /* would-denies under the candidate */
+	double candidate_rate; /* the newest candidate; 0: none */
 	double demand;
 	uint32_t live_replicas;
 };

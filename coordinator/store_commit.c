@@ -313,6 +313,12 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 		sqlite3_bind_int64(s, 5, (sqlite3_int64) e->denied);
 		sqlite3_bind_double(s, 6, e->demand);
 		sqlite3_bind_int64(s, 7, e->live_replicas);
+		sqlite3_bind_int64(s, 8, (sqlite3_int64) e->shadow_denied);
+		sqlite3_bind_int64(s, 9, (sqlite3_int64) e->candidate_denied);
+		if (e->candidate_rate > 0)
+			sqlite3_bind_double(s, 10, e->candidate_rate);
+		else
+			sqlite3_bind_null(s, 10);
 		rc = step_done(st, S_USAGE);
 	}
 	s = st->stmt[S_LEVEL];

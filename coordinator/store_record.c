@@ -221,7 +221,20 @@ void
 allot__store_usage(allot__store *st, const char *service, const char *quota,
     uint64_t admitted, uint64_t denied, double demand, uint32_t live_replicas)
 {
-	if (st == NULL || service == NULL || quota == NULL)
+	allot__store_usage_row row = {
+		.admitted = admitted,
+		.denied = denied,
+		.demand = demand,
+		.live_replicas = live_replicas,
+	};
+	allot__store_usage_add(st, service, quota, &row);
+}
+
+void
+allot__store_usage_add(allot__store *st, const char *service,
+    const char *quota, const allot__store_usage_row *row)
+{
+	if (st == NULL || service == NULL || quota == NULL || row == NULL)
 		return;
 	int64_t at = allot__store_now_ms(st);
 	int64_t sec = at >= 0 ? at / 1000 : -((999 - at) / 1000);
@@ -231,11 +244,15 @@ allot__store_usage(allot__store *st, const char *service, const char *quota,
 	if (e == NULL) {
 		st->rows_rejected++;
 	} else {
-		e->admitted += admitted;
-		e->denied += denied;
-		e->demand += demand;
-		if (live_replicas > e->live_replicas)
-			e->live_replicas = live_replicas;
+		e->admitted += row->admitted;
+		e->denied += row->denied;
+		e->shadow_denied += row->shadow_denied;
+		e->candidate_denied += row->candidate_denied;
+		if (row->candidate_rate > 0)
+			e->candidate_rate = row->candidate_rate;
+		e->demand += row->demand;
+		if (row->live_replicas > e->live_replicas)
+			e->live_replicas = row->live_replicas;
 		bound_cur(st);
 	}
 	pthread_mutex_unlock(&st->mu);

@@ -191,6 +191,7 @@ pc_sync(pc_conn *c, uint64_t session, uint64_t seq, uint32_t elapsed_ms,
 		kr[i].denied = r[i].denied;
 		kr[i].held = r[i].held;
 		kr[i].demand = r[i].demand;
+		kr[i].shadow_denied = r[i].shadow_denied;
 		krp[i] = &kr[i];
 	}
 	sync.session = session;

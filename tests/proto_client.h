@@ -47,6 +47,7 @@ typedef struct pc_report {
 	uint64_t denied;
 	uint64_t held;
 	uint64_t demand;
+	uint64_t shadow_denied; /* admitted in shadow, would-deny */
 } pc_report;
 
 Allot__V1__Envelope *pc_sync(pc_conn *c, uint64_t session, uint64_t seq,

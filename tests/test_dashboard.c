@@ -8,7 +8,8 @@
  * Chromium. With --dump-dom it asserts that the page polled /status and
  * that every chart drew data (data-points > 0) with the right figures:
  * three replicas, three replica shares per quota, admitted and denied
- * rates above zero. With --screenshot it writes
+ * rates above zero, the shadow quota's would-denies and the candidate
+ * drawn and tabled apart from the denials. With --screenshot it writes
  * $ALLOT_BUILD_DIR/meson-logs/dashboard.png and asserts it is a real,
  * non-trivial PNG. It also checks that "/" carries the page with a
  * Content-Security-Policy and no reference to any other origin. Exits 77
@@ -28,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <allot/allot.h>
+
 #include "proto_client.h"
 
 #define SVC "checkout-api"
@@ -36,22 +39,32 @@
 #define NREP 3
 #define CHROMIUM_TIMEOUT_MS 90000
 
-static const char cfg_text[] = "quotas:\n"
-                               "  default:\n"
-                               "    tokens_per_second: 10\n"
-                               "    burst: 20\n"
-                               "    priority: low\n"
-                               "  callers:\n"
-                               "    - identity: \"" QA "\"\n"
-                               "      tokens_per_second: 400\n"
-                               "      burst: 800\n"
-                               "      priority: critical\n"
-                               "    - identity: \"" QB "\"\n"
-                               "      tokens_per_second: 60\n"
-                               "      burst: 120\n"
-                               "      priority: batch\n"
-                               "  global_ceiling:\n"
-                               "    tokens_per_second: 500\n";
+/* The default quota runs in shadow; caller A carries a candidate of
+ * 150/s (well below its load of about 300/s) when the loader knows
+ * candidates (common/config_schema.c), and none otherwise. */
+#define CFG_HEAD                         \
+	"quotas:\n"                      \
+	"  default:\n"                   \
+	"    tokens_per_second: 10\n"    \
+	"    burst: 20\n"                \
+	"    priority: low\n"            \
+	"    shadow: true\n"             \
+	"  callers:\n"                   \
+	"    - identity: \"" QA "\"\n"   \
+	"      tokens_per_second: 400\n" \
+	"      burst: 800\n"             \
+	"      priority: critical\n"
+#define CFG_CAND "      candidate: {tokens_per_second: 150, burst: 100}\n"
+#define CFG_TAIL                        \
+	"    - identity: \"" QB "\"\n"  \
+	"      tokens_per_second: 60\n" \
+	"      burst: 120\n"            \
+	"      priority: batch\n"       \
+	"  global_ceiling:\n"           \
+	"    tokens_per_second: 500\n"
+static const char cfg_plain[] = CFG_HEAD CFG_TAIL;
+static const char cfg_cand[] = CFG_HEAD CFG_CAND CFG_TAIL;
+static bool with_candidate; /* cfg_cand loads */
 
 static const char *const keys[] = { "default", QA, QB };
 #define NKEYS 3
@@ -81,7 +94,18 @@ coord_start(coord *c)
 	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
 	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
 	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	pc_write_file(c->cfg, cfg_text);
+	allot_config *probe = NULL;
+	char err[256];
+	with_candidate = allot_config_parse("probe", cfg_cand,
+	                     sizeof cfg_cand - 1, err, sizeof err,
+	                     &probe) == ALLOT_OK;
+	allot_config_free(probe);
+	if (!with_candidate)
+		fprintf(stderr,
+		    "note: this loader has no candidates (%s); the "
+		    "candidate's part of the page is not checked\n",
+		    err);
+	pc_write_file(c->cfg, with_candidate ? cfg_cand : cfg_plain);
 	int port = pc_free_port();
 	c->http = pc_free_port();
 	ck_assert_int_gt(port, 0);
@@ -135,8 +159,10 @@ drive(void *arg)
 		for (int i = 0; i < NREP; i++) {
 			/* Caller A: 10 tokens per replica per 100 ms, about
 			 * 300/s of its 400. Caller B floods replica 0: 6
-			 * admitted and 30 denied per 100 ms. */
-			pc_report rep[2] = {
+			 * admitted and 30 denied per 100 ms. The default
+			 * quota, in shadow, admits 4 tokens per replica per
+			 * 100 ms that enforcing would deny (120/s). */
+			pc_report rep[3] = {
 				{ .key = 1,
 				    .consumed = 10,
 				    .held = 50,
@@ -146,8 +172,13 @@ drive(void *arg)
 				    .denied = i == 0 ? 30 : 0,
 				    .held = 0,
 				    .demand = i == 0 ? 360 : 10 },
+				{ .key = 0,
+				    .consumed = 4,
+				    .shadow_denied = 4,
+				    .held = 0,
+				    .demand = 40 },
 			};
-			if (pc_replica_sync(&d->r[i], rep, 2, NULL) == 0)
+			if (pc_replica_sync(&d->r[i], rep, 3, NULL) == 0)
 				atomic_fetch_add(&d->syncs, 1);
 			else
 				atomic_fetch_add(&d->errors, 1);
@@ -390,6 +421,32 @@ START_TEST(charts_draw_live_data)
 	static driver d;
 	driver_start(&d, &C);
 
+	/* /status: the default quota's shadow would-denies apart from its
+	 * denials, and the candidate (or null) per quota. */
+	int hst = 0;
+	char *doc = pc_http_get(C.http, "/status", &hst);
+	ck_assert_ptr_nonnull(doc);
+	const char *qd = strstr(doc, "{\"quota\":\"default\"");
+	ck_assert_ptr_nonnull(qd);
+	const char *fv = strstr(qd, "\"denied_total\":");
+	ck_assert_ptr_nonnull(fv);
+	ck_assert_double_eq(strtod(fv + strlen("\"denied_total\":"), NULL), 0);
+	fv = strstr(qd, "\"shadow_denied_total\":");
+	ck_assert_ptr_nonnull(fv);
+	ck_assert_double_gt(
+	    strtod(fv + strlen("\"shadow_denied_total\":"), NULL), 0);
+	ck_assert_ptr_nonnull(strstr(qd, "\"candidate\":null"));
+	const char *qa = strstr(doc, "{\"quota\":\"" QA "\"");
+	ck_assert_ptr_nonnull(qa);
+	const char *cand = strstr(qa, "\"candidate\":");
+	ck_assert_ptr_nonnull(cand);
+	if (with_candidate)
+		ck_assert_ptr_nonnull(
+		    strstr(cand, "\"candidate\":{\"rate\":150,"));
+	else
+		ck_assert_ptr_nonnull(strstr(cand, "\"candidate\":null"));
+	free(doc);
+
 	char dom_path[256], log_path[256];
 	snprintf(dom_path, sizeof dom_path, "%s/dom.html", C.dir);
 	snprintf(log_path, sizeof log_path, "%s/chromium.log", C.dir);
@@ -457,6 +514,47 @@ START_TEST(charts_draw_live_data)
 	ck_assert_ptr_nonnull(sb);
 	ck_assert_double_eq(attr_num(sb, "data-series"), NREP);
 	ck_assert_double_gt(attr_num(sb, "data-max"), 0);
+	/* The default quota runs in shadow: what it would have denied
+	 * (about 120/s) is a series of its own, never a denial. */
+	const char *cdf = find_canvas(dom, "caller", "default");
+	ck_assert_ptr_nonnull(cdf);
+	double shd = attr_num(cdf, "data-shadow");
+	ck_assert_msg(shd >= 60 && shd <= 180, "default shadow peak %g", shd);
+	ck_assert_double_eq(attr_num(cdf, "data-series"), 3);
+	/* Caller B enforces: denials only. */
+	ck_assert_double_eq(attr_num(cb, "data-shadow"), 0);
+	ck_assert_double_eq(attr_num(cb, "data-series"), 2);
+	/* The table's shadow column: default's cell (the first row) has a
+	 * figure, B's none. */
+	const char *cell = strstr(dom, "data-col=\"shadow\">");
+	ck_assert_ptr_nonnull(cell);
+	cell += strlen("data-col=\"shadow\">");
+	ck_assert_msg(
+	    cell[0] >= '1' && cell[0] <= '9', "shadow cell %.8s", cell);
+	if (with_candidate) {
+		/* Caller A's candidate: its rate, its would-denies drawn
+		 * apart, its share in the table. */
+		ck_assert_double_eq(attr_num(ca, "data-candidate"), 150);
+		ck_assert_double_eq(attr_num(ca, "data-series"), 3);
+		ck_assert_ptr_nonnull(
+		    strstr(dom, "data-col=\"candidate\">150/s: "));
+		/* Seconds of about 300/s against 150/s with a burst of
+		 * 100: the candidate has denied something by now. */
+		int hs = 0;
+		char *js = pc_http_get(C.http, "/status", &hs);
+		ck_assert_ptr_nonnull(js);
+		const char *ja = strstr(js, "{\"quota\":\"" QA "\"");
+		ck_assert_ptr_nonnull(ja);
+		const char *jc = strstr(ja, "\"candidate\":{");
+		ck_assert_ptr_nonnull(jc);
+		const char *jd = strstr(jc, "\"denied\":");
+		ck_assert_ptr_nonnull(jd);
+		ck_assert_double_gt(
+		    strtod(jd + strlen("\"denied\":"), NULL), 0);
+		free(js);
+	} else {
+		ck_assert_double_eq(attr_num(ca, "data-series"), 2);
+	}
 	/* The header shows the coordinator's state. */
 	ck_assert_ptr_nonnull(strstr(dom, "id=\"epoch\">1<"));
 	ck_assert_ptr_nonnull(strstr(dom, "class=\"badge ok\">ok<"));

@@ -12,8 +12,10 @@
  * keeps the rows, and the next flush writes every one of them; a long read
  * transaction does not block the flush; retention deletes old rows in
  * bounded chunks at most once a minute; max_pending drops the oldest usage
- * rows and never events; concurrent recorders lose nothing; and the flush
- * throughput is measured.
+ * rows and never events; concurrent recorders lose nothing; shadow and
+ * candidate would-denies land in their own columns (never in denied),
+ * add up per second and across flushes, and a file of schema 2 is
+ * migrated with its rows kept; and the flush throughput is measured.
  */
 #include <check.h>
 #include <dirent.h>
@@ -257,7 +259,7 @@ START_TEST(migrations_apply)
 		"v_consumption_per_minute", "v_denied", "v_share_history",
 		"v_replica_churn", "v_replica_lifetime", "v_live_replicas",
 		"v_events", "v_configs", "v_levels", "config_changes",
-		"quota_changes", "v_quota_changes" };
+		"quota_changes", "v_quota_changes", "v_shadow" };
 	for (size_t i = 0; i < sizeof objects / sizeof objects[0]; i++) {
 		char sql[200];
 		snprintf(sql, sizeof sql,
@@ -366,6 +368,130 @@ START_TEST(same_second_flushed_twice_adds)
 	ck_assert_int_eq(q_int("SELECT live_replicas FROM usage"), 6);
 	ck_assert_uint_eq(stats(st).commits, 3);
 	allot__store_close(st);
+}
+END_TEST
+
+/* ---- shadow and candidate columns (schema/004_shadow.sql) ---- */
+
+START_TEST(usage_shadow_columns)
+{
+	allot__store *st = open_store();
+	/* A shadow quota: 100 admitted of which 30 shadow would-denies,
+	 * and nothing denied; two reports in one second add up. */
+	allot__store_usage_add(st, "orders", "batch",
+	    &(allot__store_usage_row) { .admitted = 60,
+	        .shadow_denied = 20,
+	        .demand = 60,
+	        .live_replicas = 2 });
+	allot__store_usage_add(st, "orders", "batch",
+	    &(allot__store_usage_row) { .admitted = 40,
+	        .shadow_denied = 10,
+	        .demand = 40,
+	        .live_replicas = 2 });
+	/* A quota with a candidate of 50/s: 5 + 3 would-denies, the newest
+	 * candidate kept. */
+	allot__store_usage_add(st, "orders", "checkout",
+	    &(allot__store_usage_row) { .admitted = 90,
+	        .denied = 10,
+	        .candidate_denied = 5,
+	        .candidate_rate = 40,
+	        .live_replicas = 1 });
+	allot__store_usage_add(st, "orders", "checkout",
+	    &(allot__store_usage_row) { .candidate_denied = 3,
+	        .candidate_rate = 50,
+	        .live_replicas = 1 });
+	/* The old call writes zeros and no candidate. */
+	allot__store_usage(st, "orders", "search", 7, 1, 8, 1);
+	flush_ok(st);
+	/* The same second flushed again adds up (the upsert). */
+	allot__store_usage_add(st, "orders", "batch",
+	    &(allot__store_usage_row) {
+	        .admitted = 10, .shadow_denied = 10, .live_replicas = 1 });
+	allot__store_usage_add(st, "orders", "checkout",
+	    &(allot__store_usage_row) {
+	        .admitted = 10, .candidate_denied = 2, .candidate_rate = 0 });
+	flush_ok(st);
+
+	ck_assert_int_eq(q_int("SELECT admitted FROM usage "
+	                       "WHERE quota = 'batch'"),
+	    110);
+	ck_assert_int_eq(q_int("SELECT shadow_denied FROM usage "
+	                       "WHERE quota = 'batch'"),
+	    40);
+	ck_assert_int_eq(q_int("SELECT denied FROM usage "
+	                       "WHERE quota = 'batch'"),
+	    0);
+	ck_assert_int_eq(q_int("SELECT candidate_denied FROM usage "
+	                       "WHERE quota = 'checkout'"),
+	    10);
+	ck_assert_double_eq_tol(q_double("SELECT candidate_rate FROM usage "
+	                                 "WHERE quota = 'checkout'"),
+	    50, 1e-9);
+	ck_assert_int_eq(q_int("SELECT shadow_denied + candidate_denied "
+	                       "FROM usage WHERE quota = 'search'"),
+	    0);
+	ck_assert_int_eq(q_int("SELECT count(*) FROM usage WHERE "
+	                       "quota = 'search' AND candidate_rate IS NULL"),
+	    1);
+	/* Shadow is not a denial: v_denied lists checkout and search
+	 * only. */
+	ck_assert_int_eq(q_int("SELECT count(*) FROM v_denied"), 2);
+	ck_assert_int_eq(
+	    q_int("SELECT count(*) FROM v_denied WHERE quota = 'batch'"), 0);
+	/* v_shadow: one row per quota with shadow or a candidate. */
+	ck_assert_int_eq(q_int("SELECT count(*) FROM v_shadow"), 2);
+	ck_assert_double_eq_tol(q_double("SELECT shadow_denied_pct FROM "
+	                                 "v_shadow WHERE quota = 'batch'"),
+	    36.36, 1e-9);
+	ck_assert_double_eq_tol(
+	    q_double("SELECT candidate_denied_pct FROM v_shadow "
+	             "WHERE quota = 'checkout'"),
+	    9.09, 1e-9);
+	allot__store_close(st);
+}
+END_TEST
+
+/* The text of schema/NAME. */
+static char *
+schema_text(const char *name)
+{
+	char path[512];
+	snprintf(
+	    path, sizeof path, "%s/../../schema/%s", ALLOT_TEST_DATA, name);
+	static char buf[65536];
+	size_t n = read_file(path, buf, sizeof buf - 1);
+	ck_assert_msg(n > 0, "cannot read %s", path);
+	buf[n] = '\0';
+	return buf;
+}
+
+START_TEST(schema2_file_migrated)
+{
+	/* A file written by an allotd of schema 2, with a usage row. */
+	sqlite3 *db = aux_open();
+	aux_exec(db, schema_text("001_initial.sql"));
+	aux_exec(db, schema_text("002_audit_views.sql"));
+	aux_exec(db,
+	    "PRAGMA user_version = 2; "
+	    "PRAGMA application_id = 1095520084;");
+	aux_exec(db,
+	    "INSERT INTO usage (at, service, quota, admitted, "
+	    "denied) VALUES (1700000000000, 'svc', 'q', 7, 3)");
+	sqlite3_close(db);
+	allot__store *st = open_store();
+	ck_assert_ptr_nonnull(strstr(logbuf, "004_shadow.sql"));
+	allot__store_usage_add(st, "svc", "q",
+	    &(allot__store_usage_row) { .admitted = 1,
+	        .shadow_denied = 1,
+	        .candidate_denied = 4,
+	        .candidate_rate = 9 });
+	flush_ok(st);
+	allot__store_close(st);
+	ck_assert_int_eq(q_int("PRAGMA user_version"), schema_version());
+	ck_assert_int_eq(q_int("SELECT admitted FROM usage"), 8);
+	ck_assert_int_eq(q_int("SELECT denied FROM usage"), 3);
+	ck_assert_int_eq(q_int("SELECT shadow_denied FROM usage"), 1);
+	ck_assert_int_eq(q_int("SELECT candidate_denied FROM usage"), 4);
 }
 END_TEST
 
@@ -1424,6 +1550,8 @@ store_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, usage_aggregates_per_second);
 	tcase_add_test(tc, same_second_flushed_twice_adds);
+	tcase_add_test(tc, usage_shadow_columns);
+	tcase_add_test(tc, schema2_file_migrated);
 	tcase_add_test(tc, replicas_configs_events_levels);
 	tcase_add_test(tc, share_history_on_change_only);
 	tcase_add_test(tc, views_through_sqlite3_shell);

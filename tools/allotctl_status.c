@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The inspecting commands: status, replicas, quotas, shares and
- * top-denied. Each reads allotd's GET /status document once (json-c) and
- * prints it as a few lines or a table; none changes anything. Also the
- * json-c accessors the reload command uses on the same document.
+ * top-denied (shadow would-denies and candidates are shown apart from
+ * denials, which they never are). Each reads allotd's GET /status document
+ * once (json-c) and prints it as a few lines or a table; none changes
+ * anything. Also the json-c accessors the reload command uses on the same
+ * document.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -167,10 +169,11 @@ print_status(const ctl *c, json_object *doc)
 	for (size_t i = 0; i < n; i++) {
 		json_object *svc = jat(svcs, i);
 		json_object *qs = ctl_jget(svc, "quotas");
-		double adm = 0, den = 0;
+		double adm = 0, den = 0, shd = 0;
 		for (size_t q = 0; q < jlen(qs); q++) {
 			adm += ctl_jnum0(jat(qs, q), "admitted_per_s");
 			den += ctl_jnum0(jat(qs, q), "denied_per_s");
+			shd += ctl_jnum0(jat(qs, q), "shadow_denied_per_s");
 		}
 		char *a = ctl_num(adm), *d = ctl_num(den);
 		printf("  %s: %.0f replica%s, admitted %s tokens/s, denied %s "
@@ -181,6 +184,13 @@ print_status(const ctl *c, json_object *doc)
 			char *p = ctl_pct(adm, ctl_jnum0(cfg, "ceiling_rate"));
 			printf(" (%s of the ceiling)", p);
 			free(p);
+		}
+		/* Shadow would-denies were admitted: apart, never in the
+		 * denials. */
+		if (shd > 0) {
+			char *sh = ctl_num(shd);
+			printf(", shadow would deny %s tokens/s", sh);
+			free(sh);
 		}
 		putchar('\n');
 		free(a);
@@ -246,6 +256,25 @@ ctl_cmd_replicas(const ctl *c)
 	return with_status(c, print_replicas);
 }
 
+/* A quota's candidate for the tables: "RATE/s", with the share of the
+ * offered tokens it would have denied when `eval` (a per-service quota
+ * of /status) is set; "-" without one. */
+static char *
+cand_cell(json_object *x, bool eval)
+{
+	json_object *cand = ctl_jget(x, eval ? "candidate" : "candidate_rate");
+	if (cand == NULL || json_object_is_type(cand, json_type_null))
+		return ctl_strdup("-");
+	double rate = eval ? ctl_jnum0(cand, "rate") :
+	                     ctl_jnum0(x, "candidate_rate");
+	char *r = ctl_num(rate);
+	char *out = eval ? ctl_asprintf("%s/s: %.1f%% denied", r,
+	                       ctl_jnum0(cand, "denied_pct")) :
+	                   ctl_asprintf("%s/s", r);
+	free(r);
+	return out;
+}
+
 static int
 print_quotas(const ctl *c, json_object *doc)
 {
@@ -255,10 +284,10 @@ print_quotas(const ctl *c, json_object *doc)
 	if (jlen(svcs) == 0) {
 		/* No service registered: the configured quotas. */
 		json_object *qs = ctl_jget(doc, "quotas");
-		ctl_table_init(&t, "llrrl");
+		ctl_table_init(&t, "llrrll");
 		ctl_table_row(&t, ctl_strdup("QUOTA"), ctl_strdup("PRIORITY"),
 		    ctl_strdup("RATE/S"), ctl_strdup("BURST"),
-		    ctl_strdup("MODE"));
+		    ctl_strdup("MODE"), ctl_strdup("CANDIDATE"));
 		for (size_t q = 0; q < jlen(qs); q++) {
 			json_object *x = jat(qs, q);
 			ctl_table_row(&t, ctl_strdup(ctl_jstr(x, "quota")),
@@ -266,7 +295,8 @@ print_quotas(const ctl *c, json_object *doc)
 			    ctl_num(ctl_jnum0(x, "rate")),
 			    ctl_num(ctl_jnum0(x, "burst")),
 			    ctl_strdup(
-			        jbool(x, "shadow") ? "shadow" : "enforce"));
+			        jbool(x, "shadow") ? "shadow" : "enforce"),
+			    cand_cell(x, false));
 		}
 		printf("no service has registered yet; the quotas of config "
 		       "epoch %.0f:\n",
@@ -275,12 +305,13 @@ print_quotas(const ctl *c, json_object *doc)
 		ctl_table_free(&t);
 		return 0;
 	}
-	ctl_table_init(&t, "lllrrrrrrrr");
+	ctl_table_init(&t, "lllrrrrrrrrrl");
 	ctl_table_row(&t, ctl_strdup("SERVICE"), ctl_strdup("QUOTA"),
 	    ctl_strdup("PRIORITY"), ctl_strdup("RATE/S"), ctl_strdup("BURST"),
 	    ctl_strdup("ADMITTED/S"), ctl_strdup("DENIED/S"),
 	    ctl_strdup("UTIL"), ctl_strdup("GRANTED/S"), ctl_strdup("HOLDERS"),
-	    ctl_strdup("DEMAND/S"));
+	    ctl_strdup("DEMAND/S"), ctl_strdup("SHADOW/S"),
+	    ctl_strdup("CANDIDATE"));
 	for (size_t i = 0; i < jlen(svcs); i++) {
 		json_object *svc = jat(svcs, i);
 		if (only != NULL && strcmp(ctl_jstr(svc, "name"), only) != 0)
@@ -300,7 +331,12 @@ print_quotas(const ctl *c, json_object *doc)
 			    ctl_num(ctl_jnum0(x, "sum_rate")),
 			    ctl_asprintf("%.0f/%.0f", ctl_jnum0(x, "holders"),
 			        ctl_jnum0(svc, "live_replicas")),
-			    ctl_num(ctl_jnum0(x, "demand")));
+			    ctl_num(ctl_jnum0(x, "demand")),
+			    jbool(x, "shadow") ||
+			            ctl_jnum0(x, "shadow_denied_per_s") > 0 ?
+			        ctl_num(ctl_jnum0(x, "shadow_denied_per_s")) :
+			        ctl_strdup("-"),
+			    cand_cell(x, true));
 		}
 	}
 	if (t.nrows == 1)
