@@ -135,12 +135,6 @@ keys_alloc(size_t n)
 	return allot__zalloc(sizeof(allot_key) * (n + 1));
 }
 
-static void
-keys_free(allot_key *k, size_t n)
-{
-	allot__zfree(k, sizeof(allot_key) * (n + 1));
-}
-
 /* ---- create / destroy ---- */
 
 void
@@ -298,6 +292,7 @@ alloc_all(allot_agent *a)
 	a->caller_tab = allot__zalloc(tsz);
 	a->known_keys = keys_alloc(nknown);
 	a->kcold = allot__zalloc(sizeof *a->kcold * (nkeys + 1));
+	a->qbase = allot__zalloc(sizeof *a->qbase * (nknown + 1));
 	a->anon_keys = keys_alloc(a->nclasses);
 	a->overflow_keys = keys_alloc(a->nclasses);
 	a->dyn_keys = keys_alloc(a->dyn_cap);
@@ -305,7 +300,7 @@ alloc_all(allot_agent *a)
 	if (a->quotas == NULL || a->class_names == NULL ||
 	    a->class_weight == NULL || a->ep_names == NULL ||
 	    a->ep_len == NULL || a->ep_tab == NULL || a->caller_tab == NULL ||
-	    a->known_keys == NULL || a->kcold == NULL ||
+	    a->known_keys == NULL || a->kcold == NULL || a->qbase == NULL ||
 	    a->anon_keys == NULL || a->overflow_keys == NULL ||
 	    a->dyn_keys == NULL || a->dyn_names == NULL)
 		return ALLOT_ENOMEM;
@@ -402,20 +397,20 @@ allot_agent_destroy(allot_agent *a)
 	if (a->blocks != NULL || a->shared_block != NULL)
 		allot__blocks_fini(a);
 	free(a->dyn_names);
-	keys_free(a->dyn_keys, a->dyn_cap);
-	keys_free(a->overflow_keys, a->nclasses);
-	keys_free(a->anon_keys, a->nclasses);
-	keys_free(a->known_keys, (size_t) a->group_cap * a->nclasses);
-	allot__zfree(a->kcold, sizeof *a->kcold * ((size_t) a->nkeys + 1));
+	allot__zfree(a->dyn_keys);
+	allot__zfree(a->overflow_keys);
+	allot__zfree(a->anon_keys);
+	allot__zfree(a->known_keys);
+	allot__zfree(a->kcold);
+	allot__zfree(a->qbase);
 	allot__reconfig_fini(a);
 	free(a->ep_tab);
 	free(a->ep_len);
 	free(a->ep_names);
-	allot__zfree(a->caller_tab,
-	    sizeof(struct allot__caller_slot) * ((size_t) a->caller_mask + 1));
+	allot__zfree(a->caller_tab);
 	free(a->class_names);
 	free(a->class_weight);
-	allot__zfree(a->quotas, sizeof(allot__qrt) * a->quota_cap);
+	allot__zfree(a->quotas);
 	free(a->coordinator);
 	free(a->tls_ca);
 	free(a->tls_cert);

@@ -190,9 +190,6 @@ typedef struct allot__kcold {
 	/* Counts before the key's current identity (dyn_lock): a recycled
 	 * key starts from these instead of zeroing other threads' blocks. */
 	allot__ktotals base;
-	/* Its totals when it started charging its current quota (cfg_lock):
-	 * what it counted before belongs to the quota it left. */
-	allot__ktotals qbase;
 	/* Eviction bookkeeping (dyn_lock). */
 	uint64_t sweep_sum;
 	uint64_t sweep_ns;
@@ -249,6 +246,10 @@ struct allot_agent {
 	 * classes are reserved. */
 	allot_key *known_keys; /* nclasses * group_cap */
 	allot__kcold *kcold; /* nkeys, by key id */
+	/* A configured identity's key's totals when it started charging its
+	 * current quota (cfg_lock): what it counted before belongs to the
+	 * quota it left (reconfig.c). By key id; only these keys move. */
+	allot__ktotals *qbase; /* nclasses * group_cap */
 	allot_key *anon_keys; /* nclasses: no identity */
 	allot_key *overflow_keys; /* nclasses: pool exhausted */
 
@@ -348,12 +349,11 @@ allot__bump(const allot__tblock *b, _Atomic uint64_t *c, uint64_t v)
 		atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
-/* Zeroed, 64-byte aligned memory (thread.c). Large sizes are mapped
- * pages, zero until first touched: capacity reserved at create costs
- * address space, not resident memory, until it is used. Free with the
- * same size. */
+/* Zeroed, 64-byte aligned memory (thread.c). Large sizes are fresh
+ * mapped pages, zero until first touched: capacity reserved at create
+ * costs address space, not resident memory, until it is used. */
 void *allot__zalloc(size_t sz);
-void allot__zfree(void *p, size_t sz);
+void allot__zfree(void *p);
 
 int allot__blocks_init(allot_agent *a);
 void allot__blocks_fini(allot_agent *a);
@@ -420,9 +420,9 @@ void allot__key_init(allot_agent *a, struct allot_key *k, allot__qrt *q,
  * `initial`, the first config, at create (nothing in place yet). */
 int allot__reconfig(allot_agent *a, allot_config *cfg, bool initial);
 
-/* Point key `k` at quota `q` with endpoint weight `weight`, keeping
- * every count it made before with the quota it leaves (cfg_lock held, or
- * at create). */
+/* Point key `k` (a configured identity's) at quota `q` with endpoint
+ * weight `weight`, keeping every count it made before with the quota it
+ * leaves (cfg_lock held, or at create). */
 void allot__key_charge(
     allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight);
 

@@ -232,9 +232,9 @@ charge(
 		 * a decision racing this store is counted with the new. */
 		allot__ktotals t, d;
 		allot__key_totals(a, k, &t);
-		totals_sub(&d, &t, &allot__kc(a, k)->qbase);
+		totals_sub(&d, &t, &a->qbase[k->id]);
 		totals_add(&old->retired, &d);
-		allot__kc(a, k)->qbase = t;
+		a->qbase[k->id] = t;
 		atomic_store_explicit(&k->quota, q, memory_order_relaxed);
 		atomic_store_explicit(
 		    &k->bucket, &q->bucket, memory_order_relaxed);

@@ -56,7 +56,7 @@ static void
 since_join(allot_agent *a, const allot_key *k, allot__ktotals *ret)
 {
 	allot__key_totals(a, k, ret);
-	const allot__ktotals *qb = &allot__kc(a, k)->qbase;
+	const allot__ktotals *qb = &a->qbase[k->id];
 	ret->allowed -= qb->allowed;
 	ret->denied -= qb->denied;
 	ret->shadow_denied -= qb->shadow_denied;

@@ -10,41 +10,33 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 _Thread_local allot__tlcache allot__tl
     __attribute__((tls_model("initial-exec")));
 
 static _Atomic uint64_t next_gen = 1;
 
-/* From this size on, mapped pages (allot__zalloc). */
-#define ZALLOC_MAP ((size_t) 256 * 1024)
-
+/* calloc, aligned to a line: the allocator hands large sizes out as
+ * fresh mapped pages, which it does not clear (they are zero), so the
+ * pages of a reserve stay untouched until used; and its statistics
+ * (mallinfo2) still count them. The pointer calloc gave is kept in the
+ * 8 bytes before the aligned one. */
 void *
 allot__zalloc(size_t sz)
 {
-	sz = (sz + 63) & ~(size_t) 63;
-	if (sz >= ZALLOC_MAP) {
-		void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		return p == MAP_FAILED ? NULL : p;
-	}
-	void *p = aligned_alloc(64, sz);
-	if (p != NULL)
-		memset(p, 0, sz);
+	char *raw = calloc(1, sz + 64);
+	if (raw == NULL)
+		return NULL;
+	char *p = (char *) (((uintptr_t) raw + 64) & ~(uintptr_t) 63);
+	((void **) p)[-1] = raw;
 	return p;
 }
 
 void
-allot__zfree(void *p, size_t sz)
+allot__zfree(void *p)
 {
-	if (p == NULL)
-		return;
-	sz = (sz + 63) & ~(size_t) 63;
-	if (sz >= ZALLOC_MAP)
-		munmap(p, sz);
-	else
-		free(p);
+	if (p != NULL)
+		free(((void **) p)[-1]);
 }
 
 /* A block's size: its counters for every key the agent may have, most
@@ -103,9 +95,9 @@ allot__blocks_fini(allot_agent *a)
 		allot__tl.gen = 0;
 	uint32_t n = atomic_load(&a->nblocks);
 	for (uint32_t i = 0; i < n && a->blocks != NULL; i++)
-		allot__zfree(a->blocks[i], block_size(a));
+		allot__zfree(a->blocks[i]);
 	free(a->blocks);
-	allot__zfree(a->shared_block, block_size(a));
+	allot__zfree(a->shared_block);
 	pthread_mutex_destroy(&a->blk_lock);
 }
 

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -671,6 +672,7 @@ id_job(const char *name, allot_agent *agent, const char *identity, expect e)
 typedef struct swapper {
 	world *w;
 	_Atomic bool stop;
+	_Atomic int started; /* its first config is in */
 	uint64_t swaps;
 	int last_err;
 } swapper;
@@ -681,12 +683,14 @@ swapper_main(void *arg)
 	swapper *s = arg;
 	struct timespec ms = { 0, 1000000 };
 	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
-		nanosleep(&ms, NULL);
+		if (s->swaps > 0)
+			nanosleep(&ms, NULL);
 		int rc = allot_agent_set_config(
 		    s->w->swap, s->w->swap_cfg[(s->swaps + 1) % 2]);
 		if (rc != ALLOT_OK)
 			s->last_err = rc;
 		s->swaps++;
+		atomic_store_explicit(&s->started, 1, memory_order_release);
 	}
 	return NULL;
 }
@@ -701,6 +705,10 @@ measure_swapping(world *w, uint64_t n)
 	pthread_t th;
 	if (pthread_create(&th, NULL, swapper_main, &s) != 0)
 		bench_fail("pthread_create failed");
+	/* Measure once the swapper runs: on a loaded machine its first
+	 * wake-up could otherwise come after the loop. */
+	while (atomic_load_explicit(&s.started, memory_order_acquire) == 0)
+		sched_yield();
 	job j = key_job("resolved_swapping", w->swap, w->k_swap, EXPECT_ALLOW);
 	double ns = measure1(&j, n);
 	atomic_store(&s.stop, true);
@@ -708,9 +716,8 @@ measure_swapping(world *w, uint64_t n)
 	if (s.last_err != ALLOT_OK)
 		bench_fail("resolved_swapping: allot_agent_set_config: %s",
 		    allot_strerror(s.last_err));
-	if (s.swaps == 0 && (double) n * ns > 5e6)
-		bench_fail("resolved_swapping: no config was installed while "
-		           "measuring");
+	bench_progress(
+	    opts, "resolved_swapping: %" PRIu64 " configs installed", s.swaps);
 	return ns;
 }
 
