@@ -20,6 +20,7 @@
  * goes back up.
  */
 #include "agent_int.h"
+#include "config_cache.h"
 #include "sync_int.h"
 
 #include <errno.h>
@@ -340,7 +341,12 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	a->dyn_free = NONE;
 	a->dyn_cap = o.max_unknown_keys;
 
-	allot_config *c = allot__config_dup(cfg);
+	/* The config plane: the last config the coordinator sent, when it
+	 * was cached and still loads (config_cache.c); else `cfg`. */
+	allot_config *c = NULL;
+	allot__config_cache_load(&o, cfg, &a->log, &c);
+	if (c == NULL)
+		c = allot__config_dup(cfg);
 	if (c == NULL || options_copy(a, &o) != ALLOT_OK)
 		goto fail;
 	capacity(a, c);

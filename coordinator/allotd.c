@@ -531,6 +531,7 @@ open_state(allotd *d, allot__daemon_opts *o)
 	if (lrc == ALLOT_OK)
 		o->so.epoch = last_digest == d->cfg->digest ? last_epoch :
 		                                              last_epoch + 1;
+	o->so.max_keys = o->max_keys;
 	d->cur = allot__config_dup(d->cfg);
 	if (d->cur == NULL ||
 	    allot__state_create(&o->so, d->cfg, d->config_path, d->text,

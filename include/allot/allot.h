@@ -195,6 +195,14 @@ typedef struct allot_agent_options {
 	 *  A config beyond either is refused (ALLOT-CONFIG-FULL); restart
 	 *  with a larger max_callers. */
 	uint32_t max_callers;
+	/** With a coordinator: a file where the agent keeps the last quota
+	 *  config the coordinator sent (written atomically, mode 0600,
+	 *  after every install). allot_agent_create() starts from it
+	 *  instead of `cfg` when it holds a config from the same
+	 *  coordinator that loads, so that a replica started while the
+	 *  coordinator is down runs the config it last received. Default
+	 *  NULL: no cache. */
+	const char *config_cache_file;
 } allot_agent_options;
 
 /** Fill `opts` with the documented defaults. */
@@ -404,6 +412,13 @@ typedef struct allot_sync_stats {
 	                                yet (moved, or refused) */
 	uint64_t early_syncs; /**< Syncs sent before the interval was up
 	                           because a key started denying */
+	uint64_t enforced_digest; /**< digest of the config the agent
+	                               enforces (config_digest is the
+	                               coordinator's) */
+	uint64_t config_installs; /**< configs received from the
+	                               coordinator and installed */
+	uint64_t config_rejects; /**< configs received and refused (digest
+	                              mismatch, parse or install failure) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
