@@ -9,6 +9,8 @@
  */
 #include "consensus.h"
 
+#include "consensus_addr.h"
+
 #include <errno.h>
 #include <raft/uv.h>
 #include <stdlib.h>
@@ -19,7 +21,8 @@
 
 struct allot__consensus {
 	uv_loop_t *loop;
-	struct raft_uv_transport transport;
+	struct raft_uv_transport tcp; /* raft_uv_tcp */
+	struct raft_uv_transport transport; /* strips agent URLs */
 	struct raft_io io;
 	struct raft raft;
 	allot__cfsm fsm;
@@ -104,14 +107,18 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 		goto err_free;
 	}
 	allot__cfsm_init(&c->fsm, opts->on_apply, opts->ctx);
-	rv = raft_uv_tcp_init(&c->transport, loop);
+	rv = raft_uv_tcp_init(&c->tcp, loop);
 	if (rv != 0) {
 		fail(c, "raft_uv_tcp_init", raft_strerror(rv));
 		rv = allot__cnode_err(rv);
 		goto err_free;
 	}
+	if (allot__caddr_wrap(&c->transport, &c->tcp) != ALLOT_OK) {
+		rv = ALLOT_ENOMEM;
+		goto err_transport;
+	}
 	if (opts->bind != NULL) {
-		rv = raft_uv_tcp_set_bind_address(&c->transport, opts->bind);
+		rv = raft_uv_tcp_set_bind_address(&c->tcp, opts->bind);
 		if (rv != 0) {
 			fail(c, opts->bind, raft_strerror(rv));
 			rv = ALLOT_EINVAL;
@@ -150,7 +157,8 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 err_io:
 	raft_uv_close(&c->io);
 err_transport:
-	raft_uv_tcp_close(&c->transport);
+	allot__caddr_free(&c->transport);
+	raft_uv_tcp_close(&c->tcp);
 err_free:
 	allot__cfsm_finish(&c->fsm);
 	free(c->address);
@@ -230,7 +238,8 @@ raft_closed(struct raft *r)
 	allot__consensus *c = r->data;
 
 	raft_uv_close(&c->io);
-	raft_uv_tcp_close(&c->transport);
+	allot__caddr_free(&c->transport);
+	raft_uv_tcp_close(&c->tcp);
 	closed_one(c);
 }
 

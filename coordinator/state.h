@@ -212,6 +212,22 @@ typedef struct allot__state_who {
 int allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
     const char *text, const allot__state_who *w, bool *ret_changed);
 
+/* allot__state_apply() installing the config as epoch `at` (0: the
+ * next one), the epoch the cluster committed it with (cluster.h): every
+ * member then tells agents the same epoch. A config with the digest in
+ * force only takes the epoch. */
+int allot__state_apply_at(allot__state *st, allot_config *cfg,
+    const char *path, const char *text, const allot__state_who *w,
+    uint64_t at, bool *ret_changed);
+
+/* Cluster: this member stops allocating (it lost leadership) or starts
+ * (it took over): every session and service is dropped, so that nothing
+ * granted from stale state survives; then, when `take_over`, every quota
+ * is learnt for one lease plus two intervals (grants start from what the
+ * agents report they hold, KeyReport.foreign, and increase nothing), and
+ * the store's live replicas come back as placeholders. Loop thread. */
+void allot__state_forget(allot__state *st, bool take_over);
+
 /* The audit rows of the config allot__state_create() installed, against
  * `before` (the config the store recorded last, or NULL for an empty
  * store: every quota added). Start-up, loop thread. ALLOT_OK or
