@@ -88,6 +88,11 @@ publish(allot__cluster *c)
 	uint64_t lid = 0;
 	const char *laddr = NULL;
 	bool known = allot__consensus_leader(c->cons, &lid, &laddr);
+	/* A follower learns the leader's address from the connection's
+	 * handshake, without the agent URL: take the configuration's. */
+	for (size_t i = 0; known && i < n; i++)
+		if (m[i].id == lid)
+			laddr = m[i].address;
 	uint64_t epoch = allot__consensus_epoch(c->cons);
 	allot__buf sig = { 0 };
 	allot__buf_printf(&sig, "%" PRIu64 "|%s", epoch,
@@ -143,7 +148,10 @@ static void
 step(allot__cluster *c)
 {
 	bool leader = allot__consensus_is_leader(c->cons);
-	bool may = allot__consensus_may_grant(c->cons, uv_now(c->loop));
+	/* The gate reads the published lease end, which lags may_grant
+	 * by up to one tick of the core: serve once both say so. */
+	bool may = allot__consensus_may_grant(c->cons, uv_now(c->loop)) &&
+	    uv_hrtime() / 1000000u < allot__consensus_grant_until(c->cons);
 	atomic_store(&c->leader, leader);
 	bool serving = atomic_load(&c->serving);
 	if (!serving && may) {
