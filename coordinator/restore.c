@@ -183,10 +183,7 @@ allot__state_forget(allot__state *st, bool take_over)
 	pthread_mutex_unlock(&st->mu);
 	if (!take_over)
 		return;
-	/* One member owning everything: ownership.c's learning period,
-	 * which is what a new leader needs (the agents still run on what
-	 * the old one granted). */
-	uint64_t self = 1;
-	allot__state_cluster(st, &self, 1, 0);
+	/* The agents still run on what the old leader granted. */
+	allot__state_learn(st);
 	allot__state_restore(st);
 }
