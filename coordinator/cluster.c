@@ -51,6 +51,12 @@ struct allot__cluster {
 	_Atomic uint64_t usage_lost; /* rows the leader could not propose */
 	_Atomic uint64_t takeovers;
 	_Atomic uint64_t config_epoch;
+	/* The latest committed CONFIG not installed yet: installed by the
+	 * next timer tick, so that a replay of the log at start installs
+	 * only the last of its configs (no audit rows for the others). */
+	char *pending_text;
+	size_t pending_len;
+	uint64_t pending_epoch;
 	unsigned closing;
 };
 
@@ -182,9 +188,22 @@ step(allot__cluster *c)
 }
 
 static void
+install_pending(allot__cluster *c)
+{
+	if (c->pending_text == NULL)
+		return;
+	char *text = c->pending_text;
+	c->pending_text = NULL;
+	if (c->o.on_config != NULL)
+		c->o.on_config(c->o.ctx, text, c->pending_len, c->pending_epoch);
+	free(text);
+}
+
+static void
 on_timer(uv_timer_t *t)
 {
 	allot__cluster *c = t->data;
+	install_pending(c);
 	step(c);
 	publish(c);
 }
@@ -227,9 +246,15 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		allot__store_apply(c->o.store, index, NULL, 0,
 		    "config_committed", NULL, detail);
 		atomic_store(&c->config_epoch, e->config.config_epoch);
-		if (c->o.on_config != NULL)
-			c->o.on_config(c->o.ctx, e->config.text,
-			    e->config.text_len, e->config.config_epoch);
+		char *text = malloc(e->config.text_len + 1);
+		if (text == NULL)
+			return; /* the next CONFIG, or a restart, installs */
+		memcpy(text, e->config.text, e->config.text_len);
+		text[e->config.text_len] = '\0';
+		free(c->pending_text);
+		c->pending_text = text;
+		c->pending_len = e->config.text_len;
+		c->pending_epoch = e->config.config_epoch;
 		return;
 	case ALLOT__CENTRY_MEMBER:
 		snprintf(detail, sizeof detail,
@@ -387,6 +412,7 @@ allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
 		    o->raft_addr, allot_strerror(rv));
 		goto fail_close;
 	}
+	install_pending(c);
 	uv_timer_init(loop, &c->timer);
 	c->timer.data = c;
 	uv_timer_start(&c->timer, on_timer, POLL_MS, POLL_MS);
@@ -401,6 +427,7 @@ fail_close:
 	c->cons = NULL;
 	/* What is left is freed now; the core frees itself. */
 fail:
+	free(c->pending_text);
 	for (pub *q = c->all; q != NULL;) {
 		pub *nx = q->next;
 		pub_free(q);
@@ -414,6 +441,7 @@ fail:
 static void
 free_all(allot__cluster *c)
 {
+	free(c->pending_text);
 	for (pub *q = c->all; q != NULL;) {
 		pub *nx = q->next;
 		pub_free(q);
