@@ -111,7 +111,7 @@ parse_idmap(const struct opt *def, const char *arg, opts *o)
 static int
 parse_audience(const struct opt *def, const char *arg, opts *o)
 {
-	/* Leave room for the --listen URLs and --self. */
+	/* Leave room for the --listen URLs and --agent-url. */
 	if (o->nidaud + ALLOT__SERVER_MAX_URLS + 1 >=
 	    ALLOT__AUTHN_MAX_AUDIENCES) {
 		fprintf(stderr, "allotd: too many --identity-audience\n");
