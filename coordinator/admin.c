@@ -479,10 +479,10 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	allot__buf_puts(&b, ",\"who\":");
 	allot__buf_json(&b, who);
 	allot__buf_printf(&b,
-	    ",\"changed\":%s,\"committed\":%s,\"from\":{\"epoch\":%" PRIu64
-	    ",",
+	    ",\"changed\":%s,\"committed\":%s,\"proposed\":%s,"
+	    "\"from\":{\"epoch\":%" PRIu64 ",",
 	    job.changed ? "true" : "false", job.committed ? "true" : "false",
-	    job.prev_epoch);
+	    job.proposed ? "true" : "false", job.prev_epoch);
 	put_hex(&b, "digest", job.prev_digest);
 	allot__buf_printf(&b, "},\"to\":{\"epoch\":%" PRIu64 ",", job.epoch);
 	put_hex(&b, "digest", job.digest);

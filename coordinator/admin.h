@@ -77,6 +77,9 @@ typedef struct allot__admin_job {
 	uint64_t prev_digest;
 	bool changed; /* APPLY: a new epoch was installed */
 	bool committed; /* APPLY: the audit rows are on disk */
+	/* APPLY in a cluster: proposed through the log; every member
+	 * installs it once committed (GET /config shows the epoch). */
+	bool proposed;
 	char *path; /* GET: allotd's quota file (malloc) */
 	char *text_out; /* GET: the text in force; MEMBERS: JSON (malloc) */
 	allot__config_diff diff; /* APPLY: what changed */

@@ -518,6 +518,7 @@ cluster_apply(allotd *d, allot__admin_job *job)
 	job->status = 200;
 	job->changed = true;
 	job->committed = false;
+	job->proposed = true;
 	job->epoch = epoch;
 	job->digest = job->cfg->digest;
 }
