@@ -147,8 +147,8 @@ allot__cluster_gate(const allot__cluster *c, const allot__cluster_view **ret)
 
 /* ---- leadership ---- */
 
-static void usage_tap(
-    void *ctx, const allot__store_raft_usage *rows, size_t n);
+static void usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n,
+    const allot__store_raft_event *ev, size_t nev);
 
 static void
 step(allot__cluster *c)
@@ -195,7 +195,8 @@ install_pending(allot__cluster *c)
 	char *text = c->pending_text;
 	c->pending_text = NULL;
 	if (c->o.on_config != NULL)
-		c->o.on_config(c->o.ctx, text, c->pending_len, c->pending_epoch);
+		c->o.on_config(
+		    c->o.ctx, text, c->pending_len, c->pending_epoch);
 	free(text);
 }
 
@@ -215,6 +216,7 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 {
 	allot__cluster *c = ctx;
 	char detail[512];
+	allot__store_raft_event one = { .at = allot__wall_ms() };
 	atomic_store(&c->applied, index);
 	switch (e->type) {
 	case ALLOT__CENTRY_USAGE: {
@@ -235,16 +237,34 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 			};
 		}
 		allot__store_apply(
-		    c->o.store, index, rows, e->usage.n, NULL, NULL, NULL);
+		    c->o.store, index, rows, e->usage.n, NULL, 0);
 		free(rows);
+		return;
+	}
+	case ALLOT__CENTRY_EVENTS: {
+		allot__store_raft_event *ev = calloc(
+		    e->events.n ? e->events.n : 1, sizeof *ev);
+		if (ev == NULL)
+			return;
+		for (size_t i = 0; i < e->events.n; i++)
+			ev[i] = (allot__store_raft_event) {
+				.at = e->events.rows[i].at,
+				.kind = e->events.rows[i].kind,
+				.subject = e->events.rows[i].subject,
+				.detail = e->events.rows[i].detail,
+			};
+		allot__store_apply(
+		    c->o.store, index, NULL, 0, ev, e->events.n);
+		free(ev);
 		return;
 	}
 	case ALLOT__CENTRY_CONFIG:
 		snprintf(detail, sizeof detail,
 		    "epoch=%" PRIu64 " digest=%016" PRIx64 " index=%" PRIu64,
 		    e->config.config_epoch, e->config.digest, index);
-		allot__store_apply(c->o.store, index, NULL, 0,
-		    "config_committed", NULL, detail);
+		one.kind = "config_committed";
+		one.detail = detail;
+		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
 		atomic_store(&c->config_epoch, e->config.config_epoch);
 		char *text = malloc(e->config.text_len + 1);
 		if (text == NULL)
@@ -264,60 +284,86 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		                                              "promoted" :
 		                                              "removed",
 		    e->member.id, index);
-		allot__store_apply(c->o.store, index, NULL, 0, "member",
-		    e->member.address, detail);
+		one.kind = "member";
+		one.subject = e->member.address;
+		one.detail = detail;
+		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
 		return;
 	case ALLOT__CENTRY_EPOCH:
 		snprintf(detail, sizeof detail,
 		    "term=%" PRIu64 " leader=%" PRIu64 " lease_ms=%u",
 		    e->epoch.term, e->epoch.leader_id, e->epoch.lease_ms);
-		allot__store_apply(c->o.store, index, NULL, 0, "epoch",
-		    e->epoch.address, detail);
+		one.kind = "epoch";
+		one.subject = e->epoch.address;
+		one.detail = detail;
+		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
 		return;
 	default: return;
 	}
 }
 
 static void
-usage_done(void *ctx, int status, uint64_t index)
+proposal_done(void *ctx, int status, uint64_t index)
 {
 	(void) ctx;
 	(void) status;
 	(void) index;
 }
 
-/* The leader's usage rows of one flush, into the log. */
+/* The leader's usage rows and events of one flush, into the log: one
+ * USAGE and one EVENTS entry. */
 static void
-usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n)
+usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n,
+    const allot__store_raft_event *ev, size_t nev)
 {
 	allot__cluster *c = ctx;
-	if (n == 0)
-		return;
-	allot__cusage_row *r = calloc(n, sizeof *r);
-	if (r == NULL) {
-		atomic_fetch_add(&c->usage_lost, n);
-		return;
+	int rv = ALLOT_OK;
+	if (n > 0) {
+		allot__cusage_row *r = calloc(n, sizeof *r);
+		if (r == NULL) {
+			rv = ALLOT_ENOMEM;
+		} else {
+			for (size_t i = 0; i < n; i++)
+				r[i] = (allot__cusage_row) {
+					.service = rows[i].service,
+					.key = rows[i].quota,
+					.second = rows[i].second,
+					.consumed = rows[i].admitted,
+					.denied = rows[i].denied,
+					.demand = rows[i].demand,
+					.live_replicas = rows[i].live_replicas,
+				};
+			rv = allot__consensus_propose_usage(
+			    c->cons, r, n, proposal_done, c);
+			free(r);
+		}
 	}
-	for (size_t i = 0; i < n; i++)
-		r[i] = (allot__cusage_row) {
-			.service = rows[i].service,
-			.key = rows[i].quota,
-			.second = rows[i].second,
-			.consumed = rows[i].admitted,
-			.denied = rows[i].denied,
-			.demand = rows[i].demand,
-			.live_replicas = rows[i].live_replicas,
-		};
-	int rv = allot__consensus_propose_usage(c->cons, r, n, usage_done, c);
-	free(r);
+	if (rv == ALLOT_OK && nev > 0) {
+		allot__cevent *e = calloc(nev, sizeof *e);
+		if (e == NULL) {
+			rv = ALLOT_ENOMEM;
+		} else {
+			for (size_t i = 0; i < nev; i++)
+				e[i] = (allot__cevent) {
+					.at = ev[i].at,
+					.kind = ev[i].kind,
+					.subject = ev[i].subject,
+					.detail = ev[i].detail,
+				};
+			rv = allot__consensus_propose_events(
+			    c->cons, e, nev, proposal_done, c);
+			free(e);
+		}
+	}
 	if (rv == ALLOT_OK) {
 		atomic_fetch_add(&c->usage_batches, 1);
 		return;
 	}
-	atomic_fetch_add(&c->usage_lost, n);
+	atomic_fetch_add(&c->usage_lost, n + nev);
 	allot__log(c->o.lg, ALLOT_LOG_WARNING, "ALLOTD-USAGE-LOST",
-	    "%zu usage rows could not go through the log: %s", n,
-	    allot_strerror(rv));
+	    "%zu usage rows and %zu events could not go through the log: "
+	    "%s",
+	    n, nev, allot_strerror(rv));
 }
 
 /* ---- start and stop ---- */

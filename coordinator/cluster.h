@@ -22,8 +22,9 @@
  *   (allot__cluster_propose_config: at the first start of a cluster, on
  *   SIGHUP, on an apply); every member installs the committed CONFIG
  *   with its epoch through the on_config callback (state and file).
- * - Audit everywhere. The leader's per-second usage rows leave its store
- *   through the usage tap and go through the log as USAGE entries; every
+ * - Audit everywhere. The leader's per-second usage rows and events leave
+ *   its store through the tap and go through the log as USAGE and EVENTS
+ *   entries; every
  *   member writes each committed entry in one transaction with its index
  *   (allot__store_apply), as it does CONFIG and MEMBER events.
  * - Members carry two addresses, "RAFT_ADDR|AGENT_URL"

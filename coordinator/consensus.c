@@ -313,6 +313,17 @@ allot__consensus_propose_usage(allot__consensus *c,
 }
 
 int
+allot__consensus_propose_events(allot__consensus *c, const allot__cevent *rows,
+    size_t n, allot__cnode_done_cb done, void *ctx)
+{
+	allot__centry e = { .type = ALLOT__CENTRY_EVENTS };
+
+	e.events.rows = rows;
+	e.events.n = n;
+	return allot__cnode_propose(&c->node, &e, done, ctx);
+}
+
+int
 allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address)
 {

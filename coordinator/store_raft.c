@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The store's part in the Raft cluster (store.h, "the Raft cluster"):
- * the usage tap through which the leader's per-second rows leave for the
- * log instead of the file, and the apply of a committed entry's rows on
- * every member, in one transaction with the applied index
+ * the tap through which the leader's per-second usage rows and its
+ * events leave for the log instead of the file, and the apply of a committed
+ * entry's rows on every member, in one transaction with the applied index
  * (schema/005_raft.sql) so that a replay writes nothing twice.
  */
 #include "store_int.h"
@@ -24,16 +24,26 @@ allot__store_set_usage_tap(
 	st->usage_tap_ctx = ctx;
 }
 
-/* Hand the usage rows of batch `b` to the tap and take them out of the
- * batch (flush, before the write). */
+/* Hand the usage rows and events of batch `b` to the tap and take them
+ * out of the batch (flush, before the write). Other rows stay. */
 void
 allot__store_tap_usage(allot__store *st, struct batch *b)
 {
-	if (st->usage_tap == NULL || b->usage_live == 0)
+	if (st->usage_tap == NULL)
 		return;
-	allot__store_raft_usage *rows = calloc(b->usage_live, sizeof *rows);
-	if (rows == NULL)
+	size_t nev = 0;
+	for (const struct op *o = b->ops; o != NULL; o = o->next)
+		nev += o->kind == OP_EVENT;
+	if (b->usage_live == 0 && nev == 0)
+		return;
+	allot__store_raft_usage *rows = calloc(
+	    b->usage_live ? b->usage_live : 1, sizeof *rows);
+	allot__store_raft_event *ev = calloc(nev ? nev : 1, sizeof *ev);
+	if (rows == NULL || ev == NULL) {
+		free(rows);
+		free(ev);
 		return; /* written locally instead */
+	}
 	size_t n = 0;
 	for (uint32_t i = 0; i < b->usage.n; i++) {
 		struct usage_ent *e = (struct usage_ent *) allot__tab_at(
@@ -52,8 +62,28 @@ allot__store_tap_usage(allot__store *st, struct batch *b)
 		e->hdr.live = false;
 	}
 	b->usage_live = 0;
-	st->usage_tap(st->usage_tap_ctx, rows, n);
+	/* The events leave the op list; the other ops keep their order. */
+	size_t k = 0;
+	struct op **pp = &b->ops;
+	while (*pp != NULL) {
+		struct op *o = *pp;
+		if (o->kind != OP_EVENT) {
+			pp = &o->next;
+			continue;
+		}
+		ev[k++] = (allot__store_raft_event) {
+			.at = o->at,
+			.kind = o->s[0],
+			.subject = o->s[1],
+			.detail = o->s[2],
+		};
+		*pp = o->next;
+		b->nops--;
+	}
+	b->tail = pp;
+	st->usage_tap(st->usage_tap_ctx, rows, n, ev, k);
 	free(rows);
+	free(ev);
 }
 
 static int
@@ -108,21 +138,31 @@ write_rows(allot__store *st, const allot__store_raft_usage *rows, size_t n)
 	return rc;
 }
 
+static void
+bind_opt(sqlite3_stmt *s, int i, const char *v)
+{
+	if (v == NULL || v[0] == '\0')
+		sqlite3_bind_null(s, i);
+	else
+		sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+}
+
 static int
-write_event(allot__store *st, int64_t at, const char *kind,
-    const char *subject, const char *detail)
+write_events(allot__store *st, const allot__store_raft_event *ev, size_t n)
 {
 	sqlite3_stmt *s = NULL;
 	int rc = sqlite3_prepare_v2(st->db,
 	    "INSERT INTO events (at, kind, subject, detail)"
 	    " VALUES (?1, ?2, ?3, ?4)",
 	    -1, &s, NULL);
-	if (rc == SQLITE_OK) {
-		sqlite3_bind_int64(s, 1, at);
-		sqlite3_bind_text(s, 2, kind, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 3, subject, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 4, detail, -1, SQLITE_STATIC);
+	for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
+		sqlite3_bind_int64(s, 1, ev[i].at);
+		sqlite3_bind_text(s, 2, ev[i].kind != NULL ? ev[i].kind : "",
+		    -1, SQLITE_STATIC);
+		bind_opt(s, 3, ev[i].subject);
+		bind_opt(s, 4, ev[i].detail);
 		rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+		sqlite3_reset(s);
 	}
 	sqlite3_finalize(s);
 	return rc;
@@ -130,8 +170,8 @@ write_event(allot__store *st, int64_t at, const char *kind,
 
 int
 allot__store_apply(allot__store *st, uint64_t index,
-    const allot__store_raft_usage *rows, size_t n, const char *kind,
-    const char *subject, const char *detail)
+    const allot__store_raft_usage *rows, size_t n,
+    const allot__store_raft_event *ev, size_t nev)
 {
 	if (st == NULL)
 		return ALLOT_OK;
@@ -155,8 +195,8 @@ allot__store_apply(allot__store *st, uint64_t index,
 		return ALLOT_OK; /* a replay: already written */
 	}
 	rc = write_rows(st, rows, n);
-	if (rc == SQLITE_OK && kind != NULL)
-		rc = write_event(st, at, kind, subject, detail);
+	if (rc == SQLITE_OK)
+		rc = write_events(st, ev, nev);
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_prepare_v2(st->db,
 		    "UPDATE raft_applied SET idx = ?1, at = ?2 WHERE one = 1",

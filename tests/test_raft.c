@@ -349,6 +349,23 @@ usage_dump(const member *m)
 	return s != NULL ? s : strdup("");
 }
 
+/* The events that went through the log, as text: the leader's (joins,
+ * taking over) with the time it recorded them; the cluster's (config
+ * commits, epochs) without, as each member stamps when it applied them. */
+static char *
+events_dump(const member *m)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT CASE WHEN kind IN ('join', "
+	    "'leader') THEN at ELSE '' END, kind, subject, detail FROM "
+	    "events WHERE kind IN ('join', 'leader', 'config_committed', "
+	    "'epoch') ORDER BY id\"",
+	    m->db);
+	char *s = pc_shell(cmd);
+	return s != NULL ? s : strdup("");
+}
+
 static uint64_t
 admitted_total(const member *m)
 {
@@ -430,11 +447,17 @@ START_TEST(config_and_usage_on_every_member)
 	pc_sleep_ms(2500); /* the last second flushed and replicated */
 	char *lead = usage_dump(&c.m[L]);
 	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
+	char *ev = events_dump(&c.m[L]);
+	ck_assert_ptr_nonnull(strstr(ev, "|join|"));
 	for (int i = 0; i < c.n; i++) {
 		char *d = usage_dump(&c.m[i]);
 		ck_assert_str_eq(d, lead);
 		free(d);
+		d = events_dump(&c.m[i]);
+		ck_assert_str_eq(d, ev);
+		free(d);
 	}
+	free(ev);
 	free(lead);
 	cluster_stop(&c);
 }
