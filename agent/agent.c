@@ -10,11 +10,17 @@
  * Keys of unknown identities come from a bounded pool; when it is full
  * they share one overflow key per endpoint class, and idle unpinned keys
  * are evicted to make room.
+ * A new config is installed by reconfig.c while threads decide: the
+ * fields of a key a decision reads are relaxed atomics (plain moves),
+ * and the identity and endpoint indexes are insert-only, so resolution
+ * and decisions take no lock and read nothing that can be freed.
  * Layering: agent.c starts the sync loop (sync.c), which drives the sync
- * engine (sync_core.c); the engine installs allowances through the
- * installer agent.c hands down (agent_int.h), so no call goes back up.
+ * engine (sync_core.c); the engine installs allowances and configs
+ * through the installer reconfig.c hands down (agent_int.h), so no call
+ * goes back up.
  */
 #include "agent_int.h"
+#include "config_cache.h"
 #include "sync_int.h"
 
 #include <errno.h>
@@ -54,126 +60,38 @@ dup_or_null(const char *s)
 	return s == NULL ? NULL : strdup(s);
 }
 
-/* ---- read-only string indexes ---- */
+/* ---- lock-free string indexes ---- */
 
 static inline uint32_t
 find_class(const allot_agent *a, const char *ep)
 {
 	uint32_t dflt = a->nclasses - 1;
-	if (ep == NULL || dflt == 0)
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	if (ep == NULL || nep == 0)
 		return dflt;
 	size_t len = strlen(ep);
 	/* A handful of endpoints: compare lengths, then bytes. */
-	if (dflt <= ALLOT__EP_LINEAR) {
-		for (uint32_t i = 0; i < dflt; i++)
+	if (nep <= ALLOT__EP_LINEAR) {
+		for (uint32_t i = 0; i < nep; i++)
 			if (a->ep_len[i] == len &&
-			    memcmp(a->cfg->endpoints[i].name, ep, len) == 0)
+			    memcmp(&a->ep_names[i * ALLOT__EP_NAME_SZ], ep,
+			        len) == 0)
 				return i;
 		return dflt;
 	}
 	uint64_t h = allot__hash(ep, len, a->seed);
-	uint32_t pos = allot__idmap_start(&a->ep_map, h), v;
-	while (
-	    (v = allot__idmap_next(&a->ep_map, h, &pos)) != ALLOT__IDMAP_NONE)
-		if (a->ep_len[v] == len &&
-		    memcmp(a->cfg->endpoints[v].name, ep, len) == 0)
-			return v;
-	return dflt;
-}
-
-static int
-endpoints_index(allot_agent *a)
-{
-	const allot_config *c = a->cfg;
-	a->ep_len = calloc(a->nclasses, sizeof *a->ep_len);
-	if (a->ep_len == NULL ||
-	    allot__idmap_init(&a->ep_map, (uint32_t) c->nendpoints) !=
-	        ALLOT_OK)
-		return ALLOT_ENOMEM;
-	for (uint32_t j = 0; j + 1 < a->nclasses; j++) {
-		const char *name = c->endpoints[j].name;
-		a->class_names[j] = name;
-		a->ep_len[j] = strlen(name);
-		allot__idmap_add(
-		    &a->ep_map, allot__hash(name, a->ep_len[j], a->seed), j);
+	for (uint32_t p = (uint32_t) h & a->ep_mask;;
+	     p = (p + 1) & a->ep_mask) {
+		const struct allot__ep_slot *e = &a->ep_tab[p];
+		uint32_t v = atomic_load_explicit(
+		    &e->cls, memory_order_acquire);
+		if (v == 0)
+			return dflt;
+		if (e->hash == h && a->ep_len[v - 1] == len &&
+		    memcmp(&a->ep_names[(v - 1) * ALLOT__EP_NAME_SZ], ep,
+		        len) == 0)
+			return v - 1;
 	}
-	a->class_names[a->nclasses - 1] = "default";
-	return ALLOT_OK;
-}
-
-/*
- * Configured identities to their keys: the hot form of the config index
- * (config_index.h numbers callers the same way). One slot holds the full
- * hash, the identity, the caller's first key and its bucket, so a lookup
- * of a cold caller costs the slot's line, then the identity, the key, the
- * bucket and the thread's counters all at once: the identity is only
- * compared on a hash match, and nothing waits for the comparison. At most
- * half full; built once, then only read.
- */
-struct allot__caller_slot {
-	uint64_t hash;
-	allot_key *keys; /* ncallers * nclasses: this caller's first; NULL:
-	                    empty */
-	const char *identity; /* NUL-terminated, on a line of its own */
-	allot__bucket *bucket; /* the caller's */
-};
-
-/* Identities copied to lines of their own: one of up to 63 bytes is one
- * line to compare, wherever the config allocated it. Zeroed, and with
- * ALLOT_IDENTITY_MAX bytes to spare at the end, so that comparing any
- * identity the caller may pass reads inside the copy. */
-static char *
-names_copy(const allot_config *c)
-{
-	size_t total = 64 + ALLOT_IDENTITY_MAX + 1;
-	for (size_t i = 0; i < c->ncallers; i++)
-		total += (strlen(c->callers[i].identity) + 64) & ~(size_t) 63;
-	total = (total + 63) & ~(size_t) 63;
-	char *arena = aligned_alloc(64, total);
-	if (arena == NULL)
-		return NULL;
-	memset(arena, 0, total);
-	char *p = arena;
-	for (size_t i = 0; i < c->ncallers; i++) {
-		size_t len = strlen(c->callers[i].identity);
-		memcpy(p, c->callers[i].identity, len + 1);
-		p += (len + 64) & ~(size_t) 63;
-	}
-	return arena;
-}
-
-static int
-callers_index(allot_agent *a)
-{
-	const allot_config *c = a->cfg;
-	uint32_t cap = allot__idmap_slots((uint32_t) c->ncallers);
-	size_t sz = sizeof(struct allot__caller_slot) * cap;
-	a->caller_mask = cap - 1;
-	a->caller_tab = aligned_alloc(64, sz);
-	a->caller_names = names_copy(c);
-	if (a->caller_tab == NULL || a->caller_names == NULL)
-		return ALLOT_ENOMEM;
-	memset(a->caller_tab, 0, sz);
-	const char *id = a->caller_names;
-	for (size_t i = 0; i < c->ncallers; i++) {
-		size_t len = strlen(id);
-		uint64_t h = allot__hash(id, len, a->seed);
-		uint32_t p = (uint32_t) h & a->caller_mask;
-		bool dup = false;
-		for (; a->caller_tab[p].keys != NULL;
-		     p = (p + 1) & a->caller_mask) {
-			const struct allot__caller_slot *e = &a->caller_tab[p];
-			/* The loader rejects duplicates; should one get
-			 * through, the first stands. */
-			dup |= e->hash == h && strcmp(e->identity, id) == 0;
-		}
-		if (!dup)
-			a->caller_tab[p] = (struct allot__caller_slot) { h,
-				&a->known_keys[i * a->nclasses], id,
-				&a->quotas[i].bucket };
-		id += (len + 64) & ~(size_t) 63;
-	}
-	return ALLOT_OK;
 }
 
 static inline allot_key *
@@ -183,21 +101,27 @@ find_caller(
 	for (uint32_t p = (uint32_t) h & a->caller_mask;;
 	     p = (p + 1) & a->caller_mask) {
 		const struct allot__caller_slot *e = &a->caller_tab[p];
-		if (e->keys == NULL)
+		/* An acquire load (a plain move on x86): the slot's other
+		 * fields were written before it was published. */
+		allot_key *keys = atomic_load_explicit(
+		    &e->keys, memory_order_acquire);
+		if (keys == NULL)
 			return NULL;
 		if (e->hash != h)
 			continue;
 		/* Everything the decision will read, asked for now: the
 		 * key, the bucket and this thread's counters come while the
 		 * identity is compared, not one after the other. Known keys
-		 * are numbered caller by caller, class by class. */
-		allot_key *k = e->keys + cls;
+		 * are numbered class by class, identity by identity, and
+		 * `keys` is the identity's key of class 0. */
+		size_t off = (size_t) (keys - a->known_keys) +
+		    (size_t) cls * a->group_cap;
+		allot_key *k = &a->known_keys[off];
 		__builtin_prefetch(k);
-		__builtin_prefetch(e->bucket, 1);
+		__builtin_prefetch(
+		    atomic_load_explicit(&e->bucket, memory_order_relaxed), 1);
 		if (allot__likely(allot__tl.gen == a->gen))
-			__builtin_prefetch(
-			    &allot__tl.b->c[(e->keys - a->known_keys) + cls],
-			    1);
+			__builtin_prefetch(&allot__tl.b->c[off], 1);
 		if (memcmp(e->identity, id, len) == 0 &&
 		    e->identity[len] == '\0')
 			return k;
@@ -208,33 +132,30 @@ find_caller(
 static allot_key *
 keys_alloc(size_t n)
 {
-	size_t sz = sizeof(allot_key) * (n + 1);
-	allot_key *k = aligned_alloc(64, sz);
-	if (k != NULL)
-		memset(k, 0, sz);
-	return k;
+	return allot__zalloc(sizeof(allot_key) * (n + 1));
 }
 
 /* ---- create / destroy ---- */
 
-static void
-key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
-    const char *identity, bool known, uint32_t id)
+void
+allot__key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
+    const char *identity, uint32_t id)
 {
-	k->bucket = &q->bucket;
-	k->quota = q;
+	atomic_init(&k->bucket, &q->bucket);
+	atomic_init(&k->quota, q);
 	k->id = id;
 	k->cls = cls;
-	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
-	                                     a->cfg->endpoints[cls].weight;
-	double b = floor(q->q->burst);
-	k->max_cost = b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
-	k->known = known;
+	atomic_init(&k->weight,
+	    atomic_load_explicit(&a->class_weight[cls], memory_order_relaxed));
+	double b = floor(q->static_burst);
+	atomic_init(
+	    &k->max_cost, b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b);
+	atomic_init(&k->known, false);
 	k->identity = identity;
 	atomic_init(&k->pins, 0);
 	atomic_init(&k->gen, 0);
-	k->slot = NONE;
-	k->next_free = NONE;
+	allot__kc(a, k)->slot = NONE;
+	allot__kc(a, k)->next_free = NONE;
 }
 
 /* Own copies of the option strings; the options then point at them. */
@@ -271,50 +192,26 @@ options_copy(allot_agent *a, const allot_agent_options *o)
 	return ALLOT_OK;
 }
 
-/* Quotas: before the first reply from a coordinator every bucket runs
- * at the static share R / initial_replicas (fallback.h). */
-static void
-quotas_init(allot_agent *a)
-{
-	const allot_config *c = a->cfg;
-	memset(a->quotas, 0, sizeof(allot__qrt) * a->nquotas);
-	for (uint32_t i = 0; i < a->nquotas; i++) {
-		allot__qrt *q = &a->quotas[i];
-		q->q = i < c->ncallers ? &c->callers[i] : &c->def;
-		q->index = i;
-		q->is_default = i == c->ncallers;
-		allot__allowance al;
-		allot__static_share(q->q->rate, q->q->burst,
-		    a->opts.initial_replicas, c->max_weight, &al);
-		allot__bucket_init(&q->bucket, &al);
-		atomic_store(&q->bucket.shadow, q->q->shadow);
-	}
-}
-
-/* Every key, numbered across kinds: known callers by endpoint class,
- * then anonymous and overflow keys, then the unknown-identity pool. */
+/* Every key, numbered across kinds: configured identities by endpoint
+ * class (group_cap of them, reserved; reconfig.c initialises an
+ * identity's keys when it first appears), then anonymous and overflow
+ * keys, then the unknown-identity pool, which charge the default quota. */
 static int
 keys_init(allot_agent *a)
 {
-	const allot_config *c = a->cfg;
-	uint32_t id = 0;
-	allot__qrt *def = &a->quotas[a->nquotas - 1];
-	for (size_t i = 0; i < c->ncallers; i++)
-		for (uint32_t j = 0; j < a->nclasses; j++)
-			key_init(a, &a->known_keys[i * a->nclasses + j],
-			    &a->quotas[i], j, c->callers[i].identity, true,
-			    id++);
+	allot__qrt *def = &a->quotas[a->default_quota];
+	uint32_t id = a->group_cap * a->nclasses;
 	for (uint32_t j = 0; j < a->nclasses; j++) {
-		key_init(a, &a->anon_keys[j], def, j, "", false, id++);
-		key_init(a, &a->overflow_keys[j], def, j, "(overflow)", false,
-		    id++);
+		allot__key_init(a, &a->anon_keys[j], def, j, "", id++);
+		allot__key_init(
+		    a, &a->overflow_keys[j], def, j, "(overflow)", id++);
 	}
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
-		key_init(a, k, def, 0, &a->dyn_names[(size_t) i * NAME_SZ],
-		    false, id++);
+		allot__key_init(
+		    a, k, def, 0, &a->dyn_names[(size_t) i * NAME_SZ], id++);
 		k->dynamic = true;
-		k->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
+		allot__kc(a, k)->next_free = i + 1 < a->dyn_cap ? i + 1 : NONE;
 	}
 	a->dyn_free = a->dyn_cap > 0 ? 0 : NONE;
 	/* Sized as an idmap of the pool, but an index of its own: lock-free
@@ -324,18 +221,11 @@ keys_init(allot_agent *a)
 	return a->dyn_index == NULL ? ALLOT_ENOMEM : ALLOT_OK;
 }
 
-/* The sync engine installs allowances here (allot__installer). */
-static void
-install(void *ctx, uint32_t quota, const allot__allowance *al)
-{
-	allot_agent *a = ctx;
-	allot__quota_set(a, &a->quotas[quota], al);
-}
-
 int
 allot__syncc_init(allot__syncc *c, allot_agent *a, uint64_t seed)
 {
-	allot__installer in = { install, a };
+	allot__installer in;
+	allot__agent_installer(a, &in);
 	return allot__syncc_create(c, a, seed, &in);
 }
 
@@ -346,7 +236,75 @@ options_valid(const allot_agent_options *o)
 	    o->max_threads != 0 && o->max_threads <= 65536 &&
 	    o->sync_jitter >= 0 && o->sync_jitter < 1 &&
 	    o->reconnect_min_ms != 0 &&
-	    o->reconnect_max_ms >= o->reconnect_min_ms;
+	    o->reconnect_max_ms >= o->reconnect_min_ms &&
+	    o->max_callers <= ALLOT__MAX_CALLERS;
+}
+
+/* What to reserve for later configs (agent_int.h, "Memory" in
+ * docs/configuration.md): callers and endpoint classes. */
+static void
+capacity(allot_agent *a, const allot_config *c)
+{
+	size_t n = c->ncallers;
+	size_t cap = a->opts.max_callers;
+	if (cap == 0)
+		cap = n * 2 > n + 256 ? n * 2 : n + 256;
+	if (cap > ALLOT__MAX_CALLERS)
+		cap = ALLOT__MAX_CALLERS;
+	if (cap < n)
+		cap = n;
+	a->group_cap = (uint32_t) cap;
+	a->quota_cap = (uint32_t) cap + 1;
+	/* Spare endpoint classes, fewer when the callers are many: the
+	 * known keys reserved (every identity has one per class, and every
+	 * thread block a counter line per key) stay within 4 times what
+	 * the first config needs, or ALLOT__KEYS_RESERVED. */
+	size_t first = c->nendpoints + 1;
+	size_t cls = first + ALLOT__SPARE_CLASSES;
+	size_t budget = 4 * (n > 0 ? n : 1) * first;
+	if (budget < ALLOT__KEYS_RESERVED)
+		budget = ALLOT__KEYS_RESERVED;
+	while (cls > first + 1 && cap * cls > budget)
+		cls--;
+	a->nclasses = (uint32_t) (cls > ALLOT__MAX_ENDPOINTS + 1 ?
+	        ALLOT__MAX_ENDPOINTS + 1 :
+	        cls);
+}
+
+static int
+alloc_all(allot_agent *a)
+{
+	size_t nknown = (size_t) a->group_cap * a->nclasses;
+	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
+	if (nkeys >= UINT32_MAX)
+		return ALLOT_EINVAL;
+	a->nkeys = (uint32_t) nkeys;
+	a->quotas = allot__zalloc(sizeof(allot__qrt) * a->quota_cap);
+	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
+	a->class_weight = calloc(a->nclasses, sizeof *a->class_weight);
+	a->ep_names = calloc(a->nclasses, ALLOT__EP_NAME_SZ);
+	a->ep_len = calloc(a->nclasses, sizeof *a->ep_len);
+	a->ep_mask = allot__idmap_slots(a->nclasses) - 1;
+	a->ep_tab = calloc((size_t) a->ep_mask + 1, sizeof *a->ep_tab);
+	a->caller_mask = allot__idmap_slots(a->group_cap) - 1;
+	size_t tsz = sizeof(struct allot__caller_slot) *
+	    ((size_t) a->caller_mask + 1);
+	a->caller_tab = allot__zalloc(tsz);
+	a->known_keys = keys_alloc(nknown);
+	a->kcold = allot__zalloc(sizeof *a->kcold * (nkeys + 1));
+	a->qbase = allot__zalloc(sizeof *a->qbase * (nknown + 1));
+	a->anon_keys = keys_alloc(a->nclasses);
+	a->overflow_keys = keys_alloc(a->nclasses);
+	a->dyn_keys = keys_alloc(a->dyn_cap);
+	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
+	if (a->quotas == NULL || a->class_names == NULL ||
+	    a->class_weight == NULL || a->ep_names == NULL ||
+	    a->ep_len == NULL || a->ep_tab == NULL || a->caller_tab == NULL ||
+	    a->known_keys == NULL || a->kcold == NULL || a->qbase == NULL ||
+	    a->anon_keys == NULL || a->overflow_keys == NULL ||
+	    a->dyn_keys == NULL || a->dyn_names == NULL)
+		return ALLOT_ENOMEM;
+	return ALLOT_OK;
 }
 
 int
@@ -369,6 +327,7 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 		return ALLOT_ENOMEM;
 	pthread_mutex_init(&a->dyn_lock, NULL);
 	pthread_mutex_init(&a->set_lock, NULL);
+	pthread_mutex_init(&a->cfg_lock, NULL);
 	a->opts = o;
 	a->log.fn = o.log;
 	a->log.ctx = o.log_ctx;
@@ -380,46 +339,40 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	a->max_blocks = o.max_threads;
 	a->idle_evict_ns = (uint64_t) o.idle_evict_ms * 1000000u;
 	a->dyn_free = NONE;
-
-	if ((a->cfg = allot__config_dup(cfg)) == NULL ||
-	    options_copy(a, &o) != ALLOT_OK)
-		goto fail;
-	const allot_config *c = a->cfg;
-	a->nquotas = (uint32_t) c->ncallers + 1;
-	a->nclasses = (uint32_t) c->nendpoints + 1;
 	a->dyn_cap = o.max_unknown_keys;
-	size_t nknown = (size_t) c->ncallers * a->nclasses;
-	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
 
-	a->quotas = aligned_alloc(64, sizeof(allot__qrt) * a->nquotas);
-	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
-	a->known_keys = keys_alloc(nknown);
-	a->anon_keys = keys_alloc(a->nclasses);
-	a->overflow_keys = keys_alloc(a->nclasses);
-	a->dyn_keys = keys_alloc(a->dyn_cap);
-	a->dyn_names = calloc((size_t) a->dyn_cap + 1, NAME_SZ);
-	a->nkeys = (uint32_t) nkeys;
-	if (a->quotas == NULL || a->class_names == NULL ||
-	    a->known_keys == NULL || a->anon_keys == NULL ||
-	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
-	    a->dyn_names == NULL)
+	/* The config plane: the last config the coordinator sent, when it
+	 * was cached and still loads (config_cache.c); else `cfg`. */
+	allot_config *c = NULL;
+	allot__config_cache_load(&o, cfg, &a->log, &c);
+	if (c == NULL)
+		c = allot__config_dup(cfg);
+	if (c == NULL || options_copy(a, &o) != ALLOT_OK)
 		goto fail;
-	if ((rc = allot__blocks_init(a)) != ALLOT_OK)
+	capacity(a, c);
+	if ((rc = alloc_all(a)) != ALLOT_OK ||
+	    (rc = allot__blocks_init(a)) != ALLOT_OK)
 		goto fail;
-	quotas_init(a);
-	if ((rc = endpoints_index(a)) != ALLOT_OK ||
+	/* The default quota takes the id after the first config's callers,
+	 * as before reconfiguration existed, and keeps it. */
+	a->default_quota = (uint32_t) c->ncallers;
+	if ((rc = allot__reconfig_prepare(a, c)) != ALLOT_OK ||
 	    (rc = keys_init(a)) != ALLOT_OK ||
-	    (rc = callers_index(a)) != ALLOT_OK)
+	    (rc = allot__reconfig(a, c, true)) != ALLOT_OK)
 		goto fail;
+	c = NULL; /* the agent's now */
 
-	allot__installer in = { install, a };
+	allot__installer in;
+	allot__agent_installer(a, &in);
 	if (a->coordinator != NULL &&
 	    (rc = allot__sync_start(a, &in)) != ALLOT_OK)
 		goto fail;
 	allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-AGENT-START",
-	    "agent %s for service %s: %zu callers, %u endpoint classes, "
-	    "clock %s, counters for up to %u threads, coordinator %s",
-	    a->replica_id, a->service, c->ncallers, a->nclasses,
+	    "agent %s for service %s: %zu callers (room for %u), %u endpoint "
+	    "classes (room for %u), clock %s, counters for up to %u threads, "
+	    "coordinator %s",
+	    a->replica_id, a->service, a->cfg->ncallers, a->group_cap,
+	    atomic_load(&a->nep) + 1, a->nclasses,
 	    a->clock_fn != NULL ? "injected" :
 	        a->tsc->usable  ? "tsc" :
 	                          "CLOCK_MONOTONIC",
@@ -428,6 +381,7 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	*ret_agent = a;
 	return ALLOT_OK;
 fail:
+	allot_config_free(c);
 	allot_agent_destroy(a);
 	return rc;
 }
@@ -443,16 +397,20 @@ allot_agent_destroy(allot_agent *a)
 	if (a->blocks != NULL || a->shared_block != NULL)
 		allot__blocks_fini(a);
 	free(a->dyn_names);
-	free(a->dyn_keys);
-	free(a->overflow_keys);
-	free(a->anon_keys);
-	free(a->known_keys);
-	allot__idmap_fini(&a->ep_map);
+	allot__zfree(a->dyn_keys);
+	allot__zfree(a->overflow_keys);
+	allot__zfree(a->anon_keys);
+	allot__zfree(a->known_keys);
+	allot__zfree(a->kcold);
+	allot__zfree(a->qbase);
+	allot__reconfig_fini(a);
+	free(a->ep_tab);
 	free(a->ep_len);
-	free(a->caller_tab);
-	free(a->caller_names);
+	free(a->ep_names);
+	allot__zfree(a->caller_tab);
 	free(a->class_names);
-	free(a->quotas);
+	free(a->class_weight);
+	allot__zfree(a->quotas);
 	free(a->coordinator);
 	free(a->tls_ca);
 	free(a->tls_cert);
@@ -462,6 +420,7 @@ allot_agent_destroy(allot_agent *a)
 	allot_config_free(a->cfg);
 	pthread_mutex_destroy(&a->dyn_lock);
 	pthread_mutex_destroy(&a->set_lock);
+	pthread_mutex_destroy(&a->cfg_lock);
 	free(a);
 }
 
@@ -517,12 +476,14 @@ fold_retired(allot_agent *a, allot_key *k)
 {
 	allot__ktotals t;
 	allot__key_totals(a, k, &t);
-	allot__ktotals *r = &k->quota->retired;
+	allot__ktotals *r =
+	    &atomic_load_explicit(&k->quota, memory_order_relaxed)->retired;
 	r->allowed += t.allowed;
 	r->denied += t.denied;
 	r->shadow_denied += t.shadow_denied;
 	r->spent += t.spent;
 	r->denied_tokens += t.denied_tokens;
+	r->shadow_tokens += t.shadow_tokens;
 }
 
 /* Remove a key from the index (dyn_lock held), keeping every probe
@@ -530,9 +491,9 @@ fold_retired(allot_agent *a, allot_key *k)
 static void
 dyn_remove(allot_agent *a, allot_key *k)
 {
-	uint32_t p = k->slot;
+	uint32_t p = allot__kc(a, k)->slot;
 	atomic_store_explicit(&a->dyn_index[p], NULL, memory_order_release);
-	k->slot = NONE;
+	allot__kc(a, k)->slot = NONE;
 	for (uint32_t q = (p + 1) & a->dyn_mask;; q = (q + 1) & a->dyn_mask) {
 		allot_key *e = atomic_load_explicit(
 		    &a->dyn_index[q], memory_order_relaxed);
@@ -552,7 +513,7 @@ dyn_remove(allot_agent *a, allot_key *k)
 			    &a->dyn_index[r], e, memory_order_release);
 			atomic_store_explicit(
 			    &a->dyn_index[q], NULL, memory_order_release);
-			e->slot = r;
+			allot__kc(a, e)->slot = r;
 		}
 	}
 }
@@ -567,14 +528,16 @@ dyn_recycle(allot_agent *a, allot_key *k)
 	 * never written by anyone but their owner. */
 	allot__ktotals raw;
 	allot__key_totals(a, k, &raw);
-	k->base.allowed += raw.allowed;
-	k->base.denied += raw.denied;
-	k->base.shadow_denied += raw.shadow_denied;
-	k->base.spent += raw.spent;
-	k->base.denied_tokens += raw.denied_tokens;
+	allot__ktotals *base = &allot__kc(a, k)->base;
+	base->allowed += raw.allowed;
+	base->denied += raw.denied;
+	base->shadow_denied += raw.shadow_denied;
+	base->spent += raw.spent;
+	base->denied_tokens += raw.denied_tokens;
+	base->shadow_tokens += raw.shadow_tokens;
 	((char *) k->identity)[0] = '\0'; /* dyn_names storage */
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
-	k->next_free = a->dyn_free;
+	allot__kc(a, k)->next_free = a->dyn_free;
 	a->dyn_free = (uint32_t) (k - a->dyn_keys);
 	a->dyn_used--;
 	atomic_fetch_add_explicit(&a->evictions, 1, memory_order_relaxed);
@@ -586,19 +549,20 @@ sweep_locked(allot_agent *a, uint64_t now)
 	a->last_sweep_ns = now;
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
-		if (k->slot == NONE)
+		if (allot__kc(a, k)->slot == NONE)
 			continue;
 		allot__ktotals t;
 		allot__key_totals(a, k, &t);
 		uint64_t sum = t.allowed + t.denied + t.shadow_denied;
-		if (sum != k->sweep_sum) {
-			k->sweep_sum = sum;
-			k->sweep_ns = now;
+		allot__kcold *kc = allot__kc(a, k);
+		if (sum != kc->sweep_sum) {
+			kc->sweep_sum = sum;
+			kc->sweep_ns = now;
 			continue;
 		}
 		if (atomic_load_explicit(&k->pins, memory_order_acquire) ==
 		        0 &&
-		    now - k->sweep_ns >= a->idle_evict_ns)
+		    now - kc->sweep_ns >= a->idle_evict_ns)
 			dyn_recycle(a, k);
 	}
 }
@@ -634,23 +598,25 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 		goto out;
 	}
 	k = &a->dyn_keys[a->dyn_free];
-	a->dyn_free = k->next_free;
+	a->dyn_free = allot__kc(a, k)->next_free;
 	a->dyn_used++;
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_acq_rel);
 	memcpy((char *) k->identity, id, len);
 	((char *) k->identity)[len] = '\0';
 	k->hash = h;
 	k->cls = cls;
-	k->weight = cls + 1 == a->nclasses ? a->cfg->default_weight :
-	                                     a->cfg->endpoints[cls].weight;
-	k->sweep_sum = 0;
-	k->sweep_ns = allot__agent_now(a);
+	/* Under dyn_lock, as a reconfig rewrites the pool's weights. */
+	atomic_store_explicit(&k->weight,
+	    atomic_load_explicit(&a->class_weight[cls], memory_order_relaxed),
+	    memory_order_relaxed);
+	allot__kc(a, k)->sweep_sum = 0;
+	allot__kc(a, k)->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
 	uint32_t p = (uint32_t) h & a->dyn_mask;
 	while (atomic_load_explicit(&a->dyn_index[p], memory_order_relaxed) !=
 	    NULL)
 		p = (p + 1) & a->dyn_mask;
-	k->slot = p;
+	allot__kc(a, k)->slot = p;
 	atomic_store_explicit(&a->dyn_index[p], k, memory_order_release);
 out:
 	if (pin && k->dynamic)
@@ -712,7 +678,9 @@ allot_key_release(allot_agent *a, allot_key *k)
 uint32_t
 allot_key_cost(const allot_key *k)
 {
-	return k == NULL ? 0 : k->weight;
+	return k == NULL ?
+	    0 :
+	    atomic_load_explicit(&k->weight, memory_order_relaxed);
 }
 
 /* ---- the hot path ---- */
@@ -739,14 +707,40 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 
 /* ---- token leases (agent_int.h, bucket.h) ---- */
 
-/* Close `c`'s lease on `k`'s bucket, refunding what it still holds. */
+static inline unsigned
+lease_tick(uint64_t now)
+{
+	return (unsigned) (now >> ALLOT__LEASE_TICK_SHIFT) & 0xffffu;
+}
+
+static inline bool
+lease_idle(const allot__lease *l, uint64_t now)
+{
+	return ((lease_tick(now) - l->stamp) & 0xffffu) >=
+	    ALLOT__LEASE_IDLE_TICKS;
+}
+
+/* Close `c`'s lease, refunding what it still holds to the bucket it was
+ * taken from (the key may charge another one since). */
 static void
-lease_close(allot_key *k, allot__lease *l, uint64_t now)
+lease_close(allot_agent *a, allot__lease *l, uint64_t now)
 {
 	if (l->n != 0)
-		allot__bucket_unlease(k->bucket, l->n, l->held, now);
+		allot__bucket_unlease(
+		    &a->quotas[l->quota].bucket, l->n, l->held, now);
 	l->n = 0;
 	l->held = 0;
+}
+
+/* Whether the lease was taken from bucket `b` under the version in force
+ * there: low bits of the version, as a lease lives a millisecond. */
+static inline bool
+lease_live(const allot_agent *a, const allot__lease *l, const allot__bucket *b)
+{
+	uint32_t v = atomic_load_explicit(
+	    &b->slot[l->ver & 1u].ver, memory_order_acquire);
+	return (v & ALLOT__VER_RETIRED) == 0 && (v & 0xffffu) == l->ver &&
+	    b == &a->quotas[l->quota].bucket;
 }
 
 /* The batch a lease takes on `r`'s allowance: small, and all the
@@ -789,22 +783,24 @@ lease_renew(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
     uint64_t now, allot_decision *ret)
 {
 	allot__lease *l = &c->lease;
-	bool idle = now - l->stamp_ns >= ALLOT__LEASE_IDLE_NS;
-	lease_close(k, l, now);
+	bool idle = lease_idle(l, now);
+	lease_close(a, l, now);
 	if (idle) {
-		l->on = false; /* contended again before it leases again */
+		l->on = 0; /* contended again before it leases again */
 		return false;
 	}
-	uint32_t cur = atomic_load_explicit(
-	    &k->bucket->cur, memory_order_acquire);
-	uint32_t n = lease_size(a, &k->bucket->slot[cur & 1u]);
+	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
+	allot__bucket *bk = &q->bucket;
+	uint32_t cur = atomic_load_explicit(&bk->cur, memory_order_acquire);
+	uint32_t n = lease_size(a, &bk->slot[cur & 1u]);
 	allot__take t;
-	if (n < 2 || cost > n || !allot__bucket_lease(k->bucket, now, n, &t))
+	if (n < 2 || cost > n || !allot__bucket_lease(bk, now, n, &t))
 		return false;
-	l->n = (uint16_t) n;
-	l->held = (uint8_t) (n - cost);
-	l->ver = t.ver;
-	l->stamp_ns = now;
+	l->quota = q->index;
+	l->n = n;
+	l->held = n - cost;
+	l->ver = t.ver & 0xffffu;
+	l->stamp = lease_tick(now);
 	l->z_ns = now + t.debt_ns;
 	lease_decision(l, t.r, cost, now, ret);
 	return true;
@@ -812,17 +808,15 @@ lease_renew(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
 
 /* Admit from the thread's lease on `k`, renewing it when needed. */
 static inline bool
-lease_spend(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
-    uint64_t now, allot_decision *ret)
+lease_spend(allot_agent *a, allot_key *k, allot__bucket *bk, allot__kcount *c,
+    uint32_t cost, uint64_t now, allot_decision *ret)
 {
 	allot__lease *l = &c->lease;
-	if (allot__likely(l->held >= cost &&
-	        now - l->stamp_ns < ALLOT__LEASE_IDLE_NS &&
-	        allot__bucket_lease_live(k->bucket, l->ver))) {
-		l->held = (uint8_t) (l->held - cost);
-		l->stamp_ns = now;
-		lease_decision(
-		    l, &k->bucket->slot[l->ver & 1u], cost, now, ret);
+	if (allot__likely(l->held >= cost && !lease_idle(l, now) &&
+	        lease_live(a, l, bk))) {
+		l->held -= cost;
+		l->stamp = lease_tick(now);
+		lease_decision(l, &bk->slot[l->ver & 1u], cost, now, ret);
 		return true;
 	}
 	return lease_renew(a, k, c, cost, now, ret);
@@ -834,8 +828,8 @@ leases_return_keys(
 {
 	for (size_t i = 0; i < n; i++) {
 		allot__lease *l = &b->c[keys[i].id].lease;
-		lease_close(&keys[i], l, now);
-		l->on = false;
+		lease_close(a, l, now);
+		l->on = 0;
 	}
 }
 
@@ -843,8 +837,12 @@ void
 allot__leases_return(allot_agent *a, allot__tblock *b)
 {
 	uint64_t now = allot__agent_now(a);
-	leases_return_keys(
-	    a, b, a->known_keys, (size_t) a->cfg->ncallers * a->nclasses, now);
+	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	for (uint32_t i = 0; i <= nep; i++)
+		leases_return_keys(a, b,
+		    allot__known_key(a, 0, allot__class_at(a, i, nep)), ng,
+		    now);
 	leases_return_keys(a, b, a->anon_keys, a->nclasses, now);
 	leases_return_keys(a, b, a->overflow_keys, a->nclasses, now);
 	leases_return_keys(a, b, a->dyn_keys, a->dyn_cap, now);
@@ -853,26 +851,30 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 static inline int
 acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 {
+	/* Relaxed loads: plain moves, what they were before reconfigs. */
 	if (cost == ALLOT_COST_DEFAULT)
-		cost = k->weight;
+		cost = atomic_load_explicit(&k->weight, memory_order_relaxed);
 	allot__tblock *b = allot__thread_block(a);
 	allot__kcount *c = &b->c[k->id];
-	if (allot__unlikely(cost > k->max_cost)) {
+	if (allot__unlikely(cost >
+	        atomic_load_explicit(&k->max_cost, memory_order_relaxed))) {
 		memset(ret, 0, sizeof *ret);
 		ret->cost = cost;
 		allot__bump(b, &c->denied, 1);
 		allot__bump(b, &c->denied_tokens, cost);
 		return ALLOT_ETOOBIG;
 	}
+	allot__bucket *bk = atomic_load_explicit(
+	    &k->bucket, memory_order_relaxed);
 	uint64_t now = allot__agent_now(a);
 	if (allot__unlikely(c->lease.on) &&
-	    lease_spend(a, k, c, cost, now, ret)) {
+	    lease_spend(a, k, bk, c, cost, now, ret)) {
 		allot__bump(b, &c->allowed, 1);
 		allot__bump(b, &c->spent, cost);
 		return ALLOT_OK;
 	}
 	allot__take t;
-	allot__bucket_take(k->bucket, now, cost, &t);
+	allot__bucket_take(bk, now, cost, &t);
 	fill_decision(&t, cost, ret);
 	if (allot__likely(t.allowed)) {
 		ret->allowed = true;
@@ -882,18 +884,22 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 		/* Another thread took from this bucket between our read and
 		 * our CAS: lease from now on (an owned block only). */
 		if (allot__unlikely(t.contended) && !b->shared) {
-			c->lease.on = true;
-			c->lease.stamp_ns = now;
+			c->lease.on = 1;
+			c->lease.stamp = lease_tick(now);
 		}
 		return ALLOT_OK;
 	}
-	if (atomic_load_explicit(&k->bucket->shadow, memory_order_relaxed)) {
+	if (atomic_load_explicit(&bk->shadow, memory_order_relaxed)) {
 		/* Shadow mode: the bucket is evaluated as if enforcing (a
-		 * would-be denial takes no tokens), the request passes. */
+		 * would-be denial takes no tokens), the request passes. It
+		 * is consumption, not a denial (docs/allocation.md): counted
+		 * as admitted and spent, its tokens apart. */
 		ret->allowed = true;
 		ret->shadow_denied = true;
+		allot__bump(b, &c->allowed, 1);
+		allot__bump(b, &c->spent, cost);
 		allot__bump(b, &c->shadow_denied, 1);
-		allot__bump(b, &c->denied_tokens, cost);
+		allot__bump(b, &c->shadow_tokens, cost);
 		return ALLOT_OK;
 	}
 	ret->allowed = false;
@@ -932,7 +938,9 @@ allot_settle(allot_agent *a, allot_key *k, uint32_t charged, uint32_t measured)
 	if (charged == measured)
 		return ALLOT_OK;
 	int64_t extra = (int64_t) measured - (int64_t) charged;
-	allot__bucket_adjust(k->bucket, extra, allot__agent_now(a));
+	allot__bucket_adjust(
+	    atomic_load_explicit(&k->bucket, memory_order_relaxed), extra,
+	    allot__agent_now(a));
 	allot__tblock *b = allot__thread_block(a);
 	/* Unsigned wrap-around subtracts a refund. */
 	allot__bump(b, &b->c[k->id].spent, (uint64_t) extra);
@@ -948,8 +956,8 @@ allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
 	/* A local burst below the largest endpoint weight would make that
 	 * endpoint impossible on this replica (docs/allocation.md). */
 	if (x.mode == ALLOT__MODE_LIMIT &&
-	    x.burst < (double) a->cfg->max_weight)
-		x.burst = (double) a->cfg->max_weight;
+	    x.burst < (double) atomic_load(&q->wmax))
+		x.burst = (double) atomic_load(&q->wmax);
 	pthread_mutex_lock(&a->set_lock);
 	allot__bucket_set(&q->bucket, &x, allot__agent_now(a));
 	pthread_mutex_unlock(&a->set_lock);

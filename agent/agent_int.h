@@ -5,7 +5,8 @@
  * hot path and key tables), stats.c (snapshots) and sync.c (the
  * coordinator loop). Nothing here is part of the public interface.
  *
- * Memory per key: sizeof(allot_key) plus 64 bytes of counters and lease
+ * Memory per key: sizeof(allot_key) (one line) and sizeof(allot__kcold)
+ * (what decisions never read), plus 64 bytes of counters and lease
  * in each thread block (one block per thread that has called acquire, at most
  * max_threads); unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes
  * for the name.
@@ -35,16 +36,27 @@
  * another thread (`on`); a single-threaded caller never leases.
  */
 typedef struct allot__lease {
-	uint64_t stamp_ns; /* last use: idle for LEASE_IDLE_NS, returned */
 	uint64_t z_ns; /* the bucket's z after the batch: for decisions */
-	uint32_t ver; /* allowance version it was taken under */
-	uint16_t n; /* tokens reserved in the bucket's `leased`, 0: none */
-	uint8_t held; /* of them, not yet spent */
-	bool on; /* contention seen: lease on this key */
+	/* Last use, in ticks of 2^LEASE_TICK_SHIFT ns modulo 2^16 (about a
+	 * second): only tells idle from busy, and a lease mistaken for
+	 * busy after a wrap is still spent under its own version. */
+	unsigned stamp : 16;
+	unsigned ver : 16; /* low bits of the allowance version */
+	/* The quota (a->quotas index) whose bucket it was taken from: a
+	 * reconfig may move the key to another bucket, and the lease goes
+	 * back to the one it came from. */
+	unsigned quota : 17;
+	unsigned n : 5; /* tokens reserved in the bucket's `leased`, 0: none */
+	unsigned held : 5; /* of them, not yet spent */
+	unsigned on : 1; /* contention seen: lease on this key */
 } allot__lease;
+_Static_assert(sizeof(allot__lease) == 16, "a lease is 16 bytes");
 
 /* Spent-from-lease tokens are returned after this long unused. */
 #define ALLOT__LEASE_IDLE_NS 1000000u
+#define ALLOT__LEASE_TICK_SHIFT 14u /* 16.4 us */
+#define ALLOT__LEASE_IDLE_TICKS \
+	((ALLOT__LEASE_IDLE_NS >> ALLOT__LEASE_TICK_SHIFT) + 1u)
 /* A batch is at most this many tokens, and at most the burst /
  * (LEASE_SHARE * max_threads): all the leases of one key together never
  * hold more than 1/LEASE_SHARE of its burst out of the bucket. */
@@ -59,8 +71,12 @@ typedef struct allot__kcount {
 	_Atomic uint64_t shadow_denied;
 	_Atomic uint64_t spent; /* may be lowered by refunds */
 	_Atomic uint64_t denied_tokens;
+	/* Tokens of requests admitted in shadow that the bucket would have
+	 * denied: in `allowed` and `spent` too, never in denied_tokens. */
+	_Atomic uint64_t shadow_tokens;
 	allot__lease lease;
 } allot__kcount;
+_Static_assert(sizeof(allot__kcount) == 64, "a key's counters: one line");
 
 /*
  * A thread's counters for every key of the agent. A block has a single
@@ -82,38 +98,99 @@ typedef struct allot__tblock {
 /* Totals of a set of counters. */
 typedef struct allot__ktotals {
 	uint64_t allowed, denied, shadow_denied, spent, denied_tokens;
+	uint64_t shadow_tokens;
 } allot__ktotals;
 
 struct allot__sync;
 
+/* The index of configured identities (agent.c reads it, reconfig.c
+ * writes it): open addressing, at most half full, insert-only. One slot
+ * holds the full hash, the identity, the identity's first key and the
+ * bucket its caller-wide quota charges, so a lookup of a cold caller
+ * costs the slot's line, then the identity, the key, the bucket and the
+ * thread's counters all at once. `keys` is stored last, with release:
+ * a reader that sees it sees the rest. */
+struct allot__caller_slot {
+	uint64_t hash;
+	_Atomic(struct allot_key *) keys; /* NULL: empty */
+	const char *identity; /* on a line of its own, zero padded */
+	_Atomic(allot__bucket *) bucket; /* a prefetch hint only */
+};
+
+/* The endpoint index past ALLOT__EP_LINEAR endpoints: insert-only, the
+ * class published last with release. */
+struct allot__ep_slot {
+	uint64_t hash;
+	_Atomic uint32_t cls; /* class + 1; 0: empty */
+};
+
 /* Up to this many endpoints are found by a linear scan. */
 #define ALLOT__EP_LINEAR 8u
+/* Endpoint classes reserved beyond the first config's: 16, fewer with
+ * many callers (agent.c, capacity()), at least one. */
+#define ALLOT__SPARE_CLASSES 16u
+#define ALLOT__KEYS_RESERVED 65536u
+/* An endpoint name's room in a->ep_names. */
+#define ALLOT__EP_NAME_SZ 64u
+_Static_assert(ALLOT__ENDPOINT_MAX < ALLOT__EP_NAME_SZ, "endpoint names");
 
-/* Runtime state of one quota: its bucket and what the sync loop needs. */
+/*
+ * Runtime state of one quota: its bucket and what the sync loop needs.
+ * A quota's index (its wire key id) never changes once given: a quota
+ * removed by a reconfig keeps its slot (`removed`), unused, and comes
+ * back to it if a later config names it again.
+ */
 typedef struct allot__qrt {
 	allot__bucket bucket; /* first: 64-byte aligned */
-	const allot__quota *q; /* in the agent's own config copy */
+	/* In the config in force (a->cfg); a removed quota points at the
+	 * default quota's. Read by the thread that reconfigures (the sync
+	 * thread when a coordinator is set) or under cfg_lock. */
+	const allot__quota *q;
+	const char *name; /* wire key: identity or "IDENTITY ENDPOINT";
+	                     owned by the agent, stable until destroy */
 	uint32_t index; /* wire key id */
 	bool is_default;
-	/* Totals folded in from evicted unknown-identity keys (dyn_lock). */
+	_Atomic bool removed; /* not in the config in force */
+	/* The rate and burst a static share splits (fallback.h): the
+	 * quota's own, cut to fit the global ceiling (allot__ceiling_fit). */
+	double static_rate, static_burst;
+	/* The heaviest weight it is charged: its endpoint's for an endpoint
+	 * quota, the config's largest otherwise. Its burst on a replica is
+	 * never set below it (docs/allocation.md). */
+	_Atomic uint32_t wmax;
+	/* Totals folded in from keys that left it: evicted unknown
+	 * identities (dyn_lock) and keys a reconfig moved (cfg_lock). */
 	allot__ktotals retired;
+	/* The configured callers' keys charging it now (cfg_lock). */
+	struct allot_key **keys;
+	uint32_t nkeys, keys_cap;
 } allot__qrt;
 
-/* The fields a decision reads come first, in the key's first line. */
+/* The fields a decision reads come first, in the key's first line.
+ * A reconfig rewrites bucket, quota, weight, max_cost and known while
+ * threads decide: relaxed atomics (plain moves on x86). A decision may
+ * see one field new and another old once, never a torn one. */
 struct allot_key {
-	_Alignas(64) allot__bucket *bucket;
-	allot__qrt *quota;
+	_Alignas(64) _Atomic(allot__bucket *) bucket;
+	_Atomic(allot__qrt *) quota;
 	uint32_t id; /* index into every thread block */
-	uint32_t weight;
-	uint32_t max_cost; /* floor(quota burst) */
+	_Atomic uint32_t weight;
+	_Atomic uint32_t max_cost; /* floor(quota burst) */
 	uint32_t cls; /* endpoint class index */
-	bool known; /* a configured caller */
+	_Atomic bool known; /* charges a configured caller's quota */
 	bool dynamic; /* in the unknown-identity pool */
 	_Atomic uint32_t pins;
 	/* Even when stable; odd while a dynamic key is being recycled. */
 	_Atomic uint32_t gen;
 	uint64_t hash;
 	const char *identity;
+};
+_Static_assert(sizeof(struct allot_key) == 64,
+    "a key is one line: 10,000 keys of a class lie in 640 KB");
+
+/* What the decision path never reads of a key, apart (a->kcold, by key
+ * id), so that keys stay one line each. */
+typedef struct allot__kcold {
 	/* Counts before the key's current identity (dyn_lock): a recycled
 	 * key starts from these instead of zeroing other threads' blocks. */
 	allot__ktotals base;
@@ -122,10 +199,12 @@ struct allot_key {
 	uint64_t sweep_ns;
 	uint32_t next_free;
 	uint32_t slot; /* index in dyn_index, or UINT32_MAX */
-};
+} allot__kcold;
 
 struct allot_agent {
-	allot_config *cfg; /* owned copy */
+	/* The config in force (owned). Swapped by a reconfig under cfg_lock
+	 * and dyn_lock; read by the reconfiguring thread or under either. */
+	allot_config *cfg;
 	allot__logger log;
 	allot_clock_fn clock_fn;
 	void *clock_ctx;
@@ -133,21 +212,48 @@ struct allot_agent {
 	uint64_t seed;
 	uint64_t gen; /* unique per agent, keys TLS caches */
 
-	allot__qrt *quotas; /* ncallers + 1; the last is default */
-	uint32_t nquotas;
-	uint32_t nclasses; /* nendpoints + 1; last is "default" */
-	const char **class_names;
+	/* Quotas: ids never change (agent_int.h, allot__qrt). quota_cap is
+	 * fixed at create; nquotas is written only by the thread that
+	 * reconfigures, read with an atomic load elsewhere. The default
+	 * quota's id is the number of callers of the first config. */
+	allot__qrt *quotas; /* quota_cap */
+	uint32_t quota_cap;
+	_Atomic uint32_t nquotas;
+	uint32_t default_quota; /* its index */
+	_Atomic uint32_t max_weight; /* of the config in force */
 
-	/* Read-only indexes built at create: configured identities to
-	 * their keys (one line per probe, agent.c), endpoint names to
-	 * class (idmap.h). */
+	/* Endpoint classes: nclasses reserved at create, the last one
+	 * "default" (fixed); endpoints take classes 0.. in the order they
+	 * first appear, never reused. Insert-only, read lock-free. */
+	uint32_t nclasses;
+	_Atomic uint32_t nep; /* endpoint classes in use */
+	const char **class_names; /* nclasses; agent-owned strings */
+	_Atomic uint32_t *class_weight; /* nclasses: endpoint weights */
+	char *ep_names; /* nclasses * ALLOT__EP_NAME_SZ */
+	size_t *ep_len;
+	struct allot__ep_slot *ep_tab; /* hash index past EP_LINEAR */
+	uint32_t ep_mask;
+
+	/* Configured identities (groups of nclasses keys each), group_cap
+	 * reserved at create: identity to keys, insert-only and read
+	 * lock-free (agent.c). An identity keeps its keys for the agent's
+	 * life, whatever quotas later configs give it. */
 	struct allot__caller_slot *caller_tab;
-	char *caller_names; /* the identities, each from a line start */
 	uint32_t caller_mask;
-	allot__idmap ep_map;
-	size_t *ep_len; /* per endpoint class */
+	uint32_t group_cap;
+	_Atomic uint32_t ngroups;
+	struct allot__arena *names; /* identities and quota names */
 
-	allot_key *known_keys; /* ncallers * nclasses */
+	/* Class by class: identity g's key of class c is
+	 * known_keys[c * group_cap + g] (allot__known_key), so the keys
+	 * (and counters) of one endpoint class lie together however many
+	 * classes are reserved. */
+	allot_key *known_keys; /* nclasses * group_cap */
+	allot__kcold *kcold; /* nkeys, by key id */
+	/* A configured identity's key's totals when it started charging its
+	 * current quota (cfg_lock): what it counted before belongs to the
+	 * quota it left (reconfig.c). By key id; only these keys move. */
+	allot__ktotals *qbase; /* nclasses * group_cap */
 	allot_key *anon_keys; /* nclasses: no identity */
 	allot_key *overflow_keys; /* nclasses: pool exhausted */
 
@@ -177,6 +283,7 @@ struct allot_agent {
 	bool tkey_ok;
 
 	pthread_mutex_t set_lock; /* serialises allowance writers */
+	pthread_mutex_t cfg_lock; /* serialises reconfigs (reconfig.c) */
 	allot_agent_options opts;
 	char *coordinator;
 	char *tls_ca;
@@ -186,6 +293,27 @@ struct allot_agent {
 	char *replica_id;
 	struct allot__sync *sync;
 };
+
+/* The endpoint classes in use are 0..nep-1 and the default (the last):
+ * the i-th of them, for i <= nep. Keys of the spare classes between are
+ * never reached by a lookup, so walks over keys skip them. */
+static inline uint32_t
+allot__class_at(const allot_agent *a, uint32_t i, uint32_t nep)
+{
+	return i < nep ? i : a->nclasses - 1;
+}
+
+static inline allot__kcold *
+allot__kc(const allot_agent *a, const struct allot_key *k)
+{
+	return &a->kcold[k->id];
+}
+
+static inline struct allot_key *
+allot__known_key(const allot_agent *a, uint32_t g, uint32_t cls)
+{
+	return &a->known_keys[(size_t) cls * a->group_cap + g];
+}
 
 static inline uint64_t
 allot__agent_now(const allot_agent *a)
@@ -225,6 +353,12 @@ allot__bump(const allot__tblock *b, _Atomic uint64_t *c, uint64_t v)
 		atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
+/* Zeroed, 64-byte aligned memory (thread.c). Large sizes are fresh
+ * mapped pages, zero until first touched: capacity reserved at create
+ * costs address space, not resident memory, until it is used. */
+void *allot__zalloc(size_t sz);
+void allot__zfree(void *p);
+
 int allot__blocks_init(allot_agent *a);
 void allot__blocks_fini(allot_agent *a);
 
@@ -243,13 +377,58 @@ void allot__quota_totals(
 void allot__quota_set(
     allot_agent *a, allot__qrt *q, const allot__allowance *al);
 
-/* How the sync engine installs allowances: given to it at creation, so
- * that it calls nothing in agent.c (agent.c starts sync.c, which drives
- * sync_core.c; no call goes back up). `quota` indexes a->quotas. */
+/* How the sync engine installs allowances and configs: given to it at
+ * creation, so that it calls nothing in agent.c (agent.c starts sync.c,
+ * which drives sync_core.c; no call goes back up). `quota` indexes
+ * a->quotas. Positional initialisers { install, ctx } stay valid: the
+ * later members are then NULL. */
 typedef struct allot__installer {
 	void (*install)(void *ctx, uint32_t quota, const allot__allowance *al);
 	void *ctx;
+	/* Install a config (a service's view, already verified) atomically:
+	 * new and removed callers, weights, shadow, fallback, ceiling. On
+	 * ALLOT_OK the agent owns `cfg`; on error nothing changed and the
+	 * caller still owns it (ALLOT_EFULL: past the capacity reserved at
+	 * create). Quota ids never change; new quotas are appended, so the
+	 * caller compares a->nquotas before and after to find them. New
+	 * quotas start at their static share over the replica count the
+	 * agent was created with; other allowances are left as they are
+	 * when a coordinator is set (it reinstalls them from the shares of
+	 * the same reply; `static_allowance` for a fallback), and set to
+	 * the new static share at once when local-only. Called from the
+	 * thread that runs the engine. NULL: this engine cannot reconfigure.
+	 */
+	int (*reconfig)(void *ctx, allot_config *cfg);
+	/* The static allowance of quota `quota` over `replicas` (0 counts
+	 * as 1): its static share (fallback false) or its fallback (true),
+	 * with the global ceiling's local share applied (fallback.h). NULL:
+	 * compute it from the quota's own rate and burst. */
+	void (*static_allowance)(void *ctx, uint32_t quota, uint32_t replicas,
+	    bool fallback, allot__allowance *ret);
 } allot__installer;
+
+/* The installer of agent `a` (reconfig.c): install into its buckets,
+ * reconfigure it. */
+void allot__agent_installer(allot_agent *a, allot__installer *ret);
+
+/* At create, before the keys (reconfig.c): the default quota and the
+ * endpoint weights of `cfg`, which keys start from. */
+int allot__reconfig_prepare(allot_agent *a, const allot_config *cfg);
+/* At destroy: what reconfig.c allocated. */
+void allot__reconfig_fini(allot_agent *a);
+void allot__key_init(allot_agent *a, struct allot_key *k, allot__qrt *q,
+    uint32_t cls, const char *identity, uint32_t id);
+
+/* Install `cfg` (owned on ALLOT_OK) into `a` (reconfig.c): the engine
+ * behind allot__installer.reconfig and allot_agent_set_config(). With
+ * `initial`, the first config, at create (nothing in place yet). */
+int allot__reconfig(allot_agent *a, allot_config *cfg, bool initial);
+
+/* Point key `k` (a configured identity's) at quota `q` with endpoint
+ * weight `weight`, keeping every count it made before with the quota it
+ * leaves (cfg_lock held, or at create). */
+void allot__key_charge(
+    allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight);
 
 /* Evict idle unknown-identity keys now (any thread; takes dyn_lock). */
 void allot__agent_sweep(allot_agent *a, uint64_t now);

@@ -28,12 +28,16 @@ allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
 		    &c->spent, memory_order_relaxed);
 		t->denied_tokens += atomic_load_explicit(
 		    &c->denied_tokens, memory_order_relaxed);
+		t->shadow_tokens += atomic_load_explicit(
+		    &c->shadow_tokens, memory_order_relaxed);
 	}
-	t->allowed -= k->base.allowed;
-	t->denied -= k->base.denied;
-	t->shadow_denied -= k->base.shadow_denied;
-	t->spent -= k->base.spent;
-	t->denied_tokens -= k->base.denied_tokens;
+	const allot__ktotals *base = &allot__kc(a, k)->base;
+	t->allowed -= base->allowed;
+	t->denied -= base->denied;
+	t->shadow_denied -= base->shadow_denied;
+	t->spent -= base->spent;
+	t->denied_tokens -= base->denied_tokens;
+	t->shadow_tokens -= base->shadow_tokens;
 }
 
 static void
@@ -44,34 +48,54 @@ add_totals(allot__ktotals *acc, const allot__ktotals *t)
 	acc->shadow_denied += t->shadow_denied;
 	acc->spent += t->spent;
 	acc->denied_tokens += t->denied_tokens;
+	acc->shadow_tokens += t->shadow_tokens;
 }
 
+/* What key `k` counted since it started charging its quota. */
+static void
+since_join(allot_agent *a, const allot_key *k, allot__ktotals *ret)
+{
+	allot__key_totals(a, k, ret);
+	const allot__ktotals *qb = &a->qbase[k->id];
+	ret->allowed -= qb->allowed;
+	ret->denied -= qb->denied;
+	ret->shadow_denied -= qb->shadow_denied;
+	ret->spent -= qb->spent;
+	ret->denied_tokens -= qb->denied_tokens;
+	ret->shadow_tokens -= qb->shadow_tokens;
+}
+
+/* A quota's totals: what keys that left it counted while they charged
+ * it, plus what the keys charging it now counted since they joined
+ * (reconfig.c). The default quota also has the anonymous, overflow and
+ * unknown-identity keys, and what evicted ones had counted. */
 void
 allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 {
 	allot__ktotals t;
 	memset(ret, 0, sizeof *ret);
-	if (!q->is_default) {
-		const allot_key *k =
-		    &a->known_keys[(size_t) q->index * a->nclasses];
-		for (uint32_t j = 0; j < a->nclasses; j++) {
-			allot__key_totals(a, &k[j], &t);
-			add_totals(ret, &t);
-		}
-		return;
+	pthread_mutex_lock(&a->cfg_lock);
+	if (!q->is_default)
+		add_totals(ret, &q->retired);
+	for (uint32_t i = 0; i < q->nkeys; i++) {
+		since_join(a, q->keys[i], &t);
+		add_totals(ret, &t);
 	}
-	/* The default quota: anonymous, overflow and every live unknown
-	 * identity, plus what evicted keys had counted. */
+	pthread_mutex_unlock(&a->cfg_lock);
+	if (!q->is_default)
+		return;
 	pthread_mutex_lock(&a->dyn_lock);
 	add_totals(ret, &q->retired);
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
-		if (a->dyn_keys[i].slot == UINT32_MAX)
+		if (allot__kc(a, &a->dyn_keys[i])->slot == UINT32_MAX)
 			continue;
 		allot__key_totals(a, &a->dyn_keys[i], &t);
 		add_totals(ret, &t);
 	}
 	pthread_mutex_unlock(&a->dyn_lock);
-	for (uint32_t j = 0; j < a->nclasses; j++) {
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	for (uint32_t i = 0; i <= nep; i++) {
+		uint32_t j = allot__class_at(a, i, nep);
 		allot__key_totals(a, &a->anon_keys[j], &t);
 		add_totals(ret, &t);
 		allot__key_totals(a, &a->overflow_keys[j], &t);
@@ -87,22 +111,25 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	snprintf(out->identity, sizeof out->identity, "%s", k->identity);
 	snprintf(
 	    out->endpoint, sizeof out->endpoint, "%s", a->class_names[k->cls]);
-	out->quota = k->quota->q->identity;
-	out->known = k->known;
-	out->shadow = atomic_load(&k->bucket->shadow);
+	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
+	allot__bucket *b = &q->bucket;
+	out->quota = q->name;
+	out->known = atomic_load_explicit(&k->known, memory_order_relaxed);
+	out->shadow = atomic_load(&b->shadow);
 	out->allowed = t->allowed;
 	out->denied = t->denied;
 	out->shadow_denied = t->shadow_denied;
 	out->tokens_spent = t->spent;
 	out->tokens_denied = t->denied_tokens;
+	out->tokens_shadow = t->shadow_tokens;
 	allot__allowance al;
-	allot__bucket_get(k->bucket, &al);
+	allot__bucket_get(b, &al);
 	out->rate = al.mode == ALLOT__MODE_CLOSED ? 0.0 : al.rate;
 	out->limit = al.burst;
-	double level = allot__bucket_level(k->bucket, allot__agent_now(a));
+	double level = allot__bucket_level(b, allot__agent_now(a));
 	double u = al.burst > 0 ? 1.0 - level / al.burst : 0.0;
 	out->utilization = u < 0 ? 0 : u;
-	allot__sync_key_state(a, (uint32_t) (k->quota - a->quotas), out);
+	allot__sync_key_state(a, q->index, out);
 }
 
 int
@@ -136,16 +163,22 @@ allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
 	if (a == NULL || ret_n == NULL || (out == NULL && cap > 0))
 		return ALLOT_EINVAL;
 	size_t n = 0;
-	size_t nknown = (size_t) a->cfg->ncallers * a->nclasses;
-	for (size_t i = 0; i < nknown; i++)
-		visit(a, &a->known_keys[i], out, cap, &n);
-	for (uint32_t j = 0; j < a->nclasses; j++) {
+	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
+	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
+	for (uint32_t i = 0; i <= nep; i++)
+		for (size_t g = 0; g < ng; g++)
+			visit(a,
+			    allot__known_key(
+			        a, (uint32_t) g, allot__class_at(a, i, nep)),
+			    out, cap, &n);
+	for (uint32_t i = 0; i <= nep; i++) {
+		uint32_t j = allot__class_at(a, i, nep);
 		visit(a, &a->anon_keys[j], out, cap, &n);
 		visit(a, &a->overflow_keys[j], out, cap, &n);
 	}
 	pthread_mutex_lock(&a->dyn_lock);
 	for (uint32_t i = 0; i < a->dyn_cap; i++)
-		if (a->dyn_keys[i].slot != UINT32_MAX)
+		if (allot__kc(a, &a->dyn_keys[i])->slot != UINT32_MAX)
 			visit(a, &a->dyn_keys[i], out, cap, &n);
 	pthread_mutex_unlock(&a->dyn_lock);
 	*ret_n = n;

@@ -60,7 +60,7 @@ struct member {
 	struct allot__sync *s;
 	allot__syncc core;
 	allot__member m;
-	bool *mine; /* nquotas; NULL with a single coordinator */
+	bool *mine; /* quota_cap; NULL with a single coordinator */
 	uv_timer_t timer;
 	bool timer_init;
 
@@ -86,7 +86,9 @@ struct allot__sync {
 	struct member *m;
 	uint64_t *hashes; /* n: rendezvous identity of each member */
 	bool *live; /* n: scratch */
-	uint64_t *keyhash; /* nquotas: rendezvous identity of each key */
+	uint64_t *keyhash; /* quota_cap: rendezvous identity of each key */
+	uint32_t nhashed; /* keys with a keyhash (and an owner) so far */
+	char *cache_path; /* a->opts.config_cache_file, copied; or NULL */
 	_Atomic uint32_t down_pub;
 	_Atomic uint64_t reroutes;
 
@@ -101,7 +103,7 @@ struct allot__sync {
 	_Atomic bool link_wake_off;
 	_Atomic int link_wakers;
 
-	struct keypub *pub; /* nquotas: each key's state, for stats */
+	struct keypub *pub; /* quota_cap: each key's state, for stats */
 };
 
 static uint64_t
@@ -150,7 +152,7 @@ reroute(struct allot__sync *s)
 	}
 	atomic_store(&s->down_pub, (uint32_t) (s->n - up));
 	uint64_t moved = 0;
-	for (uint32_t k = 0; k < a->nquotas; k++) {
+	for (uint32_t k = 0; k < s->nhashed; k++) {
 		int o = allot__rendezvous_owner(
 		    s->keyhash[k], s->hashes, up > 0 ? s->live : NULL, s->n);
 		int from = -1;
@@ -209,6 +211,34 @@ member_health(struct member *mb, bool ok)
 		    mb->m.name, mb->m.url, mb->fails);
 	}
 	reroute(s);
+}
+
+static void schedule(struct member *mb, uint64_t delay_ms);
+
+/* A member's engine installed a config (sync_core.c): every session
+ * reports the digest in force, and in a cluster each quota it appended
+ * goes to its owner like the others (every engine names them in its
+ * next add_keys). */
+static void
+config_installed(struct allot__sync *s, const allot__syncc *from)
+{
+	allot_agent *a = s->a;
+	for (size_t i = 0; i < s->n; i++)
+		atomic_store(
+		    &s->m[i].core.enforced, atomic_load(&from->enforced));
+	uint32_t n = atomic_load_explicit(&a->nquotas, memory_order_relaxed);
+	if (s->n < 2 || n <= s->nhashed)
+		return;
+	for (uint32_t k = s->nhashed; k < n; k++)
+		s->keyhash[k] = allot__rendezvous_key(
+		    a->service, a->quotas[k].name);
+	s->nhashed = n;
+	reroute(s);
+	/* The other members hear of the new keys at once too (the one that
+	 * sent the config does: allot__syncc_next_delay_ms()). */
+	for (size_t i = 0; i < s->n; i++)
+		if (&s->m[i].core != from && !allot__exchange_busy(&s->m[i].x))
+			schedule(&s->m[i], 1);
 }
 
 /* ---- certificate rotation ---- */
@@ -398,7 +428,8 @@ static void
 publish(struct allot__sync *s)
 {
 	allot_agent *a = s->a;
-	for (uint32_t k = 0; k < a->nquotas; k++) {
+	uint32_t nq = atomic_load_explicit(&a->nquotas, memory_order_relaxed);
+	for (uint32_t k = 0; k < nq; k++) {
 		const struct member *mb = &s->m[0];
 		for (size_t i = 1; i < s->n; i++)
 			if (s->m[i].mine[k])
@@ -427,7 +458,8 @@ void
 allot__sync_key_state(allot_agent *a, uint32_t quota, allot_key_stats *ret)
 {
 	struct allot__sync *s = a->sync;
-	if (s == NULL || quota >= a->nquotas)
+	if (s == NULL ||
+	    quota >= atomic_load_explicit(&a->nquotas, memory_order_relaxed))
 		return;
 	const struct keypub *p = &s->pub[quota];
 	ret->in_fallback = atomic_load_explicit(
@@ -540,6 +572,8 @@ complete(struct member *mb)
 		nng_msg_free(reply);
 	}
 	member_health(mb, ok);
+	if (allot__syncc_take_reconfigured(&mb->core))
+		config_installed(mb->s, &mb->core);
 	allot__syncc_check_lease(&mb->core, now);
 	schedule(mb,
 	    ok ? allot__syncc_next_delay_ms(&mb->core, now, true) :
@@ -671,6 +705,7 @@ sync_free(struct allot__sync *s)
 	free(s->live);
 	free(s->keyhash);
 	free(s->pub);
+	free(s->cache_path);
 	allot__tlsreq_fini(&s->rl);
 	free(s);
 }
@@ -718,9 +753,10 @@ member_open(struct allot__sync *s, size_t i, bool cluster)
 	        allot__hash_seed() ^ (uint64_t) getpid() ^ allot__mix64(i + 1),
 	        &s->in) != ALLOT_OK)
 		return ALLOT_ENOMEM;
+	mb->core.cache_path = s->cache_path;
 	if (cluster) {
 		mb->mine = calloc(
-		    a->nquotas > 0 ? a->nquotas : 1, sizeof *mb->mine);
+		    a->quota_cap > 0 ? a->quota_cap : 1, sizeof *mb->mine);
 		if (mb->mine == NULL)
 			return ALLOT_ENOMEM;
 		mb->core.mine = mb->mine;
@@ -776,11 +812,17 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	s->m = calloc((size_t) n, sizeof *s->m);
 	s->hashes = calloc((size_t) n, sizeof *s->hashes);
 	s->live = calloc((size_t) n, sizeof *s->live);
-	s->keyhash = calloc(
-	    a->nquotas > 0 ? a->nquotas : 1, sizeof *s->keyhash);
-	s->pub = calloc(a->nquotas > 0 ? a->nquotas : 1, sizeof *s->pub);
+	uint32_t cap = a->quota_cap > 0 ? a->quota_cap : 1;
+	s->keyhash = calloc(cap, sizeof *s->keyhash);
+	s->pub = calloc(cap, sizeof *s->pub);
+	if (a->opts.config_cache_file != NULL &&
+	    a->opts.config_cache_file[0] != '\0')
+		s->cache_path = strdup(a->opts.config_cache_file);
 	if (s->m == NULL || s->hashes == NULL || s->live == NULL ||
-	    s->keyhash == NULL || s->pub == NULL) {
+	    s->keyhash == NULL || s->pub == NULL ||
+	    (a->opts.config_cache_file != NULL &&
+	        a->opts.config_cache_file[0] != '\0' &&
+	        s->cache_path == NULL)) {
 		sync_free(s);
 		return ALLOT_ENOMEM;
 	}
@@ -796,9 +838,10 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 		return rc;
 	}
 	if (cluster) {
-		for (uint32_t k = 0; k < a->nquotas; k++)
+		s->nhashed = atomic_load(&a->nquotas);
+		for (uint32_t k = 0; k < s->nhashed; k++)
 			s->keyhash[k] = allot__rendezvous_key(
-			    a->service, a->quotas[k].q->identity);
+			    a->service, a->quotas[k].name);
 		reroute(s);
 		atomic_store(&s->reroutes, 0);
 	}
@@ -883,6 +926,8 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		ret->keys_unconfirmed += m.keys_unconfirmed;
 		ret->throttled += m.throttled;
 		ret->early_syncs += m.early_syncs;
+		ret->config_installs += m.config_installs;
+		ret->config_rejects += m.config_rejects;
 		if (!s->m[i].down &&
 		    (!have_lease ||
 		        m.lease_remaining_ms < ret->lease_remaining_ms)) {

@@ -11,6 +11,15 @@
  * (fail-static) until their lease expires; then each quota applies its
  * `fallback` (static_share: R / last known replica count, open, closed)
  * until a reply arrives again. Every transition is counted and logged.
+ *
+ * The config plane (docs/protocol.md): every Sync announces the digest
+ * of the config the agent enforces; a Welcome or Reply that carries the
+ * coordinator's file is loaded, checked against its digest and installed
+ * through the installer's `reconfig`, before the shares of the same
+ * message are applied; quotas it appended are named in the next Sync's
+ * add_keys; and the text is cached (config_cache.c). A config that fails
+ * is backed off per digest. An installer without `reconfig` (the
+ * simulator) announces digest 0 and is never sent one.
  */
 #include "sync_int.h"
 
@@ -20,6 +29,7 @@
 #include <unistd.h>
 
 #include "allot.pb-c.h"
+#include "config_cache.h"
 #include "fallback.h"
 #include "prng.h"
 #include "sign.h"
@@ -42,6 +52,26 @@ is_mine(const syncc *s, uint32_t key)
 	return s->mine == NULL || s->mine[key];
 }
 
+/* The quotas in use: this thread is the one that appends to them. */
+static inline uint32_t
+nq(const syncc *s)
+{
+	return atomic_load_explicit(&s->a->nquotas, memory_order_relaxed);
+}
+
+/* The digest of the config the agent enforces; 0 when this engine
+ * cannot install one (the simulator): allotd then never sends it. */
+static uint64_t
+enforced_digest(const syncc *s)
+{
+	/* While a config that would not install is backed off, say 0 too:
+	 * allotd does not send it again until the backoff ends. */
+	if (s->in.reconfig == NULL ||
+	    (s->bad_digest != 0 && s->sent_ns < s->bad_until_ns))
+		return 0;
+	return s->a->cfg->digest;
+}
+
 static const char *
 peer(const syncc *s)
 {
@@ -57,14 +87,19 @@ allot__syncc_create(
 	s->in = *in;
 	s->fail_rl = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	s->rng = seed | 1;
-	s->q = calloc(a->nquotas, sizeof *s->q);
-	s->seen = calloc(a->nquotas, sizeof *s->seen);
+	/* Room for every quota a config may append (quota ids are never
+	 * reused): the arrays never move while the agent lives. */
+	uint32_t cap = a->quota_cap > 0 ? a->quota_cap : 1;
+	s->q = calloc(cap, sizeof *s->q);
+	s->seen = calloc(cap, sizeof *s->seen);
+	s->was = calloc(3 * (size_t) cap, sizeof *s->was);
 	atomic_store(&s->replicas, a->opts.initial_replicas);
-	if (s->q == NULL || s->seen == NULL) {
+	atomic_store(&s->enforced, a->cfg->digest);
+	if (s->q == NULL || s->seen == NULL || s->was == NULL) {
 		allot__syncc_fini(s);
 		return ALLOT_ENOMEM;
 	}
-	for (uint32_t i = 0; i < a->nquotas; i++)
+	for (uint32_t i = 0; i < cap; i++)
 		s->q[i].foreign = true;
 	return ALLOT_OK;
 }
@@ -74,8 +109,10 @@ allot__syncc_fini(syncc *s)
 {
 	free(s->q);
 	free(s->seen);
+	free(s->was);
 	s->q = NULL;
 	s->seen = NULL;
+	s->was = NULL;
 }
 
 static int
@@ -95,11 +132,12 @@ static int
 build_register(syncc *s, void **ret_buf, size_t *ret_len)
 {
 	allot_agent *a = s->a;
-	const char **keys = malloc(sizeof *keys * a->nquotas);
+	uint32_t n = nq(s);
+	const char **keys = malloc(sizeof *keys * (n > 0 ? n : 1));
 	if (keys == NULL)
 		return ALLOT_ENOMEM;
-	for (uint32_t i = 0; i < a->nquotas; i++)
-		keys[i] = a->quotas[i].q->identity;
+	for (uint32_t i = 0; i < n; i++)
+		keys[i] = a->quotas[i].name;
 	char host[256] = "";
 	gethostname(host, sizeof host - 1);
 
@@ -110,8 +148,10 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 	reg.pid = (uint32_t) getpid();
 	reg.agent_version = (char *) ALLOT_VERSION_STRING;
 	reg.config_digest = a->cfg->digest;
-	reg.n_keys = a->nquotas;
+	reg.n_keys = n;
 	reg.keys = (char **) keys;
+	s->nwire = n;
+	s->adding = 0;
 	reg.sync_interval_ms = a->opts.sync_interval_ms;
 	if (s->signer != NULL && allot__signer_sign(s->signer, &reg) != 0) {
 		free(keys);
@@ -138,12 +178,19 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	s->last_sync_ns = now;
 
 	int rc = ALLOT_ENOMEM;
-	Allot__V1__KeyReport *reps = calloc(a->nquotas, sizeof *reps);
-	Allot__V1__KeyReport **ptrs = calloc(a->nquotas, sizeof *ptrs);
+	uint32_t nquotas = nq(s);
+	Allot__V1__KeyReport *reps = calloc(nquotas, sizeof *reps);
+	Allot__V1__KeyReport **ptrs = calloc(nquotas, sizeof *ptrs);
+	/* Quotas a config appended since the session last heard of them:
+	 * their wire keys, in id order (Sync.add_keys). */
+	uint32_t nadd = nquotas > s->nwire ? nquotas - s->nwire : 0;
+	char **add = calloc(nadd > 0 ? nadd : 1, sizeof *add);
 	size_t n = 0;
-	if (reps == NULL || ptrs == NULL)
+	if (reps == NULL || ptrs == NULL || add == NULL)
 		goto out;
-	for (uint32_t i = 0; i < a->nquotas; i++) {
+	for (uint32_t i = 0; i < nadd; i++)
+		add[i] = (char *) a->quotas[s->nwire + i].name;
+	for (uint32_t i = 0; i < nquotas; i++) {
 		allot__qrt *q = &a->quotas[i];
 		qsync *qs = &s->q[i];
 		allot__ktotals t;
@@ -153,8 +200,10 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		int64_t d_spent = (int64_t) (t.spent - qs->last_spent);
 		uint64_t consumed = d_spent > 0 ? (uint64_t) d_spent : 0;
 		uint64_t denied = t.denied_tokens - qs->last_denied;
+		uint64_t shadow = t.shadow_tokens - qs->last_shadow;
 		qs->last_spent += consumed;
 		qs->last_denied = t.denied_tokens;
+		qs->last_shadow = t.shadow_tokens;
 		qs->denying = denied > 0;
 		if (elapsed > 0) {
 			double inst = (double) (consumed + denied) / elapsed;
@@ -164,7 +213,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		 * baseline: each is reported to its owner alone, and a key
 		 * that moves here starts counting from the move. */
 		if (!is_mine(s, i) ||
-		    (consumed == 0 && denied == 0 &&
+		    (consumed == 0 && denied == 0 && shadow == 0 &&
 		        !(qs->foreign && s->mine != NULL)))
 			continue;
 		Allot__V1__KeyReport *r = &reps[n];
@@ -184,6 +233,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		r->key = q->index;
 		r->consumed = consumed;
 		r->denied = denied;
+		r->shadow_denied = shadow;
 		double level = allot__bucket_level(&q->bucket, now);
 		r->held = level > 0 ? (uint64_t) level : 0;
 		r->demand = (uint64_t) ceil(qs->demand);
@@ -196,6 +246,10 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	sy.n_reports = n;
 	sy.reports = ptrs;
 	sy.early = s->early;
+	sy.config_digest = enforced_digest(s);
+	sy.n_add_keys = nadd;
+	sy.add_keys = nadd > 0 ? add : NULL;
+	s->adding = nadd;
 	if (s->early)
 		atomic_fetch_add(&s->early_syncs, 1);
 	s->early_sent = s->early;
@@ -210,6 +264,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 out:
 	free(reps);
 	free(ptrs);
+	free(add);
 	return rc;
 }
 
@@ -273,7 +328,7 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 {
 	allot_agent *a = s->a;
 	bool *seen = s->seen;
-	memset(seen, 0, sizeof *seen * a->nquotas);
+	memset(seen, 0, sizeof *seen * nq(s));
 	int bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		const Allot__V1__Share *sh = shares[i];
@@ -281,7 +336,7 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 		 * ALLOT__BURST_MAX: a share above (or NaN, or negative) is
 		 * not an allowance, and would overflow the counters the
 		 * next report is built from. */
-		if (sh->key >= a->nquotas ||
+		if (sh->key >= nq(s) ||
 		    !(sh->rate >= 0 && sh->rate <= ALLOT__RATE_MAX) ||
 		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX)) {
 			bad++;
@@ -295,7 +350,7 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 	/* Coming back from fallback with a partial reply: the keys the
 	 * coordinator left out keep their last coordinator allowance. */
 	if (!full && atomic_load(&s->in_fallback))
-		for (uint32_t k = 0; k < a->nquotas; k++)
+		for (uint32_t k = 0; k < nq(s); k++)
 			if (!seen[k] && s->q[k].has_share && is_mine(s, k))
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
@@ -314,7 +369,7 @@ static void
 rebaseline(syncc *s)
 {
 	allot_agent *a = s->a;
-	for (uint32_t i = 0; i < a->nquotas; i++) {
+	for (uint32_t i = 0; i < nq(s); i++) {
 		allot__ktotals t;
 		allot__quota_totals(a, &a->quotas[i], &t);
 		qsync *qs = &s->q[i];
@@ -334,8 +389,12 @@ key_fallback(syncc *s, uint32_t i, uint32_t n)
 	allot_agent *a = s->a;
 	const allot__quota *q = a->quotas[i].q;
 	allot__allowance al;
-	allot__fallback_allowance(
-	    q->fallback, q->rate, q->burst, n, a->cfg->max_weight, &al);
+	/* The agent's: with the ceiling's local share (fallback.h). */
+	if (s->in.static_allowance != NULL)
+		s->in.static_allowance(s->in.ctx, i, n, true, &al);
+	else
+		allot__fallback_allowance(q->fallback, q->rate, q->burst, n,
+		    a->cfg->max_weight, &al);
 	al.hint_ns = (uint64_t) a->opts.reconnect_max_ms * 1000000u;
 	s->in.install(s->in.ctx, i, &al);
 }
@@ -352,7 +411,7 @@ enter_fallback(syncc *s)
 {
 	allot_agent *a = s->a;
 	uint32_t n = fallback_replicas(s);
-	for (uint32_t i = 0; i < a->nquotas; i++)
+	for (uint32_t i = 0; i < nq(s); i++)
 		if (is_mine(s, i))
 			key_fallback(s, i, n);
 	atomic_store(&s->in_fallback, true);
@@ -390,9 +449,9 @@ renew_keys(syncc *s, const uint32_t *not_owner, size_t n)
 {
 	allot_agent *a = s->a;
 	bool *refused = s->seen;
-	memset(refused, 0, sizeof *refused * a->nquotas);
+	memset(refused, 0, sizeof *refused * nq(s));
 	for (size_t i = 0; i < n; i++)
-		if (not_owner[i] < a->nquotas)
+		if (not_owner[i] < nq(s))
 			refused[not_owner[i]] = true;
 	if (n > 0) {
 		atomic_fetch_add(&s->not_owner, n);
@@ -403,7 +462,7 @@ renew_keys(syncc *s, const uint32_t *not_owner, size_t n)
 		    "allowance until its lease ends",
 		    peer(s), n);
 	}
-	for (uint32_t k = 0; k < a->nquotas; k++)
+	for (uint32_t k = 0; k < nq(s); k++)
 		if (!refused[k] && is_mine(s, k) &&
 		    (!s->q[k].foreign || s->mine == NULL))
 			s->q[k].lease_until_ns = s->lease_until_ns;
@@ -415,6 +474,161 @@ allot__syncc_adopt_key(syncc *s, uint32_t k, uint64_t lease_until_ns)
 	s->q[k].foreign = true;
 	s->q[k].key_fallback = false;
 	s->q[k].lease_until_ns = lease_until_ns;
+}
+
+/* ---- the config plane ---- */
+
+/* A config that failed to install is not taken again for this long,
+ * doubling up to CONFIG_BACKOFF_MAX_MS: meanwhile the Syncs announce
+ * digest 0, so allotd does not send it again (docs/protocol.md). */
+#define CONFIG_BACKOFF_MIN_MS 30000u
+#define CONFIG_BACKOFF_MAX_MS 600000u
+
+static void
+config_refused(syncc *s, uint64_t now, uint64_t digest)
+{
+	atomic_fetch_add(&s->config_rejects, 1);
+	if (s->bad_digest != digest)
+		s->bad_backoff_ms = 0;
+	uint32_t b = s->bad_backoff_ms == 0 ? CONFIG_BACKOFF_MIN_MS :
+	                                      s->bad_backoff_ms * 2;
+	s->bad_backoff_ms = b > CONFIG_BACKOFF_MAX_MS ? CONFIG_BACKOFF_MAX_MS :
+	                                                b;
+	s->bad_digest = digest;
+	s->bad_until_ns = now + (uint64_t) s->bad_backoff_ms * 1000000u;
+}
+
+/* Each quota's rate, burst and fallback before a reconfig, to find the
+ * ones whose allowance must be installed again. */
+static void
+config_remember(syncc *s, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		const allot__quota *q = s->a->quotas[i].q;
+		s->was[3 * i] = q->rate;
+		s->was[3 * i + 1] = q->burst;
+		s->was[3 * i + 2] = (double) q->fallback;
+	}
+}
+
+static bool
+config_changed(const syncc *s, uint32_t i, uint32_t before)
+{
+	const allot__quota *q = s->a->quotas[i].q;
+	return i >= before || s->was[3 * i] != q->rate ||
+	    s->was[3 * i + 1] != q->burst ||
+	    s->was[3 * i + 2] != (double) q->fallback;
+}
+
+/* Parse, check and install the coordinator's config `text` announced
+ * as `digest` (Welcome.config or Reply.config). Returns the number of
+ * quotas before the install (the new ones follow), or UINT32_MAX when
+ * nothing was installed. Failures are logged, counted and backed off
+ * per digest. */
+static uint32_t
+config_take(
+    syncc *s, uint64_t now, uint64_t digest, const ProtobufCBinaryData *text)
+{
+	allot_agent *a = s->a;
+	if (s->in.reconfig == NULL || text->len == 0 ||
+	    digest == a->cfg->digest ||
+	    (digest == s->bad_digest && now < s->bad_until_ns))
+		return UINT32_MAX;
+	char err[512];
+	allot_config *cfg = NULL, *view = NULL;
+	if (allot_config_parse("coordinator config", (const char *) text->data,
+	        text->len, err, sizeof err, &cfg) != ALLOT_OK) {
+		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-CONFIG-REJECT",
+		    "config from %s (digest %016llx) does not load: %s; "
+		    "keeping digest %016llx",
+		    peer(s), (unsigned long long) digest, err,
+		    (unsigned long long) a->cfg->digest);
+		config_refused(s, now, digest);
+		return UINT32_MAX;
+	}
+	if (cfg->digest != digest) {
+		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-CONFIG-DIGEST",
+		    "config from %s announced as digest %016llx loads as "
+		    "%016llx: refused, keeping digest %016llx",
+		    peer(s), (unsigned long long) digest,
+		    (unsigned long long) cfg->digest,
+		    (unsigned long long) a->cfg->digest);
+		allot_config_free(cfg);
+		config_refused(s, now, digest);
+		return UINT32_MAX;
+	}
+	int rc = allot__config_select(cfg, a->service, &view);
+	uint32_t before = nq(s);
+	config_remember(s, before);
+	if (rc == ALLOT_OK)
+		rc = s->in.reconfig(s->in.ctx, view);
+	if (rc != ALLOT_OK) {
+		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-CONFIG-REJECT",
+		    "config from %s (digest %016llx) not installed: %s; "
+		    "keeping digest %016llx, not taking it again for %u s",
+		    peer(s), (unsigned long long) digest, allot_strerror(rc),
+		    (unsigned long long) a->cfg->digest,
+		    (s->bad_digest == digest && s->bad_backoff_ms > 0 ?
+		            2 * s->bad_backoff_ms :
+		            CONFIG_BACKOFF_MIN_MS) /
+		        1000u);
+		allot_config_free(view);
+		allot_config_free(cfg);
+		config_refused(s, now, digest);
+		return UINT32_MAX;
+	}
+	allot_config_free(cfg); /* the agent owns `view` now */
+	s->bad_digest = 0;
+	s->bad_backoff_ms = 0;
+	s->reconfigured = true;
+	atomic_store(&s->enforced, digest);
+	atomic_fetch_add(&s->config_installs, 1);
+	allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CONFIG-INSTALL",
+	    "installed the config of %s (digest %016llx, %zu bytes): %u "
+	    "quotas, %u of them new",
+	    peer(s), (unsigned long long) digest, text->len, nq(s),
+	    nq(s) - before);
+	if (s->cache_path != NULL)
+		(void) allot__config_cache_write(s->cache_path, a->coordinator,
+		    digest, text->data, text->len, &a->log);
+	return before;
+}
+
+/* After a config was installed and the shares of the same message
+ * applied: every quota whose values changed, or that is new, and got no
+ * share in it runs on what it should now: its fallback when the session
+ * (or the key) is in fallback, the coordinator's last share (installed
+ * again: its burst may be above the new one) when it has one, else its
+ * static share. */
+static void
+config_settle(syncc *s, uint32_t before)
+{
+	uint32_t n = fallback_replicas(s);
+	for (uint32_t i = 0; i < nq(s); i++) {
+		qsync *qs = &s->q[i];
+		if (!is_mine(s, i) || s->seen[i] ||
+		    !config_changed(s, i, before))
+			continue;
+		if (atomic_load(&s->in_fallback) || qs->key_fallback) {
+			key_fallback(s, i, n);
+		} else if (qs->has_share && i < before) {
+			install_share(s, i, qs->share_rate, qs->share_burst);
+		} else if (s->in.static_allowance != NULL) {
+			allot__allowance al;
+			s->in.static_allowance(s->in.ctx, i, n, false, &al);
+			al.hint_ns = (uint64_t) s->a->opts.sync_interval_ms *
+			    1000000u;
+			s->in.install(s->in.ctx, i, &al);
+		}
+	}
+}
+
+bool
+allot__syncc_take_reconfigured(syncc *s)
+{
+	bool r = s->reconfigured;
+	s->reconfigured = false;
+	return r;
 }
 
 /* ---- replies ---- */
@@ -430,6 +644,12 @@ allot__syncc_failed(syncc *s, uint64_t now, const char *why)
 	 * in the lost reply stays unknown. */
 	if (s->session != 0 && s->expect == ALLOT__EXPECT_REPLY)
 		s->seq++;
+	/* Whether allotd appended the keys of a lost Sync is unknown, and
+	 * sending them again would name them twice: register again, with
+	 * every key. */
+	if (s->adding > 0 && s->expect == ALLOT__EXPECT_REPLY)
+		s->session = 0;
+	s->adding = 0;
 	if (atomic_exchange(&s->connected, false))
 		allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-SYNC-LOST",
 		    "lost the coordinator %s: %s; keeping current "
@@ -443,6 +663,55 @@ allot__syncc_failed(syncc *s, uint64_t now, const char *why)
 	uint32_t next = s->backoff_ms == 0 ? a->opts.reconnect_min_ms :
 	                                     s->backoff_ms * 2;
 	s->backoff_ms = next > max ? max : next;
+}
+
+/* A Welcome: the new session, the coordinator's config when it sent
+ * one, the first shares and the lease. */
+static void
+apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
+{
+	allot_agent *a = s->a;
+	rebaseline(s);
+	s->session = w->session;
+	s->seq = 0;
+	s->last_sync_ns = now;
+	atomic_store(&s->session_pub, w->session);
+	atomic_store(&s->replicas, w->replicas);
+	atomic_store(&s->epoch, w->config_epoch);
+	atomic_store(&s->digest, w->config_digest);
+	atomic_fetch_add(&s->unknown_keys, w->n_unknown_keys);
+	atomic_fetch_add(&s->registers, 1);
+	if (w->n_unknown_keys > 0)
+		allot__log(&a->log, ALLOT_LOG_WARNING,
+		    "ALLOT-SYNC-UNKNOWN-KEYS",
+		    "coordinator has no quota for %zu of our %u "
+		    "quotas; they keep their local allowance",
+		    w->n_unknown_keys, nq(s));
+	uint32_t before = config_take(s, now, w->config_digest, &w->config);
+	if (w->config_digest != a->cfg->digest)
+		allot__log(&a->log, ALLOT_LOG_NOTICE,
+		    "ALLOT-SYNC-CONFIG-DIFFERS",
+		    "coordinator quota config (digest %016llx) "
+		    "differs from ours (%016llx)%s; the "
+		    "coordinator's allowances win",
+		    (unsigned long long) w->config_digest,
+		    (unsigned long long) a->cfg->digest,
+		    w->config.len > 0 ?
+		        "" :
+		        " and it did not send it (too large, or we "
+		        "do not take configs)");
+	apply_shares(s, w->shares, w->n_shares, true);
+	if (before != UINT32_MAX)
+		config_settle(s, before);
+	/* A Welcome that could not grant every key yet (others had
+	 * not given back): ask again after half an interval. */
+	s->short_grant = false;
+	for (size_t i = 0; i < w->n_shares; i++)
+		if (!(w->shares[i]->rate > 0) && w->shares[i]->key < nq(s) &&
+		    is_mine(s, w->shares[i]->key))
+			s->short_grant = true;
+	set_lease(s, now, w->lease_ms);
+	renew_keys(s, NULL, 0);
 }
 
 /* Returns true when the exchange succeeded. */
@@ -509,44 +778,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	}
 	if (s->expect == ALLOT__EXPECT_WELCOME &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
-		const Allot__V1__Welcome *w = env->welcome;
-		rebaseline(s);
-		s->session = w->session;
-		s->seq = 0;
-		s->last_sync_ns = now;
-		atomic_store(&s->session_pub, w->session);
-		atomic_store(&s->replicas, w->replicas);
-		atomic_store(&s->epoch, w->config_epoch);
-		atomic_store(&s->digest, w->config_digest);
-		atomic_fetch_add(&s->unknown_keys, w->n_unknown_keys);
-		atomic_fetch_add(&s->registers, 1);
-		if (w->n_unknown_keys > 0)
-			allot__log(&a->log, ALLOT_LOG_WARNING,
-			    "ALLOT-SYNC-UNKNOWN-KEYS",
-			    "coordinator has no quota for %zu of our %u "
-			    "quotas; they keep their local allowance",
-			    w->n_unknown_keys, a->nquotas);
-		if (w->config_digest != a->cfg->digest)
-			allot__log(&a->log, ALLOT_LOG_NOTICE,
-			    "ALLOT-SYNC-CONFIG-DIFFERS",
-			    "coordinator quota config (digest %016llx) "
-			    "differs "
-			    "from ours (%016llx); the coordinator's "
-			    "allowances "
-			    "win",
-			    (unsigned long long) w->config_digest,
-			    (unsigned long long) a->cfg->digest);
-		apply_shares(s, w->shares, w->n_shares, true);
-		/* A Welcome that could not grant every key yet (others had
-		 * not given back): ask again after half an interval. */
-		s->short_grant = false;
-		for (size_t i = 0; i < w->n_shares; i++)
-			if (!(w->shares[i]->rate > 0) &&
-			    w->shares[i]->key < a->nquotas &&
-			    is_mine(s, w->shares[i]->key))
-				s->short_grant = true;
-		set_lease(s, now, w->lease_ms);
-		renew_keys(s, NULL, 0);
+		apply_welcome(s, now, env->welcome);
 		ok = true;
 	} else if (s->expect == ALLOT__EXPECT_REPLY &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
@@ -558,7 +790,15 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		}
 		atomic_store(&s->replicas, r->replicas);
 		atomic_store(&s->epoch, r->config_epoch);
+		if (r->config_digest != 0)
+			atomic_store(&s->digest, r->config_digest);
+		s->nwire += s->adding;
+		s->adding = 0;
+		uint32_t before = config_take(
+		    s, now, r->config_digest, &r->config);
 		apply_shares(s, r->shares, r->n_shares, r->full);
+		if (before != UINT32_MAX)
+			config_settle(s, before);
 		set_lease(s, now, r->lease_ms);
 		renew_keys(s, r->not_owner, r->n_not_owner);
 		atomic_fetch_add(&s->syncs_ok, 1);
@@ -587,7 +827,7 @@ void
 allot__syncc_count_unconfirmed(syncc *s)
 {
 	uint32_t n = 0;
-	for (uint32_t k = 0; k < s->a->nquotas; k++)
+	for (uint32_t k = 0; k < nq(s); k++)
 		n += s->mine[k] && s->q[k].foreign;
 	atomic_store(&s->unconfirmed, n);
 }
@@ -602,7 +842,7 @@ allot__syncc_check_lease(syncc *s, uint64_t now)
 		 * own a key, or one that just came back, never cuts short
 		 * the lease of an allowance another member granted. */
 		bool any = false;
-		for (uint32_t k = 0; k < s->a->nquotas; k++) {
+		for (uint32_t k = 0; k < nq(s); k++) {
 			qsync *qs = &s->q[k];
 			if (!s->mine[k])
 				continue;
@@ -618,7 +858,7 @@ allot__syncc_check_lease(syncc *s, uint64_t now)
 				    "ALLOT-FALLBACK-KEY",
 				    "quota %s: its lease ended with no member "
 				    "answering for it; applying its fallback",
-				    s->a->quotas[k].q->identity);
+				    s->a->quotas[k].name);
 			}
 			any |= qs->key_fallback;
 		}
@@ -639,8 +879,13 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 	if (ok && s->throttled) {
 		s->throttled = false;
 		ok = false; /* the backoff, not the interval */
-	} else if (ok && s->session == 0)
+	} else if (ok && s->session == 0) {
 		return 0; /* re-register at once */
+	} else if (ok && nq(s) > s->nwire) {
+		/* A config appended quotas: name them now (add_keys), so
+		 * that their shares come within an exchange, not a T. */
+		return 1;
+	}
 	double t;
 	if (ok) {
 		double j = a->opts.sync_jitter;
@@ -685,7 +930,7 @@ allot__syncc_early_due(syncc *s, uint64_t now)
 	uint64_t gap = (uint64_t) a->opts.sync_interval_ms * 250000u;
 	if (now < s->last_sync_ns + gap)
 		return false;
-	for (uint32_t i = 0; i < a->nquotas; i++) {
+	for (uint32_t i = 0; i < nq(s); i++) {
 		allot__qrt *q = &a->quotas[i];
 		if (q->is_default || !is_mine(s, i) || s->q[i].denying ||
 		    !(s->q[i].share_rate > 0))
@@ -725,6 +970,9 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->throttled = atomic_load(&s->throttled_n);
 	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
 	ret->early_syncs = atomic_load(&s->early_syncs);
+	ret->enforced_digest = atomic_load(&s->enforced);
+	ret->config_installs = atomic_load(&s->config_installs);
+	ret->config_rejects = atomic_load(&s->config_rejects);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :

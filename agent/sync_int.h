@@ -19,6 +19,7 @@
 typedef struct allot__qsync {
 	uint64_t last_spent; /* tokens reported as consumed so far */
 	uint64_t last_denied;
+	uint64_t last_shadow; /* shadow would-deny tokens reported */
 	double demand; /* smoothed tokens/s */
 	double share_rate; /* last allowance from the coordinator */
 	double share_burst;
@@ -54,8 +55,22 @@ typedef struct allot__syncc {
 	bool early; /* the next Sync goes out early (syncc_early_due) */
 	bool early_sent; /* the last Sync went out early */
 	uint64_t rng;
+	/* Per quota, sized a->quota_cap: a config installed from a reply
+	 * appends quotas (sync_core.c, "The config plane"). */
 	allot__qsync *q;
-	bool *seen; /* scratch, nquotas */
+	bool *seen; /* scratch */
+	double *was; /* scratch: rate, burst, fallback of each quota */
+	/* The config plane: keys this session knows (its Register's and
+	 * the add_keys it acknowledged), the add_keys of the Sync in flight,
+	 * and the backoff of a config that would not install. */
+	uint32_t nwire;
+	uint32_t adding;
+	uint64_t bad_digest;
+	uint64_t bad_until_ns;
+	uint32_t bad_backoff_ms;
+	/* Where an installed config's text is cached (config_cache.c);
+	 * NULL: nowhere. Set by the driver. */
+	const char *cache_path;
 	/* Cluster mode (sync.c): the keys this session reports and takes
 	 * allowances for, owned by the driver, and the member's address
 	 * for log lines. NULL: every key, and the agent's coordinator. */
@@ -86,7 +101,11 @@ typedef struct allot__syncc {
 	_Atomic uint32_t unconfirmed; /* mine and foreign (cluster mode) */
 	_Atomic uint64_t throttled_n; /* RATE_LIMITED answers */
 	_Atomic uint64_t early_syncs; /* Syncs sent early, short */
+	_Atomic uint64_t enforced; /* digest of the config in force */
+	_Atomic uint64_t config_installs; /* configs installed from replies */
+	_Atomic uint64_t config_rejects; /* refused (digest, parse, install) */
 	bool throttled; /* the last answer was RATE_LIMITED */
+	bool reconfigured; /* allot__syncc_take_reconfigured() */
 	_Atomic int64_t lease_until_pub;
 	allot__logrl fail_rl;
 } allot__syncc;
@@ -143,6 +162,11 @@ void allot__syncc_count_unconfirmed(allot__syncc *c);
  * a timer finer than the interval while no exchange is in flight, and
  * on true runs the exchange at once (the Sync says `early`). */
 bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
+
+/* Whether the engine installed a config (a->nquotas may have grown)
+ * since the driver last asked; clears the flag. Cluster mode routes the
+ * new keys then. */
+bool allot__syncc_take_reconfigured(allot__syncc *c);
 
 /* Fill the public stats from the engine. */
 void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);

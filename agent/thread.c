@@ -16,16 +16,44 @@ _Thread_local allot__tlcache allot__tl
 
 static _Atomic uint64_t next_gen = 1;
 
+/* calloc, aligned to a line: the allocator hands large sizes out as
+ * fresh mapped pages, which it does not clear (they are zero), so the
+ * pages of a reserve stay untouched until used; and its statistics
+ * (mallinfo2) still count them. The pointer calloc gave is kept in the
+ * 8 bytes before the aligned one. */
+void *
+allot__zalloc(size_t sz)
+{
+	char *raw = calloc(1, sz + 64);
+	if (raw == NULL)
+		return NULL;
+	char *p = (char *) (((uintptr_t) raw + 64) & ~(uintptr_t) 63);
+	((void **) p)[-1] = raw;
+	return p;
+}
+
+void
+allot__zfree(void *p)
+{
+	if (p != NULL)
+		free(((void **) p)[-1]);
+}
+
+/* A block's size: its counters for every key the agent may have, most
+ * of them (the reserved capacity) never touched. */
+static size_t
+block_size(const allot_agent *a)
+{
+	return sizeof(allot__tblock) +
+	    sizeof(allot__kcount) * (size_t) a->nkeys;
+}
+
 static allot__tblock *
 block_new(allot_agent *a, bool shared)
 {
-	size_t sz = sizeof(allot__tblock) +
-	    sizeof(allot__kcount) * (size_t) a->nkeys;
-	sz = (sz + 63) & ~(size_t) 63;
-	allot__tblock *b = aligned_alloc(64, sz);
+	allot__tblock *b = allot__zalloc(block_size(a));
 	if (b == NULL)
 		return NULL;
-	memset(b, 0, sz);
 	b->shared = shared;
 	b->agent = a;
 	return b;
@@ -67,9 +95,9 @@ allot__blocks_fini(allot_agent *a)
 		allot__tl.gen = 0;
 	uint32_t n = atomic_load(&a->nblocks);
 	for (uint32_t i = 0; i < n && a->blocks != NULL; i++)
-		free(a->blocks[i]);
+		allot__zfree(a->blocks[i]);
 	free(a->blocks);
-	free(a->shared_block);
+	allot__zfree(a->shared_block);
 	pthread_mutex_destroy(&a->blk_lock);
 }
 

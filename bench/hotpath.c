@@ -3,7 +3,8 @@
  * Suite `hotpath`: what one allow/deny decision costs. In one run and
  * side by side it times liballot's allot_acquire() through a resolved key
  * and allot_acquire_id() through identity+endpoint lookup (one thread and
- * two and four, one key and 10,000, allow path and deny path), the floor
+ * two and four, one key and 10,000, allow path and deny path, and while
+ * another thread installs a new config every millisecond), the floor
  * (a bare token bucket, floor.h) and the usual alternative (a central
  * Redis token bucket, redis.h). Every measurement runs once per round, rounds
  * are interleaved, and the median over rounds is reported. Each loop counts
@@ -14,6 +15,8 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +366,7 @@ enum fig {
 	F_RESOLVED,
 	F_RESOLVED_DENY,
 	F_RESOLVED_10K,
+	F_RESOLVED_SWAPPING,
 	F_RESOLVED_2T_SAME,
 	F_RESOLVED_2T_DISTINCT,
 	F_SCALE,
@@ -386,6 +390,7 @@ enum fig {
 	F_RATIO_2T_SAME_FLOOR,
 	F_RATIO_4T_SAME_FLOOR,
 	F_RATIO_DENY_FLOOR,
+	F_RATIO_SWAPPING_FLOOR,
 	F_SETUP_10K,
 	F_NOISE,
 	NFIG
@@ -457,6 +462,11 @@ static bench_figure figs[NFIG] = {
 	    "resolved_deny_ns / floor_deny_ns", BENCH_AT_MOST, 1.0 },
 	[F_SETUP_10K] = { "hotpath.setup_10k_ms", "ms", 1,
 	    "parse 10,000-caller YAML + create agent + resolve keys" },
+	[F_RESOLVED_SWAPPING] = { "hotpath.resolved_swapping_ns", "ns", 1,
+	    "resolved, allow, while another thread installs a config every "
+	    "ms (rate and weight alternate)" },
+	[F_RATIO_SWAPPING_FLOOR] = { "hotpath.ratio_swapping_floor", "x", 3,
+	    "resolved_swapping_ns / floor_ns", BENCH_AT_MOST, 1.1 },
 	[F_NOISE] = { "hotpath.noise_cpu_pct", "%", 1,
 	    "CPU used by other processes during the run (% of machine)" },
 };
@@ -469,6 +479,9 @@ typedef struct world {
 	allot_agent *deny; /* 1 caller (checkout), empty, deny */
 	allot_agent *two; /* 2 callers (checkout, search), allow */
 	allot_agent *tenk; /* 10,000 callers, allow */
+	allot_agent *swap; /* 1 caller, allow, reconfigured every ms */
+	allot_config *swap_cfg[2]; /* its two configs */
+	allot_key *k_swap;
 	allot_key *k_one, *k_deny, *k_two_a, *k_two_b;
 	allot_key **keys10k;
 	char **ids10k;
@@ -498,6 +511,27 @@ setup(world *w, const bench_opts *o)
 	yaml_caller(&y, ID_SEARCH, ALLOW_RATE, ALLOW_BURST, "standard");
 	yaml_tail(&y);
 	w->two = make_agent("bench-two.yaml", &y);
+
+	/* Two configs that differ in the caller's rate and the endpoint's
+	 * weight, both allow-path. */
+	for (int i = 0; i < 2; i++) {
+		char err[512];
+		yaml_head(&y, "10", "20");
+		yaml_caller(&y, ID_CHECKOUT, i == 0 ? ALLOW_RATE : "500000000",
+		    ALLOW_BURST, "critical");
+		bench_buf_printf(&y,
+		    "  endpoint_weights:\n"
+		    "    default: 1\n"
+		    "    \"" ENDPOINT "\": %d\n",
+		    i + 1);
+		if (allot_config_parse("bench-swap.yaml", y.p, y.len, err,
+		        sizeof err, &w->swap_cfg[i]) != ALLOT_OK)
+			bench_fail("config bench-swap.yaml: %s", err);
+		bench_buf_free(&y);
+	}
+	if (allot_agent_create(w->swap_cfg[0], NULL, &w->swap) != ALLOT_OK)
+		bench_fail("agent for bench-swap.yaml");
+	w->k_swap = resolve(w->swap, ID_CHECKOUT);
 
 	w->k_one = resolve(w->one, ID_CHECKOUT);
 	w->k_deny = resolve(w->deny, ID_CHECKOUT);
@@ -577,6 +611,10 @@ teardown(world *w)
 	allot_agent_destroy(w->deny);
 	allot_agent_destroy(w->two);
 	allot_agent_destroy(w->tenk);
+	allot_key_release(w->swap, w->k_swap);
+	allot_agent_destroy(w->swap);
+	allot_config_free(w->swap_cfg[0]);
+	allot_config_free(w->swap_cfg[1]);
 }
 
 /* ns per EVALSHA round trip over `calls` sequential decisions. */
@@ -630,6 +668,59 @@ id_job(const char *name, allot_agent *agent, const char *identity, expect e)
 		.identity = identity };
 }
 
+/* The other thread of resolved_swapping: a new config every ms. */
+typedef struct swapper {
+	world *w;
+	_Atomic bool stop;
+	_Atomic int started; /* its first config is in */
+	uint64_t swaps;
+	int last_err;
+} swapper;
+
+static void *
+swapper_main(void *arg)
+{
+	swapper *s = arg;
+	struct timespec ms = { 0, 1000000 };
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		if (s->swaps > 0)
+			nanosleep(&ms, NULL);
+		int rc = allot_agent_set_config(
+		    s->w->swap, s->w->swap_cfg[(s->swaps + 1) % 2]);
+		if (rc != ALLOT_OK)
+			s->last_err = rc;
+		s->swaps++;
+		atomic_store_explicit(&s->started, 1, memory_order_release);
+	}
+	return NULL;
+}
+
+/* Resolved acquires while configs are installed: ns per decision. */
+static double
+measure_swapping(world *w, uint64_t n)
+{
+	if (!bench_selected(opts, "resolved_swapping"))
+		return NAN;
+	swapper s = { .w = w };
+	pthread_t th;
+	if (pthread_create(&th, NULL, swapper_main, &s) != 0)
+		bench_fail("pthread_create failed");
+	/* Measure once the swapper runs: on a loaded machine its first
+	 * wake-up could otherwise come after the loop. */
+	while (atomic_load_explicit(&s.started, memory_order_acquire) == 0)
+		sched_yield();
+	job j = key_job("resolved_swapping", w->swap, w->k_swap, EXPECT_ALLOW);
+	double ns = measure1(&j, n);
+	atomic_store(&s.stop, true);
+	pthread_join(th, NULL);
+	if (s.last_err != ALLOT_OK)
+		bench_fail("resolved_swapping: allot_agent_set_config: %s",
+		    allot_strerror(s.last_err));
+	bench_progress(
+	    opts, "resolved_swapping: %" PRIu64 " configs installed", s.swaps);
+	return ns;
+}
+
 /* One round: every measurement once, in a fixed order. */
 static void
 round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
@@ -661,6 +752,7 @@ round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
 	j.keys = w->keys10k;
 	j.order = w->order;
 	samples[F_RESOLVED_10K][r] = measure1(&j, n);
+	samples[F_RESOLVED_SWAPPING][r] = measure_swapping(w, n);
 
 	/* Identity + endpoint lookup, one thread. */
 	j = id_job("lookup", w->one, ID_CHECKOUT, EXPECT_ALLOW);
@@ -761,6 +853,7 @@ main(int argc, char **argv)
 		{ F_RATIO_2T_SAME_FLOOR, F_RESOLVED_2T_SAME, F_FLOOR },
 		{ F_RATIO_4T_SAME_FLOOR, F_RESOLVED_4T_SAME, F_FLOOR_4T_SAME },
 		{ F_RATIO_DENY_FLOOR, F_RESOLVED_DENY, F_FLOOR_DENY },
+		{ F_RATIO_SWAPPING_FLOOR, F_RESOLVED_SWAPPING, F_FLOOR },
 	};
 	for (size_t i = 0; i < sizeof ratio / sizeof ratio[0]; i++)
 		figs[ratio[i][0]].value = figs[ratio[i][1]].value /

@@ -748,6 +748,7 @@ open_state(allotd *d, allot__daemon_opts *o)
 	if (lrc == ALLOT_OK)
 		o->so.epoch = last_digest == d->cfg->digest ? last_epoch :
 		                                              last_epoch + 1;
+	o->so.max_keys = o->max_keys;
 	d->cur = allot__config_dup(d->cfg);
 	if (d->cur == NULL ||
 	    allot__state_create(&o->so, d->cfg, d->config_path, d->text,
@@ -809,6 +810,12 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 	svo.lg = &d->lg;
 	svo.tls_cert_key_file = o->tls_cert;
 	svo.tls_ca_file = o->tls_ca;
+	allot__raft_tls_opts tls = {
+		.cert_key_file = o->tls_cert,
+		.ca_file = o->tls_ca,
+		.member_id = o->raft_member_id,
+		.log = &d->lg,
+	};
 	if (o->raft_id != 0) {
 		allot__cluster_opts co = {
 			.id = o->raft_id,
@@ -818,6 +825,9 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 			.seeds = o->nseeds > 0 ? o->seeds : NULL,
 			.nseeds = o->nseeds,
 			.election_ms = o->election_ms,
+			.tls = o->tls_cert != NULL && o->tls_ca != NULL ?
+			    &tls :
+			    NULL,
 			.state = d->state,
 			.store = d->store,
 			.lg = &d->lg,
@@ -904,8 +914,12 @@ announce(allotd *d, const allot__daemon_opts *o)
 		    " raft_id=%" PRIu64 " raft=%s agent_url=%s", o->raft_id,
 		    o->raft_addr, o->agent_url);
 		allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-CLUSTER",
-		    "member %" PRIu64 " at %s (agents: %s), log in %s; %s",
-		    o->raft_id, o->raft_addr, o->agent_url, o->raft_dir,
+		    "member %" PRIu64 " at %s (%s; agents: %s), log in %s; %s",
+		    o->raft_id, o->raft_addr,
+		    o->tls_cert != NULL && o->tls_ca != NULL ?
+		        "mutual TLS between members" :
+		        "plain TCP between members",
+		    o->agent_url, o->raft_dir,
 		    o->join ? "waiting to be added by the leader" :
 		              "seeded as a new cluster (ignored when the log "
 		              "has state)");

@@ -387,6 +387,13 @@ static const struct opt options[] = {
 	    "Raft's election timeout, also the leader's lease (default\n"
 	    "1000). A new leader serves about 1.01 x this after it wins.\n",
 	    parse_u32, FIELD(election_ms), 50, 60000 },
+	{ "raft-member-id", 0, "SPIFFE_ID",
+	    "With --tls-cert and --tls-ca, members talk mutual TLS: a peer\n"
+	    "must present a certificate from that CA for this SPIFFE ID\n"
+	    "(default: the one in this member's own certificate; a last\n"
+	    "segment \"*\" accepts per-member IDs). Without them, members\n"
+	    "talk plain TCP: keep --raft-addr on a private network.\n",
+	    parse_str, FIELD(raft_member_id), 0, 0 },
 	{ "member", 0, "NAME=SYNC_URL", NULL, parse_gone, 0, 0, 0 },
 	{ "self", 0, "NAME",
 	    "Gone (the probing cluster): an error naming what replaced\n"
@@ -734,6 +741,13 @@ check_cluster(opts *o)
 		    "allotd: --raft-id %" PRIu64
 		    " is not one of the --seed ids\n",
 		    o->raft_id);
+		return -1;
+	}
+	if (o->raft_member_id != NULL &&
+	    (o->tls_cert == NULL || o->tls_ca == NULL)) {
+		fprintf(stderr,
+		    "allotd: --raft-member-id needs --tls-cert and "
+		    "--tls-ca (members talk TLS only with both)\n");
 		return -1;
 	}
 	if (o->agent_url == NULL)

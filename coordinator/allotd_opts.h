@@ -54,6 +54,7 @@ typedef struct allot__daemon_opts {
 	size_t nseeds;
 	int join;
 	uint32_t election_ms;
+	const char *raft_member_id; /* TLS between members: the peers' ID */
 	allot__state_opts so; /* store, lg and metrics are left unset */
 	allot__peerlimit_opts plo;
 	allot__authn *authn; /* with identity required; the caller frees */

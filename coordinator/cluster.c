@@ -442,6 +442,7 @@ allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
 		.on_apply = on_apply,
 		.ctx = c,
 		.log = o->lg,
+		.tls = o->tls,
 	};
 	int rv = allot__consensus_create(loop, &co, &c->cons);
 	if (rv != ALLOT_OK) {

@@ -41,6 +41,7 @@ allot__cfgv_free(cfgv *v)
 	free(v->svc);
 	allot_config_free(v->cfg);
 	free(v->path);
+	free(v->text);
 	free(v->q);
 	free(v->names);
 	free(v->qsvc);
@@ -232,10 +233,15 @@ allot__cfgv_priority_name(const cfgv *v, uint32_t p)
 	return p < v->cfg->nclasses ? v->cfg->classes[p] : "?";
 }
 
-/* The config row of view `v` (`store` may be NULL). */
+/* The config row of view `v` (`store` may be NULL), and the text kept
+ * for the agents (a copy; none above ALLOT__STATE_CONFIG_PUSH_MAX, or when
+ * out of memory: agents then keep their own config). */
 void
-allot__cfgv_record(allot__store *store, const cfgv *v, const char *text)
+allot__cfgv_record(allot__store *store, cfgv *v, const char *text)
 {
+	v->text_len = text != NULL ? strlen(text) : 0;
+	if (text != NULL && v->text_len <= ALLOT__STATE_CONFIG_PUSH_MAX)
+		v->text = strdup(text);
 	if (store != NULL)
 		allot__store_config_loaded(store, v->epoch, v->cfg->digest,
 		    v->path, text != NULL ? text : "");

@@ -2,7 +2,7 @@
 /*
  * The consensus core on allotd's libuv loop (consensus.h): libraft with
  * raft_uv (log segments and snapshots in the data directory) and
- * raft_uv_tcp between members, a timer that drives the node
+ * raft_uv_tcp or raft_tls.c between members, a timer that drives the node
  * (consensus_node.c) every half heartbeat, and the asynchronous close.
  * Everything about leadership, the lease and membership is in
  * consensus_node.c, shared with the deterministic tests.
@@ -21,7 +21,8 @@
 
 struct allot__consensus {
 	uv_loop_t *loop;
-	struct raft_uv_transport tcp; /* raft_uv_tcp */
+	/* raft_uv_tcp, or mutual TLS (raft_tls.h) with opts.tls */
+	struct raft_uv_transport tcp;
 	struct raft_uv_transport transport; /* strips agent URLs */
 	struct raft_io io;
 	struct raft raft;
@@ -42,6 +43,17 @@ fail(const allot__consensus *c, const char *what, const char *msg)
 {
 	allot__log(c->opts.log, ALLOT_LOG_ERR, "ALLOT-RAFT-FAIL", "%s: %s",
 	    what, msg);
+}
+
+/* The wrapper, then the inner transport. */
+static void
+transport_close(allot__consensus *c)
+{
+	allot__caddr_free(&c->transport);
+	if (c->opts.tls != NULL)
+		allot__raft_tls_close(&c->tcp);
+	else
+		raft_uv_tcp_close(&c->tcp);
 }
 
 static void
@@ -107,10 +119,19 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 		goto err_free;
 	}
 	allot__cfsm_init(&c->fsm, opts->on_apply, opts->ctx);
-	rv = raft_uv_tcp_init(&c->tcp, loop);
+	if (opts->tls != NULL) {
+		allot__raft_tls_opts t = *opts->tls;
+
+		if (t.log == NULL)
+			t.log = opts->log;
+		rv = allot__raft_tls_init(&c->tcp, loop, &t);
+	} else {
+		rv = raft_uv_tcp_init(&c->tcp, loop);
+	}
 	if (rv != 0) {
-		fail(c, "raft_uv_tcp_init", raft_strerror(rv));
-		rv = allot__cnode_err(rv);
+		fail(c, "transport",
+		    opts->tls != NULL ? c->tcp.errmsg : raft_strerror(rv));
+		rv = rv == RAFT_NOMEM ? ALLOT_ENOMEM : ALLOT_EINVAL;
 		goto err_free;
 	}
 	if (allot__caddr_wrap(&c->transport, &c->tcp) != ALLOT_OK) {
@@ -118,7 +139,9 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 		goto err_transport;
 	}
 	if (opts->bind != NULL) {
-		rv = raft_uv_tcp_set_bind_address(&c->tcp, opts->bind);
+		rv = opts->tls != NULL ?
+		    allot__raft_tls_set_bind_address(&c->tcp, opts->bind) :
+		    raft_uv_tcp_set_bind_address(&c->tcp, opts->bind);
 		if (rv != 0) {
 			fail(c, opts->bind, raft_strerror(rv));
 			rv = ALLOT_EINVAL;
@@ -157,8 +180,7 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 err_io:
 	raft_uv_close(&c->io);
 err_transport:
-	allot__caddr_free(&c->transport);
-	raft_uv_tcp_close(&c->tcp);
+	transport_close(c);
 err_free:
 	allot__cfsm_finish(&c->fsm);
 	free(c->address);
@@ -238,8 +260,7 @@ raft_closed(struct raft *r)
 	allot__consensus *c = r->data;
 
 	raft_uv_close(&c->io);
-	allot__caddr_free(&c->transport);
-	raft_uv_tcp_close(&c->tcp);
+	transport_close(c);
 	closed_one(c);
 }
 

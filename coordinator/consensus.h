@@ -24,14 +24,9 @@
  * - allotctl member add|remove|list call add_member / remove_member /
  *   members on the leader.
  *
- * Mutual TLS between members is a later stage. raft_uv_tcp is plain TCP;
- * libraft lets the transport be replaced (struct raft_uv_transport:
- * listen, connect, close, handing raft_uv a connected uv_stream_t), so
- * the TLS stage gives it a transport whose connect and accept run a TLS
- * handshake (mbedTLS, with allotd's --tls-cert/--tls-ca, checking the
- * peer's certificate names a member) and hand raft_uv one end of a
- * socketpair pumped through the TLS session. Until then bind members to
- * a private network.
+ * Between members: plain TCP (raft_uv_tcp) unless `tls` is set, then
+ * mutual TLS (raft_tls.h: allotd's --tls-cert and --tls-ca, a peer's
+ * certificate must chain to the CA and carry the member SPIFFE ID).
  *
  * Single-threaded: every call on the loop's thread.
  */
@@ -47,6 +42,7 @@
 #include "consensus_fsm.h"
 #include "consensus_node.h"
 #include "log.h"
+#include "raft_tls.h"
 
 typedef struct allot__consensus allot__consensus;
 
@@ -65,6 +61,9 @@ typedef struct allot__consensus_opts {
 	allot__cnode_leader_cb on_leader; /* may be NULL */
 	void *ctx; /* for both callbacks */
 	const allot__logger *log; /* NULL: silent */
+	/* NULL: plain TCP between members. Else mutual TLS with these
+	 * (copied; its log NULL: `log` above). */
+	const allot__raft_tls_opts *tls;
 } allot__consensus_opts;
 
 /* Creates the member (nothing runs until allot__consensus_start).

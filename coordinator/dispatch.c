@@ -210,6 +210,16 @@ on_sync(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		    c->max_reports);
 		return;
 	}
+	/* The session's keys in all are checked under the state's lock
+	 * (Register's and every add_keys'); a list longer than a Register
+	 * may be is refused before. */
+	if (sync->n_add_keys > c->max_keys) {
+		res->code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
+		snprintf(res->err, sizeof res->err,
+		    "%zu add_keys in Sync; at most %u", sync->n_add_keys,
+		    c->max_keys);
+		return;
+	}
 	res->code = allot__state_sync_on(c->state, sync, req->pipe, req->pa,
 	    &a->reply, res->err, sizeof res->err);
 	a->counted = true;

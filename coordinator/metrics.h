@@ -64,6 +64,7 @@ typedef struct allot__metrics {
 	_Atomic uint64_t syncs;
 	_Atomic uint64_t early_syncs; /* Syncs flagged early (short) */
 	_Atomic uint64_t early_rounds; /* allocation rounds they ran */
+	_Atomic uint64_t config_pushes; /* config texts sent to agents */
 	_Atomic uint64_t leaves;
 	_Atomic uint64_t key_reports; /* accepted key reports */
 	_Atomic uint64_t register_unknown_keys;

@@ -364,6 +364,7 @@ allot__state_create(const allot__state_opts *opts, allot_config *cfg,
 	st->rl_absurd = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	st->rl_register = (allot__logrl) ALLOT__LOGRL_INIT(20, 10000);
 	st->rl_clip = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
+	st->rl_push = (allot__logrl) ALLOT__LOGRL_INIT(20, 10000);
 	size_t buckets = 64;
 	while (buckets < 2 * (size_t) opts->max_replicas)
 		buckets *= 2;
@@ -384,6 +385,13 @@ allot__state_create(const allot__state_opts *opts, allot_config *cfg,
 		return ALLOT_ENOMEM;
 	}
 	allot__cfgv_record(st->o.store, st->cur, text);
+	if (st->cur->text_len > ALLOT__STATE_CONFIG_PUSH_MAX)
+		allot__log(st->o.lg, ALLOT_LOG_WARNING,
+		    "ALLOTD-CONFIG-TOO-BIG",
+		    "%s is %zu bytes, above the %u bytes sent to agents: "
+		    "agents keep their own config files",
+		    path != NULL ? path : "the quota file", st->cur->text_len,
+		    ALLOT__STATE_CONFIG_PUSH_MAX);
 	st->last_second_ns = now_ns(st);
 	*ret = st;
 	return ALLOT_OK;

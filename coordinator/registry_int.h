@@ -67,6 +67,12 @@ typedef struct cfgv {
 	uint64_t epoch;
 	int64_t loaded_wall_ms;
 	char *path;
+	/* The file's bytes as read, what agents receive (docs/protocol.md,
+	 * "The config plane"); NULL when it is above
+	 * ALLOT__STATE_CONFIG_PUSH_MAX (never pushed) or was not given.
+	 * text_len is the file's length either way. */
+	char *text;
+	size_t text_len;
 	size_t nq; /* quotas of every scope */
 	size_t ntop; /* 1 + ncallers: the top level's */
 	const allot__quota **q; /* q[i] for quota index i */
@@ -142,6 +148,11 @@ typedef struct session {
 	                  NULL: every key was kept, kid[i] == i */
 	char **names; /* kept key identities (into names_blob) */
 	char *names_blob;
+	/* The config plane: the digest whose text we last sent it, and
+	 * when (no resend of the same text before
+	 * ALLOT__STATE_CONFIG_RESEND_MS). */
+	uint64_t pushed_digest;
+	uint64_t pushed_ns;
 	bool reregister; /* a reload added quotas and it listed keys
 	                    without one: its next Sync is answered
 	                    UNKNOWN_SESSION so that it registers again */
@@ -298,6 +309,7 @@ struct allot__state {
 	allot__logrl rl_absurd;
 	allot__logrl rl_register;
 	allot__logrl rl_clip;
+	allot__logrl rl_push; /* config texts sent, or too big to send */
 	uint64_t clip_event_ns; /* last "implausible" event row */
 	/* Cluster (ownership.c); cl_n == 0: one coordinator, which never
 	 * learns; 1: the leader of a cluster, which learns at take-over. */
@@ -395,7 +407,9 @@ double allot__cfgv_ceiling(const cfgv *v, const char *sname);
 /* Takes ownership of `cfg` only on success. */
 cfgv *allot__cfgv_new(allot_config *cfg, const char *path, uint64_t epoch);
 const char *allot__cfgv_priority_name(const cfgv *v, uint32_t p);
-void allot__cfgv_record(allot__store *store, const cfgv *v, const char *text);
+/* Record view `v` as a config row (`store` may be NULL) and keep its
+ * text for the agents (cfgv.text). */
+void allot__cfgv_record(allot__store *store, cfgv *v, const char *text);
 
 /* ---- registry.c ---- */
 
@@ -481,6 +495,17 @@ session *allot__session_new(const Allot__V1__Register *req);
  * unchanged. */
 bool allot__session_keep(
     session *s, char *const *wire, const int32_t *q, uint32_t nknown);
+/* Whether the identities a Sync appends (Sync.add_keys) are acceptable
+ * for a session that has `nwire` keys already: names as a Register's,
+ * at most `max_keys` keys in all. */
+Allot__V1__Error__Code allot__add_keys_check(const Allot__V1__Sync *req,
+    uint32_t nwire, uint32_t max_keys, char *err, size_t errlen);
+/* Append the identities `wire` (n of them, key ids from s->nwire on),
+ * keeping those whose q[k] >= 0 (nknown of them) as
+ * allot__session_keep() does; false when out of memory, `s` unchanged.
+ * Kept keys move in memory: no skey pointer survives it. */
+bool allot__session_append(session *s, char *const *wire, uint32_t n,
+    const int32_t *q, uint32_t nknown);
 bool allot__pipe_ok(const session *s, uint32_t pipe);
 Allot__V1__Error__Code allot__pipe_mismatch(
     allot__metrics *m, uint64_t id, char *err, size_t errlen);

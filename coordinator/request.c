@@ -21,6 +21,71 @@ pa_alloc(ProtobufCAllocator *pa, size_t size)
 	return pa->alloc(pa->allocator_data, size);
 }
 
+/* What became of the config text for one answer (logged and counted
+ * after unlocking). */
+typedef enum push {
+	PUSH_NONE, /* the agent has it, or does not speak the config plane */
+	PUSH_SENT,
+	PUSH_HELD, /* sent to this session less than RESEND_MS ago */
+	PUSH_TOO_BIG, /* above ALLOT__STATE_CONFIG_PUSH_MAX: never sent */
+	PUSH_NOMEM,
+} push;
+
+/* The text of the config in force into `ret`, for session `s` whose
+ * agent enforces `digest` (docs/protocol.md, "The config plane"): the
+ * file's bytes when the digests differ, at most once per digest every
+ * ALLOT__STATE_CONFIG_RESEND_MS per session, so that an agent that
+ * cannot install it is not sent a file on every Reply. Copied into the
+ * request's arena: the view may be replaced once the lock is let go.
+ * Under the lock. */
+static push
+config_push(allot__state *st, session *s, ProtobufCAllocator *pa,
+    uint64_t digest, uint64_t now, ProtobufCBinaryData *ret)
+{
+	const cfgv *v = st->cur;
+	if (digest == v->cfg->digest || v->text_len == 0)
+		return PUSH_NONE;
+	if (v->text == NULL)
+		return PUSH_TOO_BIG;
+	if (s->pushed_digest == v->cfg->digest && s->pushed_ns != 0 &&
+	    since(now, s->pushed_ns) <
+	        (uint64_t) ALLOT__STATE_CONFIG_RESEND_MS * 1000000u)
+		return PUSH_HELD;
+	uint8_t *buf = pa_alloc(pa, v->text_len);
+	if (buf == NULL)
+		return PUSH_NOMEM;
+	memcpy(buf, v->text, v->text_len);
+	ret->data = buf;
+	ret->len = v->text_len;
+	s->pushed_digest = v->cfg->digest;
+	s->pushed_ns = now != 0 ? now : 1;
+	return PUSH_SENT;
+}
+
+/* After unlocking: a config sent is counted; one too big to send is
+ * logged (rate limited). */
+static void
+config_push_report(allot__state *st, push p, const char *replica,
+    const char *svc_name, uint64_t digest, size_t text_len)
+{
+	if (p == PUSH_SENT && st->o.metrics != NULL)
+		allot__metrics_add(&st->o.metrics->config_pushes, 1);
+	if (p == PUSH_SENT)
+		allot__log_ratelimited(st->o.lg, &st->rl_push, ALLOT_LOG_INFO,
+		    "ALLOTD-CONFIG-PUSH",
+		    "sent the quota config (digest %016" PRIx64
+		    ", %zu bytes) to replica %s of %s",
+		    digest, text_len, replica, svc_name);
+	else if (p == PUSH_TOO_BIG)
+		allot__log_ratelimited(st->o.lg, &st->rl_push,
+		    ALLOT_LOG_WARNING, "ALLOTD-CONFIG-TOO-BIG",
+		    "the quota file (digest %016" PRIx64 ", %zu bytes) is "
+		    "above the %u bytes sent to agents: replica %s of %s "
+		    "keeps its own config",
+		    digest, text_len, ALLOT__STATE_CONFIG_PUSH_MAX, replica,
+		    svc_name);
+}
+
 /* Bring every grant of `s` toward its target (allot__grant()) and fill
  * `shares` with the keys whose grant changed, or with every key that has
  * a quota when `all` is set. Returns false when `pa` is out of memory;
@@ -86,6 +151,9 @@ typedef struct reg {
 	uint32_t replicas;
 	uint64_t peer; /* its sender (state.h), 0: unknown */
 	uint32_t of_peer; /* the service's other replicas from that peer */
+	push push; /* the config text in the Welcome */
+	uint64_t digest; /* the config in force, and its length */
+	size_t text_len;
 	allot__reject why; /* when refused */
 	char *err;
 	size_t errlen;
@@ -99,18 +167,15 @@ reg_no_memory(reg *r)
 	return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 }
 
-/* Map every key of the new session to its quota index; a key listed
- * twice is refused. Under the lock. */
-static Allot__V1__Error__Code
-reg_intern_keys(reg *r)
+/* A fresh generation of the per-quota stamps that find a quota named
+ * twice; false when out of memory. Under the lock. */
+static bool
+stamp_next(allot__state *st)
 {
-	allot__state *st = r->st;
-	session *s = r->s;
-	const cfgv *v = st->cur;
 	size_t stamp_was = st->stamp_cap;
-	if (!allot__grow((void **) &st->stamp, &st->stamp_cap, v->nq,
+	if (!allot__grow((void **) &st->stamp, &st->stamp_cap, st->cur->nq,
 	        sizeof *st->stamp))
-		return reg_no_memory(r);
+		return false;
 	/* realloc leaves the new stamps undefined: one equal to stamp_gen
 	 * would call a key listed once "listed twice". */
 	memset(st->stamp + stamp_was, 0,
@@ -119,6 +184,19 @@ reg_intern_keys(reg *r)
 		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
 		st->stamp_gen = 1;
 	}
+	return true;
+}
+
+/* Map every key of the new session to its quota index; a key listed
+ * twice is refused. Under the lock. */
+static Allot__V1__Error__Code
+reg_intern_keys(reg *r)
+{
+	allot__state *st = r->st;
+	session *s = r->s;
+	const cfgv *v = st->cur;
+	if (!stamp_next(st))
+		return reg_no_memory(r);
 	uint32_t nknown = 0;
 	char *const *wire = r->req->keys;
 	for (uint32_t k = 0; k < s->nwire; k++) {
@@ -271,6 +349,10 @@ reg_welcome(
 	ret->config_epoch = v->epoch;
 	ret->config_digest = v->cfg->digest;
 	ret->lease_ms = st->o.lease_ms;
+	r->digest = v->cfg->digest;
+	r->text_len = v->text_len;
+	r->push = config_push(
+	    st, s, pa, r->req->config_digest, now, &ret->config);
 	/* A newcomer takes headroom at its Welcome only when it is alone
 	 * (placeholders of a restart aside); otherwise it gets its first
 	 * grant in its first Reply. In a wave of joins this keeps an early
@@ -419,6 +501,8 @@ allot__state_register_from(allot__state *st, const Allot__V1__Register *req,
 		return code;
 	}
 	reg_report(&r);
+	config_push_report(
+	    st, r.push, req->replica_id, req->service, r.digest, r.text_len);
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
@@ -444,6 +528,11 @@ typedef struct syn {
 	bool audit; /* write its event row (st->clip_event_ns) */
 	bool forced; /* some key reported an allowance from elsewhere */
 	bool early_round; /* an early Sync ran the allocation round */
+	uint32_t added; /* add_keys appended, of them with a quota */
+	uint32_t added_known;
+	push push; /* the config text in the Reply */
+	uint64_t digest; /* the config in force, and its length */
+	size_t text_len;
 } syn;
 
 /* Why a Sync has no session to go to. */
@@ -475,6 +564,72 @@ sync_session(syn *y, uint32_t pipe, uint64_t *ret_last_seq)
 		return SYNC_STALE;
 	}
 	return SYNC_OK;
+}
+
+/* The rejection reason of a refused add_keys. */
+static allot__reject
+reason_of_add(Allot__V1__Error__Code c)
+{
+	return c == ALLOT__V1__ERROR__CODE__TOO_LARGE ? ALLOT__REJ_TOO_LARGE :
+	    c == ALLOT__V1__ERROR__CODE__RATE_LIMITED ? ALLOT__REJ_CAPACITY :
+	                                                ALLOT__REJ_MALFORMED;
+}
+
+/* Append the Sync's add_keys to its session (their names were checked
+ * before locking): key ids continue from the session's last, a quota
+ * named twice is refused as in a Register, and keys with a quota get a
+ * share in this Reply (the round runs at once). Under the lock. */
+static Allot__V1__Error__Code
+sync_add_keys(syn *y, ProtobufCAllocator *pa, char *err, size_t errlen)
+{
+	allot__state *st = y->st;
+	session *s = y->s;
+	const Allot__V1__Sync *req = y->req;
+	uint32_t n = (uint32_t) req->n_add_keys;
+	uint32_t max = st->o.max_keys ? st->o.max_keys : ALLOT__STATE_MAX_KEYS;
+	if ((uint64_t) s->nwire + n > max) {
+		snprintf(err, errlen,
+		    "add_keys: %u keys more than the %u of session %" PRIu64
+		    " is above the limit of %u keys",
+		    n, s->nwire, req->session, max);
+		return ALLOT__V1__ERROR__CODE__TOO_LARGE;
+	}
+	int32_t *q = pa_alloc(pa, n * sizeof *q);
+	if (q == NULL || !stamp_next(st)) {
+		snprintf(err, errlen, "out of memory, try again later");
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	for (uint32_t k = 0; k < s->nkeys; k++)
+		if (s->keys[k].q >= 0)
+			st->stamp[s->keys[k].q] = st->stamp_gen;
+	uint32_t nknown = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		const char *name = req->add_keys[k];
+		q[k] = allot__cfgv_find_svc(
+		    st->cur, s->svc->name, name, strlen(name));
+		if (q[k] < 0)
+			continue;
+		if (st->stamp[q[k]] == st->stamp_gen) {
+			snprintf(err, errlen,
+			    "add_keys %u (%.64s): session %" PRIu64
+			    " has a key for that quota already",
+			    k, name, req->session);
+			return ALLOT__V1__ERROR__CODE__MALFORMED;
+		}
+		st->stamp[q[k]] = st->stamp_gen;
+		nknown++;
+	}
+	if (!allot__session_append(s, req->add_keys, n, q, nknown)) {
+		snprintf(err, errlen, "out of memory, try again later");
+		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
+	y->added = n;
+	y->added_known = nknown;
+	if (nknown > 0) {
+		y->svc->dirty = true;
+		allot__recompute(st, y->svc, y->now);
+	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
 /* The answer to a refused Sync, after unlocking. */
@@ -700,8 +855,15 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 	ret->seq = y->req->seq;
 	ret->replicas = svc->nsess;
 	ret->config_epoch = st->cur->epoch;
+	ret->config_digest = st->cur->cfg->digest;
 	ret->lease_ms = st->o.lease_ms;
 	ret->rejected_reports = y->unknown + y->absurd;
+	/* Digest 0: an agent that does not speak the config plane. */
+	y->digest = st->cur->cfg->digest;
+	y->text_len = st->cur->text_len;
+	if (y->req->config_digest != 0)
+		y->push = config_push(
+		    st, s, pa, y->req->config_digest, y->now, &ret->config);
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
 	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0) {
@@ -800,6 +962,17 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 {
 	syn y = { .st = st, .req = req };
 	uint64_t last_seq = 0;
+	if (req->n_add_keys > 0) {
+		uint32_t max = st->o.max_keys ? st->o.max_keys :
+		                                ALLOT__STATE_MAX_KEYS;
+		Allot__V1__Error__Code c = allot__add_keys_check(
+		    req, 0, max, err, errlen);
+		if (c != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+			allot__metrics_reject(
+			    st->o.metrics, reason_of_add(c), 1);
+			return c;
+		}
+	}
 
 	pthread_mutex_lock(&st->mu);
 	y.now = now_ns(st);
@@ -811,6 +984,15 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		    st->o.metrics, req, why, last_seq, err, errlen);
 	}
 	y.svc = y.s->svc;
+	if (req->n_add_keys > 0) {
+		Allot__V1__Error__Code c = sync_add_keys(&y, pa, err, errlen);
+		if (c != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
+			pthread_mutex_unlock(&st->mu);
+			allot__metrics_reject(
+			    st->o.metrics, reason_of_add(c), 1);
+			return c;
+		}
+	}
 	if (y.s->join_pending) {
 		allot__conserve_join(y.svc, y.s);
 		y.s->join_pending = false;
@@ -829,6 +1011,8 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 	pthread_mutex_unlock(&st->mu);
 
 	sync_report(&y);
+	config_push_report(
+	    st, y.push, y.s->replica_id, y.svc->name, y.digest, y.text_len);
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 

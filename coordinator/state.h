@@ -52,6 +52,14 @@ typedef struct allot__state allot__state;
 /* Longest string accepted in Register (replica id, service, host, key). */
 #define ALLOT__STATE_NAME_MAX 255u /* = ALLOT__NAME_MAX, common/name.h */
 #define ALLOT__STATE_VERSION_MAX 64u
+/* The config plane (docs/protocol.md): a quota file longer than this is
+ * never sent to agents (they keep their own; allotd logs it at load), so
+ * that a Reply with its shares stays within the 1 MiB message limit; and
+ * the same text goes to the same session at most once in this long. */
+#define ALLOT__STATE_CONFIG_PUSH_MAX (512u * 1024u)
+#define ALLOT__STATE_CONFIG_RESEND_MS 5000u
+/* Keys of one session, its Register's and the ones Syncs add. */
+#define ALLOT__STATE_MAX_KEYS 65537u
 /* Agent sync intervals above this are treated as this for expiry. */
 #define ALLOT__STATE_AGENT_INTERVAL_MAX 60000u
 /* The time constant of the demand estimates (docs/allocation.md): this
@@ -93,6 +101,9 @@ typedef struct allot__state_opts {
 	uint32_t max_replicas_per_peer;
 	uint32_t service_idle_ms; /* an empty service is freed after */
 	uint32_t full_every; /* a full Reply at least every N */
+	/* Keys of a session, Register and Sync.add_keys together (allotd's
+	 * --max-keys); 0: ALLOT__STATE_MAX_KEYS. */
+	uint32_t max_keys;
 	double absurd_factor; /* slack on the consumption bound */
 	allot__alloc_policy policy;
 	allot__store *store; /* may be NULL (no durable rows) */

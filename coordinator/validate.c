@@ -129,6 +129,101 @@ allot__session_keep(
 	return true;
 }
 
+Allot__V1__Error__Code
+allot__add_keys_check(const Allot__V1__Sync *req, uint32_t nwire,
+    uint32_t max_keys, char *err, size_t errlen)
+{
+	if (req->n_add_keys > max_keys ||
+	    (uint64_t) nwire + req->n_add_keys > max_keys) {
+		snprintf(err, errlen,
+		    "add_keys: %zu keys more than the %u of session %" PRIu64
+		    " is above the limit of %u keys",
+		    req->n_add_keys, nwire, req->session, max_keys);
+		return ALLOT__V1__ERROR__CODE__TOO_LARGE;
+	}
+	for (size_t k = 0; k < req->n_add_keys; k++) {
+		if (!name_ok(req->add_keys[k], ALLOT__STATE_NAME_MAX, true)) {
+			snprintf(err, errlen,
+			    "add_keys %zu: a key must be "
+			    "1-%u " ALLOT__NAME_RULE,
+			    k, ALLOT__STATE_NAME_MAX);
+			return ALLOT__V1__ERROR__CODE__MALFORMED;
+		}
+	}
+	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+}
+
+/* Rebuilt rather than grown: the names live in one blob, and appending
+ * is rare (a config an agent installed added callers). */
+bool
+allot__session_append(session *s, char *const *wire, uint32_t n,
+    const int32_t *q, uint32_t nknown)
+{
+	uint32_t total = s->nkeys + nknown;
+	bool all = s->kid == NULL && s->nkeys == s->nwire && nknown == n;
+	size_t blob = 0;
+	for (uint32_t k = 0; k < s->nkeys; k++)
+		blob += strlen(s->names[k]) + 1;
+	for (uint32_t k = 0; k < n; k++)
+		if (q[k] >= 0)
+			blob += strlen(wire[k]) + 1;
+	skey *keys = calloc(total ? total : 1, sizeof *keys);
+	char **names = calloc(total ? total : 1, sizeof *names);
+	char *nb = malloc(blob ? blob : 1);
+	uint32_t *kid = all ? NULL : calloc(total ? total : 1, sizeof *kid);
+	if (keys == NULL || names == NULL || nb == NULL ||
+	    (!all && kid == NULL)) {
+		free(keys);
+		free(names);
+		free(nb);
+		free(kid);
+		return false;
+	}
+	if (s->nkeys > 0)
+		memcpy(keys, s->keys, s->nkeys * sizeof *keys);
+	char *p = nb;
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		size_t len = strlen(s->names[k]);
+		memcpy(p, s->names[k], len + 1);
+		names[k] = p;
+		p += len + 1;
+		if (kid != NULL)
+			kid[k] = s->kid != NULL ? s->kid[k] : k;
+	}
+	uint32_t j = s->nkeys;
+	for (uint32_t k = 0; k < n; k++) {
+		if (q[k] < 0)
+			continue;
+		size_t len = strlen(wire[k]);
+		memcpy(p, wire[k], len + 1);
+		names[j] = p;
+		p += len + 1;
+		if (kid != NULL)
+			kid[j] = s->nwire + k;
+		keys[j] = (skey) {
+			.q = q[k],
+			.grant_rate = NAN,
+			.grant_burst = NAN,
+			.hold_rate = NAN,
+			.hold_burst = NAN,
+			.force_share = true,
+		};
+		j++;
+	}
+	free(s->keys);
+	free(s->kid);
+	free(s->names);
+	free(s->names_blob);
+	s->keys = keys;
+	s->kid = kid;
+	s->names = names;
+	s->names_blob = nb;
+	s->nkeys = total;
+	s->nknown += nknown;
+	s->nwire += n;
+	return true;
+}
+
 /* A session registered over one connection is driven over that one
  * only: a Sync or Leave for it arriving on another connection (another
  * peer guessing the sequential id, or the same agent after a reconnect)

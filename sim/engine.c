@@ -523,7 +523,13 @@ replica_start(engine *e, uint32_t idx, uint32_t nlive)
 	int rc = allot_agent_create(e->cfg, &o, &r->a);
 	if (rc != ALLOT_OK)
 		return rc;
-	rc = allot__syncc_init(&r->sc, r->a, e->p->seed * 7919u + idx + 1);
+	/* The agent's own installer, without configs: the simulated
+	 * agents announce digest 0, so the coordinator never sends one. */
+	allot__installer in;
+	allot__agent_installer(r->a, &in);
+	in.reconfig = NULL;
+	rc = allot__syncc_create(
+	    &r->sc, r->a, e->p->seed * 7919u + idx + 1, &in);
 	if (rc != ALLOT_OK) {
 		allot_agent_destroy(r->a);
 		r->a = NULL;

@@ -49,6 +49,9 @@ typedef struct cluster {
 	char dir[64];
 	int n;
 	member m[MAXM];
+	/* Mutual TLS between members: one PEM (certificate + key) and the
+	 * CA; NULL: plain TCP. */
+	const char *cert, *ca;
 } cluster;
 
 static const char *const CFG =
@@ -118,22 +121,42 @@ start(cluster *c, int i, int nseed)
 	}
 	if (nseed == 0)
 		args[n++] = "--join";
+	if (c->cert != NULL) {
+		args[n++] = "--tls-cert";
+		args[n++] = c->cert;
+		args[n++] = "--tls-ca";
+		args[n++] = c->ca;
+		/* Agents here are the raw client, without identity proofs. */
+		args[n++] = "--no-require-identity";
+	}
 	args[n] = NULL;
 	m->pid = pc_allotd_start(args, m->http, m->log);
 	m->up = true;
 }
 
 static void
-cluster_start(cluster *c, int n)
+cluster_run(cluster *c)
+{
+	for (int i = 0; i < c->n; i++)
+		member_init(c, i, (uint64_t) i + 1);
+	for (int i = 0; i < c->n; i++)
+		start(c, i, c->n);
+}
+
+static void
+cluster_make(cluster *c, int n)
 {
 	memset(c, 0, sizeof *c);
 	snprintf(c->dir, sizeof c->dir, "/tmp/allot-raft-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(c->dir));
 	c->n = n;
-	for (int i = 0; i < n; i++)
-		member_init(c, i, (uint64_t) i + 1);
-	for (int i = 0; i < n; i++)
-		start(c, i, n);
+}
+
+static void
+cluster_start(cluster *c, int n)
+{
+	cluster_make(c, n);
+	cluster_run(c);
 }
 
 static void
@@ -627,6 +650,59 @@ START_TEST(restarts_replay_idempotently)
 }
 END_TEST
 
+/* The same cluster over mutual TLS (coordinator/raft_tls.c): certificates
+ * for one member SPIFFE ID from scripts/mkcerts. A leader, redirects,
+ * and the usage rows replicated through the TLS links. */
+START_TEST(members_over_tls)
+{
+	cluster c;
+	cluster_make(&c, 3);
+	char cmd[1024], cert[128], ca[128];
+	snprintf(cmd, sizeof cmd,
+	    "set -e; d=%s/pki; %s/scripts/mkcerts -s "
+	    "URI:spiffe://test.example/allot/member $d >$d.log 2>&1; "
+	    "cat $d/server.pem $d/server.key > %s/member.pem",
+	    c.dir, getenv("ALLOT_SOURCE_DIR"), c.dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(cert, sizeof cert, "%s/member.pem", c.dir);
+	snprintf(ca, sizeof ca, "%s/pki/ca.pem", c.dir);
+	c.cert = cert;
+	c.ca = ca;
+	cluster_run(&c);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	pc_sleep_ms(300);
+	int F = (L + 1) % 3;
+	pc_conn conn = { 0 };
+	Allot__V1__Envelope *e = reg(&c.m[F], &conn, "r1");
+	ck_assert_int_eq(pc_error_code(e), ALLOT__V1__ERROR__CODE__NOT_LEADER);
+	ck_assert_str_eq(e->error->leader, c.m[L].url);
+	pc_free(e);
+	pc_close(&conn);
+	pc_replica r = { 0 };
+	ck_assert_int_eq(
+	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	int refused = 0;
+	uint64_t sent = traffic(&c.m[L], &r, 2000, 10, &refused);
+	ck_assert_int_eq(refused, 0);
+	pc_replica_close(&r);
+	pc_sleep_ms(2500);
+	char *lead = usage_dump(&c.m[L]);
+	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
+	for (int i = 0; i < c.n; i++) {
+		char *d = usage_dump(&c.m[i]);
+		ck_assert_str_eq(d, lead);
+		free(d);
+		char *log = pc_read_file(c.m[i].log);
+		ck_assert_ptr_nonnull(
+		    strstr(log, "mutual TLS between members"));
+		free(log);
+	}
+	free(lead);
+	cluster_stop(&c);
+}
+END_TEST
+
 static Suite *
 raft_suite(void)
 {
@@ -639,6 +715,7 @@ raft_suite(void)
 	tcase_add_test(tc, config_and_usage_on_every_member);
 	tcase_add_test(tc, membership_under_traffic);
 	tcase_add_test(tc, restarts_replay_idempotently);
+	tcase_add_test(tc, members_over_tls);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -18,7 +18,12 @@
 #include <unistd.h>
 
 #include <allot/allot.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
+#include "allot.pb-c.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -353,6 +358,195 @@ START_TEST(coordinator_killed_and_restarted)
 }
 END_TEST
 
+/* ---- the config plane against a coordinator that lies ---- */
+
+/* A coordinator over a real nng REP socket that announces digest
+ * `announce` and sends `text` in every Welcome, and in every Reply to a
+ * Sync that announces a digest other than 0 and `announce`; it keeps
+ * the digests the Syncs announced. */
+typedef struct liar {
+	nng_socket sock;
+	char url[64];
+	pthread_t th;
+	_Atomic bool stop;
+	const char *text;
+	uint64_t announce;
+	_Atomic int texts; /* configs sent */
+	_Atomic int syncs;
+	_Atomic int nonzero_after_first; /* Syncs announcing a digest
+	                                    after the first text */
+} liar;
+
+static void
+liar_answer(liar *l, const Allot__V1__Envelope *in, Allot__V1__Envelope *out,
+    Allot__V1__Welcome *w, Allot__V1__Reply *r)
+{
+	ProtobufCBinaryData text = { strlen(l->text), (uint8_t *) l->text };
+	out->version = 1;
+	if (in->body_case == ALLOT__V1__ENVELOPE__BODY_REGISTER) {
+		w->session = 7;
+		w->replicas = 1;
+		w->config_digest = l->announce;
+		w->lease_ms = 3000;
+		w->config = text;
+		atomic_fetch_add(&l->texts, 1);
+		out->body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
+		out->welcome = w;
+		return;
+	}
+	out->body_case = ALLOT__V1__ENVELOPE__BODY_REPLY;
+	out->reply = r;
+	if (in->body_case != ALLOT__V1__ENVELOPE__BODY_SYNC)
+		return; /* a Leave */
+	const Allot__V1__Sync *sy = in->sync;
+	atomic_fetch_add(&l->syncs, 1);
+	if (sy->config_digest != 0 && atomic_load(&l->texts) > 0)
+		atomic_fetch_add(&l->nonzero_after_first, 1);
+	r->seq = sy->seq;
+	r->replicas = 1;
+	r->lease_ms = 3000;
+	r->config_digest = l->announce;
+	if (sy->config_digest != 0 && sy->config_digest != l->announce) {
+		r->config = text;
+		atomic_fetch_add(&l->texts, 1);
+	}
+}
+
+static void *
+liar_main(void *arg)
+{
+	liar *l = arg;
+	for (int i = 0; i < 100000 && !atomic_load(&l->stop); i++) {
+		nng_msg *m;
+		if (nng_recvmsg(l->sock, &m, 0) != 0)
+			continue; /* the receive timeout: look at `stop` */
+		Allot__V1__Envelope *in = allot__v1__envelope__unpack(
+		    NULL, nng_msg_len(m), nng_msg_body(m));
+		nng_msg_free(m);
+		if (in == NULL)
+			continue;
+		Allot__V1__Envelope out = ALLOT__V1__ENVELOPE__INIT;
+		Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
+		Allot__V1__Reply r = ALLOT__V1__REPLY__INIT;
+		liar_answer(l, in, &out, &w, &r);
+		allot__v1__envelope__free_unpacked(in, NULL);
+		size_t n = allot__v1__envelope__get_packed_size(&out);
+		if (nng_msg_alloc(&m, n) != 0)
+			continue;
+		allot__v1__envelope__pack(&out, nng_msg_body(m));
+		if (nng_sendmsg(l->sock, m, 0) != 0)
+			nng_msg_free(m);
+	}
+	return NULL;
+}
+
+static void
+liar_start(liar *l, const char *text, uint64_t announce)
+{
+	memset(l, 0, sizeof *l);
+	l->text = text;
+	l->announce = announce;
+	snprintf(l->url, sizeof l->url, "tcp://127.0.0.1:%d", pc_free_port());
+	ck_assert_int_eq(nng_rep0_open(&l->sock), 0);
+	nng_socket_set_ms(l->sock, NNG_OPT_RECVTIMEO, 50);
+	ck_assert_int_eq(nng_listen(l->sock, l->url, NULL, 0), 0);
+	ck_assert_int_eq(pthread_create(&l->th, NULL, liar_main, l), 0);
+}
+
+static void
+liar_stop(liar *l)
+{
+	atomic_store(&l->stop, true);
+	pthread_join(l->th, NULL);
+	nng_close(l->sock);
+}
+
+/* Log ids seen by an agent. */
+typedef struct seen_ids {
+	pthread_mutex_t mu;
+	char ids[2048];
+} seen_ids;
+
+static void
+record_id(void *ctx, int level, const char *id, const char *msg)
+{
+	(void) level;
+	(void) msg;
+	seen_ids *s = ctx;
+	pthread_mutex_lock(&s->mu);
+	size_t n = strlen(s->ids);
+	if (n + strlen(id) + 2 < sizeof s->ids)
+		snprintf(s->ids + n, sizeof s->ids - n, "%s ", id);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static bool
+has_id(seen_ids *s, const char *id)
+{
+	pthread_mutex_lock(&s->mu);
+	bool r = strstr(s->ids, id) != NULL;
+	pthread_mutex_unlock(&s->mu);
+	return r;
+}
+
+/* A config refused (`log_id`): counted, the agent's own config stays,
+ * and the Syncs that follow announce digest 0, so the coordinator does
+ * not send it again on every exchange. */
+static void
+refused_config(const char *text, uint64_t announce, const char *log_id)
+{
+	liar l;
+	liar_start(&l, text, announce);
+	seen_ids ids = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_parse("t", CFG, strlen(CFG), err, sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = l.url;
+	o.service = "svc";
+	o.sync_interval_ms = 50;
+	o.log = record_id;
+	o.log_ctx = &ids;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_sync_stats st0;
+	allot_sync_stats_get(a, &st0);
+	allot_config_free(cfg);
+	uint64_t end = pc_now_ms() + 5000;
+	while (atomic_load(&l.syncs) < 10 && pc_now_ms() < end)
+		pc_sleep_ms(10);
+	allot_sync_stats st;
+	allot_sync_stats_get(a, &st);
+	allot_agent_destroy(a);
+	liar_stop(&l);
+	ck_assert_int_ge(atomic_load(&l.syncs), 10);
+	ck_assert_msg(has_id(&ids, log_id), "no %s in %s", log_id, ids.ids);
+	ck_assert_uint_eq(st.config_rejects, 1);
+	ck_assert_uint_eq(st.config_installs, 0);
+	ck_assert_uint_eq(st.enforced_digest, st0.enforced_digest);
+	ck_assert_msg(atomic_load(&l.texts) == 1, "texts %d nonzero %d ids %s",
+	    atomic_load(&l.texts), atomic_load(&l.nonzero_after_first),
+	    ids.ids);
+	ck_assert_int_eq(atomic_load(&l.nonzero_after_first), 0);
+}
+
+START_TEST(config_with_wrong_digest_refused)
+{
+	/* A file that loads, announced under another digest. */
+	refused_config(CFG, 0x1234, "ALLOT-CONFIG-DIGEST");
+}
+END_TEST
+
+START_TEST(config_that_does_not_load_refused)
+{
+	refused_config("quotas:\n  default: {tokens_per_second: -1}\n", 0x1234,
+	    "ALLOT-CONFIG-REJECT");
+}
+END_TEST
+
 static Suite *
 sync_suite(void)
 {
@@ -362,6 +556,8 @@ sync_suite(void)
 	tcase_add_test(tc, shares_follow_replica_count);
 	tcase_add_test(tc, coordinator_killed_and_restarted);
 	tcase_add_test(tc, early_sync_when_short);
+	tcase_add_test(tc, config_with_wrong_digest_refused);
+	tcase_add_test(tc, config_that_does_not_load_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -187,6 +187,22 @@ typedef struct allot_agent_options {
 	 *  SPIFFE X509-SVIDs. Default 0: off (call allot_agent_reload_tls()
 	 *  when the files change instead). */
 	uint32_t tls_reload_check_ms;
+	/** Capacity reserved at creation for quotas of configured callers
+	 *  (endpoint quotas included) across every config the agent will
+	 *  install (allot_agent_set_config(), or the coordinator's): 0 is
+	 *  max(2 * ncallers, ncallers + 256), at most 65536. The agent also
+	 *  reserves room for 16 endpoints more than the first config names.
+	 *  A config beyond either is refused (ALLOT-CONFIG-FULL); restart
+	 *  with a larger max_callers. */
+	uint32_t max_callers;
+	/** With a coordinator: a file where the agent keeps the last quota
+	 *  config the coordinator sent (written atomically, mode 0600,
+	 *  after every install). allot_agent_create() starts from it
+	 *  instead of `cfg` when it holds a config from the same
+	 *  coordinator that loads, so that a replica started while the
+	 *  coordinator is down runs the config it last received. Default
+	 *  NULL: no cache. */
+	const char *config_cache_file;
 } allot_agent_options;
 
 /** Fill `opts` with the documented defaults. */
@@ -202,6 +218,26 @@ ALLOT_API void allot_agent_options_init(allot_agent_options *opts);
  */
 ALLOT_API int allot_agent_create(const allot_config *cfg,
     const allot_agent_options *opts, allot_agent **ret_agent);
+
+/**
+ * Install a new quota config (the view of the agent's service,
+ * allot_agent_options.service) atomically while threads acquire: new
+ * and removed callers, weights, shadow, fallback, rates and bursts, the
+ * ceiling. Keys already resolved stay valid: a removed caller's keys
+ * charge the default quota from then on, and charge its own quota again
+ * if a later config brings it back. Counters carry on. Buckets whose
+ * rate or burst changed take the new value at once (their level capped
+ * at the new burst). The agent copies `cfg`; the caller still owns it.
+ * Callable from any thread; calls are serialised.
+ * @return ALLOT_OK; ALLOT_ESTATE when the agent has a coordinator (the
+ *         coordinator's config is the truth there); ALLOT_EFULL when the
+ *         config needs more callers or endpoints than the capacity
+ *         reserved at creation (allot_agent_options.max_callers);
+ *         ALLOT_ENOMEM; ALLOT_EINVAL for NULL arguments. On any error
+ *         nothing changes.
+ */
+ALLOT_API int allot_agent_set_config(
+    allot_agent *agent, const allot_config *cfg);
 
 /**
  * Stop the sync thread (sending a graceful leave when connected) and free
@@ -287,11 +323,13 @@ typedef struct allot_key_stats {
 	                        "default"; valid while the agent lives */
 	bool known; /**< identity is a configured caller */
 	bool shadow; /**< quota is in shadow mode */
-	uint64_t allowed;
+	uint64_t allowed; /**< admitted, shadow would-be denials included */
 	uint64_t denied; /**< enforced denials */
-	uint64_t shadow_denied; /**< would-be denials in shadow mode */
+	uint64_t shadow_denied; /**< shadow would-be denials (admitted) */
 	uint64_t tokens_spent;
-	uint64_t tokens_denied;
+	uint64_t tokens_denied; /**< of enforced denials */
+	uint64_t tokens_shadow; /**< of shadow would-be denials (admitted,
+	                             so also in tokens_spent) */
 	double rate; /**< the bucket's current local rate */
 	double limit; /**< the bucket's current local burst */
 	double utilization; /**< 1 - level / burst, now: the fraction of
@@ -374,6 +412,13 @@ typedef struct allot_sync_stats {
 	                                yet (moved, or refused) */
 	uint64_t early_syncs; /**< Syncs sent before the interval was up
 	                           because a key started denying */
+	uint64_t enforced_digest; /**< digest of the config the agent
+	                               enforces (config_digest is the
+	                               coordinator's) */
+	uint64_t config_installs; /**< configs received from the
+	                               coordinator and installed */
+	uint64_t config_rejects; /**< configs received and refused (digest
+	                              mismatch, parse or install failure) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */

@@ -100,7 +100,25 @@ check_agent(const allot_config *cfg)
 		allot_key_stats st;
 		FUZZ_CHECK(allot_key_stats_get(a, k, &st) == ALLOT_OK);
 		FUZZ_CHECK(st.known);
-		FUZZ_CHECK(strcmp(st.quota, id) == 0);
+		/* Its endpoint quota for that endpoint if it has one, else
+		 * its caller-wide quota (or the default if it has none). */
+		const char *want = "default";
+		char kbuf[ALLOT_IDENTITY_MAX + ALLOT__ENDPOINT_MAX + 2];
+		for (size_t j = 0; j < cfg->ncallers; j++) {
+			const allot__quota *q = &cfg->callers[j];
+			if (strcmp(q->identity, id) != 0)
+				continue;
+			if (q->endpoint == NULL &&
+			    strcmp(want, "default") == 0)
+				want = id;
+			if (q->endpoint != NULL && ep != NULL &&
+			    strcmp(q->endpoint, ep) == 0) {
+				allot__quota_key(q, kbuf, sizeof kbuf);
+				want = kbuf;
+				break;
+			}
+		}
+		FUZZ_CHECK(strcmp(st.quota, want) == 0);
 		allot_decision d;
 		rc = allot_acquire(a, k, ALLOT_COST_DEFAULT, &d);
 		FUZZ_CHECK(rc == ALLOT_OK);

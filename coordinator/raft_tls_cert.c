@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Who is a member (raft_tls.h states the rule): the credentials a member
+ * presents, and the check on the peer's certificate that runs inside
+ * every TLS handshake of the transport (raft_tls.c).
+ */
+#include "raft_tls_int.h"
+
+#include <gnutls/x509.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the peer's certificate ---- */
+
+/* The one spiffe:// URI SAN of `crt` into `buf`: 0, or -1 with `why`. */
+static int
+spiffe_id(gnutls_x509_crt_t crt, char *buf, size_t len, const char **why)
+{
+	char san[SPIFFE_MAX];
+	int n = 0;
+
+	for (unsigned i = 0;; i++) {
+		size_t size = sizeof san - 1;
+		int type = gnutls_x509_crt_get_subject_alt_name(
+		    crt, i, san, &size, NULL);
+
+		if (type == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
+			break;
+		if (type < 0)
+			continue; /* too long for a SPIFFE ID anyway */
+		san[size] = '\0';
+		if (type != GNUTLS_SAN_URI || strncmp(san, "spiffe://", 9))
+			continue;
+		if (n++ == 0)
+			snprintf(buf, len, "%s", san);
+	}
+	if (n == 1)
+		return 0;
+	*why = n == 0 ? "no spiffe:// URI SAN" :
+	                "more than one spiffe:// URI SAN";
+	return -1;
+}
+
+static bool
+is_member(const tls_tr *tr, const char *id)
+{
+	size_t n = strlen(tr->member_id);
+
+	if (!tr->member_prefix)
+		return strcmp(id, tr->member_id) == 0;
+	/* member_id is "PREFIX/" here: one more non-empty segment. */
+	return strncmp(id, tr->member_id, n) == 0 && id[n] != '\0' &&
+	    strchr(id + n, '/') == NULL;
+}
+
+/* Runs inside the handshake, once the peer's certificate arrived.
+ * Non-zero aborts the handshake with an alert to the peer. */
+static int
+verify_cb(gnutls_session_t s)
+{
+	conn *c = gnutls_session_get_ptr(s);
+	gnutls_typed_vdata_st d = { .type = GNUTLS_DT_KEY_PURPOSE_OID };
+	const gnutls_datum_t *certs;
+	unsigned status = 0, n = 0;
+	gnutls_x509_crt_t crt;
+	char id[SPIFFE_MAX];
+	const char *why = NULL;
+	int rv;
+
+	d.data = (unsigned char *) (c->dialer ? GNUTLS_KP_TLS_WWW_SERVER :
+	                                        GNUTLS_KP_TLS_WWW_CLIENT);
+	certs = gnutls_certificate_get_peers(s, &n);
+	if (certs == NULL || n == 0) {
+		snprintf(c->reason, sizeof c->reason, "no certificate");
+		c->alert = GNUTLS_A_CERTIFICATE_REQUIRED;
+		return -1;
+	}
+	rv = gnutls_certificate_verify_peers(s, &d, 1, &status);
+	if (rv < 0) {
+		snprintf(c->reason, sizeof c->reason,
+		    "certificate not verified: %s", gnutls_strerror(rv));
+		return -1;
+	}
+	if (status & GNUTLS_CERT_SIGNER_NOT_FOUND) {
+		snprintf(c->reason, sizeof c->reason,
+		    "CA mismatch: its certificate does not chain to the "
+		    "cluster CA");
+		c->alert = GNUTLS_A_UNKNOWN_CA;
+		return -1;
+	}
+	if (status != 0) {
+		gnutls_datum_t out = { 0 };
+
+		gnutls_certificate_verification_status_print(
+		    status, GNUTLS_CRT_X509, &out, 0);
+		snprintf(c->reason, sizeof c->reason,
+		    "certificate not valid: %s",
+		    out.data != NULL ? (char *) out.data : "?");
+		c->alert = GNUTLS_A_BAD_CERTIFICATE;
+		gnutls_free(out.data);
+		return -1;
+	}
+	if (gnutls_x509_crt_init(&crt) < 0)
+		return -1;
+	rv = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER);
+	if (rv < 0)
+		why = gnutls_strerror(rv);
+	else
+		spiffe_id(crt, id, sizeof id, &why);
+	gnutls_x509_crt_deinit(crt);
+	if (why != NULL) {
+		snprintf(c->reason, sizeof c->reason,
+		    "certificate not a member: %s (want %.300s%s)", why,
+		    c->tr->member_id, c->tr->member_prefix ? "*" : "");
+		c->alert = GNUTLS_A_ACCESS_DENIED;
+		return -1;
+	}
+	if (!is_member(c->tr, id)) {
+		snprintf(c->reason, sizeof c->reason,
+		    "certificate not a member: %.300s is not %.300s%s", id,
+		    c->tr->member_id, c->tr->member_prefix ? "*" : "");
+		c->alert = GNUTLS_A_ACCESS_DENIED;
+		return -1;
+	}
+	return 0;
+}
+
+int
+allot__raft_tls_load(
+    tls_tr *tr, struct raft_uv_transport *t, const allot__raft_tls_opts *o)
+{
+	gnutls_datum_t der = { 0 };
+	gnutls_x509_crt_t crt;
+	char id[SPIFFE_MAX];
+	const char *why = NULL;
+	int rv;
+
+	rv = gnutls_certificate_set_x509_trust_file(
+	    tr->cred, o->ca_file, GNUTLS_X509_FMT_PEM);
+	if (rv <= 0) {
+		snprintf(t->errmsg, sizeof t->errmsg, "%s: %s", o->ca_file,
+		    rv == 0 ? "no certificate in it" : gnutls_strerror(rv));
+		return RAFT_INVALID;
+	}
+	rv = gnutls_certificate_set_x509_key_file(
+	    tr->cred, o->cert_key_file, o->cert_key_file, GNUTLS_X509_FMT_PEM);
+	if (rv < 0) {
+		snprintf(t->errmsg, sizeof t->errmsg,
+		    "%s: certificate and key: %s", o->cert_key_file,
+		    gnutls_strerror(rv));
+		return RAFT_INVALID;
+	}
+	if (o->member_id == NULL) {
+		rv = gnutls_certificate_get_crt_raw(tr->cred, 0, 0, &der);
+		if (rv == 0 && gnutls_x509_crt_init(&crt) == 0) {
+			if (gnutls_x509_crt_import(
+			        crt, &der, GNUTLS_X509_FMT_DER) < 0 ||
+			    spiffe_id(crt, id, sizeof id, &why) != 0)
+				why = why != NULL ? why : "unreadable";
+			gnutls_x509_crt_deinit(crt);
+		} else {
+			why = "unreadable";
+		}
+		if (why != NULL) {
+			snprintf(t->errmsg, sizeof t->errmsg,
+			    "%s: %s: a member certificate names the member "
+			    "identity in one spiffe:// URI SAN",
+			    o->cert_key_file, why);
+			return RAFT_INVALID;
+		}
+		tr->member_id = strdup(id);
+	} else {
+		size_t n = strlen(o->member_id);
+
+		if (strncmp(o->member_id, "spiffe://", 9) != 0) {
+			snprintf(t->errmsg, sizeof t->errmsg,
+			    "member id %s is not a spiffe:// ID",
+			    o->member_id);
+			return RAFT_INVALID;
+		}
+		tr->member_id = strdup(o->member_id);
+		if (tr->member_id != NULL && n > 2 &&
+		    strcmp(o->member_id + n - 2, "/*") == 0) {
+			tr->member_id[n - 1] = '\0'; /* keep the '/' */
+			tr->member_prefix = true;
+		}
+	}
+	if (tr->member_id == NULL)
+		return RAFT_NOMEM;
+	gnutls_certificate_set_verify_function(tr->cred, verify_cb);
+	return 0;
+}

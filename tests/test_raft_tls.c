@@ -1,0 +1,882 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mutual TLS between coordinator cluster members (coordinator/raft_tls.c)
+ * under test: real consensus members (allot__consensus on raft_uv, one
+ * libuv loop each, run in turn in this process) talking over loopback
+ * TCP through the TLS transport, with certificates made by
+ * scripts/mkcerts:
+ * - member.pem: the cluster CA, SPIFFE ID spiffe://t/allot/member;
+ * - imposter.pem: the same CA, another SPIFFE ID (not a member's);
+ * - other.pem: the member SPIFFE ID, but from another CA;
+ * - nouri.pem: the cluster CA, no SPIFFE ID at all;
+ * - permember.pem: the cluster CA, a per-member ID spiffe://t/allot/member/m1.
+ * Every wait is bounded; each member's log lines are kept so that the
+ * tests can check what was refused and why.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <raft.h>
+
+#include "consensus.h"
+#include "raft_tls.h"
+#include "runner.h"
+
+#include <allot/allot.h>
+
+#define MEMBER_ID "spiffe://t/allot/member"
+
+static char root[64];
+
+/* Once per run, in the runner's process (an unchecked fixture). */
+static void
+make_certs(void)
+{
+	const char *src = getenv("ALLOT_SOURCE_DIR");
+	char cmd[2048];
+
+	snprintf(root, sizeof root, "/tmp/allot-raft-tls-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	ck_assert_ptr_nonnull(src);
+	snprintf(cmd, sizeof cmd,
+	    "set -e; m=%s/scripts/mkcerts; d=%s; exec 2>$d/mkcerts.log; "
+	    "$m -s URI:" MEMBER_ID " $d/ca1; "
+	    "mkdir -p $d/imp $d/nouri; "
+	    "cp $d/ca1/ca.pem $d/ca1/ca.key $d/imp/; "
+	    "cp $d/ca1/ca.pem $d/ca1/ca.key $d/nouri/; "
+	    "$m -s URI:spiffe://t/svc/imposter $d/imp; "
+	    "$m $d/nouri; "
+	    "mkdir -p $d/pm; cp $d/ca1/ca.pem $d/ca1/ca.key $d/pm/; "
+	    "$m -s URI:" MEMBER_ID "/m1 $d/pm; "
+	    "cat $d/pm/server.pem $d/pm/server.key > $d/permember.pem; "
+	    "$m -s URI:" MEMBER_ID " $d/ca2; "
+	    "cat $d/ca1/server.pem $d/ca1/server.key > $d/member.pem; "
+	    "cat $d/imp/server.pem $d/imp/server.key > $d/imposter.pem; "
+	    "cat $d/nouri/server.pem $d/nouri/server.key > $d/nouri.pem; "
+	    "cat $d/ca2/server.pem $d/ca2/server.key > $d/other.pem",
+	    src, root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Members' data dirs: each case starts with none. */
+static void
+clean_members(void)
+{
+	char cmd[160];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'/m[0-9]", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+static void
+remove_certs(void)
+{
+	char cmd[160];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- members ---- */
+
+typedef struct member {
+	uv_loop_t loop;
+	allot__consensus *c;
+	char dir[128];
+	char address[64];
+	char cert[128];
+	char ca[128];
+	const char *member_id; /* NULL: from its certificate */
+	bool frozen; /* its loop is not run: a stopped process */
+	bool closed;
+	allot__logger log;
+	char lines[16384]; /* what it logged, truncated */
+	size_t nlines;
+} member;
+
+static void
+capture(void *ctx, int level, const char *id, const char *msg)
+{
+	member *m = ctx;
+	int n;
+
+	(void) level;
+	if (m->nlines >= sizeof m->lines - 1)
+		return;
+	n = snprintf(m->lines + m->nlines, sizeof m->lines - m->nlines,
+	    "%s %s\n", id, msg);
+	if (n > 0)
+		m->nlines += (size_t) n;
+	if (m->nlines > sizeof m->lines - 1)
+		m->nlines = sizeof m->lines - 1;
+}
+
+static bool
+logged(const member *m, const char *what)
+{
+	return strstr(m->lines, what) != NULL;
+}
+
+static int
+free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *) &sa, &len), 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+static void
+member_init(member *m, int i, const char *cert)
+{
+	memset(m, 0, sizeof *m);
+	ck_assert_int_eq(uv_loop_init(&m->loop), 0);
+	snprintf(m->dir, sizeof m->dir, "%s/m%d", root, i + 1);
+	snprintf(m->address, sizeof m->address, "127.0.0.1:%d", free_port());
+	snprintf(m->cert, sizeof m->cert, "%s/%s", root, cert);
+	snprintf(m->ca, sizeof m->ca, "%s/ca1/ca.pem", root);
+	m->log.fn = capture;
+	m->log.ctx = m;
+	m->log.level = ALLOT_LOG_DEBUG;
+}
+
+static void
+member_start(member *m, uint64_t id, const allot__cmember *seed, size_t n)
+{
+	allot__consensus_opts o = { 0 };
+	allot__raft_tls_opts t = { 0 };
+
+	t.cert_key_file = m->cert;
+	t.ca_file = m->ca;
+	t.member_id = m->member_id;
+	t.handshake_ms = 1000;
+	t.buffer_max = 16384; /* small: a big entry runs into backpressure */
+	o.id = id;
+	o.address = m->address;
+	o.dir = m->dir;
+	o.election_ms = 300;
+	o.heartbeat_ms = 30;
+	o.log = &m->log;
+	o.tls = &t;
+	ck_assert_int_eq(
+	    allot__consensus_create(&m->loop, &o, &m->c), ALLOT_OK);
+	if (n > 0)
+		ck_assert_int_eq(
+		    allot__consensus_bootstrap(m->c, seed, n), ALLOT_OK);
+	else
+		ck_assert_int_eq(allot__consensus_join(m->c), ALLOT_OK);
+	ck_assert_int_eq(allot__consensus_start(m->c), ALLOT_OK);
+	m->closed = false;
+}
+
+static void
+member_closed(void *ctx)
+{
+	((member *) ctx)->closed = true;
+}
+
+static void
+member_finish(member *m)
+{
+	if (m->c != NULL) {
+		allot__consensus_close(m->c, member_closed, m);
+		while (!m->closed)
+			uv_run(&m->loop, UV_RUN_ONCE);
+		m->c = NULL;
+	}
+	uv_run(&m->loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(uv_loop_close(&m->loop), 0);
+}
+
+/* Runs every unfrozen loop a little, until `done` or the deadline. */
+static bool
+run_until(member *m, size_t n, bool (*done)(member *, size_t), unsigned ms)
+{
+	uint64_t end = mono_ms() + ms;
+
+	while (mono_ms() < end) {
+		if (done != NULL && done(m, n))
+			return true;
+		for (size_t i = 0; i < n; i++)
+			if (!m[i].frozen && m[i].c != NULL)
+				uv_run(&m[i].loop, UV_RUN_NOWAIT);
+		usleep(1000);
+	}
+	return done != NULL && done(m, n);
+}
+
+/* The member that may grant now, -1 if none; at most one may. */
+static int
+granting(member *m, size_t n)
+{
+	int who = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		if (m[i].frozen || m[i].c == NULL)
+			continue;
+		if (allot__consensus_may_grant(m[i].c, uv_now(&m[i].loop))) {
+			ck_assert_int_eq(who, -1);
+			who = (int) i;
+		}
+	}
+	return who;
+}
+
+static bool
+some_granting(member *m, size_t n)
+{
+	return granting(m, n) >= 0;
+}
+
+static int committed;
+
+static void
+config_done(void *ctx, int status, uint64_t index)
+{
+	(void) ctx;
+	(void) index;
+	if (status == ALLOT_OK)
+		committed++;
+}
+
+static bool
+config_committed(member *m, size_t n)
+{
+	(void) m;
+	(void) n;
+	return committed > 0;
+}
+
+static uint64_t
+applied(const member *m)
+{
+	return allot__consensus_state(m->c)->applied;
+}
+
+/* Members 0..n-1 applied the same index. */
+static bool
+same_applied(member *m, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (applied(&m[i]) != applied(&m[0]))
+			return false;
+	return true;
+}
+
+/* Commits a config through the granting member `g`. */
+static void
+commit_config(member *m, size_t n, int g, const char *text, uint64_t epoch)
+{
+	committed = 0;
+	ck_assert_int_eq(allot__consensus_propose_config(m[g].c, text,
+	                     strlen(text), 7, epoch, config_done, NULL),
+	    ALLOT_OK);
+	ck_assert(run_until(m, n, config_committed, 5000));
+}
+
+static void
+three(member *m, allot__cmember *seed)
+{
+	for (int i = 0; i < 3; i++) {
+		member_init(&m[i], i, "member.pem");
+		seed[i].id = (uint64_t) i + 1;
+		snprintf(seed[i].address, sizeof seed[i].address, "%s",
+		    m[i].address);
+	}
+	for (int i = 0; i < 3; i++)
+		member_start(&m[i], (uint64_t) i + 1, seed, 3);
+}
+
+/* ---- the cases ---- */
+
+/* Three members elect a leader and commit over TLS; the leader's loop
+ * stops (SIGSTOP), the others elect another and commit; it resumes,
+ * reconnects and catches up to the same state. Then a 2 MiB config,
+ * through 16 KiB buffers, arrives intact everywhere. */
+START_TEST(three_members_over_tls)
+{
+	enum { BIG = 2 << 20 };
+	member m[3];
+	allot__cmember seed[3];
+	int g, g2;
+	char *big;
+
+	signal(SIGPIPE, SIG_IGN);
+	clean_members();
+	three(m, seed);
+	ck_assert(run_until(m, 3, some_granting, 10000));
+	g = granting(m, 3);
+	commit_config(m, 3, g, "services: {}\n", 1);
+	ck_assert(run_until(m, 3, same_applied, 5000));
+	for (int i = 0; i < 3; i++)
+		ck_assert_str_eq(allot__consensus_state(m[i].c)->config.text,
+		    "services: {}\n");
+
+	m[g].frozen = true;
+	ck_assert(run_until(m, 3, some_granting, 15000));
+	g2 = granting(m, 3);
+	ck_assert_int_ne(g2, g);
+	commit_config(m, 3, g2, "v2", 2);
+	ck_assert_uint_lt(applied(&m[g]), applied(&m[g2]));
+	m[g].frozen = false;
+	ck_assert(run_until(m, 3, same_applied, 10000));
+	ck_assert_str_eq(allot__consensus_state(m[g].c)->config.text, "v2");
+	ck_assert(run_until(m, 3, some_granting, 5000));
+
+	big = malloc(BIG + 1);
+	ck_assert_ptr_nonnull(big);
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = (char) ('a' + (i * 7 + i / 4093) % 26);
+	big[BIG] = '\0';
+	g = granting(m, 3);
+	commit_config(m, 3, g, big, 3);
+	ck_assert(run_until(m, 3, same_applied, 10000));
+	for (int i = 0; i < 3; i++)
+		ck_assert_str_eq(
+		    allot__consensus_state(m[i].c)->config.text, big);
+	free(big);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_msg(!logged(&m[i], "not a member") &&
+		        !logged(&m[i], "CA mismatch"),
+		    "member %d: %s", i, m[i].lines);
+		member_finish(&m[i]);
+	}
+	clean_members();
+}
+END_TEST
+
+/* A fourth member, with another CA's certificate (0) or the cluster
+ * CA's but another identity (1): it has a configuration naming the three
+ * and itself and campaigns (its connections are refused), and the
+ * leader adds it (the leader's connections to it are refused): it never
+ * receives an entry, and the cluster keeps its leader and epoch and
+ * commits. With a member's certificate (2, the control), joining, it
+ * catches up and votes. */
+START_TEST(outsider_cannot_join)
+{
+	static const char *certs[] = { "other.pem", "imposter.pem",
+		"member.pem" };
+	static const char *why[] = { "CA mismatch",
+		"certificate not a member: spiffe://t/svc/imposter is not "
+		"spiffe://t/allot/member",
+		NULL };
+	member m[4];
+	allot__cmember seed[4], list[8];
+	int g, g2;
+	uint64_t epoch;
+	size_t k;
+	bool voter = false;
+	uint64_t lid;
+	const char *laddr;
+
+	signal(SIGPIPE, SIG_IGN);
+	clean_members();
+	three(m, seed);
+	member_init(&m[3], 3, certs[_i]);
+	ck_assert(run_until(m, 3, some_granting, 10000));
+	g = granting(m, 3);
+	commit_config(m, 3, g, "services: {}\n", 1);
+	epoch = allot__consensus_epoch(m[g].c);
+
+	m[3].member_id = MEMBER_ID; /* what it pretends to be */
+	seed[3].id = 4;
+	snprintf(seed[3].address, sizeof seed[3].address, "%s", m[3].address);
+	if (why[_i] != NULL)
+		member_start(&m[3], 4, seed, 4);
+	else
+		member_start(&m[3], 4, NULL, 0);
+	ck_assert_int_eq(
+	    allot__consensus_add_member(m[g].c, 4, m[3].address), ALLOT_OK);
+	run_until(m, 4, NULL, 3000);
+	g2 = granting(m, 4);
+	if (why[_i] != NULL) {
+		ck_assert_uint_eq(applied(&m[3]), 0);
+		ck_assert_int_eq(g2, g); /* undisturbed: same leader */
+		ck_assert_uint_eq(allot__consensus_epoch(m[g].c), epoch);
+		ck_assert(allot__consensus_changing(m[g].c));
+		ck_assert_msg(
+		    logged(&m[g], why[_i]), "leader logged: %s", m[g].lines);
+		/* Its own connections, refused by the member it dialed. */
+		ck_assert_msg(logged(&m[(g + 1) % 3], why[_i]) &&
+		        logged(&m[(g + 1) % 3], "from 127.0.0.1:"),
+		    "follower logged: %s", m[(g + 1) % 3].lines);
+		ck_assert(!allot__consensus_leader(m[3].c, &lid, &laddr));
+		/* It was told why (a TLS alert), both ways. */
+		ck_assert_msg(logged(&m[3],
+		                  "handshake failed: the peer "
+		                  "refused us") &&
+		        logged(&m[3], "TLS receive: the peer refused us"),
+		    "outsider logged: %s", m[3].lines);
+		commit_config(m, 4, g, "v2", 2);
+		ck_assert_uint_eq(applied(&m[3]), 0);
+	} else {
+		ck_assert(run_until(m, 4, same_applied, 5000));
+		ck_assert_int_ge(g2, 0);
+		k = allot__consensus_members(m[g2].c, list, 8);
+		for (size_t i = 0; i < k; i++)
+			if (list[i].id == 4)
+				voter = list[i].role == RAFT_VOTER;
+		ck_assert(voter);
+	}
+	for (int i = 0; i < 4; i++)
+		member_finish(&m[i]);
+	clean_members();
+}
+END_TEST
+
+/* ---- the transport alone, as raft_uv drives it ---- */
+
+typedef struct side {
+	struct raft_uv_transport t;
+	uv_stream_t *stream; /* what raft_uv would own */
+	raft_id peer_id;
+	char peer_address[64];
+	int status; /* the connect callback's, 1 before it fired */
+	bool closed;
+	char *got; /* bytes read from `stream` */
+	size_t ngot, cap;
+	bool eof;
+} side;
+
+static void
+pair_accept(struct raft_uv_transport *t, raft_id id, const char *address,
+    uv_stream_t *stream)
+{
+	side *s = t->data;
+
+	s->peer_id = id;
+	snprintf(s->peer_address, sizeof s->peer_address, "%s", address);
+	s->stream = stream;
+	stream->data = s;
+}
+
+static void
+pair_connected(struct raft_uv_connect *req, uv_stream_t *stream, int status)
+{
+	side *s = req->data;
+
+	s->status = status;
+	s->stream = stream;
+	if (stream != NULL)
+		stream->data = s;
+}
+
+static void
+pair_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+	side *s = h->data;
+
+	(void) hint;
+	*b = uv_buf_init(s->got + s->ngot, (unsigned) (s->cap - s->ngot));
+}
+
+static void
+pair_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
+{
+	side *s = st->data;
+
+	(void) b;
+	if (n > 0)
+		s->ngot += (size_t) n;
+	else if (n == UV_EOF)
+		s->eof = true;
+	else
+		ck_assert_int_ge(n, 0);
+}
+
+static void
+pair_write(side *s, const char *data, size_t len)
+{
+	uv_write_t *w = malloc(sizeof *w);
+	uv_buf_t b = uv_buf_init((char *) data, (unsigned) len);
+
+	ck_assert_int_eq(
+	    uv_write(w, s->stream, &b, 1, (uv_write_cb) (void (*)(void)) free),
+	    0);
+}
+
+static void
+pair_closed(struct raft_uv_transport *t)
+{
+	((side *) t->data)->closed = true;
+}
+
+static uv_loop_t pair_loop;
+
+/* Runs the loop until `*flag` or `ms` pass. */
+static bool
+pair_run(const bool *flag, unsigned ms)
+{
+	uint64_t end = mono_ms() + ms;
+
+	while (!*flag && mono_ms() < end)
+		uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	return *flag;
+}
+
+static void
+pair_free_stream(uv_handle_t *h)
+{
+	raft_free(h); /* what raft_uv does */
+}
+
+/* Two transports on one loop: libraft's handshake arrives with the
+ * dialer's id and address; 1 MiB each way arrives unchanged; closing one
+ * end gives the other EOF; a dial to nobody fails, a dial still in its
+ * handshake when the transport closes is RAFT_CANCELED; everything
+ * closes (uv_loop_close succeeds). */
+START_TEST(transport_pair)
+{
+	enum { N = 1 << 20 };
+	side a = { .status = 1 }, b = { .status = 1 }, c = { .status = 1 };
+	allot__raft_tls_opts o = { 0 };
+	struct raft_uv_connect req = { .data = &b }, req2 = { .data = &c };
+	char cert[128], ca[128], addr_a[64], addr_b[64], addr_x[64];
+	char *data = malloc(N);
+	bool accepted = false;
+	int lfd;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof sa;
+
+	signal(SIGPIPE, SIG_IGN);
+	ck_assert_int_eq(uv_loop_init(&pair_loop), 0);
+	snprintf(cert, sizeof cert, "%s/member.pem", root);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", root);
+	o.cert_key_file = cert;
+	o.ca_file = ca;
+	o.buffer_max = 8192;
+	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", free_port());
+	snprintf(addr_b, sizeof addr_b, "127.0.0.1:%d", free_port());
+	ck_assert_int_eq(allot__raft_tls_init(&a.t, &pair_loop, &o), 0);
+	ck_assert_int_eq(allot__raft_tls_init(&b.t, &pair_loop, &o), 0);
+	a.t.data = &a;
+	b.t.data = &b;
+	ck_assert_int_eq(a.t.init(&a.t, 1, addr_a), 0);
+	ck_assert_int_eq(b.t.init(&b.t, 2, addr_b), 0);
+	ck_assert_int_eq(a.t.listen(&a.t, pair_accept), 0);
+	ck_assert_int_eq(
+	    b.t.connect(&b.t, &req, 1, addr_a, pair_connected), 0);
+	{
+		uint64_t end = mono_ms() + 5000;
+
+		while ((a.stream == NULL || b.status == 1) && mono_ms() < end)
+			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	}
+	ck_assert_int_eq(b.status, 0);
+	ck_assert_ptr_nonnull(a.stream);
+	accepted = true;
+	ck_assert_uint_eq(a.peer_id, 2);
+	ck_assert_str_eq(a.peer_address, addr_b);
+
+	for (size_t i = 0; i < N; i++)
+		data[i] = (char) (i * 131 + i / 977);
+	a.got = malloc(N + 1); /* room to see a byte too many */
+	b.got = malloc(N + 1);
+	a.cap = b.cap = N + 1;
+	ck_assert_int_eq(uv_read_start(a.stream, pair_alloc, pair_read), 0);
+	ck_assert_int_eq(uv_read_start(b.stream, pair_alloc, pair_read), 0);
+	pair_write(&b, data, N);
+	pair_write(&a, data + 1, N - 1);
+	{
+		uint64_t end = mono_ms() + 10000;
+
+		while ((a.ngot < N || b.ngot < N - 1) && mono_ms() < end)
+			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	}
+	ck_assert_uint_eq(a.ngot, N);
+	ck_assert_uint_eq(b.ngot, N - 1);
+	ck_assert(memcmp(a.got, data, N) == 0);
+	ck_assert(memcmp(b.got, data + 1, N - 1) == 0);
+
+	/* b's owner closes its stream: a's reads EOF. */
+	uv_close((uv_handle_t *) b.stream, pair_free_stream);
+	ck_assert(pair_run(&a.eof, 3000));
+	uv_close((uv_handle_t *) a.stream, pair_free_stream);
+
+	/* Nobody at the address: the dial fails. */
+	snprintf(addr_x, sizeof addr_x, "127.0.0.1:%d", free_port());
+	req2.data = &c;
+	ck_assert_int_eq(
+	    b.t.connect(&b.t, &req2, 3, addr_x, pair_connected), 0);
+	{
+		uint64_t end = mono_ms() + 3000;
+
+		while (c.status == 1 && mono_ms() < end)
+			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+	}
+	ck_assert_int_eq(c.status, RAFT_NOCONNECTION);
+
+	/* A listener that never answers: closing the transport cancels. */
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *) &sa, sizeof sa), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *) &sa, &len), 0);
+	snprintf(addr_x, sizeof addr_x, "127.0.0.1:%d", ntohs(sa.sin_port));
+	c.status = 1;
+	ck_assert_int_eq(
+	    b.t.connect(&b.t, &req2, 3, addr_x, pair_connected), 0);
+	for (int i = 0; i < 100; i++)
+		uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(1000);
+	ck_assert_int_eq(c.status, 1); /* still in its handshake */
+	b.t.close(&b.t, pair_closed);
+	a.t.close(&a.t, pair_closed);
+	ck_assert(pair_run(&b.closed, 3000));
+	ck_assert(pair_run(&a.closed, 3000));
+	ck_assert_int_eq(c.status, RAFT_CANCELED);
+	close(lfd);
+	allot__raft_tls_close(&a.t);
+	allot__raft_tls_close(&b.t);
+	uv_run(&pair_loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	ck_assert(accepted);
+	free(a.got);
+	free(b.got);
+	free(data);
+}
+END_TEST
+
+/* Per-member SPIFFE IDs: with member_id ".../member/" followed by "*",
+ * a certificate for .../member/m1 is a member and one for .../member
+ * itself is not (the dial is refused and the dialer says why). */
+START_TEST(member_id_pattern)
+{
+	side a = { .status = 1 }, b = { .status = 1 };
+	allot__raft_tls_opts o = { 0 };
+	struct raft_uv_connect req = { .data = &b };
+	char cert[128], ca[128], addr_a[64];
+	allot__logger lg = { capture, NULL, ALLOT_LOG_DEBUG };
+	member *log = calloc(1, sizeof *log);
+
+	signal(SIGPIPE, SIG_IGN);
+	lg.ctx = log;
+	ck_assert_int_eq(uv_loop_init(&pair_loop), 0);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", root);
+	o.ca_file = ca;
+	o.cert_key_file = cert;
+	o.member_id = MEMBER_ID "/*";
+	o.log = &lg;
+	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", free_port());
+	snprintf(cert, sizeof cert, "%s/permember.pem", root);
+	ck_assert_msg(
+	    allot__raft_tls_init(&a.t, &pair_loop, &o) == 0, "%s", a.t.errmsg);
+	a.t.data = &a;
+	ck_assert_int_eq(a.t.init(&a.t, 1, addr_a), 0);
+	ck_assert_int_eq(a.t.listen(&a.t, pair_accept), 0);
+	for (int k = 0; k < 2; k++) {
+		/* k = 0: permember.pem dials (a member); 1: member.pem (not).
+		 */
+		snprintf(cert, sizeof cert, "%s/%s", root,
+		    k == 0 ? "permember.pem" : "member.pem");
+		b = (side) { .status = 1 };
+		ck_assert_int_eq(
+		    allot__raft_tls_init(&b.t, &pair_loop, &o), 0);
+		b.t.data = &b;
+		ck_assert_int_eq(b.t.init(&b.t, 2, "127.0.0.1:1"), 0);
+		ck_assert_int_eq(
+		    b.t.connect(&b.t, &req, 1, addr_a, pair_connected), 0);
+		{
+			uint64_t end = mono_ms() + 5000;
+
+			while (b.status == 1 && mono_ms() < end)
+				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+		}
+		if (k == 0) {
+			ck_assert_int_eq(b.status, 0);
+			uint64_t end = mono_ms() + 3000;
+
+			while (a.stream == NULL && mono_ms() < end)
+				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+			ck_assert_ptr_nonnull(a.stream);
+			ck_assert_uint_eq(a.peer_id, 2);
+			uv_close((uv_handle_t *) b.stream, pair_free_stream);
+			uv_close((uv_handle_t *) a.stream, pair_free_stream);
+			a.stream = NULL;
+		} else {
+			/* b dials a: a is a member for b (m1), b is not for
+			 * a; TLS 1.3 tells b after its handshake, so b may
+			 * have a stream that then ends. */
+			uint64_t end = mono_ms() + 3000;
+
+			while (!logged(log, "is not " MEMBER_ID "/*") &&
+			    mono_ms() < end)
+				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
+			ck_assert_msg(
+			    logged(log,
+			        "certificate not a member: " MEMBER_ID
+			        " is not " MEMBER_ID "/*"),
+			    "%s", log->lines);
+			ck_assert_ptr_null(a.stream);
+			if (b.stream != NULL)
+				uv_close((uv_handle_t *) b.stream,
+				    pair_free_stream);
+		}
+		b.closed = false;
+		b.t.close(&b.t, pair_closed);
+		ck_assert(pair_run(&b.closed, 3000));
+		allot__raft_tls_close(&b.t);
+	}
+	a.t.close(&a.t, pair_closed);
+	ck_assert(pair_run(&a.closed, 3000));
+	allot__raft_tls_close(&a.t);
+	uv_run(&pair_loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	free(log);
+}
+END_TEST
+
+static int
+plain_connect(const char *address)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	const char *colon = strrchr(address, ':');
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	sa.sin_port = htons((uint16_t) atoi(colon + 1));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+	return fd;
+}
+
+static int plain_fd;
+
+/* The member closed our plain connection: EOF or a reset. */
+static bool
+plain_closed(member *m, size_t n)
+{
+	char buf[256];
+	ssize_t r;
+
+	(void) m;
+	(void) n;
+	r = recv(plain_fd, buf, sizeof buf, MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Plain TCP to a TLS member: libraft's own handshake in clear is refused
+ * as a failed TLS handshake, a client that says nothing is dropped after
+ * handshake_ms; both are logged with the peer's address, and the
+ * member keeps serving. */
+START_TEST(plain_tcp_refused)
+{
+	member m[1];
+	allot__cmember seed[1];
+	uint8_t hs[32] = { 1 }; /* protocol 1, id 0, address "" */
+	uint64_t t0;
+
+	signal(SIGPIPE, SIG_IGN);
+	clean_members();
+	member_init(&m[0], 0, "member.pem");
+	seed[0].id = 1;
+	snprintf(seed[0].address, sizeof seed[0].address, "%s", m[0].address);
+	member_start(&m[0], 1, seed, 1);
+	ck_assert(run_until(m, 1, some_granting, 5000));
+
+	plain_fd = plain_connect(m[0].address);
+	hs[8] = 9;
+	hs[16] = 8;
+	ck_assert_int_eq(
+	    send(plain_fd, hs, sizeof hs, 0), (ssize_t) sizeof hs);
+	ck_assert(run_until(m, 1, plain_closed, 3000));
+	close(plain_fd);
+	ck_assert_msg(logged(&m[0], "from 127.0.0.1:") &&
+	        logged(&m[0], "handshake failed"),
+	    "%s", m[0].lines);
+
+	plain_fd = plain_connect(m[0].address);
+	t0 = mono_ms();
+	ck_assert(run_until(m, 1, plain_closed, 3000));
+	ck_assert_uint_ge(mono_ms() - t0, 900); /* handshake_ms = 1000 */
+	close(plain_fd);
+	ck_assert_msg(logged(&m[0], "handshake timed out after 1000 ms"), "%s",
+	    m[0].lines);
+	ck_assert(run_until(m, 1, some_granting, 2000));
+	member_finish(&m[0]);
+	clean_members();
+}
+END_TEST
+
+/* Bad setups are refused at create, naming the file and the reason. */
+START_TEST(init_errors)
+{
+	struct raft_uv_transport t;
+	allot__raft_tls_opts o = { 0 };
+	uv_loop_t loop;
+	char cert[128], ca[128];
+
+	ck_assert_int_eq(uv_loop_init(&loop), 0);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", root);
+	o.ca_file = ca;
+	o.cert_key_file = cert;
+
+	snprintf(cert, sizeof cert, "%s/missing.pem", root);
+	ck_assert_int_eq(allot__raft_tls_init(&t, &loop, &o), RAFT_INVALID);
+	ck_assert_msg(strstr(t.errmsg, "missing.pem") != NULL, "%s", t.errmsg);
+
+	snprintf(cert, sizeof cert, "%s/nouri.pem", root);
+	ck_assert_int_eq(allot__raft_tls_init(&t, &loop, &o), RAFT_INVALID);
+	ck_assert_msg(
+	    strstr(t.errmsg, "no spiffe:// URI SAN") != NULL, "%s", t.errmsg);
+	/* ... unless the member identity is given. */
+	o.member_id = "spiffe://t/allot/member/*";
+	ck_assert_int_eq(allot__raft_tls_init(&t, &loop, &o), 0);
+	allot__raft_tls_close(&t);
+	o.member_id = "t/allot/member";
+	ck_assert_int_eq(allot__raft_tls_init(&t, &loop, &o), RAFT_INVALID);
+	o.member_id = NULL;
+
+	snprintf(cert, sizeof cert, "%s/member.pem", root);
+	snprintf(ca, sizeof ca, "%s/nothing.pem", root);
+	ck_assert_int_eq(allot__raft_tls_init(&t, &loop, &o), RAFT_INVALID);
+	ck_assert_msg(strstr(t.errmsg, "nothing.pem") != NULL, "%s", t.errmsg);
+	ck_assert_int_eq(uv_loop_close(&loop), 0);
+	clean_members();
+}
+END_TEST
+
+static Suite *
+raft_tls_suite(void)
+{
+	Suite *s = suite_create("raft_tls");
+	TCase *tc = tcase_create("tls");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_unchecked_fixture(tc, make_certs, remove_certs);
+	tcase_add_test(tc, init_errors);
+	tcase_add_test(tc, transport_pair);
+	tcase_add_test(tc, member_id_pattern);
+	tcase_add_test(tc, plain_tcp_refused);
+	tcase_add_test(tc, three_members_over_tls);
+	tcase_add_loop_test(tc, outsider_cannot_join, 0, 3);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(raft_tls_suite)
