@@ -497,6 +497,7 @@ switch_to(struct allot__sync *s, size_t i, const char *why)
 	s->cur = i;
 	s->core.peer = s->m[i].url;
 	s->core.signer = s->m[i].signer;
+	allot__syncc_moved(&s->core);
 	atomic_fetch_add(&s->switches, 1);
 	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-SYNC-LEADER",
 	    "following %s instead of %s: %s; allowances keep their lease "

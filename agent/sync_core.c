@@ -201,10 +201,25 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 			double inst = (double) (consumed + denied) / elapsed;
 			qs->demand = 0.5 * qs->demand + 0.5 * inst;
 		}
-		if (consumed == 0 && denied == 0 && shadow == 0)
+		/* A key whose allowance came from another leader is reported
+		 * even when idle: the new leader learns from it what the
+		 * old one handed out (docs/operations.md, "Taking over"). */
+		if (consumed == 0 && denied == 0 && shadow == 0 &&
+		    !qs->foreign)
 			continue;
 		Allot__V1__KeyReport *r = &reps[n];
 		allot__v1__key_report__init(r);
+		if (qs->foreign) {
+			allot__allowance al;
+			allot__bucket_get(&q->bucket, &al);
+			r->foreign = true;
+			r->held_rate = al.mode == ALLOT__MODE_CLOSED ? 0 :
+			    al.mode == ALLOT__MODE_OPEN ? q->q->rate :
+			                                  al.rate;
+			r->held_burst = al.mode == ALLOT__MODE_CLOSED ? 0 :
+			    al.mode == ALLOT__MODE_OPEN ? q->q->burst :
+			                                  al.burst;
+		}
 		r->key = q->index;
 		r->consumed = consumed;
 		r->denied = denied;
@@ -291,6 +306,7 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	s->q[key].share_rate = rate;
 	s->q[key].share_burst = burst;
 	s->q[key].has_share = true;
+	s->q[key].foreign = false;
 }
 
 static int
@@ -643,6 +659,15 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 	set_lease(s, now, w->lease_ms);
 }
 
+static void
+count_unconfirmed(syncc *s)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < nq(s); k++)
+		n += s->q[k].foreign;
+	atomic_store(&s->unconfirmed, n);
+}
+
 /* Hand the member list an answer carried to the driver. */
 static void
 learn(syncc *s, char *const *urls, size_t n)
@@ -818,12 +843,21 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		    atomic_load(&s->replicas));
 	leave_fallback(s);
 	s->backoff_ms = 0;
+	count_unconfirmed(s);
 out:
 	allot__v1__envelope__free_unpacked(env, NULL);
 	return ok;
 }
 
 /* ---- schedule ---- */
+
+void
+allot__syncc_moved(syncc *s)
+{
+	for (uint32_t k = 0; k < nq(s); k++)
+		s->q[k].foreign = true;
+	count_unconfirmed(s);
+}
 
 void
 allot__syncc_check_lease(syncc *s, uint64_t now)
@@ -933,6 +967,7 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->enforced_digest = atomic_load(&s->enforced);
 	ret->config_installs = atomic_load(&s->config_installs);
 	ret->config_rejects = atomic_load(&s->config_rejects);
+	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
 	ret->not_leader = atomic_load(&s->not_leader_n);
 	ret->stale_epoch = atomic_load(&s->stale_epoch_n);
 	ret->leader_epoch = atomic_load(&s->epoch_pub);

@@ -24,6 +24,10 @@ typedef struct allot__qsync {
 	double share_rate; /* last allowance from the coordinator */
 	double share_burst;
 	bool has_share;
+	/* The allowance in force came from another member (the session
+	 * moved, sync.c): reported with what it runs on (KeyReport.foreign,
+	 * held_rate, held_burst) until this one grants it a share. */
+	bool foreign;
 	bool denying; /* its last report carried denials */
 } allot__qsync;
 
@@ -113,6 +117,7 @@ typedef struct allot__syncc {
 	_Atomic uint64_t enforced; /* digest of the config in force */
 	_Atomic uint64_t config_installs; /* configs installed from replies */
 	_Atomic uint64_t config_rejects; /* refused (digest, parse, install) */
+	_Atomic uint32_t unconfirmed; /* keys still foreign */
 	_Atomic uint64_t not_leader_n; /* NOT_LEADER answers */
 	_Atomic uint64_t
 	    stale_epoch_n; /* Welcomes, Replies of a lower epoch */
@@ -169,6 +174,10 @@ bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
 /* Whether the engine installed a config (a->nquotas may have grown)
  * since the driver last asked; clears the flag. */
 bool allot__syncc_take_reconfigured(allot__syncc *c);
+
+/* The session moved to another member: every key's allowance is now
+ * foreign to it, and said so in its reports until it answers for it. */
+void allot__syncc_moved(allot__syncc *c);
 
 /* Where the last answer says the next exchange goes; clears it. On
  * ALLOT__ROUTE_LEADER the leader's URL is in `c->leader`. */

@@ -6,7 +6,8 @@
  * seed follows NOT_LEADER to the leader it names and learns every member
  * from the answers; when the leader steps down without naming another,
  * the agent tries the next member it learned and registers again with the
- * new leader (UNKNOWN_SESSION), its allowance running on meanwhile; and a
+ * new leader (UNKNOWN_SESSION), its allowance running on meanwhile and
+ * reported to the new leader as held (KeyReport.foreign); and a
  * Reply from a lower epoch than one already seen (a deposed leader) is
  * dropped unapplied: its allowance is never installed, not even for an
  * instant (sampled every millisecond), and counted. tests/test_cluster.c
@@ -53,6 +54,8 @@ typedef struct member {
 	_Atomic int registers;
 	_Atomic int syncs;
 	_Atomic int unknown; /* UNKNOWN_SESSION answered */
+	_Atomic bool learning; /* Welcomes grant nothing (a new leader) */
+	_Atomic int foreign_a; /* reports of "a" saying it runs on 100/s */
 	int key_a; /* index of "a" in the last Register */
 	uint32_t nkeys;
 } member;
@@ -108,9 +111,11 @@ answer(member *m, const Allot__V1__Envelope *in, nng_msg **ret)
 		w.epoch = atomic_load(&m->epoch);
 		w.n_members = NMEMBERS;
 		w.members = urls;
-		grant(m, sh, shp);
-		w.n_shares = m->nkeys;
-		w.shares = shp;
+		if (!atomic_load(&m->learning)) {
+			grant(m, sh, shp);
+			w.n_shares = m->nkeys;
+			w.shares = shp;
+		}
 		out.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 		out.welcome = &w;
 	} else if (in->body_case == ALLOT__V1__ENVELOPE__BODY_SYNC &&
@@ -122,8 +127,14 @@ answer(member *m, const Allot__V1__Envelope *in, nng_msg **ret)
 		out.error = &e;
 	} else {
 		if (in->body_case == ALLOT__V1__ENVELOPE__BODY_SYNC) {
-			r.seq = in->sync->seq;
+			const Allot__V1__Sync *sy = in->sync;
+			r.seq = sy->seq;
 			atomic_fetch_add(&m->syncs, 1);
+			for (size_t i = 0; i < sy->n_reports; i++)
+				if ((int) sy->reports[i]->key == m->key_a &&
+				    sy->reports[i]->foreign &&
+				    sy->reports[i]->held_rate == 100)
+					atomic_fetch_add(&m->foreign_a, 1);
 		}
 		r.replicas = 1;
 		r.lease_ms = 3000;
@@ -321,6 +332,7 @@ START_TEST(follows_the_leader)
 	/* m2 steps down and names no one (an election); m3 wins. The
 	 * agent tries the next member it learned, is unknown there, and
 	 * registers again; the allowance runs on meanwhile. */
+	atomic_store(&ms[2].learning, true);
 	lead(2, 6, 150);
 	follow(1, -1);
 	follow(0, -1);
@@ -331,6 +343,10 @@ START_TEST(follows_the_leader)
 	ck_assert_uint_ge(ss.leader_switches, 2);
 	ck_assert_uint_eq(ss.fallback_enters, 0);
 	ck_assert_int_ge(atomic_load(&ms[2].registers), 1);
+	/* Its first Sync there said what "a" ran on (the old leader's
+	 * grant), idle or not: what a new leader learns from. */
+	ck_assert_int_ge(atomic_load(&ms[2].foreign_a), 1);
+	ck_assert_uint_eq(ss.keys_unconfirmed, 0);
 	/* Then it stays: Syncs go to m3 alone. */
 	int s3 = atomic_load(&ms[2].syncs);
 	uint64_t sw = ss.leader_switches;

@@ -408,7 +408,10 @@ typedef struct allot_sync_stats {
 	uint64_t throttled; /**< RATE_LIMITED answers (this host over its
 	                         per-peer budget): backed off, allowances
 	                         unchanged */
-	uint32_t keys_unconfirmed; /**< unused since the Raft cluster: 0 */
+	uint32_t keys_unconfirmed; /**< keys running on an allowance the
+	                                member now synced with has not
+	                                answered for yet (the session moved
+	                                to a new leader) */
 	uint64_t early_syncs; /**< Syncs sent before the interval was up
 	                           because a key started denying */
 	uint64_t enforced_digest; /**< digest of the config the agent
