@@ -693,6 +693,12 @@ stale(syncc *s, const Allot__V1__Envelope *env)
 	else
 		return false;
 	if (e >= s->epoch_seen) {
+		/* A new epoch: a new leader, perhaps on the member we
+		 * already talk to (restarted, and elected again). What we
+		 * run on is the old leader's grant: say so (foreign). */
+		if (e > s->epoch_seen && s->epoch_seen != 0)
+			for (uint32_t k = 0; k < nq(s); k++)
+				s->q[k].foreign = true;
 		s->epoch_seen = e;
 		atomic_store(&s->epoch_pub, e);
 		return false;
