@@ -65,6 +65,7 @@ struct member {
 	char url[ALLOT__URL_MAX];
 	bool seed;
 	bool listed; /* in the last member list the cluster sent */
+	uint64_t failed_ns; /* when an exchange with it last failed */
 	allot__exchange x;
 	allot__tlsdial td; /* its dialers, for certificate rotation */
 	allot__signer *signer; /* for its URL (sign.h); NULL: none */
@@ -546,15 +547,24 @@ static void
 exchange_failed(struct allot__sync *s, uint64_t now, const char *why)
 {
 	allot__syncc_failed(&s->core, now, why);
-	if (s->n > 1 && ++s->failed_row < s->n) {
-		switch_to(s, next_member(s), "the exchange failed");
+	if (s->n == 1) {
+		schedule(s, allot__syncc_next_delay_ms(&s->core, now, false));
+		return;
+	}
+	s->m[s->cur].failed_ns = now;
+	switch_to(s, next_member(s), "the exchange failed");
+	if (++s->failed_row < s->n) {
 		schedule(s, pause_ms(s, now));
 		return;
 	}
+	/* Every member failed in a row: the engine's backoff, capped at
+	 * two intervals, so that the agent is back soon after a new
+	 * leader serves (it learns from the agents that arrive, and one
+	 * that arrives late finds the quota handed out). */
 	s->failed_row = 0;
-	if (s->n > 1)
-		switch_to(s, next_member(s), "the exchange failed");
-	schedule(s, allot__syncc_next_delay_ms(&s->core, now, false));
+	uint64_t d = allot__syncc_next_delay_ms(&s->core, now, false);
+	uint64_t cap = 2 * (uint64_t) s->a->opts.sync_interval_ms;
+	schedule(s, d < cap ? d : cap / 2 + pause_ms(s, now));
 }
 
 static void
@@ -610,7 +620,14 @@ follow(struct allot__sync *s, uint64_t now)
 		    member_add(s, s->core.leader, s->core.leader, false) ==
 		        ALLOT_OK)
 			i = (int) s->n - 1;
-		if (i >= 0 && (size_t) i != s->cur) {
+		/* A follower may still name a leader that just stopped
+		 * answering us (it has not noticed yet): that one waits its
+		 * turn like the others. */
+		uint64_t recent = 2 * (uint64_t) request_timeout_ms(s->a) *
+		    1000000u;
+		if (i >= 0 && (size_t) i != s->cur &&
+		    (s->m[i].failed_ns == 0 ||
+		        now - s->m[i].failed_ns > recent)) {
 			switch_to(s, (size_t) i, "NOT_LEADER names it");
 			schedule(s, 0);
 			return;

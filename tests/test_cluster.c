@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * liballot agents against a Raft cluster of three real allotd members on
+ * loopback (docs/operations.md, "Agents in a cluster"), under load:
+ *
+ * - each agent is given ONE member as its seed, a different one each,
+ *   and finds the leader from it (NOT_LEADER), learning every member;
+ * - the leader is SIGKILLed: the agents follow the new leader (a higher
+ *   epoch), and a caller well under its quota sees no denial through the
+ *   failover;
+ * - the killed member restarts, as a follower on its own log;
+ * - the new leader is SIGSTOPped until another is elected, then
+ *   continued: the agents follow the third leader, and nothing the
+ *   stopped one might still say is applied (every agent's epoch only
+ *   increases, sampled; a Reply of a lower epoch would be counted in
+ *   stale_epoch and dropped: tests/test_follow.c takes that path on cue);
+ * - all along, a sampler logs every agent's (time, key, epoch, allowance)
+ *   to a file in the test directory every 10 ms, and the allowances of
+ *   the loaded quota summed over the agents never exceed R at any sample
+ *   (the documented bound: a new leader grants within what the agents
+ *   hold while the old grants run out, docs/operations.md "Taking over").
+ *
+ * Every wait is bounded in time and every loop in count.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <allot/allot.h>
+
+#include "proto_client.h"
+#include "runner.h"
+
+#define NM 3 /* members */
+#define NA 3 /* agents */
+#define ELECTION_MS 500
+#define R_HOT 300.0
+
+static const char *const CFG = "quotas:\n"
+                               "  default: {tokens_per_second: 50, burst: "
+                               "50}\n"
+                               "  callers:\n"
+                               "    - identity: hot\n"
+                               "      tokens_per_second: 300\n"
+                               "      burst: 300\n"
+                               "    - identity: calm\n"
+                               "      tokens_per_second: 600\n"
+                               "      burst: 600\n";
+
+typedef struct member {
+	int raft, listen, http;
+	char url[64], raftaddr[64], db[256], log[256], cfg[256], admin[256];
+	pid_t pid;
+	bool up;
+} member;
+
+static char dir[64];
+static member ms[NM];
+
+static int
+fresh_port(void)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		int p = pc_free_port();
+		bool used = false;
+		for (int i = 0; i < NM; i++)
+			used |= ms[i].raft == p || ms[i].listen == p ||
+			    ms[i].http == p;
+		if (!used)
+			return p;
+	}
+	ck_abort_msg("no free port");
+	return -1;
+}
+
+static void
+member_init(int i)
+{
+	member *m = &ms[i];
+	m->raft = fresh_port();
+	m->listen = fresh_port();
+	m->http = fresh_port();
+	snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", m->listen);
+	snprintf(m->raftaddr, sizeof m->raftaddr, "127.0.0.1:%d", m->raft);
+	snprintf(m->db, sizeof m->db, "%s/m%d.db", dir, i + 1);
+	snprintf(m->log, sizeof m->log, "%s/m%d.log", dir, i + 1);
+	snprintf(m->cfg, sizeof m->cfg, "%s/q%d.yaml", dir, i + 1);
+	snprintf(m->admin, sizeof m->admin, "%s/a%d.sock", dir, i + 1);
+	pc_write_file(m->cfg, CFG);
+}
+
+static void
+member_start(int i)
+{
+	member *m = &ms[i];
+	char id[16], http[32], el[16], seeds[NM][160];
+	snprintf(id, sizeof id, "%d", i + 1);
+	snprintf(http, sizeof http, "127.0.0.1:%d", m->http);
+	snprintf(el, sizeof el, "%d", ELECTION_MS);
+	const char *args[48] = { "--config", m->cfg, "--db", m->db, "--listen",
+		m->url, "--http", http, "--admin-socket", m->admin,
+		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
+		m->raftaddr, "--election-ms", el, NULL };
+	int n = 18;
+	for (int j = 0; j < NM; j++) {
+		snprintf(seeds[j], sizeof seeds[j], "%d=%s=%s", j + 1,
+		    ms[j].raftaddr, ms[j].url);
+		args[n++] = "--seed";
+		args[n++] = seeds[j];
+	}
+	args[n] = NULL;
+	m->pid = pc_allotd_start(args, m->http, m->log);
+	m->up = true;
+}
+
+static bool
+serving(const member *m)
+{
+	int st = 0;
+	char *body = pc_http_get(m->http, "/status", &st);
+	bool yes = body != NULL && st == 200 &&
+	    strstr(body, "\"serving\":true") != NULL;
+	free(body);
+	return yes;
+}
+
+/* The one serving member among those up, within `timeout_ms`; -1: none. */
+static int
+wait_leader(int timeout_ms)
+{
+	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
+	do {
+		int who = -1, count = 0;
+		for (int i = 0; i < NM; i++)
+			if (ms[i].up && serving(&ms[i])) {
+				who = i;
+				count++;
+			}
+		ck_assert_int_le(count, 1);
+		if (who >= 0)
+			return who;
+		pc_sleep_ms(10);
+	} while (pc_now_ms() < until);
+	return -1;
+}
+
+/* ---- agents under load ---- */
+
+typedef struct agent {
+	allot_agent *a;
+	allot_key *hot, *calm;
+	pthread_t th;
+	_Atomic uint64_t calm_denied;
+	_Atomic uint64_t calm_allowed;
+	_Atomic uint64_t hot_allowed;
+	uint64_t last_epoch; /* sampler only */
+} agent;
+
+static agent as[NA];
+static _Atomic bool load_stop;
+
+/* About 500/s on "hot" (over its share: the allocation is contended) and
+ * 25/s on "calm" (a twentieth of its share: never denied). */
+static void *
+load_main(void *arg)
+{
+	agent *g = arg;
+	for (uint64_t i = 0; i < 1000000 && !atomic_load(&load_stop); i++) {
+		allot_decision d;
+		allot_acquire(g->a, g->hot, 1, &d);
+		if (d.allowed)
+			atomic_fetch_add(&g->hot_allowed, 1);
+		if (i % 20 == 0) {
+			allot_acquire(g->a, g->calm, 1, &d);
+			atomic_fetch_add(
+			    d.allowed ? &g->calm_allowed : &g->calm_denied, 1);
+		}
+		pc_sleep_ms(2);
+	}
+	return NULL;
+}
+
+static void
+agent_start(agent *g, const char *seed, const char *replica)
+{
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_parse("q", CFG, strlen(CFG), err, sizeof err, &cfg),
+	    ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = seed;
+	o.service = "svc";
+	o.replica_id = replica;
+	o.sync_interval_ms = 100;
+	o.initial_replicas = NA;
+	o.reconnect_min_ms = 50;
+	o.reconnect_max_ms = 500;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &g->a), ALLOT_OK);
+	allot_config_free(cfg);
+	ck_assert_int_eq(
+	    allot_key_resolve(g->a, "hot", "/x", &g->hot), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_key_resolve(g->a, "calm", "/x", &g->calm), ALLOT_OK);
+}
+
+static FILE *samples;
+static uint64_t t0;
+/* The largest sum of "hot" allowances sampled, and when: asserted within
+ * R at the end, after the rest (so that a failure reports everything). */
+static double worst_sum;
+static uint64_t worst_at;
+
+/* One sample: every agent's (time, key, epoch, allowance) logged; the
+ * allowances of "hot" summed over agents within R; each agent's epoch
+ * never lower than before. Returns the lowest epoch among the agents. */
+static uint64_t
+sample(void)
+{
+	double sum = 0;
+	uint64_t low = UINT64_MAX;
+	uint64_t t = pc_now_ms() - t0;
+	for (int i = 0; i < NA; i++) {
+		allot_key_stats ks, kc;
+		allot_sync_stats ss;
+		allot_key_stats_get(as[i].a, as[i].hot, &ks);
+		allot_key_stats_get(as[i].a, as[i].calm, &kc);
+		allot_sync_stats_get(as[i].a, &ss);
+		fprintf(samples,
+		    "%" PRIu64 " agent%d hot %" PRIu64 " %.3f\n"
+		    "%" PRIu64 " agent%d calm %" PRIu64 " %.3f %.3f\n",
+		    t, i, ss.leader_epoch, ks.rate, t, i, ss.leader_epoch,
+		    kc.rate, kc.limit);
+		ck_assert_msg(ss.leader_epoch >= as[i].last_epoch,
+		    "agent %d: epoch %" PRIu64 " after %" PRIu64, i,
+		    ss.leader_epoch, as[i].last_epoch);
+		as[i].last_epoch = ss.leader_epoch;
+		sum += ks.rate;
+		if (ss.leader_epoch < low)
+			low = ss.leader_epoch;
+	}
+	if (sum > worst_sum) {
+		worst_sum = sum;
+		worst_at = t;
+	}
+	return low;
+}
+
+/* Sample every 10 ms for `ms` milliseconds. */
+static void
+sample_for(int ms_)
+{
+	uint64_t end = pc_now_ms() + (uint64_t) ms_;
+	for (int i = 0; i < 100000 && pc_now_ms() < end; i++) {
+		sample();
+		pc_sleep_ms(10);
+	}
+}
+
+/* Sample until every agent synced with a leader of epoch above `above`
+ * and that leader answered for each of its keys; returns that epoch. */
+static uint64_t
+sample_until_followed(uint64_t above, int timeout_ms)
+{
+	uint64_t end = pc_now_ms() + (uint64_t) timeout_ms;
+	for (int i = 0; i < 100000; i++) {
+		uint64_t low = sample();
+		bool all = low > above;
+		for (int k = 0; k < NA && all; k++) {
+			allot_sync_stats ss;
+			allot_sync_stats_get(as[k].a, &ss);
+			all = ss.connected && ss.keys_unconfirmed == 0 &&
+			    ss.syncs_ok > 0;
+		}
+		if (all)
+			return low;
+		ck_assert_msg(pc_now_ms() < end,
+		    "agents not all on a leader above epoch %" PRIu64
+		    " after %d ms",
+		    above, timeout_ms);
+		pc_sleep_ms(10);
+	}
+	ck_abort_msg("sampling did not end");
+	return 0;
+}
+
+START_TEST(agents_follow_the_leader)
+{
+	snprintf(dir, sizeof dir, "/tmp/allot-cluster-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	memset(ms, 0, sizeof ms);
+	for (int i = 0; i < NM; i++)
+		member_init(i);
+	for (int i = 0; i < NM; i++)
+		member_start(i);
+	int l1 = wait_leader(15000);
+	ck_assert_int_ge(l1, 0);
+	char path[128];
+	snprintf(path, sizeof path, "%s/samples.txt", dir);
+	samples = fopen(path, "w");
+	ck_assert_ptr_nonnull(samples);
+	setvbuf(samples, NULL, _IOLBF, 0); /* whole rows even on a failure */
+	t0 = pc_now_ms();
+	worst_sum = 0;
+
+	/* Each agent knows one member: two of them a follower. */
+	memset(as, 0, sizeof as);
+	atomic_store(&load_stop, false);
+	const char *names[NA] = { "r1", "r2", "r3" };
+	for (int i = 0; i < NA; i++)
+		agent_start(&as[i], ms[i].url, names[i]);
+	for (int i = 0; i < NA; i++)
+		ck_assert_int_eq(
+		    pthread_create(&as[i].th, NULL, load_main, &as[i]), 0);
+	uint64_t e1 = sample_until_followed(0, 10000);
+	for (int i = 0; i < NA; i++) {
+		allot_sync_stats ss;
+		allot_sync_stats_get(as[i].a, &ss);
+		ck_assert_uint_eq(ss.members, NM);
+		if (i != l1)
+			ck_assert_uint_ge(ss.not_leader, 1);
+	}
+	sample_for(1000);
+
+	/* SIGKILL the leader: the agents follow the new one. */
+	uint64_t killed_at = pc_now_ms();
+	kill(ms[l1].pid, SIGKILL);
+	pc_allotd_stop(ms[l1].pid, 5000);
+	ms[l1].pid = 0;
+	ms[l1].up = false;
+	uint64_t e2 = sample_until_followed(e1, 15000);
+	fprintf(stderr,
+	    "cluster: leader killed, agents on epoch %" PRIu64
+	    " after %" PRIu64 " ms\n",
+	    e2, pc_now_ms() - killed_at);
+	int l2 = wait_leader(5000);
+	ck_assert_int_ge(l2, 0);
+	ck_assert_int_ne(l2, l1);
+	/* The killed member comes back, as a follower, on its own log. */
+	member_start(l1);
+	sample_for(1500);
+	ck_assert_int_eq(wait_leader(1000), l2);
+
+	/* SIGSTOP the new leader until the third member leads, then let
+	 * it run again: nothing from it is applied any more. */
+	kill(ms[l2].pid, SIGSTOP);
+	ms[l2].up = false;
+	uint64_t e3 = sample_until_followed(e2, 15000);
+	kill(ms[l2].pid, SIGCONT);
+	ms[l2].up = true;
+	sample_for(2000);
+	int l3 = wait_leader(5000);
+	ck_assert_int_ge(l3, 0);
+	ck_assert_int_ne(l3, l2);
+
+	atomic_store(&load_stop, true);
+	uint64_t calm_denied = 0, calm_allowed = 0, hot_allowed = 0;
+	for (int i = 0; i < NA; i++) {
+		pthread_join(as[i].th, NULL);
+		allot_sync_stats ss;
+		allot_sync_stats_get(as[i].a, &ss);
+		ck_assert_uint_ge(ss.leader_epoch, e3);
+		ck_assert_uint_ge(ss.leader_switches, 2);
+		calm_denied += atomic_load(&as[i].calm_denied);
+		calm_allowed += atomic_load(&as[i].calm_allowed);
+		hot_allowed += atomic_load(&as[i].hot_allowed);
+		fprintf(stderr,
+		    "cluster: agent %d switches %" PRIu64
+		    " not_leader %" PRIu64 " stale_epoch %" PRIu64
+		    " fallback_enters %" PRIu64 "\n",
+		    i, ss.leader_switches, ss.not_leader, ss.stale_epoch,
+		    ss.fallback_enters);
+		allot_agent_destroy(as[i].a);
+	}
+	fclose(samples);
+	ck_assert_uint_gt(calm_allowed, 100);
+	ck_assert_uint_gt(hot_allowed, 100);
+	/* Under quota through two failovers: not one denial. */
+	ck_assert_uint_eq(calm_denied, 0);
+	fprintf(stderr,
+	    "cluster: at most %.1f of R = %.0f held (t = %" PRIu64 " ms)\n",
+	    worst_sum, R_HOT, worst_at);
+	ck_assert_msg(worst_sum <= R_HOT * (1 + 1e-9),
+	    "t=%" PRIu64 " ms: agents held %.3f tokens/s of a %.0f quota (%s)",
+	    worst_at, worst_sum, R_HOT, dir);
+	for (int i = 0; i < NM; i++) {
+		if (ms[i].pid > 0)
+			pc_allotd_stop(ms[i].pid, 5000);
+		ck_assert(!pc_log_has_sanitizer_report(ms[i].log));
+	}
+	pc_rm_rf(dir);
+}
+END_TEST
+
+static Suite *
+cluster_suite(void)
+{
+	Suite *s = suite_create("cluster");
+	TCase *tc = tcase_create("raft");
+	tcase_set_timeout(tc, 150);
+	tcase_add_test(tc, agents_follow_the_leader);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(cluster_suite)
