@@ -390,13 +390,28 @@ fallback_replicas(syncc *s)
 	return n == 0 ? s->a->opts.initial_replicas : n;
 }
 
+/* Keys whose reports say foreign (allot_sync_stats.keys_unconfirmed). */
+static void
+count_unconfirmed(syncc *s)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < nq(s); k++)
+		n += s->q[k].foreign;
+	atomic_store(&s->unconfirmed, n);
+}
+
 static void
 enter_fallback(syncc *s)
 {
 	allot_agent *a = s->a;
 	uint32_t n = fallback_replicas(s);
-	for (uint32_t i = 0; i < nq(s); i++)
+	/* What each key runs on now is no leader's grant: its reports say
+	 * so (foreign), and the leader answers for every one of them. */
+	for (uint32_t i = 0; i < nq(s); i++) {
 		key_fallback(s, i, n);
+		s->q[i].foreign = true;
+	}
+	count_unconfirmed(s);
 	atomic_store(&s->in_fallback, true);
 	atomic_fetch_add(&s->fallback_enters, 1);
 	allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-FALLBACK-ENTER",
@@ -657,15 +672,6 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 		if (!(w->shares[i]->rate > 0) && w->shares[i]->key < nq(s))
 			s->short_grant = true;
 	set_lease(s, now, w->lease_ms);
-}
-
-static void
-count_unconfirmed(syncc *s)
-{
-	uint32_t n = 0;
-	for (uint32_t k = 0; k < nq(s); k++)
-		n += s->q[k].foreign;
-	atomic_store(&s->unconfirmed, n);
 }
 
 /* Hand the member list an answer carried to the driver. */
