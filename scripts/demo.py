@@ -12,8 +12,12 @@ Traffic is sticky: most of a caller's requests land on its home replica.
 Every second it shows, per caller, what was sent, admitted and denied,
 the quota and the global admitted rate against it (the error in % and in
 units of one sync interval of traffic), each replica's share of every
-quota and the coordinator's state. Midway one replica is killed without
-warning, later two more start, and the shares follow the replica count.
+quota and the coordinator's state. A quarter in, the backfill's quota is
+halved with `allotctl apply` (reviewed, recorded with who and why in
+v_quota_changes) and allotd pushes the new file to every replica, which
+enforce it within two sync intervals, without a restart. Midway one
+replica is killed without warning, later two more start, and the shares
+follow the replica count.
 At the end: a summary computed from the database allotd wrote, and the
 sqlite3 commands to audit the run.
 
