@@ -12,8 +12,12 @@ Traffic is sticky: most of a caller's requests land on its home replica.
 Every second it shows, per caller, what was sent, admitted and denied,
 the quota and the global admitted rate against it (the error in % and in
 units of one sync interval of traffic), each replica's share of every
-quota and the coordinator's state. Midway one replica is killed without
-warning, later two more start, and the shares follow the replica count.
+quota and the coordinator's state. A quarter in, the backfill's quota is
+halved with `allotctl apply` (reviewed, recorded with who and why in
+v_quota_changes) and allotd pushes the new file to every replica, which
+enforce it within two sync intervals, without a restart. Midway one
+replica is killed without warning, later two more start, and the shares
+follow the replica count.
 At the end: a summary computed from the database allotd wrote, and the
 sqlite3 commands to audit the run.
 
@@ -56,12 +60,16 @@ CALLERS = {
                 "/lookup:1"),
 }
 DEFAULT_QUOTA = (10, 20)
+# The change applied midway (single allotd): backfill's (rate, burst).
+APPLIED = (25, 50)
 INTERVAL_MS = 100
 ELECTION_MS = 500  # the cluster's election timeout and leader lease
 LEASE_MS = 3000  # allotd's grant lease (--lease-ms)
 
 
-def config_yaml():
+def config_yaml(backfill=None, review=None):
+    """The quota file; `backfill` overrides its (rate, burst), `review`
+    adds owner/reason metadata to it (the change applied midway)."""
     lines = [
         "# The reference configuration (docs/configuration.md) plus a",
         "# backfill job whose owner set its client to ten times this.",
@@ -76,12 +84,16 @@ def config_yaml():
     for name, (ident, rate, burst, prio, _, _) in CALLERS.items():
         if rate is None:
             continue
+        if name == "backfill" and backfill:
+            rate, burst = backfill
         lines += [
             '    - identity: "%s"' % ident,
             "      tokens_per_second: %d" % rate,
             "      burst: %d" % burst,
             "      priority: %s" % prio,
         ]
+        if name == "backfill" and review:
+            lines += ['      %s: "%s"' % kv for kv in review]
     lines += [
         "  endpoint_weights:",
         "    default: 1",
@@ -119,6 +131,8 @@ class Demo:
         self.dir = args.dir or tempfile.mkdtemp(prefix="allot-demo-")
         os.makedirs(self.dir, exist_ok=True)
         self.db = os.path.join(self.dir, "allot.db")
+        self.admin = os.path.join(self.dir, "admin.sock")
+        self.applied_at = None
         # Cluster mode: name -> {"sync", "http", "db"}; the sync URL list
         # the replicas get (one URL for a single allotd).
         self.members = {}
@@ -182,9 +196,38 @@ class Demo:
             "--config", self.cfg, "--db", self.db,
             "--listen", "tcp://127.0.0.1:%d" % self.sync_port,
             "--http", "127.0.0.1:%d" % self.http_port,
+            "--admin-socket", self.admin,
             "--interval-ms", str(INTERVAL_MS), "--expiry-intervals", "5",
             "--lease-ms", "3000"])
         self.await_http(self.http_port, "allotd")
+
+    def apply_change(self):
+        """Midway, the backfill's owner asks for half its quota: the
+        change goes through review (allotctl diff) and is applied with
+        who and why (allotctl apply); allotd pushes it to every replica
+        (the config plane), which enforce it within 2 T."""
+        new = os.path.join(self.dir, "quotas-v2.yaml")
+        with open(new, "w") as f:
+            f.write(config_yaml(
+                backfill=APPLIED,
+                review=(("owner", "batch-team"),
+                        ("reason", "halve the backfill while the "
+                         "orders migration runs"))))
+        r = subprocess.run([
+            os.path.join(self.build, "tools", "allotctl"), "apply", new,
+            "--admin", self.admin, "--as", "demo-operator",
+            "--reason", "backfill owner asked for half"],
+            capture_output=True, text=True)
+        with open(os.path.join(self.dir, "apply.log"), "w") as f:
+            f.write(r.stdout + r.stderr)
+        if r.returncode != 0:
+            raise SystemExit("demo: allotctl apply failed (%d): %s" % (
+                r.returncode, (r.stdout + r.stderr).strip()))
+        last = [ln for ln in r.stdout.splitlines() if ln.strip()]
+        self.log("allotctl apply: backfill %d/s -> %d/s (%s); every "
+                 "replica enforces it within 2 T, no restart" % (
+                     CALLERS["backfill"][1], APPLIED[0],
+                     last[-1] if last else "applied"))
 
     def await_http(self, port, name):
         deadline = time.monotonic() + 10
@@ -456,7 +499,7 @@ class Demo:
         self.log("load generator started: %s" % ", ".join(
             "%s %g/s" % (n, c[4] * args.scale) for n, c in
             CALLERS.items()))
-        kill_at, add_at = 0.4 * d, 0.65 * d
+        kill_at, add_at, apply_at = 0.4 * d, 0.65 * d, 0.25 * d
         member_kill_at, member_back_at = 0.5 * d, 0.8 * d
         killed = added = False
         victim = None
@@ -464,6 +507,10 @@ class Demo:
         while time.monotonic() - start < d:
             time.sleep(1.0)
             el = time.monotonic() - start
+            if not self.members and self.applied_at is None and \
+                    el >= apply_at:
+                self.apply_change()
+                self.applied_at = time.time()
             if not killed and el >= kill_at:
                 port, p = self.replicas.pop("replica-2")
                 p.kill()
@@ -660,6 +707,20 @@ class Demo:
                 "steady_admitted_tokens": s_adm,
                 "steady_denied_tokens": s_den,
                 "loadgen": tot}
+        if self.applied_at is not None:
+            # The backfill after the change: whole seconds that start
+            # 2 T after allotctl apply answered.
+            first = int(self.applied_at + 2 * T) + 1
+            rows = [r for r in per_sec if r["quota"] == CALLERS[
+                "backfill"][0] and r["second"] >= first]
+            adm = sum(r["admitted"] for r in rows)
+            result["callers"]["backfill"]["after_apply"] = {
+                "quota": APPLIED[0], "burst": APPLIED[1],
+                "old_burst": CALLERS["backfill"][2],
+                "seconds": len(rows), "admitted_tokens": adm}
+            print("%-10s %9d after allotctl apply: %d tokens in %d s "
+                  "(%.1f/s)" % ("backfill", APPLIED[0], adm, len(rows),
+                                adm / len(rows) if rows else 0))
         counts = sorted({r["live_replicas"] for r in per_sec})
         result["live_replica_counts"] = counts
         if self.members and self.failover.get("new_leader"):
@@ -695,6 +756,8 @@ class Demo:
             "SELECT * FROM v_replica_churn",
             "SELECT at, kind, subject, detail FROM v_events "
             "ORDER BY at_ms LIMIT 30",
+            "SELECT at, who, quota, action, before, after, reason "
+            "FROM v_quota_changes",
         ]:
             print('  sqlite3 -readonly -header -column %s "%s"' % (
                 self.db, q))

@@ -60,6 +60,23 @@ check(b["denied_tokens"] > b["admitted_tokens"],
       "backfill was mostly denied (%d denied, %d admitted)" % (
           b["denied_tokens"], b["admitted_tokens"]))
 
+# The quota change applied midway (allotctl apply, backfill 50/s ->
+# 25/s) reached every replica: from 2 T after it, the backfill is held to
+# the new quota (its old burst may still be in the buckets).
+if "after_apply" in b:
+    a = b["after_apply"]
+    lim = a["old_burst"] + a["quota"] * (a["seconds"] + 1 + 0.1)
+    check(a["seconds"] >= 3 and a["admitted_tokens"] <= lim,
+          "backfill after the apply admitted %d <= %.0f in %d s" % (
+              a["admitted_tokens"], lim, a["seconds"]))
+    q = subprocess.run(["sqlite3", "-readonly", s["db"],
+                        "SELECT count(*) FROM v_quota_changes WHERE who "
+                        "LIKE '%demo-operator%' AND action = 'changed'"],
+                       capture_output=True, text=True)
+    check(q.returncode == 0 and q.stdout.strip() == "1",
+          "the change is audited in v_quota_changes (%s)" % (
+              q.stdout.strip() or q.stderr.strip()))
+
 # The others were not disturbed by the noisy backfill: in steady
 # seconds (away from start-up and replica changes) callers under their
 # quota lose at most 2 % of their tokens to 429s; over the whole run,

@@ -650,6 +650,42 @@ START_TEST(restarts_replay_idempotently)
 }
 END_TEST
 
+/* Removing the leader hands leadership over first (the remove is refused
+ * on it, exit 1); run again on the new leader, it removes the old one. */
+START_TEST(remove_the_leader)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	uint64_t e0 = status_num(&c.m[L], "epoch");
+	char args[64];
+	snprintf(args, sizeof args, "remove %" PRIu64, c.m[L].id);
+	ck_assert_int_eq(ctl_member(&c.m[L], args), 1);
+	c.m[L].up = false; /* no longer counted as a possible leader */
+	int N = wait_leader(&c, 10000);
+	ck_assert_int_ge(N, 0);
+	ck_assert_int_ne(N, L);
+	ck_assert_uint_gt(status_num(&c.m[N], "epoch"), e0);
+	ck_assert_int_eq(ctl_member(&c.m[N], args), 0);
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member list --admin %s | awk '$1 == %" PRIu64
+	    "' | wc -l",
+	    getenv("ALLOT_BUILD_DIR"), c.m[N].admin, c.m[L].id);
+	char *out = NULL;
+	uint64_t until = pc_now_ms() + 5000;
+	do {
+		free(out);
+		pc_sleep_ms(100);
+		out = pc_shell(cmd);
+	} while (out != NULL && strcmp(out, "0") != 0 && pc_now_ms() < until);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	cluster_stop(&c);
+}
+END_TEST
+
 /* The same cluster over mutual TLS (coordinator/raft_tls.c): certificates
  * for one member SPIFFE ID from scripts/mkcerts. A leader, redirects,
  * and the usage rows replicated through the TLS links. */
@@ -715,6 +751,7 @@ raft_suite(void)
 	tcase_add_test(tc, config_and_usage_on_every_member);
 	tcase_add_test(tc, membership_under_traffic);
 	tcase_add_test(tc, restarts_replay_idempotently);
+	tcase_add_test(tc, remove_the_leader);
 	tcase_add_test(tc, members_over_tls);
 	suite_add_tcase(s, tc);
 	return s;
