@@ -501,6 +501,11 @@ class Demo:
             CALLERS.items()))
         kill_at, add_at, apply_at = 0.4 * d, 0.65 * d, 0.25 * d
         member_kill_at, member_back_at = 0.5 * d, 0.8 * d
+        if self.members:
+            # The replica changes come before the leader's kill, so that
+            # the failover is seen on its own (a newcomer's first grants
+            # and an expired replica's share are not the failover's).
+            kill_at, add_at = 0.15 * d, 0.35 * d
         killed = added = False
         victim = None
         start = time.monotonic()
