@@ -153,9 +153,11 @@ typedef struct allot_agent_options {
 	/** Coordinator address(es), comma separated (nng URLs such as
 	 *  "tcp://127.0.0.1:7400" or "ipc:///run/allot.sock"). NULL runs
 	 *  local-only: buckets keep the configured quota as-is. Several
-	 *  entries are an allotd cluster: write each as NAME=URL with the
-	 *  names of allotd's --member options (a bare URL is named by
-	 *  itself); each key then syncs with its owning member. */
+	 *  entries (a URL or NAME=URL each, the name only labelling log
+	 *  lines) are a seed list for an allotd Raft cluster: the agent
+	 *  keeps one session, with the leader, follows NOT_LEADER, learns
+	 *  the other members from the answers, and drops an answer from an
+	 *  epoch below the highest seen (docs/configuration.md). */
 	const char *coordinator;
 	/** Mutual TLS to the coordinator, for "tls+tcp://" addresses: the
 	 *  CA that signed allotd's certificate, this replica's certificate
