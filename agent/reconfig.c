@@ -93,23 +93,6 @@ allot__reconfig_fini(allot_agent *a)
 
 /* ---- endpoint classes ---- */
 
-static uint32_t
-ep_find(const allot_agent *a, const char *name, size_t len, uint64_t h)
-{
-	for (uint32_t p = (uint32_t) h & a->ep_mask;;
-	     p = (p + 1) & a->ep_mask) {
-		const struct allot__ep_slot *e = &a->ep_tab[p];
-		uint32_t v = atomic_load_explicit(
-		    &e->cls, memory_order_acquire);
-		if (v == 0)
-			return NONE;
-		if (e->hash == h && a->ep_len[v - 1] == len &&
-		    memcmp(&a->ep_names[(v - 1) * ALLOT__EP_NAME_SZ], name,
-		        len) == 0)
-			return v - 1;
-	}
-}
-
 /* A new endpoint class: its name and weight first, then the index slot,
  * then the count the linear scan reads, each published with release. */
 static void
@@ -413,7 +396,7 @@ plan_endpoint(allot_agent *a, plan *p, const char *name, bool *full)
 {
 	size_t len = strlen(name);
 	uint64_t h = allot__hash(name, len, a->seed);
-	uint32_t c = ep_find(a, name, len, h);
+	uint32_t c = allot__ep_find(a, name, len, h);
 	if (c != NONE)
 		return c;
 	uint32_t pos = allot__idmap_start(&p->emap, h), v;
