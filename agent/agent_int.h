@@ -102,6 +102,29 @@ typedef struct allot__ktotals {
 	uint64_t shadow_tokens;
 } allot__ktotals;
 
+/* acc += t and acc -= t, field by field. */
+static inline void
+allot__ktotals_add(allot__ktotals *acc, const allot__ktotals *t)
+{
+	acc->allowed += t->allowed;
+	acc->denied += t->denied;
+	acc->shadow_denied += t->shadow_denied;
+	acc->spent += t->spent;
+	acc->denied_tokens += t->denied_tokens;
+	acc->shadow_tokens += t->shadow_tokens;
+}
+
+static inline void
+allot__ktotals_sub(allot__ktotals *acc, const allot__ktotals *t)
+{
+	acc->allowed -= t->allowed;
+	acc->denied -= t->denied;
+	acc->shadow_denied -= t->shadow_denied;
+	acc->spent -= t->spent;
+	acc->denied_tokens -= t->denied_tokens;
+	acc->shadow_tokens -= t->shadow_tokens;
+}
+
 struct allot__sync;
 
 /* The index of configured identities (agent.c reads it, reconfig.c

@@ -170,28 +170,6 @@ group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 
 /* ---- keys ---- */
 
-static void
-totals_sub(allot__ktotals *r, const allot__ktotals *x, const allot__ktotals *y)
-{
-	r->allowed = x->allowed - y->allowed;
-	r->denied = x->denied - y->denied;
-	r->shadow_denied = x->shadow_denied - y->shadow_denied;
-	r->spent = x->spent - y->spent;
-	r->denied_tokens = x->denied_tokens - y->denied_tokens;
-	r->shadow_tokens = x->shadow_tokens - y->shadow_tokens;
-}
-
-static void
-totals_add(allot__ktotals *acc, const allot__ktotals *t)
-{
-	acc->allowed += t->allowed;
-	acc->denied += t->denied;
-	acc->shadow_denied += t->shadow_denied;
-	acc->spent += t->spent;
-	acc->denied_tokens += t->denied_tokens;
-	acc->shadow_tokens += t->shadow_tokens;
-}
-
 static uint32_t
 max_cost_of(const allot__qrt *q)
 {
@@ -215,8 +193,9 @@ charge(
 		 * a decision racing this store is counted with the new. */
 		allot__ktotals t, d;
 		allot__key_totals(a, k, &t);
-		totals_sub(&d, &t, &a->qbase[k->id]);
-		totals_add(&old->retired, &d);
+		d = t;
+		allot__ktotals_sub(&d, &a->qbase[k->id]);
+		allot__ktotals_add(&old->retired, &d);
 		a->qbase[k->id] = t;
 		atomic_store_explicit(&k->quota, q, memory_order_relaxed);
 		atomic_store_explicit(
