@@ -79,19 +79,8 @@ find_class(const allot_agent *a, const char *ep)
 				return i;
 		return dflt;
 	}
-	uint64_t h = allot__hash(ep, len, a->seed);
-	for (uint32_t p = (uint32_t) h & a->ep_mask;;
-	     p = (p + 1) & a->ep_mask) {
-		const struct allot__ep_slot *e = &a->ep_tab[p];
-		uint32_t v = atomic_load_explicit(
-		    &e->cls, memory_order_acquire);
-		if (v == 0)
-			return dflt;
-		if (e->hash == h && a->ep_len[v - 1] == len &&
-		    memcmp(&a->ep_names[(v - 1) * ALLOT__EP_NAME_SZ], ep,
-		        len) == 0)
-			return v - 1;
-	}
+	uint32_t v = allot__ep_find(a, ep, len, allot__hash(ep, len, a->seed));
+	return v != UINT32_MAX ? v : dflt;
 }
 
 static inline allot_key *

@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include <allot/allot.h>
 
@@ -100,6 +101,29 @@ typedef struct allot__ktotals {
 	uint64_t allowed, denied, shadow_denied, spent, denied_tokens;
 	uint64_t shadow_tokens;
 } allot__ktotals;
+
+/* acc += t and acc -= t, field by field. */
+static inline void
+allot__ktotals_add(allot__ktotals *acc, const allot__ktotals *t)
+{
+	acc->allowed += t->allowed;
+	acc->denied += t->denied;
+	acc->shadow_denied += t->shadow_denied;
+	acc->spent += t->spent;
+	acc->denied_tokens += t->denied_tokens;
+	acc->shadow_tokens += t->shadow_tokens;
+}
+
+static inline void
+allot__ktotals_sub(allot__ktotals *acc, const allot__ktotals *t)
+{
+	acc->allowed -= t->allowed;
+	acc->denied -= t->denied;
+	acc->shadow_denied -= t->shadow_denied;
+	acc->spent -= t->spent;
+	acc->denied_tokens -= t->denied_tokens;
+	acc->shadow_tokens -= t->shadow_tokens;
+}
 
 struct allot__sync;
 
@@ -313,6 +337,26 @@ static inline struct allot_key *
 allot__known_key(const allot_agent *a, uint32_t g, uint32_t cls)
 {
 	return &a->known_keys[(size_t) cls * a->group_cap + g];
+}
+
+/* The class of endpoint `name` (`len` bytes, hash `h`) in the
+ * insert-only index, or UINT32_MAX: lock-free, for resolve (agent.c)
+ * and for a reconfig (reconfig.c). */
+static inline uint32_t
+allot__ep_find(const allot_agent *a, const char *name, size_t len, uint64_t h)
+{
+	for (uint32_t p = (uint32_t) h & a->ep_mask;;
+	     p = (p + 1) & a->ep_mask) {
+		const struct allot__ep_slot *e = &a->ep_tab[p];
+		uint32_t v = atomic_load_explicit(
+		    &e->cls, memory_order_acquire);
+		if (v == 0)
+			return UINT32_MAX;
+		if (e->hash == h && a->ep_len[v - 1] == len &&
+		    memcmp(&a->ep_names[(v - 1) * ALLOT__EP_NAME_SZ], name,
+		        len) == 0)
+			return v - 1;
+	}
 }
 
 static inline uint64_t

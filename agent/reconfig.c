@@ -93,23 +93,6 @@ allot__reconfig_fini(allot_agent *a)
 
 /* ---- endpoint classes ---- */
 
-static uint32_t
-ep_find(const allot_agent *a, const char *name, size_t len, uint64_t h)
-{
-	for (uint32_t p = (uint32_t) h & a->ep_mask;;
-	     p = (p + 1) & a->ep_mask) {
-		const struct allot__ep_slot *e = &a->ep_tab[p];
-		uint32_t v = atomic_load_explicit(
-		    &e->cls, memory_order_acquire);
-		if (v == 0)
-			return NONE;
-		if (e->hash == h && a->ep_len[v - 1] == len &&
-		    memcmp(&a->ep_names[(v - 1) * ALLOT__EP_NAME_SZ], name,
-		        len) == 0)
-			return v - 1;
-	}
-}
-
 /* A new endpoint class: its name and weight first, then the index slot,
  * then the count the linear scan reads, each published with release. */
 static void
@@ -187,28 +170,6 @@ group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 
 /* ---- keys ---- */
 
-static void
-totals_sub(allot__ktotals *r, const allot__ktotals *x, const allot__ktotals *y)
-{
-	r->allowed = x->allowed - y->allowed;
-	r->denied = x->denied - y->denied;
-	r->shadow_denied = x->shadow_denied - y->shadow_denied;
-	r->spent = x->spent - y->spent;
-	r->denied_tokens = x->denied_tokens - y->denied_tokens;
-	r->shadow_tokens = x->shadow_tokens - y->shadow_tokens;
-}
-
-static void
-totals_add(allot__ktotals *acc, const allot__ktotals *t)
-{
-	acc->allowed += t->allowed;
-	acc->denied += t->denied;
-	acc->shadow_denied += t->shadow_denied;
-	acc->spent += t->spent;
-	acc->denied_tokens += t->denied_tokens;
-	acc->shadow_tokens += t->shadow_tokens;
-}
-
 static uint32_t
 max_cost_of(const allot__qrt *q)
 {
@@ -232,8 +193,9 @@ charge(
 		 * a decision racing this store is counted with the new. */
 		allot__ktotals t, d;
 		allot__key_totals(a, k, &t);
-		totals_sub(&d, &t, &a->qbase[k->id]);
-		totals_add(&old->retired, &d);
+		d = t;
+		allot__ktotals_sub(&d, &a->qbase[k->id]);
+		allot__ktotals_add(&old->retired, &d);
 		a->qbase[k->id] = t;
 		atomic_store_explicit(&k->quota, q, memory_order_relaxed);
 		atomic_store_explicit(
@@ -413,7 +375,7 @@ plan_endpoint(allot_agent *a, plan *p, const char *name, bool *full)
 {
 	size_t len = strlen(name);
 	uint64_t h = allot__hash(name, len, a->seed);
-	uint32_t c = ep_find(a, name, len, h);
+	uint32_t c = allot__ep_find(a, name, len, h);
 	if (c != NONE)
 		return c;
 	uint32_t pos = allot__idmap_start(&p->emap, h), v;

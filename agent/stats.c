@@ -32,23 +32,7 @@ allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
 		    &c->shadow_tokens, memory_order_relaxed);
 	}
 	const allot__ktotals *base = &allot__kc(a, k)->base;
-	t->allowed -= base->allowed;
-	t->denied -= base->denied;
-	t->shadow_denied -= base->shadow_denied;
-	t->spent -= base->spent;
-	t->denied_tokens -= base->denied_tokens;
-	t->shadow_tokens -= base->shadow_tokens;
-}
-
-static void
-add_totals(allot__ktotals *acc, const allot__ktotals *t)
-{
-	acc->allowed += t->allowed;
-	acc->denied += t->denied;
-	acc->shadow_denied += t->shadow_denied;
-	acc->spent += t->spent;
-	acc->denied_tokens += t->denied_tokens;
-	acc->shadow_tokens += t->shadow_tokens;
+	allot__ktotals_sub(t, base);
 }
 
 /* What key `k` counted since it started charging its quota. */
@@ -76,30 +60,30 @@ allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 	memset(ret, 0, sizeof *ret);
 	pthread_mutex_lock(&a->cfg_lock);
 	if (!q->is_default)
-		add_totals(ret, &q->retired);
+		allot__ktotals_add(ret, &q->retired);
 	for (uint32_t i = 0; i < q->nkeys; i++) {
 		since_join(a, q->keys[i], &t);
-		add_totals(ret, &t);
+		allot__ktotals_add(ret, &t);
 	}
 	pthread_mutex_unlock(&a->cfg_lock);
 	if (!q->is_default)
 		return;
 	pthread_mutex_lock(&a->dyn_lock);
-	add_totals(ret, &q->retired);
+	allot__ktotals_add(ret, &q->retired);
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		if (allot__kc(a, &a->dyn_keys[i])->slot == UINT32_MAX)
 			continue;
 		allot__key_totals(a, &a->dyn_keys[i], &t);
-		add_totals(ret, &t);
+		allot__ktotals_add(ret, &t);
 	}
 	pthread_mutex_unlock(&a->dyn_lock);
 	uint32_t nep = atomic_load_explicit(&a->nep, memory_order_acquire);
 	for (uint32_t i = 0; i <= nep; i++) {
 		uint32_t j = allot__class_at(a, i, nep);
 		allot__key_totals(a, &a->anon_keys[j], &t);
-		add_totals(ret, &t);
+		allot__ktotals_add(ret, &t);
 		allot__key_totals(a, &a->overflow_keys[j], &t);
-		add_totals(ret, &t);
+		allot__ktotals_add(ret, &t);
 	}
 }
 

@@ -75,31 +75,46 @@ allot__session_new(const Allot__V1__Register *req)
 	return s;
 }
 
-bool
-allot__session_keep(
-    session *s, char *const *wire, const int32_t *q, uint32_t nknown)
+/* The session's key table rebuilt with the known ones of `wire[0..n)`
+ * (q[k] >= 0) appended after the keys it has, their wire ids from
+ * `base`: one blob for the names, so rebuilt rather than grown. `dense`:
+ * every wire id maps to the key of the same index (no kid table). */
+static bool
+keys_rebuild(session *s, char *const *wire, uint32_t n, uint32_t base,
+    const int32_t *q, uint32_t nknown, bool dense, bool force_share)
 {
-	uint32_t n = nknown ? nknown : 1;
-	bool all = nknown == s->nwire;
+	uint32_t total = s->nkeys + nknown;
 	size_t blob = 0;
-	for (uint32_t k = 0; k < s->nwire; k++)
+	for (uint32_t k = 0; k < s->nkeys; k++)
+		blob += strlen(s->names[k]) + 1;
+	for (uint32_t k = 0; k < n; k++)
 		if (q[k] >= 0)
 			blob += strlen(wire[k]) + 1;
-	skey *keys = calloc(n, sizeof *keys);
-	char **names = calloc(n, sizeof *names);
+	skey *keys = calloc(total ? total : 1, sizeof *keys);
+	char **names = calloc(total ? total : 1, sizeof *names);
 	char *nb = malloc(blob ? blob : 1);
-	uint32_t *kid = all ? NULL : calloc(n, sizeof *kid);
+	uint32_t *kid = dense ? NULL : calloc(total ? total : 1, sizeof *kid);
 	if (keys == NULL || names == NULL || nb == NULL ||
-	    (!all && kid == NULL)) {
+	    (!dense && kid == NULL)) {
 		free(keys);
 		free(names);
 		free(nb);
 		free(kid);
 		return false;
 	}
+	if (s->nkeys > 0)
+		memcpy(keys, s->keys, s->nkeys * sizeof *keys);
 	char *p = nb;
-	uint32_t j = 0;
-	for (uint32_t k = 0; k < s->nwire; k++) {
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		size_t len = strlen(s->names[k]);
+		memcpy(p, s->names[k], len + 1);
+		names[k] = p;
+		p += len + 1;
+		if (kid != NULL)
+			kid[k] = s->kid != NULL ? s->kid[k] : k;
+	}
+	uint32_t j = s->nkeys;
+	for (uint32_t k = 0; k < n; k++) {
 		if (q[k] < 0)
 			continue;
 		size_t len = strlen(wire[k]);
@@ -107,13 +122,14 @@ allot__session_keep(
 		names[j] = p;
 		p += len + 1;
 		if (kid != NULL)
-			kid[j] = k;
+			kid[j] = base + k;
 		keys[j] = (skey) {
 			.q = q[k],
 			.grant_rate = NAN,
 			.grant_burst = NAN,
 			.hold_rate = NAN,
 			.hold_burst = NAN,
+			.force_share = force_share,
 		};
 		j++;
 	}
@@ -125,7 +141,18 @@ allot__session_keep(
 	s->kid = kid;
 	s->names = names;
 	s->names_blob = nb;
-	s->nkeys = s->nknown = nknown;
+	s->nkeys = total;
+	return true;
+}
+
+bool
+allot__session_keep(
+    session *s, char *const *wire, const int32_t *q, uint32_t nknown)
+{
+	if (!keys_rebuild(
+	        s, wire, s->nwire, 0, q, nknown, nknown == s->nwire, false))
+		return false;
+	s->nknown = nknown;
 	return true;
 }
 
@@ -153,72 +180,14 @@ allot__add_keys_check(const Allot__V1__Sync *req, uint32_t nwire,
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
 }
 
-/* Rebuilt rather than grown: the names live in one blob, and appending
- * is rare (a config an agent installed added callers). */
+/* A config an agent installed added callers (Sync.add_keys). */
 bool
 allot__session_append(session *s, char *const *wire, uint32_t n,
     const int32_t *q, uint32_t nknown)
 {
-	uint32_t total = s->nkeys + nknown;
-	bool all = s->kid == NULL && s->nkeys == s->nwire && nknown == n;
-	size_t blob = 0;
-	for (uint32_t k = 0; k < s->nkeys; k++)
-		blob += strlen(s->names[k]) + 1;
-	for (uint32_t k = 0; k < n; k++)
-		if (q[k] >= 0)
-			blob += strlen(wire[k]) + 1;
-	skey *keys = calloc(total ? total : 1, sizeof *keys);
-	char **names = calloc(total ? total : 1, sizeof *names);
-	char *nb = malloc(blob ? blob : 1);
-	uint32_t *kid = all ? NULL : calloc(total ? total : 1, sizeof *kid);
-	if (keys == NULL || names == NULL || nb == NULL ||
-	    (!all && kid == NULL)) {
-		free(keys);
-		free(names);
-		free(nb);
-		free(kid);
+	bool dense = s->kid == NULL && s->nkeys == s->nwire && nknown == n;
+	if (!keys_rebuild(s, wire, n, s->nwire, q, nknown, dense, true))
 		return false;
-	}
-	if (s->nkeys > 0)
-		memcpy(keys, s->keys, s->nkeys * sizeof *keys);
-	char *p = nb;
-	for (uint32_t k = 0; k < s->nkeys; k++) {
-		size_t len = strlen(s->names[k]);
-		memcpy(p, s->names[k], len + 1);
-		names[k] = p;
-		p += len + 1;
-		if (kid != NULL)
-			kid[k] = s->kid != NULL ? s->kid[k] : k;
-	}
-	uint32_t j = s->nkeys;
-	for (uint32_t k = 0; k < n; k++) {
-		if (q[k] < 0)
-			continue;
-		size_t len = strlen(wire[k]);
-		memcpy(p, wire[k], len + 1);
-		names[j] = p;
-		p += len + 1;
-		if (kid != NULL)
-			kid[j] = s->nwire + k;
-		keys[j] = (skey) {
-			.q = q[k],
-			.grant_rate = NAN,
-			.grant_burst = NAN,
-			.hold_rate = NAN,
-			.hold_burst = NAN,
-			.force_share = true,
-		};
-		j++;
-	}
-	free(s->keys);
-	free(s->kid);
-	free(s->names);
-	free(s->names_blob);
-	s->keys = keys;
-	s->kid = kid;
-	s->names = names;
-	s->names_blob = nb;
-	s->nkeys = total;
 	s->nknown += nknown;
 	s->nwire += n;
 	return true;

@@ -210,4 +210,15 @@ const char *ctl_jstr(json_object *o, const char *key);
 double ctl_jnum(json_object *o, const char *key);
 double ctl_jnum0(json_object *o, const char *key);
 
+/* An HTTP answer being received through curl, at most `max` bytes
+ * (allotctl_http.c): CURLOPT_WRITEFUNCTION ctl_answer_data,
+ * CURLOPT_WRITEDATA the ctl_answer. */
+typedef struct ctl_answer {
+	char *buf;
+	size_t len;
+	size_t max;
+	bool too_large;
+} ctl_answer;
+size_t ctl_answer_data(char *data, size_t size, size_t n, void *ud);
+
 #endif /* ALLOT_TOOLS_ALLOTCTL_H */

@@ -30,28 +30,6 @@
 
 /* ---- the admin socket ---- */
 
-typedef struct answer {
-	char *buf;
-	size_t len;
-	bool too_large;
-} answer;
-
-static size_t
-on_data(char *data, size_t size, size_t n, void *ud)
-{
-	answer *a = ud;
-	size_t got = size * n;
-	if (a->len + got > ADMIN_MAX_ANSWER) {
-		a->too_large = true;
-		return 0;
-	}
-	a->buf = ctl_realloc(a->buf, a->len + got + 1);
-	memcpy(a->buf + a->len, data, got);
-	a->len += got;
-	a->buf[a->len] = '\0';
-	return got;
-}
-
 /* "&name=value" URL-escaped onto `url` (the caller's, reallocated). */
 static char *
 add_arg(CURL *e, char *url, const char *name, const char *value)
@@ -92,7 +70,7 @@ admin_call(const ctl *c, exchange *x)
 	url = add_arg(e, url, "reason", x->reason);
 	url = add_arg(e, url, "as", x->as);
 	url = add_arg(e, url, "expect", x->expect);
-	answer a = { 0 };
+	ctl_answer a = { .max = ADMIN_MAX_ANSWER };
 	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, c->admin);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
@@ -103,7 +81,7 @@ admin_call(const ctl *c, exchange *x)
 	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->timeout_ms);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, ctl_answer_data);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
 	struct curl_slist *hdr = NULL;
 	if (x->body != NULL) {

@@ -71,19 +71,12 @@ split_hostport(
 	return ctl_parse_int(port, 1, 65535, &v);
 }
 
-/* The answer being received. */
-typedef struct answer {
-	char *buf;
-	size_t len;
-	bool too_large;
-} answer;
-
-static size_t
-on_data(char *data, size_t size, size_t n, void *ud)
+size_t
+ctl_answer_data(char *data, size_t size, size_t n, void *ud)
 {
-	answer *a = ud;
+	ctl_answer *a = ud;
 	size_t got = size * n;
-	if (a->len + got > HTTP_MAX_BYTES) {
+	if (a->len + got > a->max) {
 		a->too_large = true;
 		return 0; /* curl stops with CURLE_WRITE_ERROR */
 	}
@@ -96,8 +89,8 @@ on_data(char *data, size_t size, size_t n, void *ud)
 
 /* Say why the exchange failed; the exit status. */
 static int
-explain(const ctl *c, CURL *e, CURLcode r, const answer *a, const char *host,
-    const char *path)
+explain(const ctl *c, CURL *e, CURLcode r, const ctl_answer *a,
+    const char *host, const char *path)
 {
 	long oserr = 0;
 	curl_off_t connected = 0;
@@ -164,7 +157,7 @@ ctl_http_get(const ctl *c, const char *path, char **ret_body)
 	CURL *e = curl_easy_init();
 	if (e == NULL)
 		ctl_die_oom();
-	answer a = { 0 };
+	ctl_answer a = { .max = HTTP_MAX_BYTES };
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_0);
 	curl_easy_setopt(
@@ -175,7 +168,7 @@ ctl_http_get(const ctl *c, const char *path, char **ret_body)
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->timeout_ms);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, ctl_answer_data);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
 	CURLcode r = curl_easy_perform(e);
 	long status = 0;
