@@ -632,6 +632,13 @@ follow(struct allot__sync *s, uint64_t now)
 			schedule(s, 0);
 			return;
 		}
+		/* It names itself: elected, waiting out the old lease
+		 * before it serves. Ask it again after the pause. */
+		if (i >= 0 && (size_t) i == s->cur) {
+			s->core.leader[0] = '\0';
+			schedule(s, pause_ms(s, now));
+			return;
+		}
 	}
 	/* No leader named (an election), or it named itself, or the
 	 * answer was from a deposed leader. */
@@ -660,13 +667,14 @@ complete(struct allot__sync *s)
 	bool ok = allot__syncc_reply(
 	    &s->core, now, nng_msg_body(reply), nng_msg_len(reply));
 	nng_msg_free(reply);
+	/* An answer, whatever it says: the member is up, and the members
+	 * that failed before it were not all of them. */
+	s->failed_row = 0;
 	allot__syncc_check_lease(&s->core, now);
 	if (s->core.route != ALLOT__ROUTE_STAY) {
 		follow(s, now);
 		return;
 	}
-	if (ok)
-		s->failed_row = 0;
 	if (!ok && s->n > 1) {
 		/* A broken answer: as a failed exchange (the engine counted
 		 * it), the next member. */
