@@ -505,7 +505,7 @@ class Demo:
             # The replica changes come before the leader's kill, so that
             # the failover is seen on its own (a newcomer's first grants
             # and an expired replica's share are not the failover's).
-            kill_at, add_at = 0.15 * d, 0.35 * d
+            kill_at, add_at = 0.1 * d, 0.3 * d
         killed = added = False
         victim = None
         start = time.monotonic()
