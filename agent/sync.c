@@ -6,19 +6,24 @@
  * engine's request and feeds it the reply; allowances are installed into
  * the buckets atomically (bucket.h), so acquirers never wait.
  *
- * Cluster mode (several coordinator addresses): one session per member,
- * each on its own socket and timer; every key is reported to, and takes
- * its allowance from, its owner by rendezvous hashing (rendezvous.h)
- * over the members that answer. A member that misses MEMBER_DOWN_AFTER
- * exchanges in a row is marked down and its keys go to their next
- * owner, keeping their allowance (fail-static) until it answers; it is
- * still probed, and its first reply moves its keys back. A member
- * whose connection drops fails its exchange at once (pipe events), so a
- * killed member is down within about one interval. A key keeps the
- * allowance it runs on, and that allowance's lease, across a move, and
- * its reports tell the new owner what it holds (KeyReport.foreign); a
- * member that says it does not own a key (Reply.not_owner) renews no
- * lease for it, so the key falls back when the lease ends.
+ * A cluster (docs/operations.md "Agents in a cluster"): the coordinator
+ * option is a seed list, and the agent keeps ONE session, with the
+ * member that leads. Every member it knows has a socket of its own,
+ * dialled from the start (so a switch finds a connection up), but only
+ * the current one carries exchanges. An answer NOT_LEADER moves the
+ * session to the leader it names at once, or, when it names none (an
+ * election in progress), to the next member after a short jittered
+ * pause; so does a failed exchange (a member whose connection drops
+ * fails its exchange at once: pipe events) and a Welcome or Reply from a
+ * lower epoch than one already seen (a deposed leader, dropped
+ * unapplied: fencing, sync_core.c). Each Welcome, Reply and NOT_LEADER
+ * names every member, and the agent adds those it did not know: the
+ * seed list is only where it starts. The allowances in force and their
+ * lease carry on across a switch (fail-static, then each quota's
+ * fallback); the new leader does not know the session, answers
+ * UNKNOWN_SESSION, and the agent registers again, as after a restart.
+ * Only after every known member failed in a row does the engine's
+ * backoff apply.
  *
  * Threads: nng completes each exchange on its own threads; the completion
  * only records the result and wakes the loop with uv_async_send. Engine
@@ -47,50 +52,43 @@
 
 #include "dial.h"
 #include "exchange.h"
-#include "rendezvous.h"
 #include "tls_reload.h"
 
-/* Consecutive failed exchanges (timeouts, transport errors) after which
- * a cluster member is taken as down and its keys re-routed; a single
- * lost exchange is retried first. */
-#define MEMBER_DOWN_AFTER 2u
+/* Members known at once: the seeds and those the cluster named. */
+#define MAX_MEMBERS 16u
+#define NAME_MAX_LEN 64u
 
-/* One session with one coordinator (one cluster member). */
+/* One coordinator the agent knows: a seed, or a member a Welcome, Reply
+ * or NOT_LEADER named. Its socket stays open and dialled. */
 struct member {
-	struct allot__sync *s;
-	allot__syncc core;
-	allot__member m;
-	bool *mine; /* quota_cap; NULL with a single coordinator */
-	uv_timer_t timer;
-	bool timer_init;
-
-	/* Cluster mode watches the connection: a member whose connection
-	 * dropped (a killed process) fails its exchange at once rather
-	 * than at its timeout. */
+	char name[NAME_MAX_LEN]; /* the seed's NAME=, else its URL */
+	char url[ALLOT__URL_MAX];
+	bool seed;
+	bool listed; /* in the last member list the cluster sent */
+	uint64_t failed_ns; /* when an exchange with it last failed */
 	allot__exchange x;
 	allot__tlsdial td; /* its dialers, for certificate rotation */
-	uint32_t fails; /* consecutive failed exchanges */
-	_Atomic bool down; /* read by allot_sync_stats_get() */
+	allot__signer *signer; /* for its URL (sign.h); NULL: none */
 };
 
 struct allot__sync {
 	allot_agent *a;
-	allot__installer in; /* given by agent.c, for every engine */
+	allot__installer in; /* given by agent.c */
 	uv_loop_t loop;
 	uv_thread_t thread;
 	uv_async_t wake;
 	uv_timer_t check; /* early asks (check_early) */
+	uv_timer_t timer; /* the session's next exchange */
 	_Atomic int stopping;
 
+	allot__syncc core; /* the one session */
 	size_t n;
-	struct member *m;
-	uint64_t *hashes; /* n: rendezvous identity of each member */
-	bool *live; /* n: scratch */
-	uint64_t *keyhash; /* quota_cap: rendezvous identity of each key */
-	uint32_t nhashed; /* keys with a keyhash (and an owner) so far */
+	struct member m[MAX_MEMBERS];
+	size_t cur; /* the member the session talks to */
+	uint32_t failed_row; /* members failed in a row (backoff after n) */
 	char *cache_path; /* a->opts.config_cache_file, copied; or NULL */
-	_Atomic uint32_t down_pub;
-	_Atomic uint64_t reroutes;
+	_Atomic uint32_t n_pub;
+	_Atomic uint64_t switches;
 
 	/* Certificate rotation: asked from other threads, the automatic
 	 * check's timer, and the pipe events' wake-up while a new dialer
@@ -125,120 +123,14 @@ wake_loop(void *ctx)
 	uv_async_send(ctx);
 }
 
-/* Cluster mode: while an exchange is in flight, look every half
+/* With several members: while an exchange is in flight, look every half
  * interval whether the member's connection is gone (a killed process):
  * then fail the exchange now rather than at its timeout. */
 static uint64_t
-watch_ms(const struct member *mb)
+watch_ms(const struct allot__sync *s)
 {
-	uint64_t t = mb->s->a->opts.sync_interval_ms / 2;
+	uint64_t t = s->a->opts.sync_interval_ms / 2;
 	return t < 10 ? 10 : t;
-}
-
-/* ---- routing (cluster mode) ---- */
-
-/* Give every key to its owner among the members not marked down (all
- * of them when every one is down: the leases and fallbacks of the
- * static owners then apply). A key that moves keeps the allowance in
- * force (fail-static) until its new owner's next reply replaces it. */
-static void
-reroute(struct allot__sync *s)
-{
-	allot_agent *a = s->a;
-	size_t up = 0;
-	for (size_t i = 0; i < s->n; i++) {
-		s->live[i] = !s->m[i].down;
-		up += s->live[i];
-	}
-	atomic_store(&s->down_pub, (uint32_t) (s->n - up));
-	uint64_t moved = 0;
-	for (uint32_t k = 0; k < s->nhashed; k++) {
-		int o = allot__rendezvous_owner(
-		    s->keyhash[k], s->hashes, up > 0 ? s->live : NULL, s->n);
-		int from = -1;
-		for (size_t i = 0; i < s->n; i++)
-			if (s->m[i].mine[k])
-				from = (int) i;
-		if (o < 0 || o == from)
-			continue;
-		/* The allowance in force, and its lease, go along. */
-		uint64_t lease = 0;
-		if (from >= 0) {
-			const allot__syncc *c = &s->m[from].core;
-			lease = c->q[k].lease_until_ns != 0 ?
-			    c->q[k].lease_until_ns :
-			    c->lease_until_ns;
-			s->m[from].mine[k] = false;
-		}
-		allot__syncc_adopt_key(&s->m[o].core, k, lease);
-		s->m[o].mine[k] = true;
-		moved++;
-	}
-	for (size_t i = 0; moved > 0 && i < s->n; i++)
-		allot__syncc_count_unconfirmed(&s->m[i].core);
-	atomic_fetch_add(&s->reroutes, moved);
-	if (moved > 0)
-		allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CLUSTER-REROUTE",
-		    "%llu keys moved to another member (%zu of %zu members "
-		    "up); they keep their allowance until the new owner "
-		    "answers",
-		    (unsigned long long) moved, up, s->n);
-}
-
-/* Track a member's health after an exchange: down after
- * MEMBER_DOWN_AFTER consecutive failures, up again on the first reply. */
-static void
-member_health(struct member *mb, bool ok)
-{
-	struct allot__sync *s = mb->s;
-	if (mb->mine == NULL)
-		return;
-	if (ok) {
-		mb->fails = 0;
-		if (!mb->down)
-			return;
-		mb->down = false;
-		allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-CLUSTER-UP",
-		    "member %s (%s) answers again: its keys move back",
-		    mb->m.name, mb->m.url);
-	} else {
-		if (++mb->fails < MEMBER_DOWN_AFTER || mb->down)
-			return;
-		mb->down = true;
-		allot__log(&s->a->log, ALLOT_LOG_WARNING, "ALLOT-CLUSTER-DOWN",
-		    "member %s (%s) missed %u exchanges "
-		    "in a row: its keys go to their next owner",
-		    mb->m.name, mb->m.url, mb->fails);
-	}
-	reroute(s);
-}
-
-static void schedule(struct member *mb, uint64_t delay_ms);
-
-/* A member's engine installed a config (sync_core.c): every session
- * reports the digest in force, and in a cluster each quota it appended
- * goes to its owner like the others (every engine names them in its
- * next add_keys). */
-static void
-config_installed(struct allot__sync *s, const allot__syncc *from)
-{
-	allot_agent *a = s->a;
-	for (size_t i = 0; i < s->n; i++)
-		atomic_store(
-		    &s->m[i].core.enforced, atomic_load(&from->enforced));
-	uint32_t n = atomic_load_explicit(&a->nquotas, memory_order_relaxed);
-	if (s->n < 2 || n <= s->nhashed)
-		return;
-	for (uint32_t k = s->nhashed; k < n; k++)
-		s->keyhash[k] = allot__rendezvous_key(
-		    a->service, a->quotas[k].name);
-	s->nhashed = n;
-	reroute(s);
-	/* The other members hear of the new keys at once too (the one that
-	 * sent the config does: allot__syncc_next_delay_ms()). */
-	for (size_t i = 0; i < s->n; i++)
-		if (&s->m[i].core != from && !allot__exchange_busy(&s->m[i].x))
-			schedule(&s->m[i], 1);
 }
 
 /* ---- certificate rotation ---- */
@@ -281,7 +173,7 @@ swap_dialers(struct allot__sync *s)
 			allot__log(&s->a->log, ALLOT_LOG_NOTICE,
 			    "ALLOT-TLS-SWAP",
 			    "connecting to %s with the new certificate",
-			    mb->m.url);
+			    mb->url);
 		waiting |= nng_dialer_id(mb->td.next) > 0;
 	}
 	atomic_store(&s->swap_pending, waiting);
@@ -296,7 +188,7 @@ reload_prepare(struct allot__sync *s, allot__signer **sg, nng_dialer *d,
 	const allot_agent_options *o = &s->a->opts;
 	size_t ntls = 0;
 	for (size_t i = 0; i < s->n; i++)
-		ntls += strncmp(s->m[i].m.url, "tls+tcp", 7) == 0;
+		ntls += strncmp(s->m[i].url, "tls+tcp", 7) == 0;
 	if (ntls == 0) {
 		snprintf(err, errlen, "no tls+tcp:// coordinator");
 		return ALLOT_ESTATE;
@@ -307,19 +199,19 @@ reload_prepare(struct allot__sync *s, allot__signer **sg, nng_dialer *d,
 		return rc;
 	for (size_t i = 0; rc == ALLOT_OK && i < s->n; i++) {
 		struct member *mb = &s->m[i];
-		if (strncmp(mb->m.url, "tls+tcp", 7) != 0)
+		if (strncmp(mb->url, "tls+tcp", 7) != 0)
 			continue;
 		if (o->tls_cert_key_file != NULL &&
-		    (rc = allot__signer_new(o->tls_cert_key_file, mb->m.url,
-		         err, errlen, &sg[i])) != ALLOT_OK) {
+		    (rc = allot__signer_new(o->tls_cert_key_file, mb->url, err,
+		         errlen, &sg[i])) != ALLOT_OK) {
 			rc = rc == ALLOT_EINVAL ? ALLOT_ECONFIG : rc;
 			break;
 		}
 		int rv = allot__dialer_new(
-		    mb->x.sock, mb->m.url, cfg, false, &d[i]);
+		    mb->x.sock, mb->url, cfg, false, &d[i]);
 		if (rv != 0) {
-			snprintf(err, errlen, "%s: %s", mb->m.url,
-			    nng_strerror(rv));
+			snprintf(
+			    err, errlen, "%s: %s", mb->url, nng_strerror(rv));
 			rc = rv == NNG_ENOMEM ? ALLOT_ENOMEM : ALLOT_EIO;
 		}
 	}
@@ -347,8 +239,10 @@ reload(struct allot__sync *s)
 			continue;
 		}
 		if (sg[i] != NULL) {
-			allot__signer_free(mb->core.signer);
-			mb->core.signer = sg[i];
+			allot__signer_free(mb->signer);
+			mb->signer = sg[i];
+			if (i == s->cur)
+				s->core.signer = sg[i];
 		}
 		if (nng_dialer_id(d[i]) > 0)
 			allot__tlsdial_set_next(&mb->td, d[i]);
@@ -422,31 +316,25 @@ struct keypub {
 	_Atomic double burst;
 };
 
-/* Publish every key's state from the session that owns it (loop thread;
- * O(keys x members), next to the exchange it follows). */
+/* Publish every key's state (loop thread, next to the exchange or lease
+ * check it follows). */
 static void
 publish(struct allot__sync *s)
 {
 	allot_agent *a = s->a;
+	const allot__syncc *c = &s->core;
 	uint32_t nq = atomic_load_explicit(&a->nquotas, memory_order_relaxed);
+	bool fb = atomic_load(&c->in_fallback);
+	int64_t until = (int64_t) (c->lease_until_ns / 1000000u);
 	for (uint32_t k = 0; k < nq; k++) {
-		const struct member *mb = &s->m[0];
-		for (size_t i = 1; i < s->n; i++)
-			if (s->m[i].mine[k])
-				mb = &s->m[i];
-		const allot__syncc *c = &mb->core;
 		const allot__qsync *q = &c->q[k];
-		bool fb = mb->mine != NULL ? q->key_fallback :
-		                             atomic_load(&c->in_fallback);
-		uint64_t until = mb->mine != NULL ? q->lease_until_ns :
-		                                    c->lease_until_ns;
 		struct keypub *p = &s->pub[k];
 		atomic_store_explicit(
 		    &p->in_fallback, fb, memory_order_relaxed);
-		atomic_store_explicit(&p->lease_until_ms,
-		    (int64_t) (until / 1000000u), memory_order_relaxed);
+		atomic_store_explicit(
+		    &p->lease_until_ms, until, memory_order_relaxed);
 		if (!q->has_share)
-			continue; /* a moved key: its last grant stands */
+			continue;
 		atomic_store_explicit(
 		    &p->rate, q->share_rate, memory_order_relaxed);
 		atomic_store_explicit(
@@ -475,241 +363,6 @@ allot__sync_key_state(allot_agent *a, uint32_t quota, allot_key_stats *ret)
 	    &p->burst, memory_order_relaxed);
 }
 
-/* ---- the loop ---- */
-
-static void on_timer(uv_timer_t *t);
-
-static void
-schedule(struct member *mb, uint64_t delay_ms)
-{
-	uv_timer_start(&mb->timer, on_timer, delay_ms, 0);
-}
-
-/* Cluster mode: the longest a member is left untried. Its keys are
- * served by the others meanwhile, but they refuse them as soon as they
- * see it back, so it must be found back about as soon (a single
- * coordinator backs off to reconnect_max_ms instead). */
-static uint32_t
-member_retry_ms(const allot_agent *a)
-{
-	uint32_t t = 2 * a->opts.sync_interval_ms;
-	if (t < a->opts.reconnect_min_ms)
-		t = a->opts.reconnect_min_ms;
-	return t < a->opts.reconnect_max_ms ? t : a->opts.reconnect_max_ms;
-}
-
-static uint64_t
-failed_delay_ms(struct member *mb, uint64_t now)
-{
-	uint64_t d = allot__syncc_next_delay_ms(&mb->core, now, false);
-	uint32_t cap = member_retry_ms(mb->s->a);
-	if (mb->mine != NULL && d > cap)
-		d = cap / 2 + allot__mix64(now) % (cap / 2 + 1);
-	return d;
-}
-
-static void
-exchange_failed(struct member *mb, uint64_t now, const char *why)
-{
-	allot__syncc_failed(&mb->core, now, why);
-	member_health(mb, false);
-	schedule(mb, failed_delay_ms(mb, now));
-}
-
-static void
-start_exchange(struct member *mb)
-{
-	allot_agent *a = mb->s->a;
-	uint64_t now = now_ns(a);
-	void *buf;
-	size_t len;
-	if (mb->mine != NULL && allot__exchange_lost(&mb->x)) {
-		exchange_failed(mb, now, "connection lost");
-		return;
-	}
-	if (allot__syncc_request(&mb->core, now, &buf, &len) != ALLOT_OK) {
-		exchange_failed(mb, now, "out of memory");
-		return;
-	}
-	int rv = allot__exchange_send(&mb->x, buf, len, request_timeout_ms(a));
-	free(buf);
-	if (rv != 0) {
-		exchange_failed(mb, now, "out of memory");
-		return;
-	}
-	if (mb->mine != NULL)
-		schedule(mb, watch_ms(mb));
-	/* An exchange may take up to its timeout, and nothing else wakes
-	 * the loop meanwhile: if the lease runs out first, wake up then so
-	 * that the fallback starts on time, not when the exchange gives up
-	 * (on_timer only checks the lease while an exchange is in flight;
-	 * the completion re-arms the timer). */
-	const allot__syncc *c = &mb->core;
-	if (c->lease_until_ns != 0 && !atomic_load(&c->in_fallback)) {
-		uint64_t left = c->lease_until_ns > now ?
-		    (c->lease_until_ns - now) / 1000000u + 1 :
-		    0;
-		if (left < request_timeout_ms(a) &&
-		    (mb->mine == NULL || left < watch_ms(mb)))
-			schedule(mb, left);
-	}
-}
-
-static void
-complete(struct member *mb)
-{
-	int result;
-	nng_msg *reply;
-	if (!allot__exchange_finish(&mb->x, &result, &reply))
-		return;
-	uint64_t now = now_ns(mb->s->a);
-	bool ok = false;
-	if (result != 0) {
-		allot__syncc_failed(&mb->core, now, nng_strerror(result));
-	} else {
-		ok = allot__syncc_reply(
-		    &mb->core, now, nng_msg_body(reply), nng_msg_len(reply));
-		nng_msg_free(reply);
-	}
-	member_health(mb, ok);
-	if (allot__syncc_take_reconfigured(&mb->core))
-		config_installed(mb->s, &mb->core);
-	allot__syncc_check_lease(&mb->core, now);
-	schedule(mb,
-	    ok ? allot__syncc_next_delay_ms(&mb->core, now, true) :
-	         failed_delay_ms(mb, now));
-}
-
-static void
-on_wake(uv_async_t *h)
-{
-	struct allot__sync *s = h->data;
-	if (atomic_load(&s->stopping)) {
-		uv_stop(&s->loop);
-		return;
-	}
-	if (allot__tlsreq_pending(&s->rl))
-		allot__tlsreq_answer(&s->rl, reload(s));
-	for (size_t i = 0; i < s->n; i++)
-		complete(&s->m[i]);
-	swap_dialers(s);
-	publish(s);
-}
-
-static void
-on_timer(uv_timer_t *t)
-{
-	struct member *mb = t->data;
-	allot__syncc_check_lease(&mb->core, now_ns(mb->s->a));
-	publish(mb->s);
-	if (allot__exchange_busy(&mb->x)) {
-		if (mb->mine == NULL)
-			return;
-		/* The watch: its completion re-arms the timer. */
-		if (allot__exchange_lost(&mb->x))
-			allot__exchange_cancel(&mb->x);
-		else
-			schedule(mb, watch_ms(mb));
-		return;
-	}
-	start_exchange(mb);
-}
-
-/* Every eighth of an interval: a member whose agent started denying a
- * key runs its exchange now instead of at its timer (sync_int.h
- * allot__syncc_early_due(): counters only, bounded to one early Sync
- * per quarter interval and per onset of denials). Leases are checked
- * here too: an early exchange stops the member's timer, which is what
- * notices a lease running out while an exchange is in flight. */
-static void
-check_early(uv_timer_t *t)
-{
-	struct allot__sync *s = t->data;
-	uint64_t now = now_ns(s->a);
-	for (size_t i = 0; i < s->n; i++)
-		allot__syncc_check_lease(&s->m[i].core, now);
-	publish(s);
-	for (size_t i = 0; i < s->n; i++) {
-		struct member *mb = &s->m[i];
-		if (allot__exchange_busy(&mb->x) ||
-		    !allot__syncc_early_due(&mb->core, now))
-			continue;
-		uv_timer_stop(&mb->timer);
-		start_exchange(mb);
-	}
-}
-
-static uint64_t
-check_ms(const allot_agent *a)
-{
-	uint64_t t = a->opts.sync_interval_ms / 8;
-	return t > 0 ? t : 1;
-}
-
-static void
-send_leave(struct member *mb)
-{
-	void *buf;
-	size_t len;
-	if (allot__syncc_leave(&mb->core, &buf, &len) != ALLOT_OK)
-		return;
-	(void) allot__exchange_call(&mb->x, buf, len, 300);
-	free(buf);
-	allot__log(&mb->s->a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-LEAVE",
-	    "left session %llu", (unsigned long long) mb->core.session);
-}
-
-static void
-close_cb(uv_handle_t *h)
-{
-	(void) h;
-}
-
-static void
-thread_main(void *arg)
-{
-	struct allot__sync *s = arg;
-	for (size_t i = 0; i < s->n; i++)
-		schedule(&s->m[i], 0);
-	tls_check_start(s);
-	uv_timer_start(&s->check, check_early, check_ms(s->a), check_ms(s->a));
-	uv_run(&s->loop, UV_RUN_DEFAULT);
-	link_wake_off(s);
-	if (s->tls_timer_init)
-		uv_close((uv_handle_t *) &s->tls_timer, close_cb);
-	/* Stopping: cancel the exchanges in flight, then leave. */
-	for (size_t i = 0; i < s->n; i++) {
-		struct member *mb = &s->m[i];
-		allot__exchange_stop(&mb->x);
-		send_leave(mb);
-		uv_close((uv_handle_t *) &mb->timer, close_cb);
-	}
-	uv_close((uv_handle_t *) &s->check, close_cb);
-	uv_close((uv_handle_t *) &s->wake, close_cb);
-	uv_run(&s->loop, UV_RUN_DEFAULT);
-}
-
-static void
-sync_free(struct allot__sync *s)
-{
-	for (size_t i = 0; i < s->n; i++) {
-		struct member *mb = &s->m[i];
-		allot__tlsdial_fini(&mb->td);
-		allot__exchange_close(&mb->x);
-		allot__syncc_fini(&mb->core);
-		allot__signer_free(mb->core.signer);
-		free(mb->mine);
-	}
-	free(s->m);
-	free(s->hashes);
-	free(s->live);
-	free(s->keyhash);
-	free(s->pub);
-	free(s->cache_path);
-	allot__tlsreq_fini(&s->rl);
-	free(s);
-}
-
 /* Dial `url` (dial.h) with this replica's TLS files; plain TCP is
  * logged as fit for local use only. */
 static int
@@ -726,63 +379,475 @@ dial(allot_agent *a, nng_socket sock, const char *url, nng_dialer *ret)
 }
 
 /* Over mutual TLS, prove in every Register that this replica holds its
- * certificate's key (sign.h): allotd binds the session to that identity. */
+ * certificate's key (sign.h): allotd binds the session to that identity,
+ * and the proof names the URL dialled, so each member has its own. */
 static int
 member_signer(allot_agent *a, struct member *mb)
 {
-	if (strncmp(mb->m.url, "tls+tcp", 7) != 0 ||
+	if (strncmp(mb->url, "tls+tcp", 7) != 0 ||
 	    a->opts.tls_cert_key_file == NULL)
 		return ALLOT_OK;
 	char err[256];
-	int rc = allot__signer_new(a->opts.tls_cert_key_file, mb->m.url, err,
-	    sizeof err, &mb->core.signer);
+	int rc = allot__signer_new(
+	    a->opts.tls_cert_key_file, mb->url, err, sizeof err, &mb->signer);
 	if (rc != ALLOT_OK)
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-IDENTITY",
-		    "cannot sign Registers for %s: %s", mb->m.url, err);
+		    "cannot sign Registers for %s: %s", mb->url, err);
 	return rc;
 }
 
-/* Open member `i`'s socket and start dialling it. */
+static void
+member_close(struct member *mb)
+{
+	allot__tlsdial_fini(&mb->td);
+	allot__exchange_close(&mb->x);
+	allot__signer_free(mb->signer);
+	mb->signer = NULL;
+}
+
+/* Open a socket to `url` in the next slot and start dialling it. On
+ * anything but ALLOT_OK the slot is left free. */
 static int
-member_open(struct allot__sync *s, size_t i, bool cluster)
+member_add(struct allot__sync *s, const char *name, const char *url, bool seed)
 {
 	allot_agent *a = s->a;
-	struct member *mb = &s->m[i];
-	mb->s = s;
-	if (allot__syncc_create(&mb->core, a,
-	        allot__hash_seed() ^ (uint64_t) getpid() ^ allot__mix64(i + 1),
-	        &s->in) != ALLOT_OK)
-		return ALLOT_ENOMEM;
-	mb->core.cache_path = s->cache_path;
-	if (cluster) {
-		mb->mine = calloc(
-		    a->quota_cap > 0 ? a->quota_cap : 1, sizeof *mb->mine);
-		if (mb->mine == NULL)
-			return ALLOT_ENOMEM;
-		mb->core.mine = mb->mine;
-		mb->core.peer = mb->m.url;
-	}
+	if (s->n == MAX_MEMBERS)
+		return ALLOT_EFULL;
+	struct member *mb = &s->m[s->n];
+	memset(mb, 0, sizeof *mb);
+	if (strlen(url) >= sizeof mb->url || url[0] == '\0')
+		return ALLOT_EINVAL;
+	snprintf(mb->name, sizeof mb->name, "%s", name);
+	strcpy(mb->url, url);
+	mb->seed = seed;
+	mb->listed = !seed;
 	allot__exchange_opts xo = {
 		.reconnect_min_ms = a->opts.reconnect_min_ms,
-		.reconnect_max_ms = cluster ? member_retry_ms(a) :
-		                              a->opts.reconnect_max_ms,
+		.reconnect_max_ms = a->opts.reconnect_max_ms,
 		.recv_max = 4u << 20,
-		.watch_link = true, /* rotation swaps dialers on a drop */
+		.watch_link = true, /* a drop fails the exchange at once */
 		.wake = wake_loop,
 		.wake_ctx = &s->wake,
 	};
-	if (allot__exchange_open(&mb->x, &xo) != 0)
+	if (allot__exchange_open(&mb->x, &xo) != 0) {
+		member_close(mb);
 		return ALLOT_ENOMEM;
+	}
 	mb->x.link.on_change = link_changed;
 	mb->x.link.on_change_ctx = s;
-	int rv = dial(a, mb->x.sock, mb->m.url, &mb->td.cur);
+	int rv = dial(a, mb->x.sock, mb->url, &mb->td.cur);
 	if (rv != 0) {
 		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
-		    "cannot use coordinator address \"%s\": %s", mb->m.url,
+		    "cannot use coordinator address \"%s\": %s", mb->url,
 		    nng_strerror(rv));
+		member_close(mb);
 		return ALLOT_EINVAL;
 	}
-	return member_signer(a, mb);
+	int rc = member_signer(a, mb);
+	if (rc != ALLOT_OK) {
+		member_close(mb);
+		return rc;
+	}
+	s->n++;
+	atomic_store(&s->n_pub, (uint32_t) s->n);
+	return ALLOT_OK;
+}
+
+static int
+member_find(const struct allot__sync *s, const char *url)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (strcmp(s->m[i].url, url) == 0)
+			return (int) i;
+	return -1;
+}
+
+/* The member list of a Welcome, Reply or NOT_LEADER (sync_core.c): new
+ * members are added and dialled; those no longer named (removed from the
+ * cluster) are skipped from now on, seeds apart. */
+static void
+learn(void *ctx, char *const *urls, size_t n)
+{
+	struct allot__sync *s = ctx;
+	for (size_t i = 0; i < s->n; i++)
+		s->m[i].listed = false;
+	for (size_t i = 0; i < n; i++) {
+		if (urls[i] == NULL || urls[i][0] == '\0')
+			continue;
+		int j = member_find(s, urls[i]);
+		if (j < 0 &&
+		    member_add(s, urls[i], urls[i], false) == ALLOT_OK) {
+			j = (int) s->n - 1;
+			allot__log(&s->a->log, ALLOT_LOG_INFO,
+			    "ALLOT-SYNC-MEMBER",
+			    "the cluster names member %s: added", urls[i]);
+		}
+		if (j >= 0)
+			s->m[j].listed = true;
+	}
+}
+
+/* Move the session to member `i`: the allowances in force and their
+ * lease stay; the next exchange goes there. */
+static void
+switch_to(struct allot__sync *s, size_t i, const char *why)
+{
+	if (i == s->cur)
+		return;
+	const char *from = s->m[s->cur].url;
+	s->cur = i;
+	s->core.peer = s->m[i].url;
+	s->core.signer = s->m[i].signer;
+	allot__syncc_moved(&s->core);
+	atomic_fetch_add(&s->switches, 1);
+	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-SYNC-LEADER",
+	    "following %s instead of %s: %s; allowances keep their lease "
+	    "meanwhile",
+	    s->m[i].url, from, why);
+}
+
+/* The member after the current one, skipping those the cluster no
+ * longer names (seeds are always tried). */
+static size_t
+next_member(const struct allot__sync *s)
+{
+	for (size_t k = 1; k < s->n; k++) {
+		size_t i = (s->cur + k) % s->n;
+		if (s->m[i].seed || s->m[i].listed)
+			return i;
+	}
+	return s->cur;
+}
+
+/* ---- the loop ---- */
+
+static void on_timer(uv_timer_t *t);
+
+static void
+schedule(struct allot__sync *s, uint64_t delay_ms)
+{
+	uv_timer_start(&s->timer, on_timer, delay_ms, 0);
+}
+
+/* A short jittered pause before asking another member: a quarter to a
+ * half interval, so that an election has a moment to finish and the
+ * agents that lost the same leader do not all arrive at once. */
+static uint64_t
+pause_ms(struct allot__sync *s, uint64_t now)
+{
+	uint64_t q = s->a->opts.sync_interval_ms / 4;
+	if (q < 5)
+		q = 5;
+	return q + allot__mix64(now ^ s->core.rng) % (q + 1);
+}
+
+/* After a failed exchange: the next member after a short pause, until
+ * every known member failed in a row; then the engine's backoff. */
+static void
+exchange_failed(struct allot__sync *s, uint64_t now, const char *why)
+{
+	allot__syncc_failed(&s->core, now, why);
+	if (s->n == 1) {
+		schedule(s, allot__syncc_next_delay_ms(&s->core, now, false));
+		return;
+	}
+	s->m[s->cur].failed_ns = now;
+	switch_to(s, next_member(s), "the exchange failed");
+	if (++s->failed_row < s->n) {
+		schedule(s, pause_ms(s, now));
+		return;
+	}
+	/* Every member failed in a row: the engine's backoff, capped at
+	 * two intervals, so that the agent is back soon after a new
+	 * leader serves (it learns from the agents that arrive, and one
+	 * that arrives late finds the quota handed out). */
+	s->failed_row = 0;
+	uint64_t d = allot__syncc_next_delay_ms(&s->core, now, false);
+	uint64_t cap = 2 * (uint64_t) s->a->opts.sync_interval_ms;
+	schedule(s, d < cap ? d : cap / 2 + pause_ms(s, now));
+}
+
+static void
+start_exchange(struct allot__sync *s)
+{
+	allot_agent *a = s->a;
+	struct member *mb = &s->m[s->cur];
+	uint64_t now = now_ns(a);
+	void *buf;
+	size_t len;
+	if (s->n > 1 && allot__exchange_lost(&mb->x)) {
+		exchange_failed(s, now, "connection lost");
+		return;
+	}
+	if (allot__syncc_request(&s->core, now, &buf, &len) != ALLOT_OK) {
+		exchange_failed(s, now, "out of memory");
+		return;
+	}
+	int rv = allot__exchange_send(&mb->x, buf, len, request_timeout_ms(a));
+	free(buf);
+	if (rv != 0) {
+		exchange_failed(s, now, "out of memory");
+		return;
+	}
+	if (s->n > 1)
+		schedule(s, watch_ms(s));
+	/* An exchange may take up to its timeout, and nothing else wakes
+	 * the loop meanwhile: if the lease runs out first, wake up then so
+	 * that the fallback starts on time, not when the exchange gives up
+	 * (on_timer only checks the lease while an exchange is in flight;
+	 * the completion re-arms the timer). */
+	const allot__syncc *c = &s->core;
+	if (c->lease_until_ns != 0 && !atomic_load(&c->in_fallback)) {
+		uint64_t left = c->lease_until_ns > now ?
+		    (c->lease_until_ns - now) / 1000000u + 1 :
+		    0;
+		if (left < request_timeout_ms(a) &&
+		    (s->n == 1 || left < watch_ms(s)))
+			schedule(s, left);
+	}
+}
+
+/* Where the answer says to go next (sync_core.c sets it): the leader a
+ * NOT_LEADER names, at once; another member after a pause when it names
+ * none or the answer came from a lower epoch. */
+static void
+follow(struct allot__sync *s, uint64_t now)
+{
+	allot__route r = allot__syncc_take_route(&s->core);
+	if (r == ALLOT__ROUTE_LEADER) {
+		int i = member_find(s, s->core.leader);
+		if (i < 0 &&
+		    member_add(s, s->core.leader, s->core.leader, false) ==
+		        ALLOT_OK)
+			i = (int) s->n - 1;
+		/* A follower may still name a leader that just stopped
+		 * answering us (it has not noticed yet): that one waits its
+		 * turn like the others. */
+		uint64_t recent = 2 * (uint64_t) request_timeout_ms(s->a) *
+		    1000000u;
+		if (i >= 0 && (size_t) i != s->cur &&
+		    (s->m[i].failed_ns == 0 ||
+		        now - s->m[i].failed_ns > recent)) {
+			switch_to(s, (size_t) i, "NOT_LEADER names it");
+			schedule(s, 0);
+			return;
+		}
+		/* It names itself: elected, waiting out the old lease
+		 * before it serves. Ask it again after the pause. */
+		if (i >= 0 && (size_t) i == s->cur) {
+			s->core.leader[0] = '\0';
+			schedule(s, pause_ms(s, now));
+			return;
+		}
+	}
+	/* No leader named (an election), or it named itself, or the
+	 * answer was from a deposed leader. */
+	switch_to(s, next_member(s),
+	    r == ALLOT__ROUTE_NEXT && s->core.leader[0] == '\0' ?
+	        "NOT_LEADER, no leader known yet" :
+	        "no leader there");
+	s->core.leader[0] = '\0';
+	schedule(s, pause_ms(s, now));
+}
+
+static void
+complete(struct allot__sync *s)
+{
+	int result;
+	nng_msg *reply;
+	struct member *mb = &s->m[s->cur];
+	if (!allot__exchange_finish(&mb->x, &result, &reply))
+		return;
+	uint64_t now = now_ns(s->a);
+	if (result != 0) {
+		exchange_failed(s, now, nng_strerror(result));
+		allot__syncc_check_lease(&s->core, now);
+		return;
+	}
+	bool ok = allot__syncc_reply(
+	    &s->core, now, nng_msg_body(reply), nng_msg_len(reply));
+	nng_msg_free(reply);
+	/* An answer, whatever it says: the member is up, and the members
+	 * that failed before it were not all of them. */
+	s->failed_row = 0;
+	allot__syncc_check_lease(&s->core, now);
+	if (s->core.route != ALLOT__ROUTE_STAY) {
+		follow(s, now);
+		return;
+	}
+	if (!ok && s->n > 1) {
+		/* A broken answer: as a failed exchange (the engine counted
+		 * it), the next member. */
+		switch_to(s, next_member(s), "a failed answer");
+		schedule(s, pause_ms(s, now));
+		return;
+	}
+	schedule(s, allot__syncc_next_delay_ms(&s->core, now, ok));
+}
+
+static void
+on_wake(uv_async_t *h)
+{
+	struct allot__sync *s = h->data;
+	if (atomic_load(&s->stopping)) {
+		uv_stop(&s->loop);
+		return;
+	}
+	if (allot__tlsreq_pending(&s->rl))
+		allot__tlsreq_answer(&s->rl, reload(s));
+	complete(s);
+	swap_dialers(s);
+	publish(s);
+}
+
+static void
+on_timer(uv_timer_t *t)
+{
+	struct allot__sync *s = t->data;
+	struct member *mb = &s->m[s->cur];
+	allot__syncc_check_lease(&s->core, now_ns(s->a));
+	publish(s);
+	if (allot__exchange_busy(&mb->x)) {
+		if (s->n == 1)
+			return;
+		/* The watch: its completion re-arms the timer. */
+		if (allot__exchange_lost(&mb->x))
+			allot__exchange_cancel(&mb->x);
+		else
+			schedule(s, watch_ms(s));
+		return;
+	}
+	start_exchange(s);
+}
+
+/* Every eighth of an interval: a session whose agent started denying a
+ * key runs its exchange now instead of at its timer (sync_int.h
+ * allot__syncc_early_due(): counters only, bounded to one early Sync
+ * per quarter interval and per onset of denials). Leases are checked
+ * here too: an early exchange stops the timer, which is what notices a
+ * lease running out while an exchange is in flight. */
+static void
+check_early(uv_timer_t *t)
+{
+	struct allot__sync *s = t->data;
+	uint64_t now = now_ns(s->a);
+	allot__syncc_check_lease(&s->core, now);
+	publish(s);
+	if (allot__exchange_busy(&s->m[s->cur].x) ||
+	    !allot__syncc_early_due(&s->core, now))
+		return;
+	uv_timer_stop(&s->timer);
+	start_exchange(s);
+}
+
+static uint64_t
+check_ms(const allot_agent *a)
+{
+	uint64_t t = a->opts.sync_interval_ms / 8;
+	return t > 0 ? t : 1;
+}
+
+static void
+send_leave(struct allot__sync *s)
+{
+	void *buf;
+	size_t len;
+	if (allot__syncc_leave(&s->core, &buf, &len) != ALLOT_OK)
+		return;
+	(void) allot__exchange_call(&s->m[s->cur].x, buf, len, 300);
+	free(buf);
+	allot__log(&s->a->log, ALLOT_LOG_INFO, "ALLOT-SYNC-LEAVE",
+	    "left session %llu", (unsigned long long) s->core.session);
+}
+
+static void
+close_cb(uv_handle_t *h)
+{
+	(void) h;
+}
+
+static void
+thread_main(void *arg)
+{
+	struct allot__sync *s = arg;
+	schedule(s, 0);
+	tls_check_start(s);
+	uv_timer_start(&s->check, check_early, check_ms(s->a), check_ms(s->a));
+	uv_run(&s->loop, UV_RUN_DEFAULT);
+	link_wake_off(s);
+	if (s->tls_timer_init)
+		uv_close((uv_handle_t *) &s->tls_timer, close_cb);
+	/* Stopping: cancel the exchange in flight, then leave. */
+	for (size_t i = 0; i < s->n; i++)
+		allot__exchange_stop(&s->m[i].x);
+	send_leave(s);
+	uv_close((uv_handle_t *) &s->timer, close_cb);
+	uv_close((uv_handle_t *) &s->check, close_cb);
+	uv_close((uv_handle_t *) &s->wake, close_cb);
+	uv_run(&s->loop, UV_RUN_DEFAULT);
+}
+
+static void
+sync_free(struct allot__sync *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		member_close(&s->m[i]);
+	allot__syncc_fini(&s->core);
+	free(s->pub);
+	free(s->cache_path);
+	allot__tlsreq_fini(&s->rl);
+	free(s);
+}
+
+/* The seed list: comma-separated entries, each a URL or NAME=URL (the
+ * name only labels log lines). Returns ALLOT_OK, or ALLOT_EINVAL with
+ * the reason logged. */
+static int
+seeds_open(struct allot__sync *s, const char *list)
+{
+	allot_agent *a = s->a;
+	const char *p = list;
+	int rc = ALLOT_OK;
+	while (rc == ALLOT_OK) {
+		const char *end = strchr(p, ',');
+		size_t len = end != NULL ? (size_t) (end - p) : strlen(p);
+		char one[NAME_MAX_LEN + ALLOT__URL_MAX];
+		if (len == 0 || len >= sizeof one) {
+			allot__log(&a->log, ALLOT_LOG_ERR,
+			    "ALLOT-SYNC-ADDRESS",
+			    "cannot use coordinator list \"%s\": %s", list,
+			    len == 0 ? "an empty entry" : "an entry too long");
+			return ALLOT_EINVAL;
+		}
+		memcpy(one, p, len);
+		one[len] = '\0';
+		char *url = one, *name = one;
+		char *eq = strchr(one, '=');
+		char *sep = strstr(one, "://");
+		if (eq != NULL && (sep == NULL || eq < sep)) {
+			*eq = '\0';
+			url = eq + 1;
+		}
+		if (member_find(s, url) >= 0) {
+			allot__log(&a->log, ALLOT_LOG_ERR,
+			    "ALLOT-SYNC-ADDRESS",
+			    "cannot use coordinator list \"%s\": %s is "
+			    "listed twice",
+			    list, url);
+			return ALLOT_EINVAL;
+		}
+		rc = member_add(s, name, url, true);
+		if (rc == ALLOT_EFULL)
+			allot__log(&a->log, ALLOT_LOG_ERR,
+			    "ALLOT-SYNC-ADDRESS",
+			    "cannot use coordinator list \"%s\": more "
+			    "than %u entries",
+			    list, MAX_MEMBERS);
+		if (end == NULL)
+			break;
+		p = end + 1;
+	}
+	return rc == ALLOT_EFULL ? ALLOT_EINVAL : rc;
 }
 
 int
@@ -794,65 +859,41 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	s->a = a;
 	s->in = *in;
 	allot__tlsreq_init(&s->rl);
-	/* Several comma-separated addresses are a cluster: NAME=URL
-	 * entries named as in allotd's --member (a bare URL is named by
-	 * itself). One address is the single-coordinator path. */
-	allot__member list[ALLOT__CLUSTER_MAX_MEMBERS];
-	char err[256];
-	int n = allot__member_parse_list(a->coordinator, true, list,
-	    ALLOT__CLUSTER_MAX_MEMBERS, err, sizeof err);
-	if (n <= 0) {
-		allot__log(&a->log, ALLOT_LOG_ERR, "ALLOT-SYNC-ADDRESS",
-		    "cannot use coordinator list \"%s\": %s", a->coordinator,
-		    err);
-		free(s);
-		return ALLOT_EINVAL;
-	}
-	bool cluster = n > 1;
-	s->m = calloc((size_t) n, sizeof *s->m);
-	s->hashes = calloc((size_t) n, sizeof *s->hashes);
-	s->live = calloc((size_t) n, sizeof *s->live);
 	uint32_t cap = a->quota_cap > 0 ? a->quota_cap : 1;
-	s->keyhash = calloc(cap, sizeof *s->keyhash);
 	s->pub = calloc(cap, sizeof *s->pub);
 	if (a->opts.config_cache_file != NULL &&
 	    a->opts.config_cache_file[0] != '\0')
 		s->cache_path = strdup(a->opts.config_cache_file);
-	if (s->m == NULL || s->hashes == NULL || s->live == NULL ||
-	    s->keyhash == NULL || s->pub == NULL ||
+	if (s->pub == NULL ||
 	    (a->opts.config_cache_file != NULL &&
 	        a->opts.config_cache_file[0] != '\0' &&
-	        s->cache_path == NULL)) {
+	        s->cache_path == NULL) ||
+	    allot__syncc_create(&s->core, a,
+	        allot__hash_seed() ^ (uint64_t) getpid(),
+	        &s->in) != ALLOT_OK) {
 		sync_free(s);
 		return ALLOT_ENOMEM;
 	}
-	int rc = ALLOT_OK;
-	for (int i = 0; i < n && rc == ALLOT_OK; i++) {
-		s->m[i].m = list[i];
-		s->hashes[i] = list[i].hash;
-		s->n = (size_t) i + 1;
-		rc = member_open(s, (size_t) i, cluster);
-	}
+	s->core.cache_path = s->cache_path;
+	s->core.learn = learn;
+	s->core.learn_ctx = s;
+	/* Sockets are opened before the loop exists: the wake handle is
+	 * only used by nng once an exchange or a pipe event happens, and
+	 * the loop thread starts below. */
+	int rc = seeds_open(s, a->coordinator);
 	if (rc != ALLOT_OK) {
 		sync_free(s);
 		return rc;
 	}
-	if (cluster) {
-		s->nhashed = atomic_load(&a->nquotas);
-		for (uint32_t k = 0; k < s->nhashed; k++)
-			s->keyhash[k] = allot__rendezvous_key(
-			    a->service, a->quotas[k].name);
-		reroute(s);
-		atomic_store(&s->reroutes, 0);
-	}
+	s->cur = 0;
+	s->core.peer = s->n > 1 ? s->m[0].url : NULL;
+	s->core.signer = s->m[0].signer;
 	if (uv_loop_init(&s->loop) != 0) {
 		sync_free(s);
 		return ALLOT_ENOMEM;
 	}
-	for (size_t i = 0; i < s->n; i++) {
-		uv_timer_init(&s->loop, &s->m[i].timer);
-		s->m[i].timer.data = &s->m[i];
-	}
+	uv_timer_init(&s->loop, &s->timer);
+	s->timer.data = s;
 	uv_async_init(&s->loop, &s->wake, on_wake);
 	s->wake.data = s;
 	s->tls_seen = allot__tls_files_look(&a->opts);
@@ -860,8 +901,7 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	s->check.data = s;
 	a->sync = s;
 	if (uv_thread_create(&s->thread, thread_main, s) != 0) {
-		for (size_t i = 0; i < s->n; i++)
-			uv_close((uv_handle_t *) &s->m[i].timer, NULL);
+		uv_close((uv_handle_t *) &s->timer, NULL);
 		uv_close((uv_handle_t *) &s->wake, NULL);
 		uv_close((uv_handle_t *) &s->check, NULL);
 		uv_run(&s->loop, UV_RUN_DEFAULT);
@@ -899,44 +939,8 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 	if (a->sync == NULL)
 		return ALLOT_OK;
 	struct allot__sync *s = a->sync;
-	uint64_t now = now_ns(a);
-	allot__syncc_stats(&s->m[0].core, now, ret);
-	/* A cluster: counters add up over the members; connected and
-	 * in_fallback hold if they hold for any member; the lease is the
-	 * shortest among the members that are up. */
-	bool have_lease = !s->m[0].down;
-	for (size_t i = 1; i < s->n; i++) {
-		allot_sync_stats m;
-		allot__syncc_stats(&s->m[i].core, now, &m);
-		ret->connected |= m.connected;
-		ret->in_fallback |= m.in_fallback;
-		ret->replicas = m.replicas > ret->replicas ? m.replicas :
-		                                             ret->replicas;
-		ret->registers += m.registers;
-		ret->syncs_ok += m.syncs_ok;
-		ret->syncs_failed += m.syncs_failed;
-		ret->errors_received += m.errors_received;
-		ret->fallback_enters += m.fallback_enters;
-		ret->fallback_leaves += m.fallback_leaves;
-		ret->unknown_keys += m.unknown_keys;
-		ret->reports_sent += m.reports_sent;
-		ret->bytes_sent += m.bytes_sent;
-		ret->unreported_tokens += m.unreported_tokens;
-		ret->not_owner += m.not_owner;
-		ret->keys_unconfirmed += m.keys_unconfirmed;
-		ret->throttled += m.throttled;
-		ret->early_syncs += m.early_syncs;
-		ret->config_installs += m.config_installs;
-		ret->config_rejects += m.config_rejects;
-		if (!s->m[i].down &&
-		    (!have_lease ||
-		        m.lease_remaining_ms < ret->lease_remaining_ms)) {
-			ret->lease_remaining_ms = m.lease_remaining_ms;
-			have_lease = true;
-		}
-	}
-	ret->members = (uint32_t) s->n;
-	ret->members_down = atomic_load(&s->down_pub);
-	ret->reroutes = atomic_load(&s->reroutes);
+	allot__syncc_stats(&s->core, now_ns(a), ret);
+	ret->members = atomic_load(&s->n_pub);
+	ret->leader_switches = atomic_load(&s->switches);
 	return ALLOT_OK;
 }

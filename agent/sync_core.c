@@ -46,12 +46,6 @@ uniform(syncc *s)
 	return allot__xorshift64s_unit(&s->rng);
 }
 
-static inline bool
-is_mine(const syncc *s, uint32_t key)
-{
-	return s->mine == NULL || s->mine[key];
-}
-
 /* The quotas in use: this thread is the one that appends to them. */
 static inline uint32_t
 nq(const syncc *s)
@@ -99,8 +93,6 @@ allot__syncc_create(
 		allot__syncc_fini(s);
 		return ALLOT_ENOMEM;
 	}
-	for (uint32_t i = 0; i < cap; i++)
-		s->q[i].foreign = true;
 	return ALLOT_OK;
 }
 
@@ -209,17 +201,15 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 			double inst = (double) (consumed + denied) / elapsed;
 			qs->demand = 0.5 * qs->demand + 0.5 * inst;
 		}
-		/* In a cluster, another member's keys only move the
-		 * baseline: each is reported to its owner alone, and a key
-		 * that moves here starts counting from the move. */
-		if (!is_mine(s, i) ||
-		    (consumed == 0 && denied == 0 && shadow == 0 &&
-		        !(qs->foreign && s->mine != NULL)))
+		/* A key whose allowance came from another leader is reported
+		 * even when idle: the new leader learns from it what the
+		 * old one handed out (docs/operations.md, "Taking over"). */
+		if (consumed == 0 && denied == 0 && shadow == 0 &&
+		    !qs->foreign)
 			continue;
 		Allot__V1__KeyReport *r = &reps[n];
 		allot__v1__key_report__init(r);
-		if (qs->foreign && s->mine != NULL) {
-			/* What it runs on, for a member taking it over. */
+		if (qs->foreign) {
 			allot__allowance al;
 			allot__bucket_get(&q->bucket, &al);
 			r->foreign = true;
@@ -317,10 +307,6 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	s->q[key].share_burst = burst;
 	s->q[key].has_share = true;
 	s->q[key].foreign = false;
-	if (s->q[key].key_fallback) {
-		s->q[key].key_fallback = false;
-		atomic_fetch_add(&s->fallback_leaves, 1);
-	}
 }
 
 static int
@@ -342,8 +328,6 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 			bad++;
 			continue;
 		}
-		if (!is_mine(s, sh->key))
-			continue;
 		install_share(s, sh->key, sh->rate, sh->burst);
 		seen[sh->key] = true;
 	}
@@ -351,7 +335,7 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 	 * coordinator left out keep their last coordinator allowance. */
 	if (!full && atomic_load(&s->in_fallback))
 		for (uint32_t k = 0; k < nq(s); k++)
-			if (!seen[k] && s->q[k].has_share && is_mine(s, k))
+			if (!seen[k] && s->q[k].has_share)
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
 	if (bad > 0)
@@ -406,14 +390,28 @@ fallback_replicas(syncc *s)
 	return n == 0 ? s->a->opts.initial_replicas : n;
 }
 
+/* Keys whose reports say foreign (allot_sync_stats.keys_unconfirmed). */
+static void
+count_unconfirmed(syncc *s)
+{
+	uint32_t n = 0;
+	for (uint32_t k = 0; k < nq(s); k++)
+		n += s->q[k].foreign;
+	atomic_store(&s->unconfirmed, n);
+}
+
 static void
 enter_fallback(syncc *s)
 {
 	allot_agent *a = s->a;
 	uint32_t n = fallback_replicas(s);
-	for (uint32_t i = 0; i < nq(s); i++)
-		if (is_mine(s, i))
-			key_fallback(s, i, n);
+	/* What each key runs on now is no leader's grant: its reports say
+	 * so (foreign), and the leader answers for every one of them. */
+	for (uint32_t i = 0; i < nq(s); i++) {
+		key_fallback(s, i, n);
+		s->q[i].foreign = true;
+	}
+	count_unconfirmed(s);
 	atomic_store(&s->in_fallback, true);
 	atomic_fetch_add(&s->fallback_enters, 1);
 	allot__log(&a->log, ALLOT_LOG_WARNING, "ALLOT-FALLBACK-ENTER",
@@ -425,8 +423,8 @@ enter_fallback(syncc *s)
 static void
 leave_fallback(syncc *s)
 {
-	if (s->mine != NULL || !atomic_load(&s->in_fallback))
-		return; /* cluster mode: per key (install_share) */
+	if (!atomic_load(&s->in_fallback))
+		return;
 	atomic_store(&s->in_fallback, false);
 	atomic_fetch_add(&s->fallback_leaves, 1);
 	allot__log(&s->a->log, ALLOT_LOG_NOTICE, "ALLOT-FALLBACK-LEAVE",
@@ -439,41 +437,6 @@ set_lease(syncc *s, uint64_t now, uint32_t lease_ms)
 	s->lease_until_ns = now + (uint64_t) lease_ms * 1000000u;
 	atomic_store(
 	    &s->lease_until_pub, (int64_t) (s->lease_until_ns / 1000000u));
-}
-
-/* Every key of this session takes the session's new lease, except
- * those the member said it does not own (cluster mode): they keep the
- * lease of the allowance they run on, and fall back when it ends. */
-static void
-renew_keys(syncc *s, const uint32_t *not_owner, size_t n)
-{
-	allot_agent *a = s->a;
-	bool *refused = s->seen;
-	memset(refused, 0, sizeof *refused * nq(s));
-	for (size_t i = 0; i < n; i++)
-		if (not_owner[i] < nq(s))
-			refused[not_owner[i]] = true;
-	if (n > 0) {
-		atomic_fetch_add(&s->not_owner, n);
-		allot__log_ratelimited(&a->log, &s->fail_rl, ALLOT_LOG_NOTICE,
-		    "ALLOT-CLUSTER-NOT-OWNER",
-		    "%s does not own %zu of the keys we report to it (the "
-		    "members' views differ for now): they keep their "
-		    "allowance until its lease ends",
-		    peer(s), n);
-	}
-	for (uint32_t k = 0; k < nq(s); k++)
-		if (!refused[k] && is_mine(s, k) &&
-		    (!s->q[k].foreign || s->mine == NULL))
-			s->q[k].lease_until_ns = s->lease_until_ns;
-}
-
-void
-allot__syncc_adopt_key(syncc *s, uint32_t k, uint64_t lease_until_ns)
-{
-	s->q[k].foreign = true;
-	s->q[k].key_fallback = false;
-	s->q[k].lease_until_ns = lease_until_ns;
 }
 
 /* ---- the config plane ---- */
@@ -606,10 +569,9 @@ config_settle(syncc *s, uint32_t before)
 	uint32_t n = fallback_replicas(s);
 	for (uint32_t i = 0; i < nq(s); i++) {
 		qsync *qs = &s->q[i];
-		if (!is_mine(s, i) || s->seen[i] ||
-		    !config_changed(s, i, before))
+		if (s->seen[i] || !config_changed(s, i, before))
 			continue;
-		if (atomic_load(&s->in_fallback) || qs->key_fallback) {
+		if (atomic_load(&s->in_fallback)) {
 			key_fallback(s, i, n);
 		} else if (qs->has_share && i < before) {
 			install_share(s, i, qs->share_rate, qs->share_burst);
@@ -707,11 +669,62 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 	 * not given back): ask again after half an interval. */
 	s->short_grant = false;
 	for (size_t i = 0; i < w->n_shares; i++)
-		if (!(w->shares[i]->rate > 0) && w->shares[i]->key < nq(s) &&
-		    is_mine(s, w->shares[i]->key))
+		if (!(w->shares[i]->rate > 0) && w->shares[i]->key < nq(s))
 			s->short_grant = true;
 	set_lease(s, now, w->lease_ms);
-	renew_keys(s, NULL, 0);
+}
+
+/* Hand the member list an answer carried to the driver. */
+static void
+learn(syncc *s, char *const *urls, size_t n)
+{
+	if (s->learn != NULL && n > 0)
+		s->learn(s->learn_ctx, urls, n);
+}
+
+/* Fencing: a Welcome or Reply whose epoch is below the highest seen
+ * comes from a deposed leader (one stopped, then continued, say) whose
+ * grants the new leader no longer counts: it is dropped before anything
+ * in it is installed, and counted. Epoch 0 is a single allotd's; an
+ * agent that only ever talks to one never sees another, so nothing is
+ * fenced there. */
+static bool
+stale(syncc *s, const Allot__V1__Envelope *env)
+{
+	uint64_t e;
+	if (env->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME)
+		e = env->welcome->epoch;
+	else if (env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY)
+		e = env->reply->epoch;
+	else
+		return false;
+	if (e >= s->epoch_seen) {
+		/* A new epoch: a new leader, perhaps on the member we
+		 * already talk to (restarted, and elected again). What we
+		 * run on is the old leader's grant: say so (foreign). */
+		if (e > s->epoch_seen && s->epoch_seen != 0)
+			for (uint32_t k = 0; k < nq(s); k++)
+				s->q[k].foreign = true;
+		s->epoch_seen = e;
+		atomic_store(&s->epoch_pub, e);
+		return false;
+	}
+	atomic_fetch_add(&s->stale_epoch_n, 1);
+	allot__log_ratelimited(&s->a->log, &s->fail_rl, ALLOT_LOG_WARNING,
+	    "ALLOT-SYNC-STALE-EPOCH",
+	    "%s answered with epoch %llu, below the %llu already seen "
+	    "(a deposed leader): dropped unapplied, trying another member",
+	    peer(s), (unsigned long long) e,
+	    (unsigned long long) s->epoch_seen);
+	return true;
+}
+
+allot__route
+allot__syncc_take_route(syncc *s)
+{
+	allot__route r = s->route;
+	s->route = ALLOT__ROUTE_STAY;
+	return r;
 }
 
 /* Returns true when the exchange succeeded. */
@@ -747,6 +760,25 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			s->backoff_ms = 0;
 			goto out;
 		}
+		if (e->code == ALLOT__V1__ERROR__CODE__NOT_LEADER) {
+			/* A follower, or a leader whose lease does not
+			 * hold yet: nothing was applied or booked. Go to
+			 * the leader it names, else to another member;
+			 * the allowances in force keep their lease. */
+			atomic_fetch_add(&s->not_leader_n, 1);
+			learn(s, e->members, e->n_members);
+			if (e->leader != NULL && e->leader[0] != '\0' &&
+			    strlen(e->leader) < sizeof s->leader) {
+				strcpy(s->leader, e->leader);
+				s->route = ALLOT__ROUTE_LEADER;
+			} else {
+				s->route = ALLOT__ROUTE_NEXT;
+			}
+			if (s->session != 0 &&
+			    s->expect == ALLOT__EXPECT_REPLY)
+				s->seq++;
+			goto out;
+		}
 		if (e->code == ALLOT__V1__ERROR__CODE__RATE_LIMITED) {
 			/* Alive, but this host sends more than its budget
 			 * (docs/protocol.md): not a lost coordinator, and
@@ -776,9 +808,16 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		        "error reply");
 		goto out;
 	}
+	if (stale(s, env)) {
+		if (s->session != 0 && s->expect == ALLOT__EXPECT_REPLY)
+			s->seq++;
+		s->route = ALLOT__ROUTE_NEXT;
+		goto out;
+	}
 	if (s->expect == ALLOT__EXPECT_WELCOME &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME) {
 		apply_welcome(s, now, env->welcome);
+		learn(s, env->welcome->members, env->welcome->n_members);
 		ok = true;
 	} else if (s->expect == ALLOT__EXPECT_REPLY &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY) {
@@ -800,7 +839,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		if (before != UINT32_MAX)
 			config_settle(s, before);
 		set_lease(s, now, r->lease_ms);
-		renew_keys(s, r->not_owner, r->n_not_owner);
+		learn(s, r->members, r->n_members);
 		atomic_fetch_add(&s->syncs_ok, 1);
 		atomic_fetch_add(&s->reports_sent, s->sent_reports);
 		atomic_fetch_add(&s->bytes_sent, s->sent_bytes);
@@ -816,6 +855,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		    atomic_load(&s->replicas));
 	leave_fallback(s);
 	s->backoff_ms = 0;
+	count_unconfirmed(s);
 out:
 	allot__v1__envelope__free_unpacked(env, NULL);
 	return ok;
@@ -824,48 +864,16 @@ out:
 /* ---- schedule ---- */
 
 void
-allot__syncc_count_unconfirmed(syncc *s)
+allot__syncc_moved(syncc *s)
 {
-	uint32_t n = 0;
 	for (uint32_t k = 0; k < nq(s); k++)
-		n += s->mine[k] && s->q[k].foreign;
-	atomic_store(&s->unconfirmed, n);
+		s->q[k].foreign = true;
+	count_unconfirmed(s);
 }
 
 void
 allot__syncc_check_lease(syncc *s, uint64_t now)
 {
-	if (s->mine != NULL) {
-		/* Cluster mode: every key runs on its own lease (renewed by
-		 * each reply that answers for it, carried along when it
-		 * moves between members), so a member that says it does not
-		 * own a key, or one that just came back, never cuts short
-		 * the lease of an allowance another member granted. */
-		bool any = false;
-		for (uint32_t k = 0; k < nq(s); k++) {
-			qsync *qs = &s->q[k];
-			if (!s->mine[k])
-				continue;
-			if (qs->lease_until_ns != 0 && !qs->key_fallback &&
-			    now >= qs->lease_until_ns) {
-				key_fallback(s, k, fallback_replicas(s));
-				qs->key_fallback = true;
-				/* Its reports say so: the owner answers
-				 * with its share even in a partial Reply. */
-				qs->foreign = true;
-				atomic_fetch_add(&s->fallback_enters, 1);
-				allot__log(&s->a->log, ALLOT_LOG_WARNING,
-				    "ALLOT-FALLBACK-KEY",
-				    "quota %s: its lease ended with no member "
-				    "answering for it; applying its fallback",
-				    s->a->quotas[k].name);
-			}
-			any |= qs->key_fallback;
-		}
-		atomic_store(&s->in_fallback, any);
-		allot__syncc_count_unconfirmed(s);
-		return;
-	}
 	if (s->lease_until_ns == 0 || atomic_load(&s->in_fallback))
 		return;
 	if (now >= s->lease_until_ns)
@@ -932,7 +940,7 @@ allot__syncc_early_due(syncc *s, uint64_t now)
 		return false;
 	for (uint32_t i = 0; i < nq(s); i++) {
 		allot__qrt *q = &a->quotas[i];
-		if (q->is_default || !is_mine(s, i) || s->q[i].denying ||
+		if (q->is_default || s->q[i].denying ||
 		    !(s->q[i].share_rate > 0))
 			continue;
 		allot__ktotals t;
@@ -966,13 +974,15 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->bytes_sent = atomic_load(&s->bytes_sent);
 	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
 	ret->unreported_tokens = atomic_load(&s->unreported_tokens);
-	ret->not_owner = atomic_load(&s->not_owner);
 	ret->throttled = atomic_load(&s->throttled_n);
-	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
 	ret->early_syncs = atomic_load(&s->early_syncs);
 	ret->enforced_digest = atomic_load(&s->enforced);
 	ret->config_installs = atomic_load(&s->config_installs);
 	ret->config_rejects = atomic_load(&s->config_rejects);
+	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
+	ret->not_leader = atomic_load(&s->not_leader_n);
+	ret->stale_epoch = atomic_load(&s->stale_epoch_n);
+	ret->leader_epoch = atomic_load(&s->epoch_pub);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :

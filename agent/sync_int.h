@@ -24,15 +24,21 @@ typedef struct allot__qsync {
 	double share_rate; /* last allowance from the coordinator */
 	double share_burst;
 	bool has_share;
-	/* Cluster mode: the allowance in force did not come from this
-	 * session (the key moved here, or no answer for it yet), so its
-	 * reports say what it runs on; and the key's own lease, renewed by
-	 * every reply that does not list it in Reply.not_owner. */
+	/* The allowance in force came from another member (the session
+	 * moved, sync.c): reported with what it runs on (KeyReport.foreign,
+	 * held_rate, held_burst) until this one grants it a share. */
 	bool foreign;
-	bool key_fallback; /* its lease ran out: on its fallback */
-	uint64_t lease_until_ns; /* 0: none yet */
 	bool denying; /* its last report carried denials */
 } allot__qsync;
+
+/* Where the next exchange goes, as the last answer says. */
+typedef enum allot__route {
+	ALLOT__ROUTE_STAY, /* the same member */
+	ALLOT__ROUTE_LEADER, /* NOT_LEADER naming the leader: syncc.leader */
+	ALLOT__ROUTE_NEXT, /* NOT_LEADER without one, or a lower epoch */
+} allot__route;
+
+#define ALLOT__URL_MAX 256u
 
 typedef enum allot__expect {
 	ALLOT__EXPECT_WELCOME,
@@ -71,14 +77,23 @@ typedef struct allot__syncc {
 	/* Where an installed config's text is cached (config_cache.c);
 	 * NULL: nowhere. Set by the driver. */
 	const char *cache_path;
-	/* Cluster mode (sync.c): the keys this session reports and takes
-	 * allowances for, owned by the driver, and the member's address
-	 * for log lines. NULL: every key, and the agent's coordinator. */
-	const bool *mine;
+	/* The member this session talks to, for log lines (sync.c). NULL:
+	 * the agent's coordinator option. */
 	const char *peer;
 	/* With TLS and a certificate: signs every Register (sign.h); owned
 	 * by the driver. NULL: Registers carry no identity proof. */
 	struct allot__signer *signer;
+	/* A cluster (sync.c, docs/configuration.md "Agent options"): the
+	 * highest leader epoch seen in a Welcome or Reply (one with a lower
+	 * epoch is dropped unapplied: a deposed leader), where the last
+	 * answer says to go (allot__syncc_take_route()), and the member
+	 * list each Welcome, Reply and NOT_LEADER carries, handed to the
+	 * driver's `learn` (NULL: ignored, as in the simulator). */
+	uint64_t epoch_seen;
+	allot__route route;
+	char leader[ALLOT__URL_MAX];
+	void (*learn)(void *ctx, char *const *urls, size_t n);
+	void *learn_ctx;
 
 	_Atomic bool connected;
 	_Atomic bool in_fallback;
@@ -97,13 +112,16 @@ typedef struct allot__syncc {
 	_Atomic uint64_t bytes_sent;
 	_Atomic uint64_t last_rtt_us;
 	_Atomic uint64_t unreported_tokens;
-	_Atomic uint64_t not_owner; /* keys a member said it does not own */
-	_Atomic uint32_t unconfirmed; /* mine and foreign (cluster mode) */
 	_Atomic uint64_t throttled_n; /* RATE_LIMITED answers */
 	_Atomic uint64_t early_syncs; /* Syncs sent early, short */
 	_Atomic uint64_t enforced; /* digest of the config in force */
 	_Atomic uint64_t config_installs; /* configs installed from replies */
 	_Atomic uint64_t config_rejects; /* refused (digest, parse, install) */
+	_Atomic uint32_t unconfirmed; /* keys still foreign */
+	_Atomic uint64_t not_leader_n; /* NOT_LEADER answers */
+	_Atomic uint64_t
+	    stale_epoch_n; /* Welcomes, Replies of a lower epoch */
+	_Atomic uint64_t epoch_pub; /* epoch_seen, for the stats */
 	bool throttled; /* the last answer was RATE_LIMITED */
 	bool reconfigured; /* allot__syncc_take_reconfigured() */
 	_Atomic int64_t lease_until_pub;
@@ -145,16 +163,6 @@ void allot__syncc_check_lease(allot__syncc *c, uint64_t now);
  * the lease expiry, and 0 when a re-registration is due. */
 uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
 
-/* Cluster mode: key `k` now reports to this session, coming from a
- * session whose allowance (and lease) it keeps until this one answers
- * for it (fail-static across the move). */
-void allot__syncc_adopt_key(
-    allot__syncc *c, uint32_t k, uint64_t lease_until_ns);
-
-/* Cluster mode: recount the keys of this session whose allowance it has
- * not answered for (allot_sync_stats.keys_unconfirmed). */
-void allot__syncc_count_unconfirmed(allot__syncc *c);
-
 /* Whether to run an exchange now, before the interval is up: a key
  * (other than `default`) started denying since the last report, which
  * had none, and at least a quarter interval has passed since the last
@@ -164,9 +172,16 @@ void allot__syncc_count_unconfirmed(allot__syncc *c);
 bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
 
 /* Whether the engine installed a config (a->nquotas may have grown)
- * since the driver last asked; clears the flag. Cluster mode routes the
- * new keys then. */
+ * since the driver last asked; clears the flag. */
 bool allot__syncc_take_reconfigured(allot__syncc *c);
+
+/* The session moved to another member: every key's allowance is now
+ * foreign to it, and said so in its reports until it answers for it. */
+void allot__syncc_moved(allot__syncc *c);
+
+/* Where the last answer says the next exchange goes; clears it. On
+ * ALLOT__ROUTE_LEADER the leader's URL is in `c->leader`. */
+allot__route allot__syncc_take_route(allot__syncc *c);
 
 /* Fill the public stats from the engine. */
 void allot__syncc_stats(allot__syncc *c, uint64_t now, allot_sync_stats *ret);

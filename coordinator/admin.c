@@ -479,10 +479,10 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	allot__buf_puts(&b, ",\"who\":");
 	allot__buf_json(&b, who);
 	allot__buf_printf(&b,
-	    ",\"changed\":%s,\"committed\":%s,\"from\":{\"epoch\":%" PRIu64
-	    ",",
+	    ",\"changed\":%s,\"committed\":%s,\"proposed\":%s,"
+	    "\"from\":{\"epoch\":%" PRIu64 ",",
 	    job.changed ? "true" : "false", job.committed ? "true" : "false",
-	    job.prev_epoch);
+	    job.proposed ? "true" : "false", job.prev_epoch);
 	put_hex(&b, "digest", job.prev_digest);
 	allot__buf_printf(&b, "},\"to\":{\"epoch\":%" PRIu64 ",", job.epoch);
 	put_hex(&b, "digest", job.digest);
@@ -497,6 +497,50 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	return respond_buf(c, &b);
 }
 
+/* The cluster's member endpoints: one job each, the answer the run's
+ * JSON or its error. */
+static enum MHD_Result
+members(allot__admin *a, struct MHD_Connection *c, const char *url)
+{
+	allot__admin_job job;
+	memset(&job, 0, sizeof job);
+	job.op = ALLOT__ADMIN_MEMBERS;
+	if (strcmp(url, "/members") != 0) {
+		job.op = strcmp(url, "/members/add") == 0 ?
+		    ALLOT__ADMIN_MEMBER_ADD :
+		    ALLOT__ADMIN_MEMBER_REMOVE;
+		const char *id = MHD_lookup_connection_value(
+		    c, MHD_GET_ARGUMENT_KIND, "id");
+		char *end = NULL;
+		errno = 0;
+		unsigned long long v = id != NULL ? strtoull(id, &end, 10) : 0;
+		if (id == NULL || *end != '\0' || errno != 0 || v == 0)
+			return respond_err(c, MHD_HTTP_BAD_REQUEST,
+			    "id: a member id, an integer > 0");
+		job.member_id = (uint64_t) v;
+		job.member_raft = MHD_lookup_connection_value(
+		    c, MHD_GET_ARGUMENT_KIND, "raft");
+		job.member_url = MHD_lookup_connection_value(
+		    c, MHD_GET_ARGUMENT_KIND, "url");
+		if (job.op == ALLOT__ADMIN_MEMBER_ADD &&
+		    (job.member_raft == NULL || job.member_url == NULL))
+			return respond_err(c, MHD_HTTP_BAD_REQUEST,
+			    "add needs raft=HOST:PORT and url=AGENT_URL");
+	}
+	if (!submit(a, &job))
+		return respond_err(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		    "allotd is stopping or busy; try again");
+	if (job.status != MHD_HTTP_OK) {
+		free(job.text_out);
+		return respond_err(c, (unsigned) job.status, "%s", job.msg);
+	}
+	allot__buf b = { 0 };
+	allot__buf_puts(&b, job.text_out != NULL ? job.text_out : "{}");
+	allot__buf_puts(&b, "\n");
+	free(job.text_out);
+	return respond_buf(c, &b);
+}
+
 static enum MHD_Result
 route(allot__admin *a, struct MHD_Connection *c, const char *url,
     const char *method, struct req *r)
@@ -506,10 +550,24 @@ route(allot__admin *a, struct MHD_Connection *c, const char *url,
 	bool is_cfg = strcmp(url, "/config") == 0;
 	bool is_diff = strcmp(url, "/config/diff") == 0;
 	bool is_apply = strcmp(url, "/config/apply") == 0;
+	if (strcmp(url, "/members") == 0) {
+		if (!get)
+			return respond_err(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+			    "/members: GET only");
+		return members(a, c, url);
+	}
+	if (strcmp(url, "/members/add") == 0 ||
+	    strcmp(url, "/members/remove") == 0) {
+		if (!post)
+			return respond_err(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+			    "%s: POST only", url);
+		return members(a, c, url);
+	}
 	if (!is_cfg && !is_diff && !is_apply)
 		return respond_err(c, MHD_HTTP_NOT_FOUND,
 		    "no such endpoint: GET /config, POST /config/diff, "
-		    "POST /config/apply");
+		    "POST /config/apply, GET /members, POST /members/add, "
+		    "POST /members/remove");
 	if (is_cfg && !get)
 		return respond_err(
 		    c, MHD_HTTP_METHOD_NOT_ALLOWED, "/config: GET only");

@@ -10,6 +10,12 @@
  *                         ?file= (the name errors use), ?expect=DIGEST
  *                         (refused with 409 when the config in force
  *                         moved), ?as=NAME (recorded as claimed)
+ *   GET  /members         cluster: the members, their roles, the leader
+ *   POST /members/add     ?id=&raft=HOST:PORT&url=AGENT_URL (leader)
+ *   POST /members/remove  ?id= (leader)
+ *
+ * In a cluster, apply and the member changes run on the leader; another
+ * member answers 421 naming the leader's agent URL.
  *
  * Who may: whoever may connect to the socket, i.e. allotd's user (mode
  * 0600) or the members of --admin-group (0660). Who did: the kernel names
@@ -43,6 +49,9 @@ typedef struct allot__admin allot__admin;
 typedef enum allot__admin_op {
 	ALLOT__ADMIN_GET, /* the config in force */
 	ALLOT__ADMIN_APPLY, /* install `cfg` */
+	ALLOT__ADMIN_MEMBERS, /* the cluster's members, JSON in text_out */
+	ALLOT__ADMIN_MEMBER_ADD,
+	ALLOT__ADMIN_MEMBER_REMOVE,
 } allot__admin_op;
 
 /* A job for the loop thread. The run function fills the outputs. */
@@ -55,6 +64,10 @@ typedef struct allot__admin_job {
 	const allot__state_who *who;
 	bool has_expect; /* refuse unless the digest in force is: */
 	uint64_t expect;
+	/* MEMBER_ADD, MEMBER_REMOVE, in: */
+	uint64_t member_id;
+	const char *member_raft;
+	const char *member_url;
 	/* out: */
 	int status; /* HTTP status: 200, or why not (409, 500, 503) */
 	char msg[512]; /* the error, when status is not 200 */
@@ -64,8 +77,11 @@ typedef struct allot__admin_job {
 	uint64_t prev_digest;
 	bool changed; /* APPLY: a new epoch was installed */
 	bool committed; /* APPLY: the audit rows are on disk */
+	/* APPLY in a cluster: proposed through the log; every member
+	 * installs it once committed (GET /config shows the epoch). */
+	bool proposed;
 	char *path; /* GET: allotd's quota file (malloc) */
-	char *text_out; /* GET: the text in force (malloc) */
+	char *text_out; /* GET: the text in force; MEMBERS: JSON (malloc) */
 	allot__config_diff diff; /* APPLY: what changed */
 } allot__admin_job;
 

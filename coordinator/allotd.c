@@ -3,7 +3,8 @@
  * allotd: the allot coordinator daemon. main() parses the command line
  * (allotd_opts.c), then starts: it loads the quota config, opens the
  * SQLite store, restores what the last run left live, starts the
- * protocol server (server.c), the cluster links (cluster.c) and the HTTP
+ * protocol server (server.c), in a cluster its member (cluster.c: Raft,
+ * the fencing gate, the config and usage through the log) and the HTTP
  * endpoints (http.c); then runs a libuv loop on the main thread that
  * owns every periodic duty: expiry sweeps and share recomputation every
  * interval, usage rows and one group commit per second, SIGHUP reloads
@@ -35,7 +36,6 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
-#include "rendezvous.h"
 #include "server.h"
 #include "state.h"
 #include "store.h"
@@ -197,6 +197,8 @@ on_tick(uv_timer_t *t)
 	}
 }
 
+static void cluster_reload(allotd *d, allot_config *cfg, char *text);
+
 static void
 reload(allotd *d)
 {
@@ -204,6 +206,10 @@ reload(allotd *d)
 	allot_config *cfg;
 	char *text;
 	int rc = load_config(d->config_path, &cfg, &text, err, sizeof err);
+	if (rc == ALLOT_OK && d->cluster != NULL) {
+		cluster_reload(d, cfg, text);
+		return;
+	}
 	if (rc != ALLOT_OK) {
 		allot__metrics_add(&d->metrics.reloads_failed, 1);
 		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-RELOAD-FAIL",
@@ -262,6 +268,8 @@ reload(allotd *d)
  * the state, the audit rows and a commit, so that the answer says the
  * audit is on disk. Nothing changes when a step before the state fails;
  * the file is put back when the state refuses. */
+static void cluster_apply(allotd *d, allot__admin_job *job);
+
 static void
 admin_apply(allotd *d, allot__admin_job *job)
 {
@@ -272,6 +280,12 @@ admin_apply(allotd *d, allot__admin_job *job)
 		job->status = 503;
 		snprintf(job->msg, sizeof job->msg,
 		    "allotd is stopping; nothing was applied");
+		return;
+	}
+	if (d->cluster != NULL &&
+	    !(job->has_expect && job->expect != job->digest) &&
+	    cfg->digest != job->digest) {
+		cluster_apply(d, job);
 		return;
 	}
 	if (job->has_expect && job->expect != job->digest) {
@@ -342,6 +356,205 @@ fail:
 	allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-APPLY-FAIL", "%s", job->msg);
 }
 
+/* ---- the cluster's config (cluster.h): proposed by the leader, installed
+ * by every member once committed ---- */
+
+/* A committed CONFIG: the state takes it with the cluster's epoch, and
+ * the quota file becomes its text, so that a restart (or a member that
+ * becomes leader) starts from what the cluster agreed. */
+static void
+cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch)
+{
+	allotd *d = ctx;
+	char err[1024];
+	allot_config *cfg = NULL;
+	char *copy_text = malloc(len + 1);
+	if (copy_text == NULL)
+		return;
+	memcpy(copy_text, text, len);
+	copy_text[len] = '\0';
+	if (allot_config_parse(d->config_path, copy_text, len, err, sizeof err,
+	        &cfg) != ALLOT_OK) {
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
+		    "the committed config of epoch %" PRIu64
+		    " does not load here (%s): keeping epoch %" PRIu64,
+		    epoch, err, allot__state_epoch(d->state));
+		free(copy_text);
+		return;
+	}
+	allot_config *cur = allot__config_dup(cfg);
+	static const allot__state_who who = {
+		.who = "cluster",
+		.reason = "committed through the log",
+	};
+	bool changed = false;
+	int rc = cur != NULL ?
+	    allot__state_apply_at(d->state, cfg, d->config_path, copy_text,
+	        &who, epoch, &changed) :
+	    ALLOT_ENOMEM;
+	if (rc != ALLOT_OK) {
+		allot_config_free(cfg);
+		allot_config_free(cur);
+		free(copy_text);
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
+		    "cannot install the committed config of epoch %" PRIu64
+		    ": %s",
+		    epoch, allot_strerror(rc));
+		return;
+	}
+	if (d->text != NULL && strcmp(d->text, copy_text) == 0) {
+		allot_config_free(cur);
+		free(copy_text);
+		return;
+	}
+	if (allot__admin_write_file(
+	        d->config_path, copy_text, len, err, sizeof err) != ALLOT_OK)
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
+		    "%s; the config of epoch %" PRIu64
+		    " is in force but not in the file",
+		    err, epoch);
+	free(d->text);
+	d->text = copy_text;
+	allot_config_free(d->cur);
+	d->cur = cur;
+	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD",
+	    "installed the cluster's config epoch %" PRIu64
+	    " (digest %016" PRIx64 ") into %s",
+	    epoch, allot__state_digest(d->state), d->config_path);
+}
+
+/* This member started serving: a new cluster's first leader proposes
+ * its quota file. */
+static void
+cluster_serving(void *ctx)
+{
+	allotd *d = ctx;
+	if (d->cluster == NULL || allot__cluster_config_epoch(d->cluster) != 0)
+		return;
+	uint64_t epoch = 0;
+	int rv = allot__cluster_propose_config(d->cluster, d->text,
+	    strlen(d->text), d->cur->digest, &epoch, NULL, 0);
+	if (rv != ALLOT_OK)
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
+		    "cannot propose %s as the cluster's first config: %s",
+		    d->config_path, allot_strerror(rv));
+}
+
+/* SIGHUP in a cluster: the leader proposes the file; a follower's file
+ * is the cluster's, written on each commit. */
+static void
+cluster_reload(allotd *d, allot_config *cfg, char *text)
+{
+	char leader[256];
+	uint64_t epoch = 0;
+	uint64_t digest = cfg->digest;
+	int rv = digest == allot__state_digest(d->state) ?
+	    ALLOT_OK :
+	    allot__cluster_propose_config(d->cluster, text, strlen(text),
+	        digest, &epoch, leader, sizeof leader);
+	allot_config_free(cfg);
+	free(text);
+	if (rv == ALLOT_ESTATE) {
+		allot__metrics_add(&d->metrics.reloads_failed, 1);
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-RELOAD-FAIL",
+		    "%s: this member is not the leader; the cluster's config "
+		    "changes on the leader (%s): SIGHUP it, or allotctl apply "
+		    "there",
+		    d->config_path, leader[0] ? leader : "none known");
+		return;
+	}
+	if (rv != ALLOT_OK) {
+		allot__metrics_add(&d->metrics.reloads_failed, 1);
+		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-RELOAD-FAIL",
+		    "%s: cannot propose it: %s", d->config_path,
+		    allot_strerror(rv));
+		return;
+	}
+	if (epoch == 0) {
+		allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD-SAME",
+		    "%s is unchanged (digest %016" PRIx64 ")", d->config_path,
+		    digest);
+		return;
+	}
+	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD",
+	    "proposed %s as the cluster's config epoch %" PRIu64
+	    " (digest %016" PRIx64 "); every member installs it once "
+	    "committed",
+	    d->config_path, epoch, digest);
+}
+
+/* allotctl apply in a cluster: the leader proposes; another member
+ * names the leader (421). The answer comes when it is proposed, not
+ * committed (`committed` false): every member installs it on commit. */
+static void
+cluster_apply(allotd *d, allot__admin_job *job)
+{
+	char leader[256];
+	uint64_t epoch = 0;
+	if (allot__config_diff_compute(d->cur, job->cfg, &job->diff) !=
+	    ALLOT_OK) {
+		job->status = 500;
+		snprintf(job->msg, sizeof job->msg,
+		    "out of memory; nothing was applied");
+		return;
+	}
+	int rv = allot__cluster_propose_config(d->cluster, job->text, job->len,
+	    job->cfg->digest, &epoch, leader, sizeof leader);
+	if (rv != ALLOT_OK) {
+		allot__config_diff_free(&job->diff);
+		job->status = rv == ALLOT_ESTATE ? 421 : 500;
+		if (rv == ALLOT_ESTATE)
+			snprintf(job->msg, sizeof job->msg,
+			    "this member is not the leader; apply on the "
+			    "leader's admin socket (agents reach it at %s). "
+			    "Nothing was applied",
+			    leader[0] ? leader : "none known yet");
+		else
+			snprintf(job->msg, sizeof job->msg,
+			    "cannot propose it: %s; nothing was applied",
+			    allot_strerror(rv));
+		return;
+	}
+	job->status = 200;
+	job->changed = true;
+	job->committed = false;
+	job->proposed = true;
+	job->epoch = epoch;
+	job->digest = job->cfg->digest;
+}
+
+/* allotctl member add|remove|list: the cluster's, on the loop thread. */
+static void
+admin_member(allotd *d, allot__admin_job *job)
+{
+	job->status = 200;
+	if (d->cluster == NULL) {
+		job->status = 409;
+		snprintf(job->msg, sizeof job->msg,
+		    "this allotd is not a cluster member (no --raft-id)");
+		return;
+	}
+	int rv = ALLOT_OK;
+	if (job->op == ALLOT__ADMIN_MEMBER_ADD)
+		rv = allot__cluster_member_add(d->cluster, job->member_id,
+		    job->member_raft, job->member_url, job->msg,
+		    sizeof job->msg);
+	else if (job->op == ALLOT__ADMIN_MEMBER_REMOVE)
+		rv = allot__cluster_member_remove(
+		    d->cluster, job->member_id, job->msg, sizeof job->msg);
+	if (rv != ALLOT_OK) {
+		job->status = rv == ALLOT_ESTATE ? 421 :
+		    rv == ALLOT_EBUSY            ? 409 :
+		    rv == ALLOT_ENOENT           ? 404 :
+		    rv == ALLOT_EINVAL           ? 400 :
+		                                   500;
+		return;
+	}
+	allot__buf b = { 0 };
+	allot__cluster_member_list(d->cluster, &b);
+	job->text_out = b.p;
+}
+
 /* The admin socket's jobs (admin.h), on the loop thread. */
 static void
 admin_run(void *ctx, allot__admin_job *job)
@@ -349,6 +562,10 @@ admin_run(void *ctx, allot__admin_job *job)
 	allotd *d = ctx;
 	if (job->op == ALLOT__ADMIN_APPLY) {
 		admin_apply(d, job);
+		return;
+	}
+	if (job->op != ALLOT__ADMIN_GET) {
+		admin_member(d, job);
 		return;
 	}
 	job->epoch = allot__state_epoch(d->state);
@@ -593,17 +810,30 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 	svo.lg = &d->lg;
 	svo.tls_cert_key_file = o->tls_cert;
 	svo.tls_ca_file = o->tls_ca;
-	if (o->self >= 0) {
+	allot__raft_tls_opts tls = {
+		.cert_key_file = o->tls_cert,
+		.ca_file = o->tls_ca,
+		.member_id = o->raft_member_id,
+		.log = &d->lg,
+	};
+	if (o->raft_id != 0) {
 		allot__cluster_opts co = {
-			.members = o->members,
-			.n = o->nmembers,
-			.self = (size_t) o->self,
-			.interval_ms = o->so.interval_ms,
+			.id = o->raft_id,
+			.raft_addr = o->raft_addr,
+			.agent_url = o->agent_url,
+			.dir = o->raft_dir,
+			.seeds = o->nseeds > 0 ? o->seeds : NULL,
+			.nseeds = o->nseeds,
+			.election_ms = o->election_ms,
+			.tls = o->tls_cert != NULL && o->tls_ca != NULL ?
+			    &tls :
+			    NULL,
 			.state = d->state,
 			.store = d->store,
 			.lg = &d->lg,
-			.tls_cert_key_file = o->tls_cert,
-			.tls_ca_file = o->tls_ca,
+			.on_config = cluster_install,
+			.on_serving = cluster_serving,
+			.ctx = d,
 		};
 		if (allot__cluster_start(&co, &d->loop, err, sizeof err,
 		        &d->cluster) != ALLOT_OK) {
@@ -678,20 +908,21 @@ announce(allotd *d, const allot__daemon_opts *o)
 	    ALLOT_VERSION_STRING, (long) getpid(), listen_list, http,
 	    o->admin_socket != NULL ? o->admin_socket : "off",
 	    allot__state_epoch(d->state), allot__state_digest(d->state));
-	if (o->self >= 0) {
-		const char *self = o->members[o->self].name;
-		const char *names[ALLOT__CLUSTER_MAX_MEMBERS];
-		for (size_t i = 0; i < o->nmembers; i++)
-			names[i] = o->members[i].name;
-		char mlist[1024];
-		join_names(names, o->nmembers, mlist, sizeof mlist);
+	if (o->raft_id != 0) {
 		size_t l = strlen(detail);
-		snprintf(detail + l, sizeof detail - l, " self=%s members=%s",
-		    self, mlist);
+		snprintf(detail + l, sizeof detail - l,
+		    " raft_id=%" PRIu64 " raft=%s agent_url=%s", o->raft_id,
+		    o->raft_addr, o->agent_url);
 		allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-CLUSTER",
-		    "member %s of a %zu-member cluster (%s); keys are owned "
-		    "by rendezvous hashing of the member names",
-		    self, o->nmembers, mlist);
+		    "member %" PRIu64 " at %s (%s; agents: %s), log in %s; %s",
+		    o->raft_id, o->raft_addr,
+		    o->tls_cert != NULL && o->tls_ca != NULL ?
+		        "mutual TLS between members" :
+		        "plain TCP between members",
+		    o->agent_url, o->raft_dir,
+		    o->join ? "waiting to be added by the leader" :
+		              "seeded as a new cluster (ignored when the log "
+		              "has state)");
 	}
 	allot__store_event(d->store, "start", NULL, detail);
 	store_commit(d);

@@ -5,8 +5,8 @@
  * its value. getopt_long's option array, the OPTIONS section of `--help`
  * and the dispatch all come from that table, so an option cannot be
  * parsed without being documented or the other way round. What depends
- * on several options (required ones, --member with --self, identity
- * with --tls-ca) is checked once everything is parsed.
+ * on several options (required ones, the cluster's, identity with
+ * --tls-ca) is checked once everything is parsed.
  */
 #include "allotd_opts.h"
 
@@ -111,7 +111,7 @@ parse_idmap(const struct opt *def, const char *arg, opts *o)
 static int
 parse_audience(const struct opt *def, const char *arg, opts *o)
 {
-	/* Leave room for the --listen URLs and --self. */
+	/* Leave room for the --listen URLs and --agent-url. */
 	if (o->nidaud + ALLOT__SERVER_MAX_URLS + 1 >=
 	    ALLOT__AUTHN_MAX_AUDIENCES) {
 		fprintf(stderr, "allotd: too many --identity-audience\n");
@@ -121,27 +121,80 @@ parse_audience(const struct opt *def, const char *arg, opts *o)
 	return 0;
 }
 
+/* The options of the old probing cluster: say what replaced them. */
 static int
-parse_member(const struct opt *def, const char *arg, opts *o)
+parse_gone(const struct opt *def, const char *arg, opts *o)
 {
-	char merr[256];
-	if (o->nmembers == ALLOT__CLUSTER_MAX_MEMBERS) {
-		fprintf(stderr, "allotd: at most %u --member\n",
-		    ALLOT__CLUSTER_MAX_MEMBERS);
+	fprintf(stderr,
+	    "allotd: --%s is gone: the coordinator cluster now runs on Raft "
+	    "(one leader allocates, followers redirect agents). Give each "
+	    "member --raft-id ID --raft-addr HOST:PORT, and either --seed "
+	    "ID=RAFT_ADDR=AGENT_URL for every member of a new cluster or "
+	    "--join for a member `allotctl member add` will add. See "
+	    "docs/operations.md, \"Cluster\".\n",
+	    def->name);
+	return -1;
+}
+
+static int
+parse_u64(const char *what, const char *s, uint64_t *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v == 0) {
+		fprintf(stderr,
+		    "allotd: %s expects a member id (an integer > 0), not "
+		    "\"%s\"\n",
+		    what, s);
 		return -1;
 	}
-	allot__member *m = &o->members[o->nmembers];
-	if (allot__member_parse(arg, false, merr, sizeof merr, m) != 0) {
-		fprintf(stderr, "allotd: --member: %s\n", merr);
+	*ret = (uint64_t) v;
+	return 0;
+}
+
+static int
+parse_raft_id(const struct opt *def, const char *arg, opts *o)
+{
+	return parse_u64("--raft-id", arg, &o->raft_id);
+}
+
+/* --seed ID=RAFT_ADDR=AGENT_URL */
+static int
+parse_seed(const struct opt *def, const char *arg, opts *o)
+{
+	if (o->nseeds == ALLOT__CLUSTER_MAX_SEEDS) {
+		fprintf(stderr, "allotd: at most %u --seed\n",
+		    ALLOT__CLUSTER_MAX_SEEDS);
 		return -1;
 	}
-	for (size_t i = 0; i < o->nmembers; i++)
-		if (strcmp(o->members[i].name, m->name) == 0) {
-			fprintf(stderr, "allotd: --member %s given twice\n",
-			    o->members[i].name);
+	allot__cluster_seed *m = &o->seeds[o->nseeds];
+	const char *e1 = strchr(arg, '=');
+	const char *e2 = e1 != NULL ? strchr(e1 + 1, '=') : NULL;
+	char id[32];
+	if (e1 == NULL || e2 == NULL || (size_t) (e1 - arg) >= sizeof id ||
+	    (size_t) (e2 - e1 - 1) >= sizeof m->raft || e2 == e1 + 1 ||
+	    strlen(e2 + 1) >= sizeof m->url || e2[1] == '\0') {
+		fprintf(stderr,
+		    "allotd: --seed %s: expected ID=RAFT_ADDR=AGENT_URL, "
+		    "e.g. 1=10.0.0.1:7500=tcp://10.0.0.1:7400\n",
+		    arg);
+		return -1;
+	}
+	memcpy(id, arg, (size_t) (e1 - arg));
+	id[e1 - arg] = '\0';
+	if (parse_u64("--seed", id, &m->id) != 0)
+		return -1;
+	memcpy(m->raft, e1 + 1, (size_t) (e2 - e1 - 1));
+	m->raft[e2 - e1 - 1] = '\0';
+	snprintf(m->url, sizeof m->url, "%s", e2 + 1);
+	for (size_t i = 0; i < o->nseeds; i++)
+		if (o->seeds[i].id == m->id) {
+			fprintf(stderr,
+			    "allotd: --seed %" PRIu64 " given twice\n", m->id);
 			return -1;
 		}
-	o->nmembers++;
+	o->nseeds++;
 	return 0;
 }
 
@@ -304,16 +357,48 @@ static const struct opt options[] = {
 	    "A coordinator URL agents dial that is not a --listen URL\n"
 	    "(e.g. behind a DNS name or NAT); repeat for several.\n",
 	    parse_audience, 0, 0, 0 },
-	{ "member", 0, "NAME=SYNC_URL", NULL, parse_member, 0, 0, 0 },
+	{ "raft-id", 0, "ID",
+	    "Cluster mode (docs/operations.md, \"Cluster\"): this member's\n"
+	    "id, an integer > 0, unique and never reused (a wiped member\n"
+	    "rejoins under a new id). Members run Raft: one leader\n"
+	    "allocates, the others answer agents NOT_LEADER with its URL.\n",
+	    parse_raft_id, 0, 0, 0 },
+	{ "raft-addr", 0, "HOST:PORT",
+	    "Where the other members reach this one's log (plain TCP: bind\n"
+	    "it to a private network).\n",
+	    parse_str, FIELD(raft_addr), 0, 0 },
+	{ "raft-dir", 0, "DIR",
+	    "The log and snapshots (default: the --db path + \".raft\").\n",
+	    parse_str, FIELD(raft_dir), 0, 0 },
+	{ "agent-url", 0, "URL",
+	    "Where agents reach this member, as the others tell them\n"
+	    "(default: the first --listen).\n",
+	    parse_str, FIELD(agent_url), 0, 0 },
+	{ "seed", 0, "ID=RAFT_ADDR=AGENT_URL",
+	    "A member of a new cluster; repeat for each (the same list on\n"
+	    "every seed member, itself included). Used only at the first\n"
+	    "start: afterwards the log holds the membership.\n",
+	    parse_seed, 0, 0, 0 },
+	{ "join", 0, NULL,
+	    "Start with no configuration and wait for the leader to add\n"
+	    "this member (allotctl member add ID RAFT_ADDR AGENT_URL).\n",
+	    parse_flag, FIELD(join), 1, 0 },
+	{ "election-ms", 0, "MS",
+	    "Raft's election timeout, also the leader's lease (default\n"
+	    "1000). A new leader serves about 1.01 x this after it wins.\n",
+	    parse_u32, FIELD(election_ms), 50, 60000 },
+	{ "raft-member-id", 0, "SPIFFE_ID",
+	    "With --tls-cert and --tls-ca, members talk mutual TLS: a peer\n"
+	    "must present a certificate from that CA for this SPIFFE ID\n"
+	    "(default: the one in this member's own certificate; a last\n"
+	    "segment \"*\" accepts per-member IDs). Without them, members\n"
+	    "talk plain TCP: keep --raft-addr on a private network.\n",
+	    parse_str, FIELD(raft_member_id), 0, 0 },
+	{ "member", 0, "NAME=SYNC_URL", NULL, parse_gone, 0, 0, 0 },
 	{ "self", 0, "NAME",
-	    "Cluster mode: the full static member list (repeat --member\n"
-	    "for each member, identical on every member and in every\n"
-	    "agent's coordinator list) and which of them this allotd is.\n"
-	    "Each key (service, quota) is owned by one live member chosen\n"
-	    "by rendezvous hashing of the member names. Without --listen,\n"
-	    "allotd listens on its own SYNC_URL. See docs/operations.md,\n"
-	    "\"Cluster\".\n",
-	    parse_str, FIELD(self_name), 0, 0 },
+	    "Gone (the probing cluster): an error naming what replaced\n"
+	    "them.\n",
+	    parse_gone, 0, 0, 0 },
 	{ "hold-expired", 0, "none|lease|fallback",
 	    "What the share of an expired replica (silent past its expiry:\n"
 	    "crashed, or partitioned and still admitting) keeps out of the\n"
@@ -422,7 +507,9 @@ static const char help_head[] =
     "HOST:PORT]\n"
     "           [--lease-ms MS] [--interval-ms MS] [--expiry-intervals K]\n"
     "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
-    "           [--member NAME=SYNC_URL]... [--self NAME]\n"
+    "           [--raft-id ID --raft-addr HOST:PORT [--raft-dir DIR]\n"
+    "            [--agent-url URL] (--seed ID=RAFT_ADDR=AGENT_URL... | "
+    "--join)]\n"
     "           [--hold-expired none|lease|fallback]\n"
     "           [--admin-socket PATH [--admin-group GROUP]]\n"
     "    allotd --help | --version\n"
@@ -543,7 +630,6 @@ opts_init(opts *o)
 	o->workers = 8;
 	o->max_keys = ALLOT__SERVER_MAX_KEYS;
 	o->log_level = ALLOT_LOG_INFO;
-	o->self = -1;
 	allot__state_opts_init(&o->so);
 	allot__peerlimit_opts_init(&o->plo);
 	allot__http_limits_init(&o->http_lim);
@@ -597,8 +683,8 @@ make_authn(opts *o)
 {
 	for (size_t i = 0; i < o->nurls; i++)
 		o->idaud[o->nidaud++] = o->urls[i];
-	if (o->self >= 0)
-		o->idaud[o->nidaud++] = o->members[o->self].url;
+	if (o->agent_url != NULL)
+		o->idaud[o->nidaud++] = o->agent_url;
 	allot__authn_opts ao = {
 		.ca_file = o->tls_ca,
 		.maps = o->idmaps,
@@ -614,6 +700,66 @@ make_authn(opts *o)
 	return 0;
 }
 
+/* The cluster options go together: an id and an address, and either
+ * seeds (naming this member) or --join. */
+static int
+check_cluster(opts *o)
+{
+	bool any = o->raft_id != 0 || o->raft_addr != NULL || o->nseeds > 0 ||
+	    o->join || o->raft_dir != NULL;
+	if (!any)
+		return 0;
+	if (o->raft_id == 0 || o->raft_addr == NULL) {
+		fprintf(stderr,
+		    "allotd: a cluster member needs --raft-id and "
+		    "--raft-addr\nTry 'allotd --help'.\n");
+		return -1;
+	}
+	if ((o->nseeds > 0) == o->join) {
+		fprintf(stderr,
+		    "allotd: give either --seed for every member of a new "
+		    "cluster, or --join\n");
+		return -1;
+	}
+	bool self = false;
+	for (size_t i = 0; i < o->nseeds; i++)
+		if (o->seeds[i].id == o->raft_id) {
+			self = true;
+			if (strcmp(o->seeds[i].raft, o->raft_addr) != 0) {
+				fprintf(stderr,
+				    "allotd: --seed %" PRIu64 " names %s, "
+				    "but --raft-addr is %s\n",
+				    o->raft_id, o->seeds[i].raft,
+				    o->raft_addr);
+				return -1;
+			}
+			if (o->agent_url == NULL)
+				o->agent_url = o->seeds[i].url;
+		}
+	if (o->nseeds > 0 && !self) {
+		fprintf(stderr,
+		    "allotd: --raft-id %" PRIu64
+		    " is not one of the --seed ids\n",
+		    o->raft_id);
+		return -1;
+	}
+	if (o->raft_member_id != NULL &&
+	    (o->tls_cert == NULL || o->tls_ca == NULL)) {
+		fprintf(stderr,
+		    "allotd: --raft-member-id needs --tls-cert and "
+		    "--tls-ca (members talk TLS only with both)\n");
+		return -1;
+	}
+	if (o->agent_url == NULL)
+		o->agent_url = o->urls[0];
+	if (o->raft_dir == NULL) {
+		snprintf(o->raft_dir_buf, sizeof o->raft_dir_buf, "%s.raft",
+		    o->db_path);
+		o->raft_dir = o->raft_dir_buf;
+	}
+	return 0;
+}
+
 /* What depends on several options, once all are parsed; fills in the
  * defaults that depend on others. */
 static int
@@ -625,24 +771,10 @@ check(opts *o)
 		    "Try 'allotd --help'.\n");
 		return -1;
 	}
-	if ((o->nmembers > 0) != (o->self_name != NULL)) {
-		fprintf(stderr,
-		    "allotd: --member and --self go together\n"
-		    "Try 'allotd --help'.\n");
-		return -1;
-	}
-	for (size_t i = 0; i < o->nmembers; i++)
-		if (strcmp(o->members[i].name, o->self_name) == 0)
-			o->self = (int) i;
-	if (o->nmembers > 0 && o->self < 0) {
-		fprintf(stderr,
-		    "allotd: --self %s is not one of the --member names\n",
-		    o->self_name);
-		return -1;
-	}
 	if (o->nurls == 0)
-		o->urls[o->nurls++] = o->self >= 0 ? o->members[o->self].url :
-		                                     DEFAULT_LISTEN;
+		o->urls[o->nurls++] = DEFAULT_LISTEN;
+	if (check_cluster(o) != 0)
+		return -1;
 	if (strcmp(o->http_addr, "off") == 0 ||
 	    strcmp(o->http_addr, "none") == 0)
 		o->http_addr = NULL;

@@ -14,7 +14,7 @@
 #include "authn.h"
 #include "http.h"
 #include "peerlimit.h"
-#include "rendezvous.h"
+#include "cluster.h"
 #include "server.h"
 #include "state.h"
 
@@ -44,10 +44,17 @@ typedef struct allot__daemon_opts {
 	uint32_t workers;
 	uint32_t max_keys;
 	int log_level;
-	allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
-	size_t nmembers;
-	const char *self_name;
-	int self; /* index in members, or -1 outside a cluster */
+	/* Cluster mode (cluster.h); raft_id 0: a single allotd. */
+	uint64_t raft_id;
+	const char *raft_addr;
+	const char *raft_dir; /* default: db_path + ".raft" */
+	char raft_dir_buf[4096];
+	const char *agent_url; /* default: the seed's, else urls[0] */
+	allot__cluster_seed seeds[ALLOT__CLUSTER_MAX_SEEDS];
+	size_t nseeds;
+	int join;
+	uint32_t election_ms;
+	const char *raft_member_id; /* TLS between members: the peers' ID */
 	allot__state_opts so; /* store, lg and metrics are left unset */
 	allot__peerlimit_opts plo;
 	allot__authn *authn; /* with identity required; the caller frees */

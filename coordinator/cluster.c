@@ -1,342 +1,402 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Member-to-member probing and the view it yields (cluster.h). One
- * request/reply exchange per peer (exchange.h), dialled in the
- * background (nng reconnects by itself); one Probe in flight per peer at
- * a time, with a timeout of two sync intervals (at least 250 ms). Each
- * peer's connections are counted (dial.h's link); the probe timer
- * cancels a probe in flight to a peer that has none left, and a peer that was
- * connected and has none fails its next probe without waiting, so a killed
- * member is down within about one sync interval.
+ * This allotd's part in the Raft cluster (cluster.h): the consensus core
+ * on the loop, the view agents are told (published for nng's threads),
+ * the fencing gate, taking over and stepping down, the config and the
+ * usage rows through the log, the committed entries into the store, and
+ * membership changes for the admin socket.
+ *
+ * A timer (every ALLOT__CLUSTER_POLL_MS) does the loop-side work: it
+ * publishes a new view when the epoch, the leader or the members
+ * changed, and moves this member between serving and not serving. Views
+ * are never freed before the stop, so a reader on another thread may
+ * hold one as long as it likes; they change only with leadership and
+ * membership, so the list stays short.
  */
 #include "cluster.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <nng/nng.h>
+#include <allot/allot.h>
 
-#include "clock.h"
-#include "dial.h"
-#include "exchange.h"
-#include "protocol.h"
+#include "buf.h"
+#include "consensus_addr.h"
 
-typedef struct peer {
-	struct allot__cluster *c;
-	const allot__member *m;
-	/* The probe (exchange.h), watching the peer's connections: gone
-	 * when it is killed. */
-	allot__exchange x;
-	int result; /* the last probe's outcome */
-	/* loop thread */
-	uint32_t fails;
-	bool down;
-	/* under c->mu: probe counts, and what the peer last said (in
-	 * either direction) */
-	uint64_t last_ok_ns;
-	uint64_t probes_ok, probes_failed;
-	bool heard;
-	uint64_t digest;
-	uint64_t epoch;
-	bool cut_off;
-	bool mismatch_logged;
-} peer;
+#define POLL_MS 10u
+#define MAX_MEMBERS 64u
+
+typedef struct pub {
+	allot__cluster_view v;
+	struct pub *next; /* every view published, freed at the stop */
+	char *sig; /* what it was built from, to tell a change */
+	char *strs[MAX_MEMBERS + 1];
+} pub;
 
 struct allot__cluster {
-	allot__cluster_opts o;
-	allot__member members[ALLOT__CLUSTER_MAX_MEMBERS];
-	peer peers[ALLOT__CLUSTER_MAX_MEMBERS]; /* [self] unused */
+	uv_loop_t *loop;
+	allot__consensus *cons;
 	uv_timer_t timer;
-	bool timer_init;
-	pthread_mutex_t mu;
-	bool live[ALLOT__CLUSTER_MAX_MEMBERS]; /* under mu */
-	bool cut_off; /* under mu */
-	uint64_t view_changes; /* under mu */
-	uint64_t moved_total; /* under mu: quotas that changed hands */
+	allot__cluster_opts o;
+	char *self_addr; /* RAFT_ADDR|AGENT_URL */
+	_Atomic(pub *) view;
+	pub *all;
+	atomic_bool serving;
+	atomic_bool leader;
+	_Atomic uint64_t applied;
+	_Atomic uint64_t usage_batches;
+	_Atomic uint64_t usage_lost; /* rows the leader could not propose */
+	_Atomic uint64_t takeovers;
+	_Atomic uint64_t config_epoch;
+	/* The latest committed CONFIG not installed yet: installed by the
+	 * next timer tick, so that a replay of the log at start installs
+	 * only the last of its configs (no audit rows for the others). */
+	char *pending_text;
+	size_t pending_len;
+	uint64_t pending_epoch;
+	unsigned closing;
 };
 
-static uint32_t
-probe_timeout_ms(const allot__cluster *c)
-{
-	return allot__exchange_timeout_ms(c->o.interval_ms);
-}
-
-/* ---- what a peer says ---- */
+/* ---- the view ---- */
 
 static void
-heard_from(allot__cluster *c, size_t i, const Allot__V1__Probe *pr)
+pub_free(pub *p)
 {
-	peer *p = &c->peers[i];
-	uint64_t ours = allot__state_digest(c->o.state);
-	bool log_it = false;
-	pthread_mutex_lock(&c->mu);
-	p->heard = true;
-	p->digest = pr->config_digest;
-	p->epoch = pr->config_epoch;
-	p->cut_off = pr->cut_off;
-	if (p->digest != ours && !p->mismatch_logged)
-		log_it = p->mismatch_logged = true;
-	else if (p->digest == ours)
-		p->mismatch_logged = false;
-	pthread_mutex_unlock(&c->mu);
-	if (!log_it)
-		return;
-	allot__log(c->o.lg, ALLOT_LOG_ERR, "ALLOTD-CLUSTER-CONFIG-MISMATCH",
-	    "member %s runs quota config digest %016" PRIx64 " (epoch %" PRIu64
-	    "), this member %016" PRIx64
-	    ": members may size the same key differently; deploy one quota "
-	    "file to every member",
-	    p->m->name, pr->config_digest, pr->config_epoch, ours);
-	if (c->o.store != NULL) {
-		char detail[160];
-		snprintf(detail, sizeof detail,
-		    "theirs=%016" PRIx64 " ours=%016" PRIx64,
-		    pr->config_digest, ours);
-		allot__store_event(
-		    c->o.store, "config_mismatch", p->m->name, detail);
-	}
+	for (size_t i = 0; i <= MAX_MEMBERS; i++)
+		free(p->strs[i]);
+	free(p->v.members);
+	free(p->sig);
+	free(p);
 }
 
+/* The agent URL of a member address, copied; NULL when it has none. */
+static char *
+url_of(const char *addr)
+{
+	char raft[ALLOT__CNODE_ADDR_MAX];
+	const char *url;
+	if (addr == NULL ||
+	    !allot__caddr_split(addr, raft, sizeof raft, &url) ||
+	    url[0] == '\0')
+		return NULL;
+	return strdup(url);
+}
+
+/* Publish a new view if anything agents are told changed. */
 static void
-fill_probe(allot__cluster *c, const char **live, Allot__V1__Probe *pr)
+publish(allot__cluster *c)
 {
-	allot__v1__probe__init(pr);
-	pr->member = c->members[c->o.self].name;
-	pr->config_digest = allot__state_digest(c->o.state);
-	pr->config_epoch = allot__state_epoch(c->o.state);
-	size_t n = 0;
-	pthread_mutex_lock(&c->mu);
-	pr->cut_off = c->cut_off;
-	for (size_t i = 0; i < c->o.n; i++)
-		if (c->live[i])
-			live[n++] = c->members[i].name;
-	pthread_mutex_unlock(&c->mu);
-	pr->n_live = n;
-	pr->live = (char **) live;
-}
-
-/* An inbound Probe is answered, never believed: the name in it proves
- * nothing (anyone who reaches the port can claim to be a member). What a
- * member says is taken only from the answer to this member's own Probe,
- * sent over the connection it dialed to that member's configured address
- * (with tls+tcp://, to a server whose certificate the CA verified). So a
- * forged Probe can neither change the view nor write log lines and event
- * rows in the member's name. */
-void
-allot__cluster_on_probe(allot__cluster *c, const Allot__V1__Probe *in,
-    ProtobufCAllocator *pa, Allot__V1__Probe *ret)
-{
-	(void) in;
-	const char **live = pa->alloc(
-	    pa->allocator_data, ALLOT__CLUSTER_MAX_MEMBERS * sizeof *live);
-	if (live == NULL) {
-		allot__v1__probe__init(ret);
-		ret->member = c->members[c->o.self].name;
+	allot__cmember m[MAX_MEMBERS];
+	size_t n = allot__consensus_members(c->cons, m, MAX_MEMBERS);
+	uint64_t lid = 0;
+	const char *laddr = NULL;
+	bool known = allot__consensus_leader(c->cons, &lid, &laddr);
+	/* A follower learns the leader's address from the connection's
+	 * handshake, without the agent URL: take the configuration's. */
+	for (size_t i = 0; known && i < n; i++)
+		if (m[i].id == lid)
+			laddr = m[i].address;
+	uint64_t epoch = allot__consensus_epoch(c->cons);
+	allot__buf sig = { 0 };
+	allot__buf_printf(&sig, "%" PRIu64 "|%s", epoch,
+	    known && laddr != NULL ? laddr : "");
+	for (size_t i = 0; i < n; i++)
+		allot__buf_printf(&sig, "|%s", m[i].address);
+	pub *cur = atomic_load(&c->view);
+	if (sig.p != NULL && cur != NULL && cur->sig != NULL &&
+	    strcmp(cur->sig, sig.p) == 0) {
+		allot__buf_free(&sig);
 		return;
 	}
-	fill_probe(c, live, ret);
-}
-
-/* ---- the loop ---- */
-
-static void
-start_probe(allot__cluster *c, peer *p)
-{
-	const char *live[ALLOT__CLUSTER_MAX_MEMBERS];
-	Allot__V1__Probe pr;
-	fill_probe(c, live, &pr);
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = ALLOT__PROTOCOL_VERSION;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_PROBE;
-	env.probe = &pr;
-	size_t len = allot__v1__envelope__get_packed_size(&env);
-	nng_msg *m;
-	if (nng_msg_alloc(&m, len) != 0) {
-		allot__exchange_fail(&p->x, NNG_ENOMEM);
-		return;
+	pub *p = calloc(1, sizeof *p);
+	if (p == NULL ||
+	    (p->v.members = calloc(n + 1, sizeof *p->v.members)) == NULL) {
+		free(p);
+		allot__buf_free(&sig);
+		return; /* keep the old view; the next poll retries */
 	}
-	allot__v1__envelope__pack(&env, nng_msg_body(m));
-	allot__exchange_send_msg(&p->x, m, probe_timeout_ms(c));
+	p->sig = sig.p; /* the buffer's memory is ours now */
+	p->v.epoch = epoch;
+	p->strs[0] = known ? url_of(laddr) : NULL;
+	p->v.leader = p->strs[0];
+	for (size_t i = 0; i < n; i++) {
+		p->strs[i + 1] = url_of(m[i].address);
+		if (p->strs[i + 1] != NULL)
+			p->v.members[p->v.nmembers++] = p->strs[i + 1];
+	}
+	p->next = c->all;
+	c->all = p;
+	atomic_store_explicit(&c->view, p, memory_order_release);
 }
 
-/* The outcome of peer `i`'s probe, if it is in: true when one was. */
-static bool
-finish_probe(allot__cluster *c, size_t i, uint64_t now)
+bool
+allot__cluster_gate(const allot__cluster *c, const allot__cluster_view **ret)
 {
-	peer *p = &c->peers[i];
-	nng_msg *reply;
-	if (!allot__exchange_finish(&p->x, &p->result, &reply))
+	pub *p = atomic_load_explicit(
+	    &((allot__cluster *) c)->view, memory_order_acquire);
+	*ret = &p->v;
+	if (!atomic_load_explicit(&c->serving, memory_order_acquire))
 		return false;
-	bool ok = false;
-	if (p->result == 0) {
-		Allot__V1__Envelope *env = allot__v1__envelope__unpack(
-		    NULL, nng_msg_len(reply), nng_msg_body(reply));
-		ok = env != NULL &&
-		    env->body_case == ALLOT__V1__ENVELOPE__BODY_PROBE &&
-		    env->probe->member != NULL &&
-		    strcmp(env->probe->member, p->m->name) == 0;
-		if (ok)
-			heard_from(c, i, env->probe);
-		else
-			allot__log(c->o.lg, ALLOT_LOG_WARNING,
-			    "ALLOTD-CLUSTER-BAD-PROBE",
-			    "member %s (%s) answered a Probe with something "
-			    "else (another process on its address, or a "
-			    "different member list)",
-			    p->m->name, p->m->url);
-		if (env != NULL)
-			allot__v1__envelope__free_unpacked(env, NULL);
-		nng_msg_free(reply);
-	}
-	pthread_mutex_lock(&c->mu);
-	if (ok) {
-		p->last_ok_ns = now;
-		p->probes_ok++;
-	} else {
-		p->probes_failed++;
-	}
-	pthread_mutex_unlock(&c->mu);
-	if (ok) {
-		p->fails = 0;
-		if (p->down) {
-			p->down = false;
-			allot__log(c->o.lg, ALLOT_LOG_NOTICE,
-			    "ALLOTD-CLUSTER-MEMBER-UP",
-			    "member %s (%s) answers probes again", p->m->name,
-			    p->m->url);
-		}
-	} else {
-		if (++p->fails >= ALLOT__CLUSTER_DOWN_AFTER && !p->down) {
-			p->down = true;
-			allot__log(c->o.lg, ALLOT_LOG_WARNING,
-			    "ALLOTD-CLUSTER-MEMBER-DOWN",
-			    "member %s (%s) missed %u probes in a row (%s)",
-			    p->m->name, p->m->url, p->fails,
-			    p->result != 0 ? nng_strerror(p->result) :
-			                     "bad answer");
-		}
-	}
-	return true;
+	/* The lease end is on the raft instance's clock (the loop's
+	 * uv_now, which never runs ahead of uv_hrtime). */
+	return uv_hrtime() / 1000000u < allot__consensus_grant_until(c->cons);
 }
 
-/* Decide the view from the peers' states and hand it to the registry. */
+/* ---- leadership ---- */
+
+static void usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n,
+    const allot__store_raft_event *ev, size_t nev);
+
 static void
-update_view(allot__cluster *c)
+step(allot__cluster *c)
 {
-	bool live[ALLOT__CLUSTER_MAX_MEMBERS];
-	size_t up = 0;
-	for (size_t i = 0; i < c->o.n; i++) {
-		live[i] = i == c->o.self || !c->peers[i].down;
-		up += live[i];
+	bool leader = allot__consensus_is_leader(c->cons);
+	/* The gate reads the published lease end, which lags may_grant
+	 * by up to one tick of the core: serve once both say so. */
+	bool may = allot__consensus_may_grant(c->cons, uv_now(c->loop)) &&
+	    uv_hrtime() / 1000000u < allot__consensus_grant_until(c->cons);
+	atomic_store(&c->leader, leader);
+	bool serving = atomic_load(&c->serving);
+	if (!serving && may) {
+		/* Every earlier lease has ended: start from what the agents
+		 * hold, never from what this member had before. */
+		allot__state_forget(c->o.state, true);
+		allot__store_set_usage_tap(c->o.store, usage_tap, c);
+		atomic_store(&c->serving, true);
+		atomic_fetch_add(&c->takeovers, 1);
+		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-LEADER",
+		    "member %" PRIu64 " is the leader and serves agents from "
+		    "epoch %" PRIu64 " on (quotas learnt first)",
+		    c->o.id, allot__consensus_epoch(c->cons));
+		allot__store_event(c->o.store, "leader", c->o.agent_url, NULL);
+		if (c->o.on_serving != NULL)
+			c->o.on_serving(c->o.ctx);
+	} else if (serving && !leader) {
+		atomic_store(&c->serving, false);
+		allot__store_set_usage_tap(c->o.store, NULL, NULL);
+		allot__state_forget(c->o.state, false);
+		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-FOLLOWER",
+		    "member %" PRIu64 " is no longer the leader: its "
+		    "registry is dropped; agents are sent to the leader",
+		    c->o.id);
+		allot__store_event(
+		    c->o.store, "follower", c->o.agent_url, NULL);
 	}
-	bool cut_off = up < c->o.n / 2 + 1;
-	pthread_mutex_lock(&c->mu);
-	bool same = cut_off == c->cut_off;
-	for (size_t i = 0; i < c->o.n; i++)
-		same = same && live[i] == c->live[i];
-	bool was_cut = c->cut_off;
-	memcpy(c->live, live, sizeof live);
-	c->cut_off = cut_off;
-	if (!same)
-		c->view_changes++;
-	pthread_mutex_unlock(&c->mu);
-	if (same)
+}
+
+static void
+install_pending(allot__cluster *c)
+{
+	if (c->pending_text == NULL)
 		return;
-	uint32_t moved = allot__state_view(c->o.state, live, cut_off);
-	pthread_mutex_lock(&c->mu);
-	c->moved_total += moved;
-	pthread_mutex_unlock(&c->mu);
-	char names[512] = "";
-	for (size_t i = 0; i < c->o.n; i++)
-		if (live[i]) {
-			size_t l = strlen(names);
-			snprintf(names + l, sizeof names - l, "%s%s",
-			    l ? "," : "", c->members[i].name);
-		}
-	if (cut_off && !was_cut)
-		allot__log(c->o.lg, ALLOT_LOG_ERR, "ALLOTD-CLUSTER-CUT-OFF",
-		    "only %zu of %zu members reachable (%s): keeping the "
-		    "static ownership and granting no increase until a "
-		    "majority answers",
-		    up, c->o.n, names);
-	else
-		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-CLUSTER-VIEW",
-		    "live members now %s%s; %u quotas changed hands "
-		    "(the ones gained are learnt for one lease)",
-		    names, was_cut ? " (majority reached again)" : "", moved);
-	if (c->o.store != NULL) {
-		char detail[640];
-		snprintf(detail, sizeof detail,
-		    "live=%s cut_off=%d quotas_moved=%u", names, cut_off,
-		    moved);
-		allot__store_event(c->o.store, "cluster_view",
-		    c->members[c->o.self].name, detail);
-	}
+	char *text = c->pending_text;
+	c->pending_text = NULL;
+	if (c->o.on_config != NULL)
+		c->o.on_config(
+		    c->o.ctx, text, c->pending_len, c->pending_epoch);
+	free(text);
 }
 
 static void
 on_timer(uv_timer_t *t)
 {
 	allot__cluster *c = t->data;
-	uint64_t now = allot__mono_ns();
-	bool changed = false;
-	for (size_t i = 0; i < c->o.n; i++) {
-		if (i == c->o.self)
-			continue;
-		peer *p = &c->peers[i];
-		bool was_down = p->down;
-		finish_probe(c, i, now);
-		if (allot__exchange_busy(&p->x)) {
-			/* In flight, within its timeout; but a peer whose
-			 * connection is gone will not answer it. */
-			if (allot__exchange_lost(&p->x))
-				allot__exchange_cancel(&p->x);
-			continue;
-		}
-		if (allot__exchange_lost(&p->x)) {
-			/* Connected once, not now: fails at once. */
-			allot__exchange_fail(&p->x, NNG_ECLOSED);
-			finish_probe(c, i, now);
-		} else {
-			start_probe(c, p);
-		}
-		changed |= was_down != p->down;
-	}
-	if (changed)
-		update_view(c);
+	install_pending(c);
+	step(c);
+	publish(c);
 }
 
-/* ---- set-up ---- */
+/* ---- the log into the store and the state ---- */
 
-static int
-peer_open(allot__cluster *c, size_t i)
+static void
+on_apply(void *ctx, uint64_t index, const allot__centry *e)
 {
-	peer *p = &c->peers[i];
-	p->c = c;
-	p->m = &c->members[i];
-	allot__exchange_opts xo = {
-		.reconnect_min_ms = 50,
-		.reconnect_max_ms = 500,
-		.watch_link = true,
-	};
-	int rv = allot__exchange_open(&p->x, &xo);
-	if (rv != 0)
-		return rv;
-	return allot__dial(p->x.sock, p->m->url, c->o.tls_ca_file,
-	    c->o.tls_cert_key_file, NULL);
+	allot__cluster *c = ctx;
+	char detail[512];
+	allot__store_raft_event one = { .at = allot__wall_ms() };
+	atomic_store(&c->applied, index);
+	switch (e->type) {
+	case ALLOT__CENTRY_USAGE: {
+		allot__store_raft_usage *rows = calloc(
+		    e->usage.n ? e->usage.n : 1, sizeof *rows);
+		if (rows == NULL)
+			return;
+		for (size_t i = 0; i < e->usage.n; i++) {
+			const allot__cusage_row *r = &e->usage.rows[i];
+			rows[i] = (allot__store_raft_usage) {
+				.service = r->service,
+				.quota = r->key,
+				.second = r->second,
+				.admitted = r->consumed,
+				.denied = r->denied,
+				.demand = r->demand,
+				.live_replicas = r->live_replicas,
+			};
+		}
+		allot__store_apply(
+		    c->o.store, index, rows, e->usage.n, NULL, 0);
+		free(rows);
+		return;
+	}
+	case ALLOT__CENTRY_EVENTS: {
+		allot__store_raft_event *ev = calloc(
+		    e->events.n ? e->events.n : 1, sizeof *ev);
+		if (ev == NULL)
+			return;
+		for (size_t i = 0; i < e->events.n; i++)
+			ev[i] = (allot__store_raft_event) {
+				.at = e->events.rows[i].at,
+				.kind = e->events.rows[i].kind,
+				.subject = e->events.rows[i].subject,
+				.detail = e->events.rows[i].detail,
+			};
+		allot__store_apply(
+		    c->o.store, index, NULL, 0, ev, e->events.n);
+		free(ev);
+		return;
+	}
+	case ALLOT__CENTRY_CONFIG:
+		snprintf(detail, sizeof detail,
+		    "epoch=%" PRIu64 " digest=%016" PRIx64 " index=%" PRIu64,
+		    e->config.config_epoch, e->config.digest, index);
+		one.kind = "config_committed";
+		one.detail = detail;
+		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
+		atomic_store(&c->config_epoch, e->config.config_epoch);
+		char *text = malloc(e->config.text_len + 1);
+		if (text == NULL)
+			return; /* the next CONFIG, or a restart, installs */
+		memcpy(text, e->config.text, e->config.text_len);
+		text[e->config.text_len] = '\0';
+		free(c->pending_text);
+		c->pending_text = text;
+		c->pending_len = e->config.text_len;
+		c->pending_epoch = e->config.config_epoch;
+		return;
+	case ALLOT__CENTRY_MEMBER:
+		snprintf(detail, sizeof detail,
+		    "event=%s id=%" PRIu64 " index=%" PRIu64,
+		    e->member.event == ALLOT__CMEMBER_ADDED ? "added" :
+		        e->member.event == ALLOT__CMEMBER_PROMOTED ?
+		                                              "promoted" :
+		                                              "removed",
+		    e->member.id, index);
+		one.kind = "member";
+		one.subject = e->member.address;
+		one.detail = detail;
+		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
+		return;
+	case ALLOT__CENTRY_EPOCH:
+		snprintf(detail, sizeof detail,
+		    "term=%" PRIu64 " leader=%" PRIu64 " lease_ms=%u",
+		    e->epoch.term, e->epoch.leader_id, e->epoch.lease_ms);
+		one.kind = "epoch";
+		one.subject = e->epoch.address;
+		one.detail = detail;
+		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
+		return;
+	default: return;
+	}
 }
 
 static void
-cluster_free(allot__cluster *c)
+proposal_done(void *ctx, int status, uint64_t index)
 {
-	for (size_t i = 0; i < c->o.n; i++)
-		allot__exchange_close(&c->peers[i].x);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
+	(void) ctx;
+	(void) status;
+	(void) index;
+}
+
+/* The leader's usage rows and events of one flush, into the log: one
+ * USAGE and one EVENTS entry. */
+static void
+usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n,
+    const allot__store_raft_event *ev, size_t nev)
+{
+	allot__cluster *c = ctx;
+	int rv = ALLOT_OK;
+	if (n > 0) {
+		allot__cusage_row *r = calloc(n, sizeof *r);
+		if (r == NULL) {
+			rv = ALLOT_ENOMEM;
+		} else {
+			for (size_t i = 0; i < n; i++)
+				r[i] = (allot__cusage_row) {
+					.service = rows[i].service,
+					.key = rows[i].quota,
+					.second = rows[i].second,
+					.consumed = rows[i].admitted,
+					.denied = rows[i].denied,
+					.demand = rows[i].demand,
+					.live_replicas = rows[i].live_replicas,
+				};
+			rv = allot__consensus_propose_usage(
+			    c->cons, r, n, proposal_done, c);
+			free(r);
+		}
+	}
+	if (rv == ALLOT_OK && nev > 0) {
+		allot__cevent *e = calloc(nev, sizeof *e);
+		if (e == NULL) {
+			rv = ALLOT_ENOMEM;
+		} else {
+			for (size_t i = 0; i < nev; i++)
+				e[i] = (allot__cevent) {
+					.at = ev[i].at,
+					.kind = ev[i].kind,
+					.subject = ev[i].subject,
+					.detail = ev[i].detail,
+				};
+			rv = allot__consensus_propose_events(
+			    c->cons, e, nev, proposal_done, c);
+			free(e);
+		}
+	}
+	if (rv == ALLOT_OK) {
+		atomic_fetch_add(&c->usage_batches, 1);
+		return;
+	}
+	atomic_fetch_add(&c->usage_lost, n + nev);
+	allot__log(c->o.lg, ALLOT_LOG_WARNING, "ALLOTD-USAGE-LOST",
+	    "%zu usage rows and %zu events could not go through the log: "
+	    "%s",
+	    n, nev, allot_strerror(rv));
+}
+
+/* ---- start and stop ---- */
+
+static int
+bootstrap(allot__cluster *c, char *err, size_t errlen)
+{
+	if (c->o.seeds == NULL || c->o.nseeds == 0)
+		return allot__consensus_join(c->cons);
+	allot__cmember *m = calloc(c->o.nseeds, sizeof *m);
+	if (m == NULL)
+		return ALLOT_ENOMEM;
+	for (size_t i = 0; i < c->o.nseeds; i++) {
+		m[i].id = c->o.seeds[i].id;
+		m[i].role = RAFT_VOTER;
+		if (!allot__caddr_join(c->o.seeds[i].raft, c->o.seeds[i].url,
+		        m[i].address, sizeof m[i].address)) {
+			snprintf(err, errlen,
+			    "--seed %" PRIu64 ": address too "
+			    "long or holds '|'",
+			    m[i].id);
+			free(m);
+			return ALLOT_EINVAL;
+		}
+	}
+	int rv = allot__consensus_bootstrap(c->cons, m, c->o.nseeds);
+	free(m);
+	if (rv != ALLOT_OK)
+		snprintf(err, errlen,
+		    "cannot record the first configuration "
+		    "in %s: %s",
+		    c->o.dir, allot_strerror(rv));
+	return rv;
 }
 
 int
@@ -344,49 +404,117 @@ allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
     size_t errlen, allot__cluster **ret)
 {
 	allot__cluster *c = calloc(1, sizeof *c);
+	char addr[ALLOT__CNODE_ADDR_MAX];
 	if (c == NULL) {
 		snprintf(err, errlen, "out of memory");
 		return ALLOT_ENOMEM;
 	}
+	c->loop = loop;
 	c->o = *o;
-	pthread_mutex_init(&c->mu, NULL);
-	uint64_t hashes[ALLOT__CLUSTER_MAX_MEMBERS];
-	for (size_t i = 0; i < o->n; i++) {
-		c->members[i] = o->members[i];
-		hashes[i] = o->members[i].hash;
-		c->live[i] = true;
+	if (!allot__caddr_join(
+	        o->raft_addr, o->agent_url, addr, sizeof addr)) {
+		snprintf(err, errlen,
+		    "--raft-addr %s and agent URL %s: too long together, or "
+		    "one holds '|'",
+		    o->raft_addr, o->agent_url);
+		free(c);
+		return ALLOT_EINVAL;
 	}
-	c->o.members = c->members;
-	for (size_t i = 0; i < o->n; i++) {
-		if (i == o->self)
-			continue;
-		int rv = peer_open(c, i);
-		if (rv != 0) {
-			snprintf(err, errlen,
-			    "cannot probe member %s at %s: %s%s",
-			    o->members[i].name, o->members[i].url,
-			    nng_strerror(rv),
-			    rv == NNG_EINVAL ? " (tls+tcp:// members need "
-			                       "--tls-ca and --tls-cert)" :
-			                       "");
-			cluster_free(c);
-			return ALLOT_EINVAL;
-		}
+	c->self_addr = strdup(addr);
+	pub *p = calloc(1, sizeof *p);
+	if (c->self_addr == NULL || p == NULL ||
+	    (p->v.members = calloc(1, sizeof *p->v.members)) == NULL) {
+		free(p);
+		free(c->self_addr);
+		free(c);
+		snprintf(err, errlen, "out of memory");
+		return ALLOT_ENOMEM;
 	}
-	allot__state_cluster(o->state, hashes, o->n, o->self);
+	c->all = p;
+	atomic_store(&c->view, p);
+	allot__consensus_opts co = {
+		.id = o->id,
+		.address = c->self_addr,
+		.dir = o->dir,
+		.election_ms = o->election_ms != 0 ?
+		    o->election_ms :
+		    ALLOT__CLUSTER_ELECTION_MS,
+		.on_apply = on_apply,
+		.ctx = c,
+		.log = o->lg,
+		.tls = o->tls,
+	};
+	int rv = allot__consensus_create(loop, &co, &c->cons);
+	if (rv != ALLOT_OK) {
+		snprintf(err, errlen,
+		    "cannot start the consensus core in %s: %s", o->dir,
+		    allot_strerror(rv));
+		goto fail;
+	}
+	if ((rv = bootstrap(c, err, errlen)) != ALLOT_OK)
+		goto fail_close;
+	if ((rv = allot__consensus_start(c->cons)) != ALLOT_OK) {
+		snprintf(err, errlen,
+		    "cannot load the log in %s (or listen on %s): %s", o->dir,
+		    o->raft_addr, allot_strerror(rv));
+		goto fail_close;
+	}
+	install_pending(c);
 	uv_timer_init(loop, &c->timer);
 	c->timer.data = c;
-	c->timer_init = true;
-	uint64_t period = o->interval_ms / 2 > 10 ? o->interval_ms / 2 : 10;
-	uv_timer_start(&c->timer, on_timer, 0, period);
+	uv_timer_start(&c->timer, on_timer, POLL_MS, POLL_MS);
+	c->closing = 0;
+	publish(c);
 	*ret = c;
 	return ALLOT_OK;
+fail_close:
+	/* The timer never started; the core closes on the loop. */
+	c->closing = 1;
+	allot__consensus_close(c->cons, NULL, NULL);
+	c->cons = NULL;
+	/* What is left is freed now; the core frees itself. */
+fail:
+	free(c->pending_text);
+	for (pub *q = c->all; q != NULL;) {
+		pub *nx = q->next;
+		pub_free(q);
+		q = nx;
+	}
+	free(c->self_addr);
+	free(c);
+	return rv;
+}
+
+static void
+free_all(allot__cluster *c)
+{
+	free(c->pending_text);
+	for (pub *q = c->all; q != NULL;) {
+		pub *nx = q->next;
+		pub_free(q);
+		q = nx;
+	}
+	free(c->self_addr);
+	free(c);
+}
+
+static void
+closed_one(allot__cluster *c)
+{
+	if (--c->closing == 0)
+		free_all(c);
 }
 
 static void
 timer_closed(uv_handle_t *h)
 {
-	cluster_free(h->data);
+	closed_one(h->data);
+}
+
+static void
+cons_closed(void *ctx)
+{
+	closed_one(ctx);
 }
 
 void
@@ -394,118 +522,213 @@ allot__cluster_stop(allot__cluster *c)
 {
 	if (c == NULL)
 		return;
-	uv_timer_stop(&c->timer);
+	atomic_store(&c->serving, false);
+	allot__store_set_usage_tap(c->o.store, NULL, NULL);
+	c->closing = 2;
 	uv_close((uv_handle_t *) &c->timer, timer_closed);
+	allot__consensus_close(c->cons, cons_closed, c);
 }
 
-/* ---- rendering ---- */
+/* ---- config and members (loop thread) ---- */
+
+static void
+leader_url(const allot__cluster *c, char *out, size_t len)
+{
+	pub *p = atomic_load(&((allot__cluster *) c)->view);
+	snprintf(out, len, "%s", p->v.leader != NULL ? p->v.leader : "");
+}
+
+static void
+config_done(void *ctx, int status, uint64_t index)
+{
+	(void) ctx;
+	(void) status;
+	(void) index;
+}
+
+int
+allot__cluster_propose_config(allot__cluster *c, const char *text, size_t len,
+    uint64_t digest, uint64_t *ret_epoch, char *ret_leader, size_t leader_len)
+{
+	if (ret_leader != NULL && leader_len > 0)
+		ret_leader[0] = '\0';
+	if (!allot__consensus_is_leader(c->cons)) {
+		if (ret_leader != NULL)
+			leader_url(c, ret_leader, leader_len);
+		return ALLOT_ESTATE;
+	}
+	uint64_t epoch = allot__consensus_state(c->cons)->config.epoch + 1;
+	int rv = allot__consensus_propose_config(
+	    c->cons, text, len, digest, epoch, config_done, c);
+	if (rv == ALLOT_OK && ret_epoch != NULL)
+		*ret_epoch = epoch;
+	return rv;
+}
+
+bool
+allot__cluster_is_leader(const allot__cluster *c)
+{
+	return allot__consensus_is_leader(c->cons);
+}
+
+uint64_t
+allot__cluster_config_epoch(const allot__cluster *c)
+{
+	return allot__consensus_state(c->cons)->config.epoch;
+}
+
+static int
+not_leader(const allot__cluster *c, char *err, size_t errlen)
+{
+	char url[ALLOT__CNODE_ADDR_MAX];
+	leader_url(c, url, sizeof url);
+	snprintf(err, errlen,
+	    "this member is not the leader; ask the leader%s%s",
+	    url[0] ? " at " : "", url[0] ? url : " (none known yet: retry)");
+	return ALLOT_ESTATE;
+}
+
+int
+allot__cluster_member_add(allot__cluster *c, uint64_t id,
+    const char *raft_addr, const char *agent_url, char *err, size_t errlen)
+{
+	char addr[ALLOT__CNODE_ADDR_MAX];
+	if (id == 0 ||
+	    !allot__caddr_join(raft_addr, agent_url, addr, sizeof addr)) {
+		snprintf(err, errlen,
+		    "a member needs an id > 0, a raft address and an agent "
+		    "URL (without '|')");
+		return ALLOT_EINVAL;
+	}
+	int rv = allot__consensus_add_member(c->cons, id, addr);
+	if (rv == ALLOT_ESTATE)
+		return not_leader(c, err, errlen);
+	if (rv == ALLOT_EBUSY)
+		snprintf(err, errlen,
+		    "another membership change is in progress; retry when "
+		    "`allotctl member list` shows it done");
+	else if (rv != ALLOT_OK)
+		snprintf(err, errlen, "cannot add member %" PRIu64 ": %s", id,
+		    allot_strerror(rv));
+	return rv;
+}
+
+int
+allot__cluster_member_remove(
+    allot__cluster *c, uint64_t id, char *err, size_t errlen)
+{
+	int rv = allot__consensus_remove_member(c->cons, id);
+	if (rv == ALLOT_ESTATE)
+		return not_leader(c, err, errlen);
+	if (rv == ALLOT_EBUSY && id == c->o.id)
+		snprintf(err, errlen,
+		    "member %" PRIu64 " is the leader: it hands leadership "
+		    "over now; run the remove again on the new leader",
+		    id);
+	else if (rv == ALLOT_EBUSY)
+		snprintf(err, errlen,
+		    "another membership change is in progress; retry");
+	else if (rv == ALLOT_ENOENT)
+		snprintf(err, errlen, "no member %" PRIu64, id);
+	else if (rv != ALLOT_OK)
+		snprintf(err, errlen, "cannot remove member %" PRIu64 ": %s",
+		    id, allot_strerror(rv));
+	return rv;
+}
+
+static const char *
+role_name(int role)
+{
+	switch (role) {
+	case RAFT_VOTER: return "voter";
+	case RAFT_STANDBY: return "standby";
+	case RAFT_SPARE: return "spare";
+	default: return "?";
+	}
+}
+
+void
+allot__cluster_member_list(allot__cluster *c, allot__buf *b)
+{
+	allot__cmember m[MAX_MEMBERS];
+	size_t n = allot__consensus_members(c->cons, m, MAX_MEMBERS);
+	uint64_t lid = 0;
+	const char *laddr = NULL;
+	allot__consensus_leader(c->cons, &lid, &laddr);
+	allot__buf_printf(b,
+	    "{\"self\":%" PRIu64 ",\"leader\":%" PRIu64 ",\"epoch\":%" PRIu64
+	    ",\"changing\":%s,\"members\":[",
+	    c->o.id, lid, allot__consensus_epoch(c->cons),
+	    allot__consensus_changing(c->cons) ? "true" : "false");
+	for (size_t i = 0; i < n; i++) {
+		char raft[ALLOT__CNODE_ADDR_MAX];
+		const char *url = "";
+		if (!allot__caddr_split(m[i].address, raft, sizeof raft, &url))
+			raft[0] = '\0';
+		allot__buf_printf(b,
+		    "%s{\"id\":%" PRIu64 ",\"raft\":", i ? "," : "", m[i].id);
+		allot__buf_json(b, raft);
+		allot__buf_puts(b, ",\"url\":");
+		allot__buf_json(b, url);
+		allot__buf_printf(b, ",\"role\":\"%s\",\"leader\":%s}",
+		    role_name(m[i].role), m[i].id == lid ? "true" : "false");
+	}
+	allot__buf_puts(b, "]}");
+}
+
+/* ---- /metrics and /status (HTTP thread: atomics and the view) ---- */
 
 void
 allot__cluster_render_metrics(allot__cluster *c, allot__buf *b)
 {
-	uint64_t ours = allot__state_digest(c->o.state);
-	allot__state_owned ow;
-	allot__state_ownership(c->o.state, &ow);
-	pthread_mutex_lock(&c->mu);
-	allot__buf_puts(b,
-	    "# HELP allotd_cluster_member_up 1 while the member answers "
-	    "this one's probes (this member: 1).\n"
-	    "# TYPE allotd_cluster_member_up gauge\n");
-	for (size_t i = 0; i < c->o.n; i++) {
-		allot__buf_puts(b, "allotd_cluster_member_up{member=\"");
-		allot__buf_label(b, c->members[i].name);
-		allot__buf_printf(b, "\"} %d\n", c->live[i] ? 1 : 0);
-	}
-	allot__buf_puts(b,
-	    "# HELP allotd_cluster_config_mismatch 1 when the member's "
-	    "quota config digest differs from this one's.\n"
-	    "# TYPE allotd_cluster_config_mismatch gauge\n");
-	for (size_t i = 0; i < c->o.n; i++) {
-		if (i == c->o.self)
-			continue;
-		const peer *p = &c->peers[i];
-		allot__buf_puts(b, "allotd_cluster_config_mismatch{member=\"");
-		allot__buf_label(b, c->members[i].name);
-		allot__buf_printf(
-		    b, "\"} %d\n", p->heard && p->digest != ours ? 1 : 0);
-	}
+	pub *p = atomic_load(&c->view);
 	allot__buf_printf(b,
-	    "# HELP allotd_cluster_cut_off 1 while fewer than a majority of "
-	    "members answer: no increases, static ownership.\n"
-	    "# TYPE allotd_cluster_cut_off gauge\n"
-	    "allotd_cluster_cut_off %d\n"
-	    "# HELP allotd_cluster_view_changes_total Changes of the set of "
-	    "live members.\n"
-	    "# TYPE allotd_cluster_view_changes_total counter\n"
-	    "allotd_cluster_view_changes_total %" PRIu64 "\n"
-	    "# HELP allotd_cluster_quotas_moved_total (service, quota) "
-	    "pairs gained or lost by view changes.\n"
-	    "# TYPE allotd_cluster_quotas_moved_total counter\n"
-	    "allotd_cluster_quotas_moved_total %" PRIu64 "\n"
-	    "# HELP allotd_cluster_quotas (service, quota) pairs known, "
-	    "owned here, and owned and still learnt.\n"
-	    "# TYPE allotd_cluster_quotas gauge\n"
-	    "allotd_cluster_quotas{state=\"known\"} %u\n"
-	    "allotd_cluster_quotas{state=\"owned\"} %u\n"
-	    "allotd_cluster_quotas{state=\"learning\"} %u\n",
-	    c->cut_off ? 1 : 0, c->view_changes, c->moved_total, ow.total,
-	    ow.owned, ow.learning);
-	pthread_mutex_unlock(&c->mu);
+	    "# HELP allotd_cluster_leader 1 while this member is the "
+	    "Raft leader.\n# TYPE allotd_cluster_leader gauge\n"
+	    "allotd_cluster_leader %d\n"
+	    "# HELP allotd_cluster_serving 1 while this member allocates "
+	    "(leader, lease held, taken over).\n"
+	    "# TYPE allotd_cluster_serving gauge\n"
+	    "allotd_cluster_serving %d\n"
+	    "# HELP allotd_cluster_epoch The epoch agents are told.\n"
+	    "# TYPE allotd_cluster_epoch gauge\n"
+	    "allotd_cluster_epoch %" PRIu64 "\n"
+	    "# HELP allotd_cluster_members Members in the configuration.\n"
+	    "# TYPE allotd_cluster_members gauge\n"
+	    "allotd_cluster_members %zu\n"
+	    "# HELP allotd_cluster_applied_index Last log index applied.\n"
+	    "# TYPE allotd_cluster_applied_index gauge\n"
+	    "allotd_cluster_applied_index %" PRIu64 "\n"
+	    "# HELP allotd_cluster_takeovers_total Times this member "
+	    "started serving as leader.\n"
+	    "# TYPE allotd_cluster_takeovers_total counter\n"
+	    "allotd_cluster_takeovers_total %" PRIu64 "\n"
+	    "# HELP allotd_cluster_usage_rows_lost_total Usage rows the "
+	    "leader could not propose.\n"
+	    "# TYPE allotd_cluster_usage_rows_lost_total counter\n"
+	    "allotd_cluster_usage_rows_lost_total %" PRIu64 "\n",
+	    atomic_load(&c->leader) ? 1 : 0, atomic_load(&c->serving) ? 1 : 0,
+	    p->v.epoch, p->v.nmembers, atomic_load(&c->applied),
+	    atomic_load(&c->takeovers), atomic_load(&c->usage_lost));
 }
 
 void
 allot__cluster_render_status(allot__cluster *c, allot__buf *b)
 {
-	uint64_t ours = allot__state_digest(c->o.state);
-	allot__state_owned ow;
-	allot__state_ownership(c->o.state, &ow);
-	uint64_t now = allot__mono_ns();
-	pthread_mutex_lock(&c->mu);
-	allot__buf_puts(b, "{\"self\":");
-	allot__buf_json(b, c->members[c->o.self].name);
+	pub *p = atomic_load(&c->view);
 	allot__buf_printf(b,
-	    ",\"cut_off\":%s,\"view_changes\":%" PRIu64
-	    ",\"quotas\":{\"known\":%u,\"owned\":%u,\"learning\":%u},"
-	    "\"members\":[",
-	    c->cut_off ? "true" : "false", c->view_changes, ow.total, ow.owned,
-	    ow.learning);
-	for (size_t i = 0; i < c->o.n; i++) {
-		const peer *p = &c->peers[i];
-		bool self = i == c->o.self;
-		allot__buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
-		allot__buf_json(b, c->members[i].name);
-		allot__buf_puts(b, ",\"url\":");
-		allot__buf_json(b, c->members[i].url);
-		allot__buf_printf(b, ",\"self\":%s,\"live\":%s",
-		    self ? "true" : "false", c->live[i] ? "true" : "false");
-		if (self) {
-			allot__buf_printf(b,
-			    ",\"config_digest\":\"%016" PRIx64
-			    "\",\"config_match\":true}",
-			    ours);
-			continue;
-		}
-		allot__buf_printf(b,
-		    ",\"probes_ok\":%" PRIu64 ",\"probes_failed\":%" PRIu64
-		    ",\"last_ok_ms_ago\":",
-		    p->probes_ok, p->probes_failed);
-		if (p->last_ok_ns != 0)
-			allot__buf_printf(
-			    b, "%" PRIu64, (now - p->last_ok_ns) / 1000000u);
-		else
-			allot__buf_puts(b, "null");
-		if (p->heard)
-			allot__buf_printf(b,
-			    ",\"config_digest\":\"%016" PRIx64
-			    "\",\"config_epoch\":%" PRIu64
-			    ",\"config_match\":%s,\"cut_off\":%s}",
-			    p->digest, p->epoch,
-			    p->digest == ours ? "true" : "false",
-			    p->cut_off ? "true" : "false");
-		else
-			allot__buf_puts(b,
-			    ",\"config_digest\":null,\"config_match\":null}");
+	    "{\"id\":%" PRIu64 ",\"leader\":%s,\"serving\":%s,"
+	    "\"epoch\":%" PRIu64 ",\"config_epoch\":%" PRIu64
+	    ",\"applied_index\":%" PRIu64 ",\"leader_url\":",
+	    c->o.id, atomic_load(&c->leader) ? "true" : "false",
+	    atomic_load(&c->serving) ? "true" : "false", p->v.epoch,
+	    atomic_load(&c->config_epoch), atomic_load(&c->applied));
+	allot__buf_json(b, p->v.leader);
+	allot__buf_puts(b, ",\"members\":[");
+	for (size_t i = 0; i < p->v.nmembers; i++) {
+		if (i > 0)
+			allot__buf_puts(b, ",");
+		allot__buf_json(b, p->v.members[i]);
 	}
 	allot__buf_puts(b, "]}");
-	pthread_mutex_unlock(&c->mu);
 }

@@ -9,6 +9,8 @@
  */
 #include "consensus.h"
 
+#include "consensus_addr.h"
+
 #include <errno.h>
 #include <raft/uv.h>
 #include <stdlib.h>
@@ -19,7 +21,9 @@
 
 struct allot__consensus {
 	uv_loop_t *loop;
-	struct raft_uv_transport transport;
+	/* raft_uv_tcp, or mutual TLS (raft_tls.h) with opts.tls */
+	struct raft_uv_transport tcp;
+	struct raft_uv_transport transport; /* strips agent URLs */
 	struct raft_io io;
 	struct raft raft;
 	allot__cfsm fsm;
@@ -41,13 +45,15 @@ fail(const allot__consensus *c, const char *what, const char *msg)
 	    what, msg);
 }
 
+/* The wrapper, then the inner transport. */
 static void
 transport_close(allot__consensus *c)
 {
+	allot__caddr_free(&c->transport);
 	if (c->opts.tls != NULL)
-		allot__raft_tls_close(&c->transport);
+		allot__raft_tls_close(&c->tcp);
 	else
-		raft_uv_tcp_close(&c->transport);
+		raft_uv_tcp_close(&c->tcp);
 }
 
 static void
@@ -118,22 +124,24 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 
 		if (t.log == NULL)
 			t.log = opts->log;
-		rv = allot__raft_tls_init(&c->transport, loop, &t);
+		rv = allot__raft_tls_init(&c->tcp, loop, &t);
 	} else {
-		rv = raft_uv_tcp_init(&c->transport, loop);
+		rv = raft_uv_tcp_init(&c->tcp, loop);
 	}
 	if (rv != 0) {
 		fail(c, "transport",
-		    opts->tls != NULL ? c->transport.errmsg :
-		                        raft_strerror(rv));
+		    opts->tls != NULL ? c->tcp.errmsg : raft_strerror(rv));
 		rv = rv == RAFT_NOMEM ? ALLOT_ENOMEM : ALLOT_EINVAL;
 		goto err_free;
 	}
+	if (allot__caddr_wrap(&c->transport, &c->tcp) != ALLOT_OK) {
+		rv = ALLOT_ENOMEM;
+		goto err_transport;
+	}
 	if (opts->bind != NULL) {
 		rv = opts->tls != NULL ?
-		    allot__raft_tls_set_bind_address(
-		        &c->transport, opts->bind) :
-		    raft_uv_tcp_set_bind_address(&c->transport, opts->bind);
+		    allot__raft_tls_set_bind_address(&c->tcp, opts->bind) :
+		    raft_uv_tcp_set_bind_address(&c->tcp, opts->bind);
 		if (rv != 0) {
 			fail(c, opts->bind, raft_strerror(rv));
 			rv = ALLOT_EINVAL;
@@ -322,6 +330,17 @@ allot__consensus_propose_usage(allot__consensus *c,
 
 	e.usage.rows = rows;
 	e.usage.n = n;
+	return allot__cnode_propose(&c->node, &e, done, ctx);
+}
+
+int
+allot__consensus_propose_events(allot__consensus *c, const allot__cevent *rows,
+    size_t n, allot__cnode_done_cb done, void *ctx)
+{
+	allot__centry e = { .type = ALLOT__CENTRY_EVENTS };
+
+	e.events.rows = rows;
+	e.events.n = n;
 	return allot__cnode_propose(&c->node, &e, done, ctx);
 }
 

@@ -237,6 +237,25 @@ allot__centry_encode(const allot__centry *e, void **ret_buf, size_t *ret_len)
 			allot__cw_u32(&w, row->live_replicas);
 		}
 		break;
+	case ALLOT__CENTRY_EVENTS:
+		if (e->events.n > ALLOT__CENTRY_ROWS_MAX) {
+			w.err = w.err != 0 ? w.err : ALLOT_EINVAL;
+			break;
+		}
+		allot__cw_u32(&w, (uint32_t) e->events.n);
+		for (size_t i = 0; i < e->events.n; i++) {
+			const allot__cevent *ev = &e->events.rows[i];
+			const char *k = ev->kind != NULL ? ev->kind : "";
+			const char *sj = ev->subject != NULL ? ev->subject :
+			                                       "";
+			const char *d = ev->detail != NULL ? ev->detail : "";
+
+			allot__cw_u64(&w, (uint64_t) ev->at);
+			allot__cw_str(&w, k, strlen(k), 0);
+			allot__cw_str(&w, sj, strlen(sj), 0);
+			allot__cw_str(&w, d, strlen(d), 0);
+		}
+		break;
 	case ALLOT__CENTRY_MEMBER:
 		s = e->member.address != NULL ? e->member.address : "";
 		allot__cw_u8(&w, (uint8_t) e->member.event);
@@ -311,6 +330,38 @@ decode_usage(allot__crbuf *r, allot__centry *e)
 	return r->bad ? ALLOT_EPROTO : ALLOT_OK;
 }
 
+static int
+decode_events(allot__crbuf *r, allot__centry *e)
+{
+	allot__crbuf scan;
+	allot__cevent *rows;
+	char *at;
+	uint32_t n = allot__cr_u32(r);
+
+	/* An event is at least 14 bytes (the time, three lengths). */
+	if (r->bad || n > ALLOT__CENTRY_ROWS_MAX || n > (r->len - r->off) / 14)
+		return ALLOT_EPROTO;
+	e->mem = malloc(
+	    n * sizeof *rows + (r->len - r->off) + 3 * (size_t) n + 1);
+	if (e->mem == NULL)
+		return ALLOT_ENOMEM;
+	rows = e->mem;
+	at = (char *) (rows + n);
+	scan = *r;
+	for (uint32_t i = 0; i < n; i++) {
+		rows[i].at = (int64_t) allot__cr_u64(&scan);
+		rows[i].kind = copy_str(&scan, &at, 0, NULL);
+		rows[i].subject = copy_str(&scan, &at, 0, NULL);
+		rows[i].detail = copy_str(&scan, &at, 0, NULL);
+		if (scan.bad)
+			break;
+	}
+	*r = scan;
+	e->events.rows = rows;
+	e->events.n = n;
+	return r->bad ? ALLOT_EPROTO : ALLOT_OK;
+}
+
 int
 allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 {
@@ -325,7 +376,7 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		return ALLOT_EPROTO;
 	if (version != ALLOT__CENTRY_VERSION)
 		return ALLOT_ERANGE;
-	if (e.type != ALLOT__CENTRY_USAGE) {
+	if (e.type != ALLOT__CENTRY_USAGE && e.type != ALLOT__CENTRY_EVENTS) {
 		/* Every other type has at most one string. */
 		e.mem = malloc(len + 1);
 		if (e.mem == NULL)
@@ -345,6 +396,7 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		e.config.text = copy_str(&r, &at, 1, &e.config.text_len);
 		break;
 	case ALLOT__CENTRY_USAGE: rv = decode_usage(&r, &e); break;
+	case ALLOT__CENTRY_EVENTS: rv = decode_events(&r, &e); break;
 	case ALLOT__CENTRY_MEMBER:
 		e.member.event = allot__cr_u8(&r);
 		e.member.id = allot__cr_u64(&r);

@@ -27,6 +27,8 @@
  *   pushes cannot both win).
  * - USAGE: a batch of per-second usage rows.
  * - MEMBER: an audit event for a membership change.
+ * - EVENTS: a batch of the leader's audit events (joins, leaves,
+ *   expiries, refusals...), as its store would have written them.
  */
 #ifndef ALLOT_COORDINATOR_CONSENSUS_ENTRY_H
 #define ALLOT_COORDINATOR_CONSENSUS_ENTRY_H
@@ -45,6 +47,7 @@ enum allot__centry_type {
 	ALLOT__CENTRY_CONFIG = 2,
 	ALLOT__CENTRY_USAGE = 3,
 	ALLOT__CENTRY_MEMBER = 4,
+	ALLOT__CENTRY_EVENTS = 5,
 };
 
 enum allot__cmember_event {
@@ -63,6 +66,14 @@ typedef struct allot__cusage_row {
 	double demand; /* tokens asked for, summed over the second */
 	uint32_t live_replicas;
 } allot__cusage_row;
+
+/* One audit event, as the leader recorded it (the events table). */
+typedef struct allot__cevent {
+	int64_t at; /* ms since the Unix epoch */
+	const char *kind;
+	const char *subject; /* "" when none */
+	const char *detail; /* "" when none */
+} allot__cevent;
 
 /* A decoded (or to-be-encoded) entry. Strings are NUL-terminated; in a
  * decoded entry they point into `mem`, which allot__centry_clear frees. */
@@ -90,6 +101,10 @@ typedef struct allot__centry {
 			uint64_t id;
 			const char *address;
 		} member;
+		struct {
+			const allot__cevent *rows;
+			size_t n;
+		} events;
 	};
 	void *mem;
 } allot__centry;

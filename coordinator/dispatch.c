@@ -7,6 +7,14 @@
  * body or leaves an Error code and its text in the result; the last one
  * turns a code into the Error answer, counts it (unless the registry or
  * the verifier already did) and packs.
+ *
+ * In a cluster (cluster.h), Register, Sync and Leave reach the registry
+ * only through the fencing gate: a member that may not allocate now
+ * answers NOT_LEADER with the leader's agent URL and every member's, and
+ * every Welcome and Reply carries the epoch and the members from the same
+ * view the gate read. Members no longer probe each other: a Probe is
+ * answered MALFORMED (the message stays in the schema so that old peers
+ * decode the answer).
  */
 #include "dispatch.h"
 
@@ -25,7 +33,8 @@ typedef struct answer {
 	Allot__V1__Welcome welcome;
 	Allot__V1__Reply reply;
 	Allot__V1__Error error;
-	Allot__V1__Probe probe;
+	/* The cluster's view, when the gate was asked. */
+	const allot__cluster_view *view;
 	/* The registry or the verifier counted the rejection itself. */
 	bool counted;
 } answer;
@@ -69,6 +78,7 @@ reason_of(Allot__V1__Error__Code c)
 	case ALLOT__V1__ERROR__CODE__RATE_LIMITED: return ALLOT__REJ_CAPACITY;
 	case ALLOT__V1__ERROR__CODE__UNAUTHENTICATED:
 		return ALLOT__REJ_IDENTITY_INVALID;
+	case ALLOT__V1__ERROR__CODE__NOT_LEADER: return ALLOT__REJ_NOT_LEADER;
 	default: return ALLOT__REJ_MALFORMED;
 	}
 }
@@ -228,21 +238,38 @@ on_leave(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 	a->env.reply = &a->reply;
 }
 
-static void
-on_probe(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
-    const Allot__V1__Probe *probe, answer *a, allot__dispatch_result *res)
+/* The cluster's fencing gate: true when the request may reach the
+ * registry. Otherwise the answer is NOT_LEADER with where to go. */
+static bool
+gate(const allot__dispatch_ctx *c, answer *a, allot__dispatch_result *res)
 {
-	if (c->cluster == NULL) {
-		res->code = ALLOT__V1__ERROR__CODE__MALFORMED;
-		snprintf(res->err, sizeof res->err,
-		    "Probe from member %s: this allotd is not a "
-		    "cluster member (no --member list)",
-		    probe->member != NULL ? probe->member : "?");
+	if (c->cluster == NULL)
+		return true;
+	if (allot__cluster_gate(c->cluster, &a->view))
+		return true;
+	res->code = ALLOT__V1__ERROR__CODE__NOT_LEADER;
+	a->error.leader = (char *) (a->view->leader != NULL ? a->view->leader :
+	                                                      "");
+	a->error.n_members = a->view->nmembers;
+	a->error.members = a->view->members;
+	snprintf(res->err, sizeof res->err,
+	    "this member does not allocate now (epoch %" PRIu64
+	    "); the leader is %s",
+	    a->view->epoch,
+	    a->view->leader != NULL ? a->view->leader :
+	                              "not known yet: try another member");
+	return false;
+}
+
+/* Welcome and Reply carry the epoch and the members the gate saw. */
+static void
+stamp(answer *a)
+{
+	if (a->view == NULL)
 		return;
-	}
-	allot__cluster_on_probe(c->cluster, probe, req->pa, &a->probe);
-	a->env.body_case = ALLOT__V1__ENVELOPE__BODY_PROBE;
-	a->env.probe = &a->probe;
+	a->welcome.epoch = a->reply.epoch = a->view->epoch;
+	a->welcome.n_members = a->reply.n_members = a->view->nmembers;
+	a->welcome.members = a->reply.members = a->view->members;
 }
 
 /* Hand a decoded request of the right version to its step. */
@@ -252,25 +279,30 @@ route(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 {
 	switch (in->body_case) {
 	case ALLOT__V1__ENVELOPE__BODY_REGISTER:
-		on_register(c, req, in->register_, a, res);
+		if (gate(c, a, res))
+			on_register(c, req, in->register_, a, res);
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_SYNC:
-		on_sync(c, req, in->sync, a, res);
-		break;
-	case ALLOT__V1__ENVELOPE__BODY_PROBE:
-		on_probe(c, req, in->probe, a, res);
+		if (gate(c, a, res))
+			on_sync(c, req, in->sync, a, res);
 		break;
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE:
-		on_leave(c, req, in->leave, a, res);
+		if (gate(c, a, res))
+			on_leave(c, req, in->leave, a, res);
 		break;
 	default:
 		res->code = ALLOT__V1__ERROR__CODE__MALFORMED;
 		snprintf(res->err, sizeof res->err,
-		    "an agent may send Register, Sync, "
-		    "Leave or (a member) Probe, not %s",
-		    allot__dispatch_body_name(in->body_case));
+		    "an agent may send Register, Sync or Leave, not %s%s",
+		    allot__dispatch_body_name(in->body_case),
+		    in->body_case == ALLOT__V1__ENVELOPE__BODY_PROBE ?
+		        " (members no longer probe each other: they run "
+		        "Raft, docs/operations.md)" :
+		        "");
 		break;
 	}
+	if (res->code == OK)
+		stamp(a);
 }
 
 /* Turn a refusal into the Error answer and count it, then pack the
@@ -308,7 +340,7 @@ allot__dispatch(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		.welcome = ALLOT__V1__WELCOME__INIT,
 		.reply = ALLOT__V1__REPLY__INIT,
 		.error = ALLOT__V1__ERROR__INIT,
-		.probe = ALLOT__V1__PROBE__INIT,
+		.view = NULL,
 		.counted = false,
 	};
 	a.env.version = ALLOT__PROTOCOL_VERSION;

@@ -7,7 +7,7 @@
  * size, decodes the Envelope, checks the version and the key and report
  * counts, checks a Register's sender budget and identity proof, hands the
  * message to the registry (allot__state_register_on, _sync_on, _leave_on)
- * or a Probe to the cluster, and packs the answer, an Error for every
+ * (in a cluster, only past the fencing gate), and packs the answer, an Error for every
  * refusal, counted by reason in the metrics.
  *
  * allotd's server (server.c) calls it from nng's threads with what the
@@ -54,7 +54,8 @@ typedef struct allot__dispatch_ctx {
 	struct allot__authn *authn;
 	/* Per-peer Register and message budgets; NULL: none. */
 	allot__peerlimit *peerlimit;
-	/* Answers Probes; NULL: not a member, a Probe is MALFORMED. */
+	/* The fencing gate of a cluster member (cluster.h); NULL: a single
+	 * allotd, which always allocates (epoch 0, no members). */
 	struct allot__cluster *cluster;
 	allot__metrics *metrics; /* NULL: nothing counted here */
 	size_t max_msg; /* larger requests: Error TOO_LARGE */

@@ -30,6 +30,7 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_CAPACITY] = "capacity",
 		[ALLOT__REJ_SHUTTING_DOWN] = "shutting_down",
 		[ALLOT__REJ_NOT_OWNER] = "not_owner",
+		[ALLOT__REJ_NOT_LEADER] = "not_leader",
 		[ALLOT__REJ_SESSION_PIPE] = "session_pipe_mismatch",
 		[ALLOT__REJ_IDENTITY_MISSING] = "identity_missing",
 		[ALLOT__REJ_IDENTITY_INVALID] = "identity_invalid",

@@ -40,6 +40,7 @@ typedef enum allot__reject {
 	ALLOT__REJ_PEER_REGISTER_RATE, /* a peer over its Register budget */
 	ALLOT__REJ_PEER_MESSAGE_RATE, /* a peer over its message budget */
 	ALLOT__REJ_PEER_REPLICAS, /* a peer over its replica budget */
+	ALLOT__REJ_NOT_LEADER, /* cluster: a follower, or no lease */
 	ALLOT__REJ_COUNT
 } allot__reject;
 

@@ -6,7 +6,7 @@
  * services and their sessions (registry.c), per key the demand estimates
  * (demand.c), per quota the live bound (bounds.c), the grants
  * (grants.c) and the candidate's evaluation (candidate.c), cluster
- * ownership (ownership.c), and on top of those the
+ * the take-over learning (ownership.c), and on top of those the
  * requests (request.c), the restart (restore.c), the rendering
  * (render.c) and the periodic work (state.c). Calls go one way, down
  * that list; the prototypes below are grouped the same way.
@@ -43,7 +43,6 @@
 #include "clock.h"
 #include "config_index.h"
 #include "dial.h"
-#include "rendezvous.h"
 #include "state.h"
 
 /* One service's view of the file (config_view.c): the quotas that
@@ -210,10 +209,8 @@ typedef struct squota {
 	double admitted_rate; /* last second, tokens/s */
 	double denied_rate;
 	double utilization; /* admitted / (R * 1 s) */
-	/* Cluster mode: another member owns it in our view (we book and
-	 * grant nothing for it), or we took it over and grant only within
-	 * what the agents report they hold until learn_until_ns. */
-	bool disowned;
+	/* Cluster: a leader that took over grants only within what the
+	 * agents report they hold until learn_until_ns (ownership.c). */
 	uint64_t learn_until_ns;
 	bool unheard; /* allot__learned(): a replica holds nothing here */
 	/* The first report of a jump in demand (allot__est_onset()):
@@ -314,13 +311,9 @@ struct allot__state {
 	allot__logrl rl_clip;
 	allot__logrl rl_push; /* config texts sent, or too big to send */
 	uint64_t clip_event_ns; /* last "implausible" event row */
-	/* Cluster mode (ownership.c); cl_n == 0: one coordinator, every
-	 * quota owned. */
+	/* Cluster (ownership.c); cl_n == 0: one coordinator, which never
+	 * learns; 1: the leader of a cluster, which learns at take-over. */
 	size_t cl_n;
-	size_t cl_self;
-	uint64_t cl_hash[ALLOT__CLUSTER_MAX_MEMBERS];
-	bool cl_live[ALLOT__CLUSTER_MAX_MEMBERS];
-	bool cl_cut_off; /* no increases, static ownership */
 	uint64_t cl_learn_ns; /* learning period: lease + 2 intervals */
 	uint64_t cl_boot_until_ns; /* every owned quota learns until */
 };
@@ -488,7 +481,7 @@ void allot__carry_allowances(allot__state *st, service *svc, session *s,
 
 void allot__adopt(allot__state *st, service *svc, session *s, skey *key,
     const Allot__V1__KeyReport *r);
-uint32_t allot__own_quotas(allot__state *st, service *svc, uint64_t now);
+void allot__own_quotas(allot__state *st, service *svc, uint64_t now);
 service *allot__service_open(allot__state *st, const char *name, bool *full);
 void allot__learned(allot__state *st, service *svc, uint64_t now);
 

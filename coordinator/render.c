@@ -226,10 +226,10 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 			allot__cand_check(sq, v->q[q], now);
 			ss->q[q] = (snap_quota) {
 				.sq = *sq,
-				/* Cluster mode: whether this member learns
-				 * the quota (never for a single
+				/* Cluster: whether this leader still learns
+				 * the quota it took over (never for a single
 				 * coordinator). */
-				.learning = st->cl_n > 0 && !sq->disowned &&
+				.learning = st->cl_n > 0 &&
 				    now < sq->learn_until_ns,
 			};
 		}
@@ -627,10 +627,11 @@ status_quota(const snap *sn, const snap_service *svc, size_t q, bool comma,
 	put_num(b, "utilization", sq->utilization);
 	put_num(b, "level", sq->level);
 	put_num(b, "demand", sq->demand_sum);
-	/* Cluster mode: whether this member owns the quota now, and learns
-	 * it (always owned, not learning, for a single coordinator). */
-	allot__buf_printf(b, ",\"owned\":%s,\"learning\":%s",
-	    sq->disowned ? "false" : "true", sqs->learning ? "true" : "false");
+	/* Cluster: whether the leader learns it (a quota is always owned
+	 * since one leader allocates them all; "owned" stays for readers
+	 * of the old document). */
+	allot__buf_printf(b, ",\"owned\":true,\"learning\":%s",
+	    sqs->learning ? "true" : "false");
 	allot__buf_printf(b,
 	    ",\"admitted_total\":%" PRIu64 ",\"denied_total\":%" PRIu64,
 	    sq->allowed_total, sq->denied_total);

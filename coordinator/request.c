@@ -111,15 +111,11 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 		skey *key = &s->keys[k];
 		if (key->q < 0)
 			continue;
-		/* Cluster: nothing for another member's keys; and while a
-		 * key is learnt (taken over) or we are cut off, no grant
-		 * for a replica that has not said what it runs on: it keeps
-		 * that allowance, and its next report tells us. */
+		/* Cluster: while a leader learns what it took over, no
+		 * grant for a replica that has not said what it runs on: it
+		 * keeps that allowance, and its next report tells us. */
 		const squota *sq = &s->svc->q[key->q];
-		if (sq->disowned)
-			continue;
-		bool hold = st->cl_n > 0 &&
-		    (st->cl_cut_off || now < sq->learn_until_ns);
+		bool hold = st->cl_n > 0 && now < sq->learn_until_ns;
 		if (hold && isnan(key->grant_rate))
 			continue;
 		bool is_short;
@@ -530,8 +526,6 @@ typedef struct syn {
 	double clipped_tokens; /* and by how much, in all */
 	const Allot__V1__KeyReport *clip; /* the first clipped one */
 	bool audit; /* write its event row (st->clip_event_ns) */
-	uint32_t *not_owner; /* keys another member owns */
-	size_t n_not_owner;
 	bool forced; /* some key reported an allowance from elsewhere */
 	bool early_round; /* an early Sync ran the allocation round */
 	uint32_t added; /* add_keys appended, of them with a quota */
@@ -689,38 +683,6 @@ shadow_part(const syn *y, int32_t q, const Allot__V1__KeyReport *r)
 	return r->shadow_denied < r->consumed ? r->shadow_denied : r->consumed;
 }
 
-/* A report for a quota another member owns in our view: no allocation
- * and no lease for it (Reply.not_owner), but what was consumed is
- * recorded, so that the members' files add up to everything the agents
- * report. Under the lock. */
-static void
-book_not_owned(
-    syn *y, ProtobufCAllocator *pa, const Allot__V1__KeyReport *r, int32_t q)
-{
-	const cfgv *v = y->st->cur;
-	squota *dq = &y->svc->q[q];
-	double dlim = y->f * v->rate[q] * y->n * y->window_s + v->burst[q];
-	uint64_t shadow = shadow_part(y, q, r);
-	double flood = ALLOT__STATE_FLOOD_FACTOR * dlim;
-	if ((double) (r->consumed - shadow) <= dlim &&
-	    (double) r->denied <= flood && (double) shadow <= flood) {
-		dq->allowed_total += r->consumed;
-		dq->denied_total += r->denied;
-		dq->win_allowed += r->consumed;
-		dq->win_denied += r->denied;
-		uint64_t sd = r->shadow_denied < r->consumed ?
-		    r->shadow_denied :
-		    r->consumed;
-		dq->shadow_total += sd;
-		dq->win_shadow += sd;
-	}
-	if (y->not_owner == NULL)
-		y->not_owner = pa_alloc(
-		    pa, y->req->n_reports * sizeof *y->not_owner);
-	if (y->not_owner != NULL)
-		y->not_owner[y->n_not_owner++] = r->key;
-}
-
 /* The consumption `key` may plausibly report now: what its replica could
  * have admitted since its last report with the allowance it may hold
  * (its grant, a larger one not acknowledged yet, or its fallback R/n;
@@ -847,10 +809,7 @@ book_reports(syn *y, ProtobufCAllocator *pa)
 			y->unknown++;
 			continue;
 		}
-		if (y->svc->q[key->q].disowned)
-			book_not_owned(y, pa, r, key->q);
-		else
-			book_report(y, key, r);
+		book_report(y, key, r);
 	}
 }
 
@@ -905,8 +864,6 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 	if (y->req->config_digest != 0)
 		y->push = config_push(
 		    st, s, pa, y->req->config_digest, y->now, &ret->config);
-	ret->not_owner = y->not_owner;
-	ret->n_not_owner = y->n_not_owner;
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
 	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0) {
@@ -974,8 +931,6 @@ sync_report(const syn *y)
 		allot__metrics_add(
 		    &m->key_reports, req->n_reports - unknown - absurd);
 	}
-	if (y->n_not_owner > 0)
-		allot__metrics_reject(m, ALLOT__REJ_NOT_OWNER, y->n_not_owner);
 	if (unknown > 0) {
 		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
 		allot__log_ratelimited(st->o.lg, &st->rl_unknown,

@@ -168,3 +168,22 @@ allot__state_restore(allot__state *st)
 	}
 	return rv;
 }
+
+void
+allot__state_forget(allot__state *st, bool take_over)
+{
+	if (st == NULL)
+		return;
+	pthread_mutex_lock(&st->mu);
+	while (st->nsvcs > 0)
+		allot__service_remove(st, st->nsvcs - 1);
+	if (st->htab != NULL)
+		memset(st->htab, 0, (st->hmask + 1) * sizeof *st->htab);
+	st->nsessions = 0;
+	pthread_mutex_unlock(&st->mu);
+	if (!take_over)
+		return;
+	/* The agents still run on what the old leader granted. */
+	allot__state_learn(st);
+	allot__state_restore(st);
+}

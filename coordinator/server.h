@@ -53,7 +53,7 @@ typedef struct allot__server_opts {
 	 * certificate cannot connect. */
 	const char *tls_cert_key_file;
 	const char *tls_ca_file;
-	allot__cluster *cluster; /* answers Probes; NULL: not a member */
+	allot__cluster *cluster; /* the fencing gate; NULL: one allotd */
 	/* Non-NULL: every Register must carry a valid identity proof for
 	 * its service (authn.h). Not owned. */
 	struct allot__authn *authn;

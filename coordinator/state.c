@@ -294,11 +294,22 @@ int
 allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
     const char *text, const allot__state_who *w, bool *ret_changed)
 {
+	return allot__state_apply_at(st, cfg, path, text, w, 0, ret_changed);
+}
+
+int
+allot__state_apply_at(allot__state *st, allot_config *cfg, const char *path,
+    const char *text, const allot__state_who *w, uint64_t at,
+    bool *ret_changed)
+{
 	if (st == NULL || cfg == NULL)
 		return ALLOT_EINVAL;
 	pthread_mutex_lock(&st->mu);
 	uint64_t digest = st->cur->cfg->digest;
 	uint64_t epoch = st->cur->epoch;
+	/* The cluster's epoch for the config in force: taken as it is. */
+	if (at != 0 && cfg->digest == digest)
+		st->cur->epoch = at;
 	pthread_mutex_unlock(&st->mu);
 	if (cfg->digest == digest) {
 		allot_config_free(cfg);
@@ -306,6 +317,8 @@ allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
 			*ret_changed = false;
 		return ALLOT_OK;
 	}
+	if (at != 0)
+		epoch = at - 1;
 	/* Only the loop thread reloads, so the epoch read above stays the
 	 * latest while the new view is built outside the lock. */
 	cfgv *nv = allot__cfgv_new(cfg, path, epoch + 1);

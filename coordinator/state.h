@@ -223,6 +223,22 @@ typedef struct allot__state_who {
 int allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
     const char *text, const allot__state_who *w, bool *ret_changed);
 
+/* allot__state_apply() installing the config as epoch `at` (0: the
+ * next one), the epoch the cluster committed it with (cluster.h): every
+ * member then tells agents the same epoch. A config with the digest in
+ * force only takes the epoch. */
+int allot__state_apply_at(allot__state *st, allot_config *cfg,
+    const char *path, const char *text, const allot__state_who *w, uint64_t at,
+    bool *ret_changed);
+
+/* Cluster: this member stops allocating (it lost leadership) or starts
+ * (it took over): every session and service is dropped, so that nothing
+ * granted from stale state survives; then, when `take_over`, every quota
+ * is learnt for one lease plus two intervals (grants start from what the
+ * agents report they hold, KeyReport.foreign, and increase nothing), and
+ * the store's live replicas come back as placeholders. Loop thread. */
+void allot__state_forget(allot__state *st, bool take_over);
+
 /* The audit rows of the config allot__state_create() installed, against
  * `before` (the config the store recorded last, or NULL for an empty
  * store: every quota added). Start-up, loop thread. ALLOT_OK or
@@ -293,29 +309,14 @@ int allot__state_quota_get(
 /* Live replicas of `service` (restored ones included), 0 if unknown. */
 uint32_t allot__state_service_replicas(allot__state *st, const char *service);
 
-/* ---- cluster mode (loop thread) ----
- * Every (service, quota) is owned by one member: the rendezvous owner
- * among the members live in this member's view. A quota owned by
- * another is not booked or granted here (its reports are answered with
- * Reply.not_owner); a quota gained is learnt for one lease plus two
- * intervals: grants start from what the agents report they run on
- * (KeyReport.foreign), and increase nothing until the period ends. At
- * start every owned quota is learnt. Cut off (fewer than a majority of
- * members reachable), the member keeps the static ownership and grants
- * no increase. */
-void allot__state_cluster(
-    allot__state *st, const uint64_t *hashes, size_t n, size_t self);
-/* Install a view (`live` has the n members of allot__state_cluster,
- * self included). Returns the number of quotas that changed hands. */
-uint32_t allot__state_view(allot__state *st, const bool *live, bool cut_off);
-
-typedef struct allot__state_owned {
-	uint32_t total; /* (service, quota) pairs known */
-	uint32_t owned; /* of them owned here */
-	uint32_t learning; /* owned and still learnt */
-	bool cut_off;
-} allot__state_owned;
-void allot__state_ownership(allot__state *st, allot__state_owned *ret);
+/* ---- cluster (loop thread) ----
+ * The leader of a Raft cluster (cluster.h) that takes over learns every
+ * quota for one lease plus two intervals from now: grants start from
+ * what the agents report they run on (KeyReport.foreign: the previous
+ * leader's grants, counted as handed out) and increase nothing until
+ * the period ends, or until every replica of the service holds a grant
+ * from this leader. Called by allot__state_forget(st, true). */
+void allot__state_learn(allot__state *st);
 
 /* Append the per-service and per-quota series (Prometheus text). */
 void allot__state_render_metrics(allot__state *st, allot__buf *b);

@@ -410,6 +410,7 @@ allot__store_flush(allot__store *st)
 	struct batch *b = st->cur;
 	st->cur = st->spare;
 	pthread_mutex_unlock(&st->mu);
+	allot__store_tap_usage(st, b);
 
 	/* Normally nothing is left from a failure and the batches swap. */
 	uint64_t lost = 0;

@@ -73,6 +73,8 @@ struct allot__store {
 	int last_error;
 
 	/* Loop thread only. */
+	allot__store_usage_tap usage_tap; /* store_raft.c */
+	void *usage_tap_ctx;
 	struct batch *retry; /* what the last failed commit left */
 	struct batch *spare; /* empty, swapped in at the next flush */
 	struct batch b[3];
@@ -101,5 +103,9 @@ allot__store_now_ms(const allot__store *st)
  * and release them at close. */
 void allot__store_written_init(allot__store *st);
 void allot__store_written_free(allot__store *st);
+
+struct batch;
+/* store_raft.c: the leader's usage rows out of `b` to the tap. */
+void allot__store_tap_usage(allot__store *st, struct batch *b);
 
 #endif

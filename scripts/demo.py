@@ -21,11 +21,16 @@ follow the replica count.
 At the end: a summary computed from the database allotd wrote, and the
 sqlite3 commands to audit the run.
 
-With --cluster, allotd runs as three members (m1, m2, m3; each quota owned
-by one, each member with its own SQLite file). The view adds which member
-serves each caller; midway the member that owns checkout is killed with
-SIGKILL and later restarted: its quotas move to the others, which learn
-what the replicas hold, and back. The summary adds up the members' files.
+With --cluster, allotd runs as a Raft cluster of three members (m1, m2,
+m3; docs/operations.md, "Cluster"): one leader allocates, the others
+follow, and every member's SQLite file holds the whole audit. The
+replicas are given the three members as seeds and follow the leader. The
+view adds which member leads and its epoch; midway the LEADER is killed
+with SIGKILL, a new one takes over (a higher epoch, after waiting out the
+old lease and learning what the replicas hold), and later the old one is
+restarted as a follower. The summary adds the failover (who led, the
+epochs, each caller's admitted rate before, across and after it) and
+reads the audit from one member's file.
 
 Run through scripts/demo, which installs packages and builds first.
 """
@@ -58,6 +63,8 @@ DEFAULT_QUOTA = (10, 20)
 # The change applied midway (single allotd): backfill's (rate, burst).
 APPLIED = (25, 50)
 INTERVAL_MS = 100
+ELECTION_MS = 500  # the cluster's election timeout and leader lease
+LEASE_MS = 3000  # allotd's grant lease (--lease-ms)
 
 
 def config_yaml(backfill=None, review=None):
@@ -129,6 +136,7 @@ class Demo:
         # Cluster mode: name -> {"sync", "http", "db"}; the sync URL list
         # the replicas get (one URL for a single allotd).
         self.members = {}
+        self.failover = {}
         self.coordinators = None
         self.procs = {}
         self.replicas = {}  # name -> (port, Popen)
@@ -235,8 +243,11 @@ class Demo:
         for i in (1, 2, 3):
             name = "m%d" % i
             self.members[name] = {
-                "sync": free_port(), "http": free_port(),
+                "id": i, "sync": free_port(), "http": free_port(),
+                "raft": free_port(),
                 "db": os.path.join(self.dir, "allot-%s.db" % name)}
+        # The replicas' seed list: every member (NAME=URL, the names
+        # only label their log lines); they learn the rest from answers.
         self.coordinators = ",".join(
             "%s=tcp://127.0.0.1:%d" % (n, m["sync"])
             for n, m in self.members.items())
@@ -244,19 +255,43 @@ class Demo:
             self.start_member(name)
         self.http_port = self.members["m1"]["http"]
         self.db = self.members["m1"]["db"]
+        deadline = time.monotonic() + 15
+        while self.leader(self.statuses())[0] is None:
+            if time.monotonic() > deadline:
+                raise SystemExit("demo: no cluster leader; see %s" %
+                                 self.dir)
+            time.sleep(0.05)
+        # A leader learns for one grant lease plus two intervals after it
+        # starts serving (docs/operations.md, "Taking over"): replicas
+        # that start meanwhile get no grant and run on their bootstrap
+        # split, the whole quota each here. The replicas start after it,
+        # so that the run shows the failover's cost, not that one.
+        time.sleep((LEASE_MS + 2 * INTERVAL_MS) / 1000.0 + 0.3)
 
     def start_member(self, name):
         m = self.members[name]
         argv = [os.path.join(self.build, "coordinator", "allotd"),
                 "--config", self.cfg, "--db", m["db"],
+                "--listen", "tcp://127.0.0.1:%d" % m["sync"],
                 "--http", "127.0.0.1:%d" % m["http"],
                 "--interval-ms", str(INTERVAL_MS),
-                "--expiry-intervals", "5", "--lease-ms", "3000",
-                "--self", name]
+                "--expiry-intervals", "5", "--lease-ms", str(LEASE_MS),
+                "--raft-id", str(m["id"]),
+                "--raft-addr", "127.0.0.1:%d" % m["raft"],
+                "--election-ms", str(ELECTION_MS)]
         for n, o in self.members.items():
-            argv += ["--member", "%s=tcp://127.0.0.1:%d" % (n, o["sync"])]
+            argv += ["--seed", "%d=127.0.0.1:%d=tcp://127.0.0.1:%d" % (
+                o["id"], o["raft"], o["sync"])]
         self.spawn(name, argv)
         self.await_http(m["http"], name)
+
+    def leader(self, sts):
+        """(name, epoch) of the member serving as leader, or (None, 0)."""
+        for n, st in sts.items():
+            cl = st.get("cluster") or {}
+            if cl.get("serving"):
+                return n, cl.get("epoch", 0)
+        return None, 0
 
     def statuses(self):
         """/status of every member that answers (one allotd: itself)."""
@@ -273,16 +308,18 @@ class Demo:
         return out
 
     def owners(self, sts):
-        """quota identity -> (member, its quota entry of 'orders'),
-        from the member that owns it now."""
+        """quota identity -> (member, its quota entry of 'orders'), from
+        the member that allocates: the leader (one allotd: itself)."""
         out = {}
+        lead = self.leader(sts)[0] if self.members else None
         for n, st in sts.items():
+            if self.members and n != lead:
+                continue
             for s in st.get("services", []):
                 if s.get("name") != "orders":
                     continue
                 for q in s.get("quotas", []):
-                    if q.get("owned", True):
-                        out.setdefault(q["quota"], (n, q, s))
+                    out.setdefault(q["quota"], (n, q, s))
         return out
 
     def start_replica(self, name):
@@ -376,17 +413,20 @@ class Demo:
                        (svc or {}).get("live_replicas", "?"), INTERVAL_MS,
                        self.http_port))
         if self.members:
-            out.append("cluster: %s up" % (", ".join(
-                "%s (%d quotas%s)" % (
-                    n, sum(1 for o in own.values() if o[0] == n),
-                    ", learning" if any(
-                        o[0] == n and o[1].get("learning")
-                        for o in own.values()) else "")
-                for n in sts) or "no member"))
-        out.append("%-10s %8s %8s %9s %8s %9s %10s %8s%s" % (
+            lead, epoch = self.leader(sts)
+            self.history[-1]["leader"] = lead
+            self.history[-1]["epoch"] = epoch
+            out.append("cluster: %s" % (", ".join(
+                "%s %s" % (n, "LEADER (epoch %d%s)" % (
+                    epoch, ", learning" if any(
+                        o[1].get("learning") for o in own.values())
+                    else "") if n == lead else "follower")
+                for n in sts) or "no member") +
+                ("" if lead else "; no leader serving: replicas run on "
+                 "their grants"))
+        out.append("%-10s %8s %8s %9s %8s %9s %10s %8s" % (
             "caller", "quota/s", "sent/s", "admit/s", "429/s",
-            "global/s", "error", "(R*T)",
-            "  member" if self.members else ""))
+            "global/s", "error", "(R*T)"))
         for name, c in CALLERS.items():
             ident = c[0] if c[1] is not None else "default"
             q = quotas.get(ident, {})
@@ -398,12 +438,10 @@ class Demo:
             units = (adm - rate) / (rate * INTERVAL_MS / 1000.0) \
                 if rate else 0
             out.append("%-10s %8.0f %8.0f %9.0f %8.0f %9.1f %9.1f%% "
-                       "%8.2f%s" % (
+                       "%8.2f" % (
                            name, rate, last.get("sent", 0),
                            last.get("ok", 0), last.get("denied", 0), adm,
-                           err, units,
-                           "  " + own[ident][0] if self.members and
-                           ident in own else ""))
+                           err, units))
         out.append("shares (tokens/s) per replica:")
         reps = sorted({s["replica_id"] for q in quotas.values()
                        for s in q.get("shares", [])})
@@ -463,6 +501,11 @@ class Demo:
             CALLERS.items()))
         kill_at, add_at, apply_at = 0.4 * d, 0.65 * d, 0.25 * d
         member_kill_at, member_back_at = 0.5 * d, 0.8 * d
+        if self.members:
+            # The replica changes come before the leader's kill, so that
+            # the failover is seen on its own (a newcomer's first grants
+            # and an expired replica's share are not the failover's).
+            kill_at, add_at = 0.1 * d, 0.3 * d
         killed = added = False
         victim = None
         start = time.monotonic()
@@ -489,12 +532,17 @@ class Demo:
                 self.log("started replica-5 and replica-6")
                 added = True
             if self.members and victim is None and el >= member_kill_at:
-                victim = self.kill_owner(CALLERS["checkout"][0])
+                victim = self.kill_leader()
+            if self.members and victim and not self.failover.get(
+                    "new_leader"):
+                self.await_takeover()
             if self.members and victim and el >= member_back_at:
                 self.start_member(victim)
-                self.log("restarted member %s on its database: it takes "
-                         "its quotas back and learns them for one lease"
-                         % victim)
+                self.log("restarted member %s on its log and database: "
+                         "it rejoins as a follower and catches up" %
+                         victim)
+                self.failover["restarted_at"] = round(
+                    time.monotonic() - self.t0, 1)
                 victim = ""
 
             self.frame()
@@ -505,22 +553,47 @@ class Demo:
             lg.send_signal(signal.SIGINT)
             lg.wait(timeout=10)
         final = http_json(self.http_port, "/status")
+        if self.members:
+            # The audit is read from one member's file: every member
+            # holds all of it. The new leader's (up the whole run).
+            name = self.failover.get("new_leader") or "m1"
+            self.db = self.members[name]["db"]
         self.stop_all()
         self.summary(final)
 
-    def kill_owner(self, ident):
-        own = self.owners(self.statuses())
-        name = own.get(ident, ("m1",))[0]
+    def kill_leader(self):
+        name, epoch = self.leader(self.statuses())
+        name = name or "m1"
         p = self.procs.pop(name)
         p.kill()
         p.wait()
-        self.log("killed member %s with SIGKILL (it owned %s): the "
-                 "replicas move its quotas to the others, which learn "
-                 "what they hold" % (name, ", ".join(
-                     n for n, c in CALLERS.items()
-                     if own.get(c[0] if c[1] else "default",
-                                ("",))[0] == name)))
+        t = time.monotonic() - self.t0
+        self.failover = {"killed": name, "epoch_before": epoch,
+                         "killed_at": round(t, 1)}
+        self.log("killed the leader %s (epoch %d) with SIGKILL: the "
+                 "replicas keep their grants and look for the new leader"
+                 % (name, epoch))
         return name
+
+    def await_takeover(self, timeout=10.0):
+        """Poll (every 50 ms, at most `timeout` s) until another member
+        serves, and log it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            name, epoch = self.leader(self.statuses())
+            if name is not None and name != self.failover["killed"]:
+                t = time.monotonic() - self.t0
+                self.failover.update({
+                    "new_leader": name, "epoch_after": epoch,
+                    "took_over_at": round(t, 1),
+                    "takeover_s": round(t - self.failover["killed_at"],
+                                        1)})
+                self.log("%s leads from epoch %d, %.1f s after the kill "
+                         "(it waited out the old lease, then learns what "
+                         "the replicas hold)" % (
+                             name, epoch, self.failover["takeover_s"]))
+                return
+            time.sleep(0.05)
 
     # ---- the summary, from the database ----
 
@@ -532,24 +605,52 @@ class Demo:
         return json.loads(r.stdout or "[]")
 
     def usage_per_second(self):
-        """Usage rows per (quota, second); a cluster's members each hold
-        those of the quotas they owned, added up here."""
+        """Usage rows per (quota, second), from one file (in a cluster,
+        every member's file holds every row)."""
         q = ("SELECT quota, at / 1000 AS second, admitted, denied, "
              "live_replicas FROM usage WHERE service = 'orders' "
              "ORDER BY at")
-        dbs = [m["db"] for m in self.members.values()] or [self.db]
         rows = {}
-        for db in dbs:
-            for r in self.sql(q, db):
-                k = (r["quota"], r["second"])
-                if k in rows:
-                    rows[k]["admitted"] += r["admitted"]
-                    rows[k]["denied"] += r["denied"]
-                    rows[k]["live_replicas"] = max(
-                        rows[k]["live_replicas"], r["live_replicas"])
-                else:
-                    rows[k] = dict(r)
+        for r in self.sql(q, self.db):
+            k = (r["quota"], r["second"])
+            if k in rows:
+                rows[k]["admitted"] += r["admitted"]
+                rows[k]["denied"] += r["denied"]
+                rows[k]["live_replicas"] = max(
+                    rows[k]["live_replicas"], r["live_replicas"])
+            else:
+                rows[k] = dict(r)
         return [rows[k] for k in sorted(rows, key=lambda k: (k[1], k[0]))]
+
+    def failover_rates(self):
+        """Per caller, the load generator's admitted and denied requests
+        per second before the kill, across the failover (from the kill to
+        two seconds after the new leader serves) and after, from the
+        frames' per-second figures."""
+        f = self.failover
+        if not f.get("took_over_at"):
+            return {}
+        k0, k1 = f["killed_at"], f["took_over_at"] + 2.0
+        out = {}
+        for name in CALLERS:
+            win = {"before": [], "across": [], "after": []}
+            for h in self.history:
+                lc = {c.get("name"): c for c in
+                      (h.get("loadgen") or {}).get("callers", [])}
+                x = lc.get(name, {})
+                last = x.get("last", x)
+                if not last:
+                    continue
+                w = "before" if h["t"] < k0 else \
+                    "across" if h["t"] <= k1 else "after"
+                win[w].append(last)
+            out[name] = {
+                w: {"seconds": len(v),
+                    "admitted_per_s": round(sum(x.get("ok", 0) for x in v)
+                                            / len(v), 1) if v else 0,
+                    "denied": sum(x.get("denied", 0) for x in v)}
+                for w, v in win.items()}
+        return out
 
     def summary(self, final_status):
         try:
@@ -565,6 +666,9 @@ class Demo:
         result = {"dir": self.dir, "db": self.db, "callers": {},
                   "events": self.events, "replicas": replicas_hist,
                   "dbs": [m["db"] for m in self.members.values()]}
+        if self.members:
+            result["failover"] = dict(self.failover)
+            result["failover"]["callers"] = self.failover_rates()
         print()
         print("summary: requests from the load generator; admitted and "
               "denied in tokens (cost-weighted) from allotd's database")
@@ -624,6 +728,25 @@ class Demo:
                                 adm / len(rows) if rows else 0))
         counts = sorted({r["live_replicas"] for r in per_sec})
         result["live_replica_counts"] = counts
+        if self.members and self.failover.get("new_leader"):
+            f = self.failover
+            print()
+            print("failover: leader %s (epoch %d) killed at %.1fs; %s "
+                  "leads from epoch %d, %.1f s later; %s restarted as a "
+                  "follower at %.1fs" % (
+                      f["killed"], f["epoch_before"], f["killed_at"],
+                      f["new_leader"], f["epoch_after"], f["takeover_s"],
+                      f["killed"], f.get("restarted_at", 0)))
+            print("%-10s %22s %22s %22s" % (
+                "caller", "before: admit/s 429", "across: admit/s 429",
+                "after: admit/s 429"))
+            for name, w in result["failover"]["callers"].items():
+                print("%-10s" % name + "".join(
+                    "%16.1f %5d" % (w[k]["admitted_per_s"],
+                                    w[k]["denied"])
+                    for k in ("before", "across", "after")))
+            print("audit read from %s (every member's file holds all of "
+                  "it)" % self.db)
         print()
         print("live replica counts seen by allotd: %s" % counts)
         for e in self.events:
@@ -644,9 +767,8 @@ class Demo:
             print('  sqlite3 -readonly -header -column %s "%s"' % (
                 self.db, q))
         if self.members:
-            print("  %s audit %s   # every member's file at once" % (
-                os.path.join(self.build, "tools", "allotctl"),
-                " ".join(m["db"] for m in self.members.values())))
+            print("  # any member's file holds the whole audit: %s" %
+                  " ".join(m["db"] for m in self.members.values()))
         print("  (docs/operations.md explains every table and view)")
         if self.args.summary_json:
             with open(self.args.summary_json, "w") as f:
@@ -666,8 +788,9 @@ def main():
                     help="print frames one after another")
     ap.add_argument("--summary-json", help="write the summary here")
     ap.add_argument("--cluster", action="store_true",
-                    help="three allotd members instead of one; the owner "
-                    "of checkout's quota is killed midway and restarted")
+                    help="a Raft cluster of three allotd members instead "
+                    "of one; the leader is killed midway, a new one takes "
+                    "over, and the old one is restarted as a follower")
     args = ap.parse_args()
     if args.duration < 8:
         ap.error("--duration must be at least 8 seconds")

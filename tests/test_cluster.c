@@ -1,20 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A three-member allotd cluster on loopback with real allotd processes
- * and in-process agents syncing with all three: every key is reported
- * to its rendezvous owner, a member killed with SIGKILL under load is
- * detected after consecutive missed exchanges and its keys are served
- * by their next owners (with `fallback: closed` quotas, so a key left
- * behind would deny everything once its lease ran out), and a restarted
- * member takes its keys back. An agent cut off from one member only
- * (through the fault suite's TCP relay, blackholed: whole messages
- * vanish and the connection stays open) moves that member's keys
- * alone, while the other agents keep syncing with it. Timings and the
- * allowance sums seen on the way are printed for docs/operations.md.
+ * liballot agents against a Raft cluster of three real allotd members on
+ * loopback (docs/operations.md, "Agents in a cluster"), under load:
+ *
+ * - each agent is given ONE member as its seed, a different one each,
+ *   and finds the leader from it (NOT_LEADER), learning every member;
+ * - the leader is SIGKILLed: the agents follow the new leader (a higher
+ *   epoch), and a caller well under its quota sees no denial through the
+ *   failover;
+ * - the killed member restarts, as a follower on its own log;
+ * - the new leader is SIGSTOPped until another is elected, then
+ *   continued: the agents follow the third leader, and nothing the
+ *   stopped one might still say is applied (every agent's epoch only
+ *   increases, sampled; a Reply of a lower epoch would be counted in
+ *   stale_epoch and dropped: tests/test_follow.c takes that path on cue);
+ * - all along, a sampler logs every agent's (time, key, epoch, allowance)
+ *   to a file in the test directory every 10 ms, and the allowances of
+ *   the loaded quota summed over the agents never exceed R at any sample
+ *   (the documented bound: a new leader grants within what the agents
+ *   hold while the old grants run out, docs/operations.md "Taking over").
+ *
+ * Every wait is bounded in time and every loop in count.
  */
 #include <check.h>
-#include <math.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,647 +34,368 @@
 
 #include <allot/allot.h>
 
-#include "fault/relay.h"
 #include "proto_client.h"
-#include "rendezvous.h"
 #include "runner.h"
 
-#define NMEM 3
-#define NAG 3
-#define NKEY 9
-#define RATE 300.0
-#define INTERVAL_MS 100
+#define NM 3 /* members */
+#define NA 3 /* agents */
+#define ELECTION_MS 500
+#define R_HOT 300.0
+
+static const char *const CFG = "quotas:\n"
+                               "  default: {tokens_per_second: 50, burst: "
+                               "50}\n"
+                               "  callers:\n"
+                               "    - identity: hot\n"
+                               "      tokens_per_second: 300\n"
+                               "      burst: 300\n"
+                               "    - identity: calm\n"
+                               "      tokens_per_second: 600\n"
+                               "      burst: 600\n";
 
 typedef struct member {
-	const char *cfg; /* NULL: the cluster's */
-	const char *cert, *ca; /* tls+tcp:// members: --tls-cert, --tls-ca */
-	char name[8];
-	char url[64];
-	char db[128];
-	char log[128];
-	int http;
+	int raft, listen, http;
+	char url[64], raftaddr[64], db[256], log[256], cfg[256], admin[256];
 	pid_t pid;
+	bool up;
 } member;
 
-typedef struct cluster {
-	char dir[64];
-	char cfg[128];
-	char list[512];
-	member m[NMEM];
-	uint64_t hashes[NMEM];
-	int owner[NKEY]; /* with every member up */
-} cluster;
+static char dir[64];
+static member ms[NM];
+
+static int
+fresh_port(void)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		int p = pc_free_port();
+		bool used = false;
+		for (int i = 0; i < NM; i++)
+			used |= ms[i].raft == p || ms[i].listen == p ||
+			    ms[i].http == p;
+		if (!used)
+			return p;
+	}
+	ck_abort_msg("no free port");
+	return -1;
+}
 
 static void
-start_member(cluster *c, int i)
+member_init(int i)
 {
-	member *m = &c->m[i];
-	char http[32], mem[NMEM][96];
+	member *m = &ms[i];
+	m->raft = fresh_port();
+	m->listen = fresh_port();
+	m->http = fresh_port();
+	snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", m->listen);
+	snprintf(m->raftaddr, sizeof m->raftaddr, "127.0.0.1:%d", m->raft);
+	snprintf(m->db, sizeof m->db, "%s/m%d.db", dir, i + 1);
+	snprintf(m->log, sizeof m->log, "%s/m%d.log", dir, i + 1);
+	snprintf(m->cfg, sizeof m->cfg, "%s/q%d.yaml", dir, i + 1);
+	snprintf(m->admin, sizeof m->admin, "%s/a%d.sock", dir, i + 1);
+	pc_write_file(m->cfg, CFG);
+}
+
+static void
+member_start(int i)
+{
+	member *m = &ms[i];
+	char id[16], http[32], el[16], seeds[NM][160];
+	snprintf(id, sizeof id, "%d", i + 1);
 	snprintf(http, sizeof http, "127.0.0.1:%d", m->http);
-	for (int j = 0; j < NMEM; j++)
-		snprintf(
-		    mem[j], sizeof mem[j], "%s=%s", c->m[j].name, c->m[j].url);
-	const char *args[] = { "--config", m->cfg ? m->cfg : c->cfg, "--db",
-		m->db, "--http", http, "--interval-ms", "100",
-		"--expiry-intervals", "5", "--lease-ms", "1000", "--member",
-		mem[0], "--member", mem[1], "--member", mem[2], "--self",
-		m->name, m->cert != NULL ? "--tls-cert" : NULL, m->cert,
-		"--tls-ca", m->ca, NULL };
+	snprintf(el, sizeof el, "%d", ELECTION_MS);
+	const char *args[48] = { "--config", m->cfg, "--db", m->db, "--listen",
+		m->url, "--http", http, "--admin-socket", m->admin,
+		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
+		m->raftaddr, "--election-ms", el, NULL };
+	int n = 18;
+	for (int j = 0; j < NM; j++) {
+		snprintf(seeds[j], sizeof seeds[j], "%d=%s=%s", j + 1,
+		    ms[j].raftaddr, ms[j].url);
+		args[n++] = "--seed";
+		args[n++] = seeds[j];
+	}
+	args[n] = NULL;
 	m->pid = pc_allotd_start(args, m->http, m->log);
+	m->up = true;
+}
+
+static bool
+serving(const member *m)
+{
+	int st = 0;
+	char *body = pc_http_get(m->http, "/status", &st);
+	bool yes = body != NULL && st == 200 &&
+	    strstr(body, "\"serving\":true") != NULL;
+	free(body);
+	return yes;
+}
+
+/* The one serving member among those up, within `timeout_ms`; -1: none. */
+static int
+wait_leader(int timeout_ms)
+{
+	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
+	do {
+		int who = -1, count = 0;
+		for (int i = 0; i < NM; i++)
+			if (ms[i].up && serving(&ms[i])) {
+				who = i;
+				count++;
+			}
+		ck_assert_int_le(count, 1);
+		if (who >= 0)
+			return who;
+		pc_sleep_ms(10);
+	} while (pc_now_ms() < until);
+	return -1;
+}
+
+/* ---- agents under load ---- */
+
+typedef struct agent {
+	allot_agent *a;
+	allot_key *hot, *calm;
+	pthread_t th;
+	_Atomic uint64_t calm_denied;
+	_Atomic uint64_t calm_allowed;
+	_Atomic uint64_t hot_allowed;
+	uint64_t last_epoch; /* sampler only */
+} agent;
+
+static agent as[NA];
+static _Atomic bool load_stop;
+
+/* About 500/s on "hot" (over its share: the allocation is contended) and
+ * 25/s on "calm" (a twentieth of its share: never denied). */
+static void *
+load_main(void *arg)
+{
+	agent *g = arg;
+	for (uint64_t i = 0; i < 1000000 && !atomic_load(&load_stop); i++) {
+		allot_decision d;
+		allot_acquire(g->a, g->hot, 1, &d);
+		if (d.allowed)
+			atomic_fetch_add(&g->hot_allowed, 1);
+		if (i % 20 == 0) {
+			allot_acquire(g->a, g->calm, 1, &d);
+			atomic_fetch_add(
+			    d.allowed ? &g->calm_allowed : &g->calm_denied, 1);
+		}
+		pc_sleep_ms(2);
+	}
+	return NULL;
 }
 
 static void
-cluster_init(cluster *c)
-{
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-cluster-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	FILE *f = fopen(c->cfg, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
-	      "  callers:\n",
-	    f);
-	for (int k = 0; k < NKEY; k++)
-		fprintf(f,
-		    "    - identity: c%d\n      tokens_per_second: %.0f"
-		    "\n      burst: %.0f\n      fallback: closed\n",
-		    k, RATE, RATE);
-	fclose(f);
-	for (int i = 0; i < NMEM; i++) {
-		member *m = &c->m[i];
-		snprintf(m->name, sizeof m->name, "m%d", i + 1);
-		snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d",
-		    pc_free_port());
-		snprintf(m->db, sizeof m->db, "%s/%s.db", c->dir, m->name);
-		snprintf(m->log, sizeof m->log, "%s/%s.log", c->dir, m->name);
-		m->http = pc_free_port();
-		c->hashes[i] = allot__rendezvous_member(m->name);
-		size_t l = strlen(c->list);
-		snprintf(c->list + l, sizeof c->list - l, "%s%s=%s",
-		    i ? "," : "", m->name, m->url);
-	}
-	for (int k = 0; k < NKEY; k++) {
-		char id[8];
-		snprintf(id, sizeof id, "c%d", k);
-		c->owner[k] = allot__rendezvous_owner(
-		    allot__rendezvous_key("svc", id), c->hashes, NULL, NMEM);
-	}
-}
-
-static void
-cluster_fini(cluster *c)
-{
-	for (int i = 0; i < NMEM; i++)
-		pc_allotd_stop(c->m[i].pid, 5000);
-	char cmd[160];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);
-	free(pc_shell(cmd));
-}
-
-static allot_agent *
-mkagent(const cluster *c, const char *replica)
+agent_start(agent *g, const char *seed, const char *replica)
 {
 	char err[256];
 	allot_config *cfg;
 	ck_assert_int_eq(
-	    allot_config_load(c->cfg, err, sizeof err, &cfg), ALLOT_OK);
+	    allot_config_parse("q", CFG, strlen(CFG), err, sizeof err, &cfg),
+	    ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
-	o.coordinator = c->list;
+	o.coordinator = seed;
 	o.service = "svc";
 	o.replica_id = replica;
-	o.sync_interval_ms = INTERVAL_MS;
+	o.sync_interval_ms = 100;
+	o.initial_replicas = NA;
 	o.reconnect_min_ms = 50;
-	o.reconnect_max_ms = 200;
-	o.initial_replicas = NAG;
-	allot_agent *a;
-	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	o.reconnect_max_ms = 500;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &g->a), ALLOT_OK);
 	allot_config_free(cfg);
-	return a;
+	ck_assert_int_eq(
+	    allot_key_resolve(g->a, "hot", "/x", &g->hot), ALLOT_OK);
+	ck_assert_int_eq(
+	    allot_key_resolve(g->a, "calm", "/x", &g->calm), ALLOT_OK);
 }
 
-static double
-rate_of(allot_agent *a, int k)
+static FILE *samples;
+static uint64_t t0;
+/* The largest sum of "hot" allowances sampled, and when: asserted within
+ * R at the end, after the rest (so that a failure reports everything). */
+static double worst_sum;
+static uint64_t worst_at;
+
+/* One sample: every agent's (time, key, epoch, allowance) logged; the
+ * allowances of "hot" summed over agents within R; each agent's epoch
+ * never lower than before. Returns the lowest epoch among the agents. */
+static uint64_t
+sample(void)
 {
-	char id[16];
-	snprintf(id, sizeof id, "c%d", k);
-	allot_key *key;
-	ck_assert_int_eq(allot_key_resolve(a, id, "/x", &key), ALLOT_OK);
-	allot_key_stats st;
-	allot_key_stats_get(a, key, &st);
-	return st.rate;
+	double sum = 0;
+	uint64_t low = UINT64_MAX;
+	uint64_t t = pc_now_ms() - t0;
+	for (int i = 0; i < NA; i++) {
+		allot_key_stats ks, kc;
+		allot_sync_stats ss;
+		allot_key_stats_get(as[i].a, as[i].hot, &ks);
+		allot_key_stats_get(as[i].a, as[i].calm, &kc);
+		allot_sync_stats_get(as[i].a, &ss);
+		fprintf(samples,
+		    "%" PRIu64 " agent%d hot %" PRIu64 " %.3f\n"
+		    "%" PRIu64 " agent%d calm %" PRIu64 " %.3f %.3f\n",
+		    t, i, ss.leader_epoch, ks.rate, t, i, ss.leader_epoch,
+		    kc.rate, kc.limit);
+		ck_assert_msg(ss.leader_epoch >= as[i].last_epoch,
+		    "agent %d: epoch %" PRIu64 " after %" PRIu64, i,
+		    ss.leader_epoch, as[i].last_epoch);
+		as[i].last_epoch = ss.leader_epoch;
+		sum += ks.rate;
+		if (ss.leader_epoch < low)
+			low = ss.leader_epoch;
+	}
+	if (sum > worst_sum) {
+		worst_sum = sum;
+		worst_at = t;
+	}
+	return low;
 }
 
-/* Offered load: 20 tokens/s per key per agent (60 of 300 per key), far
- * below every share, so a denial is the limiter's fault. */
-typedef struct load {
-	uint64_t offered, denied;
-	uint64_t denied_at[NAG][NKEY];
-	double max_sum_ratio; /* max over keys and samples of sum/R */
-} load;
-
+/* Sample every 10 ms for `ms` milliseconds. */
 static void
-run_load(allot_agent **as, load *l, unsigned ms)
+sample_for(int ms_)
 {
-	uint64_t end = pc_now_ms() + ms;
-	while (pc_now_ms() < end) {
-		for (int k = 0; k < NKEY; k++) {
-			char id[8];
-			snprintf(id, sizeof id, "c%d", k);
-			double sum = 0;
-			for (int i = 0; i < NAG; i++) {
-				allot_decision d;
-				allot_acquire_id(as[i], id, "/x", 1, &d);
-				l->offered++;
-				l->denied += !d.allowed;
-				l->denied_at[i][k] += !d.allowed;
-				sum += rate_of(as[i], k);
-			}
-			if (sum / RATE > l->max_sum_ratio)
-				l->max_sum_ratio = sum / RATE;
-		}
-		pc_sleep_ms(50);
-	}
-}
-
-/* Until no agent runs a key on an allowance its owner has not answered
- * for (allot_sync_stats.keys_unconfirmed). */
-static void
-await_confirmed(allot_agent **as, int timeout_ms, load *l)
-{
-	uint64_t t0 = pc_now_ms();
-	for (;;) {
-		int at = 0;
-		for (int i = 0; i < NAG; i++) {
-			allot_sync_stats ss;
-			allot_sync_stats_get(as[i], &ss);
-			at += ss.keys_unconfirmed == 0;
-		}
-		if (at == NAG)
-			return;
-		ck_assert_msg(pc_now_ms() - t0 < (uint64_t) timeout_ms,
-		    "keys not confirmed by their owners");
-		run_load(as, l, 10);
-	}
-}
-
-static void
-await_members_down(allot_agent **as, uint32_t want, int timeout_ms,
-    allot_agent **busy, load *l)
-{
-	uint64_t t0 = pc_now_ms();
-	for (;;) {
-		int at = 0;
-		for (int i = 0; i < NAG; i++) {
-			allot_sync_stats ss;
-			allot_sync_stats_get(as[i], &ss);
-			at += ss.members_down == want;
-		}
-		if (at == NAG)
-			return;
-		ck_assert_msg(pc_now_ms() - t0 < (uint64_t) timeout_ms,
-		    "agents did not see %u members down", want);
-		run_load(busy, l, 10);
-	}
-}
-
-START_TEST(failover_and_return)
-{
-	cluster c;
-	cluster_init(&c);
-	int owned[NMEM] = { 0 };
-	for (int k = 0; k < NKEY; k++)
-		owned[c.owner[k]]++;
-	/* The member that owns most keys is the one to kill. */
-	int victim = 0;
-	for (int i = 1; i < NMEM; i++)
-		if (owned[i] > owned[victim])
-			victim = i;
-	ck_assert_int_gt(owned[victim], 0);
-	for (int i = 0; i < NMEM; i++)
-		start_member(&c, i);
-	allot_agent *as[NAG];
-	for (int i = 0; i < NAG; i++) {
-		char id[8];
-		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent(&c, id);
-	}
-	/* Every agent registers with every member. */
-	uint64_t t0 = pc_now_ms();
-	for (;;) {
-		int ready = 0;
-		for (int i = 0; i < NAG; i++) {
-			allot_sync_stats ss;
-			allot_sync_stats_get(as[i], &ss);
-			ck_assert_uint_eq(ss.members, NMEM);
-			ready += ss.registers >= NMEM && ss.connected;
-		}
-		if (ready == NAG)
-			break;
-		ck_assert_msg(pc_now_ms() - t0 < 10000, "agents not ready");
+	uint64_t end = pc_now_ms() + (uint64_t) ms_;
+	for (int i = 0; i < 100000 && pc_now_ms() < end; i++) {
+		sample();
 		pc_sleep_ms(10);
 	}
-	/* Warm-up: a newcomer's first grants come from headroom the
-	 * others give back (docs/allocation.md), so early denials are the
-	 * allocator's bootstrap, not the cluster's. */
-	load warm = { 0 };
-	run_load(as, &warm, 1500);
-	load steady = { 0 };
-	run_load(as, &steady, 1000);
-	ck_assert_uint_eq(steady.denied, 0);
-	ck_assert_msg(steady.max_sum_ratio <= 1.0 + 1e-9,
-	    "steady state: agents hold %.3f x R", steady.max_sum_ratio);
-
-	/* Kill the victim under load. */
-	kill(c.m[victim].pid, SIGKILL);
-	pc_wait_exit(c.m[victim].pid, 5000);
-	c.m[victim].pid = 0;
-	uint64_t killed = pc_now_ms();
-	load fo = { 0 };
-	await_members_down(as, 1, 5000, as, &fo);
-	uint64_t detected = pc_now_ms() - killed;
-	/* Served by the new owners: every moved key has had its share
-	 * from its new owner (learnt from what the agents hold). */
-	await_confirmed(as, 5000, &fo);
-	uint64_t served = pc_now_ms() - killed;
-	/* Past the victim's lease (1 s): its keys, with closed fallback,
-	 * would deny everything had they not moved. */
-	run_load(as, &fo, 2000);
-	for (int i = 0; i < NAG; i++) {
-		allot_sync_stats ss;
-		allot_sync_stats_get(as[i], &ss);
-		ck_assert_uint_ge(ss.reroutes, (uint64_t) owned[victim]);
-		ck_assert(!ss.in_fallback);
-		for (int k = 0; k < NKEY; k++)
-			ck_assert_msg(rate_of(as[i], k) > 0,
-			    "agent %d key c%d has no allowance", i, k);
-	}
-	fprintf(stderr,
-	    "cluster: victim m%d owned %d of %d keys; down "
-	    "detected after %llu ms, keys served by their new owners after "
-	    "%llu ms (T = %d ms); failover: %llu of %llu "
-	    "requests denied, max sum of allowances %.3f x R\n",
-	    victim + 1, owned[victim], NKEY, (unsigned long long) detected,
-	    (unsigned long long) served, INTERVAL_MS,
-	    (unsigned long long) fo.denied, (unsigned long long) fo.offered,
-	    fo.max_sum_ratio);
-	/* The issue's target is 3 intervals; the bound asserted here has
-	 * room for a loaded 2-core CI machine, and bench/run cluster
-	 * prints the figure. */
-	ck_assert_uint_le(served, 10 * INTERVAL_MS);
-	ck_assert_uint_eq(fo.denied, 0);
-	/* One interval of the offered traffic (60 tokens/s per key). */
-	ck_assert_double_le(
-	    fo.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS / 1000.0 / RATE);
-
-	/* Restart it on its database: its keys move back. */
-	start_member(&c, victim);
-	uint64_t restarted = pc_now_ms();
-	load back = { 0 };
-	await_members_down(as, 0, 5000, as, &back);
-	await_confirmed(as, 5000, &back);
-	uint64_t returned = pc_now_ms() - restarted;
-	run_load(as, &back, 1500);
-	for (int i = 0; i < NAG; i++)
-		for (int k = 0; k < NKEY; k++)
-			ck_assert(rate_of(as[i], k) > 0);
-	fprintf(stderr,
-	    "cluster: m%d back after %llu ms; return: %llu of "
-	    "%llu requests denied, max sum of allowances %.3f x R\n",
-	    victim + 1, (unsigned long long) returned,
-	    (unsigned long long) back.denied,
-	    (unsigned long long) back.offered, back.max_sum_ratio);
-	ck_assert_uint_eq(back.denied, 0);
-	ck_assert_double_le(
-	    back.max_sum_ratio, 1.0 + 60.0 * INTERVAL_MS / 1000.0 / RATE);
-	for (int i = 0; i < NAG; i++)
-		allot_agent_destroy(as[i]);
-
-	/* A cluster-wide audit over the members' stores: each member's
-	 * file holds the consumption of the keys it owned, and the view
-	 * changes are event rows. */
-	for (int i = 0; i < NMEM; i++) {
-		kill(c.m[i].pid, SIGTERM);
-		ck_assert_int_eq(pc_wait_exit(c.m[i].pid, 5000), 0);
-		c.m[i].pid = 0;
-	}
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "%s/tools/allotctl audit %s %s %s 2>&1",
-	    getenv("ALLOT_BUILD_DIR"), c.m[0].db, c.m[1].db, c.m[2].db);
-	char *out = pc_shell(cmd);
-	ck_assert_ptr_nonnull(out);
-	const char *cons = strstr(out, "== Consumption");
-	const char *ev = strstr(out, "== Events");
-	ck_assert_msg(cons != NULL && ev != NULL, "audit:\n%s", out);
-	for (int i = 0; i < NMEM; i++)
-		ck_assert_msg(strstr(cons, c.m[i].db) != NULL &&
-		        strstr(cons, c.m[i].db) < ev,
-		    "no consumption from %s:\n%s", c.m[i].db, out);
-	ck_assert_msg(
-	    strstr(ev, "cluster_view") != NULL, "no view events:\n%s", out);
-	free(out);
-	cluster_fini(&c);
-}
-END_TEST
-
-static uint32_t
-down_of(allot_agent *a)
-{
-	allot_sync_stats ss;
-	allot_sync_stats_get(a, &ss);
-	return ss.members_down;
 }
 
-START_TEST(agent_cut_off_from_one_member)
+/* Sample until every agent synced with a leader of epoch above `above`
+ * and that leader answered for each of its keys; returns that epoch. */
+static uint64_t
+sample_until_followed(uint64_t above, int timeout_ms)
 {
-	cluster c;
-	cluster_init(&c);
-	for (int i = 0; i < NMEM; i++)
-		start_member(&c, i);
-	/* Agent r0 reaches m2 through the relay; r1 and r2 directly. The
-	 * name, not the address, decides ownership. */
-	int cut = 1;
-	int port = atoi(strrchr(c.m[cut].url, ':') + 1);
-	fault_relay *r;
-	ck_assert_int_eq(fault_relay_start(port, 7, &r), 0);
-	char direct[sizeof c.list];
-	memcpy(direct, c.list, sizeof direct);
-	c.list[0] = '\0';
-	for (int i = 0; i < NMEM; i++) {
-		size_t l = strlen(c.list);
-		if (i == cut)
-			snprintf(c.list + l, sizeof c.list - l,
-			    "%s%s=tcp://127.0.0.1:%d", i ? "," : "",
-			    c.m[i].name, fault_relay_port(r));
-		else
-			snprintf(c.list + l, sizeof c.list - l, "%s%s=%s",
-			    i ? "," : "", c.m[i].name, c.m[i].url);
-	}
-	allot_agent *as[NAG];
-	as[0] = mkagent(&c, "r0");
-	memcpy(c.list, direct, sizeof direct);
-	as[1] = mkagent(&c, "r1");
-	as[2] = mkagent(&c, "r2");
-	load warm = { 0 };
-	run_load(as, &warm, 2500);
-	load steady = { 0 };
-	run_load(as, &steady, 500);
-	ck_assert_uint_eq(steady.denied, 0);
-	for (int i = 0; i < NAG; i++)
-		ck_assert_uint_eq(down_of(as[i]), 0);
-
-	fault_relay_set_blackhole(r, true);
-	load cutl = { 0 };
-	uint64_t t0 = pc_now_ms();
-	while (down_of(as[0]) != 1) {
-		ck_assert_msg(pc_now_ms() - t0 < 5000,
-		    "r0 did not see m2 "
-		    "down");
-		run_load(as, &cutl, 10);
-	}
-	/* Past m2's lease (1 s). m2 is alive for the other members, so
-	 * they do not own its keys and refuse r0's reports of them
-	 * (Reply.not_owner): r0's m2 keys run out their lease and fall
-	 * back (closed here: they deny), and nothing else changes. */
-	run_load(as, &cutl, 2000);
-	ck_assert_uint_eq(down_of(as[0]), 1);
-	ck_assert_uint_eq(down_of(as[1]), 0);
-	ck_assert_uint_eq(down_of(as[2]), 0);
-	allot_sync_stats ss;
-	allot_sync_stats_get(as[1], &ss);
-	ck_assert_uint_eq(ss.reroutes, 0);
-	ck_assert(!ss.in_fallback);
-	allot_sync_stats_get(as[0], &ss);
-	ck_assert_uint_gt(ss.not_owner, 0);
-	ck_assert(ss.in_fallback);
-	int cut_keys = 0;
-	for (int k = 0; k < NKEY; k++) {
-		bool of_cut = c.owner[k] == cut;
-		cut_keys += of_cut;
-		for (int i = 1; i < NAG; i++)
-			ck_assert_uint_eq(cutl.denied_at[i][k], 0);
-		if (of_cut) {
-			ck_assert_msg(rate_of(as[0], k) == 0,
-			    "r0's key c%d (m2's) should be on its closed "
-			    "fallback",
-			    k);
-			ck_assert_uint_gt(cutl.denied_at[0][k], 0);
-		} else {
-			ck_assert(rate_of(as[0], k) > 0);
-			ck_assert_uint_eq(cutl.denied_at[0][k], 0);
+	uint64_t end = pc_now_ms() + (uint64_t) timeout_ms;
+	for (int i = 0; i < 100000; i++) {
+		uint64_t low = sample();
+		bool all = low > above;
+		for (int k = 0; k < NA && all; k++) {
+			allot_sync_stats ss;
+			allot_sync_stats_get(as[k].a, &ss);
+			all = ss.connected && ss.keys_unconfirmed == 0 &&
+			    ss.syncs_ok > 0;
 		}
+		if (all)
+			return low;
+		ck_assert_msg(pc_now_ms() < end,
+		    "agents not all on a leader above epoch %" PRIu64
+		    " after %d ms",
+		    above, timeout_ms);
+		pc_sleep_ms(10);
 	}
-	ck_assert_int_gt(cut_keys, 0);
+	ck_abort_msg("sampling did not end");
+	return 0;
+}
 
-	/* The path heals: m2's keys go back to it for r0. m2 expired r0
-	 * meanwhile, so r0 registers again as a newcomer there, and a
-	 * newcomer's first grant comes only from headroom the others give
-	 * back (docs/allocation.md): its m2 keys, on their closed
-	 * fallback, deny until that grant, for about one interval. */
-	fault_relay_set_blackhole(r, false);
-	load heal = { 0 };
+START_TEST(agents_follow_the_leader)
+{
+	snprintf(dir, sizeof dir, "/tmp/allot-cluster-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	memset(ms, 0, sizeof ms);
+	for (int i = 0; i < NM; i++)
+		member_init(i);
+	for (int i = 0; i < NM; i++)
+		member_start(i);
+	int l1 = wait_leader(15000);
+	ck_assert_int_ge(l1, 0);
+	char path[128];
+	snprintf(path, sizeof path, "%s/samples.txt", dir);
+	samples = fopen(path, "w");
+	ck_assert_ptr_nonnull(samples);
+	setvbuf(samples, NULL, _IOLBF, 0); /* whole rows even on a failure */
 	t0 = pc_now_ms();
-	while (down_of(as[0]) != 0) {
-		ck_assert_msg(pc_now_ms() - t0 < 10000,
-		    "r0 did not see m2 "
-		    "again");
-		run_load(as, &heal, 10);
+	worst_sum = 0;
+
+	/* Each agent knows one member: two of them a follower. */
+	memset(as, 0, sizeof as);
+	atomic_store(&load_stop, false);
+	const char *names[NA] = { "r1", "r2", "r3" };
+	for (int i = 0; i < NA; i++)
+		agent_start(&as[i], ms[i].url, names[i]);
+	for (int i = 0; i < NA; i++)
+		ck_assert_int_eq(
+		    pthread_create(&as[i].th, NULL, load_main, &as[i]), 0);
+	uint64_t e1 = sample_until_followed(0, 10000);
+	for (int i = 0; i < NA; i++) {
+		allot_sync_stats ss;
+		allot_sync_stats_get(as[i].a, &ss);
+		ck_assert_uint_eq(ss.members, NM);
+		if (i != l1)
+			ck_assert_uint_ge(ss.not_leader, 1);
 	}
-	uint64_t healed = pc_now_ms() - t0;
-	run_load(as, &heal, 1000);
+	sample_for(1000);
+
+	/* SIGKILL the leader: the agents follow the new one. */
+	uint64_t killed_at = pc_now_ms();
+	kill(ms[l1].pid, SIGKILL);
+	pc_allotd_stop(ms[l1].pid, 5000);
+	ms[l1].pid = 0;
+	ms[l1].up = false;
+	uint64_t e2 = sample_until_followed(e1, 15000);
 	fprintf(stderr,
-	    "cluster: cut-off agent saw m2 again after %llu ms; "
-	    "%llu of %llu requests denied while it re-joined\n",
-	    (unsigned long long) healed, (unsigned long long) heal.denied,
-	    (unsigned long long) heal.offered);
-	ck_assert_uint_le(heal.denied * 50, heal.offered);
-	load after = { 0 };
-	run_load(as, &after, 500);
-	ck_assert_uint_eq(after.denied, 0);
-	for (int i = 0; i < NAG; i++)
-		allot_agent_destroy(as[i]);
-	fault_relay_stop(r);
-	cluster_fini(&c);
-}
-END_TEST
+	    "cluster: leader killed, agents on epoch %" PRIu64
+	    " after %" PRIu64 " ms\n",
+	    e2, pc_now_ms() - killed_at);
+	int l2 = wait_leader(5000);
+	ck_assert_int_ge(l2, 0);
+	ck_assert_int_ne(l2, l1);
+	/* The killed member comes back, as a follower, on its own log. */
+	member_start(l1);
+	sample_for(1500);
+	ck_assert_int_eq(wait_leader(1000), l2);
 
-static double
-metric_of(const member *m, const char *series)
-{
-	return pc_metric_get(m->http, series);
-}
+	/* SIGSTOP the new leader until the third member leads, then let
+	 * it run again: nothing from it is applied any more. */
+	kill(ms[l2].pid, SIGSTOP);
+	ms[l2].up = false;
+	uint64_t e3 = sample_until_followed(e2, 15000);
+	kill(ms[l2].pid, SIGCONT);
+	ms[l2].up = true;
+	sample_for(2000);
+	int l3 = wait_leader(5000);
+	ck_assert_int_ge(l3, 0);
+	ck_assert_int_ne(l3, l2);
 
-static uint32_t
-unconfirmed_of(allot_agent *a)
-{
-	allot_sync_stats ss;
-	allot_sync_stats_get(a, &ss);
-	return ss.keys_unconfirmed;
-}
-
-/* m3 runs another quota file: every member reports the mismatch on
- * /metrics, /status and as an event row. Then m2 and m3 die: m1, cut off
- * from the majority, keeps the static ownership (the others' keys are
- * refused) and grants no increase (a newcomer gets nothing from it);
- * m2's return restores the majority. */
-START_TEST(config_mismatch_and_cut_off)
-{
-	cluster c;
-	cluster_init(&c);
-	char cfg3[160];
-	snprintf(cfg3, sizeof cfg3, "%s/other.yaml", c.dir);
-	FILE *f = fopen(cfg3, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs("quotas:\n  default: {tokens_per_second: 11, burst: 20}\n", f);
-	fclose(f);
-	c.m[2].cfg = cfg3;
-	for (int i = 0; i < NMEM; i++)
-		start_member(&c, i);
-	uint64_t t0 = pc_now_ms();
-	while (metric_of(&c.m[0],
-	           "allotd_cluster_config_mismatch{member=\"m3\"}") != 1) {
-		ck_assert_msg(pc_now_ms() - t0 < 5000,
-		    "m1 did not see m3's "
-		    "config differ");
-		pc_sleep_ms(20);
+	atomic_store(&load_stop, true);
+	uint64_t calm_denied = 0, calm_allowed = 0, hot_allowed = 0;
+	for (int i = 0; i < NA; i++) {
+		pthread_join(as[i].th, NULL);
+		allot_sync_stats ss;
+		allot_sync_stats_get(as[i].a, &ss);
+		ck_assert_uint_ge(ss.leader_epoch, e3);
+		ck_assert_uint_ge(ss.leader_switches, 2);
+		calm_denied += atomic_load(&as[i].calm_denied);
+		calm_allowed += atomic_load(&as[i].calm_allowed);
+		hot_allowed += atomic_load(&as[i].hot_allowed);
+		fprintf(stderr,
+		    "cluster: agent %d switches %" PRIu64
+		    " not_leader %" PRIu64 " stale_epoch %" PRIu64
+		    " fallback_enters %" PRIu64 "\n",
+		    i, ss.leader_switches, ss.not_leader, ss.stale_epoch,
+		    ss.fallback_enters);
+		allot_agent_destroy(as[i].a);
 	}
-	ck_assert_double_eq(
-	    metric_of(
-	        &c.m[0], "allotd_cluster_config_mismatch{member=\"m2\"}"),
-	    0);
-	while (metric_of(&c.m[2],
-	           "allotd_cluster_config_mismatch{member=\"m1\"}") != 1) {
-		ck_assert_msg(pc_now_ms() - t0 < 5000,
-		    "m3 did not see m1's "
-		    "config differ");
-		pc_sleep_ms(20);
+	fclose(samples);
+	ck_assert_uint_gt(calm_allowed, 100);
+	ck_assert_uint_gt(hot_allowed, 100);
+	/* Under quota through two failovers: not one denial. */
+	ck_assert_uint_eq(calm_denied, 0);
+	fprintf(stderr,
+	    "cluster: at most %.1f of R = %.0f held (t = %" PRIu64 " ms)\n",
+	    worst_sum, R_HOT, worst_at);
+	ck_assert_msg(worst_sum <= R_HOT * (1 + 1e-9),
+	    "t=%" PRIu64 " ms: agents held %.3f tokens/s of a %.0f quota (%s)",
+	    worst_at, worst_sum, R_HOT, dir);
+	for (int i = 0; i < NM; i++) {
+		if (ms[i].pid > 0)
+			pc_allotd_stop(ms[i].pid, 5000);
+		ck_assert(!pc_log_has_sanitizer_report(ms[i].log));
 	}
-	int st = 0;
-	char *status = pc_http_get(c.m[0].http, "/status", &st);
-	ck_assert_int_eq(st, 200);
-	ck_assert_ptr_nonnull(strstr(status, "\"cluster\":{\"self\":\"m1\""));
-	ck_assert_ptr_nonnull(strstr(status, "\"config_match\":false"));
-	free(status);
-	/* The event row, committed within a second or two. */
-	char cmd[512];
-	snprintf(cmd, sizeof cmd,
-	    "sqlite3 %s \"SELECT count(*) FROM events WHERE "
-	    "kind = 'config_mismatch' AND subject = 'm3'\"",
-	    c.m[0].db);
-	for (;;) {
-		char *out = pc_shell(cmd);
-		int n = out != NULL ? atoi(out) : 0;
-		free(out);
-		if (n == 1)
-			break;
-		ck_assert_msg(pc_now_ms() - t0 < 8000,
-		    "no config_mismatch "
-		    "event row in m1's store");
-		pc_sleep_ms(100);
-	}
-
-	/* Cut m1 off: kill m2 and m3. */
-	allot_agent *a0 = mkagent(&c, "r0");
-	load warm = { 0 };
-	allot_agent *one[NAG] = { a0, a0, a0 };
-	run_load(one, &warm, 1500);
-	ck_assert_double_eq(metric_of(&c.m[0], "allotd_cluster_cut_off"), 0);
-	for (int i = 1; i < NMEM; i++) {
-		kill(c.m[i].pid, SIGKILL);
-		pc_wait_exit(c.m[i].pid, 5000);
-		c.m[i].pid = 0;
-	}
-	t0 = pc_now_ms();
-	while (metric_of(&c.m[0], "allotd_cluster_cut_off") != 1) {
-		ck_assert_msg(pc_now_ms() - t0 < 3000, "m1 not cut off");
-		pc_sleep_ms(20);
-	}
-	/* r0 now reports every key to m1, which refuses the keys it does
-	 * not own statically; a newcomer gets no grant from it. */
-	allot_agent *a1 = mkagent(&c, "r1");
-	pc_sleep_ms(1000);
-	allot_sync_stats ss;
-	allot_sync_stats_get(a0, &ss);
-	ck_assert_uint_gt(ss.not_owner, 0);
-	int mine = 0;
-	for (int k = 0; k < NKEY; k++)
-		mine += c.owner[k] == 0;
-	ck_assert_int_gt(mine, 0);
-	ck_assert_double_eq(
-	    metric_of(&c.m[0], "allotd_cluster_quotas{state=\"owned\"}"),
-	    mine +
-	        (allot__rendezvous_owner(
-	             allot__rendezvous_key("svc", "default"), c.hashes, NULL,
-	             NMEM) == 0));
-	ck_assert_uint_ge(unconfirmed_of(a1), (uint32_t) mine);
-
-	/* m2 returns: a majority again. */
-	start_member(&c, 1);
-	t0 = pc_now_ms();
-	while (metric_of(&c.m[0], "allotd_cluster_cut_off") != 0) {
-		ck_assert_msg(pc_now_ms() - t0 < 3000, "m1 still cut off");
-		pc_sleep_ms(20);
-	}
-	allot_agent_destroy(a0);
-	allot_agent_destroy(a1);
-	cluster_fini(&c);
-}
-END_TEST
-
-/* Members over mutual TLS: m1 and m2 hold certificates of the cluster's
- * CA and probe each other; m3's come from another CA, so neither side
- * accepts the other: m3 stays down for m1 and m2, and m3, reaching
- * nobody, is cut off. */
-START_TEST(members_over_mutual_tls)
-{
-	cluster c;
-	cluster_init(&c);
-	char cmd[2048];
-	const char *src = getenv("ALLOT_SOURCE_DIR");
-	snprintf(cmd, sizeof cmd,
-	    "%s/scripts/mkcerts %s/ca1 >/dev/null 2>&1 && "
-	    "%s/scripts/mkcerts %s/ca2 >/dev/null 2>&1 && "
-	    "cat %s/ca1/server.pem %s/ca1/server.key > %s/good.pem && "
-	    "cat %s/ca2/server.pem %s/ca2/server.key > %s/bad.pem && echo ok",
-	    src, c.dir, src, c.dir, c.dir, c.dir, c.dir, c.dir, c.dir, c.dir);
-	char *out = pc_shell(cmd);
-	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
-	    "certificates: %s", out != NULL ? out : "(failed)");
-	free(out);
-	char good[160], bad[160], ca1[160], ca2[160];
-	snprintf(good, sizeof good, "%s/good.pem", c.dir);
-	snprintf(bad, sizeof bad, "%s/bad.pem", c.dir);
-	snprintf(ca1, sizeof ca1, "%s/ca1/ca.pem", c.dir);
-	snprintf(ca2, sizeof ca2, "%s/ca2/ca.pem", c.dir);
-	for (int i = 0; i < NMEM; i++) {
-		memmove(c.m[i].url + 4, c.m[i].url, strlen(c.m[i].url) + 1);
-		memcpy(c.m[i].url, "tls+", 4);
-		c.m[i].cert = i < 2 ? good : bad;
-		c.m[i].ca = i < 2 ? ca1 : ca2;
-	}
-	for (int i = 0; i < NMEM; i++)
-		start_member(&c, i);
-	uint64_t t0 = pc_now_ms();
-	while (metric_of(&c.m[0], "allotd_cluster_member_up{member=\"m2\"}") !=
-	        1 ||
-	    metric_of(&c.m[2], "allotd_cluster_cut_off") != 1) {
-		ck_assert_msg(pc_now_ms() - t0 < 5000,
-		    "m1 should see m2 up and m3 be cut off");
-		pc_sleep_ms(50);
-	}
-	/* Long enough for many probes to have been refused. */
-	pc_sleep_ms(1000);
-	ck_assert_double_eq(
-	    metric_of(&c.m[0], "allotd_cluster_member_up{member=\"m3\"}"), 0);
-	ck_assert_double_eq(
-	    metric_of(&c.m[1], "allotd_cluster_member_up{member=\"m3\"}"), 0);
-	ck_assert_double_eq(
-	    metric_of(&c.m[1], "allotd_cluster_member_up{member=\"m1\"}"), 1);
-	ck_assert_double_eq(metric_of(&c.m[0], "allotd_cluster_cut_off"), 0);
-	ck_assert_double_eq(
-	    metric_of(&c.m[2], "allotd_cluster_member_up{member=\"m1\"}"), 0);
-	cluster_fini(&c);
+	pc_rm_rf(dir);
 }
 END_TEST
 
@@ -670,12 +403,9 @@ static Suite *
 cluster_suite(void)
 {
 	Suite *s = suite_create("cluster");
-	TCase *tc = tcase_create("allotd");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, failover_and_return);
-	tcase_add_test(tc, agent_cut_off_from_one_member);
-	tcase_add_test(tc, config_mismatch_and_cut_off);
-	tcase_add_test(tc, members_over_mutual_tls);
+	TCase *tc = tcase_create("raft");
+	tcase_set_timeout(tc, 150);
+	tcase_add_test(tc, agents_follow_the_leader);
 	suite_add_tcase(s, tc);
 	return s;
 }

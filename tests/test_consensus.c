@@ -126,6 +126,36 @@ START_TEST(entry_round_trip)
 	ck_assert_int_eq(allot__centry_decode(buf, len, &out), ALLOT_EPROTO);
 	raft_free(buf);
 
+	/* The leader's audit events (allotd's store through the log). */
+	allot__cevent ev[2] = {
+		{ 1700000000123, "join", "svc/r1", "session=3" },
+		{ 1700000000456, "leader", "", NULL },
+	};
+	in = (allot__centry) { .type = ALLOT__CENTRY_EVENTS };
+	in.events.rows = ev;
+	in.events.n = 2;
+	encode(&in, &buf, &len);
+	ck_assert_uint_eq(len % 8, 0);
+	ck_assert_int_eq(allot__centry_decode(buf, len, &out), ALLOT_OK);
+	ck_assert_uint_eq(out.events.n, 2);
+	ck_assert_int_eq(out.events.rows[0].at, 1700000000123);
+	ck_assert_str_eq(out.events.rows[0].kind, "join");
+	ck_assert_str_eq(out.events.rows[0].subject, "svc/r1");
+	ck_assert_str_eq(out.events.rows[0].detail, "session=3");
+	ck_assert_str_eq(out.events.rows[1].detail, "");
+	allot__centry_clear(&out);
+	for (size_t cut = 0; cut < len; cut++) {
+		int rv = allot__centry_decode(buf, cut, &out);
+
+		if (rv == ALLOT_OK) {
+			allot__centry_clear(&out);
+			ck_assert_uint_gt(cut + 8, len);
+			continue;
+		}
+		ck_assert_int_eq(rv, ALLOT_EPROTO);
+	}
+	raft_free(buf);
+
 	in = (allot__centry) { .type = 99 };
 	ck_assert_int_eq(allot__centry_encode(&in, &buf, &len), ALLOT_EINVAL);
 }

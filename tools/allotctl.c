@@ -29,8 +29,9 @@
 #define CTL_ONLINE                                             \
 	(CTL_STATUS | CTL_REPLICAS | CTL_QUOTAS | CTL_SHARES | \
 	    CTL_TOP_DENIED | CTL_RELOAD)
-#define CTL_ALL \
-	(CTL_ONLINE | CTL_CHECK_CONFIG | CTL_AUDIT | CTL_DIFF | CTL_APPLY)
+#define CTL_ALL                                                             \
+	(CTL_ONLINE | CTL_CHECK_CONFIG | CTL_AUDIT | CTL_DIFF | CTL_APPLY | \
+	    CTL_MEMBER)
 #define CTL_CHANGE (CTL_DIFF | CTL_APPLY)
 
 /* The commands, and the positional arguments each takes. */
@@ -61,6 +62,9 @@ static const struct command {
 	    10 },
 	{ "apply", CTL_APPLY, ctl_cmd_apply, 1, 1, "apply takes one FILE",
 	    NULL, 10 },
+	{ "member", CTL_MEMBER, ctl_cmd_member, 1, 4,
+	    "member takes add ID RAFT_ADDR AGENT_URL, remove ID or list", NULL,
+	    10 },
 	/* SQLite attaches at most 10 databases by default. */
 	{ "audit", CTL_AUDIT, ctl_cmd_audit, 1, 10,
 	    "audit takes one or more DB files",
@@ -282,7 +286,7 @@ static const ctl_option options[] = {
 	    "Do not validate the file first; allotd still refuses a bad\n"
 	    "one, and its log (ALLOTD-RELOAD-FAIL) says why.\n",
 	    set_no_check },
-	{ "admin", 0, "PATH", CTL_CHANGE, CTL_CHANGE,
+	{ "admin", 0, "PATH", CTL_CHANGE | CTL_MEMBER, CTL_CHANGE | CTL_MEMBER,
 	    "allotd's admin socket (its --admin-socket). Default: the\n"
 	    "ALLOT_ADMIN_SOCKET environment variable, else\n" DEFAULT_ADMIN
 	    ".\n",
@@ -324,7 +328,8 @@ static const ctl_option options[] = {
 	    "shell.\n",
 	    set_sql },
 	{ "help", 'h', NULL, CTL_GLOBAL | CTL_ALL,
-	    CTL_COMMON | CTL_CHECK_CONFIG | CTL_AUDIT | CTL_CHANGE,
+	    CTL_COMMON | CTL_CHECK_CONFIG | CTL_AUDIT | CTL_CHANGE |
+	        CTL_MEMBER,
 	    "Print this text.\n", show_help },
 	{ "version", 'V', NULL, CTL_GLOBAL, CTL_GLOBAL, "Print the version.\n",
 	    show_version },

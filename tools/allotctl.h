@@ -43,7 +43,7 @@ typedef struct ctl {
 	double max_overcommit; /* check-config: exit 1 above; 0: none */
 	long limit; /* top-denied -n, audit --limit */
 	bool show_sql; /* audit --sql */
-	const char *admin; /* diff, apply: allotd's admin socket */
+	const char *admin; /* diff, apply, member: the admin socket */
 	const char *reason; /* apply --reason */
 	const char *as_name; /* apply --as (recorded as claimed) */
 	const char *expect; /* apply --expect: digest in force, hex */
@@ -76,6 +76,7 @@ double ctl_print_sizing(const allot_config *cfg, double capacity);
 int ctl_cmd_audit(const ctl *c);
 int ctl_cmd_diff(const ctl *c); /* allotctl_apply.c */
 int ctl_cmd_apply(const ctl *c);
+int ctl_cmd_member(const ctl *c); /* allotctl_member.c */
 
 /* ------------------------------------------------------------------ */
 /* Manuals (allotctl_help.c)                                           */
@@ -93,6 +94,7 @@ enum {
 	CTL_AUDIT = 1u << 7,
 	CTL_DIFF = 1u << 10,
 	CTL_APPLY = 1u << 11,
+	CTL_MEMBER = 1u << 12,
 	CTL_GLOBAL = 1u << 8, /* before the command */
 	CTL_COMMON = 1u << 9, /* every command that reads allotd */
 };

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
@@ -345,6 +346,31 @@ ctl_cmd_diff(const ctl *c)
 
 /* POST /config/apply, expecting the digest the diff was made against
  * (or --expect), and say what happened. */
+/* In a cluster allotd answers once the config is proposed through the
+ * log: wait (at most DEFAULT_WAIT_MS) until this member has installed
+ * the committed config, i.e. GET /config shows epoch `epoch`. True when
+ * it did. */
+static bool
+wait_committed(const ctl *c, double epoch)
+{
+	for (int waited = 0; waited <= DEFAULT_WAIT_MS; waited += 50) {
+		exchange x = { .path = "/config" };
+		if (admin_call(c, &x) != 0)
+			return false;
+		json_object *doc = x.status == 200 ?
+		    parse_answer(c, x.answer) :
+		    NULL;
+		free(x.answer);
+		double now = ctl_jnum0(doc, "epoch");
+		json_object_put(doc);
+		if (now >= epoch)
+			return true;
+		struct timespec ts = { 0, 50 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	return false;
+}
+
 static int
 apply(const ctl *c, const char *file, const char *text, size_t len,
     const char *expect)
@@ -373,6 +399,25 @@ apply(const ctl *c, const char *file, const char *text, size_t len,
 		printf("unchanged: %s has the digest in force (%s); epoch "
 		       "stays %.0f\n",
 		    file, ctl_jstr(to, "digest"), ctl_jnum0(to, "epoch"));
+	} else if (json_object_get_boolean(ctl_jget(doc, "proposed"))) {
+		double epoch = ctl_jnum0(to, "epoch");
+		printf(
+		    "proposed %s to the cluster: epoch %.0f -> %.0f, digest "
+		    "%s -> %s\n",
+		    file, ctl_jnum0(from, "epoch"), epoch,
+		    ctl_jstr(from, "digest"), ctl_jstr(to, "digest"));
+		if (!wait_committed(c, epoch)) {
+			ctl_fail("epoch %.0f was not committed within %d ms "
+			         "(leadership may have moved): check allotctl "
+			         "member list and GET /config",
+			    epoch, DEFAULT_WAIT_MS);
+			json_object_put(doc);
+			return EXIT_FAIL;
+		}
+		printf("committed: every member installs epoch %.0f (and "
+		       "writes its quota file); agents take it on their next "
+		       "sync\n",
+		    epoch);
 	} else {
 		printf("applied %s: epoch %.0f -> %.0f, digest %s -> %s\n",
 		    file, ctl_jnum0(from, "epoch"), ctl_jnum0(to, "epoch"),

@@ -153,9 +153,11 @@ typedef struct allot_agent_options {
 	/** Coordinator address(es), comma separated (nng URLs such as
 	 *  "tcp://127.0.0.1:7400" or "ipc:///run/allot.sock"). NULL runs
 	 *  local-only: buckets keep the configured quota as-is. Several
-	 *  entries are an allotd cluster: write each as NAME=URL with the
-	 *  names of allotd's --member options (a bare URL is named by
-	 *  itself); each key then syncs with its owning member. */
+	 *  entries (a URL or NAME=URL each, the name only labelling log
+	 *  lines) are a seed list for an allotd Raft cluster: the agent
+	 *  keeps one session, with the leader, follows NOT_LEADER, learns
+	 *  the other members from the answers, and drops an answer from an
+	 *  epoch below the highest seen (docs/configuration.md). */
 	const char *coordinator;
 	/** Mutual TLS to the coordinator, for "tls+tcp://" addresses: the
 	 *  CA that signed allotd's certificate, this replica's certificate
@@ -399,17 +401,19 @@ typedef struct allot_sync_stats {
 	                             during an outage), not replayed to the
 	                             new session */
 	int64_t lease_remaining_ms; /**< < 0 once expired */
-	uint32_t members; /**< coordinator cluster members (1: none) */
-	uint32_t members_down; /**< members marked down, keys re-routed */
-	uint64_t reroutes; /**< keys moved to another member */
-	uint64_t not_owner; /**< keys a member answered it does not own
-	                         (their lease is not renewed) */
+	uint32_t members; /**< coordinator members known: the seed list
+	                       and the members the cluster named (1: one
+	                       allotd) */
+	uint32_t members_down; /**< unused since the Raft cluster: 0 */
+	uint64_t reroutes; /**< unused since the Raft cluster: 0 */
+	uint64_t not_owner; /**< unused since the Raft cluster: 0 */
 	uint64_t throttled; /**< RATE_LIMITED answers (this host over its
 	                         per-peer budget): backed off, allowances
 	                         unchanged */
-	uint32_t keys_unconfirmed; /**< keys running on an allowance their
-	                                current owner has not answered for
-	                                yet (moved, or refused) */
+	uint32_t keys_unconfirmed; /**< keys running on an allowance the
+	                                member now synced with has not
+	                                answered for yet (the session moved
+	                                to a new leader) */
 	uint64_t early_syncs; /**< Syncs sent before the interval was up
 	                           because a key started denying */
 	uint64_t enforced_digest; /**< digest of the config the agent
@@ -419,6 +423,15 @@ typedef struct allot_sync_stats {
 	                               coordinator and installed */
 	uint64_t config_rejects; /**< configs received and refused (digest
 	                              mismatch, parse or install failure) */
+	uint64_t leader_switches; /**< a cluster: times the session moved
+	                               to another member (NOT_LEADER, a
+	                               failed exchange, a lower epoch) */
+	uint64_t not_leader; /**< NOT_LEADER answers (a follower) */
+	uint64_t stale_epoch; /**< Welcomes and Replies dropped unapplied:
+	                           their epoch was below leader_epoch (a
+	                           deposed leader) */
+	uint64_t leader_epoch; /**< the highest leader epoch seen (0: a
+	                            single allotd) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */

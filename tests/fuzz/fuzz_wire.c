@@ -29,7 +29,6 @@
 #include "dispatch.h"
 #include "fuzz.h"
 #include "metrics.h"
-#include "rendezvous.h"
 #include "state.h"
 
 /* ---- the fixed part: config, logger, metrics ---- */
@@ -205,31 +204,25 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	so.metrics = &metrics;
 	/* The input's length picks the coordinator's situation, so that
 	 * the same corpus reaches every path: one coordinator, a cluster
-	 * member with every member live (learning its keys since start),
-	 * or one whose peer m2 is down (learning m2's keys too); and
-	 * whether expired replicas' shares are held back. */
+	 * leader learning its quotas since it took over, or one that lost
+	 * and regained leadership first (its registry dropped, every quota
+	 * learnt again); and whether expired replicas' shares are held
+	 * back. */
 	unsigned mode = (unsigned) (size % 3);
 	so.hold_expired = size % 2 ? ALLOT__HOLD_FALLBACK : ALLOT__HOLD_NONE;
 	allot__state *st;
 	FUZZ_CHECK(allot__state_create(&so, cfg, "fuzz.yaml", FUZZ_CONFIG_YAML,
 	               &st) == ALLOT_OK);
-	bool live[3] = { true, true, true };
-	if (mode > 0) {
-		uint64_t h[3] = { allot__rendezvous_member("m1"),
-			allot__rendezvous_member("m2"),
-			allot__rendezvous_member("m3") };
-		allot__state_cluster(st, h, 3, 0);
-		live[1] = mode == 1;
-		allot__state_view(st, live, false);
+	if (mode == 1)
+		allot__state_learn(st);
+	if (mode == 2) {
+		/* Leadership lost and taken again: nothing survives. */
+		allot__state_forget(st, false);
+		allot__state_forget(st, true);
 	}
 	register_resident(st);
 
 	handle(st, data, size);
-	if (mode == 2) {
-		/* m2 comes back: its keys leave this member. */
-		live[1] = true;
-		allot__state_view(st, live, false);
-	}
 	handle(st, data, size);
 
 	allot__state_tick(st);

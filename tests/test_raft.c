@@ -1,0 +1,760 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Raft cluster with real allotd processes on loopback (issue 15,
+ * stage 2; docs/operations.md, "Cluster"), spoken to with the raw
+ * protocol client: one leader serves and the followers answer NOT_LEADER
+ * with its agent URL and every member's; Welcome and Reply carry the
+ * epoch; a SIGKILLed leader is replaced by one with a higher epoch within
+ * the documented time; a SIGSTOPped leader, once continued, never grants
+ * again (NOT_LEADER or a lower epoch only); a config applied on the
+ * leader is in force and in the file of every member; the usage table of
+ * every member equals the leader's after traffic (read with sqlite3
+ * -readonly, as an auditor would); a wiped member rejoins under a new id
+ * and catches up to the same rows; a member is added and another removed
+ * while an agent keeps syncing without a refusal. Times are printed for
+ * docs/operations.md.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <allot/allot.h>
+
+#include "proto_client.h"
+#include "runner.h"
+
+#define MAXM 5
+#define ELECTION_MS 500
+/* Kill to serving: detection (at most 2 election timeouts: libraft
+ * randomises it in [T, 2T]), pre-vote and vote (a few round trips), the
+ * EPOCH entry committed, the wait of lease x (1 + 1 %) + 5 ms, and the
+ * poll (10 ms). docs/operations.md states the same bound; the margin
+ * is for a loaded test machine. */
+#define FAILOVER_BOUND_MS \
+	(3 * ELECTION_MS + ELECTION_MS * 101 / 100 + 5 + 1500)
+
+typedef struct member {
+	uint64_t id;
+	int raft, listen, http;
+	char url[64], raftaddr[64], db[256], log[256], cfg[256], admin[256];
+	pid_t pid;
+	bool up;
+} member;
+
+typedef struct cluster {
+	char dir[64];
+	int n;
+	member m[MAXM];
+	/* Mutual TLS between members: one PEM (certificate + key) and the
+	 * CA; NULL: plain TCP. */
+	const char *cert, *ca;
+} cluster;
+
+static const char *const CFG =
+    "quotas:\n  default: {tokens_per_second: 100, burst: 100}\n"
+    "  callers:\n    - identity: c1\n      tokens_per_second: 300\n"
+    "      burst: 300\n";
+static const char *const CFG2 =
+    "quotas:\n  default: {tokens_per_second: 100, burst: 100}\n"
+    "  callers:\n    - identity: c1\n      tokens_per_second: 450\n"
+    "      burst: 450\n";
+
+/* A free port no member of `c` was given yet (pc_free_port() may hand
+ * out a port twice before anything binds it). */
+static int
+fresh_port(const cluster *c)
+{
+	for (;;) {
+		int p = pc_free_port();
+		bool used = false;
+		for (int i = 0; i < MAXM; i++)
+			used |= c->m[i].raft == p || c->m[i].listen == p ||
+			    c->m[i].http == p;
+		if (!used)
+			return p;
+	}
+}
+
+static void
+member_init(cluster *c, int i, uint64_t id)
+{
+	member *m = &c->m[i];
+	char dir[sizeof c->dir];
+	memcpy(dir, c->dir, sizeof dir);
+	memset(m, 0, sizeof *m);
+	m->id = id;
+	m->raft = fresh_port(c);
+	m->listen = fresh_port(c);
+	m->http = fresh_port(c);
+	snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", m->listen);
+	snprintf(m->raftaddr, sizeof m->raftaddr, "127.0.0.1:%d", m->raft);
+	snprintf(m->db, sizeof m->db, "%s/m%" PRIu64 ".db", dir, id);
+	snprintf(m->log, sizeof m->log, "%s/m%" PRIu64 ".log", dir, id);
+	snprintf(m->cfg, sizeof m->cfg, "%s/q%" PRIu64 ".yaml", dir, id);
+	snprintf(m->admin, sizeof m->admin, "%s/a%" PRIu64 ".sock", dir, id);
+	pc_write_file(m->cfg, CFG);
+}
+
+/* Start member i: seeded with members [0, nseed) or joining. */
+static void
+start(cluster *c, int i, int nseed)
+{
+	member *m = &c->m[i];
+	char id[24], http[32], el[16], seeds[MAXM][160];
+	snprintf(id, sizeof id, "%" PRIu64, m->id);
+	snprintf(http, sizeof http, "127.0.0.1:%d", m->http);
+	snprintf(el, sizeof el, "%d", ELECTION_MS);
+	const char *args[64] = { "--config", m->cfg, "--db", m->db, "--listen",
+		m->url, "--http", http, "--admin-socket", m->admin,
+		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
+		m->raftaddr, "--election-ms", el, NULL };
+	int n = 18;
+	for (int j = 0; j < nseed; j++) {
+		snprintf(seeds[j], sizeof seeds[j], "%" PRIu64 "=%s=%s",
+		    c->m[j].id, c->m[j].raftaddr, c->m[j].url);
+		args[n++] = "--seed";
+		args[n++] = seeds[j];
+	}
+	if (nseed == 0)
+		args[n++] = "--join";
+	if (c->cert != NULL) {
+		args[n++] = "--tls-cert";
+		args[n++] = c->cert;
+		args[n++] = "--tls-ca";
+		args[n++] = c->ca;
+		/* Agents here are the raw client, without identity proofs. */
+		args[n++] = "--no-require-identity";
+	}
+	args[n] = NULL;
+	m->pid = pc_allotd_start(args, m->http, m->log);
+	m->up = true;
+}
+
+static void
+cluster_run(cluster *c)
+{
+	for (int i = 0; i < c->n; i++)
+		member_init(c, i, (uint64_t) i + 1);
+	for (int i = 0; i < c->n; i++)
+		start(c, i, c->n);
+}
+
+static void
+cluster_make(cluster *c, int n)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->dir, sizeof c->dir, "/tmp/allot-raft-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	c->n = n;
+}
+
+static void
+cluster_start(cluster *c, int n)
+{
+	cluster_make(c, n);
+	cluster_run(c);
+}
+
+static void
+cluster_stop(cluster *c)
+{
+	for (int i = 0; i < c->n; i++) {
+		if (c->m[i].pid > 0) {
+			kill(c->m[i].pid, SIGCONT);
+			pc_allotd_stop(c->m[i].pid, 5000);
+		}
+		ck_assert(!pc_log_has_sanitizer_report(c->m[i].log));
+	}
+	pc_rm_rf(c->dir);
+}
+
+/* The member's /status "cluster" object as text ("" when unreachable). */
+static char *
+status(const member *m)
+{
+	int st = 0;
+	char *body = pc_http_get(m->http, "/status", &st);
+	if (body == NULL || st != 200) {
+		free(body);
+		return strdup("");
+	}
+	return body;
+}
+
+static bool
+serving(const member *m)
+{
+	char *s = status(m);
+	bool yes = strstr(s, "\"serving\":true") != NULL;
+	free(s);
+	return yes;
+}
+
+static uint64_t
+status_num(const member *m, const char *key)
+{
+	char *s = status(m);
+	char pat[64];
+	snprintf(pat, sizeof pat, "\"%s\":", key);
+	const char *cl = strstr(s, "\"cluster\":");
+	const char *p = cl != NULL ? strstr(cl, pat) : NULL;
+	uint64_t v = p != NULL ? strtoull(p + strlen(pat), NULL, 10) : 0;
+	free(s);
+	return v;
+}
+
+/* The index of the one serving member among the live ones, waiting up to
+ * `timeout_ms`; -1 when none. Fails when two serve at once. */
+static int
+wait_leader(const cluster *c, int timeout_ms)
+{
+	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
+	do {
+		int who = -1, count = 0;
+		for (int i = 0; i < c->n; i++)
+			if (c->m[i].up && serving(&c->m[i])) {
+				who = i;
+				count++;
+			}
+		ck_assert_int_le(count, 1);
+		if (who >= 0)
+			return who;
+		pc_sleep_ms(10);
+	} while (pc_now_ms() < until);
+	return -1;
+}
+
+static const char *const KEYS[] = { "c1" };
+
+/* Register on member i: the answer (the caller frees it). */
+static Allot__V1__Envelope *
+reg(const member *m, pc_conn *conn, const char *replica)
+{
+	if (!conn->open)
+		ck_assert_int_eq(pc_open(conn, m->url, 5000), 0);
+	return pc_register(conn, replica, "svc", KEYS, 1, 100);
+}
+
+START_TEST(one_leader_redirects)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	pc_sleep_ms(300); /* the view settles on the followers too */
+	for (int i = 0; i < c.n; i++) {
+		pc_conn conn = { 0 };
+		Allot__V1__Envelope *e = reg(&c.m[i], &conn, "r1");
+		ck_assert_ptr_nonnull(e);
+		if (i == L) {
+			ck_assert_int_eq(
+			    e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+			ck_assert_uint_gt(e->welcome->epoch, 0);
+			ck_assert_uint_eq(e->welcome->n_members, 3);
+			uint64_t epoch = e->welcome->epoch;
+			uint64_t session = e->welcome->session;
+			pc_report r = {
+				.key = 0, .consumed = 5, .demand = 50
+			};
+			Allot__V1__Envelope *y = pc_sync(
+			    &conn, session, 1, 100, &r, 1);
+			ck_assert_ptr_nonnull(y);
+			ck_assert_int_eq(
+			    y->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);
+			ck_assert_uint_eq(y->reply->epoch, epoch);
+			ck_assert_uint_eq(y->reply->n_members, 3);
+			pc_free(y);
+		} else {
+			ck_assert_int_eq(pc_error_code(e),
+			    ALLOT__V1__ERROR__CODE__NOT_LEADER);
+			ck_assert_str_eq(e->error->leader, c.m[L].url);
+			ck_assert_uint_eq(e->error->n_members, 3);
+			bool listed = false;
+			for (size_t k = 0; k < e->error->n_members; k++)
+				listed |= strcmp(e->error->members[k],
+				              c.m[i].url) == 0;
+			ck_assert(listed);
+		}
+		pc_free(e);
+		pc_close(&conn);
+	}
+	/* The config every member installed came through the log. */
+	for (int i = 0; i < c.n; i++)
+		ck_assert_uint_eq(status_num(&c.m[i], "config_epoch"), 1);
+	cluster_stop(&c);
+}
+END_TEST
+
+START_TEST(sigkill_leader)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	uint64_t e0 = status_num(&c.m[L], "epoch");
+	uint64_t t0 = pc_now_ms();
+	kill(c.m[L].pid, SIGKILL);
+	pc_wait_exit(c.m[L].pid, 5000);
+	c.m[L].pid = 0;
+	c.m[L].up = false;
+	int N = wait_leader(&c, 20000);
+	uint64_t took = pc_now_ms() - t0;
+	ck_assert_int_ge(N, 0);
+	fprintf(stderr,
+	    "raft: SIGKILL of the leader -> a new leader serving in %" PRIu64
+	    " ms (election %d ms; bound %d ms)\n",
+	    took, ELECTION_MS, FAILOVER_BOUND_MS);
+	ck_assert_uint_le(took, FAILOVER_BOUND_MS);
+	pc_conn conn = { 0 };
+	Allot__V1__Envelope *e = reg(&c.m[N], &conn, "r1");
+	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+	ck_assert_uint_gt(e->welcome->epoch, e0);
+	pc_free(e);
+	pc_close(&conn);
+	cluster_stop(&c);
+}
+END_TEST
+
+START_TEST(sigstop_leader_is_fenced)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	pc_conn old = { 0 };
+	ck_assert_int_eq(pc_open(&old, c.m[L].url, 5000), 0);
+	kill(c.m[L].pid, SIGSTOP);
+	c.m[L].up = false;
+	int N = wait_leader(&c, 20000);
+	ck_assert_int_ge(N, 0);
+	uint64_t e1 = status_num(&c.m[N], "epoch");
+	kill(c.m[L].pid, SIGCONT);
+	/* From its first answer on, the old leader grants nothing under the
+	 * new epoch: NOT_LEADER, or (never seen: its lease ended long ago)
+	 * a Welcome of a lower epoch, which agents drop. */
+	int not_leader = 0;
+	for (int k = 0; k < 20; k++) {
+		char id[16];
+		snprintf(id, sizeof id, "old%d", k);
+		Allot__V1__Envelope *e = pc_register(
+		    &old, id, "svc", KEYS, 1, 100);
+		ck_assert_ptr_nonnull(e);
+		if (e->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME)
+			ck_assert_uint_lt(e->welcome->epoch, e1);
+		else
+			not_leader += pc_error_code(e) ==
+			    ALLOT__V1__ERROR__CODE__NOT_LEADER;
+		pc_free(e);
+		pc_sleep_ms(20);
+	}
+	ck_assert_int_eq(not_leader, 20);
+	pc_close(&old);
+	c.m[L].up = true;
+	ck_assert_int_eq(wait_leader(&c, 5000), N);
+	cluster_stop(&c);
+}
+END_TEST
+
+/* The usage rows of a member's file, as text, read as an auditor does. */
+static char *
+usage_dump(const member *m)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT at, service, quota, admitted, "
+	    "denied FROM usage ORDER BY at, service, quota\"",
+	    m->db);
+	char *s = pc_shell(cmd);
+	return s != NULL ? s : strdup("");
+}
+
+/* The events that went through the log, as text: the leader's (joins,
+ * taking over) with the time it recorded them; the cluster's (config
+ * commits, epochs) without, as each member stamps when it applied them. */
+static char *
+events_dump(const member *m)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT CASE WHEN kind IN ('join', "
+	    "'leader') THEN at ELSE '' END, kind, subject, detail FROM "
+	    "events WHERE kind IN ('join', 'leader', 'config_committed', "
+	    "'epoch') ORDER BY id\"",
+	    m->db);
+	char *s = pc_shell(cmd);
+	return s != NULL ? s : strdup("");
+}
+
+static uint64_t
+admitted_total(const member *m)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT coalesce(sum(admitted), 0) FROM "
+	    "usage\"",
+	    m->db);
+	char *s = pc_shell(cmd);
+	uint64_t v = s != NULL ? strtoull(s, NULL, 10) : 0;
+	free(s);
+	return v;
+}
+
+/* An agent on the leader for `ms`: every 100 ms a Sync reporting `per`
+ * tokens. Returns what it reported; counts refusals in *ret_refused. */
+static uint64_t
+traffic(member *m, pc_replica *r, int ms, uint64_t per, int *ret_refused)
+{
+	uint64_t sum = 0;
+	for (int t = 0; t < ms; t += 100) {
+		pc_report rep = { .key = 0, .consumed = per, .demand = per };
+		int rc = pc_replica_sync(r, &rep, 1, NULL);
+		if (rc == 0)
+			sum += per;
+		else
+			(*ret_refused)++;
+		pc_sleep_ms(100);
+	}
+	(void) m;
+	return sum;
+}
+
+static void
+apply_on(const member *m, const char *file)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl apply --admin %s --reason test %s >/dev/null "
+	    "2>&1; echo $?",
+	    getenv("ALLOT_BUILD_DIR"), m->admin, file);
+	char *s = pc_shell(cmd);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_str_eq(s, "0");
+	free(s);
+}
+
+START_TEST(config_and_usage_on_every_member)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	char next[300];
+	snprintf(next, sizeof next, "%s/next.yaml", c.dir);
+	pc_write_file(next, CFG2);
+	apply_on(&c.m[L], next);
+	uint64_t until = pc_now_ms() + 5000;
+	bool all = false;
+	while (!all && pc_now_ms() < until) {
+		all = true;
+		for (int i = 0; i < c.n; i++)
+			all &= status_num(&c.m[i], "config_epoch") == 2;
+		pc_sleep_ms(20);
+	}
+	ck_assert(all);
+	for (int i = 0; i < c.n; i++) {
+		char *t = pc_read_file(c.m[i].cfg);
+		ck_assert_str_eq(t, CFG2);
+		free(t);
+	}
+	pc_replica r = { 0 };
+	ck_assert_int_eq(
+	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	int refused = 0;
+	uint64_t sent = traffic(&c.m[L], &r, 3000, 10, &refused);
+	ck_assert_int_eq(refused, 0);
+	pc_replica_close(&r);
+	pc_sleep_ms(2500); /* the last second flushed and replicated */
+	char *lead = usage_dump(&c.m[L]);
+	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
+	char *ev = events_dump(&c.m[L]);
+	ck_assert_ptr_nonnull(strstr(ev, "|join|"));
+	for (int i = 0; i < c.n; i++) {
+		char *d = usage_dump(&c.m[i]);
+		ck_assert_str_eq(d, lead);
+		free(d);
+		d = events_dump(&c.m[i]);
+		ck_assert_str_eq(d, ev);
+		free(d);
+	}
+	free(ev);
+	free(lead);
+	cluster_stop(&c);
+}
+END_TEST
+
+static int
+ctl_member(const member *m, const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member %s --admin %s >/dev/null 2>&1; echo $?",
+	    getenv("ALLOT_BUILD_DIR"), args, m->admin);
+	char *s = pc_shell(cmd);
+	int rc = s != NULL ? atoi(s) : -1;
+	free(s);
+	return rc;
+}
+
+/* True once member m lists itself as a voter. */
+static bool
+is_voter(const cluster *c, const member *m)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member list --admin %s 2>/dev/null | "
+	    "awk '$1 == %" PRIu64 " {print $4}'",
+	    getenv("ALLOT_BUILD_DIR"), m->admin, m->id);
+	char *s = pc_shell(cmd);
+	bool yes = s != NULL && strcmp(s, "voter") == 0;
+	free(s);
+	(void) c;
+	return yes;
+}
+
+START_TEST(membership_under_traffic)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	pc_replica r = { 0 };
+	ck_assert_int_eq(
+	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	int refused = 0;
+	traffic(&c.m[L], &r, 1000, 10, &refused);
+
+	/* A follower dies with its disk: it is removed, and comes back
+	 * wiped under a new id. */
+	int F = (L + 1) % 3;
+	kill(c.m[F].pid, SIGKILL);
+	pc_wait_exit(c.m[F].pid, 5000);
+	c.m[F].pid = 0;
+	c.m[F].up = false;
+	char args[256];
+	snprintf(args, sizeof args, "remove %" PRIu64, c.m[F].id);
+	ck_assert_int_eq(ctl_member(&c.m[L], args), 0);
+	traffic(&c.m[L], &r, 500, 10, &refused);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf %s %s.raft", c.m[F].db, c.m[F].db);
+	free(pc_shell(cmd));
+	member_init(&c, F, 4);
+	start(&c, F, 0);
+	snprintf(
+	    args, sizeof args, "add 4 %s %s", c.m[F].raftaddr, c.m[F].url);
+	ck_assert_int_eq(ctl_member(&c.m[L], args), 0);
+	uint64_t until = pc_now_ms() + 15000;
+	while (!is_voter(&c, &c.m[F]) && pc_now_ms() < until)
+		traffic(&c.m[L], &r, 200, 10, &refused);
+	ck_assert(is_voter(&c, &c.m[F]));
+
+	/* Another member added, and one removed, still under traffic. */
+	member_init(&c, 3, 5);
+	c.n = 4;
+	start(&c, 3, 0);
+	snprintf(
+	    args, sizeof args, "add 5 %s %s", c.m[3].raftaddr, c.m[3].url);
+	ck_assert_int_eq(ctl_member(&c.m[L], args), 0);
+	until = pc_now_ms() + 15000;
+	while (!is_voter(&c, &c.m[3]) && pc_now_ms() < until)
+		traffic(&c.m[L], &r, 200, 10, &refused);
+	ck_assert(is_voter(&c, &c.m[3]));
+	int G = (L + 2) % 3;
+	snprintf(args, sizeof args, "remove %" PRIu64, c.m[G].id);
+	until = pc_now_ms() + 10000;
+	int rc;
+	while ((rc = ctl_member(&c.m[L], args)) != 0 && pc_now_ms() < until)
+		traffic(&c.m[L], &r, 200, 10, &refused);
+	ck_assert_int_eq(rc, 0);
+	traffic(&c.m[L], &r, 1000, 10, &refused);
+	/* No agent was refused on the way. */
+	ck_assert_int_eq(refused, 0);
+	pc_replica_close(&r);
+	pc_sleep_ms(2500);
+	/* The rejoined and the added member caught up to the leader's rows
+	 * (the removed one stopped where it was removed). */
+	char *lead = usage_dump(&c.m[L]);
+	ck_assert_uint_gt(strlen(lead), 0);
+	char *d1 = usage_dump(&c.m[F]);
+	char *d2 = usage_dump(&c.m[3]);
+	ck_assert_str_eq(d1, lead);
+	ck_assert_str_eq(d2, lead);
+	free(d1);
+	free(d2);
+	free(lead);
+	cluster_stop(&c);
+}
+END_TEST
+
+static uint64_t
+count_rows(const member *m, const char *table)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT count(*) FROM %s\"", m->db, table);
+	char *s = pc_shell(cmd);
+	uint64_t v = s != NULL ? strtoull(s, NULL, 10) : 0;
+	free(s);
+	return v;
+}
+
+START_TEST(restarts_replay_idempotently)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	pc_replica r = { 0 };
+	ck_assert_int_eq(
+	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	int refused = 0;
+	traffic(&c.m[L], &r, 1500, 10, &refused);
+	/* A follower drains on SIGTERM, misses some traffic, comes back
+	 * with the same id: it replays its log (writing nothing twice,
+	 * installing no config again) and catches up. */
+	int F = (L + 1) % 3;
+	pc_sleep_ms(1200);
+	uint64_t configs = count_rows(&c.m[F], "configs");
+	uint64_t changes = count_rows(&c.m[F], "quota_changes");
+	ck_assert_int_eq(pc_allotd_stop(c.m[F].pid, 5000), 0);
+	c.m[F].up = false;
+	traffic(&c.m[L], &r, 1500, 10, &refused);
+	start(&c, F, 3);
+	traffic(&c.m[L], &r, 1000, 10, &refused);
+	ck_assert_int_eq(refused, 0);
+	pc_replica_close(&r);
+	pc_sleep_ms(2500);
+	char *lead = usage_dump(&c.m[L]);
+	char *d = usage_dump(&c.m[F]);
+	ck_assert_str_eq(d, lead);
+	free(d);
+	free(lead);
+	/* One row for the start's own load of the file, none for the
+	 * replayed CONFIG entries. */
+	ck_assert_uint_eq(count_rows(&c.m[F], "configs"), configs + 1);
+	ck_assert_uint_eq(count_rows(&c.m[F], "quota_changes"), changes);
+	/* The leader drains too; one of the others takes over, and the old
+	 * leader comes back as a follower. */
+	ck_assert_int_eq(pc_allotd_stop(c.m[L].pid, 5000), 0);
+	c.m[L].up = false;
+	int N = wait_leader(&c, 20000);
+	ck_assert_int_ge(N, 0);
+	ck_assert_int_ne(N, L);
+	start(&c, L, 3);
+	pc_sleep_ms(1000);
+	ck_assert_int_eq(wait_leader(&c, 5000), N);
+	cluster_stop(&c);
+}
+END_TEST
+
+/* Removing the leader hands leadership over first (the remove is refused
+ * on it, exit 1); run again on the new leader, it removes the old one. */
+START_TEST(remove_the_leader)
+{
+	cluster c;
+	cluster_start(&c, 3);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	uint64_t e0 = status_num(&c.m[L], "epoch");
+	char args[64];
+	snprintf(args, sizeof args, "remove %" PRIu64, c.m[L].id);
+	ck_assert_int_eq(ctl_member(&c.m[L], args), 1);
+	c.m[L].up = false; /* no longer counted as a possible leader */
+	int N = wait_leader(&c, 10000);
+	ck_assert_int_ge(N, 0);
+	ck_assert_int_ne(N, L);
+	ck_assert_uint_gt(status_num(&c.m[N], "epoch"), e0);
+	ck_assert_int_eq(ctl_member(&c.m[N], args), 0);
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member list --admin %s | awk '$1 == %" PRIu64
+	    "' | wc -l",
+	    getenv("ALLOT_BUILD_DIR"), c.m[N].admin, c.m[L].id);
+	char *out = NULL;
+	uint64_t until = pc_now_ms() + 5000;
+	do {
+		free(out);
+		pc_sleep_ms(100);
+		out = pc_shell(cmd);
+	} while (out != NULL && strcmp(out, "0") != 0 && pc_now_ms() < until);
+	ck_assert_str_eq(out, "0");
+	free(out);
+	cluster_stop(&c);
+}
+END_TEST
+
+/* The same cluster over mutual TLS (coordinator/raft_tls.c): certificates
+ * for one member SPIFFE ID from scripts/mkcerts. A leader, redirects,
+ * and the usage rows replicated through the TLS links. */
+START_TEST(members_over_tls)
+{
+	cluster c;
+	cluster_make(&c, 3);
+	char cmd[1024], cert[128], ca[128];
+	snprintf(cmd, sizeof cmd,
+	    "set -e; d=%s/pki; %s/scripts/mkcerts -s "
+	    "URI:spiffe://test.example/allot/member $d >$d.log 2>&1; "
+	    "cat $d/server.pem $d/server.key > %s/member.pem",
+	    c.dir, getenv("ALLOT_SOURCE_DIR"), c.dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(cert, sizeof cert, "%s/member.pem", c.dir);
+	snprintf(ca, sizeof ca, "%s/pki/ca.pem", c.dir);
+	c.cert = cert;
+	c.ca = ca;
+	cluster_run(&c);
+	int L = wait_leader(&c, 10000);
+	ck_assert_int_ge(L, 0);
+	pc_sleep_ms(300);
+	int F = (L + 1) % 3;
+	pc_conn conn = { 0 };
+	Allot__V1__Envelope *e = reg(&c.m[F], &conn, "r1");
+	ck_assert_int_eq(pc_error_code(e), ALLOT__V1__ERROR__CODE__NOT_LEADER);
+	ck_assert_str_eq(e->error->leader, c.m[L].url);
+	pc_free(e);
+	pc_close(&conn);
+	pc_replica r = { 0 };
+	ck_assert_int_eq(
+	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	int refused = 0;
+	uint64_t sent = traffic(&c.m[L], &r, 2000, 10, &refused);
+	ck_assert_int_eq(refused, 0);
+	pc_replica_close(&r);
+	pc_sleep_ms(2500);
+	char *lead = usage_dump(&c.m[L]);
+	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
+	for (int i = 0; i < c.n; i++) {
+		char *d = usage_dump(&c.m[i]);
+		ck_assert_str_eq(d, lead);
+		free(d);
+		char *log = pc_read_file(c.m[i].log);
+		ck_assert_ptr_nonnull(
+		    strstr(log, "mutual TLS between members"));
+		free(log);
+	}
+	free(lead);
+	cluster_stop(&c);
+}
+END_TEST
+
+static Suite *
+raft_suite(void)
+{
+	Suite *s = suite_create("raft");
+	TCase *tc = tcase_create("allotd members");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, one_leader_redirects);
+	tcase_add_test(tc, sigkill_leader);
+	tcase_add_test(tc, sigstop_leader_is_fenced);
+	tcase_add_test(tc, config_and_usage_on_every_member);
+	tcase_add_test(tc, membership_under_traffic);
+	tcase_add_test(tc, restarts_replay_idempotently);
+	tcase_add_test(tc, remove_the_leader);
+	tcase_add_test(tc, members_over_tls);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(raft_suite)
