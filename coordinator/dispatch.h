@@ -7,8 +7,8 @@
  * size, decodes the Envelope, checks the version and the key and report
  * counts, checks a Register's sender budget and identity proof, hands the
  * message to the registry (allot__state_register_on, _sync_on, _leave_on)
- * (in a cluster, only past the fencing gate), and packs the answer, an Error for every
- * refusal, counted by reason in the metrics.
+ * (in a cluster, only past the fencing gate), and packs the answer, an Error
+ * for every refusal, counted by reason in the metrics.
  *
  * allotd's server (server.c) calls it from nng's threads with what the
  * connection says about the sender; the simulator (sim/engine.c), the
