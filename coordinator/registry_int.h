@@ -255,6 +255,12 @@ typedef struct expired_rep {
 /* A service (registry.c): owned by the state (st->svcs), freed by the
  * loop thread once empty for service_idle_ms (allot__service_idle()).
  * Owns its sessions, squotas and expired replicas. */
+/* A service's replica count, by name (allot__state.cl_expect). */
+typedef struct allot__live_count {
+	char *service;
+	uint32_t n;
+} allot__live_count;
+
 typedef struct service {
 	char *name;
 	session **sess;
@@ -268,6 +274,7 @@ typedef struct service {
 	uint32_t nsess_silenced; /* sessions when the last silence ended */
 	uint64_t gen; /* bumped when any share changes */
 	bool dirty; /* replica set or config changed */
+	uint32_t learn_expect; /* replicas to hear before learning ends */
 	bool rec_pending; /* some key has rec_pending */
 	uint64_t last_alloc_ns;
 	uint64_t empty_ns; /* when it was first seen empty; 0: not */
@@ -316,6 +323,11 @@ struct allot__state {
 	size_t cl_n;
 	uint64_t cl_learn_ns; /* learning period: lease + 2 intervals */
 	uint64_t cl_boot_until_ns; /* every owned quota learns until */
+	/* At a take-over: the replicas each service had live in the last
+	 * second the previous leader recorded (the replicated usage rows).
+	 * Learning ends early only once as many have been heard. */
+	allot__live_count *cl_expect;
+	size_t cl_nexpect;
 };
 
 /* Monotonic differences never wrap: a timestamp taken by another thread
