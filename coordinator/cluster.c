@@ -147,8 +147,8 @@ allot__cluster_gate(const allot__cluster *c, const allot__cluster_view **ret)
 
 /* ---- leadership ---- */
 
-static void usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n,
-    const allot__store_raft_event *ev, size_t nev);
+static void usage_tap(void *ctx, const allot__cusage_row *rows, size_t n,
+    const allot__cevent *ev, size_t nev);
 
 static void
 step(allot__cluster *c)
@@ -216,48 +216,17 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 {
 	allot__cluster *c = ctx;
 	char detail[512];
-	allot__store_raft_event one = { .at = allot__wall_ms() };
+	allot__cevent one = { .at = allot__wall_ms() };
 	atomic_store(&c->applied, index);
 	switch (e->type) {
-	case ALLOT__CENTRY_USAGE: {
-		allot__store_raft_usage *rows = calloc(
-		    e->usage.n ? e->usage.n : 1, sizeof *rows);
-		if (rows == NULL)
-			return;
-		for (size_t i = 0; i < e->usage.n; i++) {
-			const allot__cusage_row *r = &e->usage.rows[i];
-			rows[i] = (allot__store_raft_usage) {
-				.service = r->service,
-				.quota = r->key,
-				.second = r->second,
-				.admitted = r->consumed,
-				.denied = r->denied,
-				.demand = r->demand,
-				.live_replicas = r->live_replicas,
-			};
-		}
+	case ALLOT__CENTRY_USAGE:
 		allot__store_apply(
-		    c->o.store, index, rows, e->usage.n, NULL, 0);
-		free(rows);
+		    c->o.store, index, e->usage.rows, e->usage.n, NULL, 0);
 		return;
-	}
-	case ALLOT__CENTRY_EVENTS: {
-		allot__store_raft_event *ev = calloc(
-		    e->events.n ? e->events.n : 1, sizeof *ev);
-		if (ev == NULL)
-			return;
-		for (size_t i = 0; i < e->events.n; i++)
-			ev[i] = (allot__store_raft_event) {
-				.at = e->events.rows[i].at,
-				.kind = e->events.rows[i].kind,
-				.subject = e->events.rows[i].subject,
-				.detail = e->events.rows[i].detail,
-			};
+	case ALLOT__CENTRY_EVENTS:
 		allot__store_apply(
-		    c->o.store, index, NULL, 0, ev, e->events.n);
-		free(ev);
+		    c->o.store, index, NULL, 0, e->events.rows, e->events.n);
 		return;
-	}
 	case ALLOT__CENTRY_CONFIG:
 		snprintf(detail, sizeof detail,
 		    "epoch=%" PRIu64 " digest=%016" PRIx64 " index=%" PRIu64,
@@ -313,48 +282,17 @@ proposal_done(void *ctx, int status, uint64_t index)
 /* The leader's usage rows and events of one flush, into the log: one
  * USAGE and one EVENTS entry. */
 static void
-usage_tap(void *ctx, const allot__store_raft_usage *rows, size_t n,
-    const allot__store_raft_event *ev, size_t nev)
+usage_tap(void *ctx, const allot__cusage_row *rows, size_t n,
+    const allot__cevent *ev, size_t nev)
 {
 	allot__cluster *c = ctx;
 	int rv = ALLOT_OK;
-	if (n > 0) {
-		allot__cusage_row *r = calloc(n, sizeof *r);
-		if (r == NULL) {
-			rv = ALLOT_ENOMEM;
-		} else {
-			for (size_t i = 0; i < n; i++)
-				r[i] = (allot__cusage_row) {
-					.service = rows[i].service,
-					.key = rows[i].quota,
-					.second = rows[i].second,
-					.consumed = rows[i].admitted,
-					.denied = rows[i].denied,
-					.demand = rows[i].demand,
-					.live_replicas = rows[i].live_replicas,
-				};
-			rv = allot__consensus_propose_usage(
-			    c->cons, r, n, proposal_done, c);
-			free(r);
-		}
-	}
-	if (rv == ALLOT_OK && nev > 0) {
-		allot__cevent *e = calloc(nev, sizeof *e);
-		if (e == NULL) {
-			rv = ALLOT_ENOMEM;
-		} else {
-			for (size_t i = 0; i < nev; i++)
-				e[i] = (allot__cevent) {
-					.at = ev[i].at,
-					.kind = ev[i].kind,
-					.subject = ev[i].subject,
-					.detail = ev[i].detail,
-				};
-			rv = allot__consensus_propose_events(
-			    c->cons, e, nev, proposal_done, c);
-			free(e);
-		}
-	}
+	if (n > 0)
+		rv = allot__consensus_propose_usage(
+		    c->cons, rows, n, proposal_done, c);
+	if (rv == ALLOT_OK && nev > 0)
+		rv = allot__consensus_propose_events(
+		    c->cons, ev, nev, proposal_done, c);
 	if (rv == ALLOT_OK) {
 		atomic_fetch_add(&c->usage_batches, 1);
 		return;

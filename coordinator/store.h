@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "config_diff.h"
+#include "consensus_entry.h"
 #include "log.h"
 
 typedef struct allot__store allot__store;
@@ -220,24 +221,9 @@ uint64_t allot__store_max_session(allot__store *st);
 
 /* ---- the Raft cluster (cluster.h) ---- */
 
-/* One usage row as the leader aggregated it (a committed USAGE entry). */
-typedef struct allot__store_raft_usage {
-	const char *service;
-	const char *quota;
-	uint64_t second; /* unix seconds */
-	uint64_t admitted;
-	uint64_t denied;
-	double demand;
-	uint32_t live_replicas;
-} allot__store_raft_usage;
-
-/* One event row (the events table); "" subject or detail: NULL. */
-typedef struct allot__store_raft_event {
-	int64_t at;
-	const char *kind;
-	const char *subject;
-	const char *detail;
-} allot__store_raft_event;
+/* The leader's rows are the log's own types (consensus_entry.h): a
+ * usage row (allot__cusage_row, `key` is the quota's wire key, `consumed`
+ * what was admitted) and an event (allot__cevent). */
 
 /* Where the leader's usage and event rows go instead of the file: at
  * each flush the batch's usage rows and events are handed to `fn` (loop
@@ -245,8 +231,8 @@ typedef struct allot__store_raft_event {
  * and every member writes them back with allot__store_apply. NULL:
  * written as usual. */
 typedef void (*allot__store_usage_tap)(void *ctx,
-    const allot__store_raft_usage *rows, size_t n,
-    const allot__store_raft_event *ev, size_t nev);
+    const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
+    size_t nev);
 void allot__store_set_usage_tap(
     allot__store *st, allot__store_usage_tap fn, void *ctx);
 
@@ -255,8 +241,8 @@ void allot__store_set_usage_tap(
  * index at or below the last applied is skipped (replay is idempotent).
  * Loop thread; synchronous. ALLOT_OK (written or skipped) or ALLOT_EIO. */
 int allot__store_apply(allot__store *st, uint64_t index,
-    const allot__store_raft_usage *rows, size_t n,
-    const allot__store_raft_event *ev, size_t nev);
+    const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
+    size_t nev);
 
 /* The last log index applied (0: none). */
 uint64_t allot__store_applied(allot__store *st);

@@ -36,9 +36,9 @@ allot__store_tap_usage(allot__store *st, struct batch *b)
 		nev += o->kind == OP_EVENT;
 	if (b->usage_live == 0 && nev == 0)
 		return;
-	allot__store_raft_usage *rows = calloc(
+	allot__cusage_row *rows = calloc(
 	    b->usage_live ? b->usage_live : 1, sizeof *rows);
-	allot__store_raft_event *ev = calloc(nev ? nev : 1, sizeof *ev);
+	allot__cevent *ev = calloc(nev ? nev : 1, sizeof *ev);
 	if (rows == NULL || ev == NULL) {
 		free(rows);
 		free(ev);
@@ -50,11 +50,11 @@ allot__store_tap_usage(allot__store *st, struct batch *b)
 		    &b->usage, i);
 		if (!e->hdr.live)
 			continue;
-		rows[n++] = (allot__store_raft_usage) {
+		rows[n++] = (allot__cusage_row) {
 			.service = e->k->service,
-			.quota = e->k->quota,
+			.key = e->k->quota,
 			.second = e->sec > 0 ? (uint64_t) e->sec : 0,
-			.admitted = e->admitted,
+			.consumed = e->admitted,
 			.denied = e->denied,
 			.demand = e->demand,
 			.live_replicas = e->live_replicas,
@@ -71,7 +71,7 @@ allot__store_tap_usage(allot__store *st, struct batch *b)
 			pp = &o->next;
 			continue;
 		}
-		ev[k++] = (allot__store_raft_event) {
+		ev[k++] = (allot__cevent) {
 			.at = o->at,
 			.kind = o->s[0],
 			.subject = o->s[1],
@@ -109,7 +109,7 @@ allot__store_applied(allot__store *st)
 }
 
 static int
-write_rows(allot__store *st, const allot__store_raft_usage *rows, size_t n)
+write_rows(allot__store *st, const allot__cusage_row *rows, size_t n)
 {
 	sqlite3_stmt *s = NULL;
 	int rc = sqlite3_prepare_v2(st->db,
@@ -124,10 +124,10 @@ write_rows(allot__store *st, const allot__store_raft_usage *rows, size_t n)
 	    -1, &s, NULL);
 	for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
 		sqlite3_bind_text(s, 1, rows[i].service, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, rows[i].quota, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, rows[i].key, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(
 		    s, 3, (sqlite3_int64) rows[i].second * 1000);
-		sqlite3_bind_int64(s, 4, (sqlite3_int64) rows[i].admitted);
+		sqlite3_bind_int64(s, 4, (sqlite3_int64) rows[i].consumed);
 		sqlite3_bind_int64(s, 5, (sqlite3_int64) rows[i].denied);
 		sqlite3_bind_double(s, 6, rows[i].demand);
 		sqlite3_bind_int64(s, 7, rows[i].live_replicas);
@@ -148,7 +148,7 @@ bind_opt(sqlite3_stmt *s, int i, const char *v)
 }
 
 static int
-write_events(allot__store *st, const allot__store_raft_event *ev, size_t n)
+write_events(allot__store *st, const allot__cevent *ev, size_t n)
 {
 	sqlite3_stmt *s = NULL;
 	int rc = sqlite3_prepare_v2(st->db,
@@ -170,8 +170,8 @@ write_events(allot__store *st, const allot__store_raft_event *ev, size_t n)
 
 int
 allot__store_apply(allot__store *st, uint64_t index,
-    const allot__store_raft_usage *rows, size_t n,
-    const allot__store_raft_event *ev, size_t nev)
+    const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
+    size_t nev)
 {
 	if (st == NULL)
 		return ALLOT_OK;
