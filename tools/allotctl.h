@@ -221,4 +221,20 @@ typedef struct ctl_answer {
 } ctl_answer;
 size_t ctl_answer_data(char *data, size_t size, size_t n, void *ud);
 
+/* One request to allotd's admin socket (c->admin; allotctl_apply.c):
+ * `path` with the arguments that are not NULL URL-escaped onto it, a
+ * POST of `body` (`len` bytes) or, with `body` NULL, a GET. Returns 0
+ * with `status` and `answer` (the caller's to free), or
+ * EXIT_UNREACHABLE after saying why. Used by diff, apply and member. */
+typedef struct ctl_admin_exchange {
+	const char *path; /* "/config/diff" */
+	const char *file; /* ?file= */
+	const char *reason, *as, *expect; /* apply only */
+	const char *body; /* NULL: GET */
+	size_t len;
+	long status; /* out */
+	char *answer; /* out, the caller's */
+} ctl_admin_exchange;
+int ctl_admin_call(const ctl *c, ctl_admin_exchange *x);
+
 #endif /* ALLOT_TOOLS_ALLOTCTL_H */

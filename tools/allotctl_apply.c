@@ -46,21 +46,8 @@ add_arg(CURL *e, char *url, const char *name, const char *value)
 	return n;
 }
 
-/* The exchange of one request with allotd's admin socket. */
-typedef struct exchange {
-	const char *path; /* "/config/diff" */
-	const char *file; /* ?file= */
-	const char *reason, *as, *expect; /* apply only */
-	const char *body; /* NULL: GET */
-	size_t len;
-	long status; /* out */
-	char *answer; /* out, the caller's */
-} exchange;
-
-/* 0 with x->status and x->answer, or EXIT_UNREACHABLE after saying
- * why. */
-static int
-admin_call(const ctl *c, exchange *x)
+int
+ctl_admin_call(const ctl *c, ctl_admin_exchange *x)
 {
 	CURL *e = curl_easy_init();
 	if (e == NULL)
@@ -150,7 +137,7 @@ parse_answer(const ctl *c, const char *text)
 /* A refusal: allotd's one line as it is (for an invalid file, the
  * loader's FILE:LINE:COL message). The exit status. */
 static int
-refused(const ctl *c, const exchange *x)
+refused(const ctl *c, const ctl_admin_exchange *x)
 {
 	size_t n = strcspn(x->answer, "\n");
 	if (x->status == 422)
@@ -300,10 +287,10 @@ static int
 diff(const ctl *c, const char *file, const allot_config *cfg, const char *text,
     size_t len, json_object **ret)
 {
-	exchange x = {
+	ctl_admin_exchange x = {
 		.path = "/config/diff", .file = file, .body = text, .len = len
 	};
-	int rc = admin_call(c, &x);
+	int rc = ctl_admin_call(c, &x);
 	if (rc != 0)
 		return rc;
 	if (x.status != 200) {
@@ -354,8 +341,8 @@ static bool
 wait_committed(const ctl *c, double epoch)
 {
 	for (int waited = 0; waited <= DEFAULT_WAIT_MS; waited += 50) {
-		exchange x = { .path = "/config" };
-		if (admin_call(c, &x) != 0)
+		ctl_admin_exchange x = { .path = "/config" };
+		if (ctl_admin_call(c, &x) != 0)
 			return false;
 		json_object *doc = x.status == 200 ?
 		    parse_answer(c, x.answer) :
@@ -375,14 +362,14 @@ static int
 apply(const ctl *c, const char *file, const char *text, size_t len,
     const char *expect)
 {
-	exchange x = { .path = "/config/apply",
+	ctl_admin_exchange x = { .path = "/config/apply",
 		.file = file,
 		.reason = c->reason,
 		.as = c->as_name,
 		.expect = expect,
 		.body = text,
 		.len = len };
-	int rc = admin_call(c, &x);
+	int rc = ctl_admin_call(c, &x);
 	if (rc != 0)
 		return rc;
 	if (x.status != 200) {

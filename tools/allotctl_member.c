@@ -20,68 +20,6 @@
 
 #include "allotctl.h"
 
-#define ANSWER_MAX (1u << 20)
-
-typedef struct reply {
-	char *buf;
-	size_t len;
-} reply;
-
-static size_t
-on_data(char *data, size_t size, size_t n, void *ud)
-{
-	reply *a = ud;
-	size_t got = size * n;
-	if (a->len + got > ANSWER_MAX)
-		return 0;
-	a->buf = ctl_realloc(a->buf, a->len + got + 1);
-	memcpy(a->buf + a->len, data, got);
-	a->len += got;
-	a->buf[a->len] = '\0';
-	return got;
-}
-
-/* One exchange with the admin socket: 0 with the status and the answer
- * (the caller's), or EXIT_UNREACHABLE after saying why. */
-static int
-call(const ctl *c, const char *path, bool post, long *ret_status,
-    char **ret_answer)
-{
-	CURL *e = curl_easy_init();
-	if (e == NULL)
-		ctl_die_oom();
-	char *url = ctl_asprintf("http://allotd%s", path);
-	reply a = { 0 };
-	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, c->admin);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_PROXY, "");
-	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->timeout_ms);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
-	if (post) {
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
-		curl_easy_setopt(
-		    e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) 0);
-	}
-	CURLcode r = curl_easy_perform(e);
-	if (r == CURLE_OK)
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, ret_status);
-	curl_easy_cleanup(e);
-	free(url);
-	if (r != CURLE_OK) {
-		free(a.buf);
-		ctl_fail("cannot reach allotd's admin socket %s: %s (is "
-		         "allotd running with --admin-socket?)",
-		    c->admin, curl_easy_strerror(r));
-		return EXIT_UNREACHABLE;
-	}
-	*ret_answer = a.buf != NULL ? a.buf : ctl_calloc(1, 1);
-	return 0;
-}
-
 /* The members as a table: ID, RAFT, AGENT URL, ROLE, LEADER. */
 static int
 print_list(const char *text)
@@ -154,12 +92,14 @@ ctl_cmd_member(const ctl *c)
 	} else {
 		path = ctl_strdup("/members");
 	}
-	long status = 0;
-	char *answer = NULL;
-	int rc = call(c, path, !list, &status, &answer);
+	/* Adding and removing are POSTs without a body. */
+	ctl_admin_exchange x = { .path = path, .body = list ? NULL : "" };
+	int rc = ctl_admin_call(c, &x);
 	free(path);
 	if (rc != 0)
 		return rc;
+	long status = x.status;
+	char *answer = x.answer;
 	if (status != 200) {
 		size_t n = strcspn(answer, "\n");
 		ctl_fail("member %s refused (%ld): %.*s", op, status, (int) n,
