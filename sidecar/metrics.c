@@ -108,11 +108,30 @@ sync_state(FILE *f, allot_agent *agent)
 	    "allot_agentd_syncs_failed_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_fallback_enters_total counter\n"
 	    "allot_agentd_fallback_enters_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_members_down gauge\n"
-	    "allot_agentd_members_down %" PRIu32 "\n",
+	    "# TYPE allot_agentd_early_syncs_total counter\n"
+	    "allot_agentd_early_syncs_total %" PRIu64 "\n",
 	    s.enabled, s.connected, s.in_fallback,
 	    (double) s.lease_remaining_ms / 1000.0, s.replicas, s.syncs_ok,
-	    s.syncs_failed, s.fallback_enters, s.members_down);
+	    s.syncs_failed, s.fallback_enters, s.early_syncs);
+	/* The coordinator cluster as this agent sees it, and the config
+	 * plane (docs/operations.md "Cluster", docs/protocol.md). */
+	fprintf(f,
+	    "# TYPE allot_agentd_members gauge\n"
+	    "allot_agentd_members %" PRIu32 "\n"
+	    "# TYPE allot_agentd_leader_epoch gauge\n"
+	    "allot_agentd_leader_epoch %" PRIu64 "\n"
+	    "# TYPE allot_agentd_leader_switches_total counter\n"
+	    "allot_agentd_leader_switches_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_not_leader_total counter\n"
+	    "allot_agentd_not_leader_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_stale_epoch_total counter\n"
+	    "allot_agentd_stale_epoch_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_config_installs_total counter\n"
+	    "allot_agentd_config_installs_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_config_rejects_total counter\n"
+	    "allot_agentd_config_rejects_total %" PRIu64 "\n",
+	    s.members, s.leader_epoch, s.leader_switches, s.not_leader,
+	    s.stale_epoch, s.config_installs, s.config_rejects);
 }
 
 char *

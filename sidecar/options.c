@@ -111,6 +111,12 @@ static const struct optdef optdefs[] = {
 	    "evict idle unknown keys after (default 300000; 0 never)" },
 	{ "max-threads", K_U32, AT(agent.max_threads), 1, 65536,
 	    "threads counting in blocks of their own (default 64)" },
+	{ "max-callers", K_U32, AT(agent.max_callers), 1, 65536,
+	    "callers' quotas room is kept for, across configs allotd "
+	    "sends (default max(2n, n + 256) for n in --config)" },
+	{ "config-cache", K_STR, AT(agent.config_cache_file), 0, 0,
+	    "file keeping the last config allotd sent, used at start "
+	    "while allotd is down (default none)" },
 	{ "help", K_HELP, 0, 0, 0, "this text" },
 };
 #define NOPTS (sizeof optdefs / sizeof optdefs[0])

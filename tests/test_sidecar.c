@@ -570,6 +570,39 @@ START_TEST(three_agents_one_allotd)
 	ck_assert(shared_key_metric(a[0].http_port, "granted_rate") > 0);
 	ck_assert(
 	    shared_key_metric(a[0].http_port, "lease_remaining_seconds") > 0);
+	/* One allotd: one member known, epoch 0, and no config to install
+	 * (the agents started from allotd's own file). */
+	ck_assert(pc_metric_get(a[0].http_port, "allot_agentd_members") == 1);
+	ck_assert(
+	    pc_metric_get(a[0].http_port, "allot_agentd_leader_epoch") == 0);
+	ck_assert(pc_metric_get(a[0].http_port,
+	              "allot_agentd_config_installs_total") == 0);
+	/* A fourth daemon started from a stale file takes allotd's config
+	 * and keeps it in its --config-cache file. */
+	char cache[300];
+	snprintf(cache, sizeof cache, "%s/cache.yaml", dir);
+	const char *extra4[] = { "--coordinator", url, "--sync-interval-ms",
+		"50", "--service", "sidecar", "--config-cache", cache, NULL };
+	struct agentd stale;
+	agentd_start(&stale,
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 1, burst: 1}\n"
+	    "  callers:\n"
+	    "    - {identity: \"shared\", tokens_per_second: 5, burst: 5}\n",
+	    extra4);
+	for (int i = 0; i < 100 &&
+	     pc_metric_get(
+	         stale.http_port, "allot_agentd_config_installs_total") < 1;
+	     i++)
+		pc_sleep_ms(20);
+	ck_assert(pc_metric_get(stale.http_port,
+	              "allot_agentd_config_installs_total") == 1);
+	char *cached = pc_read_file(cache);
+	ck_assert_msg(
+	    cached != NULL && strstr(cached, "tokens_per_second: 30") != NULL,
+	    "config cache: %s", cached ? cached : "(none)");
+	free(cached);
+	agentd_stop(&stale);
 	/* allotd dies: the agents keep answering, in fallback once the
 	 * lease has run out. */
 	kill(allotd, SIGKILL);
