@@ -670,6 +670,15 @@ START_TEST(audit_stores)
 	l = line_with(strstr(r.out, "== Replicas per service"), SVC " ");
 	ck_assert_str_eq(field(l, 1), "3");
 	assert_has(strstr(r.out, "== Events"), "start");
+	/* Quota changes: the empty store's first config added each quota,
+	 * by "start". */
+	const char *qc = strstr(r.out, "== Quota changes");
+	ck_assert_ptr_nonnull(qc);
+	l = line_with(qc, QA);
+	ck_assert_ptr_nonnull(l);
+	ck_assert_msg(strstr(l, "start") != NULL && strstr(l, "added") != NULL,
+	    "quota change row: %.200s", l);
+	assert_has(r.out, "== Shadow and candidate quotas");
 	run_free(&r);
 
 	/* Two stores at once: a "db" column names each file. */
@@ -688,6 +697,20 @@ START_TEST(audit_stores)
 	ck_assert_ptr_nonnull(b);
 	ck_assert_msg(
 	    strstr(cons, "\ndb ") != NULL, "no db column:\n%s", cons);
+	run_free(&r);
+
+	/* A store from before the quota-change audit (schema 2): the
+	 * questions it cannot answer say what it needs. */
+	snprintf(
+	    cmd, sizeof cmd, "sqlite3 '%s' 'PRAGMA user_version = 2'", copy);
+	ck_assert_int_eq(system(cmd), 0);
+	r = ctl("audit", copy, NULL);
+	ck_assert_msg(r.status == 0, "audit: %d %s", r.status, r.err);
+	qc = strstr(r.out, "== Quota changes");
+	ck_assert_ptr_nonnull(qc);
+	ck_assert_msg(strncmp(strchr(qc, '\n') + 1,
+	                  "(needs store schema version 3", 29) == 0,
+	    "%.200s", qc);
 	run_free(&r);
 
 	/* Not a store; missing. */

@@ -30,40 +30,50 @@ static const struct audit_query {
 	const char *title;
 	const char *sql; /* %1$s is the schema, e.g. "db0" */
 	const char *order; /* applied to the union */
+	int version; /* the store schema version that has what it reads */
 } audit_queries[] = {
 	{ "Configs loaded",
 	    "SELECT epoch, digest, path, bytes, loaded FROM %1$s.v_configs",
-	    "loaded" },
+	    "loaded", AUDIT_VIEWS_VERSION },
 	{ "Consumption per caller (tokens)",
 	    "SELECT service, quota, sum(admitted) AS admitted, sum(denied) AS "
 	    "denied, round(100.0 * sum(denied) / max(sum(admitted) + "
 	    "sum(denied), 1), 2) AS denied_pct, count(*) AS seconds, "
 	    "max(live_replicas) AS max_replicas FROM %1$s.usage "
 	    "GROUP BY service, quota",
-	    "admitted DESC" },
+	    "admitted DESC", AUDIT_VIEWS_VERSION },
 	{ "Who was denied",
 	    "SELECT service, quota, denied, admitted, denied_pct, "
 	    "denied_per_s, first_denied, last_denied FROM %1$s.v_denied",
-	    "denied DESC" },
+	    "denied DESC", AUDIT_VIEWS_VERSION },
 	{ "Replicas per service",
 	    "SELECT service, count(*) AS sessions, sum(left_at IS NULL) AS "
 	    "live, sum(left_why IS 'leave') AS left, sum(left_why IS "
 	    "'expired') AS expired, sum(left_why IS 'replaced') AS replaced, "
 	    "sum(left_why IS 'shutdown') AS shutdown FROM %1$s.replicas "
 	    "GROUP BY service",
-	    "service" },
+	    "service", AUDIT_VIEWS_VERSION },
 	{ "Share changes per caller",
 	    "SELECT service, quota, count(*) AS changes, count(DISTINCT "
 	    "session) AS replicas, round(min(rate), 3) AS min_rate, "
 	    "round(max(rate), 3) AS max_rate FROM %1$s.share_history "
 	    "GROUP BY service, quota",
-	    "service, quota" },
+	    "service, quota", AUDIT_VIEWS_VERSION },
 	{ "Live replicas (as the coordinator last knew)",
 	    "SELECT service, replica_id, session, host, agent_version, "
 	    "last_seen, silent_s FROM %1$s.v_live_replicas",
-	    "service, replica_id" },
+	    "service, replica_id", AUDIT_VIEWS_VERSION },
+	{ "Quota changes (who, what, why)",
+	    "SELECT at, who, service, quota, action, before, after, reason, "
+	    "epoch FROM %1$s.v_quota_changes",
+	    "at DESC", 3 },
+	{ "Shadow and candidate quotas (what enforcing them would deny)",
+	    "SELECT service, quota, candidate_rate, admitted, denied, "
+	    "shadow_denied_pct, candidate_denied_pct, first, last "
+	    "FROM %1$s.v_shadow",
+	    "service, quota", 4 },
 	{ "Events", "SELECT at, kind, subject, detail FROM %1$s.v_events",
-	    "at DESC" },
+	    "at DESC", AUDIT_VIEWS_VERSION },
 };
 
 /* "file:" URI for a path, read-only, every special byte escaped. */
@@ -156,10 +166,10 @@ pragma_int(sqlite3 *db, int i, const char *name, int *ret)
 }
 
 /* ATTACH `path` read-only as schema db<i> and check that it is an allot
- * store new enough to have the audit views. False after saying why
- * not. */
+ * store new enough to have the audit views; its schema version in
+ * *ret_version. False after saying why not. */
 static bool
-attach_store(sqlite3 *db, int i, const char *path)
+attach_store(sqlite3 *db, int i, const char *path, int *ret_version)
 {
 	if (access(path, R_OK) != 0) {
 		ctl_fail("cannot open %s: %s", path, ctl_errstr(errno));
@@ -198,18 +208,22 @@ attach_store(sqlite3 *db, int i, const char *path)
 		    path, ver, AUDIT_VIEWS_VERSION);
 		return false;
 	}
+	*ret_version = ver;
 	return true;
 }
 
-/* One audit query over every attached store: each store's query, with
- * a "db" column when there are several, joined by UNION ALL, ordered and
- * limited. The caller frees the text. */
+/* One audit query over every attached store whose schema has what it
+ * reads (`version`): each store's query, with a "db" column when there
+ * are several, joined by UNION ALL, ordered and limited. The caller
+ * frees the text; NULL when no store is new enough. */
 static char *
-union_query(const struct audit_query *aq, const ctl *c)
+union_query(const struct audit_query *aq, const ctl *c, const int *version)
 {
 	int ndb = c->npos;
 	char *sql = NULL;
 	for (int i = 0; i < ndb; i++) {
+		if (version[i] < aq->version)
+			continue;
 		char schema[16];
 		snprintf(schema, sizeof schema, "db%d", i);
 		char *one = NULL;
@@ -238,6 +252,8 @@ union_query(const struct audit_query *aq, const ctl *c)
 		free(one);
 		sql = joined;
 	}
+	if (sql == NULL)
+		return NULL;
 	char *full = ctl_asprintf("SELECT * FROM (%s) ORDER BY %s%s LIMIT %ld",
 	    sql, ndb > 1 ? "db, " : "", aq->order, c->limit);
 	free(sql);
@@ -248,6 +264,7 @@ int
 ctl_cmd_audit(const ctl *c)
 {
 	sqlite3 *db = NULL;
+	int *version = NULL;
 	int rc = EXIT_FAIL;
 	if (sqlite3_open_v2(":memory:", &db,
 	        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI,
@@ -257,8 +274,9 @@ ctl_cmd_audit(const ctl *c)
 		goto out;
 	}
 	sqlite3_busy_timeout(db, 2000);
+	version = ctl_calloc((size_t) c->npos, sizeof *version);
 	for (int i = 0; i < c->npos; i++)
-		if (!attach_store(db, i, c->pos[i]))
+		if (!attach_store(db, i, c->pos[i], &version[i]))
 			goto out;
 	if (c->npos > 1) {
 		printf("stores:");
@@ -269,13 +287,20 @@ ctl_cmd_audit(const ctl *c)
 	}
 	rc = 0;
 	for (size_t q = 0; q < NQUERIES; q++) {
-		char *sql = union_query(&audit_queries[q], c);
+		char *sql = union_query(&audit_queries[q], c, version);
+		if (sql == NULL) {
+			printf("== %s\n(needs store schema version %d: open "
+			       "the file once with a current allotd)\n\n",
+			    audit_queries[q].title, audit_queries[q].version);
+			continue;
+		}
 		if (audit_print(
 		        db, audit_queries[q].title, sql, c->show_sql) != 0)
 			rc = EXIT_FAIL;
 		free(sql);
 	}
 out:
+	free(version);
 	sqlite3_close(db);
 	return rc;
 }
