@@ -363,7 +363,8 @@ fail:
  * the quota file becomes its text, so that a restart (or a member that
  * becomes leader) starts from what the cluster agreed. */
 static void
-cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch)
+cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch,
+    const allot__state_who *who)
 {
 	allotd *d = ctx;
 	char err[1024];
@@ -383,14 +384,10 @@ cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch)
 		return;
 	}
 	allot_config *cur = allot__config_dup(cfg);
-	static const allot__state_who who = {
-		.who = "cluster",
-		.reason = "committed through the log",
-	};
 	bool changed = false;
 	int rc = cur != NULL ?
 	    allot__state_apply_at(d->state, cfg, d->config_path, copy_text,
-	        &who, epoch, &changed) :
+	        who, epoch, &changed) :
 	    ALLOT_ENOMEM;
 	if (rc != ALLOT_OK) {
 		allot_config_free(cfg);
@@ -432,8 +429,13 @@ cluster_serving(void *ctx)
 	if (d->cluster == NULL || allot__cluster_config_epoch(d->cluster) != 0)
 		return;
 	uint64_t epoch = 0;
+	const allot__state_who who = {
+		.who = "start",
+		.reason = "the first config of a new cluster",
+		.source = d->config_path,
+	};
 	int rv = allot__cluster_propose_config(d->cluster, d->text,
-	    strlen(d->text), d->cur->digest, &epoch, NULL, 0);
+	    strlen(d->text), d->cur->digest, &who, &epoch, NULL, 0);
 	if (rv != ALLOT_OK)
 		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
 		    "cannot propose %s as the cluster's first config: %s",
@@ -448,10 +450,15 @@ cluster_reload(allotd *d, allot_config *cfg, char *text)
 	char leader[256];
 	uint64_t epoch = 0;
 	uint64_t digest = cfg->digest;
+	const allot__state_who who = {
+		.who = "signal",
+		.reason = "reload",
+		.source = d->config_path,
+	};
 	int rv = digest == allot__state_digest(d->state) ?
 	    ALLOT_OK :
 	    allot__cluster_propose_config(d->cluster, text, strlen(text),
-	        digest, &epoch, leader, sizeof leader);
+	        digest, &who, &epoch, leader, sizeof leader);
 	allot_config_free(cfg);
 	free(text);
 	if (rv == ALLOT_ESTATE) {
@@ -499,7 +506,7 @@ cluster_apply(allotd *d, allot__admin_job *job)
 		return;
 	}
 	int rv = allot__cluster_propose_config(d->cluster, job->text, job->len,
-	    job->cfg->digest, &epoch, leader, sizeof leader);
+	    job->cfg->digest, job->who, &epoch, leader, sizeof leader);
 	if (rv != ALLOT_OK) {
 		allot__config_diff_free(&job->diff);
 		job->status = rv == ALLOT_ESTATE ? 421 : 500;

@@ -54,11 +54,59 @@ struct allot__cluster {
 	/* The latest committed CONFIG not installed yet: installed by the
 	 * next timer tick, so that a replay of the log at start installs
 	 * only the last of its configs (no audit rows for the others). */
-	char *pending_text;
-	size_t pending_len;
-	uint64_t pending_epoch;
+	struct pending_config *pending;
 	unsigned closing;
 };
+
+/* A committed CONFIG, copied out of the log entry: one block, the
+ * strings after the struct. */
+struct pending_config {
+	size_t len;
+	uint64_t epoch;
+	allot__state_who who;
+	char *text;
+};
+
+/* A copy of a string into `*at`, advancing it; NULL for "". */
+static const char *
+copy_opt(char **at, const char *s)
+{
+	if (s == NULL || s[0] == '\0')
+		return NULL;
+	size_t n = strlen(s) + 1;
+	char *d = memcpy(*at, s, n);
+	*at += n;
+	return d;
+}
+
+static struct pending_config *
+pending_copy(const allot__centry *e)
+{
+	const allot__cwho *w = &e->config.who;
+	const char *s[4] = { w->who, w->claimed_as, w->reason, w->source };
+	size_t n = sizeof(struct pending_config) + e->config.text_len + 1;
+	for (size_t i = 0; i < 4; i++)
+		n += s[i] != NULL ? strlen(s[i]) + 1 : 0;
+	struct pending_config *p = malloc(n);
+	if (p == NULL)
+		return NULL;
+	char *at = (char *) (p + 1);
+	p->len = e->config.text_len;
+	p->epoch = e->config.config_epoch;
+	p->text = memcpy(at, e->config.text, p->len);
+	p->text[p->len] = '\0';
+	at += p->len + 1;
+	/* A CONFIG without a proposer (none recorded) is the cluster's. */
+	p->who.who = copy_opt(&at, w->who);
+	if (p->who.who == NULL)
+		p->who.who = "cluster";
+	p->who.claimed_as = copy_opt(&at, w->claimed_as);
+	p->who.reason = copy_opt(&at, w->reason);
+	if (p->who.reason == NULL)
+		p->who.reason = "committed through the log";
+	p->who.source = copy_opt(&at, w->source);
+	return p;
+}
 
 /* ---- the view ---- */
 
@@ -190,14 +238,13 @@ step(allot__cluster *c)
 static void
 install_pending(allot__cluster *c)
 {
-	if (c->pending_text == NULL)
+	struct pending_config *p = c->pending;
+	if (p == NULL)
 		return;
-	char *text = c->pending_text;
-	c->pending_text = NULL;
+	c->pending = NULL;
 	if (c->o.on_config != NULL)
-		c->o.on_config(
-		    c->o.ctx, text, c->pending_len, c->pending_epoch);
-	free(text);
+		c->o.on_config(c->o.ctx, p->text, p->len, p->epoch, &p->who);
+	free(p);
 }
 
 static void
@@ -235,15 +282,11 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		one.detail = detail;
 		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
 		atomic_store(&c->config_epoch, e->config.config_epoch);
-		char *text = malloc(e->config.text_len + 1);
-		if (text == NULL)
+		struct pending_config *p = pending_copy(e);
+		if (p == NULL)
 			return; /* the next CONFIG, or a restart, installs */
-		memcpy(text, e->config.text, e->config.text_len);
-		text[e->config.text_len] = '\0';
-		free(c->pending_text);
-		c->pending_text = text;
-		c->pending_len = e->config.text_len;
-		c->pending_epoch = e->config.config_epoch;
+		free(c->pending);
+		c->pending = p;
 		return;
 	case ALLOT__CENTRY_MEMBER:
 		snprintf(detail, sizeof detail,
@@ -412,7 +455,7 @@ fail_close:
 	c->cons = NULL;
 	/* What is left is freed now; the core frees itself. */
 fail:
-	free(c->pending_text);
+	free(c->pending);
 	for (pub *q = c->all; q != NULL;) {
 		pub *nx = q->next;
 		pub_free(q);
@@ -426,7 +469,7 @@ fail:
 static void
 free_all(allot__cluster *c)
 {
-	free(c->pending_text);
+	free(c->pending);
 	for (pub *q = c->all; q != NULL;) {
 		pub *nx = q->next;
 		pub_free(q);
@@ -486,7 +529,8 @@ config_done(void *ctx, int status, uint64_t index)
 
 int
 allot__cluster_propose_config(allot__cluster *c, const char *text, size_t len,
-    uint64_t digest, uint64_t *ret_epoch, char *ret_leader, size_t leader_len)
+    uint64_t digest, const allot__state_who *who, uint64_t *ret_epoch,
+    char *ret_leader, size_t leader_len)
 {
 	if (ret_leader != NULL && leader_len > 0)
 		ret_leader[0] = '\0';
@@ -496,8 +540,12 @@ allot__cluster_propose_config(allot__cluster *c, const char *text, size_t len,
 		return ALLOT_ESTATE;
 	}
 	uint64_t epoch = allot__consensus_state(c->cons)->config.epoch + 1;
+	allot__cwho w = { 0 };
+	if (who != NULL)
+		w = (allot__cwho) { who->who, who->claimed_as, who->reason,
+			who->source };
 	int rv = allot__consensus_propose_config(
-	    c->cons, text, len, digest, epoch, config_done, c);
+	    c->cons, text, len, digest, epoch, &w, config_done, c);
 	if (rv == ALLOT_OK && ret_epoch != NULL)
 		*ret_epoch = epoch;
 	return rv;

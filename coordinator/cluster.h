@@ -62,9 +62,11 @@ typedef struct allot__cluster_seed {
 } allot__cluster_seed;
 
 /* Install a committed config: `text` (len bytes, NUL-terminated) as
- * config epoch `epoch`. Loop thread. */
-typedef void (*allot__cluster_config_cb)(
-    void *ctx, const char *text, size_t len, uint64_t epoch);
+ * config epoch `epoch`, proposed by `who` (the leader's admin client,
+ * "signal" or "start"; "cluster" when the entry names none). Loop
+ * thread. */
+typedef void (*allot__cluster_config_cb)(void *ctx, const char *text,
+    size_t len, uint64_t epoch, const allot__state_who *who);
 
 typedef struct allot__cluster_opts {
 	uint64_t id; /* > 0, never reused */
@@ -105,13 +107,14 @@ typedef struct allot__cluster_view {
 bool allot__cluster_gate(
     const allot__cluster *c, const allot__cluster_view **ret);
 
-/* The leader proposes `text` as the next config epoch. ALLOT_OK
+/* The leader proposes `text` as the next config epoch, by `who` (NULL:
+ * none named; every member's audit rows say who and why). ALLOT_OK
  * (proposed; installed on every member once committed), ALLOT_ESTATE
  * (not the leader: `ret_leader` gets its agent URL or ""), or another
  * error. */
 int allot__cluster_propose_config(allot__cluster *c, const char *text,
-    size_t len, uint64_t digest, uint64_t *ret_epoch, char *ret_leader,
-    size_t leader_len);
+    size_t len, uint64_t digest, const allot__state_who *who,
+    uint64_t *ret_epoch, char *ret_leader, size_t leader_len);
 
 bool allot__cluster_is_leader(const allot__cluster *c);
 /* The config epoch committed (0: none yet). */

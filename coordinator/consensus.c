@@ -309,11 +309,13 @@ allot__consensus_is_leader(const allot__consensus *c)
 
 int
 allot__consensus_propose_config(allot__consensus *c, const char *text,
-    size_t len, uint64_t digest, uint64_t config_epoch,
+    size_t len, uint64_t digest, uint64_t config_epoch, const allot__cwho *who,
     allot__cnode_done_cb done, void *ctx)
 {
 	allot__centry e = { .type = ALLOT__CENTRY_CONFIG };
 
+	if (who != NULL)
+		e.config.who = *who;
 	e.config.text = text;
 	e.config.text_len = len;
 	e.config.digest = digest;

@@ -103,10 +103,11 @@ bool allot__consensus_is_leader(const allot__consensus *c);
 
 /* Proposes a quota config: it becomes config epoch `config_epoch`, which
  * must be the state's + 1 (a compare-and-set; a stale one is applied as
- * refused and on_apply does not see it). Leader only; see
+ * refused and on_apply does not see it). `who` (NULL: none) is who
+ * proposed it and why, for every member's audit rows. Leader only; see
  * allot__cnode_propose for `done` and the return values. */
 int allot__consensus_propose_config(allot__consensus *c, const char *text,
-    size_t len, uint64_t digest, uint64_t config_epoch,
+    size_t len, uint64_t digest, uint64_t config_epoch, const allot__cwho *who,
     allot__cnode_done_cb done, void *ctx);
 
 /* Proposes a batch of usage rows (copied). Leader only. */

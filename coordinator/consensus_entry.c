@@ -197,6 +197,14 @@ allot__cr_str(allot__crbuf *r, size_t *ret_len, int wide)
 	return (const char *) p;
 }
 
+/* A short string that may be absent (NULL: ""). */
+static void
+write_opt_str(allot__cwbuf *w, const char *s)
+{
+	s = s != NULL ? s : "";
+	allot__cw_str(w, s, strlen(s), 0);
+}
+
 int
 allot__centry_encode(const allot__centry *e, void **ret_buf, size_t *ret_len)
 {
@@ -217,6 +225,10 @@ allot__centry_encode(const allot__centry *e, void **ret_buf, size_t *ret_len)
 		allot__cw_u64(&w, e->config.config_epoch);
 		allot__cw_u64(&w, e->config.digest);
 		allot__cw_str(&w, e->config.text, e->config.text_len, 1);
+		write_opt_str(&w, e->config.who.who);
+		write_opt_str(&w, e->config.who.claimed_as);
+		write_opt_str(&w, e->config.who.reason);
+		write_opt_str(&w, e->config.who.source);
 		break;
 	case ALLOT__CENTRY_USAGE:
 		if (e->usage.n > ALLOT__CENTRY_ROWS_MAX) {
@@ -377,8 +389,9 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 	if (version != ALLOT__CENTRY_VERSION)
 		return ALLOT_ERANGE;
 	if (e.type != ALLOT__CENTRY_USAGE && e.type != ALLOT__CENTRY_EVENTS) {
-		/* Every other type has at most one string. */
-		e.mem = malloc(len + 1);
+		/* Every other type has at most five strings: their bytes
+		 * and a NUL each. */
+		e.mem = malloc(len + 5);
 		if (e.mem == NULL)
 			return ALLOT_ENOMEM;
 	}
@@ -394,6 +407,10 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		e.config.config_epoch = allot__cr_u64(&r);
 		e.config.digest = allot__cr_u64(&r);
 		e.config.text = copy_str(&r, &at, 1, &e.config.text_len);
+		e.config.who.who = copy_str(&r, &at, 0, NULL);
+		e.config.who.claimed_as = copy_str(&r, &at, 0, NULL);
+		e.config.who.reason = copy_str(&r, &at, 0, NULL);
+		e.config.who.source = copy_str(&r, &at, 0, NULL);
 		break;
 	case ALLOT__CENTRY_USAGE: rv = decode_usage(&r, &e); break;
 	case ALLOT__CENTRY_EVENTS: rv = decode_events(&r, &e); break;

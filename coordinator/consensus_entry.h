@@ -24,7 +24,9 @@
  *   The term of the last committed EPOCH is the epoch agents see.
  * - CONFIG: a quota file's text, its digest and its config epoch (the
  *   number it must become: the state's config epoch + 1, so two racing
- *   pushes cannot both win).
+ *   pushes cannot both win), and who proposed it and why (the audit row
+ *   every member writes: the admin socket's verified user, or "signal",
+ *   "start"; what the client claimed; the reason; the client's file).
  * - USAGE: a batch of per-second usage rows.
  * - MEMBER: an audit event for a membership change.
  * - EVENTS: a batch of the leader's audit events (joins, leaves,
@@ -75,6 +77,15 @@ typedef struct allot__cevent {
 	const char *detail; /* "" when none */
 } allot__cevent;
 
+/* Who proposed a CONFIG and why; each "" when none (NULL encodes as
+ * ""). */
+typedef struct allot__cwho {
+	const char *who;
+	const char *claimed_as;
+	const char *reason;
+	const char *source;
+} allot__cwho;
+
 /* A decoded (or to-be-encoded) entry. Strings are NUL-terminated; in a
  * decoded entry they point into `mem`, which allot__centry_clear frees. */
 typedef struct allot__centry {
@@ -91,6 +102,7 @@ typedef struct allot__centry {
 			uint64_t digest;
 			const char *text; /* text_len bytes (+ a NUL) */
 			size_t text_len;
+			allot__cwho who;
 		} config;
 		struct {
 			const allot__cusage_row *rows;

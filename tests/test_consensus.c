@@ -102,12 +102,20 @@ START_TEST(entry_round_trip)
 	in.config.text_len = 3;
 	in.config.digest = 0xdeadbeefcafef00dull;
 	in.config.config_epoch = 4;
+	in.config.who = (allot__cwho) {
+		.who = "alice", .reason = "halve it", .source = "q.yaml"
+	};
 	encode(&in, &buf, &len);
 	ck_assert_int_eq(allot__centry_decode(buf, len, &out), ALLOT_OK);
 	ck_assert_uint_eq(out.config.text_len, 3);
 	ck_assert_int_eq(memcmp(out.config.text, "a\0b", 3), 0);
 	ck_assert_uint_eq(out.config.digest, 0xdeadbeefcafef00dull);
 	ck_assert_uint_eq(out.config.config_epoch, 4);
+	/* Who and why travel with it; what was not given comes back "". */
+	ck_assert_str_eq(out.config.who.who, "alice");
+	ck_assert_str_eq(out.config.who.claimed_as, "");
+	ck_assert_str_eq(out.config.who.reason, "halve it");
+	ck_assert_str_eq(out.config.who.source, "q.yaml");
 	allot__centry_clear(&out);
 	raft_free(buf);
 
@@ -1304,7 +1312,7 @@ START_TEST(uv_three_members_failover)
 	ck_assert(uv_run_until(m, 3, some_granting, 10000));
 	g = uv_granting(m, 3);
 	ck_assert_int_eq(allot__consensus_propose_config(m[g].c, text,
-	                     strlen(text), 42, 1, config_done, NULL),
+	                     strlen(text), 42, 1, NULL, config_done, NULL),
 	    ALLOT_OK);
 	ck_assert(uv_run_until(m, 3, config_committed, 5000));
 	ck_assert(uv_run_until(m, 3, same_applied, 5000));
@@ -1327,7 +1335,7 @@ START_TEST(uv_three_members_failover)
 	    allot__consensus_epoch(m[g2].c), allot__consensus_epoch(m[g].c));
 	committed_configs = 0;
 	ck_assert_int_eq(allot__consensus_propose_config(
-	                     m[g2].c, "v2", 2, 7, 2, config_done, NULL),
+	                     m[g2].c, "v2", 2, 7, 2, NULL, config_done, NULL),
 	    ALLOT_OK);
 	ck_assert(uv_run_until(m, 3, config_committed, 5000));
 

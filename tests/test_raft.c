@@ -16,6 +16,7 @@
  */
 #include <check.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +170,8 @@ cluster_stop(cluster *c)
 		}
 		ck_assert(!pc_log_has_sanitizer_report(c->m[i].log));
 	}
-	pc_rm_rf(c->dir);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(c->dir);
 }
 
 /* The member's /status "cluster" object as text ("" when unreachable). */
@@ -468,6 +470,24 @@ START_TEST(config_and_usage_on_every_member)
 	ck_assert_int_eq(refused, 0);
 	pc_replica_close(&r);
 	pc_sleep_ms(2500); /* the last second flushed and replicated */
+	/* Every member's audit names who applied it and why, as the
+	 * leader's admin socket saw them (not just "cluster"). */
+	struct passwd *pw = getpwuid(geteuid());
+	ck_assert_ptr_nonnull(pw);
+	char want[200];
+	snprintf(want, sizeof want, "%s|test|2", pw->pw_name);
+	for (int i = 0; i < c.n; i++) {
+		char cmd[600];
+		snprintf(cmd, sizeof cmd,
+		    "sqlite3 -readonly %s \"SELECT DISTINCT who, reason, "
+		    "epoch FROM v_quota_changes WHERE epoch = 2\"",
+		    c.m[i].db);
+		char *got = pc_shell(cmd);
+		ck_assert_msg(got != NULL && strcmp(got, want) == 0,
+		    "member %d's quota changes: '%s', want '%s'", i,
+		    got ? got : "(none)", want);
+		free(got);
+	}
 	char *lead = usage_dump(&c.m[L]);
 	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
 	char *ev = events_dump(&c.m[L]);

@@ -295,7 +295,7 @@ commit_config(member *m, size_t n, int g, const char *text, uint64_t epoch)
 {
 	committed = 0;
 	ck_assert_int_eq(allot__consensus_propose_config(m[g].c, text,
-	                     strlen(text), 7, epoch, config_done, NULL),
+	                     strlen(text), 7, epoch, NULL, config_done, NULL),
 	    ALLOT_OK);
 	ck_assert(run_until(m, n, config_committed, 5000));
 }
