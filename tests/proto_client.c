@@ -11,6 +11,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -603,4 +604,31 @@ pc_shell(const char *cmd)
 		return NULL;
 	}
 	return buf;
+}
+
+int
+pc_ctl_member(const char *admin, const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member %s --admin %s >/dev/null 2>&1; echo $?",
+	    getenv("ALLOT_BUILD_DIR"), args, admin);
+	char *s = pc_shell(cmd);
+	int rc = s != NULL ? atoi(s) : -1;
+	free(s);
+	return rc;
+}
+
+bool
+pc_member_is_voter(const char *admin, uint64_t id)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member list --admin %s 2>/dev/null | "
+	    "awk '$1 == %" PRIu64 " {print $4}'",
+	    getenv("ALLOT_BUILD_DIR"), admin, id);
+	char *s = pc_shell(cmd);
+	bool yes = s != NULL && strcmp(s, "voter") == 0;
+	free(s);
+	return yes;
 }

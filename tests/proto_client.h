@@ -140,4 +140,11 @@ char *pc_read_file(const char *path);
 /* Run a shell command and capture its trimmed stdout (NULL on failure). */
 char *pc_shell(const char *cmd);
 
+/* `allotctl member ARGS` on a member's admin socket: its exit status
+ * (-1: it could not run). */
+int pc_ctl_member(const char *admin, const char *args);
+/* True once `allotctl member list` on `admin` lists member `id` as a
+ * voter. */
+bool pc_member_is_voter(const char *admin, uint64_t id);
+
 #endif

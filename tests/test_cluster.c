@@ -20,6 +20,13 @@
  *   (the documented bound: a new leader grants within what the agents
  *   hold while the old grants run out, docs/operations.md "Taking over").
  *
+ * And membership at run time, under the same load and sampler, with no
+ * agent restarted (`members_change_under_load`): a fourth member joins
+ * (allotctl member add, `--join`) and becomes a voter, the agents learn
+ * it; a follower is removed and stopped; then the leader itself is
+ * removed (it hands leadership over first) and stopped. The calm caller
+ * sees no denial and Σ stays within R throughout.
+ *
  * Every wait is bounded in time and every loop in count.
  */
 #include <check.h>
@@ -37,7 +44,8 @@
 #include "proto_client.h"
 #include "runner.h"
 
-#define NM 3 /* members */
+#define NM 3 /* members at the start */
+#define MAXM 5 /* member slots (ids 1..MAXM) */
 #define NA 3 /* agents */
 #define ELECTION_MS 500
 #define R_HOT 300.0
@@ -61,7 +69,7 @@ typedef struct member {
 } member;
 
 static char dir[64];
-static member ms[NM];
+static member ms[MAXM];
 
 static int
 fresh_port(void)
@@ -69,7 +77,7 @@ fresh_port(void)
 	for (int tries = 0; tries < 1000; tries++) {
 		int p = pc_free_port();
 		bool used = false;
-		for (int i = 0; i < NM; i++)
+		for (int i = 0; i < MAXM; i++)
 			used |= ms[i].raft == p || ms[i].listen == p ||
 			    ms[i].http == p;
 		if (!used)
@@ -95,6 +103,8 @@ member_init(int i)
 	pc_write_file(m->cfg, CFG);
 }
 
+/* Start member i: one of the NM the cluster started with (seeded with
+ * them), or a later one that waits to be added (`--join`). */
 static void
 member_start(int i)
 {
@@ -108,12 +118,14 @@ member_start(int i)
 		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
 		m->raftaddr, "--election-ms", el, NULL };
 	int n = 18;
-	for (int j = 0; j < NM; j++) {
+	for (int j = 0; j < NM && i < NM; j++) {
 		snprintf(seeds[j], sizeof seeds[j], "%d=%s=%s", j + 1,
 		    ms[j].raftaddr, ms[j].url);
 		args[n++] = "--seed";
 		args[n++] = seeds[j];
 	}
+	if (i >= NM)
+		args[n++] = "--join";
 	args[n] = NULL;
 	m->pid = pc_allotd_start(args, m->http, m->log);
 	m->up = true;
@@ -137,7 +149,7 @@ wait_leader(int timeout_ms)
 	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
 	do {
 		int who = -1, count = 0;
-		for (int i = 0; i < NM; i++)
+		for (int i = 0; i < MAXM; i++)
 			if (ms[i].up && serving(&ms[i])) {
 				who = i;
 				count++;
@@ -291,7 +303,10 @@ sample_until_followed(uint64_t above, int timeout_ms)
 	return 0;
 }
 
-START_TEST(agents_follow_the_leader)
+/* A new cluster of NM members, the sampler's file, and NA agents under
+ * load, agent i seeded with member i only. Returns the leader's index. */
+static int
+start_all(void)
 {
 	snprintf(dir, sizeof dir, "/tmp/allot-cluster-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -309,8 +324,6 @@ START_TEST(agents_follow_the_leader)
 	setvbuf(samples, NULL, _IOLBF, 0); /* whole rows even on a failure */
 	t0 = pc_now_ms();
 	worst_sum = 0;
-
-	/* Each agent knows one member: two of them a follower. */
 	memset(as, 0, sizeof as);
 	atomic_store(&load_stop, false);
 	const char *names[NA] = { "r1", "r2", "r3" };
@@ -319,6 +332,83 @@ START_TEST(agents_follow_the_leader)
 	for (int i = 0; i < NA; i++)
 		ck_assert_int_eq(
 		    pthread_create(&as[i].th, NULL, load_main, &as[i]), 0);
+	return l1;
+}
+
+/* Stops the load and the agents, then asserts what held all along: the
+ * calm caller never denied, the hot caller's allowances within R at
+ * every sample. Stops the members and removes the directory. */
+static void
+finish_all(const char *what)
+{
+	atomic_store(&load_stop, true);
+	uint64_t calm_denied = 0, calm_allowed = 0, hot_allowed = 0;
+	for (int i = 0; i < NA; i++) {
+		pthread_join(as[i].th, NULL);
+		allot_sync_stats ss;
+		allot_sync_stats_get(as[i].a, &ss);
+		calm_denied += atomic_load(&as[i].calm_denied);
+		calm_allowed += atomic_load(&as[i].calm_allowed);
+		hot_allowed += atomic_load(&as[i].hot_allowed);
+		fprintf(stderr,
+		    "%s: agent %d switches %" PRIu64 " not_leader %" PRIu64
+		    " stale_epoch %" PRIu64 " fallback_enters %" PRIu64
+		    " members %" PRIu32 "\n",
+		    what, i, ss.leader_switches, ss.not_leader, ss.stale_epoch,
+		    ss.fallback_enters, ss.members);
+		allot_agent_destroy(as[i].a);
+	}
+	fclose(samples);
+	ck_assert_uint_gt(calm_allowed, 100);
+	ck_assert_uint_gt(hot_allowed, 100);
+	/* Under quota through every change: not one denial. */
+	ck_assert_uint_eq(calm_denied, 0);
+	fprintf(stderr,
+	    "%s: at most %.1f of R = %.0f held (t = %" PRIu64 " ms)\n", what,
+	    worst_sum, R_HOT, worst_at);
+	ck_assert_msg(worst_sum <= R_HOT * (1 + 1e-9),
+	    "t=%" PRIu64 " ms: agents held %.3f tokens/s of a %.0f quota (%s)",
+	    worst_at, worst_sum, R_HOT, dir);
+	for (int i = 0; i < MAXM; i++) {
+		if (ms[i].pid > 0)
+			pc_allotd_stop(ms[i].pid, 5000);
+		if (ms[i].log[0] != '\0')
+			ck_assert(!pc_log_has_sanitizer_report(ms[i].log));
+	}
+	pc_rm_rf(dir);
+}
+
+/* Member i leaves the cluster: allotctl member remove on the leader's
+ * admin socket. Removing the leader itself first hands leadership over
+ * (the call exits 1, naming the new leader), and the removal is then
+ * asked of the new one, as an operator would. */
+static void
+member_remove(int i)
+{
+	char args[64];
+	snprintf(args, sizeof args, "remove %d", i + 1);
+	int rc = -1, l = -1;
+	uint64_t until = pc_now_ms() + 15000;
+	while (pc_now_ms() < until) {
+		l = wait_leader(5000);
+		ck_assert_int_ge(l, 0);
+		if ((rc = pc_ctl_member(ms[l].admin, args)) == 0)
+			return;
+		sample_for(100);
+	}
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "%s/tools/allotctl member %s --admin %s 2>&1; true",
+	    getenv("ALLOT_BUILD_DIR"), args, ms[l].admin);
+	char *out = pc_shell(cmd);
+	ck_abort_msg("allotctl member %s: exit %d: %s", args, rc,
+	    out != NULL ? out : "");
+}
+
+START_TEST(agents_follow_the_leader)
+{
+	int l1 = start_all();
+	/* Each agent knows one member: two of them a follower. */
 	uint64_t e1 = sample_until_followed(0, 10000);
 	for (int i = 0; i < NA; i++) {
 		allot_sync_stats ss;
@@ -359,43 +449,75 @@ START_TEST(agents_follow_the_leader)
 	int l3 = wait_leader(5000);
 	ck_assert_int_ge(l3, 0);
 	ck_assert_int_ne(l3, l2);
-
-	atomic_store(&load_stop, true);
-	uint64_t calm_denied = 0, calm_allowed = 0, hot_allowed = 0;
 	for (int i = 0; i < NA; i++) {
-		pthread_join(as[i].th, NULL);
 		allot_sync_stats ss;
 		allot_sync_stats_get(as[i].a, &ss);
 		ck_assert_uint_ge(ss.leader_epoch, e3);
 		ck_assert_uint_ge(ss.leader_switches, 2);
-		calm_denied += atomic_load(&as[i].calm_denied);
-		calm_allowed += atomic_load(&as[i].calm_allowed);
-		hot_allowed += atomic_load(&as[i].hot_allowed);
-		fprintf(stderr,
-		    "cluster: agent %d switches %" PRIu64
-		    " not_leader %" PRIu64 " stale_epoch %" PRIu64
-		    " fallback_enters %" PRIu64 "\n",
-		    i, ss.leader_switches, ss.not_leader, ss.stale_epoch,
-		    ss.fallback_enters);
-		allot_agent_destroy(as[i].a);
 	}
-	fclose(samples);
-	ck_assert_uint_gt(calm_allowed, 100);
-	ck_assert_uint_gt(hot_allowed, 100);
-	/* Under quota through two failovers: not one denial. */
-	ck_assert_uint_eq(calm_denied, 0);
+	finish_all("cluster");
+}
+END_TEST
+
+START_TEST(members_change_under_load)
+{
+	int l = start_all();
+	uint64_t e1 = sample_until_followed(0, 10000);
+	sample_for(500);
+
+	/* A fourth member joins and becomes a voter; every agent learns it
+	 * from the leader's answers. */
+	member_init(NM);
+	member_start(NM);
+	char args[256];
+	snprintf(args, sizeof args, "add %d %s %s", NM + 1, ms[NM].raftaddr,
+	    ms[NM].url);
+	ck_assert_int_eq(pc_ctl_member(ms[l].admin, args), 0);
+	uint64_t until = pc_now_ms() + 15000;
+	while (
+	    !pc_member_is_voter(ms[NM].admin, NM + 1) && pc_now_ms() < until)
+		sample_for(100);
+	ck_assert(pc_member_is_voter(ms[NM].admin, NM + 1));
+	bool learnt = false;
+	until = pc_now_ms() + 5000;
+	while (!learnt && pc_now_ms() < until) {
+		learnt = true;
+		for (int i = 0; i < NA; i++) {
+			allot_sync_stats ss;
+			allot_sync_stats_get(as[i].a, &ss);
+			learnt &= ss.members == NM + 1;
+		}
+		sample_for(50);
+	}
+	ck_assert_msg(learnt, "the agents did not learn the new member");
+
+	/* A follower leaves, then stops. */
+	int f = (l + 1) % NM;
+	member_remove(f);
+	sample_for(1000);
+	pc_allotd_stop(ms[f].pid, 5000);
+	ms[f].pid = 0;
+	ms[f].up = false;
+	sample_for(1000);
+	ck_assert_int_eq(wait_leader(1000), l);
+
+	/* The leader leaves: it hands leadership to another first, the
+	 * agents follow a higher epoch, then it stops. */
+	member_remove(l);
+	uint64_t e2 = sample_until_followed(e1, 15000);
+	int l2 = wait_leader(5000);
+	ck_assert_int_ge(l2, 0);
+	ck_assert_int_ne(l2, l);
+	pc_allotd_stop(ms[l].pid, 5000);
+	ms[l].pid = 0;
+	ms[l].up = false;
+	sample_for(2000);
+	ck_assert_int_eq(wait_leader(1000), l2);
 	fprintf(stderr,
-	    "cluster: at most %.1f of R = %.0f held (t = %" PRIu64 " ms)\n",
-	    worst_sum, R_HOT, worst_at);
-	ck_assert_msg(worst_sum <= R_HOT * (1 + 1e-9),
-	    "t=%" PRIu64 " ms: agents held %.3f tokens/s of a %.0f quota (%s)",
-	    worst_at, worst_sum, R_HOT, dir);
-	for (int i = 0; i < NM; i++) {
-		if (ms[i].pid > 0)
-			pc_allotd_stop(ms[i].pid, 5000);
-		ck_assert(!pc_log_has_sanitizer_report(ms[i].log));
-	}
-	pc_rm_rf(dir);
+	    "members: 4th added, member %d and leader %d removed; agents on "
+	    "epoch %" PRIu64 "\n",
+	    f + 1, l + 1, e2);
+	finish_all("members");
 }
 END_TEST
 
@@ -406,6 +528,7 @@ cluster_suite(void)
 	TCase *tc = tcase_create("raft");
 	tcase_set_timeout(tc, 150);
 	tcase_add_test(tc, agents_follow_the_leader);
+	tcase_add_test(tc, members_change_under_load);
 	suite_add_tcase(s, tc);
 	return s;
 }

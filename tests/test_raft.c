@@ -506,35 +506,6 @@ START_TEST(config_and_usage_on_every_member)
 }
 END_TEST
 
-static int
-ctl_member(const member *m, const char *args)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd,
-	    "%s/tools/allotctl member %s --admin %s >/dev/null 2>&1; echo $?",
-	    getenv("ALLOT_BUILD_DIR"), args, m->admin);
-	char *s = pc_shell(cmd);
-	int rc = s != NULL ? atoi(s) : -1;
-	free(s);
-	return rc;
-}
-
-/* True once member m lists itself as a voter. */
-static bool
-is_voter(const cluster *c, const member *m)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd,
-	    "%s/tools/allotctl member list --admin %s 2>/dev/null | "
-	    "awk '$1 == %" PRIu64 " {print $4}'",
-	    getenv("ALLOT_BUILD_DIR"), m->admin, m->id);
-	char *s = pc_shell(cmd);
-	bool yes = s != NULL && strcmp(s, "voter") == 0;
-	free(s);
-	(void) c;
-	return yes;
-}
-
 START_TEST(membership_under_traffic)
 {
 	cluster c;
@@ -556,7 +527,7 @@ START_TEST(membership_under_traffic)
 	c.m[F].up = false;
 	char args[256];
 	snprintf(args, sizeof args, "remove %" PRIu64, c.m[F].id);
-	ck_assert_int_eq(ctl_member(&c.m[L], args), 0);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
 	traffic(&c.m[L], &r, 500, 10, &refused);
 	char cmd[600];
 	snprintf(cmd, sizeof cmd, "rm -rf %s %s.raft", c.m[F].db, c.m[F].db);
@@ -565,11 +536,12 @@ START_TEST(membership_under_traffic)
 	start(&c, F, 0);
 	snprintf(
 	    args, sizeof args, "add 4 %s %s", c.m[F].raftaddr, c.m[F].url);
-	ck_assert_int_eq(ctl_member(&c.m[L], args), 0);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
 	uint64_t until = pc_now_ms() + 15000;
-	while (!is_voter(&c, &c.m[F]) && pc_now_ms() < until)
+	while (!pc_member_is_voter(c.m[F].admin, c.m[F].id) &&
+	    pc_now_ms() < until)
 		traffic(&c.m[L], &r, 200, 10, &refused);
-	ck_assert(is_voter(&c, &c.m[F]));
+	ck_assert(pc_member_is_voter(c.m[F].admin, c.m[F].id));
 
 	/* Another member added, and one removed, still under traffic. */
 	member_init(&c, 3, 5);
@@ -577,16 +549,18 @@ START_TEST(membership_under_traffic)
 	start(&c, 3, 0);
 	snprintf(
 	    args, sizeof args, "add 5 %s %s", c.m[3].raftaddr, c.m[3].url);
-	ck_assert_int_eq(ctl_member(&c.m[L], args), 0);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
 	until = pc_now_ms() + 15000;
-	while (!is_voter(&c, &c.m[3]) && pc_now_ms() < until)
+	while (!pc_member_is_voter(c.m[3].admin, c.m[3].id) &&
+	    pc_now_ms() < until)
 		traffic(&c.m[L], &r, 200, 10, &refused);
-	ck_assert(is_voter(&c, &c.m[3]));
+	ck_assert(pc_member_is_voter(c.m[3].admin, c.m[3].id));
 	int G = (L + 2) % 3;
 	snprintf(args, sizeof args, "remove %" PRIu64, c.m[G].id);
 	until = pc_now_ms() + 10000;
 	int rc;
-	while ((rc = ctl_member(&c.m[L], args)) != 0 && pc_now_ms() < until)
+	while ((rc = pc_ctl_member(c.m[L].admin, args)) != 0 &&
+	    pc_now_ms() < until)
 		traffic(&c.m[L], &r, 200, 10, &refused);
 	ck_assert_int_eq(rc, 0);
 	traffic(&c.m[L], &r, 1000, 10, &refused);
@@ -681,13 +655,13 @@ START_TEST(remove_the_leader)
 	uint64_t e0 = status_num(&c.m[L], "epoch");
 	char args[64];
 	snprintf(args, sizeof args, "remove %" PRIu64, c.m[L].id);
-	ck_assert_int_eq(ctl_member(&c.m[L], args), 1);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 1);
 	c.m[L].up = false; /* no longer counted as a possible leader */
 	int N = wait_leader(&c, 10000);
 	ck_assert_int_ge(N, 0);
 	ck_assert_int_ne(N, L);
 	ck_assert_uint_gt(status_num(&c.m[N], "epoch"), e0);
-	ck_assert_int_eq(ctl_member(&c.m[N], args), 0);
+	ck_assert_int_eq(pc_ctl_member(c.m[N].admin, args), 0);
 	char cmd[512];
 	snprintf(cmd, sizeof cmd,
 	    "%s/tools/allotctl member list --admin %s | awk '$1 == %" PRIu64
