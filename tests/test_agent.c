@@ -482,7 +482,7 @@ lease_agent(allot_key **ret_k)
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.clock = vclock;
-	o.max_threads = 4; /* batches of min(16, 100000 / (16 * 4)) */
+	o.max_threads = 4; /* batches of min(64, 100000 / (16 * 4)) */
 	atomic_store(&vnow, 10 * S);
 	allot_agent *a;
 	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
@@ -503,23 +503,33 @@ START_TEST(lease_returned_on_swap_and_idle)
 	c->lease.stamp = (atomic_load(&vnow) >> ALLOT__LEASE_TICK_SHIFT) &
 	    0xffffu;
 	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
-	ck_assert_uint_eq(atomic_load(&bk->leased), 16);
-	ck_assert_uint_eq(c->lease.held, 15);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 64);
+	ck_assert_uint_eq(c->lease.held, 63);
 	/* Spent from the lease: the shared word is not written. */
 	uint64_t s0 = atomic_load(&bk->state);
 	ck_assert_int_eq(admit_n(a, k, 5, 1), 5);
 	ck_assert_uint_eq(atomic_load(&bk->state), s0);
-	ck_assert_uint_eq(c->lease.held, 10);
-	/* A swap: the lease is given back (10 refunded) and a new one
+	ck_assert_uint_eq(c->lease.held, 58);
+	/* A swap: the lease is given back (58 refunded) and a new one
 	 * taken under the new allowance. */
 	allot__allowance al = {
 		.rate = 0.001, .burst = 100000, .mode = ALLOT__MODE_LIMIT
 	};
 	allot__quota_set(a, atomic_load(&k->quota), &al);
 	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
-	ck_assert_uint_eq(atomic_load(&bk->leased), 16);
-	ck_assert_uint_eq(c->lease.held, 15);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 64);
+	ck_assert_uint_eq(c->lease.held, 63);
 	ck_assert_uint_eq(c->lease.ver, atomic_load(&bk->cur) & 0xffffu);
+	/* Spent to the last token, the lease renews in place: the same
+	 * reservation, one CAS taking the next 64 from the bucket. */
+	ck_assert_int_eq(admit_n(a, k, 63, 1), 63);
+	ck_assert_uint_eq(c->lease.held, 0);
+	double before = allot__bucket_level(bk, atomic_load(&vnow));
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 64);
+	ck_assert_uint_eq(c->lease.held, 63);
+	ck_assert_double_eq_tol(
+	    before - allot__bucket_level(bk, atomic_load(&vnow)), 64, 1e-3);
 	/* Idle for 2 ms: returned on the next call, which decides through
 	 * the bucket again. */
 	atomic_fetch_add(&vnow, 2 * MS);
@@ -529,9 +539,9 @@ START_TEST(lease_returned_on_swap_and_idle)
 	/* Every token not spent came back and none was created. */
 	allot_key_stats st;
 	allot_key_stats_get(a, k, &st);
-	ck_assert_uint_eq(st.allowed, 9);
+	ck_assert_uint_eq(st.allowed, 73);
 	ck_assert_double_eq_tol(
-	    allot__bucket_level(bk, atomic_load(&vnow)), 100000 - 9, 1e-3);
+	    allot__bucket_level(bk, atomic_load(&vnow)), 100000 - 73, 1e-3);
 	allot_agent_destroy(a);
 }
 END_TEST
