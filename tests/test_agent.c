@@ -7,12 +7,14 @@
  * counters. Then real threads: N threads x M acquires admit exactly
  * burst + rate x elapsed, allowance swaps race with acquires, and token
  * leases on one hot key: returned on a swap, when idle and at thread
- * exit, never admitting a token the bucket did not have.
+ * exit, renewed in one CAS, never admitting a token the bucket did not
+ * have; and lookups by identity racing config swaps.
  */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <allot/allot.h>
@@ -611,6 +613,140 @@ START_TEST(lease_bound_n_threads_one_key)
 }
 END_TEST
 
+/* Lookups racing config swaps: every swap adds identities (new slots
+ * in the caller index while readers probe it) and changes the rates of
+ * the ones being looked up. */
+enum { SWAP_IDS = 48, SWAP_READERS = 3, SWAPS = 60, SWAP_NEW = 4 };
+
+static const char *
+swap_id(int i, char *buf, size_t len)
+{
+	snprintf(
+	    buf, len, "spiffe://prod.example.internal/ns/t/sa/id-%03d", i);
+	return buf;
+}
+
+static allot_config *
+swap_cfg(int swap)
+{
+	size_t cap = 64 * 1024, n = 0;
+	char *y = malloc(cap);
+	ck_assert_ptr_nonnull(y);
+	n += (size_t) snprintf(y + n, cap - n,
+	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n");
+	char id[96];
+	for (int i = 0; i < SWAP_IDS; i++)
+		n += (size_t) snprintf(y + n, cap - n,
+		    "    - {identity: \"%s\", tokens_per_second: %d, "
+		    "burst: 1000000000}\n",
+		    swap_id(i, id, sizeof id), 1000 + swap % 2);
+	for (int s = 1; s <= swap; s++)
+		for (int k = 0; k < SWAP_NEW; k++)
+			n += (size_t) snprintf(y + n, cap - n,
+			    "    - {identity: \"spiffe://t/new-%d-%d\", "
+			    "tokens_per_second: 1, burst: 1}\n",
+			    s, k);
+	ck_assert_uint_lt(n, cap);
+	char err[512];
+	allot_config *cfg;
+	int rc = allot_config_parse("swap.yaml", y, n, err, sizeof err, &cfg);
+	ck_assert_msg(rc == ALLOT_OK, "config: %s", err);
+	free(y);
+	return cfg;
+}
+
+struct lookup_arg {
+	allot_agent *a;
+	_Atomic bool *stop;
+	int idx;
+	uint64_t calls[SWAP_IDS];
+};
+
+static void *
+lookup_thread(void *p)
+{
+	struct lookup_arg *x = p;
+	char ids[SWAP_IDS][96];
+	for (int i = 0; i < SWAP_IDS; i++)
+		swap_id(i, ids[i], sizeof ids[i]);
+	allot_decision d;
+	for (uint64_t n = 0; !atomic_load(x->stop); n++) {
+		int i = (int) ((n * 7 + (uint64_t) x->idx) % SWAP_IDS);
+		ck_assert_int_eq(
+		    allot_acquire_id(x->a, ids[i], "/x", 1, &d), ALLOT_OK);
+		ck_assert(d.allowed);
+		x->calls[i]++;
+	}
+	return NULL;
+}
+
+START_TEST(lookup_across_swaps)
+{
+	/* Every lookup lands on its own identity's key while configs are
+	 * swapped under it: the key's count is exactly the calls made with
+	 * its identity (a lookup that found another key, or missed and
+	 * went to the unknown-identity pool, would show). */
+	allot_config *c0 = swap_cfg(0);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = vclock;
+	o.max_callers = 1024;
+	o.log_level = ALLOT_LOG_WARNING;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(c0, &o, &a), ALLOT_OK);
+	allot_config_free(c0);
+	_Atomic bool stop = false;
+	pthread_t th[SWAP_READERS];
+	static struct lookup_arg arg[SWAP_READERS];
+	for (int i = 0; i < SWAP_READERS; i++) {
+		memset(&arg[i], 0, sizeof arg[i]);
+		arg[i].a = a;
+		arg[i].stop = &stop;
+		arg[i].idx = i;
+		pthread_create(&th[i], NULL, lookup_thread, &arg[i]);
+	}
+	struct timespec ms = { 0, 1000000 };
+	for (int s = 1; s <= SWAPS; s++) {
+		allot_config *c = swap_cfg(s);
+		ck_assert_int_eq(allot_agent_set_config(a, c), ALLOT_OK);
+		allot_config_free(c);
+		nanosleep(&ms, NULL);
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < SWAP_READERS; i++)
+		pthread_join(th[i], NULL);
+	char id[96];
+	uint64_t total = 0;
+	for (int i = 0; i < SWAP_IDS; i++) {
+		uint64_t calls = 0;
+		for (int r = 0; r < SWAP_READERS; r++)
+			calls += arg[r].calls[i];
+		allot_key *k;
+		ck_assert_int_eq(
+		    allot_key_resolve(a, swap_id(i, id, sizeof id), "/x", &k),
+		    ALLOT_OK);
+		ck_assert(!k->dynamic);
+		allot_key_stats st;
+		ck_assert_int_eq(allot_key_stats_get(a, k, &st), ALLOT_OK);
+		ck_assert_uint_eq(st.allowed + st.denied, calls);
+		total += calls;
+	}
+	ck_assert_uint_gt(total, 0);
+	/* The identities the swaps added are found too, as configured. */
+	for (int s = 1; s <= SWAPS; s++)
+		for (int k = 0; k < SWAP_NEW; k++) {
+			snprintf(id, sizeof id, "spiffe://t/new-%d-%d", s, k);
+			allot_key *key;
+			ck_assert_int_eq(
+			    allot_key_resolve(a, id, NULL, &key), ALLOT_OK);
+			ck_assert(!key->dynamic);
+			ck_assert(atomic_load(&key->known));
+		}
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 agent_suite(void)
 {
@@ -629,6 +765,7 @@ agent_suite(void)
 	tcase_add_test(tc, n_threads_m_acquires);
 	tcase_add_test(tc, thread_blocks_bounded);
 	tcase_add_test(tc, lease_bound_n_threads_one_key);
+	tcase_add_test(tc, lookup_across_swaps);
 	suite_add_tcase(s, tc);
 	return s;
 }
