@@ -733,13 +733,18 @@ lease_live(const allot_agent *a, const allot__lease *l, const allot__bucket *b)
 }
 
 /* The batch a lease takes on `r`'s allowance: small, and all the
- * leases of the key together at most 1/LEASE_SHARE of its burst. */
+ * leases of the key together about 1/LEASE_SHARE of its burst
+ * (agent_int.h). */
 static inline uint32_t
 lease_size(const allot_agent *a, const allot__rate *r)
 {
 	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
-	double n = floor(
-	    burst / (ALLOT__LEASE_SHARE * (double) a->max_blocks));
+	/* Over the threads that decide (their blocks), not max_threads:
+	 * with the default 64 a burst under 2,048 would never lease. */
+	uint32_t threads = atomic_load_explicit(
+	    &a->nblocks, memory_order_relaxed);
+	double n = floor(burst /
+	    (ALLOT__LEASE_SHARE * (double) (threads > 0 ? threads : 1)));
 	return n >= ALLOT__LEASE_MAX ? ALLOT__LEASE_MAX : (uint32_t) n;
 }
 

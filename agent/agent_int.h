@@ -59,8 +59,10 @@ _Static_assert(sizeof(allot__lease) == 16, "a lease is 16 bytes");
 #define ALLOT__LEASE_IDLE_TICKS \
 	((ALLOT__LEASE_IDLE_NS >> ALLOT__LEASE_TICK_SHIFT) + 1u)
 /* A batch is at most this many tokens, and at most the burst /
- * (LEASE_SHARE * max_threads): all the leases of one key together never
- * hold more than 1/LEASE_SHARE of its burst out of the bucket. */
+ * (LEASE_SHARE * the threads deciding, i.e. owned blocks): all the
+ * leases of one key together hold about 1/LEASE_SHARE of its burst out
+ * of the bucket (more only briefly, after new threads start and until
+ * the older leases renew at the smaller size). */
 #define ALLOT__LEASE_MAX 64u
 #define ALLOT__LEASE_SHARE 16u
 

@@ -484,7 +484,7 @@ lease_agent(allot_key **ret_k)
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.clock = vclock;
-	o.max_threads = 4; /* batches of min(64, 100000 / (16 * 4)) */
+	o.max_threads = 4; /* batches of min(64, 100000 / (16 * threads)) */
 	atomic_store(&vnow, 10 * S);
 	allot_agent *a;
 	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
@@ -544,6 +544,33 @@ START_TEST(lease_returned_on_swap_and_idle)
 	ck_assert_uint_eq(st.allowed, 73);
 	ck_assert_double_eq_tol(
 	    allot__bucket_level(bk, atomic_load(&vnow)), 100000 - 73, 1e-3);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(lease_sized_by_threads_deciding)
+{
+	/* Default max_threads (64) and a burst of 1,000: the batch is a
+	 * 16th of the burst over the threads that decide (one here), not
+	 * over max_threads (which would make it 0: never a lease). */
+	static const char *cfg =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n"
+	    "    - {identity: hot, tokens_per_second: 1, "
+	    "burst: 1000}\n";
+	allot_agent *a = mkagent(cfg, 16, 0);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "hot", NULL, &k), ALLOT_OK);
+	allot__bucket *bk = atomic_load(&k->bucket);
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	allot__kcount *c = &allot__thread_block(a)->c[k->id];
+	c->lease.on = 1;
+	c->lease.stamp = (atomic_load(&vnow) >> ALLOT__LEASE_TICK_SHIFT) &
+	    0xffffu;
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 1000 / 16);
+	ck_assert_uint_eq(c->lease.held, 1000 / 16 - 1);
 	allot_agent_destroy(a);
 }
 END_TEST
@@ -759,6 +786,7 @@ agent_suite(void)
 	tcase_add_test(tc, settle_reconciles);
 	tcase_add_test(tc, unknown_table_bounded);
 	tcase_add_test(tc, lease_returned_on_swap_and_idle);
+	tcase_add_test(tc, lease_sized_by_threads_deciding);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);
