@@ -733,13 +733,18 @@ lease_live(const allot_agent *a, const allot__lease *l, const allot__bucket *b)
 }
 
 /* The batch a lease takes on `r`'s allowance: small, and all the
- * leases of the key together at most 1/LEASE_SHARE of its burst. */
+ * leases of the key together about 1/LEASE_SHARE of its burst
+ * (agent_int.h). */
 static inline uint32_t
 lease_size(const allot_agent *a, const allot__rate *r)
 {
 	double burst = atomic_load_explicit(&r->burst, memory_order_relaxed);
-	double n = floor(
-	    burst / (ALLOT__LEASE_SHARE * (double) a->max_blocks));
+	/* Over the threads that decide (their blocks), not max_threads:
+	 * with the default 64 a burst under 2,048 would never lease. */
+	uint32_t threads = atomic_load_explicit(
+	    &a->nblocks, memory_order_relaxed);
+	double n = floor(burst /
+	    (ALLOT__LEASE_SHARE * (double) (threads > 0 ? threads : 1)));
 	return n >= ALLOT__LEASE_MAX ? ALLOT__LEASE_MAX : (uint32_t) n;
 }
 
@@ -773,18 +778,26 @@ lease_renew(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
 {
 	allot__lease *l = &c->lease;
 	bool idle = lease_idle(l, now);
-	lease_close(a, l, now);
-	if (idle) {
-		l->on = 0; /* contended again before it leases again */
-		return false;
-	}
 	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
 	allot__bucket *bk = &q->bucket;
 	uint32_t cur = atomic_load_explicit(&bk->cur, memory_order_acquire);
 	uint32_t n = lease_size(a, &bk->slot[cur & 1u]);
 	allot__take t;
+	/* The busy key's usual renewal: the batch is spent and the next is
+	 * the same size from the same bucket, so its reservation stays and
+	 * one CAS takes the next batch. */
+	if (allot__likely(!idle && l->held == 0 && l->n == n &&
+	        l->quota == q->index && cost <= n &&
+	        allot__bucket_relet(bk, now, n, &t)))
+		goto leased;
+	lease_close(a, l, now);
+	if (idle) {
+		l->on = 0; /* contended again before it leases again */
+		return false;
+	}
 	if (n < 2 || cost > n || !allot__bucket_lease(bk, now, n, &t))
 		return false;
+leased:
 	l->quota = q->index;
 	l->n = n;
 	l->held = n - cost;

@@ -47,8 +47,8 @@ typedef struct allot__lease {
 	 * reconfig may move the key to another bucket, and the lease goes
 	 * back to the one it came from. */
 	unsigned quota : 17;
-	unsigned n : 5; /* tokens reserved in the bucket's `leased`, 0: none */
-	unsigned held : 5; /* of them, not yet spent */
+	unsigned n : 7; /* tokens reserved in the bucket's `leased`, 0: none */
+	unsigned held : 7; /* of them, not yet spent */
 	unsigned on : 1; /* contention seen: lease on this key */
 } allot__lease;
 _Static_assert(sizeof(allot__lease) == 16, "a lease is 16 bytes");
@@ -59,9 +59,11 @@ _Static_assert(sizeof(allot__lease) == 16, "a lease is 16 bytes");
 #define ALLOT__LEASE_IDLE_TICKS \
 	((ALLOT__LEASE_IDLE_NS >> ALLOT__LEASE_TICK_SHIFT) + 1u)
 /* A batch is at most this many tokens, and at most the burst /
- * (LEASE_SHARE * max_threads): all the leases of one key together never
- * hold more than 1/LEASE_SHARE of its burst out of the bucket. */
-#define ALLOT__LEASE_MAX 16u
+ * (LEASE_SHARE * the threads deciding, i.e. owned blocks): all the
+ * leases of one key together hold about 1/LEASE_SHARE of its burst out
+ * of the bucket (more only briefly, after new threads start and until
+ * the older leases renew at the smaller size). */
+#define ALLOT__LEASE_MAX 64u
 #define ALLOT__LEASE_SHARE 16u
 
 /* Counters of one key in one thread's block, and its lease: one cache

@@ -44,6 +44,7 @@
 
 #define NCALLERS_10K 10000u
 #define ORDER_LEN 65536u /* random access pattern, cycled */
+#define STREAM_REC 64u /* a request of lookup_10k_stream: its identity */
 #define REDIS_CALLS_DEFAULT 20000u /* EVALSHA round trips, all rounds */
 #define REDIS_KEY "allot-bench:checkout"
 
@@ -54,6 +55,7 @@ typedef enum job_kind {
 	JOB_RESOLVED_MANY, /* allot_acquire() on keys[order[i]] */
 	JOB_LOOKUP, /* allot_acquire_id() for one identity */
 	JOB_LOOKUP_MANY, /* allot_acquire_id() for ids[order[i]] */
+	JOB_LOOKUP_STREAM, /* allot_acquire_id() for stream[i] */
 } job_kind;
 
 typedef enum expect {
@@ -73,6 +75,7 @@ typedef struct job {
 	allot_key *const *keys;
 	const char *identity;
 	const char *const *ids;
+	const char (*stream)[STREAM_REC];
 	const uint32_t *order;
 	uint64_t n;
 	/* Results. */
@@ -143,6 +146,14 @@ run_job(job *j)
 		for (uint64_t i = 0; i < n; i++) {
 			rc = allot_acquire_id(j->agent,
 			    j->ids[j->order[i & (ORDER_LEN - 1)]], ENDPOINT,
+			    ALLOT_COST_DEFAULT, &d);
+			TALLY();
+		}
+		break;
+	case JOB_LOOKUP_STREAM:
+		for (uint64_t i = 0; i < n; i++) {
+			rc = allot_acquire_id(j->agent,
+			    j->stream[i & (ORDER_LEN - 1)], ENDPOINT,
 			    ALLOT_COST_DEFAULT, &d);
 			TALLY();
 		}
@@ -379,6 +390,7 @@ enum fig {
 	F_LOOKUP_DENY,
 	F_LOOKUP_UNKNOWN,
 	F_LOOKUP_10K,
+	F_LOOKUP_10K_STREAM,
 	F_LOOKUP_2T_DISTINCT,
 	F_LOOKUP_SCALE,
 	F_REDIS,
@@ -436,6 +448,9 @@ static bench_figure figs[NFIG] = {
 	    "allot_acquire_id, unknown identity -> default bucket" },
 	[F_LOOKUP_10K] = { "hotpath.lookup_10k_ns", "ns", 1,
 	    "allot_acquire_id, 10,000 callers in random order" },
+	[F_LOOKUP_10K_STREAM] = { "hotpath.lookup_10k_stream_ns", "ns", 1,
+	    "lookup_10k with each identity read from a request stream "
+	    "(in arrival order), not from 10,000 scattered strings" },
 	[F_LOOKUP_2T_DISTINCT] = { "hotpath.lookup_2t_distinct_ns", "ns", 1,
 	    "allot_acquire_id, 2 threads, distinct callers (per thread)" },
 	[F_LOOKUP_SCALE] = { "hotpath.lookup_scale_2t_distinct", "x", 2,
@@ -485,6 +500,7 @@ typedef struct world {
 	allot_key *k_one, *k_deny, *k_two_a, *k_two_b;
 	allot_key **keys10k;
 	char **ids10k;
+	char (*stream)[STREAM_REC]; /* ids10k[order[i]], one per line */
 	uint32_t *order;
 	floor_bucket f_allow, f_allow2, f_deny;
 	bench_redis redis;
@@ -574,6 +590,19 @@ setup(world *w, const bench_opts *o)
 	bench_rng_seed(&rng, 20240601);
 	for (uint32_t i = 0; i < ORDER_LEN; i++)
 		w->order[i] = bench_rng_below(&rng, NCALLERS_10K);
+	/* The same identities in the same order, as a server reads them
+	 * out of the requests it receives: one after the other, each
+	 * within its request (here a line of its own). */
+	w->stream = aligned_alloc(64, (size_t) ORDER_LEN * STREAM_REC);
+	if (w->stream == NULL)
+		bench_fail("out of memory");
+	for (uint32_t i = 0; i < ORDER_LEN; i++) {
+		const char *id = w->ids10k[w->order[i]];
+		if (strlen(id) >= STREAM_REC)
+			bench_fail("identity longer than a stream record");
+		memset(w->stream[i], 0, STREAM_REC);
+		memcpy(w->stream[i], id, strlen(id));
+	}
 
 	floor_init(&w->f_allow, 1e9, 1e9);
 	floor_init(&w->f_allow2, 1e9, 1e9);
@@ -606,6 +635,7 @@ teardown(world *w)
 	}
 	free(w->keys10k);
 	free(w->ids10k);
+	free(w->stream);
 	free(w->order);
 	allot_agent_destroy(w->one);
 	allot_agent_destroy(w->deny);
@@ -766,6 +796,10 @@ round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
 	j.ids = (const char *const *) w->ids10k;
 	j.order = w->order;
 	samples[F_LOOKUP_10K][r] = measure1(&j, n);
+	j.kind = JOB_LOOKUP_STREAM;
+	j.name = "lookup_10k_stream";
+	j.stream = (const char(*)[STREAM_REC]) w->stream;
+	samples[F_LOOKUP_10K_STREAM][r] = measure1(&j, n);
 
 	/* Scaling on distinct keys: each pair is preceded by its
 	 * single-thread baseline on the same agent and key. */

@@ -204,10 +204,11 @@ allot__bucket_set(allot__bucket *b, const allot__allowance *a, uint64_t now)
 	hot_copy(b, next);
 }
 
-/* Whether `n` tokens are there for a lease at `now`, read-only: a bucket
+/* Whether `n` tokens are there for a lease at `now`, `own` of the
+ * tokens reserved in `leased` being the caller's; read-only: a bucket
  * that cannot lease is not written to. */
 static bool
-lease_possible(allot__bucket *b, uint64_t now, uint64_t n)
+lease_possible(allot__bucket *b, uint64_t now, uint64_t n, uint64_t own)
 {
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
 	uint32_t cur = atomic_load_explicit(&b->cur, memory_order_acquire);
@@ -221,7 +222,8 @@ lease_possible(allot__bucket *b, uint64_t now, uint64_t n)
 	    &r->interval_fp, memory_order_relaxed);
 	uint64_t held = atomic_load_explicit(&b->leased, memory_order_relaxed);
 	uint64_t z = s >> ALLOT__VBITS;
-	uint64_t floor_z = now + allot__need_ns(held, iv);
+	uint64_t floor_z = now +
+	    (held > own ? allot__need_ns(held - own, iv) : 0);
 	uint64_t base = z > floor_z ? z : floor_z;
 	return base + allot__need_ns(n, iv) - now <=
 	    atomic_load_explicit(&r->tau_ns, memory_order_relaxed);
@@ -231,7 +233,7 @@ bool
 allot__bucket_lease(
     allot__bucket *b, uint64_t now, uint64_t n, allot__take *out)
 {
-	if (!lease_possible(b, now, n))
+	if (!lease_possible(b, now, n, 0))
 		return false;
 	/* Reserve first: a take that reads the reservation keeps the
 	 * level below burst - leased; one that read before it is ordered
@@ -242,6 +244,19 @@ allot__bucket_lease(
 		return true;
 	atomic_fetch_sub_explicit(&b->leased, n, memory_order_acq_rel);
 	return false;
+}
+
+bool
+allot__bucket_relet(
+    allot__bucket *b, uint64_t now, uint64_t n, allot__take *out)
+{
+	/* The reservation stays as it is: between the two batches it
+	 * holds tokens already spent, which only keeps the bucket lower
+	 * than a release and a new reservation would have. */
+	if (!lease_possible(b, now, n, n))
+		return false;
+	allot__bucket_take_own(b, now, n, n, out);
+	return out->allowed && !out->open;
 }
 
 void

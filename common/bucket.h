@@ -287,6 +287,13 @@ allot__bucket_take(
 bool allot__bucket_lease(
     allot__bucket *b, uint64_t now, uint64_t n, allot__take *out);
 
+/* Take the next batch of a lease of `n` tokens, all spent, whose `n`
+ * tokens stay reserved: one CAS and no other write, the hot key's
+ * renewal. False (nothing written): the bucket has not `n` tokens, or is
+ * not in MODE_LIMIT; the lease is still open, to close. */
+bool allot__bucket_relet(
+    allot__bucket *b, uint64_t now, uint64_t n, allot__take *out);
+
 /* Close a lease of `n` tokens, `unspent` of them refunded. */
 void allot__bucket_unlease(
     allot__bucket *b, uint64_t n, uint64_t unspent, uint64_t now);

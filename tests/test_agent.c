@@ -7,12 +7,14 @@
  * counters. Then real threads: N threads x M acquires admit exactly
  * burst + rate x elapsed, allowance swaps race with acquires, and token
  * leases on one hot key: returned on a swap, when idle and at thread
- * exit, never admitting a token the bucket did not have.
+ * exit, renewed in one CAS, never admitting a token the bucket did not
+ * have; and lookups by identity racing config swaps.
  */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <allot/allot.h>
@@ -482,7 +484,7 @@ lease_agent(allot_key **ret_k)
 	allot_agent_options o;
 	allot_agent_options_init(&o);
 	o.clock = vclock;
-	o.max_threads = 4; /* batches of min(16, 100000 / (16 * 4)) */
+	o.max_threads = 4; /* batches of min(64, 100000 / (16 * threads)) */
 	atomic_store(&vnow, 10 * S);
 	allot_agent *a;
 	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
@@ -503,23 +505,33 @@ START_TEST(lease_returned_on_swap_and_idle)
 	c->lease.stamp = (atomic_load(&vnow) >> ALLOT__LEASE_TICK_SHIFT) &
 	    0xffffu;
 	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
-	ck_assert_uint_eq(atomic_load(&bk->leased), 16);
-	ck_assert_uint_eq(c->lease.held, 15);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 64);
+	ck_assert_uint_eq(c->lease.held, 63);
 	/* Spent from the lease: the shared word is not written. */
 	uint64_t s0 = atomic_load(&bk->state);
 	ck_assert_int_eq(admit_n(a, k, 5, 1), 5);
 	ck_assert_uint_eq(atomic_load(&bk->state), s0);
-	ck_assert_uint_eq(c->lease.held, 10);
-	/* A swap: the lease is given back (10 refunded) and a new one
+	ck_assert_uint_eq(c->lease.held, 58);
+	/* A swap: the lease is given back (58 refunded) and a new one
 	 * taken under the new allowance. */
 	allot__allowance al = {
 		.rate = 0.001, .burst = 100000, .mode = ALLOT__MODE_LIMIT
 	};
 	allot__quota_set(a, atomic_load(&k->quota), &al);
 	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
-	ck_assert_uint_eq(atomic_load(&bk->leased), 16);
-	ck_assert_uint_eq(c->lease.held, 15);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 64);
+	ck_assert_uint_eq(c->lease.held, 63);
 	ck_assert_uint_eq(c->lease.ver, atomic_load(&bk->cur) & 0xffffu);
+	/* Spent to the last token, the lease renews in place: the same
+	 * reservation, one CAS taking the next 64 from the bucket. */
+	ck_assert_int_eq(admit_n(a, k, 63, 1), 63);
+	ck_assert_uint_eq(c->lease.held, 0);
+	double before = allot__bucket_level(bk, atomic_load(&vnow));
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 64);
+	ck_assert_uint_eq(c->lease.held, 63);
+	ck_assert_double_eq_tol(
+	    before - allot__bucket_level(bk, atomic_load(&vnow)), 64, 1e-3);
 	/* Idle for 2 ms: returned on the next call, which decides through
 	 * the bucket again. */
 	atomic_fetch_add(&vnow, 2 * MS);
@@ -529,9 +541,36 @@ START_TEST(lease_returned_on_swap_and_idle)
 	/* Every token not spent came back and none was created. */
 	allot_key_stats st;
 	allot_key_stats_get(a, k, &st);
-	ck_assert_uint_eq(st.allowed, 9);
+	ck_assert_uint_eq(st.allowed, 73);
 	ck_assert_double_eq_tol(
-	    allot__bucket_level(bk, atomic_load(&vnow)), 100000 - 9, 1e-3);
+	    allot__bucket_level(bk, atomic_load(&vnow)), 100000 - 73, 1e-3);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+START_TEST(lease_sized_by_threads_deciding)
+{
+	/* Default max_threads (64) and a burst of 1,000: the batch is a
+	 * 16th of the burst over the threads that decide (one here), not
+	 * over max_threads (which would make it 0: never a lease). */
+	static const char *cfg =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n"
+	    "    - {identity: hot, tokens_per_second: 1, "
+	    "burst: 1000}\n";
+	allot_agent *a = mkagent(cfg, 16, 0);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "hot", NULL, &k), ALLOT_OK);
+	allot__bucket *bk = atomic_load(&k->bucket);
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	allot__kcount *c = &allot__thread_block(a)->c[k->id];
+	c->lease.on = 1;
+	c->lease.stamp = (atomic_load(&vnow) >> ALLOT__LEASE_TICK_SHIFT) &
+	    0xffffu;
+	ck_assert_int_eq(admit_n(a, k, 1, 1), 1);
+	ck_assert_uint_eq(atomic_load(&bk->leased), 1000 / 16);
+	ck_assert_uint_eq(c->lease.held, 1000 / 16 - 1);
 	allot_agent_destroy(a);
 }
 END_TEST
@@ -601,6 +640,140 @@ START_TEST(lease_bound_n_threads_one_key)
 }
 END_TEST
 
+/* Lookups racing config swaps: every swap adds identities (new slots
+ * in the caller index while readers probe it) and changes the rates of
+ * the ones being looked up. */
+enum { SWAP_IDS = 48, SWAP_READERS = 3, SWAPS = 60, SWAP_NEW = 4 };
+
+static const char *
+swap_id(int i, char *buf, size_t len)
+{
+	snprintf(
+	    buf, len, "spiffe://prod.example.internal/ns/t/sa/id-%03d", i);
+	return buf;
+}
+
+static allot_config *
+swap_cfg(int swap)
+{
+	size_t cap = 64 * 1024, n = 0;
+	char *y = malloc(cap);
+	ck_assert_ptr_nonnull(y);
+	n += (size_t) snprintf(y + n, cap - n,
+	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n");
+	char id[96];
+	for (int i = 0; i < SWAP_IDS; i++)
+		n += (size_t) snprintf(y + n, cap - n,
+		    "    - {identity: \"%s\", tokens_per_second: %d, "
+		    "burst: 1000000000}\n",
+		    swap_id(i, id, sizeof id), 1000 + swap % 2);
+	for (int s = 1; s <= swap; s++)
+		for (int k = 0; k < SWAP_NEW; k++)
+			n += (size_t) snprintf(y + n, cap - n,
+			    "    - {identity: \"spiffe://t/new-%d-%d\", "
+			    "tokens_per_second: 1, burst: 1}\n",
+			    s, k);
+	ck_assert_uint_lt(n, cap);
+	char err[512];
+	allot_config *cfg;
+	int rc = allot_config_parse("swap.yaml", y, n, err, sizeof err, &cfg);
+	ck_assert_msg(rc == ALLOT_OK, "config: %s", err);
+	free(y);
+	return cfg;
+}
+
+struct lookup_arg {
+	allot_agent *a;
+	_Atomic bool *stop;
+	int idx;
+	uint64_t calls[SWAP_IDS];
+};
+
+static void *
+lookup_thread(void *p)
+{
+	struct lookup_arg *x = p;
+	char ids[SWAP_IDS][96];
+	for (int i = 0; i < SWAP_IDS; i++)
+		swap_id(i, ids[i], sizeof ids[i]);
+	allot_decision d;
+	for (uint64_t n = 0; !atomic_load(x->stop); n++) {
+		int i = (int) ((n * 7 + (uint64_t) x->idx) % SWAP_IDS);
+		ck_assert_int_eq(
+		    allot_acquire_id(x->a, ids[i], "/x", 1, &d), ALLOT_OK);
+		ck_assert(d.allowed);
+		x->calls[i]++;
+	}
+	return NULL;
+}
+
+START_TEST(lookup_across_swaps)
+{
+	/* Every lookup lands on its own identity's key while configs are
+	 * swapped under it: the key's count is exactly the calls made with
+	 * its identity (a lookup that found another key, or missed and
+	 * went to the unknown-identity pool, would show). */
+	allot_config *c0 = swap_cfg(0);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = vclock;
+	o.max_callers = 1024;
+	o.log_level = ALLOT_LOG_WARNING;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(c0, &o, &a), ALLOT_OK);
+	allot_config_free(c0);
+	_Atomic bool stop = false;
+	pthread_t th[SWAP_READERS];
+	static struct lookup_arg arg[SWAP_READERS];
+	for (int i = 0; i < SWAP_READERS; i++) {
+		memset(&arg[i], 0, sizeof arg[i]);
+		arg[i].a = a;
+		arg[i].stop = &stop;
+		arg[i].idx = i;
+		pthread_create(&th[i], NULL, lookup_thread, &arg[i]);
+	}
+	struct timespec ms = { 0, 1000000 };
+	for (int s = 1; s <= SWAPS; s++) {
+		allot_config *c = swap_cfg(s);
+		ck_assert_int_eq(allot_agent_set_config(a, c), ALLOT_OK);
+		allot_config_free(c);
+		nanosleep(&ms, NULL);
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < SWAP_READERS; i++)
+		pthread_join(th[i], NULL);
+	char id[96];
+	uint64_t total = 0;
+	for (int i = 0; i < SWAP_IDS; i++) {
+		uint64_t calls = 0;
+		for (int r = 0; r < SWAP_READERS; r++)
+			calls += arg[r].calls[i];
+		allot_key *k;
+		ck_assert_int_eq(
+		    allot_key_resolve(a, swap_id(i, id, sizeof id), "/x", &k),
+		    ALLOT_OK);
+		ck_assert(!k->dynamic);
+		allot_key_stats st;
+		ck_assert_int_eq(allot_key_stats_get(a, k, &st), ALLOT_OK);
+		ck_assert_uint_eq(st.allowed + st.denied, calls);
+		total += calls;
+	}
+	ck_assert_uint_gt(total, 0);
+	/* The identities the swaps added are found too, as configured. */
+	for (int s = 1; s <= SWAPS; s++)
+		for (int k = 0; k < SWAP_NEW; k++) {
+			snprintf(id, sizeof id, "spiffe://t/new-%d-%d", s, k);
+			allot_key *key;
+			ck_assert_int_eq(
+			    allot_key_resolve(a, id, NULL, &key), ALLOT_OK);
+			ck_assert(!key->dynamic);
+			ck_assert(atomic_load(&key->known));
+		}
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 agent_suite(void)
 {
@@ -613,12 +786,14 @@ agent_suite(void)
 	tcase_add_test(tc, settle_reconciles);
 	tcase_add_test(tc, unknown_table_bounded);
 	tcase_add_test(tc, lease_returned_on_swap_and_idle);
+	tcase_add_test(tc, lease_sized_by_threads_deciding);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, n_threads_m_acquires);
 	tcase_add_test(tc, thread_blocks_bounded);
 	tcase_add_test(tc, lease_bound_n_threads_one_key);
+	tcase_add_test(tc, lookup_across_swaps);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -276,6 +276,53 @@ START_TEST(lease_inside_the_burst)
 }
 END_TEST
 
+START_TEST(relet_keeps_the_reservation)
+{
+	/* A spent lease takes its next batch in one CAS, its reservation
+	 * left in place: level + leased stays within the burst, another
+	 * lease's reservation still holds the bucket down, and a batch the
+	 * bucket has not got writes nothing. */
+	allot__take t;
+	mk(1, 40);
+	uint64_t now = 10 * S;
+	ck_assert(allot__bucket_lease(&b, now, 16, &t)); /* A */
+	ck_assert(allot__bucket_lease(&b, now, 16, &t)); /* B */
+	ck_assert_uint_eq(atomic_load(&b.leased), 32);
+	ck_assert(take(now, 8, &t));
+	ck_assert(!take(now, 1, &t));
+	/* A has spent its 16 and the bucket is empty: no next batch, and
+	 * nothing written. */
+	uint64_t s0 = atomic_load(&b.state);
+	ck_assert(!allot__bucket_relet(&b, now, 16, &t));
+	ck_assert_uint_eq(atomic_load(&b.state), s0);
+	ck_assert_uint_eq(atomic_load(&b.leased), 32);
+	/* An hour later the bucket has refilled to burst - leased = 8: B's
+	 * 16 and A's spent 16 are still reserved. A's relet counts its own
+	 * reservation as its own, so it gets 16, and the 8 stay: A 16 + B
+	 * 16 + 8 in the bucket = the burst. */
+	now += 3600 * S;
+	ck_assert(allot__bucket_relet(&b, now, 16, &t));
+	ck_assert(t.allowed);
+	ck_assert_uint_eq(atomic_load(&b.leased), 32);
+	ck_assert(take(now, 8, &t));
+	ck_assert(!take(now, 1, &t));
+	/* Both closed, nothing unspent: the bucket refills to the burst
+	 * and never above it. */
+	allot__bucket_unlease(&b, 16, 0, now);
+	allot__bucket_unlease(&b, 16, 0, now);
+	ck_assert_uint_eq(atomic_load(&b.leased), 0);
+	now += 3600 * S;
+	ck_assert(take(now, 40, &t));
+	ck_assert(!take(now, 1, &t));
+	/* Not a bucket in MODE_LIMIT: no relet, nothing written. */
+	allot__allowance open = { .mode = ALLOT__MODE_OPEN };
+	allot__bucket_set(&b, &open, now);
+	s0 = atomic_load(&b.state);
+	ck_assert(!allot__bucket_relet(&b, now, 4, &t));
+	ck_assert_uint_eq(atomic_load(&b.state), s0);
+}
+END_TEST
+
 START_TEST(thirty_simultaneous)
 {
 	/* rate-limiting-between-services.txt: capacity 10, refill 5/s,
@@ -381,6 +428,7 @@ bucket_suite(void)
 	tcase_add_test(tc, saturation);
 	tcase_add_test(tc, adjust_debt_and_refund);
 	tcase_add_test(tc, lease_inside_the_burst);
+	tcase_add_test(tc, relet_keeps_the_reservation);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 60);
