@@ -264,6 +264,75 @@ probe_over(const probe_run *r, uint64_t from, uint64_t to, double rate,
 	return best;
 }
 
+/* The whole file, NUL terminated (malloc'd), or NULL. */
+static char *
+read_all(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		return NULL;
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap + 1);
+	for (size_t n;
+	     buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0;) {
+		len += n;
+		if (len == cap) {
+			char *nb = realloc(buf, 2 * cap + 1);
+			if (nb == NULL) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	fclose(f);
+	if (buf != NULL)
+		buf[len] = '\0';
+	return buf;
+}
+
+bool
+probe_last(const char *path, uint64_t *ret_epoch, bool *ret_connected,
+    bool *ret_granted)
+{
+	char *text = read_all(path);
+	if (text == NULL)
+		return false;
+	char *s = NULL;
+	for (char *p = strstr(text, "S "); p != NULL;
+	     p = strstr(p + 1, "\nS "))
+		s = p[0] == '\n' ? p + 1 : p;
+	uint64_t t, e;
+	int conn = 0;
+	bool ok = s != NULL &&
+	    sscanf(s, "S %" SCNu64 " %" SCNu64 " %d", &t, &e, &conn) == 3;
+	bool granted = ok;
+	/* The K rows after the last S row: that sample's callers. */
+	for (char *p = s;
+	     ok && p != NULL && (p = strstr(p, "\nK ")) != NULL;) {
+		p++;
+		double rate, g = 0;
+		char who[64];
+		uint64_t t2, a, d;
+		int fb;
+		if (sscanf(p,
+		        "K %" SCNu64 " %63s %lf %" SCNu64 " %" SCNu64
+		        " %d %lf",
+		        &t2, who, &rate, &a, &d, &fb, &g) == 7 &&
+		    g <= 0)
+			granted = false;
+	}
+	free(text);
+	if (ok) {
+		*ret_epoch = e;
+		*ret_connected = conn == 1;
+		*ret_granted = granted;
+	}
+	return ok;
+}
+
 uint64_t
 probe_low_epoch(const probe_run *r, uint64_t t)
 {

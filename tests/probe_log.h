@@ -57,6 +57,13 @@ uint64_t probe_calm_allowed(const probe_run *r, uint64_t from, uint64_t to);
 double probe_over(const probe_run *r, uint64_t from, uint64_t to, double rate,
     double burst, uint64_t w_ms);
 
+/* The newest sample of one probe log while it is being written: its
+ * epoch, whether it is connected, and whether every caller runs on an
+ * explicit grant from the coordinator (not its bootstrap share). False
+ * when there is no sample yet. */
+bool probe_last(const char *path, uint64_t *ret_epoch, bool *ret_connected,
+    bool *ret_granted);
+
 /* The lowest epoch among the agents at the slot of `t`. */
 uint64_t probe_low_epoch(const probe_run *r, uint64_t t);
 

@@ -264,49 +264,6 @@ agents_start(const char *tag)
 	}
 }
 
-/* The last S row of agent k's log: its epoch and whether it is
- * connected; and whether its last K rows show an explicit grant from the
- * coordinator for every caller (not the bootstrap share). False when
- * there is no S row yet. */
-static bool
-agent_last(int k, uint64_t *ret_epoch, bool *ret_connected, bool *ret_granted)
-{
-	char *text = pc_read_file(agent_out[k]);
-	if (text == NULL)
-		return false;
-	char *s = NULL;
-	for (char *p = strstr(text, "S "); p != NULL;
-	     p = strstr(p + 1, "\nS "))
-		s = p[0] == '\n' ? p + 1 : p;
-	uint64_t t, e;
-	int conn = 0;
-	bool ok = s != NULL &&
-	    sscanf(s, "S %" SCNu64 " %" SCNu64 " %d", &t, &e, &conn) == 3;
-	bool granted = ok;
-	/* The K rows after the last S row but one: the newest complete. */
-	for (char *p = s;
-	     ok && p != NULL && (p = strstr(p, "\nK ")) != NULL;) {
-		p++;
-		double rate, g = 0;
-		char who[64];
-		uint64_t t2, a, d;
-		int fb;
-		if (sscanf(p,
-		        "K %" SCNu64 " %63s %lf %" SCNu64 " %" SCNu64
-		        " %d %lf",
-		        &t2, who, &rate, &a, &d, &fb, &g) == 7 &&
-		    g <= 0)
-			granted = false;
-	}
-	free(text);
-	if (ok) {
-		*ret_epoch = e;
-		*ret_connected = conn == 1;
-		*ret_granted = granted;
-	}
-	return ok;
-}
-
 /* Wait until every agent is connected to a leader of epoch above
  * `above` (and, with `granted`, runs on explicit grants for every caller:
  * the leader has learnt), watching the members meanwhile; returns the
@@ -321,7 +278,7 @@ agents_follow(uint64_t above, bool granted, int timeout_ms)
 		for (int k = 0; k < NA; k++) {
 			uint64_t e = 0;
 			bool c = false, g = false;
-			if (!agent_last(k, &e, &c, &g) || !c ||
+			if (!probe_last(agent_out[k], &e, &c, &g) || !c ||
 			    (granted && !g))
 				all = false;
 			low = e < low ? e : low;
