@@ -390,6 +390,9 @@ START_TEST(partitions_and_failovers)
 	ck_assert_int_eq(netlab_heal(&lab, NM + 1, L), 0);
 	mark("healed");
 	watch(1500);
+	/* One owner all along: Y still heard the leader, so refused X's
+	 * pre-votes, and the leader kept its place. */
+	ck_assert_int_eq(wait_leader(-1, 1000), L);
 
 	/* 2. Leader isolation: cut from both members, not from agents. */
 	L = wait_leader(-1, 5000);
