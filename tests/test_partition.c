@@ -37,6 +37,12 @@
  * libfaketime is not installed; the test first checks that the faked
  * clock really runs at the rate asked for in an allotd.
  *
+ * Case `dead_peer_dropped`: three members over mutual TLS; the leader's
+ * link to a follower is cut (packets go nowhere, nothing closes): its
+ * connection is dropped once TCP_USER_TIMEOUT runs out (coordinator/
+ * raft_tls.c), not after the kernel's retransmissions give up, and the
+ * follower catches up once healed.
+ *
  * Namespaces, processes and the temporary directory belong to main()
  * (the parent of check's forked test processes) and are removed there,
  * also after a failed assert, a check timeout or SIGTERM. Exit 77 (skip)
@@ -80,6 +86,7 @@ typedef struct member {
 	int port; /* agents' port; raft port + 1, HTTP port + 2 */
 	char url[64], raftaddr[64], db[160], log[160], cfg[160], admin[160];
 	const char *faketime; /* NULL: the real clock */
+	const char *cert, *ca; /* TLS between members; NULL: plain TCP */
 	double rate; /* the clock rate asked for (1: real) */
 	uint64_t hup_ms[2]; /* real monotonic times of two SIGHUPs */
 	pid_t pid;
@@ -140,6 +147,12 @@ member_start(int i)
 		    ms[j].raftaddr, ms[j].url);
 		argv[n++] = "--seed";
 		argv[n++] = seed[j];
+	}
+	if (m->cert != NULL) {
+		argv[n++] = "--tls-cert";
+		argv[n++] = (char *) m->cert;
+		argv[n++] = "--tls-ca";
+		argv[n++] = (char *) m->ca;
 	}
 	argv[n] = NULL;
 	/* libfaketime for a skewed clock: its own environment. */
@@ -581,6 +594,79 @@ START_TEST(clock_skew)
 }
 END_TEST
 
+/* coordinator/raft_tls.c sets TCP_USER_TIMEOUT (4 election timeouts) on
+ * member connections: the leader's connection to a member whose link was
+ * cut (no FIN, no RST: packets go nowhere) is dropped within seconds,
+ * logged, and dialled again; healed, the member catches up. Without it
+ * the connection would stay "up" until the kernel's retransmissions give
+ * up, about 15 minutes. */
+START_TEST(dead_peer_dropped)
+{
+	char cmd[1024], cert[160], ca[160];
+	snprintf(cmd, sizeof cmd,
+	    "set -e; d=%s/pki; %s/scripts/mkcerts -s "
+	    "URI:spiffe://test.example/allot/member $d >$d.log 2>&1; "
+	    "cat $d/server.pem $d/server.key > %s/member.pem",
+	    dir, getenv("ALLOT_SOURCE_DIR"), dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(cert, sizeof cert, "%s/member.pem", dir);
+	snprintf(ca, sizeof ca, "%s/pki/ca.pem", dir);
+	for (int i = 0; i < NM; i++) {
+		member_init(i, "tu", 7700);
+		ms[i].cert = cert;
+		ms[i].ca = ca;
+	}
+	for (int i = 0; i < NM; i++)
+		member_start(i);
+	int L = wait_leader(-1, 15000);
+	watch(500);
+	int F = (L + 1) % NM;
+	uint64_t cut = pc_now_ms();
+	ck_assert_int_eq(netlab_cut(&lab, L, F), 0);
+	/* 4 x 500 ms of unacknowledged heartbeats, then the next
+	 * retransmission timer (backing off from 200 ms): about 3 s. */
+	uint64_t dropped = 0;
+	while (dropped == 0 && pc_now_ms() < cut + 8000) {
+		char *text = pc_read_file(ms[L].log);
+		if (text != NULL &&
+		    strstr(text,
+		        "connection dropped: "
+		        "connection timed out"))
+			dropped = pc_now_ms();
+		free(text);
+		pc_sleep_ms(50);
+	}
+	fprintf(stderr,
+	    "tcp-user-timeout: m%d's connection to m%d dropped %" PRIu64
+	    " ms after the cut\n",
+	    L + 1, F + 1, dropped ? dropped - cut : 0);
+	ck_assert_msg(dropped != 0,
+	    "m%d did not drop its connection to the cut-off m%d within 8 s "
+	    "(see %s)",
+	    L + 1, F + 1, ms[L].log);
+	ck_assert_int_eq(netlab_heal(&lab, L, F), 0);
+	/* Dialled again: F applies what it missed. */
+	uint64_t end = pc_now_ms() + 8000;
+	for (;;) {
+		int st;
+		char *a = member_get(L, "/status", &st);
+		char *b = member_get(F, "/status", &st);
+		char *pa = a ? strstr(a, "\"applied_index\":") : NULL;
+		char *pb = b ? strstr(b, "\"applied_index\":") : NULL;
+		bool same = pa != NULL && pb != NULL &&
+		    strtoull(pa + 16, NULL, 10) == strtoull(pb + 16, NULL, 10);
+		free(a);
+		free(b);
+		if (same)
+			break;
+		ck_assert_msg(pc_now_ms() < end,
+		    "m%d did not catch up after the heal", F + 1);
+		pc_sleep_ms(50);
+	}
+	members_stop();
+}
+END_TEST
+
 /* ---- the lab around check's forked test processes ---- */
 
 static void
@@ -610,6 +696,7 @@ partition_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, partitions_and_failovers);
 	tcase_add_test(tc, clock_skew);
+	tcase_add_test(tc, dead_peer_dropped);
 	suite_add_tcase(s, tc);
 	return s;
 }
