@@ -212,7 +212,6 @@ parse_hold(const struct opt *def, const char *arg, opts *o)
 	for (size_t i = 0; i < sizeof holds / sizeof holds[0]; i++)
 		if (strcmp(arg, holds[i].name) == 0) {
 			o->so.hold_expired = holds[i].hold;
-			o->hold_set = true;
 			return 0;
 		}
 	fprintf(stderr,
@@ -403,8 +402,7 @@ static const struct opt options[] = {
 	{ "hold-expired", 0, "none|lease|fallback",
 	    "What the share of an expired replica (silent past its expiry:\n"
 	    "crashed, or partitioned and still admitting) keeps out of the\n"
-	    "headroom: none (the default of a single allotd: the others get\n"
-	    "it at once), lease (a cluster member's default: its\n"
+	    "headroom: none (default: the others get it at once), lease (its\n"
 	    "grants until its lease has certainly ended), fallback (also its\n"
 	    "fallback allowance afterwards, for 60 s: a partition never\n"
 	    "over-admits, a crash leaves that capacity unused). See\n"
@@ -754,12 +752,6 @@ check_cluster(opts *o)
 	}
 	if (o->agent_url == NULL)
 		o->agent_url = o->urls[0];
-	/* In a cluster a silent replica is as likely cut off from the
-	 * leader (a zone partition) as crashed: keep its grants out of the
-	 * headroom until its lease has certainly ended, so that the
-	 * allowances never sum above R (docs/operations.md, "Cluster"). */
-	if (!o->hold_set)
-		o->so.hold_expired = ALLOT__HOLD_LEASE;
 	if (o->raft_dir == NULL) {
 		snprintf(o->raft_dir_buf, sizeof o->raft_dir_buf, "%s.raft",
 		    o->db_path);

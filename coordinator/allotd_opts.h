@@ -56,7 +56,6 @@ typedef struct allot__daemon_opts {
 	uint32_t election_ms;
 	const char *raft_member_id; /* TLS between members: the peers' ID */
 	allot__state_opts so; /* store, lg and metrics are left unset */
-	bool hold_set; /* --hold-expired given (else cluster: lease) */
 	allot__peerlimit_opts plo;
 	allot__authn *authn; /* with identity required; the caller frees */
 } allot__daemon_opts;
