@@ -160,18 +160,27 @@ member_start(int i)
 	/* libfaketime for a skewed clock: its own environment. */
 	extern char **environ;
 	char *envp[256];
-	char pre[160], ft[64];
+	char pre[160], ft[64], asan[512];
+	const char *asan0 = getenv("ASAN_OPTIONS");
 	int ne = 0;
 	for (char **e = environ; *e != NULL && ne < 250; e++)
 		if (strncmp(*e, "LD_PRELOAD=", 11) != 0 &&
-		    strncmp(*e, "FAKETIME", 8) != 0)
+		    strncmp(*e, "FAKETIME", 8) != 0 &&
+		    (m->faketime == NULL ||
+		        strncmp(*e, "ASAN_OPTIONS=", 13) != 0))
 			envp[ne++] = *e;
 	if (m->faketime != NULL) {
 		snprintf(pre, sizeof pre, "LD_PRELOAD=%s", FAKETIME_LIB);
 		snprintf(ft, sizeof ft, "FAKETIME=%s", m->faketime);
+		/* Under ASan its runtime must come first, and libfaketime is
+		 * preloaded before it: allowed, not checked. */
+		snprintf(asan, sizeof asan,
+		    "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+		    asan0 ? asan0 : "", asan0 && *asan0 ? ":" : "");
 		envp[ne++] = pre;
 		envp[ne++] = ft;
 		envp[ne++] = "FAKETIME_NO_CACHE=1";
+		envp[ne++] = asan;
 	}
 	envp[ne] = NULL;
 	m->pid = netlab_spawn(&lab, i, argv, envp, m->log);
