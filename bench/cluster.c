@@ -20,17 +20,35 @@
  *                                     a Welcome (it has waited out the old
  *                                     lease): election + lease x 1.01;
  *                                     target <= 3 L + 1.01 L + 105 ms
+ *   cluster.failover_over             over-admission through a SIGKILL of
+ *                                     the leader, in R·T (target <= 1)
+ *   cluster.partition_over            over-admission through the two-owner
+ *                                     partition, in R·T (target <= 1)
  *   cluster.noise_cpu_pct             CPU used by other processes meanwhile
  *
- * Over-admission through a failover and a partition needs agents that
- * follow the leader (the agent side of the cluster): measured there.
+ * The two over-admission figures need agents that follow the leader and
+ * links cut between members: three members and three agent-probe
+ * processes (tests/agent_probe.c, built here as bench/agent-probe), each
+ * in a network namespace of its own (tests/netlab.h, as in
+ * tests/test_partition.c). The partition cuts the leader from another
+ * member while the third reaches both, agents split the same way, for
+ * 2 s; the failover is a SIGKILL of the leader until every agent syncs
+ * with the new one, and 3 s more. Over-admission is the allot-sim
+ * definition (docs/allocation.md): the max over windows of length W in
+ * {T, 1 s, 10 s} within the event of (tokens admitted by all agents -
+ * (B + R·W)), in units of R·T, from the probes' counts every 10 ms.
+ * They need root (namespaces): otherwise they are reported as null.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +59,10 @@
 
 #include "bench.h"
 #include "proto.h"
+
+/* Shared with tests/test_partition.c (built into this suite too). */
+#include "../tests/netlab.h"
+#include "../tests/probe_log.h"
 
 #define NMEM 3
 #define NKEYS 50
@@ -258,6 +280,280 @@ measure_failover(const bench_opts *o)
 	return bench_median(v, o->rounds);
 }
 
+/* ---- over-admission: agents in namespaces, a partition, a failover ---- */
+
+#define NS_R 300.0 /* the contended caller's quota, tokens/s */
+#define NS_T_MS 100 /* the agents' sync interval */
+/* Its burst: one R·T, so that the figures are not dwarfed by a burst
+ * the agents, demanding far more than R, never get to save up. */
+#define NS_B (NS_R * NS_T_MS / 1000.0)
+
+static netlab lab;
+static bool lab_up;
+
+static void
+lab_teardown(void)
+{
+	if (lab_up)
+		netlab_destroy(&lab);
+	lab_up = false;
+}
+
+static void
+lab_signal(int sig)
+{
+	(void) sig;
+	exit(1); /* atexit: lab_teardown */
+}
+
+/* GET /status of the member in node i (its HTTP port on its own
+ * loopback), from inside its namespace: true when it serves. */
+static bool
+ns_serving(int i, int port)
+{
+	if (netlab_enter(&lab, i) != 0)
+		bench_fail("cannot enter node %d's namespace", i);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (netlab_leave(&lab) != 0)
+		bench_fail("cannot leave node %d's namespace", i);
+	if (fd < 0)
+		return false;
+	struct timeval tv = { 1, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	struct sockaddr_in a = { .sin_family = AF_INET,
+		.sin_port = htons((uint16_t) port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	static char buf[1 << 20]; /* /status lists every replica */
+	size_t len = 0;
+	static const char req[] = "GET /status HTTP/1.0\r\n\r\n";
+	if (connect(fd, (struct sockaddr *) &a, sizeof a) == 0 &&
+	    write(fd, req, sizeof req - 1) == (ssize_t) (sizeof req - 1))
+		for (ssize_t n; len + 1 < sizeof buf &&
+		     (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0;)
+			len += (size_t) n;
+	close(fd);
+	buf[len] = '\0';
+	return strstr(buf, "\"serving\":true") != NULL;
+}
+
+typedef struct nsrun {
+	pid_t member[NMEM], agent[NMEM];
+	int port[NMEM];
+	char log[NMEM][160], out[NMEM][160];
+} nsrun;
+
+static int
+ns_leader(const nsrun *c, int not, unsigned timeout_ms)
+{
+	uint64_t until = bench_now_ns() + (uint64_t) timeout_ms * 1000000u;
+	while (bench_now_ns() < until) {
+		for (int i = 0; i < NMEM; i++)
+			if (i != not &&c->member[i] > 0 &&
+			    ns_serving(i, c->port[i] + 2))
+				return i;
+		usleep(20000);
+	}
+	return -1;
+}
+
+/* Every agent connected to a leader above epoch `above` (with
+ * `granted`: on explicit grants); the lowest epoch, or 0 on timeout. */
+static uint64_t
+ns_follow(const nsrun *c, uint64_t above, bool granted, unsigned timeout_ms)
+{
+	uint64_t until = bench_now_ns() + (uint64_t) timeout_ms * 1000000u;
+	while (bench_now_ns() < until) {
+		uint64_t low = UINT64_MAX;
+		bool all = true;
+		for (int k = 0; k < NMEM; k++) {
+			uint64_t e = 0;
+			bool conn = false, g = false;
+			if (!probe_last(c->out[k], &e, &conn, &g) || !conn ||
+			    (granted && !g))
+				all = false;
+			low = e < low ? e : low;
+		}
+		if (all && low > above)
+			return low;
+		usleep(20000);
+	}
+	return 0;
+}
+
+static void
+ns_start(nsrun *c, const char *cfg, const char *tag)
+{
+	memset(c, 0, sizeof *c);
+	char seeds[NMEM][256], urls[NMEM][64], seedlist[256] = "";
+	for (int i = 0; i < NMEM; i++) {
+		c->port[i] = 7600;
+		snprintf(urls[i], sizeof urls[i], "tcp://%s:%d", netlab_ip(i),
+		    c->port[i]);
+		snprintf(seeds[i], sizeof seeds[i], "%d=%s:%d=%s", i + 1,
+		    netlab_ip(i), c->port[i] + 1, urls[i]);
+		snprintf(seedlist + strlen(seedlist),
+		    sizeof seedlist - strlen(seedlist), "%s%s", i ? "," : "",
+		    urls[i]);
+	}
+	for (int i = 0; i < NMEM; i++) {
+		char id[16], db[160], raft[64], http[32], el[16];
+		snprintf(id, sizeof id, "%d", i + 1);
+		snprintf(db, sizeof db, "%s/%s-m%d.db", dir, tag, i + 1);
+		snprintf(
+		    raft, sizeof raft, "%s:%d", netlab_ip(i), c->port[i] + 1);
+		snprintf(http, sizeof http, "127.0.0.1:%d", c->port[i] + 2);
+		snprintf(el, sizeof el, "%d", ELECTION_MS);
+		snprintf(c->log[i], sizeof c->log[i], "%s/%s-m%d.log", dir,
+		    tag, i + 1);
+		char *argv[] = { bin, "--config", (char *) cfg, "--db", db,
+			"--listen", urls[i], "--http", http, "--log-level",
+			"warning", "--interval-ms", "100", "--raft-id", id,
+			"--raft-addr", raft, "--election-ms", el, "--seed",
+			seeds[0], "--seed", seeds[1], "--seed", seeds[2],
+			/* Σ <= R across a partition (docs/operations.md) */
+			"--hold-expired", "lease", NULL };
+		c->member[i] = netlab_spawn(&lab, i, argv, NULL, c->log[i]);
+		if (c->member[i] < 0)
+			bench_fail("cannot start member %d", i + 1);
+	}
+	if (ns_leader(c, -1, 15000) < 0)
+		bench_fail("no leader in 15 s (see %s)", dir);
+	char probe[600];
+	snprintf(probe, sizeof probe, "%s", bin);
+	char *slash = strstr(probe, "/../coordinator/allotd");
+	if (slash == NULL)
+		bench_fail("unexpected allotd path %s", bin);
+	snprintf(
+	    slash, sizeof probe - (size_t) (slash - probe), "/agent-probe");
+	for (int k = 0; k < NMEM; k++) {
+		char rep[16], log[160];
+		snprintf(rep, sizeof rep, "r%d", k + 1);
+		snprintf(c->out[k], sizeof c->out[k], "%s/%s-r%d.txt", dir,
+		    tag, k + 1);
+		snprintf(log, sizeof log, "%s/%s-r%d.log", dir, tag, k + 1);
+		char *argv[] = { probe, "--config", (char *) cfg, "--seed",
+			seedlist, "--replica", rep, "--out", c->out[k],
+			"--replicas", "3", NULL };
+		c->agent[k] = netlab_spawn(&lab, NMEM + k, argv, NULL, log);
+		if (c->agent[k] < 0)
+			bench_fail("cannot start agent-probe %s", probe);
+	}
+	if (ns_follow(c, 0, true, 15000) == 0)
+		bench_fail(
+		    "agents not on the leader's grants in 15 s (see %s)", dir);
+}
+
+static void
+ns_stop(nsrun *c)
+{
+	for (int k = 0; k < NMEM; k++)
+		if (c->agent[k] > 0)
+			kill(c->agent[k], SIGTERM);
+	for (int k = 0; k < NMEM; k++)
+		if (c->agent[k] > 0)
+			waitpid(c->agent[k], NULL, 0);
+	for (int i = 0; i < NMEM; i++)
+		if (c->member[i] > 0) {
+			kill(c->member[i], SIGTERM);
+			waitpid(c->member[i], NULL, 0);
+		}
+}
+
+/* Over-admission within [from, to] in R·T (docs/allocation.md). */
+static double
+ns_over(const probe_run *r, uint64_t from, uint64_t to)
+{
+	static const uint64_t w[] = { NS_T_MS, 1000, 10000 };
+	double worst = -INFINITY;
+	for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+		double o = probe_over(r, from, to, NS_R, NS_B, w[i]);
+		worst = o > worst ? o : worst;
+	}
+	return worst / (NS_R * NS_T_MS / 1000.0);
+}
+
+static void
+measure_overs(const bench_opts *o, double *ret_fo, double *ret_part)
+{
+	*ret_fo = *ret_part = NAN;
+	char why[160];
+	if (netlab_available(why, sizeof why) != 0) {
+		bench_progress(o, "over-admission figures skipped: %s", why);
+		return;
+	}
+	if (netlab_create(&lab, dir, 2 * NMEM) != 0)
+		bench_fail("cannot build the network namespaces");
+	lab_up = true;
+	atexit(lab_teardown);
+	signal(SIGINT, lab_signal);
+	signal(SIGTERM, lab_signal);
+	char cfg[128];
+	snprintf(cfg, sizeof cfg, "%s/overs.yaml", dir);
+	FILE *f = fopen(cfg, "w");
+	if (f == NULL)
+		bench_fail("cannot write %s", cfg);
+	fprintf(f,
+	    "quotas:\n  default: {tokens_per_second: 50, burst: 50}\n"
+	    "  callers:\n"
+	    "    - {identity: hot, tokens_per_second: %.0f, burst: "
+	    "%.0f}\n"
+	    "    - {identity: calm, tokens_per_second: 600, burst: "
+	    "600}\n",
+	    NS_R, NS_B);
+	fclose(f);
+	double vf[BENCH_MAX_ROUNDS], vp[BENCH_MAX_ROUNDS];
+	for (unsigned r = 0; r < o->rounds; r++) {
+		nsrun c;
+		char tag[16];
+		snprintf(tag, sizeof tag, "ov%u", r);
+		ns_start(&c, cfg, tag);
+		usleep(1000000);
+		/* The two-owner partition, 2 s (within the agents' lease). */
+		int L = ns_leader(&c, -1, 5000);
+		int X = (L + 1) % NMEM;
+		uint64_t cut = bench_now_ns() / 1000000u;
+		if (netlab_cut(&lab, L, X) != 0 ||
+		    netlab_cut(&lab, NMEM + 0, X) != 0 ||
+		    netlab_cut(&lab, NMEM + 1, L) != 0)
+			bench_fail("cannot cut the links (leader %d)", L);
+		usleep(2000000);
+		if (netlab_heal(&lab, L, X) != 0 ||
+		    netlab_heal(&lab, NMEM + 0, X) != 0 ||
+		    netlab_heal(&lab, NMEM + 1, L) != 0)
+			bench_fail("cannot heal the links");
+		uint64_t healed = bench_now_ns() / 1000000u;
+		usleep(2000000);
+		/* SIGKILL of the leader until every agent follows another. */
+		L = ns_leader(&c, -1, 5000);
+		uint64_t e = ns_follow(&c, 0, false, 5000);
+		uint64_t killed = bench_now_ns() / 1000000u;
+		kill(c.member[L], SIGKILL);
+		waitpid(c.member[L], NULL, 0);
+		c.member[L] = 0;
+		if (ns_follow(&c, e, false, 15000) == 0)
+			bench_fail(
+			    "agents did not follow a new leader (%s)", dir);
+		uint64_t followed = bench_now_ns() / 1000000u;
+		usleep(3000000);
+		ns_stop(&c);
+		probe_run pr;
+		const char *paths[NMEM] = { c.out[0], c.out[1], c.out[2] };
+		if (probe_load(&pr, paths, NMEM, "hot", "calm") != 0)
+			bench_fail("cannot read the agents' logs in %s", dir);
+		vp[r] = ns_over(&pr, cut, healed + 2000);
+		vf[r] = ns_over(&pr, killed, followed + 3000);
+		bench_progress(o,
+		    "round %u: over-admission %.2f R·T through the partition, "
+		    "%.2f R·T through a failover (agents followed %" PRIu64
+		    " ms after the kill)",
+		    r, vp[r], vf[r], followed - killed);
+		probe_free(&pr);
+	}
+	*ret_fo = bench_median(vf, o->rounds);
+	*ret_part = bench_median(vp, o->rounds);
+	lab_teardown();
+}
+
 int
 main(int argc, char **argv)
 {
@@ -271,11 +567,13 @@ main(int argc, char **argv)
 	bench_cpu cpu0, cpu1;
 	bench_cpu_mark(&cpu0);
 	throughput tp = { NAN, NAN, NAN };
-	double served = NAN;
+	double served = NAN, fo_over = NAN, part_over = NAN;
 	if (bench_selected(&o, "key_reports_per_s"))
 		measure_throughput(&o, &tp);
 	if (bench_selected(&o, "failover"))
 		served = measure_failover(&o);
+	if (bench_selected(&o, "over"))
+		measure_overs(&o, &fo_over, &part_over);
 	bench_cpu_mark(&cpu1);
 	double noise = bench_cpu_others_pct(&cpu0, &cpu1);
 	proto_rmdir(dir);
@@ -285,6 +583,12 @@ main(int argc, char **argv)
 	 * tried again), then the lease wait, then 100 ms of round trips and
 	 * polling. */
 	double bound = 3.0 * ELECTION_MS + ELECTION_MS * 1.01 + 5 + 100;
+	/* The lease arithmetic beside the figure (docs/operations.md). */
+	char arith[200];
+	snprintf(arith, sizeof arith,
+	    "SIGKILL to Welcome; bound = detection <= 3 L (%d) + wait L x "
+	    "1.01 + 5 (%.0f) + 100 ms round trips",
+	    3 * ELECTION_MS, ELECTION_MS * 1.01 + 5);
 	bench_figure f[] = {
 		{ "cluster.leader_key_reports_per_s", "/s", 0,
 		    "key reports acknowledged by the leader, replication on",
@@ -295,9 +599,15 @@ main(int argc, char **argv)
 		{ "cluster.leader_ratio", "x", 2,
 		    "leader with replication / one allotd", BENCH_AT_LEAST,
 		    0.7, tp.ratio },
-		{ "cluster.failover_served_ms", "ms", 0,
-		    "SIGKILL of the leader until a survivor answers Welcome",
-		    BENCH_AT_MOST, bound, served },
+		{ "cluster.failover_served_ms", "ms", 0, arith, BENCH_AT_MOST,
+		    bound, served },
+		{ "cluster.failover_over", "R·T", 2,
+		    "over-admission through a SIGKILL of the leader (agents "
+		    "in namespaces)",
+		    BENCH_AT_MOST, 1.0, fo_over },
+		{ "cluster.partition_over", "R·T", 2,
+		    "over-admission through the two-owner partition, 2 s",
+		    BENCH_AT_MOST, 1.0, part_over },
 		{ "cluster.noise_cpu_pct", "%", 1,
 		    "CPU used by other processes during the run",
 		    BENCH_NO_TARGET, 0, noise },

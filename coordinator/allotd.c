@@ -821,6 +821,9 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 		.cert_key_file = o->tls_cert,
 		.ca_file = o->tls_ca,
 		.member_id = o->raft_member_id,
+		/* A vanished peer noticed after a few election timeouts. */
+		.user_timeout_ms = 4 *
+		    (o->election_ms != 0 ? o->election_ms : 1000),
 		.log = &d->lg,
 	};
 	if (o->raft_id != 0) {

@@ -180,17 +180,27 @@ publish(allot__cluster *c)
 	atomic_store_explicit(&c->view, p, memory_order_release);
 }
 
+/* Serving and within the lease, now: what the gate decides, and what
+ * /status and /metrics report. The flag alone lags: a leader stopped
+ * (SIGSTOP) past its lease and continued still has it set until its
+ * loop hears that it lost, while the lease check already refuses. */
+static bool
+serving_now(const allot__cluster *c)
+{
+	if (!atomic_load_explicit(&c->serving, memory_order_acquire))
+		return false;
+	/* The lease end is on the raft instance's clock (the loop's
+	 * uv_now, which never runs ahead of uv_hrtime). */
+	return uv_hrtime() / 1000000u < allot__consensus_grant_until(c->cons);
+}
+
 bool
 allot__cluster_gate(const allot__cluster *c, const allot__cluster_view **ret)
 {
 	pub *p = atomic_load_explicit(
 	    &((allot__cluster *) c)->view, memory_order_acquire);
 	*ret = &p->v;
-	if (!atomic_load_explicit(&c->serving, memory_order_acquire))
-		return false;
-	/* The lease end is on the raft instance's clock (the loop's
-	 * uv_now, which never runs ahead of uv_hrtime). */
-	return uv_hrtime() / 1000000u < allot__consensus_grant_until(c->cons);
+	return serving_now(c);
 }
 
 /* ---- leadership ---- */
@@ -693,7 +703,7 @@ allot__cluster_render_metrics(allot__cluster *c, allot__buf *b)
 	    "leader could not propose.\n"
 	    "# TYPE allotd_cluster_usage_rows_lost_total counter\n"
 	    "allotd_cluster_usage_rows_lost_total %" PRIu64 "\n",
-	    atomic_load(&c->leader) ? 1 : 0, atomic_load(&c->serving) ? 1 : 0,
+	    atomic_load(&c->leader) ? 1 : 0, serving_now(c) ? 1 : 0,
 	    p->v.epoch, p->v.nmembers, atomic_load(&c->applied),
 	    atomic_load(&c->takeovers), atomic_load(&c->usage_lost));
 }
@@ -707,7 +717,7 @@ allot__cluster_render_status(allot__cluster *c, allot__buf *b)
 	    "\"epoch\":%" PRIu64 ",\"config_epoch\":%" PRIu64
 	    ",\"applied_index\":%" PRIu64 ",\"leader_url\":",
 	    c->o.id, atomic_load(&c->leader) ? "true" : "false",
-	    atomic_load(&c->serving) ? "true" : "false", p->v.epoch,
+	    serving_now(c) ? "true" : "false", p->v.epoch,
 	    atomic_load(&c->config_epoch), atomic_load(&c->applied));
 	allot__buf_json(b, p->v.leader);
 	allot__buf_puts(b, ",\"members\":[");

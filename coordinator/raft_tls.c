@@ -33,6 +33,8 @@
 #include "raft_tls_int.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 typedef struct wreq {
 	uv_write_t w;
@@ -67,6 +70,22 @@ allot__raft_tls_refuse(conn *c, const char *fmt, ...)
 	allot__log_ratelimited(c->tr->log, &c->tr->rl, ALLOT_LOG_WARNING,
 	    "ALLOT-RAFT-TLS", "%s %s: %s", c->dialer ? "to member at" : "from",
 	    c->peer, msg);
+}
+
+/* No delay, and TCP_USER_TIMEOUT (raft_tls.h): a connection whose data
+ * stays unacknowledged that long fails with ETIMEDOUT, seen in
+ * tcp_read. */
+static void
+tcp_tune(conn *c)
+{
+	uv_os_fd_t fd;
+	unsigned ms = c->tr->user_timeout_ms;
+
+	uv_tcp_nodelay(&c->tcp, 1);
+	if (uv_fileno((uv_handle_t *) &c->tcp, &fd) != 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) != 0)
+		allot__raft_tls_refuse(
+		    c, "TCP_USER_TIMEOUT not set: %s", strerror(errno));
 }
 
 /* ---- GnuTLS over memory ---- */
@@ -325,6 +344,11 @@ tcp_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 			    "connection closed during the handshake "
 			    "(%s)",
 			    uv_strerror((int) n));
+		else if (c->state == OPEN && n != UV_EOF)
+			/* ETIMEDOUT: TCP_USER_TIMEOUT ran out (the peer
+			 * vanished); raft_uv dials again. */
+			allot__raft_tls_refuse(
+			    c, "connection dropped: %s", uv_strerror((int) n));
 		conn_close(c);
 		return;
 	}
@@ -721,7 +745,7 @@ tcp_connected(uv_connect_t *r, int status)
 		conn_close(c);
 		return;
 	}
-	uv_tcp_nodelay(&c->tcp, 1);
+	tcp_tune(c);
 	pump_in(c); /* sends the ClientHello */
 }
 
@@ -876,7 +900,7 @@ accepted(uv_stream_t *l, int status)
 		conn_close(c);
 		return;
 	}
-	uv_tcp_nodelay(&c->tcp, 1);
+	tcp_tune(c);
 	tcp_read_start(c);
 }
 
@@ -972,6 +996,8 @@ allot__raft_tls_init(struct raft_uv_transport *t, uv_loop_t *loop,
 	tr->t = t;
 	tr->loop = loop;
 	tr->handshake_ms = o->handshake_ms != 0 ? o->handshake_ms : 5000;
+	tr->user_timeout_ms = o->user_timeout_ms != 0 ? o->user_timeout_ms :
+	                                                5000;
 	tr->buffer_max = o->buffer_max != 0 ? o->buffer_max : 256 * 1024;
 	tr->pending_max = o->pending_max != 0 ? o->pending_max : 64;
 	tr->log = o->log;

@@ -53,6 +53,12 @@ typedef struct allot__raft_tls_opts {
 	size_t buffer_max; /* bytes queued per direction; 0: 256 KiB */
 	unsigned pending_max; /* incoming connections before the libraft
 	                        handshake; 0: 64 */
+	/* TCP_USER_TIMEOUT on every member connection: data unacknowledged
+	 * this long drops the connection (logged), so a peer that vanished
+	 * without closing (power loss, a cut link) is noticed and dialled
+	 * again, not after the kernel's retransmissions give up (about 15
+	 * minutes). allotd gives a few election timeouts; 0: 5000. */
+	unsigned user_timeout_ms;
 	const allot__logger *log; /* NULL: silent */
 } allot__raft_tls_opts;
 

@@ -74,6 +74,7 @@ struct tls_tr {
 	unsigned handshake_ms;
 	size_t buffer_max;
 	unsigned pending_max;
+	unsigned user_timeout_ms;
 	const allot__logger *log;
 	allot__logrl rl;
 };

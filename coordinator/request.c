@@ -304,6 +304,11 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 		allot__conserve_join(svc, NULL);
 	}
 	allot__expired_forget(svc, s->replica_id);
+	/* What its expired record kept out of the headroom is now held by
+	 * this session (allot__carry_allowances): release it before the
+	 * Welcome's grants, not at the next tick, or a replica coming back
+	 * from a partition gets nothing and denies for an interval. */
+	allot__reserve_expired(st, svc, now);
 	if (!allot__service_add(svc, s)) {
 		if (r->old != NULL && allot__service_add(svc, r->old)) {
 			if (!r->old->placeholder)
