@@ -756,6 +756,7 @@ open_state(allotd *d, allot__daemon_opts *o)
 		o->so.epoch = last_digest == d->cfg->digest ? last_epoch :
 		                                              last_epoch + 1;
 	o->so.max_keys = o->max_keys;
+	o->so.conn_open = allot__server_conn_open;
 	d->cur = allot__config_dup(d->cfg);
 	if (d->cur == NULL ||
 	    allot__state_create(&o->so, d->cfg, d->config_path, d->text,

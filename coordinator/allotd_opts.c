@@ -400,12 +400,14 @@ static const struct opt options[] = {
 	    "them.\n",
 	    parse_gone, 0, 0, 0 },
 	{ "hold-expired", 0, "none|lease|fallback",
-	    "What the share of an expired replica (silent past its expiry:\n"
-	    "crashed, or partitioned and still admitting) keeps out of the\n"
-	    "headroom: none (default: the others get it at once), lease (its\n"
-	    "grants until its lease has certainly ended), fallback (also its\n"
-	    "fallback allowance afterwards, for 60 s: a partition never\n"
-	    "over-admits, a crash leaves that capacity unused). See\n"
+	    "What the share of an expired replica (silent past its expiry\n"
+	    "with its connection still open: stopped, or partitioned and\n"
+	    "still admitting) keeps out of the headroom: none (the others\n"
+	    "get it at once), lease (default: its grants until its lease\n"
+	    "has certainly ended), fallback (also its fallback allowance\n"
+	    "afterwards, for 60 s: a partition never over-admits, a hung\n"
+	    "replica's capacity stays unused that long). A replica whose\n"
+	    "connection closed (it exited) is never held. See\n"
 	    "docs/allocation.md.\n",
 	    parse_hold, 0, 0, 0 },
 	{ "lease-ms", 0, "MS",
@@ -631,6 +633,12 @@ opts_init(opts *o)
 	o->max_keys = ALLOT__SERVER_MAX_KEYS;
 	o->log_level = ALLOT_LOG_INFO;
 	allot__state_opts_init(&o->so);
+	/* A silent replica whose connection is still open may be cut off
+	 * and admitting on its grants: they stay out of the headroom until
+	 * its lease has ended, so that a partition (of a replica, or of a
+	 * cluster's members) never hands capacity out twice. One whose
+	 * connection closed has exited and is not held (conn_open). */
+	o->so.hold_expired = ALLOT__HOLD_LEASE;
 	allot__peerlimit_opts_init(&o->plo);
 	allot__http_limits_init(&o->http_lim);
 }

@@ -258,6 +258,17 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 	return 0;
 }
 
+bool
+allot__server_conn_open(void *ctx, uint32_t pipe)
+{
+	(void) ctx;
+	nng_pipe p = NNG_PIPE_INITIALIZER;
+	nng_sockaddr sa;
+	/* nng forgets a pipe's id once its connection has closed. */
+	p.id = pipe;
+	return nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) == 0;
+}
+
 /* A connection closed: its own message budget, if it had one, goes. */
 static void
 on_pipe_removed(nng_pipe p, nng_pipe_ev ev, void *arg)

@@ -61,6 +61,12 @@ typedef struct allot__server_opts {
 
 void allot__server_opts_init(allot__server_opts *o);
 
+/* Whether the connection with nng pipe id `pipe` (the one a session
+ * registered on) is still open: allot__state_opts.conn_open. nng pipe
+ * ids are process-wide, so `ctx` is unused and this works before the
+ * server starts. */
+bool allot__server_conn_open(void *ctx, uint32_t pipe);
+
 /* Open the socket, listen on every URL and start the workers. On failure
  * nothing is left running and `err` names the URL and the nng error.
  * Messages above 2 * max_msg are dropped by nng itself (the connection is

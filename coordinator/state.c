@@ -45,6 +45,15 @@ allot__state_opts_init(allot__state_opts *o)
 	o->counted_ms = ALLOT__STATE_COUNTED_MS;
 }
 
+/* Whether expiring session `s`'s connection is known to have closed:
+ * the replica exited (the kernel closed its socket) and holds nothing. */
+static bool
+conn_closed(const allot__state *st, const session *s)
+{
+	return st->o.conn_open != NULL && s->pipe != 0 &&
+	    !st->o.conn_open(st->o.conn_ctx, s->pipe);
+}
+
 void
 allot__state_tick(allot__state *st)
 {
@@ -85,7 +94,7 @@ allot__state_tick(allot__state *st)
 				break; /* retried on the next tick */
 			allot__conserve_leave(svc, s);
 			allot__session_unlink(st, s);
-			if (!s->placeholder)
+			if (!s->placeholder && !conn_closed(st, s))
 				allot__expired_add(st, svc, s, now);
 			list[n++] = (gone) {
 				.s = s,

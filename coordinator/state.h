@@ -123,6 +123,14 @@ typedef struct allot__state_opts {
 	 * maybe partitioned and still admitting) keeps out of the headroom
 	 * while it may still be running on it. */
 	allot__hold_expired hold_expired;
+	/* Whether the connection a session registered on is still open
+	 * (NULL: not known). A replica whose connection has closed by the
+	 * time it expires has exited, or its host closed the socket: it
+	 * runs on nothing, so nothing of it is held, whatever
+	 * hold_expired says. A silent replica whose connection is still
+	 * open may be cut off and admitting: it is held. */
+	bool (*conn_open)(void *ctx, uint32_t pipe);
+	void *conn_ctx;
 	/* The epoch of the config given to allot__state_create(); 0 means
 	 * 1. allotd passes the store's last epoch for an unchanged file and
 	 * one more for a changed one, so epochs never restart. */

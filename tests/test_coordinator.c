@@ -468,8 +468,12 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_double_eq(
 	    metric(&c, "allotd_register_unknown_keys_total"), 4);
 
-	/* r3 stops syncing: expired after K = 5 intervals of 100 ms. */
+	/* r3 exits without a Leave (its connection closes): expired after
+	 * K = 5 intervals of 100 ms, and, gone, it holds nothing, so the
+	 * others split R at once. (One silent on an open connection may be
+	 * cut off and admitting: test_silent_replica_held.) */
 	alive[3] = false;
+	pc_replica_close(&r[3]);
 	uint64_t t0 = pc_now_ms();
 	for (;;) {
 		sync_all(r, alive, 6);
@@ -486,6 +490,8 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert(metric(&c,
 	              "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA
 	              "\"}") <= RA);
+	/* Its session is gone: a Sync naming it is refused. */
+	ck_assert_int_eq(pc_open(&r[3].c, c.url, 2000), 0);
 	ck_assert_int_eq(pc_replica_sync(&r[3], NULL, 0, NULL),
 	    ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION);
 	ck_assert(log_contains(&c, "ALLOTD-EXPIRE"));
@@ -521,6 +527,64 @@ START_TEST(test_shares_follow_replicas)
 	free(js);
 
 	for (size_t i = 0; i < 6; i++)
+		pc_replica_close(&r[i]);
+	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	coord_done(&c);
+}
+END_TEST
+
+/* A replica that stops syncing with its connection still open (hung, or
+ * cut off and still admitting on its grants) expires, but its grants
+ * stay out of the others' headroom until its lease has certainly ended
+ * (allotd's default --hold-expired lease): the replicas allotd can reach
+ * never hold more than R minus what the silent one may still use. */
+START_TEST(test_silent_replica_held)
+{
+	coord c;
+	coord_init(&c, cfg_good);
+	static const char *const extra[] = { "--lease-ms", "1000", NULL };
+	coord_start(&c, extra);
+	pc_replica r[3];
+	bool alive[3] = { true, true, true };
+	static const char *const ids[3] = { "h0", "h1", "h2" };
+	for (size_t i = 0; i < 3; i++)
+		join(&r[i], &c, ids[i]);
+	ck_assert_int_le(settle(r, alive, 3, 3), 2);
+	double held = r[2].rate[1];
+	ck_assert_double_gt(held, 0);
+
+	/* h2 goes silent; its connection stays open. */
+	alive[2] = false;
+	uint64_t t0 = pc_now_ms();
+	bool expired = false, split = false;
+	double most = 0;
+	for (int i = 0; i < 200 && !split; i++) {
+		sync_all(r, alive, 3);
+		expired |= r[0].replicas == 2;
+		double sum = r[0].rate[1] + r[1].rate[1];
+		split = expired && fabs(r[0].rate[1] - RA / 2) <= EPS &&
+		    fabs(r[1].rate[1] - RA / 2) <= EPS;
+		if (!split && sum > most)
+			most = sum;
+		if (!split)
+			ck_assert_msg(sum <= RA - held + EPS,
+			    "after %llu ms the reachable replicas hold %.3f "
+			    "of R = %g while the silent one may use %.3f",
+			    (unsigned long long) (pc_now_ms() - t0), sum, RA,
+			    held);
+		pc_sleep_ms(50);
+	}
+	uint64_t took = pc_now_ms() - t0;
+	ck_assert_msg(split, "never split between the two");
+	/* Not before its lease (1 s from its last answer) had ended, and
+	 * not long after (lease + one exchange timeout + a few T). */
+	ck_assert_msg(took >= 1000 && took <= 4000, "split after %llu ms",
+	    (unsigned long long) took);
+	fprintf(stderr,
+	    "held: a silent replica's %.1f/s kept out for %llu ms (lease "
+	    "1000 ms); the others held at most %.1f of %g meanwhile\n",
+	    held, (unsigned long long) took, most, RA);
+	for (size_t i = 0; i < 3; i++)
 		pc_replica_close(&r[i]);
 	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
@@ -1535,6 +1599,7 @@ coordinator_suite(void)
 	tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
 	tcase_add_test(tc, test_cli);
 	tcase_add_test(tc, test_shares_follow_replicas);
+	tcase_add_test(tc, test_silent_replica_held);
 	tcase_add_test(tc, test_hostile_input);
 	tcase_add_test(tc, test_reload);
 	tcase_add_test(tc, test_leave_and_ipc);
