@@ -410,8 +410,7 @@ ns_start(nsrun *c, const char *cfg, const char *tag)
 			"warning", "--interval-ms", "100", "--raft-id", id,
 			"--raft-addr", raft, "--election-ms", el, "--seed",
 			seeds[0], "--seed", seeds[1], "--seed", seeds[2],
-			/* Σ <= R across a partition (docs/operations.md) */
-			"--hold-expired", "lease", NULL };
+			NULL };
 		c->member[i] = netlab_spawn(&lab, i, argv, NULL, c->log[i]);
 		if (c->member[i] < 0)
 			bench_fail("cannot start member %d", i + 1);

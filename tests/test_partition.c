@@ -11,8 +11,9 @@
  *
  * - the hot caller's allowances summed over agents never exceed R at
  *   any slot (the bound of docs/operations.md "Agents in a cluster":
- *   Σ ≤ R at every instant; the members run with --hold-expired lease,
- *   which keeps a cut-off agent's grants out of the others' headroom);
+ *   Σ ≤ R at every instant; allotd's default --hold-expired lease keeps
+ *   a cut-off agent's grants out of the others' headroom, as its
+ *   connection to the leader stays open);
  * - no agent's epoch ever goes down;
  * - the calm caller (a twentieth of its quota) is never denied;
  * - at every poll of the members' /status, at most one is serving.
@@ -141,9 +142,8 @@ member_start(int i)
 	char *argv[40] = { bin, "--config", m->cfg, "--db", m->db, "--listen",
 		m->url, "--http", http, "--admin-socket", m->admin,
 		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
-		m->raftaddr, "--election-ms", el, "--hold-expired", "lease",
-		NULL };
-	int n = 21;
+		m->raftaddr, "--election-ms", el, NULL };
+	int n = 19;
 	for (int j = 0; j < NM; j++) {
 		snprintf(seed[j], sizeof seed[j], "%d=%s=%s", j + 1,
 		    ms[j].raftaddr, ms[j].url);
