@@ -14,9 +14,9 @@
  * that also covers the noise of the slot's estimate, except a rise for a
  * replica that was denied; and the burst budget, the global bucket's
  * level plus its refill until the next round, is split in proportion to
- * the rates with at least the largest endpoint weight each when it
- * allows. All sums are shaved so that, added in double precision, they
- * never exceed their bound.
+ * the rates, none below the equal share's part, with at least the
+ * largest endpoint weight each when it allows. All sums are shaved so that,
+ * added in double precision, they never exceed their bound.
  */
 #include "alloc.h"
 
@@ -344,9 +344,10 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 	fit_sum(&qs[0].allowance, st, nq, C);
 }
 
-/* The burst a slot with rate r gets: at least the largest endpoint
- * weight w when the budget has that for every slot with a rate, the
- * rest in proportion to the rates. */
+/* The burst a slot of burst weight r (burst_weight) gets: at least the
+ * largest endpoint weight w when the budget has that for every slot
+ * with a rate, the rest in proportion to the weights, which sum to
+ * sum_r. */
 static double
 burst_of(double r, double sum_r, double budget, double w, size_t npos)
 {
@@ -355,6 +356,23 @@ burst_of(double r, double sum_r, double budget, double w, size_t npos)
 	double base = budget >= (double) npos * w ? w : 0;
 	double rest = budget - (double) npos * base;
 	return base + (rest > 0 ? rest : 0) * (r / sum_r);
+}
+
+/* What a slot's burst is in proportion to: its rate, but never less than
+ * the equal share `eq` (allowance / n). A rate follows where demand was
+ * over the last intervals; a burst is for demand that has not arrived
+ * yet, and a burst after a quiet spell lands wherever the load balancer
+ * sends it. Split by the rates alone, a replica that just served a
+ * burst would hold most of the burst budget and the one the next burst
+ * lands on a quarter of the equal share: worse than the equal split
+ * whenever bursts land on random replicas (the `pareto` family).
+ * Bursts in proportion to max(rate, eq) keep every replica that has a
+ * rate at least about its equal part of the budget while a replica
+ * with steady demand above the equal share still gets more. */
+static double
+burst_weight(const allot__alloc_slot *x, double eq)
+{
+	return x->rate > 0 ? fmax(x->rate, eq) : 0;
 }
 
 /* A stale slot with a target to keep (see allot__alloc_slot). */
@@ -396,11 +414,11 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	double total = budget;
 	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
 	size_t npos = 0;
-	double sum_r = 0;
+	double sum_r = 0, eq = A / (double) n;
 	for (size_t i = 0; i < n; i++) {
 		if (sl[i].rate > 0 && !kept(&sl[i])) {
 			npos++;
-			sum_r += sl[i].rate;
+			sum_r += burst_weight(&sl[i], eq);
 		}
 	}
 	double sum = 0;
@@ -410,7 +428,8 @@ fill_bursts(allot__alloc_quota *aq, double db)
 			x->burst = 0; /* set below */
 			continue;
 		}
-		x->burst = burst_of(x->rate, sum_r, budget, w, npos);
+		x->burst = burst_of(
+		    burst_weight(x, eq), sum_r, budget, w, npos);
 		double p = x->prev_burst;
 		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
 		    isfinite(p) &&
@@ -423,11 +442,12 @@ fill_bursts(allot__alloc_quota *aq, double db)
 		for (size_t i = 0; i < n; i++)
 			slack += fmax(0,
 			    sl[i].burst -
-			        burst_of(sl[i].rate, sum_r, budget, w, npos));
+			        burst_of(burst_weight(&sl[i], eq), sum_r,
+			            budget, w, npos));
 		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
 		for (size_t i = 0; i < n; i++) {
 			double nb = burst_of(
-			    sl[i].rate, sum_r, budget, w, npos);
+			    burst_weight(&sl[i], eq), sum_r, budget, w, npos);
 			if (sl[i].burst > nb)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
 		}

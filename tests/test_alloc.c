@@ -302,14 +302,17 @@ START_TEST(burst_from_level)
 	allot__alloc_policy p = exact_policy();
 	allot__alloc_slot sl[4];
 	allot__alloc_quota q;
-	/* Full bucket: B split in proportion to the rates, each at least
-	 * the largest weight (5). */
+	/* Full bucket: B split in proportion to the rates, none below
+	 * the equal share's (100 / 4 = 25), so the weights are 25, 25, 25
+	 * and 70, each at least the largest weight (5). Split by the
+	 * rates alone, the replicas at 10 would get 5 + 38. */
 	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 400);
 	q.min_burst = 5;
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(q.burst_budget, 400, EPS);
-	ck_assert_double_eq_tol(sl[3].burst, 5 + 380 * 0.7, 1e-6);
-	ck_assert_double_eq_tol(sl[0].burst, 5 + 380 * 0.1, 1e-6);
+	ck_assert_double_eq_tol(sl[3].burst, 5 + 380 * 70 / 145.0, 1e-6);
+	ck_assert_double_eq_tol(sl[0].burst, 5 + 380 * 25 / 145.0, 1e-6);
+	ck_assert(sl[0].burst > 5 + 380 * 0.1 + 1);
 	ck_assert(q.sum_burst <= 400);
 	/* An empty global bucket: only one interval of refill (R * 0.1
 	 * s = 10 tokens) is handed out, so a correlated burst of every
@@ -318,8 +321,8 @@ START_TEST(burst_from_level)
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(q.burst_budget, 10, EPS);
 	ck_assert(q.sum_burst <= 10);
-	/* Below the weights of all: no minimum, proportional. */
-	ck_assert_double_eq_tol(sl[3].burst, 7, 1e-9);
+	/* Below the weights of all: no minimum, by the weights. */
+	ck_assert_double_eq_tol(sl[3].burst, 10 * 70 / 145.0, 1e-9);
 	/* Half full. */
 	q.level = 150;
 	run(&p, &q, 1, 0);
