@@ -12,10 +12,11 @@
  * exceed it, everyone raised to a common level when they do not, never
  * below a small floor); a target moves only by more than a dead band
  * that also covers the noise of the slot's estimate, except a rise for a
- * replica that was denied; and the burst budget, the global bucket's
- * level plus its refill until the next round, is split in proportion to
- * the rates, none below the equal share's part, with at least the
- * largest endpoint weight each when it allows. All sums are shaved so that,
+ * replica that was denied; a replica claims at least its long-run part
+ * of the quota's demand; and the burst budget B (scaled with the
+ * allowance) is split in proportion to the rates, none below the equal
+ * share's part, with at least the largest endpoint weight each when it
+ * allows. All sums are shaved so that,
  * added in double precision, they never exceed their bound.
  */
 #include "alloc.h"
@@ -204,6 +205,26 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * on the equal split at once instead of starving the newcomers
 	 * until the old replicas' estimates decay. */
 	double avg = nknown > 0 ? known / (double) nknown : 0;
+	/* A replica's estimate follows its last few windows; where the
+	 * next ones land, when the load balancer spreads the callers at
+	 * random, is its long-run part of the traffic. So every replica
+	 * claims at least that part (its slow estimate over the slow
+	 * estimates' sum) of the quota's demand now, the headroom already
+	 * counted in: a replica whose last windows were quiet by chance
+	 * (no heavy request, the burst landed elsewhere) is not cut below
+	 * what it will see next, while a replica that the callers never
+	 * reach (a slow estimate of 0) claims nothing more. */
+	double slow = 0;
+	for (size_t i = 0; i < aq->nslots; i++)
+		if (!aq->slots[i].fresh)
+			slow += nonneg(aq->slots[i].demand_slow);
+	double hk = known / (1.0 + nonneg(pol->headroom));
+	for (size_t i = 0; slow > 0 && i < aq->nslots; i++) {
+		allot__alloc_slot *s = &aq->slots[i];
+		if (!s->fresh)
+			s->rate = fmax(
+			    s->rate, hk * nonneg(s->demand_slow) / slow);
+	}
 	double total = 0;
 	for (size_t i = 0; i < aq->nslots; i++) {
 		allot__alloc_slot *s = &aq->slots[i];
@@ -393,14 +414,15 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	double A = aq->allowance;
 	allot__alloc_slot *sl = aq->slots;
 	const size_t st = sizeof *sl;
-	/* Bursts: only what the global bucket has (its level now plus what
-	 * it refills until the next round), scaled down with the
-	 * allowance when the ceiling cut it. */
+	/* Bursts: B, scaled down with the allowance when the ceiling cut
+	 * it. Not the global bucket's level: the local levels never sum
+	 * above the bursts (a burst that grows does not fill its bucket,
+	 * one that shrinks caps it), so B + R W holds without it, and
+	 * cutting every replica's burst to what the global bucket holds
+	 * after one replica's burst destroys the tokens of the replicas
+	 * the next burst lands on (docs/allocation.md). */
 	double R = aq->rate, B = aq->burst;
-	double L = isnan(aq->level) ? B : nonneg(aq->level);
-	double budget = fmin(
-	    B * fmin(1.0, A / R), L + A * nonneg(aq->horizon_s));
-	budget = nonneg(budget);
+	double budget = nonneg(B * fmin(1.0, A / R));
 	double w = nonneg(aq->min_burst);
 	/* Stale replicas keep their bursts (within the budget): their
 	 * buckets hold those tokens, and shrinking a burst destroys what
