@@ -379,21 +379,28 @@ burst_of(double r, double sum_r, double budget, double w, size_t npos)
 	return base + (rest > 0 ? rest : 0) * (r / sum_r);
 }
 
-/* What a slot's burst is in proportion to: its rate, but never less than
- * the equal share `eq` (allowance / n). A rate follows where demand was
- * over the last intervals; a burst is for demand that has not arrived
- * yet, and a burst after a quiet spell lands wherever the load balancer
- * sends it. Split by the rates alone, a replica that just served a
- * burst would hold most of the burst budget and the one the next burst
- * lands on a quarter of the equal share: worse than the equal split
- * whenever bursts land on random replicas (the `pareto` family).
- * Bursts in proportion to max(rate, eq) keep every replica that has a
- * rate at least about its equal part of the budget while a replica
- * with steady demand above the equal share still gets more. */
+/* What a slot's burst is in proportion to: its rate, but no more than
+ * its long-run part of the allowance A (A slow_i / `slow`, the sum of
+ * the slow estimates, when that is known) and never less than the equal
+ * share `eq` (A / n). A rate
+ * follows where demand was over the last intervals; a burst is for
+ * demand that has not arrived yet, and a burst after a quiet spell
+ * lands wherever the load balancer sends it. Split by the rates alone,
+ * a replica that just served a burst would hold most of the burst
+ * budget and the one the next burst lands on a quarter of the equal
+ * share: worse than the equal split whenever bursts land on random
+ * replicas (the `pareto` family). A replica with steady demand above
+ * the equal share (a high rate and a high long-run part) still gets the
+ * larger burst. */
 static double
-burst_weight(const allot__alloc_slot *x, double eq)
+burst_weight(const allot__alloc_slot *x, double A, double slow, double eq)
 {
-	return x->rate > 0 ? fmax(x->rate, eq) : 0;
+	if (!(x->rate > 0))
+		return 0;
+	double r = x->rate;
+	if (slow > 0 && !x->fresh)
+		r = fmin(r, A * nonneg(x->demand_slow) / slow);
+	return fmax(r, eq);
 }
 
 /* A stale slot with a target to keep (see allot__alloc_slot). */
@@ -436,11 +443,14 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	double total = budget;
 	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
 	size_t npos = 0;
-	double sum_r = 0, eq = A / (double) n;
+	double sum_r = 0, eq = A / (double) n, slow = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!sl[i].fresh)
+			slow += nonneg(sl[i].demand_slow);
 	for (size_t i = 0; i < n; i++) {
 		if (sl[i].rate > 0 && !kept(&sl[i])) {
 			npos++;
-			sum_r += burst_weight(&sl[i], eq);
+			sum_r += burst_weight(&sl[i], A, slow, eq);
 		}
 	}
 	double sum = 0;
@@ -451,7 +461,7 @@ fill_bursts(allot__alloc_quota *aq, double db)
 			continue;
 		}
 		x->burst = burst_of(
-		    burst_weight(x, eq), sum_r, budget, w, npos);
+		    burst_weight(x, A, slow, eq), sum_r, budget, w, npos);
 		double p = x->prev_burst;
 		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
 		    isfinite(p) &&
@@ -464,12 +474,12 @@ fill_bursts(allot__alloc_quota *aq, double db)
 		for (size_t i = 0; i < n; i++)
 			slack += fmax(0,
 			    sl[i].burst -
-			        burst_of(burst_weight(&sl[i], eq), sum_r,
-			            budget, w, npos));
+			        burst_of(burst_weight(&sl[i], A, slow, eq),
+			            sum_r, budget, w, npos));
 		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
 		for (size_t i = 0; i < n; i++) {
-			double nb = burst_of(
-			    burst_weight(&sl[i], eq), sum_r, budget, w, npos);
+			double nb = burst_of(burst_weight(&sl[i], A, slow, eq),
+			    sum_r, budget, w, npos);
 			if (sl[i].burst > nb)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
 		}

@@ -316,6 +316,16 @@ START_TEST(burst_split)
 	ck_assert_double_eq_tol(q.allowance, 20, 1e-9);
 	ck_assert_double_eq_tol(q.burst_budget, 80, EPS);
 	ck_assert(q.sum_burst <= 80);
+	/* The same rates, but in the long run every replica carries a
+	 * quarter (replica 3 just served a burst that the next one will
+	 * not repeat there): no weight above the long-run part (25), so
+	 * the bursts are equal. */
+	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 400);
+	for (size_t i = 0; i < 4; i++)
+		sl[i].demand_slow = 20;
+	run(&p, &q, 1, 0);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].burst, 100, 1e-6);
 	/* Below the weights of all: no minimum, by the weights. */
 	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 10);
 	q.min_burst = 5;
