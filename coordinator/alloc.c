@@ -12,11 +12,12 @@
  * exceed it, everyone raised to a common level when they do not, never
  * below a small floor); a target moves only by more than a dead band
  * that also covers the noise of the slot's estimate, except a rise for a
- * replica that was denied; and the burst budget, the global bucket's
- * level plus its refill until the next round, is split in proportion to
- * the rates with at least the largest endpoint weight each when it
- * allows. All sums are shaved so that, added in double precision, they
- * never exceed their bound.
+ * replica that was denied; a replica claims at least its long-run part
+ * of the quota's demand; and the burst budget B (scaled with the
+ * allowance) is split in proportion to the rates, none below the equal
+ * share's part, with at least the largest endpoint weight each when it
+ * allows. All sums are shaved so that,
+ * added in double precision, they never exceed their bound.
  */
 #include "alloc.h"
 
@@ -204,6 +205,26 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * on the equal split at once instead of starving the newcomers
 	 * until the old replicas' estimates decay. */
 	double avg = nknown > 0 ? known / (double) nknown : 0;
+	/* A replica's estimate follows its last few windows; where the
+	 * next ones land, when the load balancer spreads the callers at
+	 * random, is its long-run part of the traffic. So every replica
+	 * claims at least that part (its slow estimate over the slow
+	 * estimates' sum) of the quota's demand now, the headroom already
+	 * counted in: a replica whose last windows were quiet by chance
+	 * (no heavy request, the burst landed elsewhere) is not cut below
+	 * what it will see next, while a replica that the callers never
+	 * reach (a slow estimate of 0) claims nothing more. */
+	double slow = 0;
+	for (size_t i = 0; i < aq->nslots; i++)
+		if (!aq->slots[i].fresh)
+			slow += nonneg(aq->slots[i].demand_slow);
+	double hk = known / (1.0 + nonneg(pol->headroom));
+	for (size_t i = 0; slow > 0 && i < aq->nslots; i++) {
+		allot__alloc_slot *s = &aq->slots[i];
+		if (!s->fresh)
+			s->rate = fmax(
+			    s->rate, hk * nonneg(s->demand_slow) / slow);
+	}
 	double total = 0;
 	for (size_t i = 0; i < aq->nslots; i++) {
 		allot__alloc_slot *s = &aq->slots[i];
@@ -344,9 +365,10 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 	fit_sum(&qs[0].allowance, st, nq, C);
 }
 
-/* The burst a slot with rate r gets: at least the largest endpoint
- * weight w when the budget has that for every slot with a rate, the
- * rest in proportion to the rates. */
+/* The burst a slot of burst weight r (burst_weight) gets: at least the
+ * largest endpoint weight w when the budget has that for every slot
+ * with a rate, the rest in proportion to the weights, which sum to
+ * sum_r. */
 static double
 burst_of(double r, double sum_r, double budget, double w, size_t npos)
 {
@@ -355,6 +377,30 @@ burst_of(double r, double sum_r, double budget, double w, size_t npos)
 	double base = budget >= (double) npos * w ? w : 0;
 	double rest = budget - (double) npos * base;
 	return base + (rest > 0 ? rest : 0) * (r / sum_r);
+}
+
+/* What a slot's burst is in proportion to: its rate, but no more than
+ * its long-run part of the allowance A (A slow_i / `slow`, the sum of
+ * the slow estimates, when that is known) and never less than the equal
+ * share `eq` (A / n). A rate
+ * follows where demand was over the last intervals; a burst is for
+ * demand that has not arrived yet, and a burst after a quiet spell
+ * lands wherever the load balancer sends it. Split by the rates alone,
+ * a replica that just served a burst would hold most of the burst
+ * budget and the one the next burst lands on a quarter of the equal
+ * share: worse than the equal split whenever bursts land on random
+ * replicas (the `pareto` family). A replica with steady demand above
+ * the equal share (a high rate and a high long-run part) still gets the
+ * larger burst. */
+static double
+burst_weight(const allot__alloc_slot *x, double A, double slow, double eq)
+{
+	if (!(x->rate > 0))
+		return 0;
+	double r = x->rate;
+	if (slow > 0 && !x->fresh)
+		r = fmin(r, A * nonneg(x->demand_slow) / slow);
+	return fmax(r, eq);
 }
 
 /* A stale slot with a target to keep (see allot__alloc_slot). */
@@ -375,14 +421,15 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	double A = aq->allowance;
 	allot__alloc_slot *sl = aq->slots;
 	const size_t st = sizeof *sl;
-	/* Bursts: only what the global bucket has (its level now plus what
-	 * it refills until the next round), scaled down with the
-	 * allowance when the ceiling cut it. */
+	/* Bursts: B, scaled down with the allowance when the ceiling cut
+	 * it. Not the global bucket's level: the local levels never sum
+	 * above the bursts (a burst that grows does not fill its bucket,
+	 * one that shrinks caps it), so B + R W holds without it, and
+	 * cutting every replica's burst to what the global bucket holds
+	 * after one replica's burst destroys the tokens of the replicas
+	 * the next burst lands on (docs/allocation.md). */
 	double R = aq->rate, B = aq->burst;
-	double L = isnan(aq->level) ? B : nonneg(aq->level);
-	double budget = fmin(
-	    B * fmin(1.0, A / R), L + A * nonneg(aq->horizon_s));
-	budget = nonneg(budget);
+	double budget = nonneg(B * fmin(1.0, A / R));
 	double w = nonneg(aq->min_burst);
 	/* Stale replicas keep their bursts (within the budget): their
 	 * buckets hold those tokens, and shrinking a burst destroys what
@@ -396,11 +443,14 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	double total = budget;
 	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
 	size_t npos = 0;
-	double sum_r = 0;
+	double sum_r = 0, eq = A / (double) n, slow = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!sl[i].fresh)
+			slow += nonneg(sl[i].demand_slow);
 	for (size_t i = 0; i < n; i++) {
 		if (sl[i].rate > 0 && !kept(&sl[i])) {
 			npos++;
-			sum_r += sl[i].rate;
+			sum_r += burst_weight(&sl[i], A, slow, eq);
 		}
 	}
 	double sum = 0;
@@ -410,7 +460,8 @@ fill_bursts(allot__alloc_quota *aq, double db)
 			x->burst = 0; /* set below */
 			continue;
 		}
-		x->burst = burst_of(x->rate, sum_r, budget, w, npos);
+		x->burst = burst_of(
+		    burst_weight(x, A, slow, eq), sum_r, budget, w, npos);
 		double p = x->prev_burst;
 		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
 		    isfinite(p) &&
@@ -423,11 +474,12 @@ fill_bursts(allot__alloc_quota *aq, double db)
 		for (size_t i = 0; i < n; i++)
 			slack += fmax(0,
 			    sl[i].burst -
-			        burst_of(sl[i].rate, sum_r, budget, w, npos));
+			        burst_of(burst_weight(&sl[i], A, slow, eq),
+			            sum_r, budget, w, npos));
 		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
 		for (size_t i = 0; i < n; i++) {
-			double nb = burst_of(
-			    sl[i].rate, sum_r, budget, w, npos);
+			double nb = burst_of(burst_weight(&sl[i], A, slow, eq),
+			    sum_r, budget, w, npos);
 			if (sl[i].burst > nb)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
 		}

@@ -13,8 +13,9 @@
  * (docs/allocation.md): a global ceiling shared across quotas in priority
  * order, max-min fair water-filling of each quota's allowance across its
  * replicas by demand with a floor for idle replicas and the leftover
- * spread over everyone, and burst shares cut from the global bucket's
- * level. Every policy keeps, per quota, the sum of slot rates <= the
+ * spread over everyone, each replica claiming at least its long-run part
+ * of the demand, and burst shares of B with no replica weighed below its
+ * equal part. Every policy keeps, per quota, the sum of slot rates <= the
  * quota's allowance <= R, the sum of slot bursts <= the burst budget <= B,
  * and the sum of allowances <= the ceiling.
  */
@@ -81,6 +82,10 @@ typedef struct allot__alloc_slot {
 	                  denied cost, smoothed) */
 	double demand_var; /* its variance (noise), (tokens/s)^2;
 	                      0: unknown */
+	double demand_slow; /* the demand estimate averaged over a
+	                       much longer time (ALLOT__SLOW_TAUS), tokens/s:
+	                       the replica's part of the traffic in the
+	                       long run; 0: unknown */
 	bool fresh; /* no estimate yet (a newcomer): it claims
 	               what the others claim on average */
 	double held; /* tokens in the replica's bucket, last seen */
@@ -104,11 +109,6 @@ typedef struct allot__alloc_quota {
 	double burst; /* B, tokens */
 	uint32_t priority; /* index into the config's shed order:
 	                      0 is shed first, higher is kept longer */
-	double level; /* estimated global bucket level now, tokens
-	                 (demand policy; the static split ignores
-	                 it) */
-	double horizon_s; /* time until the next round: the level
-	                     refills by allowance * horizon meanwhile */
 	double min_burst; /* the largest endpoint weight: an agent
 	                     raises a smaller local burst to it */
 	allot__alloc_slot *slots; /* one per participating replica */

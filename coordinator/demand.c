@@ -2,9 +2,12 @@
 /*
  * Demand (docs/allocation.md). Each key keeps a demand estimate, admitted
  * plus denied cost per second smoothed over the session's own sync
- * windows, from which the allocator water-fills every interval; and each
- * quota keeps the global bucket's level, refilled at R and drained by
- * reported consumption, which caps the bursts handed out. Demand is the
+ * windows, from which the allocator water-fills every interval, and the
+ * same averaged twenty times longer (slow: where the callers' traffic
+ * lands in the long run); and each quota keeps the global bucket's
+ * level, refilled at R and drained by reported consumption, which
+ * /status, /metrics and the store show (the bursts are no longer cut to
+ * it: docs/allocation.md). Demand is the
  * callers', not the replicas': when the replica set changes the estimates
  * are moved between replicas (conserve_*), and a replica registering
  * again keeps its own. A quota in shadow mode reports what enforcing
@@ -64,6 +67,18 @@ allot__est_read(const session *s, const skey *key)
 	    est_decay(s, (double) since(s->last_sync_ns, key->est_ns) / 1e9);
 }
 
+/* The slow estimate, decayed like the fast one over the idle time since
+ * it was last updated, but with its own time constant. */
+double
+allot__est_slow(const session *s, const skey *key)
+{
+	if (key->est_ns == 0)
+		return 0;
+	double idle = (double) since(s->last_sync_ns, key->est_ns) / 1e9;
+	return key->slow *
+	    (idle > 0 ? exp(-idle / (ALLOT__SLOW_TAUS * est_tau(s))) : 1);
+}
+
 /* The variance of that estimate: the variance of the per-window rates
  * (from the second moment kept beside the mean) times what an
  * exponential average of weight a keeps of it, a / (2 - a). */
@@ -94,6 +109,7 @@ allot__est_update(
 	if (key->est_ns == 0) {
 		key->est = inst;
 		key->est2 = 2 * inst * inst;
+		key->slow = inst;
 		key->est_ns = now;
 		return;
 	}
@@ -102,6 +118,11 @@ allot__est_update(
 	double d = est_decay(s, (double) since(start, key->est_ns) / 1e9);
 	key->est *= d;
 	key->est2 *= d;
+	/* The slow estimate the same way, ALLOT__SLOW_TAUS times slower. */
+	double ts = ALLOT__SLOW_TAUS * est_tau(s);
+	double gap = (double) since(start, key->est_ns) / 1e9;
+	key->slow *= gap > 0 ? exp(-gap / ts) : 1;
+	key->slow += (1.0 - exp(-w / ts)) * (inst - key->slow);
 	double a = 1.0 - exp(-w / est_tau(s));
 	key->est += a * (inst - key->est);
 	key->est2 += a * (inst * inst - key->est2);
@@ -168,6 +189,7 @@ allot__conserve_join(service *svc, const session *newcomer)
 			break;
 		key->est *= f;
 		key->est2 *= f * f;
+		key->slow *= f;
 	}
 }
 
@@ -186,6 +208,7 @@ allot__conserve_leave(service *svc, const session *gone_s)
 		if (gk->q < 0 || gk->est_ns == 0)
 			continue;
 		double add = allot__est_read(gone_s, gk) / n;
+		double add_slow = allot__est_slow(gone_s, gk) / n;
 		/* To the same quota's key of every other live session. */
 		FOR_EACH_KEY (svc, i, s, key) {
 			if (s == gone_s || s->placeholder)
@@ -193,12 +216,13 @@ allot__conserve_leave(service *svc, const session *gone_s)
 			if (key->q != gk->q)
 				continue;
 			if (key->est_ns == 0) {
-				key->est = key->est2 = 0;
+				key->est = key->est2 = key->slow = 0;
 				key->est_ns = s->last_sync_ns;
 			}
 			/* Shift the mean, keep the variance. */
 			key->est2 += add * (2 * key->est + add);
 			key->est += add;
+			key->slow += add_slow;
 			break;
 		}
 	}
@@ -220,6 +244,7 @@ allot__est_inherit(session *s, const session *old)
 				        1e9);
 				key->est = ok->est * d;
 				key->est2 = ok->est2 * d;
+				key->slow = allot__est_slow(old, ok);
 				key->est_ns = old->last_sync_ns;
 				break;
 			}

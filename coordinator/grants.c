@@ -59,8 +59,6 @@ alloc_quotas(allot__state *st, service *svc, uint64_t now)
 			.rate = v->rate[q],
 			.burst = v->burst[q],
 			.priority = v->q[q]->priority,
-			.level = svc->q[q].level,
-			.horizon_s = (double) st->o.interval_ms / 1e3,
 			.min_burst = (double) v->cfg->max_weight,
 		};
 		svc->q[q].demand_sum = 0;
@@ -141,6 +139,7 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 			.denied = key->was_short ? 0 : key->denied,
 			.demand = d,
 			.demand_var = dv,
+			.demand_slow = fresh ? 0 : allot__est_slow(s, key),
 			.fresh = fresh,
 			.held = key->held,
 			.has_prev = key->targeted,

@@ -104,6 +104,9 @@ typedef struct skey {
 	double reply_target; /* the target when it was last answered */
 	double est; /* demand estimate, tokens/s */
 	double est2; /* its second moment, (tokens/s)^2 */
+	double slow; /* the same demand averaged ALLOT__SLOW_TAUS times
+	                longer, tokens/s: where the callers' traffic
+	                lands in the long run (demand.c) */
 	uint64_t est_ns; /* est covers up to here; 0: never */
 	double credit; /* tokens it may still report (plausibility) */
 	uint64_t credit_ns; /* credit brought up to here; 0: never */
@@ -453,6 +456,12 @@ void allot__expired_drop(service *svc, uint64_t now);
 void allot__level_bring(squota *sq, double rate, double burst, uint64_t now);
 double allot__est_read(const session *s, const skey *key);
 double allot__est_var(const session *s, const skey *key);
+/* The slow estimate (skey.slow) as of the session's last Sync. */
+double allot__est_slow(const session *s, const skey *key);
+/* How many times longer than the demand estimate's the slow estimate's
+ * time constant is: about 5 s at T = 100 ms, long enough that where a
+ * few bursts happened to land does not read as where the traffic goes. */
+#define ALLOT__SLOW_TAUS 20.0
 void allot__est_update(
     const session *s, skey *key, double amount, double w, uint64_t now);
 void allot__est_onset(squota *sq, const session *s, const skey *key,

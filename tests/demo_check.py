@@ -2,14 +2,15 @@
 # SPDX-License-Identifier: MIT
 """Runs the main demo (scripts/demo.py) in a short mode against the
 build under test and checks its summary: the shares followed the replica
-count, the noisy backfill was held to its quota while the well-behaved
-callers were not disturbed, and the database answers the audit queries
-printed at the end. With --cluster, the demo runs a Raft cluster of three
-allotd members, kills the leader and restarts it as a follower: a new
-leader took over with a higher epoch, the callers under their quota
-(checkout, search) saw no 429 across the failover, the backfill stayed
-within R x t + B counted from one member's file (each holds the whole
-audit), and every member's file answers the audit queries."""
+count, the noisy backfill was held to its quota while the callers under
+their quota (checkout, search) saw not one 429 in steady seconds and
+at most 2 % in all, and the database answers the audit queries printed
+at the end. With --cluster, the demo runs a Raft cluster of three allotd
+members, kills the leader and restarts it as a follower: a new leader
+took over with a higher epoch, the callers under their quota saw no 429
+across the failover, the backfill stayed within R x t + B counted from one
+member's file (each holds the whole audit), and every member's file
+answers the audit queries."""
 import json
 import os
 import subprocess
@@ -77,21 +78,23 @@ if "after_apply" in b:
           "the change is audited in v_quota_changes (%s)" % (
               q.stdout.strip() or q.stderr.strip()))
 
-# The others were not disturbed by the noisy backfill: in steady
-# seconds (away from start-up and replica changes) callers under their
-# quota lose at most 2 % of their tokens to 429s; over the whole run,
-# replica churn included, at most 5 %.
+# The others were not disturbed by the noisy backfill: callers under
+# their quota (checkout 300/s of 500, search 200/s of 300) see not one
+# 429 in steady seconds (away from start-up and replica changes, as the
+# demo's summary counts them; the check allowed 2 % before) and at
+# most 2 % over the whole run, start-up and churn included (5 % before).
+# What is left is a newcomer's: its first grant comes in its first
+# Reply, T/2 after its Welcome (docs/allocation.md, "Second pass").
 for name in ("checkout", "search"):
     x = c[name]
-    st = x["steady_admitted_tokens"] + x["steady_denied_tokens"]
-    sfrac = x["steady_denied_tokens"] / st if st else 1
-    check(x["steady_seconds"] >= 5 and sfrac <= 0.02,
-          "%s denied %.2f %% of its tokens in %d steady seconds" % (
-              name, 100 * sfrac, x["steady_seconds"]))
+    check(x["steady_seconds"] >= 5 and x["steady_denied_tokens"] == 0,
+          "%s denied %d tokens in %d steady seconds" % (
+              name, x["steady_denied_tokens"], x["steady_seconds"]))
     total = x["admitted_tokens"] + x["denied_tokens"]
     frac = x["denied_tokens"] / total if total else 1
-    check(total > 0 and frac <= 0.05,
-          "%s denied %.2f %% of its tokens in all" % (name, 100 * frac))
+    check(total > 0 and frac <= 0.02,
+          "%s denied %d of its %d tokens in all, start-up and churn "
+          "included" % (name, x["denied_tokens"], total))
 
 # The database answers the audit queries.
 if cluster:

@@ -5,11 +5,12 @@
  * clock: water-filling levels computed by hand, the floor of idle
  * replicas, the leftover spread, newcomers claiming the average, the
  * dead band, sums that never exceed R, B, the burst budget or the
- * ceiling over thousands of random rounds, bursts cut from the global
- * bucket's level, replicas not heard since demand appeared keeping their
- * targets, the ceiling served in reverse shed order and max-min
- * fair within a class, and in the registry: shares that follow
- * cost-weighted demand, the headroom rule at every step, and the live
+ * ceiling over thousands of random rounds, bursts split with no replica
+ * weighed below its equal part, the long-run part of the traffic
+ * claimed by a replica whose last windows were quiet, replicas not heard since
+ * demand appeared keeping their targets, the ceiling served in reverse shed
+ * order and max-min fair within a class, and in the registry: shares that
+ * follow cost-weighted demand, the headroom rule at every step, and the live
  * bound counting unacknowledged decreases and expired replicas.
  */
 #include <check.h>
@@ -39,7 +40,7 @@ exact_policy(void)
 	return p;
 }
 
-/* One quota over `n` slots with the given demands; level full. */
+/* One quota over `n` slots with the given demands. */
 static void
 one_quota(allot__alloc_quota *q, allot__alloc_slot *sl, size_t n,
     const double *demand, double R, double B)
@@ -47,13 +48,9 @@ one_quota(allot__alloc_quota *q, allot__alloc_slot *sl, size_t n,
 	for (size_t i = 0; i < n; i++)
 		sl[i] = (allot__alloc_slot) { .replica = (uint32_t) i,
 			.demand = demand[i] };
-	*q = (allot__alloc_quota) { .rate = R,
-		.burst = B,
-		.level = B,
-		.horizon_s = 0.1,
-		.min_burst = 1,
-		.slots = sl,
-		.nslots = n };
+	*q = (allot__alloc_quota) {
+		.rate = R, .burst = B, .min_burst = 1, .slots = sl, .nslots = n
+	};
 }
 
 static void
@@ -262,8 +259,6 @@ START_TEST(sums_never_exceed)
 			q[k] = (allot__alloc_quota) { .rate = R,
 				.burst = B,
 				.priority = (uint32_t) (urand() * 4),
-				.level = urand() < 0.1 ? NAN : B * urand(),
-				.horizon_s = 0.1,
 				.min_burst = urand() * 20,
 				.slots = sl[k],
 				.nslots = n };
@@ -297,33 +292,79 @@ START_TEST(sums_never_exceed)
 }
 END_TEST
 
-START_TEST(burst_from_level)
+START_TEST(burst_split)
 {
 	allot__alloc_policy p = exact_policy();
 	allot__alloc_slot sl[4];
 	allot__alloc_quota q;
-	/* Full bucket: B split in proportion to the rates, each at least
-	 * the largest weight (5). */
+	/* B split in proportion to the rates, none below the equal
+	 * share's (100 / 4 = 25), so the weights are 25, 25, 25 and 70,
+	 * each at least the largest weight (5). Split by the rates alone,
+	 * the replicas at 10 would get 5 + 38. */
 	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 400);
 	q.min_burst = 5;
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(q.burst_budget, 400, EPS);
-	ck_assert_double_eq_tol(sl[3].burst, 5 + 380 * 0.7, 1e-6);
-	ck_assert_double_eq_tol(sl[0].burst, 5 + 380 * 0.1, 1e-6);
+	ck_assert_double_eq_tol(sl[3].burst, 5 + 380 * 70 / 145.0, 1e-6);
+	ck_assert_double_eq_tol(sl[0].burst, 5 + 380 * 25 / 145.0, 1e-6);
+	ck_assert(sl[0].burst > 5 + 380 * 0.1 + 1);
 	ck_assert(q.sum_burst <= 400);
-	/* An empty global bucket: only one interval of refill (R * 0.1
-	 * s = 10 tokens) is handed out, so a correlated burst of every
-	 * replica stays within what the global bucket really has. */
-	q.level = 0;
+	/* A ceiling that cuts the allowance to 20 % of R cuts the budget
+	 * with it: 80 tokens, each replica's share by the same weights
+	 * (the equal share is now 5). */
+	run(&p, &q, 1, 20);
+	ck_assert_double_eq_tol(q.allowance, 20, 1e-9);
+	ck_assert_double_eq_tol(q.burst_budget, 80, EPS);
+	ck_assert(q.sum_burst <= 80);
+	/* The same rates, but in the long run every replica carries a
+	 * quarter (replica 3 just served a burst that the next one will
+	 * not repeat there): no weight above the long-run part (25), so
+	 * the bursts are equal. */
+	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 400);
+	for (size_t i = 0; i < 4; i++)
+		sl[i].demand_slow = 20;
 	run(&p, &q, 1, 0);
-	ck_assert_double_eq_tol(q.burst_budget, 10, EPS);
-	ck_assert(q.sum_burst <= 10);
-	/* Below the weights of all: no minimum, proportional. */
-	ck_assert_double_eq_tol(sl[3].burst, 7, 1e-9);
-	/* Half full. */
-	q.level = 150;
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].burst, 100, 1e-6);
+	/* Below the weights of all: no minimum, by the weights. */
+	one_quota(&q, sl, 4, (double[]) { 10, 10, 10, 70 }, 100, 10);
+	q.min_burst = 5;
 	run(&p, &q, 1, 0);
-	ck_assert_double_eq_tol(q.burst_budget, 160, EPS);
+	ck_assert_double_eq_tol(sl[3].burst, 10 * 70 / 145.0, 1e-9);
+}
+END_TEST
+
+/* Random traffic: the replicas' last windows differ by chance (one saw a
+ * burst, the others were quiet), but in the long run each carries a
+ * quarter. A quiet replica claims at least its long-run part of the
+ * quota's demand now, so it keeps about the equal share instead of the
+ * floor; a replica the callers never reach (long-run 0) claims nothing
+ * more. */
+START_TEST(slow_share_claimed)
+{
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[4];
+	allot__alloc_quota q;
+	/* Demand 80 of R = 100 in all; replica 0's last windows saw it
+	 * all. */
+	one_quota(&q, sl, 4, (double[]) { 80, 0, 0, 0 }, 100, 400);
+	for (size_t i = 0; i < 4; i++)
+		sl[i].demand_slow = 20;
+	run(&p, &q, 1, 0);
+	/* exact_policy has no headroom: replicas 1-3 claim 80 / 4 = 20
+	 * each, replica 0 its 80; 140 > 100, max-min: the level is 40. */
+	for (size_t i = 1; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].rate, 20, 1e-9);
+	ck_assert_double_eq_tol(sl[0].rate, 40, 1e-9);
+	/* Sticky traffic: replica 0 carries it all in the long run too;
+	 * the others keep the floor (0 in exact_policy) plus the
+	 * leftover. */
+	for (size_t i = 0; i < 4; i++)
+		sl[i].demand_slow = i == 0 ? 80 : 0;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 80, 1e-9);
+	for (size_t i = 1; i < 4; i++)
+		ck_assert(sl[i].rate < 7 + 1e-9);
 }
 END_TEST
 
@@ -338,7 +379,6 @@ START_TEST(stale_keep_targets)
 	allot__alloc_slot sl[4];
 	allot__alloc_quota q;
 	one_quota(&q, sl, 4, (double[]) { 300, 0, 0, 0 }, 100, 200);
-	q.level = 170; /* replica 0 consumed 30 */
 	for (size_t i = 0; i < 4; i++) {
 		sl[i].has_prev = true;
 		sl[i].prev_rate = 25;
@@ -351,16 +391,15 @@ START_TEST(stale_keep_targets)
 		ck_assert_double_eq_tol(sl[i].burst, 50, 1e-9);
 	}
 	ck_assert_double_eq_tol(sl[0].rate, 25, 1e-9);
-	/* The budget (170 + 100 * 0.1) less what the others keep. */
-	ck_assert_double_eq_tol(sl[0].burst, 180 - 150, 1e-9);
+	/* The budget (B) less what the others keep. */
+	ck_assert_double_eq_tol(sl[0].burst, 200 - 150, 1e-9);
 	ck_assert(q.sum_rate <= 100 && q.sum_burst <= q.burst_budget);
-	/* Kept bursts above the budget are scaled down to it. */
-	q.level = 60;
-	run(&p, &q, 1, 0);
+	/* Kept bursts above the budget are scaled down to it: a ceiling
+	 * of 35 cuts the allowance to 35 and the budget to 70. */
+	run(&p, &q, 1, 35);
 	ck_assert(q.sum_burst <= q.burst_budget + 1e-9);
 	ck_assert_double_eq_tol(sl[1].burst, 70.0 / 3, 1e-9);
 	/* Not stale: replica 0 takes what the idle ones do not claim. */
-	q.level = 170;
 	for (size_t i = 1; i < 4; i++)
 		sl[i].stale = false;
 	run(&p, &q, 1, 0);
@@ -747,7 +786,8 @@ alloc_suite(void)
 	tcase_add_test(tc, newcomer_claims_average);
 	tcase_add_test(tc, deadband);
 	tcase_add_test(tc, sums_never_exceed);
-	tcase_add_test(tc, burst_from_level);
+	tcase_add_test(tc, burst_split);
+	tcase_add_test(tc, slow_share_claimed);
 	tcase_add_test(tc, stale_keep_targets);
 	tcase_add_test(tc, ceiling_shed_order);
 	tcase_add_test(tc, static_and_names);
