@@ -13,6 +13,7 @@ member's file (each holds the whole audit), and every member's file
 answers the audit queries."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,4 +137,10 @@ for db in s["dbs"] or [s["db"]]:
         check(n > 0 or (empty_ok and n == 0),
               "%s: %s answers (%d rows)" % (os.path.basename(db), view, n))
 
+# The run's files are kept for a failure (its log names the directory)
+# and removed otherwise.
+if failures:
+    print("kept for inspection: %s" % work)
+else:
+    shutil.rmtree(work, ignore_errors=True)
 sys.exit(1 if failures else 0)
