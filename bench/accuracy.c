@@ -50,7 +50,7 @@
 #define SYNCS_BUDGET 2.0
 
 static bench_figure figs[MAX_FIGURES];
-static char names[MAX_FIGURES][96];
+static char names[MAX_FIGURES][112]; /* "accuracy." and a name of up to 95 */
 static size_t nfigs;
 
 static void
