@@ -177,6 +177,10 @@ static_split(allot__alloc_service *svc)
 
 /* ---- demand-aware ---- */
 
+/* A replica whose estimate reads below this fraction of its long-run
+ * part has lost its callers rather than read low by chance (claims()). */
+#define LONG_RUN_GONE 0.25
+
 static double
 nonneg(double x)
 {
@@ -218,12 +222,18 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	for (size_t i = 0; i < aq->nslots; i++)
 		if (!aq->slots[i].fresh)
 			slow += nonneg(aq->slots[i].demand_slow);
+	/* Not for a replica whose traffic has gone, though: below a
+	 * quarter of its long-run part it is not chance (a window without
+	 * the heavy requests still reads about half) but sticky callers
+	 * that moved to another replica (a redeploy, new connections),
+	 * and the part they left must go where they went now, not after
+	 * the slow estimate has decayed. */
 	double hk = known / (1.0 + nonneg(pol->headroom));
 	for (size_t i = 0; slow > 0 && i < aq->nslots; i++) {
 		allot__alloc_slot *s = &aq->slots[i];
-		if (!s->fresh)
-			s->rate = fmax(
-			    s->rate, hk * nonneg(s->demand_slow) / slow);
+		double part = hk * nonneg(s->demand_slow) / slow;
+		if (!s->fresh && s->rate >= LONG_RUN_GONE * part)
+			s->rate = fmax(s->rate, part);
 	}
 	double total = 0;
 	for (size_t i = 0; i < aq->nslots; i++) {

@@ -345,20 +345,33 @@ START_TEST(slow_share_claimed)
 	allot__alloc_policy p = exact_policy();
 	allot__alloc_slot sl[4];
 	allot__alloc_quota q;
-	/* Demand 80 of R = 100 in all; replica 0's last windows saw it
-	 * all. */
-	one_quota(&q, sl, 4, (double[]) { 80, 0, 0, 0 }, 100, 400);
+	/* Demand 110 of R = 100 in all; replica 0's last windows saw most
+	 * of it, replicas 1-3 read low by chance (10 each: above a quarter
+	 * of their long-run part). */
+	one_quota(&q, sl, 4, (double[]) { 80, 10, 10, 10 }, 100, 400);
 	for (size_t i = 0; i < 4; i++)
 		sl[i].demand_slow = 20;
 	run(&p, &q, 1, 0);
-	/* exact_policy has no headroom: replicas 1-3 claim 80 / 4 = 20
-	 * each, replica 0 its 80; 140 > 100, max-min: the level is 40. */
-	for (size_t i = 1; i < 4; i++)
-		ck_assert_double_eq_tol(sl[i].rate, 20, 1e-9);
-	ck_assert_double_eq_tol(sl[0].rate, 40, 1e-9);
+	/* exact_policy has no headroom: replicas 1-3 claim 110 / 4 = 27.5
+	 * each, replica 0 its 80; 162.5 > 100, max-min: the level is 25
+	 * (without the long-run part: 70 for replica 0, 10 for the
+	 * others). */
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].rate, 25, 1e-9);
+	/* The callers moved: replica 0 carried them in the long run but
+	 * reads 0 now, replica 1 carries them now. Below a quarter of its
+	 * long-run part, replica 0 claims nothing more, and replica 1 gets
+	 * what it needs (with the part claimed, the level would be 50). */
+	one_quota(&q, sl, 4, (double[]) { 0, 80, 0, 0 }, 100, 400);
+	for (size_t i = 0; i < 4; i++)
+		sl[i].demand_slow = i == 0 ? 80 : 0;
+	run(&p, &q, 1, 0);
+	ck_assert(sl[1].rate >= 80 - 1e-9);
+	ck_assert(sl[0].rate < 20);
 	/* Sticky traffic: replica 0 carries it all in the long run too;
 	 * the others keep the floor (0 in exact_policy) plus the
 	 * leftover. */
+	one_quota(&q, sl, 4, (double[]) { 80, 0, 0, 0 }, 100, 400);
 	for (size_t i = 0; i < 4; i++)
 		sl[i].demand_slow = i == 0 ? 80 : 0;
 	run(&p, &q, 1, 0);
