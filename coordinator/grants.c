@@ -353,3 +353,95 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
 		}
 	}
 }
+
+/* ---- loans (docs/allocation.md, "Loans") ----
+ *
+ * A burst that lands on one replica faster than a round trip can use
+ * only the tokens that replica's bucket holds. A loan moves tokens
+ * while the burst lasts: the replica that asks early because it is
+ * denying gets `prefill` tokens added to its bucket at once, its burst
+ * raised by as much for the loan's life, and the other replicas of the
+ * quota give the same tokens up, out of the levels they last reported,
+ * at their next Reply (`debit`). The raised bursts of a quota never sum
+ * above loan_frac * R * T (sq->loan_out): until the lenders are
+ * debited the tokens exist twice, so that is what a loan may add to the
+ * over-admission bound. Loans are kept apart from the grants (and from
+ * granted_burst): the allocator places bursts as before, and a loan
+ * only ever adds to what a key was granted. */
+
+/* What one lender may still give up: a part of the level it last
+ * reported (it may have spent some since; a debit stops at an empty
+ * bucket), less what it was already asked for. */
+#define LOAN_LEND_PART 0.5
+
+static double
+lendable(const session *s, const skey *key)
+{
+	if (s->placeholder || isnan(key->grant_rate) || key->loan_burst > 0 ||
+	    !(key->held > 0))
+		return 0;
+	double x = LOAN_LEND_PART * key->held - key->loan_debit;
+	return x > 0 ? x : 0;
+}
+
+double
+allot__loan(allot__state *st, service *svc, session *s, skey *key,
+    double denied, uint64_t now)
+{
+	double frac = st->o.policy.loan_frac;
+	if (!(frac > 0) || !(denied > 0) || key->q < 0 ||
+	    isnan(key->grant_rate) || key->loan_burst > 0 || st->hold)
+		return 0;
+	squota *sq = &svc->q[key->q];
+	double R = st->cur->rate[key->q];
+	double T = (double) st->o.interval_ms / 1e3;
+	double room = frac * R * T - sq->loan_out;
+	/* Only what the global bucket still has: when every replica is
+	 * bursting (its level drained), lent tokens would be spent twice
+	 * before the lenders are debited. */
+	allot__level_bring(sq, R, st->cur->burst[key->q], now);
+	if (sq->level - sq->loan_out < room)
+		room = sq->level - sq->loan_out;
+	if (room < 1)
+		return 0;
+	double avail = 0;
+	FOR_EACH_KEY (svc, i, o, ok) {
+		if (o == s || ok->q != key->q)
+			continue;
+		avail += lendable(o, ok);
+	}
+	double amount = floor(fmin(room, avail));
+	if (amount < 1)
+		return 0;
+	/* Each lender gives in proportion to what it may give. */
+	FOR_EACH_KEY (svc, i, o, ok) {
+		if (o == s || ok->q != key->q)
+			continue;
+		double x = lendable(o, ok);
+		if (x > 0) {
+			ok->loan_debit += amount * x / avail;
+			ok->force_share = true;
+		}
+	}
+	key->loan_burst = amount;
+	key->loan_prefill = amount;
+	key->loan_until_ns = now + 2 * (uint64_t) st->o.interval_ms * 1000000u;
+	key->force_share = true;
+	sq->loan_out += amount;
+	return amount;
+}
+
+bool
+allot__loan_end(service *svc, skey *key, uint64_t now)
+{
+	if (!(key->loan_burst > 0) || key->q < 0 ||
+	    (now != 0 && now < key->loan_until_ns))
+		return false;
+	squota *sq = &svc->q[key->q];
+	sq->loan_out -= key->loan_burst;
+	if (sq->loan_out < 0.5)
+		sq->loan_out = 0;
+	key->loan_burst = 0;
+	key->loan_prefill = 0;
+	return true;
+}

@@ -115,6 +115,13 @@ typedef struct skey {
 	                   point since the last round */
 	bool force_share; /* the next Reply carries its share (cluster:
 	                     it reported an allowance from elsewhere) */
+	/* Loans (grants.c): the extra burst it was lent (sent on top of
+	 * grant_burst) until loan_until_ns, and what its next Reply adds
+	 * to (prefill) or takes from (debit) its bucket. */
+	double loan_burst;
+	uint64_t loan_until_ns;
+	double loan_prefill;
+	double loan_debit;
 } skey;
 
 /* The rate an agent may hold on a key: its grant, or an earlier larger
@@ -236,6 +243,7 @@ typedef struct squota {
 	double win_cand; /* since the last per-second pass */
 	double win_cand_carry; /* its fraction not yet in a usage row */
 	double cand_denied_rate; /* last second, tokens/s */
+	double loan_out; /* tokens lent and not yet given back (loans) */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -492,6 +500,14 @@ double allot__bound_ratio(const squota *sq, double R, double B);
 void allot__rebuild_granted(allot__state *st, service *svc);
 bool allot__recompute(allot__state *st, service *svc, uint64_t now);
 bool allot__early_round(allot__state *st, service *svc, uint64_t now);
+/* Lend a key that reported `denied` tokens in an early Sync tokens taken
+ * from the other replicas of its quota (docs/allocation.md, "Loans");
+ * returns what was lent. Under the lock. */
+double allot__loan(allot__state *st, service *svc, session *s, skey *key,
+    double denied, uint64_t now);
+/* End the loan of `key` once it has run its time (or `now` is 0: at
+ * once); returns whether its share changed. Under the lock. */
+bool allot__loan_end(service *svc, skey *key, uint64_t now);
 bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
     bool hold, bool *ret_short);
 void allot__record_shares(allot__state *st, service *svc);
