@@ -311,21 +311,20 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 
 /* A loan (docs/allocation.md, "Loans"): `prefill` tokens added to the
  * key's bucket (its burst, just installed, has room for them), or
- * `debit` tokens lent to another replica taken out of it, stopping at
- * an empty bucket. On the sync thread, after the install: acquires see
- * one more change of the bucket's level, as after a refund. */
+ * `debit` tokens lent to another replica taken out of it. A debit the
+ * bucket no longer holds (it spent them since its report) leaves it in
+ * debt, repaid out of its refill: tokens are moved, never created, so
+ * loans add nothing to what the quota admits in the long run. On the
+ * sync thread, after the install: acquires see one more change of the
+ * bucket's level, as after a take. */
 static void
 move_tokens(syncc *s, uint32_t key, double prefill, double debit, uint64_t now)
 {
 	allot__bucket *b = &s->a->quotas[key].bucket;
 	if (prefill >= 1)
 		allot__bucket_adjust(b, -(int64_t) prefill, now);
-	if (debit >= 1) {
-		double level = allot__bucket_level(b, now);
-		double take = fmin(debit, level);
-		if (take >= 1)
-			allot__bucket_adjust(b, (int64_t) take, now);
-	}
+	if (debit >= 1)
+		allot__bucket_adjust(b, (int64_t) debit, now);
 }
 
 static int

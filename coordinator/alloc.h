@@ -37,7 +37,7 @@ typedef enum allot__alloc_kind {
 #define ALLOT__ALLOC_HEADROOM 0.25
 #define ALLOT__ALLOC_DEADBAND 0.05
 #define ALLOT__ALLOC_NOISE_Z 2.0
-#define ALLOT__ALLOC_LOAN_FRAC 0.0
+#define ALLOT__ALLOC_LOAN_FRAC 0.3
 
 typedef struct allot__alloc_policy {
 	allot__alloc_kind kind;

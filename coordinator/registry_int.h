@@ -176,6 +176,9 @@ typedef struct session {
 	uint32_t replies_since_full;
 	uint32_t pending; /* keys whose grant is below target */
 	bool force_full;
+	/* A key of it has a loan or a debit its next Reply must carry
+	 * (grants.c): the Reply builds its shares. */
+	bool loan_due;
 	bool placeholder; /* restored from the store, not back yet;
 	               holds a key per quota, never syncs */
 	bool seen_dirty; /* synced since its last-seen row */
@@ -243,7 +246,8 @@ typedef struct squota {
 	double win_cand; /* since the last per-second pass */
 	double win_cand_carry; /* its fraction not yet in a usage row */
 	double cand_denied_rate; /* last second, tokens/s */
-	double loan_out; /* tokens lent and not yet given back (loans) */
+	double loan_out; /* loans: bursts raised and not yet lowered */
+	double debit_due; /* loans: debits not yet sent to the lenders */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -508,6 +512,8 @@ double allot__loan(allot__state *st, service *svc, session *s, skey *key,
 /* End the loan of `key` once it has run its time (or `now` is 0: at
  * once); returns whether its share changed. Under the lock. */
 bool allot__loan_end(service *svc, skey *key, uint64_t now);
+/* The Reply being built carries the debit of `key`. Under the lock. */
+void allot__loan_sent(service *svc, skey *key);
 bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
     bool hold, bool *ret_short);
 void allot__record_shares(allot__state *st, service *svc);

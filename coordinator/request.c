@@ -97,6 +97,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 	*ret = NULL;
 	*ret_n = 0;
 	s->pending = 0;
+	s->loan_due = false;
 	if (s->nknown == 0)
 		return true;
 	/* Room for every key up front: once a grant is made it must reach
@@ -115,6 +116,8 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 		 * grant (the agent caps its level there). */
 		if (allot__loan_end(s->svc, key, now))
 			key->force_share = true;
+		if (key->loan_burst > 0)
+			s->loan_due = true; /* its end is due */
 		/* Cluster: while a leader learns what it took over, no
 		 * grant for a replica that has not said what it runs on: it
 		 * keeps that allowance, and its next report tells us. */
@@ -135,8 +138,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 		arr[j].burst = key->grant_burst + key->loan_burst;
 		arr[j].prefill = key->loan_prefill;
 		arr[j].debit = key->loan_debit;
-		key->loan_prefill = 0;
-		key->loan_debit = 0;
+		allot__loan_sent(s->svc, key);
 		ptrs[j] = &arr[j];
 		j++;
 	}
@@ -895,7 +897,8 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 		    st, s, pa, y->req->config_digest, y->now, &ret->config);
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
-	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0) {
+	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0 ||
+	    s->loan_due) {
 		if (build_shares(
 		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
 			ret->full = full;
