@@ -202,7 +202,7 @@ allot__conserve_leave(service *svc, const session *gone_s)
 		if (gk->q < 0)
 			continue;
 		squota *sq = &svc->q[gk->q];
-		sq->loan_out = fmax(0, sq->loan_out - gk->loan_burst);
+		sq->loan_out = fmax(0, sq->loan_out - gk->loan_hold);
 		sq->debit_due = fmax(0, sq->debit_due - gk->loan_debit);
 	}
 	if (gone_s->placeholder || gone_s->last_seq == 0)

@@ -389,7 +389,7 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
 static double
 lendable(const session *s, const skey *key)
 {
-	if (s->placeholder || isnan(key->grant_rate) || key->loan_burst > 0 ||
+	if (s->placeholder || isnan(key->grant_rate) || key->loan_hold > 0 ||
 	    !(key->held > 0) ||
 	    allot__est_read(s, key) > LOAN_IDLE * key->grant_rate)
 		return 0;
@@ -403,7 +403,7 @@ allot__loan(allot__state *st, service *svc, session *s, skey *key,
 {
 	double frac = st->o.policy.loan_frac;
 	if (!(frac > 0) || !(denied > 0) || key->q < 0 ||
-	    isnan(key->grant_rate) || key->loan_burst > 0 || st->hold)
+	    isnan(key->grant_rate) || key->loan_hold > 0 || st->hold)
 		return 0;
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q];
@@ -447,6 +447,7 @@ allot__loan(allot__state *st, service *svc, session *s, skey *key,
 	if (amount < 1)
 		return 0;
 	key->loan_burst = amount;
+	key->loan_hold = amount;
 	key->loan_prefill = amount;
 	key->loan_until_ns = now + (uint64_t) (2e9 * T);
 	key->force_share = true;
@@ -461,13 +462,22 @@ allot__loan_end(service *svc, skey *key, uint64_t now)
 	if (!(key->loan_burst > 0) || key->q < 0 ||
 	    (now != 0 && now < key->loan_until_ns))
 		return false;
-	squota *sq = &svc->q[key->q];
-	sq->loan_out -= key->loan_burst;
-	if (sq->loan_out < 0.5)
-		sq->loan_out = 0;
+	/* The budget is lent again once the agent acknowledges. */
 	key->loan_burst = 0;
 	key->loan_prefill = 0;
 	return true;
+}
+
+void
+allot__loan_acked(service *svc, skey *key)
+{
+	if (key->q < 0 || !(key->loan_hold > key->loan_burst))
+		return;
+	squota *sq = &svc->q[key->q];
+	sq->loan_out -= key->loan_hold - key->loan_burst;
+	if (sq->loan_out < 0.5)
+		sq->loan_out = 0;
+	key->loan_hold = key->loan_burst;
 }
 
 void

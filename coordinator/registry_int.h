@@ -119,6 +119,7 @@ typedef struct skey {
 	 * grant_burst) until loan_until_ns, and what its next Reply adds
 	 * to (prefill) or takes from (debit) its bucket. */
 	double loan_burst;
+	double loan_hold; /* the larger, until the agent acknowledges */
 	uint64_t loan_until_ns;
 	double loan_prefill;
 	double loan_debit;
@@ -512,6 +513,9 @@ double allot__loan(allot__state *st, service *svc, session *s, skey *key,
 /* End the loan of `key` once it has run its time (or `now` is 0: at
  * once); returns whether its share changed. Under the lock. */
 bool allot__loan_end(service *svc, skey *key, uint64_t now);
+/* The agent acknowledged the Reply that ended the loan of `key`: the
+ * budget is lent again. Under the lock. */
+void allot__loan_acked(service *svc, skey *key);
 /* The Reply being built carries the debit of `key`. Under the lock. */
 void allot__loan_sent(service *svc, skey *key);
 bool allot__grant(allot__state *st, service *svc, session *s, skey *key,

@@ -857,6 +857,9 @@ sync_ack(syn *y)
 		s->acked_reply_ns = s->last_reply_ns;
 		s->acked_replicas = s->last_replicas;
 	}
+	if (!gap)
+		for (uint32_t k = 0; k < s->nkeys; k++)
+			allot__loan_acked(y->svc, &s->keys[k]);
 	if (!gap && s->unacked) {
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
