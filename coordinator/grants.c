@@ -387,13 +387,20 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
 #define LOAN_SPAN_S 0.1
 
 static double
-lendable(const session *s, const skey *key)
+lendable(const session *s, const skey *key, uint64_t now)
 {
 	if (s->placeholder || isnan(key->grant_rate) || key->loan_hold > 0 ||
-	    !(key->held > 0) ||
 	    allot__est_read(s, key) > LOAN_IDLE * key->grant_rate)
 		return 0;
-	double x = LOAN_LEND_PART * key->held - key->loan_debit;
+	/* An agent reports a key only when it was used: since its last
+	 * report the bucket has refilled at its rate (a key never reported
+	 * is full). */
+	double level = key->grant_burst;
+	if (key->held_ns != 0 && now > key->held_ns)
+		level = fmin(level,
+		    key->held +
+		        key->grant_rate * (double) (now - key->held_ns) / 1e9);
+	double x = LOAN_LEND_PART * level - key->loan_debit;
 	return x > 0 ? x : 0;
 }
 
@@ -428,7 +435,7 @@ allot__loan(allot__state *st, service *svc, session *s, skey *key,
 		FOR_EACH_KEY (svc, i, o, ok) {
 			if (o == s || ok->q != key->q)
 				continue;
-			double x = lendable(o, ok);
+			double x = lendable(o, ok, now);
 			if (x > bx) {
 				bx = x;
 				best = ok;

@@ -95,6 +95,7 @@ typedef struct skey {
 	double denied; /* allocator window: tokens denied */
 	double demand; /* last reported demand, tokens/s */
 	double held; /* last reported bucket level */
+	uint64_t held_ns; /* when; 0: never reported */
 	double rate; /* target share (allocator output) */
 	double burst;
 	double grant_rate; /* grant: what the agent was last sent */

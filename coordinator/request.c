@@ -796,6 +796,7 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	key->denied += (double) r->denied;
 	key->demand = (double) r->demand;
 	key->held = (double) r->held;
+	key->held_ns = y->now;
 }
 
 /* Every report of the Sync. Under the lock. */
