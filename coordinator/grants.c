@@ -10,7 +10,8 @@
  * the sync after that, so a change settles within two intervals.
  * Replicas restored after a restart are assumed to hold their equal share
  * until they return or expire. Store rows for changed grants are
- * recorded from here.
+ * recorded from here. Loans, tokens moved at once to a replica that
+ * starts denying, are at the end of the file.
  */
 #include "registry_int.h"
 
@@ -362,12 +363,15 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
  * denying gets `prefill` tokens added to its bucket at once, its burst
  * raised by as much for the loan's life, and the other replicas of the
  * quota give the same tokens up, out of the levels they last reported,
- * at their next Reply (`debit`). The raised bursts of a quota never sum
- * above loan_frac * R * T (sq->loan_out): until the lenders are
- * debited the tokens exist twice, so that is what a loan may add to the
- * over-admission bound. Loans are kept apart from the grants (and from
- * granted_burst): the allocator places bursts as before, and a loan
- * only ever adds to what a key was granted. */
+ * at their next Reply (`debit`, taken into debt if they spent them:
+ * tokens are moved, never created). The raised bursts not yet
+ * acknowledged back down (sq->loan_out) and the debits not yet sent
+ * (sq->debit_due) of a quota share one budget, loan_frac * R *
+ * min(T, LOAN_SPAN_S): until the lenders are debited the tokens exist
+ * twice, so that is what loans may add to the over-admission bound.
+ * Loans are kept apart from the grants (and from granted_burst): the
+ * allocator places bursts as before, a loan only ever adds to what a
+ * key was granted, and the live bound (bounds.c) adds loan_hold. */
 
 /* What one lender may still give up: a part of the level it last
  * reported (it may have spent some since: a debit it no longer holds
