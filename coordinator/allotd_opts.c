@@ -429,10 +429,9 @@ static const struct opt options[] = {
 	    parse_hold, 0, 0, 0 },
 	{ "loan-frac", 0, "F",
 	    "Loans: a replica that starts denying a quota gets tokens taken\n"
-	    "from the other replicas' unused levels at once, at most F x R x "
-	    "T\n"
-	    "of a quota lent at a time (0 to 1; 0, the default: no loans).\n"
-	    "See docs/allocation.md, \"Loans\".\n",
+	    "from idle replicas' buckets at once, at most F x R x min(T,\n"
+	    "100 ms) of a quota lent at a time (0 to 1, default 0.3; 0: no\n"
+	    "loans). See docs/allocation.md, \"Loans\".\n",
 	    parse_loan, 0, 0, 0 },
 	{ "lease-ms", 0, "MS",
 	    "How long an agent may use a share without hearing from allotd\n"
