@@ -309,8 +309,27 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	s->q[key].foreign = false;
 }
 
+/* A loan (docs/allocation.md, "Loans"): `prefill` tokens added to the
+ * key's bucket (its burst, just installed, has room for them), or
+ * `debit` tokens lent to another replica taken out of it. A debit the
+ * bucket no longer holds (it spent them since its report) leaves it in
+ * debt, repaid out of its refill: tokens are moved, never created, so
+ * loans add nothing to what the quota admits in the long run. On the
+ * sync thread, after the install: acquires see one more change of the
+ * bucket's level, as after a take. */
+static void
+move_tokens(syncc *s, uint32_t key, double prefill, double debit, uint64_t now)
+{
+	allot__bucket *b = &s->a->quotas[key].bucket;
+	if (prefill >= 1)
+		allot__bucket_adjust(b, -(int64_t) prefill, now);
+	if (debit >= 1)
+		allot__bucket_adjust(b, (int64_t) debit, now);
+}
+
 static int
-apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
+apply_shares(
+    syncc *s, Allot__V1__Share **shares, size_t n, bool full, uint64_t now)
 {
 	allot_agent *a = s->a;
 	bool *seen = s->seen;
@@ -324,11 +343,14 @@ apply_shares(syncc *s, Allot__V1__Share **shares, size_t n, bool full)
 		 * next report is built from. */
 		if (sh->key >= nq(s) ||
 		    !(sh->rate >= 0 && sh->rate <= ALLOT__RATE_MAX) ||
-		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX)) {
+		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX) ||
+		    !(sh->prefill >= 0 && sh->prefill <= sh->burst) ||
+		    !(sh->debit >= 0 && sh->debit <= ALLOT__BURST_MAX)) {
 			bad++;
 			continue;
 		}
 		install_share(s, sh->key, sh->rate, sh->burst);
+		move_tokens(s, sh->key, sh->prefill, sh->debit, now);
 		seen[sh->key] = true;
 	}
 	/* Coming back from fallback with a partial reply: the keys the
@@ -662,7 +684,7 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 		        "" :
 		        " and it did not send it (too large, or we "
 		        "do not take configs)");
-	apply_shares(s, w->shares, w->n_shares, true);
+	apply_shares(s, w->shares, w->n_shares, true, now);
 	if (before != UINT32_MAX)
 		config_settle(s, before);
 	/* A Welcome that could not grant every key yet (others had
@@ -835,7 +857,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		s->adding = 0;
 		uint32_t before = config_take(
 		    s, now, r->config_digest, &r->config);
-		apply_shares(s, r->shares, r->n_shares, r->full);
+		apply_shares(s, r->shares, r->n_shares, r->full, now);
 		if (before != UINT32_MAX)
 			config_settle(s, before);
 		set_lease(s, now, r->lease_ms);

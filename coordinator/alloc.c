@@ -38,6 +38,7 @@ allot__alloc_policy_init(allot__alloc_policy *pol)
 	pol->headroom = ALLOT__ALLOC_HEADROOM;
 	pol->deadband = ALLOT__ALLOC_DEADBAND;
 	pol->noise_z = ALLOT__ALLOC_NOISE_Z;
+	pol->loan_frac = ALLOT__ALLOC_LOAN_FRAC;
 }
 
 /* Divide `total` in n equal parts whose sum, added in double precision,

@@ -37,6 +37,7 @@ typedef enum allot__alloc_kind {
 #define ALLOT__ALLOC_HEADROOM 0.25
 #define ALLOT__ALLOC_DEADBAND 0.05
 #define ALLOT__ALLOC_NOISE_Z 2.0
+#define ALLOT__ALLOC_LOAN_FRAC 0.3
 
 typedef struct allot__alloc_policy {
 	allot__alloc_kind kind;
@@ -65,6 +66,11 @@ typedef struct allot__alloc_policy {
 	 * per interval has a noisy one). A rise beyond the current target
 	 * passes regardless when the replica was denied something. >= 0. */
 	double noise_z;
+	/* Loans (grants.c, docs/allocation.md "Loans"): tokens moved at
+	 * once to a replica whose early Sync reports denials, taken from
+	 * the others' unused levels; at most loan_frac * R * T of a quota
+	 * lent at a time. >= 0; 0 disables them. */
+	double loan_frac;
 } allot__alloc_policy;
 
 /* The demand-aware policy with its defaults. */

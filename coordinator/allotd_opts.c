@@ -220,6 +220,23 @@ parse_hold(const struct opt *def, const char *arg, opts *o)
 	return -1;
 }
 
+/* --loan-frac F: a fraction of R * T in [0, 1]. */
+static int
+parse_loan(const struct opt *def, const char *arg, opts *o)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (errno != 0 || end == arg || *end != '\0' || !(v >= 0 && v <= 1)) {
+		fprintf(stderr,
+		    "allotd: --%s expects a number from 0 to 1, not \"%s\"\n",
+		    def->name, arg);
+		return -1;
+	}
+	o->so.policy.loan_frac = v;
+	return 0;
+}
+
 /* --peer-register-rate and --peer-message-rate: R[:B] into a budget's
  * rate and burst. */
 static int
@@ -410,6 +427,12 @@ static const struct opt options[] = {
 	    "connection closed (it exited) is never held. See\n"
 	    "docs/allocation.md.\n",
 	    parse_hold, 0, 0, 0 },
+	{ "loan-frac", 0, "F",
+	    "Loans: a replica that starts denying a quota gets tokens taken\n"
+	    "from idle replicas' buckets at once, at most F x R x min(T,\n"
+	    "100 ms) of a quota lent at a time (0 to 1, default 0.3; 0: no\n"
+	    "loans). See docs/allocation.md, \"Loans\".\n",
+	    parse_loan, 0, 0, 0 },
 	{ "lease-ms", 0, "MS",
 	    "How long an agent may use a share without hearing from allotd\n"
 	    "(default 3000).\n",
@@ -512,7 +535,7 @@ static const char help_head[] =
     "           [--raft-id ID --raft-addr HOST:PORT [--raft-dir DIR]\n"
     "            [--agent-url URL] (--seed ID=RAFT_ADDR=AGENT_URL... | "
     "--join)]\n"
-    "           [--hold-expired none|lease|fallback]\n"
+    "           [--hold-expired none|lease|fallback] [--loan-frac F]\n"
     "           [--admin-socket PATH [--admin-group GROUP]]\n"
     "    allotd --help | --version\n"
     "\n"

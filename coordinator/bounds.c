@@ -168,7 +168,8 @@ allot__compute_bounds(allot__state *st, service *svc, uint64_t now)
 		double r, b;
 		allot__key_bound(st, s, key, now, &r, &b);
 		svc->q[key->q].bound_rate += r;
-		svc->q[key->q].bound_burst += b;
+		/* A loan's raised burst (grants.c), until acknowledged. */
+		svc->q[key->q].bound_burst += b + key->loan_hold;
 	}
 	for (uint32_t i = 0; i < svc->nzs; i++) {
 		const expired_rep *z = &svc->zs[i];

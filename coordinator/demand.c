@@ -196,6 +196,15 @@ allot__conserve_join(service *svc, const session *newcomer)
 void
 allot__conserve_leave(service *svc, const session *gone_s)
 {
+	/* Its loans end with it (grants.c): the budget is lent again. */
+	for (uint32_t k = 0; k < gone_s->nkeys; k++) {
+		const skey *gk = &gone_s->keys[k];
+		if (gk->q < 0)
+			continue;
+		squota *sq = &svc->q[gk->q];
+		sq->loan_out = fmax(0, sq->loan_out - gk->loan_hold);
+		sq->debit_due = fmax(0, sq->debit_due - gk->loan_debit);
+	}
 	if (gone_s->placeholder || gone_s->last_seq == 0)
 		return;
 	double n = 0;

@@ -95,6 +95,7 @@ typedef struct skey {
 	double denied; /* allocator window: tokens denied */
 	double demand; /* last reported demand, tokens/s */
 	double held; /* last reported bucket level */
+	uint64_t held_ns; /* when; 0: never reported */
 	double rate; /* target share (allocator output) */
 	double burst;
 	double grant_rate; /* grant: what the agent was last sent */
@@ -115,6 +116,14 @@ typedef struct skey {
 	                   point since the last round */
 	bool force_share; /* the next Reply carries its share (cluster:
 	                     it reported an allowance from elsewhere) */
+	/* Loans (grants.c): the extra burst it was lent (sent on top of
+	 * grant_burst) until loan_until_ns, and what its next Reply adds
+	 * to (prefill) or takes from (debit) its bucket. */
+	double loan_burst;
+	double loan_hold; /* the larger, until the agent acknowledges */
+	uint64_t loan_until_ns;
+	double loan_prefill;
+	double loan_debit;
 } skey;
 
 /* The rate an agent may hold on a key: its grant, or an earlier larger
@@ -169,6 +178,9 @@ typedef struct session {
 	uint32_t replies_since_full;
 	uint32_t pending; /* keys whose grant is below target */
 	bool force_full;
+	/* A key of it has a loan or a debit its next Reply must carry
+	 * (grants.c): the Reply builds its shares. */
+	bool loan_due;
 	bool placeholder; /* restored from the store, not back yet;
 	               holds a key per quota, never syncs */
 	bool seen_dirty; /* synced since its last-seen row */
@@ -236,6 +248,8 @@ typedef struct squota {
 	double win_cand; /* since the last per-second pass */
 	double win_cand_carry; /* its fraction not yet in a usage row */
 	double cand_denied_rate; /* last second, tokens/s */
+	double loan_out; /* loans: bursts raised and not yet lowered */
+	double debit_due; /* loans: debits not yet sent to the lenders */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -492,6 +506,19 @@ double allot__bound_ratio(const squota *sq, double R, double B);
 void allot__rebuild_granted(allot__state *st, service *svc);
 bool allot__recompute(allot__state *st, service *svc, uint64_t now);
 bool allot__early_round(allot__state *st, service *svc, uint64_t now);
+/* Lend a key that reported `denied` tokens in an early Sync tokens taken
+ * from the other replicas of its quota (docs/allocation.md, "Loans");
+ * returns what was lent. Under the lock. */
+double allot__loan(allot__state *st, service *svc, session *s, skey *key,
+    double denied, uint64_t now);
+/* End the loan of `key` once it has run its time (or `now` is 0: at
+ * once); returns whether its share changed. Under the lock. */
+bool allot__loan_end(service *svc, skey *key, uint64_t now);
+/* The agent acknowledged the Reply that ended the loan of `key`: the
+ * budget is lent again. Under the lock. */
+void allot__loan_acked(service *svc, skey *key);
+/* The Reply being built carries the debit of `key`. Under the lock. */
+void allot__loan_sent(service *svc, skey *key);
 bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
     bool hold, bool *ret_short);
 void allot__record_shares(allot__state *st, service *svc);

@@ -97,6 +97,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 	*ret = NULL;
 	*ret_n = 0;
 	s->pending = 0;
+	s->loan_due = false;
 	if (s->nknown == 0)
 		return true;
 	/* Room for every key up front: once a grant is made it must reach
@@ -106,11 +107,17 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 	if (arr == NULL || ptrs == NULL)
 		return false;
 	size_t j = 0;
-	uint64_t now = st->cl_n > 0 ? now_ns(st) : 0;
+	uint64_t now = now_ns(st);
 	for (uint32_t k = 0; k < s->nkeys; k++) {
 		skey *key = &s->keys[k];
 		if (key->q < 0)
 			continue;
+		/* A loan that has run its time: the burst goes back to the
+		 * grant (the agent caps its level there). */
+		if (allot__loan_end(s->svc, key, now))
+			key->force_share = true;
+		if (key->loan_burst > 0)
+			s->loan_due = true; /* its end is due */
 		/* Cluster: while a leader learns what it took over, no
 		 * grant for a replica that has not said what it runs on: it
 		 * keeps that allowance, and its next report tells us. */
@@ -128,7 +135,10 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 		allot__v1__share__init(&arr[j]);
 		arr[j].key = key_id(s, key);
 		arr[j].rate = key->grant_rate;
-		arr[j].burst = key->grant_burst;
+		arr[j].burst = key->grant_burst + key->loan_burst;
+		arr[j].prefill = key->loan_prefill;
+		arr[j].debit = key->loan_debit;
+		allot__loan_sent(s->svc, key);
 		ptrs[j] = &arr[j];
 		j++;
 	}
@@ -786,6 +796,7 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	key->denied += (double) r->denied;
 	key->demand = (double) r->demand;
 	key->held = (double) r->held;
+	key->held_ns = y->now;
 }
 
 /* Every report of the Sync. Under the lock. */
@@ -818,6 +829,22 @@ book_reports(syn *y, ProtobufCAllocator *pa)
 	}
 }
 
+/* An early Sync: a loan for each key that reports denials (grants.c,
+ * docs/allocation.md "Loans"), in the Reply being built. Under the
+ * lock. */
+static void
+sync_loans(syn *y)
+{
+	const Allot__V1__Sync *req = y->req;
+	for (size_t i = 0; i < req->n_reports; i++) {
+		const Allot__V1__KeyReport *r = req->reports[i];
+		skey *key = session_key(y->s, r->key);
+		if (key != NULL && key->q >= 0 && r->denied > 0)
+			allot__loan(y->st, y->svc, y->s, key,
+			    (double) r->denied, y->now);
+	}
+}
+
 /* The sequence number of the Sync: without a gap, the agent applied our
  * previous answer, so what it holds is its grant again, and its lease
  * runs from that answer. Returns whether there was a gap. Under the
@@ -831,6 +858,9 @@ sync_ack(syn *y)
 		s->acked_reply_ns = s->last_reply_ns;
 		s->acked_replicas = s->last_replicas;
 	}
+	if (!gap)
+		for (uint32_t k = 0; k < s->nkeys; k++)
+			allot__loan_acked(y->svc, &s->keys[k]);
 	if (!gap && s->unacked) {
 		for (uint32_t k = 0; k < s->nkeys; k++) {
 			skey *key = &s->keys[k];
@@ -871,7 +901,8 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 		    st, s, pa, y->req->config_digest, y->now, &ret->config);
 	bool full = s->force_full || gap ||
 	    ++s->replies_since_full >= st->o.full_every;
-	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0) {
+	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0 ||
+	    s->loan_due) {
 		if (build_shares(
 		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
 			ret->full = full;
@@ -1010,8 +1041,10 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		y.audit = true;
 	}
 	bool gap = sync_ack(&y);
-	if (req->early)
+	if (req->early) {
 		y.early_round = allot__early_round(st, y.svc, y.now);
+		sync_loans(&y);
+	}
 	sync_reply(&y, pa, gap, ret);
 	pthread_mutex_unlock(&st->mu);
 

@@ -788,6 +788,8 @@ run_allot(engine *e)
 	o.interval_ms = e->p->interval_ms;
 	o.lease_ms = e->p->lease_ms;
 	o.expiry_intervals = e->p->expiry_intervals;
+	if (e->p->loan_frac >= 0)
+		o.policy.loan_frac = e->p->loan_frac;
 	e->now = 0;
 	int rc = sim_coord_start(
 	    &e->co, &o, e->cfg, s->config_text, s->restart);

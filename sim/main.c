@@ -60,6 +60,8 @@ usage(FILE *f)
 	    "0.5)\n"
 	    "      --loss P          probability a message is lost (default "
 	    "0)\n"
+	    "      --loan-frac F     allotd's --loan-frac (default: "
+	    "allotd's)\n"
 	    "  -j, --jobs N          runs at once (default: the CPUs, at most "
 	    "the runs);\n"
 	    "                        the output is the same for any N\n"
@@ -295,6 +297,7 @@ static const optdef optdefs[] = {
 	{ "latency-ms", '\0', ARG_DOUBLE, AT(p.latency_ms), 0, 10000 },
 	{ "jitter-ms", '\0', ARG_DOUBLE, AT(p.latency_jitter_ms), 0, 10000 },
 	{ "loss", '\0', ARG_DOUBLE, AT(p.loss), 0, 1 },
+	{ "loan-frac", '\0', ARG_DOUBLE, AT(p.loan_frac), 0, 1 },
 	{ "jobs", 'j', ARG_UINT, AT(jobs), 1, 1024 },
 	{ "json", '\0', ARG_SET, AT(json), 0, 0 },
 	{ "no-keys", '\0', ARG_CLEAR, AT(keys), 0, 0 },

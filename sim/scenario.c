@@ -47,6 +47,7 @@ sim_params_init(sim_params *p)
 	p->loss = 0;
 	p->sync_jitter = 0.1;
 	p->lease_ms = 3000;
+	p->loan_frac = -1;
 	p->expiry_intervals = 5;
 }
 

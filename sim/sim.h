@@ -71,6 +71,9 @@ typedef struct sim_params {
 	double sync_jitter; /* agents' T jitter (allot default 0.1) */
 	uint32_t lease_ms;
 	uint32_t expiry_intervals;
+	/* allotd's --loan-frac (docs/allocation.md, "Loans"); below 0:
+	 * allotd's default. */
+	double loan_frac;
 } sim_params;
 
 void sim_params_init(sim_params *p);

@@ -6,7 +6,8 @@
  * allotd is killed with SIGKILL agents keep their allowance for the lease
  * (fail-static), then apply each quota's fallback, and re-register when a
  * new allotd starts on the same database; and a replica whose key starts
- * denying asks at once (an early Sync).
+ * denying asks at once (an early Sync), and gets a loan of tokens taken
+ * from an idle replica.
  */
 #include <check.h>
 #include <math.h>
@@ -53,15 +54,23 @@ typedef struct env {
 	pid_t allotd;
 } env;
 
+/* allotd with `loan_frac` as --loan-frac (NULL: its default). */
 static void
-start_allotd(env *e)
+start_allotd_loans(env *e, const char *loan_frac)
 {
 	char http[32];
 	snprintf(http, sizeof http, "127.0.0.1:%d", e->http);
 	const char *args[] = { "--config", e->cfg, "--db", e->db, "--listen",
 		e->url, "--http", http, "--interval-ms", "50",
-		"--expiry-intervals", "4", "--lease-ms", "600", NULL };
+		"--expiry-intervals", "4", "--lease-ms", "600",
+		loan_frac != NULL ? "--loan-frac" : NULL, loan_frac, NULL };
 	e->allotd = pc_allotd_start(args, e->http, e->log);
+}
+
+static void
+start_allotd(env *e)
+{
+	start_allotd_loans(e, NULL);
 }
 
 static void
@@ -270,6 +279,99 @@ START_TEST(early_sync_when_short)
 	ck_assert_double_ge(pc_metric_get(e.http, "allotd_early_syncs_total"),
 	    (double) ss.early_syncs);
 	for (int i = 0; i < 2; i++)
+		allot_agent_destroy(as[i]);
+	env_fini(&e);
+}
+END_TEST
+
+/* The level of caller "a"'s bucket on `a`, and its burst. */
+static double
+level_of(allot_agent *a, double *ret_limit)
+{
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	*ret_limit = st.limit;
+	return (1 - st.utilization) * st.limit;
+}
+
+/* Loans (docs/allocation.md): a burst on one replica of four gets more
+ * than that replica's burst within a round trip or two of its first
+ * denial (its early Sync's Reply raises its burst and fills it), and the
+ * tokens come out of an idle replica's bucket at its next Reply; the
+ * bursts the agents hold never sum above B plus the loan budget
+ * (--loan-frac 1: R * T = 20 tokens). Without loans neither happens. */
+START_TEST(loan_moves_tokens_to_a_burst)
+{
+	env e;
+	env_init(&e);
+	start_allotd_loans(&e, "1");
+	allot_agent *as[4];
+	for (int i = 0; i < 4; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(&e, id);
+	}
+	await_rates(as, 4, 100.0, 400.0, 10000);
+	/* Past the first Syncs, which a newcomer's Welcome paces, and
+	 * long enough idle for the buckets to be full. */
+	pc_sleep_ms(500);
+	double b0;
+	level_of(as[0], &b0);
+	ck_assert_double_gt(b0, 0);
+	uint64_t t0 = pc_now_ms();
+	while (admit(as[0], "a", 50) == 50)
+		ck_assert(pc_now_ms() - t0 < 5000);
+	/* Denying now: keep asking for a few tokens, as a burst would.
+	 * Between two looks a bucket's level moves by refill (100/s, a
+	 * token in a few ms), by admissions (r0 only) and, when its burst
+	 * is cut, down to the new burst. A loan is what else moves it: r0's
+	 * level jumps up (a raised burst alone keeps the level), and an
+	 * idle replica's drops with its burst unchanged. */
+	double was[4], was_lim[4];
+	for (int i = 0; i < 4; i++)
+		was[i] = level_of(as[i], &was_lim[i]);
+	uint64_t lent_ms = 0, debited_ms = 0;
+	double most_up = 0, most_down = 0;
+	t0 = pc_now_ms();
+	uint64_t prev = t0;
+	while (pc_now_ms() - t0 < 400 && (lent_ms == 0 || debited_ms == 0)) {
+		double lim, sum = 0;
+		uint64_t now = pc_now_ms();
+		double refill = 100.0 * (double) (now - prev + 1) / 1e3;
+		prev = now;
+		double l = level_of(as[0], &lim);
+		most_up = fmax(most_up, l - was[0] - refill);
+		if (l - was[0] - refill > 5 && lent_ms == 0)
+			lent_ms = now - t0;
+		sum += lim;
+		for (int i = 1; i < 4; i++) {
+			l = level_of(as[i], &lim);
+			if (lim >= was_lim[i] - 1e-9) {
+				most_down = fmax(most_down, was[i] - l);
+				if (was[i] - l > 5 && debited_ms == 0)
+					debited_ms = now - t0;
+			}
+			was[i] = l;
+			was_lim[i] = lim;
+			sum += lim;
+		}
+		ck_assert_msg(sum <= 800 + 20 + 1e-6,
+		    "agents hold bursts of %.1f, above B + the loan budget",
+		    sum);
+		admit(as[0], "a", 5);
+		was[0] = level_of(as[0], &was_lim[0]);
+		pc_sleep_ms(1);
+	}
+	ck_assert_msg(lent_ms > 0 && lent_ms < 150,
+	    "no loan within 150 ms (3 T) of the first denial: r0's level "
+	    "rose at most %.1f tokens beyond its refill",
+	    most_up);
+	ck_assert_msg(debited_ms > 0,
+	    "no idle replica was debited: a level fell at most %.1f tokens",
+	    most_down);
+	for (int i = 0; i < 4; i++)
 		allot_agent_destroy(as[i]);
 	env_fini(&e);
 }
@@ -556,6 +658,7 @@ sync_suite(void)
 	tcase_add_test(tc, shares_follow_replica_count);
 	tcase_add_test(tc, coordinator_killed_and_restarted);
 	tcase_add_test(tc, early_sync_when_short);
+	tcase_add_test(tc, loan_moves_tokens_to_a_burst);
 	tcase_add_test(tc, config_with_wrong_digest_refused);
 	tcase_add_test(tc, config_that_does_not_load_refused);
 	suite_add_tcase(s, tc);
