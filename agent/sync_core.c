@@ -321,10 +321,14 @@ static void
 move_tokens(syncc *s, uint32_t key, double prefill, double debit, uint64_t now)
 {
 	allot__bucket *b = &s->a->quotas[key].bucket;
-	if (prefill >= 1)
+	if (prefill >= 1) {
 		allot__bucket_adjust(b, -(int64_t) prefill, now);
-	if (debit >= 1)
+		atomic_fetch_add(&s->loan_tokens, (uint64_t) prefill);
+	}
+	if (debit >= 1) {
 		allot__bucket_adjust(b, (int64_t) debit, now);
+		atomic_fetch_add(&s->debit_tokens, (uint64_t) debit);
+	}
 }
 
 static int
@@ -1005,6 +1009,8 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->not_leader = atomic_load(&s->not_leader_n);
 	ret->stale_epoch = atomic_load(&s->stale_epoch_n);
 	ret->leader_epoch = atomic_load(&s->epoch_pub);
+	ret->loan_tokens = atomic_load(&s->loan_tokens);
+	ret->debit_tokens = atomic_load(&s->debit_tokens);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :

@@ -114,6 +114,8 @@ typedef struct allot__syncc {
 	_Atomic uint64_t unreported_tokens;
 	_Atomic uint64_t throttled_n; /* RATE_LIMITED answers */
 	_Atomic uint64_t early_syncs; /* Syncs sent early, short */
+	_Atomic uint64_t loan_tokens; /* lent to this agent (prefill) */
+	_Atomic uint64_t debit_tokens; /* taken back from it (debit) */
 	_Atomic uint64_t enforced; /* digest of the config in force */
 	_Atomic uint64_t config_installs; /* configs installed from replies */
 	_Atomic uint64_t config_rejects; /* refused (digest, parse, install) */

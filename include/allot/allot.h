@@ -432,6 +432,13 @@ typedef struct allot_sync_stats {
 	                           deposed leader) */
 	uint64_t leader_epoch; /**< the highest leader epoch seen (0: a
 	                            single allotd) */
+	uint64_t loan_tokens; /**< tokens the coordinator lent this agent
+	                           at once when a key started denying
+	                           (Share.prefill, docs/allocation.md
+	                           "Loans") */
+	uint64_t debit_tokens; /**< tokens taken back from this agent's
+	                            idle buckets for other replicas' loans
+	                            (Share.debit) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
