@@ -64,6 +64,8 @@ typedef struct allot__metrics {
 	_Atomic uint64_t syncs;
 	_Atomic uint64_t early_syncs; /* Syncs flagged early (short) */
 	_Atomic uint64_t early_rounds; /* allocation rounds they ran */
+	_Atomic uint64_t loans; /* loans made to denying keys */
+	_Atomic uint64_t loan_tokens; /* tokens those loans moved */
 	_Atomic uint64_t config_pushes; /* config texts sent to agents */
 	_Atomic uint64_t leaves;
 	_Atomic uint64_t key_reports; /* accepted key reports */

@@ -543,6 +543,8 @@ typedef struct syn {
 	bool audit; /* write its event row (st->clip_event_ns) */
 	bool forced; /* some key reported an allowance from elsewhere */
 	bool early_round; /* an early Sync ran the allocation round */
+	uint32_t loans; /* loans made to this Sync's keys */
+	double lent; /* tokens they lent */
 	uint32_t added; /* add_keys appended, of them with a quota */
 	uint32_t added_known;
 	push push; /* the config text in the Reply */
@@ -839,9 +841,14 @@ sync_loans(syn *y)
 	for (size_t i = 0; i < req->n_reports; i++) {
 		const Allot__V1__KeyReport *r = req->reports[i];
 		skey *key = session_key(y->s, r->key);
-		if (key != NULL && key->q >= 0 && r->denied > 0)
-			allot__loan(y->st, y->svc, y->s, key,
-			    (double) r->denied, y->now);
+		if (key == NULL || key->q < 0 || r->denied == 0)
+			continue;
+		double lent = allot__loan(
+		    y->st, y->svc, y->s, key, (double) r->denied, y->now);
+		if (lent > 0) {
+			y->loans++;
+			y->lent += lent;
+		}
 	}
 }
 
@@ -964,6 +971,8 @@ sync_report(const syn *y)
 			allot__metrics_add(&m->early_syncs, 1);
 		if (y->early_round)
 			allot__metrics_add(&m->early_rounds, 1);
+		allot__metrics_add(&m->loans, y->loans);
+		allot__metrics_add(&m->loan_tokens, (uint64_t) y->lent);
 		allot__metrics_add(
 		    &m->key_reports, req->n_reports - unknown - absurd);
 	}

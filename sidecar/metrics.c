@@ -109,10 +109,15 @@ sync_state(FILE *f, allot_agent *agent)
 	    "# TYPE allot_agentd_fallback_enters_total counter\n"
 	    "allot_agentd_fallback_enters_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_early_syncs_total counter\n"
-	    "allot_agentd_early_syncs_total %" PRIu64 "\n",
+	    "allot_agentd_early_syncs_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_loan_tokens_total counter\n"
+	    "allot_agentd_loan_tokens_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_debit_tokens_total counter\n"
+	    "allot_agentd_debit_tokens_total %" PRIu64 "\n",
 	    s.enabled, s.connected, s.in_fallback,
 	    (double) s.lease_remaining_ms / 1000.0, s.replicas, s.syncs_ok,
-	    s.syncs_failed, s.fallback_enters, s.early_syncs);
+	    s.syncs_failed, s.fallback_enters, s.early_syncs, s.loan_tokens,
+	    s.debit_tokens);
 	/* The coordinator cluster as this agent sees it, and the config
 	 * plane (docs/operations.md "Cluster", docs/protocol.md). */
 	fprintf(f,
