@@ -632,3 +632,33 @@ pc_member_is_voter(const char *admin, uint64_t id)
 	free(s);
 	return yes;
 }
+
+static bool
+serving(int http_port)
+{
+	int st = 0;
+	char *body = pc_http_get(http_port, "/status", &st);
+	bool yes = body != NULL && st == 200 &&
+	    strstr(body, "\"serving\":true") != NULL;
+	free(body);
+	return yes;
+}
+
+int
+pc_wait_serving(const int *http, const bool *up, size_t n, int timeout_ms)
+{
+	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
+	do {
+		int who = -1, count = 0;
+		for (size_t i = 0; i < n; i++)
+			if (up[i] && serving(http[i])) {
+				who = (int) i;
+				count++;
+			}
+		ck_assert_int_le(count, 1);
+		if (who >= 0)
+			return who;
+		pc_sleep_ms(10);
+	} while (pc_now_ms() < until);
+	return -1;
+}

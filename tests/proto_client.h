@@ -140,6 +140,11 @@ char *pc_read_file(const char *path);
 /* Run a shell command and capture its trimmed stdout (NULL on failure). */
 char *pc_shell(const char *cmd);
 
+/* The one cluster member, of the `n` whose HTTP ports are `http` and
+ * that are up (`up[i]`), whose /status says it serves, waiting up to
+ * `timeout_ms`; -1 when none. Fails the test when two serve at once. */
+int pc_wait_serving(const int *http, const bool *up, size_t n, int timeout_ms);
+
 /* `allotctl member ARGS` on a member's admin socket: its exit status
  * (-1: it could not run). */
 int pc_ctl_member(const char *admin, const char *args);

@@ -131,35 +131,17 @@ member_start(int i)
 	m->up = true;
 }
 
-static bool
-serving(const member *m)
-{
-	int st = 0;
-	char *body = pc_http_get(m->http, "/status", &st);
-	bool yes = body != NULL && st == 200 &&
-	    strstr(body, "\"serving\":true") != NULL;
-	free(body);
-	return yes;
-}
-
 /* The one serving member among those up, within `timeout_ms`; -1: none. */
 static int
 wait_leader(int timeout_ms)
 {
-	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
-	do {
-		int who = -1, count = 0;
-		for (int i = 0; i < MAXM; i++)
-			if (ms[i].up && serving(&ms[i])) {
-				who = i;
-				count++;
-			}
-		ck_assert_int_le(count, 1);
-		if (who >= 0)
-			return who;
-		pc_sleep_ms(10);
-	} while (pc_now_ms() < until);
-	return -1;
+	int http[MAXM];
+	bool up[MAXM];
+	for (int i = 0; i < MAXM; i++) {
+		http[i] = ms[i].http;
+		up[i] = ms[i].up;
+	}
+	return pc_wait_serving(http, up, MAXM, timeout_ms);
 }
 
 /* ---- agents under load ---- */

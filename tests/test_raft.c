@@ -187,15 +187,6 @@ status(const member *m)
 	return body;
 }
 
-static bool
-serving(const member *m)
-{
-	char *s = status(m);
-	bool yes = strstr(s, "\"serving\":true") != NULL;
-	free(s);
-	return yes;
-}
-
 static uint64_t
 status_num(const member *m, const char *key)
 {
@@ -214,20 +205,13 @@ status_num(const member *m, const char *key)
 static int
 wait_leader(const cluster *c, int timeout_ms)
 {
-	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
-	do {
-		int who = -1, count = 0;
-		for (int i = 0; i < c->n; i++)
-			if (c->m[i].up && serving(&c->m[i])) {
-				who = i;
-				count++;
-			}
-		ck_assert_int_le(count, 1);
-		if (who >= 0)
-			return who;
-		pc_sleep_ms(10);
-	} while (pc_now_ms() < until);
-	return -1;
+	int http[MAXM];
+	bool up[MAXM];
+	for (int i = 0; i < c->n; i++) {
+		http[i] = c->m[i].http;
+		up[i] = c->m[i].up;
+	}
+	return pc_wait_serving(http, up, (size_t) c->n, timeout_ms);
 }
 
 static const char *const KEYS[] = { "c1" };
