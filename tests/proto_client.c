@@ -662,3 +662,27 @@ pc_wait_serving(const int *http, const bool *up, size_t n, int timeout_ms)
 	} while (pc_now_ms() < until);
 	return -1;
 }
+
+void
+pc_log_ids_record(void *ctx, int level, const char *id, const char *msg)
+{
+	(void) level;
+	(void) msg;
+	pc_log_ids *s = ctx;
+	pthread_mutex_lock(&s->mu);
+	size_t n = strlen(s->ids);
+	if (n + strlen(id) + 2 < sizeof s->ids)
+		snprintf(s->ids + n, sizeof s->ids - n, "%s ", id);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int
+pc_log_ids_count(pc_log_ids *s, const char *id)
+{
+	int n = 0;
+	pthread_mutex_lock(&s->mu);
+	for (const char *p = s->ids; (p = strstr(p, id)) != NULL; p++)
+		n++;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}

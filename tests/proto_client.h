@@ -9,6 +9,7 @@
 #ifndef ALLOT_TESTS_PROTO_CLIENT_H
 #define ALLOT_TESTS_PROTO_CLIENT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,21 @@ char *pc_shell(const char *cmd);
  * that are up (`up[i]`), whose /status says it serves, waiting up to
  * `timeout_ms`; -1 when none. Fails the test when two serve at once. */
 int pc_wait_serving(const int *http, const bool *up, size_t n, int timeout_ms);
+
+/* The log ids a liballot agent logged: give pc_log_ids_record as its
+ * options' `log` and a pc_log_ids (PC_LOG_IDS_INIT) as `log_ctx`. */
+typedef struct pc_log_ids {
+	pthread_mutex_t mu;
+	char ids[8192]; /* "ID ID ..." in order, as many as fit */
+} pc_log_ids;
+#define PC_LOG_IDS_INIT                         \
+	{                                       \
+		.mu = PTHREAD_MUTEX_INITIALIZER \
+	}
+
+void pc_log_ids_record(void *ctx, int level, const char *id, const char *msg);
+/* How many times `id` was logged. */
+int pc_log_ids_count(pc_log_ids *s, const char *id);
 
 /* `allotctl member ARGS` on a member's admin socket: its exit status
  * (-1: it could not run). */

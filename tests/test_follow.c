@@ -222,36 +222,7 @@ follow(int i, int leader)
 	    &ms[i].role, leader < 0 ? NOT_LEADER_NONE : NOT_LEADER_NAMING);
 }
 
-typedef struct seen_ids {
-	pthread_mutex_t mu;
-	char ids[8192];
-} seen_ids;
-
-static seen_ids ids = { .mu = PTHREAD_MUTEX_INITIALIZER };
-
-static void
-record_id(void *ctx, int level, const char *id, const char *msg)
-{
-	(void) level;
-	(void) msg;
-	seen_ids *s = ctx;
-	pthread_mutex_lock(&s->mu);
-	size_t n = strlen(s->ids);
-	if (n + strlen(id) + 2 < sizeof s->ids)
-		snprintf(s->ids + n, sizeof s->ids - n, "%s ", id);
-	pthread_mutex_unlock(&s->mu);
-}
-
-static int
-count_id(const char *id)
-{
-	int n = 0;
-	pthread_mutex_lock(&ids.mu);
-	for (const char *p = ids.ids; (p = strstr(p, id)) != NULL; p++)
-		n++;
-	pthread_mutex_unlock(&ids.mu);
-	return n;
-}
+static pc_log_ids ids = PC_LOG_IDS_INIT;
 
 static allot_agent *
 agent_on(const char *seeds)
@@ -268,7 +239,7 @@ agent_on(const char *seeds)
 	o.sync_interval_ms = 50;
 	o.reconnect_min_ms = 20;
 	o.reconnect_max_ms = 200;
-	o.log = record_id;
+	o.log = pc_log_ids_record;
 	o.log_ctx = &ids;
 	memset(ids.ids, 0, sizeof ids.ids);
 	allot_agent *a;
@@ -326,7 +297,7 @@ START_TEST(follows_the_leader)
 	ck_assert_uint_ge(ss.not_leader, 1);
 	ck_assert_uint_eq(ss.leader_switches, 1);
 	ck_assert_uint_eq(ss.leader_epoch, 5);
-	ck_assert_int_eq(count_id("ALLOT-SYNC-LEADER"), 1);
+	ck_assert_int_eq(pc_log_ids_count(&ids, "ALLOT-SYNC-LEADER"), 1);
 	ck_assert_int_eq(atomic_load(&ms[2].registers), 0);
 
 	/* m2 steps down and names no one (an election); m3 wins. The
@@ -388,7 +359,7 @@ START_TEST(lower_epoch_dropped)
 	}
 	ck_assert_int_ge(atomic_load(&ms[0].registers), 1);
 	ck_assert_uint_eq(ss.leader_epoch, 8);
-	ck_assert_int_ge(count_id("ALLOT-SYNC-STALE-EPOCH"), 1);
+	ck_assert_int_ge(pc_log_ids_count(&ids, "ALLOT-SYNC-STALE-EPOCH"), 1);
 	/* m2 leads again: the agent settles there, 555 never installed. */
 	lead(1, 8, 130);
 	const double r2[] = { 120, 130 };

@@ -594,34 +594,6 @@ liar_stop(liar *l)
 	nng_close(l->sock);
 }
 
-/* Log ids seen by an agent. */
-typedef struct seen_ids {
-	pthread_mutex_t mu;
-	char ids[2048];
-} seen_ids;
-
-static void
-record_id(void *ctx, int level, const char *id, const char *msg)
-{
-	(void) level;
-	(void) msg;
-	seen_ids *s = ctx;
-	pthread_mutex_lock(&s->mu);
-	size_t n = strlen(s->ids);
-	if (n + strlen(id) + 2 < sizeof s->ids)
-		snprintf(s->ids + n, sizeof s->ids - n, "%s ", id);
-	pthread_mutex_unlock(&s->mu);
-}
-
-static bool
-has_id(seen_ids *s, const char *id)
-{
-	pthread_mutex_lock(&s->mu);
-	bool r = strstr(s->ids, id) != NULL;
-	pthread_mutex_unlock(&s->mu);
-	return r;
-}
-
 /* A config refused (`log_id`): counted, the agent's own config stays,
  * and the Syncs that follow announce digest 0, so the coordinator does
  * not send it again on every exchange. */
@@ -630,7 +602,7 @@ refused_config(const char *text, uint64_t announce, const char *log_id)
 {
 	liar l;
 	liar_start(&l, text, announce);
-	seen_ids ids = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	pc_log_ids ids = PC_LOG_IDS_INIT;
 	char err[256];
 	allot_config *cfg;
 	ck_assert_int_eq(
@@ -641,7 +613,7 @@ refused_config(const char *text, uint64_t announce, const char *log_id)
 	o.coordinator = l.url;
 	o.service = "svc";
 	o.sync_interval_ms = 50;
-	o.log = record_id;
+	o.log = pc_log_ids_record;
 	o.log_ctx = &ids;
 	allot_agent *a;
 	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
@@ -656,7 +628,8 @@ refused_config(const char *text, uint64_t announce, const char *log_id)
 	allot_agent_destroy(a);
 	liar_stop(&l);
 	ck_assert_int_ge(atomic_load(&l.syncs), 10);
-	ck_assert_msg(has_id(&ids, log_id), "no %s in %s", log_id, ids.ids);
+	ck_assert_msg(pc_log_ids_count(&ids, log_id) > 0, "no %s in %s",
+	    log_id, ids.ids);
 	ck_assert_uint_eq(st.config_rejects, 1);
 	ck_assert_uint_eq(st.config_installs, 0);
 	ck_assert_uint_eq(st.enforced_digest, st0.enforced_digest);
