@@ -468,10 +468,9 @@ allot__loan(allot__state *st, service *svc, session *s, skey *key,
 }
 
 bool
-allot__loan_end(service *svc, skey *key, uint64_t now)
+allot__loan_end(skey *key, uint64_t now)
 {
-	if (!(key->loan_burst > 0) || key->q < 0 ||
-	    (now != 0 && now < key->loan_until_ns))
+	if (!(key->loan_burst > 0) || key->q < 0 || now < key->loan_until_ns)
 		return false;
 	/* The budget is lent again once the agent acknowledges. */
 	key->loan_burst = 0;

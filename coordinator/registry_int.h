@@ -511,9 +511,9 @@ bool allot__early_round(allot__state *st, service *svc, uint64_t now);
  * returns what was lent. Under the lock. */
 double allot__loan(allot__state *st, service *svc, session *s, skey *key,
     double denied, uint64_t now);
-/* End the loan of `key` once it has run its time (or `now` is 0: at
- * once); returns whether its share changed. Under the lock. */
-bool allot__loan_end(service *svc, skey *key, uint64_t now);
+/* End the loan of `key` once it has run its time; returns whether its
+ * share changed. Under the lock. */
+bool allot__loan_end(skey *key, uint64_t now);
 /* The agent acknowledged the Reply that ended the loan of `key`: the
  * budget is lent again. Under the lock. */
 void allot__loan_acked(service *svc, skey *key);

@@ -114,7 +114,7 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 			continue;
 		/* A loan that has run its time: the burst goes back to the
 		 * grant (the agent caps its level there). */
-		if (allot__loan_end(s->svc, key, now))
+		if (allot__loan_end(key, now))
 			key->force_share = true;
 		if (key->loan_burst > 0)
 			s->loan_due = true; /* its end is due */
