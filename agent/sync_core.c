@@ -145,6 +145,9 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 	s->nwire = n;
 	s->adding = 0;
 	reg.sync_interval_ms = a->opts.sync_interval_ms;
+	/* The deployment's size, for a service the coordinator has not
+	 * seen yet: its first Welcomes are sized for all of them. */
+	reg.expected_replicas = a->opts.initial_replicas;
 	if (s->signer != NULL && allot__signer_sign(s->signer, &reg) != 0) {
 		free(keys);
 		return ALLOT_EIO;

@@ -44,6 +44,51 @@ allot__rebuild_granted(allot__state *st, service *svc)
 	}
 }
 
+/* ---- start-up (docs/allocation.md, "Start-up") ----
+ *
+ * A deployment's replicas start within moments of each other. Without a
+ * hint the first to register is alone and is granted all of R, and the
+ * next ones get nothing until it has given its part back at its next
+ * Sync: up to an interval and a half in which traffic reaching them is
+ * refused. With the replica count N the agents announce
+ * (Register.expected_replicas, their initial_replicas), the first n
+ * replicas are allotted n / N of every quota while the others are on
+ * their way, so the headroom keeps their parts and each newcomer's
+ * Welcome carries its own at once. The period ends when N are live or
+ * after ALLOT__STATE_FORM_MS, whichever comes first: a hint too large
+ * (or a hostile one, capped at max_replicas_per_service) costs at most
+ * that long at a service's birth. Grants only ever shrink by it, so the
+ * bound is unchanged. */
+
+bool
+allot__forming_start(
+    allot__state *st, service *svc, uint32_t expected, uint64_t now)
+{
+	/* Only a service nobody runs on: not one with expired replicas
+	 * still held, placeholders of a restart, or the replicas of a
+	 * leader that took over (they hold its grants: learn_expect). */
+	if (svc->nsess != 0 || svc->nzs != 0 || svc->learn_expect != 0 ||
+	    expected < 2)
+		return false;
+	uint32_t cap = st->o.max_replicas_per_service;
+	svc->form_expect = cap > 0 && expected > cap ? cap : expected;
+	svc->form_until_ns = now + (uint64_t) ALLOT__STATE_FORM_MS * 1000000u;
+	return true;
+}
+
+double
+allot__forming(service *svc, uint64_t now)
+{
+	if (svc->form_expect == 0)
+		return 1.0;
+	if (svc->nsess >= svc->form_expect || now >= svc->form_until_ns) {
+		svc->form_expect = 0;
+		svc->dirty = true;
+		return 1.0;
+	}
+	return (double) svc->nsess / (double) svc->form_expect;
+}
+
 /* The allocator's input per quota of `svc` (st->aq), the global buckets
  * brought up to `now`. False when out of memory. */
 static bool
@@ -54,11 +99,12 @@ alloc_quotas(allot__state *st, service *svc, uint64_t now)
 	if (!allot__grow((void **) &st->aq, &st->aq_cap, nq, sizeof *st->aq))
 		return false;
 	allot__alloc_quota *aq = st->aq;
+	double part = allot__forming(svc, now);
 	for (size_t q = 0; q < nq; q++) {
 		allot__level_bring(&svc->q[q], v->rate[q], v->burst[q], now);
 		aq[q] = (allot__alloc_quota) {
-			.rate = v->rate[q],
-			.burst = v->burst[q],
+			.rate = v->rate[q] * part,
+			.burst = v->burst[q] * part,
 			.priority = v->q[q]->priority,
 			.min_burst = (double) v->cfg->max_weight,
 		};

@@ -292,6 +292,13 @@ typedef struct service {
 	uint64_t gen; /* bumped when any share changes */
 	bool dirty; /* replica set or config changed */
 	uint32_t learn_expect; /* replicas to hear before learning ends */
+	/* Start-up (allot__forming()): a service created by a Register
+	 * that named its deployment's replica count N (form_expect) is
+	 * allotted n / N of every quota while n < N replicas are live,
+	 * until form_until_ns; the rest waits in the headroom for the
+	 * Welcomes of the replicas still to come. 0: not forming. */
+	uint32_t form_expect;
+	uint64_t form_until_ns;
 	bool rec_pending; /* some key has rec_pending */
 	uint64_t last_alloc_ns;
 	uint64_t empty_ns; /* when it was first seen empty; 0: not */
@@ -521,6 +528,15 @@ void allot__loan_acked(service *svc, skey *key);
 void allot__loan_sent(service *svc, skey *key);
 bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
     bool hold, bool *ret_short);
+/* A Register that creates `svc` and names `expected` replicas starts its
+ * forming period; false when it does not (docs/allocation.md,
+ * "Start-up"). Under the lock. */
+bool allot__forming_start(
+    allot__state *st, service *svc, uint32_t expected, uint64_t now);
+/* The part of every quota the live replicas of `svc` are allotted: n / N
+ * while it forms, 1 after; ends the period (svc->dirty) once N are live
+ * or its time is up. Under the lock. */
+double allot__forming(service *svc, uint64_t now);
 void allot__record_shares(allot__state *st, service *svc);
 void allot__carry_allowances(allot__state *st, service *svc, session *s,
     const session *old, uint64_t now);

@@ -155,6 +155,7 @@ typedef struct reg {
 	service *svc;
 	session *old; /* the session it replaces, or NULL */
 	bool returning; /* replaces a session, or expired not long ago */
+	bool forming; /* its service waits for it (allot__forming()) */
 	uint32_t *unknown; /* key ids without a quota */
 	size_t nunknown;
 	int32_t *q; /* per key id its quota index, or -1 */
@@ -299,6 +300,11 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	allot__state *st = r->st;
 	service *svc = r->svc;
 	session *s = r->s;
+	/* A newcomer its service's start-up waits for takes its part at
+	 * its Welcome (grants.c, "start-up"). */
+	r->forming = allot__forming_start(
+	                 st, svc, r->req->expected_replicas, now) ||
+	    allot__forming(svc, now) < 1.0;
 	allot__carry_allowances(st, svc, s, r->old, now);
 	if (r->old != NULL) {
 		allot__est_inherit(s, r->old);
@@ -375,8 +381,10 @@ reg_welcome(
 	 * which it would only give back at its next Sync while the later
 	 * ones wait for it: the wave settles in one round, not two. A
 	 * replica coming back (replacing its session, or after it expired)
-	 * is no newcomer: it gets what the headroom has at once. */
-	for (uint32_t i = 0; i < svc->nsess && !st->hold && !r->returning; i++)
+	 * is no newcomer: it gets what the headroom has at once, and
+	 * neither is one a forming service kept its part for. */
+	for (uint32_t i = 0;
+	     i < svc->nsess && !st->hold && !r->returning && !r->forming; i++)
 		st->hold = svc->sess[i] != s && !svc->sess[i]->placeholder;
 	bool built = build_shares(
 	    st, s, pa, true, &ret->shares, &ret->n_shares);

@@ -108,6 +108,7 @@ allot__state_tick(allot__state *st)
 		}
 		allot__reserve_expired(st, svc, now);
 		allot__learned(st, svc, now);
+		allot__forming(svc, now);
 		/* The demand-aware allocator follows demand every interval;
 		 * the static split only changes with the replica set. */
 		if (svc->dirty || st->o.policy.kind != ALLOT__ALLOC_STATIC)

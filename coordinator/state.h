@@ -45,6 +45,10 @@ typedef struct allot__state allot__state;
  * this long, so that Register+Leave pairs do not fill the table. */
 #define ALLOT__STATE_SERVICE_IDLE_MS 60000u
 #define ALLOT__STATE_FULL_EVERY 10u
+/* How long a new service waits for the replicas its first Register
+ * announced (Register.expected_replicas) before its live replicas are
+ * allotted all of every quota (docs/allocation.md, "Start-up"). */
+#define ALLOT__STATE_FORM_MS 2000u
 #define ALLOT__STATE_ABSURD_FACTOR 4.0
 /* Denials and demand may legitimately exceed the quota (a caller
  * flooding), so their bound is this many times wider than consumption's. */

@@ -138,6 +138,9 @@ usage(FILE *f)
 	    "--service NAME       service name (default example)\n"
 	    "--replica-id ID      default <hostname>-<pid>\n"
 	    "--sync-interval-ms N sync interval T (default 100)\n"
+	    "--initial-replicas N replicas the deployment starts with\n"
+	    "                     (default 1): the split before the first\n"
+	    "                     Welcome, and a new service's first shares\n"
 	    "--export-ms MS       simulated work per exported row\n"
 	    "                     (default 1, fractions allowed)\n"
 	    "--export-max-rows N  largest ?rows= (default 10000)\n"
@@ -224,6 +227,7 @@ static const struct optdef optdefs[] = {
 	{ "service", OK_STR, AT(service), 0, 0 },
 	{ "replica-id", OK_STR, AT(replica_id), 0, 0 },
 	{ "sync-interval-ms", OK_U32, AT(sync_interval_ms), 1, 3600000 },
+	{ "initial-replicas", OK_U32, AT(initial_replicas), 1, 1000000 },
 	{ "export-ms", OK_MS, AT(export_ms), 0, 0 },
 	{ "export-max-rows", OK_U32, AT(export_max_rows), 1, 1000000 },
 	{ "rows-per-token", OK_U32, AT(rows_per_token), 1, 1000000 },
@@ -285,6 +289,7 @@ set_defaults(struct svc_options *o)
 	o->listen = "127.0.0.1:8443";
 	o->service = "example";
 	o->sync_interval_ms = 100;
+	o->initial_replicas = 1;
 	o->export_ms = 1.0;
 	o->export_max_rows = 10000;
 	o->rows_per_token = 50;
@@ -474,6 +479,7 @@ start_agent(struct svc *s, char *replica, size_t replica_len)
 	ao.service = s->o.service;
 	ao.replica_id = s->o.replica_id;
 	ao.sync_interval_ms = s->o.sync_interval_ms;
+	ao.initial_replicas = s->o.initial_replicas;
 	rc = allot_agent_create(s->cfg, &ao, &s->agent);
 	if (rc != ALLOT_OK)
 		die("agent: %s", allot_strerror(rc));

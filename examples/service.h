@@ -40,6 +40,7 @@ struct svc_options {
 	const char *service;
 	const char *replica_id;
 	uint32_t sync_interval_ms;
+	uint32_t initial_replicas;
 	bool plain_http;
 	bool insecure_identity_header;
 	double export_ms; /* simulated work per exported row */

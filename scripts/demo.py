@@ -333,6 +333,9 @@ class Demo:
             "--coordinator", self.coordinators,
             "--service", "orders", "--replica-id", name,
             "--sync-interval-ms", str(INTERVAL_MS),
+            # The deployment starts with four: each one's first Welcome
+            # carries its quarter (docs/allocation.md, "Start-up").
+            "--initial-replicas", "4",
             "--export-ms", "0.005"], wait_for="listening on")
         self.replicas[name] = (port, p)
         self.write_targets()
@@ -700,6 +703,9 @@ class Demo:
                           for j in (i - 2, i - 1, i + 1))]
             s_adm = sum(r["admitted"] for r in steady)
             s_den = sum(r["denied"] for r in steady)
+            # Start-up: the first two seconds with usage rows, while the
+            # four replicas register and take their first shares.
+            u_den = sum(r["denied"] for r in rows[:2])
             print("%-10s %9d %9d %9d %9d %12d %10.2f" % (
                 name, rate, req, adm, den, worst_s, over))
             result["callers"][name] = {
@@ -711,6 +717,8 @@ class Demo:
                 "steady_seconds": len(steady),
                 "steady_admitted_tokens": s_adm,
                 "steady_denied_tokens": s_den,
+                "startup_seconds": len(rows[:2]),
+                "startup_denied_tokens": u_den,
                 "loadgen": tot}
         if self.applied_at is not None:
             # The backfill after the change: whole seconds that start

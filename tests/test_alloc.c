@@ -571,8 +571,10 @@ take_shares(rep *r, Allot__V1__Share **sh, size_t n)
 	}
 }
 
+/* Register `id`, announcing a deployment of `expected` replicas (0: no
+ * hint), and take its Welcome's shares. */
 static void
-reg(allot__state *st, rep *r, const char *id)
+reg_n(allot__state *st, rep *r, const char *id, uint32_t expected)
 {
 	static char *keys[] = { "default", "a" };
 	Allot__V1__Register rq = ALLOT__V1__REGISTER__INIT;
@@ -581,6 +583,7 @@ reg(allot__state *st, rep *r, const char *id)
 	rq.n_keys = 2;
 	rq.keys = keys;
 	rq.sync_interval_ms = 100;
+	rq.expected_replicas = expected;
 	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
 	arena a = { .n = 0 };
 	ProtobufCAllocator pa = { a_alloc, a_free, &a };
@@ -591,6 +594,12 @@ reg(allot__state *st, rep *r, const char *id)
 	r->session = w.session;
 	take_shares(r, w.shares, w.n_shares);
 	a_reset(&a);
+}
+
+static void
+reg(allot__state *st, rep *r, const char *id)
+{
+	reg_n(st, r, id, 0);
 }
 
 /* One Sync of `r` reporting `tokens` of demand on key "a" over 100 ms:
@@ -676,6 +685,70 @@ START_TEST(state_follows_demand)
 	/* The global level was drained by 70 per 100 ms against a refill
 	 * of 100: it stays near full, so bursts are not cut. */
 	ck_assert(q.burst_budget > 900);
+	allot__state_destroy(st);
+}
+END_TEST
+
+/* Start-up (docs/allocation.md): replicas that announce a deployment of
+ * four each get a quarter in their own Welcome, the grants never summing
+ * above R; without the hint the first takes all of R and the others'
+ * Welcomes carry nothing. A wave that stays short of the hint gets all
+ * of R once ALLOT__STATE_FORM_MS has passed, and a hint on a service
+ * that already runs changes nothing. */
+START_TEST(state_forming_welcome)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[4];
+	for (int i = 0; i < 4; i++) {
+		char id[8];
+		snprintf(id, sizeof id, "r%d", i);
+		reg_n(st, &r[i], id, 4);
+		vclock += 5000000ull;
+		ck_assert_double_eq_tol(r[i].rate, 250, 1e-6);
+		ck_assert_double_eq_tol(r[i].burst, 250, 1e-6);
+		ck_assert(quota_a(st).granted_rate <= 1000 * (1 + 1e-12));
+	}
+	allot__state_destroy(st);
+
+	/* No hint: the second one waits for the first to give back. */
+	st = mkstate();
+	reg(st, &r[0], "r0");
+	reg(st, &r[1], "r1");
+	ck_assert_double_eq_tol(r[0].rate, 1000, 1e-6);
+	ck_assert_double_eq_tol(r[1].rate, 0, 1e-6);
+	allot__state_destroy(st);
+
+	/* Two of four come: half of R until the period ends, then all. */
+	st = mkstate();
+	reg_n(st, &r[0], "r0", 4);
+	reg_n(st, &r[1], "r1", 4);
+	ck_assert_double_eq_tol(r[1].rate, 250, 1e-6);
+	for (int i = 0; i < 5; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+		sync1(st, &r[1], 0, false);
+	}
+	ck_assert_double_eq_tol(quota_a(st).granted_rate, 500, 1e-6);
+	vclock += (uint64_t) ALLOT__STATE_FORM_MS * 1000000u;
+	for (int i = 0; i < 3; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		sync1(st, &r[0], 0, false);
+		sync1(st, &r[1], 0, false);
+	}
+	ck_assert_double_eq_tol(r[0].rate, 500, 1e-6);
+	ck_assert_double_eq_tol(r[1].rate, 500, 1e-6);
+	/* The service runs: a late hint holds nothing back. */
+	reg_n(st, &r[2], "r2", 8);
+	for (int i = 0; i < 3; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		for (int j = 0; j < 3; j++)
+			sync1(st, &r[j], 0, false);
+	}
+	ck_assert_double_eq_tol(quota_a(st).granted_rate, 1000, 1e-6 * 1000);
 	allot__state_destroy(st);
 }
 END_TEST
@@ -807,6 +880,7 @@ alloc_suite(void)
 	suite_add_tcase(s, tc);
 	TCase *ts = tcase_create("registry");
 	tcase_add_test(ts, state_follows_demand);
+	tcase_add_test(ts, state_forming_welcome);
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);
 	suite_add_tcase(s, ts);
