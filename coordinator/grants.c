@@ -173,12 +173,20 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		double dv = fresh ? 0 : allot__est_var(s, key);
 		svc->q[q].demand_sum += d;
 		uint64_t onset = svc->q[q].onset_ns;
+		/* A key adopted from the leader before us keeps that target
+		 * while we learn (ownership.c): our estimates of it are a
+		 * report or two old, and noisy. */
+		bool adopted = st->cl_n > 0 &&
+		    now < svc->q[q].learn_until_ns && key->targeted &&
+		    !isnan(key->grant_rate);
 		*sl = (allot__alloc_slot) {
 			.served = key->est_ns != 0,
-			.stale = !fresh && key->targeted && episode > 0 &&
-			    onset != 0 && s->last_sync_ns < onset &&
-			    since(now, s->last_sync_ns) <= episode * 3 / 4 &&
-			    since(now, onset) <= episode,
+			.stale = adopted ||
+			    (!fresh && key->targeted && episode > 0 &&
+			        onset != 0 && s->last_sync_ns < onset &&
+			        since(now, s->last_sync_ns) <=
+			            episode * 3 / 4 &&
+			        since(now, onset) <= episode),
 			.replica = i,
 			.consumed = key->consumed,
 			/* Denials while its grant lagged its target (waiting
@@ -282,14 +290,14 @@ allot__early_round(allot__state *st, service *svc, uint64_t now)
 
 /* Move the grant of one key toward its target: a decrease at once, an
  * increase only as far as the quota's headroom allows, so the grants of
- * the quota never sum above R (rate) or B (burst); with `hold` (a key
- * being learnt, or a member cut off), or st->hold, no increase at all.
- * Returns true when the grant changed (the key belongs in the Reply);
- * *ret_short is set when the grant is still below the target. Under the
- * lock. */
+ * the quota never sum above R (rate) or B (burst); with st->hold (a
+ * newcomer's Welcome) no increase at all. A key being learnt after a
+ * take-over is not moved at all (request.c, build_shares()). Returns
+ * true when the grant changed (the key belongs in the Reply); *ret_short
+ * is set when the grant is still below the target. Under the lock. */
 bool
-allot__grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
-    bool *ret_short)
+allot__grant(
+    allot__state *st, service *svc, session *s, skey *key, bool *ret_short)
 {
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q], B = st->cur->burst[key->q];
@@ -308,7 +316,7 @@ allot__grant(allot__state *st, service *svc, session *s, skey *key, bool hold,
 		room_r = C - svc->held_total;
 	room_r -= sq->reserved_rate;
 	room_b -= sq->reserved_burst;
-	if (st->hold || hold)
+	if (st->hold)
 		room_r = room_b = 0;
 	double gr = key->rate <= held_r ?
 	    key->rate :

@@ -40,6 +40,15 @@ allot__adopt(allot__state *st, service *svc, session *s, skey *key,
 	if (key->hold_rate != key->grant_rate ||
 	    key->hold_burst != key->grant_burst)
 		s->unacked = true;
+	/* It is also the target to move from: the previous leader set it
+	 * from this replica's demand, which our own estimate of it (from
+	 * the first reports, noisy, so within the dead band for a few
+	 * rounds) can only confirm or correct over time. Without this the
+	 * target would be the one its Register got, with no demand known:
+	 * the common level, below what the busiest replica serves. */
+	key->rate = key->grant_rate;
+	key->burst = key->grant_burst;
+	key->targeted = true;
 	key->rec_pending = true;
 	svc->rec_pending = true;
 }
@@ -65,8 +74,9 @@ allot__own_quotas(allot__state *st, service *svc, uint64_t now)
 }
 
 /* A quota being learnt is learnt once every replica of the service has
- * said what it runs on (each holds a grant here, adopted or made): no
- * allowance of the previous owner is unknown any more. A placeholder of
+ * said what it runs on (each holds a grant here, adopted or made) and
+ * reported twice: no allowance of the previous owner is unknown any
+ * more, and every replica's demand estimate is its own. A placeholder of
  * a restart, or a replica still reporting the quota elsewhere, keeps the
  * learning period running to its end; so do fewer sessions than the
  * replicas the previous leader last recorded live (learn_expect). Under
@@ -81,8 +91,14 @@ allot__learned(allot__state *st, service *svc, uint64_t now)
 		return;
 	for (size_t q = 0; q < v->nq; q++)
 		svc->q[q].unheard = false;
+	/* Nor before every replica has reported a second window: the
+	 * first gives no demand estimate (a fresh replica claims the
+	 * others' average), and a round run on it would cut the replica
+	 * serving most of a quota to the common level right after the
+	 * failover. */
 	FOR_EACH_KEY (svc, i, s, key)
-		if (s->placeholder || isnan(key->grant_rate))
+		if (s->placeholder || isnan(key->grant_rate) ||
+		    s->last_seq < 2)
 			svc->q[key->q].unheard = true;
 	for (size_t q = 0; q < v->nq; q++) {
 		squota *sq = &svc->q[q];

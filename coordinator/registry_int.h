@@ -526,8 +526,8 @@ bool allot__loan_end(skey *key, uint64_t now);
 void allot__loan_acked(service *svc, skey *key);
 /* The Reply being built carries the debit of `key`. Under the lock. */
 void allot__loan_sent(service *svc, skey *key);
-bool allot__grant(allot__state *st, service *svc, session *s, skey *key,
-    bool hold, bool *ret_short);
+bool allot__grant(
+    allot__state *st, service *svc, session *s, skey *key, bool *ret_short);
 /* A Register that creates `svc` and names `expected` replicas starts its
  * forming period; false when it does not (docs/allocation.md,
  * "Start-up"). Under the lock. */

@@ -120,14 +120,18 @@ build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
 			s->loan_due = true; /* its end is due */
 		/* Cluster: while a leader learns what it took over, no
 		 * grant for a replica that has not said what it runs on: it
-		 * keeps that allowance, and its next report tells us. */
+		 * keeps that allowance, and its next report tells us. One
+		 * that has keeps what it runs on (adopted): the targets come
+		 * from demand estimates that are not in yet, and a first
+		 * report's would cut the replica serving most of a quota to
+		 * the common level right after the failover. */
 		const squota *sq = &s->svc->q[key->q];
-		bool hold = st->cl_n > 0 && now < sq->learn_until_ns;
-		if (hold && isnan(key->grant_rate))
+		bool learning = st->cl_n > 0 && now < sq->learn_until_ns;
+		if (learning && isnan(key->grant_rate))
 			continue;
-		bool is_short;
-		bool changed = allot__grant(
-		    st, s->svc, s, key, hold, &is_short);
+		bool is_short = false;
+		bool changed = !learning &&
+		    allot__grant(st, s->svc, s, key, &is_short);
 		s->pending += is_short;
 		if (!changed && !all && !key->force_share)
 			continue;
