@@ -267,6 +267,19 @@ capacity(allot_agent *a, const allot_config *c)
 	        cls);
 }
 
+/* The caller index's size: at most two thirds full. Its slots are 8
+ * bytes, 8 to a line, so a probe past the home slot mostly stays in the
+ * line it read, and the smaller table stays in the core's cache between
+ * lookups of the same part of it (128 KB for 10,000 callers). */
+static uint32_t
+caller_slots(uint32_t n)
+{
+	uint32_t cap = 8;
+	while (cap < (uint64_t) n * 3 / 2 + 1)
+		cap <<= 1;
+	return cap;
+}
+
 static int
 alloc_all(allot_agent *a)
 {
@@ -282,7 +295,7 @@ alloc_all(allot_agent *a)
 	a->ep_len = calloc(a->nclasses, sizeof *a->ep_len);
 	a->ep_mask = allot__idmap_slots(a->nclasses) - 1;
 	a->ep_tab = calloc((size_t) a->ep_mask + 1, sizeof *a->ep_tab);
-	a->caller_mask = allot__idmap_slots(a->group_cap) - 1;
+	a->caller_mask = caller_slots(a->group_cap) - 1;
 	a->caller_tab = allot__zalloc(
 	    sizeof *a->caller_tab * ((size_t) a->caller_mask + 1));
 	a->caller_names = allot__zalloc(
