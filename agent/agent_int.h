@@ -10,7 +10,7 @@
  * in each thread block (one block per thread that has called acquire, at most
  * max_threads); unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes
  * for the name, and each configured identity reserved 64 bytes for its
- * name line and 16 to 32 bytes of index.
+ * name line and 12 to 24 bytes of index.
  * docs/configuration.md ("Memory") gives the figures for common sizes.
  */
 #ifndef ALLOT_AGENT_INT_H
