@@ -131,11 +131,12 @@ allot__ktotals_sub(allot__ktotals *acc, const allot__ktotals *t)
 struct allot__sync;
 
 /* The index of configured identities (agent.c reads it, reconfig.c
- * writes it): open addressing, at most half full, insert-only, one
- * 64-bit word per slot (allot__caller_entry): the hash's top bits, the
- * identity's group and the quota its default-class key charges. The
- * table is 8 bytes a slot (256 KB for 10,000 callers, most of it in the
- * core's L2), and everything a decision reads next is at an address
+ * writes it): open addressing, at most two thirds full (agent.c,
+ * caller_slots), insert-only, one 64-bit word per slot
+ * (allot__caller_entry): the hash's top 30 bits, the identity's group
+ * and the quota its default-class key charges. The table is 8 bytes a
+ * slot (128 KB for 10,000 callers, which stay in the core's L2), and
+ * everything a decision reads next is at an address
  * computed from the word alone: the group's key of the endpoint class,
  * the thread's counters for it, the bucket (a prefetch hint: a reconfig
  * may move the key) and the identity's name line (allot__caller_name),
