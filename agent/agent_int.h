@@ -9,7 +9,8 @@
  * (what decisions never read), plus 64 bytes of counters and lease
  * in each thread block (one block per thread that has called acquire, at most
  * max_threads); unknown-identity keys add ALLOT_IDENTITY_MAX + 1 bytes
- * for the name.
+ * for the name, and each configured identity reserved 64 bytes for its
+ * name line and 12 to 24 bytes of index.
  * docs/configuration.md ("Memory") gives the figures for common sizes.
  */
 #ifndef ALLOT_AGENT_INT_H
@@ -130,18 +131,63 @@ allot__ktotals_sub(allot__ktotals *acc, const allot__ktotals *t)
 struct allot__sync;
 
 /* The index of configured identities (agent.c reads it, reconfig.c
- * writes it): open addressing, at most half full, insert-only. One slot
- * holds the full hash, the identity, the identity's first key and the
- * bucket its caller-wide quota charges, so a lookup of a cold caller
- * costs the slot's line, then the identity, the key, the bucket and the
- * thread's counters all at once. `keys` is stored last, with release:
- * a reader that sees it sees the rest. */
-struct allot__caller_slot {
-	uint64_t hash;
-	_Atomic(struct allot_key *) keys; /* NULL: empty */
-	const char *identity; /* on a line of its own, zero padded */
-	_Atomic(allot__bucket *) bucket; /* a prefetch hint only */
-};
+ * writes it): open addressing, at most two thirds full (agent.c,
+ * caller_slots), insert-only, one 64-bit word per slot
+ * (allot__caller_entry): the hash's top 30 bits, the identity's group
+ * and the quota its default-class key charges. The table is 8 bytes a
+ * slot (128 KB for 10,000 callers, which stay in the core's L2), and
+ * everything a decision reads next is at an address
+ * computed from the word alone: the group's key of the endpoint class,
+ * the thread's counters for it, the bucket (a prefetch hint: a reconfig
+ * may move the key) and the identity's name line (allot__caller_name),
+ * all asked for at once on a tag match. A slot is written once with
+ * release (0 -> entry); a reconfig may later rewrite its quota hint,
+ * never its tag or group. */
+#define ALLOT__CALLER_GROUP_BITS 17u /* group + 1; 0: empty slot */
+#define ALLOT__CALLER_QUOTA_BITS 17u
+#define ALLOT__CALLER_TAG_SHIFT \
+	(ALLOT__CALLER_GROUP_BITS + ALLOT__CALLER_QUOTA_BITS)
+_Static_assert(ALLOT__MAX_CALLERS < (1u << ALLOT__CALLER_GROUP_BITS),
+    "group + 1 fits the caller entry");
+_Static_assert(ALLOT__MAX_CALLERS + 1 < (1u << ALLOT__CALLER_QUOTA_BITS),
+    "a quota index fits the caller entry");
+
+static inline uint64_t
+allot__caller_entry(uint64_t h, uint32_t g, uint32_t quota)
+{
+	return (h >> ALLOT__CALLER_TAG_SHIFT << ALLOT__CALLER_TAG_SHIFT) |
+	    (uint64_t) quota << ALLOT__CALLER_GROUP_BITS | (uint64_t) (g + 1);
+}
+
+static inline bool
+allot__caller_tag_is(uint64_t entry, uint64_t h)
+{
+	return (entry ^ h) >> ALLOT__CALLER_TAG_SHIFT == 0;
+}
+
+static inline uint32_t
+allot__caller_group(uint64_t entry)
+{
+	return (uint32_t) (entry & ((1u << ALLOT__CALLER_GROUP_BITS) - 1)) - 1;
+}
+
+static inline uint32_t
+allot__caller_quota(uint64_t entry)
+{
+	return (uint32_t) (entry >> ALLOT__CALLER_GROUP_BITS) &
+	    ((1u << ALLOT__CALLER_QUOTA_BITS) - 1);
+}
+
+/* A configured identity's name, by group, on a line of its own: the
+ * identity zero padded when it is at most ALLOT__CALLER_INLINE bytes
+ * (SPIFFE IDs are about 55-62), all zero otherwise (then the name is
+ * compared through the key's `identity`, one more line). A lookup
+ * compares len + 1 bytes, the terminator included. */
+#define ALLOT__CALLER_INLINE 63u
+typedef struct allot__caller_name {
+	_Alignas(64) char s[ALLOT__CALLER_INLINE + 1];
+} allot__caller_name;
+_Static_assert(sizeof(allot__caller_name) == 64, "a name is one line");
 
 /* The endpoint index past ALLOT__EP_LINEAR endpoints: insert-only, the
  * class published last with release. */
@@ -264,7 +310,8 @@ struct allot_agent {
 	 * reserved at create: identity to keys, insert-only and read
 	 * lock-free (agent.c). An identity keeps its keys for the agent's
 	 * life, whatever quotas later configs give it. */
-	struct allot__caller_slot *caller_tab;
+	_Atomic uint64_t *caller_tab; /* allot__caller_entry words */
+	allot__caller_name *caller_names; /* group_cap */
 	uint32_t caller_mask;
 	uint32_t group_cap;
 	_Atomic uint32_t ngroups;

@@ -123,13 +123,16 @@ group_find(const allot_agent *a, const char *id, size_t len, uint64_t h)
 {
 	for (uint32_t p = (uint32_t) h & a->caller_mask;;
 	     p = (p + 1) & a->caller_mask) {
-		const struct allot__caller_slot *e = &a->caller_tab[p];
-		allot_key *keys = atomic_load_explicit(
-		    &e->keys, memory_order_acquire);
-		if (keys == NULL)
+		uint64_t e = atomic_load_explicit(
+		    &a->caller_tab[p], memory_order_acquire);
+		if (e == 0)
 			return NULL;
-		if (e->hash == h && strncmp(e->identity, id, len) == 0 &&
-		    e->identity[len] == '\0')
+		if (!allot__caller_tag_is(e, h))
+			continue;
+		allot_key *keys = allot__known_key(
+		    a, allot__caller_group(e), 0);
+		if (strncmp(keys->identity, id, len) == 0 &&
+		    keys->identity[len] == '\0')
 			return keys;
 	}
 }
@@ -140,31 +143,39 @@ group_of(const allot_agent *a, const allot_key *keys)
 	return (uint32_t) (keys - a->known_keys); /* its key of class 0 */
 }
 
+/* The index entry of group `g`, hash `h`: its quota hint is the quota
+ * the group's key of the default class charges. */
+static uint64_t
+group_entry(const allot_agent *a, uint32_t g, uint64_t h)
+{
+	const allot__qrt *q = atomic_load_explicit(
+	    &allot__known_key(a, g, a->nclasses - 1)->quota,
+	    memory_order_relaxed);
+	return allot__caller_entry(h, g, q->index);
+}
+
 /* Publish identity group `g` (the next one) for `identity`, an arena
  * copy. Its keys charge the default quota until repointed. */
 static void
 group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 {
-	allot_key *keys = allot__known_key(a, g, 0);
 	allot__qrt *def = &a->quotas[a->default_quota];
 	for (uint32_t c = 0; c < a->nclasses; c++) {
 		allot_key *k = allot__known_key(a, g, c);
 		allot__key_init(
 		    a, k, def, c, identity, (uint32_t) (k - a->known_keys));
 	}
+	/* The name line: inline when it fits, else left zero (agent.c,
+	 * find_caller, compares through the key). */
+	size_t len = strlen(identity);
+	if (len <= ALLOT__CALLER_INLINE)
+		memcpy(a->caller_names[g].s, identity, len);
 	uint32_t p = (uint32_t) h & a->caller_mask;
-	while (atomic_load_explicit(
-	           &a->caller_tab[p].keys, memory_order_relaxed) != NULL)
+	while (
+	    atomic_load_explicit(&a->caller_tab[p], memory_order_relaxed) != 0)
 		p = (p + 1) & a->caller_mask;
-	struct allot__caller_slot *e = &a->caller_tab[p];
-	e->hash = h;
-	e->identity = identity;
-	atomic_store_explicit(&e->bucket,
-	    atomic_load_explicit(
-	        &allot__known_key(a, g, a->nclasses - 1)->bucket,
-	        memory_order_relaxed),
-	    memory_order_relaxed);
-	atomic_store_explicit(&e->keys, keys, memory_order_release);
+	atomic_store_explicit(
+	    &a->caller_tab[p], group_entry(a, g, h), memory_order_release);
 	atomic_store_explicit(&a->ngroups, g + 1, memory_order_release);
 }
 
@@ -685,24 +696,19 @@ apply_keys(allot_agent *a, plan *p)
 	}
 }
 
-/* The caller slots' prefetch hints follow their identity's keys. */
+/* The index entries' quota hints follow their identity's keys. */
 static void
 apply_hints(allot_agent *a)
 {
 	for (uint32_t p = 0; p <= a->caller_mask; p++) {
-		struct allot__caller_slot *e = &a->caller_tab[p];
-		allot_key *keys = atomic_load_explicit(
-		    &e->keys, memory_order_relaxed);
-		if (keys == NULL)
+		uint64_t e = atomic_load_explicit(
+		    &a->caller_tab[p], memory_order_relaxed);
+		if (e == 0)
 			continue;
-		allot__bucket *b = atomic_load_explicit(
-		    &allot__known_key(a, group_of(a, keys), a->nclasses - 1)
-		         ->bucket,
-		    memory_order_relaxed);
-		if (atomic_load_explicit(&e->bucket, memory_order_relaxed) !=
-		    b)
+		uint64_t n = group_entry(a, allot__caller_group(e), e);
+		if (n != e)
 			atomic_store_explicit(
-			    &e->bucket, b, memory_order_relaxed);
+			    &a->caller_tab[p], n, memory_order_relaxed);
 	}
 }
 

@@ -774,6 +774,112 @@ START_TEST(lookup_across_swaps)
 }
 END_TEST
 
+/* Configured identities of every length around the name line's room
+ * (ALLOT__CALLER_INLINE bytes inline, longer ones through the key):
+ * each is found as itself, never as a name it is a prefix of or that
+ * differs from it in its last byte, and the names that are not
+ * configured (a prefix, one byte more) go to the unknown pool. */
+enum { NAME_LENS = 8 };
+static const size_t name_len[NAME_LENS] = { 1, 61, 62, 63, 64, 65, 128,
+	ALLOT_IDENTITY_MAX };
+
+#define NAME_BUF (ALLOT_IDENTITY_MAX + 2)
+
+static void
+long_name(size_t len, char last, char buf[NAME_BUF])
+{
+	ck_assert(len >= 1 && len < NAME_BUF - 1);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (char) ('a' + i % 26);
+	buf[len - 1] = last;
+	buf[len] = '\0';
+}
+
+START_TEST(lookup_inline_and_long_names)
+{
+	size_t cap = 16 * 1024, n = 0;
+	char *y = malloc(cap);
+	ck_assert_ptr_nonnull(y);
+	n += (size_t) snprintf(y + n, cap - n,
+	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n");
+	char id[NAME_BUF];
+	/* Two names of each length, apart only in their last byte. */
+	for (int i = 0; i < NAME_LENS; i++)
+		for (char last = 'X'; last <= 'Y'; last++) {
+			long_name(name_len[i], last, id);
+			n += (size_t) snprintf(y + n, cap - n,
+			    "    - {identity: \"%s\", tokens_per_second: "
+			    "1000, "
+			    "burst: 1000000}\n",
+			    id);
+		}
+	ck_assert_uint_lt(n, cap);
+	allot_agent *a = mkagent(y, 64, 0);
+	free(y);
+	allot_key *seen[NAME_LENS][2];
+	allot_decision d;
+	for (int i = 0; i < NAME_LENS; i++)
+		for (int j = 0; j < 2; j++) {
+			long_name(name_len[i], (char) ('X' + j), id);
+			/* i + 1 calls by name: its key's count says which
+			 * key the lookups found. */
+			for (int c = 0; c <= i; c++) {
+				ck_assert_int_eq(
+				    allot_acquire_id(a, id, "/lookup", 1, &d),
+				    ALLOT_OK);
+				ck_assert(d.allowed);
+			}
+			allot_key *k;
+			ck_assert_int_eq(
+			    allot_key_resolve(a, id, "/lookup", &k), ALLOT_OK);
+			ck_assert_msg(!k->dynamic,
+			    "%zu-byte name %c not found", name_len[i],
+			    'X' + j);
+			ck_assert_str_eq(k->identity, id);
+			allot_key_stats st;
+			ck_assert_int_eq(
+			    allot_key_stats_get(a, k, &st), ALLOT_OK);
+			ck_assert_uint_eq(st.allowed, (uint64_t) i + 1);
+			seen[i][j] = k;
+		}
+	for (int i = 0; i < NAME_LENS; i++) {
+		ck_assert_ptr_ne(seen[i][0], seen[i][1]);
+		if (i > 0)
+			ck_assert_ptr_ne(seen[i][0], seen[i - 1][0]);
+	}
+	/* Not configured: a configured name's prefix (its last byte
+	 * dropped), one byte longer, and another last byte. */
+	for (int i = 1; i < NAME_LENS; i++) {
+		allot_key *k;
+		long_name(name_len[i], 'X', id);
+		id[name_len[i] - 1] = '\0';
+		if (name_len[i] - 1 != name_len[i - 1]) {
+			ck_assert_int_eq(
+			    allot_key_resolve(a, id, "/lookup", &k), ALLOT_OK);
+			ck_assert_msg(k->dynamic, "prefix of %zu bytes found",
+			    name_len[i] - 1);
+			allot_key_release(a, k);
+		}
+		long_name(name_len[i], 'Z', id);
+		ck_assert_int_eq(
+		    allot_key_resolve(a, id, "/lookup", &k), ALLOT_OK);
+		ck_assert(k->dynamic);
+		allot_key_release(a, k);
+		if (name_len[i] < NAME_BUF - 2) {
+			long_name(name_len[i], 'X', id);
+			id[name_len[i]] = 'q';
+			id[name_len[i] + 1] = '\0';
+			ck_assert_int_eq(
+			    allot_key_resolve(a, id, "/lookup", &k), ALLOT_OK);
+			ck_assert(k->dynamic);
+			allot_key_release(a, k);
+		}
+	}
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 agent_suite(void)
 {
@@ -787,6 +893,7 @@ agent_suite(void)
 	tcase_add_test(tc, unknown_table_bounded);
 	tcase_add_test(tc, lease_returned_on_swap_and_idle);
 	tcase_add_test(tc, lease_sized_by_threads_deciding);
+	tcase_add_test(tc, lookup_inline_and_long_names);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);
