@@ -13,7 +13,7 @@
  * again keeps its own. A quota in shadow mode reports what enforcing
  * would have denied inside what it admitted (KeyReport.shadow_denied):
  * the estimates take it once, as consumption, never as unmet demand
- * (request.c books it; docs/allocation.md, "Shadow quotas"), and the
+ * (request_sync.c books it; docs/allocation.md, "Shadow quotas"), and the
  * global bucket here is drained only by what enforcing would have
  * admitted.
  */

@@ -292,7 +292,7 @@ allot__early_round(allot__state *st, service *svc, uint64_t now)
  * increase only as far as the quota's headroom allows, so the grants of
  * the quota never sum above R (rate) or B (burst); with st->hold (a
  * newcomer's Welcome) no increase at all. A key being learnt after a
- * take-over is not moved at all (request.c, build_shares()). Returns
+ * take-over is not moved at all (answer.c, allot__build_shares()). Returns
  * true when the grant changed (the key belongs in the Reply); *ret_short
  * is set when the grant is still below the target. Under the lock. */
 bool

@@ -418,3 +418,23 @@ allot__state_destroy(allot__state *st)
 	pthread_mutex_destroy(&st->mu);
 	free(st);
 }
+
+/* A fresh generation of the per-quota stamps that find a quota named
+ * twice; false when out of memory. Under the lock. */
+bool
+allot__stamp_next(allot__state *st)
+{
+	size_t stamp_was = st->stamp_cap;
+	if (!allot__grow((void **) &st->stamp, &st->stamp_cap, st->cur->nq,
+	        sizeof *st->stamp))
+		return false;
+	/* realloc leaves the new stamps undefined: one equal to stamp_gen
+	 * would call a key listed once "listed twice". */
+	memset(st->stamp + stamp_was, 0,
+	    (st->stamp_cap - stamp_was) * sizeof *st->stamp);
+	if (++st->stamp_gen == 0) {
+		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
+		st->stamp_gen = 1;
+	}
+	return true;
+}

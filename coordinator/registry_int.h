@@ -541,6 +541,44 @@ void allot__record_shares(allot__state *st, service *svc);
 void allot__carry_allowances(allot__state *st, service *svc, session *s,
     const session *old, uint64_t now);
 
+/* ---- answer.c ---- */
+
+/* From the request's arena (freed with the answer). */
+static inline void *
+allot__pa_alloc(ProtobufCAllocator *pa, size_t size)
+{
+	return pa->alloc(pa->allocator_data, size);
+}
+
+/* What became of the config text for one answer (logged and counted
+ * after unlocking). */
+typedef enum allot__push {
+	ALLOT__PUSH_NONE, /* the agent has it, or does not speak the config
+	                     plane */
+	ALLOT__PUSH_SENT,
+	ALLOT__PUSH_HELD, /* sent to this session less than RESEND_MS ago */
+	ALLOT__PUSH_TOO_BIG, /* above ALLOT__STATE_CONFIG_PUSH_MAX: never sent
+	                      */
+	ALLOT__PUSH_NOMEM,
+} allot__push;
+
+/* The text of the config in force into `ret`, for session `s` whose
+ * agent enforces `digest` (docs/protocol.md, "The config plane"): the
+ * file's bytes when the digests differ, at most once per digest every
+ * ALLOT__STATE_CONFIG_RESEND_MS per session. Under the lock. */
+allot__push allot__config_push(allot__state *st, session *s,
+    ProtobufCAllocator *pa, uint64_t digest, uint64_t now,
+    ProtobufCBinaryData *ret);
+/* After unlocking: a config sent is counted, one too big is logged. */
+void allot__config_push_report(allot__state *st, allot__push p,
+    const char *replica, const char *svc_name, uint64_t digest,
+    size_t text_len);
+/* Bring every grant of `s` toward its target and fill `ret` with the
+ * keys whose grant changed, or every key with a quota when `all`; false
+ * when `pa` is out of memory (nothing is granted then). Under the lock. */
+bool allot__build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
+    bool all, Allot__V1__Share ***ret, size_t *ret_n);
+
 /* ---- ownership.c ---- */
 
 void allot__adopt(allot__state *st, service *svc, session *s, skey *key,
@@ -570,6 +608,10 @@ Allot__V1__Error__Code allot__add_keys_check(const Allot__V1__Sync *req,
  * Kept keys move in memory: no skey pointer survives it. */
 bool allot__session_append(session *s, char *const *wire, uint32_t n,
     const int32_t *q, uint32_t nknown);
+/* A fresh generation of the per-quota stamps that find a quota named
+ * twice in a Register or Sync.add_keys; false when out of memory. Under
+ * the lock. */
+bool allot__stamp_next(allot__state *st);
 bool allot__pipe_ok(const session *s, uint32_t pipe);
 Allot__V1__Error__Code allot__pipe_mismatch(
     allot__metrics *m, uint64_t id, char *err, size_t errlen);

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The requests of the protocol (docs/protocol.md): Register, Sync and
- * Leave from the nng worker threads. Each validates what it can before
- * locking, does its memory work under the lock, and logs and counts after
- * unlocking. Session ids, sequence numbers, key interning, the bounds
- * that make a report "absurd" and which shares a Reply carries are
- * decided here.
+ * The requests of the protocol (docs/protocol.md) from the nng worker
+ * threads: Register and Leave here, Sync in request_sync.c, what their
+ * answers carry in answer.c. Each validates what it can before locking,
+ * does its memory work under the lock, and logs and counts after
+ * unlocking. Session ids, key interning and a newcomer's first grants
+ * are decided here.
  */
 #include "registry_int.h"
 
@@ -14,142 +14,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-
-static void *
-pa_alloc(ProtobufCAllocator *pa, size_t size)
-{
-	return pa->alloc(pa->allocator_data, size);
-}
-
-/* What became of the config text for one answer (logged and counted
- * after unlocking). */
-typedef enum push {
-	PUSH_NONE, /* the agent has it, or does not speak the config plane */
-	PUSH_SENT,
-	PUSH_HELD, /* sent to this session less than RESEND_MS ago */
-	PUSH_TOO_BIG, /* above ALLOT__STATE_CONFIG_PUSH_MAX: never sent */
-	PUSH_NOMEM,
-} push;
-
-/* The text of the config in force into `ret`, for session `s` whose
- * agent enforces `digest` (docs/protocol.md, "The config plane"): the
- * file's bytes when the digests differ, at most once per digest every
- * ALLOT__STATE_CONFIG_RESEND_MS per session, so that an agent that
- * cannot install it is not sent a file on every Reply. Copied into the
- * request's arena: the view may be replaced once the lock is let go.
- * Under the lock. */
-static push
-config_push(allot__state *st, session *s, ProtobufCAllocator *pa,
-    uint64_t digest, uint64_t now, ProtobufCBinaryData *ret)
-{
-	const cfgv *v = st->cur;
-	if (digest == v->cfg->digest || v->text_len == 0)
-		return PUSH_NONE;
-	if (v->text == NULL)
-		return PUSH_TOO_BIG;
-	if (s->pushed_digest == v->cfg->digest && s->pushed_ns != 0 &&
-	    since(now, s->pushed_ns) <
-	        (uint64_t) ALLOT__STATE_CONFIG_RESEND_MS * 1000000u)
-		return PUSH_HELD;
-	uint8_t *buf = pa_alloc(pa, v->text_len);
-	if (buf == NULL)
-		return PUSH_NOMEM;
-	memcpy(buf, v->text, v->text_len);
-	ret->data = buf;
-	ret->len = v->text_len;
-	s->pushed_digest = v->cfg->digest;
-	s->pushed_ns = now != 0 ? now : 1;
-	return PUSH_SENT;
-}
-
-/* After unlocking: a config sent is counted; one too big to send is
- * logged (rate limited). */
-static void
-config_push_report(allot__state *st, push p, const char *replica,
-    const char *svc_name, uint64_t digest, size_t text_len)
-{
-	if (p == PUSH_SENT && st->o.metrics != NULL)
-		allot__metrics_add(&st->o.metrics->config_pushes, 1);
-	if (p == PUSH_SENT)
-		allot__log_ratelimited(st->o.lg, &st->rl_push, ALLOT_LOG_INFO,
-		    "ALLOTD-CONFIG-PUSH",
-		    "sent the quota config (digest %016" PRIx64
-		    ", %zu bytes) to replica %s of %s",
-		    digest, text_len, replica, svc_name);
-	else if (p == PUSH_TOO_BIG)
-		allot__log_ratelimited(st->o.lg, &st->rl_push,
-		    ALLOT_LOG_WARNING, "ALLOTD-CONFIG-TOO-BIG",
-		    "the quota file (digest %016" PRIx64 ", %zu bytes) is "
-		    "above the %u bytes sent to agents: replica %s of %s "
-		    "keeps its own config",
-		    digest, text_len, ALLOT__STATE_CONFIG_PUSH_MAX, replica,
-		    svc_name);
-}
-
-/* Bring every grant of `s` toward its target (allot__grant()) and fill
- * `shares` with the keys whose grant changed, or with every key that has
- * a quota when `all` is set. Returns false when `pa` is out of memory;
- * nothing is granted then. */
-static bool
-build_shares(allot__state *st, session *s, ProtobufCAllocator *pa, bool all,
-    Allot__V1__Share ***ret, size_t *ret_n)
-{
-	*ret = NULL;
-	*ret_n = 0;
-	s->pending = 0;
-	s->loan_due = false;
-	if (s->nknown == 0)
-		return true;
-	/* Room for every key up front: once a grant is made it must reach
-	 * the agent. The arena makes this a pointer bump. */
-	Allot__V1__Share *arr = pa_alloc(pa, s->nknown * sizeof *arr);
-	Allot__V1__Share **ptrs = pa_alloc(pa, s->nknown * sizeof *ptrs);
-	if (arr == NULL || ptrs == NULL)
-		return false;
-	size_t j = 0;
-	uint64_t now = now_ns(st);
-	for (uint32_t k = 0; k < s->nkeys; k++) {
-		skey *key = &s->keys[k];
-		if (key->q < 0)
-			continue;
-		/* A loan that has run its time: the burst goes back to the
-		 * grant (the agent caps its level there). */
-		if (allot__loan_end(key, now))
-			key->force_share = true;
-		if (key->loan_burst > 0)
-			s->loan_due = true; /* its end is due */
-		/* Cluster: while a leader learns what it took over, no
-		 * grant for a replica that has not said what it runs on: it
-		 * keeps that allowance, and its next report tells us. One
-		 * that has keeps what it runs on (adopted): the targets come
-		 * from demand estimates that are not in yet, and a first
-		 * report's would cut the replica serving most of a quota to
-		 * the common level right after the failover. */
-		const squota *sq = &s->svc->q[key->q];
-		bool learning = st->cl_n > 0 && now < sq->learn_until_ns;
-		if (learning && isnan(key->grant_rate))
-			continue;
-		bool is_short = false;
-		bool changed = !learning &&
-		    allot__grant(st, s->svc, s, key, &is_short);
-		s->pending += is_short;
-		if (!changed && !all && !key->force_share)
-			continue;
-		key->force_share = false;
-		allot__v1__share__init(&arr[j]);
-		arr[j].key = key_id(s, key);
-		arr[j].rate = key->grant_rate;
-		arr[j].burst = key->grant_burst + key->loan_burst;
-		arr[j].prefill = key->loan_prefill;
-		arr[j].debit = key->loan_debit;
-		allot__loan_sent(s->svc, key);
-		ptrs[j] = &arr[j];
-		j++;
-	}
-	*ret = j > 0 ? ptrs : NULL;
-	*ret_n = j;
-	return true;
-}
 
 /* One Register on its way through: what its steps share. */
 typedef struct reg {
@@ -166,7 +30,7 @@ typedef struct reg {
 	uint32_t replicas;
 	uint64_t peer; /* its sender (state.h), 0: unknown */
 	uint32_t of_peer; /* the service's other replicas from that peer */
-	push push; /* the config text in the Welcome */
+	allot__push push; /* the config text in the Welcome */
 	uint64_t digest; /* the config in force, and its length */
 	size_t text_len;
 	allot__reject why; /* when refused */
@@ -182,26 +46,6 @@ reg_no_memory(reg *r)
 	return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 }
 
-/* A fresh generation of the per-quota stamps that find a quota named
- * twice; false when out of memory. Under the lock. */
-static bool
-stamp_next(allot__state *st)
-{
-	size_t stamp_was = st->stamp_cap;
-	if (!allot__grow((void **) &st->stamp, &st->stamp_cap, st->cur->nq,
-	        sizeof *st->stamp))
-		return false;
-	/* realloc leaves the new stamps undefined: one equal to stamp_gen
-	 * would call a key listed once "listed twice". */
-	memset(st->stamp + stamp_was, 0,
-	    (st->stamp_cap - stamp_was) * sizeof *st->stamp);
-	if (++st->stamp_gen == 0) {
-		memset(st->stamp, 0, st->stamp_cap * sizeof *st->stamp);
-		st->stamp_gen = 1;
-	}
-	return true;
-}
-
 /* Map every key of the new session to its quota index; a key listed
  * twice is refused. Under the lock. */
 static Allot__V1__Error__Code
@@ -210,7 +54,7 @@ reg_intern_keys(reg *r)
 	allot__state *st = r->st;
 	session *s = r->s;
 	const cfgv *v = st->cur;
-	if (!stamp_next(st))
+	if (!allot__stamp_next(st))
 		return reg_no_memory(r);
 	uint32_t nknown = 0;
 	char *const *wire = r->req->keys;
@@ -376,7 +220,7 @@ reg_welcome(
 	ret->lease_ms = st->o.lease_ms;
 	r->digest = v->cfg->digest;
 	r->text_len = v->text_len;
-	r->push = config_push(
+	r->push = allot__config_push(
 	    st, s, pa, r->req->config_digest, now, &ret->config);
 	/* A newcomer takes headroom at its Welcome only when it is alone
 	 * (placeholders of a restart aside); otherwise it gets its first
@@ -390,7 +234,7 @@ reg_welcome(
 	for (uint32_t i = 0;
 	     i < svc->nsess && !st->hold && !r->returning && !r->forming; i++)
 		st->hold = svc->sess[i] != s && !svc->sess[i]->placeholder;
-	bool built = build_shares(
+	bool built = allot__build_shares(
 	    st, s, pa, true, &ret->shares, &ret->n_shares);
 	st->hold = false;
 	if (!built) {
@@ -485,8 +329,9 @@ allot__state_register_from(allot__state *st, const Allot__V1__Register *req,
 		allot__metrics_reject(m, ALLOT__REJ_MALFORMED, 1);
 		return code;
 	}
-	uint32_t *unknown = pa_alloc(pa, (req->n_keys + 1) * sizeof *unknown);
-	int32_t *qs = pa_alloc(pa, (req->n_keys + 1) * sizeof *qs);
+	uint32_t *unknown = allot__pa_alloc(
+	    pa, (req->n_keys + 1) * sizeof *unknown);
+	int32_t *qs = allot__pa_alloc(pa, (req->n_keys + 1) * sizeof *qs);
 	session *s = allot__session_new(req);
 	reg r = {
 		.st = st,
@@ -528,563 +373,9 @@ allot__state_register_from(allot__state *st, const Allot__V1__Register *req,
 		return code;
 	}
 	reg_report(&r);
-	config_push_report(
+	allot__config_push_report(
 	    st, r.push, req->replica_id, req->service, r.digest, r.text_len);
 	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-}
-
-/* One Sync on its way through: what its steps share. */
-typedef struct syn {
-	allot__state *st;
-	const Allot__V1__Sync *req;
-	session *s;
-	service *svc;
-	uint64_t now;
-	/* The bounds of a sane report: the replicas, the time since the
-	 * last Sync plus a second, and the slack (absurd_factor). */
-	double n;
-	double window_s;
-	double f;
-	double w; /* seconds the reports cover (demand estimates) */
-	uint32_t unknown; /* reports for no key or a key without quota */
-	uint32_t absurd; /* reports with impossible numbers */
-	const Allot__V1__KeyReport *bad; /* the first absurd one */
-	uint32_t clipped; /* reports above what could be admitted */
-	double clipped_tokens; /* and by how much, in all */
-	const Allot__V1__KeyReport *clip; /* the first clipped one */
-	bool audit; /* write its event row (st->clip_event_ns) */
-	bool forced; /* some key reported an allowance from elsewhere */
-	bool early_round; /* an early Sync ran the allocation round */
-	uint32_t loans; /* loans made to this Sync's keys */
-	double lent; /* tokens they lent */
-	uint32_t added; /* add_keys appended, of them with a quota */
-	uint32_t added_known;
-	push push; /* the config text in the Reply */
-	uint64_t digest; /* the config in force, and its length */
-	size_t text_len;
-} syn;
-
-/* Why a Sync has no session to go to. */
-typedef enum sync_refusal {
-	SYNC_OK,
-	SYNC_UNKNOWN, /* no such session */
-	SYNC_PIPE, /* on another connection than its Register */
-	SYNC_STALE, /* seq not above the last accepted */
-	SYNC_REREGISTER, /* a reload may have given its keys a quota */
-} sync_refusal;
-
-/* The live session of the Sync (y->s), or why not. Under the lock. */
-static sync_refusal
-sync_session(syn *y, uint32_t pipe, uint64_t *ret_last_seq)
-{
-	y->s = allot__session_find(y->st, y->req->session);
-	if (y->s == NULL)
-		return SYNC_UNKNOWN;
-	if (!allot__pipe_ok(y->s, pipe))
-		return SYNC_PIPE;
-	if (y->s->reregister) {
-		/* It stays registered (and keeps its grants) until its new
-		 * Register replaces it. */
-		y->s->last_seen_ns = y->now;
-		return SYNC_REREGISTER;
-	}
-	if (y->req->seq <= y->s->last_seq) {
-		*ret_last_seq = y->s->last_seq;
-		return SYNC_STALE;
-	}
-	return SYNC_OK;
-}
-
-/* The rejection reason of a refused add_keys. */
-static allot__reject
-reason_of_add(Allot__V1__Error__Code c)
-{
-	return c == ALLOT__V1__ERROR__CODE__TOO_LARGE ? ALLOT__REJ_TOO_LARGE :
-	    c == ALLOT__V1__ERROR__CODE__RATE_LIMITED ? ALLOT__REJ_CAPACITY :
-	                                                ALLOT__REJ_MALFORMED;
-}
-
-/* Append the Sync's add_keys to its session (their names were checked
- * before locking): key ids continue from the session's last, a quota
- * named twice is refused as in a Register, and keys with a quota get a
- * share in this Reply (the round runs at once). Under the lock. */
-static Allot__V1__Error__Code
-sync_add_keys(syn *y, ProtobufCAllocator *pa, char *err, size_t errlen)
-{
-	allot__state *st = y->st;
-	session *s = y->s;
-	const Allot__V1__Sync *req = y->req;
-	uint32_t n = (uint32_t) req->n_add_keys;
-	uint32_t max = st->o.max_keys ? st->o.max_keys : ALLOT__STATE_MAX_KEYS;
-	if ((uint64_t) s->nwire + n > max) {
-		snprintf(err, errlen,
-		    "add_keys: %u keys more than the %u of session %" PRIu64
-		    " is above the limit of %u keys",
-		    n, s->nwire, req->session, max);
-		return ALLOT__V1__ERROR__CODE__TOO_LARGE;
-	}
-	int32_t *q = pa_alloc(pa, n * sizeof *q);
-	if (q == NULL || !stamp_next(st)) {
-		snprintf(err, errlen, "out of memory, try again later");
-		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-	}
-	for (uint32_t k = 0; k < s->nkeys; k++)
-		if (s->keys[k].q >= 0)
-			st->stamp[s->keys[k].q] = st->stamp_gen;
-	uint32_t nknown = 0;
-	for (uint32_t k = 0; k < n; k++) {
-		const char *name = req->add_keys[k];
-		q[k] = allot__cfgv_find_svc(
-		    st->cur, s->svc->name, name, strlen(name));
-		if (q[k] < 0)
-			continue;
-		if (st->stamp[q[k]] == st->stamp_gen) {
-			snprintf(err, errlen,
-			    "add_keys %u (%.64s): session %" PRIu64
-			    " has a key for that quota already",
-			    k, name, req->session);
-			return ALLOT__V1__ERROR__CODE__MALFORMED;
-		}
-		st->stamp[q[k]] = st->stamp_gen;
-		nknown++;
-	}
-	if (!allot__session_append(s, req->add_keys, n, q, nknown)) {
-		snprintf(err, errlen, "out of memory, try again later");
-		return ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-	}
-	y->added = n;
-	y->added_known = nknown;
-	if (nknown > 0) {
-		y->svc->dirty = true;
-		allot__recompute(st, y->svc, y->now);
-	}
-	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-}
-
-/* The answer to a refused Sync, after unlocking. */
-static Allot__V1__Error__Code
-sync_refuse(allot__metrics *m, const Allot__V1__Sync *req, sync_refusal why,
-    uint64_t last_seq, char *err, size_t errlen)
-{
-	if (why == SYNC_PIPE)
-		return allot__pipe_mismatch(m, req->session, err, errlen);
-	if (why == SYNC_REREGISTER) {
-		snprintf(err, errlen,
-		    "session %" PRIu64 ": the configuration was reloaded "
-		    "with new quotas; register again",
-		    req->session);
-		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
-		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
-	}
-	if (why == SYNC_UNKNOWN) {
-		snprintf(err, errlen,
-		    "unknown session %" PRIu64 ": register again",
-		    req->session);
-		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_SESSION, 1);
-		return ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION;
-	}
-	snprintf(err, errlen,
-	    "seq %" PRIu64 " is not above the last "
-	    "accepted seq %" PRIu64 " of session %" PRIu64,
-	    req->seq, last_seq, req->session);
-	allot__metrics_reject(m, ALLOT__REJ_STALE_SEQ, 1);
-	return ALLOT__V1__ERROR__CODE__STALE_SEQ;
-}
-
-/* The shadow would-denies of a report that are booked beside the
- * allowance: tokens its replica admitted in shadow (they are in
- * `consumed`) beyond what enforcing would have admitted, so neither the
- * plausible consumption nor the global bucket may count them, and they
- * are bounded as denials are. That holds when the quota is in shadow in
- * the config in force, or when the agent says it still enforces another
- * config (Sync.config_digest): after a reload that ends shadow it may
- * run the old setting for up to two intervals. Otherwise shadow tokens
- * are consumption like any other. Never more than `consumed` (a refund
- * may have lowered what the agent reports consumed). Under the lock. */
-static uint64_t
-shadow_part(const syn *y, int32_t q, const Allot__V1__KeyReport *r)
-{
-	const cfgv *v = y->st->cur;
-	bool other_cfg = y->req->config_digest != 0 &&
-	    y->req->config_digest != v->cfg->digest;
-	if (!v->q[q]->shadow && !other_cfg)
-		return 0;
-	return r->shadow_denied < r->consumed ? r->shadow_denied : r->consumed;
-}
-
-/* The consumption `key` may plausibly report now: what its replica could
- * have admitted since its last report with the allowance it may hold
- * (its grant, a larger one not acknowledged yet, or its fallback R/n;
- * before its first grant or on an allowance from elsewhere, the whole R)
- * plus its burst. A token bucket per key, refilled at that allowance and
- * never deeper than the allowance over the time since the last report
- * plus a second of network jitter plus the burst: unlike a bound per
- * Sync, frequent Syncs do not add up to more than the allowance over
- * time. Under the lock. */
-static double
-plausible(syn *y, skey *key, bool foreign, double R, double B)
-{
-	double rate = R;
-	uint32_t n = fewest(y->s);
-	if (!isnan(key->grant_rate) && !foreign)
-		rate = fmax(key_hold(key), R / (n > 0 ? n : 1));
-	double dt = key->credit_ns != 0 ?
-	    (double) since(y->now, key->credit_ns) / 1e9 :
-	    0;
-	double cap = rate * (dt + 1.0) + B;
-	key->credit = key->credit_ns != 0 ? key->credit + rate * dt : cap;
-	if (key->credit > cap)
-		key->credit = cap;
-	key->credit_ns = y->now;
-	return key->credit;
-}
-
-/* Book one report of a key we own: the quota's counters, global bucket
- * and candidate (candidate.c), the key's demand estimate and allocator
- * window. A report with numbers no agent can produce is dropped (counted
- * absurd). Shadow would-denies (shadow_part()) were admitted: they are
- * consumption in the counters, the demand estimate and the candidate's
- * bucket, counted apart from denials, and left out of the plausible
- * consumption and the global bucket, which stand for what enforcing
- * would have admitted. They are not denials either: a replica admitting
- * in shadow is not short, so they never push its target up past the
- * dead band as a denial does (docs/allocation.md, "Shadow quotas").
- * Under the lock. */
-static void
-book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
-{
-	const cfgv *v = y->st->cur;
-	int32_t q = key->q;
-	if (r->foreign) {
-		key->force_share = true;
-		y->forced = true;
-		if (isnan(key->grant_rate) &&
-		    y->now < y->svc->q[q].learn_until_ns)
-			allot__adopt(y->st, y->svc, y->s, key, r);
-	}
-	double f = y->f, n = y->n;
-	double rate = v->rate[q], burst = v->burst[q];
-	double lim = f * rate * n * y->window_s + burst;
-	double flood = ALLOT__STATE_FLOOD_FACTOR * lim;
-	uint64_t shadow = shadow_part(y, q, r);
-	if ((double) (r->consumed - shadow) > lim ||
-	    (double) r->denied > flood || (double) shadow > flood ||
-	    (double) r->demand > ALLOT__STATE_FLOOD_FACTOR * f * rate * n ||
-	    (double) r->held > f * burst + 1) {
-		if (y->absurd++ == 0)
-			y->bad = r;
-		return;
-	}
-	/* More than it could have admitted is clipped: counted and
-	 * audited, never booked as consumption. */
-	uint64_t admitted = r->consumed - shadow;
-	double credit = plausible(y, key, r->foreign, rate, burst);
-	if ((double) admitted > credit) {
-		uint64_t keep = (uint64_t) credit;
-		y->clipped_tokens += (double) (admitted - keep);
-		if (y->clipped++ == 0)
-			y->clip = r;
-		admitted = keep;
-	}
-	key->credit -= (double) admitted;
-	uint64_t consumed = admitted + shadow;
-	uint64_t sd = r->shadow_denied < consumed ? r->shadow_denied :
-	                                            consumed;
-	squota *sq = &y->svc->q[q];
-	sq->allowed_total += consumed;
-	sq->denied_total += r->denied;
-	sq->shadow_total += sd;
-	sq->win_allowed += consumed;
-	sq->win_denied += r->denied;
-	sq->win_shadow += sd;
-	allot__level_bring(sq, rate, burst, y->now);
-	sq->level -= (double) admitted;
-	if (sq->level < 0)
-		sq->level = 0;
-	double offered = (double) consumed + (double) r->denied;
-	allot__cand_book(sq, v->q[q], offered, y->now);
-	allot__est_onset(sq, y->s, key, offered, y->w, y->now,
-	    2 * (uint64_t) y->st->o.interval_ms * 1000000u);
-	allot__est_update(y->s, key, offered, y->w, y->now);
-	key->consumed += (double) consumed;
-	key->denied += (double) r->denied;
-	key->demand = (double) r->demand;
-	key->held = (double) r->held;
-	key->held_ns = y->now;
-}
-
-/* Every report of the Sync. Under the lock. */
-static void
-book_reports(syn *y, ProtobufCAllocator *pa)
-{
-	const Allot__V1__Sync *req = y->req;
-	session *s = y->s;
-	y->n = y->svc->nsess;
-	y->window_s = (double) since(y->now, s->last_sync_ns) / 1e9 + 1.0;
-	y->f = y->st->o.absurd_factor;
-	/* The window the reports cover, for the demand estimates: the
-	 * agent's own measure (no network jitter in it) unless it is
-	 * missing or beyond what the coordinator saw. */
-	double w = (double) req->elapsed_ms / 1e3;
-	double wseen = y->window_s - 1.0;
-	if (!(w > 0) || w > wseen + 1.0)
-		w = wseen;
-	if (w < 1e-3)
-		w = 1e-3;
-	y->w = w;
-	for (size_t i = 0; i < req->n_reports; i++) {
-		const Allot__V1__KeyReport *r = req->reports[i];
-		skey *key = session_key(s, r->key);
-		if (key == NULL || key->q < 0) {
-			y->unknown++;
-			continue;
-		}
-		book_report(y, key, r);
-	}
-}
-
-/* An early Sync: a loan for each key that reports denials (grants.c,
- * docs/allocation.md "Loans"), in the Reply being built. Under the
- * lock. */
-static void
-sync_loans(syn *y)
-{
-	const Allot__V1__Sync *req = y->req;
-	for (size_t i = 0; i < req->n_reports; i++) {
-		const Allot__V1__KeyReport *r = req->reports[i];
-		skey *key = session_key(y->s, r->key);
-		if (key == NULL || key->q < 0 || r->denied == 0)
-			continue;
-		double lent = allot__loan(
-		    y->st, y->svc, y->s, key, (double) r->denied, y->now);
-		if (lent > 0) {
-			y->loans++;
-			y->lent += lent;
-		}
-	}
-}
-
-/* The sequence number of the Sync: without a gap, the agent applied our
- * previous answer, so what it holds is its grant again, and its lease
- * runs from that answer. Returns whether there was a gap. Under the
- * lock. */
-static bool
-sync_ack(syn *y)
-{
-	session *s = y->s;
-	bool gap = y->req->seq != s->last_seq + 1;
-	if (!gap) {
-		s->acked_reply_ns = s->last_reply_ns;
-		s->acked_replicas = s->last_replicas;
-	}
-	if (!gap)
-		for (uint32_t k = 0; k < s->nkeys; k++)
-			allot__loan_acked(y->svc, &s->keys[k]);
-	if (!gap && s->unacked) {
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			skey *key = &s->keys[k];
-			double h0 = key->q >= 0 ? key_hold(key) : 0;
-			key->hold_rate = key->grant_rate;
-			key->hold_burst = key->grant_burst;
-			if (key->q >= 0)
-				y->svc->held_total += key_hold(key) - h0;
-		}
-		s->unacked = false;
-	}
-	s->last_seq = y->req->seq;
-	s->last_seen_ns = y->now;
-	s->last_sync_ns = y->now;
-	s->seen_dirty = true;
-	return gap;
-}
-
-/* The Reply: full after a gap or every full_every answers, otherwise the
- * grants that changed. Under the lock. */
-static void
-sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
-{
-	allot__state *st = y->st;
-	session *s = y->s;
-	service *svc = y->svc;
-	ret->seq = y->req->seq;
-	ret->replicas = svc->nsess;
-	ret->config_epoch = st->cur->epoch;
-	ret->config_digest = st->cur->cfg->digest;
-	ret->lease_ms = st->o.lease_ms;
-	ret->rejected_reports = y->unknown + y->absurd;
-	/* Digest 0: an agent that does not speak the config plane. */
-	y->digest = st->cur->cfg->digest;
-	y->text_len = st->cur->text_len;
-	if (y->req->config_digest != 0)
-		y->push = config_push(
-		    st, s, pa, y->req->config_digest, y->now, &ret->config);
-	bool full = s->force_full || gap ||
-	    ++s->replies_since_full >= st->o.full_every;
-	if (full || y->forced || s->sent_gen != svc->gen || s->pending > 0 ||
-	    s->loan_due) {
-		if (build_shares(
-		        st, s, pa, full, &ret->shares, &ret->n_shares)) {
-			ret->full = full;
-			if (full) {
-				s->replies_since_full = 0;
-				s->force_full = false;
-			}
-			s->sent_gen = svc->gen;
-		} else {
-			s->force_full = true;
-		}
-	}
-	s->last_reply_ns = y->now;
-	s->last_replicas = svc->nsess;
-}
-
-/* After unlocking: clipped reports counted, logged and audited (at most
- * one event row a second, so a liar cannot flood the store). */
-static void
-sync_report_clipped(const syn *y)
-{
-	allot__state *st = y->st;
-	allot__metrics *m = st->o.metrics;
-	const Allot__V1__KeyReport *c = y->clip;
-	if (m != NULL) {
-		allot__metrics_add(&m->reports_clipped, y->clipped);
-		allot__metrics_add(
-		    &m->tokens_clipped, (uint64_t) y->clipped_tokens);
-	}
-	allot__log_ratelimited(st->o.lg, &st->rl_clip, ALLOT_LOG_WARNING,
-	    "ALLOTD-IMPLAUSIBLE",
-	    "session %" PRIu64 " seq %" PRIu64 ": %u reports claimed more "
-	    "than the replica could have admitted since its last report; "
-	    "%.0f tokens not booked (first: key %u consumed %" PRIu64 ")",
-	    y->req->session, y->req->seq, y->clipped, y->clipped_tokens,
-	    c->key, c->consumed);
-	if (st->o.store != NULL && y->audit) {
-		char detail[160];
-		snprintf(detail, sizeof detail,
-		    "service=%.64s session=%" PRIu64 " reports=%u tokens=%.0f",
-		    y->svc->name, y->req->session, y->clipped,
-		    y->clipped_tokens);
-		allot__store_event(
-		    st->o.store, "implausible", y->s->replica_id, detail);
-	}
-}
-
-/* After unlocking: the counters and log lines of a Sync. */
-static void
-sync_report(const syn *y)
-{
-	allot__state *st = y->st;
-	allot__metrics *m = st->o.metrics;
-	const Allot__V1__Sync *req = y->req;
-	uint32_t unknown = y->unknown, absurd = y->absurd;
-	if (m != NULL) {
-		allot__metrics_add(&m->syncs, 1);
-		if (req->early)
-			allot__metrics_add(&m->early_syncs, 1);
-		if (y->early_round)
-			allot__metrics_add(&m->early_rounds, 1);
-		allot__metrics_add(&m->loans, y->loans);
-		allot__metrics_add(&m->loan_tokens, (uint64_t) y->lent);
-		allot__metrics_add(
-		    &m->key_reports, req->n_reports - unknown - absurd);
-	}
-	if (unknown > 0) {
-		allot__metrics_reject(m, ALLOT__REJ_UNKNOWN_KEY, unknown);
-		allot__log_ratelimited(st->o.lg, &st->rl_unknown,
-		    ALLOT_LOG_WARNING, "ALLOTD-UNKNOWN-KEY",
-		    "session %" PRIu64 " seq %" PRIu64 ": %u reports for keys "
-		    "that are out of range or have no quota were dropped",
-		    req->session, req->seq, unknown);
-	}
-	if (y->clipped > 0)
-		sync_report_clipped(y);
-	if (absurd > 0) {
-		const Allot__V1__KeyReport *bad = y->bad;
-		allot__metrics_reject(m, ALLOT__REJ_ABSURD, absurd);
-		allot__log_ratelimited(st->o.lg, &st->rl_absurd,
-		    ALLOT_LOG_WARNING, "ALLOTD-ABSURD",
-		    "session %" PRIu64 " seq %" PRIu64 ": %u reports with "
-		    "impossible numbers dropped (first: key %u consumed "
-		    "%" PRIu64 " denied %" PRIu64 " held %" PRIu64
-		    " demand %" PRIu64 ")",
-		    req->session, req->seq, absurd, bad->key, bad->consumed,
-		    bad->denied, bad->held, bad->demand);
-	}
-}
-
-Allot__V1__Error__Code
-allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
-    uint32_t pipe, ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err,
-    size_t errlen)
-{
-	syn y = { .st = st, .req = req };
-	uint64_t last_seq = 0;
-	if (req->n_add_keys > 0) {
-		uint32_t max = st->o.max_keys ? st->o.max_keys :
-		                                ALLOT__STATE_MAX_KEYS;
-		Allot__V1__Error__Code c = allot__add_keys_check(
-		    req, 0, max, err, errlen);
-		if (c != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-			allot__metrics_reject(
-			    st->o.metrics, reason_of_add(c), 1);
-			return c;
-		}
-	}
-
-	pthread_mutex_lock(&st->mu);
-	y.now = now_ns(st);
-	allot__heard(st, y.now);
-	sync_refusal why = sync_session(&y, pipe, &last_seq);
-	if (why != SYNC_OK) {
-		pthread_mutex_unlock(&st->mu);
-		return sync_refuse(
-		    st->o.metrics, req, why, last_seq, err, errlen);
-	}
-	y.svc = y.s->svc;
-	if (req->n_add_keys > 0) {
-		Allot__V1__Error__Code c = sync_add_keys(&y, pa, err, errlen);
-		if (c != ALLOT__V1__ERROR__CODE__UNSPECIFIED) {
-			pthread_mutex_unlock(&st->mu);
-			allot__metrics_reject(
-			    st->o.metrics, reason_of_add(c), 1);
-			return c;
-		}
-	}
-	if (y.s->join_pending) {
-		allot__conserve_join(y.svc, y.s);
-		y.s->join_pending = false;
-	}
-	book_reports(&y, pa);
-	if (y.clipped > 0 &&
-	    (st->clip_event_ns == 0 ||
-	        since(y.now, st->clip_event_ns) >= 1000000000u)) {
-		st->clip_event_ns = y.now;
-		y.audit = true;
-	}
-	bool gap = sync_ack(&y);
-	if (req->early) {
-		y.early_round = allot__early_round(st, y.svc, y.now);
-		sync_loans(&y);
-	}
-	sync_reply(&y, pa, gap, ret);
-	pthread_mutex_unlock(&st->mu);
-
-	sync_report(&y);
-	config_push_report(
-	    st, y.push, y.s->replica_id, y.svc->name, y.digest, y.text_len);
-	return ALLOT__V1__ERROR__CODE__UNSPECIFIED;
-}
-
-bool
-allot__state_alive(allot__state *st, uint64_t session_id, uint32_t pipe)
-{
-	pthread_mutex_lock(&st->mu);
-	session *s = allot__session_find(st, session_id);
-	bool ok = s != NULL && allot__pipe_ok(s, pipe);
-	if (ok)
-		s->last_seen_ns = now_ns(st);
-	pthread_mutex_unlock(&st->mu);
-	return ok;
 }
 
 Allot__V1__Error__Code
@@ -1146,13 +437,6 @@ allot__state_register(allot__state *st, const Allot__V1__Register *req,
     ProtobufCAllocator *pa, Allot__V1__Welcome *ret, char *err, size_t errlen)
 {
 	return allot__state_register_on(st, req, 0, pa, ret, err, errlen);
-}
-
-Allot__V1__Error__Code
-allot__state_sync(allot__state *st, const Allot__V1__Sync *req,
-    ProtobufCAllocator *pa, Allot__V1__Reply *ret, char *err, size_t errlen)
-{
-	return allot__state_sync_on(st, req, 0, pa, ret, err, errlen);
 }
 
 Allot__V1__Error__Code
