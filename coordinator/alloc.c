@@ -12,7 +12,9 @@
  * exceed it, everyone raised to a common level when they do not, never
  * below a small floor); a target moves only by more than a dead band
  * that also covers the noise of the slot's estimate, except a rise for a
- * replica that was denied; a replica claims at least its long-run part
+ * replica that was denied or whose target is below its mark (the
+ * smaller of its long-run part of the allowance and the equal share);
+ * a replica claims at least its long-run part
  * of the quota's demand; and the burst budget B (scaled with the
  * allowance) is split in proportion to the rates, none below the equal
  * share's part, with at least the largest endpoint weight each when it

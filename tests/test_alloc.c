@@ -4,8 +4,9 @@
  * the registry (coordinator/state.c) driving it in-process on a virtual
  * clock: water-filling levels computed by hand, the floor of idle
  * replicas, the leftover spread, newcomers claiming the average, the
- * dead band, sums that never exceed R, B, the burst budget or the
- * ceiling over thousands of random rounds, bursts split with no replica
+ * dead band (and targets it no longer holds below their mark), sums
+ * that never exceed R, B, the burst budget or the ceiling over
+ * thousands of random rounds, bursts split with no replica
  * weighed below its equal part, the long-run part of the traffic
  * claimed by a replica whose last windows were quiet, replicas not heard since
  * demand appeared keeping their targets, the ceiling served in reverse shed
