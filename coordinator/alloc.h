@@ -64,7 +64,9 @@ typedef struct allot__alloc_policy {
 	/* The dead band is also at least this many standard deviations of
 	 * the slot's demand estimate (a replica that sees a few requests
 	 * per interval has a noisy one). A rise beyond the current target
-	 * passes regardless when the replica was denied something. >= 0. */
+	 * passes regardless when the replica was denied something, and up
+	 * to its mark (the smaller of its long-run part of the allowance
+	 * and the equal share) when the target is below it. >= 0. */
 	double noise_z;
 	/* Loans (grants.c, docs/allocation.md "Loans"): tokens moved at
 	 * once to a replica whose early Sync reports denials, taken from

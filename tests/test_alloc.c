@@ -4,8 +4,9 @@
  * the registry (coordinator/state.c) driving it in-process on a virtual
  * clock: water-filling levels computed by hand, the floor of idle
  * replicas, the leftover spread, newcomers claiming the average, the
- * dead band, sums that never exceed R, B, the burst budget or the
- * ceiling over thousands of random rounds, bursts split with no replica
+ * dead band (and targets it no longer holds below their mark), sums
+ * that never exceed R, B, the burst budget or the ceiling over
+ * thousands of random rounds, bursts split with no replica
  * weighed below its equal part, the long-run part of the traffic
  * claimed by a replica whose last windows were quiet, replicas not heard since
  * demand appeared keeping their targets, the ceiling served in reverse shed
@@ -219,6 +220,73 @@ START_TEST(deadband)
 }
 END_TEST
 
+/* A target that the dead band held below where its replica belongs
+ * (the `ramp` family: a few heavy requests make each estimate so noisy
+ * that the band's noise term covers any move) rises to its mark, the
+ * smaller of its long-run part of the allowance and the equal share;
+ * a replica the callers never reach keeps its low target. */
+START_TEST(deadband_lifts_to_mark)
+{
+	allot__alloc_policy p = exact_policy();
+	p.deadband = 0.05;
+	p.noise_z = 2;
+	allot__alloc_slot sl[4];
+	allot__alloc_quota q;
+	/* Every replica serves a quarter of the traffic in the long run;
+	 * replica 0's last windows held no heavy request (10 +- 20), and
+	 * its target is still the 10 of a round like that. */
+	one_quota(&q, sl, 4, (double[]) { 10, 30, 30, 30 }, 100, 400);
+	for (size_t i = 0; i < 4; i++) {
+		sl[i].demand_slow = 25;
+		sl[i].demand_var = 400;
+		sl[i].has_prev = true;
+		sl[i].prev_rate = i == 0 ? 10 : 30;
+		sl[i].prev_burst = 100;
+	}
+	run(&p, &q, 1, 0);
+	/* Replica 0 claims its long-run part, 25; the others 30 each:
+	 * max-min at 25. Its rise 10 -> 25 is within the band (2 x 20),
+	 * but 10 is below its mark (25): it passes, and the others give
+	 * way for the sum. Without the mark replica 0 stayed at 10. */
+	ck_assert_double_eq_tol(sl[0].rate, 25, 1e-9);
+	double sum = 0;
+	for (size_t i = 0; i < 4; i++)
+		sum += sl[i].rate;
+	ck_assert(sum <= 100);
+	for (size_t i = 1; i < 4; i++)
+		ck_assert_double_eq_tol(sl[i].rate, 25, 1e-9);
+	/* Sticky callers that never reach replica 0 (a long-run part of
+	 * 0): its mark is 0 and the band keeps its target. */
+	one_quota(&q, sl, 4, (double[]) { 10, 30, 30, 30 }, 100, 400);
+	for (size_t i = 0; i < 4; i++) {
+		sl[i].demand_slow = i == 0 ? 0 : 30;
+		sl[i].demand_var = 400;
+		sl[i].has_prev = true;
+		sl[i].prev_rate = i == 0 ? 5 : 30;
+		sl[i].prev_burst = 100;
+	}
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[0].rate, 5, 1e-9);
+	/* The mark is at most the equal share: a replica whose long-run
+	 * part is above it (skewed callers) is lifted to the equal share
+	 * only, and rises further by its claim as before. */
+	one_quota(&q, sl, 4, (double[]) { 20, 10, 10, 10 }, 100, 400);
+	for (size_t i = 0; i < 4; i++) {
+		sl[i].demand_slow = i == 0 ? 60 : 10;
+		sl[i].demand_var = 900;
+		sl[i].has_prev = true;
+		sl[i].prev_rate = i == 0 ? 10 : 20;
+		sl[i].prev_burst = 100;
+	}
+	run(&p, &q, 1, 0);
+	/* Replica 0 claims its long-run part, 50 x 60 / 90 = 33.3, the
+	 * others 10 each, and the leftover raises them to 22.2. Replica
+	 * 0's rise from 10 is within the band (2 x 30) and stops at the
+	 * equal share, 25; the others' rise to 22.2 is within it too. */
+	ck_assert_double_eq_tol(sl[0].rate, 25, 1e-9);
+}
+END_TEST
+
 /* xorshift64* for the property test. */
 static uint64_t rng = 88172645463325252ull;
 static double
@@ -250,6 +318,12 @@ START_TEST(sums_never_exceed)
 					.demand = u < 0.2 ? 0 :
 					    u < 0.3       ? NAN :
 					                    R * urand() * 3,
+					.demand_var = urand() < 0.5 ?
+					    0 :
+					    R * R * urand(),
+					.demand_slow = urand() < 0.3 ?
+					    0 :
+					    R * urand() * 2,
 					.fresh = urand() < 0.1,
 					.has_prev = urand() < 0.7,
 					.prev_rate = R * urand(),
@@ -972,6 +1046,7 @@ alloc_suite(void)
 	tcase_add_test(tc, waterfill_floor);
 	tcase_add_test(tc, newcomer_claims_average);
 	tcase_add_test(tc, deadband);
+	tcase_add_test(tc, deadband_lifts_to_mark);
 	tcase_add_test(tc, sums_never_exceed);
 	tcase_add_test(tc, burst_split);
 	tcase_add_test(tc, slow_share_claimed);
