@@ -694,12 +694,14 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 	apply_shares(s, w->shares, w->n_shares, true, now);
 	if (before != UINT32_MAX)
 		config_settle(s, before);
-	/* A Welcome that could not grant every key yet (others had
-	 * not given back): ask again after half an interval. */
-	s->short_grant = false;
-	for (size_t i = 0; i < w->n_shares; i++)
-		if (!(w->shares[i]->rate > 0) && w->shares[i]->key < nq(s))
-			s->short_grant = true;
+	/* Ask again after half an interval: a Welcome may not have
+	 * granted every key yet (the others had not given back), and our
+	 * demand is unknown to the coordinator until our first Sync (we
+	 * claim the others' average until our second), so the sooner it
+	 * comes, the sooner our share follows our traffic. It also spreads
+	 * the phases of replicas that registered together over the
+	 * interval instead of lining them up on the coordinator's tick. */
+	s->welcomed = true;
 	set_lease(s, now, w->lease_ms);
 }
 
@@ -928,11 +930,11 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 		double j = a->opts.sync_jitter;
 		t = a->opts.sync_interval_ms *
 		    (1.0 + j * (2 * uniform(s) - 1));
-		/* A short Welcome, or an early Sync (the grant may need
+		/* After a Welcome, or an early Sync (the grant may need
 		 * the others' next Syncs to free headroom): again after
 		 * half an interval. */
-		if (s->short_grant || s->early_sent) {
-			s->short_grant = false;
+		if (s->welcomed || s->early_sent) {
+			s->welcomed = false;
 			s->early_sent = false;
 			t /= 2;
 		}
@@ -957,11 +959,11 @@ bool
 allot__syncc_early_due(syncc *s, uint64_t now)
 {
 	allot_agent *a = s->a;
-	/* A newcomer's first Syncs are paced by its Welcome (a short one
-	 * asks again after half an interval), and a zero grant is the
+	/* A newcomer's first Syncs are paced by its Welcome (it asks
+	 * again after half an interval), and a zero grant is the
 	 * coordinator waiting for the others to give back: asking sooner
 	 * would find no headroom, and would only push the next Sync back. */
-	if (s->session == 0 || s->seq < 3 || s->short_grant || s->throttled ||
+	if (s->session == 0 || s->seq < 3 || s->welcomed || s->throttled ||
 	    s->backoff_ms != 0 || atomic_load(&s->in_fallback))
 		return false;
 	uint64_t gap = (uint64_t) a->opts.sync_interval_ms * 250000u;

@@ -57,7 +57,7 @@ typedef struct allot__syncc {
 	uint32_t sent_reports;
 	size_t sent_bytes;
 	uint32_t backoff_ms;
-	bool short_grant; /* the Welcome left a key without a grant */
+	bool welcomed; /* a Welcome came: the next Sync after T/2 */
 	bool early; /* the next Sync goes out early (syncc_early_due) */
 	bool early_sent; /* the last Sync went out early */
 	uint64_t rng;
