@@ -84,7 +84,18 @@ allot__state_tick(allot__state *st)
 		allot__expired_drop(svc, now);
 		for (uint32_t j = svc->nsess; j-- > 0;) {
 			session *s = svc->sess[j];
-			if (since(now, s->last_seen_ns) <= s->expiry_ns)
+			uint64_t silent = since(now, s->last_seen_ns);
+			/* One whose connection closed has exited (the kernel
+			 * closed its socket): it goes two of its intervals
+			 * after it was last heard, not after the whole expiry
+			 * wait, so its share reaches the replicas its callers
+			 * moved to that much sooner. A live agent that lost
+			 * its connection registers again on a new one within
+			 * those two intervals and replaces the session. */
+			bool closed = !s->placeholder &&
+			    silent > (uint64_t) (2e9 * s->interval_s) &&
+			    conn_closed(st, s);
+			if (silent <= s->expiry_ns && !closed)
 				continue;
 			if (!s->placeholder &&
 			    (quiet || (grace && svc->nsess_silenced >= 2)))

@@ -526,8 +526,8 @@ class Demo:
                 self.procs.pop("replica-2", None)
                 self.write_targets()
                 self.log("killed replica-2 with SIGKILL (no leave): "
-                         "allotd expires it once silent for 600 ms "
-                         "(docs/protocol.md, Expiry)")
+                         "its connection closed, so allotd drops it once "
+                         "silent for 2 T (docs/protocol.md, Expiry)")
                 killed = True
             if not added and el >= add_at:
                 self.start_replica("replica-5")

@@ -619,6 +619,16 @@ typedef struct rep {
 	double held; /* the bucket level its next Sync reports */
 } rep;
 
+/* Which connections (nng pipe ids 1-3) are open, for conn_open. */
+static bool conn_up[4];
+
+static bool
+conn_is_open(void *ctx, uint32_t pipe)
+{
+	(void) ctx;
+	return pipe < 4 && conn_up[pipe];
+}
+
 static allot__state *
 mkstate(void)
 {
@@ -631,6 +641,7 @@ mkstate(void)
 	allot__state_opts_init(&o);
 	o.clock = vnow;
 	o.interval_ms = 100;
+	o.conn_open = conn_is_open;
 	allot__state *st;
 	ck_assert_int_eq(
 	    allot__state_create(&o, cfg, "t", STATE_CFG, &st), ALLOT_OK);
@@ -928,6 +939,58 @@ START_TEST(state_newcomer_welcome_loan)
 }
 END_TEST
 
+/* A replica whose connection closed has exited: it goes two intervals
+ * after it was last heard, and holds nothing; one silent on an open
+ * connection (hung, or cut off) waits out the whole expiry (K = 5
+ * intervals, 600 ms at least) and is held for its lease. */
+START_TEST(state_closed_goes_early)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	static char *keys[] = { "default", "a" };
+	for (uint32_t p = 1; p <= 2; p++) {
+		char id[8];
+		snprintf(id, sizeof id, "c%u", p);
+		Allot__V1__Register rq = ALLOT__V1__REGISTER__INIT;
+		rq.replica_id = id;
+		rq.service = "svc";
+		rq.n_keys = 2;
+		rq.keys = keys;
+		rq.sync_interval_ms = 100;
+		Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
+		arena a = { .n = 0 };
+		ProtobufCAllocator pa = { a_alloc, a_free, &a };
+		char err[256];
+		ck_assert_int_eq(allot__state_register_on(
+		                     st, &rq, p, &pa, &w, err, sizeof err),
+		    0);
+		a_reset(&a);
+		conn_up[p] = true;
+	}
+	/* A third one keeps syncing: allotd is not the one cut off. */
+	rep r;
+	reg(st, &r, "r");
+	conn_up[1] = false; /* c1 exits */
+	int gone1 = -1, gone2 = -1;
+	for (int ms = 50; ms <= 1000; ms += 50) {
+		vclock += 50000000ull;
+		allot__state_tick(st);
+		if (ms % 100 == 0)
+			sync1(st, &r, 0, false);
+		uint32_t n = allot__state_service_replicas(st, "svc");
+		if (gone1 < 0 && n < 3)
+			gone1 = ms;
+		if (gone2 < 0 && n < 2)
+			gone2 = ms;
+	}
+	ck_assert_int_gt(gone1, 200);
+	ck_assert_int_le(gone1, 250);
+	ck_assert_int_gt(gone2, 600);
+	conn_up[2] = false;
+	allot__state_destroy(st);
+}
+END_TEST
+
 START_TEST(state_live_bound)
 {
 	vclock = 1000000000ull;
@@ -1059,6 +1122,7 @@ alloc_suite(void)
 	tcase_add_test(ts, state_forming_welcome);
 	tcase_add_test(ts, state_takeover_keeps_demand);
 	tcase_add_test(ts, state_newcomer_welcome_loan);
+	tcase_add_test(ts, state_closed_goes_early);
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);
 	suite_add_tcase(s, ts);
