@@ -462,15 +462,13 @@ lendable(const session *s, const skey *key, uint64_t now)
 	return x > 0 ? x : 0;
 }
 
-/* Lend `key` of `s` up to `want` tokens out of the quota's budget and
- * the other replicas' buckets; returns what was lent. */
-static double
-lend(allot__state *st, service *svc, session *s, skey *key, double want,
-    uint64_t now)
+double
+allot__loan(allot__state *st, service *svc, session *s, skey *key,
+    double denied, uint64_t now)
 {
 	double frac = st->o.policy.loan_frac;
-	if (!(frac > 0) || !(want >= 1) || key->q < 0 ||
-	    isnan(key->grant_rate) || key->loan_hold > 0)
+	if (!(frac > 0) || !(denied > 0) || key->q < 0 ||
+	    isnan(key->grant_rate) || key->loan_hold > 0 || st->hold)
 		return 0;
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q];
@@ -482,8 +480,6 @@ lend(allot__state *st, service *svc, session *s, skey *key, double want,
 	allot__level_bring(sq, R, st->cur->burst[key->q], now);
 	if (sq->level - sq->loan_out < room)
 		room = sq->level - sq->loan_out;
-	if (room > want)
-		room = want;
 	if (room < 1)
 		return 0;
 	/* From the lenders holding the most, largest first, in whole
@@ -523,34 +519,6 @@ lend(allot__state *st, service *svc, session *s, skey *key, double want,
 	s->loan_due = true;
 	sq->loan_out += amount;
 	return amount;
-}
-
-double
-allot__loan(allot__state *st, service *svc, session *s, skey *key,
-    double denied, uint64_t now)
-{
-	if (!(denied > 0) || st->hold)
-		return 0;
-	return lend(st, svc, s, key, INFINITY, now);
-}
-
-double
-allot__loan_welcome(
-    allot__state *st, service *svc, session *s, skey *key, uint64_t now)
-{
-	if (key->q < 0 || svc->nsess < 2)
-		return 0;
-	/* Its part of what the quota's callers send now, until its first
-	 * Reply half an interval after this Welcome, with the headroom a
-	 * claim has; at least the quota's heaviest request. */
-	const squota *sq = &svc->q[key->q];
-	double part = sq->demand_sum / (double) svc->nsess;
-	double T = (double) st->o.interval_ms / 1e3;
-	double want = ceil(part * (T / 2) * (1.0 + st->o.policy.headroom));
-	if (!(part > 0))
-		return 0;
-	double w = (double) st->cur->cfg->max_weight;
-	return lend(st, svc, s, key, fmax(want, w), now);
 }
 
 bool

@@ -518,12 +518,6 @@ bool allot__early_round(allot__state *st, service *svc, uint64_t now);
  * returns what was lent. Under the lock. */
 double allot__loan(allot__state *st, service *svc, session *s, skey *key,
     double denied, uint64_t now);
-/* A newcomer whose Welcome waits for the others to give back its part
- * (request.c, reg_welcome()): lend `key` what its part of the quota's
- * demand uses until its first Reply; returns what was lent. Under the
- * lock. */
-double allot__loan_welcome(
-    allot__state *st, service *svc, session *s, skey *key, uint64_t now);
 /* End the loan of `key` once it has run its time; returns whether its
  * share changed. Under the lock. */
 bool allot__loan_end(skey *key, uint64_t now);

@@ -24,8 +24,6 @@ typedef struct reg {
 	session *old; /* the session it replaces, or NULL */
 	bool returning; /* replaces a session, or expired not long ago */
 	bool forming; /* its service waits for it (allot__forming()) */
-	uint32_t loans; /* keys lent tokens in the Welcome, and how many */
-	double lent;
 	uint32_t *unknown; /* key ids without a quota */
 	size_t nunknown;
 	int32_t *q; /* per key id its quota index, or -1 */
@@ -238,17 +236,6 @@ reg_welcome(
 		st->hold = svc->sess[i] != s && !svc->sess[i]->placeholder;
 	bool built = allot__build_shares(
 	    st, s, pa, true, &ret->shares, &ret->n_shares);
-	/* A newcomer held to nothing until its first Reply is lent what
-	 * its part of the traffic uses until then (grants.c, loans),
-	 * from the others' buckets: the load balancer does not wait. */
-	for (uint32_t k = 0; built && st->hold && k < s->nkeys; k++) {
-		double x = allot__loan_welcome(st, svc, s, &s->keys[k], now);
-		r->loans += x > 0;
-		r->lent += x;
-	}
-	if (r->loans > 0)
-		built = allot__build_shares(
-		    st, s, pa, true, &ret->shares, &ret->n_shares);
 	st->hold = false;
 	if (!built) {
 		/* Welcome without shares: the agent keeps its static split;
@@ -283,8 +270,6 @@ reg_report(reg *r)
 		allot__metrics_add(&m->register_unknown_keys, r->nunknown);
 		if (old != NULL)
 			allot__metrics_add(&m->replaced, 1);
-		allot__metrics_add(&m->loans, r->loans);
-		allot__metrics_add(&m->loan_tokens, (uint64_t) r->lent);
 	}
 	char detail[160];
 	if (old != NULL) {

@@ -614,9 +614,6 @@ typedef struct rep {
 	uint64_t seq;
 	double rate; /* key 1 ("a") as last received */
 	double burst;
-	double prefill; /* in the last answer (a loan), or 0 */
-	double debit;
-	double held; /* the bucket level its next Sync reports */
 } rep;
 
 /* Which connections (nng pipe ids 1-3) are open, for conn_open. */
@@ -651,13 +648,10 @@ mkstate(void)
 static void
 take_shares(rep *r, Allot__V1__Share **sh, size_t n)
 {
-	r->prefill = r->debit = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (sh[i]->key == 1) {
 			r->rate = sh[i]->rate;
 			r->burst = sh[i]->burst;
-			r->prefill = sh[i]->prefill;
-			r->debit = sh[i]->debit;
 		}
 	}
 }
@@ -704,7 +698,6 @@ sync1(allot__state *st, rep *r, uint64_t tokens, bool lost)
 	uint64_t can = (uint64_t) (r->rate * 0.1);
 	kr.consumed = tokens < can ? tokens : can;
 	kr.denied = tokens - kr.consumed;
-	kr.held = (uint64_t) r->held;
 	Allot__V1__KeyReport *krp = &kr;
 	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
 	sy.session = r->session;
@@ -905,40 +898,6 @@ START_TEST(state_takeover_keeps_demand)
 }
 END_TEST
 
-/* A newcomer after start-up: the others hold all of R, so its Welcome
- * grants nothing until their next Syncs, but it is lent what its part of
- * the traffic uses until its first Reply (at least the heaviest request,
- * weight 20), out of an idle replica's bucket, which its next Reply
- * debits by as much. */
-START_TEST(state_newcomer_welcome_loan)
-{
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
-	rep r[3];
-	reg(st, &r[0], "r0");
-	reg(st, &r[1], "r1");
-	for (int i = 0; i < 4; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		for (int j = 0; j < 2; j++) {
-			r[j].held = r[j].burst;
-			sync1(st, &r[j], 20, false);
-		}
-	}
-	ck_assert_double_eq_tol(r[0].rate + r[1].rate, 1000, 1e-6);
-	reg(st, &r[2], "r2");
-	ck_assert_double_eq_tol(r[2].rate, 0, 1e-9);
-	ck_assert(r[2].prefill >= 20);
-	ck_assert_double_eq_tol(r[2].burst, r[2].prefill, 1e-9);
-	vclock += 50000000ull;
-	for (int j = 0; j < 2; j++)
-		sync1(st, &r[j], 20, false);
-	ck_assert_double_eq_tol(r[0].debit + r[1].debit, r[2].prefill, 1e-9);
-	ck_assert(quota_a(st).granted_rate <= 1000 * (1 + 1e-12));
-	allot__state_destroy(st);
-}
-END_TEST
-
 /* A replica whose connection closed has exited: it goes two intervals
  * after it was last heard, and holds nothing; one silent on an open
  * connection (hung, or cut off) waits out the whole expiry (K = 5
@@ -1121,7 +1080,6 @@ alloc_suite(void)
 	tcase_add_test(ts, state_follows_demand);
 	tcase_add_test(ts, state_forming_welcome);
 	tcase_add_test(ts, state_takeover_keeps_demand);
-	tcase_add_test(ts, state_newcomer_welcome_loan);
 	tcase_add_test(ts, state_closed_goes_early);
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);

@@ -433,11 +433,7 @@ START_TEST(test_shares_follow_replicas)
 {
 	coord c;
 	coord_init(&c, cfg_good);
-	/* Exact splits, so no loans: a newcomer's Welcome would raise its
-	 * burst by one for 200 ms (test_alloc's state_newcomer_welcome_loan
-	 * and test_sync cover loans). */
-	static const char *const no_loans[] = { "--loan-frac", "0", NULL };
-	coord_start(&c, no_loans);
+	coord_start(&c, NULL);
 	pc_replica r[6];
 	bool alive[6] = { true, true, true, true, false, false };
 	static const char *const ids[6] = { "r0", "r1", "r2", "r3", "r4",
