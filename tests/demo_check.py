@@ -3,9 +3,9 @@
 """Runs the main demo (scripts/demo.py) in a short mode against the
 build under test and checks its summary: the shares followed the replica
 count, the noisy backfill was held to its quota while the callers under
-their quota (checkout, search) lost nothing at start-up, at most 1 % of
-their tokens in steady seconds and 4 % in all, and the database answers
-the audit queries printed at the end. With --cluster, the demo runs a Raft cluster of three allotd
+their quota (checkout, search) lost nothing at start-up and at most 1 %
+of their tokens over the whole run, and the database answers the audit
+queries printed at the end. With --cluster, the demo runs a Raft cluster of three allotd
 members, kills the leader and restarts it as a follower: a new leader
 took over with a higher epoch, the callers under their quota saw no 429
 across the failover, the backfill stayed within R x t + B counted from one
@@ -84,8 +84,10 @@ if "after_apply" in b:
 # 1 % of their tokens in steady seconds (away from start-up and replica
 # changes, as the demo's summary counts them; usually 0, up to 0.7 %
 # seen when the machine was loaded; the check allowed 2 % before) and
-# at most 4 % over the whole run, start-up and churn included (5 %
-# before; 0-1.7 % seen since start-up costs nothing, 0 in most runs).
+# at most 1 % over the whole run, start-up and churn included (5 %, then
+# 4 % before; 0 tokens in every run on an idle machine and at most 1
+# token in 9 runs beside a CPU-bound benchmark, since start-up costs
+# nothing and a crashed replica's share moves after 2 T).
 # What is left: the load generator keeps search on one replica's
 # connections (sticky), which move when replicas come and go, and a
 # newcomer after start-up gets its first grant in its first Reply, T/2
@@ -106,7 +108,7 @@ for name in ("checkout", "search"):
               name, x["startup_denied_tokens"], x["startup_seconds"]))
     total = x["admitted_tokens"] + x["denied_tokens"]
     frac = x["denied_tokens"] / total if total else 1
-    check(total > 0 and frac <= 0.04,
+    check(total > 0 and frac <= 0.01,
           "%s denied %d of its %d tokens in all, start-up and churn "
           "included" % (name, x["denied_tokens"], total))
 
