@@ -414,12 +414,15 @@ START_TEST(test_key_flood)
 	/* It leaves: the test does not sync it while the flood registers
 	 * (seconds on a loaded machine), which would expire it. */
 	pc_replica_close(&h);
-	uint64_t limit = quiet + quiet / 2 + 500;
-	if (limit < 5000)
-		limit = quiet <= 1000 &&
-		        getenv("ALLOT_QUIET_MACHINE") != NULL ?
-		    2000 :
-		    5000;
+	/* CI runs two integration suites at a time: there the p99 under
+	 * the flood reached 10 ms against 2.2 ms before it, from the other
+	 * suite's load alone (the same build measured 0.8-7.9 ms here). So
+	 * the bound is 20 ms or four times the quiet figure, still far
+	 * below the flood's 110 ms, and the issue's 2 ms with
+	 * ALLOT_QUIET_MACHINE; the figures are printed either way. */
+	uint64_t limit = 4 * quiet > 20000 ? 4 * quiet : 20000;
+	if (quiet <= 1000 && getenv("ALLOT_QUIET_MACHINE") != NULL)
+		limit = 2000;
 #if defined(__SANITIZE_ADDRESS__)
 	/* Under AddressSanitizer every Register of 65,537 names runs several
 	 * times slower inside the lock: the bound is the plain build's
