@@ -635,26 +635,37 @@ START_TEST(dead_peer_dropped)
 	uint64_t cut = pc_now_ms();
 	ck_assert_int_eq(netlab_cut(&lab, L, F), 0);
 	/* 4 x 500 ms of unacknowledged heartbeats, then the next
-	 * retransmission timer (backing off from 200 ms): about 3 s. */
+	 * retransmission timer (backing off from 200 ms): about 2.3 s.
+	 * Either end of the cut link may be the one that times out: the
+	 * leader's heartbeats to F go unacknowledged, and so do F's
+	 * pre-votes to the leader; on a loaded machine (CI runs two suites
+	 * at a time) the leader once stopped sending before its timer ran
+	 * out, so both logs are read. */
 	uint64_t dropped = 0;
-	while (dropped == 0 && pc_now_ms() < cut + 8000) {
-		char *text = pc_read_file(ms[L].log);
-		if (text != NULL &&
-		    strstr(text,
-		        "connection dropped: "
-		        "connection timed out"))
-			dropped = pc_now_ms();
-		free(text);
+	int by = -1;
+	while (dropped == 0 && pc_now_ms() < cut + 12000) {
+		for (int k = 0; k < 2 && dropped == 0; k++) {
+			int m = k == 0 ? L : F;
+			char *text = pc_read_file(ms[m].log);
+			if (text != NULL &&
+			    strstr(text,
+			        "connection dropped: "
+			        "connection timed out")) {
+				dropped = pc_now_ms();
+				by = m;
+			}
+			free(text);
+		}
 		pc_sleep_ms(50);
 	}
 	fprintf(stderr,
-	    "tcp-user-timeout: m%d's connection to m%d dropped %" PRIu64
+	    "tcp-user-timeout: the link m%d-m%d dropped by m%d %" PRIu64
 	    " ms after the cut\n",
-	    L + 1, F + 1, dropped ? dropped - cut : 0);
+	    L + 1, F + 1, by + 1, dropped ? dropped - cut : 0);
 	ck_assert_msg(dropped != 0,
-	    "m%d did not drop its connection to the cut-off m%d within 8 s "
-	    "(see %s)",
-	    L + 1, F + 1, ms[L].log);
+	    "neither m%d nor m%d dropped the cut link within 12 s "
+	    "(see %s and %s)",
+	    L + 1, F + 1, ms[L].log, ms[F].log);
 	ck_assert_int_eq(netlab_heal(&lab, L, F), 0);
 	/* Dialled again: F applies what it missed. */
 	uint64_t end = pc_now_ms() + 8000;
