@@ -91,10 +91,14 @@ allot__state_tick(allot__state *st)
 			 * wait, so its share reaches the replicas its callers
 			 * moved to that much sooner. A live agent that lost
 			 * its connection registers again on a new one within
-			 * those two intervals and replaces the session. */
+			 * those two intervals and replaces the session. (Asked
+			 * of nng only until the expiry wait is over: past it
+			 * the session goes anyway, and thousands of sessions
+			 * silent while allotd is the one cut off would cost a
+			 * pipe lookup each on every tick.) */
 			bool closed = !s->placeholder &&
 			    silent > (uint64_t) (2e9 * s->interval_s) &&
-			    conn_closed(st, s);
+			    silent <= s->expiry_ns && conn_closed(st, s);
 			if (silent <= s->expiry_ns && !closed)
 				continue;
 			if (!s->placeholder &&
