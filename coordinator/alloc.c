@@ -190,6 +190,27 @@ nonneg(double x)
 	return x > 0 && isfinite(x) ? x : 0;
 }
 
+/* The sum of the slots' slow estimates (a fresh slot has none yet). */
+static double
+slow_sum(const allot__alloc_quota *aq)
+{
+	double slow = 0;
+	for (size_t i = 0; i < aq->nslots; i++)
+		if (!aq->slots[i].fresh)
+			slow += nonneg(aq->slots[i].demand_slow);
+	return slow;
+}
+
+/* A slot's long-run part of `total`: its slow estimate over their sum
+ * `slow`; 0 when unknown (a fresh slot, or no slow estimate at all). */
+static double
+long_run(const allot__alloc_slot *x, double total, double slow)
+{
+	if (x->fresh || !(slow > 0))
+		return 0;
+	return total * nonneg(x->demand_slow) / slow;
+}
+
 /* Every slot's demand estimate into slot->rate (scratch until
  * fill_quota) and the quota's claim, its demand plus headroom, into
  * aq->claim. */
@@ -221,10 +242,7 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * (no heavy request, the burst landed elsewhere) is not cut below
 	 * what it will see next, while a replica that the callers never
 	 * reach (a slow estimate of 0) claims nothing more. */
-	double slow = 0;
-	for (size_t i = 0; i < aq->nslots; i++)
-		if (!aq->slots[i].fresh)
-			slow += nonneg(aq->slots[i].demand_slow);
+	double slow = slow_sum(aq);
 	/* Not for a replica whose traffic has gone, though: below a
 	 * quarter of its long-run part it is not chance (a window without
 	 * the heavy requests still reads about half) but sticky callers
@@ -234,7 +252,7 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	double hk = known / (1.0 + nonneg(pol->headroom));
 	for (size_t i = 0; slow > 0 && i < aq->nslots; i++) {
 		allot__alloc_slot *s = &aq->slots[i];
-		double part = hk * nonneg(s->demand_slow) / slow;
+		double part = long_run(s, hk, slow);
 		if (!s->fresh && s->rate >= LONG_RUN_GONE * part)
 			s->rate = fmax(s->rate, part);
 	}
@@ -412,7 +430,7 @@ burst_weight(const allot__alloc_slot *x, double A, double slow, double eq)
 		return 0;
 	double r = x->rate;
 	if (slow > 0 && !x->fresh)
-		r = fmin(r, A * nonneg(x->demand_slow) / slow);
+		r = fmin(r, long_run(x, A, slow));
 	return fmax(r, eq);
 }
 
@@ -456,10 +474,7 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	double total = budget;
 	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
 	size_t npos = 0;
-	double sum_r = 0, eq = A / (double) n, slow = 0;
-	for (size_t i = 0; i < n; i++)
-		if (!sl[i].fresh)
-			slow += nonneg(sl[i].demand_slow);
+	double sum_r = 0, eq = A / (double) n, slow = slow_sum(aq);
 	for (size_t i = 0; i < n; i++) {
 		if (sl[i].rate > 0 && !kept(&sl[i])) {
 			npos++;
@@ -527,7 +542,7 @@ fair_mark(const allot__alloc_slot *x, double A, size_t n, double slow)
 {
 	if (x->fresh || !(slow > 0))
 		return 0;
-	return fmin(A * nonneg(x->demand_slow) / slow, A / (double) n);
+	return fmin(long_run(x, A, slow), A / (double) n);
 }
 
 static void
@@ -585,10 +600,7 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * their new value, in proportion to that excess. */
 	double z = nonneg(pol->noise_z);
 	if (db > 0 || z > 0) {
-		double sum = 0, slack = 0, slow = 0;
-		for (size_t i = 0; i < n; i++)
-			if (!sl[i].fresh)
-				slow += nonneg(sl[i].demand_slow);
+		double sum = 0, slack = 0, slow = slow_sum(aq);
 		for (size_t i = 0; i < n; i++) {
 			allot__alloc_slot *x = &sl[i];
 			x->burst = x->rate; /* scratch: the new rate */
