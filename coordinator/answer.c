@@ -109,7 +109,7 @@ allot__build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
 		 * report's would cut the replica serving most of a quota to
 		 * the common level right after the failover. */
 		const squota *sq = &s->svc->q[key->q];
-		bool learning = st->cl_n > 0 && now < sq->learn_until_ns;
+		bool learning = quota_learning(st, sq, now);
 		if (learning && isnan(key->grant_rate))
 			continue;
 		bool is_short = false;

@@ -176,9 +176,8 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		/* A key adopted from the leader before us keeps that target
 		 * while we learn (ownership.c): our estimates of it are a
 		 * report or two old, and noisy. */
-		bool adopted = st->cl_n > 0 &&
-		    now < svc->q[q].learn_until_ns && key->targeted &&
-		    !isnan(key->grant_rate);
+		bool adopted = quota_learning(st, &svc->q[q], now) &&
+		    key->targeted && !isnan(key->grant_rate);
 		*sl = (allot__alloc_slot) {
 			.served = key->est_ns != 0,
 			.stale = adopted ||

@@ -354,6 +354,15 @@ struct allot__state {
 	size_t cl_nexpect;
 };
 
+/* Whether this leader still learns quota `sq` of a service it took over
+ * (ownership.c): it adopts what agents report they run on and moves no
+ * grant. Never for a single coordinator. */
+static inline bool
+quota_learning(const allot__state *st, const squota *sq, uint64_t now)
+{
+	return st->cl_n > 0 && now < sq->learn_until_ns;
+}
+
 /* Monotonic differences never wrap: a timestamp taken by another thread
  * may be a hair newer than `now`. */
 static inline uint64_t

@@ -229,8 +229,7 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 				/* Cluster: whether this leader still learns
 				 * the quota it took over (never for a single
 				 * coordinator). */
-				.learning = st->cl_n > 0 &&
-				    now < sq->learn_until_ns,
+				.learning = quota_learning(st, sq, now),
 			};
 		}
 		if (sessions && !snap_sessions(sn, ss, svc, now))

@@ -243,7 +243,7 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 		key->force_share = true;
 		y->forced = true;
 		if (isnan(key->grant_rate) &&
-		    y->now < y->svc->q[q].learn_until_ns)
+		    quota_learning(y->st, &y->svc->q[q], y->now))
 			allot__adopt(y->st, y->svc, y->s, key, r);
 	}
 	double f = y->f, n = y->n;
