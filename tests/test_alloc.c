@@ -225,6 +225,21 @@ END_TEST
  * that the band's noise term covers any move) rises to its mark, the
  * smaller of its long-run part of the allowance and the equal share;
  * a replica the callers never reach keeps its low target. */
+/* Give each of the `n` slots a history: its slow estimate, the variance
+ * of its estimate and the target of the previous round (burst 100). */
+static void
+with_history(allot__alloc_slot *sl, size_t n, const double *slow, double var,
+    const double *prev)
+{
+	for (size_t i = 0; i < n; i++) {
+		sl[i].demand_slow = slow[i];
+		sl[i].demand_var = var;
+		sl[i].has_prev = true;
+		sl[i].prev_rate = prev[i];
+		sl[i].prev_burst = 100;
+	}
+}
+
 START_TEST(deadband_lifts_to_mark)
 {
 	allot__alloc_policy p = exact_policy();
@@ -236,13 +251,8 @@ START_TEST(deadband_lifts_to_mark)
 	 * replica 0's last windows held no heavy request (10 +- 20), and
 	 * its target is still the 10 of a round like that. */
 	one_quota(&q, sl, 4, (double[]) { 10, 30, 30, 30 }, 100, 400);
-	for (size_t i = 0; i < 4; i++) {
-		sl[i].demand_slow = 25;
-		sl[i].demand_var = 400;
-		sl[i].has_prev = true;
-		sl[i].prev_rate = i == 0 ? 10 : 30;
-		sl[i].prev_burst = 100;
-	}
+	with_history(sl, 4, (double[]) { 25, 25, 25, 25 }, 400,
+	    (double[]) { 10, 30, 30, 30 });
 	run(&p, &q, 1, 0);
 	/* Replica 0 claims its long-run part, 25; the others 30 each:
 	 * max-min at 25. Its rise 10 -> 25 is within the band (2 x 20),
@@ -258,26 +268,16 @@ START_TEST(deadband_lifts_to_mark)
 	/* Sticky callers that never reach replica 0 (a long-run part of
 	 * 0): its mark is 0 and the band keeps its target. */
 	one_quota(&q, sl, 4, (double[]) { 10, 30, 30, 30 }, 100, 400);
-	for (size_t i = 0; i < 4; i++) {
-		sl[i].demand_slow = i == 0 ? 0 : 30;
-		sl[i].demand_var = 400;
-		sl[i].has_prev = true;
-		sl[i].prev_rate = i == 0 ? 5 : 30;
-		sl[i].prev_burst = 100;
-	}
+	with_history(sl, 4, (double[]) { 0, 30, 30, 30 }, 400,
+	    (double[]) { 5, 30, 30, 30 });
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(sl[0].rate, 5, 1e-9);
 	/* The mark is at most the equal share: a replica whose long-run
 	 * part is above it (skewed callers) is lifted to the equal share
 	 * only, and rises further by its claim as before. */
 	one_quota(&q, sl, 4, (double[]) { 20, 10, 10, 10 }, 100, 400);
-	for (size_t i = 0; i < 4; i++) {
-		sl[i].demand_slow = i == 0 ? 60 : 10;
-		sl[i].demand_var = 900;
-		sl[i].has_prev = true;
-		sl[i].prev_rate = i == 0 ? 10 : 20;
-		sl[i].prev_burst = 100;
-	}
+	with_history(sl, 4, (double[]) { 60, 10, 10, 10 }, 900,
+	    (double[]) { 10, 20, 20, 20 });
 	run(&p, &q, 1, 0);
 	/* Replica 0 claims its long-run part, 50 x 60 / 90 = 33.3, the
 	 * others 10 each, and the leftover raises them to 22.2. Replica
