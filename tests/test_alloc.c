@@ -687,24 +687,18 @@ reg(allot__state *st, rep *r, const char *id)
 	reg_n(st, r, id, 0);
 }
 
-/* One Sync of `r` reporting `tokens` of demand on key "a" over 100 ms:
- * admitted up to its rate, the rest denied. `lost`: the Reply never
+/* Send `r`'s next Sync, over 100 ms, with the report `kr` (NULL: none),
+ * and take the shares of its Reply unless `lost`: the Reply never
  * arrives (the next Sync skips a seq). */
 static void
-sync1(allot__state *st, rep *r, uint64_t tokens, bool lost)
+sync_send(allot__state *st, rep *r, Allot__V1__KeyReport *kr, bool lost)
 {
-	Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-	kr.key = 1;
-	uint64_t can = (uint64_t) (r->rate * 0.1);
-	kr.consumed = tokens < can ? tokens : can;
-	kr.denied = tokens - kr.consumed;
-	Allot__V1__KeyReport *krp = &kr;
 	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
 	sy.session = r->session;
 	sy.seq = ++r->seq;
 	sy.elapsed_ms = 100;
-	sy.n_reports = tokens > 0;
-	sy.reports = &krp;
+	sy.n_reports = kr != NULL;
+	sy.reports = &kr;
 	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
 	arena a = { .n = 0 };
 	ProtobufCAllocator pa = { a_alloc, a_free, &a };
@@ -716,6 +710,20 @@ sync1(allot__state *st, rep *r, uint64_t tokens, bool lost)
 	else
 		take_shares(r, rp.shares, rp.n_shares);
 	a_reset(&a);
+}
+
+/* One Sync of `r` reporting `tokens` of demand on key "a" over 100 ms:
+ * admitted up to its rate, the rest denied. `lost`: the Reply never
+ * arrives (the next Sync skips a seq). */
+static void
+sync1(allot__state *st, rep *r, uint64_t tokens, bool lost)
+{
+	Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+	kr.key = 1;
+	uint64_t can = (uint64_t) (r->rate * 0.1);
+	kr.consumed = tokens < can ? tokens : can;
+	kr.denied = tokens - kr.consumed;
+	sync_send(st, r, tokens > 0 ? &kr : NULL, lost);
 }
 
 /* One Sync of `r` after a take-over: `tokens` of demand on key "a" over
@@ -730,21 +738,20 @@ sync_taken_over(allot__state *st, rep *r, uint64_t tokens, double held)
 	kr.foreign = r->rate == 0;
 	kr.held_rate = r->rate == 0 ? held : r->rate;
 	kr.held_burst = r->rate == 0 ? held : r->burst;
-	Allot__V1__KeyReport *krp = &kr;
-	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
-	sy.session = r->session;
-	sy.seq = ++r->seq;
-	sy.elapsed_ms = 100;
-	sy.n_reports = 1;
-	sy.reports = &krp;
-	Allot__V1__Reply rp = ALLOT__V1__REPLY__INIT;
-	arena a = { .n = 0 };
-	ProtobufCAllocator pa = { a_alloc, a_free, &a };
-	char err[256];
-	ck_assert_int_eq(
-	    allot__state_sync(st, &sy, &pa, &rp, err, sizeof err), 0);
-	take_shares(r, rp.shares, rp.n_shares);
-	a_reset(&a);
+	sync_send(st, r, &kr, false);
+}
+
+/* `rounds` intervals of 100 ms: a tick, then an idle Sync of each of the
+ * `n` replicas. */
+static void
+idle_rounds(allot__state *st, rep *r, int n, int rounds)
+{
+	for (int i = 0; i < rounds; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		for (int j = 0; j < n; j++)
+			sync1(st, &r[j], 0, false);
+	}
 }
 
 static allot__state_quota
@@ -763,12 +770,7 @@ START_TEST(state_follows_demand)
 	reg(st, &r[0], "r0");
 	reg(st, &r[1], "r1");
 	/* Idle: the equal split. */
-	for (int i = 0; i < 3; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		sync1(st, &r[0], 0, false);
-		sync1(st, &r[1], 0, false);
-	}
+	idle_rounds(st, r, 2, 3);
 	ck_assert_double_eq_tol(r[0].rate, 500, 1e-6);
 	ck_assert_double_eq_tol(r[1].rate, 500, 1e-6);
 	/* Sticky load: r0 gets 70 tokens per 100 ms (700/s, e.g. 35
@@ -838,20 +840,10 @@ START_TEST(state_forming_welcome)
 	reg_n(st, &r[0], "r0", 4);
 	reg_n(st, &r[1], "r1", 4);
 	ck_assert_double_eq_tol(r[1].rate, 250, 1e-6);
-	for (int i = 0; i < 5; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		sync1(st, &r[0], 0, false);
-		sync1(st, &r[1], 0, false);
-	}
+	idle_rounds(st, r, 2, 5);
 	ck_assert_double_eq_tol(quota_a(st).granted_rate, 500, 1e-6);
 	vclock += (uint64_t) ALLOT__STATE_FORM_MS * 1000000u;
-	for (int i = 0; i < 3; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		sync1(st, &r[0], 0, false);
-		sync1(st, &r[1], 0, false);
-	}
+	idle_rounds(st, r, 2, 3);
 	ck_assert_double_eq_tol(r[0].rate, 500, 1e-6);
 	ck_assert_double_eq_tol(r[1].rate, 500, 1e-6);
 	/* The service runs: a late hint holds nothing back. */
@@ -1028,12 +1020,7 @@ START_TEST(state_silence_grace)
 	rep r[2];
 	reg(st, &r[0], "r0");
 	reg(st, &r[1], "r1");
-	for (int i = 0; i < 3; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		sync1(st, &r[0], 0, false);
-		sync1(st, &r[1], 0, false);
-	}
+	idle_rounds(st, r, 2, 3);
 	for (int i = 0; i < 20; i++) {
 		vclock += 100000000ull;
 		allot__state_tick(st);
