@@ -12,7 +12,12 @@
  *                         moved), ?as=NAME (recorded as claimed)
  *   GET  /members         cluster: the members, their roles, the leader
  *   POST /members/add     ?id=&raft=HOST:PORT&url=AGENT_URL (leader)
- *   POST /members/remove  ?id= (leader)
+ *   POST /members/remove  ?id= (leader), ?wait_ms= (default 10000, at
+ *                         most 120000; 0: answer at once): answers when
+ *                         the removal is done as far as this member can
+ *                         tell (the leader's own too), with "outcome"
+ *                         and "waited_ms" before the member list; 504
+ *                         naming the state reached on timeout
  *
  * In a cluster, apply and the member changes run on the leader; another
  * member answers 421 naming the leader's agent URL.

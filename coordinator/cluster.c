@@ -649,10 +649,11 @@ allot__cluster_member_left(
 		return true;
 	case ALLOT__CLEAVE_DEMOTED:
 		snprintf(state, len,
-		    "member %" PRIu64 " no longer votes (a standby in the "
+		    "member %" PRIu64 "%s no longer votes (a standby in the "
 		    "committed configuration); leader %" PRIu64
 		    " removes it from the configuration next",
-		    id, lid);
+		    id, id == c->o.id ? " handed leadership over and" : "",
+		    lid);
 		return id == c->o.id && lid != id;
 	case ALLOT__CLEAVE_LEAVING:
 		snprintf(state, len,

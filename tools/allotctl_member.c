@@ -69,9 +69,11 @@ print_removed(long id, const char *text)
 {
 	json_object *doc = json_tokener_parse(text);
 	const char *outcome = ctl_jstr(doc, "outcome");
-	printf("member %ld removed in %.0f ms: %s\n", id,
-	    ctl_jnum0(doc, "waited_ms"),
-	    outcome != NULL && outcome[0] ? outcome : "done");
+	if (outcome == NULL || outcome[0] == '\0')
+		printf("member %ld removed (%.0f ms)\n", id,
+		    ctl_jnum0(doc, "waited_ms"));
+	else
+		printf("%s (%.0f ms)\n", outcome, ctl_jnum0(doc, "waited_ms"));
 	json_object_put(doc);
 }
 
