@@ -283,6 +283,10 @@ change_cb(struct raft_change *req, int status)
 		break;
 	case ALLOT__CCHANGE_REMOVING:
 		member_event(n, ALLOT__CMEMBER_REMOVED);
+		/* That entry also takes it out of the leaving set: not one
+		 * more from step_leaving meanwhile. */
+		n->cleared_id = n->change.id;
+		n->cleared_term = n->r->current_term;
 		n->change.stage = ALLOT__CCHANGE_IDLE;
 		break;
 	case ALLOT__CCHANGE_DEMOTING:

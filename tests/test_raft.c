@@ -633,7 +633,8 @@ END_TEST
  * and the new leader demotes and removes it, and exits 0. Every
  * survivor's member list then lacks it, the new leader is on a higher
  * epoch, and the old member no longer serves. Prints how long the call
- * took and when every survivor had the removal committed. */
+ * took and when every survivor had the removal committed. A removal that
+ * cannot commit (no quorum) answers 504 within its wait. */
 START_TEST(remove_the_leader)
 {
 	cluster c;
@@ -663,6 +664,25 @@ START_TEST(remove_the_leader)
 	ck_assert_ptr_null(strstr(body, "\"serving\":true"));
 	free(body);
 	ck_assert(!pc_member_is_voter(c.m[L].admin, c.m[L].id));
+	/* With its last other voter dead, the new leader's own removal
+	 * cannot commit: the call answers 504 within its wait, naming the
+	 * state reached. */
+	int O = 3 - L - N;
+	kill(c.m[O].pid, SIGKILL);
+	pc_wait_exit(c.m[O].pid, 5000);
+	c.m[O].pid = 0;
+	c.m[O].up = false;
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -m 10 --unix-socket %s -X POST -w ' %%{http_code}' "
+	    "'http://allotd/members/remove?id=%" PRIu64 "&wait_ms=500'",
+	    c.m[N].admin, c.m[N].id);
+	char *out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(strstr(out, "was not removed within 500 ms") != NULL &&
+	        strstr(out, " 504") != NULL,
+	    "%s", out);
+	free(out);
 	fprintf(stderr,
 	    "remove_the_leader: one call, %" PRIu64 " ms; the removal was "
 	    "committed on every survivor %" PRIu64 " ms after the call "
