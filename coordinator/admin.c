@@ -7,6 +7,9 @@
  * connection, at most ALLOT__ADMIN_MAX_CONNECTIONS); they parse and
  * diff files themselves and only hand the loop thread what must be done
  * there: reading the config in force and installing a new one.
+ * POST /members/remove waits (polling the loop thread) until the removal
+ * is done as far as this member can tell, so one request removes even
+ * the leader it is sent to (consensus_node.h has the steps).
  */
 #include "admin.h"
 
@@ -37,6 +40,13 @@
 #define JOB_WAIT_S 30
 #define NAME_MAX_LEN 255u
 #define IDLE_TIMEOUT_S 30u
+/* How long POST /members/remove waits for the removal by default
+ * (`wait_ms` sets it, up to the maximum; 0 answers at once): a
+ * hand-over, an election and two configuration changes take a few
+ * election timeouts at most. */
+#define LEAVE_WAIT_MS 10000u
+#define LEAVE_WAIT_MAX_MS 120000u
+#define LEAVE_POLL_MS 20
 
 enum { QUEUED, RUNNING, DONE };
 
@@ -497,12 +507,65 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	return respond_buf(c, &b);
 }
 
+static uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
+
+/* After a removal started: polls the loop thread (a MEMBERS job naming
+ * the member) until it has left or `wait_ms` passed. `job` holds the
+ * last answer; false on a timeout or a stopping allotd (job->status
+ * and msg say which). */
+static bool
+wait_left(allot__admin *a, allot__admin_job *job, uint64_t wait_ms,
+    uint64_t *ret_waited)
+{
+	uint64_t id = job->member_id, start = mono_ms();
+	const struct timespec poll = { 0, LEAVE_POLL_MS * 1000000L };
+	while (!job->member_left) {
+		*ret_waited = mono_ms() - start;
+		if (*ret_waited >= wait_ms) {
+			char state[256];
+			snprintf(state, sizeof state, "%.255s", job->msg);
+			job->status = MHD_HTTP_GATEWAY_TIMEOUT;
+			snprintf(job->msg, sizeof job->msg,
+			    "member %" PRIu64
+			    " was not removed within %" PRIu64
+			    " ms: %.255s. The removal is recorded and the "
+			    "leader goes on with it: see `allotctl member "
+			    "list`",
+			    id, wait_ms, state);
+			return false;
+		}
+		nanosleep(&poll, NULL);
+		free(job->text_out);
+		memset(job, 0, sizeof *job);
+		job->op = ALLOT__ADMIN_MEMBERS;
+		job->member_id = id;
+		if (!submit(a, job) || job->status != MHD_HTTP_OK) {
+			job->status = MHD_HTTP_SERVICE_UNAVAILABLE;
+			snprintf(job->msg, sizeof job->msg,
+			    "allotd stopped while member %" PRIu64
+			    "'s removal was under way",
+			    id);
+			return false;
+		}
+	}
+	*ret_waited = mono_ms() - start;
+	return true;
+}
+
 /* The cluster's member endpoints: one job each, the answer the run's
- * JSON or its error. */
+ * JSON or its error; a removal waits until done (wait_left) and its
+ * answer also says how it ended and how long it took. */
 static enum MHD_Result
 members(allot__admin *a, struct MHD_Connection *c, const char *url)
 {
 	allot__admin_job job;
+	uint64_t wait_ms = LEAVE_WAIT_MS, waited = 0;
 	memset(&job, 0, sizeof job);
 	job.op = ALLOT__ADMIN_MEMBERS;
 	if (strcmp(url, "/members") != 0) {
@@ -526,16 +589,39 @@ members(allot__admin *a, struct MHD_Connection *c, const char *url)
 		    (job.member_raft == NULL || job.member_url == NULL))
 			return respond_err(c, MHD_HTTP_BAD_REQUEST,
 			    "add needs raft=HOST:PORT and url=AGENT_URL");
+		const char *w = MHD_lookup_connection_value(
+		    c, MHD_GET_ARGUMENT_KIND, "wait_ms");
+		errno = 0;
+		end = NULL;
+		v = w != NULL ? strtoull(w, &end, 10) : LEAVE_WAIT_MS;
+		if (w != NULL &&
+		    (*end != '\0' || errno != 0 || v > LEAVE_WAIT_MAX_MS))
+			return respond_err(c, MHD_HTTP_BAD_REQUEST,
+			    "wait_ms: how long a removal may take, 0 to %u",
+			    LEAVE_WAIT_MAX_MS);
+		wait_ms = v;
 	}
 	if (!submit(a, &job))
 		return respond_err(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "allotd is stopping or busy; try again");
+	if (job.status == MHD_HTTP_OK &&
+	    job.op == ALLOT__ADMIN_MEMBER_REMOVE && wait_ms > 0)
+		(void) wait_left(a, &job, wait_ms, &waited);
 	if (job.status != MHD_HTTP_OK) {
 		free(job.text_out);
 		return respond_err(c, (unsigned) job.status, "%s", job.msg);
 	}
 	allot__buf b = { 0 };
-	allot__buf_puts(&b, job.text_out != NULL ? job.text_out : "{}");
+	const char *list = job.text_out != NULL ? job.text_out : "{}";
+	if (job.member_id != 0 && job.op != ALLOT__ADMIN_MEMBER_ADD &&
+	    list[0] == '{' && list[1] != '}') {
+		/* The removal's outcome, then the list's own fields. */
+		allot__buf_puts(&b, "{\"outcome\":");
+		allot__buf_json(&b, job.msg);
+		allot__buf_printf(&b, ",\"waited_ms\":%" PRIu64 ",", waited);
+		list++;
+	}
+	allot__buf_puts(&b, list);
 	allot__buf_puts(&b, "\n");
 	free(job.text_out);
 	return respond_buf(c, &b);

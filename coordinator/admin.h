@@ -12,7 +12,12 @@
  *                         moved), ?as=NAME (recorded as claimed)
  *   GET  /members         cluster: the members, their roles, the leader
  *   POST /members/add     ?id=&raft=HOST:PORT&url=AGENT_URL (leader)
- *   POST /members/remove  ?id= (leader)
+ *   POST /members/remove  ?id= (leader), ?wait_ms= (default 10000, at
+ *                         most 120000; 0: answer at once): answers when
+ *                         the removal is done as far as this member can
+ *                         tell (the leader's own too), with "outcome"
+ *                         and "waited_ms" before the member list; 504
+ *                         naming the state reached on timeout
  *
  * In a cluster, apply and the member changes run on the leader; another
  * member answers 421 naming the leader's agent URL.
@@ -49,7 +54,8 @@ typedef struct allot__admin allot__admin;
 typedef enum allot__admin_op {
 	ALLOT__ADMIN_GET, /* the config in force */
 	ALLOT__ADMIN_APPLY, /* install `cfg` */
-	ALLOT__ADMIN_MEMBERS, /* the cluster's members, JSON in text_out */
+	ALLOT__ADMIN_MEMBERS, /* the cluster's members, JSON in text_out;
+	                       * with member_id, also member_left */
 	ALLOT__ADMIN_MEMBER_ADD,
 	ALLOT__ADMIN_MEMBER_REMOVE,
 } allot__admin_op;
@@ -64,7 +70,7 @@ typedef struct allot__admin_job {
 	const allot__state_who *who;
 	bool has_expect; /* refuse unless the digest in force is: */
 	uint64_t expect;
-	/* MEMBER_ADD, MEMBER_REMOVE, in: */
+	/* MEMBER_ADD, MEMBER_REMOVE (and MEMBERS, for member_left), in: */
 	uint64_t member_id;
 	const char *member_raft;
 	const char *member_url;
@@ -82,6 +88,10 @@ typedef struct allot__admin_job {
 	bool proposed;
 	char *path; /* GET: allotd's quota file (malloc) */
 	char *text_out; /* GET: the text in force; MEMBERS: JSON (malloc) */
+	/* MEMBER_REMOVE and MEMBERS with a member_id: whether its removal
+	 * is done as far as this member can tell, and `msg` (status 200)
+	 * says where it is (allot__cluster_member_left). */
+	bool member_left;
 	allot__config_diff diff; /* APPLY: what changed */
 } allot__admin_job;
 

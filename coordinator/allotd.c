@@ -557,6 +557,9 @@ admin_member(allotd *d, allot__admin_job *job)
 		                                   500;
 		return;
 	}
+	if (job->member_id != 0 && job->op != ALLOT__ADMIN_MEMBER_ADD)
+		job->member_left = allot__cluster_member_left(
+		    d->cluster, job->member_id, job->msg, sizeof job->msg);
 	allot__buf b = { 0 };
 	allot__cluster_member_list(d->cluster, &b);
 	job->text_out = b.p;

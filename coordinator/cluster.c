@@ -304,7 +304,8 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		    e->member.event == ALLOT__CMEMBER_ADDED ? "added" :
 		        e->member.event == ALLOT__CMEMBER_PROMOTED ?
 		                                              "promoted" :
-		                                              "removed",
+		        e->member.event == ALLOT__CMEMBER_LEAVING ? "leaving" :
+		                                                    "removed",
 		    e->member.id, index);
 		one.kind = "member";
 		one.subject = e->member.address;
@@ -616,10 +617,10 @@ allot__cluster_member_remove(
 	int rv = allot__consensus_remove_member(c->cons, id);
 	if (rv == ALLOT_ESTATE)
 		return not_leader(c, err, errlen);
-	if (rv == ALLOT_EBUSY && id == c->o.id)
+	if (rv == ALLOT_EINVAL && id == c->o.id)
 		snprintf(err, errlen,
-		    "member %" PRIu64 " is the leader: it hands leadership "
-		    "over now; run the remove again on the new leader",
+		    "member %" PRIu64 " is the leader and the last voter: "
+		    "add another member first",
 		    id);
 	else if (rv == ALLOT_EBUSY)
 		snprintf(err, errlen,
@@ -630,6 +631,46 @@ allot__cluster_member_remove(
 		snprintf(err, errlen, "cannot remove member %" PRIu64 ": %s",
 		    id, allot_strerror(rv));
 	return rv;
+}
+
+bool
+allot__cluster_member_left(
+    allot__cluster *c, uint64_t id, char *state, size_t len)
+{
+	int st = allot__consensus_leave_state(c->cons, id);
+	uint64_t lid = 0;
+	const char *laddr = NULL;
+	allot__consensus_leader(c->cons, &lid, &laddr);
+	switch (st) {
+	case ALLOT__CLEAVE_GONE:
+		snprintf(state, len,
+		    "member %" PRIu64 " is out of the committed configuration",
+		    id);
+		return true;
+	case ALLOT__CLEAVE_DEMOTED:
+		snprintf(state, len,
+		    "member %" PRIu64 "%s no longer votes (a standby in the "
+		    "committed configuration); leader %" PRIu64
+		    " removes it from the configuration next",
+		    id, id == c->o.id ? " handed leadership over and" : "",
+		    lid);
+		return id == c->o.id && lid != id;
+	case ALLOT__CLEAVE_LEAVING:
+		snprintf(state, len,
+		    "member %" PRIu64 "'s removal is committed to the log but "
+		    "it still votes (leader: %" PRIu64 "%s)",
+		    id, lid,
+		    lid == id    ? ", still handing leadership over" :
+		        lid == 0 ? ", none known" :
+		                   "");
+		return false;
+	default:
+		snprintf(state, len,
+		    "member %" PRIu64 " is still in the configuration "
+		    "(leader: %" PRIu64 ")",
+		    id, lid);
+		return false;
+	}
 }
 
 static const char *
@@ -666,8 +707,13 @@ allot__cluster_member_list(allot__cluster *c, allot__buf *b)
 		allot__buf_json(b, raft);
 		allot__buf_puts(b, ",\"url\":");
 		allot__buf_json(b, url);
-		allot__buf_printf(b, ",\"role\":\"%s\",\"leader\":%s}",
-		    role_name(m[i].role), m[i].id == lid ? "true" : "false");
+		allot__buf_printf(b,
+		    ",\"role\":\"%s\",\"leader\":%s,\"leaving\":%s}",
+		    role_name(m[i].role), m[i].id == lid ? "true" : "false",
+		    allot__consensus_leave_state(c->cons, m[i].id) ==
+		            ALLOT__CLEAVE_MEMBER ?
+		        "false" :
+		        "true");
 	}
 	allot__buf_puts(b, "]}");
 }

@@ -126,6 +126,13 @@ int allot__cluster_member_add(allot__cluster *c, uint64_t id,
     const char *raft_addr, const char *agent_url, char *err, size_t errlen);
 int allot__cluster_member_remove(
     allot__cluster *c, uint64_t id, char *err, size_t errlen);
+/* Whether member `id`'s removal is done as far as this member can
+ * tell: out of the committed configuration, or (this member itself,
+ * no longer leader) demoted to a non-voter with the leader removing it
+ * next, which is all a removed member ever hears. `state` gets a
+ * sentence saying where it is either way. */
+bool allot__cluster_member_left(
+    allot__cluster *c, uint64_t id, char *state, size_t len);
 /* The members as JSON into `b` (allot__buf). */
 void allot__cluster_member_list(allot__cluster *c, allot__buf *b);
 

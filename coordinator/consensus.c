@@ -359,6 +359,12 @@ allot__consensus_remove_member(allot__consensus *c, uint64_t id)
 	return allot__cnode_remove_member(&c->node, id);
 }
 
+int
+allot__consensus_leave_state(const allot__consensus *c, uint64_t id)
+{
+	return allot__cnode_leave_state(&c->node, id);
+}
+
 bool
 allot__consensus_changing(const allot__consensus *c)
 {

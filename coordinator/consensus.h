@@ -122,6 +122,9 @@ int allot__consensus_propose_events(allot__consensus *c,
 int allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address);
 int allot__consensus_remove_member(allot__consensus *c, uint64_t id);
+/* How far the removal of member `id` has gone here (enum
+ * allot__cnode_leave, consensus_node.h). */
+int allot__consensus_leave_state(const allot__consensus *c, uint64_t id);
 /* True while a membership change this member drives is in progress
  * (the next add or remove gets ALLOT_EBUSY until then). */
 bool allot__consensus_changing(const allot__consensus *c);

@@ -419,7 +419,7 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		e.member.id = allot__cr_u64(&r);
 		e.member.address = copy_str(&r, &at, 0, NULL);
 		if (e.member.event < ALLOT__CMEMBER_ADDED ||
-		    e.member.event > ALLOT__CMEMBER_REMOVED)
+		    e.member.event > ALLOT__CMEMBER_LEAVING)
 			r.bad = 1;
 		break;
 	default: r.bad = 1; break;

@@ -28,7 +28,10 @@
  *   every member writes: the admin socket's verified user, or "signal",
  *   "start"; what the client claimed; the reason; the client's file).
  * - USAGE: a batch of per-second usage rows.
- * - MEMBER: an audit event for a membership change.
+ * - MEMBER: an audit event for a membership change, or (LEAVING) the
+ *   intent that a member leave: every leader from then on drives the
+ *   configuration until it no longer holds that member
+ *   (consensus_node.c), so removing the leader takes one request.
  * - EVENTS: a batch of the leader's audit events (joins, leaves,
  *   expiries, refusals...), as its store would have written them.
  */
@@ -56,6 +59,7 @@ enum allot__cmember_event {
 	ALLOT__CMEMBER_ADDED = 1, /* joined as a non-voter */
 	ALLOT__CMEMBER_PROMOTED = 2, /* caught up, now votes */
 	ALLOT__CMEMBER_REMOVED = 3,
+	ALLOT__CMEMBER_LEAVING = 4, /* to be removed, by whoever leads */
 };
 
 /* One second of one key's usage, as the leader aggregated it. */

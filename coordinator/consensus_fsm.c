@@ -9,7 +9,9 @@
  * str address), the config (u64 epoch, u64 digest, u32-length text), u64
  * refused, u64 members_changed, u32 key count, then per key in (service,
  * key) order: str service, str key, u64 consumed, u64 denied, f64 demand,
- * u64 last_second; zero bytes up to a multiple of 8, like the entries.
+ * u64 last_second; then (version 2) u32 count and the leaving ids, u64
+ * each, ascending; zero bytes up to a multiple of 8, like the entries.
+ * Version 1 (no leaving ids) is still read, as an empty set.
  */
 #include "consensus_fsm.h"
 
@@ -18,7 +20,7 @@
 
 #include <allot/allot.h>
 
-#define SNAPSHOT_VERSION 1
+#define SNAPSHOT_VERSION 2
 
 static uint64_t
 hash_key(const char *service, const char *key)
@@ -125,6 +127,44 @@ apply_usage(allot__cfsm *s, const allot__centry *e)
 	return ALLOT_OK;
 }
 
+bool
+allot__cfsm_leaving(const allot__cfsm *s, uint64_t id)
+{
+	for (unsigned i = 0; i < s->nleaving; i++)
+		if (s->leaving[i] == id)
+			return true;
+	return false;
+}
+
+/* LEAVING adds the id to the set (kept ascending), REMOVED takes it out:
+ * the set is what leaders still have to remove. */
+static void
+apply_member(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
+{
+	unsigned i = 0;
+
+	s->members_changed++;
+	while (i < s->nleaving && s->leaving[i] < e->member.id)
+		i++;
+	bool there = i < s->nleaving && s->leaving[i] == e->member.id;
+
+	if (e->member.event == ALLOT__CMEMBER_REMOVED && there) {
+		memmove(&s->leaving[i], &s->leaving[i + 1],
+		    (s->nleaving - i - 1) * sizeof s->leaving[0]);
+		s->nleaving--;
+	} else if (e->member.event == ALLOT__CMEMBER_LEAVING && !there) {
+		if (s->nleaving == ALLOT__CFSM_LEAVING_MAX) {
+			s->refused++;
+			*ret_taken = false;
+			return;
+		}
+		memmove(&s->leaving[i + 1], &s->leaving[i],
+		    (s->nleaving - i) * sizeof s->leaving[0]);
+		s->leaving[i] = e->member.id;
+		s->nleaving++;
+	}
+}
+
 /* Applies a decoded entry; *ret_taken says whether it changed the
  * epoch or config (refused ones only count). */
 static int
@@ -172,7 +212,9 @@ apply_entry(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
 		s->config.epoch = e->config.config_epoch;
 		return ALLOT_OK;
 	case ALLOT__CENTRY_USAGE: return apply_usage(s, e);
-	case ALLOT__CENTRY_MEMBER: s->members_changed++; return ALLOT_OK;
+	case ALLOT__CENTRY_MEMBER:
+		apply_member(s, e, ret_taken);
+		return ALLOT_OK;
 	case ALLOT__CENTRY_EVENTS: return ALLOT_OK; /* the stores' only */
 	}
 	return ALLOT_EPROTO;
@@ -252,6 +294,9 @@ allot__cfsm_encode(const allot__cfsm *s, void **ret_buf, size_t *ret_len)
 		allot__cw_u64(&w, t->last_second);
 	}
 	free(sorted);
+	allot__cw_u32(&w, s->nleaving);
+	for (unsigned i = 0; i < s->nleaving; i++)
+		allot__cw_u64(&w, s->leaving[i]);
 	allot__cw_pad(&w);
 	if (w.err != 0) {
 		raft_free(w.p);
@@ -320,6 +365,25 @@ decode_totals(allot__crbuf *r, allot__cfsm *t)
 	}
 }
 
+/* The leaving ids of a version 2 snapshot: ascending, at most the
+ * maximum, else malformed. */
+static void
+decode_leaving(allot__crbuf *r, allot__cfsm *t)
+{
+	uint32_t n = allot__cr_u32(r);
+
+	if (n > ALLOT__CFSM_LEAVING_MAX) {
+		r->bad = r->bad ? r->bad : 1;
+		return;
+	}
+	for (uint32_t i = 0; i < n && !r->bad; i++) {
+		t->leaving[i] = allot__cr_u64(r);
+		if (i > 0 && t->leaving[i] <= t->leaving[i - 1])
+			r->bad = 1;
+	}
+	t->nleaving = n;
+}
+
 int
 allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 {
@@ -329,7 +393,7 @@ allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 
 	if (r.bad)
 		return ALLOT_EPROTO;
-	if (version != SNAPSHOT_VERSION)
+	if (version != SNAPSHOT_VERSION && version != 1)
 		return ALLOT_ERANGE;
 	if (allot__cfsm_init(&t, NULL, NULL) != ALLOT_OK)
 		return ALLOT_ENOMEM;
@@ -344,6 +408,8 @@ allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 	t.refused = allot__cr_u64(&r);
 	t.members_changed = allot__cr_u64(&r);
 	decode_totals(&r, &t);
+	if (version >= 2)
+		decode_leaving(&r, &t);
 	if (!allot__cr_end(&r)) {
 		int rv = r.bad == 2 ? ALLOT_ENOMEM : ALLOT_EPROTO;
 

@@ -6,9 +6,10 @@
  *
  * What it holds: the current epoch (the term and leader of the last
  * committed EPOCH entry), the quota config in force (text, digest, config
- * epoch), usage totals per (service, key), and the index of the last
- * entry it applied. Every member applies the same entries in the same
- * order, so every member's state is the same once it has applied the
+ * epoch), usage totals per (service, key), the members that are leaving
+ * (a MEMBER LEAVING entry committed, no MEMBER REMOVED since), and the
+ * index of the last entry it applied. Every member applies the same entries in
+ * the same order, so every member's state is the same once it has applied the
  * same index; the snapshot is a canonical encoding (keys sorted), so two
  * equal states have byte-identical snapshots, which the tests compare.
  *
@@ -28,6 +29,10 @@
 #include <stdint.h>
 
 #include "consensus_entry.h"
+
+/* Members that may be leaving at once; a LEAVING entry past it is
+ * refused (counted in `refused`), and the leader refuses to propose one. */
+#define ALLOT__CFSM_LEAVING_MAX 8
 
 /* Called for each entry applied, after the state took it, with the
  * entry's log index: the store writes it (USAGE rows, events, the config)
@@ -63,6 +68,10 @@ typedef struct allot__cfsm {
 	uint64_t refused; /* CONFIG entries for a stale config epoch, and
 	                   * EPOCH entries of a lower term */
 	uint64_t members_changed; /* MEMBER entries applied */
+	/* Ids with a committed LEAVING and no REMOVED after it, ascending
+	 * (so the snapshot is canonical). */
+	uint64_t leaving[ALLOT__CFSM_LEAVING_MAX];
+	unsigned nleaving;
 	/* Usage totals: open addressing on (service, key). */
 	allot__cusage_total *slots;
 	size_t nslots, nkeys;
@@ -90,6 +99,9 @@ int allot__cfsm_encode(const allot__cfsm *s, void **ret_buf, size_t *ret_len);
 /* Replaces the state with a decoded snapshot; on error the state is
  * unchanged. ALLOT_OK, ALLOT_EPROTO, ALLOT_ERANGE or ALLOT_ENOMEM. */
 int allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len);
+
+/* Whether member `id` is leaving (see `leaving`). */
+bool allot__cfsm_leaving(const allot__cfsm *s, uint64_t id);
 
 /* The totals of one key, or NULL. */
 const allot__cusage_total *allot__cfsm_usage(

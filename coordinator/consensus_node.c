@@ -2,7 +2,9 @@
 /*
  * One member's consensus logic over a libraft instance (consensus_node.h
  * has the lease argument): leadership tracking, the EPOCH claim, lease
- * renewal, proposals and the staged membership changes.
+ * renewal, proposals, the staged membership changes, and the leaving
+ * members every leader removes (allot__cnode_remove_member in the
+ * header has the steps).
  *
  * Every proposal and barrier is a heap request freed in its callback:
  * libraft calls back each one exactly once, also when leadership is lost
@@ -281,6 +283,13 @@ change_cb(struct raft_change *req, int status)
 		break;
 	case ALLOT__CCHANGE_REMOVING:
 		member_event(n, ALLOT__CMEMBER_REMOVED);
+		/* That entry also takes it out of the leaving set: not one
+		 * more from step_leaving meanwhile. */
+		n->cleared_id = n->change.id;
+		n->cleared_term = n->r->current_term;
+		n->change.stage = ALLOT__CCHANGE_IDLE;
+		break;
+	case ALLOT__CCHANGE_DEMOTING:
 		n->change.stage = ALLOT__CCHANGE_IDLE;
 		break;
 	default: break;
@@ -350,7 +359,8 @@ allot__cnode_add_member(allot__cnode *n, uint64_t id, const char *address)
 		return ALLOT_EINVAL;
 	if (n->r->state != RAFT_LEADER)
 		return ALLOT_ESTATE;
-	if (n->change.stage != ALLOT__CCHANGE_IDLE)
+	if (n->change.stage != ALLOT__CCHANGE_IDLE ||
+	    allot__cfsm_leaving(n->fsm, id))
 		return ALLOT_EBUSY;
 	n->change.id = id;
 	snprintf(n->change.address, sizeof n->change.address, "%s", address);
@@ -387,50 +397,155 @@ transfer_cb(struct raft_transfer *req)
 	n->transferring = false;
 }
 
+/* Starts a raft_remove or raft_assign(STANDBY) of `id` as the staged
+ * change `stage`; RAFT_* as libraft returns it. */
+static int
+start_change(allot__cnode *n, uint64_t id, int stage)
+{
+	const struct raft_server *s = server_of(n->r, id, NULL);
+	int rv;
+
+	n->change.id = id;
+	snprintf(n->change.address, sizeof n->change.address, "%s",
+	    s != NULL ? s->address : "");
+	n->change.req.data = n;
+	n->change.stage = stage;
+	if (stage == ALLOT__CCHANGE_REMOVING)
+		rv = raft_remove(n->r, &n->change.req, id, change_cb);
+	else
+		rv = raft_assign(
+		    n->r, &n->change.req, id, RAFT_STANDBY, change_cb);
+	if (rv != 0) {
+		n->change.stage = ALLOT__CCHANGE_IDLE;
+		return rv;
+	}
+	n->change.in_flight = true;
+	return 0;
+}
+
+static unsigned
+other_voters(const struct raft *r)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < r->configuration.n; i++)
+		k += r->configuration.servers[i].role == RAFT_VOTER &&
+		    r->configuration.servers[i].id != r->id;
+	return k;
+}
+
 int
 allot__cnode_remove_member(allot__cnode *n, uint64_t id)
 {
-	int rv;
+	allot__centry e = { .type = ALLOT__CENTRY_MEMBER };
+	const struct raft_server *s;
 
 	if (n->r->state != RAFT_LEADER)
 		return ALLOT_ESTATE;
-	if (server_of(n->r, id, NULL) == NULL)
+	s = server_of(n->r, id, NULL);
+	if (s == NULL)
 		return ALLOT_ENOENT;
+	if (allot__cfsm_leaving(n->fsm, id))
+		return ALLOT_OK; /* under way: the ticks finish it */
 	if (n->change.stage != ALLOT__CCHANGE_IDLE || n->transferring)
 		return ALLOT_EBUSY;
-	if (id == n->r->id) {
-		/* Stop granting first: from here the lease is given up. */
-		n->transferring = true;
-		publish(n, now_of(n));
-		n->transfer.data = n;
-		rv = raft_transfer(n->r, &n->transfer, 0, transfer_cb);
-		if (rv != 0) {
-			n->transferring = false;
-			return allot__cnode_err(rv);
-		}
+	if (id != n->r->id)
+		return allot__cnode_err(
+		    start_change(n, id, ALLOT__CCHANGE_REMOVING));
+	/* The leader itself: the intent goes through the log, so whoever
+	 * leads next finishes the removal even if this member never gets
+	 * to hand over. */
+	if (other_voters(n->r) == 0)
+		return ALLOT_EINVAL;
+	if (n->fsm->nleaving >= ALLOT__CFSM_LEAVING_MAX)
 		return ALLOT_EBUSY;
+	e.member.event = ALLOT__CMEMBER_LEAVING;
+	e.member.id = id;
+	e.member.address = s->address;
+	return allot__cnode_propose(n, &e, NULL, NULL);
+}
+
+int
+allot__cnode_leave_state(const allot__cnode *n, uint64_t id)
+{
+	const struct raft *r = n->r;
+	const struct raft_server *s = server_of(r, id, NULL);
+	bool leaving = allot__cfsm_leaving(n->fsm, id);
+
+	if (r->configuration_uncommitted_index == 0) {
+		if (s == NULL)
+			return ALLOT__CLEAVE_GONE;
+		if (leaving && s->role != RAFT_VOTER)
+			return ALLOT__CLEAVE_DEMOTED;
 	}
-	n->change.id = id;
-	n->change.address[0] = '\0';
-	for (unsigned i = 0; i < n->r->configuration.n; i++)
-		if (n->r->configuration.servers[i].id == id)
-			snprintf(n->change.address, sizeof n->change.address,
-			    "%s", n->r->configuration.servers[i].address);
-	n->change.req.data = n;
-	n->change.stage = ALLOT__CCHANGE_REMOVING;
-	rv = raft_remove(n->r, &n->change.req, id, change_cb);
-	if (rv != 0) {
-		n->change.stage = ALLOT__CCHANGE_IDLE;
-		return allot__cnode_err(rv);
+	return leaving ? ALLOT__CLEAVE_LEAVING : ALLOT__CLEAVE_MEMBER;
+}
+
+/* One step toward the leaving set, on a leader whose state holds every
+ * earlier intent (its EPOCH is applied), between other changes. */
+static void
+step_leaving(allot__cnode *n, uint64_t now)
+{
+	struct raft *r = n->r;
+	allot__centry e = { .type = ALLOT__CENTRY_MEMBER };
+
+	if (n->change.stage != ALLOT__CCHANGE_IDLE || n->transferring ||
+	    n->fsm->epoch.term != r->current_term ||
+	    n->fsm->epoch.leader_id != r->id ||
+	    r->configuration_uncommitted_index != 0)
+		return;
+	for (unsigned k = 0; k < n->fsm->nleaving; k++) {
+		uint64_t id = n->fsm->leaving[k];
+		unsigned i;
+		const struct raft_server *s = server_of(r, id, &i);
+
+		if (s == NULL) {
+			if (n->cleared_id == id &&
+			    n->cleared_term == r->current_term)
+				continue;
+			n->cleared_id = id;
+			n->cleared_term = r->current_term;
+			e.member.event = ALLOT__CMEMBER_REMOVED;
+			e.member.id = id;
+			e.member.address = "";
+			(void) allot__cnode_propose(n, &e, NULL, NULL);
+			continue;
+		}
+		if (id == r->id) {
+			/* Stop granting first: from here the lease is
+			 * given up. A failed hand-over comes back here. */
+			n->transferring = true;
+			publish(n, now);
+			n->transfer.data = n;
+			if (raft_transfer(r, &n->transfer, 0, transfer_cb) !=
+			    0)
+				n->transferring = false;
+			return;
+		}
+		if (s->role == RAFT_VOTER) {
+			(void) start_change(n, id, ALLOT__CCHANGE_DEMOTING);
+			return;
+		}
+		/* Let a demoted member hear that its demotion committed
+		 * (it acknowledged an entry after it: the renewals), for
+		 * at most a lease, so its own allotctl call can tell. */
+		if (n->demoted_id != id) {
+			n->demoted_id = id;
+			n->demoted_seen = now;
+		}
+		if (r->leader_state.progress[i].match_index <=
+		        r->configuration_index &&
+		    now < n->demoted_seen + n->opts.lease_ms)
+			return;
+		(void) start_change(n, id, ALLOT__CCHANGE_REMOVING);
+		return;
 	}
-	n->change.in_flight = true;
-	return ALLOT_OK;
 }
 
 bool
 allot__cnode_changing(const allot__cnode *n)
 {
-	return n->change.stage != ALLOT__CCHANGE_IDLE;
+	return n->change.stage != ALLOT__CCHANGE_IDLE || n->fsm->nleaving > 0;
 }
 
 size_t
@@ -497,6 +612,7 @@ allot__cnode_tick(allot__cnode *n)
 	    now - n->last_submit >= n->opts.renew_ms)
 		renew(n);
 	step_change(n);
+	step_leaving(n, now);
 	publish(n, now);
 }
 

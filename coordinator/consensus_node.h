@@ -108,6 +108,18 @@ enum allot__cnode_change_stage {
 	ALLOT__CCHANGE_CATCHING_UP, /* replicating; promote when close */
 	ALLOT__CCHANGE_PROMOTING, /* raft_assign(VOTER) in flight */
 	ALLOT__CCHANGE_REMOVING, /* raft_remove in flight */
+	ALLOT__CCHANGE_DEMOTING, /* a leaving voter: raft_assign(STANDBY) */
+};
+
+/* How far the removal of a member has gone, as this member's committed
+ * configuration and state see it (allot__cnode_leave_state). */
+enum allot__cnode_leave {
+	ALLOT__CLEAVE_MEMBER, /* in the configuration, no intent to leave */
+	ALLOT__CLEAVE_LEAVING, /* LEAVING committed; still votes */
+	ALLOT__CLEAVE_DEMOTED, /* leaving, and a non-voter in the committed
+	                        * configuration: it can no longer vote or
+	                        * lead; the leader removes it next */
+	ALLOT__CLEAVE_GONE, /* not in the committed configuration */
 };
 
 typedef struct allot__cnode {
@@ -138,6 +150,15 @@ typedef struct allot__cnode {
 		struct raft_change req;
 	} change;
 	struct raft_transfer transfer;
+	/* The REMOVED entry proposed for a leaving member already out of
+	 * the configuration (its own REMOVED was lost with a leadership):
+	 * once per term and member. */
+	uint64_t cleared_id, cleared_term;
+	/* When this leader first found `demoted_id` demoted: it waits (at most
+	 * a lease) for that member to acknowledge a later entry, which tells
+	 * it the demotion is committed, before removing it (after which
+	 * nothing more reaches it). */
+	uint64_t demoted_id, demoted_seen;
 	unsigned inflight; /* proposals and barriers not yet called back */
 } allot__cnode;
 
@@ -182,16 +203,36 @@ int allot__cnode_propose(allot__cnode *n, const allot__centry *e,
  * configuration resumes from its role. Leader only.
  * @return ALLOT_OK (started, or nothing to do: already a voter);
  *         ALLOT_ESTATE (not leader); ALLOT_EBUSY (another change in
- *         progress); ALLOT_EINVAL. */
+ *         progress, or the member is still leaving); ALLOT_EINVAL. */
 int allot__cnode_add_member(allot__cnode *n, uint64_t id, const char *address);
 
-/* Removes a member. Removing the leader itself hands leadership over to
- * the most caught-up voter first (the lease ends at once) and returns
- * ALLOT_EBUSY: ask the new leader to remove it.
- * @return ALLOT_OK (started); ALLOT_ENOENT; ALLOT_ESTATE; ALLOT_EBUSY. */
+/* Removes a member. Another member is removed at once (raft_remove),
+ * as before. Removing the leader itself proposes a MEMBER LEAVING entry
+ * instead, and from its commit on every tick of whoever leads drives the
+ * configuration toward the leaving set, one change at a time, nothing
+ * but the log passing between members:
+ *   - a leader that is itself leaving hands leadership over (its lease
+ *     ends at once; it retries if the transfer fails);
+ *   - a leader demotes a leaving voter to standby (so it learns it no
+ *     longer votes: libraft never sends a member the entry removing it)
+ *     and then removes it, which proposes MEMBER REMOVED;
+ *   - a leaving member already gone gets its REMOVED proposed again.
+ * A leader acts only once its own term's EPOCH is applied, so its state
+ * holds every intent committed before it. Calling it again while the
+ * member is leaving is ALLOT_OK. Poll allot__cnode_leave_state for the
+ * outcome. Leader only.
+ * @return ALLOT_OK (started); ALLOT_ENOENT; ALLOT_ESTATE; ALLOT_EBUSY
+ *         (another change in progress, or too many leaving);
+ *         ALLOT_EINVAL (the leader is the last voter). */
 int allot__cnode_remove_member(allot__cnode *n, uint64_t id);
 
-/* True while a membership change is in progress. */
+/* How far the removal of `id` has gone here (enum allot__cnode_leave).
+ * While this member's latest configuration is not yet committed, it
+ * answers at most LEAVING (never GONE or DEMOTED early). */
+int allot__cnode_leave_state(const allot__cnode *n, uint64_t id);
+
+/* True while a membership change is in progress (a leaving member not
+ * yet removed included). */
 bool allot__cnode_changing(const allot__cnode *n);
 
 /* The configuration this member knows, up to `cap` members. */

@@ -633,6 +633,46 @@ pc_member_is_voter(const char *admin, uint64_t id)
 	return yes;
 }
 
+/* The number of rows for `id` in the member list, -1 when the list
+ * did not come (allotctl failed). */
+static int
+member_rows(const char *admin, uint64_t id)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "out=$(%s/tools/allotctl member list --admin %s 2>/dev/null) "
+	    "|| { echo -1; exit 0; }; echo \"$out\" | "
+	    "awk '$1 == %" PRIu64 "' | wc -l",
+	    getenv("ALLOT_BUILD_DIR"), admin, id);
+	char *s = pc_shell(cmd);
+	int n = s != NULL ? atoi(s) : -1;
+	free(s);
+	return n;
+}
+
+bool
+pc_member_listed(const char *admin, uint64_t id)
+{
+	return member_rows(admin, id) > 0;
+}
+
+bool
+pc_member_gone_everywhere(
+    const char *const *admins, size_t n, uint64_t id, int timeout_ms)
+{
+	uint64_t until = pc_now_ms() + (uint64_t) timeout_ms;
+	for (;;) {
+		bool gone = true;
+		for (size_t i = 0; i < n && gone; i++)
+			gone = member_rows(admins[i], id) == 0;
+		if (gone)
+			return true;
+		if (pc_now_ms() >= until)
+			return false;
+		pc_sleep_ms(20);
+	}
+}
+
 static bool
 serving(int http_port)
 {

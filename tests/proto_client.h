@@ -167,5 +167,12 @@ int pc_ctl_member(const char *admin, const char *args);
 /* True once `allotctl member list` on `admin` lists member `id` as a
  * voter. */
 bool pc_member_is_voter(const char *admin, uint64_t id);
+/* Whether `allotctl member list` on `admin` answers and lists member
+ * `id` (false also when it does not answer: check with another call). */
+bool pc_member_listed(const char *admin, uint64_t id);
+/* Every admin socket in `admins` (n of them) answers a member list
+ * without `id`, polled until `timeout_ms`. */
+bool pc_member_gone_everywhere(
+    const char *const *admins, size_t n, uint64_t id, int timeout_ms);
 
 #endif

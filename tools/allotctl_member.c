@@ -5,8 +5,11 @@
  * POST /members/add, POST /members/remove; coordinator/admin.h). Adding
  * and removing run on the leader: another member answers 421 naming the
  * leader's agent URL, which is printed. A new member joins as a
- * non-voter, catches up, then votes (list shows its role); removing the
- * leader hands leadership over first.
+ * non-voter, catches up, then votes (list shows its role). A removal
+ * waits until it is done, the leader's own included: the leader records
+ * that it is leaving, hands leadership over, and the new leader demotes
+ * and removes it, all on one call (coordinator/consensus_node.h); the
+ * answer says how it ended and how long it took.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,6 +22,10 @@
 #include <curl/curl.h>
 
 #include "allotctl.h"
+
+/* How long the admin socket may spend on a removal; the HTTP exchange
+ * gets that on top of --timeout. */
+#define REMOVE_WAIT_MS 10000
 
 /* The members as a table: ID, RAFT, AGENT URL, ROLE, LEADER. */
 static int
@@ -56,6 +63,20 @@ print_list(const char *text)
 	return 0;
 }
 
+/* What the admin socket said of a removal it waited for. */
+static void
+print_removed(long id, const char *text)
+{
+	json_object *doc = json_tokener_parse(text);
+	const char *outcome = ctl_jstr(doc, "outcome");
+	if (outcome == NULL || outcome[0] == '\0')
+		printf("member %ld removed (%.0f ms)\n", id,
+		    ctl_jnum0(doc, "waited_ms"));
+	else
+		printf("%s (%.0f ms)\n", outcome, ctl_jnum0(doc, "waited_ms"));
+	json_object_put(doc);
+}
+
 int
 ctl_cmd_member(const ctl *c)
 {
@@ -88,13 +109,17 @@ ctl_cmd_member(const ctl *c)
 		curl_free(u);
 		curl_easy_cleanup(e);
 	} else if (remove) {
-		path = ctl_asprintf("/members/remove?id=%ld", id);
+		path = ctl_asprintf(
+		    "/members/remove?id=%ld&wait_ms=%d", id, REMOVE_WAIT_MS);
 	} else {
 		path = ctl_strdup("/members");
 	}
 	/* Adding and removing are POSTs without a body. */
 	ctl_admin_exchange x = { .path = path, .body = list ? NULL : "" };
-	int rc = ctl_admin_call(c, &x);
+	ctl cw = *c;
+	if (remove)
+		cw.timeout_ms += REMOVE_WAIT_MS;
+	int rc = ctl_admin_call(&cw, &x);
 	free(path);
 	if (rc != 0)
 		return rc;
@@ -112,7 +137,7 @@ ctl_cmd_member(const ctl *c)
 		       "caught up\n",
 		    id);
 	else if (remove)
-		printf("member %ld is being removed\n", id);
+		print_removed(id, answer);
 	rc = print_list(answer);
 	free(answer);
 	return rc;
