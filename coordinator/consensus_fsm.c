@@ -173,7 +173,8 @@ apply_entry(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
 		return ALLOT_OK;
 	case ALLOT__CENTRY_USAGE: return apply_usage(s, e);
 	case ALLOT__CENTRY_MEMBER: s->members_changed++; return ALLOT_OK;
-	case ALLOT__CENTRY_EVENTS: return ALLOT_OK; /* the stores' only */
+	case ALLOT__CENTRY_EVENTS: /* fall through: the stores' only */
+	case ALLOT__CENTRY_AUDIT: return ALLOT_OK;
 	}
 	return ALLOT_EPROTO;
 }

@@ -375,6 +375,24 @@ events_dump(const member *m)
 	return s != NULL ? s : strdup("");
 }
 
+/* The replica, share and level rows of a member's file, as text: every
+ * member writes them from the leader's AUDIT entries, times and all. */
+static char *
+state_dump(const member *m)
+{
+	char cmd[768];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT session, replica_id, service, "
+	    "pid, joined_at, last_seen, left_at, left_why FROM replicas "
+	    "ORDER BY session; SELECT at, session, quota, rate, burst FROM "
+	    "share_history ORDER BY id; SELECT session, quota, rate FROM "
+	    "shares ORDER BY 1, 2; SELECT service, quota, level, at FROM "
+	    "levels ORDER BY 1, 2\"",
+	    m->db);
+	char *s = pc_shell(cmd);
+	return s != NULL ? s : strdup("");
+}
+
 static uint64_t
 admitted_total(const member *m)
 {
@@ -476,6 +494,13 @@ START_TEST(config_and_usage_on_every_member)
 	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
 	char *ev = events_dump(&c.m[L]);
 	ck_assert_ptr_nonnull(strstr(ev, "|join|"));
+	/* The replica's session, from its join to its leave, and the
+	 * shares it was granted, on every member, not the leader's only. */
+	char *state = state_dump(&c.m[L]);
+	ck_assert_msg(strstr(state, "|a1|svc|") != NULL &&
+	        (strstr(state, "|expired\n") != NULL ||
+	            strstr(state, "|leave\n") != NULL),
+	    "the leader's replicas: %s", state);
 	for (int i = 0; i < c.n; i++) {
 		char *d = usage_dump(&c.m[i]);
 		ck_assert_str_eq(d, lead);
@@ -483,7 +508,13 @@ START_TEST(config_and_usage_on_every_member)
 		d = events_dump(&c.m[i]);
 		ck_assert_str_eq(d, ev);
 		free(d);
+		d = state_dump(&c.m[i]);
+		ck_assert_msg(strcmp(d, state) == 0,
+		    "member %d's replicas and shares:\n%s\nthe leader's:\n%s",
+		    i, d, state);
+		free(d);
 	}
+	free(state);
 	free(ev);
 	free(lead);
 	cluster_stop(&c);
