@@ -124,9 +124,22 @@ typedef struct allot__clevel {
 	const char *quota;
 } allot__clevel;
 
+/* A second of a quota's usage as shadow mode and a candidate value saw
+ * it (the usage table's shadow columns, added to the USAGE row of the
+ * same second); only seconds with any are sent. */
+typedef struct allot__cshadow {
+	uint64_t second; /* unix seconds */
+	uint64_t shadow_denied;
+	uint64_t candidate_denied;
+	double candidate_rate; /* 0: none in that second */
+	const char *service;
+	const char *quota;
+} allot__cshadow;
+
 /* One flush's rows; they are applied in this order (joins, shares,
- * leaves, which delete their session's shares, then last-seen times and
- * levels), as the leader's own commit would write them. */
+ * leaves, which delete their session's shares, then last-seen times,
+ * levels and shadow columns), as the leader's own commit would write
+ * them. */
 typedef struct allot__caudit {
 	const allot__cjoin *joins;
 	size_t njoins;
@@ -138,6 +151,8 @@ typedef struct allot__caudit {
 	size_t nseen;
 	const allot__clevel *levels;
 	size_t nlevels;
+	const allot__cshadow *shadow;
+	size_t nshadow;
 } allot__caudit;
 
 /* Who proposed a CONFIG and why; each "" when none (NULL encodes as
@@ -233,9 +248,9 @@ const char *allot__cr_str(allot__crbuf *r, size_t *ret_len, int wide);
 /* True when everything was read but at most the zero padding. */
 bool allot__cr_end(const allot__crbuf *r);
 
-
-/* AUDIT's body (consensus_rows.c), for allot__centry_encode and _decode: written
- * after the type byte; decoded into one allocation (e->mem). */
+/* AUDIT's body (consensus_rows.c), for allot__centry_encode and
+ * allot__centry_decode: written after the type byte; decoded into one
+ * allocation (e->mem). */
 void allot__centry_encode_audit(allot__cwbuf *w, const allot__caudit *a);
 int allot__centry_decode_audit(allot__crbuf *r, allot__centry *e);
 

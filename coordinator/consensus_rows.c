@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The AUDIT entry's body (consensus_entry.h): the leader's replica, share
- * and level rows of one flush. Five counts (u32), then the rows of each
+ * and level rows of one flush, and its usage seconds' shadow columns.
+ * Six counts (u32), then the rows of each
  * kind in the order they are applied, fixed-width fields first and the
  * short strings last. Decoding copies the rows and every string into one
  * block, as the other batch entries do, so an applied entry costs one
@@ -22,6 +23,8 @@
 #define SEEN_MIN (8 + 8)
 #define SHARE_MIN (8 + 8 + 8 + 8 + 8 + 2 * 2)
 #define LEVEL_MIN (8 + 8 + 2 * 2)
+#define SHADOW_MIN (8 + 8 + 8 + 8 + 2 * 2)
+#define KINDS 6
 
 static void
 put_str(allot__cwbuf *w, const char *s)
@@ -33,10 +36,10 @@ put_str(allot__cwbuf *w, const char *s)
 void
 allot__centry_encode_audit(allot__cwbuf *w, const allot__caudit *a)
 {
-	const size_t counts[] = { a->njoins, a->nshares, a->nlefts, a->nseen,
-		a->nlevels };
+	const size_t counts[KINDS] = { a->njoins, a->nshares, a->nlefts,
+		a->nseen, a->nlevels, a->nshadow };
 
-	for (size_t i = 0; i < 5; i++) {
+	for (size_t i = 0; i < KINDS; i++) {
 		if (counts[i] > ALLOT__CENTRY_ROWS_MAX) {
 			w->err = w->err != 0 ? w->err : ALLOT_EINVAL;
 			return;
@@ -81,6 +84,16 @@ allot__centry_encode_audit(allot__cwbuf *w, const allot__caudit *a)
 		put_str(w, a->levels[i].service);
 		put_str(w, a->levels[i].quota);
 	}
+	for (size_t i = 0; i < a->nshadow; i++) {
+		const allot__cshadow *x = &a->shadow[i];
+
+		allot__cw_u64(w, x->second);
+		allot__cw_u64(w, x->shadow_denied);
+		allot__cw_u64(w, x->candidate_denied);
+		allot__cw_f64(w, x->candidate_rate);
+		put_str(w, x->service);
+		put_str(w, x->quota);
+	}
 }
 
 /* Copies a short string read from `r` to `*at` (with its NUL). */
@@ -102,17 +115,18 @@ copy(allot__crbuf *r, char **at)
 /* Where each kind's rows start in the block, or false when the counts
  * cannot be what the bytes left hold. */
 static bool
-layout(allot__crbuf *r, uint32_t n[5], size_t *ret_rows, size_t *ret_nstr)
+layout(allot__crbuf *r, uint32_t n[KINDS], size_t *ret_rows, size_t *ret_nstr)
 {
-	static const size_t min[5] = { JOIN_MIN, SHARE_MIN, LEFT_MIN,
-		SEEN_MIN, LEVEL_MIN };
-	static const size_t strs[5] = { 4, 2, 1, 0, 2 };
-	static const size_t size[5] = { sizeof(allot__cjoin),
+	static const size_t min[KINDS] = { JOIN_MIN, SHARE_MIN, LEFT_MIN,
+		SEEN_MIN, LEVEL_MIN, SHADOW_MIN };
+	static const size_t strs[KINDS] = { 4, 2, 1, 0, 2, 2 };
+	static const size_t size[KINDS] = { sizeof(allot__cjoin),
 		sizeof(allot__cshare), sizeof(allot__cleft),
-		sizeof(allot__cseen), sizeof(allot__clevel) };
+		sizeof(allot__cseen), sizeof(allot__clevel),
+		sizeof(allot__cshadow) };
 	size_t bytes = 0, rows = 0, nstr = 0;
 
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < KINDS; i++) {
 		n[i] = allot__cr_u32(r);
 		if (r->bad || n[i] > ALLOT__CENTRY_ROWS_MAX)
 			return false;
@@ -130,7 +144,7 @@ layout(allot__crbuf *r, uint32_t n[5], size_t *ret_rows, size_t *ret_nstr)
 int
 allot__centry_decode_audit(allot__crbuf *r, allot__centry *e)
 {
-	uint32_t n[5];
+	uint32_t n[KINDS];
 	size_t rows, nstr;
 
 	if (!layout(r, n, &rows, &nstr))
@@ -146,7 +160,8 @@ allot__centry_decode_audit(allot__crbuf *r, allot__centry *e)
 	allot__cleft *lefts = (allot__cleft *) (shares + n[1]);
 	allot__cseen *seen = (allot__cseen *) (lefts + n[2]);
 	allot__clevel *levels = (allot__clevel *) (seen + n[3]);
-	char *at = (char *) (levels + n[4]);
+	allot__cshadow *shadow = (allot__cshadow *) (levels + n[4]);
+	char *at = (char *) (shadow + n[5]);
 
 	for (uint32_t i = 0; i < n[0] && !r->bad; i++) {
 		allot__cjoin *j = &joins[i];
@@ -186,6 +201,16 @@ allot__centry_decode_audit(allot__crbuf *r, allot__centry *e)
 		levels[i].service = copy(r, &at);
 		levels[i].quota = copy(r, &at);
 	}
+	for (uint32_t i = 0; i < n[5] && !r->bad; i++) {
+		allot__cshadow *x = &shadow[i];
+
+		x->second = allot__cr_u64(r);
+		x->shadow_denied = allot__cr_u64(r);
+		x->candidate_denied = allot__cr_u64(r);
+		x->candidate_rate = allot__cr_f64(r);
+		x->service = copy(r, &at);
+		x->quota = copy(r, &at);
+	}
 	*a = (allot__caudit) { .joins = joins,
 		.njoins = n[0],
 		.shares = shares,
@@ -195,6 +220,8 @@ allot__centry_decode_audit(allot__crbuf *r, allot__centry *e)
 		.seen = seen,
 		.nseen = n[3],
 		.levels = levels,
-		.nlevels = n[4] };
+		.nlevels = n[4],
+		.shadow = shadow,
+		.nshadow = n[5] };
 	return r->bad ? ALLOT_EPROTO : ALLOT_OK;
 }

@@ -36,6 +36,7 @@ struct tapped {
 	allot__cseen *seen;
 	allot__cshare *shares;
 	allot__clevel *levels;
+	allot__cshadow *shadow;
 };
 
 static void
@@ -48,6 +49,7 @@ tapped_free(struct tapped *t)
 	free(t->seen);
 	free(t->shares);
 	free(t->levels);
+	free(t->shadow);
 }
 
 static void *
@@ -76,11 +78,22 @@ take_usage(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
 			.demand = e->demand,
 			.live_replicas = e->live_replicas,
 		};
+		if (e->shadow_denied != 0 || e->candidate_denied != 0 ||
+		    e->candidate_rate > 0)
+			t->shadow[out->audit.nshadow++] = (allot__cshadow) {
+				.second = e->sec > 0 ? (uint64_t) e->sec : 0,
+				.shadow_denied = e->shadow_denied,
+				.candidate_denied = e->candidate_denied,
+				.candidate_rate = e->candidate_rate,
+				.service = e->k->service,
+				.quota = e->k->quota,
+			};
 		e->hdr.live = false;
 	}
 	b->usage_live = 0;
 	out->rows = t->rows;
 	out->n = n;
+	out->audit.shadow = t->shadow;
 }
 
 /* The events, joins and leaves leave the op list; the other ops keep
@@ -193,6 +206,7 @@ allot__store_tap(allot__store *st, struct batch *b)
 		.seen = rows_of(b->seen.n, sizeof *t.seen, &oom),
 		.shares = rows_of(b->shares.n, sizeof *t.shares, &oom),
 		.levels = rows_of(b->levels.n, sizeof *t.levels, &oom),
+		.shadow = rows_of(b->usage_live, sizeof *t.shadow, &oom),
 	};
 	if (oom) {
 		tapped_free(&t);
@@ -328,6 +342,41 @@ bind_hex(sqlite3_stmt *s, int i, uint64_t v)
 	sqlite3_bind_text(s, i, hex, 16, SQLITE_TRANSIENT);
 }
 
+/* The shadow columns of usage seconds the USAGE entry of the same
+ * flush wrote (or creates them, should a replay meet them first). */
+static int
+write_shadow(allot__store *st, const allot__caudit *a)
+{
+	if (a->nshadow == 0)
+		return SQLITE_OK;
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(st->db,
+	    "INSERT INTO usage (service, quota, at, shadow_denied,"
+	    " candidate_denied, candidate_rate) VALUES (?1, ?2, ?3, ?4, ?5,"
+	    " ?6) ON CONFLICT (at, service, quota) DO UPDATE SET"
+	    " shadow_denied = shadow_denied + excluded.shadow_denied,"
+	    " candidate_denied = candidate_denied"
+	    " + excluded.candidate_denied,"
+	    " candidate_rate = coalesce(excluded.candidate_rate,"
+	    " candidate_rate)",
+	    -1, &s, NULL);
+	for (size_t i = 0; i < a->nshadow && rc == SQLITE_OK; i++) {
+		const allot__cshadow *x = &a->shadow[i];
+		sqlite3_bind_text(s, 1, x->service, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, x->quota, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 3, (sqlite3_int64) x->second * 1000);
+		sqlite3_bind_int64(s, 4, (sqlite3_int64) x->shadow_denied);
+		sqlite3_bind_int64(s, 5, (sqlite3_int64) x->candidate_denied);
+		if (x->candidate_rate > 0)
+			sqlite3_bind_double(s, 6, x->candidate_rate);
+		else
+			sqlite3_bind_null(s, 6);
+		rc = step(s);
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
 /* With the statements the leader's own commit uses (store.c), so every
  * member's rows are what a single allotd would have written. */
 static int
@@ -386,7 +435,7 @@ write_audit(allot__store *st, const void *arg)
 		sqlite3_bind_int64(s, 4, l->at);
 		rc = step(s);
 	}
-	return rc;
+	return rc == SQLITE_OK ? write_shadow(st, a) : rc;
 }
 
 /* One committed entry's rows and the applied index, in one transaction;

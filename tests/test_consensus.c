@@ -187,12 +187,14 @@ START_TEST(entry_audit_round_trip)
 	allot__cleft lefts[1] = { { 7, 1700000000400, "replaced" } };
 	allot__cseen seen[2] = { { 8, 1700000000500 }, { 9, 1 } };
 	allot__clevel levels[1] = { { 12.5, 1700000000600, "svc", "k1" } };
+	allot__cshadow shadow[1] = { { 1700000000, 40, 7, 90.5, "svc",
+	    "k2" } };
 	allot__centry in = { .type = ALLOT__CENTRY_AUDIT }, out;
 	void *buf;
 	size_t len;
 
 	in.audit = (allot__caudit) { joins, 2, shares, 3, lefts, 1, seen, 2,
-		levels, 1 };
+		levels, 1, shadow, 1 };
 	encode(&in, &buf, &len);
 	ck_assert_uint_eq(len % 8, 0);
 	ck_assert_int_eq(allot__centry_decode(buf, len, &out), ALLOT_OK);
@@ -223,6 +225,12 @@ START_TEST(entry_audit_round_trip)
 	ck_assert(a->levels[0].level == 12.5);
 	ck_assert_str_eq(a->levels[0].service, "svc");
 	ck_assert_str_eq(a->levels[0].quota, "k1");
+	ck_assert_uint_eq(a->nshadow, 1);
+	ck_assert_uint_eq(a->shadow[0].second, 1700000000);
+	ck_assert_uint_eq(a->shadow[0].shadow_denied, 40);
+	ck_assert_uint_eq(a->shadow[0].candidate_denied, 7);
+	ck_assert(a->shadow[0].candidate_rate == 90.5);
+	ck_assert_str_eq(a->shadow[0].quota, "k2");
 	allot__centry_clear(&out);
 	for (size_t cut = 0; cut < len; cut++) {
 		int rv = allot__centry_decode(buf, cut, &out);

@@ -62,7 +62,8 @@ static const char *const CFG =
 static const char *const CFG2 =
     "quotas:\n  default: {tokens_per_second: 100, burst: 100}\n"
     "  callers:\n    - identity: c1\n      tokens_per_second: 450\n"
-    "      burst: 450\n";
+    "      burst: 450\n"
+    "      candidate: {tokens_per_second: 50, burst: 50}\n";
 
 /* A free port no member of `c` was given yet (pc_free_port() may hand
  * out a port twice before anything binds it). */
@@ -387,7 +388,9 @@ state_dump(const member *m)
 	    "ORDER BY session; SELECT at, session, quota, rate, burst FROM "
 	    "share_history ORDER BY id; SELECT session, quota, rate FROM "
 	    "shares ORDER BY 1, 2; SELECT service, quota, level, at FROM "
-	    "levels ORDER BY 1, 2\"",
+	    "levels ORDER BY 1, 2; SELECT at, quota, shadow_denied, "
+	    "candidate_denied, candidate_rate FROM usage WHERE "
+	    "candidate_rate IS NOT NULL ORDER BY 1, 2\"",
 	    m->db);
 	char *s = pc_shell(cmd);
 	return s != NULL ? s : strdup("");
@@ -494,12 +497,14 @@ START_TEST(config_and_usage_on_every_member)
 	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
 	char *ev = events_dump(&c.m[L]);
 	ck_assert_ptr_nonnull(strstr(ev, "|join|"));
-	/* The replica's session, from its join to its leave, and the
-	 * shares it was granted, on every member, not the leader's only. */
+	/* The replica's session, from its join to its leave, the shares
+	 * it was granted and what the candidate would have denied, on
+	 * every member, not the leader's only. */
 	char *state = state_dump(&c.m[L]);
 	ck_assert_msg(strstr(state, "|a1|svc|") != NULL &&
 	        (strstr(state, "|expired\n") != NULL ||
-	            strstr(state, "|leave\n") != NULL),
+	            strstr(state, "|leave\n") != NULL) &&
+	        strstr(state, "|50.0\n") != NULL,
 	    "the leader's replicas: %s", state);
 	for (int i = 0; i < c.n; i++) {
 		char *d = usage_dump(&c.m[i]);
