@@ -233,6 +233,11 @@ step(allot__cluster *c)
 			c->o.on_serving(c->o.ctx);
 	} else if (serving && !leader) {
 		atomic_store(&c->serving, false);
+		/* What this leadership recorded since the last flush goes to
+		 * the tap, which can no longer propose it: it is counted lost,
+		 * not written to this member's file alone, where its session
+		 * ids could later meet the new leader's. */
+		allot__store_flush(c->o.store);
 		allot__store_set_usage_tap(c->o.store, NULL, NULL);
 		allot__state_forget(c->o.state, false);
 		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-FOLLOWER",
@@ -342,7 +347,7 @@ usage_tap(void *ctx, const allot__store_tap_rows *t)
 	allot__cluster *c = ctx;
 	const allot__caudit *a = &t->audit;
 	size_t na = a->njoins + a->nshares + a->nlefts + a->nseen +
-	    a->nlevels;
+	    a->nlevels + a->nshadow;
 	int rv = ALLOT_OK;
 	if (t->n > 0)
 		rv = allot__consensus_propose_usage(

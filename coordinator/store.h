@@ -193,13 +193,6 @@ int allot__store_restore(allot__store *st,
     void (*on_replica)(void *ctx, const allot__store_replica *r),
     void (*on_level)(void *ctx, const allot__store_level *l), void *ctx);
 
-/* Per service, the most replicas live in the last second of usage the
- * file holds (on a Raft member: what the leader recorded, replicated),
- * through `fn`; the string is valid only during the call. A new leader
- * learns until it has heard as many. Returns ALLOT_OK or ALLOT_EIO. */
-int allot__store_last_live(allot__store *st,
-    void (*fn)(void *ctx, const char *service, uint32_t n), void *ctx);
-
 /* Record the global bucket level of a quota (kept one row per quota).
  * The function is allot__store_level_set(); allot__store_level(...) is a
  * function-like macro for it, so that the same name can also be the
