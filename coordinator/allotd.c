@@ -772,7 +772,9 @@ open_state(allotd *d, allot__daemon_opts *o)
 	d->cfg = NULL; /* the state owns it */
 	audit_start(d, lrc, last_digest, last_text);
 	free(last_text);
-	if (allot__state_restore(d->state) != ALLOT_OK)
+	/* A Raft member restores when it takes over (cluster.c): the
+	 * replicas in its file are the leader's, not its own to expire. */
+	if (o->raft_id == 0 && allot__state_restore(d->state) != ALLOT_OK)
 		allot__log(&d->lg, ALLOT_LOG_WARNING, "ALLOTD-RESTORE-FAIL",
 		    "could not read the replicas of the last run from %s; "
 		    "starting with none",

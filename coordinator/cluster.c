@@ -205,8 +205,7 @@ allot__cluster_gate(const allot__cluster *c, const allot__cluster_view **ret)
 
 /* ---- leadership ---- */
 
-static void usage_tap(void *ctx, const allot__cusage_row *rows, size_t n,
-    const allot__cevent *ev, size_t nev);
+static void usage_tap(void *ctx, const allot__store_tap_rows *t);
 
 static void
 step(allot__cluster *c)
@@ -234,6 +233,11 @@ step(allot__cluster *c)
 			c->o.on_serving(c->o.ctx);
 	} else if (serving && !leader) {
 		atomic_store(&c->serving, false);
+		/* What this leadership recorded since the last flush goes to
+		 * the tap, which can no longer propose it: it is counted lost,
+		 * not written to this member's file alone, where its session
+		 * ids could later meet the new leader's. */
+		allot__store_flush(c->o.store);
 		allot__store_set_usage_tap(c->o.store, NULL, NULL);
 		allot__state_forget(c->o.state, false);
 		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-FOLLOWER",
@@ -284,6 +288,9 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		allot__store_apply(
 		    c->o.store, index, NULL, 0, e->events.rows, e->events.n);
 		return;
+	case ALLOT__CENTRY_AUDIT:
+		allot__store_apply_audit(c->o.store, index, &e->audit);
+		return;
 	case ALLOT__CENTRY_CONFIG:
 		snprintf(detail, sizeof detail,
 		    "epoch=%" PRIu64 " digest=%016" PRIx64 " index=%" PRIu64,
@@ -333,29 +340,34 @@ proposal_done(void *ctx, int status, uint64_t index)
 	(void) index;
 }
 
-/* The leader's usage rows and events of one flush, into the log: one
- * USAGE and one EVENTS entry. */
+/* The leader's audit rows of one flush, into the log: a USAGE, an
+ * EVENTS and an AUDIT entry, each only when it has rows. */
 static void
-usage_tap(void *ctx, const allot__cusage_row *rows, size_t n,
-    const allot__cevent *ev, size_t nev)
+usage_tap(void *ctx, const allot__store_tap_rows *t)
 {
 	allot__cluster *c = ctx;
+	const allot__caudit *a = &t->audit;
+	size_t na = a->njoins + a->nshares + a->nlefts + a->nseen +
+	    a->nlevels + a->nshadow;
 	int rv = ALLOT_OK;
-	if (n > 0)
+	if (t->n > 0)
 		rv = allot__consensus_propose_usage(
-		    c->cons, rows, n, proposal_done, c);
-	if (rv == ALLOT_OK && nev > 0)
+		    c->cons, t->rows, t->n, proposal_done, c);
+	if (rv == ALLOT_OK && t->nev > 0)
 		rv = allot__consensus_propose_events(
-		    c->cons, ev, nev, proposal_done, c);
+		    c->cons, t->ev, t->nev, proposal_done, c);
+	if (rv == ALLOT_OK && na > 0)
+		rv = allot__consensus_propose_audit(
+		    c->cons, a, proposal_done, c);
 	if (rv == ALLOT_OK) {
 		atomic_fetch_add(&c->usage_batches, 1);
 		return;
 	}
-	atomic_fetch_add(&c->usage_lost, n + nev);
+	atomic_fetch_add(&c->usage_lost, t->n + t->nev + na);
 	allot__log(c->o.lg, ALLOT_LOG_WARNING, "ALLOTD-USAGE-LOST",
-	    "%zu usage rows and %zu events could not go through the log: "
-	    "%s",
-	    n, nev, allot_strerror(rv));
+	    "%zu usage rows, %zu events and %zu replica, share and level "
+	    "rows could not go through the log: %s",
+	    t->n, t->nev, na, allot_strerror(rv));
 }
 
 /* ---- start and stop ---- */

@@ -347,6 +347,16 @@ allot__consensus_propose_events(allot__consensus *c, const allot__cevent *rows,
 }
 
 int
+allot__consensus_propose_audit(allot__consensus *c, const allot__caudit *a,
+    allot__cnode_done_cb done, void *ctx)
+{
+	allot__centry e = { .type = ALLOT__CENTRY_AUDIT };
+
+	e.audit = *a;
+	return allot__cnode_propose(&c->node, &e, done, ctx);
+}
+
+int
 allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address)
 {

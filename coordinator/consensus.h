@@ -118,6 +118,8 @@ int allot__consensus_propose_usage(allot__consensus *c,
 /* Proposes a batch of audit events (copied). Leader only. */
 int allot__consensus_propose_events(allot__consensus *c,
     const allot__cevent *rows, size_t n, allot__cnode_done_cb done, void *ctx);
+int allot__consensus_propose_audit(allot__consensus *c, const allot__caudit *a,
+    allot__cnode_done_cb done, void *ctx);
 
 int allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address);

@@ -274,6 +274,9 @@ allot__centry_encode(const allot__centry *e, void **ret_buf, size_t *ret_len)
 		allot__cw_u64(&w, e->member.id);
 		allot__cw_str(&w, s, strlen(s), 0);
 		break;
+	case ALLOT__CENTRY_AUDIT:
+		allot__centry_encode_audit(&w, &e->audit);
+		break;
 	default: w.err = w.err != 0 ? w.err : ALLOT_EINVAL; break;
 	}
 	allot__cw_pad(&w);
@@ -388,7 +391,8 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		return ALLOT_EPROTO;
 	if (version != ALLOT__CENTRY_VERSION)
 		return ALLOT_ERANGE;
-	if (e.type != ALLOT__CENTRY_USAGE && e.type != ALLOT__CENTRY_EVENTS) {
+	if (e.type != ALLOT__CENTRY_USAGE && e.type != ALLOT__CENTRY_EVENTS &&
+	    e.type != ALLOT__CENTRY_AUDIT) {
 		/* Every other type has at most five strings: their bytes
 		 * and a NUL each. */
 		e.mem = malloc(len + 5);
@@ -414,6 +418,9 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		break;
 	case ALLOT__CENTRY_USAGE: rv = decode_usage(&r, &e); break;
 	case ALLOT__CENTRY_EVENTS: rv = decode_events(&r, &e); break;
+	case ALLOT__CENTRY_AUDIT:
+		rv = allot__centry_decode_audit(&r, &e);
+		break;
 	case ALLOT__CENTRY_MEMBER:
 		e.member.event = allot__cr_u8(&r);
 		e.member.id = allot__cr_u64(&r);

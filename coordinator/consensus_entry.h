@@ -34,6 +34,9 @@
  *   (consensus_node.c), so removing the leader takes one request.
  * - EVENTS: a batch of the leader's audit events (joins, leaves,
  *   expiries, refusals...), as its store would have written them.
+ * - AUDIT: the leader's replica, share and level rows of one flush (the
+ *   replicas, shares and levels tables; consensus_rows.c), as its store
+ *   would have written them.
  */
 #ifndef ALLOT_COORDINATOR_CONSENSUS_ENTRY_H
 #define ALLOT_COORDINATOR_CONSENSUS_ENTRY_H
@@ -53,6 +56,7 @@ enum allot__centry_type {
 	ALLOT__CENTRY_USAGE = 3,
 	ALLOT__CENTRY_MEMBER = 4,
 	ALLOT__CENTRY_EVENTS = 5,
+	ALLOT__CENTRY_AUDIT = 6,
 };
 
 enum allot__cmember_event {
@@ -80,6 +84,80 @@ typedef struct allot__cevent {
 	const char *subject; /* "" when none */
 	const char *detail; /* "" when none */
 } allot__cevent;
+
+/* AUDIT's rows: a replica's session began (replicas), ended, was last
+ * heard from; a session's share of a quota (shares, and through its
+ * trigger share_history); a quota's global bucket level (levels). Times
+ * are ms since the Unix epoch; strings "" when none. */
+typedef struct allot__cjoin {
+	uint64_t session;
+	int64_t at;
+	uint64_t digest; /* the agent's config digest */
+	uint32_t pid;
+	const char *replica_id;
+	const char *service;
+	const char *host;
+	const char *version;
+} allot__cjoin;
+
+typedef struct allot__cleft {
+	uint64_t session;
+	int64_t at;
+	const char *why; /* leave, expired, replaced, shutdown */
+} allot__cleft;
+
+typedef struct allot__cseen {
+	uint64_t session;
+	int64_t at;
+} allot__cseen;
+
+typedef struct allot__cshare {
+	uint64_t session;
+	double rate;
+	double burst;
+	int64_t lease_until;
+	int64_t at;
+	const char *service;
+	const char *quota;
+} allot__cshare;
+
+typedef struct allot__clevel {
+	double level;
+	int64_t at;
+	const char *service;
+	const char *quota;
+} allot__clevel;
+
+/* A second of a quota's usage as shadow mode and a candidate value saw
+ * it (the usage table's shadow columns, added to the USAGE row of the
+ * same second); only seconds with any are sent. */
+typedef struct allot__cshadow {
+	uint64_t second; /* unix seconds */
+	uint64_t shadow_denied;
+	uint64_t candidate_denied;
+	double candidate_rate; /* 0: none in that second */
+	const char *service;
+	const char *quota;
+} allot__cshadow;
+
+/* One flush's rows; they are applied in this order (joins, shares,
+ * leaves, which delete their session's shares, then last-seen times,
+ * levels and shadow columns), as the leader's own commit would write
+ * them. */
+typedef struct allot__caudit {
+	const allot__cjoin *joins;
+	size_t njoins;
+	const allot__cshare *shares;
+	size_t nshares;
+	const allot__cleft *lefts;
+	size_t nlefts;
+	const allot__cseen *seen;
+	size_t nseen;
+	const allot__clevel *levels;
+	size_t nlevels;
+	const allot__cshadow *shadow;
+	size_t nshadow;
+} allot__caudit;
 
 /* Who proposed a CONFIG and why; each "" when none (NULL encodes as
  * ""). */
@@ -121,6 +199,7 @@ typedef struct allot__centry {
 			const allot__cevent *rows;
 			size_t n;
 		} events;
+		allot__caudit audit;
 	};
 	void *mem;
 } allot__centry;
@@ -172,5 +251,11 @@ double allot__cr_f64(allot__crbuf *r);
 const char *allot__cr_str(allot__crbuf *r, size_t *ret_len, int wide);
 /* True when everything was read but at most the zero padding. */
 bool allot__cr_end(const allot__crbuf *r);
+
+/* AUDIT's body (consensus_rows.c), for allot__centry_encode and
+ * allot__centry_decode: written after the type byte; decoded into one
+ * allocation (e->mem). */
+void allot__centry_encode_audit(allot__cwbuf *w, const allot__caudit *a);
+int allot__centry_decode_audit(allot__crbuf *r, allot__centry *e);
 
 #endif

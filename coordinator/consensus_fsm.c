@@ -215,7 +215,8 @@ apply_entry(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
 	case ALLOT__CENTRY_MEMBER:
 		apply_member(s, e, ret_taken);
 		return ALLOT_OK;
-	case ALLOT__CENTRY_EVENTS: return ALLOT_OK; /* the stores' only */
+	case ALLOT__CENTRY_EVENTS: /* fall through: the stores' only */
+	case ALLOT__CENTRY_AUDIT: return ALLOT_OK;
 	}
 	return ALLOT_EPROTO;
 }

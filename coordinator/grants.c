@@ -65,10 +65,9 @@ allot__forming_start(
     allot__state *st, service *svc, uint32_t expected, uint64_t now)
 {
 	/* Only a service nobody runs on: not one with expired replicas
-	 * still held, placeholders of a restart, or the replicas of a
-	 * leader that took over (they hold its grants: learn_expect). */
-	if (svc->nsess != 0 || svc->nzs != 0 || svc->learn_expect != 0 ||
-	    expected < 2)
+	 * still held, or placeholders of a restart or of a take-over
+	 * (their replicas hold the previous grants). */
+	if (svc->nsess != 0 || svc->nzs != 0 || expected < 2)
 		return false;
 	uint32_t cap = st->o.max_replicas_per_service;
 	svc->form_expect = cap > 0 && expected > cap ? cap : expected;

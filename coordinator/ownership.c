@@ -62,10 +62,6 @@ allot__own_quotas(allot__state *st, service *svc, uint64_t now)
 	(void) now;
 	if (st->cl_n == 0)
 		return;
-	svc->learn_expect = 0;
-	for (size_t i = 0; i < st->cl_nexpect; i++)
-		if (strcmp(st->cl_expect[i].service, svc->name) == 0)
-			svc->learn_expect = st->cl_expect[i].n;
 	for (size_t q = 0; q < st->cur->nq; q++) {
 		squota *sq = &svc->q[q];
 		if (sq->learn_until_ns < st->cl_boot_until_ns)
@@ -76,18 +72,17 @@ allot__own_quotas(allot__state *st, service *svc, uint64_t now)
 /* A quota being learnt is learnt once every replica of the service has
  * said what it runs on (each holds a grant here, adopted or made) and
  * reported twice: no allowance of the previous owner is unknown any
- * more, and every replica's demand estimate is its own. A placeholder of
- * a restart, or a replica still reporting the quota elsewhere, keeps the
- * learning period running to its end; so do fewer sessions than the
- * replicas the previous leader last recorded live (learn_expect). Under
- * the lock, every tick. */
+ * more, and every replica's demand estimate is its own. A placeholder
+ * (of a restart, or at a take-over one of the replicas the previous
+ * leader last recorded live, replicated: restore.c) keeps the learning
+ * period running until its replica registers again or the period ends;
+ * so does a replica still reporting the quota elsewhere. Under the lock,
+ * every tick. */
 void
 allot__learned(allot__state *st, service *svc, uint64_t now)
 {
 	const cfgv *v = st->cur;
-	/* Fewer replicas than the previous leader last recorded: the
-	 * others may still be on their way, holding its grants. */
-	if (st->cl_n == 0 || svc->nsess == 0 || svc->nsess < svc->learn_expect)
+	if (st->cl_n == 0 || svc->nsess == 0)
 		return;
 	for (size_t q = 0; q < v->nq; q++)
 		svc->q[q].unheard = false;

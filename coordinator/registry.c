@@ -412,9 +412,6 @@ allot__state_destroy(allot__state *st)
 	free(st->owner_sess);
 	free(st->owner_key);
 	allot__cfgv_free(st->cur);
-	for (size_t i = 0; i < st->cl_nexpect; i++)
-		free(st->cl_expect[i].service);
-	free(st->cl_expect);
 	pthread_mutex_destroy(&st->mu);
 	free(st);
 }

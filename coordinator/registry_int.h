@@ -272,12 +272,6 @@ typedef struct expired_rep {
 /* A service (registry.c): owned by the state (st->svcs), freed by the
  * loop thread once empty for service_idle_ms (allot__service_idle()).
  * Owns its sessions, squotas and expired replicas. */
-/* A service's replica count, by name (allot__state.cl_expect). */
-typedef struct allot__live_count {
-	char *service;
-	uint32_t n;
-} allot__live_count;
-
 typedef struct service {
 	char *name;
 	session **sess;
@@ -291,7 +285,6 @@ typedef struct service {
 	uint32_t nsess_silenced; /* sessions when the last silence ended */
 	uint64_t gen; /* bumped when any share changes */
 	bool dirty; /* replica set or config changed */
-	uint32_t learn_expect; /* replicas to hear before learning ends */
 	/* Start-up (allot__forming()): a service created by a Register
 	 * that named its deployment's replica count N (form_expect) is
 	 * allotted n / N of every quota while n < N replicas are live,
@@ -347,11 +340,6 @@ struct allot__state {
 	size_t cl_n;
 	uint64_t cl_learn_ns; /* learning period: lease + 2 intervals */
 	uint64_t cl_boot_until_ns; /* every owned quota learns until */
-	/* At a take-over: the replicas each service had live in the last
-	 * second the previous leader recorded (the replicated usage rows).
-	 * Learning ends early only once as many have been heard. */
-	allot__live_count *cl_expect;
-	size_t cl_nexpect;
 };
 
 /* Whether this leader still learns quota `sq` of a service it took over

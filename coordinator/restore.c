@@ -169,25 +169,6 @@ allot__state_restore(allot__state *st)
 	return rv;
 }
 
-/* allot__store_last_live()'s rows into st->cl_expect. */
-static void
-on_live(void *ctx, const char *name, uint32_t n)
-{
-	allot__state *st = ctx;
-	allot__live_count *x = realloc(
-	    st->cl_expect, (st->cl_nexpect + 1) * sizeof *st->cl_expect);
-	if (x == NULL)
-		return;
-	st->cl_expect = x;
-	if ((x[st->cl_nexpect].service = strdup(name)) == NULL)
-		return;
-	x[st->cl_nexpect++].n = n;
-	allot__log(st->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-TAKEOVER-EXPECT",
-	    "service %s: the previous leader last recorded %u live "
-	    "replicas; learning ends early only once as many are heard",
-	    name, n);
-}
-
 void
 allot__state_forget(allot__state *st, bool take_over)
 {
@@ -199,13 +180,6 @@ allot__state_forget(allot__state *st, bool take_over)
 	if (st->htab != NULL)
 		memset(st->htab, 0, (st->hmask + 1) * sizeof *st->htab);
 	st->nsessions = 0;
-	for (size_t i = 0; i < st->cl_nexpect; i++)
-		free(st->cl_expect[i].service);
-	free(st->cl_expect);
-	st->cl_expect = NULL;
-	st->cl_nexpect = 0;
-	if (take_over && st->o.store != NULL)
-		allot__store_last_live(st->o.store, on_live, st);
 	pthread_mutex_unlock(&st->mu);
 	if (!take_over)
 		return;

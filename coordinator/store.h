@@ -193,13 +193,6 @@ int allot__store_restore(allot__store *st,
     void (*on_replica)(void *ctx, const allot__store_replica *r),
     void (*on_level)(void *ctx, const allot__store_level *l), void *ctx);
 
-/* Per service, the most replicas live in the last second of usage the
- * file holds (on a Raft member: what the leader recorded, replicated),
- * through `fn`; the string is valid only during the call. A new leader
- * learns until it has heard as many. Returns ALLOT_OK or ALLOT_EIO. */
-int allot__store_last_live(allot__store *st,
-    void (*fn)(void *ctx, const char *service, uint32_t n), void *ctx);
-
 /* Record the global bucket level of a quota (kept one row per quota).
  * The function is allot__store_level_set(); allot__store_level(...) is a
  * function-like macro for it, so that the same name can also be the
@@ -223,16 +216,29 @@ uint64_t allot__store_max_session(allot__store *st);
 
 /* The leader's rows are the log's own types (consensus_entry.h): a
  * usage row (allot__cusage_row, `key` is the quota's wire key, `consumed`
- * what was admitted) and an event (allot__cevent). */
+ * what was admitted), an event (allot__cevent), and the replica, share
+ * and level rows of an AUDIT entry (allot__caudit). */
 
-/* Where the leader's usage and event rows go instead of the file: at
- * each flush the batch's usage rows and events are handed to `fn` (loop
- * thread) and not written; the cluster proposes them through the log
- * and every member writes them back with allot__store_apply. NULL:
- * written as usual. */
-typedef void (*allot__store_usage_tap)(void *ctx,
-    const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
-    size_t nev);
+/* What one flush hands the tap. Strings point into the store's batch:
+ * valid during the call only. */
+typedef struct allot__store_tap_rows {
+	const allot__cusage_row *rows;
+	size_t n;
+	const allot__cevent *ev;
+	size_t nev;
+	allot__caudit audit;
+} allot__store_tap_rows;
+
+/* Where the leader's audit rows go instead of the file: at each flush
+ * the batch's usage rows, events, replica joins, leaves and last-seen
+ * times, the shares the commit would write (changed, or due a refresh)
+ * and the levels are handed to `fn` (loop thread) and not written; the
+ * cluster proposes them through the log and every member writes them
+ * back with allot__store_apply and allot__store_apply_audit. Config
+ * loads and their changes stay local (the CONFIG entry carries them).
+ * NULL: written as usual. */
+typedef void (*allot__store_usage_tap)(
+    void *ctx, const allot__store_tap_rows *rows);
 void allot__store_set_usage_tap(
     allot__store *st, allot__store_usage_tap fn, void *ctx);
 
@@ -243,6 +249,12 @@ void allot__store_set_usage_tap(
 int allot__store_apply(allot__store *st, uint64_t index,
     const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
     size_t nev);
+
+/* The same for an AUDIT entry's rows, in its order (consensus_entry.h);
+ * session ids it names raise the store's largest (allot__store_max_session),
+ * so a member that becomes leader never issues one again. */
+int allot__store_apply_audit(
+    allot__store *st, uint64_t index, const allot__caudit *a);
 
 /* The last log index applied (0: none). */
 uint64_t allot__store_applied(allot__store *st);

@@ -184,6 +184,23 @@ written_sweep(allot__store *st, const struct batch *b)
 		allot__tab_free(&st->left);
 }
 
+bool
+allot__store_share_due(const allot__store *st, const struct share_ent *e)
+{
+	const struct written_ent *w = written_find(
+	    &st->written, e->session, e->k);
+	return w == NULL || !same_value(w->rate, e->rate) ||
+	    !same_value(w->burst, e->burst) ||
+	    e->at - w->written_at >= (int64_t) st->opts.share_refresh_ms;
+}
+
+void
+allot__store_written_note(allot__store *st, const struct batch *b)
+{
+	written_update(st, b);
+	written_sweep(st, b);
+}
+
 static int
 write_op(allot__store *st, const struct op *o)
 {
@@ -266,12 +283,7 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	for (uint32_t i = 0; i < b->shares.n && rc == SQLITE_OK; i++) {
 		struct share_ent *e = (struct share_ent *) allot__tab_at(
 		    &b->shares, i);
-		const struct written_ent *w = written_find(
-		    &st->written, e->session, e->k);
-		e->write = w == NULL || !same_value(w->rate, e->rate) ||
-		    !same_value(w->burst, e->burst) ||
-		    e->at - w->written_at >=
-		        (int64_t) st->opts.share_refresh_ms;
+		e->write = allot__store_share_due(st, e);
 		if (!e->write) {
 			skipped++;
 			continue;
@@ -410,7 +422,7 @@ allot__store_flush(allot__store *st)
 	struct batch *b = st->cur;
 	st->cur = st->spare;
 	pthread_mutex_unlock(&st->mu);
-	allot__store_tap_usage(st, b);
+	allot__store_tap(st, b);
 
 	/* Normally nothing is left from a failure and the batches swap. */
 	uint64_t lost = 0;
@@ -433,10 +445,8 @@ allot__store_flush(allot__store *st)
 		rc = write_batch(st, st->retry, &skipped);
 		ms = (double) (allot__mono_ns() - t0) / 1e6;
 	}
-	if (rc == SQLITE_OK) {
-		written_update(st, st->retry);
-		written_sweep(st, st->retry);
-	}
+	if (rc == SQLITE_OK)
+		allot__store_written_note(st, st->retry);
 
 	pthread_mutex_lock(&st->mu);
 	st->rows_dropped += dropped;

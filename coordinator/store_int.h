@@ -105,7 +105,14 @@ void allot__store_written_init(allot__store *st);
 void allot__store_written_free(allot__store *st);
 
 struct batch;
-/* store_raft.c: the leader's usage rows out of `b` to the tap. */
-void allot__store_tap_usage(allot__store *st, struct batch *b);
+/* store_raft.c: the leader's audit rows out of `b` to the tap. */
+void allot__store_tap(allot__store *st, struct batch *b);
+
+/* store_commit.c: whether a commit would write share `e` (its value
+ * changed since the one written, or it is due a refresh); and, once the
+ * rows of `b` are on their way to the file by another road (the log),
+ * remember its shares as written and forget those of its leaves. */
+bool allot__store_share_due(const allot__store *st, const struct share_ent *e);
+void allot__store_written_note(allot__store *st, const struct batch *b);
 
 #endif

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The store's part in the Raft cluster (store.h, "the Raft cluster"):
- * the tap through which the leader's per-second usage rows and its
- * events leave for the log instead of the file, and the apply of a committed
- * entry's rows on every member, in one transaction with the applied index
+ * the tap through which the leader's audit rows (per-second usage,
+ * events, replica joins and leaves, shares, levels) leave for the log
+ * instead of the file, and the apply of a committed entry's rows on every
+ * member, in one transaction with the applied index
  * (schema/005_raft.sql) so that a replay writes nothing twice.
  */
 #include "store_int.h"
 
+#include <inttypes.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,33 +27,49 @@ allot__store_set_usage_tap(
 	st->usage_tap_ctx = ctx;
 }
 
-/* Hand the usage rows and events of batch `b` to the tap and take them
- * out of the batch (flush, before the write). Other rows stay. */
-void
-allot__store_tap_usage(allot__store *st, struct batch *b)
+/* What a tap takes out of a batch, in the log's row types. */
+struct tapped {
+	allot__cusage_row *rows;
+	allot__cevent *ev;
+	allot__cjoin *joins;
+	allot__cleft *lefts;
+	allot__cseen *seen;
+	allot__cshare *shares;
+	allot__clevel *levels;
+	allot__cshadow *shadow;
+};
+
+static void
+tapped_free(struct tapped *t)
 {
-	if (st->usage_tap == NULL)
-		return;
-	size_t nev = 0;
-	for (const struct op *o = b->ops; o != NULL; o = o->next)
-		nev += o->kind == OP_EVENT;
-	if (b->usage_live == 0 && nev == 0)
-		return;
-	allot__cusage_row *rows = calloc(
-	    b->usage_live ? b->usage_live : 1, sizeof *rows);
-	allot__cevent *ev = calloc(nev ? nev : 1, sizeof *ev);
-	if (rows == NULL || ev == NULL) {
-		free(rows);
-		free(ev);
-		return; /* written locally instead */
-	}
+	free(t->rows);
+	free(t->ev);
+	free(t->joins);
+	free(t->lefts);
+	free(t->seen);
+	free(t->shares);
+	free(t->levels);
+	free(t->shadow);
+}
+
+static void *
+rows_of(size_t n, size_t size, bool *oom)
+{
+	void *p = calloc(n != 0 ? n : 1, size);
+	*oom = *oom || p == NULL;
+	return p;
+}
+
+static void
+take_usage(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
+{
 	size_t n = 0;
 	for (uint32_t i = 0; i < b->usage.n; i++) {
 		struct usage_ent *e = (struct usage_ent *) allot__tab_at(
 		    &b->usage, i);
 		if (!e->hdr.live)
 			continue;
-		rows[n++] = (allot__cusage_row) {
+		t->rows[n++] = (allot__cusage_row) {
 			.service = e->k->service,
 			.key = e->k->quota,
 			.second = e->sec > 0 ? (uint64_t) e->sec : 0,
@@ -59,31 +78,152 @@ allot__store_tap_usage(allot__store *st, struct batch *b)
 			.demand = e->demand,
 			.live_replicas = e->live_replicas,
 		};
+		if (e->shadow_denied != 0 || e->candidate_denied != 0 ||
+		    e->candidate_rate > 0)
+			t->shadow[out->audit.nshadow++] = (allot__cshadow) {
+				.second = e->sec > 0 ? (uint64_t) e->sec : 0,
+				.shadow_denied = e->shadow_denied,
+				.candidate_denied = e->candidate_denied,
+				.candidate_rate = e->candidate_rate,
+				.service = e->k->service,
+				.quota = e->k->quota,
+			};
 		e->hdr.live = false;
 	}
 	b->usage_live = 0;
-	/* The events leave the op list; the other ops keep their order. */
-	size_t k = 0;
+	out->rows = t->rows;
+	out->n = n;
+	out->audit.shadow = t->shadow;
+}
+
+/* The events, joins and leaves leave the op list; the other ops keep
+ * their order. */
+static void
+take_ops(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
+{
 	struct op **pp = &b->ops;
 	while (*pp != NULL) {
 		struct op *o = *pp;
-		if (o->kind != OP_EVENT) {
+		if (o->kind == OP_EVENT)
+			t->ev[out->nev++] = (allot__cevent) {
+				.at = o->at,
+				.kind = o->s[0],
+				.subject = o->s[1],
+				.detail = o->s[2],
+			};
+		else if (o->kind == OP_JOIN)
+			t->joins[out->audit.njoins++] = (allot__cjoin) {
+				.session = o->session,
+				.at = o->at,
+				.digest = o->u,
+				.pid = o->pid,
+				.replica_id = o->s[0],
+				.service = o->s[1],
+				.host = o->s[2],
+				.version = o->s[3],
+			};
+		else if (o->kind == OP_LEFT)
+			t->lefts[out->audit.nlefts++] = (allot__cleft) {
+				.session = o->session,
+				.at = o->at,
+				.why = o->s[0],
+			};
+		else {
 			pp = &o->next;
 			continue;
 		}
-		ev[k++] = (allot__cevent) {
-			.at = o->at,
-			.kind = o->s[0],
-			.subject = o->s[1],
-			.detail = o->s[2],
-		};
 		*pp = o->next;
 		b->nops--;
 	}
 	b->tail = pp;
-	st->usage_tap(st->usage_tap_ctx, rows, n, ev, k);
-	free(rows);
-	free(ev);
+	out->ev = t->ev;
+	out->audit.joins = t->joins;
+	out->audit.lefts = t->lefts;
+}
+
+/* Shares the commit would write (changed, or due a refresh), every
+ * last-seen time and level. */
+static void
+take_state(allot__store *st, struct batch *b, struct tapped *t,
+    allot__store_tap_rows *out)
+{
+	allot__caudit *a = &out->audit;
+	for (uint32_t i = 0; i < b->shares.n; i++) {
+		struct share_ent *e = (struct share_ent *) allot__tab_at(
+		    &b->shares, i);
+		e->write = allot__store_share_due(st, e);
+		if (e->write)
+			t->shares[a->nshares++] = (allot__cshare) {
+				.session = e->session,
+				.rate = e->rate,
+				.burst = e->burst,
+				.lease_until = e->lease_until,
+				.at = e->at,
+				.service = e->k->service,
+				.quota = e->k->quota,
+			};
+	}
+	for (uint32_t i = 0; i < b->seen.n; i++) {
+		const struct seen_ent *e = (const struct seen_ent *)
+		    allot__tab_at(&b->seen, i);
+		t->seen[a->nseen++] = (allot__cseen) { e->session, e->at };
+	}
+	for (uint32_t i = 0; i < b->levels.n; i++) {
+		const struct level_ent *e = (const struct level_ent *)
+		    allot__tab_at(&b->levels, i);
+		t->levels[a->nlevels++] = (allot__clevel) {
+			.level = e->level,
+			.at = e->at,
+			.service = e->k->service,
+			.quota = e->k->quota,
+		};
+	}
+	a->shares = t->shares;
+	a->seen = t->seen;
+	a->levels = t->levels;
+}
+
+/* Hand the usage rows, events, replica, share and level rows of batch
+ * `b` to the tap and take them out of the batch (flush, before the
+ * write). The other ops (configs and their changes) stay. */
+void
+allot__store_tap(allot__store *st, struct batch *b)
+{
+	if (st->usage_tap == NULL || allot__batch_rows(b) == 0)
+		return;
+	size_t nev = 0, njoin = 0, nleft = 0;
+	for (const struct op *o = b->ops; o != NULL; o = o->next) {
+		nev += o->kind == OP_EVENT;
+		njoin += o->kind == OP_JOIN;
+		nleft += o->kind == OP_LEFT;
+	}
+	bool oom = false;
+	struct tapped t = {
+		.rows = rows_of(b->usage_live, sizeof *t.rows, &oom),
+		.ev = rows_of(nev, sizeof *t.ev, &oom),
+		.joins = rows_of(njoin, sizeof *t.joins, &oom),
+		.lefts = rows_of(nleft, sizeof *t.lefts, &oom),
+		.seen = rows_of(b->seen.n, sizeof *t.seen, &oom),
+		.shares = rows_of(b->shares.n, sizeof *t.shares, &oom),
+		.levels = rows_of(b->levels.n, sizeof *t.levels, &oom),
+		.shadow = rows_of(b->usage_live, sizeof *t.shadow, &oom),
+	};
+	if (oom) {
+		tapped_free(&t);
+		return; /* written locally instead */
+	}
+	allot__store_tap_rows out = { 0 };
+	take_usage(b, &t, &out);
+	take_state(st, b, &t, &out);
+	/* What the file will hold once the entry is applied: shares left
+	 * unchanged are skipped again next time (store_commit.c). */
+	allot__store_written_note(st, b);
+	take_ops(b, &t, &out);
+	allot__tab_clear(&b->shares);
+	allot__tab_clear(&b->seen);
+	allot__tab_clear(&b->levels);
+	st->usage_tap(st->usage_tap_ctx, &out);
+	tapped_free(&t);
 }
 
 static int
@@ -168,10 +308,141 @@ write_events(allot__store *st, const allot__cevent *ev, size_t n)
 	return rc;
 }
 
-int
-allot__store_apply(allot__store *st, uint64_t index,
-    const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
-    size_t nev)
+/* The rows of one entry, written inside apply()'s transaction. */
+typedef int (*writer)(allot__store *st, const void *arg);
+
+struct plain_rows {
+	const allot__cusage_row *rows;
+	size_t n;
+	const allot__cevent *ev;
+	size_t nev;
+};
+
+static int
+write_plain(allot__store *st, const void *arg)
+{
+	const struct plain_rows *p = arg;
+	int rc = write_rows(st, p->rows, p->n);
+	return rc == SQLITE_OK ? write_events(st, p->ev, p->nev) : rc;
+}
+
+static int
+step(sqlite3_stmt *s)
+{
+	int rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static void
+bind_hex(sqlite3_stmt *s, int i, uint64_t v)
+{
+	char hex[17];
+	snprintf(hex, sizeof hex, "%016" PRIx64, v);
+	sqlite3_bind_text(s, i, hex, 16, SQLITE_TRANSIENT);
+}
+
+/* The shadow columns of usage seconds the USAGE entry of the same
+ * flush wrote (or creates them, should a replay meet them first). */
+static int
+write_shadow(allot__store *st, const allot__caudit *a)
+{
+	if (a->nshadow == 0)
+		return SQLITE_OK;
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(st->db,
+	    "INSERT INTO usage (service, quota, at, shadow_denied,"
+	    " candidate_denied, candidate_rate) VALUES (?1, ?2, ?3, ?4, ?5,"
+	    " ?6) ON CONFLICT (at, service, quota) DO UPDATE SET"
+	    " shadow_denied = shadow_denied + excluded.shadow_denied,"
+	    " candidate_denied = candidate_denied"
+	    " + excluded.candidate_denied,"
+	    " candidate_rate = coalesce(excluded.candidate_rate,"
+	    " candidate_rate)",
+	    -1, &s, NULL);
+	for (size_t i = 0; i < a->nshadow && rc == SQLITE_OK; i++) {
+		const allot__cshadow *x = &a->shadow[i];
+		sqlite3_bind_text(s, 1, x->service, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, x->quota, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 3, (sqlite3_int64) x->second * 1000);
+		sqlite3_bind_int64(s, 4, (sqlite3_int64) x->shadow_denied);
+		sqlite3_bind_int64(s, 5, (sqlite3_int64) x->candidate_denied);
+		if (x->candidate_rate > 0)
+			sqlite3_bind_double(s, 6, x->candidate_rate);
+		else
+			sqlite3_bind_null(s, 6);
+		rc = step(s);
+	}
+	sqlite3_finalize(s);
+	return rc;
+}
+
+/* With the statements the leader's own commit uses (store.c), so every
+ * member's rows are what a single allotd would have written. */
+static int
+write_audit(allot__store *st, const void *arg)
+{
+	const allot__caudit *a = arg;
+	int rc = SQLITE_OK;
+	sqlite3_stmt *s = st->stmt[S_JOIN];
+	for (size_t i = 0; i < a->njoins && rc == SQLITE_OK; i++) {
+		const allot__cjoin *j = &a->joins[i];
+		sqlite3_bind_int64(s, 1, (sqlite3_int64) j->session);
+		sqlite3_bind_text(s, 2, j->replica_id, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, j->service, -1, SQLITE_STATIC);
+		bind_opt(s, 4, j->host);
+		sqlite3_bind_int64(s, 5, j->pid);
+		bind_opt(s, 6, j->version);
+		bind_hex(s, 7, j->digest);
+		sqlite3_bind_int64(s, 8, j->at);
+		rc = step(s);
+	}
+	s = st->stmt[S_SHARE];
+	for (size_t i = 0; i < a->nshares && rc == SQLITE_OK; i++) {
+		const allot__cshare *sh = &a->shares[i];
+		sqlite3_bind_int64(s, 1, (sqlite3_int64) sh->session);
+		sqlite3_bind_text(s, 2, sh->service, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, sh->quota, -1, SQLITE_STATIC);
+		sqlite3_bind_double(s, 4, sh->rate);
+		sqlite3_bind_double(s, 5, sh->burst);
+		sqlite3_bind_int64(s, 6, sh->lease_until);
+		sqlite3_bind_int64(s, 7, sh->at);
+		rc = step(s);
+	}
+	for (size_t i = 0; i < a->nlefts && rc == SQLITE_OK; i++) {
+		s = st->stmt[S_LEFT];
+		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->lefts[i].session);
+		sqlite3_bind_int64(s, 2, a->lefts[i].at);
+		sqlite3_bind_text(s, 3, a->lefts[i].why, -1, SQLITE_STATIC);
+		rc = step(s);
+		s = st->stmt[S_LEFT_SHARES];
+		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->lefts[i].session);
+		if (rc == SQLITE_OK)
+			rc = step(s);
+	}
+	s = st->stmt[S_SEEN];
+	for (size_t i = 0; i < a->nseen && rc == SQLITE_OK; i++) {
+		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->seen[i].session);
+		sqlite3_bind_int64(s, 2, a->seen[i].at);
+		rc = step(s);
+	}
+	s = st->stmt[S_LEVEL];
+	for (size_t i = 0; i < a->nlevels && rc == SQLITE_OK; i++) {
+		const allot__clevel *l = &a->levels[i];
+		sqlite3_bind_text(s, 1, l->service, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 2, l->quota, -1, SQLITE_STATIC);
+		sqlite3_bind_double(s, 3, l->level);
+		sqlite3_bind_int64(s, 4, l->at);
+		rc = step(s);
+	}
+	return rc == SQLITE_OK ? write_shadow(st, a) : rc;
+}
+
+/* One committed entry's rows and the applied index, in one transaction;
+ * an index at or below the last applied is a replay and writes
+ * nothing. */
+static int
+apply(allot__store *st, uint64_t index, writer fn, const void *arg)
 {
 	if (st == NULL)
 		return ALLOT_OK;
@@ -194,9 +465,7 @@ allot__store_apply(allot__store *st, uint64_t index,
 		exec(st, "ROLLBACK");
 		return ALLOT_OK; /* a replay: already written */
 	}
-	rc = write_rows(st, rows, n);
-	if (rc == SQLITE_OK)
-		rc = write_events(st, ev, nev);
+	rc = fn(st, arg);
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_prepare_v2(st->db,
 		    "UPDATE raft_applied SET idx = ?1, at = ?2 WHERE one = 1",
@@ -221,4 +490,30 @@ fail:
 	    "store %s: cannot write log entry %llu (%s)", st->path,
 	    (unsigned long long) index, sqlite3_errmsg(st->db));
 	return ALLOT_EIO;
+}
+
+int
+allot__store_apply(allot__store *st, uint64_t index,
+    const allot__cusage_row *rows, size_t n, const allot__cevent *ev,
+    size_t nev)
+{
+	struct plain_rows p = { rows, n, ev, nev };
+	return apply(st, index, write_plain, &p);
+}
+
+int
+allot__store_apply_audit(
+    allot__store *st, uint64_t index, const allot__caudit *a)
+{
+	if (st == NULL)
+		return ALLOT_OK;
+	uint64_t mx = 0;
+	for (size_t i = 0; i < a->njoins; i++)
+		if (a->joins[i].session > mx)
+			mx = a->joins[i].session;
+	pthread_mutex_lock(&st->mu);
+	if (mx > st->max_session)
+		st->max_session = mx;
+	pthread_mutex_unlock(&st->mu);
+	return apply(st, index, write_audit, a);
 }

@@ -87,32 +87,3 @@ allot__store_last_config(allot__store *st, uint64_t *ret_epoch,
 	sqlite3_reset(s);
 	return rv;
 }
-
-int
-allot__store_last_live(allot__store *st,
-    void (*fn)(void *ctx, const char *service, uint32_t n), void *ctx)
-{
-	if (st == NULL)
-		return ALLOT_EINVAL;
-	static const char sql[] =
-	    "SELECT u.service, max(u.live_replicas) FROM usage u JOIN "
-	    "(SELECT service, max(at) AS at FROM usage GROUP BY service) m "
-	    "ON u.service = m.service AND u.at = m.at GROUP BY u.service";
-	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(st->db, sql, -1, &s, NULL);
-	while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		const char *svc = (const char *) sqlite3_column_text(s, 0);
-		int64_t n = sqlite3_column_int64(s, 1);
-		if (svc != NULL && n > 0)
-			fn(ctx, svc,
-			    n > UINT32_MAX ? UINT32_MAX : (uint32_t) n);
-		rc = SQLITE_OK;
-	}
-	sqlite3_finalize(s);
-	if (rc == SQLITE_DONE || rc == SQLITE_OK)
-		return ALLOT_OK;
-	allot__log(&st->lg, ALLOT_LOG_ERR, "ALLOT-STORE-FAIL",
-	    "store %s: reading the last live replica counts failed: %s",
-	    st->path, sqlite3_errstr(rc));
-	return ALLOT_EIO;
-}

@@ -62,7 +62,8 @@ static const char *const CFG =
 static const char *const CFG2 =
     "quotas:\n  default: {tokens_per_second: 100, burst: 100}\n"
     "  callers:\n    - identity: c1\n      tokens_per_second: 450\n"
-    "      burst: 450\n";
+    "      burst: 450\n"
+    "      candidate: {tokens_per_second: 50, burst: 50}\n";
 
 /* A free port no member of `c` was given yet (pc_free_port() may hand
  * out a port twice before anything binds it). */
@@ -275,6 +276,16 @@ START_TEST(one_leader_redirects)
 }
 END_TEST
 
+/* One row of a member's file, as text ("" when none). */
+static char *
+sql_one(const member *m, const char *sql)
+{
+	char cmd[768];
+	snprintf(cmd, sizeof cmd, "sqlite3 -readonly %s \"%s\"", m->db, sql);
+	char *s = pc_shell(cmd);
+	return s != NULL ? s : strdup("");
+}
+
 START_TEST(sigkill_leader)
 {
 	cluster c;
@@ -282,6 +293,28 @@ START_TEST(sigkill_leader)
 	int L = wait_leader(&c, 10000);
 	ck_assert_int_ge(L, 0);
 	uint64_t e0 = status_num(&c.m[L], "epoch");
+	/* A replica of the leader, live in every member's file before the
+	 * kill (its join went through the log). */
+	pc_conn old = { 0 };
+	Allot__V1__Envelope *w = reg(&c.m[L], &old, "r0");
+	ck_assert_int_eq(w->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+	uint64_t s0 = w->welcome->session;
+	pc_free(w);
+	char want[64];
+	snprintf(want, sizeof want, "%" PRIu64 "|r0", s0);
+	uint64_t until = pc_now_ms() + 5000;
+	bool everywhere = false;
+	while (!everywhere && pc_now_ms() < until) {
+		everywhere = true;
+		for (int i = 0; i < c.n; i++) {
+			char *r = sql_one(&c.m[i],
+			    "SELECT session, replica_id FROM v_live_replicas");
+			everywhere &= strcmp(r, want) == 0;
+			free(r);
+		}
+		pc_sleep_ms(50);
+	}
+	ck_assert_msg(everywhere, "r0's join is not live on every member");
 	uint64_t t0 = pc_now_ms();
 	kill(c.m[L].pid, SIGKILL);
 	pc_wait_exit(c.m[L].pid, 5000);
@@ -295,12 +328,44 @@ START_TEST(sigkill_leader)
 	    " ms (election %d ms; bound %d ms)\n",
 	    took, ELECTION_MS, FAILOVER_BOUND_MS);
 	ck_assert_uint_le(took, FAILOVER_BOUND_MS);
+	/* The new leader counts r0 before it is heard from: its
+	 * replicated row is a placeholder holding its part. */
+	char *st = status(&c.m[N]);
+	ck_assert_msg(strstr(st, "\"replica_id\":\"r0\"") != NULL &&
+	        strstr(st, "\"restored\":true") != NULL,
+	    "the new leader does not hold r0: %s", st);
+	free(st);
+	pc_close(&old);
 	pc_conn conn = { 0 };
-	Allot__V1__Envelope *e = reg(&c.m[N], &conn, "r1");
+	Allot__V1__Envelope *e = reg(&c.m[N], &conn, "r0");
 	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
 	ck_assert_uint_gt(e->welcome->epoch, e0);
+	/* A session id no earlier leader issued. */
+	uint64_t s1 = e->welcome->session;
+	ck_assert_uint_gt(s1, s0);
 	pc_free(e);
 	pc_close(&conn);
+	/* The old session was replaced, in the new leader's file and in the
+	 * surviving follower's alike. */
+	snprintf(
+	    want, sizeof want, "%" PRIu64 "|replaced\n%" PRIu64 "|", s0, s1);
+	until = pc_now_ms() + 5000;
+	everywhere = false;
+	while (!everywhere && pc_now_ms() < until) {
+		everywhere = true;
+		for (int i = 0; i < c.n; i++) {
+			if (!c.m[i].up)
+				continue;
+			char *r = sql_one(&c.m[i],
+			    "SELECT session, coalesce(left_why, '') FROM "
+			    "replicas WHERE replica_id = 'r0' ORDER BY "
+			    "session");
+			everywhere &= strncmp(r, want, strlen(want)) == 0;
+			free(r);
+		}
+		pc_sleep_ms(50);
+	}
+	ck_assert_msg(everywhere, "r0's sessions differ from '%s'", want);
 	cluster_stop(&c);
 }
 END_TEST
@@ -370,6 +435,26 @@ events_dump(const member *m)
 	    "'leader') THEN at ELSE '' END, kind, subject, detail FROM "
 	    "events WHERE kind IN ('join', 'leader', 'config_committed', "
 	    "'epoch') ORDER BY id\"",
+	    m->db);
+	char *s = pc_shell(cmd);
+	return s != NULL ? s : strdup("");
+}
+
+/* The replica, share and level rows of a member's file, as text: every
+ * member writes them from the leader's AUDIT entries, times and all. */
+static char *
+state_dump(const member *m)
+{
+	char cmd[768];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT session, replica_id, service, "
+	    "pid, joined_at, last_seen, left_at, left_why FROM replicas "
+	    "ORDER BY session; SELECT at, session, quota, rate, burst FROM "
+	    "share_history ORDER BY id; SELECT session, quota, rate FROM "
+	    "shares ORDER BY 1, 2; SELECT service, quota, level, at FROM "
+	    "levels ORDER BY 1, 2; SELECT at, quota, shadow_denied, "
+	    "candidate_denied, candidate_rate FROM usage WHERE "
+	    "candidate_rate IS NOT NULL ORDER BY 1, 2\"",
 	    m->db);
 	char *s = pc_shell(cmd);
 	return s != NULL ? s : strdup("");
@@ -476,6 +561,15 @@ START_TEST(config_and_usage_on_every_member)
 	ck_assert_uint_eq(admitted_total(&c.m[L]), sent);
 	char *ev = events_dump(&c.m[L]);
 	ck_assert_ptr_nonnull(strstr(ev, "|join|"));
+	/* The replica's session, from its join to its leave, the shares
+	 * it was granted and what the candidate would have denied, on
+	 * every member, not the leader's only. */
+	char *state = state_dump(&c.m[L]);
+	ck_assert_msg(strstr(state, "|a1|svc|") != NULL &&
+	        (strstr(state, "|expired\n") != NULL ||
+	            strstr(state, "|leave\n") != NULL) &&
+	        strstr(state, "|50.0\n") != NULL,
+	    "the leader's replicas: %s", state);
 	for (int i = 0; i < c.n; i++) {
 		char *d = usage_dump(&c.m[i]);
 		ck_assert_str_eq(d, lead);
@@ -483,7 +577,13 @@ START_TEST(config_and_usage_on_every_member)
 		d = events_dump(&c.m[i]);
 		ck_assert_str_eq(d, ev);
 		free(d);
+		d = state_dump(&c.m[i]);
+		ck_assert_msg(strcmp(d, state) == 0,
+		    "member %d's replicas and shares:\n%s\nthe leader's:\n%s",
+		    i, d, state);
+		free(d);
 	}
+	free(state);
 	free(ev);
 	free(lead);
 	cluster_stop(&c);
