@@ -53,13 +53,18 @@ allot__store_written_free(allot__store *st)
 	allot__tab_free(&st->left);
 }
 
-static int
-step_done(allot__store *st, int id)
+int
+allot__store_step(sqlite3_stmt *s)
 {
-	sqlite3_stmt *s = st->stmt[id];
 	int rc = sqlite3_step(s);
 	sqlite3_reset(s);
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int
+step_done(allot__store *st, int id)
+{
+	return allot__store_step(st->stmt[id]);
 }
 
 static void
@@ -71,14 +76,13 @@ bind_text(sqlite3_stmt *s, int i, const char *v)
 		sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
 }
 
-static void
-bind_hex(sqlite3_stmt *s, int i, uint64_t v)
+void
+allot__store_bind_hex(sqlite3_stmt *s, int i, uint64_t v)
 {
 	char hex[17];
 	snprintf(hex, sizeof hex, "%016" PRIx64, v);
 	sqlite3_bind_text(s, i, hex, 16, SQLITE_TRANSIENT);
 }
-
 /* The same test as the shares_history_update trigger: a share changed
  * when its rate or burst moved by more than one part in a million. */
 static bool
@@ -215,7 +219,7 @@ write_op(allot__store *st, const struct op *o)
 		bind_text(s, 4, o->s[2]);
 		sqlite3_bind_int64(s, 5, o->pid);
 		bind_text(s, 6, o->s[3]);
-		bind_hex(s, 7, o->u);
+		allot__store_bind_hex(s, 7, o->u);
 		sqlite3_bind_int64(s, 8, o->at);
 		return step_done(st, S_JOIN);
 	case OP_LEFT:
@@ -232,7 +236,7 @@ write_op(allot__store *st, const struct op *o)
 	case OP_CONFIG:
 		s = st->stmt[S_CONFIG];
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) o->u);
-		bind_hex(s, 2, o->u2);
+		allot__store_bind_hex(s, 2, o->u2);
 		bind_text(s, 3, o->s[0]);
 		bind_text(s, 4, o->s[1]);
 		sqlite3_bind_int64(s, 5, o->at);
@@ -248,7 +252,7 @@ write_op(allot__store *st, const struct op *o)
 		s = st->stmt[S_CHANGE];
 		sqlite3_bind_int64(s, 1, o->at);
 		sqlite3_bind_int64(s, 2, (sqlite3_int64) o->u);
-		bind_hex(s, 3, o->u2);
+		allot__store_bind_hex(s, 3, o->u2);
 		for (int i = 0; i < 4; i++)
 			bind_text(s, 4 + i, o->s[i]);
 		return step_done(st, S_CHANGE);

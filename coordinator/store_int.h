@@ -99,6 +99,13 @@ allot__store_now_ms(const allot__store *st)
 	return st->clock != NULL ? st->clock(st->clock_ctx) : allot__wall_ms();
 }
 
+/* Step a prepared statement once and reset it: SQLITE_OK for a row or
+ * done, else the error (store_commit.c; the apply of a log entry,
+ * store_raft.c, steps the same statements). */
+int allot__store_step(sqlite3_stmt *s);
+/* Bind a 64-bit digest as the 16 hex digits the tables keep. */
+void allot__store_bind_hex(sqlite3_stmt *s, int i, uint64_t v);
+
 /* Set up the tables of written shares (store_commit.c) for a new store
  * and release them at close. */
 void allot__store_written_init(allot__store *st);

@@ -9,9 +9,7 @@
  */
 #include "store_int.h"
 
-#include <inttypes.h>
 #include <sqlite3.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -326,22 +324,6 @@ write_plain(allot__store *st, const void *arg)
 	return rc == SQLITE_OK ? write_events(st, p->ev, p->nev) : rc;
 }
 
-static int
-step(sqlite3_stmt *s)
-{
-	int rc = sqlite3_step(s);
-	sqlite3_reset(s);
-	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
-}
-
-static void
-bind_hex(sqlite3_stmt *s, int i, uint64_t v)
-{
-	char hex[17];
-	snprintf(hex, sizeof hex, "%016" PRIx64, v);
-	sqlite3_bind_text(s, i, hex, 16, SQLITE_TRANSIENT);
-}
-
 /* The shadow columns of usage seconds the USAGE entry of the same
  * flush wrote (or creates them, should a replay meet them first). */
 static int
@@ -371,7 +353,7 @@ write_shadow(allot__store *st, const allot__caudit *a)
 			sqlite3_bind_double(s, 6, x->candidate_rate);
 		else
 			sqlite3_bind_null(s, 6);
-		rc = step(s);
+		rc = allot__store_step(s);
 	}
 	sqlite3_finalize(s);
 	return rc;
@@ -393,9 +375,9 @@ write_audit(allot__store *st, const void *arg)
 		bind_opt(s, 4, j->host);
 		sqlite3_bind_int64(s, 5, j->pid);
 		bind_opt(s, 6, j->version);
-		bind_hex(s, 7, j->digest);
+		allot__store_bind_hex(s, 7, j->digest);
 		sqlite3_bind_int64(s, 8, j->at);
-		rc = step(s);
+		rc = allot__store_step(s);
 	}
 	s = st->stmt[S_SHARE];
 	for (size_t i = 0; i < a->nshares && rc == SQLITE_OK; i++) {
@@ -407,24 +389,24 @@ write_audit(allot__store *st, const void *arg)
 		sqlite3_bind_double(s, 5, sh->burst);
 		sqlite3_bind_int64(s, 6, sh->lease_until);
 		sqlite3_bind_int64(s, 7, sh->at);
-		rc = step(s);
+		rc = allot__store_step(s);
 	}
 	for (size_t i = 0; i < a->nlefts && rc == SQLITE_OK; i++) {
 		s = st->stmt[S_LEFT];
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->lefts[i].session);
 		sqlite3_bind_int64(s, 2, a->lefts[i].at);
 		sqlite3_bind_text(s, 3, a->lefts[i].why, -1, SQLITE_STATIC);
-		rc = step(s);
+		rc = allot__store_step(s);
 		s = st->stmt[S_LEFT_SHARES];
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->lefts[i].session);
 		if (rc == SQLITE_OK)
-			rc = step(s);
+			rc = allot__store_step(s);
 	}
 	s = st->stmt[S_SEEN];
 	for (size_t i = 0; i < a->nseen && rc == SQLITE_OK; i++) {
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->seen[i].session);
 		sqlite3_bind_int64(s, 2, a->seen[i].at);
-		rc = step(s);
+		rc = allot__store_step(s);
 	}
 	s = st->stmt[S_LEVEL];
 	for (size_t i = 0; i < a->nlevels && rc == SQLITE_OK; i++) {
@@ -433,7 +415,7 @@ write_audit(allot__store *st, const void *arg)
 		sqlite3_bind_text(s, 2, l->quota, -1, SQLITE_STATIC);
 		sqlite3_bind_double(s, 3, l->level);
 		sqlite3_bind_int64(s, 4, l->at);
-		rc = step(s);
+		rc = allot__store_step(s);
 	}
 	return rc == SQLITE_OK ? write_shadow(st, a) : rc;
 }
