@@ -757,8 +757,9 @@ allot__cluster_render_metrics(allot__cluster *c, allot__buf *b)
 	    "started serving as leader.\n"
 	    "# TYPE allotd_cluster_takeovers_total counter\n"
 	    "allotd_cluster_takeovers_total %" PRIu64 "\n"
-	    "# HELP allotd_cluster_usage_rows_lost_total Usage rows the "
-	    "leader could not propose.\n"
+	    "# HELP allotd_cluster_usage_rows_lost_total Audit rows (usage, "
+	    "events, replica, share and level rows) the leader could not "
+	    "propose.\n"
 	    "# TYPE allotd_cluster_usage_rows_lost_total counter\n"
 	    "allotd_cluster_usage_rows_lost_total %" PRIu64 "\n",
 	    atomic_load(&c->leader) ? 1 : 0, serving_now(c) ? 1 : 0,
