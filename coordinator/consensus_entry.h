@@ -159,6 +159,13 @@ typedef struct allot__caudit {
 	size_t nshadow;
 } allot__caudit;
 
+/* Cut the first at most `max` rows of `rest` (max > 0), in the order
+ * they are applied, into `ret_part` and advance `rest` past them; false
+ * when `rest` has none left. Applying the parts one after the other
+ * writes what `rest` as one entry would. */
+bool allot__caudit_cut(
+    allot__caudit *rest, size_t max, allot__caudit *ret_part);
+
 /* Who proposed a CONFIG and why; each "" when none (NULL encodes as
  * ""). */
 typedef struct allot__cwho {

@@ -96,6 +96,33 @@ allot__centry_encode_audit(allot__cwbuf *w, const allot__caudit *a)
 	}
 }
 
+bool
+allot__caudit_cut(allot__caudit *rest, size_t max, allot__caudit *ret_part)
+{
+	allot__caudit part = { 0 };
+	size_t room = max;
+
+	/* Each kind in turn: as many of its rows as still fit. */
+#define TAKE(rows, n)                                        \
+	do {                                                 \
+		size_t k_ = rest->n < room ? rest->n : room; \
+		part.rows = rest->rows;                      \
+		part.n = k_;                                 \
+		rest->rows += k_;                            \
+		rest->n -= k_;                               \
+		room -= k_;                                  \
+	} while (0)
+	TAKE(joins, njoins);
+	TAKE(shares, nshares);
+	TAKE(lefts, nlefts);
+	TAKE(seen, nseen);
+	TAKE(levels, nlevels);
+	TAKE(shadow, nshadow);
+#undef TAKE
+	*ret_part = part;
+	return room < max;
+}
+
 /* Copies a short string read from `r` to `*at` (with its NUL). */
 static const char *
 copy(allot__crbuf *r, char **at)

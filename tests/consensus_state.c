@@ -462,6 +462,53 @@ START_TEST(fsm_leaving_set)
 }
 END_TEST
 
+/* A large flush goes as several AUDIT entries: the parts hold every
+ * row once, in the order they are applied, none over the bound. */
+START_TEST(audit_cut_in_order)
+{
+	allot__cjoin joins[3] = { { .session = 1 }, { .session = 2 },
+		{ .session = 3 } };
+	allot__cshare shares[4] = { { .session = 1 }, { .session = 2 },
+		{ .session = 3 }, { .session = 4 } };
+	allot__cleft lefts[2] = { { .session = 1 }, { .session = 2 } };
+	allot__cseen seen[1] = { { .session = 5 } };
+	allot__clevel levels[1] = { { .level = 1 } };
+	allot__caudit all = { joins, 3, shares, 4, lefts, 2, seen, 1, levels,
+		1, NULL, 0 };
+	allot__caudit part;
+	size_t sizes[8], n = 0, total = 0;
+	uint64_t order[16];
+	size_t no = 0;
+
+	while (allot__caudit_cut(&all, 4, &part)) {
+		ck_assert_uint_lt(n, 8);
+		sizes[n] = part.njoins + part.nshares + part.nlefts +
+		    part.nseen + part.nlevels + part.nshadow;
+		ck_assert_uint_le(sizes[n], 4);
+		total += sizes[n++];
+		/* Joins, then shares, then leaves, within and across
+		 * parts. */
+		for (size_t i = 0; i < part.njoins; i++)
+			order[no++] = 100 + part.joins[i].session;
+		for (size_t i = 0; i < part.nshares; i++)
+			order[no++] = 200 + part.shares[i].session;
+		for (size_t i = 0; i < part.nlefts; i++)
+			order[no++] = 300 + part.lefts[i].session;
+	}
+	ck_assert_uint_eq(total, 11);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(sizes[0], 4);
+	ck_assert_uint_eq(sizes[2], 3);
+	const uint64_t want[] = { 101, 102, 103, 201, 202, 203, 204, 301,
+		302 };
+	ck_assert_uint_eq(no, 9);
+	for (size_t i = 0; i < no; i++)
+		ck_assert_uint_eq(order[i], want[i]);
+	/* Nothing left: nothing more to cut. */
+	ck_assert(!allot__caudit_cut(&all, 4, &part));
+}
+END_TEST
+
 TCase *
 consensus_state_cases(void)
 {
@@ -469,6 +516,7 @@ consensus_state_cases(void)
 
 	tcase_add_test(tc, entry_round_trip);
 	tcase_add_test(tc, entry_audit_round_trip);
+	tcase_add_test(tc, audit_cut_in_order);
 	tcase_add_test(tc, fsm_replay_and_snapshot);
 	tcase_add_test(tc, fsm_config_cas_and_epoch);
 	tcase_add_test(tc, fsm_leaving_set);
