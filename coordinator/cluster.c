@@ -268,12 +268,6 @@ on_timer(uv_timer_t *t)
 	install_pending(c);
 	step(c);
 	publish(c);
-	/* A join goes through the log now, not with the next flush: a
-	 * leader that dies within the second still has its new replicas
-	 * known to the next one (docs/operations.md, "Agents in a
-	 * cluster"). */
-	if (atomic_load(&c->serving))
-		allot__store_tap_joins(c->o.store);
 }
 
 /* ---- the log into the store and the state ---- */

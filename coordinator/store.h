@@ -242,11 +242,6 @@ typedef void (*allot__store_usage_tap)(
 void allot__store_set_usage_tap(
     allot__store *st, allot__store_usage_tap fn, void *ctx);
 
-/* Hand the replica joins recorded since the last flush to the tap now
- * (loop thread; nothing without a tap): a flush comes once a second, and
- * a new leader must know every replica the old one had. */
-void allot__store_tap_joins(allot__store *st);
-
 /* Writes a committed log entry at `index`: its usage rows and events,
  * in one transaction with the applied index (raft_applied), so that an
  * index at or below the last applied is skipped (replay is idempotent).

@@ -94,43 +94,6 @@ take_usage(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
 	out->audit.shadow = t->shadow;
 }
 
-/* An event, join or leave as its log row in `t` (counted in `out`);
- * false for the other ops, which stay in the batch. */
-static bool
-take_op(const struct op *o, struct tapped *t, allot__store_tap_rows *out)
-{
-	switch (o->kind) {
-	case OP_EVENT:
-		t->ev[out->nev++] = (allot__cevent) {
-			.at = o->at,
-			.kind = o->s[0],
-			.subject = o->s[1],
-			.detail = o->s[2],
-		};
-		return true;
-	case OP_JOIN:
-		t->joins[out->audit.njoins++] = (allot__cjoin) {
-			.session = o->session,
-			.at = o->at,
-			.digest = o->u,
-			.pid = o->pid,
-			.replica_id = o->s[0],
-			.service = o->s[1],
-			.host = o->s[2],
-			.version = o->s[3],
-		};
-		return true;
-	case OP_LEFT:
-		t->lefts[out->audit.nlefts++] = (allot__cleft) {
-			.session = o->session,
-			.at = o->at,
-			.why = o->s[0],
-		};
-		return true;
-	default: return false;
-	}
-}
-
 /* The events, joins and leaves leave the op list; the other ops keep
  * their order. */
 static void
@@ -139,7 +102,31 @@ take_ops(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
 	struct op **pp = &b->ops;
 	while (*pp != NULL) {
 		struct op *o = *pp;
-		if (!take_op(o, t, out)) {
+		if (o->kind == OP_EVENT)
+			t->ev[out->nev++] = (allot__cevent) {
+				.at = o->at,
+				.kind = o->s[0],
+				.subject = o->s[1],
+				.detail = o->s[2],
+			};
+		else if (o->kind == OP_JOIN)
+			t->joins[out->audit.njoins++] = (allot__cjoin) {
+				.session = o->session,
+				.at = o->at,
+				.digest = o->u,
+				.pid = o->pid,
+				.replica_id = o->s[0],
+				.service = o->s[1],
+				.host = o->s[2],
+				.version = o->s[3],
+			};
+		else if (o->kind == OP_LEFT)
+			t->lefts[out->audit.nlefts++] = (allot__cleft) {
+				.session = o->session,
+				.at = o->at,
+				.why = o->s[0],
+			};
+		else {
 			pp = &o->next;
 			continue;
 		}
@@ -235,44 +222,6 @@ allot__store_tap(allot__store *st, struct batch *b)
 	allot__tab_clear(&b->levels);
 	st->usage_tap(st->usage_tap_ctx, &out);
 	tapped_free(&t);
-}
-
-void
-allot__store_tap_joins(allot__store *st)
-{
-	if (st == NULL || st->usage_tap == NULL)
-		return;
-	/* Record calls append to the batch from other threads: the ops
-	 * are taken out under the lock. Their strings stay in the batch's
-	 * arena, which only a flush (this thread) resets. */
-	pthread_mutex_lock(&st->mu);
-	struct batch *b = st->cur;
-	size_t n = 0;
-	for (const struct op *o = b->ops; o != NULL; o = o->next)
-		n += o->kind == OP_JOIN;
-	allot__cjoin *joins = n > 0 ? calloc(n, sizeof *joins) : NULL;
-	if (joins == NULL) {
-		pthread_mutex_unlock(&st->mu);
-		return; /* none, or with the next flush */
-	}
-	struct tapped t = { .joins = joins };
-	allot__store_tap_rows out = { 0 };
-	struct op **pp = &b->ops;
-	while (*pp != NULL) {
-		struct op *o = *pp;
-		if (o->kind == OP_JOIN) {
-			take_op(o, &t, &out);
-			*pp = o->next;
-			b->nops--;
-		} else {
-			pp = &o->next;
-		}
-	}
-	b->tail = pp;
-	pthread_mutex_unlock(&st->mu);
-	out.audit.joins = joins;
-	st->usage_tap(st->usage_tap_ctx, &out);
-	free(joins);
 }
 
 static int

@@ -312,36 +312,9 @@ START_TEST(sigkill_leader)
 			everywhere &= strcmp(r, want) == 0;
 			free(r);
 		}
-		if (!everywhere)
-			pc_sleep_ms(10);
+		pc_sleep_ms(50);
 	}
 	ck_assert_msg(everywhere, "r0's join is not live on every member");
-	/* A join goes through the log at once. Were joins only in the
-	 * once-a-second flush, r0's row would just have come with one, and
-	 * a second join now would wait most of a second for the next. */
-	pc_conn other = { 0 };
-	w = reg(&c.m[L], &other, "r1");
-	ck_assert_int_eq(w->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
-	char sql[128];
-	snprintf(sql, sizeof sql,
-	    "SELECT count(*) FROM replicas WHERE session = %" PRIu64,
-	    w->welcome->session);
-	pc_free(w);
-	int F = (L + 1) % c.n;
-	uint64_t welcomed = pc_now_ms(), live_ms = 0;
-	while (live_ms == 0 && pc_now_ms() - welcomed < 5000) {
-		char *r = sql_one(&c.m[F], sql);
-		if (strcmp(r, "1") == 0)
-			live_ms = pc_now_ms() - welcomed + 1;
-		free(r);
-		pc_sleep_ms(5);
-	}
-	fprintf(stderr,
-	    "raft: a join was in a follower's file %" PRIu64
-	    " ms after its Welcome\n",
-	    live_ms);
-	ck_assert_uint_gt(live_ms, 0);
-	ck_assert_uint_lt(live_ms, 350);
 	uint64_t t0 = pc_now_ms();
 	kill(c.m[L].pid, SIGKILL);
 	pc_wait_exit(c.m[L].pid, 5000);
@@ -363,7 +336,6 @@ START_TEST(sigkill_leader)
 	    "the new leader does not hold r0: %s", st);
 	free(st);
 	pc_close(&old);
-	pc_close(&other);
 	pc_conn conn = { 0 };
 	Allot__V1__Envelope *e = reg(&c.m[N], &conn, "r0");
 	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
