@@ -20,7 +20,33 @@ typedef struct restore_ctx {
 	uint64_t max_id;
 	uint32_t restored;
 	uint32_t dropped;
+	uint32_t superseded;
 } restore_ctx;
+
+/* Two live rows for one replica of `svc`: only the newer session can be
+ * it (rows come in session order). The older lost its leave: a leader
+ * that stopped before the flush that carried it, or a file an older
+ * allotd left with its own leadership's rows. It is closed as replaced,
+ * so that it neither holds a phantom share nor keeps a take-over
+ * learning. */
+static void
+supersede(restore_ctx *rc, service *svc, const char *replica_id)
+{
+	allot__state *st = rc->st;
+	for (uint32_t i = 0; i < svc->nsess; i++) {
+		session *o = svc->sess[i];
+		if (!o->placeholder || strcmp(o->replica_id, replica_id) != 0)
+			continue;
+		if (st->o.store != NULL)
+			allot__store_replica_left(
+			    st->o.store, o->id, "replaced");
+		allot__session_unlink(st, o);
+		allot__session_free(o);
+		rc->restored--;
+		rc->superseded++;
+		return;
+	}
+}
 
 /* How long a placeholder waits for its replica. Its agent keeps running
  * on its grants (then its fallback) and comes back within its longest
@@ -52,6 +78,7 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 	s->replica_id = strdup(r->replica_id);
 	if (svc == NULL || s->replica_id == NULL)
 		goto drop;
+	supersede(rc, svc, r->replica_id);
 	/* A placeholder holds one key per quota of its service's view
 	 * (names kept for reloads). */
 	const cfgv *v = st->cur;
@@ -150,18 +177,22 @@ allot__state_restore(allot__state *st)
 		allot__rebuild_granted(st, svc);
 	}
 	pthread_mutex_unlock(&st->mu);
-	if (rc.restored > 0 || rc.dropped > 0) {
+	if (rc.restored > 0 || rc.dropped > 0 || rc.superseded > 0) {
 		allot__log(st->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-RESTORE",
 		    "%u replicas were live at the last stop: they count "
-		    "until they re-register or expire in %" PRIu64 " ms%s",
+		    "until they re-register or expire in %" PRIu64
+		    " ms%s (%u older rows of the same replicas closed as "
+		    "replaced)",
 		    rc.restored, placeholder_expiry_ns(st) / 1000000u,
 		    rc.dropped ? " (some could not be restored and were "
 		                 "marked expired)" :
-		                 "");
+		                 "",
+		    rc.superseded);
 		if (st->o.store != NULL) {
 			char detail[96];
 			snprintf(detail, sizeof detail,
-			    "restored=%u dropped=%u", rc.restored, rc.dropped);
+			    "restored=%u dropped=%u superseded=%u",
+			    rc.restored, rc.dropped, rc.superseded);
 			allot__store_event(
 			    st->o.store, "restore", NULL, detail);
 		}
