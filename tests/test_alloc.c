@@ -627,8 +627,9 @@ conn_is_open(void *ctx, uint32_t pipe)
 	return pipe < 4 && conn_up[pipe];
 }
 
+/* A registry on the virtual clock, recording to `db` (NULL: none). */
 static allot__state *
-mkstate(void)
+mkstate_on(allot__store *db)
 {
 	allot_config *cfg;
 	char err[256];
@@ -640,10 +641,17 @@ mkstate(void)
 	o.clock = vnow;
 	o.interval_ms = 100;
 	o.conn_open = conn_is_open;
+	o.store = db;
 	allot__state *st;
 	ck_assert_int_eq(
 	    allot__state_create(&o, cfg, "t", STATE_CFG, &st), ALLOT_OK);
 	return st;
+}
+
+static allot__state *
+mkstate(void)
+{
+	return mkstate_on(NULL);
 }
 
 static void
@@ -920,18 +928,7 @@ START_TEST(state_restore_one_placeholder_per_replica)
 	allot__store_replica_joined(db, 8, "r1", "svc", "h", 1, "v", 0);
 	ck_assert_int_eq(allot__store_flush(db), ALLOT_OK);
 
-	allot_config *cfg;
-	ck_assert_int_eq(allot_config_parse("t", STATE_CFG,
-	                     sizeof STATE_CFG - 1, err, sizeof err, &cfg),
-	    ALLOT_OK);
-	allot__state_opts o;
-	allot__state_opts_init(&o);
-	o.clock = vnow;
-	o.interval_ms = 100;
-	o.store = db;
-	allot__state *st;
-	ck_assert_int_eq(
-	    allot__state_create(&o, cfg, "t", STATE_CFG, &st), ALLOT_OK);
+	allot__state *st = mkstate_on(db);
 	ck_assert_int_eq(allot__state_restore(st), ALLOT_OK);
 	ck_assert_uint_eq(allot__state_replicas(st), 2);
 	ck_assert_int_eq(allot__store_flush(db), ALLOT_OK);
