@@ -502,6 +502,51 @@ pc_log_has_sanitizer_report(const char *log_path)
 	return dirty;
 }
 
+pc_run_result
+pc_run(const char *const *argv, const char *dir, const char *cwd,
+    const char *env_name, const char *env_value, int timeout_ms)
+{
+	char out_path[256], err_path[256];
+	snprintf(out_path, sizeof out_path, "%s/run-%d.out", dir, getpid());
+	snprintf(err_path, sizeof err_path, "%s/run-%d.err", dir, getpid());
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fo < 0 || fe < 0 || (cwd != NULL && chdir(cwd) != 0))
+			_exit(126);
+		dup2(fo, STDOUT_FILENO);
+		dup2(fe, STDERR_FILENO);
+		if (env_name != NULL)
+			setenv(env_name, env_value, 1);
+		execv(argv[0], (char *const *) argv);
+		_exit(127);
+	}
+	pc_run_result r = { .status = pc_wait_exit(pid, timeout_ms) };
+	if (r.status < 0) {
+		kill(pid, SIGKILL);
+		pc_wait_exit(pid, 2000);
+	}
+	r.out = pc_read_file(out_path);
+	r.err = pc_read_file(err_path);
+	unlink(out_path);
+	unlink(err_path);
+	if (r.out == NULL)
+		r.out = strdup("");
+	if (r.err == NULL)
+		r.err = strdup("");
+	return r;
+}
+
+void
+pc_run_free(pc_run_result *r)
+{
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof *r);
+}
+
 pid_t
 pc_allotd_start(const char *const *args, int http_port, const char *log_path)
 {

@@ -110,6 +110,22 @@ pid_t pc_spawn(char *const argv[], const char *log_path);
  * 128 + signal when killed, or -1 on timeout. */
 int pc_wait_exit(pid_t pid, int timeout_ms);
 
+/* A program run to its end: its exit status as pc_wait_exit() gives it,
+ * and what it wrote on stdout and stderr (never NULL). */
+typedef struct pc_run_result {
+	int status;
+	char *out;
+	char *err;
+} pc_run_result;
+
+/* Run `argv` (NULL-terminated, argv[0] a path) with stdout and stderr
+ * captured through files in `dir`, in working directory `cwd` (NULL:
+ * ours), with `env_name`=`env_value` set (NULL: nothing), for at most
+ * `timeout_ms` (then SIGKILL, status -1). */
+pc_run_result pc_run(const char *const *argv, const char *dir, const char *cwd,
+    const char *env_name, const char *env_value, int timeout_ms);
+void pc_run_free(pc_run_result *r);
+
 /* Spawn the allotd of this build ($ALLOT_BUILD_DIR/coordinator/allotd)
  * with `args` (NULL-terminated, after the program name), its output
  * appended to `log_path`, and wait (10 s at most) until /healthz on

@@ -251,19 +251,7 @@ driver_stop(driver *d)
 
 /* ---- running allotctl ---- */
 
-typedef struct run {
-	int status; /* exit status, 128 + signal, or -1 */
-	char *out;
-	char *err;
-} run;
-
-static void
-run_free(run *r)
-{
-	free(r->out);
-	free(r->err);
-	memset(r, 0, sizeof *r);
-}
+typedef pc_run_result run;
 
 /* Run allotctl with the NULL-terminated arguments. */
 static run
@@ -278,36 +266,8 @@ ctl(const char *first, ...)
 		argv[n++] = a;
 	va_end(ap);
 	argv[n] = NULL;
-	char out_path[256], err_path[256];
-	const char *dir = C.dir[0] ? C.dir : "/tmp";
-	snprintf(out_path, sizeof out_path, "%s/ctl-%d.out", dir, getpid());
-	snprintf(err_path, sizeof err_path, "%s/ctl-%d.err", dir, getpid());
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fo < 0 || fe < 0)
-			_exit(126);
-		dup2(fo, STDOUT_FILENO);
-		dup2(fe, STDERR_FILENO);
-		execv(argv[0], (char *const *) argv);
-		_exit(127);
-	}
-	run r = { .status = pc_wait_exit(pid, RUN_TIMEOUT_MS) };
-	if (r.status < 0) {
-		kill(pid, SIGKILL);
-		pc_wait_exit(pid, 2000);
-	}
-	r.out = pc_read_file(out_path);
-	r.err = pc_read_file(err_path);
-	unlink(out_path);
-	unlink(err_path);
-	if (r.out == NULL)
-		r.out = strdup("");
-	if (r.err == NULL)
-		r.err = strdup("");
-	return r;
+	return pc_run(
+	    argv, C.dir[0] ? C.dir : "/tmp", NULL, NULL, NULL, RUN_TIMEOUT_MS);
 }
 
 #define assert_has(text, needle)                        \
@@ -386,7 +346,7 @@ START_TEST(inspect_commands)
 	char pid[32];
 	snprintf(pid, sizeof pid, "(pid %d)", (int) C.pid);
 	assert_has(r.out, pid);
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* The common options may also follow the command. */
 	r = ctl("replicas", "--http", C.http, NULL);
@@ -400,11 +360,11 @@ START_TEST(inspect_commands)
 		ck_assert_str_eq(field(l, 1), id);
 		ck_assert_str_eq(field(l, 8), "live");
 	}
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("--http", C.http, "replicas", "no-such-service", NULL);
 	ck_assert_int_eq(r.status, 0);
 	assert_has(r.out, "no live replica of service \"no-such-service\"");
-	run_free(&r);
+	pc_run_free(&r);
 
 	r = ctl("--http", C.http, "quotas", NULL);
 	ck_assert_msg(r.status == 0, "quotas: %d %s", r.status, r.err);
@@ -420,7 +380,7 @@ START_TEST(inspect_commands)
 	const char *lb = line_with(r.out, QB);
 	ck_assert_str_eq(field(lb, 3), "60");
 	ck_assert_double_gt(strtod(field(lb, 6), NULL), 100);
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* Shares by full identity and by the last path segment. */
 	const char *callers[] = { QA, "checkout" };
@@ -439,18 +399,18 @@ START_TEST(inspect_commands)
 			ck_assert_str_eq(field(l, 3), "266.7"); /* BURST */
 			ck_assert_str_eq(field(l, 5), "33%");
 		}
-		run_free(&r);
+		pc_run_free(&r);
 	}
 	r = ctl("--http", C.http, "shares", "nobody", NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "no quota matches \"nobody\"");
 	assert_has(r.err, QB);
-	run_free(&r);
+	pc_run_free(&r);
 	/* "sa/" is in both identities. */
 	r = ctl("--http", C.http, "shares", "sa/", NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "matches 2 quotas");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* Only the flooding caller is denied, and it comes first. */
 	r = ctl("--http", C.http, "top-denied", NULL);
@@ -460,10 +420,10 @@ START_TEST(inspect_commands)
 	ck_assert_str_eq(field(first + 1, 1), QB);
 	ck_assert_double_gt(strtod(field(first + 1, 2), NULL), 100);
 	assert_lacks(r.out, QA);
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("--http", C.http, "top-denied", "-n", "0", NULL);
 	ck_assert_int_eq(r.status, 2);
-	run_free(&r);
+	pc_run_free(&r);
 
 	driver_stop(&D);
 	coord_done(&C);
@@ -481,18 +441,18 @@ START_TEST(reload_good_and_bad_files)
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "is unchanged");
 	assert_has(r.out, "epoch stays 1");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* A new file: epoch 2, the new rate in force. */
 	pc_write_file(C.cfg, cfg_halved);
 	r = ctl("--http", C.http, "reload", NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "epoch 1 -> 2");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
 	r = ctl("--http", C.http, "quotas", NULL);
 	ck_assert_str_eq(field(line_with(r.out, QA), 2), "200");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* A bad file is reported with the loader's position, and allotd is
 	 * not even signalled. */
@@ -503,7 +463,7 @@ START_TEST(reload_good_and_bad_files)
 	snprintf(where, sizeof where, "%s:8:26: ", C.cfg);
 	assert_has(r.err, where);
 	assert_has(r.err, "nothing was sent, allotd keeps config epoch 2");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
 	ck_assert_double_eq(
 	    pc_metric_get(
@@ -515,7 +475,7 @@ START_TEST(reload_good_and_bad_files)
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "allotd rejected");
 	assert_has(r.err, "keeps config epoch 2");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
 	ck_assert_double_eq(
 	    pc_metric_get(
@@ -531,7 +491,7 @@ START_TEST(reload_good_and_bad_files)
 	r = ctl("--http", C.http, "reload", "--pid-file", pidfile, NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "epoch 2 -> 3");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* Never a process that is not this allotd. */
 	char self[32];
@@ -539,7 +499,7 @@ START_TEST(reload_good_and_bad_files)
 	r = ctl("--http", C.http, "reload", "--pid", self, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "refusing to signal another process");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 3);
 	coord_done(&C);
 }
@@ -561,13 +521,13 @@ START_TEST(check_config_sizing)
 	const char *l = line_with(r.out, "sa/checkout");
 	ck_assert_str_eq(field(l, 1), "critical");
 	ck_assert_str_eq(field(l, 4), "1500"); /* FIRST_SECOND */
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* Over a policy limit: exit 1. */
 	r = ctl("check-config", "--max-overcommit", "1.1", ref, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "overcommit 1.125x is above --max-overcommit 1.1");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* The reference's own example: 10 callers at 140/s with a burst of
 	 * 280 against a service tested at 2000 requests/s. */
@@ -596,7 +556,7 @@ START_TEST(check_config_sizing)
 	assert_has(r.out,
 	    "the allocation is 70% of it, the correlated first "
 	    "second 210% (2.1x)");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* A bad file: the loader's FILE:LINE:COL message, exit 1. */
 	char bad[256];
@@ -612,23 +572,23 @@ START_TEST(check_config_sizing)
 	ck_assert_msg(
 	    strncmp(r.err, want, strlen(want)) == 0, "stderr: %s", r.err);
 	ck_assert_str_eq(r.out, "");
-	run_free(&r);
+	pc_run_free(&r);
 	snprintf(bad, sizeof bad, "%s/bad-burst.yaml", ALLOT_TEST_DATA);
 	r = ctl("check-config", bad, NULL);
 	ck_assert_int_eq(r.status, 1);
 	snprintf(want, sizeof want, "%s:10:14: ", bad);
 	ck_assert_msg(
 	    strncmp(r.err, want, strlen(want)) == 0, "stderr: %s", r.err);
-	run_free(&r);
+	pc_run_free(&r);
 	snprintf(bad, sizeof bad, "%s/missing.yaml", dir);
 	r = ctl("check-config", bad, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, bad);
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("check-config", NULL);
 	ck_assert_int_eq(r.status, 2);
 	assert_has(r.err, "Try 'allotctl help check-config'.");
-	run_free(&r);
+	pc_run_free(&r);
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	ck_assert_int_eq(system(cmd), 0);
@@ -679,7 +639,7 @@ START_TEST(audit_stores)
 	ck_assert_msg(strstr(l, "start") != NULL && strstr(l, "added") != NULL,
 	    "quota change row: %.200s", l);
 	assert_has(r.out, "== Shadow and candidate quotas");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* Two stores at once: a "db" column names each file. */
 	char copy[256], cmd[600];
@@ -697,7 +657,7 @@ START_TEST(audit_stores)
 	ck_assert_ptr_nonnull(b);
 	ck_assert_msg(
 	    strstr(cons, "\ndb ") != NULL, "no db column:\n%s", cons);
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* A store from before the quota-change audit (schema 2): the
 	 * questions it cannot answer say what it needs. */
@@ -711,18 +671,18 @@ START_TEST(audit_stores)
 	ck_assert_msg(strncmp(strchr(qc, '\n') + 1,
 	                  "(needs store schema version 3", 29) == 0,
 	    "%.200s", qc);
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* Not a store; missing. */
 	r = ctl("audit", C.cfg, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, C.cfg);
-	run_free(&r);
+	pc_run_free(&r);
 	snprintf(copy, sizeof copy, "%s/none.db", C.dir);
 	r = ctl("audit", copy, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "cannot open");
-	run_free(&r);
+	pc_run_free(&r);
 	coord_done(&C);
 }
 END_TEST
@@ -746,7 +706,7 @@ START_TEST(unreachable_coordinator)
 		    r.status == 3, "%s: exit %d", cmds[i][0], r.status);
 		ck_assert_str_eq(r.err, want);
 		ck_assert_str_eq(r.out, "");
-		run_free(&r);
+		pc_run_free(&r);
 	}
 	/* The environment variable is the default address. */
 	setenv("ALLOT_HTTP", addr, 1);
@@ -754,16 +714,16 @@ START_TEST(unreachable_coordinator)
 	unsetenv("ALLOT_HTTP");
 	ck_assert_int_eq(r.status, 3);
 	ck_assert_str_eq(r.err, want);
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("--http", "no-such-host.invalid:7480", "status", NULL);
 	ck_assert_int_eq(r.status, 3);
 	assert_has(r.err,
 	    "cannot reach allotd at no-such-host.invalid:7480: "
 	    "cannot resolve");
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("--http", "127.0.0.1:99999", "status", NULL);
 	ck_assert_int_eq(r.status, 2);
-	run_free(&r);
+	pc_run_free(&r);
 }
 END_TEST
 
@@ -777,7 +737,7 @@ START_TEST(manuals)
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		assert_has(r.out, cmds[i]);
 	assert_has(r.out, "EXIT STATUS");
-	run_free(&r);
+	pc_run_free(&r);
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 		run a = ctl("help", cmds[i], NULL);
 		run b = ctl(cmds[i], "--help", NULL);
@@ -790,39 +750,39 @@ START_TEST(manuals)
 		assert_has(a.out, "SYNOPSIS");
 		assert_has(a.out, "DESCRIPTION");
 		assert_has(a.out, "EXIT STATUS");
-		run_free(&a);
-		run_free(&b);
+		pc_run_free(&a);
+		pc_run_free(&b);
 	}
 	r = ctl("help", "reload", NULL);
 	assert_has(r.out, "AUTHENTICATION");
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("help", "apply", NULL);
 	assert_has(r.out, "AUTHENTICATION");
 	assert_has(r.out, "--reason TEXT");
 	assert_has(r.out, "--admin PATH");
 	assert_has(r.out, "--margin X");
-	run_free(&r);
+	pc_run_free(&r);
 	/* Options after the file, and the ones a command does not take. */
 	r = ctl("apply", "x.yaml", "--reason", "r", "--margin", "2", NULL);
 	ck_assert_int_eq(r.status, 2);
 	assert_has(r.err, "--margin expects a share of the capacity");
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("diff", "x.yaml", "--reason", "r", NULL);
 	ck_assert_int_eq(r.status, 2);
 	assert_has(r.err, "diff does not take \"--reason\"");
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("apply", "x.yaml", "--reason", "r", "--admin",
 	    "/nonexistent/admin.sock", NULL);
 	ck_assert_int_eq(r.status, 1); /* x.yaml does not exist */
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("frobnicate", NULL);
 	ck_assert_int_eq(r.status, 2);
 	assert_has(r.err, "no command \"frobnicate\"");
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("status", "--pid", "1", NULL);
 	ck_assert_int_eq(r.status, 2);
 	assert_has(r.err, "status does not take \"--pid\"");
-	run_free(&r);
+	pc_run_free(&r);
 }
 END_TEST
 

@@ -215,19 +215,7 @@ me(void)
 
 /* ---- running allotctl ---- */
 
-typedef struct run {
-	int status;
-	char *out;
-	char *err;
-} run;
-
-static void
-run_free(run *r)
-{
-	free(r->out);
-	free(r->err);
-	memset(r, 0, sizeof *r);
-}
+typedef pc_run_result run;
 
 /* allotctl with the NULL-terminated arguments, in the test's directory
  * (so that file names in messages are the relative ones given). */
@@ -243,34 +231,8 @@ ctl(const char *first, ...)
 		argv[n++] = a;
 	va_end(ap);
 	argv[n] = NULL;
-	char out_path[256], err_path[256];
-	snprintf(out_path, sizeof out_path, "%s/ctl.out", C.dir);
-	snprintf(err_path, sizeof err_path, "%s/ctl.err", C.dir);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fo < 0 || fe < 0 || chdir(C.dir) != 0)
-			_exit(126);
-		dup2(fo, STDOUT_FILENO);
-		dup2(fe, STDERR_FILENO);
-		setenv("ALLOT_ADMIN_SOCKET", C.sock, 1);
-		execv(argv[0], (char *const *) argv);
-		_exit(127);
-	}
-	run r = { .status = pc_wait_exit(pid, RUN_TIMEOUT_MS) };
-	if (r.status < 0) {
-		kill(pid, SIGKILL);
-		pc_wait_exit(pid, 2000);
-	}
-	r.out = pc_read_file(out_path);
-	r.err = pc_read_file(err_path);
-	if (r.out == NULL)
-		r.out = strdup("");
-	if (r.err == NULL)
-		r.err = strdup("");
-	return r;
+	return pc_run(
+	    argv, C.dir, C.dir, "ALLOT_ADMIN_SOCKET", C.sock, RUN_TIMEOUT_MS);
 }
 
 #define assert_has(text, needle)                        \
@@ -385,7 +347,7 @@ START_TEST(apply_records_who_and_why)
 	assert_has(r.out, "3 changes: 1 added, 1 removed, 1 changed");
 	/* The ceiling (500) is above 550 x 0.8 = 440. */
 	assert_has(r.out, "WARNING:    the ceiling, 500 tokens/s");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_int_eq((int) status_epoch(&C), 1);
 	char *disk = pc_read_file(C.cfg);
 	ck_assert_str_eq(disk, cfg_good);
@@ -400,7 +362,7 @@ START_TEST(apply_records_who_and_why)
 	snprintf(
 	    line, sizeof line, "recorded: by %s (as reviewer, claimed)", me());
 	assert_has(r.out, line);
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_int_eq((int) status_epoch(&C), 2);
 	disk = pc_read_file(C.cfg);
 	ck_assert_str_eq(disk, cfg_next);
@@ -454,13 +416,13 @@ START_TEST(invalid_files_change_nothing)
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "bad.yaml:8:26:");
 	assert_has(r.err, "nothing was sent");
-	run_free(&r);
+	pc_run_free(&r);
 	/* A missing reason is a usage error, before anything is read. */
 	write_in_dir("next.yaml", cfg_next);
 	r = ctl("apply", "next.yaml", NULL);
 	ck_assert_int_eq(r.status, 2);
 	assert_has(r.err, "--reason");
-	run_free(&r);
+	pc_run_free(&r);
 
 	/* allotd refuses it too, naming the client's file. */
 	char *ans = NULL;
@@ -547,7 +509,7 @@ START_TEST(stale_digest_refused)
 	    "apply", "other.yaml", "--reason", "second", "--expect", d0, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "not the expected");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_int_eq((int) status_epoch(&C), 2);
 	char *disk = pc_read_file(C.cfg);
 	ck_assert_str_eq(disk, cfg_next);
@@ -558,11 +520,11 @@ START_TEST(stale_digest_refused)
 	/* The same file again is not a change. */
 	r = ctl("apply", "other.yaml", "--reason", "second", NULL);
 	ck_assert_int_eq(r.status, 0);
-	run_free(&r);
+	pc_run_free(&r);
 	r = ctl("apply", "other.yaml", "--reason", "again", NULL);
 	ck_assert_int_eq(r.status, 0);
 	assert_has(r.out, "unchanged");
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_int_eq((int) status_epoch(&C), 3);
 	coord_stop(&C);
 	coord_done(&C);
@@ -576,7 +538,7 @@ START_TEST(restart_keeps_epoch)
 	write_in_dir("next.yaml", cfg_next);
 	run r = ctl("apply", "next.yaml", "--reason", "before restart", NULL);
 	ck_assert_msg(r.status == 0, "apply: %s", r.err);
-	run_free(&r);
+	pc_run_free(&r);
 	ck_assert_int_eq((int) status_epoch(&C), 2);
 	char d2[17];
 	digest_in_force(d2);
