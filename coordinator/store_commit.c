@@ -205,34 +205,152 @@ allot__store_written_note(allot__store *st, const struct batch *b)
 	written_sweep(st, b);
 }
 
+void
+allot__store_usage_rows(const struct usage_ent *e, allot__cusage_row *ret_row,
+    allot__cshadow *ret_x)
+{
+	uint64_t sec = e->sec > 0 ? (uint64_t) e->sec : 0;
+	*ret_row = (allot__cusage_row) {
+		.service = e->k->service,
+		.key = e->k->quota,
+		.second = sec,
+		.consumed = e->admitted,
+		.denied = e->denied,
+		.demand = e->demand,
+		.live_replicas = e->live_replicas,
+	};
+	*ret_x = (allot__cshadow) {
+		.second = sec,
+		.shadow_denied = e->shadow_denied,
+		.candidate_denied = e->candidate_denied,
+		.candidate_rate = e->candidate_rate,
+		.service = e->k->service,
+		.quota = e->k->quota,
+	};
+}
+
+/* ---- one row of each kind: the local commit and the log's apply
+ * (store_raft.c) write through these, so a member's rows are the ones
+ * a single allotd writes ---- */
+
+int
+allot__store_put_join(allot__store *st, const allot__cjoin *j)
+{
+	sqlite3_stmt *s = st->stmt[S_JOIN];
+	sqlite3_bind_int64(s, 1, (sqlite3_int64) j->session);
+	bind_text(s, 2, j->replica_id);
+	bind_text(s, 3, j->service);
+	bind_text(s, 4, j->host);
+	sqlite3_bind_int64(s, 5, j->pid);
+	bind_text(s, 6, j->version);
+	allot__store_bind_hex(s, 7, j->digest);
+	sqlite3_bind_int64(s, 8, j->at);
+	return step_done(st, S_JOIN);
+}
+
+int
+allot__store_put_left(allot__store *st, const allot__cleft *l)
+{
+	sqlite3_stmt *s = st->stmt[S_LEFT];
+	sqlite3_bind_int64(s, 1, (sqlite3_int64) l->session);
+	sqlite3_bind_int64(s, 2, l->at);
+	bind_text(s, 3, l->why);
+	int rc = step_done(st, S_LEFT);
+	if (rc != SQLITE_OK)
+		return rc;
+	s = st->stmt[S_LEFT_SHARES];
+	sqlite3_bind_int64(s, 1, (sqlite3_int64) l->session);
+	return step_done(st, S_LEFT_SHARES);
+}
+
+int
+allot__store_put_event(allot__store *st, const allot__cevent *e)
+{
+	sqlite3_stmt *s = st->stmt[S_EVENT];
+	sqlite3_bind_int64(s, 1, e->at);
+	bind_text(s, 2, e->kind);
+	bind_text(s, 3, e->subject);
+	bind_text(s, 4, e->detail);
+	return step_done(st, S_EVENT);
+}
+
+int
+allot__store_put_seen(allot__store *st, const allot__cseen *x)
+{
+	sqlite3_stmt *s = st->stmt[S_SEEN];
+	sqlite3_bind_int64(s, 1, (sqlite3_int64) x->session);
+	sqlite3_bind_int64(s, 2, x->at);
+	return step_done(st, S_SEEN);
+}
+
+int
+allot__store_put_share(allot__store *st, const allot__cshare *x)
+{
+	sqlite3_stmt *s = st->stmt[S_SHARE];
+	sqlite3_bind_int64(s, 1, (sqlite3_int64) x->session);
+	bind_text(s, 2, x->service);
+	bind_text(s, 3, x->quota);
+	sqlite3_bind_double(s, 4, x->rate);
+	sqlite3_bind_double(s, 5, x->burst);
+	sqlite3_bind_int64(s, 6, x->lease_until);
+	sqlite3_bind_int64(s, 7, x->at);
+	return step_done(st, S_SHARE);
+}
+
+int
+allot__store_put_level(allot__store *st, const allot__clevel *x)
+{
+	sqlite3_stmt *s = st->stmt[S_LEVEL];
+	bind_text(s, 1, x->service);
+	bind_text(s, 2, x->quota);
+	sqlite3_bind_double(s, 3, x->level);
+	sqlite3_bind_int64(s, 4, x->at);
+	return step_done(st, S_LEVEL);
+}
+
+int
+allot__store_put_usage(
+    allot__store *st, const allot__cusage_row *r, const allot__cshadow *x)
+{
+	sqlite3_stmt *s = st->stmt[S_USAGE];
+	bind_text(s, 1, r != NULL ? r->service : x->service);
+	bind_text(s, 2, r != NULL ? r->key : x->quota);
+	sqlite3_bind_int64(
+	    s, 3, (sqlite3_int64) (r != NULL ? r->second : x->second) * 1000);
+	sqlite3_bind_int64(s, 4, r != NULL ? (sqlite3_int64) r->consumed : 0);
+	sqlite3_bind_int64(s, 5, r != NULL ? (sqlite3_int64) r->denied : 0);
+	sqlite3_bind_double(s, 6, r != NULL ? r->demand : 0);
+	sqlite3_bind_int64(s, 7, r != NULL ? r->live_replicas : 0);
+	sqlite3_bind_int64(
+	    s, 8, x != NULL ? (sqlite3_int64) x->shadow_denied : 0);
+	sqlite3_bind_int64(
+	    s, 9, x != NULL ? (sqlite3_int64) x->candidate_denied : 0);
+	if (x != NULL && x->candidate_rate > 0)
+		sqlite3_bind_double(s, 10, x->candidate_rate);
+	else
+		sqlite3_bind_null(s, 10);
+	return step_done(st, S_USAGE);
+}
+
 static int
 write_op(allot__store *st, const struct op *o)
 {
 	sqlite3_stmt *s;
-	int rc;
 	switch (o->kind) {
 	case OP_JOIN:
-		s = st->stmt[S_JOIN];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) o->session);
-		bind_text(s, 2, o->s[0]);
-		bind_text(s, 3, o->s[1]);
-		bind_text(s, 4, o->s[2]);
-		sqlite3_bind_int64(s, 5, o->pid);
-		bind_text(s, 6, o->s[3]);
-		allot__store_bind_hex(s, 7, o->u);
-		sqlite3_bind_int64(s, 8, o->at);
-		return step_done(st, S_JOIN);
+		return allot__store_put_join(st,
+		    &(allot__cjoin) { .session = o->session,
+		        .at = o->at,
+		        .digest = o->u,
+		        .pid = o->pid,
+		        .replica_id = o->s[0],
+		        .service = o->s[1],
+		        .host = o->s[2],
+		        .version = o->s[3] });
 	case OP_LEFT:
-		s = st->stmt[S_LEFT];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) o->session);
-		sqlite3_bind_int64(s, 2, o->at);
-		bind_text(s, 3, o->s[0]);
-		rc = step_done(st, S_LEFT);
-		if (rc != SQLITE_OK)
-			return rc;
-		s = st->stmt[S_LEFT_SHARES];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) o->session);
-		return step_done(st, S_LEFT_SHARES);
+		return allot__store_put_left(st,
+		    &(allot__cleft) {
+		        .session = o->session, .at = o->at, .why = o->s[0] });
 	case OP_CONFIG:
 		s = st->stmt[S_CONFIG];
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) o->u);
@@ -242,12 +360,11 @@ write_op(allot__store *st, const struct op *o)
 		sqlite3_bind_int64(s, 5, o->at);
 		return step_done(st, S_CONFIG);
 	case OP_EVENT:
-		s = st->stmt[S_EVENT];
-		sqlite3_bind_int64(s, 1, o->at);
-		bind_text(s, 2, o->s[0]);
-		bind_text(s, 3, o->s[1]);
-		bind_text(s, 4, o->s[2]);
-		return step_done(st, S_EVENT);
+		return allot__store_put_event(st,
+		    &(allot__cevent) { .at = o->at,
+		        .kind = o->s[0],
+		        .subject = o->s[1],
+		        .detail = o->s[2] });
 	case OP_CHANGE:
 		s = st->stmt[S_CHANGE];
 		sqlite3_bind_int64(s, 1, o->at);
@@ -283,7 +400,6 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	/* Shares before ops: a leave in this batch then deletes the shares
 	 * of its session, whatever order the daemon recorded them in. */
 	size_t skipped = 0;
-	sqlite3_stmt *s = st->stmt[S_SHARE];
 	for (uint32_t i = 0; i < b->shares.n && rc == SQLITE_OK; i++) {
 		struct share_ent *e = (struct share_ent *) allot__tab_at(
 		    &b->shares, i);
@@ -292,62 +408,42 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 			skipped++;
 			continue;
 		}
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) e->session);
-		sqlite3_bind_text(
-		    s, 2, e->k->service, (int) e->k->slen, SQLITE_STATIC);
-		sqlite3_bind_text(
-		    s, 3, e->k->quota, (int) e->k->qlen, SQLITE_STATIC);
-		sqlite3_bind_double(s, 4, e->rate);
-		sqlite3_bind_double(s, 5, e->burst);
-		sqlite3_bind_int64(s, 6, e->lease_until);
-		sqlite3_bind_int64(s, 7, e->at);
-		rc = step_done(st, S_SHARE);
+		rc = allot__store_put_share(st,
+		    &(allot__cshare) { .session = e->session,
+		        .rate = e->rate,
+		        .burst = e->burst,
+		        .lease_until = e->lease_until,
+		        .at = e->at,
+		        .service = e->k->service,
+		        .quota = e->k->quota });
 	}
 	for (const struct op *o = b->ops; o != NULL && rc == SQLITE_OK;
 	     o = o->next)
 		rc = write_op(st, o);
-	s = st->stmt[S_SEEN];
 	for (uint32_t i = 0; i < b->seen.n && rc == SQLITE_OK; i++) {
 		const struct seen_ent *e = (const struct seen_ent *)
 		    allot__tab_at(&b->seen, i);
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) e->session);
-		sqlite3_bind_int64(s, 2, e->at);
-		rc = step_done(st, S_SEEN);
+		rc = allot__store_put_seen(
+		    st, &(allot__cseen) { e->session, e->at });
 	}
-	s = st->stmt[S_USAGE];
 	for (uint32_t i = 0; i < b->usage.n && rc == SQLITE_OK; i++) {
 		const struct usage_ent *e = (const struct usage_ent *)
 		    allot__tab_at(&b->usage, i);
 		if (!e->hdr.live)
 			continue;
-		sqlite3_bind_text(
-		    s, 1, e->k->service, (int) e->k->slen, SQLITE_STATIC);
-		sqlite3_bind_text(
-		    s, 2, e->k->quota, (int) e->k->qlen, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 3, e->sec * 1000);
-		sqlite3_bind_int64(s, 4, (sqlite3_int64) e->admitted);
-		sqlite3_bind_int64(s, 5, (sqlite3_int64) e->denied);
-		sqlite3_bind_double(s, 6, e->demand);
-		sqlite3_bind_int64(s, 7, e->live_replicas);
-		sqlite3_bind_int64(s, 8, (sqlite3_int64) e->shadow_denied);
-		sqlite3_bind_int64(s, 9, (sqlite3_int64) e->candidate_denied);
-		if (e->candidate_rate > 0)
-			sqlite3_bind_double(s, 10, e->candidate_rate);
-		else
-			sqlite3_bind_null(s, 10);
-		rc = step_done(st, S_USAGE);
+		allot__cusage_row r;
+		allot__cshadow x;
+		allot__store_usage_rows(e, &r, &x);
+		rc = allot__store_put_usage(st, &r, &x);
 	}
-	s = st->stmt[S_LEVEL];
 	for (uint32_t i = 0; i < b->levels.n && rc == SQLITE_OK; i++) {
 		const struct level_ent *e = (const struct level_ent *)
 		    allot__tab_at(&b->levels, i);
-		sqlite3_bind_text(
-		    s, 1, e->k->service, (int) e->k->slen, SQLITE_STATIC);
-		sqlite3_bind_text(
-		    s, 2, e->k->quota, (int) e->k->qlen, SQLITE_STATIC);
-		sqlite3_bind_double(s, 3, e->level);
-		sqlite3_bind_int64(s, 4, e->at);
-		rc = step_done(st, S_LEVEL);
+		rc = allot__store_put_level(st,
+		    &(allot__clevel) { .level = e->level,
+		        .at = e->at,
+		        .service = e->k->service,
+		        .quota = e->k->quota });
 	}
 	if (rc == SQLITE_OK)
 		rc = step_done(st, S_COMMIT);

@@ -106,6 +106,24 @@ int allot__store_step(sqlite3_stmt *s);
 /* Bind a 64-bit digest as the 16 hex digits the tables keep. */
 void allot__store_bind_hex(sqlite3_stmt *s, int i, uint64_t v);
 
+/* store_commit.c: one row of each kind, with the prepared statements,
+ * inside the caller's transaction; SQLITE_OK or the error. The local
+ * commit and the apply of a log entry (store_raft.c) both write through
+ * these. A usage row adds to its second; `r` or `x` (its shadow
+ * columns) may be NULL, for zeros. */
+int allot__store_put_join(allot__store *st, const allot__cjoin *j);
+int allot__store_put_left(allot__store *st, const allot__cleft *l);
+int allot__store_put_event(allot__store *st, const allot__cevent *e);
+int allot__store_put_seen(allot__store *st, const allot__cseen *x);
+int allot__store_put_share(allot__store *st, const allot__cshare *x);
+int allot__store_put_level(allot__store *st, const allot__clevel *x);
+int allot__store_put_usage(
+    allot__store *st, const allot__cusage_row *r, const allot__cshadow *x);
+/* A batch's usage entry as the log's rows: its usage and its shadow
+ * columns. */
+void allot__store_usage_rows(const struct usage_ent *e,
+    allot__cusage_row *ret_row, allot__cshadow *ret_x);
+
 /* Set up the tables of written shares (store_commit.c) for a new store
  * and release them at close. */
 void allot__store_written_init(allot__store *st);

@@ -67,25 +67,11 @@ take_usage(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
 		    &b->usage, i);
 		if (!e->hdr.live)
 			continue;
-		t->rows[n++] = (allot__cusage_row) {
-			.service = e->k->service,
-			.key = e->k->quota,
-			.second = e->sec > 0 ? (uint64_t) e->sec : 0,
-			.consumed = e->admitted,
-			.denied = e->denied,
-			.demand = e->demand,
-			.live_replicas = e->live_replicas,
-		};
-		if (e->shadow_denied != 0 || e->candidate_denied != 0 ||
-		    e->candidate_rate > 0)
-			t->shadow[out->audit.nshadow++] = (allot__cshadow) {
-				.second = e->sec > 0 ? (uint64_t) e->sec : 0,
-				.shadow_denied = e->shadow_denied,
-				.candidate_denied = e->candidate_denied,
-				.candidate_rate = e->candidate_rate,
-				.service = e->k->service,
-				.quota = e->k->quota,
-			};
+		allot__cshadow x;
+		allot__store_usage_rows(e, &t->rows[n++], &x);
+		if (x.shadow_denied != 0 || x.candidate_denied != 0 ||
+		    x.candidate_rate > 0)
+			t->shadow[out->audit.nshadow++] = x;
 		e->hdr.live = false;
 	}
 	b->usage_live = 0;
@@ -246,64 +232,12 @@ allot__store_applied(allot__store *st)
 	return idx;
 }
 
-static int
-write_rows(allot__store *st, const allot__cusage_row *rows, size_t n)
+/* An optional string of a log row: "" was NULL (or empty) where the
+ * leader recorded it, and is written as NULL. */
+static const char *
+opt(const char *v)
 {
-	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(st->db,
-	    "INSERT INTO usage (service, quota, at, admitted, denied,"
-	    " demand, live_replicas)"
-	    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
-	    " ON CONFLICT (at, service, quota) DO UPDATE SET"
-	    " admitted = admitted + excluded.admitted,"
-	    " denied = denied + excluded.denied,"
-	    " demand = demand + excluded.demand,"
-	    " live_replicas = max(live_replicas, excluded.live_replicas)",
-	    -1, &s, NULL);
-	for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
-		sqlite3_bind_text(s, 1, rows[i].service, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, rows[i].key, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(
-		    s, 3, (sqlite3_int64) rows[i].second * 1000);
-		sqlite3_bind_int64(s, 4, (sqlite3_int64) rows[i].consumed);
-		sqlite3_bind_int64(s, 5, (sqlite3_int64) rows[i].denied);
-		sqlite3_bind_double(s, 6, rows[i].demand);
-		sqlite3_bind_int64(s, 7, rows[i].live_replicas);
-		rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
-		sqlite3_reset(s);
-	}
-	sqlite3_finalize(s);
-	return rc;
-}
-
-static void
-bind_opt(sqlite3_stmt *s, int i, const char *v)
-{
-	if (v == NULL || v[0] == '\0')
-		sqlite3_bind_null(s, i);
-	else
-		sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
-}
-
-static int
-write_events(allot__store *st, const allot__cevent *ev, size_t n)
-{
-	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(st->db,
-	    "INSERT INTO events (at, kind, subject, detail)"
-	    " VALUES (?1, ?2, ?3, ?4)",
-	    -1, &s, NULL);
-	for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
-		sqlite3_bind_int64(s, 1, ev[i].at);
-		sqlite3_bind_text(s, 2, ev[i].kind != NULL ? ev[i].kind : "",
-		    -1, SQLITE_STATIC);
-		bind_opt(s, 3, ev[i].subject);
-		bind_opt(s, 4, ev[i].detail);
-		rc = sqlite3_step(s) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
-		sqlite3_reset(s);
-	}
-	sqlite3_finalize(s);
-	return rc;
+	return v != NULL && v[0] != '\0' ? v : NULL;
 }
 
 /* The rows of one entry, written inside apply()'s transaction. */
@@ -320,104 +254,44 @@ static int
 write_plain(allot__store *st, const void *arg)
 {
 	const struct plain_rows *p = arg;
-	int rc = write_rows(st, p->rows, p->n);
-	return rc == SQLITE_OK ? write_events(st, p->ev, p->nev) : rc;
-}
-
-/* The shadow columns of usage seconds the USAGE entry of the same
- * flush wrote (or creates them, should a replay meet them first). */
-static int
-write_shadow(allot__store *st, const allot__caudit *a)
-{
-	if (a->nshadow == 0)
-		return SQLITE_OK;
-	sqlite3_stmt *s = NULL;
-	int rc = sqlite3_prepare_v2(st->db,
-	    "INSERT INTO usage (service, quota, at, shadow_denied,"
-	    " candidate_denied, candidate_rate) VALUES (?1, ?2, ?3, ?4, ?5,"
-	    " ?6) ON CONFLICT (at, service, quota) DO UPDATE SET"
-	    " shadow_denied = shadow_denied + excluded.shadow_denied,"
-	    " candidate_denied = candidate_denied"
-	    " + excluded.candidate_denied,"
-	    " candidate_rate = coalesce(excluded.candidate_rate,"
-	    " candidate_rate)",
-	    -1, &s, NULL);
-	for (size_t i = 0; i < a->nshadow && rc == SQLITE_OK; i++) {
-		const allot__cshadow *x = &a->shadow[i];
-		sqlite3_bind_text(s, 1, x->service, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, x->quota, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(s, 3, (sqlite3_int64) x->second * 1000);
-		sqlite3_bind_int64(s, 4, (sqlite3_int64) x->shadow_denied);
-		sqlite3_bind_int64(s, 5, (sqlite3_int64) x->candidate_denied);
-		if (x->candidate_rate > 0)
-			sqlite3_bind_double(s, 6, x->candidate_rate);
-		else
-			sqlite3_bind_null(s, 6);
-		rc = allot__store_step(s);
+	int rc = SQLITE_OK;
+	for (size_t i = 0; i < p->n && rc == SQLITE_OK; i++)
+		rc = allot__store_put_usage(st, &p->rows[i], NULL);
+	for (size_t i = 0; i < p->nev && rc == SQLITE_OK; i++) {
+		allot__cevent e = p->ev[i];
+		e.subject = opt(e.subject);
+		e.detail = opt(e.detail);
+		rc = allot__store_put_event(st, &e);
 	}
-	sqlite3_finalize(s);
 	return rc;
 }
 
-/* With the statements the leader's own commit uses (store.c), so every
- * member's rows are what a single allotd would have written. */
+/* With the writers the leader's own commit uses (store_commit.c), in
+ * the order the entry holds them, so every member's rows are what a
+ * single allotd would have written. The shadow columns add to the
+ * usage seconds of the USAGE entry of the same flush. */
 static int
 write_audit(allot__store *st, const void *arg)
 {
 	const allot__caudit *a = arg;
 	int rc = SQLITE_OK;
-	sqlite3_stmt *s = st->stmt[S_JOIN];
 	for (size_t i = 0; i < a->njoins && rc == SQLITE_OK; i++) {
-		const allot__cjoin *j = &a->joins[i];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) j->session);
-		sqlite3_bind_text(s, 2, j->replica_id, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 3, j->service, -1, SQLITE_STATIC);
-		bind_opt(s, 4, j->host);
-		sqlite3_bind_int64(s, 5, j->pid);
-		bind_opt(s, 6, j->version);
-		allot__store_bind_hex(s, 7, j->digest);
-		sqlite3_bind_int64(s, 8, j->at);
-		rc = allot__store_step(s);
+		allot__cjoin j = a->joins[i];
+		j.host = opt(j.host);
+		j.version = opt(j.version);
+		rc = allot__store_put_join(st, &j);
 	}
-	s = st->stmt[S_SHARE];
-	for (size_t i = 0; i < a->nshares && rc == SQLITE_OK; i++) {
-		const allot__cshare *sh = &a->shares[i];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) sh->session);
-		sqlite3_bind_text(s, 2, sh->service, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 3, sh->quota, -1, SQLITE_STATIC);
-		sqlite3_bind_double(s, 4, sh->rate);
-		sqlite3_bind_double(s, 5, sh->burst);
-		sqlite3_bind_int64(s, 6, sh->lease_until);
-		sqlite3_bind_int64(s, 7, sh->at);
-		rc = allot__store_step(s);
-	}
-	for (size_t i = 0; i < a->nlefts && rc == SQLITE_OK; i++) {
-		s = st->stmt[S_LEFT];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->lefts[i].session);
-		sqlite3_bind_int64(s, 2, a->lefts[i].at);
-		sqlite3_bind_text(s, 3, a->lefts[i].why, -1, SQLITE_STATIC);
-		rc = allot__store_step(s);
-		s = st->stmt[S_LEFT_SHARES];
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->lefts[i].session);
-		if (rc == SQLITE_OK)
-			rc = allot__store_step(s);
-	}
-	s = st->stmt[S_SEEN];
-	for (size_t i = 0; i < a->nseen && rc == SQLITE_OK; i++) {
-		sqlite3_bind_int64(s, 1, (sqlite3_int64) a->seen[i].session);
-		sqlite3_bind_int64(s, 2, a->seen[i].at);
-		rc = allot__store_step(s);
-	}
-	s = st->stmt[S_LEVEL];
-	for (size_t i = 0; i < a->nlevels && rc == SQLITE_OK; i++) {
-		const allot__clevel *l = &a->levels[i];
-		sqlite3_bind_text(s, 1, l->service, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 2, l->quota, -1, SQLITE_STATIC);
-		sqlite3_bind_double(s, 3, l->level);
-		sqlite3_bind_int64(s, 4, l->at);
-		rc = allot__store_step(s);
-	}
-	return rc == SQLITE_OK ? write_shadow(st, a) : rc;
+	for (size_t i = 0; i < a->nshares && rc == SQLITE_OK; i++)
+		rc = allot__store_put_share(st, &a->shares[i]);
+	for (size_t i = 0; i < a->nlefts && rc == SQLITE_OK; i++)
+		rc = allot__store_put_left(st, &a->lefts[i]);
+	for (size_t i = 0; i < a->nseen && rc == SQLITE_OK; i++)
+		rc = allot__store_put_seen(st, &a->seen[i]);
+	for (size_t i = 0; i < a->nlevels && rc == SQLITE_OK; i++)
+		rc = allot__store_put_level(st, &a->levels[i]);
+	for (size_t i = 0; i < a->nshadow && rc == SQLITE_OK; i++)
+		rc = allot__store_put_usage(st, NULL, &a->shadow[i]);
+	return rc;
 }
 
 /* One committed entry's rows and the applied index, in one transaction;
