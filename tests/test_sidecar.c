@@ -597,7 +597,11 @@ START_TEST(three_agents_one_allotd)
 		pc_sleep_ms(20);
 	ck_assert(pc_metric_get(stale.http_port,
 	              "allot_agentd_config_installs_total") == 1);
-	char *cached = pc_read_file(cache);
+	/* The sync thread writes the cache (fsync, rename) right after the
+	 * install it counted. */
+	char *cached = NULL;
+	for (int i = 0; i < 250 && (cached = pc_read_file(cache)) == NULL; i++)
+		pc_sleep_ms(20);
 	ck_assert_msg(
 	    cached != NULL && strstr(cached, "tokens_per_second: 30") != NULL,
 	    "config cache: %s", cached ? cached : "(none)");
