@@ -1,73 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A fast string hash for in-memory tables: sixteen bytes per 64x64->128
- * bit multiply, folded high into low, with the tail read as (possibly
- * overlapping) whole words so no byte loop or library call runs for the
- * short strings identities and endpoints are. Seeded per process; never
+ * The string hash of in-memory tables: XXH3 (Debian's libxxhash-dev),
+ * seeded per process. Its 17-128 byte path, where identities fall,
+ * mixes 16-byte pairs from both ends in parallel multiplies rather than
+ * one after another, and the whole of it is inlined from the library's
+ * header (XXH_INLINE_ALL: no call into the shared library). Never
  * persisted, so it may change between versions.
  */
 #include "hash.h"
 
 #include <stdatomic.h>
-#include <string.h>
 #include <sys/random.h>
 
-#define K0 0xa0761d6478bd642full
-#define K1 0xe7037ed1a0b428dbull
-#define K2 0x8ebc6af09c88c6e3ull
-#define K3 0x589965cc75374cc3ull
-
-static inline uint64_t
-mum(uint64_t a, uint64_t b)
-{
-	__extension__ typedef unsigned __int128 u128;
-	u128 r = (u128) a * b;
-	return (uint64_t) r ^ (uint64_t) (r >> 64);
-}
-
-static inline uint64_t
-load64(const unsigned char *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
-static inline uint64_t
-load32(const unsigned char *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 uint64_t
 allot__hash(const void *data, size_t len, uint64_t seed)
 {
-	const unsigned char *p = data;
-	uint64_t h = seed ^ mum(seed ^ K0, (uint64_t) len ^ K1);
-	size_t n = len;
-	while (n > 16) {
-		h = mum(load64(p) ^ K1 ^ h, load64(p + 8) ^ K2);
-		p += 16;
-		n -= 16;
-	}
-	uint64_t a, b;
-	if (n > 8) {
-		a = load64(p);
-		b = load64(p + n - 8);
-	} else if (n >= 4) {
-		a = load32(p) << 32 | load32(p + n - 4);
-		b = 0;
-	} else if (n > 0) {
-		a = (uint64_t) p[0] << 16 | (uint64_t) p[n >> 1] << 8 |
-		    p[n - 1];
-		b = 0;
-	} else {
-		a = b = 0;
-	}
-	h = mum(a ^ K1 ^ h, b ^ K3 ^ (uint64_t) len);
-	return mum(h ^ K0, h ^ K2 ^ (uint64_t) len);
+	return XXH3_64bits_withSeed(data, len, seed);
 }
 
 uint64_t

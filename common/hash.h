@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Key hashing: a fast seeded 64-bit hash for identity and endpoint
- * strings (sixteen bytes per 128-bit multiply) used by the agent's key
- * tables and the coordinator's indexes, and a 64-bit finaliser. Not a
+ * strings (XXH3, hash.c) used by the agent's key tables and the
+ * coordinator's indexes, and a 64-bit finaliser. Not a
  * cryptographic hash: tables that hold attacker-chosen identities are
  * bounded and use a per-process random seed.
  */
