@@ -10,17 +10,13 @@
  */
 #include <check.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
-#include "config.h"
-#include "runner.h"
 #include "coord_harness.h"
 
 /* coord_cfg_good with caller b in shadow. */

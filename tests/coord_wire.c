@@ -8,18 +8,12 @@
  * TP_THREADS simulated replicas syncing TP_KEYS keys for TP_MS.
  */
 #include <check.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "alloc.h"
-#include "config.h"
-#include "runner.h"
 #include "coord_harness.h"
 
 static double

@@ -8,31 +8,11 @@
  */
 #include <check.h>
 #include <curl/curl.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <allot/allot.h>
-#include <allot/client.h>
-#include <allot/grpc.h>
-#include <allot/identity.h>
 
 #include "service_harness.h"
 
