@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The service suite's identity cases: scripts/mkcerts run twice keeps
- * its CA, each SPIFFE identity from a verified client certificate gets
- * its own quota (no certificate, or one from a CA nobody trusts, gets
- * none), a forged identity header is ignored, and the plain-HTTP modes
- * (trusted header behind a proxy, or none).
+ * The service suite's identity cases: scripts/mkcerts run again remakes
+ * nothing (and refuses bad arguments), each SPIFFE identity from a
+ * verified client certificate gets its own quota while everyone without
+ * one (no certificate, no URI SAN, a CA nobody trusts, an identity the
+ * config does not know) shares the default, a forged identity header is
+ * ignored, and the plain-HTTP modes (the header trusted only when opted
+ * in, and never over TLS).
  */
 #include <check.h>
 #include <curl/curl.h>

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The service suite's lifecycle cases: the /stats document, SIGTERM
- * while exports are in progress (they finish, the exit is clean), and two
- * replicas of the service behind a real allotd, whose shares split the
- * quota and come back whole within a second of a graceful leave.
+ * while a 10 s export runs (the service ends it and exits cleanly well
+ * before it would have finished), and two replicas of the service behind
+ * a real allotd, whose shares split the quota and come back whole within
+ * a second of a graceful leave.
  */
 #include <check.h>
 #include <curl/curl.h>
