@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The adversary suite's fixture (adversary_fixture.h): allotd started
+ * with the HTTP limits the attacks run against and stopped with its log
+ * checked, the report of each attack's figures, and an honest agent's
+ * join.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adversary_fixture.h"
+#include "proto_client.h"
+
+const char adv_cfg_text[] = "quotas:\n"
+                            "  default:\n"
+                            "    tokens_per_second: 10\n"
+                            "    burst: 20\n"
+                            "  callers:\n"
+                            "    - identity: \"spiffe://test/a\"\n"
+                            "      tokens_per_second: 400\n"
+                            "      burst: 800\n";
+
+const char *const adv_keys[2] = { "default", "spiffe://test/a" };
+
+void
+adv_coord_start_with(adv_coord *c, const char *text, const char *const *extra)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->dir, sizeof c->dir, "/tmp/allot-adversary-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	char cfg[192], db[192], http[32], maxc[16], pera[16], idle[16];
+	snprintf(cfg, sizeof cfg, "%s/quotas.yaml", c->dir);
+	snprintf(db, sizeof db, "%s/allot.db", c->dir);
+	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
+	pc_write_file(cfg, text);
+	int port = pc_free_port();
+	c->http = pc_free_port();
+	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
+	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
+	snprintf(maxc, sizeof maxc, "%d", ADV_MAX_CONNS);
+	snprintf(pera, sizeof pera, "%d", ADV_PER_ADDRESS);
+	snprintf(idle, sizeof idle, "%d", ADV_IDLE_S);
+	const char *args[48] = { "--config", cfg, "--db", db, "--listen",
+		c->url, "--http", http, "--http-max-connections", maxc,
+		"--http-max-per-address", pera, "--http-idle-timeout", idle,
+		"--interval-ms", "100" };
+	size_t n = 16;
+	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 47; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+	c->pid = pc_allotd_start(args, c->http, c->log);
+}
+
+void
+adv_coord_start(adv_coord *c)
+{
+	adv_coord_start_with(c, adv_cfg_text, NULL);
+}
+
+void
+adv_coord_stop(adv_coord *c)
+{
+	pc_allotd_stop(c->pid, 5000);
+	bool dirty = pc_log_has_sanitizer_report(c->log);
+	pc_rm_rf(c->dir);
+	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+}
+/* ---- figures for docs/reliability.md ("Adversary") ---- */
+
+void
+adv_report(const char *attack, const char *target, const char *before, bool ok,
+    const char *fmt, ...)
+{
+	char after[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(after, sizeof after, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "adversary: %s: %s\n", attack, after);
+	const char *path = getenv("ALLOT_ADVERSARY_REPORT");
+	if (path == NULL || path[0] == '\0')
+		return;
+	FILE *f = fopen(path, "a");
+	if (f == NULL)
+		return;
+	fprintf(f,
+	    "{\"attack\":\"%s\",\"target\":\"%s\",\"before\":\"%s\","
+	    "\"after\":\"%s\",\"ok\":%s}\n",
+	    attack, target, before, after, ok ? "true" : "false");
+	fclose(f);
+}
+
+void
+adv_assert_agent_joins(const adv_coord *c, const char *id)
+{
+	pc_replica r;
+	memset(&r, 0, sizeof r);
+	int rc = pc_replica_join(&r, c->url, id, ADV_SVC, adv_keys, 2);
+	ck_assert_msg(rc == 0, "a new agent was refused (%d)", rc);
+	ck_assert_int_eq(pc_replica_sync(&r, NULL, 0, NULL), 0);
+	pc_replica_close(&r);
+}
