@@ -27,8 +27,6 @@ const char *const coord_keys[] = { "default", QA, QB, "spiffe://test/nobody" };
 /* the daemon under test                                               */
 /* ------------------------------------------------------------------ */
 
-static coord *live_coord; /* for the atexit clean-up of a failed test */
-
 /* Every test's files live under one directory that the parent process
  * (check forks a child per test) creates and removes, so a test that
  * fails half-way leaves nothing behind; allotd itself dies with its test
@@ -51,47 +49,18 @@ coord_suite_teardown(void)
 	pc_rm_rf(base_dir);
 }
 
-static void
-cleanup_at_exit(void)
-{
-	coord *c = live_coord;
-	if (c == NULL)
-		return;
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		pc_wait_exit(c->pid, 2000);
-	}
-	pc_rm_rf(c->dir);
-	live_coord = NULL;
-}
-
 void
 coord_init(coord *c, const char *cfg_text)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "%s/t-XXXXXX", base_dir);
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	snprintf(c->sock, sizeof c->sock, "%s/allotd.sock", c->dir);
-	snprintf(c->ipc, sizeof c->ipc, "ipc://%s", c->sock);
-	pc_write_file(c->cfg, cfg_text);
-	live_coord = c;
-	static bool registered;
-	if (!registered) {
-		atexit(cleanup_at_exit);
-		registered = true;
-	}
+	char prefix[80];
+	snprintf(prefix, sizeof prefix, "%s/t", base_dir);
+	pc_coord_init(c, prefix, cfg_text);
 }
 
 const char *
 coord_allotd_path(void)
 {
-	static char path[512];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(path, sizeof path, "%s/coordinator/allotd", b ? b : ".");
-	return path;
+	return pc_allotd_path();
 }
 
 /* Start allotd; `extra` is a NULL-terminated list of further arguments.
@@ -99,62 +68,21 @@ coord_allotd_path(void)
 void
 coord_start(coord *c, const char *const *extra)
 {
-	c->port = pc_free_port();
-	c->http = pc_free_port();
-	ck_assert_int_gt(c->port, 0);
-	ck_assert_int_gt(c->http, 0);
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
-	char http[32];
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
-	const char *argv[32] = {
-		coord_allotd_path(),
-		"--config",
-		c->cfg,
-		"--db",
-		c->db,
-		"--listen",
-		c->url,
-		"--http",
-		http,
-		"--interval-ms",
-		"100",
-		"--expiry-intervals",
-		"5",
-		"--log-level",
-		"debug",
-	};
-	size_t n = 15;
-	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
-		argv[n++] = extra[i];
-	argv[n] = NULL;
-
-	c->pid = pc_allotd_start(argv + 1, c->http, c->log);
+	const char *const args[] = { "--interval-ms", "100",
+		"--expiry-intervals", "5", "--log-level", "debug", NULL };
+	pc_coord_spawn(c, args, extra);
 }
 
 int
 coord_stop(coord *c, int sig, int timeout_ms)
 {
-	if (c->pid <= 0)
-		return -1;
-	kill(c->pid, sig);
-	int ex = pc_wait_exit(c->pid, timeout_ms);
-	if (ex >= 0)
-		c->pid = 0;
-	return ex;
+	return pc_coord_stop(c, sig, timeout_ms);
 }
 
 void
 coord_done(coord *c)
 {
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		pc_wait_exit(c->pid, 2000);
-		c->pid = 0;
-	}
-	/* Sanitizer builds: allotd's own reports end up in its log. */
-	bool dirty = pc_log_has_sanitizer_report(c->log);
-	cleanup_at_exit();
-	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 0);
 }
 
 bool

@@ -67,18 +67,9 @@ extern const char coord_cfg_halved[sizeof COORD_CFG_HALVED];
 extern const char *const coord_keys[];
 #define NKEYS 4
 
-typedef struct coord {
-	char dir[128];
-	char cfg[192];
-	char db[192];
-	char log[192];
-	char sock[192];
-	char url[64];
-	char ipc[200];
-	int port;
-	int http;
-	pid_t pid;
-} coord;
+/* The daemon under test: proto_client.h's fixture (its `sock` is the
+ * path of an ipc listener some cases add, `ipc` its URL). */
+typedef pc_coord coord;
 
 /* The unchecked fixture of the allotd cases: one directory, made in the
  * runner process, under which every test's files live. */

@@ -4,6 +4,9 @@
  * with timeouts, so a test that waits on a silent coordinator fails
  * instead of hanging; no request is ever resent by nng (the resend timer
  * is pushed out), because a resend would reuse the sequence number.
+ * Also the pc_coord fixture: one allotd per test in a temporary
+ * directory, with an atexit handler for the test that dies before it
+ * cleans up (check's forked test exits on the first failed assertion).
  */
 #include "proto_client.h"
 
@@ -547,13 +550,19 @@ pc_run_free(pc_run_result *r)
 	memset(r, 0, sizeof *r);
 }
 
+const char *
+pc_allotd_path(void)
+{
+	static char path[512];
+	const char *b = getenv("ALLOT_BUILD_DIR");
+	snprintf(path, sizeof path, "%s/coordinator/allotd", b ? b : ".");
+	return path;
+}
+
 pid_t
 pc_allotd_start(const char *const *args, int http_port, const char *log_path)
 {
-	char bin[512];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd", b ? b : ".");
-	char *argv[64] = { bin };
+	char *argv[64] = { (char *) pc_allotd_path() };
 	size_t n = 1;
 	for (size_t i = 0; args[i] != NULL; i++) {
 		ck_assert_uint_lt(n + 1, sizeof argv / sizeof argv[0]);
@@ -589,6 +598,118 @@ pc_allotd_stop(pid_t pid, int timeout_ms)
 		pc_wait_exit(pid, 5000);
 	}
 	return ex;
+}
+
+/* ---- a test's allotd ---- */
+
+/* The one whose allotd and directory the atexit handler removes: check
+ * runs each test in a child that exits when an assertion fails, so the
+ * test's own clean-up never runs. */
+static pc_coord *live_coord;
+
+static void
+coord_cleanup_at_exit(void)
+{
+	pc_coord *c = live_coord;
+	if (c == NULL)
+		return;
+	if (c->pid > 0) {
+		kill(c->pid, SIGKILL);
+		pc_wait_exit(c->pid, 2000);
+		c->pid = 0;
+	}
+	pc_rm_rf(c->dir);
+	live_coord = NULL;
+}
+
+void
+pc_coord_init(pc_coord *c, const char *prefix, const char *cfg_text)
+{
+	memset(c, 0, sizeof *c);
+	int n = snprintf(c->dir, sizeof c->dir, "%s-XXXXXX", prefix);
+	ck_assert_msg(n > 0 && (size_t) n < sizeof c->dir,
+	    "directory prefix too long: %s", prefix);
+	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
+	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
+	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
+	snprintf(c->sock, sizeof c->sock, "%s/allotd.sock", c->dir);
+	snprintf(c->ipc, sizeof c->ipc, "ipc://%s", c->sock);
+	pc_write_file(c->cfg, cfg_text);
+	live_coord = c;
+	static bool registered;
+	if (!registered) {
+		atexit(coord_cleanup_at_exit);
+		registered = true;
+	}
+}
+
+/* Append the NULL-terminated `list` (may be NULL) to argv[*n]. */
+static void
+append_args(const char **argv, size_t cap, size_t *n, const char *const *list)
+{
+	for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
+		ck_assert_uint_lt(*n + 1, cap);
+		argv[(*n)++] = list[i];
+	}
+}
+
+void
+pc_coord_spawn(pc_coord *c, const char *const *args, const char *const *extra)
+{
+	c->port = pc_free_port();
+	c->http = pc_free_port();
+	ck_assert_int_gt(c->port, 0);
+	ck_assert_int_gt(c->http, 0);
+	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
+	char http[32];
+	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
+	const char *argv[48] = { "--config", c->cfg, "--db", c->db, "--listen",
+		c->url, "--http", http };
+	size_t n = 8;
+	size_t cap = sizeof argv / sizeof argv[0];
+	append_args(argv, cap, &n, args);
+	append_args(argv, cap, &n, extra);
+	argv[n] = NULL;
+	c->pid = pc_allotd_start(argv, c->http, c->log);
+}
+
+int
+pc_coord_stop(pc_coord *c, int sig, int timeout_ms)
+{
+	if (c->pid <= 0)
+		return -1;
+	kill(c->pid, sig);
+	int ex = pc_wait_exit(c->pid, timeout_ms);
+	if (ex >= 0)
+		c->pid = 0;
+	return ex;
+}
+
+void
+pc_coord_done(pc_coord *c, int term_ms)
+{
+	if (c->pid > 0) {
+		if (term_ms > 0) {
+			pc_allotd_stop(c->pid, term_ms);
+		} else {
+			kill(c->pid, SIGKILL);
+			pc_wait_exit(c->pid, 2000);
+		}
+		c->pid = 0;
+	}
+	/* Sanitizer builds: allotd's own reports end up in its log. */
+	bool dirty = pc_log_has_sanitizer_report(c->log);
+	pc_rm_rf(c->dir);
+	if (live_coord == c)
+		live_coord = NULL;
+	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+}
+
+pc_coord *
+pc_coord_live(void)
+{
+	return live_coord;
 }
 
 /* Everything `f` yields, NUL terminated (malloc'd), with its length;

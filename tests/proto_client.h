@@ -4,7 +4,10 @@
  * replica, protobuf-c messages built by hand, so the tests see exactly
  * what goes over the wire (and can send what a real agent never would).
  * Also a tiny HTTP/1.0 GET over a plain socket for /metrics and /status,
- * and helpers to spawn and stop a real allotd child process.
+ * helpers to spawn and stop a real allotd child process, and pc_coord,
+ * the one fixture of a test's allotd (its temporary directory, quota
+ * file, database, log, ports and process, killed and removed at exit
+ * when the test dies half-way) that the allotd suites share.
  */
 #ifndef ALLOT_TESTS_PROTO_CLIENT_H
 #define ALLOT_TESTS_PROTO_CLIENT_H
@@ -126,6 +129,8 @@ pc_run_result pc_run(const char *const *argv, const char *dir, const char *cwd,
     const char *env_name, const char *env_value, int timeout_ms);
 void pc_run_free(pc_run_result *r);
 
+/* $ALLOT_BUILD_DIR/coordinator/allotd, the allotd of this build. */
+const char *pc_allotd_path(void);
 /* Spawn the allotd of this build ($ALLOT_BUILD_DIR/coordinator/allotd)
  * with `args` (NULL-terminated, after the program name), its output
  * appended to `log_path`, and wait (10 s at most) until /healthz on
@@ -137,6 +142,43 @@ pid_t pc_allotd_start(
  * after SIGTERM as pc_wait_exit() gives it, or -1 if it had to be
  * killed (or `pid` <= 0). */
 int pc_allotd_stop(pid_t pid, int timeout_ms);
+
+/* ---- a test's allotd: its directory, files, ports and process ---- */
+
+typedef struct pc_coord {
+	char dir[128]; /* made by pc_coord_init, removed by pc_coord_done */
+	char cfg[192]; /* DIR/quotas.yaml, the quota file */
+	char db[192]; /* DIR/allot.db */
+	char log[192]; /* DIR/allotd.log, allotd's stdout and stderr */
+	char sock[192]; /* DIR/allotd.sock, for an admin or ipc socket */
+	char ipc[200]; /* "ipc://" and sock */
+	char url[64]; /* tcp://127.0.0.1:port, set by pc_coord_spawn */
+	int port; /* the protocol port */
+	int http; /* the HTTP port */
+	pid_t pid; /* 0 when not running */
+} pc_coord;
+
+/* A fresh directory PREFIX-XXXXXX (e.g. "/tmp/allot-flood") for `c`, its
+ * paths, and `cfg_text` as its quota file. `c` becomes the live one: if
+ * the test dies before pc_coord_done(), an atexit handler SIGKILLs its
+ * allotd and removes the directory. */
+void pc_coord_init(pc_coord *c, const char *prefix, const char *cfg_text);
+/* Spawn allotd on fresh loopback ports with --config, --db, --listen
+ * and --http of `c`, then `args` and `extra` (each NULL-terminated, may
+ * be NULL: a suite's own options and a case's), and wait for /healthz
+ * as pc_allotd_start() does. */
+void pc_coord_spawn(
+    pc_coord *c, const char *const *args, const char *const *extra);
+/* Send `sig` and wait up to `timeout_ms`: the exit status as
+ * pc_wait_exit() gives it (and pid 0), or -1 (and the pid kept). */
+int pc_coord_stop(pc_coord *c, int sig, int timeout_ms);
+/* Stop allotd if it still runs (SIGTERM and up to `term_ms` as
+ * pc_allotd_stop() does; `term_ms` 0: SIGKILL at once), remove the
+ * directory, and fail the test when allotd's log holds a sanitizer
+ * report. */
+void pc_coord_done(pc_coord *c, int term_ms);
+/* The live pc_coord (NULL after pc_coord_done()). */
+pc_coord *pc_coord_live(void);
 
 /* Write `text` to `path`, replacing it; fails the test on error. */
 void pc_write_file(const char *path, const char *text);
