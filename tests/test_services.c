@@ -33,74 +33,27 @@ enum { K_REPORTING, K_INDEXER, K_DEFAULT, K_EXPORT, NK };
 static const char *const keys[NK] = { REPORTING, INDEXER, "default",
 	REPORTING " /export" };
 
-typedef struct coord {
-	char dir[96], cfg[160], db[160], log[160], url[64];
-	int port, http;
-	pid_t pid;
-} coord;
-
-static coord *live;
-
-static void
-cleanup_at_exit(void)
-{
-	if (live == NULL)
-		return;
-	if (live->pid > 0) {
-		kill(live->pid, SIGKILL);
-		pc_wait_exit(live->pid, 2000);
-	}
-	pc_rm_rf(live->dir);
-	live = NULL;
-}
+typedef pc_coord coord;
 
 /* Spawn allotd on fresh ports with the file and store of `c`. */
 static void
 coord_spawn(coord *c)
 {
-	c->port = pc_free_port();
-	c->http = pc_free_port();
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
-	char http[32];
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
-	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
-		c->url, "--http", http, "--interval-ms", "100", NULL };
-	c->pid = pc_allotd_start(args, c->http, c->log);
+	const char *args[] = { "--interval-ms", "100", NULL };
+	pc_coord_spawn(c, args, NULL);
 }
 
 static void
 coord_start(coord *c, const char *text)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-svc-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	pc_write_file(c->cfg, text);
-	live = c;
-	static bool registered;
-	if (!registered) {
-		atexit(cleanup_at_exit);
-		registered = true;
-	}
+	pc_coord_init(c, "/tmp/allot-svc", text);
 	coord_spawn(c);
 }
 
 static void
 coord_done(coord *c)
 {
-	if (c->pid > 0) {
-		kill(c->pid, SIGTERM);
-		if (pc_wait_exit(c->pid, 5000) < 0) {
-			kill(c->pid, SIGKILL);
-			pc_wait_exit(c->pid, 2000);
-		}
-		c->pid = 0;
-	}
-	bool dirty = pc_log_has_sanitizer_report(c->log);
-	cleanup_at_exit();
-	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 5000);
 }
 
 static bool
@@ -129,8 +82,8 @@ await_share(pc_replica *rs, size_t n, pc_replica *r, uint32_t k, double want)
 						.held = 1,
 						.demand = 1 };
 			int rc = pc_replica_sync(&rs[i], rep, nr, NULL);
-			if (rc != 0 && live != NULL) {
-				char *log = pc_read_file(live->log);
+			if (rc != 0 && pc_coord_live() != NULL) {
+				char *log = pc_read_file(pc_coord_live()->log);
 				fprintf(stderr, "%s\n", log ? log : "");
 				free(log);
 			}
