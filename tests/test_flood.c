@@ -52,87 +52,23 @@ static const char *const keys[] = { "default", "spiffe://test/a" };
 /* the daemon under test                                               */
 /* ------------------------------------------------------------------ */
 
-typedef struct coord {
-	char dir[128];
-	char cfg[192];
-	char db[192];
-	char log[192];
-	char url[64];
-	int port;
-	int http;
-	pid_t pid;
-} coord;
-
-static coord *live_coord;
-
-static void
-cleanup_at_exit(void)
-{
-	coord *c = live_coord;
-	if (c == NULL)
-		return;
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		pc_wait_exit(c->pid, 2000);
-		c->pid = 0;
-	}
-	pc_rm_rf(c->dir);
-	live_coord = NULL;
-}
-
-static const char *
-allotd_path(void)
-{
-	static char path[512];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(path, sizeof path, "%s/coordinator/allotd", b ? b : ".");
-	return path;
-}
+typedef pc_coord coord;
 
 /* Start allotd with `extra` (NULL-terminated) on free loopback ports and
  * wait (bounded) for /healthz. */
 static void
 coord_start(coord *c, const char *const *extra)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-flood-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	FILE *f = fopen(c->cfg, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_int_ge(fputs(cfg_text, f), 0);
-	ck_assert_int_eq(fclose(f), 0);
-	live_coord = c;
-	static bool registered;
-	if (!registered) {
-		atexit(cleanup_at_exit);
-		registered = true;
-	}
-	c->port = pc_free_port();
-	c->http = pc_free_port();
-	ck_assert_int_gt(c->port, 0);
-	ck_assert_int_gt(c->http, 0);
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", c->port);
-	char http[32];
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
-	const char *argv[32] = { allotd_path(), "--config", c->cfg, "--db",
-		c->db, "--listen", c->url, "--http", http, "--interval-ms",
-		"100", "--expiry-intervals", "50", "--log-level", "info" };
-	size_t n = 15;
-	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++)
-		argv[n++] = extra[i];
-	argv[n] = NULL;
-	c->pid = pc_allotd_start(argv + 1, c->http, c->log);
+	pc_coord_init(c, "/tmp/allot-flood", cfg_text);
+	const char *const args[] = { "--interval-ms", "100",
+		"--expiry-intervals", "50", "--log-level", "info", NULL };
+	pc_coord_spawn(c, args, extra);
 }
 
 static void
 coord_done(coord *c)
 {
-	bool dirty = pc_log_has_sanitizer_report(c->log);
-	cleanup_at_exit();
-	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 0);
 }
 
 static double
@@ -399,7 +335,7 @@ START_TEST(test_disabled_and_cli)
 
 	const char *bad[] = { "abc", "10:0", "-1", "5:x", "1e12" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		char *argv[] = { (char *) allotd_path(), "--config",
+		char *argv[] = { (char *) pc_allotd_path(), "--config",
 			"/nonexistent", "--db", "/nonexistent",
 			"--peer-message-rate", (char *) bad[i], NULL };
 		pid_t pid = pc_spawn(argv, "/dev/null");
