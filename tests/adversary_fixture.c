@@ -29,30 +29,15 @@ const char *const adv_keys[2] = { "default", "spiffe://test/a" };
 void
 adv_coord_start_with(adv_coord *c, const char *text, const char *const *extra)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-adversary-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	char cfg[192], db[192], http[32], maxc[16], pera[16], idle[16];
-	snprintf(cfg, sizeof cfg, "%s/quotas.yaml", c->dir);
-	snprintf(db, sizeof db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	pc_write_file(cfg, text);
-	int port = pc_free_port();
-	c->http = pc_free_port();
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
+	pc_coord_init(c, "/tmp/allot-adversary", text);
+	char maxc[16], pera[16], idle[16];
 	snprintf(maxc, sizeof maxc, "%d", ADV_MAX_CONNS);
 	snprintf(pera, sizeof pera, "%d", ADV_PER_ADDRESS);
 	snprintf(idle, sizeof idle, "%d", ADV_IDLE_S);
-	const char *args[48] = { "--config", cfg, "--db", db, "--listen",
-		c->url, "--http", http, "--http-max-connections", maxc,
+	const char *const args[] = { "--http-max-connections", maxc,
 		"--http-max-per-address", pera, "--http-idle-timeout", idle,
-		"--interval-ms", "100" };
-	size_t n = 16;
-	for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 47; i++)
-		args[n++] = extra[i];
-	args[n] = NULL;
-	c->pid = pc_allotd_start(args, c->http, c->log);
+		"--interval-ms", "100", NULL };
+	pc_coord_spawn(c, args, extra);
 }
 
 void
@@ -64,11 +49,9 @@ adv_coord_start(adv_coord *c)
 void
 adv_coord_stop(adv_coord *c)
 {
-	pc_allotd_stop(c->pid, 5000);
-	bool dirty = pc_log_has_sanitizer_report(c->log);
-	pc_rm_rf(c->dir);
-	ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 5000);
 }
+
 /* ---- figures for docs/reliability.md ("Adversary") ---- */
 
 void

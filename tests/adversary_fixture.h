@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "proto_client.h"
+
 #define ADV_SVC "checkout"
 /* allotd's --http-max-per-address, --http-max-connections and
  * --http-idle-timeout (seconds). */
@@ -27,13 +29,8 @@
 extern const char adv_cfg_text[];
 extern const char *const adv_keys[2];
 
-typedef struct adv_coord {
-	char dir[128];
-	char log[192];
-	char url[64];
-	int http;
-	pid_t pid;
-} adv_coord;
+/* allotd under attack: proto_client.h's fixture. */
+typedef pc_coord adv_coord;
 
 /* allotd with `text` as its config, the HTTP limits above, and `extra`
  * (NULL-terminated, may be NULL) after the common options. */
