@@ -5,8 +5,8 @@
  * instead of hanging; no request is ever resent by nng (the resend timer
  * is pushed out), because a resend would reuse the sequence number.
  * Also the pc_coord fixture: one allotd per test in a temporary
- * directory, with an atexit handler for the test that dies before it
- * cleans up (check's forked test exits on the first failed assertion).
+ * directory, with an atexit handler for the process that ends before
+ * the test cleans up.
  */
 #include "proto_client.h"
 
@@ -602,9 +602,13 @@ pc_allotd_stop(pid_t pid, int timeout_ms)
 
 /* ---- a test's allotd ---- */
 
-/* The one whose allotd and directory the atexit handler removes: check
- * runs each test in a child that exits when an assertion fails, so the
- * test's own clean-up never runs. */
+/* The one whose allotd and directory the atexit handler removes when the
+ * process ends before pc_coord_done(): a test that calls exit(), or one
+ * run without fork (CK_FORK=no) that fails half-way. A forked test that
+ * fails ends without running atexit handlers: its allotd dies with it
+ * (PR_SET_PDEATHSIG), and a suite that wants its files gone as well
+ * makes them under a directory of the runner's, as coord_harness.c
+ * does. */
 static pc_coord *live_coord;
 
 static void

@@ -6,8 +6,7 @@
  * Also a tiny HTTP/1.0 GET over a plain socket for /metrics and /status,
  * helpers to spawn and stop a real allotd child process, and pc_coord,
  * the one fixture of a test's allotd (its temporary directory, quota
- * file, database, log, ports and process, killed and removed at exit
- * when the test dies half-way) that the allotd suites share.
+ * file, database, log, ports and process) that the allotd suites share.
  */
 #ifndef ALLOT_TESTS_PROTO_CLIENT_H
 #define ALLOT_TESTS_PROTO_CLIENT_H
@@ -160,8 +159,10 @@ typedef struct pc_coord {
 
 /* A fresh directory PREFIX-XXXXXX (e.g. "/tmp/allot-flood") for `c`, its
  * paths, and `cfg_text` as its quota file. `c` becomes the live one: if
- * the test dies before pc_coord_done(), an atexit handler SIGKILLs its
- * allotd and removes the directory. */
+ * the process exits before pc_coord_done() (exit(), or a failed test
+ * run with CK_FORK=no), an atexit handler SIGKILLs its allotd and
+ * removes the directory. A forked test that fails runs no atexit
+ * handler; its allotd still dies with it (PR_SET_PDEATHSIG). */
 void pc_coord_init(pc_coord *c, const char *prefix, const char *cfg_text);
 /* Spawn allotd on fresh loopback ports with --config, --db, --listen
  * and --http of `c`, then `args` and `extra` (each NULL-terminated, may
