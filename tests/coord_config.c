@@ -10,25 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "coord_harness.h"
 
 /* ------------------------------------------------------------------ */
 /* the config plane (docs/protocol.md, "The config plane")             */
 /* ------------------------------------------------------------------ */
-
-static uint64_t
-digest_of(const char *text)
-{
-	char err[256];
-	allot_config *cfg;
-	ck_assert_int_eq(
-	    allot_config_parse("t", text, strlen(text), err, sizeof err, &cfg),
-	    ALLOT_OK);
-	uint64_t d = cfg->digest;
-	allot_config_free(cfg);
-	return d;
-}
 
 /* A Register announcing `digest`. */
 static Allot__V1__Envelope *
@@ -109,8 +95,8 @@ START_TEST(test_config_text)
 	coord c;
 	coord_init(&c, coord_cfg_good);
 	coord_start(&c, NULL);
-	uint64_t d1 = digest_of(coord_cfg_good),
-	         d2 = digest_of(coord_cfg_halved);
+	uint64_t d1 = pc_config_digest(coord_cfg_good),
+	         d2 = pc_config_digest(coord_cfg_halved);
 	pc_conn ca = { 0 }, cb = { 0 };
 	ck_assert_int_eq(pc_open(&ca, c.url, 5000), 0);
 	ck_assert_int_eq(pc_open(&cb, c.url, 5000), 0);
@@ -173,7 +159,7 @@ START_TEST(test_add_keys)
 	coord_init(&c, coord_cfg_good);
 	const char *extra[] = { "--max-keys", "5", NULL };
 	coord_start(&c, extra);
-	uint64_t d1 = digest_of(coord_cfg_good);
+	uint64_t d1 = pc_config_digest(coord_cfg_good);
 	pc_conn conn = { 0 };
 	ck_assert_int_eq(pc_open(&conn, c.url, 5000), 0);
 	Allot__V1__Envelope *e = register_digest(
@@ -249,7 +235,7 @@ START_TEST(test_config_too_big)
 	ck_assert_int_eq(pc_open(&conn, c.url, 5000), 0);
 	Allot__V1__Envelope *e = register_digest(
 	    &conn, "a", coord_keys, NKEYS, 42);
-	ck_assert_uint_eq(e->welcome->config_digest, digest_of(big));
+	ck_assert_uint_eq(e->welcome->config_digest, pc_config_digest(big));
 	ck_assert_uint_eq(e->welcome->config.len, 0);
 	uint64_t s = e->welcome->session;
 	pc_free(e);

@@ -30,6 +30,8 @@
 
 #include <nng/protocol/reqrep0/req.h>
 
+#include "config.h"
+
 uint64_t
 pc_now_ms(void)
 {
@@ -895,4 +897,17 @@ pc_log_ids_count(pc_log_ids *s, const char *id)
 		n++;
 	pthread_mutex_unlock(&s->mu);
 	return n;
+}
+
+uint64_t
+pc_config_digest(const char *text)
+{
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_parse("t", text, strlen(text), err, sizeof err, &cfg),
+	    ALLOT_OK);
+	uint64_t d = cfg->digest;
+	allot_config_free(cfg);
+	return d;
 }

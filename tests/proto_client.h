@@ -181,6 +181,10 @@ void pc_coord_done(pc_coord *c, int term_ms);
 /* The live pc_coord (NULL after pc_coord_done()). */
 pc_coord *pc_coord_live(void);
 
+/* The digest of a quota file's text (allot_config's, as allotd and the
+ * agents compute it); fails the test if the text does not load. */
+uint64_t pc_config_digest(const char *text);
+
 /* Write `text` to `path`, replacing it; fails the test on error. */
 void pc_write_file(const char *path, const char *text);
 /* Remove `dir` and everything below it; says so on stderr when it

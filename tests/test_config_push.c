@@ -28,7 +28,6 @@
 
 #include <allot/allot.h>
 
-#include "config.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -147,19 +146,6 @@ env_fini(env *e)
 		pc_allotd_stop(e->allotd, 5000);
 	ck_assert(!pc_log_has_sanitizer_report(e->log));
 	pc_rm_rf(e->dir);
-}
-
-static uint64_t
-digest_of(const char *text)
-{
-	char err[256];
-	allot_config *cfg;
-	ck_assert_int_eq(
-	    allot_config_parse("t", text, strlen(text), err, sizeof err, &cfg),
-	    ALLOT_OK);
-	uint64_t d = cfg->digest;
-	allot_config_free(cfg);
-	return d;
 }
 
 /* Change allotd's config to `text`: `allotctl apply` over the admin
@@ -345,7 +331,7 @@ START_TEST(reload_reaches_every_agent_within_2t)
 		pthread_join(ls[i].th, NULL);
 	}
 	uint64_t worst = 0;
-	uint64_t want = digest_of(CFG_V2);
+	uint64_t want = pc_config_digest(CFG_V2);
 	for (int i = 0; i < NAGENTS; i++) {
 		load *l = &ls[i];
 		uint64_t t[4] = { l->t_weight, l->t_shadow, l->t_lower,
@@ -461,7 +447,7 @@ START_TEST(cache_runs_while_allotd_is_down)
 	ck_assert(!d.allowed && !d.shadow_denied); /* enforced, as in v2 */
 	allot_sync_stats st;
 	allot_sync_stats_get(b, &st);
-	ck_assert_uint_eq(st.enforced_digest, digest_of(CFG_V2));
+	ck_assert_uint_eq(st.enforced_digest, pc_config_digest(CFG_V2));
 	ck_assert(!st.connected);
 
 	/* allotd comes back with v3: the agent takes it within 2 T. */
@@ -482,11 +468,11 @@ START_TEST(cache_runs_while_allotd_is_down)
 	end = pc_now_ms() + 10 * T_MS;
 	do {
 		allot_sync_stats_get(b, &st);
-		if (st.enforced_digest == digest_of(CFG_V3))
+		if (st.enforced_digest == pc_config_digest(CFG_V3))
 			break;
 		pc_sleep_ms(5);
 	} while (pc_now_ms() < end);
-	ck_assert_uint_eq(st.enforced_digest, digest_of(CFG_V3));
+	ck_assert_uint_eq(st.enforced_digest, pc_config_digest(CFG_V3));
 	ck_assert_uint_eq(st.config_installs, 1);
 	allot_agent_destroy(b);
 
@@ -550,7 +536,7 @@ START_TEST(each_service_takes_its_view)
 	    "        tokens_per_second: 50\n        burst: 50\n",
 	    CFG_V1);
 	change_config(&e, v);
-	uint64_t want = digest_of(v);
+	uint64_t want = pc_config_digest(v);
 	uint64_t end = pc_now_ms() + 10 * T_MS;
 	allot_sync_stats st[2];
 	for (;;) {
