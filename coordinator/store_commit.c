@@ -337,20 +337,14 @@ write_op(allot__store *st, const struct op *o)
 {
 	sqlite3_stmt *s;
 	switch (o->kind) {
-	case OP_JOIN:
-		return allot__store_put_join(st,
-		    &(allot__cjoin) { .session = o->session,
-		        .at = o->at,
-		        .digest = o->u,
-		        .pid = o->pid,
-		        .replica_id = o->s[0],
-		        .service = o->s[1],
-		        .host = o->s[2],
-		        .version = o->s[3] });
-	case OP_LEFT:
-		return allot__store_put_left(st,
-		    &(allot__cleft) {
-		        .session = o->session, .at = o->at, .why = o->s[0] });
+	case OP_JOIN: {
+		allot__cjoin j = allot__store_join_row(o);
+		return allot__store_put_join(st, &j);
+	}
+	case OP_LEFT: {
+		allot__cleft l = allot__store_left_row(o);
+		return allot__store_put_left(st, &l);
+	}
 	case OP_CONFIG:
 		s = st->stmt[S_CONFIG];
 		sqlite3_bind_int64(s, 1, (sqlite3_int64) o->u);
@@ -359,12 +353,10 @@ write_op(allot__store *st, const struct op *o)
 		bind_text(s, 4, o->s[1]);
 		sqlite3_bind_int64(s, 5, o->at);
 		return step_done(st, S_CONFIG);
-	case OP_EVENT:
-		return allot__store_put_event(st,
-		    &(allot__cevent) { .at = o->at,
-		        .kind = o->s[0],
-		        .subject = o->s[1],
-		        .detail = o->s[2] });
+	case OP_EVENT: {
+		allot__cevent e = allot__store_event_row(o);
+		return allot__store_put_event(st, &e);
+	}
 	case OP_CHANGE:
 		s = st->stmt[S_CHANGE];
 		sqlite3_bind_int64(s, 1, o->at);
@@ -408,14 +400,8 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 			skipped++;
 			continue;
 		}
-		rc = allot__store_put_share(st,
-		    &(allot__cshare) { .session = e->session,
-		        .rate = e->rate,
-		        .burst = e->burst,
-		        .lease_until = e->lease_until,
-		        .at = e->at,
-		        .service = e->k->service,
-		        .quota = e->k->quota });
+		allot__cshare x = allot__store_share_row(e);
+		rc = allot__store_put_share(st, &x);
 	}
 	for (const struct op *o = b->ops; o != NULL && rc == SQLITE_OK;
 	     o = o->next)
@@ -423,8 +409,8 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	for (uint32_t i = 0; i < b->seen.n && rc == SQLITE_OK; i++) {
 		const struct seen_ent *e = (const struct seen_ent *)
 		    allot__tab_at(&b->seen, i);
-		rc = allot__store_put_seen(
-		    st, &(allot__cseen) { e->session, e->at });
+		allot__cseen x = allot__store_seen_row(e);
+		rc = allot__store_put_seen(st, &x);
 	}
 	for (uint32_t i = 0; i < b->usage.n && rc == SQLITE_OK; i++) {
 		const struct usage_ent *e = (const struct usage_ent *)
@@ -439,11 +425,8 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 	for (uint32_t i = 0; i < b->levels.n && rc == SQLITE_OK; i++) {
 		const struct level_ent *e = (const struct level_ent *)
 		    allot__tab_at(&b->levels, i);
-		rc = allot__store_put_level(st,
-		    &(allot__clevel) { .level = e->level,
-		        .at = e->at,
-		        .service = e->k->service,
-		        .quota = e->k->quota });
+		allot__clevel x = allot__store_level_row(e);
+		rc = allot__store_put_level(st, &x);
 	}
 	if (rc == SQLITE_OK)
 		rc = step_done(st, S_COMMIT);

@@ -124,6 +124,76 @@ int allot__store_put_usage(
 void allot__store_usage_rows(const struct usage_ent *e,
     allot__cusage_row *ret_row, allot__cshadow *ret_x);
 
+/* A batch's records as the rows the writers above take, and the log's
+ * AUDIT and EVENTS entries carry (the local commit, store_commit.c, and
+ * the tap, store_raft.c): op strings as store_batch.h lays them out. */
+static inline allot__cjoin
+allot__store_join_row(const struct op *o)
+{
+	return (allot__cjoin) {
+		.session = o->session,
+		.at = o->at,
+		.digest = o->u,
+		.pid = o->pid,
+		.replica_id = o->s[0],
+		.service = o->s[1],
+		.host = o->s[2],
+		.version = o->s[3],
+	};
+}
+
+static inline allot__cleft
+allot__store_left_row(const struct op *o)
+{
+	return (allot__cleft) {
+		.session = o->session,
+		.at = o->at,
+		.why = o->s[0],
+	};
+}
+
+static inline allot__cevent
+allot__store_event_row(const struct op *o)
+{
+	return (allot__cevent) {
+		.at = o->at,
+		.kind = o->s[0],
+		.subject = o->s[1],
+		.detail = o->s[2],
+	};
+}
+
+static inline allot__cshare
+allot__store_share_row(const struct share_ent *e)
+{
+	return (allot__cshare) {
+		.session = e->session,
+		.rate = e->rate,
+		.burst = e->burst,
+		.lease_until = e->lease_until,
+		.at = e->at,
+		.service = e->k->service,
+		.quota = e->k->quota,
+	};
+}
+
+static inline allot__cseen
+allot__store_seen_row(const struct seen_ent *e)
+{
+	return (allot__cseen) { .session = e->session, .at = e->at };
+}
+
+static inline allot__clevel
+allot__store_level_row(const struct level_ent *e)
+{
+	return (allot__clevel) {
+		.level = e->level,
+		.at = e->at,
+		.service = e->k->service,
+		.quota = e->k->quota,
+	};
+}
+
 /* Set up the tables of written shares (store_commit.c) for a new store
  * and release them at close. */
 void allot__store_written_init(allot__store *st);

@@ -89,29 +89,13 @@ take_ops(struct batch *b, struct tapped *t, allot__store_tap_rows *out)
 	while (*pp != NULL) {
 		struct op *o = *pp;
 		if (o->kind == OP_EVENT)
-			t->ev[out->nev++] = (allot__cevent) {
-				.at = o->at,
-				.kind = o->s[0],
-				.subject = o->s[1],
-				.detail = o->s[2],
-			};
+			t->ev[out->nev++] = allot__store_event_row(o);
 		else if (o->kind == OP_JOIN)
-			t->joins[out->audit.njoins++] = (allot__cjoin) {
-				.session = o->session,
-				.at = o->at,
-				.digest = o->u,
-				.pid = o->pid,
-				.replica_id = o->s[0],
-				.service = o->s[1],
-				.host = o->s[2],
-				.version = o->s[3],
-			};
+			t->joins[out->audit.njoins++] = allot__store_join_row(
+			    o);
 		else if (o->kind == OP_LEFT)
-			t->lefts[out->audit.nlefts++] = (allot__cleft) {
-				.session = o->session,
-				.at = o->at,
-				.why = o->s[0],
-			};
+			t->lefts[out->audit.nlefts++] = allot__store_left_row(
+			    o);
 		else {
 			pp = &o->next;
 			continue;
@@ -137,30 +121,17 @@ take_state(allot__store *st, struct batch *b, struct tapped *t,
 		    &b->shares, i);
 		e->write = allot__store_share_due(st, e);
 		if (e->write)
-			t->shares[a->nshares++] = (allot__cshare) {
-				.session = e->session,
-				.rate = e->rate,
-				.burst = e->burst,
-				.lease_until = e->lease_until,
-				.at = e->at,
-				.service = e->k->service,
-				.quota = e->k->quota,
-			};
+			t->shares[a->nshares++] = allot__store_share_row(e);
 	}
 	for (uint32_t i = 0; i < b->seen.n; i++) {
 		const struct seen_ent *e = (const struct seen_ent *)
 		    allot__tab_at(&b->seen, i);
-		t->seen[a->nseen++] = (allot__cseen) { e->session, e->at };
+		t->seen[a->nseen++] = allot__store_seen_row(e);
 	}
 	for (uint32_t i = 0; i < b->levels.n; i++) {
 		const struct level_ent *e = (const struct level_ent *)
 		    allot__tab_at(&b->levels, i);
-		t->levels[a->nlevels++] = (allot__clevel) {
-			.level = e->level,
-			.at = e->at,
-			.service = e->k->service,
-			.quota = e->k->quota,
-		};
+		t->levels[a->nlevels++] = allot__store_level_row(e);
 	}
 	a->shares = t->shares;
 	a->seen = t->seen;
