@@ -57,12 +57,6 @@ coord_init(coord *c, const char *cfg_text)
 	pc_coord_init(c, prefix, cfg_text);
 }
 
-const char *
-coord_allotd_path(void)
-{
-	return pc_allotd_path();
-}
-
 /* Start allotd; `extra` is a NULL-terminated list of further arguments.
  * Waits (bounded) until /healthz answers. */
 void
@@ -71,12 +65,6 @@ coord_start(coord *c, const char *const *extra)
 	const char *const args[] = { "--interval-ms", "100",
 		"--expiry-intervals", "5", "--log-level", "debug", NULL };
 	pc_coord_spawn(c, args, extra);
-}
-
-int
-coord_stop(coord *c, int sig, int timeout_ms)
-{
-	return pc_coord_stop(c, sig, timeout_ms);
 }
 
 void

@@ -78,14 +78,9 @@ void coord_suite_teardown(void);
 
 /* A fresh directory for `c` with `cfg_text` as its quota file. */
 void coord_init(coord *c, const char *cfg_text);
-/* $ALLOT_BUILD_DIR/coordinator/allotd. */
-const char *coord_allotd_path(void);
 /* Start allotd; `extra` is a NULL-terminated list of further arguments.
  * Waits (bounded) until /healthz answers. */
 void coord_start(coord *c, const char *const *extra);
-/* Send `sig` and wait up to `timeout_ms`: the exit status as
- * pc_wait_exit() gives it, or -1. */
-int coord_stop(coord *c, int sig, int timeout_ms);
 /* Kill allotd if it still runs, remove its files; fails the test when
  * its log holds a sanitizer report. */
 void coord_done(coord *c);

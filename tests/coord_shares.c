@@ -225,7 +225,7 @@ START_TEST(test_shares_follow_replicas)
 
 	for (size_t i = 0; i < 6; i++)
 		pc_replica_close(&r[i]);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
 }
 END_TEST
@@ -286,7 +286,7 @@ START_TEST(test_silent_replica_held)
 	    held, (unsigned long long) took, most, RA);
 	for (size_t i = 0; i < 3; i++)
 		pc_replica_close(&r[i]);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
 }
 END_TEST
@@ -384,7 +384,7 @@ START_TEST(test_shadow_counted_apart)
 		free(out);
 	}
 
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	char want[64];
 	snprintf(want, sizeof want, "%d/%d/0", 2 * 30 * n, 2 * 25 * n);
 	coord_assert_sql(&c,

@@ -170,7 +170,7 @@ START_TEST(test_hostile_input)
 
 	pc_replica_close(&g);
 	pc_replica_close(&h);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
 }
 END_TEST
@@ -234,7 +234,7 @@ START_TEST(test_reply_semantics)
 	ck_assert_int_eq(fulls, 1);
 	pc_replica_close(&a);
 	pc_replica_close(&b);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
 }
 END_TEST
@@ -364,7 +364,7 @@ START_TEST(test_throughput)
 	ck_assert_msg(rate > 20000, "only %.0f key-reports/s", rate);
 	ck_assert_double_eq(
 	    coord_metric(&c, "allotd_key_reports_total"), (double) total);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_done(&c);
 }
 END_TEST

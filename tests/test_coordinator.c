@@ -34,7 +34,7 @@ START_TEST(test_cli)
 	coord c;
 	coord_init(&c, cfg_bad);
 	char cmd[600];
-	snprintf(cmd, sizeof cmd, "'%s' --help", coord_allotd_path());
+	snprintf(cmd, sizeof cmd, "'%s' --help", pc_allotd_path());
 	char *out = pc_shell(cmd);
 	ck_assert_ptr_nonnull(out);
 	ck_assert_ptr_nonnull(strstr(out, "SYNOPSIS"));
@@ -42,15 +42,15 @@ START_TEST(test_cli)
 	free(out);
 
 	/* Missing --db: usage error 2. */
-	char *const argv1[] = { (char *) coord_allotd_path(), "--config",
-		c.cfg, NULL };
+	char *const argv1[] = { (char *) pc_allotd_path(), "--config", c.cfg,
+		NULL };
 	pid_t p = pc_spawn(argv1, c.log);
 	ck_assert_int_eq(pc_wait_exit(p, 5000), 2);
 
 	/* A bad quota file: 2, and the loader's FILE:LINE message. */
-	char *const argv2[] = { (char *) coord_allotd_path(), "--config",
-		c.cfg, "--db", c.db, "--listen", "tcp://127.0.0.1:1", "--http",
-		"off", NULL };
+	char *const argv2[] = { (char *) pc_allotd_path(), "--config", c.cfg,
+		"--db", c.db, "--listen", "tcp://127.0.0.1:1", "--http", "off",
+		NULL };
 	p = pc_spawn(argv2, c.log);
 	ck_assert_int_eq(pc_wait_exit(p, 5000), 2);
 	ck_assert(coord_log_contains(&c, "ALLOTD-CONFIG-FAIL"));
@@ -60,8 +60,8 @@ START_TEST(test_cli)
 	    coord_log_contains(&c, where), "no %s in the log", where);
 
 	/* A bad option value. */
-	char *const argv3[] = { (char *) coord_allotd_path(), "--config",
-		c.cfg, "--db", c.db, "--workers", "0", NULL };
+	char *const argv3[] = { (char *) pc_allotd_path(), "--config", c.cfg,
+		"--db", c.db, "--workers", "0", NULL };
 	p = pc_spawn(argv3, c.log);
 	ck_assert_int_eq(pc_wait_exit(p, 5000), 2);
 	coord_done(&c);
@@ -125,7 +125,7 @@ START_TEST(test_reload)
 	ck_assert_uint_eq(r.epoch, 2);
 
 	pc_replica_close(&r);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_assert_sql(&c,
 	    "SELECT group_concat(epoch) FROM "
 	    "(SELECT epoch FROM configs ORDER BY id)",
@@ -174,7 +174,7 @@ START_TEST(test_leave_and_ipc)
 
 	pc_replica_close(&a);
 	pc_replica_close(&b);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_assert_sql(&c,
 	    "SELECT left_why FROM replicas WHERE replica_id = 'b'", "leave");
 	coord_assert_sql(&c,
@@ -216,7 +216,7 @@ START_TEST(test_sigterm_and_audit)
 	ck_assert(coord_metric(&c, "allotd_syncs_total") >= 6 + 2 * 10);
 	ck_assert(coord_metric(&c, "allotd_sync_latency_seconds_count") >= 8);
 
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	ck_assert(coord_log_contains(&c, "ALLOTD-DRAIN"));
 	ck_assert(coord_log_contains(&c, "ALLOTD-STOP"));
 
@@ -265,7 +265,7 @@ START_TEST(test_restart_restores_replicas)
 		coord_join(&r[i], &c, ids[i]);
 	uint64_t old_session = r[0].session;
 	uint64_t max_session = r[2].session;
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	for (int i = 0; i < 3; i++)
 		pc_replica_close(&r[i]);
 
@@ -297,7 +297,7 @@ START_TEST(test_restart_restores_replicas)
 	}
 	ck_assert_double_eq_tol(x.rate[1], RA, EPS);
 	pc_replica_close(&x);
-	ck_assert_int_eq(coord_stop(&c, SIGTERM, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	coord_assert_sql(&c,
 	    "SELECT group_concat(replica_id || ':' || "
 	    "coalesce(left_why, 'live')) FROM (SELECT * FROM replicas "
