@@ -22,6 +22,7 @@
 #include <allot/allot.h>
 
 #include "authn_msg.h"
+#include "clock.h"
 
 #define MAX_CERTS 8
 
@@ -52,14 +53,6 @@ rng(void *arg, unsigned char *buf, size_t len)
 		len -= (size_t) n;
 	}
 	return 0;
-}
-
-static uint64_t
-wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
 }
 
 void
@@ -137,7 +130,7 @@ int
 allot__signer_sign(allot__signer *sg, Allot__V1__Register *reg)
 {
 	unsigned char msg[ALLOT__AUTHN_MSG_MAX], hash[32];
-	uint64_t t = wall_ms();
+	uint64_t t = (uint64_t) allot__wall_ms();
 	if (rng(NULL, sg->nonce, sizeof sg->nonce) != 0)
 		return ALLOT_EIO;
 	size_t n = allot__authn_msg(

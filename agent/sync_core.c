@@ -32,9 +32,8 @@
 #include "config_cache.h"
 #include "fallback.h"
 #include "prng.h"
+#include "protocol.h"
 #include "sign.h"
-
-#define PROTO_VERSION 1u
 
 typedef allot__syncc syncc;
 typedef allot__qsync qsync;
@@ -153,7 +152,7 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 		return ALLOT_EIO;
 	}
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = PROTO_VERSION;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
 	env.register_ = &reg;
 	s->expect = ALLOT__EXPECT_WELCOME;
@@ -248,7 +247,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	s->early_sent = s->early;
 	s->early = false;
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = PROTO_VERSION;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
 	env.sync = &sy;
 	s->sent_reports = (uint32_t) n;
@@ -281,7 +280,7 @@ allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
 	lv.session = s->session;
 	lv.reason = (char *) "agent destroyed";
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = PROTO_VERSION;
+	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_LEAVE;
 	env.leave = &lv;
 	return pack(&env, ret_buf, ret_len);
@@ -770,7 +769,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 	}
 	bool ok = false;
 	atomic_store(&s->last_rtt_us, (now - s->sent_ns) / 1000u);
-	if (env->version != PROTO_VERSION) {
+	if (env->version != ALLOT__PROTOCOL_VERSION) {
 		allot__syncc_failed(
 		    s, now, "reply with an unsupported protocol version");
 		goto out;

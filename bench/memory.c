@@ -29,7 +29,7 @@
 
 #include "agent_int.h"
 #include "bench.h"
-#include "state.h"
+#include "state/state.h"
 
 static size_t
 heap_bytes(void)

@@ -2,7 +2,7 @@
 /*
  * The byte string an agent signs to prove its identity in a Register
  * (Register.identity, docs/protocol.md "Identity"), built the same way by
- * the agent (agent/sign.c) and allotd (coordinator/authn.c):
+ * the agent (agent/sign.c) and allotd (coordinator/dispatch/authn.c):
  *
  *   "allot-register-v1"            17 bytes, no terminator
  *   u16 len, replica_id            big-endian length, then the bytes

@@ -5,7 +5,9 @@
  * multiplier calibrated once per process against CLOCK_MONOTONIC. It is
  * used only where the kernel itself trusts the TSC (its clocksource is
  * "tsc" and the CPU reports constant_tsc and nonstop_tsc); otherwise the
- * source is clock_gettime(CLOCK_MONOTONIC). The wall clock is never used.
+ * source is clock_gettime(CLOCK_MONOTONIC). The wall clock is never used
+ * for bucket arithmetic: allot__wall_ms() is for audit rows, log lines
+ * and signatures only.
  */
 #ifndef ALLOT_COMMON_CLOCK_H
 #define ALLOT_COMMON_CLOCK_H
@@ -38,6 +40,16 @@ allot__mono_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME): for the times
+ * audit rows, log lines and identity proofs carry, never for a decision. */
+static inline int64_t
+allot__wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Nanoseconds on the CLOCK_MONOTONIC time line, from the TSC when

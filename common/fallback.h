@@ -52,7 +52,7 @@ void allot__fallback_rate_burst(allot_fallback kind, double rate, double burst,
     uint32_t n, uint32_t max_weight, double *ret_rate, double *ret_burst);
 
 /* The floor of a quota's rate under the ceiling, a fraction of it: as
- * allotd's floor_fraction (coordinator/alloc.h). */
+ * allotd's floor_fraction (coordinator/state/alloc.h). */
 #define ALLOT__CEILING_FLOOR 0.05
 
 /* Rates of `n` quotas (rate[i] > 0, priority class prio[i]: a higher

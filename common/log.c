@@ -82,13 +82,13 @@ allot__log_stderr(void *ctx, int level, const char *id, const char *msg)
 	static const char *names[] = { "emerg", "alert", "crit", "error",
 		"warning", "notice", "info", "debug" };
 	(void) ctx;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t ms = allot__wall_ms();
+	time_t secs = (time_t) (ms / 1000);
 	struct tm tm;
-	gmtime_r(&ts.tv_sec, &tm);
+	gmtime_r(&secs, &tm);
 	char when[32];
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-	fprintf(stderr, "%s.%03ldZ %s %s %s\n", when, ts.tv_nsec / 1000000,
+	fprintf(stderr, "%s.%03dZ %s %s %s\n", when, (int) (ms % 1000),
 	    names[level < 0   ? 0 :
 	            level > 7 ? 7 :
 	                        level],

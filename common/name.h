@@ -3,7 +3,7 @@
  * The one definition of a valid name: a caller identity in the config, a
  * key, service or replica id of a Register, and so a name in the store.
  * The config loader (config_schema.c), the coordinator's wire check
- * (coordinator/validate.c) and everything downstream use this rule, so a
+ * (coordinator/state/validate.c) and everything downstream use this rule, so a
  * config the loader accepts can never make a Register fail on a name.
  *
  * A name is 1 to max bytes of printable ASCII (0x20-0x7e). UTF-8 and

@@ -25,20 +25,20 @@
 #include <nng/nng.h>
 #include <uv.h>
 
-#include "admin.h"
+#include "admin/admin.h"
 #include "allotd_opts.h"
-#include "alloc.h"
-#include "authn.h"
+#include "state/alloc.h"
+#include "dispatch/authn.h"
 #include "clock.h"
-#include "cluster.h"
+#include "consensus/cluster.h"
 #include "config.h"
 #include "config_diff.h"
-#include "http.h"
+#include "net/http.h"
 #include "log.h"
-#include "metrics.h"
-#include "server.h"
-#include "state.h"
-#include "store.h"
+#include "state/metrics.h"
+#include "net/server.h"
+#include "state/state.h"
+#include "store/store.h"
 
 #define EXIT_USAGE ALLOT__DAEMON_EXIT_USAGE
 #define DRAIN_MAX_MS 2000u

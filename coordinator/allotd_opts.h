@@ -11,12 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "authn.h"
-#include "http.h"
-#include "peerlimit.h"
-#include "cluster.h"
-#include "server.h"
-#include "state.h"
+#include "dispatch/authn.h"
+#include "net/http.h"
+#include "dispatch/peerlimit.h"
+#include "consensus/cluster.h"
+#include "net/server.h"
+#include "state/state.h"
 
 #define ALLOT__DAEMON_EXIT_USAGE 2
 #define ALLOT__DAEMON_DEFAULT_LISTEN "tcp://127.0.0.1:7400"

@@ -12,8 +12,8 @@
 
 #include <stdbool.h>
 
-#include "state.h"
-#include "store.h"
+#include "state/state.h"
+#include "store/store.h"
 
 typedef struct sim_coord {
 	allot__state *st; /* NULL while killed */

@@ -10,8 +10,8 @@
  *   drives it (timer, request, reply or timeout, lease check, next
  *   delay), its messages carried by a simulated transport (latency,
  *   jitter, loss, coordinator outage) to the real registry
- *   (coordinator/state.h, its clock injected) through allotd's own
- *   dispatcher (coordinator/dispatch.c), as its server hands it requests
+ *   (coordinator/state/state.h, its clock injected) through allotd's own
+ *   dispatcher (coordinator/dispatch/dispatch.c), as its server hands it requests
  *   (in a `restart` scenario that coordinator has a real store, and is
  *   killed and restored mid-run: sim/coord.c);
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
@@ -38,9 +38,9 @@
 #include "bucket.h"
 #include "config.h"
 #include "coord.h"
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "prng.h"
-#include "state.h"
+#include "state/state.h"
 #include "sync_int.h"
 
 const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
@@ -377,7 +377,7 @@ run_split(engine *e)
 
 /* ---- allot: the transport and the coordinator ---- */
 
-/* Hand a request to allotd's own dispatcher (coordinator/dispatch.h),
+/* Hand a request to allotd's own dispatcher (coordinator/dispatch/dispatch.h),
  * decoded into and answered from the arena as by a server worker, with
  * no peer budgets and no identity checks. The answer is copied out for
  * the wire (malloc). */

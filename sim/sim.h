@@ -8,7 +8,7 @@
  * to three limiters: the ideal single global token bucket per quota (and
  * one for the ceiling), allot (real agents, each driven by the real sync
  * engine agent/sync_core.c over a simulated transport, and the real
- * coordinator registry coordinator/state.c, all on one virtual clock) and
+ * coordinator registry coordinator/state/state.c, all on one virtual clock) and
  * the equal static split; then it computes the figures defined in
  * docs/allocation.md. Everything is a function of the scenario and the
  * seed: two runs print the same numbers.

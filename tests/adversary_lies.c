@@ -22,7 +22,7 @@
 #include "adversary_fixture.h"
 #include "arena.h"
 #include "proto_client.h"
-#include "state.h"
+#include "state/state.h"
 
 /* ---- names: no accepted config makes a Register fail ---- */
 

@@ -11,7 +11,7 @@
 #include <check.h>
 #include <stdint.h>
 
-#include "consensus_entry.h"
+#include "consensus/consensus_entry.h"
 
 /* A CONFIG entry of `text` for config epoch `epoch` (its digest derived
  * from the text's length: enough to tell entries apart). */

@@ -20,10 +20,10 @@
 #include <raft.h>
 #include <raft/fixture.h>
 
-#include "consensus.h"
-#include "consensus_entry.h"
-#include "consensus_fsm.h"
-#include "consensus_node.h"
+#include "consensus/consensus.h"
+#include "consensus/consensus_entry.h"
+#include "consensus/consensus_fsm.h"
+#include "consensus/consensus_node.h"
 #include "consensus_cases.h"
 #include "runner.h"
 
@@ -39,7 +39,7 @@ encode(const allot__centry *e, void **buf, size_t *len)
 
 START_TEST(entry_round_trip)
 {
-	allot__cusage_row rows[2] = {
+	allot__row_usage rows[2] = {
 		{ "svc", "k1", 1700000000, 12, 3, 15.5, 2 },
 		{ "other", "", 1700000001, 0, 7, 0.25, 1 },
 	};
@@ -116,7 +116,7 @@ START_TEST(entry_round_trip)
 	raft_free(buf);
 
 	/* The leader's audit events (allotd's store through the log). */
-	allot__cevent ev[2] = {
+	allot__row_event ev[2] = {
 		{ 1700000000123, "join", "svc/r1", "session=3" },
 		{ 1700000000456, "leader", "", NULL },
 	};
@@ -155,32 +155,32 @@ END_TEST
  * the bytes cannot hold is refused. */
 START_TEST(entry_audit_round_trip)
 {
-	allot__cjoin joins[2] = {
+	allot__row_join joins[2] = {
 		{ 7, 1700000000100, 0xabcdef0123456789ull, 4242, "r-1", "svc",
 		    "host-a", "1.2.3" },
 		{ 8, 1700000000200, 1, 1, "r-2", "svc", NULL, "" },
 	};
-	allot__cshare shares[3] = {
+	allot__row_share shares[3] = {
 		{ 7, 150.25, 30.5, 1700000003000, 1700000000300, "svc", "k1" },
 		{ 8, 0, 0, 1700000003000, 1700000000300, "svc", "k1" },
 		{ 8, 1e-9, 2, -1, 1700000000301, "svc", "k2" },
 	};
-	allot__cleft lefts[1] = { { 7, 1700000000400, "replaced" } };
-	allot__cseen seen[2] = { { 8, 1700000000500 }, { 9, 1 } };
-	allot__clevel levels[1] = { { 12.5, 1700000000600, "svc", "k1" } };
-	allot__cshadow shadow[1] = { { 1700000000, 40, 7, 90.5, "svc",
+	allot__row_left lefts[1] = { { 7, 1700000000400, "replaced" } };
+	allot__row_seen seen[2] = { { 8, 1700000000500 }, { 9, 1 } };
+	allot__row_level levels[1] = { { 12.5, 1700000000600, "svc", "k1" } };
+	allot__row_shadow shadow[1] = { { 1700000000, 40, 7, 90.5, "svc",
 	    "k2" } };
 	allot__centry in = { .type = ALLOT__CENTRY_AUDIT }, out;
 	void *buf;
 	size_t len;
 
-	in.audit = (allot__caudit) { joins, 2, shares, 3, lefts, 1, seen, 2,
+	in.audit = (allot__row_audit) { joins, 2, shares, 3, lefts, 1, seen, 2,
 		levels, 1, shadow, 1 };
 	encode(&in, &buf, &len);
 	ck_assert_uint_eq(len % 8, 0);
 	ck_assert_int_eq(allot__centry_decode(buf, len, &out), ALLOT_OK);
 	ck_assert_int_eq(out.type, ALLOT__CENTRY_AUDIT);
-	const allot__caudit *a = &out.audit;
+	const allot__row_audit *a = &out.audit;
 	ck_assert_uint_eq(a->njoins, 2);
 	ck_assert_uint_eq(a->nshares, 3);
 	ck_assert_uint_eq(a->nlefts, 1);
@@ -229,7 +229,7 @@ START_TEST(entry_audit_round_trip)
 	raft_free(buf);
 	/* An empty one is valid (the cluster proposes none, but replay may
 	 * meet any). */
-	in.audit = (allot__caudit) { 0 };
+	in.audit = (allot__row_audit) { 0 };
 	encode(&in, &buf, &len);
 	ck_assert_int_eq(allot__centry_decode(buf, len, &out), ALLOT_OK);
 	ck_assert_uint_eq(out.audit.nshares, 0);
@@ -251,11 +251,11 @@ apply(allot__cfsm *s, uint64_t index, const allot__centry *e)
 
 static allot__centry
 usage1(const char *key, uint64_t second, uint64_t consumed, uint64_t denied,
-    allot__cusage_row *row)
+    allot__row_usage *row)
 {
 	allot__centry e = { .type = ALLOT__CENTRY_USAGE };
 
-	*row = (allot__cusage_row) { "svc", key, second, consumed, denied,
+	*row = (allot__row_usage) { "svc", key, second, consumed, denied,
 		(double) (consumed + denied), 1 };
 	e.usage.rows = row;
 	e.usage.n = 1;
@@ -301,7 +301,7 @@ count_apply(void *ctx, uint64_t index, const allot__centry *e)
 static void
 fill(allot__cfsm *s, uint64_t from, uint64_t to)
 {
-	allot__cusage_row row;
+	allot__row_usage row;
 	char key[16];
 
 	for (uint64_t i = from; i <= to; i++) {
@@ -466,16 +466,16 @@ END_TEST
  * row once, in the order they are applied, none over the bound. */
 START_TEST(audit_cut_in_order)
 {
-	allot__cjoin joins[3] = { { .session = 1 }, { .session = 2 },
+	allot__row_join joins[3] = { { .session = 1 }, { .session = 2 },
 		{ .session = 3 } };
-	allot__cshare shares[4] = { { .session = 1 }, { .session = 2 },
+	allot__row_share shares[4] = { { .session = 1 }, { .session = 2 },
 		{ .session = 3 }, { .session = 4 } };
-	allot__cleft lefts[2] = { { .session = 1 }, { .session = 2 } };
-	allot__cseen seen[1] = { { .session = 5 } };
-	allot__clevel levels[1] = { { .level = 1 } };
-	allot__caudit all = { joins, 3, shares, 4, lefts, 2, seen, 1, levels,
+	allot__row_left lefts[2] = { { .session = 1 }, { .session = 2 } };
+	allot__row_seen seen[1] = { { .session = 5 } };
+	allot__row_level levels[1] = { { .level = 1 } };
+	allot__row_audit all = { joins, 3, shares, 4, lefts, 2, seen, 1, levels,
 		1, NULL, 0 };
-	allot__caudit part;
+	allot__row_audit part;
 	size_t sizes[8], n = 0, total = 0;
 	uint64_t order[16];
 	size_t no = 0;

@@ -21,10 +21,10 @@
 #include <raft.h>
 #include <raft/fixture.h>
 
-#include "consensus.h"
-#include "consensus_entry.h"
-#include "consensus_fsm.h"
-#include "consensus_node.h"
+#include "consensus/consensus.h"
+#include "consensus/consensus_entry.h"
+#include "consensus/consensus_fsm.h"
+#include "consensus/consensus_node.h"
 #include "consensus_cases.h"
 #include "runner.h"
 

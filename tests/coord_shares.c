@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc.h"
+#include "state/alloc.h"
 #include "coord_harness.h"
 
 /* coord_cfg_good with caller b in shadow. */

@@ -15,7 +15,7 @@
 
 #include "config.h"
 #include "config_diff.h"
-#include "store.h"
+#include "store/store.h"
 #include "store_fixture.h"
 
 /* ---- config changes (v_quota_changes) ---- */

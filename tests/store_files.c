@@ -17,7 +17,7 @@
 
 #include <sqlite3.h>
 
-#include "store.h"
+#include "store/store.h"
 #include "store_fixture.h"
 
 static void

@@ -15,7 +15,7 @@
 
 #include <sqlite3.h>
 
-#include "store.h"
+#include "store/store.h"
 #include "store_fixture.h"
 
 /* The migrations allotd carries: the version a new store ends at. */

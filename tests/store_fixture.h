@@ -18,7 +18,7 @@
 
 #include <sqlite3.h>
 
-#include "store.h"
+#include "store/store.h"
 
 /* 2023-11-14 22:13:20 UTC, a whole minute plus 20 s. */
 #define T0 INT64_C(1700000000000)

@@ -21,7 +21,7 @@
 #include <sqlite3.h>
 
 #include "clock.h"
-#include "store.h"
+#include "store/store.h"
 #include "store_fixture.h"
 
 /* Under valgrind (its preload library is in LD_PRELOAD) the load tests

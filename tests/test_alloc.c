@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The demand-aware allocator (coordinator/alloc.c) on exact inputs, and
- * the registry (coordinator/state.c) driving it in-process on a virtual
+ * The demand-aware allocator (coordinator/state/alloc.c) on exact inputs, and
+ * the registry (coordinator/state/state.c) driving it in-process on a virtual
  * clock: water-filling levels computed by hand, the floor of idle
  * replicas, the leftover spread, newcomers claiming the average, the
  * dead band (and targets it no longer holds below their mark), sums
@@ -22,10 +22,10 @@
 
 #include <allot/allot.h>
 
-#include "alloc.h"
+#include "state/alloc.h"
 #include "runner.h"
-#include "state.h"
-#include "store.h"
+#include "state/state.h"
+#include "store/store.h"
 
 #define EPS 1e-9
 

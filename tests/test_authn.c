@@ -2,7 +2,7 @@
 /*
  * Identity from certificates (docs/operations.md, "TLS"): a real allotd
  * on tls+tcp with --tls-ca requires every Register to carry a proof signed
- * with the agent's certificate key (agent/sign.c, coordinator/authn.c).
+ * with the agent's certificate key (agent/sign.c, coordinator/dispatch/authn.c).
  * Real agents and raw protocol clients over mutual TLS on loopback check
  * that a certified replica registers and syncs, that a certificate for
  * another service, a replayed Register, a missing or foreign proof are
@@ -26,7 +26,7 @@
 
 #include <allot/allot.h>
 
-#include "authn.h"
+#include "dispatch/authn.h"
 #include "authn_msg.h"
 #include "proto_client.h"
 #include "runner.h"

@@ -37,10 +37,10 @@
 #include <raft.h>
 #include <raft/fixture.h>
 
-#include "consensus.h"
-#include "consensus_entry.h"
-#include "consensus_fsm.h"
-#include "consensus_node.h"
+#include "consensus/consensus.h"
+#include "consensus/consensus_entry.h"
+#include "consensus/consensus_fsm.h"
+#include "consensus/consensus_node.h"
 #include "consensus_cases.h"
 #include "runner.h"
 
@@ -109,10 +109,10 @@ rnd(cluster *c)
 }
 
 static void
-batch_row(unsigned id, allot__cusage_row *row, char *key, size_t cap)
+batch_row(unsigned id, allot__row_usage *row, char *key, size_t cap)
 {
 	snprintf(key, cap, "k%u", id % NKEYS);
-	*row = (allot__cusage_row) { "svc", key, id, id % 13 + 1, id % 3,
+	*row = (allot__row_usage) { "svc", key, id, id % 13 + 1, id % 3,
 		(double) (id % 13 + 1 + id % 3), 1 };
 }
 
@@ -194,7 +194,7 @@ static void
 drive(cluster *c, uint64_t now)
 {
 	unsigned l;
-	allot__cusage_row row;
+	allot__row_usage row;
 	allot__centry e = { .type = ALLOT__CENTRY_USAGE };
 	char key[16];
 
@@ -471,7 +471,7 @@ check_converged(cluster *c)
 			if (c->seen[i][b] != 0)
 				committed[b] = true;
 	for (unsigned b = 0; b < c->nbatches; b++) {
-		allot__cusage_row row;
+		allot__row_usage row;
 		char key[16];
 
 		if (c->batches[b].acked)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Flood control of allotd's protocol port (coordinator/peerlimit.c): a
+ * Flood control of allotd's protocol port (coordinator/dispatch/peerlimit.c): a
  * real allotd on loopback, a client that floods Registers or Syncs from
  * 127.0.0.1 as fast as it can for about a second (bounded in messages
  * and time), and a well-behaved replica dialing from 127.0.0.2, a
@@ -28,7 +28,7 @@
 
 #include <allot/allot.h>
 
-#include "peerlimit.h"
+#include "dispatch/peerlimit.h"
 #include "proto_client.h"
 #include "runner.h"
 

@@ -33,7 +33,7 @@
  * Case `clock_skew`: the same invariants through leader changes (SIGSTOP
  * of the leader, up to five rounds) with m1's clock running 1 % slow and
  * m2's and m3's 1 % fast under libfaketime (the documented drift bound d
- * = 1 %, coordinator/consensus_node.h): once m1 leads, its successor has
+ * = 1 %, coordinator/consensus/consensus_node.h): once m1 leads, its successor has
  * the fast clock, the worst pair for the lease (the old lease looks long
  * in real time, the new wait short). Skips (passes, saying so) when
  * libfaketime is not installed; the test first checks that the faked
@@ -605,7 +605,7 @@ START_TEST(clock_skew)
 }
 END_TEST
 
-/* coordinator/raft_tls.c sets TCP_USER_TIMEOUT (4 election timeouts) on
+/* coordinator/consensus/raft_tls.c sets TCP_USER_TIMEOUT (4 election timeouts) on
  * member connections: the leader's connection to a member whose link was
  * cut (no FIN, no RST: packets go nowhere) is dropped within seconds,
  * logged, and dialled again; healed, the member catches up. Without it

@@ -792,7 +792,7 @@ START_TEST(remove_the_leader)
 }
 END_TEST
 
-/* The same cluster over mutual TLS (coordinator/raft_tls.c): certificates
+/* The same cluster over mutual TLS (coordinator/consensus/raft_tls.c): certificates
  * for one member SPIFFE ID from scripts/mkcerts. A leader, redirects,
  * and the usage rows replicated through the TLS links. */
 START_TEST(members_over_tls)

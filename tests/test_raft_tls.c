@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Mutual TLS between coordinator cluster members (coordinator/raft_tls.c)
+ * Mutual TLS between coordinator cluster members (coordinator/consensus/raft_tls.c)
  * under test: real consensus members (allot__consensus on raft_uv, one
  * libuv loop each, run in turn in this process) talking over loopback
  * TCP through the TLS transport, with certificates made by
@@ -28,8 +28,8 @@
 
 #include <raft.h>
 
-#include "consensus.h"
-#include "raft_tls.h"
+#include "consensus/consensus.h"
+#include "consensus/raft_tls.h"
 #include "runner.h"
 
 #include <allot/allot.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Shadow decisions and candidate values at the coordinator
- * (coordinator/request.c, candidate.c, render.c, the store): replicas
+ * (coordinator/state/register.c, candidate.c, render.c, the store): replicas
  * register and sync through allotd's own dispatcher (coordinator/
  * dispatch.c) on a virtual clock, with a real SQLite file behind the
  * state. Shadow would-denies land in their own metric, status field and
@@ -26,11 +26,11 @@
 #include "arena.h"
 #include "buf.h"
 #include "config.h"
-#include "dispatch.h"
-#include "metrics.h"
+#include "dispatch/dispatch.h"
+#include "state/metrics.h"
 #include "runner.h"
-#include "state.h"
-#include "store.h"
+#include "state/state.h"
+#include "store/store.h"
 
 #define SVC "orders"
 #define T0_MS INT64_C(1700000000000)

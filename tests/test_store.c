@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The coordinator's SQLite store (coordinator/store.c) against real files
+ * The coordinator's SQLite store (coordinator/store/store.c) against real files
  * in a fresh temporary directory per test (store_fixture.c). This file
  * has the suite and its first part: migrations set user_version and WAL;
  * recorded usage is summed per second and a second flushed twice adds
@@ -24,7 +24,7 @@
 
 #include "clock.h"
 #include "runner.h"
-#include "store.h"
+#include "store/store.h"
 #include "store_fixture.h"
 
 static double

@@ -2,7 +2,7 @@
 /*
  * allotctl diff and apply: a quota change reviewed against the config in
  * force and applied with who and why, through allotd's admin socket
- * (allotd --admin-socket; coordinator/admin.h has the API). The file is
+ * (allotd --admin-socket; coordinator/admin/admin.h has the API). The file is
  * checked here first with the loader allotd uses (an invalid one is
  * never sent), then allotd diffs it against what is in force (per quota
  * before -> after, common/config_diff.c), allotctl adds check-config's

@@ -2,13 +2,13 @@
 /*
  * allotctl member add|remove|list: the coordinator cluster's membership
  * at run time, through an allotd member's admin socket (GET /members,
- * POST /members/add, POST /members/remove; coordinator/admin.h). Adding
+ * POST /members/add, POST /members/remove; coordinator/admin/admin.h). Adding
  * and removing run on the leader: another member answers 421 naming the
  * leader's agent URL, which is printed. A new member joins as a
  * non-voter, catches up, then votes (list shows its role). A removal
  * waits until it is done, the leader's own included: the leader records
  * that it is leaving, hands leadership over, and the new leader demotes
- * and removes it, all on one call (coordinator/consensus_node.h); the
+ * and removes it, all on one call (coordinator/consensus/consensus_node.h); the
  * answer says how it ended and how long it took.
  */
 #include <errno.h>

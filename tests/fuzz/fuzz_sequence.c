@@ -8,7 +8,7 @@
  * UINT64_MAX, a stale or skipped sequence number, Leave, or time passing
  * with the periodic work), builds the valid message an agent (or a
  * hostile one) would send, and runs it through allotd's own dispatcher
- * (coordinator/dispatch.c) against a registry on a virtual clock, with
+ * (coordinator/dispatch/dispatch.c) against a registry on a virtual clock, with
  * each replica on its own connection and two addresses (replicas 0-3
  * and 4-7), so that the replica budget per peer and the joins that wait
  * for a first Sync are driven too. After every message the registry's
@@ -25,10 +25,10 @@
 #include <string.h>
 
 #include "allot.pb-c.h"
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "fuzz.h"
-#include "metrics.h"
-#include "state.h"
+#include "state/metrics.h"
+#include "state/state.h"
 
 #define NREPLICAS 8
 #define NSERVICES 5

@@ -2,7 +2,7 @@
 /*
  * Fuzz target "wire": one request as allotd receives it. The input is the
  * body of an nng message; it goes through allotd's own dispatcher
- * (coordinator/dispatch.c, the code its server runs: size bound, Envelope
+ * (coordinator/dispatch/dispatch.c, the code its server runs: size bound, Envelope
  * decode into a per-request allocator, version check, key and report count
  * bounds, allot__state_register_on/_sync_on/_leave_on, the answer packed),
  * against a registry created in-process with the fuzz config and no store,
@@ -26,10 +26,10 @@
 #include <string.h>
 
 #include "allot.pb-c.h"
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "fuzz.h"
-#include "metrics.h"
-#include "state.h"
+#include "state/metrics.h"
+#include "state/state.h"
 
 /* ---- the fixed part: config, logger, metrics ---- */
 
@@ -123,7 +123,7 @@ check_answer(const Allot__V1__Envelope *in, const Allot__V1__Envelope *back)
 	}
 }
 
-/* One request through allotd's own dispatcher (coordinator/dispatch.c)
+/* One request through allotd's own dispatcher (coordinator/dispatch/dispatch.c)
  * with its default bounds, minus the transport: no peer budgets, no
  * identity checks, no cluster object (a Probe is answered MALFORMED).
  * The answer must decode again and agree with what was decided. */

@@ -21,9 +21,9 @@
 
 #include "allot.pb-c.h"
 #include "arena.h"
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "fuzz.h"
-#include "state.h"
+#include "state/state.h"
 #include "sync_int.h"
 
 #define MS 1000000ull
@@ -70,7 +70,7 @@ save_env(const char *target, const char *name, const Allot__V1__Envelope *e)
 }
 
 /* allotd's handling of one request, in-process: its own dispatcher
- * (coordinator/dispatch.c) without a transport. The answer is copied
+ * (coordinator/dispatch/dispatch.c) without a transport. The answer is copied
  * into *ret (malloc). */
 static void
 serve(const void *req, size_t len, uint8_t **ret, size_t *ret_len)
