@@ -8,6 +8,7 @@
 #ifndef ALLOT_COORDINATOR_ALLOTD_OPTS_H
 #define ALLOT_COORDINATOR_ALLOTD_OPTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,7 +53,7 @@ typedef struct allot__daemon_opts {
 	const char *agent_url; /* default: the seed's, else urls[0] */
 	allot__cluster_seed seeds[ALLOT__CLUSTER_MAX_SEEDS];
 	size_t nseeds;
-	int join;
+	bool join;
 	uint32_t election_ms;
 	const char *raft_member_id; /* TLS between members: the peers' ID */
 	allot__state_opts so; /* store, lg and metrics are left unset */
