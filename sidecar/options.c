@@ -5,144 +5,162 @@
  * options file (--options FILE: one "name value" or "name = value" per
  * line, '#' starts a comment), so that every option, liballot's agent
  * options included, is both a flag and a config key. The file is read
- * first and the command line wins.
+ * first and the command line wins. The parser is common/opts.h, the one
+ * piece of allot beyond the public headers this daemon uses.
  */
-#include <errno.h>
-#include <getopt.h>
-#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agentd.h"
-
-__attribute__((format(printf, 1, 2), noreturn)) static void
-die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, AGENTD_PROG ": ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(2);
-}
-
-enum kind { K_STR, K_U32, K_DOUBLE, K_LEVEL, K_OPTIONS, K_HELP };
-
-struct optdef {
-	const char *name;
-	enum kind kind;
-	size_t off;
-	uint32_t min, max;
-	const char *help;
-};
+#include "opts.h"
 
 #define AT(f) offsetof(struct agentd_options, f)
 
-static const struct optdef optdefs[] = {
-	{ "config", K_STR, AT(config), 0, 0, "quota file (YAML; required)" },
-	{ "options", K_OPTIONS, AT(options_file), 0, 0,
-	    "file of further options, one \"name value\" a line" },
-	{ "grpc-listen", K_STR, AT(grpc_listen), 0, 0,
-	    "Envoy RLS over gRPC, HOST:PORT (default 127.0.0.1:8081; "
-	    "\"none\" disables)" },
-	{ "http-listen", K_STR, AT(http_listen), 0, 0,
-	    "JSON API and /metrics, HOST:PORT (default 127.0.0.1:8082)" },
-	{ "http-socket", K_STR, AT(http_socket), 0, 0,
-	    "the same on a Unix socket PATH (default none)" },
-	{ "tls-cert", K_STR, AT(tls_cert), 0, 0,
-	    "gRPC over TLS: certificate (PEM), reloaded when it changes" },
-	{ "tls-key", K_STR, AT(tls_key), 0, 0, "its private key (PEM)" },
-	{ "cert-check-ms", K_U32, AT(cert_check_ms), 100, 3600000,
-	    "how often the certificate files are checked (default 1000)" },
-	{ "domain", K_STR, AT(domain), 0, 0,
-	    "accept only this RLS domain (default: any)" },
-	{ "identity-keys", K_STR, AT(identity_keys), 0, 0,
-	    "descriptor entry keys naming the caller, comma separated, "
-	    "first match wins (default caller)" },
-	{ "endpoint-keys", K_STR, AT(endpoint_keys), 0, 0,
-	    "entry keys naming the endpoint class (default endpoint,path)" },
-	{ "unknown", K_STR, AT(unknown), 0, 0,
+/* --options: the file was read before the command line (see
+ * agentd_options_parse); here it is only counted. */
+static int
+set_options(const allot__opt_use *u, void *dst)
+{
+	return ALLOT__OPTS_OK;
+}
+
+static void print_help(FILE *f, const allot__opts *t);
+
+static const allot__opt rows[] = {
+	{ "config", 0, ALLOT__OPT_STR, "FILE", "quota file (YAML; required)",
+	    .off = AT(config) },
+	{ "options", 0, ALLOT__OPT_CALL, "FILE",
+	    "file of further options, one \"name value\" a line",
+	    .set = set_options, .cli_only = true },
+	{ "grpc-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
+	    "Envoy RLS over gRPC; \"none\" disables", .off = AT(grpc_listen),
+	    .dflt = "127.0.0.1:8081" },
+	{ "http-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
+	    "JSON API and /metrics; \"none\" disables", .off = AT(http_listen),
+	    .dflt = "127.0.0.1:8082" },
+	{ "http-socket", 0, ALLOT__OPT_STR, "PATH",
+	    "the same on a Unix socket", .off = AT(http_socket),
+	    .dflt = "none" },
+	{ "tls-cert", 0, ALLOT__OPT_STR, "FILE",
+	    "gRPC over TLS: certificate (PEM), reloaded when it changes",
+	    .off = AT(tls_cert) },
+	{ "tls-key", 0, ALLOT__OPT_STR, "FILE", "its private key (PEM)",
+	    .off = AT(tls_key) },
+	{ "cert-check-ms", 0, ALLOT__OPT_U32, "MS",
+	    "how often the certificate files are checked",
+	    .off = AT(cert_check_ms), .min = 100, .max = 3600000,
+	    .dflt = "1000" },
+	{ "domain", 0, ALLOT__OPT_STR, "NAME", "accept only this RLS domain",
+	    .off = AT(domain), .dflt = "any" },
+	{ "identity-keys", 0, ALLOT__OPT_STR, "KEYS",
+	    "descriptor entry keys naming the caller, comma separated, first "
+	    "match wins",
+	    .off = AT(identity_keys), .dflt = "caller" },
+	{ "endpoint-keys", 0, ALLOT__OPT_STR, "KEYS",
+	    "entry keys naming the endpoint class", .off = AT(endpoint_keys),
+	    .dflt = "endpoint,path" },
+	{ "unknown", 0, ALLOT__OPT_STR, "default|allow|reject",
 	    "a descriptor without an identity entry: default (the shared "
-	    "default bucket), allow (OK, uncharged) or reject" },
-	{ "grpc-threads", K_U32, AT(grpc_threads), 1, 64,
-	    "gRPC I/O threads (default 2)" },
-	{ "max-connections", K_U32, AT(max_connections), 1, 1000000,
-	    "connections at once, per listener (default 1024)" },
-	{ "max-streams", K_U32, AT(max_streams), 1, 65536,
-	    "concurrent streams per gRPC connection (default 128)" },
-	{ "max-message", K_U32, AT(max_message), 64, 16777216,
-	    "largest gRPC request message in bytes (default 16384)" },
-	{ "max-descriptors", K_U32, AT(max_descriptors), 1, 4096,
-	    "descriptors per request (default 16)" },
-	{ "max-entries", K_U32, AT(max_entries), 1, 4096,
-	    "entries per descriptor (default 16)" },
-	{ "idle-timeout-s", K_U32, AT(idle_timeout_s), 1, 86400,
-	    "close idle connections after (default 300)" },
-	{ "log-level", K_LEVEL, AT(log_level), 0, 0,
-	    "error, warning, info (default), debug or 0-7" },
-	{ "coordinator", K_STR, AT(agent.coordinator), 0, 0,
-	    "allotd address(es), comma separated (default: local-only)" },
-	{ "coordinator-ca", K_STR, AT(agent.tls_ca_file), 0, 0,
-	    "tls+tcp://: the CA of allotd's certificate" },
-	{ "coordinator-cert-key", K_STR, AT(agent.tls_cert_key_file), 0, 0,
-	    "tls+tcp://: this agent's certificate and key, one PEM file" },
-	{ "coordinator-server-name", K_STR, AT(agent.tls_server_name), 0, 0,
-	    "tls+tcp://: the name allotd's certificate must carry" },
-	{ "service", K_STR, AT(agent.service), 0, 0,
-	    "protected service's name (default sidecar)" },
-	{ "replica-id", K_STR, AT(agent.replica_id), 0, 0,
-	    "default <hostname>-<pid>" },
-	{ "sync-interval-ms", K_U32, AT(agent.sync_interval_ms), 1, 3600000,
-	    "sync interval T (default 100)" },
-	{ "sync-jitter", K_DOUBLE, AT(agent.sync_jitter), 0, 0,
-	    "jitter fraction of T, 0..0.5 (default 0.1)" },
-	{ "initial-replicas", K_U32, AT(agent.initial_replicas), 1, 1000000,
-	    "replicas assumed before allotd answers (default 1)" },
-	{ "reconnect-min-ms", K_U32, AT(agent.reconnect_min_ms), 1, 3600000,
-	    "reconnect backoff, lower bound (default T)" },
-	{ "reconnect-max-ms", K_U32, AT(agent.reconnect_max_ms), 1, 3600000,
-	    "reconnect backoff, upper bound (default 5000)" },
-	{ "max-unknown-keys", K_U32, AT(agent.max_unknown_keys), 1, 1u << 24,
-	    "keys for unknown identities (default 4096)" },
-	{ "idle-evict-ms", K_U32, AT(agent.idle_evict_ms), 0, 86400000,
-	    "evict idle unknown keys after (default 300000; 0 never)" },
-	{ "max-threads", K_U32, AT(agent.max_threads), 1, 65536,
-	    "threads counting in blocks of their own (default 64)" },
-	{ "max-callers", K_U32, AT(agent.max_callers), 1, 65536,
-	    "callers' quotas room is kept for, across configs allotd "
-	    "sends (default max(2n, n + 256) for n in --config)" },
-	{ "config-cache", K_STR, AT(agent.config_cache_file), 0, 0,
-	    "file keeping the last config allotd sent, used at start "
-	    "while allotd is down (default none)" },
-	{ "help", K_HELP, 0, 0, 0, "this text" },
+	    "default bucket; the default), allow (OK, uncharged) or reject",
+	    .off = AT(unknown) },
+	{ "grpc-threads", 0, ALLOT__OPT_U32, "N", "gRPC I/O threads",
+	    .off = AT(grpc_threads), .min = 1, .max = 64, .dflt = "2" },
+	{ "max-connections", 0, ALLOT__OPT_U32, "N",
+	    "connections at once, per listener", .off = AT(max_connections),
+	    .min = 1, .max = 1000000, .dflt = "1024" },
+	{ "max-streams", 0, ALLOT__OPT_U32, "N",
+	    "concurrent streams per gRPC connection", .off = AT(max_streams),
+	    .min = 1, .max = 65536, .dflt = "128" },
+	{ "max-message", 0, ALLOT__OPT_U32, "BYTES",
+	    "largest gRPC request message", .off = AT(max_message), .min = 64,
+	    .max = 16777216, .dflt = "16384" },
+	{ "max-descriptors", 0, ALLOT__OPT_U32, "N", "descriptors per request",
+	    .off = AT(max_descriptors), .min = 1, .max = 4096, .dflt = "16" },
+	{ "max-entries", 0, ALLOT__OPT_U32, "N", "entries per descriptor",
+	    .off = AT(max_entries), .min = 1, .max = 4096, .dflt = "16" },
+	{ "idle-timeout-s", 0, ALLOT__OPT_U32, "S",
+	    "close idle connections after", .off = AT(idle_timeout_s),
+	    .min = 1, .max = 86400, .dflt = "300" },
+	{ "log-level", 0, ALLOT__OPT_LEVEL, "LEVEL",
+	    "error, warning, info, debug or 0-7", .off = AT(log_level),
+	    .dflt = "info" },
+	{ "coordinator", 0, ALLOT__OPT_STR, "URLS",
+	    "allotd address(es), comma separated",
+	    .off = AT(agent.coordinator), .dflt = "local-only" },
+	{ "coordinator-ca", 0, ALLOT__OPT_STR, "FILE",
+	    "tls+tcp://: the CA of allotd's certificate",
+	    .off = AT(agent.tls_ca_file) },
+	{ "coordinator-cert-key", 0, ALLOT__OPT_STR, "FILE",
+	    "tls+tcp://: this agent's certificate and key, one PEM file",
+	    .off = AT(agent.tls_cert_key_file) },
+	{ "coordinator-server-name", 0, ALLOT__OPT_STR, "NAME",
+	    "tls+tcp://: the name allotd's certificate must carry",
+	    .off = AT(agent.tls_server_name) },
+	{ "service", 0, ALLOT__OPT_STR, "NAME", "protected service's name",
+	    .off = AT(agent.service), .dflt = "sidecar" },
+	{ "replica-id", 0, ALLOT__OPT_STR, "ID", "this replica's name",
+	    .off = AT(agent.replica_id), .dflt = "<hostname>-<pid>" },
+	{ "sync-interval-ms", 0, ALLOT__OPT_U32, "MS", "sync interval T",
+	    .off = AT(agent.sync_interval_ms), .min = 1, .max = 3600000,
+	    .dflt = "100" },
+	{ "sync-jitter", 0, ALLOT__OPT_DOUBLE, "F",
+	    "jitter, a fraction of T from 0 to 0.5",
+	    .off = AT(agent.sync_jitter), .lo = 0, .hi = 0.5, .dflt = "0.1" },
+	{ "initial-replicas", 0, ALLOT__OPT_U32, "N",
+	    "replicas assumed before allotd answers",
+	    .off = AT(agent.initial_replicas), .min = 1, .max = 1000000,
+	    .dflt = "1" },
+	{ "reconnect-min-ms", 0, ALLOT__OPT_U32, "MS",
+	    "reconnect backoff, lower bound",
+	    .off = AT(agent.reconnect_min_ms), .min = 1, .max = 3600000,
+	    .dflt = "T" },
+	{ "reconnect-max-ms", 0, ALLOT__OPT_U32, "MS",
+	    "reconnect backoff, upper bound",
+	    .off = AT(agent.reconnect_max_ms), .min = 1, .max = 3600000,
+	    .dflt = "5000" },
+	{ "max-unknown-keys", 0, ALLOT__OPT_U32, "N",
+	    "keys for unknown identities", .off = AT(agent.max_unknown_keys),
+	    .min = 1, .max = 1u << 24, .dflt = "4096" },
+	{ "idle-evict-ms", 0, ALLOT__OPT_U32, "MS",
+	    "evict idle unknown keys after; 0 never",
+	    .off = AT(agent.idle_evict_ms), .min = 0, .max = 86400000,
+	    .dflt = "300000" },
+	{ "max-threads", 0, ALLOT__OPT_U32, "N",
+	    "threads counting in blocks of their own",
+	    .off = AT(agent.max_threads), .min = 1, .max = 65536,
+	    .dflt = "64" },
+	{ "max-callers", 0, ALLOT__OPT_U32, "N",
+	    "callers' quotas room is kept for, across configs allotd sends",
+	    .off = AT(agent.max_callers), .min = 1, .max = 65536,
+	    .dflt = "max(2n, n + 256) for n in --config" },
+	{ "config-cache", 0, ALLOT__OPT_STR, "FILE",
+	    "file keeping the last config allotd sent, used at start while "
+	    "allotd is down",
+	    .off = AT(agent.config_cache_file), .dflt = "none" },
+	{ "help", 'h', ALLOT__OPT_HELP, NULL, "this text", .cli_only = true },
+
 };
-#define NOPTS (sizeof optdefs / sizeof optdefs[0])
+
+static const allot__opts table = {
+	.prog = AGENTD_PROG,
+	.rows = rows,
+	.n = sizeof rows / sizeof rows[0],
+	.style = ALLOT__OPTS_COLUMNS,
+	.col = 34,
+	.help = print_help,
+};
 
 static void
-usage(FILE *f)
+print_help(FILE *f, const allot__opts *t)
 {
 	fprintf(f,
 	    "usage: " AGENTD_PROG " --config FILE [options]\n\n"
 	    "liballot as a sidecar: Envoy's Rate Limit Service over "
 	    "gRPC,\na JSON decision API and /metrics over HTTP. "
 	    "docs/sidecar.md.\n\n");
-	/* Each help text wrapped at 79 columns, indented past the names. */
-	for (size_t i = 0; i < NOPTS; i++) {
-		int col = fprintf(f, "  --%-24s", optdefs[i].name);
-		for (const char *w = optdefs[i].help; *w != '\0';) {
-			int n = (int) strcspn(w, " ");
-			if (col + 1 + n > 79) {
-				col = fprintf(f, "\n%28s", "") - 1;
-			}
-			col += fprintf(f, " %.*s", n, w);
-			w += n;
-			w += *w == ' ';
-		}
-		fputc('\n', f);
-	}
+	allot__opts_print(f, t, NULL, 0);
 }
 
 static const char *const levels[8] = { "emerg", "alert", "crit", "error",
@@ -152,119 +170,6 @@ const char *
 agentd_level_name(int level)
 {
 	return levels[level < 0 ? 0 : level > 7 ? 7 : level];
-}
-
-static uint32_t
-parse_u32(const char *name, const char *v, uint32_t min, uint32_t max)
-{
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x < min ||
-	    x > max)
-		die("--%s wants an integer in %" PRIu32 "..%" PRIu32
-		    ", not '%s'",
-		    name, min, max, v);
-	return (uint32_t) x;
-}
-
-static void read_file(struct agentd_options *o, const char *path);
-
-/* Store `arg` as `d` says. Strings from the options file are kept for
- * the life of the process. */
-static void
-store(struct agentd_options *o, const struct optdef *d, const char *arg)
-{
-	char *field = (char *) o + d->off;
-	char *end;
-	switch (d->kind) {
-	case K_STR: *(const char **) field = arg; break;
-	case K_U32:
-		*(uint32_t *) field = parse_u32(d->name, arg, d->min, d->max);
-		break;
-	case K_DOUBLE:
-		errno = 0;
-		*(double *) field = strtod(arg, &end);
-		if (errno != 0 || end == arg || *end != '\0' ||
-		    !(*(double *) field >= 0 && *(double *) field <= 0.5))
-			die("--%s wants a fraction in 0..0.5, not '%s'",
-			    d->name, arg);
-		break;
-	case K_LEVEL:
-		for (int i = 0; i < 8; i++)
-			if (strcmp(arg, levels[i]) == 0) {
-				o->log_level = i;
-				return;
-			}
-		o->log_level = (int) parse_u32(d->name, arg, 0, 7);
-		break;
-	case K_OPTIONS:
-		if (o->options_file != NULL)
-			die("--options may be given once");
-		o->options_file = arg;
-		read_file(o, arg);
-		break;
-	case K_HELP: usage(stdout); exit(0);
-	}
-}
-
-static const struct optdef *
-find(const char *name)
-{
-	for (size_t i = 0; i < NOPTS; i++)
-		if (strcmp(optdefs[i].name, name) == 0)
-			return &optdefs[i];
-	return NULL;
-}
-
-static char *
-trim(char *s)
-{
-	while (*s == ' ' || *s == '\t')
-		s++;
-	size_t n = strlen(s);
-	while (n > 0 && strchr(" \t\r\n", s[n - 1]) != NULL)
-		s[--n] = '\0';
-	return s;
-}
-
-/* One "name value" or "name = value" a line. */
-static void
-read_file(struct agentd_options *o, const char *path)
-{
-	FILE *f = fopen(path, "r");
-	if (f == NULL)
-		die("%s: %s", path, strerror(errno));
-	char line[4096];
-	for (unsigned ln = 1; fgets(line, sizeof line, f) != NULL; ln++) {
-		char *hash = strchr(line, '#');
-		if (hash != NULL)
-			*hash = '\0';
-		char *s = trim(line);
-		if (*s == '\0')
-			continue;
-		size_t nl = strcspn(s, " \t=");
-		char *v = s + nl;
-		if (*v != '\0')
-			*v++ = '\0';
-		v = trim(v);
-		if (*v == '=')
-			v = trim(v + 1);
-		const struct optdef *d = find(s);
-		if (d == NULL || d->kind == K_HELP || d->kind == K_OPTIONS)
-			die("%s:%u: unknown option '%s'", path, ln, s);
-		if (*v == '\0')
-			die("%s:%u: '%s' wants a value", path, ln, s);
-		if (d->kind != K_STR) {
-			store(o, d, v);
-			continue;
-		}
-		char *copy = strdup(v); /* kept: the options live as long */
-		if (copy == NULL)
-			die("out of memory");
-		store(o, d, copy);
-	}
-	fclose(f);
 }
 
 static void
@@ -289,45 +194,45 @@ defaults(struct agentd_options *o)
 	o->agent.service = "sidecar";
 }
 
-void
-agentd_options_parse(struct agentd_options *o, int argc, char **argv)
+/* The options file, wherever --options stands: read before the command
+ * line, so that the command line wins. */
+static int
+read_options_file(struct agentd_options *o, int argc, char **argv)
 {
-	struct option longopts[NOPTS + 1];
-	for (size_t i = 0; i < NOPTS; i++)
-		longopts[i] = (struct option) { optdefs[i].name,
-			optdefs[i].kind == K_HELP ? no_argument :
-			                            required_argument,
-			NULL,
-			optdefs[i].kind == K_HELP ? 'h' : 256 + (int) i };
-	longopts[NOPTS] = (struct option) { NULL, 0, NULL, 0 };
-	defaults(o);
-	/* The options file first, wherever --options stands. */
 	for (int i = 1; i < argc; i++) {
+		const char *path = NULL;
 		if (strcmp(argv[i], "--") == 0)
 			break;
 		if (strncmp(argv[i], "--options=", 10) == 0)
-			store(o, find("options"), argv[i] + 10);
+			path = argv[i] + 10;
 		else if (strcmp(argv[i], "--options") == 0 && i + 1 < argc)
-			store(o, find("options"), argv[++i]);
+			path = argv[++i];
+		if (path == NULL)
+			continue;
+		if (o->options_file != NULL)
+			return allot__opts_error(
+			    &table, "--options may be given once");
+		o->options_file = path;
+		int rc = allot__opts_file(&table, path, o);
+		if (rc != ALLOT__OPTS_OK)
+			return rc;
 	}
-	int ch;
-	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-		if (ch == 'h') {
-			usage(stdout);
-			exit(0);
-		}
-		if (ch < 256 || ch >= 256 + (int) NOPTS) {
-			usage(stderr);
-			exit(2);
-		}
-		const struct optdef *d = &optdefs[ch - 256];
-		if (d->kind != K_OPTIONS)
-			store(o, d, optarg);
-	}
-	if (optind < argc)
-		die("unexpected argument '%s' (see --help)", argv[optind]);
-	if (o->config == NULL)
-		die("--config FILE is required (see --help)");
-	if ((o->tls_cert == NULL) != (o->tls_key == NULL))
-		die("--tls-cert and --tls-key go together");
+	return ALLOT__OPTS_OK;
+}
+
+void
+agentd_options_parse(struct agentd_options *o, int argc, char **argv)
+{
+	defaults(o);
+	int rc = read_options_file(o, argc, argv);
+	if (rc == ALLOT__OPTS_OK)
+		rc = allot__opts_parse(&table, NULL, argc, argv, o);
+	if (rc == ALLOT__OPTS_OK && o->config == NULL)
+		rc = allot__opts_error(&table, "--config FILE is required");
+	if (rc == ALLOT__OPTS_OK &&
+	    (o->tls_cert == NULL) != (o->tls_key == NULL))
+		rc = allot__opts_error(
+		    &table, "--tls-cert and --tls-key go together");
+	if (rc != ALLOT__OPTS_OK)
+		exit(rc == ALLOT__OPTS_DONE ? 0 : 2);
 }
