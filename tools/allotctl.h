@@ -20,6 +20,8 @@
 #include <allot/allot.h>
 #include <json-c/json.h>
 
+#include "opts.h"
+
 #define EXIT_FAIL 1 /* the command ran and the answer is "no" */
 #define EXIT_USAGE 2 /* bad command line */
 #define EXIT_UNREACHABLE 3 /* allotd could not be reached or misanswered */
@@ -99,30 +101,16 @@ enum {
 	CTL_COMMON = 1u << 9, /* every command that reads allotd */
 };
 
-/* One command-line option: the row that drives both getopt_long and the
- * OPTIONS sections of the manuals. `set` stores the value in `c` and
- * returns 0; CTL_DONE when the program is finished (--help printed);
- * or an exit status after saying what was wrong. `cmd` is the command
- * (NULL before it) and `as` the option as it was written ("-n"). */
+/* parse() is finished: --help printed the manual, or help ran. */
 #define CTL_DONE (-1)
 
-typedef struct ctl_option {
-	const char *name; /* long name, without "--" */
-	int short_name; /* 0: none */
-	const char *arg; /* the value's name in the manual; NULL: none */
-	unsigned cmds; /* CTL_* bits: where it is accepted */
-	unsigned shown; /* CTL_* bits: which manuals list it */
-	const char *help; /* the manual's text, lines ending in '\n' */
-	int (*set)(ctl *c, const char *cmd, const char *as, const char *arg);
-} ctl_option;
-
-/* The usage text (allotctl --help), listing `opts`' global options. */
-void ctl_usage(FILE *f, const ctl_option *opts, size_t nopts);
+/* The usage text (allotctl --help), listing the global options of the
+ * option table `t` (allotctl.c). */
+void ctl_usage(FILE *f, const allot__opts *t);
 
 /* The manual of command `name`; false if there is none. `bit` is the
- * command's CTL_* bit, which selects its rows of `opts`. */
-bool ctl_manual(FILE *f, const char *name, unsigned bit,
-    const ctl_option *opts, size_t nopts);
+ * command's CTL_* bit, which selects its rows of the option table. */
+bool ctl_manual(FILE *f, const char *name, unsigned bit, const allot__opts *t);
 
 /* True if `name` has a manual (every command, and "help"). */
 bool ctl_has_manual(const char *name);
@@ -151,8 +139,9 @@ char *ctl_ratio(double v);
 char *ctl_pct(double part, double whole);
 char *ctl_utc_ms(int64_t ms);
 
+/* Decimal digits only, in [min, max] (min >= 0): common/opts.h's
+ * parser, in the type allotctl keeps its numbers in. */
 bool ctl_parse_int(const char *s, long min, long max, long *ret);
-bool ctl_parse_double(const char *s, double *ret);
 
 /* Rows of owned strings printed in aligned columns; a column whose
  * alignment is 'r' is right-aligned (numbers). The header is row 0. */

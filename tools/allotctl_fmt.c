@@ -162,24 +162,11 @@ ctl_utc_ms(int64_t ms)
 bool
 ctl_parse_int(const char *s, long min, long max, long *ret)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+	uint64_t v;
+	if (min < 0 ||
+	    !allot__opts_uint(s, (uint64_t) min, (uint64_t) max, &v))
 		return false;
-	*ret = v;
-	return true;
-}
-
-bool
-ctl_parse_double(const char *s, double *ret)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !isfinite(v))
-		return false;
-	*ret = v;
+	*ret = (long) v;
 	return true;
 }
 

@@ -471,38 +471,18 @@ ctl_has_manual(const char *name)
 	return find_manual(name) != NULL;
 }
 
-/* The rows of `opts` listed where `shown` is set, with the title before
- * them and a blank line after; nothing when there are none. */
+/* The rows of the option table listed where `shown` is set, with the
+ * title before them and a blank line after; nothing when there are
+ * none. */
 static void
-print_options(FILE *f, const char *title, unsigned shown,
-    const ctl_option *opts, size_t nopts)
+print_options(FILE *f, const char *title, unsigned shown, const allot__opts *t)
 {
-	bool any = false;
-	for (size_t i = 0; i < nopts; i++) {
-		const ctl_option *o = &opts[i];
-		if ((o->shown & shown) == 0)
-			continue;
-		if (!any)
-			fputs(title, f);
-		any = true;
-		fputs("    ", f);
-		if (o->short_name != 0)
-			fprintf(f, "-%c, ", o->short_name);
-		fprintf(f, "--%s%s%s\n", o->name, o->arg ? " " : "",
-		    o->arg ? o->arg : "");
-		/* The help text, every line indented under the option. */
-		for (const char *l = o->help; *l != '\0';) {
-			size_t n = strcspn(l, "\n");
-			fprintf(f, "        %.*s\n", (int) n, l);
-			l += n + (l[n] == '\n');
-		}
-	}
-	if (any)
+	if (allot__opts_print(f, t, title, shown) > 0)
 		fputc('\n', f);
 }
 
 void
-ctl_usage(FILE *f, const ctl_option *opts, size_t nopts)
+ctl_usage(FILE *f, const allot__opts *t)
 {
 	fputs("NAME\n"
 	      "    allotctl - inspect a running allotd, reload its quotas, "
@@ -534,8 +514,7 @@ ctl_usage(FILE *f, const ctl_option *opts, size_t nopts)
 	      "    allotctl help COMMAND has each command's manual.\n"
 	      "\n",
 	    f);
-	print_options(
-	    f, "COMMON OPTIONS\n", CTL_COMMON | CTL_GLOBAL, opts, nopts);
+	print_options(f, "COMMON OPTIONS\n", CTL_COMMON | CTL_GLOBAL, t);
 	fputs(EXIT_TEXT
 	    "\n"
 	    "ENVIRONMENT\n"
@@ -557,16 +536,15 @@ ctl_usage(FILE *f, const ctl_option *opts, size_t nopts)
 }
 
 bool
-ctl_manual(FILE *f, const char *name, unsigned bit, const ctl_option *opts,
-    size_t nopts)
+ctl_manual(FILE *f, const char *name, unsigned bit, const allot__opts *t)
 {
 	const struct manual *m = find_manual(name);
 	if (m == NULL)
 		return false;
 	fputs(m->head, f);
-	print_options(f, "OPTIONS\n", bit, opts, nopts);
+	print_options(f, "OPTIONS\n", bit, t);
 	if (m->online)
-		print_options(f, "COMMON OPTIONS\n", CTL_COMMON, opts, nopts);
+		print_options(f, "COMMON OPTIONS\n", CTL_COMMON, t);
 	fputs(m->tail, f);
 	return true;
 }
