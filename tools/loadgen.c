@@ -11,13 +11,13 @@
  * saturated. One thread per caller (loadgen_worker.c) runs a libcurl multi
  * handle whose connection pool keeps TLS connections alive across
  * requests. This file is the main thread: the command line (one option
- * table drives getopt_long and --help), starting the callers, the
- * once-a-second tick that re-reads the targets file and writes
- * statistics, SIGINT/SIGTERM, and the summary. Only loopback targets are
- * accepted. docs/loadgen.md is the manual.
+ * table, common/opts.h, drives the parse and --help), starting the
+ * callers, the once-a-second tick that re-reads the targets file and
+ * writes statistics, SIGINT/SIGTERM, and the summary. Only loopback
+ * targets are accepted.
+ * docs/loadgen.md is the manual.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -33,6 +33,7 @@
 
 #include "loadgen.h"
 #include "loadgen_engine.h"
+#include "opts.h"
 
 /* ------------------------------------------------------------------ */
 /* Command line                                                        */
@@ -42,43 +43,13 @@
 static lg_caller_spec specs[LG_MAX_CALLERS];
 static size_t nspecs;
 
-static double
-arg_double(const char *opt, const char *v, double lo, double hi)
+static int
+arg_path(const allot__opt_use *u, char *dst)
 {
-	char *end;
-	double d;
-
-	errno = 0;
-	d = strtod(v, &end);
-	if (errno != 0 || end == v || *end != '\0' || !isfinite(d) || d < lo ||
-	    d > hi)
-		lg_fatal(
-		    "%s: want a number in [%g, %g], got '%s'", opt, lo, hi, v);
-	return d;
-}
-
-static uint64_t
-arg_u64(const char *opt, const char *v, uint64_t lo, uint64_t hi)
-{
-	char *end;
-	unsigned long long u;
-
-	errno = 0;
-	u = strtoull(v, &end, 10);
-	if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || u < lo ||
-	    u > hi)
-		lg_fatal("%s: want an integer in [%" PRIu64 ", %" PRIu64
-		         "], got '%s'",
-		    opt, lo, hi, v);
-	return u;
-}
-
-static void
-arg_path(char *dst, const char *opt, const char *v)
-{
-	if (strlen(v) > LG_FILE_MAX || v[0] == '\0')
-		lg_fatal("%s: empty or too long", opt);
-	strcpy(dst, v);
+	if (strlen(u->arg) > LG_FILE_MAX || u->arg[0] == '\0')
+		return allot__opts_fail(u, "%s: empty or too long", u->as);
+	strcpy(dst, u->arg);
+	return ALLOT__OPTS_OK;
 }
 
 static void
@@ -91,189 +62,150 @@ check_readable(const char *what, const char *path)
 	fclose(f);
 }
 
-static void
-opt_target(const char *v)
+static int
+opt_target(const allot__opt_use *u, void *dst)
 {
 	char norm[LG_URL_MAX + 1];
 	char err[512];
 
-	if (lg_target_check(v, norm, sizeof norm, err, sizeof err) != 0)
-		lg_fatal("--target: %s", err);
+	if (lg_target_check(u->arg, norm, sizeof norm, err, sizeof err) != 0)
+		return allot__opts_fail(u, "--target: %s", err);
 	if (lg_target_add_locked(norm, true) < 0)
-		lg_fatal("--target: more than %d targets", LG_MAX_TARGETS);
+		return allot__opts_fail(
+		    u, "--target: more than %d targets", LG_MAX_TARGETS);
+	return ALLOT__OPTS_OK;
 }
 
-static void
-opt_targets_file(const char *v)
+static int
+opt_targets_file(const allot__opt_use *u, void *dst)
 {
-	arg_path(lg.o.targets_file, "--targets-file", v);
+	return arg_path(u, ((options *) dst)->targets_file);
 }
 
-static void
-opt_ca(const char *v)
+static int
+opt_ca(const allot__opt_use *u, void *dst)
 {
-	arg_path(lg.o.ca, "--ca", v);
+	return arg_path(u, ((options *) dst)->ca);
 }
 
-static void
-opt_no_verify_hostname(const char *v)
+static int
+opt_stats_file(const allot__opt_use *u, void *dst)
 {
-	lg.o.verify_host = false;
+	return arg_path(u, ((options *) dst)->stats_file);
 }
 
-static void
-opt_caller(const char *v)
+static int
+opt_caller(const allot__opt_use *u, void *dst)
 {
 	char err[512];
 
 	if (nspecs == LG_MAX_CALLERS)
-		lg_fatal("--caller: at most %d callers", LG_MAX_CALLERS);
-	if (lg_caller_spec_parse(v, &specs[nspecs], err, sizeof err) != 0)
-		lg_fatal("--caller '%s': %s", v, err);
+		return allot__opts_fail(
+		    u, "--caller: at most %d callers", LG_MAX_CALLERS);
+	if (lg_caller_spec_parse(u->arg, &specs[nspecs], err, sizeof err) != 0)
+		return allot__opts_fail(u, "--caller '%s': %s", u->arg, err);
 	for (size_t i = 0; i < nspecs; i++)
 		if (strcmp(specs[i].name, specs[nspecs].name) == 0)
-			lg_fatal(
+			return allot__opts_fail(u,
 			    "--caller: name '%s' used twice", specs[i].name);
 	nspecs++;
+	return ALLOT__OPTS_OK;
 }
 
-static void
-opt_duration(const char *v)
+static int
+opt_seed(const allot__opt_use *u, void *dst)
 {
-	lg.o.duration_s = arg_double("--duration", v, 0.001, 86400);
+	options *o = dst;
+
+	if (!allot__opts_uint(u->arg, 0, UINT64_MAX, &o->seed))
+		return allot__opts_fail(
+		    u, "--seed expects an integer, not \"%s\"", u->arg);
+	o->seeded = true;
+	return ALLOT__OPTS_OK;
 }
 
-static void
-opt_max_requests(const char *v)
-{
-	lg.o.max_requests = arg_u64("--max-requests", v, 1, UINT64_C(1) << 48);
-}
-
-static void
-opt_timeout(const char *v)
-{
-	lg.o.timeout_ms = (uint32_t) arg_u64("--timeout", v, 1, 600000);
-}
-
-static void
-opt_drain(const char *v)
-{
-	lg.o.drain_ms = (uint32_t) arg_u64("--drain", v, 0, 600000);
-}
-
-static void
-opt_seed(const char *v)
-{
-	lg.o.seed = arg_u64("--seed", v, 0, UINT64_MAX);
-	lg.o.seeded = true;
-}
-
-static void
-opt_stats_file(const char *v)
-{
-	arg_path(lg.o.stats_file, "--stats-file", v);
-}
-
-static void
-opt_json(const char *v)
-{
-	lg.o.json = true;
-}
-
-static void
-opt_quiet(const char *v)
-{
-	lg.o.quiet = true;
-}
-
-static void usage(FILE *f);
-
-static void
-opt_help(const char *v)
-{
-	usage(stdout);
-	exit(0);
-}
-
-static void
-opt_version(const char *v)
+static int
+opt_version(const allot__opt_use *u, void *dst)
 {
 	printf("%s %s (libcurl %s)\n", PROG, ALLOT_VERSION_STRING,
 	    curl_version_info(CURLVERSION_NOW)->version);
-	exit(0);
+	return ALLOT__OPTS_DONE;
 }
 
-/* One option: its names, its value's name (NULL: none), the section of
- * --help it is listed under, its help (lines ending in '\n'; `more` is
- * printed after it as it is) and what it sets. */
-static const struct lg_option {
-	const char *name;
-	int short_name;
-	const char *arg;
-	const char *section;
-	const char *help;
-	const char *more;
-	void (*set)(const char *v);
-} option_table[] = {
-	{ "target", 't', "URL", "Targets",
-	    "a replica, e.g. https://127.0.0.1:9001\n(repeatable)\n", NULL,
-	    opt_target },
-	{ "targets-file", 0, "FILE", "Targets",
-	    "one URL per line, '#' comments; re-read\nevery second (replace "
-	    "it with rename)\n",
-	    NULL, opt_targets_file },
-	{ "ca", 0, "FILE", "Targets",
-	    "CA certificate(s) to verify the service\n", NULL, opt_ca },
-	{ "no-verify-hostname", 0, NULL, "Targets",
-	    "verify the chain but not the name\n", NULL,
-	    opt_no_verify_hostname },
-	{ "caller", 'c', "SPEC", "Callers",
-	    "key=value,... (repeatable), keys:\n",
-	    "        name=NAME          required, [A-Za-z0-9._-]\n"
-	    "        rate=R             required, requests/s (open loop)\n"
-	    "        cert=FILE,key=FILE client certificate (none: no cert)\n"
-	    "        mix=P:W;P:W        endpoint mix (default /lookup:1)\n"
-	    "        sticky=P           probability of the home replica (0)\n"
-	    "        concurrency=N      attempts in flight (and requests\n"
-	    "                           waiting to retry); arrivals over\n"
-	    "                           it are skipped, not queued (16)\n"
-	    "        retry=on|off       retry 429 and 503+Retry-After (on)\n"
-	    "        attempts=N         attempts per request, first one\n"
-	    "                           included (4)\n"
-	    "        budget=F           retries <= F of requests (0.1)\n"
-	    "        max_wait=MS        longest retry wait accepted (10000)\n"
-	    "        throttle=on|off    client-side adaptive throttling "
-	    "(off)\n"
-	    "        throttle_k=K       its multiplier (2)\n"
-	    "        header=NAME:VALUE  extra request header\n"
-	    "        start=S,end=S      active between these offsets\n",
-	    opt_caller },
-	{ "duration", 'd', "S", "Run", "how long (default 10)\n", NULL,
-	    opt_duration },
-	{ "max-requests", 'n', "N", "Run",
-	    "bound on attempts sent, all callers\n", NULL, opt_max_requests },
-	{ "timeout", 0, "MS", "Run", "per attempt (default 5000)\n", NULL,
-	    opt_timeout },
-	{ "drain", 0, "MS", "Run", "grace for in-flight at the end (2000)\n",
-	    NULL, opt_drain },
-	{ "seed", 0, "N", "Run", "reproducible draws\n", NULL, opt_seed },
-	{ "stats-file", 's', "FILE", "Output",
-	    "append one JSON line per second\n", NULL, opt_stats_file },
-	{ "json", 0, NULL, "Output", "final summary as JSON on stdout\n", NULL,
-	    opt_json },
-	{ "quiet", 'q', NULL, "Output", "no progress notes on stderr\n", NULL,
-	    opt_quiet },
-	{ "help", 'h', NULL, "Output", "this text\n", NULL, opt_help },
-	{ "version", 'V', NULL, "Output", "the version\n", NULL, opt_version },
+#define AT(f) offsetof(options, f)
+
+/* The options, in the sections --help lists them under. */
+static const allot__opt option_table[] = {
+	{ "target", 't', ALLOT__OPT_CALL, "URL",
+	    "a replica, e.g. https://127.0.0.1:9001\n"
+	    "(repeatable)\n",
+	    .set = opt_target, .section = "Targets" },
+	{ "targets-file", 0, ALLOT__OPT_CALL, "FILE",
+	    "one URL per line, '#' comments; re-read\n"
+	    "every second (replace it with rename)\n",
+	    .set = opt_targets_file, .section = "Targets" },
+	{ "ca", 0, ALLOT__OPT_CALL, "FILE",
+	    "CA certificate(s) to verify the service\n", .set = opt_ca,
+	    .section = "Targets" },
+	{ "no-verify-hostname", 0, ALLOT__OPT_FALSE, NULL,
+	    "verify the chain but not the name\n", .off = AT(verify_host),
+	    .section = "Targets" },
+	{ "caller", 'c', ALLOT__OPT_CALL, "SPEC",
+	    "key=value,... (repeatable), keys:\n", .set = opt_caller,
+	    .section = "Callers",
+	    .more =
+	        "        name=NAME          required, [A-Za-z0-9._-]\n"
+	        "        rate=R             required, requests/s (open loop)\n"
+	        "        cert=FILE,key=FILE client certificate (none: no "
+	        "cert)\n"
+	        "        mix=P:W;P:W        endpoint mix (default /lookup:1)\n"
+	        "        sticky=P           probability of the home replica "
+	        "(0)\n"
+	        "        concurrency=N      attempts in flight (and requests\n"
+	        "                           waiting to retry); arrivals over\n"
+	        "                           it are skipped, not queued (16)\n"
+	        "        retry=on|off       retry 429 and 503+Retry-After "
+	        "(on)\n"
+	        "        attempts=N         attempts per request, first one\n"
+	        "                           included (4)\n"
+	        "        budget=F           retries <= F of requests (0.1)\n"
+	        "        max_wait=MS        longest retry wait accepted "
+	        "(10000)\n"
+	        "        throttle=on|off    client-side adaptive throttling "
+	        "(off)\n"
+	        "        throttle_k=K       its multiplier (2)\n"
+	        "        header=NAME:VALUE  extra request header\n"
+	        "        start=S,end=S      active between these offsets\n" },
+	{ "duration", 'd', ALLOT__OPT_DOUBLE, "S", "how long",
+	    .off = AT(duration_s), .lo = 0.001, .hi = 86400, .section = "Run",
+	    .dflt = "10" },
+	{ "max-requests", 'n', ALLOT__OPT_U64, "N",
+	    "bound on attempts sent, all callers", .off = AT(max_requests),
+	    .min = 1, .max = UINT64_C(1) << 48, .section = "Run" },
+	{ "timeout", 0, ALLOT__OPT_U32, "MS", "per attempt",
+	    .off = AT(timeout_ms), .min = 1, .max = 600000, .section = "Run",
+	    .dflt = "5000" },
+	{ "drain", 0, ALLOT__OPT_U32, "MS", "grace for in-flight at the end",
+	    .off = AT(drain_ms), .max = 600000, .section = "Run",
+	    .dflt = "2000" },
+	{ "seed", 0, ALLOT__OPT_CALL, "N", "reproducible draws",
+	    .set = opt_seed, .section = "Run" },
+	{ "stats-file", 's', ALLOT__OPT_CALL, "FILE",
+	    "append one JSON line per second", .set = opt_stats_file,
+	    .section = "Output" },
+	{ "json", 0, ALLOT__OPT_TRUE, NULL, "final summary as JSON on stdout",
+	    .off = AT(json), .section = "Output" },
+	{ "quiet", 'q', ALLOT__OPT_TRUE, NULL, "no progress notes on stderr",
+	    .off = AT(quiet), .section = "Output" },
+	{ "help", 'h', ALLOT__OPT_HELP, NULL, "this text",
+	    .section = "Output" },
+	{ "version", 'V', ALLOT__OPT_CALL, NULL, "the version",
+	    .set = opt_version, .section = "Output" },
 };
 
-#define NOPTIONS (sizeof option_table / sizeof option_table[0])
-
 static void
-usage(FILE *f)
+usage(FILE *f, const allot__opts *t)
 {
-	const char *section = NULL;
-
 	fputs("Usage: " PROG " --target URL... --caller SPEC... [options]\n"
 	      "\n"
 	      "Drive the allot example service with many callers, each with\n"
@@ -283,29 +215,7 @@ usage(FILE *f)
 	      "attempt cap, retry budget). Only loopback targets are "
 	      "allowed.\n",
 	    f);
-	for (size_t i = 0; i < NOPTIONS; i++) {
-		const struct lg_option *o = &option_table[i];
-		char left[64];
-
-		if (section == NULL || strcmp(section, o->section) != 0)
-			fprintf(f, "\n%s:\n", o->section);
-		section = o->section;
-		snprintf(left, sizeof left, "%c%c%c --%s%s%s",
-		    o->short_name ? '-' : ' ',
-		    o->short_name ? o->short_name : ' ',
-		    o->short_name ? ',' : ' ', o->name, o->arg ? " " : "",
-		    o->arg ? o->arg : "");
-		/* The help's first line beside the option, the others
-		 * under it. */
-		for (const char *l = o->help; *l != '\0';) {
-			size_t n = strcspn(l, "\n");
-			fprintf(f, "  %-24s %.*s\n", l == o->help ? left : "",
-			    (int) n, l);
-			l += n + (l[n] == '\n');
-		}
-		if (o->more != NULL)
-			fputs(o->more, f);
-	}
+	allot__opts_print(f, t, NULL, 0);
 	fputs("\n"
 	      "SIGINT or SIGTERM ends the run early, with the summary; a "
 	      "second\n"
@@ -313,26 +223,14 @@ usage(FILE *f)
 	    f);
 }
 
-/* getopt_long's tables from `options`: a short form answers to its
- * letter, a long-only option to 256 + its row. */
-static void
-build_getopt(struct option *lo, char *shorts)
-{
-	for (size_t i = 0; i < NOPTIONS; i++) {
-		const struct lg_option *o = &option_table[i];
-
-		lo[i] = (struct option) { o->name,
-			o->arg ? required_argument : no_argument, NULL,
-			o->short_name ? o->short_name : 256 + (int) i };
-		if (o->short_name) {
-			*shorts++ = (char) o->short_name;
-			if (o->arg)
-				*shorts++ = ':';
-		}
-	}
-	lo[NOPTIONS] = (struct option) { NULL, 0, NULL, 0 };
-	*shorts = '\0';
-}
+static const allot__opts table = {
+	.prog = PROG,
+	.rows = option_table,
+	.n = sizeof option_table / sizeof option_table[0],
+	.style = ALLOT__OPTS_COLUMNS,
+	.col = 27,
+	.help = usage,
+};
 
 /* Check what the options said together, and give every caller a slot in
  * lg.callers. */
@@ -362,30 +260,13 @@ check_args(void)
 static void
 parse_args(int argc, char **argv)
 {
-	struct option lo[NOPTIONS + 1];
-	char shorts[2 * NOPTIONS + 1];
-	int ch;
-
-	build_getopt(lo, shorts);
 	lg.o.duration_s = 10;
 	lg.o.verify_host = true;
 	lg.o.timeout_ms = 5000;
 	lg.o.drain_ms = 2000;
-	while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
-		const struct lg_option *o = NULL;
-
-		for (size_t i = 0; i < NOPTIONS && o == NULL; i++)
-			if (ch == lo[i].val)
-				o = &option_table[i];
-		if (o == NULL) {
-			usage(stderr);
-			exit(1);
-		}
-		o->set(optarg);
-	}
-	if (optind < argc)
-		lg_fatal(
-		    "unexpected argument '%s' (see --help)", argv[optind]);
+	int rc = allot__opts_parse(&table, NULL, argc, argv, &lg.o);
+	if (rc != ALLOT__OPTS_OK)
+		exit(rc == ALLOT__OPTS_DONE ? 0 : 2);
 	check_args();
 }
 
