@@ -10,8 +10,6 @@
  * and prints them in order, the same output as one thread gives; the
  * table ends with the speed, in simulated seconds per real second.
  */
-#include <errno.h>
-#include <getopt.h>
 #include <stddef.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,65 +22,8 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "opts.h"
 #include "sim.h"
-
-static void
-usage(FILE *f)
-{
-	fputs(
-	    "usage: allot-sim [OPTION]...\n"
-	    "Simulate allot against the ideal global token bucket and the "
-	    "equal split.\n\n"
-	    "  -s, --scenario NAME   built-in scenario, or \"all\" (default "
-	    "uniform):\n"
-	    "                        uniform sticky skewed burst scaleup "
-	    "scaledown crash\n"
-	    "                        noisy overload outage;\n"
-	    "                        or a seeded family, or \"families\" for "
-	    "all of them:\n"
-	    "                        onoff fanout pareto ramp restart "
-	    "sizing\n"
-	    "      --trace FILE      arrival trace, CSV time_s,replica,caller,"
-	    "endpoint\n"
-	    "      --config FILE     quota file of the trace\n"
-	    "      --schedule SPEC   replica changes of the trace: TIME:+N "
-	    "(start N),\n"
-	    "                        TIME:-N (N leave), TIME:xN (N crash), "
-	    "comma separated\n"
-	    "  -T, --interval-ms T   sync interval, agents and coordinator "
-	    "(default 100)\n"
-	    "      --sweep           run for T = 50, 100, 250 and 1000 ms\n"
-	    "      --seed N          random seed (default 1)\n"
-	    "      --duration S      simulated seconds (default: the "
-	    "scenario's)\n"
-	    "      --latency-ms L    one-way latency (default 1)\n"
-	    "      --jitter-ms J     extra one-way latency, uniform (default "
-	    "0.5)\n"
-	    "      --loss P          probability a message is lost (default "
-	    "0)\n"
-	    "      --loan-frac F     allotd's --loan-frac (default: "
-	    "allotd's)\n"
-	    "  -j, --jobs N          runs at once (default: the CPUs, at most "
-	    "the runs);\n"
-	    "                        the output is the same for any N\n"
-	    "      --json            one JSON object per run\n"
-	    "      --no-keys         no per-quota rows in the table\n"
-	    "  -h, --help            this text\n"
-	    "docs/allocation.md defines every figure.\n",
-	    f);
-}
-
-static bool
-num_arg(const char *s, double lo, double hi, double *ret)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi))
-		return false;
-	*ret = v;
-	return true;
-}
 
 typedef struct opts {
 	const char *scenario;
@@ -263,86 +204,78 @@ run_jobs(const opts *o, bool summary, job *jobs, size_t n, unsigned nthreads,
 	return status;
 }
 
-/* How an option's argument is stored in `opts`. */
-typedef enum arg_kind {
-	ARG_STR, /* const char *: the argument itself */
-	ARG_SET, /* bool: set true */
-	ARG_CLEAR, /* bool: set false */
-	ARG_DOUBLE, /* double: a number in [lo, hi] */
-	ARG_U32, /* uint32_t: a number in [lo, hi], truncated */
-	ARG_U64, /* uint64_t: likewise */
-	ARG_UINT, /* unsigned: likewise */
-	ARG_HELP,
-} arg_kind;
-
-typedef struct optdef {
-	const char *name;
-	char short_name; /* '\0': long only */
-	arg_kind kind;
-	size_t off; /* of the field in opts */
-	double lo, hi;
-} optdef;
-
 #define AT(field) offsetof(opts, field)
 
-static const optdef optdefs[] = {
-	{ "scenario", 's', ARG_STR, AT(scenario), 0, 0 },
-	{ "trace", '\0', ARG_STR, AT(trace), 0, 0 },
-	{ "config", '\0', ARG_STR, AT(config), 0, 0 },
-	{ "schedule", '\0', ARG_STR, AT(schedule), 0, 0 },
-	{ "interval-ms", 'T', ARG_U32, AT(p.interval_ms), 1, 60000 },
-	{ "sweep", '\0', ARG_SET, AT(sweep), 0, 0 },
-	{ "seed", '\0', ARG_U64, AT(p.seed), 0, 1e18 },
-	{ "duration", '\0', ARG_DOUBLE, AT(duration), 0.1, 1e6 },
-	{ "latency-ms", '\0', ARG_DOUBLE, AT(p.latency_ms), 0, 10000 },
-	{ "jitter-ms", '\0', ARG_DOUBLE, AT(p.latency_jitter_ms), 0, 10000 },
-	{ "loss", '\0', ARG_DOUBLE, AT(p.loss), 0, 1 },
-	{ "loan-frac", '\0', ARG_DOUBLE, AT(p.loan_frac), 0, 1 },
-	{ "jobs", 'j', ARG_UINT, AT(jobs), 1, 1024 },
-	{ "json", '\0', ARG_SET, AT(json), 0, 0 },
-	{ "no-keys", '\0', ARG_CLEAR, AT(keys), 0, 0 },
-	{ "help", 'h', ARG_HELP, 0, 0, 0 },
+static void usage(FILE *f, const allot__opts *t);
+
+/* The options, in the order --help lists them. A new one is a row: its
+ * value goes to a field of `opts` by kind, or through a handler. */
+static const allot__opt rows[] = {
+	{ "scenario", 's', ALLOT__OPT_STR, "NAME",
+	    "built-in scenario, or \"all\" (default uniform):\n"
+	    "uniform sticky skewed burst scaleup scaledown crash\n"
+	    "noisy overload outage;\n"
+	    "or a seeded family, or \"families\" for all of them:\n"
+	    "onoff fanout pareto ramp restart sizing\n",
+	    .off = AT(scenario) },
+	{ "trace", 0, ALLOT__OPT_STR, "FILE",
+	    "arrival trace, CSV time_s,replica,caller,endpoint\n",
+	    .off = AT(trace) },
+	{ "config", 0, ALLOT__OPT_STR, "FILE", "quota file of the trace\n",
+	    .off = AT(config) },
+	{ "schedule", 0, ALLOT__OPT_STR, "SPEC",
+	    "replica changes of the trace: TIME:+N (start N),\n"
+	    "TIME:-N (N leave), TIME:xN (N crash), comma separated\n",
+	    .off = AT(schedule) },
+	{ "interval-ms", 'T', ALLOT__OPT_U32, "T",
+	    "sync interval, agents and coordinator", .off = AT(p.interval_ms),
+	    .min = 1, .max = 60000, .dflt = "100" },
+	{ "sweep", 0, ALLOT__OPT_TRUE, NULL,
+	    "run for T = 50, 100, 250 and 1000 ms\n", .off = AT(sweep) },
+	{ "seed", 0, ALLOT__OPT_U64, "N", "random seed", .off = AT(p.seed),
+	    .max = UINT64_C(1000000000000000000), .dflt = "1" },
+	{ "duration", 0, ALLOT__OPT_DOUBLE, "S", "simulated seconds",
+	    .off = AT(duration), .lo = 0.1, .hi = 1e6,
+	    .dflt = "the scenario's" },
+	{ "latency-ms", 0, ALLOT__OPT_DOUBLE, "L", "one-way latency",
+	    .off = AT(p.latency_ms), .lo = 0, .hi = 10000, .dflt = "1" },
+	{ "jitter-ms", 0, ALLOT__OPT_DOUBLE, "J",
+	    "extra one-way latency, uniform", .off = AT(p.latency_jitter_ms),
+	    .lo = 0, .hi = 10000, .dflt = "0.5" },
+	{ "loss", 0, ALLOT__OPT_DOUBLE, "P", "probability a message is lost",
+	    .off = AT(p.loss), .lo = 0, .hi = 1, .dflt = "0" },
+	{ "loan-frac", 0, ALLOT__OPT_DOUBLE, "F", "allotd's --loan-frac",
+	    .off = AT(p.loan_frac), .lo = 0, .hi = 1, .dflt = "allotd's" },
+	{ "jobs", 'j', ALLOT__OPT_UINT, "N",
+	    "runs at once (default: the CPUs, at most the runs);\n"
+	    "the output is the same for any N\n",
+	    .off = AT(jobs), .min = 1, .max = 1024 },
+	{ "json", 0, ALLOT__OPT_TRUE, NULL, "one JSON object per run\n",
+	    .off = AT(json) },
+	{ "no-keys", 0, ALLOT__OPT_FALSE, NULL,
+	    "no per-quota rows in the table\n", .off = AT(keys) },
+	{ "help", 'h', ALLOT__OPT_HELP, NULL, "this text\n",
+	    .cli_only = true },
 };
-#define NOPTS (sizeof optdefs / sizeof optdefs[0])
 
-/* What getopt_long returns for optdefs[i]: its short name, or a code
- * above any character for a long-only option. */
-static int
-opt_code(size_t i)
-{
-	return optdefs[i].short_name != '\0' ? optdefs[i].short_name :
-	                                       256 + (int) i;
-}
+static const allot__opts table = {
+	.prog = "allot-sim",
+	.rows = rows,
+	.n = sizeof rows / sizeof rows[0],
+	.style = ALLOT__OPTS_COLUMNS,
+	.col = 24,
+	.help = usage,
+};
 
-static bool
-takes_arg(arg_kind k)
+static void
+usage(FILE *f, const allot__opts *t)
 {
-	return k != ARG_SET && k != ARG_CLEAR && k != ARG_HELP;
-}
-
-/* Store `arg` as `d` says; false if it is out of range. */
-static bool
-opt_store(const optdef *d, const char *arg, opts *o)
-{
-	char *field = (char *) o + d->off;
-	double v;
-	switch (d->kind) {
-	case ARG_STR: *(const char **) field = arg; return true;
-	case ARG_SET: *(bool *) field = true; return true;
-	case ARG_CLEAR: *(bool *) field = false; return true;
-	case ARG_HELP: return true;
-	default: break;
-	}
-	if (!num_arg(arg, d->lo, d->hi, &v))
-		return false;
-	switch (d->kind) {
-	case ARG_DOUBLE: *(double *) field = v; break;
-	case ARG_U32: *(uint32_t *) field = (uint32_t) v; break;
-	case ARG_U64: *(uint64_t *) field = (uint64_t) v; break;
-	case ARG_UINT: *(unsigned *) field = (unsigned) v; break;
-	default: break;
-	}
-	return true;
+	fputs("usage: allot-sim [OPTION]...\n"
+	      "Simulate allot against the ideal global token bucket and the "
+	      "equal split.\n\n",
+	    f);
+	allot__opts_print(f, t, NULL, 0);
+	fputs("docs/allocation.md defines every figure.\n", f);
 }
 
 /* Fill `o` from the command line. False when the program should stop at
@@ -351,47 +284,18 @@ opt_store(const optdef *d, const char *arg, opts *o)
 static bool
 parse_args(int argc, char **argv, opts *o, int *ret_status)
 {
-	struct option lo[NOPTS + 1];
-	for (size_t i = 0; i < NOPTS; i++)
-		lo[i] = (struct option) { optdefs[i].name,
-			takes_arg(optdefs[i].kind) ? required_argument :
-			                             no_argument,
-			NULL, opt_code(i) };
-	lo[NOPTS] = (struct option) { NULL, 0, NULL, 0 };
 	*o = (opts) { .scenario = NULL, .keys = true };
 	sim_params_init(&o->p);
-	int c;
-	while ((c = getopt_long(argc, argv, "s:T:j:h", lo, NULL)) != -1) {
-		size_t i = 0;
-		while (i < NOPTS && opt_code(i) != c)
-			i++;
-		if (i == NOPTS) {
-			usage(stderr);
-			*ret_status = 2;
-			return false;
-		}
-		if (optdefs[i].kind == ARG_HELP) {
-			usage(stdout);
-			*ret_status = 0;
-			return false;
-		}
-		if (!opt_store(&optdefs[i], optarg, o))
-			goto bad;
-	}
-	if (optind != argc)
-		goto bad;
-	if (o->trace != NULL && o->config == NULL) {
-		fprintf(stderr, "allot-sim: --trace needs --config\n");
-		*ret_status = 2;
+	int rc = allot__opts_parse(&table, NULL, argc, argv, o);
+	if (rc == ALLOT__OPTS_OK && o->trace != NULL && o->config == NULL)
+		rc = allot__opts_error(&table, "--trace needs --config");
+	if (rc != ALLOT__OPTS_OK) {
+		*ret_status = rc == ALLOT__OPTS_DONE ? 0 : 2;
 		return false;
 	}
 	if (o->trace == NULL && o->scenario == NULL)
 		o->scenario = "uniform";
 	return true;
-bad:
-	fprintf(stderr, "allot-sim: bad argument (see --help)\n");
-	*ret_status = 2;
-	return false;
 }
 
 static const uint32_t sweep_ms[] = { 50, 100, 250, 1000 };
