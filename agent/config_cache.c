@@ -16,106 +16,49 @@
  * the header (a file cut short or edited by hand is not) and the view of
  * the agent's service can be taken. Anything else is logged and the
  * bootstrap config stands: the cache can make start-up better, never
- * make it fail.
+ * make it fail. The file is written and read by common/file.c: replaced
+ * atomically, never through a symbolic link, and read only when it is a
+ * regular file of at most CACHE_MAX bytes (a FIFO there cannot hold up
+ * allot_agent_create()).
  */
 #include "config_cache.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <sys/uio.h>
 
 #include "config.h"
+#include "file.h"
 
 #define HEADER "# allot-config-cache v1 digest="
 /* The largest cache read back: what allotd sends at most, with room. */
 #define CACHE_MAX (4u << 20)
 
-static int
-write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t) n;
-	}
-	return 0;
-}
-
 int
 allot__config_cache_write(const char *path, const char *coordinator,
     uint64_t digest, const void *text, size_t len, allot__logger *lg)
 {
-	char tmp[4096];
 	char head[512];
+	char err[600];
 	int hl = snprintf(head, sizeof head,
 	    HEADER "%016" PRIx64 " coordinator=%.400s\n", digest,
 	    coordinator != NULL ? coordinator : "");
-	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long) getpid()) >=
-	        (int) sizeof tmp ||
-	    hl < 0 || hl >= (int) sizeof head) {
-		allot__log(lg, ALLOT_LOG_WARNING, "ALLOT-CONFIG-CACHE",
-		    "cannot cache the config at %.200s: path too long", path);
-		return ALLOT_EIO;
-	}
 	/* Coordinator addresses never hold a newline (they are nng URLs);
 	 * one that did would end the header early and fail the check. */
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	int err = fd < 0 ? errno : 0;
-	if (fd >= 0) {
-		if (fchmod(fd, 0600) != 0 ||
-		    write_all(fd, head, (size_t) hl) != 0 ||
-		    write_all(fd, text, len) != 0 || fsync(fd) != 0)
-			err = errno != 0 ? errno : EIO;
-		if (close(fd) != 0 && err == 0)
-			err = errno;
-	}
-	if (err == 0 && rename(tmp, path) != 0)
-		err = errno;
-	if (err != 0) {
-		if (fd >= 0)
-			unlink(tmp);
-		allot__log(lg, ALLOT_LOG_WARNING, "ALLOT-CONFIG-CACHE",
-		    "cannot cache the config (digest %016" PRIx64 ") at %s: "
-		    "%s; a restart while the coordinator is down runs the "
-		    "bootstrap config",
-		    digest, path, strerror(err));
-		return ALLOT_EIO;
-	}
-	return ALLOT_OK;
-}
-
-/* The whole file, NUL-terminated; NULL with `why` set. */
-static char *
-read_cache(const char *path, size_t *ret_len, const char **why)
-{
-	FILE *f = fopen(path, "rb");
-	if (f == NULL) {
-		*why = errno == ENOENT ? NULL : strerror(errno);
-		return NULL;
-	}
-	char *buf = malloc(CACHE_MAX + 1);
-	size_t n = buf != NULL ? fread(buf, 1, CACHE_MAX + 1, f) : 0;
-	bool bad = buf == NULL || ferror(f) || n > CACHE_MAX;
-	fclose(f);
-	if (bad) {
-		*why = buf == NULL ? "out of memory" :
-		                     "unreadable or too large";
-		free(buf);
-		return NULL;
-	}
-	buf[n] = '\0';
-	*ret_len = n;
-	return buf;
+	struct iovec iov[2] = { { head, (size_t) hl },
+		{ (void *) text, len } };
+	if (hl < 0 || hl >= (int) sizeof head)
+		snprintf(err, sizeof err, "the header is too long");
+	else if (allot__file_replace(path, iov, 2, 0600, 0, err, sizeof err) ==
+	    ALLOT_OK)
+		return ALLOT_OK;
+	allot__log(lg, ALLOT_LOG_WARNING, "ALLOT-CONFIG-CACHE",
+	    "cannot cache the config (digest %016" PRIx64 "): %s; a restart "
+	    "while the coordinator is down runs the bootstrap config",
+	    digest, err);
+	return ALLOT_EIO;
 }
 
 /* The config in the cache, checked against its header; NULL with `why`
@@ -172,18 +115,22 @@ allot__config_cache_load(const allot_agent_options *o,
 	const char *path = o->config_cache_file;
 	const char *why = NULL;
 	size_t len = 0;
-	char *buf = read_cache(path, &len, &why);
-	if (buf == NULL) {
-		if (why != NULL)
-			allot__log(lg, ALLOT_LOG_WARNING, "ALLOT-CONFIG-CACHE",
-			    "cannot read the config cache %s: %s; running the "
-			    "bootstrap config (digest %016" PRIx64 ")",
-			    path, why, boot->digest);
-		else
-			allot__log(lg, ALLOT_LOG_INFO, "ALLOT-CONFIG-CACHE",
-			    "no config cache at %s yet; running the bootstrap "
-			    "config (digest %016" PRIx64 ")",
-			    path, boot->digest);
+	char *buf = NULL;
+	char rerr[600];
+	int rc = allot__file_read(
+	    path, CACHE_MAX, rerr, sizeof rerr, &buf, &len);
+	if (rc == ALLOT_ENOENT) {
+		allot__log(lg, ALLOT_LOG_INFO, "ALLOT-CONFIG-CACHE",
+		    "no config cache at %s yet; running the bootstrap config "
+		    "(digest %016" PRIx64 ")",
+		    path, boot->digest);
+		return;
+	}
+	if (rc != ALLOT_OK) {
+		allot__log(lg, ALLOT_LOG_WARNING, "ALLOT-CONFIG-CACHE",
+		    "cannot read the config cache: %s; running the bootstrap "
+		    "config (digest %016" PRIx64 ")",
+		    rerr, boot->digest);
 		return;
 	}
 	char err[512];

@@ -16,8 +16,9 @@
 #include "log.h"
 
 /* Write `text` (len bytes, a coordinator's quota file whose digest is
- * `digest`) to `path` atomically: a temporary file beside it, fsync,
- * rename, mode 0600. The file starts with one comment line naming the
+ * `digest`) to `path` atomically, mode 0600 (common/file.h: a temporary
+ * file beside it, fsync, rename, fsync of the directory; never through
+ * a symbolic link). The file starts with one comment line naming the
  * coordinator and the digest. ALLOT_OK or ALLOT_EIO (logged). */
 int allot__config_cache_write(const char *path, const char *coordinator,
     uint64_t digest, const void *text, size_t len, allot__logger *lg);
