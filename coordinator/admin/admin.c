@@ -14,10 +14,8 @@
 #include "admin.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
 #include <pwd.h>
@@ -34,6 +32,7 @@
 #include <microhttpd.h>
 
 #include "buf.h"
+#include "file.h"
 
 /* How long a handler waits for the loop thread to take its job: the loop
  * runs nothing long, so only a stuck allotd gets near it. */
@@ -884,49 +883,13 @@ int
 allot__admin_write_file(
     const char *path, const char *text, size_t len, char *err, size_t errlen)
 {
-	/* Beside the real file: a symbolic link keeps pointing at it. */
+	/* The operator's --config may be a symbolic link (to a file a
+	 * deploy manages): the file it points at is replaced, beside
+	 * itself, and the link keeps pointing at it. */
 	char real[PATH_MAX];
 	if (realpath(path, real) == NULL)
 		snprintf(real, sizeof real, "%s", path);
-	char tmp[PATH_MAX + 32], dir[PATH_MAX];
-	snprintf(tmp, sizeof tmp, "%s.apply-XXXXXX", real);
-	snprintf(dir, sizeof dir, "%s", real);
-	const char *dname = dirname(dir);
-	int fd = mkstemp(tmp);
-	if (fd < 0) {
-		snprintf(err, errlen, "cannot write beside %s: %s", real,
-		    strerror(errno));
-		return ALLOT_EIO;
-	}
-	struct stat st;
-	mode_t mode = stat(real, &st) == 0 ? (st.st_mode & 07777) : 0644;
-	bool ok = fchmod(fd, mode) == 0;
-	for (size_t off = 0; ok && off < len;) {
-		ssize_t n = write(fd, text + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		ok = n > 0;
-		if (ok)
-			off += (size_t) n;
-	}
-	ok = ok && fsync(fd) == 0;
-	int saved = errno;
-	ok = close(fd) == 0 && ok;
-	if (ok && rename(tmp, real) != 0) {
-		saved = errno;
-		ok = false;
-	}
-	if (!ok) {
-		unlink(tmp);
-		snprintf(err, errlen, "cannot write %s: %s", real,
-		    strerror(saved != 0 ? saved : EIO));
-		return ALLOT_EIO;
-	}
-	/* The rename itself is durable once the directory is. */
-	int dfd = open(dname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		(void) fsync(dfd);
-		close(dfd);
-	}
-	return ALLOT_OK;
+	struct iovec iov = { (void *) text, len };
+	return allot__file_replace(
+	    real, &iov, 1, 0644, ALLOT__FILE_KEEP_MODE, err, errlen);
 }

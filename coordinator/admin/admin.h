@@ -117,11 +117,13 @@ int allot__admin_start(
  * thread, not from the run function. */
 void allot__admin_stop(allot__admin *a);
 
-/* Write `len` bytes of `text` over `path` atomically: a temporary file
- * beside it, fsync, rename, fsync of the directory, so that the file is
- * the old one or the new one after any crash, and a restart loads what
- * was applied. The mode of the old file is kept. ALLOT_OK, or ALLOT_EIO
- * with `err` saying why (and `path` unchanged). */
+/* Write `len` bytes of `text` over the quota file `path` atomically
+ * (common/file.h: a temporary file beside it, fsync, rename, fsync of
+ * the directory), so that the file is the old one or the new one after
+ * any crash, and a restart loads what was applied. When `path` is a
+ * symbolic link, the file it names is replaced and the link kept. The
+ * mode of the old file is kept. ALLOT_OK, or ALLOT_EIO with `err` saying
+ * why (and the file unchanged). */
 int allot__admin_write_file(
     const char *path, const char *text, size_t len, char *err, size_t errlen);
 
