@@ -7,17 +7,18 @@ file's room is its subfolder, and the rooms are ordered:
 
     coordinator/*.c (allotd: the wiring)
       admin/   net/          the admin API, the listeners
-        dispatch/            decode, budgets, identity proofs
-          consensus/         the Raft cluster
-            state/           sessions, demand, allocation, grants
-              store/         the SQLite audit store
+        web/                 what the two HTTP servers share
+          dispatch/          decode, budgets, identity proofs
+            consensus/       the Raft cluster
+              state/         sessions, demand, allocation, grants
+                store/       the SQLite audit store
 
 A room may include its own headers and those of any room below it;
 common/ includes only itself and the public headers; agent/ and
 coordinator/ never include each other; sidecar/, examples/ and tools/
 use the public headers (and tools/, common/; sidecar/, common/'s
-option parser alone). sim/, bench/ and tests/
-drive the internals on purpose and are not checked.
+option parser alone). sim/, bench/ and tests/ drive the internals on
+purpose and are not checked.
 
     check-layers.py SOURCE_ROOT                 check the tree
     check-layers.py SOURCE_ROOT --self-test     also check that an
@@ -30,7 +31,7 @@ import re
 import sys
 
 ROOMS = {  # coordinator's rooms, higher calls lower
-    "": 6, "admin": 5, "net": 5, "dispatch": 4, "consensus": 3,
+    "": 7, "admin": 6, "net": 6, "web": 5, "dispatch": 4, "consensus": 3,
     "state": 2, "store": 1,
 }
 # What each part may include besides itself and include/ (the public
@@ -132,6 +133,7 @@ def main():
             ("coordinator/store/store.c", "consensus/consensus_entry.h"),
             ("coordinator/state/state.c", "net/server.h"),
             ("coordinator/net/http.c", "admin/admin.h"),
+            ("coordinator/web/reply.c", "net/http.h"),
             ("common/config.c", "agent_int.h"),
             ("agent/agent.c", "state/state.h"),
             ("sidecar/rls.c", "config.h"),

@@ -19,7 +19,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +32,7 @@
 
 #include "buf.h"
 #include "file.h"
+#include "web/reply.h"
 
 /* How long a handler waits for the loop thread to take its job: the loop
  * runs nothing long, so only a stuck allotd gets near it. */
@@ -146,50 +146,6 @@ submit(allot__admin *a, allot__admin_job *job)
 
 /* ---- answers ---- */
 
-static enum MHD_Result
-respond(struct MHD_Connection *c, unsigned status, const char *type,
-    const char *body, size_t len)
-{
-	struct MHD_Response *r = MHD_create_response_from_buffer(
-	    len, (void *) body, MHD_RESPMEM_MUST_COPY);
-	if (r == NULL)
-		return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	enum MHD_Result ret = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-static enum MHD_Result respond_err(struct MHD_Connection *c, unsigned status,
-    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* An error is one line of text, which allotctl prints as it is. */
-static enum MHD_Result
-respond_err(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
-{
-	char msg[1536];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(msg, sizeof msg - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	size_t len = strlen(msg);
-	msg[len++] = '\n';
-	return respond(c, status, "text/plain; charset=utf-8", msg, len);
-}
-
-static enum MHD_Result
-respond_buf(struct MHD_Connection *c, allot__buf *b)
-{
-	enum MHD_Result ret = b->oom ?
-	    respond_err(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory") :
-	    respond(c, MHD_HTTP_OK, "application/json", b->p, b->len);
-	allot__buf_free(b);
-	return ret;
-}
-
 static void
 put_hex(allot__buf *b, const char *key, uint64_t v)
 {
@@ -285,7 +241,7 @@ file_name(struct MHD_Connection *c, enum MHD_Result *ret)
 	if (f == NULL || f[0] == '\0')
 		return "(request body)";
 	if (!printable(f, NAME_MAX_LEN)) {
-		*ret = respond_err(c, MHD_HTTP_BAD_REQUEST,
+		*ret = allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 		    "file: at most %u printable bytes", NAME_MAX_LEN);
 		return NULL;
 	}
@@ -304,7 +260,7 @@ parse_body(struct MHD_Connection *c, struct req *r, const char *name,
 	if (rc == ALLOT_OK)
 		return cfg;
 	/* The loader's "FILE:LINE:COL: ..." with the client's file name. */
-	*ret = respond_err(c,
+	*ret = allot__web_text(c,
 	    rc == ALLOT_ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR :
 	                         MHD_HTTP_UNPROCESSABLE_CONTENT,
 	    "%s", err[0] != '\0' ? err : allot_strerror(rc));
@@ -320,12 +276,13 @@ get_current(allot__admin *a, struct MHD_Connection *c, allot__admin_job *job,
 	memset(job, 0, sizeof *job);
 	job->op = ALLOT__ADMIN_GET;
 	if (!submit(a, job)) {
-		*ret = respond_err(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		*ret = allot__web_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "allotd is stopping or busy; try again");
 		return false;
 	}
 	if (job->status != MHD_HTTP_OK) {
-		*ret = respond_err(c, (unsigned) job->status, "%s", job->msg);
+		*ret = allot__web_text(
+		    c, (unsigned) job->status, "%s", job->msg);
 		free(job->path);
 		free(job->text_out);
 		return false;
@@ -350,7 +307,7 @@ get_config(allot__admin *a, struct MHD_Connection *c)
 	allot__buf_puts(&b, "}\n");
 	free(job.path);
 	free(job.text_out);
-	return respond_buf(c, &b);
+	return allot__web_buf(c, "application/json", &b);
 }
 
 static enum MHD_Result
@@ -376,7 +333,7 @@ post_diff(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	if (rc == ALLOT_OK)
 		rc = allot__config_diff_compute(cur, cfg, &d);
 	if (rc != ALLOT_OK) {
-		ret = respond_err(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+		ret = allot__web_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 		    "cannot diff against the config in force: %s",
 		    err[0] != '\0' ? err : allot_strerror(rc));
 	} else {
@@ -392,7 +349,7 @@ post_diff(allot__admin *a, struct MHD_Connection *c, struct req *r)
 		    cfg->digest == job.digest ? "true" : "false");
 		put_diff(&b, &d);
 		allot__buf_puts(&b, "}\n");
-		ret = respond_buf(c, &b);
+		ret = allot__web_buf(c, "application/json", &b);
 	}
 	allot__config_diff_free(&d);
 	allot_config_free(cur);
@@ -411,18 +368,18 @@ apply_args(struct MHD_Connection *c, allot__state_who *w,
 	const char *as = arg(c, "as");
 	const char *expect = arg(c, "expect");
 	if (reason == NULL || reason[strspn(reason, " ")] == '\0') {
-		*ret = respond_err(c, MHD_HTTP_BAD_REQUEST,
+		*ret = allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 		    "a reason is required (allotctl apply --reason TEXT)");
 		return false;
 	}
 	if (!printable(reason, ALLOT__ADMIN_REASON_MAX)) {
-		*ret = respond_err(c, MHD_HTTP_BAD_REQUEST,
+		*ret = allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 		    "reason: at most %u printable bytes, one line",
 		    ALLOT__ADMIN_REASON_MAX);
 		return false;
 	}
 	if (as != NULL && (as[0] == '\0' || !printable(as, NAME_MAX_LEN))) {
-		*ret = respond_err(c, MHD_HTTP_BAD_REQUEST,
+		*ret = allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 		    "as: a name of 1 to %u printable bytes", NAME_MAX_LEN);
 		return false;
 	}
@@ -433,7 +390,7 @@ apply_args(struct MHD_Connection *c, allot__state_who *w,
 		size_t n = strlen(expect);
 		if (n == 0 || n > 16 || *end != '\0' || errno != 0 ||
 		    strspn(expect, "0123456789abcdefABCDEF") != n) {
-			*ret = respond_err(c, MHD_HTTP_BAD_REQUEST,
+			*ret = allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 			    "expect: the digest of the config in force, 16 "
 			    "hex digits, not \"%.32s\"",
 			    expect);
@@ -453,7 +410,7 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	enum MHD_Result ret = MHD_NO;
 	char who[256];
 	if (!peer_user(c, who, sizeof who))
-		return respond_err(c, MHD_HTTP_FORBIDDEN,
+		return allot__web_text(c, MHD_HTTP_FORBIDDEN,
 		    "the kernel did not name this connection's user "
 		    "(SO_PEERCRED): refused");
 	const char *name = file_name(c, &ret);
@@ -474,13 +431,14 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	job.who = &w;
 	if (!submit(a, &job)) {
 		allot_config_free(job.cfg);
-		return respond_err(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		return allot__web_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "allotd is stopping or busy; nothing was applied");
 	}
 	allot_config_free(job.cfg); /* NULL when the run took it */
 	if (job.status != MHD_HTTP_OK) {
 		allot__config_diff_free(&job.diff);
-		return respond_err(c, (unsigned) job.status, "%s", job.msg);
+		return allot__web_text(
+		    c, (unsigned) job.status, "%s", job.msg);
 	}
 	allot__buf b = { 0 };
 	allot__buf_puts(&b, "{\"file\":");
@@ -503,7 +461,7 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	    "%s applied %s (reason: %s): epoch %" PRIu64 " -> %" PRIu64
 	    ", digest %016" PRIx64,
 	    who, name, w.reason, job.prev_epoch, job.epoch, job.digest);
-	return respond_buf(c, &b);
+	return allot__web_buf(c, "application/json", &b);
 }
 
 static uint64_t
@@ -577,7 +535,7 @@ members(allot__admin *a, struct MHD_Connection *c, const char *url)
 		errno = 0;
 		unsigned long long v = id != NULL ? strtoull(id, &end, 10) : 0;
 		if (id == NULL || *end != '\0' || errno != 0 || v == 0)
-			return respond_err(c, MHD_HTTP_BAD_REQUEST,
+			return allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 			    "id: a member id, an integer > 0");
 		job.member_id = (uint64_t) v;
 		job.member_raft = MHD_lookup_connection_value(
@@ -586,7 +544,7 @@ members(allot__admin *a, struct MHD_Connection *c, const char *url)
 		    c, MHD_GET_ARGUMENT_KIND, "url");
 		if (job.op == ALLOT__ADMIN_MEMBER_ADD &&
 		    (job.member_raft == NULL || job.member_url == NULL))
-			return respond_err(c, MHD_HTTP_BAD_REQUEST,
+			return allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 			    "add needs raft=HOST:PORT and url=AGENT_URL");
 		const char *w = MHD_lookup_connection_value(
 		    c, MHD_GET_ARGUMENT_KIND, "wait_ms");
@@ -595,20 +553,21 @@ members(allot__admin *a, struct MHD_Connection *c, const char *url)
 		v = w != NULL ? strtoull(w, &end, 10) : LEAVE_WAIT_MS;
 		if (w != NULL &&
 		    (*end != '\0' || errno != 0 || v > LEAVE_WAIT_MAX_MS))
-			return respond_err(c, MHD_HTTP_BAD_REQUEST,
+			return allot__web_text(c, MHD_HTTP_BAD_REQUEST,
 			    "wait_ms: how long a removal may take, 0 to %u",
 			    LEAVE_WAIT_MAX_MS);
 		wait_ms = v;
 	}
 	if (!submit(a, &job))
-		return respond_err(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		return allot__web_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "allotd is stopping or busy; try again");
 	if (job.status == MHD_HTTP_OK &&
 	    job.op == ALLOT__ADMIN_MEMBER_REMOVE && wait_ms > 0)
 		(void) wait_left(a, &job, wait_ms, &waited);
 	if (job.status != MHD_HTTP_OK) {
 		free(job.text_out);
-		return respond_err(c, (unsigned) job.status, "%s", job.msg);
+		return allot__web_text(
+		    c, (unsigned) job.status, "%s", job.msg);
 	}
 	allot__buf b = { 0 };
 	const char *list = job.text_out != NULL ? job.text_out : "{}";
@@ -623,7 +582,7 @@ members(allot__admin *a, struct MHD_Connection *c, const char *url)
 	allot__buf_puts(&b, list);
 	allot__buf_puts(&b, "\n");
 	free(job.text_out);
-	return respond_buf(c, &b);
+	return allot__web_buf(c, "application/json", &b);
 }
 
 static enum MHD_Result
@@ -637,30 +596,30 @@ route(allot__admin *a, struct MHD_Connection *c, const char *url,
 	bool is_apply = strcmp(url, "/config/apply") == 0;
 	if (strcmp(url, "/members") == 0) {
 		if (!get)
-			return respond_err(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+			return allot__web_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 			    "/members: GET only");
 		return members(a, c, url);
 	}
 	if (strcmp(url, "/members/add") == 0 ||
 	    strcmp(url, "/members/remove") == 0) {
 		if (!post)
-			return respond_err(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+			return allot__web_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 			    "%s: POST only", url);
 		return members(a, c, url);
 	}
 	if (!is_cfg && !is_diff && !is_apply)
-		return respond_err(c, MHD_HTTP_NOT_FOUND,
+		return allot__web_text(c, MHD_HTTP_NOT_FOUND,
 		    "no such endpoint: GET /config, POST /config/diff, "
 		    "POST /config/apply, GET /members, POST /members/add, "
 		    "POST /members/remove");
 	if (is_cfg && !get)
-		return respond_err(
+		return allot__web_text(
 		    c, MHD_HTTP_METHOD_NOT_ALLOWED, "/config: GET only");
 	if (!is_cfg && !post)
-		return respond_err(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+		return allot__web_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
 		    "%s: POST only, with the quota file as the body", url);
 	if (r->too_big)
-		return respond_err(c, MHD_HTTP_CONTENT_TOO_LARGE,
+		return allot__web_text(c, MHD_HTTP_CONTENT_TOO_LARGE,
 		    "the body is larger than %u bytes", ALLOT__ADMIN_BODY_MAX);
 	if (is_cfg)
 		return get_config(a, c);

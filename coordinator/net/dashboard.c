@@ -20,9 +20,7 @@
 	"img-src 'self' data:; base-uri 'none'; form-action 'none'; " \
 	"frame-ancestors 'none'"
 
-const allot__dashboard_header allot__dashboard_headers[] = {
-	{ "Content-Type", "text/html; charset=utf-8" },
-	{ "Cache-Control", "no-store" },
+const allot__web_header allot__dashboard_headers[] = {
 	{ "Content-Security-Policy", CSP },
 	{ "X-Content-Type-Options", "nosniff" },
 	{ "Referrer-Policy", "no-referrer" },

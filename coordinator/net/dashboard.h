@@ -11,15 +11,15 @@
 
 #include <stddef.h>
 
-typedef struct allot__dashboard_header {
-	const char *name;
-	const char *value;
-} allot__dashboard_header;
+#include "web/reply.h"
 
-/* The response headers of the page, ending with { NULL, NULL }: its
- * type, no caching, and a Content-Security-Policy that lets it reach only
- * its own origin (no scripts, styles, fonts or images from anywhere). */
-extern const allot__dashboard_header allot__dashboard_headers[];
+/* The page's type; it is served, as every answer, not to be cached. */
+#define ALLOT__DASHBOARD_TYPE "text/html; charset=utf-8"
+
+/* The page's other response headers, ending with { NULL, NULL }: a
+ * Content-Security-Policy that lets it reach only its own origin (no
+ * scripts, styles, fonts or images from anywhere). */
+extern const allot__web_header allot__dashboard_headers[];
 
 /* The embedded page: its bytes (not NUL-terminated) and length. */
 const unsigned char *allot__dashboard_page(size_t *ret_len);

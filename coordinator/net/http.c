@@ -18,6 +18,7 @@
 #include "http.h"
 #include "consensus/cluster.h"
 #include "dashboard.h"
+#include "web/reply.h"
 
 #include <netdb.h>
 #include <stdatomic.h>
@@ -50,46 +51,6 @@ allot__http_limits_init(allot__http_limits *l)
 	l->idle_timeout_s = ALLOT__HTTP_IDLE_TIMEOUT_S;
 }
 
-/* ---- responses ---- */
-
-/* Queue `body` (taken over when `owned`: freed by libmicrohttpd). */
-static enum MHD_Result
-respond(struct MHD_Connection *c, unsigned status, const char *type,
-    const char *body, size_t len, bool owned)
-{
-	struct MHD_Response *r = MHD_create_response_from_buffer(len,
-	    (void *) body,
-	    owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-	if (r == NULL) {
-		if (owned)
-			free((void *) body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	enum MHD_Result rv = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return rv;
-}
-
-static enum MHD_Result
-respond_text(struct MHD_Connection *c, unsigned status, const char *text)
-{
-	return respond(
-	    c, status, "text/plain; charset=utf-8", text, strlen(text), false);
-}
-
-static enum MHD_Result
-respond_buf(struct MHD_Connection *c, const char *type, allot__buf *b)
-{
-	if (b->oom) {
-		allot__buf_free(b);
-		return respond_text(
-		    c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
-	}
-	return respond(c, MHD_HTTP_OK, type, b->p, b->len, true);
-}
-
 /* ---- endpoints ---- */
 
 static enum MHD_Result
@@ -100,7 +61,8 @@ on_metrics(allot__http *h, struct MHD_Connection *c)
 	allot__state_render_metrics(h->state, &b);
 	if (h->cluster != NULL)
 		allot__cluster_render_metrics(h->cluster, &b);
-	return respond_buf(c, "text/plain; version=0.0.4; charset=utf-8", &b);
+	return allot__web_buf(
+	    c, "text/plain; version=0.0.4; charset=utf-8", &b);
 }
 
 static enum MHD_Result
@@ -118,7 +80,7 @@ on_status(allot__http *h, struct MHD_Connection *c)
 		allot__cluster_render_status(h->cluster, &b);
 		allot__buf_puts(&b, "}\n");
 	}
-	return respond_buf(c, "application/json", &b);
+	return allot__web_buf(c, "application/json", &b);
 }
 
 static enum MHD_Result
@@ -126,16 +88,8 @@ on_dashboard(struct MHD_Connection *c)
 {
 	size_t len;
 	const unsigned char *page = allot__dashboard_page(&len);
-	struct MHD_Response *r = MHD_create_response_from_buffer(
-	    len, (void *) page, MHD_RESPMEM_PERSISTENT);
-	if (r == NULL)
-		return MHD_NO;
-	for (const allot__dashboard_header *hd = allot__dashboard_headers;
-	     hd->name != NULL; hd++)
-		MHD_add_response_header(r, hd->name, hd->value);
-	enum MHD_Result rv = MHD_queue_response(c, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
-	return rv;
+	return allot__web_reply(c, MHD_HTTP_OK, ALLOT__DASHBOARD_TYPE,
+	    allot__dashboard_headers, page, len, ALLOT__WEB_STATIC);
 }
 
 static enum MHD_Result
@@ -148,8 +102,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
 	(void) upload_data;
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
 	    strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-		return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-		    "only GET and HEAD are served here\n");
+		return allot__web_text(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+		    "only GET and HEAD are served here");
 	/* A GET with a body: answer once it has been read (and ignored). */
 	if (*req_cls == NULL) {
 		*req_cls = h;
@@ -163,16 +117,16 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
 	}
 	if (strcmp(url, "/healthz") == 0)
 		return atomic_load(&h->draining) ?
-		    respond_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-		        "allotd is shutting down\n") :
-		    respond_text(c, MHD_HTTP_OK, "ok\n");
+		    allot__web_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		        "allotd is shutting down") :
+		    allot__web_text(c, MHD_HTTP_OK, "ok");
 	if (strcmp(url, "/metrics") == 0)
 		return on_metrics(h, c);
 	if (strcmp(url, "/status") == 0)
 		return on_status(h, c);
 	if (strcmp(url, "/") == 0)
 		return on_dashboard(c);
-	return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n");
+	return allot__web_text(c, MHD_HTTP_NOT_FOUND, "not found");
 }
 
 /* ---- connection accounting ---- */
