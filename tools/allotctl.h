@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include <allot/allot.h>
+#include <curl/curl.h>
 #include <json-c/json.h>
 
 #include "opts.h"
@@ -199,16 +200,34 @@ const char *ctl_jstr(json_object *o, const char *key);
 double ctl_jnum(json_object *o, const char *key);
 double ctl_jnum0(json_object *o, const char *key);
 
-/* An HTTP answer being received through curl, at most `max` bytes
- * (allotctl_http.c): CURLOPT_WRITEFUNCTION ctl_answer_data,
- * CURLOPT_WRITEDATA the ctl_answer. */
-typedef struct ctl_answer {
-	char *buf;
+/* One HTTP exchange with allotd (allotctl_http.c), over TCP or the
+ * admin socket: what to send, and what came back. */
+typedef struct ctl_request {
+	const char *url;
+	const char *unix_socket; /* NULL: TCP to the URL's host */
+	long http_version; /* CURL_HTTP_VERSION_1_0 or _1_1 */
+	const char *body; /* NULL: a GET; else a POST of `len` bytes */
 	size_t len;
-	size_t max;
-	bool too_large;
-} ctl_answer;
-size_t ctl_answer_data(char *data, size_t size, size_t n, void *ud);
+	const char *content_type; /* the body's */
+	int timeout_ms;
+	size_t max; /* the largest answer taken */
+	/* Out. */
+	CURLcode code;
+	long status; /* the HTTP status, when `code` is CURLE_OK */
+	long oserr; /* the errno of a failed connection, or 0 */
+	bool connected; /* a connection was made */
+	bool too_large; /* the answer was over `max` (CURLE_WRITE_ERROR) */
+	char *answer; /* NUL-terminated, never NULL: the caller's */
+	size_t answer_len;
+} ctl_request;
+
+/* Run `rq` on a libcurl handle set up the one way allotctl speaks to
+ * allotd: its user agent, no proxy from the environment, no redirects,
+ * http only, no signals, the timeout. Returns rq->code. */
+CURLcode ctl_request_run(ctl_request *rq);
+
+/* `s` URL-escaped (the caller's to free). */
+char *ctl_escape(const char *s);
 
 /* One request to allotd's admin socket (c->admin; allotctl_apply.c):
  * `path` with the arguments that are not NULL URL-escaped onto it, a

@@ -32,16 +32,14 @@
 
 /* "&name=value" URL-escaped onto `url` (the caller's, reallocated). */
 static char *
-add_arg(CURL *e, char *url, const char *name, const char *value)
+add_arg(char *url, const char *name, const char *value)
 {
 	if (value == NULL)
 		return url;
-	char *v = curl_easy_escape(e, value, 0);
-	if (v == NULL)
-		ctl_die_oom();
+	char *v = ctl_escape(value);
 	char *n = ctl_asprintf(
 	    "%s%s%s=%s", url, strchr(url, '?') ? "&" : "?", name, v);
-	curl_free(v);
+	free(v);
 	free(url);
 	return n;
 }
@@ -49,49 +47,24 @@ add_arg(CURL *e, char *url, const char *name, const char *value)
 int
 ctl_admin_call(const ctl *c, ctl_admin_exchange *x)
 {
-	CURL *e = curl_easy_init();
-	if (e == NULL)
-		ctl_die_oom();
 	char *url = ctl_asprintf("http://allotd%s", x->path);
-	url = add_arg(e, url, "file", x->file);
-	url = add_arg(e, url, "reason", x->reason);
-	url = add_arg(e, url, "as", x->as);
-	url = add_arg(e, url, "expect", x->expect);
-	ctl_answer a = { .max = ADMIN_MAX_ANSWER };
-	curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, c->admin);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-	curl_easy_setopt(
-	    e, CURLOPT_USERAGENT, "allotctl/" ALLOT_VERSION_STRING);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_PROXY, "");
-	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->timeout_ms);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, ctl_answer_data);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
-	struct curl_slist *hdr = NULL;
-	if (x->body != NULL) {
-		/* No "Expect: 100-continue" round trip: allotd reads it all.
-		 */
-		hdr = curl_slist_append(hdr, "Expect:");
-		hdr = curl_slist_append(hdr, "Content-Type: application/yaml");
-		curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
-		curl_easy_setopt(
-		    e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) x->len);
-	}
-	CURLcode r = curl_easy_perform(e);
-	long oserr = 0;
-	curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &oserr);
-	if (r == CURLE_OK)
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &x->status);
-	curl_slist_free_all(hdr);
-	curl_easy_cleanup(e);
+	url = add_arg(url, "file", x->file);
+	url = add_arg(url, "reason", x->reason);
+	url = add_arg(url, "as", x->as);
+	url = add_arg(url, "expect", x->expect);
+	ctl_request rq = { .url = url,
+		.unix_socket = c->admin,
+		.http_version = CURL_HTTP_VERSION_1_1,
+		.body = x->body,
+		.len = x->len,
+		.content_type = "application/yaml",
+		.timeout_ms = c->timeout_ms,
+		.max = ADMIN_MAX_ANSWER };
+	CURLcode r = ctl_request_run(&rq);
 	free(url);
 	if (r != CURLE_OK) {
-		free(a.buf);
-		if (oserr == EACCES || oserr == EPERM)
+		free(rq.answer);
+		if (rq.oserr == EACCES || rq.oserr == EPERM)
 			ctl_fail(
 			    "cannot reach allotd's admin socket %s: "
 			    "permission denied (it is allotd's user's, or "
@@ -105,11 +78,12 @@ ctl_admin_call(const ctl *c, ctl_admin_exchange *x)
 			ctl_fail("cannot reach allotd's admin socket %s: %s "
 			         "(is allotd running with --admin-socket?)",
 			    c->admin,
-			    oserr != 0 ? ctl_errstr((int) oserr) :
-			                 curl_easy_strerror(r));
+			    rq.oserr != 0 ? ctl_errstr((int) rq.oserr) :
+			                    curl_easy_strerror(r));
 		return EXIT_UNREACHABLE;
 	}
-	x->answer = a.buf != NULL ? a.buf : ctl_calloc(1, 1);
+	x->status = rq.status;
+	x->answer = rq.answer;
 	return 0;
 }
 

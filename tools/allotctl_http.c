@@ -6,7 +6,9 @@
  * "... answered 404 to GET /x: ..."). Also whether the --http address is
  * this machine's, which decides whether allotd's reported pid may be
  * signalled. Requests are HTTP/1.0, one per connection, no proxy from the
- * environment and no redirects: allotd is addressed directly.
+ * environment and no redirects: allotd is addressed directly. Every
+ * exchange allotctl has with allotd, on this port or the admin socket,
+ * runs on the handle ctl_request_run() sets up.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -71,32 +73,91 @@ split_hostport(
 	return ctl_parse_int(port, 1, 65535, &v);
 }
 
-size_t
-ctl_answer_data(char *data, size_t size, size_t n, void *ud)
+/* The answer, appended to as curl receives it. */
+static size_t
+on_data(char *data, size_t size, size_t n, void *ud)
 {
-	ctl_answer *a = ud;
+	ctl_request *rq = ud;
 	size_t got = size * n;
-	if (a->len + got > a->max) {
-		a->too_large = true;
+	if (rq->answer_len + got > rq->max) {
+		rq->too_large = true;
 		return 0; /* curl stops with CURLE_WRITE_ERROR */
 	}
-	a->buf = ctl_realloc(a->buf, a->len + got + 1);
-	memcpy(a->buf + a->len, data, got);
-	a->len += got;
-	a->buf[a->len] = '\0';
+	rq->answer = ctl_realloc(rq->answer, rq->answer_len + got + 1);
+	memcpy(rq->answer + rq->answer_len, data, got);
+	rq->answer_len += got;
+	rq->answer[rq->answer_len] = '\0';
 	return got;
+}
+
+CURLcode
+ctl_request_run(ctl_request *rq)
+{
+	CURL *e = curl_easy_init();
+	if (e == NULL)
+		ctl_die_oom();
+	curl_easy_setopt(e, CURLOPT_URL, rq->url);
+	if (rq->unix_socket != NULL)
+		curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, rq->unix_socket);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, rq->http_version);
+	curl_easy_setopt(
+	    e, CURLOPT_USERAGENT, "allotctl/" ALLOT_VERSION_STRING);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_PROXY, "");
+	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) rq->timeout_ms);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, rq);
+	struct curl_slist *hdr = NULL;
+	char type[128];
+	if (rq->body != NULL) {
+		/* No "Expect: 100-continue" round trip: allotd reads it
+		 * all. */
+		hdr = curl_slist_append(hdr, "Expect:");
+		if (rq->content_type != NULL) {
+			snprintf(type, sizeof type, "Content-Type: %s",
+			    rq->content_type);
+			hdr = curl_slist_append(hdr, type);
+		}
+		curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdr);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, rq->body);
+		curl_easy_setopt(
+		    e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) rq->len);
+	}
+	rq->code = curl_easy_perform(e);
+	curl_off_t connected = 0;
+	curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &rq->oserr);
+	curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connected);
+	rq->connected = connected > 0;
+	if (rq->code == CURLE_OK)
+		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &rq->status);
+	curl_slist_free_all(hdr);
+	curl_easy_cleanup(e);
+	if (rq->answer == NULL)
+		rq->answer = ctl_calloc(1, 1);
+	return rq->code;
+}
+
+char *
+ctl_escape(const char *s)
+{
+	/* libcurl ignores the handle since 7.82 (the floor is 7.85). */
+	char *v = curl_easy_escape(NULL, s, 0);
+	if (v == NULL)
+		ctl_die_oom();
+	char *copy = ctl_strdup(v);
+	curl_free(v);
+	return copy;
 }
 
 /* Say why the exchange failed; the exit status. */
 static int
-explain(const ctl *c, CURL *e, CURLcode r, const ctl_answer *a,
-    const char *host, const char *path)
+explain(
+    const ctl *c, const ctl_request *rq, const char *host, const char *path)
 {
-	long oserr = 0;
-	curl_off_t connected = 0;
-	curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &oserr);
-	curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connected);
-	switch (r) {
+	switch (rq->code) {
 	case CURLE_COULDNT_RESOLVE_HOST: {
 		/* curl does not keep the resolver's reason: ask once more. */
 		struct addrinfo hints = { .ai_family = AF_UNSPEC,
@@ -106,11 +167,12 @@ explain(const ctl *c, CURL *e, CURLcode r, const ctl_answer *a,
 		freeaddrinfo(res);
 		ctl_fail("cannot reach allotd at %s: cannot resolve %s: %s",
 		    c->http, host,
-		    gai != 0 ? gai_strerror(gai) : curl_easy_strerror(r));
+		    gai != 0 ? gai_strerror(gai) :
+		               curl_easy_strerror(rq->code));
 		break;
 	}
 	case CURLE_OPERATION_TIMEDOUT:
-		if (connected == 0)
+		if (!rq->connected)
 			ctl_fail("cannot reach allotd at %s: no answer within "
 			         "%d ms",
 			    c->http, c->timeout_ms);
@@ -120,7 +182,7 @@ explain(const ctl *c, CURL *e, CURLcode r, const ctl_answer *a,
 			    c->http, path, c->timeout_ms);
 		break;
 	case CURLE_WRITE_ERROR:
-		if (a->too_large) {
+		if (rq->too_large) {
 			ctl_fail(
 			    "allotd at %s: the answer to GET %s is larger "
 			    "than %u bytes",
@@ -135,8 +197,8 @@ explain(const ctl *c, CURL *e, CURLcode r, const ctl_answer *a,
 		break;
 	default:
 		ctl_fail("cannot reach allotd at %s: %s", c->http,
-		    oserr != 0 ? ctl_errstr((int) oserr) :
-		                 curl_easy_strerror(r));
+		    rq->oserr != 0 ? ctl_errstr((int) rq->oserr) :
+		                     curl_easy_strerror(rq->code));
 		break;
 	}
 	return EXIT_UNREACHABLE;
@@ -154,44 +216,27 @@ ctl_http_get(const ctl *c, const char *path, char **ret_body)
 	bool v6 = strchr(host, ':') != NULL;
 	char *url = ctl_asprintf("http://%s%s%s:%s%s", v6 ? "[" : "", host,
 	    v6 ? "]" : "", port, path);
-	CURL *e = curl_easy_init();
-	if (e == NULL)
-		ctl_die_oom();
-	ctl_answer a = { .max = HTTP_MAX_BYTES };
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_0);
-	curl_easy_setopt(
-	    e, CURLOPT_USERAGENT, "allotctl/" ALLOT_VERSION_STRING);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_PROXY, "");
-	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) c->timeout_ms);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, ctl_answer_data);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, &a);
-	CURLcode r = curl_easy_perform(e);
-	long status = 0;
-	if (r == CURLE_OK)
-		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	int rc = r != CURLE_OK ? explain(c, e, r, &a, host, path) : 0;
-	curl_easy_cleanup(e);
+	ctl_request rq = { .url = url,
+		.http_version = CURL_HTTP_VERSION_1_0,
+		.timeout_ms = c->timeout_ms,
+		.max = HTTP_MAX_BYTES };
+	int rc = ctl_request_run(&rq) != CURLE_OK ?
+	    explain(c, &rq, host, path) :
+	    0;
 	free(url);
-	if (a.buf == NULL)
-		a.buf = ctl_calloc(1, 1);
-	if (rc == 0 && status != 200) {
+	if (rc == 0 && rq.status != 200) {
 		/* allotd's error bodies are one line of text. */
-		size_t bl = strcspn(a.buf, "\r\n");
+		size_t bl = strcspn(rq.answer, "\r\n");
 		ctl_fail("allotd at %s answered %ld to GET %s%s%.*s", c->http,
-		    status, path, bl ? ": " : "", (int) (bl > 200 ? 200 : bl),
-		    a.buf);
+		    rq.status, path, bl ? ": " : "",
+		    (int) (bl > 200 ? 200 : bl), rq.answer);
 		rc = EXIT_UNREACHABLE;
 	}
 	if (rc != 0) {
-		free(a.buf);
+		free(rq.answer);
 		return rc;
 	}
-	*ret_body = a.buf;
+	*ret_body = rq.answer;
 	return 0;
 }
 

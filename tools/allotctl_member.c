@@ -8,8 +8,8 @@
  * non-voter, catches up, then votes (list shows its role). A removal
  * waits until it is done, the leader's own included: the leader records
  * that it is leaving, hands leadership over, and the new leader demotes
- * and removes it, all on one call (coordinator/consensus/consensus_node.h); the
- * answer says how it ended and how long it took.
+ * and removes it, all on one call (coordinator/consensus/consensus_node.h);
+ * the answer says how it ended and how long it took.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,8 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <curl/curl.h>
 
 #include "allotctl.h"
 
@@ -98,16 +96,12 @@ ctl_cmd_member(const ctl *c)
 	}
 	char *path;
 	if (add) {
-		CURL *e = curl_easy_init();
-		if (e == NULL)
-			ctl_die_oom();
-		char *r = curl_easy_escape(e, c->pos[2], 0);
-		char *u = curl_easy_escape(e, c->pos[3], 0);
+		char *r = ctl_escape(c->pos[2]);
+		char *u = ctl_escape(c->pos[3]);
 		path = ctl_asprintf(
 		    "/members/add?id=%ld&raft=%s&url=%s", id, r, u);
-		curl_free(r);
-		curl_free(u);
-		curl_easy_cleanup(e);
+		free(r);
+		free(u);
 	} else if (remove) {
 		path = ctl_asprintf(
 		    "/members/remove?id=%ld&wait_ms=%d", id, REMOVE_WAIT_MS);
