@@ -208,8 +208,11 @@ apply(const allot__opts *t, const allot__opt *o, const char *arg,
 			    as, arg);
 		return ALLOT__OPTS_OK;
 	case ALLOT__OPT_HELP:
-		if (t->help != NULL)
-			t->help(stdout, t);
+		if (t->head != NULL)
+			fputs(t->head, stdout);
+		allot__opts_print(stdout, t, NULL, 0);
+		if (t->tail != NULL)
+			fputs(t->tail, stdout);
 		return ALLOT__OPTS_DONE;
 	}
 	return ALLOT__OPTS_USAGE;

@@ -109,9 +109,9 @@ struct allot__opts {
 	size_t n;
 	allot__opts_style style;
 	int col; /* ALLOT__OPTS_COLUMNS: where the help starts; 0: 30 */
-	/* ALLOT__OPT_HELP rows print this (usually a head, then
-	 * allot__opts_print, then a tail). */
-	void (*help)(FILE *f, const allot__opts *t);
+	/* What an ALLOT__OPT_HELP row prints on stdout: `head`, the
+	 * options list, `tail` (either may be NULL). */
+	const char *head, *tail;
 	/* The line after a usage error; NULL: "Try 'PROG --help'." */
 	const char *try_help;
 };

@@ -501,20 +501,13 @@ static const char help_tail[] =
     "SEE ALSO\n"
     "    docs/protocol.md, docs/operations.md, docs/configuration.md\n";
 
-static void
-print_help(FILE *f, const allot__opts *t)
-{
-	fputs(help_head, f);
-	allot__opts_print(f, t, NULL, 0);
-	fputs(help_tail, f);
-}
-
 static const allot__opts table = {
 	.prog = "allotd",
 	.rows = rows,
 	.n = sizeof rows / sizeof rows[0],
 	.style = ALLOT__OPTS_MAN,
-	.help = print_help,
+	.head = help_head,
+	.tail = help_tail,
 };
 
 /* ---- parsing ---- */

@@ -26,8 +26,6 @@ set_options(const allot__opt_use *u, void *dst)
 	return ALLOT__OPTS_OK;
 }
 
-static void print_help(FILE *f, const allot__opts *t);
-
 static const allot__opt rows[] = {
 	{ "config", 0, ALLOT__OPT_STR, "FILE", "quota file (YAML; required)",
 	    .off = AT(config) },
@@ -140,7 +138,6 @@ static const allot__opt rows[] = {
 	    "allotd is down",
 	    .off = AT(agent.config_cache_file), .dflt = "none" },
 	{ "help", 'h', ALLOT__OPT_HELP, NULL, "this text", .cli_only = true },
-
 };
 
 static const allot__opts table = {
@@ -149,19 +146,12 @@ static const allot__opts table = {
 	.n = sizeof rows / sizeof rows[0],
 	.style = ALLOT__OPTS_COLUMNS,
 	.col = 34,
-	.help = print_help,
-};
-
-static void
-print_help(FILE *f, const allot__opts *t)
-{
-	fprintf(f,
+	.head =
 	    "usage: " AGENTD_PROG " --config FILE [options]\n\n"
-	    "liballot as a sidecar: Envoy's Rate Limit Service over "
-	    "gRPC,\na JSON decision API and /metrics over HTTP. "
-	    "docs/sidecar.md.\n\n");
-	allot__opts_print(f, t, NULL, 0);
-}
+	    "liballot as a sidecar: Envoy's Rate Limit Service over gRPC,\n"
+	    "a JSON decision API and /metrics over HTTP. "
+	    "docs/sidecar.md.\n\n",
+};
 
 static const char *const levels[8] = { "emerg", "alert", "crit", "error",
 	"warning", "notice", "info", "debug" };

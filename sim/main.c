@@ -206,8 +206,6 @@ run_jobs(const opts *o, bool summary, job *jobs, size_t n, unsigned nthreads,
 
 #define AT(field) offsetof(opts, field)
 
-static void usage(FILE *f, const allot__opts *t);
-
 /* The options, in the order --help lists them. A new one is a row: its
  * value goes to a field of `opts` by kind, or through a handler. */
 static const allot__opt rows[] = {
@@ -264,19 +262,11 @@ static const allot__opts table = {
 	.n = sizeof rows / sizeof rows[0],
 	.style = ALLOT__OPTS_COLUMNS,
 	.col = 24,
-	.help = usage,
+	.head = "usage: allot-sim [OPTION]...\n"
+	        "Simulate allot against the ideal global token bucket and the "
+	        "equal split.\n\n",
+	.tail = "docs/allocation.md defines every figure.\n",
 };
-
-static void
-usage(FILE *f, const allot__opts *t)
-{
-	fputs("usage: allot-sim [OPTION]...\n"
-	      "Simulate allot against the ideal global token bucket and the "
-	      "equal split.\n\n",
-	    f);
-	allot__opts_print(f, t, NULL, 0);
-	fputs("docs/allocation.md defines every figure.\n", f);
-}
 
 /* Fill `o` from the command line. False when the program should stop at
  * once, with exit status *ret_status (0 after --help, 2 after a bad

@@ -41,8 +41,6 @@ count_call(const allot__opt_use *u, void *dst)
 	return ALLOT__OPTS_OK;
 }
 
-static void print_help(FILE *f, const allot__opts *t);
-
 enum { CMD_A = 1, CMD_B = 2, GLOBAL = 4 };
 
 static const allot__opt rows[] = {
@@ -79,15 +77,8 @@ static const allot__opts table = {
 	.n = sizeof rows / sizeof rows[0],
 	.style = ALLOT__OPTS_COLUMNS,
 	.col = 24,
-	.help = print_help,
+	.head = "usage: prog\n",
 };
-
-static void
-print_help(FILE *f, const allot__opts *t)
-{
-	fputs("usage: prog\n", f);
-	allot__opts_print(f, t, NULL, 0);
-}
 
 /* What a call wrote on stderr (the parse's messages), in `err`. */
 static char err[4096];

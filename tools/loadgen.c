@@ -203,33 +203,25 @@ static const allot__opt option_table[] = {
 	    .set = opt_version, .section = "Output" },
 };
 
-static void
-usage(FILE *f, const allot__opts *t)
-{
-	fputs("Usage: " PROG " --target URL... --caller SPEC... [options]\n"
-	      "\n"
-	      "Drive the allot example service with many callers, each with\n"
-	      "its own client certificate, open-loop rate, endpoint mix and\n"
-	      "stickiness to one replica; report outcomes and latency.\n"
-	      "Retries follow liballot's retry helper (Retry-After, backoff,\n"
-	      "attempt cap, retry budget). Only loopback targets are "
-	      "allowed.\n",
-	    f);
-	allot__opts_print(f, t, NULL, 0);
-	fputs("\n"
-	      "SIGINT or SIGTERM ends the run early, with the summary; a "
-	      "second\n"
-	      "one abandons in-flight requests. See docs/loadgen.md.\n",
-	    f);
-}
-
 static const allot__opts table = {
 	.prog = PROG,
 	.rows = option_table,
 	.n = sizeof option_table / sizeof option_table[0],
 	.style = ALLOT__OPTS_COLUMNS,
 	.col = 27,
-	.help = usage,
+	.head =
+	    "Usage: " PROG " --target URL... --caller SPEC... [options]\n"
+	    "\n"
+	    "Drive the allot example service with many callers, each with\n"
+	    "its own client certificate, open-loop rate, endpoint mix and\n"
+	    "stickiness to one replica; report outcomes and latency.\n"
+	    "Retries follow liballot's retry helper (Retry-After, backoff,\n"
+	    "attempt cap, retry budget). Only loopback targets are "
+	    "allowed.\n",
+	.tail = "\n"
+	        "SIGINT or SIGTERM ends the run early, with the summary; a "
+	        "second\n"
+	        "one abandons in-flight requests. See docs/loadgen.md.\n",
 };
 
 /* Check what the options said together, and give every caller a slot in
