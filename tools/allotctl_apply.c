@@ -123,6 +123,24 @@ refused(const ctl *c, const ctl_admin_exchange *x)
 	return x->status == 503 ? EXIT_UNREACHABLE : EXIT_FAIL;
 }
 
+/* Send `x` and take its answer, a JSON object, into *ret (the caller
+ * puts it). 0, or the exit status after saying why: a refusal, or an
+ * answer that is not JSON. */
+static int
+admin_json(const ctl *c, ctl_admin_exchange *x, json_object **ret)
+{
+	int rc = ctl_admin_call(c, x);
+	if (rc != 0)
+		return rc;
+	if (x->status != 200)
+		rc = refused(c, x);
+	else if ((*ret = parse_answer(c, x->answer)) == NULL)
+		rc = EXIT_UNREACHABLE;
+	free(x->answer);
+	x->answer = NULL;
+	return rc;
+}
+
 /* ---- printing ---- */
 
 /* One change: "~ QUOTA", then before, after and what moved. */
@@ -264,18 +282,10 @@ diff(const ctl *c, const char *file, const allot_config *cfg, const char *text,
 	ctl_admin_exchange x = {
 		.path = "/config/diff", .file = file, .body = text, .len = len
 	};
-	int rc = ctl_admin_call(c, &x);
+	json_object *doc = NULL;
+	int rc = admin_json(c, &x, &doc);
 	if (rc != 0)
 		return rc;
-	if (x.status != 200) {
-		rc = refused(c, &x);
-		free(x.answer);
-		return rc;
-	}
-	json_object *doc = parse_answer(c, x.answer);
-	free(x.answer);
-	if (doc == NULL)
-		return EXIT_UNREACHABLE;
 	json_object *from = ctl_jget(doc, "from");
 	printf("%s against the config in force (epoch %.0f, digest %s): "
 	       "digest %s\n",
@@ -343,18 +353,10 @@ apply(const ctl *c, const char *file, const char *text, size_t len,
 		.expect = expect,
 		.body = text,
 		.len = len };
-	int rc = ctl_admin_call(c, &x);
+	json_object *doc = NULL;
+	int rc = admin_json(c, &x, &doc);
 	if (rc != 0)
 		return rc;
-	if (x.status != 200) {
-		rc = refused(c, &x);
-		free(x.answer);
-		return rc;
-	}
-	json_object *doc = parse_answer(c, x.answer);
-	free(x.answer);
-	if (doc == NULL)
-		return EXIT_UNREACHABLE;
 	json_object *from = ctl_jget(doc, "from"), *to = ctl_jget(doc, "to");
 	if (!json_object_get_boolean(ctl_jget(doc, "changed"))) {
 		printf("unchanged: %s has the digest in force (%s); epoch "
