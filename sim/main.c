@@ -41,9 +41,7 @@ typedef struct opts {
 static double
 mono_s(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+	return (double) allot__mono_ns() / 1e9;
 }
 
 /* One run (two for the noisy neighbour); prints it on `out`, errors on

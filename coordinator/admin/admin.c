@@ -31,6 +31,7 @@
 #include <microhttpd.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "file.h"
 #include "web/reply.h"
 
@@ -467,9 +468,7 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 static uint64_t
 mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+	return allot__mono_ns() / 1000000u;
 }
 
 /* After a removal started: polls the loop thread (a MEMBERS job naming
