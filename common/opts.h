@@ -75,8 +75,9 @@ struct allot__opt {
 	allot__opt_kind kind;
 	const char *arg; /* the value's name in the help; NULL: no value */
 	/* Help lines, each ending in '\n' (a longer one is wrapped at 79
-	 * columns). NULL: listed with the next row, whose help is theirs
-	 * ("--tls-cert FILE, --tls-ca FILE"). */
+	 * columns). NULL: the next row's help is theirs too; the manual
+	 * layout lists both on one line ("--tls-cert FILE, --tls-ca
+	 * FILE"), the columns layout this one without help. */
 	const char *help;
 	const char *dflt; /* shown as "(default DFLT)" after the help */
 	/* Printed after the help as it is (a table of sub-keys). */
