@@ -437,7 +437,7 @@ file_line(
 		return allot__opts_fail(&u, "%s: unknown option", as);
 	if (*v == '\0')
 		return allot__opts_fail(&u, "%s needs a value", as);
-	if (o->kind == ALLOT__OPT_STR || o->kind == ALLOT__OPT_CALL) {
+	if (o->kind == ALLOT__OPT_STR) {
 		v = strdup(v); /* kept: the options live as long */
 		if (v == NULL)
 			return allot__opts_fail(&u, "out of memory");

@@ -143,9 +143,10 @@ int allot__opts_parse(const allot__opts *t, allot__opts_run *run, int argc,
 
 /* Apply an options file: one option a line, "name value" or
  * "name = value", '#' starts a comment, blank lines skipped. Rows marked
- * cli_only and rows without a value are not keys of it. String values
- * are copies kept for the life of the process. ALLOT__OPTS_OK or USAGE
- * (said, naming FILE:LINE). */
+ * cli_only and rows without a value are not keys of it. The values of
+ * ALLOT__OPT_STR rows are copies kept for the life of the process; a
+ * CALL row's handler sees a value that lasts for the call only.
+ * ALLOT__OPTS_OK or USAGE (said, naming FILE:LINE). */
 int allot__opts_file(const allot__opts *t, const char *path, void *dst);
 
 /* The options list of --help, in table order: the rows whose `shown`

@@ -387,6 +387,7 @@ START_TEST(options_file)
 	                     &c),
 	    ALLOT__OPTS_OK);
 	ck_assert_str_eq(c.name, "the name"); /* a copy, kept */
+	free((char *) c.name);
 	ck_assert_uint_eq(c.n32, 600);
 	ck_assert(c.frac == 0.25);
 	ck_assert_int_eq(c.calls, 1);
