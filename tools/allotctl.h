@@ -193,6 +193,10 @@ void ctl_config_sizing(const ctl *c, const allot_config *cfg);
  * an exit code after saying why. */
 int ctl_get_status(const ctl *c, json_object **ret);
 
+/* `text` parsed whole as JSON, nested at most `depth` deep: the
+ * document (the caller puts it), or NULL with *ret_why saying why. */
+json_object *ctl_json_parse(const char *text, int depth, const char **ret_why);
+
 /* Members of a json-c object, or a neutral value when absent or of
  * another type: NULL, "", NAN (jnum) or 0 (jnum0). */
 json_object *ctl_jget(json_object *o, const char *key);

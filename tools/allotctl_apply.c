@@ -91,17 +91,11 @@ ctl_admin_call(const ctl *c, ctl_admin_exchange *x)
 static json_object *
 parse_answer(const ctl *c, const char *text)
 {
-	json_tokener *tok = json_tokener_new_ex(32);
-	if (tok == NULL)
-		ctl_die_oom();
-	json_object *doc = json_tokener_parse_ex(
-	    tok, text, (int) strlen(text));
-	enum json_tokener_error jerr = json_tokener_get_error(tok);
-	json_tokener_free(tok);
-	if (doc == NULL || jerr != json_tokener_success ||
-	    !json_object_is_type(doc, json_type_object)) {
+	const char *why = "not an object";
+	json_object *doc = ctl_json_parse(text, 32, &why);
+	if (doc == NULL || !json_object_is_type(doc, json_type_object)) {
 		ctl_fail("allotd's admin socket %s did not answer JSON (%s)",
-		    c->admin, json_tokener_error_desc(jerr));
+		    c->admin, why);
 		json_object_put(doc);
 		return NULL;
 	}

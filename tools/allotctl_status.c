@@ -77,6 +77,23 @@ jat(json_object *arr, size_t i)
 	return json_object_array_get_idx(arr, i);
 }
 
+json_object *
+ctl_json_parse(const char *text, int depth, const char **ret_why)
+{
+	json_tokener *tok = json_tokener_new_ex(depth);
+	if (tok == NULL)
+		ctl_die_oom();
+	json_object *doc = json_tokener_parse_ex(
+	    tok, text, (int) strlen(text));
+	enum json_tokener_error jerr = json_tokener_get_error(tok);
+	json_tokener_free(tok);
+	if (doc != NULL && jerr == json_tokener_success)
+		return doc;
+	json_object_put(doc);
+	*ret_why = json_tokener_error_desc(jerr);
+	return NULL;
+}
+
 /* Fetch and parse /status. 0 and the document (the caller puts it), or
  * an exit code after saying why. */
 int
@@ -86,24 +103,15 @@ ctl_get_status(const ctl *c, json_object **ret)
 	int rc = ctl_http_get(c, "/status", &body);
 	if (rc != 0)
 		return rc;
-	json_tokener *tok = json_tokener_new_ex(64);
-	if (tok == NULL)
-		ctl_die_oom();
-	json_object *doc = json_tokener_parse_ex(
-	    tok, body, (int) strlen(body));
-	enum json_tokener_error jerr = json_tokener_get_error(tok);
-	json_tokener_free(tok);
+	const char *why = "no config or services";
+	json_object *doc = ctl_json_parse(body, 64, &why);
 	free(body);
-	if (doc == NULL || jerr != json_tokener_success ||
-	    ctl_jget(doc, "config") == NULL ||
+	if (doc == NULL || ctl_jget(doc, "config") == NULL ||
 	    ctl_jget(doc, "services") == NULL) {
 		ctl_fail(
 		    "allotd at %s: /status is not the JSON document allotd "
 		    "serves (%s)",
-		    c->http,
-		    doc == NULL || jerr != json_tokener_success ?
-		        json_tokener_error_desc(jerr) :
-		        "no config or services");
+		    c->http, why);
 		json_object_put(doc);
 		return EXIT_UNREACHABLE;
 	}
