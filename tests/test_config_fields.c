@@ -8,7 +8,10 @@
  * the quota fields became one table (common/config_fields.c): agents
  * and stored SQLite rows compare digests across upgrades, and audit
  * rows keep their text, so neither may change for a file that loads
- * today.
+ * today. And the table itself: every row complete, the digest's frozen
+ * places untouched, and every field, in every kind of quota that takes
+ * it, moving the digest and named alone by the diff when it changes
+ * alone (a row added to the table is tried as it is).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -18,6 +21,7 @@
 
 #include "config.h"
 #include "config_diff.h"
+#include "config_fields.h"
 #include "config_util.h"
 #include "runner.h"
 
@@ -307,6 +311,315 @@ START_TEST(texts_pinned)
 }
 END_TEST
 
+/* ---- The field table ---- */
+
+/* Every row can be loaded, digested and written: a key, a type, the
+ * quotas that take it, and one digest form (the frozen first format and
+ * extension, or only where it is set, which any new row gets). */
+START_TEST(table_rows_complete)
+{
+	static const char *const ext[] = { "tokens_per_second", "candidate",
+		"owner", "reason", "expected_peak", "labels" };
+	unsigned places = 0;
+	/* Keys per scope: a caller's identity and endpoints, the fields'. */
+	size_t next = 0, keys[3] = { 0, 2, 0 };
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		const allot__qfield *f = &allot__qfields[i];
+		ck_assert_msg(
+		    f->key != NULL && f->key[0] != '\0', "row %zu", i);
+		ck_assert_msg(
+		    f->scopes != 0 && (f->scopes & ~ALLOT__QS_ALL) == 0,
+		    "%s: scopes", f->key);
+		ck_assert_msg(allot__qfield_label(f)[0] != '\0', "%s", f->key);
+		ck_assert_msg((strcmp(f->key, "identity") != 0 &&
+		                  strcmp(f->key, "endpoints") != 0 &&
+		                  strncmp(f->key, "tokens_per_", 11) != 0) ||
+		        f->type == ALLOT__QT_RATE,
+		    "%s: a quota's name or a unit", f->key);
+		for (size_t j = 0; j < i; j++)
+			ck_assert_msg(
+			    strcmp(allot__qfields[j].key, f->key) != 0,
+			    "%s twice", f->key);
+		/* The first format and its extension are frozen. */
+		ck_assert_msg(f->first <= ALLOT__QFIRST_N, "%s", f->key);
+		if (f->first != 0) {
+			ck_assert_msg((places & (1u << f->first)) == 0,
+			    "%s: place %u twice", f->key, f->first);
+			places |= 1u << f->first;
+		}
+		if (f->flags & ALLOT__QF_DIGEST_EXT) {
+			ck_assert_msg(next < sizeof ext / sizeof ext[0] &&
+			        strcmp(f->key, ext[next]) == 0,
+			    "%s: not in the frozen extension", f->key);
+			next++;
+		}
+		if (f->flags & ALLOT__QF_INHERIT)
+			ck_assert_msg(f->scopes & ALLOT__QS_ENDPOINT,
+			    "%s inherited but not taken by endpoint quotas",
+			    f->key);
+		/* What each type needs from its row. */
+		switch (f->type) {
+		case ALLOT__QT_RATE:
+		case ALLOT__QT_BURST:
+		case ALLOT__QT_FALLBACK:
+		case ALLOT__QT_PER_UNIT:
+		case ALLOT__QT_LABELS:
+		case ALLOT__QT_CANDIDATE: break;
+		case ALLOT__QT_BOOL:
+			ck_assert_msg(f->word != NULL, "%s: no word", f->key);
+			break;
+		case ALLOT__QT_CLASS:
+		case ALLOT__QT_TEXT:
+			ck_assert_msg(f->max > 0 && f->expect != NULL,
+			    "%s: no bound or expectation", f->key);
+			break;
+		}
+		for (unsigned s = 0; s < 3; s++)
+			if (f->scopes & (1u << s))
+				keys[s] += f->type == ALLOT__QT_RATE ? 4 : 1;
+	}
+	ck_assert_uint_eq(places, ((1u << ALLOT__QFIRST_N) - 1) << 1);
+	ck_assert_uint_eq(next, sizeof ext / sizeof ext[0]);
+	for (unsigned s = 0; s < 3; s++)
+		ck_assert_uint_le(keys[s], ALLOT__QKEYS_MAX);
+}
+END_TEST
+
+/* A value of a field in the first config of a pair (NULL: absent) and
+ * in the second. A rate's values carry their key (the unit). */
+typedef struct change {
+	const char *from, *to;
+} change;
+
+/* The changes tried for field `f`, into ret[0..n); n. Each changes the
+ * field alone; with a second case where a part of it can change alone
+ * (a rate's unit or value, a candidate's burst, labels' order). */
+static size_t
+changes_of(const allot__qfield *f, change *ret)
+{
+	switch (f->type) {
+	case ALLOT__QT_RATE:
+		ret[0] = (change) { "tokens_per_second: 10",
+			"tokens_per_minute: 600" };
+		ret[1] = (change) { "tokens_per_second: 10",
+			"tokens_per_second: 11" };
+		return 2;
+	case ALLOT__QT_BURST: ret[0] = (change) { "20", "21" }; return 1;
+	case ALLOT__QT_CLASS:
+		ret[0] = (change) { NULL, "critical" };
+		ret[1] = (change) { "batch", "standard" };
+		return 2;
+	case ALLOT__QT_BOOL:
+		ret[0] = (change) { NULL, f->dflt ? "false" : "true" };
+		return 1;
+	case ALLOT__QT_FALLBACK:
+		ret[0] = (change) { NULL, "open" };
+		ret[1] = (change) { "open", "closed" };
+		return 2;
+	case ALLOT__QT_TEXT:
+		ret[0] = (change) { NULL, "\"a b\"" };
+		ret[1] = (change) { "a", "b" };
+		return 2;
+	case ALLOT__QT_PER_UNIT:
+		ret[0] = (change) { NULL, "7" };
+		ret[1] = (change) { "7", "8" };
+		return 2;
+	case ALLOT__QT_LABELS:
+		ret[0] = (change) { NULL, "{a: b}" };
+		ret[1] = (change) { "{a: b, c: d}", "{c: d, a: b}" };
+		return 2;
+	case ALLOT__QT_CANDIDATE:
+		ret[0] = (change) { NULL,
+			"{tokens_per_second: 5, burst: 10}" };
+		ret[1] = (change) { "{tokens_per_second: 5, burst: 10}",
+			"{tokens_per_second: 5, burst: 11}" };
+		ret[2] = (change) { "{tokens_per_second: 5, burst: 10}",
+			"{tokens_per_second: 6, burst: 10}" };
+		return 3;
+	}
+	return 0;
+}
+
+/* Where the changed quota sits: its scope, and whether it is a
+ * service's own. */
+static const struct place {
+	unsigned scope;
+	const char *service, *key;
+} places[] = {
+	{ ALLOT__QS_DEFAULT, NULL, "default" },
+	{ ALLOT__QS_CALLER, NULL, "spiffe://t/a" },
+	{ ALLOT__QS_ENDPOINT, NULL, "spiffe://t/a /x" },
+	{ ALLOT__QS_DEFAULT, "s1", "default" },
+	{ ALLOT__QS_CALLER, "s1", "spiffe://t/s" },
+};
+#define NPLACES (sizeof places / sizeof places[0])
+
+/* The flow mapping of a quota of `scope`: every required field at its
+ * first value, and field `f` at `v` (NULL: absent). */
+static void
+quota_map(char *buf, size_t size, unsigned scope, const allot__qfield *f,
+    const char *v)
+{
+	size_t n = (size_t) snprintf(buf, size, "{");
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		const allot__qfield *g = &allot__qfields[i];
+		change ch[4];
+		const char *val = g == f ? v : NULL;
+		if (g != f && (g->flags & ALLOT__QF_REQUIRED) &&
+		    (g->scopes & scope) && changes_of(g, ch) > 0)
+			val = ch[0].from;
+		if (val == NULL)
+			continue;
+		n += (size_t) snprintf(
+		    buf + n, size - n, "%s", n > 1 ? ", " : "");
+		if (g->type == ALLOT__QT_RATE)
+			n += (size_t) snprintf(buf + n, size - n, "%s", val);
+		else
+			n += (size_t) snprintf(
+			    buf + n, size - n, "%s: %s", g->key, val);
+	}
+	snprintf(buf + n, size - n, "}");
+	ck_assert_uint_lt(n + 1, size);
+}
+
+#define TEXT_MAX 8192
+
+/* A file whose quota at `p` has field `f` at `v`, every other quota
+ * only its required fields. */
+static char *
+file_with(const struct place *p, const allot__qfield *f, const char *v)
+{
+	char q[5][512], *text = malloc(TEXT_MAX);
+	static const unsigned scope[5] = { ALLOT__QS_DEFAULT, ALLOT__QS_CALLER,
+		ALLOT__QS_ENDPOINT, ALLOT__QS_DEFAULT, ALLOT__QS_CALLER };
+	ck_assert_ptr_nonnull(text);
+	for (size_t i = 0; i < 5; i++)
+		quota_map(q[i], sizeof q[i], scope[i],
+		    &places[i] == p ? f : NULL, &places[i] == p ? v : NULL);
+	snprintf(text, TEXT_MAX,
+	    "quotas:\n"
+	    "  default: %s\n"
+	    "  callers:\n"
+	    "    - {identity: \"spiffe://t/a\", endpoints: {\"/x\": %s},\n"
+	    "       %s\n"
+	    "  endpoint_weights: {\"/x\": 1}\n"
+	    "services:\n"
+	    "  s1:\n"
+	    "    default: %s\n"
+	    "    callers:\n"
+	    "      - {identity: \"spiffe://t/s\", %s\n",
+	    q[0], q[2], q[1] + 1, q[3], q[4] + 1);
+	return text;
+}
+
+/* The change of quota `key` (of service `svc`) in d; NULL if none. */
+static const allot__quota_change *
+change_of(const allot__config_diff *d, const char *svc, const char *key)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		const allot__quota_change *c = &d->v[i];
+		if (strcmp(c->quota, key) == 0 &&
+		    (svc == NULL ? c->service == NULL :
+		                   c->service && strcmp(c->service, svc) == 0))
+			return c;
+	}
+	return NULL;
+}
+
+/* `text` refused with a message ending in `want`. */
+static void
+expect_refused(const char *text, const char *want)
+{
+	char err[1024] = "";
+	allot_config *cfg = NULL;
+	ck_assert_int_eq(allot_config_parse("t.yaml", text, strlen(text), err,
+	                     sizeof err, &cfg),
+	    ALLOT_ECONFIG);
+	ck_assert_ptr_null(cfg);
+	size_t n = strlen(err), w = strlen(want);
+	ck_assert_msg(n >= w && strcmp(err + n - w, want) == 0,
+	    "want \"%s\" in: %s", want, err);
+}
+
+/* A diff from `a` to `b` whose change of the quota at `p` moved field
+ * `f` alone, and which changed nothing else but (`inherited`) the
+ * endpoint quota of that caller. */
+static void
+assert_diff_names(const allot_config *a, const allot_config *b,
+    const struct place *p, const allot__qfield *f, bool inherited)
+{
+	allot__config_diff d;
+	char want[128];
+	ck_assert_int_eq(allot__config_diff_compute(a, b, &d), ALLOT_OK);
+	const allot__quota_change *c = change_of(&d, p->service, p->key);
+	ck_assert_msg(c != NULL, "%s: no change of %s", f->key, p->key);
+	ck_assert_int_eq(c->kind, ALLOT__QUOTA_CHANGED);
+	snprintf(want, sizeof want, "%s ", allot__qfield_label(f));
+	ck_assert_msg(strncmp(c->fields, want, strlen(want)) == 0 &&
+	        strstr(c->fields, "; ") == NULL,
+	    "%s at %s: fields \"%s\"", f->key, p->key, c->fields);
+	ck_assert_str_ne(c->before, c->after);
+	const allot__quota_change *e = NULL;
+	if (inherited) {
+		e = change_of(&d, NULL, "spiffe://t/a /x");
+		ck_assert_msg(
+		    e != NULL && strncmp(e->fields, want, strlen(want)) == 0,
+		    "%s: not inherited", f->key);
+	}
+	ck_assert_msg(d.n == (inherited ? 2u : 1u), "%s at %s: %zu changes",
+	    f->key, p->key, d.n);
+	allot__config_diff_free(&d);
+}
+
+/* For every row of the table, in every kind of quota that takes it:
+ * two files that differ in that field alone have different digests,
+ * and their diff names the field and nothing else. A row added to the
+ * table is covered here as it is. An inherited field set on a caller
+ * moves its endpoint quota too. A flag whose other value the loader
+ * refuses cannot differ between two files: its refusal, and the diff's
+ * text of a config set by hand, stand in. */
+START_TEST(every_field_digested_and_diffed)
+{
+	const allot__qfield *f = &allot__qfields[_i];
+	change ch[4];
+	size_t nch = changes_of(f, ch);
+	ck_assert_uint_gt(nch, 0);
+	for (size_t pi = 0; pi < NPLACES; pi++) {
+		const struct place *p = &places[pi];
+		if ((f->scopes & p->scope) == 0)
+			continue;
+		for (size_t k = 0; k < nch; k++) {
+			char *ta = file_with(p, f, ch[k].from);
+			char *tb = file_with(p, f, ch[k].to);
+			allot_config *a = parse_ok(ta);
+			if (f->type == ALLOT__QT_BOOL && f->refuse != NULL) {
+				expect_refused(tb, f->refuse);
+				allot_config *b = allot__config_dup(a);
+				allot__quota *q = p->service == NULL ?
+				    &b->def :
+				    b->services[0].def;
+				ALLOT__QF(bool, q, f->off) = !f->dflt;
+				assert_diff_names(a, b, p, f, false);
+				allot_config_free(b);
+			} else {
+				allot_config *b = parse_ok(tb);
+				ck_assert_msg(a->digest != b->digest,
+				    "%s at %s: %s -> %s, the same digest",
+				    f->key, p->key, ch[k].from, ch[k].to);
+				assert_diff_names(a, b, p, f,
+				    (f->flags & ALLOT__QF_INHERIT) &&
+				        p->scope == ALLOT__QS_CALLER &&
+				        p->service == NULL);
+				allot_config_free(b);
+			}
+			allot_config_free(a);
+			free(ta);
+			free(tb);
+		}
+	}
+}
+END_TEST
+
 static Suite *
 config_fields_suite(void)
 {
@@ -317,6 +630,12 @@ config_fields_suite(void)
 	tcase_add_test(tc, bad_burst_refused);
 	tcase_add_loop_test(
 	    tc, texts_pinned, 0, (int) (sizeof texts / sizeof texts[0]));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("table");
+	tcase_add_test(tc, table_rows_complete);
+	tcase_add_loop_test(
+	    tc, every_field_digested_and_diffed, 0, (int) allot__nqfields);
 	suite_add_tcase(s, tc);
 	return s;
 }
