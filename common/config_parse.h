@@ -79,6 +79,14 @@ typedef struct allot__cfg_ctx {
 	const allot__service **svc_sorted; /* cfg->services by name */
 } allot__cfg_ctx;
 
+/* The value of key `key` in mapping `map`, and the value of its rate
+ * key (whichever unit); NULL when it has none (or map is NULL). For
+ * the checks after the walk, which point their messages at values the
+ * walk accepted. config_schema.c. */
+const allot__cfg_node *allot__cfg_value(
+    const allot__cfg_node *map, const char *key);
+const allot__cfg_node *allot__cfg_rate_value(const allot__cfg_node *map);
+
 /* Free what a scope owns (not the quotas). */
 void allot__cfg_scope_free(allot__cfg_scope *s);
 

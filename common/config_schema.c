@@ -54,6 +54,24 @@ unit_index(const allot__cfg_node *k)
 	return key_index(k, units, NUNITS);
 }
 
+const allot__cfg_node *
+allot__cfg_value(const allot__cfg_node *map, const char *key)
+{
+	for (size_t i = 0; map != NULL && i + 1 < map->nkids; i += 2)
+		if (key_is(map->kids[i], key))
+			return map->kids[i + 1];
+	return NULL;
+}
+
+const allot__cfg_node *
+allot__cfg_rate_value(const allot__cfg_node *map)
+{
+	for (size_t i = 0; map != NULL && i + 1 < map->nkids; i += 2)
+		if (unit_index(map->kids[i]) < NUNITS)
+			return map->kids[i + 1];
+	return NULL;
+}
+
 /* Check that `map` is a mapping whose keys are all in `keys`, each at
  * most once, and fill vals[i] with the value of keys[i] (NULL if absent).
  * An unknown "tokens_per_..." key where rates are allowed is an unknown
