@@ -42,14 +42,11 @@ typedef struct allot__cfg_node {
 /* Side data for one quota, kept only while loading: the nodes that later
  * checks point their messages at. */
 typedef struct allot__cfg_meta {
-	const allot__cfg_node *map; /* the quota's mapping */
+	/* The quota's mapping: its fields' values are found there by key
+	 * (allot__cfg_value()). */
+	const allot__cfg_node *map;
 	const allot__cfg_node *ident;
-	const allot__cfg_node *rate; /* the value of its unit key */
-	const allot__cfg_node *burst;
-	const allot__cfg_node *prio;
 	const allot__cfg_node *endpoint; /* endpoint quotas: the key */
-	const allot__cfg_node *cand_rate; /* candidate: its unit's value */
-	const allot__cfg_node *cand_burst;
 	const allot__cfg_node *eps; /* callers: their `endpoints` */
 	size_t parent; /* endpoint quotas: index of their caller */
 	char *key; /* the wire key (allot__quota_key), owned */
