@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config_fields.h"
 #include "config_parse.h"
 
 /* Files above this size are refused before parsing. */
@@ -260,14 +261,9 @@ allot__quota_free(allot__quota *q)
 {
 	free(q->identity);
 	free(q->endpoint);
-	free(q->owner);
-	free(q->reason);
-	for (size_t i = 0; i < q->nlabels; i++)
-		free(q->labels[i]);
-	free(q->labels);
-	q->identity = q->endpoint = q->owner = q->reason = NULL;
-	q->labels = NULL;
-	q->nlabels = 0;
+	q->identity = q->endpoint = NULL;
+	for (size_t i = 0; i < allot__nqfields; i++)
+		allot__qfield_free(q, &allot__qfields[i]);
 }
 
 static int
@@ -283,25 +279,15 @@ int
 allot__quota_copy(allot__quota *d, const allot__quota *q)
 {
 	*d = *q;
-	d->labels = NULL;
-	d->nlabels = 0;
 	int rc = str_copy(&d->identity, q->identity);
-	int r2 = str_copy(&d->endpoint, q->endpoint);
-	int r3 = str_copy(&d->owner, q->owner);
-	int r4 = str_copy(&d->reason, q->reason);
-	if (rc != ALLOT_OK || r2 != ALLOT_OK || r3 != ALLOT_OK ||
-	    r4 != ALLOT_OK)
-		return ALLOT_ENOMEM;
-	if (q->nlabels > 0) {
-		d->labels = calloc(q->nlabels, sizeof *d->labels);
-		if (d->labels == NULL)
-			return ALLOT_ENOMEM;
-		for (; d->nlabels < q->nlabels; d->nlabels++)
-			if (str_copy(&d->labels[d->nlabels],
-			        q->labels[d->nlabels]) != ALLOT_OK)
-				return ALLOT_ENOMEM;
-	}
-	return ALLOT_OK;
+	if (str_copy(&d->endpoint, q->endpoint) != ALLOT_OK)
+		rc = ALLOT_ENOMEM;
+	/* Every field, even after a failure: each leaves its copy or
+	 * nothing, never q's memory. */
+	for (size_t i = 0; i < allot__nqfields; i++)
+		if (allot__qfield_copy(d, q, &allot__qfields[i]) != ALLOT_OK)
+			rc = ALLOT_ENOMEM;
+	return rc;
 }
 
 static int

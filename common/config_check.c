@@ -10,13 +10,16 @@
  * quota: its endpoint's weight), every endpoint quota against
  * endpoint_weights, and every rate against the ceiling unless it says
  * overcommit. A top-level quota is checked again in a service's view
- * only when the service changes weights or the ceiling.
+ * only when the service changes weights or the ceiling. Which fields
+ * are classes, bursts and rates is their type in the field table
+ * (config_fields.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_fields.h"
 #include "config_parse.h"
 #include "name.h"
 
@@ -34,44 +37,57 @@ set_default_classes(allot__cfg_ctx *c)
 	return ALLOT_OK;
 }
 
-/* A quota without `priority` gets classes[0], the class shed first:
- * protection from shedding is opted into, never granted by omission.
- * An endpoint quota without one has its caller's (`inherit`). */
+/* Every class field of `q` (its priority) resolved against the
+ * classes. Without one, an endpoint quota has its caller's (`parent`,
+ * resolved by then) where the field is inherited, and any other quota
+ * classes[0], the class shed first: protection from shedding is opted
+ * into, never granted by omission. */
 static int
-resolve_priority(allot__cfg_ctx *c, allot__quota *q, const allot__cfg_meta *m,
-    uint32_t inherit)
+resolve_classes(allot__cfg_ctx *c, allot__quota *q, const allot__cfg_meta *m,
+    const allot__quota *parent)
 {
 	allot_config *cfg = c->cfg;
 	char q1[QBUF], list[ALLOT__MAX_CLASSES * (ALLOT__CLASS_MAX + 2)];
-	q->priority = inherit;
-	if (m->prio == NULL)
-		return ALLOT_OK;
-	for (size_t i = 0; i < cfg->nclasses; i++) {
-		if (strcmp(cfg->classes[i], m->prio->str) == 0) {
-			q->priority = (uint32_t) i;
-			return ALLOT_OK;
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		const allot__qfield *f = &allot__qfields[i];
+		if (f->type != ALLOT__QT_CLASS)
+			continue;
+		const allot__cfg_node *n = allot__cfg_value(m->map, f->key);
+		uint32_t v = parent != NULL && (f->flags & ALLOT__QF_INHERIT) ?
+		    ALLOT__QFC(uint32_t, parent, f->off) :
+		    0;
+		if (n != NULL) {
+			size_t k = 0;
+			while (k < cfg->nclasses &&
+			    strcmp(cfg->classes[k], n->str) != 0)
+				k++;
+			if (k == cfg->nclasses) {
+				allot__cfg_join(list, sizeof list,
+				    (const char *const *) cfg->classes,
+				    cfg->nclasses);
+				return FAIL(c, n,
+				    "unknown priority class %s, expected one "
+				    "of: %s",
+				    QN(q1, n), list);
+			}
+			v = (uint32_t) k;
 		}
+		ALLOT__QF(uint32_t, q, f->off) = v;
 	}
-	allot__cfg_join(list, sizeof list, (const char *const *) cfg->classes,
-	    cfg->nclasses);
-	return FAIL(c, m->prio,
-	    "unknown priority class %s, expected one of: %s", QN(q1, m->prio),
-	    list);
+	return ALLOT_OK;
 }
 
 static int
 resolve_all(allot__cfg_ctx *c, allot__quota *def, allot__quota *qs, size_t n,
     allot__cfg_scope *sc)
 {
-	int rc = def != NULL ? resolve_priority(c, def, &sc->def, 0) :
+	int rc = def != NULL ? resolve_classes(c, def, &sc->def, NULL) :
 	                       ALLOT_OK;
 	/* An endpoint quota follows its caller, resolved by then. */
 	for (size_t i = 0; i < n && rc == ALLOT_OK; i++) {
 		const allot__cfg_meta *m = &sc->meta[i];
-		uint32_t inherit = m->endpoint != NULL ?
-		    qs[m->parent].priority :
-		    0;
-		rc = resolve_priority(c, &qs[i], m, inherit);
+		rc = resolve_classes(
+		    c, &qs[i], m, m->endpoint != NULL ? &qs[m->parent] : NULL);
 	}
 	return rc;
 }
@@ -206,71 +222,171 @@ view_init(view *v, allot__cfg_ctx *c, const allot__service *svc,
 	}
 }
 
-/* A quota against the weights and the ceiling of view `v`. */
+/* The node of a value in quota mapping `map` for a message: `at`, or
+ * the mapping itself should a value have come from elsewhere. */
+static const allot__cfg_node *
+node_or_map(const allot__cfg_node *at, const allot__cfg_node *map)
+{
+	return at != NULL ? at : map;
+}
+
+/* What a message says of a quota: who it is, " in service NAME" when
+ * checked in a service's view, and the weight `need` of endpoint `ep`
+ * that each of its bursts must hold (the heaviest, or an endpoint
+ * quota's own). */
+typedef struct subject {
+	char who[ALLOT__NAME_MAX + QBUF + 32];
+	char in[QBUF + 16];
+	uint32_t need;
+	const char *ep;
+} subject;
+
+/* Field `f` of `q` against the weight s->need: a burst (the quota's,
+ * its candidate's) that cannot hold one request there is refused. */
+static int
+check_weight(allot__cfg_ctx *c, const subject *s, const allot__quota *q,
+    const allot__cfg_meta *m, const allot__qfield *f)
+{
+	char q2[QBUF], q3[QBUF];
+	const allot__cfg_node *at;
+	switch (f->type) {
+	case ALLOT__QT_BURST:
+		if (!(ALLOT__QFC(double, q, f->off) < s->need))
+			return ALLOT_OK;
+		at = node_or_map(allot__cfg_value(m->map, f->key), m->map);
+		return FAIL(c, at,
+		    "%s has %s %s, below the weight %" PRIu32
+		    " of endpoint %s%s, expected %s >= %" PRIu32
+		    " (a request there could never pass)",
+		    s->who, f->key, NUM(q3, at), s->need, Q(q2, s->ep), s->in,
+		    f->key, s->need);
+	case ALLOT__QT_CANDIDATE: {
+		double b = ALLOT__QFC(double, q, f->off2);
+		if (!(b > 0 && b < s->need))
+			return ALLOT_OK;
+		at = node_or_map(
+		    allot__cfg_value(
+		        allot__cfg_value(m->map, f->key), "burst"),
+		    m->map);
+		return FAIL(c, at,
+		    "%s has a candidate burst of %s, below the weight %" PRIu32
+		    " of endpoint %s%s, expected a candidate burst >= "
+		    "%" PRIu32,
+		    s->who, NUM(q3, at), s->need, Q(q2, s->ep), s->in,
+		    s->need);
+	}
+	case ALLOT__QT_RATE:
+	case ALLOT__QT_CLASS:
+	case ALLOT__QT_BOOL:
+	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_TEXT:
+	case ALLOT__QT_PER_UNIT:
+	case ALLOT__QT_LABELS: break;
+	}
+	return ALLOT_OK;
+}
+
+/* The rate field `f` of `q` holds (the quota's, its candidate's) when
+ * it is above `ceiling`, with its node and what a message calls it
+ * ("", "candidate "); 0 otherwise. */
+static double
+over_ceiling(const allot__quota *q, const allot__cfg_meta *m,
+    const allot__qfield *f, double ceiling, const allot__cfg_node **ret_at,
+    const char **ret_what)
+{
+	double r = 0;
+	switch (f->type) {
+	case ALLOT__QT_RATE:
+		r = ALLOT__QFC(double, q, f->off);
+		*ret_at = allot__cfg_rate_value(m->map);
+		*ret_what = "";
+		break;
+	case ALLOT__QT_CANDIDATE:
+		r = ALLOT__QFC(double, q, f->off);
+		*ret_at = allot__cfg_rate_value(
+		    allot__cfg_value(m->map, f->key));
+		*ret_what = "candidate ";
+		break;
+	case ALLOT__QT_BURST:
+	case ALLOT__QT_CLASS:
+	case ALLOT__QT_BOOL:
+	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_TEXT:
+	case ALLOT__QT_PER_UNIT:
+	case ALLOT__QT_LABELS: break;
+	}
+	*ret_at = node_or_map(*ret_at, m->map);
+	return r > ceiling ? r : 0;
+}
+
+/* The weight an endpoint quota's bursts must hold: its endpoint's in
+ * view `v`; an endpoint without one is refused. */
+static int
+endpoint_need(allot__cfg_ctx *c, const view *v, const allot__quota *q,
+    const allot__cfg_meta *m, subject *s)
+{
+	char q2[QBUF], list[512];
+	s->need = view_weight(v, q->endpoint);
+	s->ep = q->endpoint;
+	if (s->need > 0)
+		return ALLOT_OK;
+	const char *names[ALLOT__MAX_ENDPOINTS * 2];
+	size_t n = 0;
+	for (size_t i = 0; i < v->cfg->nendpoints; i++)
+		names[n++] = v->cfg->endpoints[i].name;
+	for (size_t i = 0; v->svc && i < v->svc->nendpoints; i++)
+		names[n++] = v->svc->endpoints[i].name;
+	allot__cfg_join(list, sizeof list, names, n);
+	return FAIL(c, m->endpoint,
+	    "%s: endpoint %s has no weight in endpoint_weights%s, expected "
+	    "an endpoint listed there (%s)",
+	    s->who, Q(q2, q->endpoint), s->in, n > 0 ? list : "none is");
+}
+
+/* A quota against the weights and the ceiling of view `v`: each field
+ * against the weights (the bursts), then against the ceiling (the
+ * rates), in table order. */
 static int
 check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
     const allot__cfg_meta *m, bool is_default)
 {
-	char q1[QBUF], q2[QBUF], q3[QBUF], who[ALLOT__NAME_MAX + QBUF + 32];
-	char in[QBUF + 16] = "", list[512];
+	char q1[QBUF];
+	subject s = { .need = v->max_weight, .ep = v->heaviest };
 	if (v->svc != NULL)
-		snprintf(in, sizeof in, " in service %s", Q(q1, v->svc->name));
+		snprintf(
+		    s.in, sizeof s.in, " in service %s", Q(q1, v->svc->name));
 	if (is_default && v->svc != NULL && v->svc->def == q)
-		snprintf(who, sizeof who, "services.%s.default", v->svc->name);
+		snprintf(
+		    s.who, sizeof s.who, "services.%s.default", v->svc->name);
 	else if (is_default)
-		snprintf(who, sizeof who, "quotas.default");
+		snprintf(s.who, sizeof s.who, "quotas.default");
 	else if (q->endpoint != NULL)
-		snprintf(who, sizeof who, "endpoint quota %s", Q(q1, m->key));
+		snprintf(
+		    s.who, sizeof s.who, "endpoint quota %s", Q(q1, m->key));
 	else
-		snprintf(who, sizeof who, "caller %s", Q(q1, q->identity));
-	uint32_t need = v->max_weight;
-	const char *ep = v->heaviest;
-	if (q->endpoint != NULL) {
-		need = view_weight(v, q->endpoint);
-		ep = q->endpoint;
-		if (need == 0) {
-			const char *names[ALLOT__MAX_ENDPOINTS * 2];
-			size_t n = 0;
-			for (size_t i = 0; i < v->cfg->nendpoints; i++)
-				names[n++] = v->cfg->endpoints[i].name;
-			for (size_t i = 0; v->svc && i < v->svc->nendpoints;
-			     i++)
-				names[n++] = v->svc->endpoints[i].name;
-			allot__cfg_join(list, sizeof list, names, n);
-			return FAIL(c, m->endpoint,
-			    "%s: endpoint %s has no weight in "
-			    "endpoint_weights%s, expected an endpoint listed "
-			    "there (%s)",
-			    who, Q(q2, q->endpoint), in,
-			    n > 0 ? list : "none is");
-		}
+		snprintf(s.who, sizeof s.who, "caller %s", Q(q1, q->identity));
+	int rc = q->endpoint != NULL ? endpoint_need(c, v, q, m, &s) :
+	                               ALLOT_OK;
+	for (size_t i = 0; i < allot__nqfields && rc == ALLOT_OK; i++)
+		rc = check_weight(c, &s, q, m, &allot__qfields[i]);
+	if (rc != ALLOT_OK || !(v->ceiling > 0) || v->overcommit)
+		return rc;
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		const allot__cfg_node *at = NULL;
+		const char *what = "";
+		double r = over_ceiling(
+		    q, m, &allot__qfields[i], v->ceiling, &at, &what);
+		if (r > 0)
+			return FAIL(c, at,
+			    "%s has a %srate of %.6g tokens/s, above the "
+			    "global ceiling of %.6g tokens/s%s, expected at "
+			    "most the ceiling (or overcommit: true in the "
+			    "global_ceiling at line %" PRIu32 ")",
+			    s.who, what, r, v->ceiling, s.in,
+			    v->ceiling_node != NULL ? v->ceiling_node->line :
+			                              0);
 	}
-	if (q->burst < need)
-		return FAIL(c, m->burst,
-		    "%s has burst %s, below the weight %" PRIu32
-		    " of endpoint %s%s, expected burst >= %" PRIu32
-		    " (a request there could never pass)",
-		    who, NUM(q3, m->burst), need, Q(q2, ep), in, need);
-	if (q->cand_burst > 0 && q->cand_burst < need)
-		return FAIL(c, m->cand_burst,
-		    "%s has a candidate burst of %s, below the weight %" PRIu32
-		    " of endpoint %s%s, expected a candidate burst >= "
-		    "%" PRIu32,
-		    who, NUM(q3, m->cand_burst), need, Q(q2, ep), in, need);
-	if (!(v->ceiling > 0) || v->overcommit)
-		return ALLOT_OK;
-	const allot__cfg_node *at = q->rate > v->ceiling ? m->rate :
-	    q->cand_rate > v->ceiling                    ? m->cand_rate :
-	                                                   NULL;
-	if (at == NULL)
-		return ALLOT_OK;
-	return FAIL(c, at,
-	    "%s has a %srate of %.6g tokens/s, above the global ceiling of "
-	    "%.6g tokens/s%s, expected at most the ceiling (or overcommit: "
-	    "true in the global_ceiling at line %" PRIu32 ")",
-	    who, at == m->rate ? "" : "candidate ",
-	    at == m->rate ? q->rate : q->cand_rate, v->ceiling, in,
-	    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
+	return ALLOT_OK;
 }
 
 /* Whether a scope whose quotas are qs[0..n) (sorted in sc->byid) has

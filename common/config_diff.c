@@ -4,7 +4,9 @@
  * their wire key, each described as one line of text, and the settings
  * of the whole file compared as pseudo-quotas. Both allotd (its audit
  * rows and its admin socket's answers) and allotctl go through here, so
- * what an operator reviews is what the audit table records.
+ * what an operator reviews is what the audit table records. A quota's
+ * text is written field by field from the field table
+ * (config_fields.h), each as its type says.
  */
 #include "config_diff.h"
 
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "config_fields.h"
 
 const char *
 allot__change_kind_name(allot__change_kind k)
@@ -84,86 +87,95 @@ put_word(allot__buf *b, const char *s)
 		allot__buf_json(b, s);
 }
 
-/* The parts of a quota's text, one per field, in the order the text
- * and the changed-field list use. */
-enum {
-	F_RATE,
-	F_BURST,
-	F_PRIORITY,
-	F_SHADOW,
-	F_CANDIDATE,
-	F_FALLBACK,
-	F_SHARED,
-	F_OWNER,
-	F_REASON,
-	F_PEAK,
-	F_LABELS,
-	F_COUNT
-};
-
-static const char *const field_names[F_COUNT] = { "rate", "burst", "priority",
-	"shadow", "candidate", "fallback", "shared", "owner", "reason",
-	"expected_peak", "labels" };
-
-/* Field `f` of quota `q` into `b` (nothing when it has its default, so
- * that the text stays short). */
-static void
-put_field(allot__buf *b, const allot_config *cfg, const allot__quota *q, int f,
-    bool is_default)
+/* Whether a field's text says what it is without a prefix: a rate, a
+ * class and a flag's word ("500/s critical shadow"). */
+static bool
+names_itself(allot__qtype t)
 {
-	switch (f) {
-	case F_RATE: put_rate(b, q->rate, q->unit_s); break;
-	case F_BURST: put_num(b, q->burst); break;
-	case F_PRIORITY:
-		allot__buf_puts(b, class_name(cfg, q->priority));
+	switch (t) {
+	case ALLOT__QT_RATE:
+	case ALLOT__QT_CLASS:
+	case ALLOT__QT_BOOL: return true;
+	case ALLOT__QT_BURST:
+	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_TEXT:
+	case ALLOT__QT_PER_UNIT:
+	case ALLOT__QT_LABELS:
+	case ALLOT__QT_CANDIDATE: return false;
+	}
+	return false;
+}
+
+/* Field `f` of quota `q` into `b`: nothing when it has its default, so
+ * that the text stays short, or when quotas of its scope (`scope`, of
+ * q) do not take it. Rates are written in the quota's unit, except an
+ * amount per unit, which is per second. */
+static void
+put_field(allot__buf *b, const allot_config *cfg, const allot__quota *q,
+    const allot__qfield *f, unsigned scope)
+{
+	if ((f->scopes & scope) == 0)
+		return;
+	switch (f->type) {
+	case ALLOT__QT_RATE:
+		put_rate(b, ALLOT__QFC(double, q, f->off), q->unit_s);
 		break;
-	case F_SHADOW:
-		if (q->shadow)
-			allot__buf_puts(b, "shadow");
+	case ALLOT__QT_BURST: put_num(b, ALLOT__QFC(double, q, f->off)); break;
+	case ALLOT__QT_CLASS:
+		allot__buf_puts(
+		    b, class_name(cfg, ALLOT__QFC(uint32_t, q, f->off)));
 		break;
-	case F_CANDIDATE:
-		if (q->cand_rate > 0) {
-			put_rate(b, q->cand_rate, q->unit_s);
-			allot__buf_puts(b, " burst ");
-			put_num(b, q->cand_burst);
-		}
+	case ALLOT__QT_BOOL:
+		if (ALLOT__QFC(bool, q, f->off) != f->dflt)
+			allot__buf_puts(b, f->word);
 		break;
-	case F_FALLBACK:
-		if (q->fallback != ALLOT_FALLBACK_STATIC_SHARE)
-			allot__buf_puts(b, fallback_name(q->fallback));
+	case ALLOT__QT_FALLBACK: {
+		allot_fallback v = ALLOT__QFC(allot_fallback, q, f->off);
+		if (v != ALLOT_FALLBACK_STATIC_SHARE)
+			allot__buf_puts(b, fallback_name(v));
 		break;
-	case F_SHARED:
-		if (is_default && !q->shared)
-			allot__buf_puts(b, "per caller");
+	}
+	case ALLOT__QT_TEXT: {
+		const char *s = ALLOT__QFC(char *, q, f->off);
+		if (s != NULL)
+			put_word(b, s);
 		break;
-	case F_OWNER:
-		if (q->owner != NULL)
-			put_word(b, q->owner);
+	}
+	case ALLOT__QT_PER_UNIT: {
+		double v = ALLOT__QFC(double, q, f->off);
+		if (v > 0)
+			put_rate(b, v, 1);
 		break;
-	case F_REASON:
-		if (q->reason != NULL)
-			put_word(b, q->reason);
-		break;
-	case F_PEAK:
-		if (q->expected_peak > 0)
-			put_rate(b, q->expected_peak, 1);
-		break;
-	case F_LABELS:
-		for (size_t i = 0; i < q->nlabels; i++) {
+	}
+	case ALLOT__QT_LABELS: {
+		char *const *v = ALLOT__QFC(char **, q, f->off);
+		size_t n = ALLOT__QFC(size_t, q, f->off2);
+		for (size_t i = 0; i < n; i++) {
 			if (i > 0)
 				allot__buf_puts(b, ",");
-			put_word(b, q->labels[i]);
+			put_word(b, v[i]);
 		}
 		break;
+	}
+	case ALLOT__QT_CANDIDATE: {
+		double rate = ALLOT__QFC(double, q, f->off);
+		if (rate > 0) {
+			put_rate(b, rate, q->unit_s);
+			allot__buf_puts(b, " burst ");
+			put_num(b, ALLOT__QFC(double, q, f->off2));
+		}
+		break;
+	}
 	}
 }
 
 /* Field `f` as its own string ("" when at its default); NULL on OOM. */
 static char *
-field_text(const allot_config *cfg, const allot__quota *q, int f, bool def)
+field_text(const allot_config *cfg, const allot__quota *q,
+    const allot__qfield *f, bool def)
 {
 	allot__buf b = { 0 };
-	put_field(&b, cfg, q, f, def);
+	put_field(&b, cfg, q, f, allot__quota_scope(q, def));
 	allot__buf_puts(&b, "");
 	if (b.oom) {
 		allot__buf_free(&b);
@@ -172,18 +184,22 @@ field_text(const allot_config *cfg, const allot__quota *q, int f, bool def)
 	return b.p;
 }
 
+char *
+allot__quota_field_text(
+    const allot_config *cfg, const allot__quota *q, const allot__qfield *f)
+{
+	return field_text(cfg, q, f, q == &cfg->def);
+}
+
 /* "500/s burst 1000 critical shadow candidate 400/s burst 800 fallback
  * open owner payments reason \"Q3 launch\" peak 450/s labels
- * team=pay": what a field is called precedes it, except the rate and
- * the priority, which read fine alone. */
+ * team=pay": the fields in table order, each preceded by its prefix. */
 static char *
 quota_text(const allot_config *cfg, const allot__quota *q, bool def)
 {
-	static const char *const prefix[F_COUNT] = { "", "burst ", "", "",
-		"candidate ", "fallback ", "", "owner ", "reason ", "peak ",
-		"labels " };
 	allot__buf b = { 0 };
-	for (int f = 0; f < F_COUNT; f++) {
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		const allot__qfield *f = &allot__qfields[i];
 		char *t = field_text(cfg, q, f, def);
 		if (t == NULL) {
 			b.oom = true;
@@ -192,7 +208,12 @@ quota_text(const allot_config *cfg, const allot__quota *q, bool def)
 		if (t[0] != '\0') {
 			if (b.len > 0)
 				allot__buf_puts(&b, " ");
-			allot__buf_printf(&b, "%s%s", prefix[f], t);
+			if (f->prefix != NULL)
+				allot__buf_puts(&b, f->prefix);
+			else if (!names_itself(f->type))
+				allot__buf_printf(
+				    &b, "%s ", allot__qfield_label(f));
+			allot__buf_puts(&b, t);
 		}
 		free(t);
 	}
@@ -211,21 +232,22 @@ allot__quota_text(const allot_config *cfg, const allot__quota *q)
 }
 
 /* "rate 400/s -> 200/s; burst 800 -> 400" for the fields that differ
- * between `a` and `b`; NULL on OOM. A field set on one side only reads
- * "shadow (none) -> shadow". */
+ * between `a` and `b`, in table order; NULL on OOM. A field set on one
+ * side only reads "shadow (none) -> shadow". */
 static char *
 changed_fields(const allot_config *ca, const allot__quota *a,
     const allot_config *cb, const allot__quota *b, bool def)
 {
 	allot__buf out = { 0 };
-	for (int f = 0; f < F_COUNT && !out.oom; f++) {
+	for (size_t i = 0; i < allot__nqfields && !out.oom; i++) {
+		const allot__qfield *f = &allot__qfields[i];
 		char *x = field_text(ca, a, f, def);
 		char *y = field_text(cb, b, f, def);
 		if (x == NULL || y == NULL)
 			out.oom = true;
 		else if (strcmp(x, y) != 0)
 			allot__buf_printf(&out, "%s%s %s -> %s",
-			    out.len > 0 ? "; " : "", field_names[f],
+			    out.len > 0 ? "; " : "", allot__qfield_label(f),
 			    x[0] != '\0' ? x : "(none)",
 			    y[0] != '\0' ? y : "(none)");
 		free(x);

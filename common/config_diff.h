@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "config_fields.h"
 
 typedef enum allot__change_kind {
 	ALLOT__QUOTA_ADDED = 0,
@@ -61,5 +62,12 @@ const char *allot__change_kind_name(allot__change_kind k);
 /* The text of quota `q` of `cfg` (the priority names come from it);
  * a string the caller frees, NULL when out of memory. */
 char *allot__quota_text(const allot_config *cfg, const allot__quota *q);
+
+/* Field `f` (a row of allot__qfields) of quota `q` of `cfg` as the text
+ * writes it, without its prefix: "" when it has its default (or q's
+ * kind of quota does not take it). A string the caller frees, NULL when
+ * out of memory. */
+char *allot__quota_field_text(
+    const allot_config *cfg, const allot__quota *q, const allot__qfield *f);
 
 #endif

@@ -42,14 +42,11 @@ typedef struct allot__cfg_node {
 /* Side data for one quota, kept only while loading: the nodes that later
  * checks point their messages at. */
 typedef struct allot__cfg_meta {
-	const allot__cfg_node *map; /* the quota's mapping */
+	/* The quota's mapping: its fields' values are found there by key
+	 * (allot__cfg_value()). */
+	const allot__cfg_node *map;
 	const allot__cfg_node *ident;
-	const allot__cfg_node *rate; /* the value of its unit key */
-	const allot__cfg_node *burst;
-	const allot__cfg_node *prio;
 	const allot__cfg_node *endpoint; /* endpoint quotas: the key */
-	const allot__cfg_node *cand_rate; /* candidate: its unit's value */
-	const allot__cfg_node *cand_burst;
 	const allot__cfg_node *eps; /* callers: their `endpoints` */
 	size_t parent; /* endpoint quotas: index of their caller */
 	char *key; /* the wire key (allot__quota_key), owned */
@@ -78,6 +75,14 @@ typedef struct allot__cfg_ctx {
 	size_t nsvc; /* allocated */
 	const allot__service **svc_sorted; /* cfg->services by name */
 } allot__cfg_ctx;
+
+/* The value of key `key` in mapping `map`, and the value of its rate
+ * key (whichever unit); NULL when it has none (or map is NULL). For
+ * the checks after the walk, which point their messages at values the
+ * walk accepted. config_schema.c. */
+const allot__cfg_node *allot__cfg_value(
+    const allot__cfg_node *map, const char *key);
+const allot__cfg_node *allot__cfg_rate_value(const allot__cfg_node *map);
 
 /* Free what a scope owns (not the quotas). */
 void allot__cfg_scope_free(allot__cfg_scope *s);

@@ -7,15 +7,19 @@
  * missing keys are errors. The file has two scopes: `quotas`, for every
  * service, and `services`, what each named service overrides of it; both
  * are walked by the same functions. A caller's endpoint quotas become
- * entries of its scope's callers, right after their caller. What spans
- * sections is left to config_check.c, because YAML mappings are
- * unordered.
+ * entries of its scope's callers, right after their caller. A quota's
+ * keys, and how each is read, come from the field table
+ * (config_fields.h): the rows that take its kind of quota, each read as
+ * its type says. What spans sections is left to config_check.c,
+ * because YAML mappings are unordered.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_fields.h"
 #include "config_parse.h"
 #include "name.h"
 
@@ -44,6 +48,9 @@ key_index(const allot__cfg_node *k, const char *const *keys, size_t nkeys)
 static const char *const units[NUNITS] = { "tokens_per_second",
 	"tokens_per_minute", "tokens_per_hour", "tokens_per_day" };
 static const uint32_t unit_secs[NUNITS] = { 1, 60, 3600, 86400 };
+#define RATE_KEYS                                                    \
+	"tokens_per_second", "tokens_per_minute", "tokens_per_hour", \
+	    "tokens_per_day"
 #define UNIT_LIST                                                 \
 	"tokens_per_second, tokens_per_minute, tokens_per_hour, " \
 	"tokens_per_day"
@@ -54,6 +61,24 @@ unit_index(const allot__cfg_node *k)
 	return key_index(k, units, NUNITS);
 }
 
+const allot__cfg_node *
+allot__cfg_value(const allot__cfg_node *map, const char *key)
+{
+	for (size_t i = 0; map != NULL && i + 1 < map->nkids; i += 2)
+		if (key_is(map->kids[i], key))
+			return map->kids[i + 1];
+	return NULL;
+}
+
+const allot__cfg_node *
+allot__cfg_rate_value(const allot__cfg_node *map)
+{
+	for (size_t i = 0; map != NULL && i + 1 < map->nkids; i += 2)
+		if (unit_index(map->kids[i]) < NUNITS)
+			return map->kids[i + 1];
+	return NULL;
+}
+
 /* Check that `map` is a mapping whose keys are all in `keys`, each at
  * most once, and fill vals[i] with the value of keys[i] (NULL if absent).
  * An unknown "tokens_per_..." key where rates are allowed is an unknown
@@ -62,10 +87,11 @@ static int
 walk_map(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
     const char *const *keys, size_t nkeys, const allot__cfg_node **vals)
 {
-	const allot__cfg_node *seen[32] = { NULL };
+	const allot__cfg_node *seen[ALLOT__QKEYS_MAX] = { NULL };
 	char d[DBUF], q[QBUF], list[512];
 	/* Where every unit is allowed (not in global_ceiling). */
 	bool rates = false;
+	assert(nkeys <= ALLOT__QKEYS_MAX);
 	for (size_t i = 0; i < nkeys; i++)
 		rates |= strcmp(keys[i], units[NUNITS - 1]) == 0;
 	for (size_t i = 0; i < nkeys; i++)
@@ -144,19 +170,46 @@ find_unit(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 	return ALLOT_OK;
 }
 
-/* The kinds of quota mapping, and the keys each takes. */
-enum qkind { Q_DEFAULT, Q_CALLER, Q_ENDPOINT };
-#define RATE_KEYS                                                    \
-	"tokens_per_second", "tokens_per_minute", "tokens_per_hour", \
-	    "tokens_per_day"
-#define META_KEYS "owner", "reason", "expected_peak", "labels", "candidate"
-static const char *const default_keys[] = { RATE_KEYS, "burst", "priority",
-	"shadow", "fallback", "shared", META_KEYS };
-static const char *const caller_keys[] = { "identity", RATE_KEYS, "burst",
-	"priority", "shadow", "fallback", META_KEYS, "endpoints" };
-static const char *const endpoint_keys[] = { RATE_KEYS, "burst", "priority",
-	"shadow", "fallback", META_KEYS };
-#define NKEYS(a) (sizeof(a) / sizeof((a)[0]))
+/* The keys of a quota mapping of `scope` (ALLOT__QS_*) in the order
+ * the messages list them: a caller's identity, the fields of the table
+ * that take it (a rate as its units) with those listed last after the
+ * others, a caller's endpoints. rows[i] is the field of keys[i], NULL
+ * for the identity and the endpoints. Returns the count. */
+static size_t
+quota_keys(unsigned scope, const char **keys, const allot__qfield **rows)
+{
+	size_t n = 0;
+	if (scope == ALLOT__QS_CALLER) {
+		rows[n] = NULL;
+		keys[n++] = "identity";
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		bool last = pass == 1;
+		for (size_t i = 0; i < allot__nqfields; i++) {
+			const allot__qfield *f = &allot__qfields[i];
+			bool listed_last = f->flags & ALLOT__QF_LISTED_LAST;
+			if ((f->scopes & scope) == 0 || listed_last != last)
+				continue;
+			size_t nk = f->type == ALLOT__QT_RATE ? NUNITS : 1;
+			for (size_t u = 0; u < nk; u++) {
+				/* Room for a caller's endpoints; the
+				 * config-fields test counts the keys. */
+				assert(n < ALLOT__QKEYS_MAX - 1);
+				if (n >= ALLOT__QKEYS_MAX - 1)
+					break;
+				rows[n] = f;
+				keys[n++] = f->type == ALLOT__QT_RATE ?
+				    units[u] :
+				    f->key;
+			}
+		}
+	}
+	if (scope == ALLOT__QS_CALLER) {
+		rows[n] = NULL;
+		keys[n++] = "endpoints";
+	}
+	return n;
+}
 
 static int
 parse_fallback(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
@@ -208,8 +261,10 @@ get_text(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
  * order. */
 static int
 parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
-    allot__quota *q)
+    const allot__qfield *f, allot__quota *q)
 {
+	char ***labels = &ALLOT__QF(char **, q, f->off);
+	size_t *nlabels = &ALLOT__QF(size_t, q, f->off2);
 	char d[DBUF], qb[QBUF], vwhat[PATH_MAX_ + 80];
 	if (map->type != NODE_MAP)
 		return FAIL(c, map,
@@ -222,8 +277,8 @@ parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 		    n, ALLOT__MAX_LABELS);
 	if (n == 0)
 		return ALLOT_OK;
-	q->labels = calloc(n, sizeof *q->labels);
-	if (q->labels == NULL)
+	*labels = calloc(n, sizeof **labels);
+	if (*labels == NULL)
 		return allot__cfg_nomem(c);
 	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
 		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
@@ -263,7 +318,7 @@ parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 		}
 		snprintf(s, len, "%s=%s", name, val);
 		free(val);
-		q->labels[q->nlabels++] = s;
+		(*labels)[(*nlabels)++] = s;
 	}
 	return ALLOT_OK;
 }
@@ -271,13 +326,13 @@ parse_labels(allot__cfg_ctx *c, const allot__cfg_node *map, const char *what,
 /* candidate: a rate (any unit) and a burst evaluated in shadow. */
 static int
 parse_candidate(allot__cfg_ctx *c, const allot__cfg_node *map,
-    const char *path, allot__quota *q, allot__cfg_meta *m)
+    const char *path, const allot__qfield *f, allot__quota *q)
 {
 	static const char *const keys[] = { RATE_KEYS, "burst" };
-	const allot__cfg_node *vals[NKEYS(keys)], *rv = NULL;
+	const allot__cfg_node *vals[NUNITS + 1], *rv = NULL;
 	char what[PATH_MAX_ + 32];
 	uint32_t unit = 1;
-	int rc = walk_map(c, map, path, keys, NKEYS(keys), vals);
+	int rc = walk_map(c, map, path, keys, NUNITS + 1, vals);
 	if (rc == ALLOT_OK)
 		rc = find_unit(c, map, path, &rv, &unit);
 	if (rc != ALLOT_OK)
@@ -296,144 +351,190 @@ parse_candidate(allot__cfg_ctx *c, const allot__cfg_node *map,
 		const allot__cfg_node *v = map->kids[i + 1];
 		if (v == rv) {
 			rc = allot__cfg_get_rate_per(
-			    c, v, what, unit, &q->cand_rate);
+			    c, v, what, unit, &ALLOT__QF(double, q, f->off));
 		} else {
 			char bw[PATH_MAX_ + 8];
 			snprintf(bw, sizeof bw, "%.400s.burst", path);
-			rc = allot__cfg_get_burst(c, v, bw, &q->cand_burst);
+			rc = allot__cfg_get_burst(
+			    c, v, bw, &ALLOT__QF(double, q, f->off2));
 		}
 	}
-	m->cand_rate = rv;
-	m->cand_burst = vals[NUNITS];
 	return rc;
 }
 
-/* The required keys of a quota, reported as before units existed: a
- * missing rate is a missing "tokens_per_second". */
+/* The required keys of a quota mapping whose keys walk_map() accepted
+ * into vals (keys and rows from quota_keys()): a caller's identity and
+ * the required fields, reported as before units existed (a missing rate
+ * is a missing "tokens_per_second"). `rate`: the value of its rate key,
+ * whichever unit. */
 static int
 need_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
-    enum qkind kind, const allot__cfg_node *ident, const allot__cfg_node *rate,
-    const allot__cfg_node *burst)
+    const char *const *keys, const allot__qfield *const *rows, size_t nkeys,
+    const allot__cfg_node *const *vals, const allot__cfg_node *rate)
 {
-	static const char *const dreq[] = { "tokens_per_second", "burst" };
-	static const char *const creq[] = { "identity", "tokens_per_second",
-		"burst" };
-	const allot__cfg_node *dv[] = { rate, burst };
-	const allot__cfg_node *cv[] = { ident, rate, burst };
-	if (kind == Q_CALLER)
-		return need(c, map, path, creq, cv, 3);
-	return need(c, map, path, dreq, dv, 2);
+	const char *req[ALLOT__QKEYS_MAX];
+	const allot__cfg_node *rv[ALLOT__QKEYS_MAX];
+	size_t n = 0;
+	for (size_t i = 0; i < nkeys; i++) {
+		const allot__qfield *f = rows[i];
+		bool required;
+		if (f == NULL)
+			required = strcmp(keys[i], "identity") == 0;
+		else /* a rate once, by its first unit */
+			required = (f->flags & ALLOT__QF_REQUIRED) &&
+			    strcmp(keys[i], f->key) == 0;
+		if (!required)
+			continue;
+		req[n] = keys[i];
+		rv[n++] = f != NULL && f->type == ALLOT__QT_RATE ? rate :
+		                                                   vals[i];
+	}
+	return need(c, map, path, req, rv, n);
 }
 
-/* One quota mapping at `path`: quotas.default, an entry of callers, or
- * an endpoint quota of caller `parent` (which it inherits priority,
- * shadow and fallback from unless it sets them). */
+/* A caller's identity: the name rule, and not "default". */
 static int
-parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
-    enum qkind kind, const allot__quota *parent, allot__quota *q,
-    allot__cfg_meta *m)
+parse_identity(allot__cfg_ctx *c, const allot__cfg_node *v, const char *what,
+    allot__quota *q)
 {
-	const char *const *keys = kind == Q_DEFAULT ? default_keys :
-	    kind == Q_CALLER                        ? caller_keys :
-	                                              endpoint_keys;
-	size_t nkeys = kind == Q_DEFAULT ? NKEYS(default_keys) :
-	    kind == Q_CALLER             ? NKEYS(caller_keys) :
-	                                   NKEYS(endpoint_keys);
-	const allot__cfg_node *vals[32], *ident = NULL, *burst = NULL;
-	char what[PATH_MAX_ + 32], q1[QBUF];
-	uint32_t unit = 1;
-	double peak = 0;
-	int rc = walk_map(c, map, path, keys, nkeys, vals);
-	if (rc == ALLOT_OK)
-		rc = find_unit(c, map, path, &m->rate, &unit);
+	const char *s = NULL;
+	int rc = allot__cfg_get_string(c, v, what, ALLOT_IDENTITY_MAX,
+	    "a verified caller identity such as a SPIFFE ID", &s);
 	if (rc != ALLOT_OK)
 		return rc;
-	for (size_t i = 0; i < nkeys; i++) {
-		if (strcmp(keys[i], "identity") == 0)
-			ident = vals[i];
-		else if (strcmp(keys[i], "burst") == 0)
-			burst = vals[i];
+	/* "default" names the default quota in statistics and in the keys
+	 * an agent registers. */
+	if (!allot__name_valid(s, ALLOT__NAME_MAX, true))
+		return FAIL(c, v,
+		    "%s must be 1-%u " ALLOT__NAME_RULE
+		    ", the same rule allotd applies to the keys of a Register",
+		    what, ALLOT__NAME_MAX);
+	if (strcmp(s, "default") == 0)
+		return FAIL(c, v,
+		    "%s \"default\" is reserved for quotas.default, expected "
+		    "a caller's own identity",
+		    what);
+	if ((q->identity = strdup(s)) == NULL)
+		return allot__cfg_nomem(c);
+	return ALLOT_OK;
+}
+
+/* Field `f` of `q` from its value `v` at `what`; `unit`: the seconds of
+ * the quota's rate unit, in which its other rates are written. */
+static int
+parse_field(allot__cfg_ctx *c, const allot__qfield *f,
+    const allot__cfg_node *v, const char *what, uint32_t unit, allot__quota *q)
+{
+	const char *s = NULL;
+	int rc;
+	switch (f->type) {
+	case ALLOT__QT_RATE:
+		q->unit_s = unit;
+		return allot__cfg_get_rate_per(
+		    c, v, what, unit, &ALLOT__QF(double, q, f->off));
+	case ALLOT__QT_BURST:
+		return allot__cfg_get_burst(
+		    c, v, what, &ALLOT__QF(double, q, f->off));
+	case ALLOT__QT_CLASS:
+		/* Resolved once the classes are known (config_check.c):
+		 * shed_order may come later in the file. */
+		return allot__cfg_get_string(
+		    c, v, what, f->max, f->expect, &s);
+	case ALLOT__QT_BOOL:
+		rc = allot__cfg_get_bool(
+		    c, v, what, &ALLOT__QF(bool, q, f->off));
+		if (rc == ALLOT_OK && f->refuse != NULL &&
+		    ALLOT__QF(bool, q, f->off) != f->dflt)
+			return FAIL(c, v, "%s", f->refuse);
+		return rc;
+	case ALLOT__QT_FALLBACK:
+		return parse_fallback(
+		    c, v, what, &ALLOT__QF(allot_fallback, q, f->off));
+	case ALLOT__QT_TEXT:
+		return get_text(c, v, what, f->max, f->expect,
+		    &ALLOT__QF(char *, q, f->off));
+	case ALLOT__QT_PER_UNIT: {
+		double x = 0;
+		rc = allot__cfg_get_amount(c, v, what, &x);
+		if (rc == ALLOT_OK)
+			ALLOT__QF(double, q, f->off) = x / unit;
+		return rc;
 	}
-	rc = need_quota(c, map, path, kind, ident, m->rate, burst);
+	case ALLOT__QT_LABELS: return parse_labels(c, v, what, f, q);
+	case ALLOT__QT_CANDIDATE: return parse_candidate(c, v, what, f, q);
+	}
+	return ALLOT_OK;
+}
+
+/* What a quota of `scope` has for each field it does not set: its
+ * default, or for an endpoint quota (`parent`, its caller) the caller's
+ * value where the field is inherited. A class is inherited once it is
+ * resolved (config_check.c). */
+static int
+field_defaults(allot__cfg_ctx *c, unsigned scope, const allot__quota *parent,
+    allot__quota *q)
+{
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		const allot__qfield *f = &allot__qfields[i];
+		void *at = (char *) q + f->off;
+		if ((f->scopes & scope) == 0)
+			continue;
+		switch (f->type) {
+		case ALLOT__QT_BOOL: *(bool *) at = f->dflt; break;
+		case ALLOT__QT_FALLBACK:
+			*(allot_fallback *) at = ALLOT_FALLBACK_STATIC_SHARE;
+			break;
+		case ALLOT__QT_RATE:
+		case ALLOT__QT_BURST:
+		case ALLOT__QT_CLASS:
+		case ALLOT__QT_TEXT:
+		case ALLOT__QT_PER_UNIT:
+		case ALLOT__QT_LABELS:
+		case ALLOT__QT_CANDIDATE: break; /* 0 or NULL: none */
+		}
+		if (parent != NULL && (f->flags & ALLOT__QF_INHERIT) &&
+		    allot__qfield_copy(q, parent, f) != ALLOT_OK)
+			return allot__cfg_nomem(c);
+	}
+	return ALLOT_OK;
+}
+
+/* One quota mapping at `path` of `scope`: quotas.default, an entry of
+ * callers, or an endpoint quota of caller `parent`. Its keys come from
+ * the field table (config_fields.c), each read as its type says, in
+ * file order so that the first bad value is the one reported. */
+static int
+parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
+    unsigned scope, const allot__quota *parent, allot__quota *q,
+    allot__cfg_meta *m)
+{
+	const char *keys[ALLOT__QKEYS_MAX];
+	const allot__qfield *rows[ALLOT__QKEYS_MAX];
+	const allot__cfg_node *vals[ALLOT__QKEYS_MAX], *rate = NULL;
+	char what[PATH_MAX_ + 32], q1[QBUF];
+	uint32_t unit = 1;
+	size_t nkeys = quota_keys(scope, keys, rows);
+	int rc = walk_map(c, map, path, keys, nkeys, vals);
+	if (rc == ALLOT_OK)
+		rc = find_unit(c, map, path, &rate, &unit);
+	if (rc == ALLOT_OK)
+		rc = need_quota(c, map, path, keys, rows, nkeys, vals, rate);
+	if (rc == ALLOT_OK)
+		rc = field_defaults(c, scope, parent, q);
 	if (rc != ALLOT_OK)
 		return rc;
 	m->map = map;
 	q->line = map->line;
-	q->unit_s = unit;
-	q->shared = kind == Q_DEFAULT;
-	q->fallback = ALLOT_FALLBACK_STATIC_SHARE;
-	if (parent != NULL) {
-		q->shadow = parent->shadow;
-		q->fallback = parent->fallback;
-	}
 	for (size_t i = 0; i + 1 < map->nkids && rc == ALLOT_OK; i += 2) {
 		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
-		const char *s = NULL;
+		size_t j = key_index(k, keys, nkeys);
 		snprintf(
 		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
-		if (unit_index(k) < NUNITS) {
-			rc = allot__cfg_get_rate_per(
-			    c, v, what, unit, &q->rate);
+		if (j < nkeys && rows[j] != NULL) {
+			rc = parse_field(c, rows[j], v, what, unit, q);
 		} else if (key_is(k, "identity")) {
-			rc = allot__cfg_get_string(c, v, what,
-			    ALLOT_IDENTITY_MAX,
-			    "a verified caller identity such as a SPIFFE ID",
-			    &s);
 			m->ident = v;
-			if (rc != ALLOT_OK)
-				break;
-			/* "default" names the default quota in statistics
-			 * and in the keys an agent registers. */
-			if (!allot__name_valid(s, ALLOT__NAME_MAX, true))
-				rc = FAIL(c, v,
-				    "%s must be 1-%u " ALLOT__NAME_RULE
-				    ", the same rule allotd applies to the "
-				    "keys of a Register",
-				    what, ALLOT__NAME_MAX);
-			else if (strcmp(s, "default") == 0)
-				rc = FAIL(c, v,
-				    "%s \"default\" is reserved for "
-				    "quotas.default, expected a caller's own "
-				    "identity",
-				    what);
-			else if ((q->identity = strdup(s)) == NULL)
-				rc = allot__cfg_nomem(c);
-		} else if (key_is(k, "burst")) {
-			rc = allot__cfg_get_burst(c, v, what, &q->burst);
-			m->burst = v;
-		} else if (key_is(k, "priority")) {
-			rc = allot__cfg_get_string(c, v, what,
-			    ALLOT__CLASS_MAX,
-			    "a priority class named in shed_order", &s);
-			m->prio = v;
-		} else if (key_is(k, "shadow")) {
-			rc = allot__cfg_get_bool(c, v, what, &q->shadow);
-		} else if (key_is(k, "fallback")) {
-			rc = parse_fallback(c, v, what, &q->fallback);
-		} else if (key_is(k, "shared")) {
-			rc = allot__cfg_get_bool(c, v, what, &q->shared);
-			/* Documented once, never implemented: refused rather
-			 * than silently shared. */
-			if (rc == ALLOT_OK && !q->shared)
-				rc = FAIL(c, v,
-				    "shared: false is not supported: unknown "
-				    "callers share the default bucket, "
-				    "expected shared: true or no \"shared\" "
-				    "key (give a caller its own quota under "
-				    "callers)");
-		} else if (key_is(k, "owner")) {
-			rc = get_text(c, v, what, ALLOT__OWNER_MAX,
-			    "who answers for the quota, such as a team",
-			    &q->owner);
-		} else if (key_is(k, "reason")) {
-			rc = get_text(c, v, what, ALLOT__REASON_MAX,
-			    "why the quota has this value", &q->reason);
-		} else if (key_is(k, "expected_peak")) {
-			rc = allot__cfg_get_amount(c, v, what, &peak);
-		} else if (key_is(k, "labels")) {
-			rc = parse_labels(c, v, what, q);
-		} else if (key_is(k, "candidate")) {
-			rc = parse_candidate(c, v, what, q, m);
+			rc = parse_identity(c, v, what, q);
 		} else if (key_is(k, "endpoints")) {
 			m->eps = v;
 		} else {
@@ -442,7 +543,6 @@ parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 			    QN(q1, k));
 		}
 	}
-	q->expected_peak = peak / unit;
 	return rc;
 }
 
@@ -543,7 +643,8 @@ parse_endpoint_quotas(allot__cfg_ctx *c, allot__cfg_scope *sc,
 			    QN(qb, k), ALLOT__NAME_MAX);
 		char qpath[PATH_MAX_ + 192];
 		snprintf(qpath, sizeof qpath, "%s.%s", path, QN(qb, k));
-		rc = parse_quota(c, v, qpath, Q_ENDPOINT, parent, q, m);
+		rc = parse_quota(
+		    c, v, qpath, ALLOT__QS_ENDPOINT, parent, q, m);
 		if (rc != ALLOT_OK)
 			return rc;
 	}
@@ -572,7 +673,7 @@ parse_callers(allot__cfg_ctx *c, const allot__cfg_node *seq,
 			return rc;
 		size_t ci = (*n)++;
 		snprintf(path, sizeof path, "%s.callers[%zu]", prefix, i);
-		rc = parse_quota(c, seq->kids[i], path, Q_CALLER, NULL,
+		rc = parse_quota(c, seq->kids[i], path, ALLOT__QS_CALLER, NULL,
 		    &(*arr)[ci], &sc->meta[ci]);
 		if (rc == ALLOT_OK)
 			rc = set_key(c, &(*arr)[ci], &sc->meta[ci]);
@@ -760,7 +861,7 @@ parse_scope(allot__cfg_ctx *c, const allot__cfg_node *map, const char *prefix,
 			    (d->identity = strdup("default")) == NULL)
 				return allot__cfg_nomem(c);
 			rc = parse_quota(
-			    c, v, path, Q_DEFAULT, NULL, d, &sc->def);
+			    c, v, path, ALLOT__QS_DEFAULT, NULL, d, &sc->def);
 			break;
 		case K_CALLERS:
 			rc = svc != NULL ? parse_callers(c, v, prefix, sc,

@@ -10,18 +10,22 @@
  * each with its own sizing. The public API can load a file but does not
  * expose the quotas inside it, so this (and allotctl diff, which calls
  * ctl_print_sizing()) is the part of allotctl that reads
- * common/config.h.
+ * common/config.h. A quota field it does not show in its own words is
+ * shown on the quota's review line as a diff writes it.
  */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <allot/allot.h>
 
 #include "allotctl.h"
 #include "bucket.h"
 #include "config.h"
+#include "config_diff.h"
+#include "config_fields.h"
 
 /* What the sizing lines add up. */
 typedef struct sums {
@@ -77,7 +81,46 @@ quota_row(
 	    rate_as_written(q->rate, q->unit_s), candidate_text(q));
 }
 
-/* "review:" lines: the metadata of every quota that has some. */
+/* The fields this file writes in its own words: the quota table's
+ * columns and the review metadata (fallback and shared it has never
+ * shown). Any other field of the field table (config_fields.c) is shown
+ * on its quota's review line as a diff writes it, so that a new field
+ * needs nothing here. */
+static const char *const own_fields[] = { "tokens_per_second", "burst",
+	"priority", "shadow", "candidate", "fallback", "shared", "owner",
+	"reason", "expected_peak", "labels" };
+
+/* Field `f` of `q` as a diff writes it, when this file does not show it
+ * in its own words and q has it; else NULL. The caller frees it. */
+static char *
+other_field(
+    const allot_config *cfg, const allot__quota *q, const allot__qfield *f)
+{
+	for (size_t i = 0; i < sizeof own_fields / sizeof own_fields[0]; i++)
+		if (strcmp(f->key, own_fields[i]) == 0)
+			return NULL;
+	char *t = allot__quota_field_text(cfg, q, f);
+	if (t != NULL && t[0] == '\0') {
+		free(t);
+		t = NULL;
+	}
+	return t;
+}
+
+static bool
+has_other_fields(const allot_config *cfg, const allot__quota *q)
+{
+	for (size_t i = 0; i < allot__nqfields; i++) {
+		char *t = other_field(cfg, q, &allot__qfields[i]);
+		free(t);
+		if (t != NULL)
+			return true;
+	}
+	return false;
+}
+
+/* "review:" lines: the metadata of every quota that has some, and its
+ * fields this file does not show otherwise. */
 static void
 print_review(const allot_config *cfg)
 {
@@ -86,7 +129,8 @@ print_review(const allot_config *cfg)
 		const allot__quota *q = i < cfg->ncallers ? &cfg->callers[i] :
 		                                            &cfg->def;
 		if (q->owner == NULL && q->reason == NULL &&
-		    !(q->expected_peak > 0) && q->nlabels == 0)
+		    !(q->expected_peak > 0) && q->nlabels == 0 &&
+		    !has_other_fields(cfg, q))
 			continue;
 		if (!any)
 			printf("\nreview:\n");
@@ -111,6 +155,15 @@ print_review(const allot_config *cfg)
 		for (size_t j = 0; j < q->nlabels; j++) {
 			printf("%s%s", j == 0 ? sep : " ", q->labels[j]);
 			sep = "; ";
+		}
+		for (size_t j = 0; j < allot__nqfields; j++) {
+			const allot__qfield *f = &allot__qfields[j];
+			char *t = other_field(cfg, q, f);
+			if (t == NULL)
+				continue;
+			printf("%s%s %s", sep, allot__qfield_label(f), t);
+			sep = "; ";
+			free(t);
 		}
 		if (q->reason != NULL)
 			printf("%sreason: %s", sep, q->reason);
