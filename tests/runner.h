@@ -2,13 +2,26 @@
 /*
  * Shared main() for check suites: each tests/test_*.c defines its Suite
  * and ends with ALLOT_TEST_MAIN(its_suite). CK_FORK is honoured as usual;
- * the exit status is non-zero if any test failed.
+ * the exit status is non-zero if any test failed. Also INVARIANT, the
+ * assertion for loops that check something thousands of times.
  */
 #ifndef ALLOT_TESTS_RUNNER_H
 #define ALLOT_TESTS_RUNNER_H
 
 #include <check.h>
 #include <stdlib.h>
+
+/* check's ck_assert_* records the place of every assertion that passes,
+ * with a write to the runner's pipe each time: in a loop that checks an
+ * invariant a million times, that is most of the case's time (seconds,
+ * more under ASan). INVARIANT fails the test the same way, through
+ * ck_abort_msg with the message, and costs nothing while `cond` holds.
+ * The message is a format and its arguments, as ck_assert_msg takes. */
+#define INVARIANT(cond, ...)                       \
+	do {                                       \
+		if (!(cond))                       \
+			ck_abort_msg(__VA_ARGS__); \
+	} while (0)
 
 #define ALLOT_TEST_MAIN(suite_fn)                                 \
 	int main(void)                                            \

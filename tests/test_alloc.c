@@ -343,23 +343,33 @@ START_TEST(sums_never_exceed)
 		for (int k = 0; k < NQ; k++) {
 			double sr = 0, sb = 0;
 			for (size_t i = 0; i < q[k].nslots; i++) {
-				ck_assert(sl[k][i].rate >= 0);
-				ck_assert(sl[k][i].burst >= 0);
+				INVARIANT(
+				    sl[k][i].rate >= 0 && sl[k][i].burst >= 0,
+				    "round %d quota %d slot %zu: rate %.17g "
+				    "burst %.17g",
+				    round, k, i, sl[k][i].rate,
+				    sl[k][i].burst);
 				sr += sl[k][i].rate;
 				sb += sl[k][i].burst;
 			}
-			ck_assert_msg(sr <= q[k].allowance,
-			    "round %d quota "
-			    "%d: %.17g > %.17g",
-			    round, k, sr, q[k].allowance);
-			ck_assert(q[k].allowance <= q[k].rate);
-			ck_assert(sb <= q[k].burst_budget);
-			ck_assert(q[k].burst_budget <= q[k].burst);
-			ck_assert(q[k].sum_rate == sr);
+			INVARIANT(sr <= q[k].allowance,
+			    "round %d quota %d: %.17g > %.17g", round, k, sr,
+			    q[k].allowance);
+			INVARIANT(q[k].allowance <= q[k].rate,
+			    "round %d quota %d: allowance %.17g > rate %.17g",
+			    round, k, q[k].allowance, q[k].rate);
+			INVARIANT(sb <= q[k].burst_budget &&
+			        q[k].burst_budget <= q[k].burst,
+			    "round %d quota %d: bursts %.17g, budget %.17g, "
+			    "burst %.17g",
+			    round, k, sb, q[k].burst_budget, q[k].burst);
+			INVARIANT(q[k].sum_rate == sr,
+			    "round %d quota %d: sum_rate %.17g, slots %.17g",
+			    round, k, q[k].sum_rate, sr);
 			total += q[k].allowance;
 		}
 		if (ceiling > 0)
-			ck_assert_msg(total <= ceiling,
+			INVARIANT(total <= ceiling,
 			    "round %d: %.17g > "
 			    "ceiling %.17g",
 			    round, total, ceiling);

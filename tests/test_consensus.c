@@ -150,15 +150,8 @@ static struct raft_heap fixture_heap = {
 /* ---- the fixture cluster ---- */
 
 /* The invariants are checked after every fixture step, hundreds of
- * thousands of times in a case. check's ck_assert_* records the place of
- * every assertion that passes (a write to the runner's pipe each time),
- * which was most of a case's time; these report the same failure through
- * ck_abort_msg and cost nothing while they hold. */
-#define INVARIANT(cond, ...)                       \
-	do {                                       \
-		if (!(cond))                       \
-			ck_abort_msg(__VA_ARGS__); \
-	} while (0)
+ * thousands of times in a case: with INVARIANT (runner.h), not
+ * ck_assert. */
 
 #define MAXS RAFT_FIXTURE_MAX_SERVERS
 #define MAXB 8192 /* usage batches one case may propose */
