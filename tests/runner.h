@@ -3,7 +3,9 @@
  * Shared main() for check suites: each tests/test_*.c defines its Suite
  * and ends with ALLOT_TEST_MAIN(its_suite). CK_FORK is honoured as usual;
  * the exit status is non-zero if any test failed. Also INVARIANT, the
- * assertion for loops that check something thousands of times.
+ * assertion for loops that check something thousands of times, and
+ * ALLOT_TEST_SANITIZED, set in AddressSanitizer and ThreadSanitizer
+ * builds.
  */
 #ifndef ALLOT_TESTS_RUNNER_H
 #define ALLOT_TESTS_RUNNER_H
@@ -22,6 +24,20 @@
 		if (!(cond))                       \
 			ck_abort_msg(__VA_ARGS__); \
 	} while (0)
+
+/* 1 in an ASan or TSan build (gcc defines __SANITIZE_*__, clang answers
+ * __has_feature): where a load test may shrink to fit its timeout, and
+ * where a sanitizer's runtime rules out a preload. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ALLOT_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ALLOT_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef ALLOT_TEST_SANITIZED
+#define ALLOT_TEST_SANITIZED 0
+#endif
 
 #define ALLOT_TEST_MAIN(suite_fn)                                 \
 	int main(void)                                            \
