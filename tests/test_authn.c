@@ -2,12 +2,13 @@
 /*
  * Identity from certificates (docs/operations.md, "TLS"): a real allotd
  * on tls+tcp with --tls-ca requires every Register to carry a proof signed
- * with the agent's certificate key (agent/sign.c, coordinator/dispatch/authn.c).
- * Real agents and raw protocol clients over mutual TLS on loopback check
- * that a certified replica registers and syncs, that a certificate for
- * another service, a replayed Register, a missing or foreign proof are
- * refused and counted, and that a session cannot be driven from another
- * connection. Certificates come from scripts/mkcerts.
+ * with the agent's certificate key (agent/sign.c,
+ * coordinator/dispatch/authn.c). Real agents and raw protocol clients over
+ * mutual TLS on loopback check that a certified replica registers and syncs,
+ * that a certificate for another service, a replayed Register, a missing or
+ * foreign proof are refused and counted, and that a session cannot be driven
+ * from another connection. Certificates come from scripts/mkcerts, made once
+ * for the suite (two CAs take seconds of openssl) and copied for each test.
  */
 #include <check.h>
 #include <math.h>
@@ -32,7 +33,8 @@
 #include "runner.h"
 #include "sign.h"
 
-static char dir[64];
+static char certdir[64]; /* the suite's certificates and quota file */
+static char dir[64]; /* a test's copy of them, with its databases */
 static char url[64];
 static int http_port;
 static pid_t allotd;
@@ -47,28 +49,56 @@ path(char *buf, size_t len, const char *name)
 
 static void start_allotd(const char *dbname);
 
+/* The certificates every test uses, made once in the runner process
+ * (an unchecked fixture): ca1 with allotd's, svc's, other's and svc2's
+ * (the rotation's), ca2 with a foreign svc; the PEM pairs the tests
+ * name; mixed.pem, svc2's certificate with svc's key (no pair). */
 static void
-setup(void)
+suite_setup(void)
 {
-	snprintf(dir, sizeof dir, "/tmp/allot-authn-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(certdir, sizeof certdir, "/tmp/allot-authn-certs-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(certdir));
 	const char *src = getenv("ALLOT_SOURCE_DIR");
 	char cmd[4096];
 	snprintf(cmd, sizeof cmd,
 	    "d=%s; s=%s/scripts/mkcerts; "
 	    "$s $d/ca1 svc=spiffe://t/ns/prod/sa/svc "
-	    "other=spiffe://t/ns/prod/sa/other >/dev/null && "
+	    "other=spiffe://t/ns/prod/sa/other "
+	    "svc2=spiffe://t/ns/prod/sa/svc >/dev/null && "
 	    "$s $d/ca2 svc=spiffe://t/ns/prod/sa/svc >/dev/null && "
 	    "cat $d/ca1/server.pem $d/ca1/server.key > $d/allotd.pem && "
 	    "cat $d/ca1/svc.pem $d/ca1/svc.key > $d/svc.pem && "
 	    "cat $d/ca1/other.pem $d/ca1/other.key > $d/other.pem && "
 	    "cat $d/ca2/svc.pem $d/ca2/svc.key > $d/foreign.pem && "
+	    "cat $d/ca1/svc2.pem $d/ca1/svc2.key > $d/svc2.pem && "
+	    "cat $d/ca1/svc2.pem $d/ca1/svc.key > $d/mixed.pem && "
 	    "printf 'quotas:\\n  default: {tokens_per_second: 100, burst: "
 	    "200}\\n' > $d/q.yaml && echo ok",
-	    dir, src);
+	    certdir, src);
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
 	    "certificates: %s", out ? out : "(failed)");
+	free(out);
+}
+
+static void
+suite_teardown(void)
+{
+	pc_rm_rf(certdir);
+}
+
+/* Each test: its own copy of the certificates (rotation replaces files),
+ * its ports and its allotd. */
+static void
+setup(void)
+{
+	snprintf(dir, sizeof dir, "/tmp/allot-authn-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char cmd[256];
+	snprintf(cmd, sizeof cmd, "cp -a %s/. %s && echo ok", certdir, dir);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "copy: %s",
+	    out ? out : "(failed)");
 	free(out);
 	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
 	http_port = pc_free_port();
@@ -620,18 +650,15 @@ rot_wait_registers(allot_agent *a, uint64_t n, allot_sync_stats *ret)
 	ck_assert(ret->connected);
 }
 
-/* svc2.pem: another certificate for svc from the same CA; mixed.pem: it
- * with svc's key (no pair); rot.pem, the agent's file, starts as svc's. */
+/* rot.pem, the agent's file, starts as svc's (svc2.pem, another
+ * certificate for svc from the same CA, and mixed.pem, it with svc's key,
+ * are the suite's). */
 static void
 rot_certs(void)
 {
-	char cmd[1024];
-	snprintf(cmd, sizeof cmd,
-	    "d=%s; %s/scripts/mkcerts $d/ca1 svc2=spiffe://t/ns/prod/sa/svc "
-	    ">/dev/null && cat $d/ca1/svc2.pem $d/ca1/svc2.key > $d/svc2.pem "
-	    "&& cat $d/ca1/svc2.pem $d/ca1/svc.key > $d/mixed.pem && "
-	    "cp $d/svc.pem $d/rot.pem && echo ok",
-	    dir, getenv("ALLOT_SOURCE_DIR"));
+	char cmd[256];
+	snprintf(
+	    cmd, sizeof cmd, "cp %s/svc.pem %s/rot.pem && echo ok", dir, dir);
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "certs: %s", out);
 	free(out);
@@ -789,6 +816,7 @@ authn_suite(void)
 {
 	Suite *s = suite_create("authn");
 	TCase *tc = tcase_create("identity");
+	tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, agents);
