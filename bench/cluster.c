@@ -28,8 +28,8 @@
  *
  * The two over-admission figures need agents that follow the leader and
  * links cut between members: three members and three agent-probe
- * processes (tests/agent_probe.c, built here as bench/agent-probe), each
- * in a network namespace of its own (tests/netlab.h, as in
+ * processes (tests/support/agent_probe.c), each in a network namespace
+ * of its own (tests/support/netlab.h, as in
  * tests/test_partition.c). The partition cuts the leader from another
  * member while the third reaches both, agents split the same way, for
  * 2 s; the failover is a SIGKILL of the leader until every agent syncs
@@ -57,12 +57,13 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
+#include "allotd.h"
 #include "bench.h"
+#include "netlab.h"
+#include "probe_log.h"
+#include "proc.h"
 #include "proto.h"
-
-/* Shared with tests/test_partition.c (built into this suite too). */
-#include "../tests/netlab.h"
-#include "../tests/probe_log.h"
+#include "proto_client.h"
 
 #define NMEM 3
 #define NKEYS 50
@@ -71,52 +72,32 @@
 #define ELECTION_MS 1000
 
 static char dir[64];
-static char bin[600];
 
+/* Three members on loopback (tests/support/allotd.h). */
 typedef struct cluster {
-	char url[NMEM][64];
-	char raft[NMEM][32];
-	char seed[NMEM][128];
-	char log[NMEM][128];
-	pid_t pid[NMEM];
+	pc_member m[NMEM];
 } cluster;
 
 static void
-cluster_start(cluster *c, const char *cfg, const char *tag)
+cluster_start(cluster *c, const char *quotas, const char *tag)
 {
-	memset(c, 0, sizeof *c);
-	for (int i = 0; i < NMEM; i++) {
-		snprintf(c->url[i], sizeof c->url[i], "tcp://127.0.0.1:%d",
-		    proto_free_port());
-		snprintf(c->raft[i], sizeof c->raft[i], "127.0.0.1:%d",
-		    proto_free_port());
-		snprintf(c->seed[i], sizeof c->seed[i], "%d=%s=%s", i + 1,
-		    c->raft[i], c->url[i]);
-	}
-	for (int i = 0; i < NMEM; i++) {
-		char id[8], db[160], el[16];
-		snprintf(id, sizeof id, "%d", i + 1);
-		snprintf(el, sizeof el, "%d", ELECTION_MS);
-		snprintf(db, sizeof db, "%s/%s-m%d.db", dir, tag, i + 1);
-		snprintf(c->log[i], sizeof c->log[i], "%s/%s-m%d.log", dir,
-		    tag, i + 1);
-		const char *args[] = { "--listen", c->url[i], "--interval-ms",
-			"1000", "--expiry-intervals", "30", "--raft-id", id,
-			"--raft-addr", c->raft[i], "--election-ms", el,
-			"--seed", c->seed[0], "--seed", c->seed[1], "--seed",
-			c->seed[2], NULL };
-		c->pid[i] = proto_start_allotd(bin, cfg, db, c->log[i], args);
-	}
+	char prefix[96];
+	snprintf(prefix, sizeof prefix, "%s/%s", dir, tag);
+	for (int i = 0; i < NMEM; i++)
+		pc_member_init(&c->m[i], prefix, (uint64_t) i + 1, quotas);
+	for (int i = 0; i < NMEM; i++)
+		pc_member_start(
+		    &c->m[i], c->m, NMEM, ELECTION_MS, proto_allotd_args);
 }
 
 static void
 cluster_stop(cluster *c)
 {
 	for (int i = 0; i < NMEM; i++)
-		if (c->pid[i] > 0) {
-			proto_stop_allotd(c->pid[i], c->log[i]);
-			c->pid[i] = 0;
-		}
+		if (c->m[i].c.pid > 0)
+			proto_allotd_stop(&c->m[i].c);
+		else
+			pc_coord_done(&c->m[i].c, 0);
 }
 
 /* The member that answers a Register with a Welcome, asking each in
@@ -130,36 +111,21 @@ find_leader(
 		for (int i = 0; i < NMEM; i++) {
 			if (i == skip)
 				continue;
-			nng_socket s;
-			if (nng_req0_open(&s) != 0)
-				continue;
-			nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 200);
-			nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 200);
+			pc_conn conn = { 0 };
 			bool ok = false;
-			if (nng_dial(s, c->url[i], NULL, 0) == 0) {
-				Allot__V1__Register r =
-				    ALLOT__V1__REGISTER__INIT;
-				r.replica_id = "probe";
-				r.service = "bench";
-				r.n_keys = 1;
-				r.keys = (char **) keys;
-				r.sync_interval_ms = 1000;
-				Allot__V1__Envelope env =
-				    ALLOT__V1__ENVELOPE__INIT;
-				env.version = 1;
-				env.body_case =
-				    ALLOT__V1__ENVELOPE__BODY_REGISTER;
-				env.register_ = &r;
-				Allot__V1__Envelope *e = proto_exchange(
-				    s, &env);
+			if (pc_open(&conn, c->m[i].c.url, 0) == 0) {
+				nng_socket_set_ms(
+				    conn.sock, NNG_OPT_RECVTIMEO, 200);
+				nng_socket_set_ms(
+				    conn.sock, NNG_OPT_SENDTIMEO, 200);
+				Allot__V1__Envelope *e = pc_register(
+				    &conn, "probe", "bench", keys, 1, 1000);
 				ok = e != NULL &&
 				    e->body_case ==
 				        ALLOT__V1__ENVELOPE__BODY_WELCOME;
-				if (e != NULL)
-					allot__v1__envelope__free_unpacked(
-					    e, NULL);
+				pc_free(e);
 			}
-			nng_close(s);
+			pc_close(&conn);
 			if (ok)
 				return i;
 		}
@@ -180,9 +146,7 @@ measure_throughput(const bench_opts *o, throughput *ret)
 	static char keybuf[NKEYS][PROTO_KEY_MAX];
 	const char *keys[NKEYS];
 	proto_spiffe_keys(keybuf, keys, NKEYS);
-	char cfg[128];
-	snprintf(cfg, sizeof cfg, "%s/throughput.yaml", dir);
-	proto_write_quotas(cfg, keys, NKEYS, 1000000, 2000000, NULL);
+	char *cfg = proto_quotas(keys, NKEYS, 1000000, 2000000, NULL);
 	double vl[BENCH_MAX_ROUNDS], vs[BENCH_MAX_ROUNDS],
 	    vr[BENCH_MAX_ROUNDS];
 	for (unsigned r = 0; r < o->rounds; r++) {
@@ -204,8 +168,8 @@ measure_throughput(const bench_opts *o, throughput *ret)
 				if (L < 0)
 					bench_fail(
 					    "no leader in 15 s (see %s)", dir);
-				l.urls[0] = c.url[L];
-				l.where = c.log[L];
+				l.urls[0] = c.m[L].c.url;
+				l.where = c.m[L].c.log;
 				proto_load_run(&l, 1000, 3000, &res);
 				cluster_stop(&c);
 				vl[r] = res.key_reports_per_s;
@@ -214,22 +178,15 @@ measure_throughput(const bench_opts *o, throughput *ret)
 				    "reports/s",
 				    r, vl[r]);
 			} else {
-				char db[128], log[128], url[64];
-				snprintf(
-				    db, sizeof db, "%s/single-%u.db", dir, r);
-				snprintf(log, sizeof log, "%s/single-%u.log",
+				pc_coord one;
+				char prefix[96];
+				snprintf(prefix, sizeof prefix, "%s/single-%u",
 				    dir, r);
-				snprintf(url, sizeof url, "tcp://127.0.0.1:%d",
-				    proto_free_port());
-				const char *args[] = { "--listen", url,
-					"--interval-ms", "1000",
-					"--expiry-intervals", "30", NULL };
-				pid_t pid = proto_start_allotd(
-				    bin, cfg, db, log, args);
-				l.urls[0] = url;
-				l.where = log;
+				proto_allotd_start(&one, prefix, cfg);
+				l.urls[0] = one.url;
+				l.where = one.log;
 				proto_load_run(&l, 1000, 3000, &res);
-				proto_stop_allotd(pid, log);
+				proto_allotd_stop(&one);
 				vs[r] = res.key_reports_per_s;
 				bench_progress(o,
 				    "round %u: 1 allotd: %.0f key reports/s",
@@ -238,6 +195,7 @@ measure_throughput(const bench_opts *o, throughput *ret)
 		}
 		vr[r] = vl[r] / vs[r];
 	}
+	free(cfg);
 	ret->leader = bench_median(vl, o->rounds);
 	ret->single = bench_median(vs, o->rounds);
 	ret->ratio = bench_median(vr, o->rounds);
@@ -249,9 +207,7 @@ static double
 measure_failover(const bench_opts *o)
 {
 	static const char *const keys[] = { "c0" };
-	char cfg[128];
-	snprintf(cfg, sizeof cfg, "%s/failover.yaml", dir);
-	proto_write_quotas(cfg, keys, 1, 400, 80, "closed");
+	char *cfg = proto_quotas(keys, 1, 400, 80, "closed");
 	double v[BENCH_MAX_ROUNDS];
 	for (unsigned r = 0; r < o->rounds; r++) {
 		cluster c;
@@ -263,9 +219,9 @@ measure_failover(const bench_opts *o)
 			bench_fail("no leader in 15 s (see %s)", dir);
 		usleep(500000); /* a steady leader, followers up to date */
 		uint64_t t0 = bench_now_ns();
-		kill(c.pid[L], SIGKILL);
-		waitpid(c.pid[L], NULL, 0);
-		c.pid[L] = 0;
+		kill(c.m[L].c.pid, SIGKILL);
+		waitpid(c.m[L].c.pid, NULL, 0);
+		c.m[L].c.pid = 0;
 		int N = find_leader(&c, keys, L, 15000);
 		uint64_t t1 = bench_now_ns();
 		if (N < 0)
@@ -277,6 +233,7 @@ measure_failover(const bench_opts *o)
 		    r, v[r]);
 		cluster_stop(&c);
 	}
+	free(cfg);
 	return bench_median(v, o->rounds);
 }
 
@@ -405,25 +362,19 @@ ns_start(nsrun *c, const char *cfg, const char *tag)
 		snprintf(el, sizeof el, "%d", ELECTION_MS);
 		snprintf(c->log[i], sizeof c->log[i], "%s/%s-m%d.log", dir,
 		    tag, i + 1);
-		char *argv[] = { bin, "--config", (char *) cfg, "--db", db,
-			"--listen", urls[i], "--http", http, "--log-level",
-			"warning", "--interval-ms", "100", "--raft-id", id,
-			"--raft-addr", raft, "--election-ms", el, "--seed",
-			seeds[0], "--seed", seeds[1], "--seed", seeds[2],
-			NULL };
+		char *argv[] = { (char *) pc_allotd_path(), "--config",
+			(char *) cfg, "--db", db, "--listen", urls[i],
+			"--http", http, "--log-level", "warning",
+			"--interval-ms", "100", "--raft-id", id, "--raft-addr",
+			raft, "--election-ms", el, "--seed", seeds[0],
+			"--seed", seeds[1], "--seed", seeds[2], NULL };
 		c->member[i] = netlab_spawn(&lab, i, argv, NULL, c->log[i]);
 		if (c->member[i] < 0)
 			bench_fail("cannot start member %d", i + 1);
 	}
 	if (ns_leader(c, -1, 15000) < 0)
 		bench_fail("no leader in 15 s (see %s)", dir);
-	char probe[600];
-	snprintf(probe, sizeof probe, "%s", bin);
-	char *slash = strstr(probe, "/../coordinator/allotd");
-	if (slash == NULL)
-		bench_fail("unexpected allotd path %s", bin);
-	snprintf(
-	    slash, sizeof probe - (size_t) (slash - probe), "/agent-probe");
+	char *probe = (char *) pc_program("tests/support/agent-probe");
 	for (int k = 0; k < NMEM; k++) {
 		char rep[16], log[160];
 		snprintf(rep, sizeof rep, "r%d", k + 1);
@@ -558,8 +509,7 @@ main(int argc, char **argv)
 {
 	bench_opts o;
 	bench_parse_args(argc, argv, "cluster", 0, &o);
-	proto_mkdtemp(dir, sizeof dir);
-	proto_allotd_path(bin, sizeof bin);
+	pc_mkdtemp(dir, sizeof dir, "/tmp/allot-bench");
 	if (o.rounds > 3)
 		o.rounds = 3;
 
@@ -575,7 +525,7 @@ main(int argc, char **argv)
 		measure_overs(&o, &fo_over, &part_over);
 	bench_cpu_mark(&cpu1);
 	double noise = bench_cpu_others_pct(&cpu0, &cpu1);
-	proto_rmdir(dir);
+	pc_rm_rf(dir);
 
 	/* Detection within 3 election timeouts (randomised in [L, 2L]; a
 	 * pre-vote refused by a member whose own timeout has not run out is

@@ -35,8 +35,10 @@
 #include <unistd.h>
 
 #include "allot.pb-c.h"
+#include "allotd.h"
 #include "bench.h"
 #include "memory.h"
+#include "proc.h"
 #include "proto.h"
 #include "protocol.h"
 #include "sync_int.h"
@@ -52,38 +54,36 @@ static char keybuf[NKEYS][PROTO_KEY_MAX];
 static void
 write_config(const char *path)
 {
-	proto_write_quotas(path, keys, NKEYS, 1000000, 2000000, NULL);
+	char *text = proto_quotas(keys, NKEYS, 1000000, 2000000, NULL);
+	pc_write_file(path, text);
+	free(text);
 }
 
 /* Key reports per second through a real allotd, median of rounds. */
 static double
-measure_throughput(const bench_opts *o, const char *bin)
+measure_throughput(const bench_opts *o)
 {
-	char cfg[128], db[128], log[128], url[64];
-	snprintf(cfg, sizeof cfg, "%s/quotas.yaml", dir);
-	snprintf(log, sizeof log, "%s/allotd.log", dir);
-	write_config(cfg);
+	char *quotas = proto_quotas(keys, NKEYS, 1000000, 2000000, NULL);
+	char prefix[96];
+	snprintf(prefix, sizeof prefix, "%s/allotd", dir);
 	double v[BENCH_MAX_ROUNDS];
 	for (unsigned r = 0; r < o->rounds; r++) {
-		snprintf(db, sizeof db, "%s/allot-%u.db", dir, r);
-		snprintf(
-		    url, sizeof url, "tcp://127.0.0.1:%d", proto_free_port());
-		const char *args[] = { "--listen", url, "--interval-ms",
-			"1000", "--expiry-intervals", "30", NULL };
-		pid_t pid = proto_start_allotd(bin, cfg, db, log, args);
+		pc_coord c;
+		proto_allotd_start(&c, prefix, quotas);
 		proto_load l = { .members = 1,
-			.urls = { url },
+			.urls = { c.url },
 			.keys = keys,
 			.nkeys = NKEYS,
 			.threads = NTHREADS,
 			.replicas_per_thread = SESSIONS_PER_THREAD,
-			.where = log };
+			.where = c.log };
 		proto_result res;
 		proto_load_run(&l, 500, 3000, &res);
 		v[r] = res.key_reports_per_s;
-		proto_stop_allotd(pid, log);
+		proto_allotd_stop(&c);
 		bench_progress(o, "round %u: %.0f key reports/s", r, v[r]);
 	}
+	free(quotas);
 	return bench_median(v, o->rounds);
 }
 
@@ -182,12 +182,9 @@ main(int argc, char **argv)
 {
 	bench_opts o;
 	bench_parse_args(argc, argv, "coordinator", 0, &o);
-	proto_mkdtemp(dir, sizeof dir);
+	pc_mkdtemp(dir, sizeof dir, "/tmp/allot-bench");
 	proto_spiffe_keys(keybuf, keys, NKEYS);
 	keys[NKEYS] = NULL;
-	/* allotd from the same build tree as this benchmark. */
-	char bin[600];
-	proto_allotd_path(bin, sizeof bin);
 
 	double bytes, us;
 	if (o.rounds > 3)
@@ -196,8 +193,8 @@ main(int argc, char **argv)
 	bench_memory_figures mem;
 	bench_memory(&o, &mem);
 	measure_agent(&o, &bytes, &us);
-	double kr = measure_throughput(&o, bin);
-	proto_rmdir(dir);
+	double kr = measure_throughput(&o);
+	pc_rm_rf(dir);
 
 	bench_figure f[] = {
 		{ "coordinator.key_reports_per_s", "/s", 0,

@@ -1,46 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The protocol-level pieces shared by the suites that drive real allotd
- * processes: ports, quota files, allotd's start and stop, exchanges,
- * registration and the multi-member client load (bench/proto.h).
+ * processes (bench/proto.h): quota files, allotd with the benchmarks'
+ * options, registration and the multi-member client load, on the test
+ * support library's fixture and client.
  */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
-
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include <allot/allot.h>
 
+#include "allotd.h"
 #include "bench.h"
 #include "proto.h"
+#include "proto_client.h"
 #include "protocol.h"
-
-void
-proto_mkdtemp(char *buf, size_t len)
-{
-	snprintf(buf, len, "/tmp/allot-bench-XXXXXX");
-	if (mkdtemp(buf) == NULL)
-		bench_fail("mkdtemp: %s", strerror(errno));
-}
-
-void
-proto_rmdir(const char *dir)
-{
-	char cmd[96];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "bench: could not remove %s\n", dir);
-}
 
 void
 proto_spiffe_keys(char (*buf)[PROTO_KEY_MAX], const char **keys, int n)
@@ -65,38 +44,9 @@ proto_agent(const char *cfgpath, const allot_agent_options *opts)
 	return a;
 }
 
-int
-proto_free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET,
-		.sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof a;
-	if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof a) != 0 ||
-	    getsockname(fd, (struct sockaddr *) &a, &len) != 0)
-		bench_fail("cannot find a free port: %s", strerror(errno));
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-void
-proto_allotd_path(char *buf, size_t len)
-{
-	char self[512];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		bench_fail("readlink /proc/self/exe");
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	*slash = '\0';
-	snprintf(buf, len, "%s/../coordinator/allotd", self);
-	if (access(buf, X_OK) != 0)
-		bench_fail("no allotd at %s", buf);
-}
-
-void
-proto_write_quotas(const char *path, const char *const *ids, int n,
-    double rate, double burst, const char *fallback)
+char *
+proto_quotas(const char *const *ids, int n, double rate, double burst,
+    const char *fallback)
 {
 	bench_buf b = { 0 };
 	bench_buf_printf(&b,
@@ -111,117 +61,41 @@ proto_write_quotas(const char *path, const char *const *ids, int n,
 			bench_buf_printf(&b, ", fallback: %s", fallback);
 		bench_buf_printf(&b, "}\n");
 	}
-	FILE *f = fopen(path, "w");
-	if (f == NULL || fputs(b.p, f) < 0 || fclose(f) != 0)
-		bench_fail("cannot write %s", path);
-	bench_buf_free(&b);
+	return b.p;
 }
 
-pid_t
-proto_start_allotd(const char *bin, const char *cfg, const char *db,
-    const char *log, const char *const *args)
+const char *const proto_allotd_args[] = { "--log-level", "warning",
+	"--peer-message-rate", "0", "--interval-ms", "1000",
+	"--expiry-intervals", "30", NULL };
+
+void
+proto_allotd_start(pc_coord *c, const char *prefix, const char *quotas)
 {
-	/* Every benchmark client syncs flat out from one address: no
-	 * per-peer message budget. */
-	const char *argv[64] = { bin, "--config", cfg, "--db", db, "--http",
-		"off", "--log-level", "warning", "--peer-message-rate", "0" };
-	size_t n = 11;
-	for (size_t i = 0; args != NULL && args[i] != NULL; i++) {
-		if (n + 1 >= sizeof argv / sizeof argv[0])
-			bench_fail("too many allotd arguments");
-		argv[n++] = args[i];
-	}
-	argv[n] = NULL;
-	pid_t pid = fork();
-	if (pid < 0)
-		bench_fail("fork: %s", strerror(errno));
-	if (pid == 0) {
-		if (freopen(log, "w", stderr) == NULL ||
-		    freopen("/dev/null", "w", stdout) == NULL)
-			_exit(127);
-		execv(bin, (char *const *) argv);
-		_exit(127);
-	}
-	return pid;
+	pc_coord_init(c, prefix, quotas);
+	pc_coord_spawn(c, proto_allotd_args, NULL);
 }
 
 void
-proto_stop_allotd(pid_t pid, const char *log)
+proto_allotd_stop(pc_coord *c)
 {
-	kill(pid, SIGTERM);
-	int st;
-	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
-	    WEXITSTATUS(st) != 0)
-		bench_fail("allotd did not drain cleanly (see %s)", log);
+	if (pc_coord_stop(c, SIGTERM, 30000) != 0)
+		bench_fail("allotd did not drain cleanly (see %s)", c->log);
+	pc_coord_done(c, 0);
 }
 
-int
-proto_send(nng_socket s, Allot__V1__Envelope *env)
-{
-	size_t len = allot__v1__envelope__get_packed_size(env);
-	uint8_t *buf = malloc(len);
-	if (buf == NULL)
-		bench_fail("out of memory");
-	allot__v1__envelope__pack(env, buf);
-	int rv = nng_send(s, buf, len, 0);
-	free(buf);
-	return rv;
-}
-
-Allot__V1__Envelope *
-proto_recv(nng_socket s)
-{
-	void *in;
-	size_t inlen;
-	if (nng_recv(s, &in, &inlen, NNG_FLAG_ALLOC) != 0)
-		return NULL;
-	Allot__V1__Envelope *r = allot__v1__envelope__unpack(NULL, inlen, in);
-	nng_free(in, inlen);
-	return r;
-}
-
-Allot__V1__Envelope *
-proto_exchange(nng_socket s, Allot__V1__Envelope *env)
-{
-	return proto_send(s, env) == 0 ? proto_recv(s) : NULL;
-}
-
-int
-proto_join(proto_session *ss, const char *url, const char *replica_id,
+uint64_t
+proto_join(pc_conn *conn, const char *url, const char *replica_id,
     const char *const *keys, int nkeys)
 {
-	if (nng_req0_open(&ss->s) != 0)
-		return -1;
-	nng_socket_set_ms(ss->s, NNG_OPT_RECVTIMEO, 5000);
-	nng_socket_set_ms(ss->s, NNG_OPT_SENDTIMEO, 5000);
-	for (int tries = 0; nng_dial(ss->s, url, NULL, 0) != 0; tries++) {
-		if (tries > 200)
-			return -1;
-		usleep(20000);
-	}
-	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
-	reg.replica_id = (char *) replica_id;
-	reg.service = (char *) "bench";
-	reg.host = (char *) "localhost";
-	reg.pid = (uint32_t) getpid();
-	reg.agent_version = (char *) "bench";
-	reg.n_keys = (size_t) nkeys;
-	reg.keys = (char **) keys;
-	reg.sync_interval_ms = 1000;
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = ALLOT__PROTOCOL_VERSION;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
-	env.register_ = &reg;
-	Allot__V1__Envelope *r = proto_exchange(ss->s, &env);
-	if (r == NULL || r->body_case != ALLOT__V1__ENVELOPE__BODY_WELCOME) {
-		if (r != NULL)
-			allot__v1__envelope__free_unpacked(r, NULL);
-		return -1;
-	}
-	ss->id = r->welcome->session;
-	ss->seq = 0;
-	allot__v1__envelope__free_unpacked(r, NULL);
-	return 0;
+	if (pc_open(conn, url, 4000) != 0)
+		return 0;
+	Allot__V1__Envelope *r = pc_register(
+	    conn, replica_id, "bench", keys, (size_t) nkeys, 1000);
+	uint64_t session = 0;
+	if (r != NULL && r->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME)
+		session = r->welcome->session;
+	pc_free(r);
+	return session;
 }
 
 /* ---- the load ---- */
@@ -243,8 +117,14 @@ typedef struct load_thread {
 } load_thread;
 
 /* One replica: a session with every member. */
+typedef struct session {
+	pc_conn conn;
+	uint64_t id;
+	uint64_t seq;
+} session;
+
 typedef struct replica {
-	proto_session ss[PROTO_MAX_MEMBERS];
+	session ss[PROTO_MAX_MEMBERS];
 } replica;
 
 static void *
@@ -267,8 +147,8 @@ client(void *arg)
 		char id[32];
 		snprintf(id, sizeof id, "bench-%d", n);
 		for (int m = 0; m < nm; m++)
-			if (proto_join(&rs[i].ss[m], l->urls[m], id, l->keys,
-			        l->nkeys) != 0)
+			if ((rs[i].ss[m].id = proto_join(&rs[i].ss[m].conn,
+			         l->urls[m], id, l->keys, l->nkeys)) == 0)
 				bench_fail("session %d could not register "
 				           "with %s (see %s)",
 				    n, l->urls[m], l->where);
@@ -301,13 +181,13 @@ client(void *arg)
 				env.version = ALLOT__PROTOCOL_VERSION;
 				env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
 				env.sync = &sy;
-				sent[m] = proto_send(rs[i].ss[m].s, &env);
+				sent[m] = pc_post(&rs[i].ss[m].conn, &env);
 			}
 			bool counted = atomic_load_explicit(
 			    &run->measuring, memory_order_relaxed);
 			for (int m = 0; m < nm; m++) {
 				Allot__V1__Envelope *r = sent[m] == 0 ?
-				    proto_recv(rs[i].ss[m].s) :
+				    pc_collect(&rs[i].ss[m].conn) :
 				    NULL;
 				if (r != NULL &&
 				    r->body_case ==
@@ -323,9 +203,7 @@ client(void *arg)
 					}
 				} else
 					atomic_fetch_add(&run->errors, 1);
-				if (r != NULL)
-					allot__v1__envelope__free_unpacked(
-					    r, NULL);
+				pc_free(r);
 			}
 		}
 	}
@@ -334,7 +212,7 @@ client(void *arg)
 	atomic_fetch_add(&run->rejected, rejected);
 	for (int i = 0; i < nr; i++)
 		for (int m = 0; m < nm; m++)
-			nng_close(rs[i].ss[m].s);
+			pc_close(&rs[i].ss[m].conn);
 	free(ptrs);
 	free(reps);
 	free(rs);

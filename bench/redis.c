@@ -6,6 +6,7 @@
  * in api-rate-limiting-what-works.txt, unchanged; the caller passes `now`
  * in seconds as that article's clients do.
  */
+#include "proc.h"
 #include "redis.h"
 
 #include <errno.h>
@@ -60,23 +61,6 @@ stop_at_exit(void)
 {
 	if (running != NULL)
 		bench_redis_stop(running);
-}
-
-static int
-free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0)
-		return -1;
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t len = sizeof a;
-	int port = -1;
-	if (bind(fd, (struct sockaddr *) &a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *) &a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
 }
 
 static void
@@ -238,7 +222,7 @@ bench_redis_start(bench_redis *r, char *err, size_t errlen)
 			r->dir[0] = '\0';
 			return false;
 		}
-		r->port = free_port();
+		r->port = pc_free_port();
 		if (r->port < 0) {
 			snprintf(err, errlen, "no free loopback port: %s",
 			    strerror(errno));

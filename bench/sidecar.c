@@ -31,7 +31,9 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "allotd.h"
 #include "bench.h"
+#include "proc.h"
 #include "redis.h"
 #include "rlsclient.h"
 
@@ -81,32 +83,11 @@ struct daemon {
 	int grpc_port;
 };
 
-static int
-free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	socklen_t sl = sizeof sa;
-	if (fd < 0 || bind(fd, (struct sockaddr *) &sa, sizeof sa) != 0 ||
-	    getsockname(fd, (struct sockaddr *) &sa, &sl) != 0)
-		bench_fail("no free port");
-	close(fd);
-	return ntohs(sa.sin_port);
-}
-
 static void
 start_daemon(struct daemon *dm)
 {
-	char self[512], bin[600], cfg[128], port[64], log[128];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
-		bench_fail("readlink /proc/self/exe");
-	self[n] = '\0';
-	*strrchr(self, '/') = '\0';
-	snprintf(bin, sizeof bin, "%s/../sidecar/allot-agentd", self);
-	if (access(bin, X_OK) != 0)
-		bench_fail("no allot-agentd at %s", bin);
+	char cfg[128], port[64], log[128];
+	const char *bin = pc_program("sidecar/allot-agentd");
 	snprintf(dm->dir, sizeof dm->dir, "/tmp/allot-bench-sidecar-XXXXXX");
 	if (mkdtemp(dm->dir) == NULL)
 		bench_fail("mkdtemp: %s", strerror(errno));
@@ -121,7 +102,9 @@ start_daemon(struct daemon *dm)
 	    "  callers:\n    - {identity: \"" ID "\", "
 	    "tokens_per_second: 1000000000, burst: 1000000000}\n");
 	fclose(f);
-	dm->grpc_port = free_port();
+	dm->grpc_port = pc_free_port();
+	if (dm->grpc_port < 0)
+		bench_fail("no free port");
 	snprintf(port, sizeof port, "127.0.0.1:%d", dm->grpc_port);
 	pid_t parent = getpid();
 	dm->pid = fork();

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "adversary_fixture.h"
+#include "allotd.h"
 #include "proto_client.h"
 
 const char adv_cfg_text[] = "quotas:\n"

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "proto_client.h"
+#include "allotd.h"
 
 #define ADV_SVC "checkout"
 /* allotd's --http-max-per-address, --http-max-connections and

@@ -21,6 +21,7 @@
 
 #include "adversary_fixture.h"
 #include "arena.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "state/state.h"
 

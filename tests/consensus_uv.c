@@ -26,6 +26,7 @@
 #include "consensus/consensus_fsm.h"
 #include "consensus/consensus_node.h"
 #include "consensus_cases.h"
+#include "proc.h"
 #include "runner.h"
 
 #include <allot/allot.h>
@@ -50,31 +51,6 @@ uv_on_apply(void *ctx, uint64_t index, const allot__centry *e)
 	(void) e;
 	ck_assert_uint_gt(index, m->last_index);
 	m->last_index = index;
-}
-
-static int
-free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof sa;
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *) &sa, sizeof sa), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *) &sa, &len), 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
-static uint64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
 }
 
 static void
@@ -108,9 +84,9 @@ static bool
 uv_run_until(
     uv_member *m, size_t n, bool (*done)(uv_member *, size_t), unsigned ms)
 {
-	uint64_t end = mono_ms() + ms;
+	uint64_t end = pc_now_ms() + ms;
 
-	while (mono_ms() < end) {
+	while (pc_now_ms() < end) {
 		if (done != NULL && done(m, n))
 			return true;
 		for (size_t i = 0; i < n; i++)
@@ -299,7 +275,7 @@ START_TEST(uv_three_members_failover)
 		ck_assert_int_eq(uv_loop_init(&m[i].loop), 0);
 		snprintf(m[i].dir, sizeof m[i].dir, "%s/m%d", root, i + 1);
 		snprintf(m[i].address, sizeof m[i].address, "127.0.0.1:%d",
-		    free_port());
+		    pc_free_port());
 		seed[i].id = (uint64_t) i + 1;
 		snprintf(seed[i].address, sizeof seed[i].address, "%s",
 		    m[i].address);
@@ -324,11 +300,11 @@ START_TEST(uv_three_members_failover)
 	/* Freeze the leader's loop: the others elect a new leader, which
 	 * grants after the old lease ran out, at a higher epoch. */
 	m[g].frozen = true;
-	t0 = mono_ms();
+	t0 = pc_now_ms();
 	ck_assert(uv_run_until(m, 3, some_granting, 15000));
 	g2 = uv_granting(m, 3);
 	ck_assert_int_ne(g2, g);
-	ck_assert_uint_ge(mono_ms() - t0, 300);
+	ck_assert_uint_ge(pc_now_ms() - t0, 300);
 	ck_assert_uint_gt(
 	    allot__consensus_epoch(m[g2].c), allot__consensus_epoch(m[g].c));
 	committed_configs = 0;

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "coord_harness.h"
+#include "proc.h"
+#include "proto_client.h"
 
 /* ------------------------------------------------------------------ */
 /* the config plane (docs/protocol.md, "The config plane")             */

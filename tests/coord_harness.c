@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allotd.h"
 #include "coord_harness.h"
+#include "proc.h"
+#include "proto_client.h"
 
 const char coord_cfg_good[sizeof COORD_CFG_GOOD] = COORD_CFG_GOOD;
 

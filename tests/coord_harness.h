@@ -14,6 +14,7 @@
 #include <check.h>
 #include <sys/types.h>
 
+#include "allotd.h"
 #include "proto_client.h"
 
 #define SVC "checkout"

@@ -16,8 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "state/alloc.h"
+#include "allotd.h"
 #include "coord_harness.h"
+#include "proc.h"
+#include "proto_client.h"
+#include "state/alloc.h"
 
 /* coord_cfg_good with caller b in shadow. */
 static const char cfg_shadow[] = "quotas:\n"
@@ -360,29 +363,26 @@ START_TEST(test_shadow_counted_apart)
 	ck_assert_double_eq(strtod(f + 15, NULL), 0);
 	free(js);
 
-	/* allotctl quotas, when this build has it: b's SHADOW/S (column
-	 * 12) has a figure, a's is "-". */
-	char ctl[600], cmd[700];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(ctl, sizeof ctl, "%s/tools/allotctl", b ? b : ".");
-	if (access(ctl, X_OK) == 0) {
-		snprintf(cmd, sizeof cmd,
-		    "'%s' --http 127.0.0.1:%d quotas | awk '$2 == \"%s\" "
-		    "{print $12}'",
-		    ctl, c.http, QB);
-		char *out = pc_shell(cmd);
-		ck_assert_ptr_nonnull(out);
-		ck_assert_msg(strtod(out, NULL) > 0, "SHADOW/S of b: %s", out);
-		free(out);
-		snprintf(cmd, sizeof cmd,
-		    "'%s' --http 127.0.0.1:%d quotas | awk '$2 == \"%s\" "
-		    "{print $12}'",
-		    ctl, c.http, QA);
-		out = pc_shell(cmd);
-		ck_assert_ptr_nonnull(out);
-		ck_assert_str_eq(out, "-");
-		free(out);
-	}
+	/* allotctl quotas: b's SHADOW/S (column 12) has a figure, a's is
+	 * "-". */
+	char cmd[700];
+	const char *ctl = pc_program("tools/allotctl");
+	snprintf(cmd, sizeof cmd,
+	    "'%s' --http 127.0.0.1:%d quotas | awk '$2 == \"%s\" "
+	    "{print $12}'",
+	    ctl, c.http, QB);
+	char *out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(strtod(out, NULL) > 0, "SHADOW/S of b: %s", out);
+	free(out);
+	snprintf(cmd, sizeof cmd,
+	    "'%s' --http 127.0.0.1:%d quotas | awk '$2 == \"%s\" "
+	    "{print $12}'",
+	    ctl, c.http, QA);
+	out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_str_eq(out, "-");
+	free(out);
 
 	ck_assert_int_eq(pc_coord_stop(&c, SIGTERM, 5000), 0);
 	char want[64];

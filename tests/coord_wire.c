@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allotd.h"
 #include "coord_harness.h"
+#include "proc.h"
+#include "proto_client.h"
 
 static double
 rejected(const coord *c, const char *reason)

@@ -10,7 +10,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "service_harness.h"
 
 /* Where the certificates are: made once by the unchecked fixture in the
@@ -39,87 +39,17 @@ char svc_mkcerts_path[PATH_MAX];
 /* Processes                                                        */
 /* ---------------------------------------------------------------- */
 
-uint64_t
-svc_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
-}
-
-void
-svc_sleep_ms(uint64_t ms)
-{
-	struct timespec ts = { (time_t) (ms / 1000),
-		(long) (ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-/* Wait for `pid` at most `ms`; returns its wait status, or -1. */
-int
-svc_wait_for(pid_t pid, uint64_t ms)
-{
-	uint64_t end = svc_now_ms() + ms;
-	for (;;) {
-		int st;
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid)
-			return st;
-		if (r < 0 || svc_now_ms() >= end)
-			return -1;
-		svc_sleep_ms(10);
-	}
-}
-
 /* Run a program to completion (at most 60 s); returns its exit code. */
 int
 svc_run(char *const argv[])
 {
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		if (null >= 0)
-			dup2(null, STDERR_FILENO);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	int st = svc_wait_for(pid, 60000);
-	if (st == -1) {
+	pid_t pid = pc_spawn(argv, "/dev/null");
+	int rc = pc_wait_exit(pid, 60000);
+	if (rc < 0) {
 		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		return -1;
+		pc_wait_exit(pid, 5000);
 	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-char *
-svc_slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (f == NULL)
-		return NULL;
-	size_t cap = 1 << 16, len = 0;
-	char *buf = malloc(cap);
-	if (buf == NULL) {
-		fclose(f);
-		return NULL;
-	}
-	for (;;) {
-		len += fread(buf + len, 1, cap - len - 1, f);
-		if (len < cap - 1 || feof(f))
-			break;
-		char *p = realloc(buf, cap * 2);
-		if (p == NULL)
-			break;
-		buf = p;
-		cap *= 2;
-	}
-	buf[len] = '\0';
-	fclose(f);
-	return buf;
+	return rc;
 }
 
 /*
@@ -193,9 +123,9 @@ svc_start_v(struct svc *s, const char *yaml, bool tls, va_list ap)
 	 * builds start slowly). */
 	char line[512];
 	size_t len = 0;
-	uint64_t end = svc_now_ms() + 20000;
+	uint64_t end = pc_now_ms() + 20000;
 	bool ok = false;
-	while (!ok && svc_now_ms() < end) {
+	while (!ok && pc_now_ms() < end) {
 		struct pollfd pfd = { out[0], POLLIN, 0 };
 		if (poll(&pfd, 1, 100) <= 0)
 			continue;
@@ -215,12 +145,12 @@ svc_start_v(struct svc *s, const char *yaml, bool tls, va_list ap)
 	}
 	close(out[0]);
 	if (!ok) {
-		int st = svc_wait_for(pid, 5000);
+		int st = pc_wait_exit(pid, 5000);
 		if (st == -1) {
 			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-		} else if (WIFEXITED(st)) {
-			s->exit_status = WEXITSTATUS(st);
+			pc_wait_exit(pid, 5000);
+		} else {
+			s->exit_status = st;
 		}
 		s->pid = 0;
 	}
@@ -245,15 +175,15 @@ svc_stop(struct svc *s)
 	if (s->pid <= 0)
 		return;
 	kill(s->pid, SIGTERM);
-	int st = svc_wait_for(s->pid, 10000);
+	int st = pc_wait_exit(s->pid, 10000);
 	if (st == -1) {
 		kill(s->pid, SIGKILL);
-		waitpid(s->pid, NULL, 0);
+		pc_wait_exit(s->pid, 5000);
 	}
 	s->pid = 0;
-	bool clean = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	bool clean = st == 0;
 	if (!clean) {
-		char *e = svc_slurp(s->err);
+		char *e = pc_read_file(s->err);
 		fprintf(stderr, "service stderr:\n%s\n", e != NULL ? e : "");
 		free(e);
 	}
@@ -336,9 +266,9 @@ svc_get(CURL *h, const struct svc *s, bool plain, const char *path,
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-	uint64_t t0 = svc_now_ms();
+	uint64_t t0 = pc_now_ms();
 	CURLcode rc = curl_easy_perform(h);
-	r->seconds = (double) (svc_now_ms() - t0) / 1000.0;
+	r->seconds = (double) (pc_now_ms() - t0) / 1000.0;
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
 	if (rc != CURLE_OK) {
 		double tc = 0, ta = 0, tp = 0;
@@ -491,16 +421,6 @@ svc_key_field(
 /* Fixtures                                                         */
 /* ---------------------------------------------------------------- */
 
-static int
-rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-	(void) st;
-	(void) flag;
-	(void) f;
-	remove(path);
-	return 0;
-}
-
 static const char *const g_identities[] = {
 	ID_CHECKOUT,
 	ID_REPORTING,
@@ -550,7 +470,7 @@ void
 svc_certs_teardown(void)
 {
 	if (svc_dir[0] != '\0' && getenv("ALLOT_KEEP_TMP") == NULL)
-		nftw(svc_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		pc_rm_rf(svc_dir);
 }
 
 /* ---------------------------------------------------------------- */

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <sys/types.h>
 
+#include "proc.h"
+
 #define TD "spiffe://prod.example.internal"
 #define ID_CHECKOUT TD "/ns/payments/sa/checkout"
 #define ID_REPORTING TD "/ns/analytics/sa/reporting"
@@ -43,7 +45,7 @@ struct svc {
 	do {                                                          \
 		bool started_ = svc_try_start(s, yaml, __VA_ARGS__);  \
 		if (!started_) {                                      \
-			char *e_ = svc_slurp((s)->err);               \
+			char *e_ = pc_read_file((s)->err);            \
 			fprintf(stderr, "service stderr:\n%s\n",      \
 			    e_ != NULL ? e_ : "");                    \
 			free(e_);                                     \
@@ -69,15 +71,11 @@ extern char svc_mkcerts_path[PATH_MAX]; /* scripts/mkcerts */
 
 /* ---- processes ---- */
 
-/* Monotonic milliseconds. */
-uint64_t svc_now_ms(void);
-void svc_sleep_ms(uint64_t ms);
-/* Wait for `pid` at most `ms`; returns its wait status, or -1. */
-int svc_wait_for(pid_t pid, uint64_t ms);
-/* Run a program to completion (at most 60 s); returns its exit code. */
+/* Time, waits, files: tests/support/proc.h (pc_now_ms, pc_wait_exit,
+ * pc_read_file, ...). */
+/* Run a program to completion (at most 60 s), its output to /dev/null;
+ * returns its exit code as pc_wait_exit() gives it. */
 int svc_run(char *const argv[]);
-/* Whole file into a malloc'd string (NULL if unreadable). */
-char *svc_slurp(const char *path);
 /* Start the service with `yaml` as its quota file and the arguments
  * after `tls` (NULL-terminated); mTLS arguments are added unless `tls`
  * is false. True once it said it listens (bounded wait); false if it

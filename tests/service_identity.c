@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proc.h"
 #include "service_harness.h"
 
 /* ---------------------------------------------------------------- */
@@ -30,13 +31,13 @@ START_TEST(test_mkcerts_idempotent)
 	char *before[5];
 	for (int i = 0; i < 5; i++) {
 		snprintf(path, sizeof path, "%s/%s", svc_dir, files[i]);
-		before[i] = svc_slurp(path);
+		before[i] = pc_read_file(path);
 		ck_assert_ptr_nonnull(before[i]);
 	}
 	ck_assert_int_eq(svc_mkcerts(svc_dir), 0);
 	for (int i = 0; i < 5; i++) {
 		snprintf(path, sizeof path, "%s/%s", svc_dir, files[i]);
-		char *after = svc_slurp(path);
+		char *after = pc_read_file(path);
 		ck_assert_ptr_nonnull(after);
 		ck_assert_msg(
 		    strcmp(before[i], after) == 0, "%s was remade", files[i]);
@@ -152,7 +153,7 @@ START_TEST(test_plain_http_modes)
 	ck_assert_int_eq(r->status, 200);
 	svc_assert_policy(r, "default", 20, 2);
 	svc_stop(&s);
-	char *err = svc_slurp(s.err);
+	char *err = pc_read_file(s.err);
 	ck_assert_ptr_null(strstr(err, "INSECURE"));
 	free(err);
 
@@ -160,7 +161,7 @@ START_TEST(test_plain_http_modes)
 	 * loudly that it is self-declared. */
 	svc_start(&s, svc_cfg_identities, false, "--plain-http",
 	    "--insecure-identity-header", NULL);
-	err = svc_slurp(s.err);
+	err = pc_read_file(s.err);
 	ck_assert_ptr_nonnull(
 	    strstr(err, "INSECURE: identities are self-declared"));
 	free(err);

@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "service_harness.h"
 
 /* ---------------------------------------------------------------- */
@@ -87,19 +89,19 @@ START_TEST(test_sigterm_stops_work_in_progress)
 		_exit(0);
 	}
 	/* Wait until the export is running. */
-	uint64_t end = svc_now_ms() + 10000;
+	uint64_t end = pc_now_ms() + 10000;
 	int64_t in_flight = 0;
-	while (in_flight < 1 && svc_now_ms() < end) {
+	while (in_flight < 1 && pc_now_ms() < end) {
 		char *doc = svc_stats(&s);
 		in_flight = svc_jfield(doc, "\"bulk\":{", "in_flight");
 		free(doc);
 		if (in_flight < 1)
-			svc_sleep_ms(20);
+			pc_sleep_ms(20);
 	}
 	ck_assert_int_eq(in_flight, 1);
-	uint64_t t0 = svc_now_ms();
+	uint64_t t0 = pc_now_ms();
 	svc_stop(&s);
-	ck_assert_uint_lt(svc_now_ms() - t0, 5000);
+	ck_assert_uint_lt(pc_now_ms() - t0, 5000);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 }
@@ -114,16 +116,16 @@ static bool
 poll_stats(const struct svc *s, bool (*pred)(const char *), uint64_t ms,
     char **ret_doc)
 {
-	uint64_t end = svc_now_ms() + ms;
+	uint64_t end = pc_now_ms() + ms;
 	for (;;) {
 		char *doc = svc_stats(s);
-		if (pred(doc) || svc_now_ms() >= end) {
+		if (pred(doc) || pc_now_ms() >= end) {
 			bool ok = pred(doc);
 			*ret_doc = doc;
 			return ok;
 		}
 		free(doc);
-		svc_sleep_ms(50);
+		pc_sleep_ms(50);
 	}
 }
 
@@ -178,40 +180,17 @@ one_replica_whole(const char *doc)
 
 START_TEST(test_coordinator_shares_and_leave)
 {
-	char allotd[PATH_MAX];
-	const char *build = getenv("ALLOT_BUILD_DIR");
-	snprintf(allotd, sizeof allotd, "%s/coordinator/allotd", build);
-	if (access(allotd, X_OK) != 0) {
-		fprintf(
-		    stderr, "allotd not built: coordinator case skipped\n");
-		return;
-	}
-	char url[PATH_MAX + 16], db[PATH_MAX], cfg[PATH_MAX];
-	snprintf(url, sizeof url, "ipc://%s/allotd-%ld.sock", svc_dir,
-	    (long) getpid());
-	snprintf(db, sizeof db, "%s/allotd-%ld.db", svc_dir, (long) getpid());
-	snprintf(
-	    cfg, sizeof cfg, "%s/allotd-%ld.yaml", svc_dir, (long) getpid());
-	FILE *f = fopen(cfg, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(svc_cfg_identities, f);
-	fclose(f);
 	/* Expiry after 100 intervals (5 s): a share that comes back within
-	 * a second was given back by the graceful leave, not by expiry. */
-	pid_t coord = fork();
-	ck_assert_int_ge(coord, 0);
-	if (coord == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int null = open("/dev/null", O_WRONLY);
-		if (null >= 0) {
-			dup2(null, STDOUT_FILENO);
-			dup2(null, STDERR_FILENO);
-		}
-		execl(allotd, allotd, "--config", cfg, "--db", db, "--listen",
-		    url, "--http", "off", "--interval-ms", "50",
-		    "--expiry-intervals", "100", (char *) NULL);
-		_exit(127);
-	}
+	 * a second was given back by the graceful leave, not by expiry. The
+	 * replicas reach allotd on its ipc listener. */
+	char prefix[PATH_MAX];
+	snprintf(prefix, sizeof prefix, "%s/allotd", svc_dir);
+	pc_coord c;
+	pc_coord_init(&c, prefix, svc_cfg_identities);
+	const char *args[] = { "--interval-ms", "50", "--expiry-intervals",
+		"100", "--listen", c.ipc, NULL };
+	pc_coord_spawn(&c, args, NULL);
+	const char *url = c.ipc;
 	struct svc s1, s2;
 	svc_start(&s1, svc_cfg_identities, true, "--coordinator", url,
 	    "--replica-id", "r1", "--sync-interval-ms", "50", NULL);
@@ -235,23 +214,18 @@ START_TEST(test_coordinator_shares_and_leave)
 	ck_assert_msg(ok, "no split between two replicas: %s", doc);
 	free(doc);
 
-	uint64_t t0 = svc_now_ms();
+	uint64_t t0 = pc_now_ms();
 	svc_stop(&s2); /* destroys its agent: a graceful leave */
 	ok = poll_stats(&s1, one_replica_whole, 10000, &doc);
 	ck_assert_msg(ok, "the whole quota did not come back: %s", doc);
 	ck_assert_ptr_nonnull(strstr(doc, "\"in_fallback\":false"));
 	free(doc);
-	ck_assert_uint_lt(svc_now_ms() - t0, 2000);
+	ck_assert_uint_lt(pc_now_ms() - t0, 2000);
 	svc_stop(&s1);
 
-	kill(coord, SIGTERM);
-	int st = svc_wait_for(coord, 10000);
-	if (st == -1) {
-		kill(coord, SIGKILL);
-		waitpid(coord, NULL, 0);
-	}
-	ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	ck_assert_msg(pc_coord_stop(&c, SIGTERM, 10000) == 0,
 	    "allotd did not stop cleanly");
+	pc_coord_done(&c, 0);
 }
 END_TEST
 

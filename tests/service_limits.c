@@ -23,6 +23,7 @@
 #include <allot/allot.h>
 #include <allot/client.h>
 
+#include "proc.h"
 #include "service_harness.h"
 
 /* The caller of the article: capacity 10, refill 5/s. */
@@ -84,10 +85,10 @@ burst_thread(void *p)
 	 * the 30 requests that count leave at the same moment. */
 	a->rc = svc_get(h, a->s, false, "/healthz", NULL, r);
 	pthread_barrier_wait(a->go);
-	a->sent_ms = svc_now_ms();
+	a->sent_ms = pc_now_ms();
 	if (a->rc == CURLE_OK)
 		a->rc = svc_get(h, a->s, false, "/lookup", NULL, r);
-	a->done_ms = svc_now_ms();
+	a->done_ms = pc_now_ms();
 	a->status = r->status;
 	char ra[64];
 	a->retry_after_ok = svc_header(r, "Retry-After", ra, sizeof ra) !=
@@ -205,7 +206,7 @@ START_TEST(test_burst_30_then_retry_after)
 	    ALLOT_OK);
 	ck_assert_uint_ge(wait_ms, 1000);
 	ck_assert_uint_le(wait_ms, 1000); /* 1 token at 5/s: 0.2 s, up */
-	svc_sleep_ms(wait_ms);
+	pc_sleep_ms(wait_ms);
 	ck_assert_int_eq(svc_get(h, &s, false, "/lookup", NULL, r), CURLE_OK);
 	ck_assert_int_eq(r->status, 200);
 	curl_easy_cleanup(h);
@@ -256,7 +257,7 @@ START_TEST(test_429_contract_exact)
 	ck_assert_ptr_null(svc_header(r, "X-Allot-Shadow", buf, sizeof buf));
 
 	/* Waiting what it says is enough. */
-	svc_sleep_ms(2000);
+	pc_sleep_ms(2000);
 	ck_assert_int_eq(svc_get(h, &s, false, "/lookup", NULL, r), CURLE_OK);
 	ck_assert_int_eq(r->status, 200);
 	curl_easy_cleanup(h);
@@ -432,9 +433,9 @@ lookup_thread(void *p)
 	if (svc_get(h, a->s, false, "/healthz", NULL, r) != CURLE_OK)
 		a->failures++;
 	pthread_barrier_wait(a->go);
-	uint64_t end = svc_now_ms() + 20000;
-	while (a->n < LOOKUPS_MAX && svc_now_ms() < end &&
-	    !atomic_load(a->done)) {
+	uint64_t end = pc_now_ms() + 20000;
+	while (
+	    a->n < LOOKUPS_MAX && pc_now_ms() < end && !atomic_load(a->done)) {
 		if (svc_get(h, a->s, false, "/lookup", NULL, r) != CURLE_OK ||
 		    r->status != 200)
 			a->failures++;

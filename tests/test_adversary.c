@@ -40,6 +40,8 @@
 #include <allot/allot.h>
 
 #include "adversary_fixture.h"
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -496,10 +498,9 @@ mtls_get(const char *dir, int port)
 
 START_TEST(test_example_service)
 {
-	const char *build = getenv("ALLOT_BUILD_DIR");
 	const char *src = getenv("ALLOT_SOURCE_DIR");
 	char *curl = pc_shell("command -v curl");
-	if (build == NULL || src == NULL || curl == NULL || curl[0] == '\0') {
+	if (src == NULL || curl == NULL || curl[0] == '\0') {
 		free(curl);
 		fprintf(stderr,
 		    "example service row skipped: no curl or "
@@ -531,8 +532,8 @@ START_TEST(test_example_service)
 	    "tokens_per_second: 500, burst: 1000}\n");
 	int port = pc_free_port();
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-	char bin[512], per[16], tmo[16];
-	snprintf(bin, sizeof bin, "%s/examples/allot-example-service", build);
+	char *bin = (char *) pc_program("examples/allot-example-service");
+	char per[16], tmo[16];
 	snprintf(per, sizeof per, "%d", EX_PER_ADDRESS);
 	snprintf(tmo, sizeof tmo, "%d", EX_TIMEOUT_S);
 	char *argv[] = { bin, "--config", cfg, "--listen", listen,

@@ -14,8 +14,7 @@
  * rows from a store allotd wrote, for one file and for two; an
  * unreachable coordinator is exit 3 with a clear message; every command
  * has a manual (diff and apply too, whose own tests are in
- * test_apply.c). Exits 77 (skipped) when allotctl was not built. Every
- * wait is bounded.
+ * test_apply.c). Every wait is bounded.
  */
 #include <check.h>
 #include <fcntl.h>
@@ -30,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 
 #define SVC "checkout-api"
@@ -75,121 +76,67 @@ static const char cfg_bad[] = CFG_HEAD "      tokens_per_second: fast\n"
 static const char *const keys[] = { "default", QA, QB };
 #define NKEYS 3
 
-static char ctl_path[512];
-
 /* ---- allotd ---- */
 
-typedef struct coord {
-	char dir[128];
-	char cfg[192];
-	char db[192];
-	char log[192];
-	char url[64];
-	char http[32];
-	int http_port;
-	pid_t pid;
-} coord;
+/* The test's allotd (tests/support/allotd.h). */
+typedef pc_coord coord;
 
 static coord C;
 
 static void
 coord_init(coord *c)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-ctl-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	pc_write_file(c->cfg, cfg_good);
+	pc_coord_init(c, "/tmp/allot-ctl", cfg_good);
 }
 
 static void
 coord_start(coord *c)
 {
-	int port = pc_free_port();
-	c->http_port = pc_free_port();
-	ck_assert_int_gt(port, 0);
-	ck_assert_int_gt(c->http_port, 0);
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
-	snprintf(c->http, sizeof c->http, "127.0.0.1:%d", c->http_port);
-	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
-		c->url, "--http", c->http, NULL };
-	c->pid = pc_allotd_start(args, c->http_port, c->log);
+	pc_coord_spawn(c, NULL, NULL);
 }
 
 /* SIGTERM and wait for the drain (exit 0). */
 static void
 coord_stop(coord *c)
 {
-	if (c->pid <= 0)
-		return;
-	kill(c->pid, SIGTERM);
-	int ex = pc_wait_exit(c->pid, 10000);
-	if (ex < 0) {
-		kill(c->pid, SIGKILL);
-		pc_wait_exit(c->pid, 2000);
-	}
-	c->pid = 0;
-	ck_assert_int_eq(ex, 0);
+	ck_assert_int_eq(pc_coord_stop(c, SIGTERM, 10000), 0);
 }
 
-static bool at_exit; /* the atexit clean-up of a failed test */
-
+/* Kill allotd if it still runs, remove its files; fails the test when
+ * its log holds a sanitizer report. */
 static void
 coord_done(coord *c)
 {
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		pc_wait_exit(c->pid, 2000);
-		c->pid = 0;
-	}
-	/* Sanitizer builds: allotd's own reports end up in its log. */
-	bool dirty = c->dir[0] != '\0' && pc_log_has_sanitizer_report(c->log);
-	if (c->dir[0] != '\0') {
-		pc_rm_rf(c->dir);
-		c->dir[0] = '\0';
-	}
-	if (!at_exit)
-		ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 0);
+}
+
+/* "127.0.0.1:PORT" of its HTTP listener, for allotctl --http. */
+static const char *
+http_addr(const coord *c)
+{
+	static char buf[32];
+	snprintf(buf, sizeof buf, "127.0.0.1:%d", c->http);
+	return buf;
 }
 
 /* ---- replicas: a thread keeps them syncing every 100 ms ---- */
 
-typedef struct driver {
-	pc_replica r[NREP];
-	pthread_t thread;
-	bool running;
-	atomic_bool stop;
-	atomic_int syncs;
-} driver;
+static pc_driver D;
 
-static driver D;
-
-static void *
-drive(void *arg)
+/* Caller A: 10 tokens per replica per 100 ms. Caller B floods replica 0
+ * and is denied there. */
+static size_t
+reports(void *ctx, size_t i, pc_report *rep)
 {
-	driver *d = arg;
-	while (!atomic_load(&d->stop)) {
-		for (int i = 0; i < NREP; i++) {
-			/* Caller A: 10 tokens per replica per 100 ms. Caller
-			 * B floods replica 0 and is denied there. */
-			pc_report rep[2] = {
-				{ .key = 1,
-				    .consumed = 10,
-				    .held = 50,
-				    .demand = 100 },
-				{ .key = 2,
-				    .consumed = i == 0 ? 6 : 1,
-				    .denied = i == 0 ? 30 : 0,
-				    .demand = i == 0 ? 360 : 10 },
-			};
-			if (pc_replica_sync(&d->r[i], rep, 2, NULL) == 0)
-				atomic_fetch_add(&d->syncs, 1);
-		}
-		pc_sleep_ms(100);
-	}
-	return NULL;
+	(void) ctx;
+	rep[0] = (pc_report) {
+		.key = 1, .consumed = 10, .held = 50, .demand = 100
+	};
+	rep[1] = (pc_report) { .key = 2,
+		.consumed = i == 0 ? 6 : 1,
+		.denied = i == 0 ? 30 : 0,
+		.demand = i == 0 ? 360 : 10 };
+	return 2;
 }
 
 /* Per-second rate of a quota in /status, or -1. */
@@ -197,7 +144,7 @@ static double
 status_rate(const coord *c, const char *quota, const char *field)
 {
 	int st = 0;
-	char *body = pc_http_get(c->http_port, "/status", &st);
+	char *body = pc_http_get(c->http, "/status", &st);
 	double v = -1;
 	char pat[160];
 	snprintf(pat, sizeof pat, "\"quota\":\"%s\"", quota);
@@ -211,21 +158,14 @@ status_rate(const coord *c, const char *quota, const char *field)
 	return v;
 }
 
+/* Three replicas "web-N" syncing, until /status has a whole second of
+ * both callers' traffic and the shares have settled (three replicas,
+ * R / 3 each). */
 static void
-driver_start(driver *d, const coord *c)
+driver_start(pc_driver *d, const coord *c)
 {
-	memset(d, 0, sizeof *d);
-	for (int i = 0; i < NREP; i++) {
-		char id[32];
-		snprintf(id, sizeof id, "web-%d", i + 1);
-		ck_assert_int_eq(
-		    pc_replica_join(&d->r[i], c->url, id, SVC, keys, NKEYS),
-		    0);
-	}
-	ck_assert_int_eq(pthread_create(&d->thread, NULL, drive, d), 0);
-	d->running = true;
-	/* Until /status has a whole second of both callers' traffic and
-	 * the shares have settled (three replicas, R / 3 each). */
+	pc_driver_start(
+	    d, c->url, "web", SVC, keys, NKEYS, NREP, 100, reports, NULL);
 	uint64_t end = pc_now_ms() + 10000;
 	while (status_rate(c, QA, "admitted_per_s") <= 0 ||
 	    status_rate(c, QB, "denied_per_s") <= 0 ||
@@ -237,18 +177,6 @@ driver_start(driver *d, const coord *c)
 	}
 }
 
-static void
-driver_stop(driver *d)
-{
-	if (!d->running)
-		return;
-	atomic_store(&d->stop, true);
-	pthread_join(d->thread, NULL);
-	for (int i = 0; i < NREP; i++)
-		pc_replica_close(&d->r[i]);
-	d->running = false;
-}
-
 /* ---- running allotctl ---- */
 
 typedef pc_run_result run;
@@ -257,7 +185,7 @@ typedef pc_run_result run;
 static run
 ctl(const char *first, ...)
 {
-	const char *argv[40] = { ctl_path };
+	const char *argv[40] = { pc_program("tools/allotctl") };
 	size_t n = 1;
 	va_list ap;
 	va_start(ap, first);
@@ -320,7 +248,7 @@ static double
 status_epoch(const coord *c)
 {
 	int st = 0;
-	char *body = pc_http_get(c->http_port, "/status", &st);
+	char *body = pc_http_get(c->http, "/status", &st);
 	const char *e = body ? strstr(body, "\"epoch\":") : NULL;
 	double v = e ? strtod(e + 8, NULL) : -1;
 	free(body);
@@ -335,7 +263,7 @@ START_TEST(inspect_commands)
 	coord_start(&C);
 	driver_start(&D, &C);
 
-	run r = ctl("--http", C.http, "status", NULL);
+	run r = ctl("--http", http_addr(&C), "status", NULL);
 	ck_assert_msg(r.status == 0, "status: %d %s", r.status, r.err);
 	assert_has(r.out, "allotd 0.1.0 at ");
 	assert_has(r.out, C.cfg);
@@ -349,7 +277,7 @@ START_TEST(inspect_commands)
 	pc_run_free(&r);
 
 	/* The common options may also follow the command. */
-	r = ctl("replicas", "--http", C.http, NULL);
+	r = ctl("replicas", "--http", http_addr(&C), NULL);
 	ck_assert_msg(r.status == 0, "replicas: %d %s", r.status, r.err);
 	assert_has(r.out, "SERVICE");
 	for (int i = 1; i <= NREP; i++) {
@@ -361,12 +289,12 @@ START_TEST(inspect_commands)
 		ck_assert_str_eq(field(l, 8), "live");
 	}
 	pc_run_free(&r);
-	r = ctl("--http", C.http, "replicas", "no-such-service", NULL);
+	r = ctl("--http", http_addr(&C), "replicas", "no-such-service", NULL);
 	ck_assert_int_eq(r.status, 0);
 	assert_has(r.out, "no live replica of service \"no-such-service\"");
 	pc_run_free(&r);
 
-	r = ctl("--http", C.http, "quotas", NULL);
+	r = ctl("--http", http_addr(&C), "quotas", NULL);
 	ck_assert_msg(r.status == 0, "quotas: %d %s", r.status, r.err);
 	const char *la = line_with(r.out, QA);
 	ck_assert_str_eq(field(la, 2), "critical");
@@ -385,7 +313,7 @@ START_TEST(inspect_commands)
 	/* Shares by full identity and by the last path segment. */
 	const char *callers[] = { QA, "checkout" };
 	for (int k = 0; k < 2; k++) {
-		r = ctl("--http", C.http, "shares", callers[k], NULL);
+		r = ctl("--http", http_addr(&C), "shares", callers[k], NULL);
 		ck_assert_msg(r.status == 0, "shares: %d %s", r.status, r.err);
 		assert_has(r.out,
 		    QA " in service " SVC ": quota 400 "
@@ -401,19 +329,19 @@ START_TEST(inspect_commands)
 		}
 		pc_run_free(&r);
 	}
-	r = ctl("--http", C.http, "shares", "nobody", NULL);
+	r = ctl("--http", http_addr(&C), "shares", "nobody", NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "no quota matches \"nobody\"");
 	assert_has(r.err, QB);
 	pc_run_free(&r);
 	/* "sa/" is in both identities. */
-	r = ctl("--http", C.http, "shares", "sa/", NULL);
+	r = ctl("--http", http_addr(&C), "shares", "sa/", NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "matches 2 quotas");
 	pc_run_free(&r);
 
 	/* Only the flooding caller is denied, and it comes first. */
-	r = ctl("--http", C.http, "top-denied", NULL);
+	r = ctl("--http", http_addr(&C), "top-denied", NULL);
 	ck_assert_msg(r.status == 0, "top-denied: %d %s", r.status, r.err);
 	const char *first = strchr(r.out, '\n');
 	ck_assert_ptr_nonnull(first);
@@ -421,11 +349,11 @@ START_TEST(inspect_commands)
 	ck_assert_double_gt(strtod(field(first + 1, 2), NULL), 100);
 	assert_lacks(r.out, QA);
 	pc_run_free(&r);
-	r = ctl("--http", C.http, "top-denied", "-n", "0", NULL);
+	r = ctl("--http", http_addr(&C), "top-denied", "-n", "0", NULL);
 	ck_assert_int_eq(r.status, 2);
 	pc_run_free(&r);
 
-	driver_stop(&D);
+	pc_driver_stop(&D);
 	coord_done(&C);
 }
 END_TEST
@@ -437,7 +365,7 @@ START_TEST(reload_good_and_bad_files)
 	ck_assert_double_eq(status_epoch(&C), 1);
 
 	/* Unchanged: same digest, same epoch. */
-	run r = ctl("--http", C.http, "reload", NULL);
+	run r = ctl("--http", http_addr(&C), "reload", NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "is unchanged");
 	assert_has(r.out, "epoch stays 1");
@@ -445,19 +373,19 @@ START_TEST(reload_good_and_bad_files)
 
 	/* A new file: epoch 2, the new rate in force. */
 	pc_write_file(C.cfg, cfg_halved);
-	r = ctl("--http", C.http, "reload", NULL);
+	r = ctl("--http", http_addr(&C), "reload", NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "epoch 1 -> 2");
 	pc_run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
-	r = ctl("--http", C.http, "quotas", NULL);
+	r = ctl("--http", http_addr(&C), "quotas", NULL);
 	ck_assert_str_eq(field(line_with(r.out, QA), 2), "200");
 	pc_run_free(&r);
 
 	/* A bad file is reported with the loader's position, and allotd is
 	 * not even signalled. */
 	pc_write_file(C.cfg, cfg_bad);
-	r = ctl("--http", C.http, "reload", NULL);
+	r = ctl("--http", http_addr(&C), "reload", NULL);
 	ck_assert_int_eq(r.status, 1);
 	char where[256];
 	snprintf(where, sizeof where, "%s:8:26: ", C.cfg);
@@ -467,11 +395,11 @@ START_TEST(reload_good_and_bad_files)
 	ck_assert_double_eq(status_epoch(&C), 2);
 	ck_assert_double_eq(
 	    pc_metric_get(
-	        C.http_port, "allotd_config_reloads_total{result=\"fail\"}"),
+	        C.http, "allotd_config_reloads_total{result=\"fail\"}"),
 	    0);
 
 	/* Without the check, allotd itself refuses it, and says so. */
-	r = ctl("--http", C.http, "reload", "--no-check", NULL);
+	r = ctl("--http", http_addr(&C), "reload", "--no-check", NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "allotd rejected");
 	assert_has(r.err, "keeps config epoch 2");
@@ -479,7 +407,7 @@ START_TEST(reload_good_and_bad_files)
 	ck_assert_double_eq(status_epoch(&C), 2);
 	ck_assert_double_eq(
 	    pc_metric_get(
-	        C.http_port, "allotd_config_reloads_total{result=\"fail\"}"),
+	        C.http, "allotd_config_reloads_total{result=\"fail\"}"),
 	    1);
 
 	/* The same through a pid file. */
@@ -488,7 +416,8 @@ START_TEST(reload_good_and_bad_files)
 	snprintf(pidfile, sizeof pidfile, "%s/allotd.pid", C.dir);
 	snprintf(pidtext, sizeof pidtext, "%d\n", (int) C.pid);
 	pc_write_file(pidfile, pidtext);
-	r = ctl("--http", C.http, "reload", "--pid-file", pidfile, NULL);
+	r = ctl(
+	    "--http", http_addr(&C), "reload", "--pid-file", pidfile, NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
 	assert_has(r.out, "epoch 2 -> 3");
 	pc_run_free(&r);
@@ -496,7 +425,7 @@ START_TEST(reload_good_and_bad_files)
 	/* Never a process that is not this allotd. */
 	char self[32];
 	snprintf(self, sizeof self, "%d", (int) getpid());
-	r = ctl("--http", C.http, "reload", "--pid", self, NULL);
+	r = ctl("--http", http_addr(&C), "reload", "--pid", self, NULL);
 	ck_assert_int_eq(r.status, 1);
 	assert_has(r.err, "refusing to signal another process");
 	pc_run_free(&r);
@@ -601,7 +530,7 @@ START_TEST(audit_stores)
 	coord_start(&C);
 	driver_start(&D, &C);
 	pc_sleep_ms(1200); /* one more committed second */
-	driver_stop(&D);
+	pc_driver_stop(&D);
 	coord_stop(&C);
 
 	run r = ctl("audit", C.db, NULL);
@@ -802,25 +731,9 @@ allotctl_suite(void)
 	return s;
 }
 
-static void
-cleanup(void)
-{
-	at_exit = true;
-	coord_done(&C);
-}
-
 int
 main(void)
 {
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(ctl_path, sizeof ctl_path, "%s/tools/allotctl", b ? b : ".");
-	if (access(ctl_path, X_OK) != 0) {
-		printf("SKIP: %s was not built (it needs json-c, "
-		       "libjson-c-dev)\n",
-		    ctl_path);
-		return 77;
-	}
-	atexit(cleanup);
 	SRunner *sr = srunner_create(allotctl_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

@@ -16,7 +16,7 @@
  * epoch, the file and the audit table as they were; a stale expected
  * digest is refused (409); a restart keeps the epoch of an unchanged
  * file and moves past it for a changed one; the public HTTP port refuses
- * POST. Skips (77) when allotctl was not built. Every wait is bounded.
+ * POST. Every wait is bounded.
  */
 #include <check.h>
 #include <curl/curl.h>
@@ -33,6 +33,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 
 #define QA "spiffe://test/ns/payments/sa/checkout"
@@ -85,88 +87,50 @@ static const char cfg_other[] = CFG_HEAD "      tokens_per_second: 400\n"
 static const char cfg_bad[] = CFG_HEAD "      tokens_per_second: fast\n"
                                        "      burst: 800\n";
 
-static char ctl_path[512];
-
 /* ---- allotd ---- */
 
-typedef struct coord {
-	char dir[128];
-	char cfg[192];
-	char db[192];
-	char log[192];
-	char sock[192];
-	char url[64];
-	int http_port;
-	const char *group; /* --admin-group, or NULL */
-	pid_t pid;
-} coord;
+/* The test's allotd (tests/support/allotd.h), its admin socket at
+ * c.sock, made group-accessible to `admin_group` when that is set. */
+typedef pc_coord coord;
 
 static coord C;
+static const char *admin_group; /* --admin-group, or NULL */
 
 static void
 coord_init(coord *c)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-apply-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	snprintf(c->sock, sizeof c->sock, "%s/admin.sock", c->dir);
-	pc_write_file(c->cfg, cfg_good);
+	pc_coord_init(c, "/tmp/allot-apply", cfg_good);
 }
 
 static void
 coord_start(coord *c)
 {
-	int port = pc_free_port();
-	c->http_port = pc_free_port();
-	ck_assert_int_gt(port, 0);
-	ck_assert_int_gt(c->http_port, 0);
-	char http[32];
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http_port);
-	const char *args[16] = { "--config", c->cfg, "--db", c->db, "--listen",
-		c->url, "--http", http, "--admin-socket", c->sock, NULL };
-	if (c->group != NULL) {
-		args[10] = "--admin-group";
-		args[11] = c->group;
-	}
-	c->pid = pc_allotd_start(args, c->http_port, c->log);
+	const char *args[] = { "--admin-socket", c->sock,
+		admin_group != NULL ? "--admin-group" : NULL, admin_group,
+		NULL };
+	pc_coord_spawn(c, args, NULL);
 }
 
 /* SIGTERM and wait for the drain (exit 0). */
 static void
 coord_stop(coord *c)
 {
-	ck_assert_int_eq(pc_allotd_stop(c->pid, 10000), 0);
-	c->pid = 0;
+	ck_assert_int_eq(pc_coord_stop(c, SIGTERM, 10000), 0);
 }
 
-static bool at_exit;
-
+/* Kill allotd if it still runs, remove its files; fails the test when
+ * its log holds a sanitizer report. */
 static void
 coord_done(coord *c)
 {
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		pc_wait_exit(c->pid, 2000);
-		c->pid = 0;
-	}
-	bool dirty = c->dir[0] != '\0' && pc_log_has_sanitizer_report(c->log);
-	if (c->dir[0] != '\0') {
-		pc_rm_rf(c->dir);
-		c->dir[0] = '\0';
-	}
-	if (!at_exit)
-		ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 0);
 }
 
 static double
 status_epoch(const coord *c)
 {
 	int st = 0;
-	char *body = pc_http_get(c->http_port, "/status", &st);
+	char *body = pc_http_get(c->http, "/status", &st);
 	const char *e = body ? strstr(body, "\"epoch\":") : NULL;
 	double v = e ? strtod(e + 8, NULL) : -1;
 	free(body);
@@ -222,7 +186,7 @@ typedef pc_run_result run;
 static run
 ctl(const char *first, ...)
 {
-	const char *argv[40] = { ctl_path };
+	const char *argv[40] = { pc_program("tools/allotctl") };
 	size_t n = 1;
 	va_list ap;
 	va_start(ap, first);
@@ -580,13 +544,13 @@ START_TEST(public_port_read_only)
 	snprintf(cmd, sizeof cmd,
 	    "curl -s -o /dev/null -w '%%{http_code}' --data-binary @%s "
 	    "'http://127.0.0.1:%d/config/apply?reason=x'",
-	    C.cfg, C.http_port);
+	    C.cfg, C.http);
 	char *code = pc_shell(cmd);
 	ck_assert_ptr_nonnull(code);
 	ck_assert_str_eq(code, "405");
 	free(code);
 	int st = 0;
-	char *body = pc_http_get(C.http_port, "/config", &st);
+	char *body = pc_http_get(C.http, "/config", &st);
 	ck_assert_int_eq(st, 404);
 	free(body);
 	ck_assert_int_eq((int) status_epoch(&C), 1);
@@ -603,7 +567,7 @@ START_TEST(group_socket)
 	struct group *g = getgrgid(getegid());
 	ck_assert_ptr_nonnull(g);
 	coord_init(&C);
-	C.group = g->gr_name;
+	admin_group = g->gr_name;
 	coord_start(&C);
 	struct stat sb;
 	ck_assert_int_eq(lstat(C.sock, &sb), 0);
@@ -618,11 +582,9 @@ START_TEST(group_socket)
 	snprintf(log, sizeof log, "%s/second.log", C.dir);
 	char db2[256];
 	snprintf(db2, sizeof db2, "%s/second.db", C.dir);
-	char bin[512];
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd",
-	    getenv("ALLOT_BUILD_DIR"));
-	char *const args[] = { bin, "--config", C.cfg, "--db", db2, "--listen",
-		url, "--http", http, "--admin-socket", C.sock, NULL };
+	char *const args[] = { (char *) pc_allotd_path(), "--config", C.cfg,
+		"--db", db2, "--listen", url, "--http", http, "--admin-socket",
+		C.sock, NULL };
 	pid_t p2 = pc_spawn(args, log);
 	ck_assert_int_eq(pc_wait_exit(p2, 10000), 1);
 	char *l = pc_read_file(log);
@@ -653,25 +615,10 @@ apply_suite(void)
 	return s;
 }
 
-static void
-cleanup(void)
-{
-	at_exit = true;
-	coord_done(&C);
-}
-
 int
 main(void)
 {
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(ctl_path, sizeof ctl_path, "%s/tools/allotctl",
-	    b != NULL ? b : ".");
-	if (access(ctl_path, X_OK) != 0) {
-		fprintf(stderr, "%s not built: skipping\n", ctl_path);
-		return 77;
-	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	atexit(cleanup);
 	SRunner *sr = srunner_create(apply_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

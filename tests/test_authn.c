@@ -27,17 +27,20 @@
 
 #include <allot/allot.h>
 
-#include "dispatch/authn.h"
+#include "allotd.h"
 #include "authn_msg.h"
+#include "dispatch/authn.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 #include "sign.h"
 
 static char certdir[64]; /* the suite's certificates and quota file */
-static char dir[64]; /* a test's copy of them, with its databases */
-static char url[64];
-static int http_port;
-static pid_t allotd;
+/* The test's allotd on tls+tcp (tests/support/allotd.h); its directory
+ * holds a copy of the certificates and its databases. */
+static pc_coord C;
+static const char *const dir = C.dir;
+static const char *const url = C.url;
 
 static const char *const keys[] = { "default" };
 
@@ -92,16 +95,15 @@ suite_teardown(void)
 static void
 setup(void)
 {
-	snprintf(dir, sizeof dir, "/tmp/allot-authn-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	char cmd[256];
+	pc_coord_init(&C, "/tmp/allot-authn",
+	    "quotas:\n  default: {tokens_per_second: 100, burst: 200}\n");
+	char cmd[512];
 	snprintf(cmd, sizeof cmd, "cp -a %s/. %s && echo ok", certdir, dir);
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "copy: %s",
 	    out ? out : "(failed)");
 	free(out);
-	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
-	http_port = pc_free_port();
+	snprintf(C.url, sizeof C.url, "tls+tcp://127.0.0.1:%d", C.port);
 	start_allotd("a.db");
 }
 
@@ -110,26 +112,26 @@ setup(void)
 static void
 start_allotd(const char *dbname)
 {
-	char cfg[128], db[128], cert[128], ca[128], log[128], http[32];
-	path(cfg, sizeof cfg, "q.yaml");
-	path(db, sizeof db, dbname);
+	char cert[256], ca[256];
+	path(C.db, sizeof C.db, dbname);
 	path(cert, sizeof cert, "allotd.pem");
 	path(ca, sizeof ca, "ca1/ca.pem");
-	path(log, sizeof log, "allotd.log");
-	snprintf(http, sizeof http, "127.0.0.1:%d", http_port);
-	const char *args[] = { "--config", cfg, "--db", db, "--listen", url,
-		"--http", http, "--tls-cert", cert, "--tls-ca", ca,
+	const char *args[] = { "--tls-cert", cert, "--tls-ca", ca,
 		"--interval-ms", "50", NULL };
-	allotd = pc_allotd_start(args, http_port, log);
+	pc_coord_spawn(&C, args, NULL);
+}
+
+static void
+stop_allotd(void)
+{
+	pc_allotd_stop(C.pid, 5000);
+	C.pid = 0;
 }
 
 static void
 teardown(void)
 {
-	pc_allotd_stop(allotd, 5000);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	free(pc_shell(cmd));
+	pc_coord_done(&C, 5000);
 }
 
 static double
@@ -138,7 +140,7 @@ rejected(const char *reason)
 	char series[128];
 	snprintf(series, sizeof series,
 	    "allotd_rejected_messages_total{reason=\"%s\"}", reason);
-	double v = pc_metric_get(http_port, series);
+	double v = pc_metric_get(C.http, series);
 	ck_assert_msg(!isnan(v), "no series %s", series);
 	return v;
 }
@@ -146,7 +148,7 @@ rejected(const char *reason)
 static double
 allowed(void)
 {
-	double v = pc_metric_get(http_port,
+	double v = pc_metric_get(C.http,
 	    "allotd_allowed_tokens_total{service=\"svc\",quota=\"default\"}");
 	return isnan(v) ? 0 : v;
 }
@@ -167,7 +169,7 @@ slurp(const char *p, size_t *ret_len)
 static void
 tls_open(pc_conn *c, const char *pem)
 {
-	char ca[128], certp[128];
+	char ca[256], certp[256];
 	path(ca, sizeof ca, "ca1/ca.pem");
 	path(certp, sizeof certp, pem);
 	ck_assert_int_eq(nng_req0_open(&c->sock), 0);
@@ -206,7 +208,7 @@ signed_register(
 	reg.sync_interval_ms = 100;
 	allot__signer *sg = NULL;
 	if (pem != NULL) {
-		char p[128], err[256];
+		char p[256], err[256];
 		path(p, sizeof p, pem);
 		ck_assert_msg(allot__signer_new(
 		                  p, url, err, sizeof err, &sg) == ALLOT_OK,
@@ -263,7 +265,7 @@ sync_once(pc_conn *c, uint64_t session, uint64_t seq, uint64_t consumed)
 static allot_agent *
 agent(const char *id, const char *pem)
 {
-	char cfgp[128], ca[128], certp[128], err[256];
+	char cfgp[256], ca[256], certp[256], err[256];
 	path(cfgp, sizeof cfgp, "q.yaml");
 	path(ca, sizeof ca, "ca1/ca.pem");
 	path(certp, sizeof certp, pem);
@@ -445,7 +447,7 @@ openssl_register(pc_conn *c, const char *name, const char *service,
 	size_t n = allot__authn_msg(
 	    msg, "r-ossl", service, audience, t, nonce);
 	ck_assert_uint_gt(n, 0);
-	char mp[128];
+	char mp[256];
 	path(mp, sizeof mp, "msg.bin");
 	FILE *f = fopen(mp, "wb");
 	ck_assert_ptr_nonnull(f);
@@ -461,7 +463,7 @@ openssl_register(pc_conn *c, const char *name, const char *service,
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "openssl: %s",
 	    out ? out : "(failed)");
 	free(out);
-	char p1[128], p2[128];
+	char p1[256], p2[256];
 	path(p1, sizeof p1, "sig.bin");
 	path(p2, sizeof p2, "crt.der");
 	size_t siglen = 0, crtlen = 0;
@@ -520,15 +522,14 @@ END_TEST
 /* Which part of a SPIFFE ID is the service. */
 START_TEST(service_map)
 {
-	char ca[128], err[256], svc[64];
-	snprintf(dir, sizeof dir, "/tmp/allot-authn-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char mdir[64], ca[128], err[256], svc[64];
+	pc_mkdtemp(mdir, sizeof mdir, "/tmp/allot-authn-map");
 	char cmd[512];
 	snprintf(cmd, sizeof cmd,
 	    "%s/scripts/mkcerts %s >/dev/null && echo ok",
-	    getenv("ALLOT_SOURCE_DIR"), dir);
+	    getenv("ALLOT_SOURCE_DIR"), mdir);
 	free(pc_shell(cmd));
-	path(ca, sizeof ca, "ca.pem");
+	snprintf(ca, sizeof ca, "%s/ca.pem", mdir);
 	allot__authn_opts o = { .ca_file = ca };
 	allot__authn *au;
 	ck_assert_int_eq(allot__authn_new(&o, err, sizeof err, &au), 0);
@@ -565,8 +566,7 @@ START_TEST(service_map)
 	o.nmaps = 1;
 	ck_assert_int_eq(
 	    allot__authn_new(&o, err, sizeof err, &au), ALLOT_EINVAL);
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	free(pc_shell(cmd));
+	pc_rm_rf(mdir);
 }
 END_TEST
 
@@ -656,7 +656,7 @@ rot_wait_registers(allot_agent *a, uint64_t n, allot_sync_stats *ret)
 static void
 rot_certs(void)
 {
-	char cmd[256];
+	char cmd[512];
 	snprintf(
 	    cmd, sizeof cmd, "cp %s/svc.pem %s/rot.pem && echo ok", dir, dir);
 	char *out = pc_shell(cmd);
@@ -668,7 +668,7 @@ rot_certs(void)
 static void
 rot_agent(struct rot *r, uint32_t check_ms)
 {
-	char cfgp[128], ca[128], certp[128], err[256];
+	char cfgp[256], ca[256], certp[256], err[256];
 	path(cfgp, sizeof cfgp, "q.yaml");
 	path(ca, sizeof ca, "ca1/ca.pem");
 	path(certp, sizeof certp, "rot.pem");
@@ -711,7 +711,7 @@ START_TEST(rotation)
 
 	/* Unusable files: refused, and nothing changes. */
 	path(cmd, sizeof cmd, "rot.pem");
-	char moved[128];
+	char moved[256];
 	path(moved, sizeof moved, "rot.away");
 	ck_assert_int_eq(rename(cmd, moved), 0);
 	ck_assert_int_eq(allot_agent_reload_tls(r.a), ALLOT_EIO);
@@ -746,7 +746,7 @@ START_TEST(rotation)
 
 	/* A restart that forgets the session: the next connection is made
 	 * with the new certificate, and the new Register's proof verifies. */
-	pc_allotd_stop(allotd, 5000);
+	stop_allotd();
 	start_allotd("b.db");
 	rot_wait_registers(r.a, 2, &st);
 	ck_assert_int_eq(rot_seen(&r, "ALLOT-TLS-SWAP"), 1);
@@ -767,7 +767,7 @@ START_TEST(rotation)
 	pthread_join(load, NULL);
 	ck_assert_uint_eq(atomic_load(&r.denied), 0);
 	ck_assert_uint_gt(atomic_load(&r.allowed), 50);
-	pc_allotd_stop(allotd, 5000);
+	stop_allotd();
 	start_allotd("c.db");
 	uint64_t t0 = pc_now_ms();
 	while (rejected("identity_mismatch") < 1 && pc_now_ms() - t0 < 10000)

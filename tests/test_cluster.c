@@ -45,7 +45,8 @@
 
 #include <allot/allot.h>
 
-#include "proto_client.h"
+#include "allotd.h"
+#include "proc.h"
 #include "runner.h"
 
 #define NM 3 /* members at the start */
@@ -65,46 +66,14 @@ static const char *const CFG = "quotas:\n"
                                "      tokens_per_second: 600\n"
                                "      burst: 600\n";
 
-typedef struct member {
-	int raft, listen, http;
-	char url[64], raftaddr[64], db[256], log[256], cfg[256], admin[256];
-	pid_t pid;
-	bool up;
-} member;
-
 static char dir[64];
-static member ms[MAXM];
-
-static int
-fresh_port(void)
-{
-	for (int tries = 0; tries < 1000; tries++) {
-		int p = pc_free_port();
-		bool used = false;
-		for (int i = 0; i < MAXM; i++)
-			used |= ms[i].raft == p || ms[i].listen == p ||
-			    ms[i].http == p;
-		if (!used)
-			return p;
-	}
-	ck_abort_msg("no free port");
-	return -1;
-}
+/* Member i's allotd (tests/support/allotd.h), Raft id i + 1. */
+static pc_member ms[MAXM];
 
 static void
 member_init(int i)
 {
-	member *m = &ms[i];
-	m->raft = fresh_port();
-	m->listen = fresh_port();
-	m->http = fresh_port();
-	snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", m->listen);
-	snprintf(m->raftaddr, sizeof m->raftaddr, "127.0.0.1:%d", m->raft);
-	snprintf(m->db, sizeof m->db, "%s/m%d.db", dir, i + 1);
-	snprintf(m->log, sizeof m->log, "%s/m%d.log", dir, i + 1);
-	snprintf(m->cfg, sizeof m->cfg, "%s/q%d.yaml", dir, i + 1);
-	snprintf(m->admin, sizeof m->admin, "%s/a%d.sock", dir, i + 1);
-	pc_write_file(m->cfg, CFG);
+	pc_member_init(&ms[i], dir, (uint64_t) i + 1, CFG);
 }
 
 /* Start member i: one of the NM the cluster started with (seeded with
@@ -112,40 +81,15 @@ member_init(int i)
 static void
 member_start(int i)
 {
-	member *m = &ms[i];
-	char id[16], http[32], el[16], seeds[NM][160];
-	snprintf(id, sizeof id, "%d", i + 1);
-	snprintf(http, sizeof http, "127.0.0.1:%d", m->http);
-	snprintf(el, sizeof el, "%d", ELECTION_MS);
-	const char *args[48] = { "--config", m->cfg, "--db", m->db, "--listen",
-		m->url, "--http", http, "--admin-socket", m->admin,
-		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
-		m->raftaddr, "--election-ms", el, NULL };
-	int n = 18;
-	for (int j = 0; j < NM && i < NM; j++) {
-		snprintf(seeds[j], sizeof seeds[j], "%d=%s=%s", j + 1,
-		    ms[j].raftaddr, ms[j].url);
-		args[n++] = "--seed";
-		args[n++] = seeds[j];
-	}
-	if (i >= NM)
-		args[n++] = "--join";
-	args[n] = NULL;
-	m->pid = pc_allotd_start(args, m->http, m->log);
-	m->up = true;
+	const char *extra[] = { "--interval-ms", "100", NULL };
+	pc_member_start(&ms[i], ms, i < NM ? NM : 0, ELECTION_MS, extra);
 }
 
 /* The one serving member among those up, within `timeout_ms`; -1: none. */
 static int
 wait_leader(int timeout_ms)
 {
-	int http[MAXM];
-	bool up[MAXM];
-	for (int i = 0; i < MAXM; i++) {
-		http[i] = ms[i].http;
-		up[i] = ms[i].up;
-	}
-	return pc_wait_serving(http, up, MAXM, timeout_ms);
+	return pc_member_serving(ms, MAXM, timeout_ms);
 }
 
 /* ---- agents under load ---- */
@@ -294,8 +238,7 @@ sample_until_followed(uint64_t above, int timeout_ms)
 static int
 start_all(void)
 {
-	snprintf(dir, sizeof dir, "/tmp/allot-cluster-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	pc_mkdtemp(dir, sizeof dir, "/tmp/allot-cluster");
 	memset(ms, 0, sizeof ms);
 	for (int i = 0; i < NM; i++)
 		member_init(i);
@@ -314,7 +257,7 @@ start_all(void)
 	atomic_store(&load_stop, false);
 	const char *names[NA] = { "r1", "r2", "r3" };
 	for (int i = 0; i < NA; i++)
-		agent_start(&as[i], ms[i].url, names[i]);
+		agent_start(&as[i], ms[i].c.url, names[i]);
 	for (int i = 0; i < NA; i++)
 		ck_assert_int_eq(
 		    pthread_create(&as[i].th, NULL, load_main, &as[i]), 0);
@@ -355,12 +298,9 @@ finish_all(const char *what)
 	ck_assert_msg(worst_sum <= R_HOT * (1 + 1e-9),
 	    "t=%" PRIu64 " ms: agents held %.3f tokens/s of a %.0f quota (%s)",
 	    worst_at, worst_sum, R_HOT, dir);
-	for (int i = 0; i < MAXM; i++) {
-		if (ms[i].pid > 0)
-			pc_allotd_stop(ms[i].pid, 5000);
-		if (ms[i].log[0] != '\0')
-			ck_assert(!pc_log_has_sanitizer_report(ms[i].log));
-	}
+	for (int i = 0; i < MAXM; i++)
+		if (ms[i].c.dir[0] != '\0')
+			pc_coord_done(&ms[i].c, 5000);
 	pc_rm_rf(dir);
 }
 
@@ -370,8 +310,8 @@ static int
 ctl_sampled(const char *admin, const char *args)
 {
 	char cmd[1024];
-	snprintf(cmd, sizeof cmd, "%s/tools/allotctl member %s --admin %s",
-	    getenv("ALLOT_BUILD_DIR"), args, admin);
+	snprintf(cmd, sizeof cmd, "'%s' member %s --admin %s",
+	    pc_program("tools/allotctl"), args, admin);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -403,7 +343,7 @@ member_remove(int i)
 	int l = wait_leader(5000);
 	ck_assert_int_ge(l, 0);
 	uint64_t start = pc_now_ms();
-	int rc = ctl_sampled(ms[l].admin, args);
+	int rc = ctl_sampled(ms[l].c.sock, args);
 	ck_assert_msg(rc == 0, "allotctl member %s on member %d: exit %d",
 	    args, l + 1, rc);
 	return pc_now_ms() - start;
@@ -418,9 +358,9 @@ sample_until_gone(int i, int timeout_ms)
 	for (;;) {
 		bool gone = true;
 		for (int k = 0; k < MAXM && gone; k++)
-			if (k != i && ms[k].pid > 0 && ms[k].up)
+			if (k != i && ms[k].c.pid > 0 && ms[k].up)
 				gone = !pc_member_listed(
-				    ms[k].admin, (uint64_t) i + 1);
+				    ms[k].c.sock, (uint64_t) i + 1);
 		if (gone)
 			return;
 		ck_assert_msg(pc_now_ms() < until,
@@ -446,9 +386,9 @@ START_TEST(agents_follow_the_leader)
 
 	/* SIGKILL the leader: the agents follow the new one. */
 	uint64_t killed_at = pc_now_ms();
-	kill(ms[l1].pid, SIGKILL);
-	pc_allotd_stop(ms[l1].pid, 5000);
-	ms[l1].pid = 0;
+	kill(ms[l1].c.pid, SIGKILL);
+	pc_allotd_stop(ms[l1].c.pid, 5000);
+	ms[l1].c.pid = 0;
 	ms[l1].up = false;
 	uint64_t e2 = sample_until_followed(e1, 15000);
 	fprintf(stderr,
@@ -465,10 +405,10 @@ START_TEST(agents_follow_the_leader)
 
 	/* SIGSTOP the new leader until the third member leads, then let
 	 * it run again: nothing from it is applied any more. */
-	kill(ms[l2].pid, SIGSTOP);
+	kill(ms[l2].c.pid, SIGSTOP);
 	ms[l2].up = false;
 	uint64_t e3 = sample_until_followed(e2, 15000);
-	kill(ms[l2].pid, SIGCONT);
+	kill(ms[l2].c.pid, SIGCONT);
 	ms[l2].up = true;
 	sample_for(2000);
 	int l3 = wait_leader(5000);
@@ -496,13 +436,13 @@ START_TEST(members_change_under_load)
 	member_start(NM);
 	char args[256];
 	snprintf(args, sizeof args, "add %d %s %s", NM + 1, ms[NM].raftaddr,
-	    ms[NM].url);
-	ck_assert_int_eq(pc_ctl_member(ms[l].admin, args), 0);
+	    ms[NM].c.url);
+	ck_assert_int_eq(pc_ctl_member(ms[l].c.sock, args), 0);
 	uint64_t until = pc_now_ms() + 15000;
 	while (
-	    !pc_member_is_voter(ms[NM].admin, NM + 1) && pc_now_ms() < until)
+	    !pc_member_is_voter(ms[NM].c.sock, NM + 1) && pc_now_ms() < until)
 		sample_for(100);
-	ck_assert(pc_member_is_voter(ms[NM].admin, NM + 1));
+	ck_assert(pc_member_is_voter(ms[NM].c.sock, NM + 1));
 	bool learnt = false;
 	until = pc_now_ms() + 5000;
 	while (!learnt && pc_now_ms() < until) {
@@ -521,8 +461,8 @@ START_TEST(members_change_under_load)
 	(void) member_remove(f);
 	sample_until_gone(f, 5000);
 	sample_for(1000);
-	pc_allotd_stop(ms[f].pid, 5000);
-	ms[f].pid = 0;
+	pc_allotd_stop(ms[f].c.pid, 5000);
+	ms[f].c.pid = 0;
 	ms[f].up = false;
 	sample_for(1000);
 	ck_assert_int_eq(wait_leader(1000), l);
@@ -538,8 +478,8 @@ START_TEST(members_change_under_load)
 	int l2 = wait_leader(5000);
 	ck_assert_int_ge(l2, 0);
 	ck_assert_int_ne(l2, l);
-	pc_allotd_stop(ms[l].pid, 5000);
-	ms[l].pid = 0;
+	pc_allotd_stop(ms[l].c.pid, 5000);
+	ms[l].c.pid = 0;
 	ms[l].up = false;
 	sample_for(2000);
 	ck_assert_int_eq(wait_leader(1000), l2);

@@ -15,18 +15,11 @@
 
 #include <allot/conc.h>
 
+#include "proc.h"
 #include "runner.h"
 
 /* Slack on timing bounds: generous for loaded CI hosts and TSan. */
 #define SLACK_MS 150
-
-static uint64_t
-mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
-}
 
 static void
 sleep_us(long us)
@@ -49,13 +42,13 @@ static void
 wait_queued(allot_conc *c, allot_conc_lane lane, uint32_t n)
 {
 	allot_conc_stats st;
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = pc_now_ms();
 	for (;;) {
 		ck_assert_int_eq(
 		    allot_conc_lane_stats(c, lane, &st), ALLOT_OK);
 		if (st.queued >= n)
 			return;
-		ck_assert_msg(mono_ms() - t0 < 10000,
+		ck_assert_msg(pc_now_ms() - t0 < 10000,
 		    "queue stuck at %u of %u", st.queued, n);
 		sleep_us(500);
 	}
@@ -509,11 +502,11 @@ waiter_thread(void *p)
 {
 	struct waiter_arg *a = p;
 	allot_conc_permit permit;
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = pc_now_ms();
 
 	a->rc = allot_conc_acquire(
 	    a->c, a->caller, a->lane, a->timeout_ms, &permit);
-	a->waited_ms = mono_ms() - t0;
+	a->waited_ms = pc_now_ms() - t0;
 	if (a->rc == ALLOT_OK) {
 		if (a->order != NULL)
 			atomic_store(
@@ -574,10 +567,10 @@ START_TEST(queue_age_bound)
 
 	/* A caller's own timeout, shorter than the lane's, is honoured. */
 	allot_conc_permit x;
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = pc_now_ms();
 	ck_assert_int_eq(allot_conc_acquire(c, 3, ALLOT_LANE_BULK, 30, &x),
 	    ALLOT_ETIMEDOUT);
-	uint64_t el = mono_ms() - t0;
+	uint64_t el = pc_now_ms() - t0;
 	ck_assert_uint_ge(el, 29);
 	ck_assert_uint_le(el, 30 + SLACK_MS);
 
@@ -586,11 +579,11 @@ START_TEST(queue_age_bound)
 		ck_assert_int_eq(allot_conc_try_acquire(c, 9,
 		                     ALLOT_LANE_INTERACTIVE, &held[2 + i]),
 		    ALLOT_OK);
-	t0 = mono_ms();
+	t0 = pc_now_ms();
 	ck_assert_int_eq(allot_conc_acquire(c, 10, ALLOT_LANE_INTERACTIVE,
 	                     ALLOT_CONC_WAIT_MAX, &x),
 	    ALLOT_ETIMEDOUT);
-	el = mono_ms() - t0;
+	el = pc_now_ms() - t0;
 	ck_assert_uint_ge(el, 99);
 	ck_assert_uint_le(el, 100 + SLACK_MS);
 
@@ -650,11 +643,11 @@ START_TEST(queue_length_bound)
 			    ALLOT_EBUSY);
 	}
 	/* The lane's queue is full: anyone is refused, without waiting. */
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = pc_now_ms();
 	ck_assert_int_eq(
 	    allot_conc_acquire(c, 4, ALLOT_LANE_BULK, ALLOT_CONC_WAIT_MAX, &x),
 	    ALLOT_EBUSY);
-	ck_assert_uint_lt(mono_ms() - t0, 50);
+	ck_assert_uint_lt(pc_now_ms() - t0, 50);
 	ck_assert_int_eq(
 	    allot_conc_caller_stats(c, 2, ALLOT_LANE_BULK, &st), ALLOT_OK);
 	ck_assert_uint_eq(st.queued, 2);
@@ -877,8 +870,8 @@ START_TEST(interactive_served_first)
 	/* The first freed permit, although a bulk one and although the bulk
 	 * lane has room, goes to the interactive waiter. */
 	allot_conc_release(&held[0]);
-	for (uint64_t t0 = mono_ms(); atomic_load(&order[0]) == -1;) {
-		ck_assert_uint_lt(mono_ms() - t0, 10000);
+	for (uint64_t t0 = pc_now_ms(); atomic_load(&order[0]) == -1;) {
+		ck_assert_uint_lt(pc_now_ms() - t0, 10000);
 		sleep_us(200);
 	}
 	ck_assert_int_eq(atomic_load(&order[0]), 1);

@@ -4,9 +4,8 @@
  * real allotd process and four liballot agents over real nng sockets,
  * each under load from a thread of its own. allotd's quota file changes
  * (a caller added, an endpoint weight changed, a caller flipped from
- * shadow to enforced, a quota lowered) through `allotctl apply` (the
- * file and SIGHUP when allotctl was not built); every agent
- * must enforce the new file within 2 T, as its own decisions show, with
+ * shadow to enforced, a quota lowered) through `allotctl apply`; every
+ * agent must enforce the new file within 2 T, as its own decisions show, with
  * no restart and no denial for the caller the change did not touch. Then
  * the cache: with allotd down, a fresh agent given a stale bootstrap file
  * runs the config it last received, and picks up a newer one within 2 T
@@ -28,6 +27,8 @@
 
 #include <allot/allot.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -97,77 +98,51 @@ static const char *CFG_V3 = "quotas:\n"
                             "    default: 1\n"
                             "    \"/heavy\": 7\n";
 
+/* The test's allotd (tests/support/allotd.h), its admin socket at
+ * c.sock, and the agents' bootstrap file (always v1). */
 typedef struct env {
-	char dir[64];
-	char cfg[128];
-	char boot[128]; /* the agents' bootstrap file: always v1 */
-	char db[128];
-	char log[128];
-	char sock[128]; /* allotd's admin socket (allotctl apply) */
-	char url[200]; /* one address, or a cluster list */
-	int port;
-	int http;
-	pid_t allotd;
+	pc_coord c;
+	char boot[200];
 } env;
 
 static void
 start_allotd(env *e)
 {
-	char http[32], iv[16];
-	snprintf(http, sizeof http, "127.0.0.1:%d", e->http);
+	char iv[16];
 	snprintf(iv, sizeof iv, "%u", T_MS);
-	const char *args[] = { "--config", e->cfg, "--db", e->db, "--listen",
-		e->url, "--http", http, "--interval-ms", iv, "--admin-socket",
-		e->sock, NULL };
-	e->allotd = pc_allotd_start(args, e->http, e->log);
+	const char *args[] = { "--interval-ms", iv, "--admin-socket",
+		e->c.sock, NULL };
+	pc_coord_spawn(&e->c, args, NULL);
 }
 
 static void
 env_init(env *e)
 {
 	memset(e, 0, sizeof *e);
-	snprintf(e->dir, sizeof e->dir, "/tmp/allot-push-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(e->dir));
-	snprintf(e->cfg, sizeof e->cfg, "%s/quotas.yaml", e->dir);
-	snprintf(e->boot, sizeof e->boot, "%s/bootstrap.yaml", e->dir);
-	snprintf(e->db, sizeof e->db, "%s/allot.db", e->dir);
-	snprintf(e->log, sizeof e->log, "%s/allotd.log", e->dir);
-	snprintf(e->sock, sizeof e->sock, "%s/admin.sock", e->dir);
+	pc_coord_init(&e->c, "/tmp/allot-push", CFG_V1);
+	snprintf(e->boot, sizeof e->boot, "%s/bootstrap.yaml", e->c.dir);
 	pc_write_file(e->boot, CFG_V1);
-	e->port = pc_free_port();
-	e->http = pc_free_port();
-	snprintf(e->url, sizeof e->url, "tcp://127.0.0.1:%d", e->port);
 }
 
 static void
 env_fini(env *e)
 {
-	if (e->allotd > 0)
-		pc_allotd_stop(e->allotd, 5000);
-	ck_assert(!pc_log_has_sanitizer_report(e->log));
-	pc_rm_rf(e->dir);
+	pc_coord_done(&e->c, 5000);
 }
 
-/* Change allotd's config to `text`: `allotctl apply` over the admin
- * socket (which writes the file and installs it before it answers), or
- * the file and SIGHUP when allotctl was not built. */
-static bool
+/* Change allotd's config to `text` with `allotctl apply` over the admin
+ * socket, which writes the file and installs it before it answers. */
+static void
 change_config(const env *e, const char *text)
 {
-	char ctl[512], next[160];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(ctl, sizeof ctl, "%s/tools/allotctl", b != NULL ? b : ".");
-	if (access(ctl, X_OK) != 0) {
-		pc_write_file(e->cfg, text);
-		ck_assert_int_eq(kill(e->allotd, SIGHUP), 0);
-		return false;
-	}
-	snprintf(next, sizeof next, "%s/next.yaml", e->dir);
+	char next[240];
+	const char *ctl = pc_program("tools/allotctl");
+	snprintf(next, sizeof next, "%s/next.yaml", e->c.dir);
 	pc_write_file(next, text);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		setenv("ALLOT_ADMIN_SOCKET", e->sock, 1);
+		setenv("ALLOT_ADMIN_SOCKET", e->c.sock, 1);
 		int fd = open("/dev/null", O_WRONLY);
 		dup2(fd, STDOUT_FILENO);
 		execl(ctl, ctl, "apply", next, "--reason", "config_push test",
@@ -175,7 +150,6 @@ change_config(const env *e, const char *text)
 		_exit(127);
 	}
 	ck_assert_int_eq(pc_wait_exit(pid, 10000), 0);
-	return true;
 }
 
 /* An agent of service "svc" started from the bootstrap file (v1). */
@@ -188,7 +162,7 @@ mkagent(const env *e, const char *replica, const char *cache)
 	    allot_config_load(e->boot, err, sizeof err, &cfg), ALLOT_OK);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
-	o.coordinator = e->url;
+	o.coordinator = e->c.url;
 	o.service = "svc";
 	o.replica_id = replica;
 	o.sync_interval_ms = T_MS;
@@ -278,7 +252,7 @@ START_TEST(reload_reaches_every_agent_within_2t)
 {
 	env e;
 	env_init(&e);
-	pc_write_file(e.cfg, CFG_V1);
+	pc_write_file(e.c.cfg, CFG_V1);
 	start_allotd(&e);
 	allot_agent *as[NAGENTS];
 	load ls[NAGENTS];
@@ -306,10 +280,10 @@ START_TEST(reload_reaches_every_agent_within_2t)
 	}
 
 	/* Measured from when allotd has the change in force: allotctl
-	 * apply answers once it is installed (SIGHUP: from the signal). */
+	 * apply answers once it is installed. */
 	uint64_t t_cmd = pc_now_ms();
-	bool applied = change_config(&e, CFG_V2);
-	uint64_t t0 = applied ? pc_now_ms() : t_cmd;
+	change_config(&e, CFG_V2);
+	uint64_t t0 = pc_now_ms();
 	fprintf(stderr, "allotctl apply took %llu ms\n",
 	    (unsigned long long) (t0 - t_cmd));
 	/* Until every agent showed every change, or 10 T. */
@@ -366,34 +340,32 @@ START_TEST(reload_reaches_every_agent_within_2t)
 	    "(2 T = %u ms)\n",
 	    (unsigned long long) worst, 2 * T_MS);
 	ck_assert_uint_le(worst, 2 * T_MS);
-	if (applied) {
-		/* allotctl apply went through the admin socket: audited. */
-		char q[400];
-		snprintf(q, sizeof q,
-		    "sqlite3 -readonly '%s' \"SELECT count(*) FROM "
-		    "v_quota_changes WHERE reason = 'config_push test'\"",
-		    e.db);
-		/* Rows land with the group commit, once a second. */
-		int rows = 0;
-		uint64_t until = pc_now_ms() + 5000;
-		while (rows == 0 && pc_now_ms() < until) {
-			char *n = pc_shell(q);
-			rows = n != NULL ? atoi(n) : 0;
-			free(n);
-			if (rows == 0)
-				pc_sleep_ms(100);
-		}
-		ck_assert_int_gt(rows, 0);
+	/* allotctl apply went through the admin socket: audited. */
+	char q[400];
+	snprintf(q, sizeof q,
+	    "sqlite3 -readonly '%s' \"SELECT count(*) FROM "
+	    "v_quota_changes WHERE reason = 'config_push test'\"",
+	    e.c.db);
+	/* Rows land with the group commit, once a second. */
+	int rows = 0;
+	uint64_t until = pc_now_ms() + 5000;
+	while (rows == 0 && pc_now_ms() < until) {
+		char *n = pc_shell(q);
+		rows = n != NULL ? atoi(n) : 0;
+		free(n);
+		if (rows == 0)
+			pc_sleep_ms(100);
 	}
+	ck_assert_int_gt(rows, 0);
 	/* The new caller's key reached allotd (add_keys): none of its
 	 * reports was refused as a key without a quota. */
 	ck_assert_double_eq(
-	    pc_metric_get(e.http,
+	    pc_metric_get(e.c.http,
 	        "allotd_rejected_messages_total{reason=\"unknown_key\"}"),
 	    0);
 	/* One text per agent: none sent again once installed. */
 	ck_assert_double_eq(
-	    pc_metric_get(e.http, "allotd_config_pushes_total"), NAGENTS);
+	    pc_metric_get(e.c.http, "allotd_config_pushes_total"), NAGENTS);
 	for (int i = 0; i < NAGENTS; i++)
 		allot_agent_destroy(as[i]);
 	env_fini(&e);
@@ -415,8 +387,8 @@ START_TEST(cache_runs_while_allotd_is_down)
 	env e;
 	env_init(&e);
 	char cache[160];
-	snprintf(cache, sizeof cache, "%s/agent.cache", e.dir);
-	pc_write_file(e.cfg, CFG_V2);
+	snprintf(cache, sizeof cache, "%s/agent.cache", e.c.dir);
+	pc_write_file(e.c.cfg, CFG_V2);
 	start_allotd(&e);
 	/* A first agent receives v2 and caches it. */
 	allot_agent *a = mkagent(&e, "first", cache);
@@ -435,9 +407,9 @@ START_TEST(cache_runs_while_allotd_is_down)
 
 	/* allotd goes away; a fresh agent with the stale bootstrap (v1)
 	 * runs the cached v2 from its first decision. */
-	kill(e.allotd, SIGKILL);
-	ck_assert_int_ge(pc_wait_exit(e.allotd, 5000), 0);
-	e.allotd = 0;
+	kill(e.c.pid, SIGKILL);
+	ck_assert_int_ge(pc_wait_exit(e.c.pid, 5000), 0);
+	e.c.pid = 0;
 	allot_agent *b = mkagent(&e, "second", cache);
 	ck_assert_uint_eq(heavy_cost(b), 5);
 	allot_decision d;
@@ -451,7 +423,7 @@ START_TEST(cache_runs_while_allotd_is_down)
 	ck_assert(!st.connected);
 
 	/* allotd comes back with v3: the agent takes it within 2 T. */
-	pc_write_file(e.cfg, CFG_V3);
+	pc_write_file(e.c.cfg, CFG_V3);
 	start_allotd(&e);
 	uint64_t t0 = pc_now_ms();
 	end = t0 + 20 * T_MS;
@@ -508,7 +480,7 @@ START_TEST(each_service_takes_its_view)
 {
 	env e;
 	env_init(&e);
-	pc_write_file(e.cfg, CFG_V1);
+	pc_write_file(e.c.cfg, CFG_V1);
 	start_allotd(&e);
 	char err[256];
 	allot_agent *as[2];
@@ -520,7 +492,7 @@ START_TEST(each_service_takes_its_view)
 		    ALLOT_OK);
 		allot_agent_options o;
 		allot_agent_options_init(&o);
-		o.coordinator = e.url;
+		o.coordinator = e.c.url;
 		o.service = svc[i];
 		o.sync_interval_ms = T_MS;
 		ck_assert_int_eq(

@@ -21,8 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
+#include "allotd.h"
 #include "coord_harness.h"
+#include "proc.h"
+#include "proto_client.h"
+#include "runner.h"
 
 static const char cfg_bad[] = "quotas:\n"
                               "  default:\n"

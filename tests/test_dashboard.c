@@ -31,6 +31,8 @@
 
 #include <allot/allot.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 
 #define SVC "checkout-api"
@@ -40,8 +42,7 @@
 #define CHROMIUM_TIMEOUT_MS 90000
 
 /* The default quota runs in shadow; caller A carries a candidate of
- * 150/s (well below its load of about 300/s) when the loader knows
- * candidates (common/config_schema.c), and none otherwise. */
+ * 150/s (well below its load of about 300/s). */
 #define CFG_HEAD                         \
 	"quotas:\n"                      \
 	"  default:\n"                   \
@@ -62,9 +63,7 @@
 	"      priority: batch\n"       \
 	"  global_ceiling:\n"           \
 	"    tokens_per_second: 500\n"
-static const char cfg_plain[] = CFG_HEAD CFG_TAIL;
-static const char cfg_cand[] = CFG_HEAD CFG_CAND CFG_TAIL;
-static bool with_candidate; /* cfg_cand loads */
+static const char cfg[] = CFG_HEAD CFG_CAND CFG_TAIL;
 
 static const char *const keys[] = { "default", QA, QB };
 #define NKEYS 3
@@ -73,134 +72,57 @@ static char chromium[512];
 
 /* ---- allotd ---- */
 
-typedef struct coord {
-	char dir[128];
-	char cfg[192];
-	char db[192];
-	char log[192];
-	char url[64];
-	int http;
-	pid_t pid;
-} coord;
+/* The test's allotd (tests/support/allotd.h). */
+typedef pc_coord coord;
 
 static coord C;
 
 static void
 coord_start(coord *c)
 {
-	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-dash-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
-	snprintf(c->cfg, sizeof c->cfg, "%s/quotas.yaml", c->dir);
-	snprintf(c->db, sizeof c->db, "%s/allot.db", c->dir);
-	snprintf(c->log, sizeof c->log, "%s/allotd.log", c->dir);
-	allot_config *probe = NULL;
-	char err[256];
-	with_candidate = allot_config_parse("probe", cfg_cand,
-	                     sizeof cfg_cand - 1, err, sizeof err,
-	                     &probe) == ALLOT_OK;
-	allot_config_free(probe);
-	if (!with_candidate)
-		fprintf(stderr,
-		    "note: this loader has no candidates (%s); the "
-		    "candidate's part of the page is not checked\n",
-		    err);
-	pc_write_file(c->cfg, with_candidate ? cfg_cand : cfg_plain);
-	int port = pc_free_port();
-	c->http = pc_free_port();
-	ck_assert_int_gt(port, 0);
-	ck_assert_int_gt(c->http, 0);
-	snprintf(c->url, sizeof c->url, "tcp://127.0.0.1:%d", port);
-	char http[32];
-	snprintf(http, sizeof http, "127.0.0.1:%d", c->http);
-	const char *args[] = { "--config", c->cfg, "--db", c->db, "--listen",
-		c->url, "--http", http, NULL };
-	c->pid = pc_allotd_start(args, c->http, c->log);
+	pc_coord_init(c, "/tmp/allot-dash", cfg);
+	pc_coord_spawn(c, NULL, NULL);
 }
-
-static bool at_exit; /* the atexit clean-up of a failed test */
 
 static void
 coord_stop(coord *c)
 {
-	if (c->pid > 0) {
-		kill(c->pid, SIGTERM);
-		if (pc_wait_exit(c->pid, 5000) < 0) {
-			kill(c->pid, SIGKILL);
-			pc_wait_exit(c->pid, 2000);
-		}
-		c->pid = 0;
-	}
-	/* Sanitizer builds: allotd's own reports end up in its log. */
-	bool dirty = c->dir[0] != '\0' && pc_log_has_sanitizer_report(c->log);
-	if (c->dir[0] != '\0') {
-		pc_rm_rf(c->dir);
-		c->dir[0] = '\0';
-	}
-	if (!at_exit)
-		ck_assert_msg(!dirty, "allotd reported a sanitizer error");
+	pc_coord_done(c, 5000);
 }
 
 /* ---- replicas: a thread keeps them syncing every 100 ms ---- */
 
-typedef struct driver {
-	pc_replica r[NREP];
-	pthread_t thread;
-	atomic_bool stop;
-	atomic_int syncs;
-	atomic_int errors;
-} driver;
-
-static void *
-drive(void *arg)
+/* Caller A: 10 tokens per replica per 100 ms, about 300/s of its 400.
+ * Caller B floods replica 0: 6 admitted and 30 denied per 100 ms. The
+ * default quota, in shadow, admits 4 tokens per replica per 100 ms that
+ * enforcing would deny (120/s). */
+static size_t
+reports(void *ctx, size_t i, pc_report *rep)
 {
-	driver *d = arg;
-	while (!atomic_load(&d->stop)) {
-		for (int i = 0; i < NREP; i++) {
-			/* Caller A: 10 tokens per replica per 100 ms, about
-			 * 300/s of its 400. Caller B floods replica 0: 6
-			 * admitted and 30 denied per 100 ms. The default
-			 * quota, in shadow, admits 4 tokens per replica per
-			 * 100 ms that enforcing would deny (120/s). */
-			pc_report rep[3] = {
-				{ .key = 1,
-				    .consumed = 10,
-				    .held = 50,
-				    .demand = 100 },
-				{ .key = 2,
-				    .consumed = i == 0 ? 6 : 1,
-				    .denied = i == 0 ? 30 : 0,
-				    .held = 0,
-				    .demand = i == 0 ? 360 : 10 },
-				{ .key = 0,
-				    .consumed = 4,
-				    .shadow_denied = 4,
-				    .held = 0,
-				    .demand = 40 },
-			};
-			if (pc_replica_sync(&d->r[i], rep, 3, NULL) == 0)
-				atomic_fetch_add(&d->syncs, 1);
-			else
-				atomic_fetch_add(&d->errors, 1);
-		}
-		pc_sleep_ms(100);
-	}
-	return NULL;
+	(void) ctx;
+	rep[0] = (pc_report) {
+		.key = 1, .consumed = 10, .held = 50, .demand = 100
+	};
+	rep[1] = (pc_report) { .key = 2,
+		.consumed = i == 0 ? 6 : 1,
+		.denied = i == 0 ? 30 : 0,
+		.held = 0,
+		.demand = i == 0 ? 360 : 10 };
+	rep[2] = (pc_report) { .key = 0,
+		.consumed = 4,
+		.shadow_denied = 4,
+		.held = 0,
+		.demand = 40 };
+	return 3;
 }
 
+/* Three replicas "web-N" syncing, until /status has per-second rates
+ * (two whole seconds). */
 static void
-driver_start(driver *d, const coord *c)
+driver_start(pc_driver *d, const coord *c)
 {
-	memset(d, 0, sizeof *d);
-	for (int i = 0; i < NREP; i++) {
-		char id[32];
-		snprintf(id, sizeof id, "web-%d", i + 1);
-		ck_assert_int_eq(
-		    pc_replica_join(&d->r[i], c->url, id, SVC, keys, NKEYS),
-		    0);
-	}
-	ck_assert_int_eq(pthread_create(&d->thread, NULL, drive, d), 0);
-	/* Two whole seconds, so /status has per-second rates to show. */
+	pc_driver_start(
+	    d, c->url, "web", SVC, keys, NKEYS, NREP, 100, reports, NULL);
 	uint64_t end = pc_now_ms() + 10000;
 	for (;;) {
 		int st = 0;
@@ -217,15 +139,6 @@ driver_start(driver *d, const coord *c)
 		    "/status after 10 s");
 		pc_sleep_ms(100);
 	}
-}
-
-static void
-driver_stop(driver *d)
-{
-	atomic_store(&d->stop, true);
-	pthread_join(d->thread, NULL);
-	for (int i = 0; i < NREP; i++)
-		pc_replica_close(&d->r[i]);
 }
 
 /* ---- chromium ---- */
@@ -418,7 +331,7 @@ END_TEST
 START_TEST(charts_draw_live_data)
 {
 	coord_start(&C);
-	static driver d;
+	static pc_driver d;
 	driver_start(&d, &C);
 
 	/* /status: the default quota's shadow would-denies apart from its
@@ -440,11 +353,7 @@ START_TEST(charts_draw_live_data)
 	ck_assert_ptr_nonnull(qa);
 	const char *cand = strstr(qa, "\"candidate\":");
 	ck_assert_ptr_nonnull(cand);
-	if (with_candidate)
-		ck_assert_ptr_nonnull(
-		    strstr(cand, "\"candidate\":{\"rate\":150,"));
-	else
-		ck_assert_ptr_nonnull(strstr(cand, "\"candidate\":null"));
+	ck_assert_ptr_nonnull(strstr(cand, "\"candidate\":{\"rate\":150,"));
 	free(doc);
 
 	char dom_path[256], log_path[256];
@@ -531,39 +440,33 @@ START_TEST(charts_draw_live_data)
 	cell += strlen("data-col=\"shadow\">");
 	ck_assert_msg(
 	    cell[0] >= '1' && cell[0] <= '9', "shadow cell %.8s", cell);
-	if (with_candidate) {
-		/* Caller A's candidate: its rate, its would-denies drawn
-		 * apart, its share in the table. */
-		ck_assert_double_eq(attr_num(ca, "data-candidate"), 150);
-		ck_assert_double_eq(attr_num(ca, "data-series"), 3);
-		ck_assert_ptr_nonnull(
-		    strstr(dom, "data-col=\"candidate\">150/s: "));
-		/* Seconds of about 300/s against 150/s with a burst of
-		 * 100: the candidate has denied something by now. */
-		int hs = 0;
-		char *js = pc_http_get(C.http, "/status", &hs);
-		ck_assert_ptr_nonnull(js);
-		const char *ja = strstr(js, "{\"quota\":\"" QA "\"");
-		ck_assert_ptr_nonnull(ja);
-		const char *jc = strstr(ja, "\"candidate\":{");
-		ck_assert_ptr_nonnull(jc);
-		const char *jd = strstr(jc, "\"denied\":");
-		ck_assert_ptr_nonnull(jd);
-		ck_assert_double_gt(
-		    strtod(jd + strlen("\"denied\":"), NULL), 0);
-		free(js);
-	} else {
-		ck_assert_double_eq(attr_num(ca, "data-series"), 2);
-	}
+	/* Caller A's candidate: its rate, its would-denies drawn
+	 * apart, its share in the table. */
+	ck_assert_double_eq(attr_num(ca, "data-candidate"), 150);
+	ck_assert_double_eq(attr_num(ca, "data-series"), 3);
+	ck_assert_ptr_nonnull(strstr(dom, "data-col=\"candidate\">150/s: "));
+	/* Seconds of about 300/s against 150/s with a burst of
+	 * 100: the candidate has denied something by now. */
+	int hs = 0;
+	char *js = pc_http_get(C.http, "/status", &hs);
+	ck_assert_ptr_nonnull(js);
+	const char *ja = strstr(js, "{\"quota\":\"" QA "\"");
+	ck_assert_ptr_nonnull(ja);
+	const char *jc = strstr(ja, "\"candidate\":{");
+	ck_assert_ptr_nonnull(jc);
+	const char *jd = strstr(jc, "\"denied\":");
+	ck_assert_ptr_nonnull(jd);
+	ck_assert_double_gt(strtod(jd + strlen("\"denied\":"), NULL), 0);
+	free(js);
 	/* The header shows the coordinator's state. */
 	ck_assert_ptr_nonnull(strstr(dom, "id=\"epoch\">1<"));
 	ck_assert_ptr_nonnull(strstr(dom, "class=\"badge ok\">ok<"));
 	free(dom);
 
 	/* The screenshot, kept in the build's log directory. */
-	const char *b = getenv("ALLOT_BUILD_DIR");
 	char png[512], shot[600];
-	snprintf(png, sizeof png, "%s/meson-logs/dashboard.png", b ? b : ".");
+	snprintf(
+	    png, sizeof png, "%s/meson-logs/dashboard.png", pc_build_dir());
 	snprintf(shot, sizeof shot, "--screenshot=%s", png);
 	unlink(png);
 	const char *shot_args[] = { shot, "--window-size=1280,900", NULL };
@@ -587,7 +490,7 @@ START_TEST(charts_draw_live_data)
 	    (long long) sbuf.st_size);
 
 	ck_assert_int_eq(atomic_load(&d.errors), 0);
-	driver_stop(&d);
+	pc_driver_stop(&d);
 	coord_stop(&C);
 }
 END_TEST
@@ -604,13 +507,6 @@ dashboard_suite(void)
 	return s;
 }
 
-static void
-cleanup(void)
-{
-	at_exit = true;
-	coord_stop(&C);
-}
-
 int
 main(void)
 {
@@ -619,7 +515,6 @@ main(void)
 		       "installs it; ALLOT_CHROMIUM names another binary)\n");
 		return 77;
 	}
-	atexit(cleanup);
 	SRunner *sr = srunner_create(dashboard_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

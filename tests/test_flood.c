@@ -28,7 +28,9 @@
 
 #include <allot/allot.h>
 
+#include "allotd.h"
 #include "dispatch/peerlimit.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 

@@ -25,6 +25,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "allot.pb-c.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 

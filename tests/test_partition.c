@@ -59,8 +59,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "allotd.h"
 #include "netlab.h"
 #include "probe_log.h"
+#include "proc.h"
 #include "proto_client.h"
 
 #define NM 3 /* members, nodes 0..2 */
@@ -133,9 +135,8 @@ static void
 member_start(int i)
 {
 	member *m = &ms[i];
-	char bin[512], id[16], http[32], el[16], seed[NM][160];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd", b ? b : ".");
+	char *bin = (char *) pc_allotd_path();
+	char id[16], http[32], el[16], seed[NM][160];
 	snprintf(id, sizeof id, "%d", i + 1);
 	snprintf(http, sizeof http, "127.0.0.1:%d", m->port + 2);
 	snprintf(el, sizeof el, "%d", ELECTION_MS);
@@ -268,9 +269,8 @@ mark(const char *what)
 static void
 agents_start(const char *tag)
 {
-	char bin[512], cfg[160], rep[16], log[160];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(bin, sizeof bin, "%s/tests/agent-probe", b ? b : ".");
+	char *bin = (char *) pc_program("tests/support/agent-probe");
+	char cfg[160], rep[16], log[160];
 	snprintf(cfg, sizeof cfg, "%s/%s-agent.yaml", dir, tag);
 	pc_write_file(cfg, CFG);
 	snprintf(

@@ -25,6 +25,8 @@
 
 #include <allot/allot.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -38,13 +40,9 @@
 #define FAILOVER_BOUND_MS \
 	(3 * ELECTION_MS + ELECTION_MS * 101 / 100 + 5 + 1500)
 
-typedef struct member {
-	uint64_t id;
-	int raft, listen, http;
-	char url[64], raftaddr[64], db[256], log[256], cfg[256], admin[256];
-	pid_t pid;
-	bool up;
-} member;
+/* A member: its allotd (tests/support/allotd.h, c.sock its admin
+ * socket), Raft id and address. */
+typedef pc_member member;
 
 typedef struct cluster {
 	char dir[64];
@@ -65,75 +63,24 @@ static const char *const CFG2 =
     "      burst: 450\n"
     "      candidate: {tokens_per_second: 50, burst: 50}\n";
 
-/* A free port no member of `c` was given yet (pc_free_port() may hand
- * out a port twice before anything binds it). */
-static int
-fresh_port(const cluster *c)
-{
-	for (;;) {
-		int p = pc_free_port();
-		bool used = false;
-		for (int i = 0; i < MAXM; i++)
-			used |= c->m[i].raft == p || c->m[i].listen == p ||
-			    c->m[i].http == p;
-		if (!used)
-			return p;
-	}
-}
-
 static void
 member_init(cluster *c, int i, uint64_t id)
 {
-	member *m = &c->m[i];
-	char dir[sizeof c->dir];
-	memcpy(dir, c->dir, sizeof dir);
-	memset(m, 0, sizeof *m);
-	m->id = id;
-	m->raft = fresh_port(c);
-	m->listen = fresh_port(c);
-	m->http = fresh_port(c);
-	snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", m->listen);
-	snprintf(m->raftaddr, sizeof m->raftaddr, "127.0.0.1:%d", m->raft);
-	snprintf(m->db, sizeof m->db, "%s/m%" PRIu64 ".db", dir, id);
-	snprintf(m->log, sizeof m->log, "%s/m%" PRIu64 ".log", dir, id);
-	snprintf(m->cfg, sizeof m->cfg, "%s/q%" PRIu64 ".yaml", dir, id);
-	snprintf(m->admin, sizeof m->admin, "%s/a%" PRIu64 ".sock", dir, id);
-	pc_write_file(m->cfg, CFG);
+	pc_member_init(&c->m[i], c->dir, id, CFG);
 }
 
 /* Start member i: seeded with members [0, nseed) or joining. */
 static void
 start(cluster *c, int i, int nseed)
 {
-	member *m = &c->m[i];
-	char id[24], http[32], el[16], seeds[MAXM][160];
-	snprintf(id, sizeof id, "%" PRIu64, m->id);
-	snprintf(http, sizeof http, "127.0.0.1:%d", m->http);
-	snprintf(el, sizeof el, "%d", ELECTION_MS);
-	const char *args[64] = { "--config", m->cfg, "--db", m->db, "--listen",
-		m->url, "--http", http, "--admin-socket", m->admin,
-		"--interval-ms", "100", "--raft-id", id, "--raft-addr",
-		m->raftaddr, "--election-ms", el, NULL };
-	int n = 18;
-	for (int j = 0; j < nseed; j++) {
-		snprintf(seeds[j], sizeof seeds[j], "%" PRIu64 "=%s=%s",
-		    c->m[j].id, c->m[j].raftaddr, c->m[j].url);
-		args[n++] = "--seed";
-		args[n++] = seeds[j];
-	}
-	if (nseed == 0)
-		args[n++] = "--join";
-	if (c->cert != NULL) {
-		args[n++] = "--tls-cert";
-		args[n++] = c->cert;
-		args[n++] = "--tls-ca";
-		args[n++] = c->ca;
-		/* Agents here are the raw client, without identity proofs. */
-		args[n++] = "--no-require-identity";
-	}
-	args[n] = NULL;
-	m->pid = pc_allotd_start(args, m->http, m->log);
-	m->up = true;
+	const char *extra[] = { "--interval-ms", "100", "--tls-cert", c->cert,
+		"--tls-ca", c->ca,
+		/* Agents here are the raw client, without identity
+		 * proofs. */
+		"--no-require-identity", NULL };
+	if (c->cert == NULL)
+		extra[2] = NULL;
+	pc_member_start(&c->m[i], c->m, (size_t) nseed, ELECTION_MS, extra);
 }
 
 static void
@@ -149,8 +96,7 @@ static void
 cluster_make(cluster *c, int n)
 {
 	memset(c, 0, sizeof *c);
-	snprintf(c->dir, sizeof c->dir, "/tmp/allot-raft-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(c->dir));
+	pc_mkdtemp(c->dir, sizeof c->dir, "/tmp/allot-raft");
 	c->n = n;
 }
 
@@ -165,11 +111,9 @@ static void
 cluster_stop(cluster *c)
 {
 	for (int i = 0; i < c->n; i++) {
-		if (c->m[i].pid > 0) {
-			kill(c->m[i].pid, SIGCONT);
-			pc_allotd_stop(c->m[i].pid, 5000);
-		}
-		ck_assert(!pc_log_has_sanitizer_report(c->m[i].log));
+		if (c->m[i].c.pid > 0)
+			kill(c->m[i].c.pid, SIGCONT);
+		pc_coord_done(&c->m[i].c, 5000);
 	}
 	if (getenv("ALLOT_KEEP_TMP") == NULL)
 		pc_rm_rf(c->dir);
@@ -180,7 +124,7 @@ static char *
 status(const member *m)
 {
 	int st = 0;
-	char *body = pc_http_get(m->http, "/status", &st);
+	char *body = pc_http_get(m->c.http, "/status", &st);
 	if (body == NULL || st != 200) {
 		free(body);
 		return strdup("");
@@ -206,13 +150,7 @@ status_num(const member *m, const char *key)
 static int
 wait_leader(const cluster *c, int timeout_ms)
 {
-	int http[MAXM];
-	bool up[MAXM];
-	for (int i = 0; i < c->n; i++) {
-		http[i] = c->m[i].http;
-		up[i] = c->m[i].up;
-	}
-	return pc_wait_serving(http, up, (size_t) c->n, timeout_ms);
+	return pc_member_serving(c->m, (size_t) c->n, timeout_ms);
 }
 
 static const char *const KEYS[] = { "c1" };
@@ -222,7 +160,7 @@ static Allot__V1__Envelope *
 reg(const member *m, pc_conn *conn, const char *replica)
 {
 	if (!conn->open)
-		ck_assert_int_eq(pc_open(conn, m->url, 5000), 0);
+		ck_assert_int_eq(pc_open(conn, m->c.url, 5000), 0);
 	return pc_register(conn, replica, "svc", KEYS, 1, 100);
 }
 
@@ -258,12 +196,12 @@ START_TEST(one_leader_redirects)
 		} else {
 			ck_assert_int_eq(pc_error_code(e),
 			    ALLOT__V1__ERROR__CODE__NOT_LEADER);
-			ck_assert_str_eq(e->error->leader, c.m[L].url);
+			ck_assert_str_eq(e->error->leader, c.m[L].c.url);
 			ck_assert_uint_eq(e->error->n_members, 3);
 			bool listed = false;
 			for (size_t k = 0; k < e->error->n_members; k++)
 				listed |= strcmp(e->error->members[k],
-				              c.m[i].url) == 0;
+				              c.m[i].c.url) == 0;
 			ck_assert(listed);
 		}
 		pc_free(e);
@@ -281,7 +219,7 @@ static char *
 sql_one(const member *m, const char *sql)
 {
 	char cmd[768];
-	snprintf(cmd, sizeof cmd, "sqlite3 -readonly %s \"%s\"", m->db, sql);
+	snprintf(cmd, sizeof cmd, "sqlite3 -readonly %s \"%s\"", m->c.db, sql);
 	char *s = pc_shell(cmd);
 	return s != NULL ? s : strdup("");
 }
@@ -316,9 +254,9 @@ START_TEST(sigkill_leader)
 	}
 	ck_assert_msg(everywhere, "r0's join is not live on every member");
 	uint64_t t0 = pc_now_ms();
-	kill(c.m[L].pid, SIGKILL);
-	pc_wait_exit(c.m[L].pid, 5000);
-	c.m[L].pid = 0;
+	kill(c.m[L].c.pid, SIGKILL);
+	pc_wait_exit(c.m[L].c.pid, 5000);
+	c.m[L].c.pid = 0;
 	c.m[L].up = false;
 	int N = wait_leader(&c, 20000);
 	uint64_t took = pc_now_ms() - t0;
@@ -377,13 +315,13 @@ START_TEST(sigstop_leader_is_fenced)
 	int L = wait_leader(&c, 10000);
 	ck_assert_int_ge(L, 0);
 	pc_conn old = { 0 };
-	ck_assert_int_eq(pc_open(&old, c.m[L].url, 5000), 0);
-	kill(c.m[L].pid, SIGSTOP);
+	ck_assert_int_eq(pc_open(&old, c.m[L].c.url, 5000), 0);
+	kill(c.m[L].c.pid, SIGSTOP);
 	c.m[L].up = false;
 	int N = wait_leader(&c, 20000);
 	ck_assert_int_ge(N, 0);
 	uint64_t e1 = status_num(&c.m[N], "epoch");
-	kill(c.m[L].pid, SIGCONT);
+	kill(c.m[L].c.pid, SIGCONT);
 	/* From its first answer on, the old leader grants nothing under the
 	 * new epoch: NOT_LEADER, or (never seen: its lease ended long ago)
 	 * a Welcome of a lower epoch, which agents drop. */
@@ -418,7 +356,7 @@ usage_dump(const member *m)
 	snprintf(cmd, sizeof cmd,
 	    "sqlite3 -readonly %s \"SELECT at, service, quota, admitted, "
 	    "denied FROM usage ORDER BY at, service, quota\"",
-	    m->db);
+	    m->c.db);
 	char *s = pc_shell(cmd);
 	return s != NULL ? s : strdup("");
 }
@@ -435,7 +373,7 @@ events_dump(const member *m)
 	    "'leader') THEN at ELSE '' END, kind, subject, detail FROM "
 	    "events WHERE kind IN ('join', 'leader', 'config_committed', "
 	    "'epoch') ORDER BY id\"",
-	    m->db);
+	    m->c.db);
 	char *s = pc_shell(cmd);
 	return s != NULL ? s : strdup("");
 }
@@ -455,7 +393,7 @@ state_dump(const member *m)
 	    "levels ORDER BY 1, 2; SELECT at, quota, shadow_denied, "
 	    "candidate_denied, candidate_rate FROM usage WHERE "
 	    "candidate_rate IS NOT NULL ORDER BY 1, 2\"",
-	    m->db);
+	    m->c.db);
 	char *s = pc_shell(cmd);
 	return s != NULL ? s : strdup("");
 }
@@ -467,7 +405,7 @@ admitted_total(const member *m)
 	snprintf(cmd, sizeof cmd,
 	    "sqlite3 -readonly %s \"SELECT coalesce(sum(admitted), 0) FROM "
 	    "usage\"",
-	    m->db);
+	    m->c.db);
 	char *s = pc_shell(cmd);
 	uint64_t v = s != NULL ? strtoull(s, NULL, 10) : 0;
 	free(s);
@@ -498,9 +436,8 @@ apply_on(const member *m, const char *file)
 {
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd,
-	    "%s/tools/allotctl apply --admin %s --reason test %s >/dev/null "
-	    "2>&1; echo $?",
-	    getenv("ALLOT_BUILD_DIR"), m->admin, file);
+	    "'%s' apply --admin %s --reason test %s >/dev/null 2>&1; echo $?",
+	    pc_program("tools/allotctl"), m->c.sock, file);
 	char *s = pc_shell(cmd);
 	ck_assert_ptr_nonnull(s);
 	ck_assert_str_eq(s, "0");
@@ -527,13 +464,13 @@ START_TEST(config_and_usage_on_every_member)
 	}
 	ck_assert(all);
 	for (int i = 0; i < c.n; i++) {
-		char *t = pc_read_file(c.m[i].cfg);
+		char *t = pc_read_file(c.m[i].c.cfg);
 		ck_assert_str_eq(t, CFG2);
 		free(t);
 	}
 	pc_replica r = { 0 };
 	ck_assert_int_eq(
-	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	    pc_replica_join(&r, c.m[L].c.url, "a1", "svc", KEYS, 1), 0);
 	int refused = 0;
 	uint64_t sent = traffic(&c.m[L], &r, 3000, 10, &refused);
 	ck_assert_int_eq(refused, 0);
@@ -550,7 +487,7 @@ START_TEST(config_and_usage_on_every_member)
 		snprintf(cmd, sizeof cmd,
 		    "sqlite3 -readonly %s \"SELECT DISTINCT who, reason, "
 		    "epoch FROM v_quota_changes WHERE epoch = 2\"",
-		    c.m[i].db);
+		    c.m[i].c.db);
 		char *got = pc_shell(cmd);
 		ck_assert_msg(got != NULL && strcmp(got, want) == 0,
 		    "member %d's quota changes: '%s', want '%s'", i,
@@ -598,52 +535,53 @@ START_TEST(membership_under_traffic)
 	ck_assert_int_ge(L, 0);
 	pc_replica r = { 0 };
 	ck_assert_int_eq(
-	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	    pc_replica_join(&r, c.m[L].c.url, "a1", "svc", KEYS, 1), 0);
 	int refused = 0;
 	traffic(&c.m[L], &r, 1000, 10, &refused);
 
 	/* A follower dies with its disk: it is removed, and comes back
 	 * wiped under a new id. */
 	int F = (L + 1) % 3;
-	kill(c.m[F].pid, SIGKILL);
-	pc_wait_exit(c.m[F].pid, 5000);
-	c.m[F].pid = 0;
+	kill(c.m[F].c.pid, SIGKILL);
+	pc_wait_exit(c.m[F].c.pid, 5000);
+	c.m[F].c.pid = 0;
 	c.m[F].up = false;
 	char args[256];
 	snprintf(args, sizeof args, "remove %" PRIu64, c.m[F].id);
-	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].c.sock, args), 0);
 	traffic(&c.m[L], &r, 500, 10, &refused);
 	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf %s %s.raft", c.m[F].db, c.m[F].db);
+	snprintf(
+	    cmd, sizeof cmd, "rm -rf %s %s.raft", c.m[F].c.db, c.m[F].c.db);
 	free(pc_shell(cmd));
 	member_init(&c, F, 4);
 	start(&c, F, 0);
 	snprintf(
-	    args, sizeof args, "add 4 %s %s", c.m[F].raftaddr, c.m[F].url);
-	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
+	    args, sizeof args, "add 4 %s %s", c.m[F].raftaddr, c.m[F].c.url);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].c.sock, args), 0);
 	uint64_t until = pc_now_ms() + 15000;
-	while (!pc_member_is_voter(c.m[F].admin, c.m[F].id) &&
+	while (!pc_member_is_voter(c.m[F].c.sock, c.m[F].id) &&
 	    pc_now_ms() < until)
 		traffic(&c.m[L], &r, 200, 10, &refused);
-	ck_assert(pc_member_is_voter(c.m[F].admin, c.m[F].id));
+	ck_assert(pc_member_is_voter(c.m[F].c.sock, c.m[F].id));
 
 	/* Another member added, and one removed, still under traffic. */
 	member_init(&c, 3, 5);
 	c.n = 4;
 	start(&c, 3, 0);
 	snprintf(
-	    args, sizeof args, "add 5 %s %s", c.m[3].raftaddr, c.m[3].url);
-	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
+	    args, sizeof args, "add 5 %s %s", c.m[3].raftaddr, c.m[3].c.url);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].c.sock, args), 0);
 	until = pc_now_ms() + 15000;
-	while (!pc_member_is_voter(c.m[3].admin, c.m[3].id) &&
+	while (!pc_member_is_voter(c.m[3].c.sock, c.m[3].id) &&
 	    pc_now_ms() < until)
 		traffic(&c.m[L], &r, 200, 10, &refused);
-	ck_assert(pc_member_is_voter(c.m[3].admin, c.m[3].id));
+	ck_assert(pc_member_is_voter(c.m[3].c.sock, c.m[3].id));
 	int G = (L + 2) % 3;
 	snprintf(args, sizeof args, "remove %" PRIu64, c.m[G].id);
 	until = pc_now_ms() + 10000;
 	int rc;
-	while ((rc = pc_ctl_member(c.m[L].admin, args)) != 0 &&
+	while ((rc = pc_ctl_member(c.m[L].c.sock, args)) != 0 &&
 	    pc_now_ms() < until)
 		traffic(&c.m[L], &r, 200, 10, &refused);
 	ck_assert_int_eq(rc, 0);
@@ -672,7 +610,8 @@ count_rows(const member *m, const char *table)
 {
 	char cmd[512];
 	snprintf(cmd, sizeof cmd,
-	    "sqlite3 -readonly %s \"SELECT count(*) FROM %s\"", m->db, table);
+	    "sqlite3 -readonly %s \"SELECT count(*) FROM %s\"", m->c.db,
+	    table);
 	char *s = pc_shell(cmd);
 	uint64_t v = s != NULL ? strtoull(s, NULL, 10) : 0;
 	free(s);
@@ -687,7 +626,7 @@ START_TEST(restarts_replay_idempotently)
 	ck_assert_int_ge(L, 0);
 	pc_replica r = { 0 };
 	ck_assert_int_eq(
-	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	    pc_replica_join(&r, c.m[L].c.url, "a1", "svc", KEYS, 1), 0);
 	int refused = 0;
 	traffic(&c.m[L], &r, 1500, 10, &refused);
 	/* A follower drains on SIGTERM, misses some traffic, comes back
@@ -697,7 +636,7 @@ START_TEST(restarts_replay_idempotently)
 	pc_sleep_ms(1200);
 	uint64_t configs = count_rows(&c.m[F], "configs");
 	uint64_t changes = count_rows(&c.m[F], "quota_changes");
-	ck_assert_int_eq(pc_allotd_stop(c.m[F].pid, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c.m[F].c, SIGTERM, 5000), 0);
 	c.m[F].up = false;
 	traffic(&c.m[L], &r, 1500, 10, &refused);
 	start(&c, F, 3);
@@ -716,7 +655,7 @@ START_TEST(restarts_replay_idempotently)
 	ck_assert_uint_eq(count_rows(&c.m[F], "quota_changes"), changes);
 	/* The leader drains too; one of the others takes over, and the old
 	 * leader comes back as a follower. */
-	ck_assert_int_eq(pc_allotd_stop(c.m[L].pid, 5000), 0);
+	ck_assert_int_eq(pc_coord_stop(&c.m[L].c, SIGTERM, 5000), 0);
 	c.m[L].up = false;
 	int N = wait_leader(&c, 20000);
 	ck_assert_int_ge(N, 0);
@@ -745,14 +684,14 @@ START_TEST(remove_the_leader)
 	char args[64];
 	snprintf(args, sizeof args, "remove %" PRIu64, c.m[L].id);
 	uint64_t t0 = pc_now_ms();
-	ck_assert_int_eq(pc_ctl_member(c.m[L].admin, args), 0);
+	ck_assert_int_eq(pc_ctl_member(c.m[L].c.sock, args), 0);
 	uint64_t call_ms = pc_now_ms() - t0;
 	c.m[L].up = false; /* no longer counted as a possible leader */
 	const char *survivors[2];
 	size_t ns = 0;
 	for (int i = 0; i < 3; i++)
 		if (i != L)
-			survivors[ns++] = c.m[i].admin;
+			survivors[ns++] = c.m[i].c.sock;
 	ck_assert(pc_member_gone_everywhere(survivors, ns, c.m[L].id, 5000));
 	uint64_t gone_ms = pc_now_ms() - t0;
 	int N = wait_leader(&c, 5000);
@@ -763,20 +702,20 @@ START_TEST(remove_the_leader)
 	char *body = status(&c.m[L]);
 	ck_assert_ptr_null(strstr(body, "\"serving\":true"));
 	free(body);
-	ck_assert(!pc_member_is_voter(c.m[L].admin, c.m[L].id));
+	ck_assert(!pc_member_is_voter(c.m[L].c.sock, c.m[L].id));
 	/* With its last other voter dead, the new leader's own removal
 	 * cannot commit: the call answers 504 within its wait, naming the
 	 * state reached. */
 	int O = 3 - L - N;
-	kill(c.m[O].pid, SIGKILL);
-	pc_wait_exit(c.m[O].pid, 5000);
-	c.m[O].pid = 0;
+	kill(c.m[O].c.pid, SIGKILL);
+	pc_wait_exit(c.m[O].c.pid, 5000);
+	c.m[O].c.pid = 0;
 	c.m[O].up = false;
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd,
 	    "curl -s -m 10 --unix-socket %s -X POST -w ' %%{http_code}' "
 	    "'http://allotd/members/remove?id=%" PRIu64 "&wait_ms=500'",
-	    c.m[N].admin, c.m[N].id);
+	    c.m[N].c.sock, c.m[N].id);
 	char *out = pc_shell(cmd);
 	ck_assert_ptr_nonnull(out);
 	ck_assert_msg(strstr(out, "was not removed within 500 ms") != NULL &&
@@ -818,12 +757,12 @@ START_TEST(members_over_tls)
 	pc_conn conn = { 0 };
 	Allot__V1__Envelope *e = reg(&c.m[F], &conn, "r1");
 	ck_assert_int_eq(pc_error_code(e), ALLOT__V1__ERROR__CODE__NOT_LEADER);
-	ck_assert_str_eq(e->error->leader, c.m[L].url);
+	ck_assert_str_eq(e->error->leader, c.m[L].c.url);
 	pc_free(e);
 	pc_close(&conn);
 	pc_replica r = { 0 };
 	ck_assert_int_eq(
-	    pc_replica_join(&r, c.m[L].url, "a1", "svc", KEYS, 1), 0);
+	    pc_replica_join(&r, c.m[L].c.url, "a1", "svc", KEYS, 1), 0);
 	int refused = 0;
 	uint64_t sent = traffic(&c.m[L], &r, 2000, 10, &refused);
 	ck_assert_int_eq(refused, 0);
@@ -835,7 +774,7 @@ START_TEST(members_over_tls)
 		char *d = usage_dump(&c.m[i]);
 		ck_assert_str_eq(d, lead);
 		free(d);
-		char *log = pc_read_file(c.m[i].log);
+		char *log = pc_read_file(c.m[i].c.log);
 		ck_assert_ptr_nonnull(
 		    strstr(log, "mutual TLS between members"));
 		free(log);

@@ -30,6 +30,7 @@
 
 #include "consensus/consensus.h"
 #include "consensus/raft_tls.h"
+#include "proc.h"
 #include "runner.h"
 
 #include <allot/allot.h>
@@ -127,38 +128,14 @@ logged(const member *m, const char *what)
 	return strstr(m->lines, what) != NULL;
 }
 
-static int
-free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof sa;
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *) &sa, sizeof sa), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *) &sa, &len), 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
-static uint64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
-}
-
 static void
 member_init(member *m, int i, const char *cert)
 {
 	memset(m, 0, sizeof *m);
 	ck_assert_int_eq(uv_loop_init(&m->loop), 0);
 	snprintf(m->dir, sizeof m->dir, "%s/m%d", root, i + 1);
-	snprintf(m->address, sizeof m->address, "127.0.0.1:%d", free_port());
+	snprintf(
+	    m->address, sizeof m->address, "127.0.0.1:%d", pc_free_port());
 	snprintf(m->cert, sizeof m->cert, "%s/%s", root, cert);
 	snprintf(m->ca, sizeof m->ca, "%s/ca1/ca.pem", root);
 	m->log.fn = capture;
@@ -218,9 +195,9 @@ member_finish(member *m)
 static bool
 run_until(member *m, size_t n, bool (*done)(member *, size_t), unsigned ms)
 {
-	uint64_t end = mono_ms() + ms;
+	uint64_t end = pc_now_ms() + ms;
 
-	while (mono_ms() < end) {
+	while (pc_now_ms() < end) {
 		if (done != NULL && done(m, n))
 			return true;
 		for (size_t i = 0; i < n; i++)
@@ -533,9 +510,9 @@ static uv_loop_t pair_loop;
 static bool
 pair_run(const bool *flag, unsigned ms)
 {
-	uint64_t end = mono_ms() + ms;
+	uint64_t end = pc_now_ms() + ms;
 
-	while (!*flag && mono_ms() < end)
+	while (!*flag && pc_now_ms() < end)
 		uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 	return *flag;
 }
@@ -571,8 +548,8 @@ START_TEST(transport_pair)
 	o.cert_key_file = cert;
 	o.ca_file = ca;
 	o.buffer_max = 8192;
-	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", free_port());
-	snprintf(addr_b, sizeof addr_b, "127.0.0.1:%d", free_port());
+	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", pc_free_port());
+	snprintf(addr_b, sizeof addr_b, "127.0.0.1:%d", pc_free_port());
 	ck_assert_int_eq(allot__raft_tls_init(&a.t, &pair_loop, &o), 0);
 	ck_assert_int_eq(allot__raft_tls_init(&b.t, &pair_loop, &o), 0);
 	a.t.data = &a;
@@ -583,9 +560,10 @@ START_TEST(transport_pair)
 	ck_assert_int_eq(
 	    b.t.connect(&b.t, &req, 1, addr_a, pair_connected), 0);
 	{
-		uint64_t end = mono_ms() + 5000;
+		uint64_t end = pc_now_ms() + 5000;
 
-		while ((a.stream == NULL || b.status == 1) && mono_ms() < end)
+		while (
+		    (a.stream == NULL || b.status == 1) && pc_now_ms() < end)
 			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 	}
 	ck_assert_int_eq(b.status, 0);
@@ -604,9 +582,9 @@ START_TEST(transport_pair)
 	pair_write(&b, data, N);
 	pair_write(&a, data + 1, N - 1);
 	{
-		uint64_t end = mono_ms() + 10000;
+		uint64_t end = pc_now_ms() + 10000;
 
-		while ((a.ngot < N || b.ngot < N - 1) && mono_ms() < end)
+		while ((a.ngot < N || b.ngot < N - 1) && pc_now_ms() < end)
 			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 	}
 	ck_assert_uint_eq(a.ngot, N);
@@ -620,14 +598,14 @@ START_TEST(transport_pair)
 	uv_close((uv_handle_t *) a.stream, pair_free_stream);
 
 	/* Nobody at the address: the dial fails. */
-	snprintf(addr_x, sizeof addr_x, "127.0.0.1:%d", free_port());
+	snprintf(addr_x, sizeof addr_x, "127.0.0.1:%d", pc_free_port());
 	req2.data = &c;
 	ck_assert_int_eq(
 	    b.t.connect(&b.t, &req2, 3, addr_x, pair_connected), 0);
 	{
-		uint64_t end = mono_ms() + 3000;
+		uint64_t end = pc_now_ms() + 3000;
 
-		while (c.status == 1 && mono_ms() < end)
+		while (c.status == 1 && pc_now_ms() < end)
 			uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 	}
 	ck_assert_int_eq(c.status, RAFT_NOCONNECTION);
@@ -682,7 +660,7 @@ START_TEST(member_id_pattern)
 	o.cert_key_file = cert;
 	o.member_id = MEMBER_ID "/*";
 	o.log = &lg;
-	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", free_port());
+	snprintf(addr_a, sizeof addr_a, "127.0.0.1:%d", pc_free_port());
 	snprintf(cert, sizeof cert, "%s/permember.pem", root);
 	ck_assert_msg(
 	    allot__raft_tls_init(&a.t, &pair_loop, &o) == 0, "%s", a.t.errmsg);
@@ -702,16 +680,16 @@ START_TEST(member_id_pattern)
 		ck_assert_int_eq(
 		    b.t.connect(&b.t, &req, 1, addr_a, pair_connected), 0);
 		{
-			uint64_t end = mono_ms() + 5000;
+			uint64_t end = pc_now_ms() + 5000;
 
-			while (b.status == 1 && mono_ms() < end)
+			while (b.status == 1 && pc_now_ms() < end)
 				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 		}
 		if (k == 0) {
 			ck_assert_int_eq(b.status, 0);
-			uint64_t end = mono_ms() + 3000;
+			uint64_t end = pc_now_ms() + 3000;
 
-			while (a.stream == NULL && mono_ms() < end)
+			while (a.stream == NULL && pc_now_ms() < end)
 				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 			ck_assert_ptr_nonnull(a.stream);
 			ck_assert_uint_eq(a.peer_id, 2);
@@ -722,10 +700,10 @@ START_TEST(member_id_pattern)
 			/* b dials a: a is a member for b (m1), b is not for
 			 * a; TLS 1.3 tells b after its handshake, so b may
 			 * have a stream that then ends. */
-			uint64_t end = mono_ms() + 3000;
+			uint64_t end = pc_now_ms() + 3000;
 
 			while (!logged(log, "is not " MEMBER_ID "/*") &&
-			    mono_ms() < end)
+			    pc_now_ms() < end)
 				uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 			ck_assert_msg(
 			    logged(log,
@@ -811,9 +789,9 @@ START_TEST(plain_tcp_refused)
 	    "%s", m[0].lines);
 
 	plain_fd = plain_connect(m[0].address);
-	t0 = mono_ms();
+	t0 = pc_now_ms();
 	ck_assert(run_until(m, 1, plain_closed, 3000));
-	ck_assert_uint_ge(mono_ms() - t0, 900); /* handshake_ms = 1000 */
+	ck_assert_uint_ge(pc_now_ms() - t0, 900); /* handshake_ms = 1000 */
 	close(plain_fd);
 	ck_assert_msg(logged(&m[0], "handshake timed out after 1000 ms"), "%s",
 	    m[0].lines);

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -193,10 +195,8 @@ END_TEST
 START_TEST(check_config_shows_views)
 {
 	char cmd[1024];
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	snprintf(cmd, sizeof cmd,
-	    "'%s/tools/allotctl' check-config --capacity 2000 '%s'",
-	    b ? b : ".", DATA("services.yaml"));
+	snprintf(cmd, sizeof cmd, "'%s' check-config --capacity 2000 '%s'",
+	    pc_program("tools/allotctl"), DATA("services.yaml"));
 	char *out = pc_shell(cmd);
 	ck_assert_ptr_nonnull(out);
 	static const char *const want[] = {

@@ -27,9 +27,11 @@
 
 #include <check.h>
 
-#include "../bench/rlsclient.h"
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "rls.pb-c.h"
+#include "rlsclient.h"
 #include "runner.h"
 
 #define PY "/usr/bin/python3"
@@ -54,13 +56,6 @@ struct agentd {
 };
 
 static const char *
-build_dir(void)
-{
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	return b != NULL ? b : "build";
-}
-
-static const char *
 source_dir(void)
 {
 	const char *s = getenv("ALLOT_SOURCE_DIR");
@@ -75,11 +70,11 @@ agentd_start(struct agentd *a, const char *cfg, const char *const *extra)
 	memset(a, 0, sizeof *a);
 	snprintf(a->dir, sizeof a->dir, "/tmp/allot-test-sidecar-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(a->dir));
-	char cfgpath[256], grpc[64], http[64], bin[512];
+	char cfgpath[256], grpc[64], http[64];
+	char *bin = (char *) pc_program("sidecar/allot-agentd");
 	snprintf(cfgpath, sizeof cfgpath, "%s/quotas.yaml", a->dir);
 	snprintf(a->log, sizeof a->log, "%s/agentd.log", a->dir);
 	snprintf(a->sock, sizeof a->sock, "%s/agentd.sock", a->dir);
-	snprintf(bin, sizeof bin, "%s/sidecar/allot-agentd", build_dir());
 	pc_write_file(cfgpath, cfg);
 	a->grpc_port = pc_free_port();
 	a->http_port = pc_free_port();
@@ -512,26 +507,17 @@ shared_key_metric(int port, const char *name)
 START_TEST(three_agents_one_allotd)
 {
 	need_tools();
-	char dir[] = "/tmp/allot-test-sidecar-cl-XXXXXX";
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	char cfg[256], db[256], log[256], url[64], http[32];
 	static const char quotas[] =
 	    "quotas:\n"
 	    "  default: {tokens_per_second: 1, burst: 1}\n"
 	    "  callers:\n"
 	    "    - {identity: \"shared\", tokens_per_second: 30, burst: 30}\n";
-	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
-	snprintf(db, sizeof db, "%s/allotd.db", dir);
-	snprintf(log, sizeof log, "%s/allotd.log", dir);
-	pc_write_file(cfg, quotas);
-	snprintf(url, sizeof url, "tcp://127.0.0.1:%d", pc_free_port());
-	int hport = pc_free_port();
-	snprintf(http, sizeof http, "127.0.0.1:%d", hport);
-	const char *args[] = { "--config", cfg, "--db", db, "--listen", url,
-		"--http", http, "--interval-ms", "50", "--expiry-intervals",
+	pc_coord c;
+	pc_coord_init(&c, "/tmp/allot-test-sidecar-cl", quotas);
+	const char *args[] = { "--interval-ms", "50", "--expiry-intervals",
 		"4", "--lease-ms", "600", NULL };
-	pid_t allotd = pc_allotd_start(args, hport, log);
-	const char *extra[] = { "--coordinator", url, "--sync-interval-ms",
+	pc_coord_spawn(&c, args, NULL);
+	const char *extra[] = { "--coordinator", c.url, "--sync-interval-ms",
 		"50", "--initial-replicas", "3", "--service", "sidecar",
 		NULL };
 	struct agentd a[3];
@@ -580,8 +566,8 @@ START_TEST(three_agents_one_allotd)
 	/* A fourth daemon started from a stale file takes allotd's config
 	 * and keeps it in its --config-cache file. */
 	char cache[300];
-	snprintf(cache, sizeof cache, "%s/cache.yaml", dir);
-	const char *extra4[] = { "--coordinator", url, "--sync-interval-ms",
+	snprintf(cache, sizeof cache, "%s/cache.yaml", c.dir);
+	const char *extra4[] = { "--coordinator", c.url, "--sync-interval-ms",
 		"50", "--service", "sidecar", "--config-cache", cache, NULL };
 	struct agentd stale;
 	agentd_start(&stale,
@@ -609,8 +595,7 @@ START_TEST(three_agents_one_allotd)
 	agentd_stop(&stale);
 	/* allotd dies: the agents keep answering, in fallback once the
 	 * lease has run out. */
-	kill(allotd, SIGKILL);
-	pc_wait_exit(allotd, 5000);
+	ck_assert_int_ge(pc_coord_stop(&c, SIGKILL, 5000), 0);
 	pc_sleep_ms(1500);
 	for (int i = 0; i < 3; i++) {
 		ck_assert_msg(pc_metric_get(a[i].http_port,
@@ -635,8 +620,7 @@ START_TEST(three_agents_one_allotd)
 	}
 	for (int i = 0; i < 3; i++)
 		agentd_stop(&a[i]);
-	if (getenv("ALLOT_KEEP_TMP") == NULL)
-		pc_rm_rf(dir);
+	pc_coord_done(&c, 0);
 }
 END_TEST
 
@@ -709,6 +693,7 @@ END_TEST
  * load is counted and changes nothing. */
 START_TEST(coordinator_cert_rotation)
 {
+	pc_coord c;
 	char dir[] = "/tmp/allot-test-sidecar-coord-XXXXXX";
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	char cmd[2048];
@@ -723,23 +708,16 @@ START_TEST(coordinator_cert_rotation)
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "mkcerts");
 	free(out);
-	char qpath[256], db[256], log[256], ca[256], srv[256], live[256];
-	char url[64], http[64];
-	snprintf(qpath, sizeof qpath, "%s/q.yaml", dir);
-	snprintf(db, sizeof db, "%s/allotd.db", dir);
-	snprintf(log, sizeof log, "%s/allotd.log", dir);
+	char ca[256], srv[256], live[256];
 	snprintf(ca, sizeof ca, "%s/ca/ca.pem", dir);
 	snprintf(srv, sizeof srv, "%s/allotd.pem", dir);
 	snprintf(live, sizeof live, "%s/live.pem", dir);
-	pc_write_file(qpath, cfg_burst);
-	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
-	int hport = pc_free_port();
-	snprintf(http, sizeof http, "127.0.0.1:%d", hport);
-	const char *args[] = { "--config", qpath, "--db", db, "--listen", url,
-		"--http", http, "--tls-cert", srv, "--tls-ca", ca,
+	pc_coord_init(&c, "/tmp/allot-test-sidecar-coordd", cfg_burst);
+	snprintf(c.url, sizeof c.url, "tls+tcp://127.0.0.1:%d", c.port);
+	const char *args[] = { "--tls-cert", srv, "--tls-ca", ca,
 		"--interval-ms", "50", NULL };
-	pid_t allotd = pc_allotd_start(args, hport, log);
-	const char *extra[] = { "--coordinator", url, "--coordinator-ca", ca,
+	pc_coord_spawn(&c, args, NULL);
+	const char *extra[] = { "--coordinator", c.url, "--coordinator-ca", ca,
 		"--coordinator-cert-key", live, "--coordinator-server-name",
 		"localhost", "--service", "sidecar", "--sync-interval-ms",
 		"50", "--cert-check-ms", "100", NULL };
@@ -782,7 +760,7 @@ START_TEST(coordinator_cert_rotation)
 	ck_assert(
 	    pc_metric_get(a.http_port, "allot_agentd_sync_connected") == 1);
 	agentd_stop(&a);
-	pc_allotd_stop(allotd, 5000);
+	pc_coord_done(&c, 5000);
 	if (getenv("ALLOT_KEEP_TMP") == NULL)
 		pc_rm_rf(dir);
 }

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "allotd.h"
 #include "runner.h"
 #include "sim.h"
 
@@ -336,10 +337,9 @@ END_TEST
 static char *
 sim_cli(const char *args, int *ret_status)
 {
-	const char *b = getenv("ALLOT_BUILD_DIR");
-	char cmd[512], line[1024];
-	snprintf(
-	    cmd, sizeof cmd, "%s/sim/allot-sim %s 2>&1", b ? b : ".", args);
+	char cmd[1536], line[1024];
+	snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", pc_program("sim/allot-sim"),
+	    args);
 	FILE *p = popen(cmd, "r");
 	ck_assert_ptr_nonnull(p);
 	char *out = NULL;

@@ -26,6 +26,8 @@
 #include <stdatomic.h>
 
 #include "allot.pb-c.h"
+#include "allotd.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
 
@@ -44,28 +46,17 @@ static const char *CFG = "quotas:\n"
                          "      burst: 10\n"
                          "      fallback: open\n";
 
-typedef struct env {
-	char dir[64];
-	char cfg[128];
-	char db[128];
-	char log[128];
-	char url[64];
-	int port;
-	int http;
-	pid_t allotd;
-} env;
+/* The test's allotd (tests/support/allotd.h). */
+typedef pc_coord env;
 
 /* allotd with `loan_frac` as --loan-frac (NULL: its default). */
 static void
 start_allotd_loans(env *e, const char *loan_frac)
 {
-	char http[32];
-	snprintf(http, sizeof http, "127.0.0.1:%d", e->http);
-	const char *args[] = { "--config", e->cfg, "--db", e->db, "--listen",
-		e->url, "--http", http, "--interval-ms", "50",
-		"--expiry-intervals", "4", "--lease-ms", "600",
+	const char *args[] = { "--interval-ms", "50", "--expiry-intervals",
+		"4", "--lease-ms", "600",
 		loan_frac != NULL ? "--loan-frac" : NULL, loan_frac, NULL };
-	e->allotd = pc_allotd_start(args, e->http, e->log);
+	pc_coord_spawn(e, args, NULL);
 }
 
 static void
@@ -77,28 +68,13 @@ start_allotd(env *e)
 static void
 env_init(env *e)
 {
-	memset(e, 0, sizeof *e);
-	snprintf(e->dir, sizeof e->dir, "/tmp/allot-sync-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(e->dir));
-	snprintf(e->cfg, sizeof e->cfg, "%s/quotas.yaml", e->dir);
-	snprintf(e->db, sizeof e->db, "%s/allot.db", e->dir);
-	snprintf(e->log, sizeof e->log, "%s/allotd.log", e->dir);
-	FILE *f = fopen(e->cfg, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(CFG, f);
-	fclose(f);
-	e->port = pc_free_port();
-	e->http = pc_free_port();
-	snprintf(e->url, sizeof e->url, "tcp://127.0.0.1:%d", e->port);
+	pc_coord_init(e, "/tmp/allot-sync", CFG);
 }
 
 static void
 env_fini(env *e)
 {
-	pc_allotd_stop(e->allotd, 5000);
-	char cmd[160];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
-	free(pc_shell(cmd));
+	pc_coord_done(e, 5000);
 }
 
 static allot_agent *
@@ -436,7 +412,7 @@ START_TEST(coordinator_killed_and_restarted)
 		pc_sleep_ms(50);
 	}
 	pc_sleep_ms(1200); /* one group commit at least */
-	char q[256];
+	char q[400];
 	snprintf(q, sizeof q,
 	    "sqlite3 %s 'SELECT count(*) FROM replicas; SELECT "
 	    "coalesce(sum(admitted),0) FROM usage'",
@@ -444,9 +420,9 @@ START_TEST(coordinator_killed_and_restarted)
 	char *before = pc_shell(q);
 	ck_assert_ptr_nonnull(before);
 
-	kill(e.allotd, SIGKILL);
-	pc_wait_exit(e.allotd, 5000);
-	e.allotd = 0;
+	kill(e.pid, SIGKILL);
+	pc_wait_exit(e.pid, 5000);
+	e.pid = 0;
 	uint64_t killed = pc_now_ms();
 	/* Fail-static: within the lease (600 ms) the allowance in force
 	 * stays: "closed" still admits from its bucket. */

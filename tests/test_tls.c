@@ -15,18 +15,21 @@
 
 #include <allot/allot.h>
 
-#include "proto_client.h"
+#include "allotd.h"
+#include "proc.h"
 #include "runner.h"
 
-static char dir[64];
-static char url[64];
-static pid_t allotd;
+/* The test's allotd on tls+tcp (tests/support/allotd.h); its directory
+ * holds the certificates, its quota file the agents' config. */
+static pc_coord C;
+static const char *dir = C.dir;
+static const char *url = C.url;
 
 static void
 setup(void)
 {
-	snprintf(dir, sizeof dir, "/tmp/allot-tls-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	pc_coord_init(&C, "/tmp/allot-tls",
+	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n");
 	const char *src = getenv("ALLOT_SOURCE_DIR");
 	char cmd[4096];
 	snprintf(cmd, sizeof cmd,
@@ -34,45 +37,32 @@ setup(void)
 	    "%s/scripts/mkcerts %s/ca2 a=spiffe://t/a >/dev/null && "
 	    "cat %s/ca1/server.pem %s/ca1/server.key > %s/allotd.pem && "
 	    "cat %s/ca1/a.pem %s/ca1/a.key > %s/good.pem && "
-	    "cat %s/ca2/a.pem %s/ca2/a.key > %s/bad.pem && "
-	    "printf 'quotas:\\n  default: {tokens_per_second: 10, burst: "
-	    "20}\\n'"
-	    " > %s/q.yaml && echo ok",
-	    src, dir, src, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir,
-	    dir);
+	    "cat %s/ca2/a.pem %s/ca2/a.key > %s/bad.pem && echo ok",
+	    src, dir, src, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir);
 	char *out = pc_shell(cmd);
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
 	    "certificates: %s", out ? out : "(failed)");
 	free(out);
-	snprintf(url, sizeof url, "tls+tcp://127.0.0.1:%d", pc_free_port());
-	char cfg[128], db[128], cert[128], ca[128], log[128], http[32];
-	snprintf(cfg, sizeof cfg, "%s/q.yaml", dir);
-	snprintf(db, sizeof db, "%s/a.db", dir);
+	snprintf(C.url, sizeof C.url, "tls+tcp://127.0.0.1:%d", C.port);
+	char cert[256], ca[256];
 	snprintf(cert, sizeof cert, "%s/allotd.pem", dir);
 	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", dir);
-	snprintf(log, sizeof log, "%s/allotd.log", dir);
-	int hp = pc_free_port();
-	snprintf(http, sizeof http, "127.0.0.1:%d", hp);
-	const char *args[] = { "--config", cfg, "--db", db, "--listen", url,
-		"--http", http, "--tls-cert", cert, "--tls-ca", ca,
+	const char *args[] = { "--tls-cert", cert, "--tls-ca", ca,
 		"--interval-ms", "50", NULL };
-	allotd = pc_allotd_start(args, hp, log);
+	pc_coord_spawn(&C, args, NULL);
 }
 
 static void
 teardown(void)
 {
-	pc_allotd_stop(allotd, 5000);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	free(pc_shell(cmd));
+	pc_coord_done(&C, 5000);
 }
 
 static allot_agent *
 agent(const char *id, const char *cert)
 {
-	char cfgp[128], ca[128], certp[128], err[256];
-	snprintf(cfgp, sizeof cfgp, "%s/q.yaml", dir);
+	char ca[256], certp[256], err[256];
+	const char *cfgp = C.cfg;
 	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", dir);
 	snprintf(certp, sizeof certp, "%s/%s", dir, cert != NULL ? cert : "");
 	allot_config *cfg;
@@ -119,8 +109,7 @@ START_TEST(mutual_tls)
 	/* A tls+tcp address without a CA is refused at create. */
 	char err[256];
 	allot_config *cfg;
-	char cfgp[128];
-	snprintf(cfgp, sizeof cfgp, "%s/q.yaml", dir);
+	const char *cfgp = C.cfg;
 	ck_assert_int_eq(
 	    allot_config_load(cfgp, err, sizeof err, &cfg), ALLOT_OK);
 	allot_agent_options o;

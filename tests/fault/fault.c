@@ -5,7 +5,10 @@
  * Assertions use check's ck_assert, so a harness failure fails the test
  * that called it.
  */
+#include "allotd.h"
 #include "fault.h"
+#include "proc.h"
+#include "proto_client.h"
 
 #include <check.h>
 #include <errno.h>
@@ -21,9 +24,6 @@
 #include <unistd.h>
 
 #include "json.h"
-#include "proto_client.h"
-
-extern char **environ;
 
 static const char *CFG = "# The fault suite's quotas (tests/fault/fault.h).\n"
                          "quotas:\n"
@@ -39,113 +39,45 @@ static const char *CFG = "# The fault suite's quotas (tests/fault/fault.h).\n"
 void
 fault_env_init(fault_env *e, const char *name, const char *db_dir)
 {
+	char prefix[96];
 	memset(e, 0, sizeof *e);
-	snprintf(e->dir, sizeof e->dir, "/tmp/allot-fault-%s-XXXXXX", name);
-	ck_assert_ptr_nonnull(mkdtemp(e->dir));
-	snprintf(e->cfg, sizeof e->cfg, "%s/quotas.yaml", e->dir);
-	snprintf(e->db, sizeof e->db, "%s/allot.db",
-	    db_dir != NULL ? db_dir : e->dir);
-	snprintf(e->log, sizeof e->log, "%s/allotd.log", e->dir);
-	FILE *f = fopen(e->cfg, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(CFG, f);
-	fclose(f);
-	e->port = pc_free_port();
-	e->http = pc_free_port();
-	ck_assert(e->port > 0 && e->http > 0 && e->port != e->http);
-	snprintf(e->url, sizeof e->url, "tcp://127.0.0.1:%d", e->port);
+	snprintf(prefix, sizeof prefix, "/tmp/allot-fault-%s", name);
+	pc_coord_init(&e->c, prefix, CFG);
+	if (db_dir != NULL)
+		snprintf(e->c.db, sizeof e->c.db, "%s/allot.db", db_dir);
 }
 
 void
 fault_env_fini(fault_env *e)
 {
-	if (e->allotd > 0)
-		fault_allotd_stop(e, SIGKILL);
-	/* Keep the directory for a post-mortem when asked to. */
-	if (getenv("ALLOT_FAULT_KEEP") != NULL) {
-		fprintf(stderr, "fault: kept %s\n", e->dir);
-		return;
-	}
-	pc_rm_rf(e->dir);
-}
-
-/* fork + execve with extra environment, output appended to the log. The
- * environment is built before fork: the parent has threads. */
-static pid_t
-spawn(char *const argv[], char *const *env_extra, const char *log)
-{
-	size_t n = 0, k = 0;
-	while (environ[n] != NULL)
-		n++;
-	while (env_extra != NULL && env_extra[k] != NULL)
-		k++;
-	char **envp = calloc(n + k + 1, sizeof *envp);
-	ck_assert_ptr_nonnull(envp);
-	memcpy(envp, environ, n * sizeof *envp);
-	if (k > 0)
-		memcpy(envp + n, env_extra, k * sizeof *envp);
-	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-	ck_assert_int_ge(fd, 0);
-	pid_t pid = fork();
-	if (pid == 0) {
-		/* Die with the test, whatever way it ends. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(fd, STDOUT_FILENO);
-		dup2(fd, STDERR_FILENO);
-		close(fd);
-		execve(argv[0], argv, envp);
-		_exit(127);
-	}
-	close(fd);
-	free(envp);
-	ck_assert_int_gt(pid, 0);
-	return pid;
+	pc_coord_done(&e->c, 0);
 }
 
 uint64_t
 fault_allotd_start(fault_env *e)
 {
-	char bin[512], http[32], lease[16], interval[16], expiry[16];
-	const char *build = getenv("ALLOT_BUILD_DIR");
-	ck_assert_msg(build != NULL, "ALLOT_BUILD_DIR is not set");
-	snprintf(bin, sizeof bin, "%s/coordinator/allotd", build);
-	snprintf(http, sizeof http, "127.0.0.1:%d", e->http);
+	char lease[16], interval[16], expiry[16];
 	snprintf(lease, sizeof lease, "%u", FAULT_LEASE_MS);
 	snprintf(interval, sizeof interval, "%u", FAULT_T_MS);
 	snprintf(expiry, sizeof expiry, "%u", FAULT_EXPIRY);
-	char *argv[] = { bin, "--config", e->cfg, "--db", e->db, "--listen",
-		e->url, "--http", http, "--interval-ms", interval,
-		"--expiry-intervals", expiry, "--lease-ms", lease,
+	const char *args[] = { "--interval-ms", interval, "--expiry-intervals",
+		expiry, "--lease-ms", lease,
 		e->hold_expired != NULL ? "--hold-expired" : NULL,
-		(char *) e->hold_expired, NULL };
+		e->hold_expired, NULL };
 	uint64_t t0 = pc_now_ms();
-	e->allotd = spawn(argv, e->env_extra, e->log);
-	for (;;) {
-		int st = 0;
-		free(pc_http_get(e->http, "/healthz", &st));
-		if (st == 200)
-			break;
-		int rc = pc_wait_exit(e->allotd, 0);
-		ck_assert_msg(
-		    rc < 0, "allotd exited with %d (log %s)", rc, e->log);
-		ck_assert_msg(pc_now_ms() - t0 < 10000, "allotd not ready");
-		pc_sleep_ms(5);
-	}
+	pc_coord_spawn(&e->c, args, NULL);
 	return pc_now_ms() - t0;
 }
 
 int
 fault_allotd_stop(fault_env *e, int sig)
 {
-	if (e->allotd <= 0)
+	if (e->c.pid <= 0)
 		return -1;
-	kill(e->allotd, sig);
-	int rc = pc_wait_exit(e->allotd, 5000);
-	if (rc < 0) {
-		kill(e->allotd, SIGKILL);
-		rc = pc_wait_exit(e->allotd, 5000);
-	}
-	e->allotd = 0;
+	int rc = pc_coord_stop(&e->c, sig, 5000);
+	if (rc < 0)
+		rc = pc_coord_stop(&e->c, SIGKILL, 5000);
+	e->c.pid = 0;
 	return rc;
 }
 
@@ -401,7 +333,7 @@ fault_sql_int(const char *db, const char *sql)
 double
 fault_metric(const fault_env *e, const char *series)
 {
-	return pc_metric_get(e->http, series);
+	return pc_metric_get(e->c.http, series);
 }
 
 int64_t
@@ -436,7 +368,7 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 	for (int i = 0; i < N; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "r%d", i);
-		as[i] = fault_agent(e->url, id);
+		as[i] = fault_agent(e->c.url, id);
 	}
 	fault_await_synced(as, N, 1, 10000);
 	for (int i = 0; i < N; i++)
@@ -458,7 +390,7 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 
 	o->begin(o->ctx);
 	/* A replica joins while nothing can be written. */
-	as[N] = fault_agent(e->url, "late");
+	as[N] = fault_agent(e->c.url, "late");
 	uint64_t first_fail = 0;
 	double pending_max = 0;
 	while (pc_now_ms() - t0 < o->outage_ms) {
@@ -498,9 +430,9 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 	    "SELECT count(*) FROM usage WHERE at >= "
 	    "%lld AND at < %lld",
 	    (long long) s0, (long long) s1);
-	long long during_before = fault_sql_int(e->db, sql);
-	long long late_before = fault_sql_int(
-	    e->db, "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
+	long long during_before = fault_sql_int(e->c.db, sql);
+	long long late_before = fault_sql_int(e->c.db,
+	    "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
 	uint64_t t1 = pc_now_ms();
 	fault_counts_get(ld, N, &c1);
 
@@ -514,21 +446,21 @@ fault_store_outage(fault_env *e, const fault_outage *o, fault_figures *f)
 		pc_sleep_ms(5);
 	}
 	uint64_t recovery = pc_now_ms() - t1;
-	long long during_after = fault_sql_int(e->db, sql);
-	long long late_after = fault_sql_int(
-	    e->db, "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
+	long long during_after = fault_sql_int(e->c.db, sql);
+	long long late_after = fault_sql_int(e->c.db,
+	    "SELECT count(*) FROM replicas WHERE replica_id = 'late'");
 	for (int i = 0; i < N; i++)
 		fault_load_stop(&ld[i]);
 
-	char *log = pc_read_file(e->log);
+	char *log = pc_read_file(e->c.log);
 	ck_assert_ptr_nonnull(log);
 	ck_assert_msg(strstr(log, "ALLOT-STORE-FAIL") != NULL &&
 	        strstr(log, o->log_text) != NULL,
 	    "no ALLOT-STORE-FAIL ... %s "
 	    "in %s",
-	    o->log_text, e->log);
+	    o->log_text, e->c.log);
 	ck_assert_msg(strstr(log, "ALLOT-STORE-OK") != NULL,
-	    "no ALLOT-STORE-OK in %s", e->log);
+	    "no ALLOT-STORE-OK in %s", e->c.log);
 	free(log);
 
 	f->requests = c1.steady_ok + c1.steady_failed;

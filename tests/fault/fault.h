@@ -27,6 +27,9 @@
 
 #include <allot/allot.h>
 
+#include "allotd.h"
+#include "proc.h"
+
 /* The quotas every fault test runs (see above). */
 #define FAULT_R 300.0 /* tokens/s, both quotas */
 #define FAULT_B_STEADY 60.0
@@ -38,17 +41,9 @@
 #define FAULT_STEADY_EVERY 20u /* one steady acquire every N ticks */
 
 typedef struct fault_env {
-	char dir[96];
-	char cfg[160];
-	char db[160];
-	char log[160];
-	char url[64]; /* allotd's protocol address */
-	int port;
-	int http;
-	pid_t allotd;
-	/* Extra environment for allotd ("NAME=value", NULL-terminated;
-	 * may be NULL) and extra arguments. */
-	char *const *env_extra;
+	/* allotd (tests/support/allotd.h): its directory, files, ports,
+	 * extra environment (c.env) and process. */
+	pc_coord c;
 	const char *hold_expired; /* allotd --hold-expired; NULL: default */
 } fault_env;
 
@@ -56,7 +51,9 @@ typedef struct fault_env {
  * fresh ports; the database at DIR/allot.db unless `db_dir` is given.
  * A test that fails leaves it behind, with allotd's log, for a look. */
 void fault_env_init(fault_env *e, const char *name, const char *db_dir);
-/* SIGKILL allotd if running, remove the directory. */
+/* SIGKILL allotd if running, remove the directory (kept with
+ * ALLOT_KEEP_TMP); fails the test when allotd's log holds a sanitizer
+ * report. */
 void fault_env_fini(fault_env *e);
 
 /* Spawn allotd and wait (10 s at most) for /healthz. Returns the ms it

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "fault.h"
-#include "proto_client.h"
+#include "proc.h"
 
 #define RATE 200.0
 #define BURST 100.0
@@ -217,9 +217,9 @@ START_TEST(wall_clock_jumps)
 	fault_env_init(&still, "clock-still", NULL);
 	fault_env_init(&jumpy, "clock-jumpy", NULL);
 	char ts_still[200], ts_jumpy[200], log[200];
-	snprintf(ts_still, sizeof ts_still, "%s/offset", still.dir);
-	snprintf(ts_jumpy, sizeof ts_jumpy, "%s/offset", jumpy.dir);
-	snprintf(log, sizeof log, "%s/agents.log", jumpy.dir);
+	snprintf(ts_still, sizeof ts_still, "%s/offset", still.c.dir);
+	snprintf(ts_jumpy, sizeof ts_jumpy, "%s/offset", jumpy.c.dir);
+	snprintf(log, sizeof log, "%s/agents.log", jumpy.c.dir);
 	write_offset(ts_still, "+0");
 	write_offset(ts_jumpy, "+0");
 
@@ -228,12 +228,12 @@ START_TEST(wall_clock_jumps)
 	snprintf(preload, sizeof preload, "LD_PRELOAD=%s", faketime_lib());
 	snprintf(f1, sizeof f1, "FAKETIME_TIMESTAMP_FILE=%s", ts_still);
 	snprintf(f2, sizeof f2, "FAKETIME_TIMESTAMP_FILE=%s", ts_jumpy);
-	char *env_still[] = { preload, f1, "FAKETIME_NO_CACHE=1",
+	const char *env_still[] = { preload, f1, "FAKETIME_NO_CACHE=1",
 		"FAKETIME_DONT_FAKE_MONOTONIC=1", NULL };
-	char *env_jumpy[] = { preload, f2, "FAKETIME_NO_CACHE=1",
+	const char *env_jumpy[] = { preload, f2, "FAKETIME_NO_CACHE=1",
 		"FAKETIME_DONT_FAKE_MONOTONIC=1", NULL };
-	still.env_extra = env_still;
-	jumpy.env_extra = env_jumpy;
+	still.c.env = env_still;
+	jumpy.c.env = env_jumpy;
 	fault_allotd_start(&still);
 	fault_allotd_start(&jumpy);
 
@@ -244,9 +244,9 @@ START_TEST(wall_clock_jumps)
 	child_start(&c[MONO], "jumps monotonic", ts_jumpy, "monotonic", NULL,
 	    false, log);
 	child_start(&c[COORD0], "still allotd", ts_still, "monotonic",
-	    still.url, false, log);
+	    still.c.url, false, log);
 	child_start(&c[COORD], "jumps allotd", ts_jumpy, "monotonic",
-	    jumpy.url, false, log);
+	    jumpy.c.url, false, log);
 	child_start(&c[CTRL0], "still wallclock-agent", ts_still, NULL, NULL,
 	    true, log);
 	child_start(&c[CTRL], "jumps wallclock-agent", ts_jumpy, NULL, NULL,

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "fault.h"
-#include "proto_client.h"
+#include "proc.h"
 #include "runner.h"
 
 /* The whole file, for comparing before and after. */
@@ -64,17 +64,17 @@ START_TEST(damaged_files_are_refused)
 	fault_env_init(&e, "corrupt", NULL);
 	/* A real store, closed cleanly (the WAL checkpointed into it). */
 	fault_allotd_start(&e);
-	allot_agent *a = fault_agent(e.url, "r0");
+	allot_agent *a = fault_agent(e.c.url, "r0");
 	fault_await_synced(&a, 1, 1, 10000);
 	pc_sleep_ms(1100);
 	allot_agent_destroy(a);
 	ck_assert_int_eq(fault_allotd_stop(&e, SIGTERM), 0);
 	size_t good_len;
-	char *good = slurp(e.db, &good_len);
+	char *good = slurp(e.c.db, &good_len);
 	ck_assert_uint_ge(good_len, 8 * 4096);
-	ck_assert_int_eq(access(e.db, F_OK), 0);
+	ck_assert_int_eq(access(e.c.db, F_OK), 0);
 	char other[200];
-	snprintf(other, sizeof other, "%s/other.db", e.dir);
+	snprintf(other, sizeof other, "%s/other.db", e.c.dir);
 	char cmd[300];
 	snprintf(cmd, sizeof cmd,
 	    "sqlite3 '%s' 'CREATE TABLE notes (x); "
@@ -94,7 +94,7 @@ START_TEST(damaged_files_are_refused)
 	int n = (int) (sizeof cases / sizeof cases[0]);
 	for (int i = 0; i < n; i++) {
 		char path[200];
-		snprintf(path, sizeof path, "%s/damaged-%d.db", e.dir, i);
+		snprintf(path, sizeof path, "%s/damaged-%d.db", e.c.dir, i);
 		char *buf = malloc(good_len);
 		ck_assert_ptr_nonnull(buf);
 		memcpy(buf, good, good_len);
@@ -132,12 +132,12 @@ START_TEST(damaged_files_are_refused)
 
 		char logname[200];
 		snprintf(
-		    logname, sizeof logname, "%s/allotd-%d.log", e.dir, i);
+		    logname, sizeof logname, "%s/allotd-%d.log", e.c.dir, i);
 		char bin[512];
 		snprintf(bin, sizeof bin, "%s/coordinator/allotd",
 		    getenv("ALLOT_BUILD_DIR"));
-		char *argv[] = { bin, "--config", e.cfg, "--db", path,
-			"--listen", e.url, "--http", "off", NULL };
+		char *argv[] = { bin, "--config", e.c.cfg, "--db", path,
+			"--listen", e.c.url, "--http", "off", NULL };
 		uint64_t t0 = pc_now_ms();
 		pid_t pid = pc_spawn(argv, logname);
 		int rc = pc_wait_exit(pid, 10000);

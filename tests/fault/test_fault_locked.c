@@ -18,7 +18,7 @@
 #include <sqlite3.h>
 
 #include "fault.h"
-#include "proto_client.h"
+#include "proc.h"
 #include "runner.h"
 
 typedef struct auditor {
@@ -62,8 +62,8 @@ START_TEST(long_read_does_not_block)
 	fault_env e;
 	fault_env_init(&e, "read", NULL);
 	fault_allotd_start(&e);
-	allot_agent *as[2] = { fault_agent(e.url, "r0"),
-		fault_agent(e.url, "r1") };
+	allot_agent *as[2] = { fault_agent(e.c.url, "r0"),
+		fault_agent(e.c.url, "r1") };
 	fault_await_synced(as, 2, 1, 10000);
 	fault_load ld[2];
 	for (int i = 0; i < 2; i++)
@@ -71,7 +71,7 @@ START_TEST(long_read_does_not_block)
 	pc_sleep_ms(1200);
 	double fail0 = fault_metric(&e, "allotd_store_commit_failures_total");
 	double w0 = fault_metric(&e, "allotd_store_rows_written_total");
-	auditor au = { .db = e.db, .begin = "BEGIN" };
+	auditor au = { .db = e.c.db, .begin = "BEGIN" };
 	hold(&au);
 	uint64_t t0 = pc_now_ms();
 	pc_sleep_ms(3000);
@@ -111,7 +111,7 @@ START_TEST(write_lock)
 {
 	fault_env e;
 	fault_env_init(&e, "locked", NULL);
-	auditor au = { .db = e.db, .begin = "BEGIN EXCLUSIVE" };
+	auditor au = { .db = e.c.db, .begin = "BEGIN EXCLUSIVE" };
 	fault_outage o = {
 		.begin = hold,
 		.end = release,

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "fault.h"
-#include "proto_client.h"
+#include "proc.h"
 #include "relay.h"
 #include "runner.h"
 
@@ -74,7 +74,7 @@ run(const net_case *c)
 	fault_load ld[AGENTS];
 	for (int i = 0; i < AGENTS; i++) {
 		uint64_t seed = 0x5eed + (uint64_t) i;
-		ck_assert_int_eq(fault_relay_start(e.port, seed, &r[i]), 0);
+		ck_assert_int_eq(fault_relay_start(e.c.port, seed, &r[i]), 0);
 		char url[64], id[16];
 		snprintf(url, sizeof url, "tcp://127.0.0.1:%d",
 		    fault_relay_port(r[i]));

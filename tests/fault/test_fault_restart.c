@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "fault.h"
-#include "proto_client.h"
+#include "proc.h"
 #include "runner.h"
 
 #define AGENTS 3
@@ -131,7 +131,7 @@ START_TEST(sigkill_restart_under_load)
 	for (int i = 0; i < AGENTS; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "r%d", i);
-		as[i] = fault_agent(e.url, id);
+		as[i] = fault_agent(e.c.url, id);
 	}
 	fault_await_synced(as, AGENTS, 1, 10000);
 	for (int i = 0; i < AGENTS; i++)
@@ -153,7 +153,7 @@ START_TEST(sigkill_restart_under_load)
 		 * start, then what a reader sees. */
 		pc_sleep_ms(1200);
 		rows b, a;
-		rows_before(e.db, &b);
+		rows_before(e.c.db, &b);
 		ck_assert_int_gt(b.replicas, 0);
 		uint64_t enters[AGENTS];
 		for (int i = 0; i < AGENTS; i++) {
@@ -216,7 +216,7 @@ START_TEST(sigkill_restart_under_load)
 		sampler sp;
 		sampler_start(&sp, as, AGENTS);
 		fault_allotd_start(&e);
-		rows_after(e.db, &b, &a);
+		rows_after(e.c.db, &b, &a);
 		ck_assert_int_eq(a.replicas, b.replicas);
 		ck_assert_int_eq(a.events, b.events);
 		ck_assert_int_eq(a.configs, b.configs);
@@ -254,7 +254,7 @@ START_TEST(sigkill_restart_under_load)
 	for (int i = 0; i < AGENTS; i++)
 		fault_load_stop(&ld[i]);
 
-	char *integrity = fault_sql(e.db, "PRAGMA integrity_check");
+	char *integrity = fault_sql(e.c.db, "PRAGMA integrity_check");
 	ck_assert_str_eq(integrity, "ok");
 	free(integrity);
 

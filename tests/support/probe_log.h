@@ -10,8 +10,8 @@
  * A slot an agent did not write (a late wake-up, or before its first row)
  * carries its previous row forward (zeros before the first).
  */
-#ifndef ALLOT_TESTS_PROBE_LOG_H
-#define ALLOT_TESTS_PROBE_LOG_H
+#ifndef ALLOT_TESTS_SUPPORT_PROBE_LOG_H
+#define ALLOT_TESTS_SUPPORT_PROBE_LOG_H
 
 #include <stdbool.h>
 #include <stddef.h>

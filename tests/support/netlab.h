@@ -24,8 +24,8 @@
  * No check.h here: errors are returned (and printed), so that the
  * benchmarks can use it too.
  */
-#ifndef ALLOT_TESTS_NETLAB_H
-#define ALLOT_TESTS_NETLAB_H
+#ifndef ALLOT_TESTS_SUPPORT_NETLAB_H
+#define ALLOT_TESTS_SUPPORT_NETLAB_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,8 +7,8 @@
  * latency. It can also misbehave on purpose: open streams it never ends,
  * to see the server refuse those beyond its SETTINGS.
  */
-#ifndef ALLOT_BENCH_RLSCLIENT_H
-#define ALLOT_BENCH_RLSCLIENT_H
+#ifndef ALLOT_TESTS_SUPPORT_RLSCLIENT_H
+#define ALLOT_TESTS_SUPPORT_RLSCLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
