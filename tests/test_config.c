@@ -913,15 +913,23 @@ config_suite(void)
 	tcase_add_test(tc, config_dup_is_deep_and_equal);
 	suite_add_tcase(s, tc);
 
+	/* Tagged: tests/meson.build runs these two as meson tests of their
+	 * own (config-reject, config-limits), the rest as `config`. */
 	tc = tcase_create("reject");
+	tcase_set_tags(tc, "reject");
 	tcase_add_loop_test(
 	    tc, bad_case, 0, (int) (sizeof bad_cases / sizeof bad_cases[0]));
+	tcase_add_test(tc, nul_in_text);
+	tcase_add_test(tc, errors_in_file_order);
+	suite_add_tcase(s, tc);
+
+	/* Files at the loader's limits: tens of thousands of callers. */
+	tc = tcase_create("limits");
+	tcase_set_tags(tc, "limits");
 	tcase_add_test(tc, identity_length_limit);
 	tcase_add_test(tc, endpoint_length_limit);
 	tcase_add_test(tc, endpoint_count_limit);
 	tcase_add_test(tc, caller_count_limit);
-	tcase_add_test(tc, nul_in_text);
-	tcase_add_test(tc, errors_in_file_order);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
