@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc.h"
+
 #define MAX_CONNS 32
 #define MAX_MSG (8u << 20)
 #define GREETING 8u
@@ -70,14 +72,6 @@ struct fault_relay {
 	_Atomic uint64_t n_conn, n_refused, n_req, n_rep, n_delayed, n_dropped,
 	    n_black;
 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
 
 static uint32_t
 rand_ppm(fault_relay *r)
@@ -348,7 +342,7 @@ relay_main(void *arg)
 	struct pollfd pf[2 + 2 * MAX_CONNS];
 	struct conn *owner[2 + 2 * MAX_CONNS];
 	while (!atomic_load(&r->stop)) {
-		uint64_t now = now_ns();
+		uint64_t now = pc_now_ns();
 		int timeout = -1;
 		nfds_t n = 0;
 		pf[n++] = (struct pollfd) { .fd = r->wake[0],
@@ -379,7 +373,7 @@ relay_main(void *arg)
 		}
 		if (pf[1].revents & POLLIN)
 			accept_one(r);
-		now = now_ns();
+		now = pc_now_ns();
 		for (int i = 0; i < MAX_CONNS; i++) {
 			struct conn *c = &r->conns[i];
 			if (c->used && service(r, c, pf, owner, n, now) != 0)

@@ -33,6 +33,14 @@ pc_now_ms(void)
 	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
 }
 
+uint64_t
+pc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
 void
 pc_sleep_ms(unsigned ms)
 {

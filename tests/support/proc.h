@@ -16,8 +16,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Monotonic milliseconds. */
+/* Monotonic milliseconds, and nanoseconds. */
 uint64_t pc_now_ms(void);
+uint64_t pc_now_ns(void);
 void pc_sleep_ms(unsigned ms);
 
 /* A loopback TCP port that was free a moment ago (bound and released),

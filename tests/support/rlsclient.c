@@ -21,6 +21,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "proc.h"
 #include "rlsclient.h"
 #include "rls.pb-c.h"
 
@@ -43,14 +44,6 @@ struct call {
 	size_t len;
 	size_t off; /* of the request body sent */
 };
-
-static uint64_t
-now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
 
 static int
 on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
@@ -90,7 +83,7 @@ on_close(nghttp2_session *h2, int32_t id, uint32_t err, void *user)
 		c->refused++;
 	if (call == NULL)
 		return 0;
-	uint64_t lat = now_ns() - call->start_ns;
+	uint64_t lat = pc_now_ns() - call->start_ns;
 	if (c->done != NULL)
 		c->done(c->ctx, call->status,
 		    call->len >= 5 ? call->buf + 5 : NULL,
@@ -264,7 +257,7 @@ submit(rlsc *c, const char *path, bool end)
 	if (call == NULL)
 		return -1;
 	call->status = -1;
-	call->start_ns = now_ns();
+	call->start_ns = pc_now_ns();
 	nghttp2_nv nv[] = {
 		{ (uint8_t *) ":method", (uint8_t *) "POST", 7, 4, 0 },
 		{ (uint8_t *) ":scheme", (uint8_t *) "http", 7, 4, 0 },
@@ -321,8 +314,8 @@ rlsc_flood(rlsc *c, size_t n, size_t partial, int wait_ms, size_t *ret_refused,
 		if (submit(c, RLSC_PATH, false) != 0)
 			return -1;
 	pump_out(c);
-	uint64_t end = now_ns() + (uint64_t) wait_ms * 1000000u;
-	while (!c->dead && now_ns() < end) {
+	uint64_t end = pc_now_ns() + (uint64_t) wait_ms * 1000000u;
+	while (!c->dead && pc_now_ns() < end) {
 		pump_in(c, 50);
 		pump_out(c);
 	}
