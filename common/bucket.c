@@ -53,7 +53,11 @@ fill_slot(allot__rate *r, const allot__allowance *a, uint32_t ver,
 	uint64_t interval_fp = ifp >= 1.8e19 ? UINT64_MAX :
 	    ifp < 1.0                        ? 1 :
 	                                       (uint64_t) ifp;
-	double tau = burst * ns_per_token;
+	/* From the interval as stored: where it saturates (a rate of a few
+	 * tokens a week or less), tau must too, or the bucket would hold
+	 * more tokens of the saturated interval than its burst. */
+	double tau = burst * (double) interval_fp /
+	    (double) (1u << ALLOT__FPBITS);
 	uint64_t tau_ns = tau >= (double) ALLOT__TAU_MAX ? ALLOT__TAU_MAX :
 	                                                   (uint64_t) tau;
 	atomic_store_explicit(
@@ -287,8 +291,30 @@ allot__bucket_level(allot__bucket *b, uint64_t now)
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
 	s = allot__bucket_upgrade(b, s, now);
 	const allot__rate *r = &b->slot[(s & ALLOT__VMASK) & 1u];
+	if (atomic_load_explicit(&r->mode, memory_order_relaxed) ==
+	    ALLOT__MODE_CLOSED)
+		return 0;
 	return atomic_load_explicit(&r->burst, memory_order_relaxed) -
 	    debt_tokens(r, s, now);
+}
+
+void
+allot__bucket_empty(allot__bucket *b, uint64_t now)
+{
+	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
+	for (;;) {
+		s = allot__bucket_upgrade(b, s, now);
+		uint32_t v = (uint32_t) s & ALLOT__VMASK;
+		const allot__rate *r = &b->slot[v & 1u];
+		uint64_t nz = now +
+		    atomic_load_explicit(&r->tau_ns, memory_order_relaxed);
+		if ((s >> ALLOT__VBITS) >= nz)
+			return; /* empty already (or in debt) */
+		if (atomic_compare_exchange_weak_explicit(&b->state, &s,
+		        (nz << ALLOT__VBITS) | v, memory_order_acq_rel,
+		        memory_order_acquire))
+			return;
+	}
 }
 
 void

@@ -147,8 +147,14 @@ void allot__bucket_set(
 void allot__bucket_get(const allot__bucket *b, allot__allowance *ret);
 
 /* Tokens in the bucket at `now` (may be negative after a settlement
- * debt). */
+ * debt); 0 while it is closed: it admits nothing (though the level it
+ * opens with, unless emptied, goes on refilling). */
 double allot__bucket_level(allot__bucket *b, uint64_t now);
+
+/* Take every token the bucket holds at `now` (in any mode: a closed
+ * bucket then opens empty). The single writer's, like
+ * allot__bucket_set(). */
+void allot__bucket_empty(allot__bucket *b, uint64_t now);
 
 /* Add (extra > 0) or refund (extra < 0) tokens after the fact: debt may
  * take the level below zero; a refund never lifts it above the burst. */

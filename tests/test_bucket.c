@@ -167,12 +167,35 @@ START_TEST(open_and_closed)
 	allot__bucket_set(&b, &a, now + 10 * S);
 	ck_assert(!take(now + 10 * S, 1, &t));
 	ck_assert_uint_eq(t.wait_ns, 3 * S);
+	ck_assert(allot__bucket_level(&b, now + 10 * S) == 0);
 	/* Back to a bucket: the level survived (it was refilled while
 	 * closed, and nothing was taken while open). */
 	a.mode = ALLOT__MODE_LIMIT;
 	allot__bucket_set(&b, &a, now + 10 * S);
 	ck_assert(take(now + 10 * S, 1, &t));
 	ck_assert(!take(now + 10 * S, 1, &t));
+	/* Closed and emptied, it opens empty and refills at its rate. */
+	a.mode = ALLOT__MODE_CLOSED;
+	allot__bucket_set(&b, &a, now + 20 * S);
+	allot__bucket_empty(&b, now + 20 * S);
+	a.mode = ALLOT__MODE_LIMIT;
+	allot__bucket_set(&b, &a, now + 20 * S);
+	ck_assert(!take(now + 20 * S, 1, &t));
+	ck_assert(take(now + 21 * S, 1, &t));
+	ck_assert(!take(now + 21 * S, 1, &t));
+}
+END_TEST
+
+/* A rate so small that the interval per token saturates: the bucket
+ * still holds no more than its burst. */
+START_TEST(tiny_rate)
+{
+	allot__take t;
+	mk(1e-12, 1);
+	uint64_t now = 5 * S;
+	ck_assert(take(now, 1, &t));
+	for (int i = 0; i < 8; i++)
+		ck_assert(!take(now + (uint64_t) i * S, 1, &t));
 }
 END_TEST
 
@@ -425,6 +448,7 @@ bucket_suite(void)
 	tcase_add_test(tc, cost_weighted);
 	tcase_add_test(tc, swap_preserves_level);
 	tcase_add_test(tc, open_and_closed);
+	tcase_add_test(tc, tiny_rate);
 	tcase_add_test(tc, saturation);
 	tcase_add_test(tc, adjust_debt_and_refund);
 	tcase_add_test(tc, lease_inside_the_burst);
