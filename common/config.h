@@ -42,6 +42,11 @@ typedef struct allot__quota {
 	double burst; /* burst, >= the largest endpoint weight */
 	uint32_t priority; /* index into allot_config.classes */
 	bool shadow; /* evaluate and count, never deny */
+	/* The most of its burst the coordinator may keep in the quota's
+	 * central reserve for the tail path (docs/allocation.md), in
+	 * [0, 1]: 1 (the default) as much as its replicas' traffic leaves,
+	 * 0 none (decided locally only). */
+	double reserve;
 	bool shared; /* the default bucket: one bucket for all */
 	allot_fallback fallback;
 	uint32_t line; /* where it was defined, for messages */

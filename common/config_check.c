@@ -281,7 +281,8 @@ check_weight(allot__cfg_ctx *c, const subject *s, const allot__quota *q,
 	case ALLOT__QT_FALLBACK:
 	case ALLOT__QT_TEXT:
 	case ALLOT__QT_PER_UNIT:
-	case ALLOT__QT_LABELS: break;
+	case ALLOT__QT_LABELS:
+	case ALLOT__QT_FRACTION: break;
 	}
 	return ALLOT_OK;
 }
@@ -313,7 +314,8 @@ over_ceiling(const allot__quota *q, const allot__cfg_meta *m,
 	case ALLOT__QT_FALLBACK:
 	case ALLOT__QT_TEXT:
 	case ALLOT__QT_PER_UNIT:
-	case ALLOT__QT_LABELS: break;
+	case ALLOT__QT_LABELS:
+	case ALLOT__QT_FRACTION: break;
 	}
 	*ret_at = node_or_map(*ret_at, m->map);
 	return r > ceiling ? r : 0;

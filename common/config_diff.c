@@ -101,7 +101,8 @@ names_itself(allot__qtype t)
 	case ALLOT__QT_TEXT:
 	case ALLOT__QT_PER_UNIT:
 	case ALLOT__QT_LABELS:
-	case ALLOT__QT_CANDIDATE: return false;
+	case ALLOT__QT_CANDIDATE:
+	case ALLOT__QT_FRACTION: return false;
 	}
 	return false;
 }
@@ -164,6 +165,12 @@ put_field(allot__buf *b, const allot_config *cfg, const allot__quota *q,
 			allot__buf_puts(b, " burst ");
 			put_num(b, ALLOT__QFC(double, q, f->off2));
 		}
+		break;
+	}
+	case ALLOT__QT_FRACTION: {
+		double v = ALLOT__QFC(double, q, f->off);
+		if (v != f->num)
+			put_num(b, v);
 		break;
 	}
 	}

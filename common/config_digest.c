@@ -95,6 +95,7 @@ dg_field(uint64_t *h, const allot_config *cfg, const allot__quota *q,
 		break;
 	case ALLOT__QT_BURST:
 	case ALLOT__QT_PER_UNIT:
+	case ALLOT__QT_FRACTION:
 		dg_double(h, ALLOT__QFC(double, q, f->off));
 		break;
 	case ALLOT__QT_CLASS:
@@ -141,6 +142,8 @@ ext_set(const allot__quota *q, const allot__qfield *f)
 		    ALLOT_FALLBACK_STATIC_SHARE;
 	case ALLOT__QT_TEXT: return ALLOT__QFC(char *, q, f->off) != NULL;
 	case ALLOT__QT_LABELS: return ALLOT__QFC(size_t, q, f->off2) > 0;
+	case ALLOT__QT_FRACTION:
+		return ALLOT__QFC(double, q, f->off) != f->num;
 	}
 	return false;
 }

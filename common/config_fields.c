@@ -115,6 +115,17 @@ const allot__qfield allot__qfields[] = {
 	    .off = OFF(labels),
 	    .off2 = OFF(nlabels),
 	},
+	{
+	    /* The tail path's central reserve (docs/allocation.md): how
+	     * much of the burst the coordinator may keep; 0 opts out. An
+	     * endpoint quota follows its caller unless it says. */
+	    .key = "reserve",
+	    .type = ALLOT__QT_FRACTION,
+	    .scopes = ALLOT__QS_ALL,
+	    .flags = ALLOT__QF_INHERIT,
+	    .off = OFF(reserve),
+	    .num = 1.0,
+	},
 };
 
 const size_t allot__nqfields = sizeof allot__qfields /
@@ -163,6 +174,7 @@ allot__qfield_copy(
 	case ALLOT__QT_RATE:
 	case ALLOT__QT_BURST:
 	case ALLOT__QT_PER_UNIT:
+	case ALLOT__QT_FRACTION:
 		ALLOT__QF(double, dst, f->off) = ALLOT__QFC(
 		    double, src, f->off);
 		return ALLOT_OK;
@@ -204,7 +216,8 @@ allot__qfield_free(allot__quota *q, const allot__qfield *f)
 	case ALLOT__QT_BOOL:
 	case ALLOT__QT_FALLBACK:
 	case ALLOT__QT_PER_UNIT:
-	case ALLOT__QT_CANDIDATE: break;
+	case ALLOT__QT_CANDIDATE:
+	case ALLOT__QT_FRACTION: break;
 	case ALLOT__QT_TEXT:
 		free(ALLOT__QF(char *, q, f->off));
 		ALLOT__QF(char *, q, f->off) = NULL;

@@ -57,6 +57,8 @@ typedef enum allot__qtype {
 	 * tokens/s (double) at off, the burst (double) at off2; a rate of
 	 * 0: none. Held to the ceiling and the weights like the quota's. */
 	ALLOT__QT_CANDIDATE,
+	/* A number from 0 to 1 (double); `num` when absent. */
+	ALLOT__QT_FRACTION,
 } allot__qtype;
 
 /* The quotas that take a field (allot__qfield.scopes). */
@@ -110,6 +112,8 @@ typedef struct allot__qfield {
 	bool dflt;
 	const char *word;
 	const char *refuse;
+	/* A fraction: its value when absent. */
+	double num;
 } allot__qfield;
 
 /* The rows, in the order of a quota's text and of a diff's list of

@@ -152,6 +152,9 @@ int allot__cfg_get_rate(allot__cfg_ctx *c, const allot__cfg_node *n,
 int allot__cfg_get_rate_per(allot__cfg_ctx *c, const allot__cfg_node *n,
     const char *what, uint32_t unit_s, double *ret);
 /* A number >= 0. */
+/* A number from 0 to 1. */
+int allot__cfg_get_fraction(allot__cfg_ctx *c, const allot__cfg_node *n,
+    const char *what, double *ret);
 int allot__cfg_get_amount(allot__cfg_ctx *c, const allot__cfg_node *n,
     const char *what, double *ret);
 int allot__cfg_get_burst(allot__cfg_ctx *c, const allot__cfg_node *n,

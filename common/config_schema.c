@@ -462,6 +462,9 @@ parse_field(allot__cfg_ctx *c, const allot__qfield *f,
 	}
 	case ALLOT__QT_LABELS: return parse_labels(c, v, what, f, q);
 	case ALLOT__QT_CANDIDATE: return parse_candidate(c, v, what, f, q);
+	case ALLOT__QT_FRACTION:
+		return allot__cfg_get_fraction(
+		    c, v, what, &ALLOT__QF(double, q, f->off));
 	}
 	return ALLOT_OK;
 }
@@ -481,6 +484,7 @@ field_defaults(allot__cfg_ctx *c, unsigned scope, const allot__quota *parent,
 			continue;
 		switch (f->type) {
 		case ALLOT__QT_BOOL: *(bool *) at = f->dflt; break;
+		case ALLOT__QT_FRACTION: *(double *) at = f->num; break;
 		case ALLOT__QT_FALLBACK:
 			*(allot_fallback *) at = ALLOT_FALLBACK_STATIC_SHARE;
 			break;

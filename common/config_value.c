@@ -378,6 +378,24 @@ allot__cfg_get_amount(
 }
 
 int
+allot__cfg_get_fraction(
+    allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)
+{
+	char q[QBUF];
+	double v = 0;
+	int rc = get_number(c, n, what, &v);
+	if (rc != ALLOT_OK)
+		return rc;
+	if (!(v >= 0 && v <= 1))
+		return FAIL(c, n,
+		    "%s is %s, out of range, expected a number "
+		    "from 0 to 1",
+		    what, NUM(q, n));
+	*ret = v;
+	return ALLOT_OK;
+}
+
+int
 allot__cfg_get_burst(
     allot__cfg_ctx *c, const allot__cfg_node *n, const char *what, double *ret)
 {

@@ -364,7 +364,8 @@ START_TEST(table_rows_complete)
 		case ALLOT__QT_FALLBACK:
 		case ALLOT__QT_PER_UNIT:
 		case ALLOT__QT_LABELS:
-		case ALLOT__QT_CANDIDATE: break;
+		case ALLOT__QT_CANDIDATE:
+		case ALLOT__QT_FRACTION: break;
 		case ALLOT__QT_BOOL:
 			ck_assert_msg(f->word != NULL, "%s: no word", f->key);
 			break;
@@ -436,6 +437,10 @@ changes_of(const allot__qfield *f, change *ret)
 		ret[2] = (change) { "{tokens_per_second: 5, burst: 10}",
 			"{tokens_per_second: 6, burst: 10}" };
 		return 3;
+	case ALLOT__QT_FRACTION:
+		ret[0] = (change) { NULL, "0" };
+		ret[1] = (change) { "0.25", "0.5" };
+		return 2;
 	}
 	return 0;
 }
