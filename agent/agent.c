@@ -22,12 +22,15 @@
 #include "agent_int.h"
 #include "config_cache.h"
 #include "sync_int.h"
+#include "tail.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fallback.h"
@@ -340,6 +343,7 @@ allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
 	pthread_mutex_init(&a->set_lock, NULL);
 	pthread_mutex_init(&a->cfg_lock, NULL);
 	a->opts = o;
+	atomic_store_explicit(&a->waits, o.waits, memory_order_relaxed);
 	a->log.fn = o.log;
 	a->log.ctx = o.log_ctx;
 	a->log.level = o.log_level;
@@ -873,8 +877,13 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 	leases_return_keys(a, b, a->dyn_keys, a->dyn_cap, now);
 }
 
+/* The decision. With `tail` (a constant at each call site, so the hot
+ * path compiles as if it were not there) a denial is not counted: the
+ * request is about to wait for the central reserve, and its final
+ * decision is counted when it is made (tail.c). */
 static inline int
-acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
+decide(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret,
+    const bool tail)
 {
 	/* Relaxed loads: plain moves, what they were before reconfigs. */
 	if (cost == ALLOT_COST_DEFAULT)
@@ -929,9 +938,17 @@ acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 	}
 	ret->allowed = false;
 	ret->shadow_denied = false;
+	if (tail)
+		return ALLOT_OK;
 	allot__bump(b, &c->denied, 1);
 	allot__bump(b, &c->denied_tokens, cost);
 	return ALLOT_OK;
+}
+
+static inline int
+acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
+{
+	return decide(a, k, cost, ret, false);
 }
 
 int
@@ -940,6 +957,144 @@ allot_acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 	if (allot__unlikely(a == NULL || k == NULL || ret == NULL))
 		return ALLOT_EINVAL;
 	return acquire(a, k, cost, ret);
+}
+
+/* ---- the tail path (tail.h, docs/integrating.md) ---- */
+
+_Static_assert(sizeof(allot__waiter) <= sizeof(((allot_wait *) 0)->priv_),
+    "a waiter fits in an allot_wait");
+
+/* The local decision, or the start of a wait: true with `wt` filled
+ * (not yet entered) when the request waits for the central reserve. */
+static bool
+wait_begins(allot_agent *a, allot_key *k, uint32_t cost, uint64_t timeout_ns,
+    allot_decision *ret, int *ret_rc, allot__waiter *wt)
+{
+	allot__tail *t = a->tail;
+	if (t == NULL || timeout_ns == 0) {
+		*ret_rc = acquire(a, k, cost, ret);
+		return false;
+	}
+	if (allot__unlikely(
+	        !atomic_load_explicit(&a->waits, memory_order_relaxed)))
+		atomic_store_explicit(&a->waits, true, memory_order_relaxed);
+	*ret_rc = decide(a, k, cost, ret, true);
+	if (*ret_rc != ALLOT_OK || ret->allowed)
+		return false;
+	uint64_t now = allot__agent_now(a);
+	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
+	uint32_t qi = (uint32_t) (q - a->quotas);
+	if (!allot__tail_usable(t, qi, ret->cost, now)) {
+		allot__decide_final(a, k, ret->cost, now, ret);
+		if (!ret->allowed &&
+		    atomic_load_explicit(
+		        &a->quotas[qi].central, memory_order_relaxed))
+			atomic_fetch_add_explicit(
+			    &t->dry, 1, memory_order_relaxed);
+		return false;
+	}
+	*wt = (allot__waiter) {
+		.key = k,
+		.cost = ret->cost,
+		.quota = qi,
+		.since_ns = now,
+		.deadline_ns = now + timeout_ns,
+		.state = ALLOT__WAIT_PENDING,
+	};
+	return true;
+}
+
+static void
+futex_wait(_Atomic uint32_t *p, uint32_t v)
+{
+	syscall(
+	    SYS_futex, (uint32_t *) p, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+int
+allot_acquire_wait(allot_agent *a, allot_key *k, uint32_t cost,
+    uint64_t timeout_ns, allot_decision *ret)
+{
+	if (allot__unlikely(a == NULL || k == NULL || ret == NULL))
+		return ALLOT_EINVAL;
+	allot__waiter wt;
+	int rc;
+	/* The sync thread completes waits: it may not wait itself. */
+	if (allot__sync_on_loop(a))
+		timeout_ns = 0;
+	if (!wait_begins(a, k, cost, timeout_ns, ret, &rc, &wt))
+		return rc;
+	wt.out = ret;
+	allot__tail_enter(a->tail, &wt);
+	/* The driver completes every waiter by its deadline (tail.h). */
+	while (atomic_load_explicit(&wt.state, memory_order_acquire) ==
+	    ALLOT__WAIT_PENDING)
+		futex_wait(&wt.state, ALLOT__WAIT_PENDING);
+	return ALLOT_OK;
+}
+
+int
+allot_acquire_id_wait(allot_agent *a, const char *identity,
+    const char *endpoint, uint32_t cost, uint64_t timeout_ns,
+    allot_decision *ret)
+{
+	if (allot__unlikely(a == NULL || ret == NULL))
+		return ALLOT_EINVAL;
+	allot_key *k;
+	int rc = resolve(a, identity, endpoint, false, &k);
+	if (rc != ALLOT_OK)
+		return rc;
+	return allot_acquire_wait(a, k, cost, timeout_ns, ret);
+}
+
+int
+allot_acquire_async(allot_agent *a, allot_wait *w, allot_key *k, uint32_t cost,
+    uint64_t timeout_ns, allot_wait_cb cb, allot_decision *ret)
+{
+	if (allot__unlikely(a == NULL || w == NULL || k == NULL ||
+	        cb == NULL || ret == NULL))
+		return ALLOT_EINVAL;
+	allot__waiter *wt = (allot__waiter *) (void *) w->priv_;
+	int rc;
+	if (!wait_begins(a, k, cost, timeout_ns, ret, &rc, wt))
+		return rc;
+	wt->cb = cb;
+	wt->w = w;
+	allot__tail_enter(a->tail, wt);
+	return ALLOT_EINPROGRESS;
+}
+
+void
+allot__decide_central(allot_agent *a, allot_key *k, uint32_t cost,
+    uint64_t now, allot_decision *ret)
+{
+	allot__tblock *b = allot__thread_block(a);
+	allot__kcount *c = &b->c[k->id];
+	allot__bump(b, &c->allowed, 1);
+	allot__bump(b, &c->spent, cost);
+	allot__bucket *bk = atomic_load_explicit(
+	    &k->bucket, memory_order_relaxed);
+	allot__allowance al;
+	allot__bucket_get(bk, &al);
+	double level = allot__bucket_level(bk, now);
+	*ret = (allot_decision) {
+		.allowed = true,
+		.cost = cost,
+		.limit = al.burst,
+		.rate = al.rate,
+		.remaining = level > 0 ? level : 0,
+		.reset_ns = al.rate > 0 && al.burst > level ?
+		    (uint64_t) ((al.burst - level) / al.rate * 1e9) :
+		    0,
+	};
+}
+
+void
+allot__decide_final(allot_agent *a, allot_key *k, uint32_t cost, uint64_t now,
+    allot_decision *ret)
+{
+	(void) now;
+	acquire(a, k, cost, ret);
 }
 
 int
@@ -979,8 +1134,9 @@ allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
 {
 	allot__allowance x = *al;
 	/* A local burst below the largest endpoint weight would make that
-	 * endpoint impossible on this replica (docs/allocation.md). */
-	if (x.mode == ALLOT__MODE_LIMIT &&
+	 * endpoint impossible on this replica (docs/allocation.md), unless
+	 * its callers wait for the central reserve, which serves it. */
+	if (x.mode == ALLOT__MODE_LIMIT && !allot__quota_waits(a, q) &&
 	    x.burst < (double) atomic_load(&q->wmax))
 		x.burst = (double) atomic_load(&q->wmax);
 	pthread_mutex_lock(&a->set_lock);

@@ -236,6 +236,15 @@ typedef struct allot__qrt {
 	/* The configured callers' keys charging it now (cfg_lock). */
 	struct allot_key **keys;
 	uint32_t nkeys, keys_cap;
+	/* The coordinator keeps a central reserve for it (Share.central):
+	 * a request its bucket denies may wait for it (tail.h). */
+	_Atomic bool central;
+	/* Of its callers' spent tokens, those the reserve granted, and the
+	 * reserve's leftovers put into the bucket (tail.c), for its ledger
+	 * (ledger.h). */
+	_Atomic uint64_t central_spent;
+	_Atomic uint64_t deposited;
+
 } allot__qrt;
 
 /* The fields a decision reads come first, in the key's first line.
@@ -365,6 +374,14 @@ struct allot_agent {
 	char *service;
 	char *replica_id;
 	struct allot__sync *sync;
+	/* The tail path (tail.h), driven by the sync loop; NULL when
+	 * local-only. */
+	struct allot__tail *tail;
+	/* The callers use the tail path (allot_acquire_wait(), _async()):
+	 * from the first such call the bursts of quotas with a reserve are
+	 * installed as sent, not raised to wmax (a costlier request waits
+	 * for the reserve), and their reports say so (KeyReport.tail). */
+	_Atomic bool waits;
 };
 
 /* The endpoint classes in use are 0..nep-1 and the default (the last):
@@ -466,6 +483,16 @@ void allot__key_totals(
 void allot__quota_totals(
     allot_agent *a, const allot__qrt *q, allot__ktotals *ret);
 
+/* The tail path's decisions (agent.c), on the thread that drives it
+ * (tail.c): `k` admitted with `cost` tokens of the central reserve
+ * (counted, `*ret` from its bucket's allowance); or, its wait over
+ * without them, decided once more on its local bucket and counted like
+ * any decision. */
+void allot__decide_central(allot_agent *a, struct allot_key *k, uint32_t cost,
+    uint64_t now, allot_decision *ret);
+void allot__decide_final(allot_agent *a, struct allot_key *k, uint32_t cost,
+    uint64_t now, allot_decision *ret);
+
 /* Install an allowance on a quota's bucket (any thread). */
 void allot__quota_set(
     allot_agent *a, allot__qrt *q, const allot__allowance *al);
@@ -529,6 +556,18 @@ void allot__agent_sweep(allot_agent *a, uint64_t now);
 /* The coordinator loop (sync.c), installing through `in`. */
 int allot__sync_start(allot_agent *a, const allot__installer *in);
 void allot__sync_stop(allot_agent *a);
+
+/* Whether quota `q`'s callers wait for its central reserve: its burst
+ * is then run as the coordinator sent it (KeyReport.tail). */
+static inline bool
+allot__quota_waits(const allot_agent *a, allot__qrt *q)
+{
+	return atomic_load_explicit(&q->central, memory_order_relaxed) &&
+	    atomic_load_explicit(&a->waits, memory_order_relaxed);
+}
+
+/* Whether the calling thread is `a`'s sync loop (sync.c). */
+bool allot__sync_on_loop(const allot_agent *a);
 
 /* The coordinator's view of quota `quota` (a->quotas index) into the
  * fields of `ret` that say so (sync.c); untouched when local-only. */

@@ -63,6 +63,20 @@ allot__exchange_open(allot__exchange *x, const allot__exchange_opts *o)
 	return 0;
 }
 
+int
+allot__exchange_open_beside(allot__exchange *x, const allot__exchange *base,
+    void (*wake)(void *ctx), void *wake_ctx)
+{
+	x->wake = wake;
+	x->wake_ctx = wake_ctx;
+	x->sock = base->sock;
+	int rv;
+	if ((rv = nng_ctx_open(&x->ctx, x->sock)) != 0)
+		return rv;
+	x->ctx_open = true;
+	return nng_aio_alloc(&x->aio, aio_cb, x);
+}
+
 void
 allot__exchange_close(allot__exchange *x)
 {
@@ -71,6 +85,9 @@ allot__exchange_close(allot__exchange *x)
 	if (x->reply != NULL)
 		nng_msg_free(x->reply);
 	x->reply = NULL;
+	if (x->ctx_open)
+		nng_ctx_close(x->ctx);
+	x->ctx_open = false;
 	if (x->sock_open)
 		nng_close(x->sock);
 	x->sock_open = false;

@@ -39,6 +39,7 @@ typedef struct allot__exchange_opts {
 typedef struct allot__exchange {
 	nng_socket sock; /* dial it with allot__dial() */
 	bool sock_open;
+	bool ctx_open; /* a context of another exchange's socket */
 	nng_ctx ctx;
 	nng_aio *aio;
 	_Atomic int phase; /* idle, sending, receiving */
@@ -53,6 +54,13 @@ typedef struct allot__exchange {
 /* Open `x` (zeroed) as a REQ socket with its context and aio. Returns 0
  * or an nng error; close `x` either way. */
 int allot__exchange_open(allot__exchange *x, const allot__exchange_opts *o);
+
+/* Open `x` (zeroed) as a second context of `base`'s socket: its own
+ * exchanges run beside base's, to the same peer, over the same
+ * connection. Close it before `base`. Returns 0 or an nng error; close
+ * `x` either way. */
+int allot__exchange_open_beside(allot__exchange *x,
+    const allot__exchange *base, void (*wake)(void *ctx), void *wake_ctx);
 
 /* Stop any exchange in flight and free everything. */
 void allot__exchange_close(allot__exchange *x);

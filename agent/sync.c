@@ -52,6 +52,7 @@
 
 #include "dial.h"
 #include "exchange.h"
+#include "tail.h"
 #include "tls_reload.h"
 
 /* Members known at once: the seeds and those the cluster named. */
@@ -67,6 +68,8 @@ struct member {
 	bool listed; /* in the last member list the cluster sent */
 	uint64_t failed_ns; /* when an exchange with it last failed */
 	allot__exchange x;
+	/* The tail path's Asks, one per flight, beside x (tail.h). */
+	allot__exchange ax[ALLOT__TAIL_FLIGHTS];
 	allot__tlsdial td; /* its dialers, for certificate rotation */
 	allot__signer *signer; /* for its URL (sign.h); NULL: none */
 };
@@ -102,6 +105,13 @@ struct allot__sync {
 	_Atomic int link_wakers;
 
 	struct keypub *pub; /* quota_cap: each key's state, for stats */
+
+	/* The tail path (tail.h): its engine, the member its Ask in
+	 * flight went to, and the timer of the next waiter's deadline. */
+	allot__tail tail;
+	bool tail_init;
+	size_t tail_member[ALLOT__TAIL_FLIGHTS];
+	uv_timer_t tail_timer;
 };
 
 static uint64_t
@@ -323,6 +333,8 @@ publish(struct allot__sync *s)
 {
 	allot_agent *a = s->a;
 	const allot__syncc *c = &s->core;
+	if (s->tail_init)
+		allot__tail_publish(&s->tail, c);
 	uint32_t nq = atomic_load_explicit(&a->nquotas, memory_order_relaxed);
 	bool fb = atomic_load(&c->in_fallback);
 	int64_t until = (int64_t) (c->lease_until_ns / 1000000u);
@@ -400,6 +412,8 @@ static void
 member_close(struct member *mb)
 {
 	allot__tlsdial_fini(&mb->td);
+	for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++)
+		allot__exchange_close(&mb->ax[f]);
 	allot__exchange_close(&mb->x);
 	allot__signer_free(mb->signer);
 	mb->signer = NULL;
@@ -429,7 +443,11 @@ member_add(struct allot__sync *s, const char *name, const char *url, bool seed)
 		.wake = wake_loop,
 		.wake_ctx = &s->wake,
 	};
-	if (allot__exchange_open(&mb->x, &xo) != 0) {
+	bool opened = allot__exchange_open(&mb->x, &xo) == 0;
+	for (uint32_t f = 0; opened && f < ALLOT__TAIL_FLIGHTS; f++)
+		opened = allot__exchange_open_beside(
+		             &mb->ax[f], &mb->x, wake_loop, &s->wake) == 0;
+	if (!opened) {
 		member_close(mb);
 		return ALLOT_ENOMEM;
 	}
@@ -685,6 +703,79 @@ complete(struct allot__sync *s)
 	schedule(s, allot__syncc_next_delay_ms(&s->core, now, ok));
 }
 
+/* ---- the tail path (tail.h) ---- */
+
+static void tail_service(struct allot__sync *s);
+
+static void
+on_tail_timer(uv_timer_t *t)
+{
+	tail_service(t->data);
+}
+
+/* A caller queued a waiter (on its own thread). */
+static void
+tail_wake(void *ctx)
+{
+	uv_async_send(ctx);
+}
+
+/* Everything the tail path has to do now: collect the answer to the Ask
+ * in flight, deny the waiters whose deadline passed, send the next Ask
+ * to the member the session is with, and wake up again at the next
+ * deadline. */
+static void
+tail_service(struct allot__sync *s)
+{
+	allot__tail *t = &s->tail;
+	uint64_t now = now_ns(s->a);
+	for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++) {
+		int result;
+		nng_msg *reply;
+		if (!t->fl[f].busy ||
+		    !allot__exchange_finish(
+		        &s->m[s->tail_member[f]].ax[f], &result, &reply))
+			continue;
+		if (result == 0) {
+			allot__tail_reply(t, &s->core, f, now,
+			    nng_msg_body(reply), nng_msg_len(reply));
+			nng_msg_free(reply);
+		} else if (result == NNG_ETIMEDOUT) {
+			allot__tail_lost(t, f, now);
+		} else {
+			allot__tail_failed(t, f, now);
+		}
+	}
+	allot__tail_publish(t, &s->core);
+	void *buf;
+	size_t len;
+	uint32_t to, f;
+	uint64_t at = UINT64_MAX;
+	while (allot__tail_has_pending(t) &&
+	    allot__tail_request(t, &s->core, now, &buf, &len, &to, &f, &at) ==
+	        ALLOT_OK) {
+		s->tail_member[f] = s->cur;
+		if (allot__exchange_send(&s->m[s->cur].ax[f], buf, len, to) !=
+		    0)
+			allot__tail_failed(t, f, now);
+		free(buf);
+	}
+	uint64_t next = allot__tail_expire(t, now);
+	if (at < next)
+		next = at;
+	if (next != UINT64_MAX)
+		uv_timer_start(&s->tail_timer, on_tail_timer,
+		    (next - now + 999999u) / 1000000u, 0);
+	else
+		uv_timer_stop(&s->tail_timer);
+}
+
+bool
+allot__sync_on_loop(const allot_agent *a)
+{
+	return a->sync != NULL && loop_of == a->sync;
+}
+
 static void
 on_wake(uv_async_t *h)
 {
@@ -698,6 +789,7 @@ on_wake(uv_async_t *h)
 	complete(s);
 	swap_dialers(s);
 	publish(s);
+	tail_service(s);
 }
 
 static void
@@ -770,6 +862,7 @@ static void
 thread_main(void *arg)
 {
 	struct allot__sync *s = arg;
+	loop_of = s;
 	schedule(s, 0);
 	tls_check_start(s);
 	uv_timer_start(&s->check, check_early, check_ms(s->a), check_ms(s->a));
@@ -777,10 +870,18 @@ thread_main(void *arg)
 	link_wake_off(s);
 	if (s->tls_timer_init)
 		uv_close((uv_handle_t *) &s->tls_timer, close_cb);
-	/* Stopping: cancel the exchange in flight, then leave. */
-	for (size_t i = 0; i < s->n; i++)
+	/* Stopping: cancel the exchanges in flight, deny whoever still
+	 * waits for the reserve, then leave. */
+	for (size_t i = 0; i < s->n; i++) {
+		for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++)
+			allot__exchange_stop(&s->m[i].ax[f]);
 		allot__exchange_stop(&s->m[i].x);
+	}
+	s->a->tail = NULL;
+	allot__tail_fini(&s->tail, now_ns(s->a));
+	s->tail_init = false;
 	send_leave(s);
+	uv_close((uv_handle_t *) &s->tail_timer, close_cb);
 	uv_close((uv_handle_t *) &s->timer, close_cb);
 	uv_close((uv_handle_t *) &s->check, close_cb);
 	uv_close((uv_handle_t *) &s->wake, close_cb);
@@ -790,6 +891,8 @@ thread_main(void *arg)
 static void
 sync_free(struct allot__sync *s)
 {
+	if (s->tail_init)
+		allot__tail_fini(&s->tail, now_ns(s->a));
 	for (size_t i = 0; i < s->n; i++)
 		member_close(&s->m[i]);
 	allot__syncc_fini(&s->core);
@@ -899,8 +1002,15 @@ allot__sync_start(allot_agent *a, const allot__installer *in)
 	s->tls_seen = allot__tls_files_look(&a->opts);
 	uv_timer_init(&s->loop, &s->check);
 	s->check.data = s;
+	uv_timer_init(&s->loop, &s->tail_timer);
+	s->tail_timer.data = s;
+	if (allot__tail_init(&s->tail, a, tail_wake, &s->wake) == ALLOT_OK)
+		s->tail_init = true;
 	a->sync = s;
+	a->tail = s->tail_init ? &s->tail : NULL;
 	if (uv_thread_create(&s->thread, thread_main, s) != 0) {
+		a->tail = NULL;
+		uv_close((uv_handle_t *) &s->tail_timer, NULL);
 		uv_close((uv_handle_t *) &s->timer, NULL);
 		uv_close((uv_handle_t *) &s->wake, NULL);
 		uv_close((uv_handle_t *) &s->check, NULL);
@@ -940,6 +1050,7 @@ allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
 		return ALLOT_OK;
 	struct allot__sync *s = a->sync;
 	allot__syncc_stats(&s->core, now_ns(a), ret);
+	allot__tail_stats(&s->tail, ret);
 	ret->members = atomic_load(&s->n_pub);
 	ret->leader_switches = atomic_load(&s->switches);
 	return ALLOT_OK;

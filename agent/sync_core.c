@@ -24,6 +24,7 @@
 #include "sync_int.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #include "config_cache.h"
 #include "fallback.h"
 #include "prng.h"
+#include "tail.h"
 #include "protocol.h"
 #include "sign.h"
 
@@ -147,6 +149,7 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 	/* The deployment's size, for a service the coordinator has not
 	 * seen yet: its first Welcomes are sized for all of them. */
 	reg.expected_replicas = a->opts.initial_replicas;
+	reg.waits = atomic_load_explicit(&a->waits, memory_order_relaxed);
 	if (s->signer != NULL && allot__signer_sign(s->signer, &reg) != 0) {
 		free(keys);
 		return ALLOT_EIO;
@@ -160,6 +163,8 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 	free(keys);
 	return rc;
 }
+
+static void install_share(syncc *s, uint32_t key, double rate, double burst);
 
 static int
 build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
@@ -187,8 +192,16 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	for (uint32_t i = 0; i < nquotas; i++) {
 		allot__qrt *q = &a->quotas[i];
 		qsync *qs = &s->q[i];
+		/* The level before the counts: ledger.h. */
+		double level = allot__bucket_level(&q->bucket, now);
 		allot__ktotals t;
 		allot__quota_totals(a, q, &t);
+		uint64_t overflow = 0;
+		if (allot__quota_waits(a, q))
+			overflow = allot__ledger_close(
+			    &qs->ledger, q, level, t.spent, now);
+		else
+			allot__ledger_reset(&qs->ledger);
 		/* A refund may have lowered `spent` below what was already
 		 * reported: report nothing until consumption catches up. */
 		int64_t d_spent = (int64_t) (t.spent - qs->last_spent);
@@ -206,9 +219,18 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		/* A key whose allowance came from another leader is reported
 		 * even when idle: the new leader learns from it what the
 		 * old one handed out (docs/operations.md, "Taking over"). */
+		bool tail = allot__quota_waits(a, q);
+		/* Its callers started to wait for the reserve: the burst it
+		 * was sent applies as sent from now on (agent.c), and what
+		 * the raise held above it goes back to the reserve. */
+		if (tail && !qs->tail_said && qs->has_share &&
+		    !atomic_load(&s->in_fallback))
+			install_share(s, i, qs->share_rate, qs->share_burst);
 		if (consumed == 0 && denied == 0 && shadow == 0 &&
-		    !qs->foreign)
+		    qs->returned == 0 && overflow == 0 && !qs->foreign &&
+		    tail == qs->tail_said)
 			continue;
+		qs->tail_said = tail;
 		Allot__V1__KeyReport *r = &reps[n];
 		allot__v1__key_report__init(r);
 		if (qs->foreign) {
@@ -226,7 +248,10 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		r->consumed = consumed;
 		r->denied = denied;
 		r->shadow_denied = shadow;
-		double level = allot__bucket_level(&q->bucket, now);
+		r->returned = qs->returned;
+		qs->returned = 0;
+		r->overflow = overflow;
+		r->tail = tail;
 		r->held = level > 0 ? (uint64_t) level : 0;
 		r->demand = (uint64_t) ceil(qs->demand);
 		ptrs[n++] = r;
@@ -296,6 +321,37 @@ static void
 install_share(syncc *s, uint32_t key, double rate, double burst)
 {
 	allot_agent *a = s->a;
+	allot__qrt *q = &a->quotas[key];
+	allot__ledger *l = &s->q[key].ledger;
+	bool waits = allot__quota_waits(a, q);
+	uint64_t now = allot__agent_now(a);
+	double level = 0;
+	if (waits) {
+		/* When its callers wait for a central reserve, what a lower
+		 * burst drops goes back to the reserve (KeyReport.returned,
+		 * or AskKey.returned): at most the tokens taken while the
+		 * allowance changes hands are counted twice. */
+		level = allot__bucket_level(&q->bucket, now);
+		if (level > burst + 1) {
+			s->q[key].returned += (uint64_t) (level - burst);
+			allot__ledger_out(
+			    l, (double) (uint64_t) (level - burst));
+			level = burst;
+		}
+		allot__ledger_rate(l, rate, now);
+		/* A closed bucket opens empty: while it was closed its part
+		 * of the quota was the reserve's, which may have served it
+		 * to anyone since (the reserve moves tokens to it, Share.
+		 * prefill, rather than it refilling on its own). */
+		allot__allowance cur;
+		allot__bucket_get(&q->bucket, &cur);
+		if (cur.mode == ALLOT__MODE_CLOSED && rate > 0) {
+			allot__bucket_empty(&q->bucket, now);
+			level = 0;
+		}
+	} else {
+		allot__ledger_reset(l);
+	}
 	allot__allowance al = {
 		.rate = rate,
 		.burst = burst,
@@ -305,6 +361,17 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	if (!(rate > 0))
 		al.mode = ALLOT__MODE_CLOSED;
 	s->in.install(s->in.ctx, key, &al);
+	/* What it gave back and has not said so yet is still its own: a
+	 * bucket with room takes it back, rather than the reserve receiving
+	 * it once the capacity for it has moved here. */
+	uint64_t back = s->q[key].returned;
+	if (waits && rate > 0 && back > 0 && burst - level >= 1) {
+		if ((double) back > burst - level)
+			back = (uint64_t) (burst - level);
+		allot__bucket_adjust(&q->bucket, -(int64_t) back, now);
+		s->q[key].returned -= back;
+		allot__ledger_in(l, (double) back);
+	}
 	s->q[key].share_rate = rate;
 	s->q[key].share_burst = burst;
 	s->q[key].has_share = true;
@@ -326,10 +393,13 @@ move_tokens(syncc *s, uint32_t key, double prefill, double debit, uint64_t now)
 	if (prefill >= 1) {
 		allot__bucket_adjust(b, -(int64_t) prefill, now);
 		atomic_fetch_add(&s->loan_tokens, (uint64_t) prefill);
+		allot__ledger_in(
+		    &s->q[key].ledger, (double) (int64_t) prefill);
 	}
 	if (debit >= 1) {
 		allot__bucket_adjust(b, (int64_t) debit, now);
 		atomic_fetch_add(&s->debit_tokens, (uint64_t) debit);
+		allot__ledger_out(&s->q[key].ledger, (double) (int64_t) debit);
 	}
 }
 
@@ -355,6 +425,8 @@ apply_shares(
 			bad++;
 			continue;
 		}
+		atomic_store_explicit(&a->quotas[sh->key].central, sh->central,
+		    memory_order_relaxed);
 		install_share(s, sh->key, sh->rate, sh->burst);
 		move_tokens(s, sh->key, sh->prefill, sh->debit, now);
 		seen[sh->key] = true;
@@ -399,6 +471,7 @@ static void
 key_fallback(syncc *s, uint32_t i, uint32_t n)
 {
 	allot_agent *a = s->a;
+	allot__ledger_reset(&s->q[i].ledger);
 	const allot__quota *q = a->quotas[i].q;
 	allot__allowance al;
 	/* The agent's: with the ceiling's local share (fallback.h). */
@@ -572,6 +645,9 @@ config_take(
 	s->bad_digest = 0;
 	s->bad_backoff_ms = 0;
 	s->reconfigured = true;
+	/* Keys may have moved between quotas: every count starts again. */
+	for (uint32_t i = 0; i < nq(s); i++)
+		allot__ledger_reset(&s->q[i].ledger);
 	atomic_store(&s->enforced, digest);
 	atomic_fetch_add(&s->config_installs, 1);
 	allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CONFIG-INSTALL",
@@ -606,6 +682,7 @@ config_settle(syncc *s, uint32_t before)
 		} else if (s->in.static_allowance != NULL) {
 			allot__allowance al;
 			s->in.static_allowance(s->in.ctx, i, n, false, &al);
+			allot__ledger_reset(&qs->ledger);
 			al.hint_ns = (uint64_t) s->a->opts.sync_interval_ms *
 			    1000000u;
 			s->in.install(s->in.ctx, i, &al);
@@ -664,6 +741,7 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 	rebaseline(s);
 	s->session = w->session;
 	s->seq = 0;
+	s->applied_seq = 0;
 	s->last_sync_ns = now;
 	atomic_store(&s->session_pub, w->session);
 	atomic_store(&s->replicas, w->replicas);
@@ -690,6 +768,8 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 		        "" :
 		        " and it did not send it (too large, or we "
 		        "do not take configs)");
+	if (a->tail != NULL)
+		allot__tail_welcomed(a->tail, w->session);
 	apply_shares(s, w->shares, w->n_shares, true, now);
 	if (before != UINT32_MAX)
 		config_settle(s, before);
@@ -870,6 +950,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			config_settle(s, before);
 		set_lease(s, now, r->lease_ms);
 		learn(s, r->members, r->n_members);
+		s->applied_seq = r->seq;
 		atomic_fetch_add(&s->syncs_ok, 1);
 		atomic_fetch_add(&s->reports_sent, s->sent_reports);
 		atomic_fetch_add(&s->bytes_sent, s->sent_bytes);

@@ -15,6 +15,7 @@
 #define ALLOT_AGENT_SYNC_INT_H
 
 #include "agent_int.h"
+#include "ledger.h"
 
 typedef struct allot__qsync {
 	uint64_t last_spent; /* tokens reported as consumed so far */
@@ -29,6 +30,11 @@ typedef struct allot__qsync {
 	 * held_rate, held_burst) until this one grants it a share. */
 	bool foreign;
 	bool denying; /* its last report carried denials */
+	/* Tokens its bucket dropped when a lower burst was installed, not
+	 * reported yet (KeyReport.returned). */
+	uint64_t returned;
+	allot__ledger ledger; /* what a full bucket discarded (ledger.h) */
+	bool tail_said; /* its last report's KeyReport.tail */
 } allot__qsync;
 
 /* Where the next exchange goes, as the last answer says. */
@@ -51,6 +57,7 @@ typedef struct allot__syncc {
 	allot__expect expect;
 	uint64_t session;
 	uint64_t seq;
+	uint64_t applied_seq; /* the Sync whose Reply was applied last */
 	uint64_t lease_until_ns;
 	uint64_t last_sync_ns;
 	uint64_t sent_ns;

@@ -22,6 +22,8 @@ allot_strerror(int err)
 	case ALLOT_EUNREACH: return "coordinator unreachable";
 	case ALLOT_ERANGE: return "value out of range";
 	case ALLOT_EBUSY: return "concurrency limit reached";
+	case ALLOT_EINPROGRESS:
+		return "in progress: the decision comes through the callback";
 	}
 	return "unknown error";
 }

@@ -167,6 +167,18 @@ parse_hold(const allot__opt_use *u, void *dst)
 	    u, "--hold-expired %s: expected none, lease or fallback", u->arg);
 }
 
+/* --central-reserve on|off. */
+static int
+parse_central(const allot__opt_use *u, void *dst)
+{
+	bool on = strcmp(u->arg, "on") == 0;
+	if (!on && strcmp(u->arg, "off") != 0)
+		return allot__opts_fail(
+		    u, "--central-reserve %s: expected on or off", u->arg);
+	((opts *) dst)->so.policy.central = on;
+	return ALLOT__OPTS_OK;
+}
+
 /* --peer-register-rate and --peer-message-rate: R[:B] into a budget's
  * rate and burst. */
 static int
@@ -329,6 +341,14 @@ static const allot__opt rows[] = {
 	    "connection closed (it exited) is never held. See\n"
 	    "docs/allocation.md.\n",
 	    .set = parse_hold },
+	{ "central-reserve", 0, ALLOT__OPT_CALL, "on|off",
+	    "The tail path (default on): each quota keeps what its\n"
+	    "replicas' traffic does not need in a central reserve, served\n"
+	    "to a request whose local bucket is short in one round trip\n"
+	    "(an Ask); off: every quota is decided locally only, as with\n"
+	    "`reserve: 0` on each. See docs/allocation.md, \"The central\n"
+	    "reserve\".\n",
+	    .set = parse_central },
 	{ "loan-frac", 0, ALLOT__OPT_DOUBLE, "F",
 	    "Loans: a replica that starts denying a quota gets tokens taken\n"
 	    "from idle replicas' buckets at once, at most F x R x min(T,\n"
@@ -438,6 +458,7 @@ static const char help_head[] =
     "            [--agent-url URL] (--seed ID=RAFT_ADDR=AGENT_URL... | "
     "--join)]\n"
     "           [--hold-expired none|lease|fallback] [--loan-frac F]\n"
+    "           [--central-reserve on|off]\n"
     "           [--admin-socket PATH [--admin-group GROUP]]\n"
     "    allotd --help | --version\n"
     "\n"

@@ -32,6 +32,7 @@ typedef struct answer {
 	Allot__V1__Envelope env;
 	Allot__V1__Welcome welcome;
 	Allot__V1__Reply reply;
+	Allot__V1__Grant grant;
 	Allot__V1__Error error;
 	/* The cluster's view, when the gate was asked. */
 	const allot__cluster_view *view;
@@ -59,6 +60,8 @@ allot__dispatch_body_name(Allot__V1__Envelope__BodyCase c)
 	case ALLOT__V1__ENVELOPE__BODY_LEAVE: return "Leave";
 	case ALLOT__V1__ENVELOPE__BODY_ERROR: return "Error";
 	case ALLOT__V1__ENVELOPE__BODY_PROBE: return "Probe";
+	case ALLOT__V1__ENVELOPE__BODY_ASK: return "Ask";
+	case ALLOT__V1__ENVELOPE__BODY_GRANT: return "Grant";
 	default: return "nothing";
 	}
 }
@@ -228,6 +231,24 @@ on_sync(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 }
 
 static void
+on_ask(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
+    const Allot__V1__Ask *ask, answer *a, allot__dispatch_result *res)
+{
+	if (ask->n_keys > c->max_reports) {
+		res->code = ALLOT__V1__ERROR__CODE__TOO_LARGE;
+		snprintf(res->err, sizeof res->err,
+		    "%zu keys in Ask; at most %u", ask->n_keys,
+		    c->max_reports);
+		return;
+	}
+	res->code = allot__state_ask_on(c->state, ask, req->pipe, req->pa,
+	    &a->grant, res->err, sizeof res->err);
+	a->counted = true;
+	a->env.body_case = ALLOT__V1__ENVELOPE__BODY_GRANT;
+	a->env.grant = &a->grant;
+}
+
+static void
 on_leave(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
     const Allot__V1__Leave *leave, answer *a, allot__dispatch_result *res)
 {
@@ -267,7 +288,7 @@ stamp(answer *a)
 {
 	if (a->view == NULL)
 		return;
-	a->welcome.epoch = a->reply.epoch = a->view->epoch;
+	a->welcome.epoch = a->reply.epoch = a->grant.epoch = a->view->epoch;
 	a->welcome.n_members = a->reply.n_members = a->view->nmembers;
 	a->welcome.members = a->reply.members = a->view->members;
 }
@@ -290,10 +311,14 @@ route(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		if (gate(c, a, res))
 			on_leave(c, req, in->leave, a, res);
 		break;
+	case ALLOT__V1__ENVELOPE__BODY_ASK:
+		if (gate(c, a, res))
+			on_ask(c, req, in->ask, a, res);
+		break;
 	default:
 		res->code = ALLOT__V1__ERROR__CODE__MALFORMED;
 		snprintf(res->err, sizeof res->err,
-		    "an agent may send Register, Sync or Leave, not %s%s",
+		    "an agent may send Register, Sync, Ask or Leave, not %s%s",
 		    allot__dispatch_body_name(in->body_case),
 		    in->body_case == ALLOT__V1__ENVELOPE__BODY_PROBE ?
 		        " (members no longer probe each other: they run "
@@ -339,6 +364,7 @@ allot__dispatch(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 		.env = ALLOT__V1__ENVELOPE__INIT,
 		.welcome = ALLOT__V1__WELCOME__INIT,
 		.reply = ALLOT__V1__REPLY__INIT,
+		.grant = ALLOT__V1__GRANT__INIT,
 		.error = ALLOT__V1__ERROR__INIT,
 		.view = NULL,
 		.counted = false,

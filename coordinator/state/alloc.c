@@ -24,6 +24,8 @@
 #include "alloc.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <allot/allot.h>
 
@@ -41,6 +43,9 @@ allot__alloc_policy_init(allot__alloc_policy *pol)
 	pol->deadband = ALLOT__ALLOC_DEADBAND;
 	pol->noise_z = ALLOT__ALLOC_NOISE_Z;
 	pol->loan_frac = ALLOT__ALLOC_LOAN_FRAC;
+	pol->central = true;
+	pol->body_intervals = ALLOT__ALLOC_BODY_INTERVALS;
+	pol->central_pool = ALLOT__ALLOC_CENTRAL_POOL;
 }
 
 /* Divide `total` in n equal parts whose sum, added in double precision,
@@ -211,6 +216,17 @@ long_run(const allot__alloc_slot *x, double total, double slow)
 	return total * nonneg(x->demand_slow) / slow;
 }
 
+/* Whether a slot's agent waits for its quota's central reserve when its
+ * bucket is short (allot__alloc_slot.tail): its bucket is then for the
+ * body of its traffic and the rest of its part is pooled. A slot whose
+ * callers never wait is split as without a reserve: they would be
+ * refused what the reserve holds. */
+static bool
+waits(const allot__alloc_quota *aq, const allot__alloc_slot *x)
+{
+	return aq->central && x->tail;
+}
+
 /* Every slot's demand estimate into slot->rate (scratch until
  * fill_quota) and the quota's claim, its demand plus headroom, into
  * aq->claim. */
@@ -219,11 +235,22 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 {
 	double known = 0;
 	size_t nknown = 0;
+	aq->pooled = false;
+	for (size_t i = 0; i < aq->nslots; i++)
+		aq->pooled |= waits(aq, &aq->slots[i]);
 	for (size_t i = 0; i < aq->nslots; i++) {
 		allot__alloc_slot *s = &aq->slots[i];
 		if (s->fresh)
 			continue;
 		s->rate = nonneg(s->demand);
+		/* With a central reserve the local bucket is for the body of
+		 * the traffic: what the replica has seen both lately and in
+		 * the long run. A burst lifts the fast estimate for a few
+		 * intervals, but the next one lands anywhere and is served
+		 * by the reserve; a rate kept for it here would refill a
+		 * bucket nobody draws from while the reserve runs dry. */
+		if (waits(aq, s))
+			s->rate = nonneg(s->demand_body);
 		known += s->rate;
 		nknown++;
 	}
@@ -253,7 +280,8 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	for (size_t i = 0; slow > 0 && i < aq->nslots; i++) {
 		allot__alloc_slot *s = &aq->slots[i];
 		double part = long_run(s, hk, slow);
-		if (!s->fresh && s->rate >= LONG_RUN_GONE * part)
+		if (!s->fresh && !waits(aq, s) &&
+		    s->rate >= LONG_RUN_GONE * part)
 			s->rate = fmax(s->rate, part);
 	}
 	double total = 0;
@@ -372,18 +400,40 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 		return;
 	}
 	if (total_want <= C) {
-		/* The ceiling does not bind: everyone gets what it wants and
-		 * the rest is spread in proportion to R (capped at R), so a
-		 * quota whose demand rises has room before the next round. */
+		/* The ceiling does not bind on demand. A quota with a central
+		 * reserve keeps all of R: its replicas' rates are their
+		 * claims, and the rest waits in its reserve, which the
+		 * ceiling's own reserve holds to C together with every other
+		 * quota's (central.c); so an idle caller's burst at rest is
+		 * not cut because others could use their quotas. The others
+		 * get what they want and the rest of C is spread in
+		 * proportion to R (capped at R), so a quota whose demand
+		 * rises has room before the next round. */
+		double central_want = 0, other = 0;
+		for (size_t q = 0; q < nq; q++) {
+			if (!(qs[q].sum_burst > 0) || !qs[q].pooled)
+				continue;
+			central_want += qs[q].sum_rate;
+			qs[q].sum_burst = 0; /* not spread over below */
+			qs[q].allowance = qs[q].rate;
+		}
 		double mu = level_floor(
 		    &qs[0].sum_rate, st, &qs[0].sum_burst, st, nq, C);
 		for (size_t q = 0; q < nq; q++) {
 			allot__alloc_quota *aq = &qs[q];
-			if (aq->sum_burst > 0)
+			if (aq->sum_burst > 0) {
 				aq->allowance = fmin(aq->rate,
 				    fmax(aq->sum_rate, mu * aq->rate));
+				other += aq->allowance;
+			}
 		}
-		fit_sum(&qs[0].allowance, st, nq, C);
+		double room = C - central_want;
+		for (size_t q = 0; other > room && q < nq; q++)
+			if (qs[q].sum_burst > 0)
+				qs[q].allowance *= room > 0 ? room / other : 0;
+		for (size_t q = 0; q < nq; q++)
+			if (qs[q].pooled && qs[q].allowance > 0)
+				qs[q].sum_burst = qs[q].rate; /* its weight */
 		return;
 	}
 	/* It binds: the classes kept longest are served first, each in
@@ -397,17 +447,19 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 }
 
 /* The burst a slot of burst weight r (burst_weight) gets: at least the
- * largest endpoint weight w when the budget has that for every slot
- * with a rate, the rest in proportion to the weights, which sum to
- * sum_r. */
+ * largest endpoint weight w when the budget has that for every one of
+ * the `nw` slots with a rate that need it (`floor`: whose agent raises
+ * a smaller burst to w, allot__alloc_slot.tail), the rest in proportion
+ * to the weights, which sum to sum_r. */
 static double
-burst_of(double r, double sum_r, double budget, double w, size_t npos)
+burst_of(
+    double r, double sum_r, double budget, double w, size_t nw, bool floor)
 {
 	if (!(r > 0) || !(sum_r > 0))
 		return 0;
-	double base = budget >= (double) npos * w ? w : 0;
-	double rest = budget - (double) npos * base;
-	return base + (rest > 0 ? rest : 0) * (r / sum_r);
+	double base = budget >= (double) nw * w ? w : 0;
+	double rest = budget - (double) nw * base;
+	return (floor ? base : 0) + (rest > 0 ? rest : 0) * (r / sum_r);
 }
 
 /* What a slot's burst is in proportion to: its rate, but no more than
@@ -424,10 +476,16 @@ burst_of(double r, double sum_r, double budget, double w, size_t npos)
  * the equal share (a high rate and a high long-run part) still gets the
  * larger burst. */
 static double
-burst_weight(const allot__alloc_slot *x, double A, double slow, double eq)
+burst_weight(
+    const allot__alloc_quota *aq, const allot__alloc_slot *x, double slow)
 {
 	if (!(x->rate > 0))
 		return 0;
+	/* With a central reserve a burst at rest is the reserve's: the
+	 * bucket of a replica that waits for it is for its own traffic. */
+	if (waits(aq, x))
+		return x->rate;
+	double A = aq->allowance, eq = A / (double) aq->nslots;
 	double r = x->rate;
 	if (slow > 0 && !x->fresh)
 		r = fmin(r, long_run(x, A, slow));
@@ -446,7 +504,7 @@ kept(const allot__alloc_slot *x)
 /* The slots' bursts from their rates (fill_quota), the dead band `db`
  * applied. */
 static void
-fill_bursts(allot__alloc_quota *aq, double db)
+fill_bursts(allot__alloc_quota *aq, double db, double body_s)
 {
 	size_t n = aq->nslots;
 	double A = aq->allowance;
@@ -470,15 +528,15 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	for (size_t i = 0; i < n; i++)
 		if (kept(&sl[i]))
 			keep += sl[i].prev_burst;
-	double kf = keep > budget ? budget / keep : 1.0;
 	double total = budget;
+	double kf = keep > budget ? budget / keep : 1.0;
 	budget = keep > 0 ? nonneg(budget - keep * kf) : budget;
 	size_t npos = 0;
-	double sum_r = 0, eq = A / (double) n, slow = slow_sum(aq);
+	double sum_r = 0, slow = slow_sum(aq);
 	for (size_t i = 0; i < n; i++) {
 		if (sl[i].rate > 0 && !kept(&sl[i])) {
-			npos++;
-			sum_r += burst_weight(&sl[i], A, slow, eq);
+			npos += !waits(aq, &sl[i]);
+			sum_r += burst_weight(aq, &sl[i], slow);
 		}
 	}
 	double sum = 0;
@@ -488,8 +546,8 @@ fill_bursts(allot__alloc_quota *aq, double db)
 			x->burst = 0; /* set below */
 			continue;
 		}
-		x->burst = burst_of(
-		    burst_weight(x, A, slow, eq), sum_r, budget, w, npos);
+		x->burst = burst_of(burst_weight(aq, x, slow), sum_r, budget,
+		    w, npos, !waits(aq, x));
 		double p = x->prev_burst;
 		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
 		    isfinite(p) &&
@@ -502,12 +560,12 @@ fill_bursts(allot__alloc_quota *aq, double db)
 		for (size_t i = 0; i < n; i++)
 			slack += fmax(0,
 			    sl[i].burst -
-			        burst_of(burst_weight(&sl[i], A, slow, eq),
-			            sum_r, budget, w, npos));
+			        burst_of(burst_weight(aq, &sl[i], slow), sum_r,
+			            budget, w, npos, !waits(aq, &sl[i])));
 		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
 		for (size_t i = 0; i < n; i++) {
-			double nb = burst_of(burst_weight(&sl[i], A, slow, eq),
-			    sum_r, budget, w, npos);
+			double nb = burst_of(burst_weight(aq, &sl[i], slow),
+			    sum_r, budget, w, npos, !waits(aq, &sl[i]));
 			if (sl[i].burst > nb)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
 		}
@@ -515,6 +573,18 @@ fill_bursts(allot__alloc_quota *aq, double db)
 	for (size_t i = 0; keep > 0 && i < n; i++)
 		if (kept(&sl[i]))
 			sl[i].burst = sl[i].prev_burst * kf;
+	/* With a central reserve the bucket of a replica that waits for it
+	 * holds what the body of its traffic needs, body_s of its rate (at
+	 * least one token, and the part of its burst the quota's `reserve`
+	 * keeps local; a costlier request goes to the reserve); the rest of
+	 * its part of the budget is the reserve's, where a burst reaches it
+	 * from whichever replica it lands on. */
+	double keep_local = 1.0 - fmin(1.0, nonneg(aq->reserve));
+	for (size_t i = 0; i < n; i++)
+		if (waits(aq, &sl[i]))
+			sl[i].burst = fmin(sl[i].burst,
+			    fmax(fmax(1, body_s * sl[i].rate),
+			        keep_local * sl[i].burst));
 	aq->burst_budget = total;
 	aq->sum_burst = fit_sum(&sl[0].burst, st, n, total);
 }
@@ -546,7 +616,8 @@ fair_mark(const allot__alloc_slot *x, double A, size_t n, double slow)
 }
 
 static void
-fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
+fill_quota(
+    const allot__alloc_policy *pol, allot__alloc_quota *aq, double interval_s)
 {
 	size_t n = aq->nslots;
 	double A = aq->allowance;
@@ -574,8 +645,10 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * which spreads the leftover over idle and busy replicas alike. */
 	double s = 0;
 	for (size_t i = 0; i < n; i++) {
-		sl[i].rate = fmax(
-		    sl[i].rate * (1.0 + h), sl[i].served ? f : fnew);
+		/* An agent that waits for the reserve sends its first
+		 * requests there: it needs no floor of its own. */
+		double fl = waits(aq, &sl[i]) ? 0 : sl[i].served ? f : fnew;
+		sl[i].rate = fmax(sl[i].rate * (1.0 + h), fl);
 		/* A replica that has not reported since demand appeared
 		 * claims at least its target: its estimate predates the
 		 * change, and it may be about to see the same burst. */
@@ -583,14 +656,32 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 			sl[i].rate = sl[i].prev_rate;
 		s += sl[i].rate;
 	}
-	if (s > A) {
-		double x = level_cap(&sl[0].rate, st, NULL, 0, n, A);
+	/* With a central reserve the replicas' claims are served out of
+	 * (1 - central_pool) A when they exceed it: when the quota is short
+	 * everywhere, a part of it stays pooled at the coordinator, where
+	 * a replica whose traffic outruns its share finds it, instead of
+	 * all of it sitting in the buckets of replicas that may not need
+	 * it this very interval. */
+	double Aloc = aq->pooled ?
+	    A * (1.0 - fmin(1.0, nonneg(pol->central_pool))) :
+	    A;
+	if (s > Aloc) {
+		double x = level_cap(&sl[0].rate, st, NULL, 0, n, Aloc);
 		for (size_t i = 0; i < n; i++)
 			sl[i].rate = fmin(sl[i].rate, x);
 	} else {
-		double x = level_floor(&sl[0].rate, st, NULL, 0, n, A);
+		/* The leftover is spread over the slots whose callers do not
+		 * wait for the reserve, each its 1/n of it; the parts of
+		 * those that wait stay with the reserve and refill it. */
+		double nl = 0;
+		for (size_t i = 0; i < n; i++) {
+			sl[i].burst = waits(aq, &sl[i]) ? 0 : 1; /* scratch */
+			nl += sl[i].burst;
+		}
+		double x = level_floor(&sl[0].rate, st, &sl[0].burst, st, n,
+		    s + (A - s) * nl / (double) n);
 		for (size_t i = 0; i < n; i++)
-			sl[i].rate = fmax(sl[i].rate, x);
+			sl[i].rate = fmax(sl[i].rate, sl[i].burst * x);
 	}
 	/* Dead band: a target moves only when the new one differs by more
 	 * than the band, the larger of `deadband` (relative) and noise_z
@@ -617,7 +708,9 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 				/* The band holds a target against noise, not
 				 * below where the replica belongs: a rise
 				 * towards its mark passes (see fair_mark). */
-				double m = fair_mark(x, A, n, slow);
+				double m = waits(aq, x) ?
+				    0 :
+				    fair_mark(x, A, n, slow);
 				if (keep && nw > p && p < (1.0 - db) * m)
 					x->rate = fmin(nw, m);
 			}
@@ -634,8 +727,17 @@ fill_quota(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 					    cut;
 		}
 	}
-	aq->sum_rate = fit_sum(&sl[0].rate, st, n, A);
-	fill_bursts(aq, db);
+	double body = pol->body_intervals > 0 ? pol->body_intervals : 0;
+	double body_s = body * (interval_s > 0 ? interval_s : 0.1);
+	/* A replica that waits for the reserve and whose rate would not
+	 * fill a token over its body window holds nothing: its few requests
+	 * go to the reserve, which keeps the capacity its bucket would have
+	 * held and never filled. */
+	for (size_t i = 0; i < n; i++)
+		if (waits(aq, &sl[i]) && !(sl[i].rate * body_s >= 1))
+			sl[i].rate = 0;
+	aq->sum_rate = fit_sum(&sl[0].rate, st, n, Aloc);
+	fill_bursts(aq, db, body_s);
 }
 
 static void
@@ -645,7 +747,7 @@ demand_alloc(const allot__alloc_policy *pol, allot__alloc_service *svc)
 		claims(pol, &svc->quotas[q]);
 	ceiling_split(pol, svc);
 	for (size_t q = 0; q < svc->nquotas; q++)
-		fill_quota(pol, &svc->quotas[q]);
+		fill_quota(pol, &svc->quotas[q], svc->interval_s);
 }
 
 int

@@ -38,6 +38,8 @@ typedef enum allot__alloc_kind {
 #define ALLOT__ALLOC_DEADBAND 0.05
 #define ALLOT__ALLOC_NOISE_Z 2.0
 #define ALLOT__ALLOC_LOAN_FRAC 0.3
+#define ALLOT__ALLOC_BODY_INTERVALS 4.0
+#define ALLOT__ALLOC_CENTRAL_POOL 0.1
 
 typedef struct allot__alloc_policy {
 	allot__alloc_kind kind;
@@ -73,6 +75,21 @@ typedef struct allot__alloc_policy {
 	 * the others' unused levels; at most loan_frac * R * T of a quota
 	 * lent at a time. >= 0; 0 disables them. */
 	double loan_frac;
+	/* The central reserve (docs/allocation.md): a quota whose config
+	 * does not opt out (`reserve: 0`) keeps what its replicas' traffic
+	 * does not need in the coordinator's reserve, served to a request
+	 * its local bucket is short of in one round trip (the tail path).
+	 * Its replicas' rates are their claims, not the claims with the
+	 * leftover spread over them, and their bursts cover body_intervals
+	 * sync intervals at that rate: the rest of the allowance refills
+	 * the reserve and the rest of the budget is its capacity. false:
+	 * every quota is local only (loans still move tokens). */
+	bool central;
+	double body_intervals; /* > 0 */
+	/* With a central reserve, the part of the allowance that stays
+	 * pooled at the coordinator when the replicas' claims exceed the
+	 * rest (every replica short): in [0, 1). */
+	double central_pool;
 } allot__alloc_policy;
 
 /* The demand-aware policy with its defaults. */
@@ -90,6 +107,9 @@ typedef struct allot__alloc_slot {
 	                  denied cost, smoothed) */
 	double demand_var; /* its variance (noise), (tokens/s)^2;
 	                      0: unknown */
+	double demand_body; /* the body of the demand, tokens/s: its
+	                       estimate over windows each clipped to
+	                       twice it (a burst barely moves it) */
 	double demand_slow; /* the demand estimate averaged over a
 	                       much longer time (ALLOT__SLOW_TAUS), tokens/s:
 	                       the replica's part of the traffic in the
@@ -103,6 +123,10 @@ typedef struct allot__alloc_slot {
 	bool stale; /* it has not reported since demand appeared in
 	               its quota (onset): its estimate predates it, so
 	               it keeps its target (rate and burst) this round */
+	bool tail; /* its agent waits for the central reserve when its
+	              bucket is short, and so does not raise a burst
+	              below the largest endpoint weight to it (a costlier
+	              request goes to the reserve) */
 	bool has_prev; /* prev_* is the current target */
 	double prev_rate;
 	double prev_burst;
@@ -119,6 +143,10 @@ typedef struct allot__alloc_quota {
 	                      0 is shed first, higher is kept longer */
 	double min_burst; /* the largest endpoint weight: an agent
 	                     raises a smaller local burst to it */
+	bool central; /* keeps a central reserve (policy.central and
+	                 the quota does not opt out) */
+	double reserve; /* the quota's `reserve`: the most of its burst the
+	                   reserve may hold, in [0, 1] */
 	allot__alloc_slot *slots; /* one per participating replica */
 	size_t nslots;
 	/* outputs */
@@ -127,6 +155,9 @@ typedef struct allot__alloc_quota {
 	double claim; /* sum of the slots' claims, tokens/s */
 	double sum_rate; /* sum of slot rates, <= allowance */
 	double sum_burst; /* sum of slot bursts, <= burst_budget */
+	bool pooled; /* central and some slot waits for the reserve: the
+	                parts of those slots not in their buckets are
+	                pooled there */
 } allot__alloc_quota;
 
 /* One round for one service: all its quotas at once, so a policy may
@@ -134,6 +165,7 @@ typedef struct allot__alloc_quota {
 typedef struct allot__alloc_service {
 	double ceiling_rate; /* global ceiling over all quotas; 0 = none */
 	double window_s; /* time covered by the slot inputs */
+	double interval_s; /* the sync interval T */
 	uint32_t nreplicas; /* live replicas of the service */
 	allot__alloc_quota *quotas;
 	size_t nquotas;

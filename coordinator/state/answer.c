@@ -125,6 +125,7 @@ allot__build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
 		arr[j].burst = key->grant_burst + key->loan_burst;
 		arr[j].prefill = key->loan_prefill;
 		arr[j].debit = key->loan_debit;
+		arr[j].central = allot__central_on(st, (size_t) key->q);
 		allot__loan_sent(s->svc, key);
 		ptrs[j] = &arr[j];
 		j++;

@@ -58,12 +58,16 @@ lease_at(const allot__state *st, uint64_t sent_ns, uint64_t acked_ns,
 }
 
 /* The local burst an agent really runs with: it raises any burst of a
- * limiting allowance to the largest endpoint weight (agent.c), and a
- * zero rate closes the bucket. */
+ * limiting allowance to the largest endpoint weight (agent.c), unless
+ * it said it waits for the quota's central reserve (`raw`: then to one
+ * token, what a bucket holds at least), and a zero rate closes the
+ * bucket. */
 static double
-eff_burst(const cfgv *v, double r, double b)
+eff_burst(const cfgv *v, double r, double b, bool raw)
 {
-	return r > 0 ? fmax(b, (double) v->cfg->max_weight) : 0;
+	if (!(r > 0))
+		return 0;
+	return fmax(b, raw ? 1.0 : (double) v->cfg->max_weight);
 }
 
 /* The lease/fallback blend: what a replica that holds `r`, `b` on quota
@@ -72,9 +76,9 @@ eff_burst(const cfgv *v, double r, double b)
  * of that and the fallback; once it surely ended, the fallback. */
 static void
 lease_blend(const cfgv *v, size_t q, lease_phase ph, uint32_t n, double r,
-    double b, double *ret_r, double *ret_b)
+    double b, bool raw, double *ret_r, double *ret_b)
 {
-	b = eff_burst(v, r, b);
+	b = eff_burst(v, r, b, raw);
 	if (ph != LEASE_HELD) {
 		double fr, fb;
 		fallback_allowance(v, q, n, &fr, &fb);
@@ -101,7 +105,9 @@ allot__key_bound(const allot__state *st, const session *s, const skey *key,
 	    LEASE_HELD :
 	    lease_at(
 	        st, s->last_reply_ns, s->acked_reply_ns, s->interval_s, now);
-	lease_blend(v, (size_t) key->q, ph, fewest(s), r, b, ret_r, ret_b);
+	bool raw = key->tail && allot__central_on(st, (size_t) key->q);
+	lease_blend(
+	    v, (size_t) key->q, ph, fewest(s), r, b, raw, ret_r, ret_b);
 }
 
 /* What expired replica `z` may run quota q on at `now`; false when it had
@@ -115,8 +121,9 @@ allot__expired_value(const allot__state *st, const expired_rep *z, size_t q,
 		return false;
 	lease_phase ph = lease_at(
 	    st, z->reply_ns, z->acked_ns, z->interval_s, now);
+	/* Whether it waited for the reserve is not kept: as if it raised. */
 	lease_blend(
-	    v, q, ph, z->n_last, z->rate[q], z->burst[q], ret_r, ret_b);
+	    v, q, ph, z->n_last, z->rate[q], z->burst[q], false, ret_r, ret_b);
 	return true;
 }
 

@@ -79,6 +79,16 @@ allot__est_slow(const session *s, const skey *key)
 	    (idle > 0 ? exp(-idle / (ALLOT__SLOW_TAUS * est_tau(s))) : 1);
 }
 
+/* The body of the demand, decayed like the fast estimate. */
+double
+allot__est_body(const session *s, const skey *key)
+{
+	if (key->est_ns == 0)
+		return 0;
+	return key->body *
+	    est_decay(s, (double) since(s->last_sync_ns, key->est_ns) / 1e9);
+}
+
 /* The variance of that estimate: the variance of the per-window rates
  * (from the second moment kept beside the mean) times what an
  * exponential average of weight a keeps of it, a / (2 - a). */
@@ -102,14 +112,21 @@ allot__est_var(const session *s, const skey *key)
  * ALLOT__STATE_TAU intervals. A first window is taken as it is, with
  * the variance of a single noisy measure (its own square). */
 void
-allot__est_update(
-    const session *s, skey *key, double amount, double w, uint64_t now)
+allot__est_update(const session *s, skey *key, double amount, double w,
+    double step, uint64_t now)
 {
 	double inst = amount / w;
+	/* The body: each window clipped to twice the body so far plus a
+	 * step (a quarter of the equal share), so that a steady demand is
+	 * reached in a handful of windows from nothing while a burst of a
+	 * window or two lifts it by at most that (docs/allocation.md, "The
+	 * central reserve"). */
+	step = step > 0 ? step : 0;
 	if (key->est_ns == 0) {
 		key->est = inst;
 		key->est2 = 2 * inst * inst;
 		key->slow = inst;
+		key->body = fmin(inst, step);
 		key->est_ns = now;
 		return;
 	}
@@ -124,6 +141,8 @@ allot__est_update(
 	key->slow *= gap > 0 ? exp(-gap / ts) : 1;
 	key->slow += (1.0 - exp(-w / ts)) * (inst - key->slow);
 	double a = 1.0 - exp(-w / est_tau(s));
+	key->body *= d;
+	key->body += a * (fmin(inst, 4 * key->body + step) - key->body);
 	key->est += a * (inst - key->est);
 	key->est2 += a * (inst * inst - key->est2);
 	key->est_ns = now;
@@ -190,6 +209,7 @@ allot__conserve_join(service *svc, const session *newcomer)
 		key->est *= f;
 		key->est2 *= f * f;
 		key->slow *= f;
+		key->body *= f;
 	}
 }
 
@@ -218,6 +238,7 @@ allot__conserve_leave(service *svc, const session *gone_s)
 			continue;
 		double add = allot__est_read(gone_s, gk) / n;
 		double add_slow = allot__est_slow(gone_s, gk) / n;
+		double add_body = allot__est_body(gone_s, gk) / n;
 		/* To the same quota's key of every other live session. */
 		FOR_EACH_KEY (svc, i, s, key) {
 			if (s == gone_s || s->placeholder)
@@ -226,12 +247,14 @@ allot__conserve_leave(service *svc, const session *gone_s)
 				continue;
 			if (key->est_ns == 0) {
 				key->est = key->est2 = key->slow = 0;
+				key->body = 0;
 				key->est_ns = s->last_sync_ns;
 			}
 			/* Shift the mean, keep the variance. */
 			key->est2 += add * (2 * key->est + add);
 			key->est += add;
 			key->slow += add_slow;
+			key->body += add_body;
 			break;
 		}
 	}
@@ -254,6 +277,7 @@ allot__est_inherit(session *s, const session *old)
 				key->est = ok->est * d;
 				key->est2 = ok->est2 * d;
 				key->slow = allot__est_slow(old, ok);
+				key->body = ok->body * d;
 				key->est_ns = old->last_sync_ns;
 				break;
 			}

@@ -17,6 +17,8 @@
 
 #include <math.h>
 #include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* Differences below this are rounding, not a change worth a message. */
 static double
@@ -106,6 +108,8 @@ alloc_quotas(allot__state *st, service *svc, uint64_t now)
 			.burst = v->burst[q] * part,
 			.priority = v->q[q]->priority,
 			.min_burst = (double) v->cfg->max_weight,
+			.central = allot__central_on(st, q),
+			.reserve = v->q[q]->reserve,
 		};
 		svc->q[q].demand_sum = 0;
 	}
@@ -193,6 +197,8 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 			.demand = d,
 			.demand_var = dv,
 			.demand_slow = fresh ? 0 : allot__est_slow(s, key),
+			.demand_body = fresh ? 0 : allot__est_body(s, key),
+			.tail = key->tail,
 			.fresh = fresh,
 			.held = key->held,
 			.has_prev = key->targeted,
@@ -256,6 +262,7 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 	allot__alloc_service as = {
 		.ceiling_rate = allot__cfgv_ceiling(v, svc->name),
 		.window_s = window_s,
+		.interval_s = (double) st->o.interval_ms / 1e3,
 		.nreplicas = svc->nsess,
 		.quotas = st->aq,
 		.nquotas = v->nq,
@@ -266,6 +273,9 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 	allot__rebuild_granted(st, svc);
 	svc->dirty = false;
 	svc->last_alloc_ns = now;
+	/* The reserves hold what the new grants leave, from now on: a
+	 * Welcome's, or an early round's, does not wait for the tick. */
+	allot__central_caps(st, svc, now);
 	return true;
 }
 
@@ -333,6 +343,8 @@ allot__grant(
 	sq->granted_rate += gr - held_r;
 	sq->granted_burst += gb - held_b;
 	double h0 = key_hold(key);
+	bool held_none = isnan(key->hold_burst);
+	double hb0 = held_none ? held_b : fmax(key->hold_burst, held_b);
 	key->grant_rate = gr;
 	key->grant_burst = gb;
 	/* Until the agent acknowledges, it may still run on the larger of
@@ -340,6 +352,20 @@ allot__grant(
 	key->hold_rate = isnan(key->hold_rate) ? gr : fmax(key->hold_rate, gr);
 	key->hold_burst = isnan(key->hold_burst) ? gb :
 	                                           fmax(key->hold_burst, gb);
+	/* What the replica may hold rose: the central reserve gives it up
+	 * first (central.c), so the two never hold the same capacity. */
+	double moved = allot__central_shrink(st, svc, (size_t) key->q,
+	    key_hold(key) - h0, key->hold_burst - hb0, now_ns(st));
+	if (moved >= 1)
+		key->loan_prefill += moved;
+	/* What its bucket may drop now, and give back (central.c). */
+	double was = !fresh ?
+	    held_b :
+	    !held_none ?
+	    hb0 :
+	    B / (double) (s->boot_replicas > 0 ? s->boot_replicas : 1);
+	if (gb < was)
+		key->returnable = fmin(B, key->returnable + (was - gb));
 	if (key->hold_rate != gr || key->hold_burst != gb)
 		s->unacked = true;
 	svc->held_total += key_hold(key) - h0;
@@ -465,8 +491,11 @@ allot__loan(allot__state *st, service *svc, session *s, skey *key,
     double denied, uint64_t now)
 {
 	double frac = st->o.policy.loan_frac;
+	/* A replica that waits for its quota's central reserve is served a
+	 * burst from there: a loan would move the same tokens more slowly. */
 	if (!(frac > 0) || !(denied > 0) || key->q < 0 ||
-	    isnan(key->grant_rate) || key->loan_hold > 0 || st->hold)
+	    isnan(key->grant_rate) || key->loan_hold > 0 || st->hold ||
+	    (key->tail && allot__central_on(st, (size_t) key->q)))
 		return 0;
 	squota *sq = &svc->q[key->q];
 	double R = st->cur->rate[key->q];

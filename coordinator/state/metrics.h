@@ -66,6 +66,9 @@ typedef struct allot__metrics {
 	_Atomic uint64_t early_rounds; /* allocation rounds they ran */
 	_Atomic uint64_t loans; /* loans made to denying keys */
 	_Atomic uint64_t loan_tokens; /* tokens those loans moved */
+	_Atomic uint64_t asks; /* Asks answered (the tail path) */
+	_Atomic uint64_t ask_tokens_granted; /* from central reserves */
+	_Atomic uint64_t ask_tokens_refused; /* asked for, not granted */
 	_Atomic uint64_t config_pushes; /* config texts sent to agents */
 	_Atomic uint64_t leaves;
 	_Atomic uint64_t key_reports; /* accepted key reports */

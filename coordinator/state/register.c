@@ -183,6 +183,14 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 		return reg_no_memory(r);
 	}
 	uint32_t iv = r->req->sync_interval_ms;
+	s->boot_replicas = r->req->expected_replicas > 0 ?
+	    r->req->expected_replicas :
+	    1;
+	/* Its callers wait for the reserve (Register.waits): so do its
+	 * keys from their first grant (and those it adds later). */
+	s->waits = r->req->waits;
+	for (uint32_t k = 0; k < s->nkeys; k++)
+		s->keys[k].tail = s->waits;
 	s->id = st->next_session++;
 	s->pipe = pipe;
 	s->peer = r->peer;

@@ -108,6 +108,9 @@ typedef struct skey {
 	double slow; /* the same demand averaged ALLOT__SLOW_TAUS times
 	                longer, tokens/s: where the callers' traffic
 	                lands in the long run (demand.c) */
+	double body; /* the body of its demand, tokens/s: the same
+	                average over windows each clipped to twice it
+	                (demand.c), so that a burst barely moves it */
 	uint64_t est_ns; /* est covers up to here; 0: never */
 	double credit; /* tokens it may still report (plausibility) */
 	uint64_t credit_ns; /* credit brought up to here; 0: never */
@@ -124,6 +127,17 @@ typedef struct skey {
 	uint64_t loan_until_ns;
 	double loan_prefill;
 	double loan_debit;
+	/* Tokens the central reserve granted it (ask.c) that its reports
+	 * have not yet claimed as consumed: added to what they may claim. */
+	double central;
+	/* What its bucket may have dropped since its grants fell (or its
+	 * bootstrap allowance gave way to its first grant): the most its
+	 * reports may give back to the reserve (KeyReport.returned). */
+	double returnable;
+	/* Its agent said in its last report that it waits for the central
+	 * reserve (KeyReport.tail): it runs the bursts it is sent, not
+	 * raised to the largest endpoint weight. */
+	bool tail;
 } skey;
 
 /* The rate an agent may hold on a key: its grant, or an earlier larger
@@ -153,6 +167,11 @@ typedef struct session {
 	struct service *svc;
 	uint32_t slot; /* index in svc->sess */
 	uint32_t nwire; /* keys listed in its Register */
+	uint32_t boot_replicas; /* its Register's expected_replicas (>= 1):
+	                           it ran R/n, B/n of each quota before its
+	                           first grants */
+	bool waits; /* Register.waits: its callers wait for the central
+	               reserve (skey.tail of every key from the start) */
 	uint32_t nkeys; /* keys kept: those that named a quota */
 	uint32_t nknown; /* kept keys with q >= 0 */
 	skey *keys;
@@ -250,6 +269,19 @@ typedef struct squota {
 	double cand_denied_rate; /* last second, tokens/s */
 	double loan_out; /* loans: bursts raised and not yet lowered */
 	double debit_due; /* loans: debits not yet sent to the lenders */
+	/* The central reserve (reserve.c): what no replica holds of the
+	 * allowance (rsv_rate) and of the burst budget (rsv_burst), and the
+	 * tokens in it now, served to agents' Asks. */
+	double rsv_rate;
+	double rsv_burst;
+	double rsv_level;
+	uint64_t rsv_ns; /* rsv_level brought up to here; 0: never */
+	/* Tokens replicas dropped when their bursts were lowered and
+	 * reported (KeyReport.returned): back in the reserve at the next
+	 * tick, once its capacity has grown by those bursts. */
+	double rsv_returned;
+	uint64_t central_total; /* tokens granted from it, since start */
+	uint64_t central_refused; /* tokens asked for and not granted */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -295,6 +327,26 @@ typedef struct service {
 	bool rec_pending; /* some key has rec_pending */
 	uint64_t last_alloc_ns;
 	uint64_t empty_ns; /* when it was first seen empty; 0: not */
+	/* The ceiling's central reserve (central.c): what no replica holds
+	 * of the ceiling C (rate) and of its burst B_C, C * max(B/R) over
+	 * its callers' quotas, and the tokens in it. Every central grant
+	 * takes from it as well as from its quota's reserve. */
+	double crsv_rate;
+	double crsv_burst;
+	double crsv_level;
+	uint64_t crsv_ns;
+	/* The ceiling's global bucket estimate (C, B_C, less what every
+	 * report admitted), as squota.level is a quota's: the reserve never
+	 * holds more. 0 clevel_ns: full. */
+	double clevel;
+	uint64_t clevel_ns;
+	/* The ceiling as of the last tick (central.c): C, B_C, and whether
+	 * it can bind at all (the quotas it covers sum to more than C or
+	 * their bursts to more than B_C); when it cannot, the quotas'
+	 * reserves alone bound what they serve. */
+	double c_rate;
+	double c_burst;
+	bool c_binds;
 } service;
 
 /* The whole coordinator state (state.h). `o`, `lgv` and the rate limits
@@ -476,12 +528,15 @@ double allot__est_read(const session *s, const skey *key);
 double allot__est_var(const session *s, const skey *key);
 /* The slow estimate (skey.slow) as of the session's last Sync. */
 double allot__est_slow(const session *s, const skey *key);
+double allot__est_body(const session *s, const skey *key);
 /* How many times longer than the demand estimate's the slow estimate's
  * time constant is: about 5 s at T = 100 ms, long enough that where a
  * few bursts happened to land does not read as where the traffic goes. */
 #define ALLOT__SLOW_TAUS 20.0
-void allot__est_update(
-    const session *s, skey *key, double amount, double w, uint64_t now);
+/* `step`: how far above twice the body a window may lift it (the
+ * equal share's quarter). */
+void allot__est_update(const session *s, skey *key, double amount, double w,
+    double step, uint64_t now);
 void allot__est_onset(squota *sq, const session *s, const skey *key,
     double amount, double w, uint64_t now, uint64_t episode_ns);
 void allot__conserve_join(service *svc, const session *newcomer);
@@ -537,6 +592,59 @@ double allot__forming(service *svc, uint64_t now);
 void allot__record_shares(allot__state *st, service *svc);
 void allot__carry_allowances(allot__state *st, service *svc, session *s,
     const session *old, uint64_t now);
+
+/* ---- sync.c ---- */
+
+/* Session `s` applied our last answer: what it may hold is its grants
+ * again (the capacity it gave up goes to the reserve, central.c). */
+void allot__session_acked(allot__state *st, session *s, uint64_t now);
+
+/* ---- central.c ---- */
+
+/* Whether quota q of the config in force keeps a central reserve. */
+bool allot__central_on(const allot__state *st, size_t q);
+/* The reserves' rates and capacities of every quota of `svc` (and of
+ * its ceiling) from the live bound, and their levels brought up to
+ * `now`. Under the lock, every tick. */
+void allot__central_caps(allot__state *st, service *svc, uint64_t now);
+/* A grant of quota q rose by `dr` (rate) and `db` (burst): the reserves
+ * give up as much at once, and the tokens their smaller capacity cannot
+ * keep are returned, for the replica's bucket (Share.prefill). Under the
+ * lock. */
+double allot__central_shrink(allot__state *st, service *svc, size_t q,
+    double dr, double db, uint64_t now);
+/* A replica acknowledged grants of quota q below what it held: the
+ * reserves take the `dr` of rate and the burst it held above `b_now`
+ * (`b_was` before) at once, rather than at the next tick. Under the
+ * lock. */
+void allot__central_grow(allot__state *st, service *svc, size_t q, double dr,
+    double b_was, double b_now, bool key_tail, uint64_t now);
+/* `key`'s bucket dropped `tokens` since its grant fell
+ * (KeyReport.returned, AskKey.returned): at most what it may give back
+ * (skey.returnable) is owed to its quota's reserve (rsv_returned). Under
+ * the lock. */
+void allot__central_give_back(
+    allot__state *st, service *svc, skey *key, uint64_t tokens);
+/* Quota q's replicas gave tokens back (squota.rsv_returned): into its
+ * reserve and the ceiling's now, once the Sync that says so has
+ * acknowledged the grants that lowered their bursts. Under the lock. */
+void allot__central_returned(
+    allot__state *st, service *svc, size_t q, uint64_t now);
+/* Reports of `svc` said `admitted` tokens were spent: the ceiling's
+ * bucket estimate takes them. Under the lock. */
+void allot__central_admitted(
+    allot__state *st, service *svc, double admitted, uint64_t now);
+/* Quota q's reserve as of `now`: its rate, capacity and level (zeros
+ * when it keeps none). Under the lock. */
+void allot__central_peek(allot__state *st, service *svc, size_t q,
+    uint64_t now, double *ret_rate, double *ret_burst, double *ret_level);
+/* Take between `min` and `want` whole tokens of quota q from its
+ * reserve (and the ceiling's): what was taken; when that is less than
+ * `want`, *ret_dry_us says how long until `min` would be there and
+ * *ret_left what it still holds. Under the lock. */
+double allot__central_take(allot__state *st, service *svc, size_t q,
+    double min, double want, uint64_t now, uint32_t *ret_dry_us,
+    uint64_t *ret_left);
 
 /* ---- answer.c ---- */
 

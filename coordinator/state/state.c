@@ -127,7 +127,9 @@ allot__state_tick(allot__state *st)
 		/* The demand-aware allocator follows demand every interval;
 		 * the static split only changes with the replica set. */
 		if (svc->dirty || st->o.policy.kind != ALLOT__ALLOC_STATIC)
-			allot__recompute(st, svc, now);
+			allot__recompute(st, svc, now); /* and the reserves */
+		else
+			allot__central_caps(st, svc, now);
 		allot__record_shares(st, svc);
 	}
 	for (size_t i = 0; i < n; i++)
@@ -520,6 +522,8 @@ allot__state_quota_get(
 			.holders = sq->nslots,
 			.expired_counted = sq->counted_expired,
 		};
+		allot__central_peek(st, svc, q, now, &ret->reserve_rate,
+		    &ret->reserve_burst, &ret->reserve_level);
 		rc = ALLOT_OK;
 	}
 	pthread_mutex_unlock(&st->mu);

@@ -182,6 +182,11 @@ Allot__V1__Error__Code allot__state_register_on(allot__state *st,
 Allot__V1__Error__Code allot__state_sync_on(allot__state *st,
     const Allot__V1__Sync *req, uint32_t pipe, ProtobufCAllocator *pa,
     Allot__V1__Reply *ret, char *err, size_t errlen);
+/* The tail path (ask.c): tokens from the central reserves for requests
+ * an agent's local buckets were short of. */
+Allot__V1__Error__Code allot__state_ask_on(allot__state *st,
+    const Allot__V1__Ask *req, uint32_t pipe, ProtobufCAllocator *pa,
+    Allot__V1__Grant *ret, char *err, size_t errlen);
 Allot__V1__Error__Code allot__state_leave_on(allot__state *st,
     const Allot__V1__Leave *req, uint32_t pipe, Allot__V1__Reply *ret,
     char *err, size_t errlen);
@@ -303,6 +308,12 @@ typedef struct allot__state_quota {
 	double bound_ratio; /* max(bound_rate/R, bound_burst/B) */
 	uint32_t holders;
 	uint32_t expired_counted; /* expired replicas still in the bound */
+	/* Its central reserve (docs/allocation.md): what no replica holds
+	 * of the allowance and of the burst budget, and the tokens in it
+	 * (zeros for a quota without one). */
+	double reserve_rate;
+	double reserve_burst;
+	double reserve_level;
 } allot__state_quota;
 
 typedef void (*allot__state_share_fn)(void *ctx, const allot__state_share *sh);

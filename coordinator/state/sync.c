@@ -15,6 +15,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* One Sync on its way through: what its steps share. */
@@ -248,7 +249,7 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	}
 	double f = y->f, n = y->n;
 	double rate = v->rate[q], burst = v->burst[q];
-	double lim = f * rate * n * y->window_s + burst;
+	double lim = f * rate * n * y->window_s + burst + key->central;
 	double flood = ALLOT__STATE_FLOOD_FACTOR * lim;
 	uint64_t shadow = shadow_part(y, q, r);
 	if ((double) (r->consumed - shadow) > lim ||
@@ -260,17 +261,36 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 		return;
 	}
 	/* More than it could have admitted is clipped: counted and
-	 * audited, never booked as consumption. */
+	 * audited, never booked as consumption. What the central reserve
+	 * granted it (ask.c) it could admit on top of its allowance, and
+	 * is claimed first. */
 	uint64_t admitted = r->consumed - shadow;
 	double credit = plausible(y, key, r->foreign, rate, burst);
-	if ((double) admitted > credit) {
-		uint64_t keep = (uint64_t) credit;
+	if ((double) admitted > credit + key->central) {
+		uint64_t keep = (uint64_t) (credit + key->central);
 		y->clipped_tokens += (double) (admitted - keep);
 		if (y->clipped++ == 0)
 			y->clip = r;
 		admitted = keep;
 	}
-	key->credit -= (double) admitted;
+	double from_central = fmin(key->central, (double) admitted);
+	key->central -= from_central;
+	key->credit -= (double) admitted - from_central;
+	/* What a lowered burst dropped goes back to the reserve: at most
+	 * what its grants fell by since (grants.c). */
+	/* Its agent starts to run its burst as sent (KeyReport.tail): what
+	 * the raise to the largest weight held above it may come back. */
+	if (r->tail && !key->tail && !isnan(key->grant_burst))
+		key->returnable = fmin(burst,
+		    key->returnable +
+		        fmax(0,
+		            (double) v->cfg->max_weight - key->grant_burst));
+	allot__central_give_back(y->st, y->svc, key, r->returned);
+	/* What its full bucket discarded goes to the reserve: at most its
+	 * refill over the reports' window (agent/ledger.h). */
+	if (r->overflow > 0 && allot__central_on(y->st, (size_t) q))
+		y->svc->q[q].rsv_returned += fmin(
+		    (double) r->overflow, key_hold(key) * (y->w + 0.1) + 1);
 	uint64_t consumed = admitted + shadow;
 	uint64_t sd = r->shadow_denied < consumed ? r->shadow_denied :
 	                                            consumed;
@@ -285,14 +305,17 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	sq->level -= (double) admitted;
 	if (sq->level < 0)
 		sq->level = 0;
+	allot__central_admitted(y->st, y->svc, (double) admitted, y->now);
 	double offered = (double) consumed + (double) r->denied;
 	allot__cand_book(sq, v->q[q], offered, y->now);
 	allot__est_onset(sq, y->s, key, offered, y->w, y->now,
 	    2 * (uint64_t) y->st->o.interval_ms * 1000000u);
-	allot__est_update(y->s, key, offered, y->w, y->now);
+	allot__est_update(
+	    y->s, key, offered, y->w, 0.25 * rate / (n > 0 ? n : 1), y->now);
 	key->consumed += (double) consumed;
 	key->denied += (double) r->denied;
 	key->demand = (double) r->demand;
+	key->tail = r->tail;
 	key->held = (double) r->held;
 	key->held_ns = y->now;
 }
@@ -348,6 +371,28 @@ sync_loans(syn *y)
 	}
 }
 
+void
+allot__session_acked(allot__state *st, session *s, uint64_t now)
+{
+	if (!s->unacked)
+		return;
+	for (uint32_t k = 0; k < s->nkeys; k++) {
+		skey *key = &s->keys[k];
+		double h0 = key->q >= 0 ? key_hold(key) : 0;
+		double hb0 = key->hold_burst;
+		key->hold_rate = key->grant_rate;
+		key->hold_burst = key->grant_burst;
+		if (key->q < 0)
+			continue;
+		s->svc->held_total += key_hold(key) - h0;
+		/* What it gave up is the reserve's now, not at the next
+		 * tick (central.c). */
+		allot__central_grow(st, s->svc, (size_t) key->q,
+		    h0 - key_hold(key), hb0, key->hold_burst, key->tail, now);
+	}
+	s->unacked = false;
+}
+
 /* The sequence number of the Sync: without a gap, the agent applied our
  * previous answer, so what it holds is its grant again, and its lease
  * runs from that answer. Returns whether there was a gap. Under the
@@ -364,17 +409,8 @@ sync_ack(syn *y)
 	if (!gap)
 		for (uint32_t k = 0; k < s->nkeys; k++)
 			allot__loan_acked(y->svc, &s->keys[k]);
-	if (!gap && s->unacked) {
-		for (uint32_t k = 0; k < s->nkeys; k++) {
-			skey *key = &s->keys[k];
-			double h0 = key->q >= 0 ? key_hold(key) : 0;
-			key->hold_rate = key->grant_rate;
-			key->hold_burst = key->grant_burst;
-			if (key->q >= 0)
-				y->svc->held_total += key_hold(key) - h0;
-		}
-		s->unacked = false;
-	}
+	if (!gap)
+		allot__session_acked(y->st, s, y->now);
 	s->last_seq = y->req->seq;
 	s->last_seen_ns = y->now;
 	s->last_sync_ns = y->now;
@@ -546,6 +582,12 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		y.audit = true;
 	}
 	bool gap = sync_ack(&y);
+	/* What its buckets gave back is the reserve's at once: the ack
+	 * above made room for it (central.c). */
+	for (uint32_t k = 0; k < y.s->nkeys; k++)
+		if (y.s->keys[k].q >= 0)
+			allot__central_returned(
+			    st, y.svc, (size_t) y.s->keys[k].q, y.now);
 	if (req->early) {
 		y.early_round = allot__early_round(st, y.svc, y.now);
 		sync_loans(&y);

@@ -130,6 +130,7 @@ keys_rebuild(session *s, char *const *wire, uint32_t n, uint32_t base,
 			.hold_rate = NAN,
 			.hold_burst = NAN,
 			.force_share = force_share,
+			.tail = s->waits,
 		};
 		j++;
 	}

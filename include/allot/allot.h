@@ -53,6 +53,8 @@ typedef enum allot_err {
 	ALLOT_EUNREACH = 12, /**< coordinator unreachable */
 	ALLOT_ERANGE = 13, /**< value out of range */
 	ALLOT_EBUSY = 14, /**< concurrency limit or queue full */
+	ALLOT_EINPROGRESS = 15, /**< the decision comes later, through the
+	                             callback (allot_acquire_async()) */
 } allot_err;
 
 /** @return a static, human-readable description of `err`. Never NULL. */
@@ -205,6 +207,16 @@ typedef struct allot_agent_options {
 	 *  coordinator is down runs the config it last received. Default
 	 *  NULL: no cache. */
 	const char *config_cache_file;
+	/** The callers decide with allot_acquire_wait() or
+	 *  allot_acquire_async(): the coordinator then keeps this
+	 *  replica's buckets of quotas with a central reserve to the body
+	 *  of its traffic and pools the rest of its part there, where a
+	 *  request its bucket is short of finds it in one round trip
+	 *  (docs/integrating.md, "The tail path"). Default false: the agent
+	 *  says so from the first such call instead (until then, and for
+	 *  callers of allot_acquire() alone, its buckets get their classic
+	 *  split). */
+	bool waits;
 } allot_agent_options;
 
 /** Fill `opts` with the documented defaults. */
@@ -312,6 +324,79 @@ ALLOT_API int allot_acquire_id(allot_agent *agent, const char *identity,
  */
 ALLOT_API int allot_settle(
     allot_agent *agent, allot_key *key, uint32_t charged, uint32_t measured);
+
+/* ------------------------------------------------------------------ */
+/* The tail path: waiting for the central reserve                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A request its local bucket cannot admit may still fit the quota
+ * globally: the coordinator keeps each quota's unused capacity in a
+ * central reserve (docs/allocation.md, "The central reserve"). The two
+ * calls below decide like allot_acquire() and, when it would deny while
+ * the quota has a reserve and the coordinator is reachable, ask the
+ * coordinator for the tokens and wait for the answer, at most
+ * `timeout_ns` (a couple of milliseconds is typical: about two round
+ * trips). Asks from every thread and key are batched into one message
+ * per round trip. No answer in time, a coordinator that cannot be
+ * reached, a quota without a reserve or an empty reserve mean the local
+ * decision: denied, with the local Retry-After. allot_acquire() itself
+ * never waits and is unchanged (docs/integrating.md, "The tail path").
+ */
+
+/** Default wait for the central answer, in ns: 20 ms (a round trip on a
+ *  busy machine; an answer normally comes in one, well under 1 ms). */
+#define ALLOT_WAIT_DEFAULT_NS 20000000u
+
+/** A pending decision of allot_acquire_async(): the caller's memory,
+ *  which must stay valid until the callback has run. */
+typedef struct allot_wait allot_wait;
+
+/**
+ * The decision of an allot_acquire_async() that returned
+ * ALLOT_EINPROGRESS. Runs exactly once, on the agent's sync thread, by
+ * the deadline: it must not block, and may call allot_acquire() or
+ * allot_acquire_async() but not allot_acquire_wait(). `w` may be reused
+ * or freed once it returns.
+ */
+typedef void (*allot_wait_cb)(allot_wait *w, const allot_decision *d);
+
+struct allot_wait {
+	void *data; /**< the caller's: never touched by the agent */
+	uint64_t priv_[12]; /**< the agent's while a decision is pending */
+};
+
+/**
+ * As allot_acquire(), then, when the local bucket denies and the
+ * quota's central reserve may have room, wait up to `timeout_ns` for it.
+ * Blocks the calling thread (never the agent's own); never longer than
+ * the timeout plus the agent's timer granularity (about 1 ms).
+ * @return as allot_acquire(); `*ret` is the final decision.
+ */
+ALLOT_API int allot_acquire_wait(allot_agent *agent, allot_key *key,
+    uint32_t cost, uint64_t timeout_ns, allot_decision *ret);
+
+/**
+ * Convenience: resolve (identity, endpoint) without pinning, as
+ * allot_acquire_id(), then allot_acquire_wait().
+ */
+ALLOT_API int allot_acquire_id_wait(allot_agent *agent, const char *identity,
+    const char *endpoint, uint32_t cost, uint64_t timeout_ns,
+    allot_decision *ret);
+
+/**
+ * The same without blocking: for a service on an event loop (libuv,
+ * epoll). When the decision is made at once (the local bucket admits,
+ * or the central path does not apply) it is in `*ret`, ALLOT_OK is
+ * returned and `cb` never runs. Otherwise ALLOT_EINPROGRESS is returned
+ * and `cb` runs once with the decision, on the agent's sync thread,
+ * within `timeout_ns` plus about 1 ms: post it to your own loop from
+ * there (uv_async_send(), an eventfd write). `w` must stay valid until
+ * then. On any other return `cb` never runs.
+ */
+ALLOT_API int allot_acquire_async(allot_agent *agent, allot_wait *w,
+    allot_key *key, uint32_t cost, uint64_t timeout_ns, allot_wait_cb cb,
+    allot_decision *ret);
 
 /* ------------------------------------------------------------------ */
 /* Metrics                                                             */
@@ -439,6 +524,25 @@ typedef struct allot_sync_stats {
 	uint64_t debit_tokens; /**< tokens taken back from this agent's
 	                            idle buckets for other replicas' loans
 	                            (Share.debit) */
+	/* The tail path (allot_acquire_wait(), allot_acquire_async()). */
+	uint64_t central_asks; /**< Ask messages answered */
+	uint64_t central_allowed; /**< requests admitted from the central
+	                               reserve */
+	uint64_t central_denied; /**< requests that waited and were denied
+	                              (reserve empty, no answer in time) */
+	uint64_t central_tokens; /**< tokens granted by the reserves */
+	uint64_t central_wait_ns; /**< time those requests waited, summed */
+	uint64_t central_wait_max_ns; /**< the longest of those waits */
+	uint64_t central_late; /**< of central_denied: no answer by the
+	                            deadline */
+	uint64_t central_short; /**< requests a Grant (or a failed Ask)
+	                             did not cover: decided on the local
+	                             bucket then, most of them denied */
+	uint64_t central_dry; /**< denied at once without asking: the
+	                           reserve had said it was empty, or no
+	                           session could be asked */
+	uint64_t central_lost; /**< Asks whose answer did not come in time:
+	                           their requests were asked for again */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */

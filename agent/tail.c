@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tail path's engine (tail.h): the waiters' queues, the Ask built
+ * from them, the Grant that completes them, their deadlines. What a
+ * waiter is admitted with is counted on its key like any admission (it
+ * is consumption the next Sync reports); tokens of a Grant the waiters
+ * do not use go into the quota's local bucket, which keeps at most its
+ * burst: nothing the reserve handed out is ever held twice.
+ */
+#include "tail.h"
+
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "allot.pb-c.h"
+#include "protocol.h"
+#include "sync_int.h"
+
+/* The Ask exchange may take this long at least (a round trip on a
+ * loaded host) and at most the Sync's timeout. */
+#define ASK_TIMEOUT_MIN_MS 5u
+
+int
+allot__tail_init(
+    allot__tail *t, allot_agent *a, void (*wake)(void *ctx), void *wake_ctx)
+{
+	memset(t, 0, sizeof *t);
+	t->a = a;
+	t->wake = wake;
+	t->wake_ctx = wake_ctx;
+	t->pending_end = &t->pending;
+	for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++)
+		t->fl[f].end = &t->fl[f].head;
+	size_t n = a->quota_cap;
+	t->dry_until = calloc(n, sizeof *t->dry_until);
+	t->dry_left = calloc(n, sizeof *t->dry_left);
+	t->want = calloc(n, sizeof *t->want);
+	t->min = calloc(n, sizeof *t->min);
+	t->got = calloc(n, sizeof *t->got);
+	if (t->dry_until == NULL || t->dry_left == NULL || t->want == NULL ||
+	    t->min == NULL || t->got == NULL) {
+		allot__tail_fini(t, 0);
+		return ALLOT_ENOMEM;
+	}
+	return ALLOT_OK;
+}
+
+static void
+futex_wake(_Atomic uint32_t *p)
+{
+	syscall(
+	    SYS_futex, (uint32_t *) p, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* The waiter's decision: hand it over and never touch it again. */
+static void
+complete(allot__tail *t, allot__waiter *wt, bool central, uint64_t now)
+{
+	allot_decision d;
+	if (central) {
+		allot__decide_central(t->a, wt->key, wt->cost, now, &d);
+		atomic_fetch_add(&t->allowed, 1);
+		atomic_fetch_add(
+		    &t->a->quotas[wt->quota].central_spent, wt->cost);
+	} else {
+		allot__decide_final(t->a, wt->key, wt->cost, now, &d);
+		atomic_fetch_add(&t->denied, !d.allowed);
+	}
+	uint64_t waited = now > wt->since_ns ? now - wt->since_ns : 0;
+	atomic_fetch_add(&t->wait_ns, waited);
+	if (waited > atomic_load(&t->wait_max_ns))
+		atomic_store(&t->wait_max_ns, waited);
+	if (wt->cb != NULL) {
+		allot_wait_cb cb = wt->cb;
+		allot_wait *w = wt->w;
+		atomic_store(&wt->state, ALLOT__WAIT_DONE);
+		cb(w, &d);
+		return;
+	}
+	*wt->out = d;
+	_Atomic uint32_t *state = &wt->state;
+	atomic_store_explicit(state, ALLOT__WAIT_DONE, memory_order_release);
+	/* The caller may have returned already: waking an address that is
+	 * no longer a waiter is harmless (its waits loop on the state). */
+	futex_wake(state);
+}
+
+static void
+complete_all(allot__tail *t, allot__waiter *list, uint64_t now)
+{
+	while (list != NULL) {
+		allot__waiter *next = list->next;
+		complete(t, list, false, now);
+		list = next;
+	}
+}
+
+/* The inbox, oldest first, onto the pending queue. */
+static void
+collect(allot__tail *t)
+{
+	allot__waiter *w = atomic_exchange(&t->inbox, NULL), *rev = NULL;
+	while (w != NULL) {
+		allot__waiter *next = w->next;
+		w->next = rev;
+		rev = w;
+		w = next;
+	}
+	*t->pending_end = rev;
+	while (*t->pending_end != NULL)
+		t->pending_end = &(*t->pending_end)->next;
+}
+
+void
+allot__tail_fini(allot__tail *t, uint64_t now)
+{
+	if (t->a != NULL) {
+		collect(t);
+		for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++) {
+			complete_all(t, t->fl[f].head, now);
+			t->fl[f] = (allot__flight) { .end = &t->fl[f].head };
+		}
+		complete_all(t, t->pending, now);
+	}
+	t->pending = NULL;
+	t->pending_end = &t->pending;
+	free(t->dry_until);
+	free(t->dry_left);
+	free(t->want);
+	free(t->min);
+	free(t->got);
+	t->dry_until = NULL;
+	t->dry_left = NULL;
+	t->want = t->min = t->got = NULL;
+}
+
+bool
+allot__tail_usable(allot__tail *t, uint32_t q, uint32_t cost, uint64_t now)
+{
+	return t != NULL &&
+	    atomic_load_explicit(&t->usable, memory_order_relaxed) &&
+	    q < t->a->quota_cap &&
+	    atomic_load_explicit(
+	        &t->a->quotas[q].central, memory_order_relaxed) &&
+	    (now >= atomic_load_explicit(
+	                &t->dry_until[q], memory_order_relaxed) ||
+	        cost <= atomic_load_explicit(
+	                    &t->dry_left[q], memory_order_relaxed));
+}
+
+void
+allot__tail_enter(allot__tail *t, allot__waiter *wt)
+{
+	allot__waiter *head = atomic_load(&t->inbox);
+	do
+		wt->next = head;
+	while (!atomic_compare_exchange_weak(&t->inbox, &head, wt));
+	if (head == NULL && t->wake != NULL)
+		t->wake(t->wake_ctx);
+}
+
+void
+allot__tail_publish(allot__tail *t, const allot__syncc *c)
+{
+	bool ok = c->session != 0 && atomic_load(&c->connected) &&
+	    !atomic_load(&c->in_fallback) &&
+	    !(t->unsupported && t->unsupported_session == c->session);
+	atomic_store(&t->usable, ok);
+}
+
+void
+allot__tail_welcomed(allot__tail *t, uint64_t session)
+{
+	if (!(t->unsupported && t->unsupported_session == session))
+		atomic_store(&t->usable, true);
+}
+
+bool
+allot__tail_has_pending(allot__tail *t)
+{
+	return t->pending != NULL || atomic_load(&t->inbox) != NULL;
+}
+
+/* Whether waiter `wt` can be asked for in session `c` now. */
+static bool
+askable(allot__tail *t, const allot__syncc *c, const allot__waiter *wt,
+    uint64_t now)
+{
+	return atomic_load(&t->usable) && wt->quota < c->nwire &&
+	    wt->quota < atomic_load(&t->a->nquotas) && wt->deadline_ns > now &&
+	    allot__tail_usable(t, wt->quota, wt->cost, now);
+}
+
+/* A free flight, or ALLOT__TAIL_FLIGHTS with `*ret_at_ns` set to when
+ * the next Ask may go: no sooner than half a round trip after the last,
+ * so that two flights split the waiters of a round trip between them. */
+static uint32_t
+free_flight(const allot__tail *t, uint64_t now, uint64_t *ret_at_ns)
+{
+	uint32_t busy = 0, f_free = ALLOT__TAIL_FLIGHTS;
+	for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++) {
+		if (t->fl[f].busy)
+			busy++;
+		else if (f_free == ALLOT__TAIL_FLIGHTS)
+			f_free = f;
+	}
+	*ret_at_ns = UINT64_MAX;
+	if (busy == 0 || f_free == ALLOT__TAIL_FLIGHTS)
+		return f_free;
+	uint64_t at = t->last_sent_ns + t->rtt_ns / 2;
+	if (t->rtt_ns == 0 || now >= at)
+		return t->rtt_ns == 0 ? ALLOT__TAIL_FLIGHTS : f_free;
+	*ret_at_ns = at;
+	return ALLOT__TAIL_FLIGHTS;
+}
+
+/* The pending waiters that can be asked for into flight `fl` (with
+ * their sums per quota in t->want and t->min), the others decided on
+ * their local bucket now: nothing would change by their deadline. The
+ * number of quotas asked for and the latest deadline. */
+static size_t
+board(allot__tail *t, const allot__syncc *c, allot__flight *fl, uint64_t now,
+    uint64_t *ret_last)
+{
+	size_t nkeys = 0;
+	uint64_t last = now;
+	allot__waiter *w = t->pending;
+	t->pending = NULL;
+	t->pending_end = &t->pending;
+	while (w != NULL) {
+		allot__waiter *next = w->next;
+		w->next = NULL;
+		if (!askable(t, c, w, now)) {
+			complete(t, w, false, now);
+		} else {
+			if (t->want[w->quota] == 0) {
+				nkeys++;
+				t->min[w->quota] = w->cost;
+			}
+			t->want[w->quota] += w->cost;
+			if (w->cost < t->min[w->quota])
+				t->min[w->quota] = w->cost;
+			if (w->deadline_ns > last)
+				last = w->deadline_ns;
+			*fl->end = w;
+			fl->end = &w->next;
+		}
+		w = next;
+	}
+	*ret_last = last;
+	return nkeys;
+}
+
+/* The Ask for what t->want and t->min hold, packed (malloc). */
+static int
+pack_ask(allot__tail *t, allot__syncc *c, size_t nkeys, void **ret_buf,
+    size_t *ret_len)
+{
+	uint32_t nq = atomic_load(&t->a->nquotas);
+	Allot__V1__AskKey *ks = calloc(nkeys, sizeof *ks);
+	Allot__V1__AskKey **kp = calloc(nkeys, sizeof *kp);
+	int rc = ALLOT_ENOMEM;
+	if (ks == NULL || kp == NULL)
+		goto out;
+	size_t j = 0;
+	for (uint32_t q = 0; q < nq && j < nkeys; q++) {
+		if (t->want[q] == 0)
+			continue;
+		allot__v1__ask_key__init(&ks[j]);
+		ks[j].key = q;
+		ks[j].tokens = t->want[q];
+		ks[j].min = t->min[q];
+		/* What the bucket gave up goes with the Ask (and is lost
+		 * with it: never reported twice). */
+		ks[j].returned = c->q[q].returned;
+		c->q[q].returned = 0;
+		kp[j] = &ks[j];
+		j++;
+	}
+	Allot__V1__Ask ask = ALLOT__V1__ASK__INIT;
+	ask.session = c->session;
+	ask.applied_seq = c->applied_seq;
+	ask.n_keys = j;
+	ask.keys = kp;
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = ALLOT__PROTOCOL_VERSION;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_ASK;
+	env.ask = &ask;
+	size_t len = allot__v1__envelope__get_packed_size(&env);
+	uint8_t *buf = malloc(len > 0 ? len : 1);
+	if (buf == NULL)
+		goto out;
+	allot__v1__envelope__pack(&env, buf);
+	*ret_buf = buf;
+	*ret_len = len;
+	rc = ALLOT_OK;
+out:
+	for (uint32_t q = 0; q < nq; q++)
+		t->want[q] = t->min[q] = 0;
+	free(ks);
+	free(kp);
+	return rc;
+}
+
+int
+allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
+    void **ret_buf, size_t *ret_len, uint32_t *ret_timeout_ms,
+    uint32_t *ret_flight, uint64_t *ret_at_ns)
+{
+	collect(t);
+	*ret_at_ns = UINT64_MAX;
+	if (t->pending == NULL)
+		return ALLOT_ENOENT;
+	uint32_t f = free_flight(t, now, ret_at_ns);
+	if (f == ALLOT__TAIL_FLIGHTS)
+		return ALLOT_EBUSY;
+	allot__flight *fl = &t->fl[f];
+	uint64_t last;
+	size_t nkeys = board(t, c, fl, now, &last);
+	if (nkeys == 0)
+		return ALLOT_ENOENT;
+	int rc = pack_ask(t, c, nkeys, ret_buf, ret_len);
+	if (rc != ALLOT_OK) {
+		complete_all(t, fl->head, now);
+		*fl = (allot__flight) { .end = &fl->head };
+		return rc;
+	}
+	/* Until the last deadline, but once the round trips so far say
+	 * the answer is lost, no longer than four of them: the waiters go
+	 * back to be asked for again (allot__tail_lost()). */
+	uint64_t span_ms = (last - now) / 1000000u + 1;
+	uint64_t lost_ms = t->rtt_ns * 4 / 1000000u + 1;
+	if (t->rtt_ns > 0 && lost_ms < span_ms)
+		span_ms = lost_ms;
+	uint32_t to = allot__exchange_timeout_ms(t->a->opts.sync_interval_ms);
+	*ret_timeout_ms = span_ms < ASK_TIMEOUT_MIN_MS ? ASK_TIMEOUT_MIN_MS :
+	    span_ms > to                               ? to :
+	                                                 (uint32_t) span_ms;
+	*ret_flight = f;
+	fl->busy = true;
+	fl->sent_ns = now;
+	t->last_sent_ns = now;
+	return ALLOT_OK;
+}
+
+/* Complete flight `fl`: each waiter from its quota's grant, oldest
+ * first, as long as what is left covers its cost (a costly request at
+ * the head does not hold back cheaper ones behind it), the others on
+ * their local bucket; what is left of a grant goes into the local
+ * bucket. `got` is all zero on a failure. */
+static void
+settle_flight(allot__tail *t, allot__flight *fl, uint64_t now)
+{
+	allot__waiter *w = fl->head;
+	*fl = (allot__flight) { .end = &fl->head };
+	while (w != NULL) {
+		allot__waiter *next = w->next;
+		bool ok = t->got[w->quota] >= w->cost;
+		if (ok)
+			t->got[w->quota] -= w->cost;
+		else
+			atomic_fetch_add(&t->short_, 1);
+		complete(t, w, ok, now);
+		w = next;
+	}
+	uint32_t nq = atomic_load(&t->a->nquotas);
+	for (uint32_t q = 0; q < nq; q++) {
+		if (t->got[q] > 0) {
+			allot__bucket_adjust(&t->a->quotas[q].bucket,
+			    -(int64_t) t->got[q], now);
+			atomic_fetch_add(
+			    &t->a->quotas[q].deposited, t->got[q]);
+		}
+		t->got[q] = 0;
+	}
+}
+
+void
+allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
+    const void *buf, size_t len)
+{
+	if (f >= ALLOT__TAIL_FLIGHTS || !t->fl[f].busy)
+		return;
+	allot__flight *fl = &t->fl[f];
+	uint64_t rtt = now > fl->sent_ns ? now - fl->sent_ns : 0;
+	t->rtt_ns = t->rtt_ns == 0 ? rtt : (7 * t->rtt_ns + rtt) / 8;
+	Allot__V1__Envelope *env = allot__v1__envelope__unpack(
+	    NULL, len, (const uint8_t *) buf);
+	uint32_t nq = atomic_load(&t->a->nquotas);
+	if (env != NULL && env->version == ALLOT__PROTOCOL_VERSION &&
+	    env->body_case == ALLOT__V1__ENVELOPE__BODY_GRANT &&
+	    env->grant->epoch >= c->epoch_seen) {
+		const Allot__V1__Grant *g = env->grant;
+		atomic_fetch_add(&t->asks, 1);
+		for (size_t i = 0; i < g->n_keys; i++) {
+			const Allot__V1__GrantKey *k = g->keys[i];
+			if (k->key >= nq ||
+			    (double) k->tokens > ALLOT__BURST_MAX)
+				continue;
+			t->got[k->key] += k->tokens;
+			atomic_fetch_add(&t->tokens, k->tokens);
+			if (k->dry_us > 0) {
+				atomic_store(&t->dry_until[k->key],
+				    now + (uint64_t) k->dry_us * 1000u);
+				atomic_store(&t->dry_left[k->key], k->left);
+			}
+		}
+	} else if (env != NULL && env->version == ALLOT__PROTOCOL_VERSION &&
+	    env->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR &&
+	    env->error->code == ALLOT__V1__ERROR__CODE__MALFORMED) {
+		/* An allotd from before the tail path: decide locally for
+		 * the rest of this session. */
+		t->unsupported = true;
+		t->unsupported_session = c->session;
+		allot__tail_publish(t, c);
+	}
+	if (env != NULL)
+		allot__v1__envelope__free_unpacked(env, NULL);
+	settle_flight(t, fl, now);
+}
+
+void
+allot__tail_failed(allot__tail *t, uint32_t f, uint64_t now)
+{
+	if (f < ALLOT__TAIL_FLIGHTS && t->fl[f].busy)
+		settle_flight(t, &t->fl[f], now);
+}
+
+void
+allot__tail_lost(allot__tail *t, uint32_t f, uint64_t now)
+{
+	if (f >= ALLOT__TAIL_FLIGHTS || !t->fl[f].busy)
+		return;
+	allot__flight *fl = &t->fl[f];
+	if (fl->head == NULL) {
+		*fl = (allot__flight) { .end = &fl->head };
+		return;
+	}
+	/* Ahead of everything pending: they came first. */
+	*fl->end = t->pending;
+	if (t->pending == NULL)
+		t->pending_end = fl->end;
+	t->pending = fl->head;
+	*fl = (allot__flight) { .end = &fl->head };
+	atomic_fetch_add(&t->lost, 1);
+	(void) now;
+}
+
+uint64_t
+allot__tail_expire(allot__tail *t, uint64_t now)
+{
+	collect(t);
+	uint64_t next = UINT64_MAX;
+	allot__waiter **lists[1 + ALLOT__TAIL_FLIGHTS] = { &t->pending };
+	allot__waiter ***ends[1 + ALLOT__TAIL_FLIGHTS] = { &t->pending_end };
+	for (uint32_t f = 0; f < ALLOT__TAIL_FLIGHTS; f++) {
+		lists[1 + f] = &t->fl[f].head;
+		ends[1 + f] = &t->fl[f].end;
+	}
+	for (uint32_t i = 0; i < 1 + ALLOT__TAIL_FLIGHTS; i++) {
+		allot__waiter **pp = lists[i];
+		while (*pp != NULL) {
+			allot__waiter *w = *pp;
+			if (w->deadline_ns > now) {
+				if (w->deadline_ns < next)
+					next = w->deadline_ns;
+				pp = &w->next;
+				continue;
+			}
+			*pp = w->next;
+			atomic_fetch_add(&t->late, 1);
+			complete(t, w, false, now);
+		}
+		*ends[i] = pp;
+	}
+	return next;
+}
+
+void
+allot__tail_stats(allot__tail *t, allot_sync_stats *ret)
+{
+	ret->central_asks = atomic_load(&t->asks);
+	ret->central_allowed = atomic_load(&t->allowed);
+	ret->central_denied = atomic_load(&t->denied);
+	ret->central_tokens = atomic_load(&t->tokens);
+	ret->central_wait_ns = atomic_load(&t->wait_ns);
+	ret->central_wait_max_ns = atomic_load(&t->wait_max_ns);
+	ret->central_late = atomic_load(&t->late);
+	ret->central_short = atomic_load(&t->short_);
+	ret->central_dry = atomic_load(&t->dry);
+	ret->central_lost = atomic_load(&t->lost);
+}

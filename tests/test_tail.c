@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tail path (docs/allocation.md, "The central reserve") against a
+ * real allotd over loopback TCP: agents whose callers wait
+ * (allot_acquire_wait()) keep only the body of their traffic in their
+ * buckets, so a burst under the quota that lands on one replica of four
+ * is admitted from the coordinator's reserve, where the same burst
+ * against the equal split (--central-reserve off) is mostly refused;
+ * replicas bursting at once never admit more than the quota's bucket
+ * would; a caller of allot_acquire() alone keeps its classic share; and
+ * an Ask from a peer that has no session, or that asks for nonsense, is
+ * refused.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <allot/allot.h>
+
+#include "allot.pb-c.h"
+#include "allotd.h"
+#include "proc.h"
+#include "proto_client.h"
+#include "runner.h"
+
+/* R = 100/s, B = 400: a burst of 360 is under the quota, and four times
+ * what each replica's equal split holds. */
+static const char *CFG = "quotas:\n"
+                         "  default: {tokens_per_second: 10, burst: 20}\n"
+                         "  callers:\n"
+                         "    - identity: a\n"
+                         "      tokens_per_second: 100\n"
+                         "      burst: 400\n";
+
+#define NREP 4
+#define BURST 360
+/* Long enough for a round trip to a loaded CI machine under ASan; the
+ * tail path answers in one round trip, so this only bounds a lost one. */
+#define WAIT_NS (200u * 1000000u)
+
+static void
+start(pc_coord *c, bool central)
+{
+	pc_coord_init(c, "/tmp/allot-tail", CFG);
+	const char *args[] = { "--interval-ms", "50", "--central-reserve",
+		central ? "on" : "off", NULL };
+	pc_coord_spawn(c, args, NULL);
+}
+
+static allot_agent *
+mkagent(const pc_coord *c, const char *replica, bool waits)
+{
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_load(c->cfg, err, sizeof err, &cfg), ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = c->url;
+	o.service = "svc";
+	o.replica_id = replica;
+	o.sync_interval_ms = 50;
+	o.waits = waits;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	return a;
+}
+
+/* Every agent registered and synced a few times, and idle long enough
+ * for the reserve to hold the burst the replicas do not. */
+static void
+settle(allot_agent **as, int n)
+{
+	uint64_t t0 = pc_now_ms();
+	for (int i = 0; i < n; i++) {
+		allot_sync_stats ss;
+		for (;;) {
+			allot_sync_stats_get(as[i], &ss);
+			if (ss.connected && ss.syncs_ok >= 10 &&
+			    ss.replicas == (uint32_t) n)
+				break;
+			ck_assert_msg(pc_now_ms() - t0 < 15000,
+			    "agent %d "
+			    "did not sync",
+			    i);
+			pc_sleep_ms(10);
+		}
+	}
+	/* B / R: a reserve emptied while the agents started is full. */
+	pc_sleep_ms(4000);
+}
+
+/* `n` requests of caller "a" on `a` back to back: how many passed. */
+static int
+burst(allot_agent *a, int n, bool wait)
+{
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
+	int ok = 0;
+	for (int i = 0; i < n; i++) {
+		allot_decision d;
+		int rc = wait ? allot_acquire_wait(a, k, 1, WAIT_NS, &d) :
+		                allot_acquire(a, k, 1, &d);
+		ck_assert_int_eq(rc, ALLOT_OK);
+		ok += d.allowed;
+	}
+	return ok;
+}
+
+/* The burst on one replica of four, with and without the reserve, side
+ * by side: with it the burst under the quota passes (all but what the
+ * replicas' own bodies keep), without it each replica holds B/4. */
+static int
+one_replica_burst(bool central, allot_sync_stats *ret)
+{
+	pc_coord c;
+	start(&c, central);
+	allot_agent *as[NREP];
+	for (int i = 0; i < NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(&c, id, central);
+	}
+	settle(as, NREP);
+	int ok = burst(as[0], BURST, central);
+	allot_sync_stats_get(as[0], ret);
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(&c, 5000);
+	return ok;
+}
+
+START_TEST(burst_on_one_replica)
+{
+	allot_sync_stats with, without;
+	int central = one_replica_burst(true, &with);
+	int split = one_replica_burst(false, &without);
+	fprintf(stderr,
+	    "tail: %d of %d admitted with the reserve (%" PRIu64
+	    " from it, waits up to %.2f ms), %d against the split\n",
+	    central, BURST, with.central_allowed,
+	    (double) with.central_wait_max_ns / 1e6, split);
+	/* The split holds B/4 = 100 on the replica, plus its refill. */
+	ck_assert_int_le(split, BURST / 2);
+	ck_assert_int_ge(central, BURST * 95 / 100);
+	ck_assert_uint_gt(with.central_allowed, BURST / 2);
+	ck_assert_uint_eq(without.central_asks, 0);
+}
+END_TEST
+
+/* Every replica bursts at once, twice the quota's burst in all: what
+ * they admit together stays within B + R * (elapsed + T), the bound a
+ * single bucket gives plus one interval. */
+START_TEST(bursts_everywhere_stay_in_the_bound)
+{
+	pc_coord c;
+	start(&c, true);
+	allot_agent *as[NREP];
+	for (int i = 0; i < NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(&c, id, true);
+	}
+	settle(as, NREP);
+	uint64_t t0 = pc_now_ns();
+	int total = 0;
+	/* Round-robin, so that the replicas' bursts overlap. */
+	for (int round = 0; round < 2 * 400 / NREP / 10; round++)
+		for (int i = 0; i < NREP; i++)
+			total += burst(as[i], 10, true);
+	double elapsed = (double) (pc_now_ns() - t0) / 1e9;
+	double bound = 400 + 100 * (elapsed + 0.05);
+	fprintf(stderr, "tail: %d admitted in %.3f s, bound %.0f\n", total,
+	    elapsed, bound);
+	ck_assert_msg(total <= bound, "%d admitted in %.3f s: bound %.0f",
+	    total, elapsed, bound);
+	/* And the burst budget was there to be had: most of it passed. */
+	ck_assert_int_ge(total, 400 * 3 / 4);
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(&c, 5000);
+}
+END_TEST
+
+/* An agent whose callers use allot_acquire() alone beside agents that
+ * wait: its share is split as without a reserve (R/4 here), which its
+ * callers would otherwise be refused. */
+START_TEST(plain_caller_keeps_its_share)
+{
+	pc_coord c;
+	start(&c, true);
+	allot_agent *as[NREP];
+	for (int i = 0; i < NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(&c, id, i != 0);
+	}
+	settle(as, NREP);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
+	allot_key_stats st;
+	ck_assert_int_eq(allot_key_stats_get(as[0], k, &st), ALLOT_OK);
+	ck_assert_msg(st.rate >= 100.0 / NREP * 0.99,
+	    "a caller that does not wait holds %.3f tokens/s", st.rate);
+	/* The ones that wait hold their bodies: nothing, idle. */
+	ck_assert_int_eq(allot_key_resolve(as[1], "a", "/x", &k), ALLOT_OK);
+	ck_assert_int_eq(allot_key_stats_get(as[1], k, &st), ALLOT_OK);
+	ck_assert_msg(st.rate < 100.0 / NREP / 2,
+	    "an idle replica that waits holds %.3f tokens/s", st.rate);
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(&c, 5000);
+}
+END_TEST
+
+/* Agents that wait start under steady traffic at 60 % of the quota,
+ * spread over them: nothing is refused while they register, get their
+ * first shares and hand their bootstrap buckets to the reserve. */
+START_TEST(start_up_refuses_nothing)
+{
+	pc_coord c;
+	start(&c, true);
+	allot_agent *as[NREP];
+	allot_key *ks[NREP];
+	for (int i = 0; i < NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(&c, id, true);
+		ck_assert_int_eq(
+		    allot_key_resolve(as[i], "a", "/x", &ks[i]), ALLOT_OK);
+	}
+	/* 60/s in all for 3 s: one request every 1/60 s, round robin. */
+	int denied = 0, n = 0;
+	uint64_t t0 = pc_now_ns();
+	for (int i = 0; i < 180; i++) {
+		uint64_t at = t0 + (uint64_t) i * 1000000000u / 60;
+		while (pc_now_ns() < at)
+			pc_sleep_ms(1);
+		allot_decision d;
+		ck_assert_int_eq(allot_acquire_wait(as[i % NREP], ks[i % NREP],
+		                     1, WAIT_NS, &d),
+		    ALLOT_OK);
+		denied += !d.allowed;
+		n++;
+	}
+	for (int i = 0; i < NREP; i++) {
+		allot_sync_stats ss;
+		allot_sync_stats_get(as[i], &ss);
+		fprintf(stderr,
+		    "tail: start-up r%d: %" PRIu64 " asks, %" PRIu64
+		    " allowed, %" PRIu64 " denied (%" PRIu64 " late, %" PRIu64
+		    " short, %" PRIu64 " dry)\n",
+		    i, ss.central_asks, ss.central_allowed, ss.central_denied,
+		    ss.central_late, ss.central_short, ss.central_dry);
+	}
+	ck_assert_msg(denied == 0,
+	    "%d of %d requests under the quota "
+	    "refused at start-up",
+	    denied, n);
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(&c, 5000);
+}
+END_TEST
+
+/* One Ask over a fresh connection: the Error code of the answer, or 0
+ * for a Grant. */
+static int
+ask_raw(const pc_coord *c, uint64_t session, uint64_t tokens, uint64_t min)
+{
+	Allot__V1__AskKey k = ALLOT__V1__ASK_KEY__INIT;
+	k.key = 1;
+	k.tokens = tokens;
+	k.min = min;
+	Allot__V1__AskKey *kp = &k;
+	Allot__V1__Ask ask = ALLOT__V1__ASK__INIT;
+	ask.session = session;
+	ask.n_keys = 1;
+	ask.keys = &kp;
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_ASK;
+	env.ask = &ask;
+	pc_conn conn;
+	ck_assert_int_eq(pc_open(&conn, c->url, 5000), 0);
+	Allot__V1__Envelope *out = pc_send(&conn, &env);
+	ck_assert_ptr_nonnull(out);
+	int code = pc_error_code(out);
+	if (code < 0) {
+		ck_assert_int_eq(
+		    out->body_case, ALLOT__V1__ENVELOPE__BODY_GRANT);
+		code = 0;
+	}
+	pc_free(out);
+	pc_close(&conn);
+	return code;
+}
+
+START_TEST(hostile_asks_refused)
+{
+	pc_coord c;
+	start(&c, true);
+	/* No session on this connection: refused, nothing taken. */
+	ck_assert_int_eq(ask_raw(&c, 12345, 10, 1),
+	    ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION);
+	/* Nonsense: min above tokens, or 0. */
+	ck_assert_int_eq(
+	    ask_raw(&c, 12345, 1, 5), ALLOT__V1__ERROR__CODE__MALFORMED);
+	ck_assert_int_eq(
+	    ask_raw(&c, 12345, 1, 0), ALLOT__V1__ERROR__CODE__MALFORMED);
+	ck_assert_double_eq_tol(
+	    pc_metric_get(c.http, "allotd_asks_total"), 0, 1e-9);
+	ck_assert_double_eq_tol(pc_metric_get(c.http,
+	                            "allotd_rejected_messages_total{reason="
+	                            "\"unknown_session\"}"),
+	    1, 1e-9);
+	pc_coord_done(&c, 5000);
+}
+END_TEST
+
+static Suite *
+tail_suite(void)
+{
+	Suite *s = suite_create("tail");
+	TCase *tc = tcase_create("allotd");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, burst_on_one_replica);
+	tcase_add_test(tc, bursts_everywhere_stay_in_the_bound);
+	tcase_add_test(tc, plain_caller_keeps_its_share);
+	tcase_add_test(tc, hostile_asks_refused);
+	tcase_add_test(tc, start_up_refuses_nothing);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+ALLOT_TEST_MAIN(tail_suite)
