@@ -5,10 +5,11 @@
  * read (the verified SPIFFE ID of its client certificate in mTLS mode) and
  * the allot keys for it are resolved, then reused by every later request
  * on the connection and released when it closes. A request to a
- * rate-limited endpoint is admitted by allot_acquire() (the 429 contract
- * on a denial), then executed under the concurrency limiter (a 503 when
- * it is full), and an export reconciles its estimated cost with the
- * measured one by allot_settle(). Every response of /lookup and /export
+ * rate-limited endpoint is admitted by allot_acquire_wait(): locally, or
+ * after a wait of at most --wait-ms for the coordinator's central reserve
+ * (the 429 contract on a denial), then executed under the concurrency limiter
+ * (a 503 when it is full), and an export reconciles its estimated cost with
+ * the measured one by allot_settle(). Every response of /lookup and /export
  * carries the RateLimit and X-RateLimit fields. The request path
  * allocates nothing beyond what libmicrohttpd needs for the response.
  */
@@ -280,7 +281,11 @@ admit(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 {
 	struct svc_caller *who = cc->caller;
 	count(&who->requests, 1);
-	int rc = allot_acquire(s->agent, k, ALLOT_COST_DEFAULT, d);
+	/* The tail path: a request the local bucket is short of may still
+	 * fit the quota globally, and waits up to --wait-ms for the
+	 * coordinator's central reserve (docs/integrating.md). */
+	int rc = allot_acquire_wait(s->agent, k, ALLOT_COST_DEFAULT,
+	    (uint64_t) s->o.wait_ms * 1000000u, d);
 	if (rc == ALLOT_ETOOBIG) {
 		/* A quota whose burst is below the endpoint's weight: no
 		 * retry can ever pass, so not a 429. */

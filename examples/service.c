@@ -152,6 +152,9 @@ usage(FILE *f)
 	    "--queue-ms MS        longest an export waits for a slot\n"
 	    "                     (default 1000)\n"
 	    "--queue-max N        exports waiting at once (default 16)\n"
+	    "--wait-ms MS         how long a request its local bucket is\n"
+	    "                     short of waits for the coordinator's\n"
+	    "                     central reserve (default 20; 0: never)\n"
 	    "--interactive-reserve N\n"
 	    "                     permits only /lookup may use (default 16)\n"
 	    "--max-callers N      caller records in /stats (default 1024)\n"
@@ -236,6 +239,7 @@ static const struct optdef optdefs[] = {
 	    100000 },
 	{ "queue-ms", OK_U32, AT(queue_ms), 0, 600000 },
 	{ "queue-max", OK_U32, AT(queue_max), 0, 100000 },
+	{ "wait-ms", OK_U32, AT(wait_ms), 0, 1000 },
 	{ "interactive-reserve", OK_U32, AT(interactive_reserve), 1, 100000 },
 	{ "max-callers", OK_U32, AT(max_callers), 1, 1u << 20 },
 	{ "max-connections", OK_U32, AT(max_connections), 1, 1000000 },
@@ -296,6 +300,7 @@ set_defaults(struct svc_options *o)
 	o->max_inflight = 8;
 	o->max_inflight_per_caller = 2;
 	o->queue_ms = 1000;
+	o->wait_ms = 20;
 	o->queue_max = 16;
 	o->interactive_reserve = 16;
 	o->max_callers = 1024;
@@ -480,6 +485,7 @@ start_agent(struct svc *s, char *replica, size_t replica_len)
 	ao.replica_id = s->o.replica_id;
 	ao.sync_interval_ms = s->o.sync_interval_ms;
 	ao.initial_replicas = s->o.initial_replicas;
+	ao.waits = s->o.wait_ms > 0;
 	rc = allot_agent_create(s->cfg, &ao, &s->agent);
 	if (rc != ALLOT_OK)
 		die("agent: %s", allot_strerror(rc));

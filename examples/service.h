@@ -49,6 +49,9 @@ struct svc_options {
 	uint32_t max_inflight; /* exports running at once, all callers */
 	uint32_t max_inflight_per_caller;
 	uint32_t queue_ms; /* longest an export waits for a permit */
+	/* How long a request its local bucket is short of waits for the
+	 * coordinator's central reserve (allot_acquire_wait); 0: never. */
+	uint32_t wait_ms;
 	uint32_t queue_max; /* exports waiting at once */
 	uint32_t interactive_reserve; /* permits exports can never take */
 	uint32_t max_callers;

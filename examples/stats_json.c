@@ -238,13 +238,19 @@ sync_json(struct jbuf *b, struct svc *s, const allot_key_stats *ks, size_t nk)
 	    ",\"fallback_leaves\":%" PRIu64 ",\"unknown_keys\":%" PRIu64
 	    ",\"reports_sent\":%" PRIu64 ",\"bytes_sent\":%" PRIu64
 	    ",\"last_rtt_us\":%" PRIu64 ",\"lease_remaining_ms\":%" PRId64
-	    ",\"early_syncs\":%" PRIu64 ",\"shares\":[",
+	    ",\"early_syncs\":%" PRIu64 ",\"central\":{\"asks\":%" PRIu64
+	    ",\"allowed\":%" PRIu64 ",\"denied\":%" PRIu64 ",\"late\":%" PRIu64
+	    ",\"short\":%" PRIu64 ",\"dry\":%" PRIu64 ",\"tokens\":%" PRIu64
+	    ",\"wait_max_us\":%" PRIu64 "},\"shares\":[",
 	    ss.enabled ? "true" : "false", ss.connected ? "true" : "false",
 	    ss.in_fallback ? "true" : "false", ss.replicas, ss.session,
 	    ss.config_epoch, ss.registers, ss.syncs_ok, ss.syncs_failed,
 	    ss.errors_received, ss.fallback_enters, ss.fallback_leaves,
 	    ss.unknown_keys, ss.reports_sent, ss.bytes_sent, ss.last_rtt_us,
-	    ss.lease_remaining_ms, ss.early_syncs);
+	    ss.lease_remaining_ms, ss.early_syncs, ss.central_asks,
+	    ss.central_allowed, ss.central_denied, ss.central_late,
+	    ss.central_short, ss.central_dry, ss.central_tokens,
+	    ss.central_wait_max_ns / 1000);
 	/* One share per quota: the keys of a quota share its bucket, so
 	 * the first key seen speaks for it. */
 	bool first = true;

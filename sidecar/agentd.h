@@ -55,6 +55,10 @@ struct agentd_options {
 	uint32_t max_descriptors;
 	uint32_t max_entries;
 	uint32_t idle_timeout_s;
+	/* The tail path (allot_acquire_id_wait()): how long a request its
+	 * local bucket is short of waits for the central reserve; 0: never
+	 * (decided locally). */
+	uint32_t wait_ms;
 	int log_level;
 	/* liballot's options, every one an option of ours too (the log
 	 * handler and level are set from the daemon's). */
@@ -72,6 +76,7 @@ struct rls_map {
 	const char *domain; /* NULL: any */
 	uint32_t max_descriptors;
 	uint32_t max_entries;
+	uint64_t wait_ns; /* the tail path's wait (--wait-ms) */
 };
 
 /* The daemon's own counters, for /metrics. */
@@ -127,8 +132,11 @@ struct agentd_verdict {
 	char ratelimit[160]; /* RateLimit */
 	char retry_after[24]; /* Retry-After; "" when allowed */
 };
+/* The one decision of both APIs; a request its local bucket is short of
+ * waits up to `wait_ns` for the central reserve (0: never). */
 void agentd_decide(allot_agent *agent, const char *identity,
-    const char *endpoint, uint32_t cost, struct agentd_verdict *ret);
+    const char *endpoint, uint32_t cost, uint64_t wait_ns,
+    struct agentd_verdict *ret);
 /* Decode one RateLimitRequest, decide every descriptor and encode the
  * RateLimitResponse into a malloc'd buffer after 5 bytes left free for
  * the gRPC prefix. Returns a gRPC status: 0 with *ret_buf and *ret_len

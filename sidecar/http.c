@@ -128,7 +128,7 @@ acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 		return send_error(d, c, 400,
 		    "identity and endpoint are strings, cost an integer");
 	struct agentd_verdict v;
-	agentd_decide(d->agent, id, ep, cost, &v);
+	agentd_decide(d->agent, id, ep, cost, d->map.wait_ns, &v);
 	if (v.rc != ALLOT_OK && v.rc != ALLOT_ETOOBIG)
 		return send_error(d, c, 400, allot_strerror(v.rc));
 	json_object *o = json_object_new_object();

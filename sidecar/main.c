@@ -88,6 +88,7 @@ start_agent(struct agentd *d)
 	ao.log = agent_log;
 	ao.log_ctx = d;
 	ao.log_level = d->o.log_level;
+	ao.waits = d->o.wait_ms > 0; /* every decision may wait */
 	rc = allot_agent_create(d->cfg, &ao, &d->agent);
 	if (rc != ALLOT_OK)
 		fail("agent", allot_strerror(rc));

@@ -118,6 +118,29 @@ sync_state(FILE *f, allot_agent *agent)
 	    (double) s.lease_remaining_ms / 1000.0, s.replicas, s.syncs_ok,
 	    s.syncs_failed, s.fallback_enters, s.early_syncs, s.loan_tokens,
 	    s.debit_tokens);
+	/* The tail path (docs/integrating.md, "The tail path"). */
+	fprintf(f,
+	    "# TYPE allot_agentd_central_asks_total counter\n"
+	    "allot_agentd_central_asks_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_allowed_total counter\n"
+	    "allot_agentd_central_allowed_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_denied_total counter\n"
+	    "allot_agentd_central_denied_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_late_total counter\n"
+	    "allot_agentd_central_late_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_short_total counter\n"
+	    "allot_agentd_central_short_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_dry_total counter\n"
+	    "allot_agentd_central_dry_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_lost_total counter\n"
+	    "allot_agentd_central_lost_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_tokens_total counter\n"
+	    "allot_agentd_central_tokens_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_wait_seconds_total counter\n"
+	    "allot_agentd_central_wait_seconds_total %.6f\n",
+	    s.central_asks, s.central_allowed, s.central_denied,
+	    s.central_late, s.central_short, s.central_dry, s.central_lost,
+	    s.central_tokens, (double) s.central_wait_ns / 1e9);
 	/* The coordinator cluster as this agent sees it, and the config
 	 * plane (docs/operations.md "Cluster", docs/protocol.md). */
 	fprintf(f,

@@ -81,6 +81,10 @@ static const allot__opt rows[] = {
 	{ "idle-timeout-s", 0, ALLOT__OPT_U32, "S",
 	    "close idle connections after", .off = AT(idle_timeout_s),
 	    .min = 1, .max = 86400, .dflt = "300" },
+	{ "wait-ms", 0, ALLOT__OPT_U32, "MS",
+	    "how long a request its local bucket is short of waits for the "
+	    "coordinator's central reserve (the tail path); 0 decides locally",
+	    .off = AT(wait_ms), .min = 0, .max = 1000, .dflt = "20" },
 	{ "log-level", 0, ALLOT__OPT_LEVEL, "LEVEL",
 	    "error, warning, info, debug or 0-7", .off = AT(log_level),
 	    .dflt = "info" },
@@ -179,6 +183,7 @@ defaults(struct agentd_options *o)
 	o->max_descriptors = 16;
 	o->max_entries = 16;
 	o->idle_timeout_s = 300;
+	o->wait_ms = (uint32_t) (ALLOT_WAIT_DEFAULT_NS / 1000000u);
 	o->log_level = 6;
 	allot_agent_options_init(&o->agent);
 	o->agent.service = "sidecar";

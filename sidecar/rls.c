@@ -60,10 +60,11 @@ policy_name(const char *endpoint)
 
 void
 agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
-    uint32_t cost, struct agentd_verdict *ret)
+    uint32_t cost, uint64_t wait_ns, struct agentd_verdict *ret)
 {
 	memset(ret, 0, sizeof *ret);
-	ret->rc = allot_acquire_id(agent, identity, endpoint, cost, &ret->d);
+	ret->rc = allot_acquire_id_wait(
+	    agent, identity, endpoint, cost, wait_ns, &ret->d);
 	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG)
 		return;
 	const char *name = policy_name(endpoint);
@@ -133,7 +134,7 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 		snprintf(msg, msglen, "hits_addend above 2^32");
 		return GRPC_INVALID_ARGUMENT;
 	}
-	agentd_decide(agent, id, ep, (uint32_t) cost, v);
+	agentd_decide(agent, id, ep, (uint32_t) cost, m->wait_ns, v);
 	if (v->rc != ALLOT_OK && v->rc != ALLOT_ETOOBIG) {
 		snprintf(msg, msglen, "%s", allot_strerror(v->rc));
 		return v->rc == ALLOT_EINVAL ? GRPC_INVALID_ARGUMENT :
@@ -343,6 +344,7 @@ agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
     size_t errlen)
 {
 	memset(m, 0, sizeof *m);
+	m->wait_ns = (uint64_t) o->wait_ms * 1000000u;
 	if (!split(o->identity_keys, m->identity_keys, &m->n_identity_keys) ||
 	    !split(o->endpoint_keys, m->endpoint_keys, &m->n_endpoint_keys)) {
 		snprintf(err, errlen, "at most %d identity and endpoint keys",

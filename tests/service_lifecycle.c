@@ -192,10 +192,14 @@ START_TEST(test_coordinator_shares_and_leave)
 	pc_coord_spawn(&c, args, NULL);
 	const char *url = c.ipc;
 	struct svc s1, s2;
+	/* Callers that do not wait (--wait-ms 0): the classic split,
+	 * which this case is about (test_tail.c has the reserve's). */
 	svc_start(&s1, svc_cfg_identities, true, "--coordinator", url,
-	    "--replica-id", "r1", "--sync-interval-ms", "50", NULL);
+	    "--replica-id", "r1", "--sync-interval-ms", "50", "--wait-ms", "0",
+	    NULL);
 	svc_start(&s2, svc_cfg_identities, true, "--coordinator", url,
-	    "--replica-id", "r2", "--sync-interval-ms", "50", NULL);
+	    "--replica-id", "r2", "--sync-interval-ms", "50", "--wait-ms", "0",
+	    NULL);
 	/* Both registered and synced a few times first: this case is
 	 * about shares. (A replica that registers second is given rate 0
 	 * until its first syncs, so a request in that window is denied:

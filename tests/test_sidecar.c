@@ -624,6 +624,48 @@ START_TEST(three_agents_one_allotd)
 }
 END_TEST
 
+/* Issue 25: Envoy's RLS client sends a burst of B to one of two
+ * daemons. Each holds the body of its traffic; what the burst needs
+ * beyond it waits for allotd's central reserve (--wait-ms, default
+ * 20 ms) and is admitted: all of it, where an equal split would have
+ * refused half. */
+START_TEST(rls_burst_on_one_of_two)
+{
+	need_tools();
+	static const char quotas[] =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 1, burst: 1}\n"
+	    "  callers:\n"
+	    "    - {identity: \"" ID_BURSTER "\", tokens_per_second: 50, "
+	    "burst: 100}\n"
+	    "  endpoint_weights: {default: 1, \"/lookup\": 1}\n";
+	pc_coord c;
+	pc_coord_init(&c, "/tmp/allot-test-sidecar-tail", quotas);
+	pc_coord_spawn(&c, NULL, NULL);
+	const char *extra[] = { "--coordinator", c.url, "--initial-replicas",
+		"2", "--service", "sidecar", NULL };
+	struct agentd a[2];
+	for (int i = 0; i < 2; i++)
+		agentd_start(&a[i], quotas, extra);
+	pc_sleep_ms(600); /* both registered, their shares installed */
+	char *out = py(
+	    "burst 127.0.0.1:%d 100 '%s'", a[0].grpc_port, ID_BURSTER);
+	fprintf(stderr, "rls burst of B on one of two daemons: %.120s\n", out);
+	ck_assert_msg(
+	    strstr(out, "\"ok\": 100, \"over\": 0") != NULL, "%s", out);
+	free(out);
+	double asks = pc_metric_get(
+	    a[0].http_port, "allot_agentd_central_asks_total");
+	double got = pc_metric_get(
+	    a[0].http_port, "allot_agentd_central_allowed_total");
+	ck_assert_msg(asks >= 1 && got >= 1, "asks %g, allowed %g", asks, got);
+	ck_assert(pc_metric_get(a[1].http_port, "allot_agentd_fallback") == 0);
+	for (int i = 0; i < 2; i++)
+		agentd_stop(&a[i]);
+	pc_coord_done(&c, 0);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- */
 /* Certificate rotation under load                                  */
 /* ---------------------------------------------------------------- */
@@ -779,6 +821,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, bad_clients);
 	tcase_add_test(tc, unknown_reject);
 	tcase_add_test(tc, three_agents_one_allotd);
+	tcase_add_test(tc, rls_burst_on_one_of_two);
 	tcase_add_test(tc, cert_rotation);
 	tcase_add_test(tc, coordinator_cert_rotation);
 	suite_add_tcase(s, tc);
