@@ -11,8 +11,8 @@
  *   delay), its messages carried by a simulated transport (latency,
  *   jitter, loss, coordinator outage) to the real registry
  *   (coordinator/state/state.h, its clock injected) through allotd's own
- *   dispatcher (coordinator/dispatch/dispatch.c), as its server hands it requests
- *   (in a `restart` scenario that coordinator has a real store, and is
+ *   dispatcher (coordinator/dispatch/dispatch.c), as its server hands it
+ * requests (in a `restart` scenario that coordinator has a real store, and is
  *   killed and restored mid-run: sim/coord.c);
  * - split: per replica buckets of R/n and B/n (and C/n), n being the live
  *   replica count at every instant, i.e. the equal split at its best.
@@ -42,8 +42,10 @@
 #include "prng.h"
 #include "state/state.h"
 #include "sync_int.h"
+#include "tail.h"
 
-const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split" };
+const char *const sim_mode_names[SIM_NMODES] = { "ideal", "allot", "split",
+	"local" };
 
 #define SERVICE "svc"
 
@@ -60,6 +62,12 @@ typedef enum evkind {
 	EV_KILL, /* the coordinator is killed (a `restart` scenario) */
 	EV_RESTART, /* and restarted from its store */
 	EV_CHECK,
+	/* The tail path (tail.h): a replica's engine has work, an Ask on
+	 * its way to the coordinator and its Grant back, its timeout. */
+	EV_TAIL,
+	EV_ASK_TO_COORD,
+	EV_ASK_TO_AGENT,
+	EV_ASK_TIMEOUT,
 } evkind;
 
 typedef struct ev {
@@ -135,6 +143,14 @@ heap_pop(heap *h)
 
 /* ---- the run ---- */
 
+struct engine;
+
+/* What the tail engine's wake-up needs: which replica's engine. */
+typedef struct tail_wake {
+	struct engine *e;
+	uint32_t idx;
+} tail_wake;
+
 typedef struct replica {
 	bool live;
 	bool welcomed; /* applied a first Welcome */
@@ -148,9 +164,25 @@ typedef struct replica {
 	char id[16];
 	/* split */
 	allot__bucket *sb; /* per quota, + 1 for the ceiling */
+	/* the tail path (SIM_ALLOT) */
+	allot__tail tail;
+	bool tail_init;
+	uint64_t ask_xid[ALLOT__TAIL_FLIGHTS];
+	tail_wake tw;
 } replica;
 
+/* A request waiting for the central reserve: its allot_wait, and what
+ * its decision is recorded against. */
+typedef struct sim_wait {
+	allot_wait w;
+	struct engine *e;
+	size_t q;
+	uint64_t t0;
+	bool boot; /* arrived before its replica's first Welcome */
+} sim_wait;
+
 typedef struct engine {
+	sim_mode mode; /* the allot run in progress: SIM_ALLOT or SIM_LOCAL */
 	const sim_scenario *s;
 	const sim_params *p;
 	const allot_config *cfg;
@@ -179,8 +211,14 @@ typedef struct engine {
 	bool conv_any;
 	/* load */
 	uint64_t syncs, reports, bytes;
+	/* the tail path: decisions, those that waited, and how long (us) */
+	uint64_t decisions, central;
+	allot_sync_stats tail; /* the replicas' tail counters, summed */
+	uint32_t *lat_us;
+	size_t nlat, lat_cap;
 	/* invariants */
 	double max_granted_ratio, max_held_over_bound, max_bound_ratio;
+	double max_tokens_over_burst;
 	uint64_t checks;
 	int err;
 } engine;
@@ -428,17 +466,17 @@ one_way(engine *e)
 	return (uint64_t) (ms * 1e6);
 }
 
-/* Put a message on the wire; it may be lost (or the coordinator be
- * unreachable). Takes `buf`. */
+/* Put a message on the wire, arriving `delay` ns from now; it may be
+ * lost (or the coordinator be unreachable). Takes `buf`. */
 static void
-send_msg(
-    engine *e, evkind kind, uint32_t idx, uint64_t tag, void *buf, size_t len)
+send_in(engine *e, evkind kind, uint32_t idx, uint64_t tag, void *buf,
+    size_t len, uint64_t delay)
 {
 	if (outage(e) || (e->p->loss > 0 && eng_unit(e) < e->p->loss)) {
 		free(buf);
 		return;
 	}
-	ev x = { .t = e->now + one_way(e),
+	ev x = { .t = e->now + delay,
 		.kind = kind,
 		.replica = idx,
 		.tag = tag,
@@ -448,6 +486,13 @@ send_msg(
 		free(buf);
 		e->err = ALLOT_ENOMEM;
 	}
+}
+
+static void
+send_msg(
+    engine *e, evkind kind, uint32_t idx, uint64_t tag, void *buf, size_t len)
+{
+	send_in(e, kind, idx, tag, buf, len, one_way(e));
 }
 
 static void
@@ -503,6 +548,142 @@ cq_of(const engine *e, size_t q)
 	return q < e->cfg->ncallers ? q + 1 : 0;
 }
 
+/* ---- allot: the tail path (agent/tail.h) ---- */
+
+/* A caller queued a waiter: the engine runs at once, as sync.c's loop
+ * would on its wake-up. */
+static void
+on_tail_wake(void *ctx)
+{
+	tail_wake *tw = ctx;
+	push(tw->e, tw->e->now, EV_TAIL, tw->idx, 0);
+}
+
+/* A decision that waited: recorded at the time it was made. */
+static void
+on_decided(allot_wait *w, const allot_decision *d)
+{
+	sim_wait *sw = (sim_wait *) (void *) w;
+	engine *e = sw->e;
+	if (d->allowed) {
+		record(e, e->mode, sw->q, e->now, d->cost);
+		if (sw->boot)
+			e->boot[sw->q] += d->cost;
+	}
+	uint64_t us = (e->now - sw->t0) / 1000u;
+	if (e->nlat == e->lat_cap) {
+		size_t cap = e->lat_cap ? 2 * e->lat_cap : 1024;
+		uint32_t *p = realloc(e->lat_us, cap * sizeof *p);
+		if (p == NULL) {
+			e->err = ALLOT_ENOMEM;
+			free(sw);
+			return;
+		}
+		e->lat_us = p;
+		e->lat_cap = cap;
+	}
+	e->lat_us[e->nlat++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t) us;
+	free(sw);
+}
+
+/* What sync.c's tail_service() does: send the Asks that can go, then
+ * wake up at the next deadline (or when the next Ask may go). */
+static void
+tail_service(engine *e, uint32_t idx)
+{
+	replica *r = &e->r[idx];
+	if (!r->live || !r->tail_init)
+		return;
+	allot__tail *t = &r->tail;
+	allot__tail_publish(t, &r->sc);
+	void *buf;
+	size_t len;
+	uint32_t to, f;
+	uint64_t at = UINT64_MAX;
+	uint64_t half = (uint64_t) (e->p->central_rtt_ms * 0.5e6);
+	while (allot__tail_has_pending(t) &&
+	    allot__tail_request(t, &r->sc, e->now, &buf, &len, &to, &f, &at) ==
+	        ALLOT_OK) {
+		uint64_t tag = ++r->ask_xid[f] * ALLOT__TAIL_FLIGHTS + f;
+		send_in(e, EV_ASK_TO_COORD, idx, tag, buf, len, half);
+		push(e, e->now + (uint64_t) to * 1000000u, EV_ASK_TIMEOUT, idx,
+		    tag);
+	}
+	uint64_t next = allot__tail_expire(t, e->now);
+	if (at < next)
+		next = at;
+	if (next != UINT64_MAX)
+		push(e, next, EV_TAIL, idx, 0);
+}
+
+static int coord_handle(
+    engine *e, const void *buf, size_t len, void **ret, size_t *ret_len);
+
+static void
+on_ask_coord(engine *e, ev *x)
+{
+	void *out;
+	size_t len;
+	if (outage(e) || e->st == NULL)
+		return;
+	if (coord_handle(e, x->buf, x->len, &out, &len) != ALLOT_OK) {
+		e->err = ALLOT_ENOMEM;
+		return;
+	}
+	send_in(e, EV_ASK_TO_AGENT, x->replica, x->tag, out, len,
+	    (uint64_t) ((e->p->central_serve_ms + e->p->central_rtt_ms * 0.5) *
+	        1e6));
+}
+
+/* The answer to an Ask, or its timeout: for the flight still waiting
+ * for it only. */
+static void
+on_ask_agent(engine *e, ev *x, bool timeout)
+{
+	replica *r = &e->r[x->replica];
+	uint32_t f = (uint32_t) (x->tag % ALLOT__TAIL_FLIGHTS);
+	if (!r->live || !r->tail_init ||
+	    r->ask_xid[f] * ALLOT__TAIL_FLIGHTS + f != x->tag)
+		return;
+	if (timeout)
+		allot__tail_lost(&r->tail, f, e->now);
+	else
+		allot__tail_reply(&r->tail, &r->sc, f, e->now, x->buf, x->len);
+	tail_service(e, x->replica);
+}
+
+/* One arrival at a live replica: decided at once, or waiting for the
+ * central reserve (SIM_ALLOT). */
+static void
+arrive(engine *e, replica *r, const sim_arrival *a)
+{
+	size_t q = quota_of(e, a->caller);
+	allot_decision d;
+	allot_key *k = r->keys[(size_t) a->caller * e->nep + a->endpoint];
+	e->decisions++;
+	sim_wait *sw = calloc(1, sizeof *sw);
+	if (sw == NULL) {
+		e->err = ALLOT_ENOMEM;
+		return;
+	}
+	int rc = allot_acquire_async(r->a, &sw->w, k, ALLOT_COST_DEFAULT,
+	    (uint64_t) (e->p->wait_ms * 1e6), on_decided, &d);
+	if (rc == ALLOT_EINPROGRESS) {
+		sw->e = e;
+		sw->q = q;
+		sw->t0 = a->t;
+		sw->boot = !r->welcomed;
+		e->central++;
+		return;
+	}
+	free(sw);
+	if (rc == ALLOT_OK && d.allowed) {
+		record(e, e->mode, q, a->t, d.cost);
+		if (!r->welcomed)
+			e->boot[q] += d.cost;
+	}
+}
+
 static int
 replica_start(engine *e, uint32_t idx, uint32_t nlive)
 {
@@ -517,6 +698,7 @@ replica_start(engine *e, uint32_t idx, uint32_t nlive)
 	o.max_unknown_keys = 0;
 	o.sync_interval_ms = e->p->interval_ms;
 	o.sync_jitter = e->p->sync_jitter;
+	o.waits = e->mode == SIM_ALLOT;
 	/* The operator's expected count: what runs right after it. */
 	o.initial_replicas = nlive > 0 ? nlive : 1;
 	o.log = NULL;
@@ -536,6 +718,14 @@ replica_start(engine *e, uint32_t idx, uint32_t nlive)
 		return rc;
 	}
 	r->sc_init = true;
+	r->tw = (tail_wake) { .e = e, .idx = idx };
+	if (e->mode == SIM_ALLOT) {
+		rc = allot__tail_init(&r->tail, r->a, on_tail_wake, &r->tw);
+		if (rc != ALLOT_OK)
+			return rc;
+		r->tail_init = true;
+		r->a->tail = &r->tail;
+	}
 	r->keys = calloc((e->cfg->ncallers + 1) * e->nep, sizeof *r->keys);
 	if (r->keys == NULL)
 		return ALLOT_ENOMEM;
@@ -575,6 +765,20 @@ replica_stop(engine *e, uint32_t idx, bool graceful)
 	r->live = false;
 	r->waiting = false;
 	r->timer_gen++;
+	if (r->tail_init) {
+		/* Whoever still waits is denied (and recorded) now. */
+		r->a->tail = NULL;
+		allot__tail_fini(&r->tail, e->now);
+		allot_sync_stats ts;
+		allot__tail_stats(&r->tail, &ts);
+		e->tail.central_allowed += ts.central_allowed;
+		e->tail.central_denied += ts.central_denied;
+		e->tail.central_late += ts.central_late;
+		e->tail.central_short += ts.central_short;
+		e->tail.central_asks += ts.central_asks;
+		e->tail.central_dry += ts.central_dry;
+		r->tail_init = false;
+	}
 	if (r->sc_init)
 		allot__syncc_fini(&r->sc);
 	r->sc_init = false;
@@ -589,6 +793,8 @@ on_timer(engine *e, uint32_t idx)
 {
 	replica *r = &e->r[idx];
 	allot__syncc_check_lease(&r->sc, e->now);
+	if (r->tail_init)
+		allot__tail_publish(&r->tail, &r->sc);
 	if (r->waiting)
 		return;
 	void *buf;
@@ -634,6 +840,8 @@ on_agent(engine *e, ev *x)
 	if (atomic_load(&r->sc.registers) > 0)
 		r->welcomed = true;
 	allot__syncc_check_lease(&r->sc, e->now);
+	if (r->tail_init)
+		allot__tail_publish(&r->tail, &r->sc);
 	schedule_timer(
 	    e, r, x->replica, allot__syncc_next_delay_ms(&r->sc, e->now, ok));
 }
@@ -647,6 +855,8 @@ on_timeout(engine *e, ev *x)
 	r->waiting = false;
 	allot__syncc_failed(&r->sc, e->now, "timed out");
 	allot__syncc_check_lease(&r->sc, e->now);
+	if (r->tail_init)
+		allot__tail_publish(&r->tail, &r->sc);
 	schedule_timer(e, r, x->replica,
 	    allot__syncc_next_delay_ms(&r->sc, e->now, false));
 }
@@ -753,7 +963,7 @@ invariants(engine *e)
 		if (allot__state_quota_get(e->st, SERVICE, cq_of(e, q), &sq) !=
 		    ALLOT_OK)
 			continue;
-		double hr = 0, hb = 0;
+		double hr = 0, hb = 0, tokens = sq.reserve_level;
 		for (uint32_t i = 0; i < e->s->nreplicas; i++) {
 			if (!e->r[i].live || !e->r[i].welcomed)
 				continue;
@@ -761,7 +971,14 @@ invariants(engine *e)
 			held(&e->r[i], q, &r, &b);
 			hr += r;
 			hb += b;
+			if (isfinite(b) && b > 0)
+				tokens += fmax(0,
+				    allot__bucket_level(
+				        &e->r[i].a->quotas[q].bucket, e->now));
 		}
+		double t = (tokens - sq.burst) / sq.burst;
+		if (isfinite(t) && t > e->max_tokens_over_burst)
+			e->max_tokens_over_burst = t;
 		double g = sq.granted_rate / sq.rate;
 		if (g > e->max_granted_ratio)
 			e->max_granted_ratio = g;
@@ -778,11 +995,13 @@ invariants(engine *e)
 }
 
 static int
-run_allot(engine *e)
+run_allot(engine *e, sim_mode mode)
 {
 	const sim_scenario *s = e->s;
+	e->mode = mode;
 	allot__state_opts o;
 	allot__state_opts_init(&o);
+	o.policy.central = mode == SIM_ALLOT;
 	o.clock = eng_clock;
 	o.clock_ctx = e;
 	o.interval_ms = e->p->interval_ms;
@@ -799,6 +1018,7 @@ run_allot(engine *e)
 		return rc;
 	}
 	e->max_held_over_bound = -INFINITY;
+	e->max_tokens_over_burst = -INFINITY;
 	for (size_t i = 0; i < s->nchanges; i++)
 		push(e, s->changes[i].t, EV_CHANGE, s->changes[i].replica, i);
 	if (s->restart) {
@@ -820,19 +1040,8 @@ run_allot(engine *e)
 			const sim_arrival *a = &s->arr[ai++];
 			e->now = a->t;
 			replica *r = &e->r[a->replica];
-			if (!r->live)
-				continue;
-			size_t q = quota_of(e, a->caller);
-			allot_decision d;
-			allot_key *k =
-			    r->keys[(size_t) a->caller * e->nep + a->endpoint];
-			if (allot_acquire(r->a, k, ALLOT_COST_DEFAULT, &d) ==
-			        ALLOT_OK &&
-			    d.allowed) {
-				record(e, SIM_ALLOT, q, a->t, d.cost);
-				if (!r->welcomed)
-					e->boot[q] += d.cost;
-			}
+			if (r->live)
+				arrive(e, r, a);
 			continue;
 		}
 		if (te >= s->duration)
@@ -909,6 +1118,10 @@ run_allot(engine *e)
 			on_check(e);
 			push(e, e->now + check_ns(e), EV_CHECK, 0, 0);
 			break;
+		case EV_TAIL: tail_service(e, x.replica); break;
+		case EV_ASK_TO_COORD: on_ask_coord(e, &x); break;
+		case EV_ASK_TO_AGENT: on_ask_agent(e, &x, false); break;
+		case EV_ASK_TIMEOUT: on_ask_agent(e, &x, true); break;
 		}
 		free(x.buf);
 	}
@@ -1034,6 +1247,34 @@ figures(engine *e, sim_result *res)
 			res->bootstrap = res->keys[i].bootstrap;
 }
 
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *) a, y = *(const uint32_t *) b;
+	return x < y ? -1 : x > y;
+}
+
+/* The tail path's figures of the shipped run. */
+static void
+central_figures(engine *e, sim_result *res)
+{
+	res->central_fraction = e->decisions > 0 ?
+	    (double) e->central / (double) e->decisions :
+	    0;
+	res->central_p99_ms = 0;
+	res->central_asks = e->tail.central_asks;
+	res->central_allowed = e->tail.central_allowed;
+	res->central_denied = e->tail.central_denied;
+	res->central_late = e->tail.central_late;
+	res->central_short = e->tail.central_short;
+	res->central_dry = e->tail.central_dry;
+	if (e->nlat == 0)
+		return;
+	qsort(e->lat_us, e->nlat, sizeof *e->lat_us, cmp_u32);
+	size_t i = (size_t) ceil(0.99 * (double) e->nlat) - 1;
+	res->central_p99_ms = e->lat_us[i < e->nlat ? i : e->nlat - 1] / 1e3;
+}
+
 int
 sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 {
@@ -1070,8 +1311,21 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 		run_split(e);
 		rc = e->err;
 	}
+	/* Local only first, then as shipped: the figures of the coordinator
+	 * (load, convergence, bootstrap) are the shipped run's; the
+	 * invariants are checked in both. */
+	if (rc == ALLOT_OK && p->run_local) {
+		rc = run_allot(e, SIM_LOCAL);
+		e->syncs = e->reports = e->bytes = 0;
+		e->conv_pending = e->conv_any = false;
+		e->conv_worst = 0;
+		memset(e->boot, 0, sizeof e->boot);
+	}
+	e->decisions = e->central = 0;
+	e->nlat = 0;
+	memset(&e->tail, 0, sizeof e->tail);
 	if (rc == ALLOT_OK)
-		rc = run_allot(e);
+		rc = run_allot(e, SIM_ALLOT);
 	if (rc == ALLOT_OK) {
 		snprintf(res->scenario, sizeof res->scenario, "%s", s->name);
 		res->interval_ms = p->interval_ms;
@@ -1085,14 +1339,17 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 		res->bytes_per_s = (double) e->bytes / res->duration_s;
 		res->max_granted_ratio = e->max_granted_ratio;
 		res->max_held_over_bound = e->max_held_over_bound;
+		res->max_tokens_over_burst = e->max_tokens_over_burst;
 		res->max_bound_ratio = e->max_bound_ratio;
 		res->invariant_checks = e->checks;
+		central_figures(e, res);
 	}
 	for (int m = 0; m < SIM_NMODES; m++)
 		for (size_t q = 0; q <= SIM_MAX_KEYS; q++)
 			free(e->adm[m][q].a);
 	free(e->h.e);
 	free(e->r);
+	free(e->lat_us);
 	free(e);
 	clock_gettime(CLOCK_MONOTONIC, &w1);
 	res->wall_s = (double) (w1.tv_sec - w0.tv_sec) +

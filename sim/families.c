@@ -27,6 +27,16 @@
  * - sizing: the illustrative estimate of the service-to-service
  *   reference: 10 callers of R 140 and B 280, sticky, all bursting to
  *   3x R together.
+ *
+ * The tail path's families (issue 25): shapes a central reserve must
+ * serve from wherever the burst lands.
+ * - ceiling: a low-priority caller idle for most of a run that fans out
+ *   a burst well within its quota, in a service whose quotas sum to
+ *   about 1.5 times its ceiling while the traffic stays far below it;
+ * - pinned: bursts on long-lived connections pinned to one or two
+ *   replicas (gRPC, HTTP/2 clients);
+ * - swarm: many small callers bursting together over every replica;
+ * - costs: bursts whose requests weigh 1 to 100, heavy-tailed.
  */
 #include "scenario_int.h"
 
@@ -44,6 +54,10 @@ const char *const sim_family_names[] = {
 	"ramp",
 	"restart",
 	"sizing",
+	"ceiling",
+	"pinned",
+	"swarm",
+	"costs",
 	NULL,
 };
 
@@ -51,6 +65,10 @@ const char *const sim_family_names[] = {
 #define EP_LOOKUP 0u
 #define EP_HEAVY 1u
 #define W_HEAVY 20u
+/* The endpoints of the heavy-tailed cost mix (costs), after /heavy. */
+#define EP_FIVE 2u
+#define EP_HUNDRED 3u
+#define FAM_MAX_EP 4u
 
 /* A family scenario being built. */
 typedef struct fam {
@@ -61,10 +79,16 @@ typedef struct fam {
 	uint32_t n; /* replicas, all live from 0 to the end */
 	size_t nc; /* callers */
 	bool heavy; /* the quota file has "/heavy" (ramp) */
+	bool costs; /* and "/five" and "/hundred" (costs) */
+	double ceiling; /* global_ceiling; 0: none */
 	double rate[FAM_MAX_CALLERS];
 	double burst[FAM_MAX_CALLERS];
+	const char *prio[FAM_MAX_CALLERS]; /* NULL: standard */
 	int err;
 } fam;
+
+/* What a request to endpoint `ep` costs. */
+static const uint32_t ep_weight[FAM_MAX_EP] = { 1, W_HEAVY, 5, 100 };
 
 /* Uniform in [lo, hi). */
 static double
@@ -339,6 +363,143 @@ gen_sizing(fam *f, char *d, size_t dl)
 	}
 }
 
+/* ceiling: an overcommitted ceiling (the quotas sum to about 1.5 C) over
+ * traffic far below it, and a low-priority caller idle for most of the
+ * run that fans out a burst of half to all of its B over every replica,
+ * now and then. The ceiling binds on configured sums only: allot must
+ * not cut that burst because the others could use their quotas. */
+static void
+gen_ceiling(fam *f, char *d, size_t dl)
+{
+	sim_rng pr = param_rng(f, 2);
+	f->n = 4 + (uint32_t) (sim_rng_unit(&pr) * 9);
+	draw_quotas(f, 5, 200, 600, 1, 2);
+	double sum = 0;
+	for (size_t c = 0; c < f->nc; c++)
+		sum += f->rate[c];
+	f->ceiling = round(sum / between(&pr, 1.4, 1.6));
+	f->prio[0] = "critical";
+	f->prio[4] = "low";
+	double bg = between(&pr, 0.1, 0.3);
+	double k = between(&pr, 0.5, 1.0);
+	double len = between(&pr, 0.2, 1.0);
+	double every = between(&pr, 15, 30);
+	snprintf(d, dl,
+	    "ceiling: %u replicas, ceiling %.0f under quotas summing to "
+	    "%.0f; callers 0-3 at %.0f %% of R; caller-4 (low) idle, every "
+	    "%.0f s a fan-out of %.2f x B within %.2f s over all replicas",
+	    f->n, f->ceiling, sum, 100 * bg, every, k, len);
+	for (size_t c = 0; c < 4; c++) {
+		sim_rng r = sim_rng_stream(f->seed, c + 1, 17);
+		poisson(f, &r, c, bg * f->rate[c], 0, f->dur, 0, f->n, 0);
+	}
+	sim_rng r = sim_rng_stream(f->seed, 5, 17);
+	for (double t = between(&r, 3, every); t < f->dur; t += every)
+		spread(f, &r, 4, round(k * f->burst[4]), t, len, f->n);
+}
+
+/* pinned: each caller's connections pinned to one or two replicas; its
+ * bursts of 0.5-2 B land there within 20-200 ms. */
+static void
+gen_pinned(fam *f, char *d, size_t dl)
+{
+	sim_rng pr = param_rng(f, 2);
+	f->n = 4 + (uint32_t) (sim_rng_unit(&pr) * 13);
+	draw_quotas(f, 4, 500, 2000, 0.5, 2);
+	double u = between(&pr, 0.3, 0.6);
+	double blen = between(&pr, 0.02, 0.2);
+	snprintf(d, dl,
+	    "pinned: %u replicas, 4 callers pinned to one or two replicas "
+	    "each; bursts of 0.5-2 B within %.0f ms there; mean demand "
+	    "%.0f %% of R",
+	    f->n, 1000 * blen, 100 * u);
+	for (size_t c = 0; c < f->nc; c++) {
+		sim_rng r = sim_rng_stream(f->seed, c + 1, 18);
+		uint32_t pin[2] = { any_replica(f, &r), any_replica(f, &r) };
+		uint32_t npin = sim_rng_unit(&r) < 0.5 ? 1 : 2;
+		double per_s = u * f->rate[c] / (1.25 * f->burst[c]);
+		for (double t = 0; f->err == ALLOT_OK;) {
+			t += -log(1.0 - sim_rng_unit(&r)) / per_s;
+			if (t >= f->dur)
+				break;
+			double size = round(between(&r, 0.5, 2) * f->burst[c]);
+			uint32_t rep =
+			    pin[(uint32_t) (sim_rng_unit(&r) * npin) % npin];
+			spread(f, &r, c, size, t, blen, rep);
+		}
+	}
+}
+
+/* swarm: 12-16 small callers (R 20-100) at a tenth to a third of their
+ * quotas, all bursting half to all of their B together over every
+ * replica, every 5-15 s. */
+static void
+gen_swarm(fam *f, char *d, size_t dl)
+{
+	sim_rng pr = param_rng(f, 2);
+	f->n = 4 + (uint32_t) (sim_rng_unit(&pr) * 9);
+	size_t nc = 12 + (size_t) (sim_rng_unit(&pr) * 5);
+	draw_quotas(
+	    f, nc < FAM_MAX_CALLERS ? nc : FAM_MAX_CALLERS, 20, 100, 1, 3);
+	double bg = between(&pr, 0.1, 0.3);
+	double every = between(&pr, 5, 15);
+	double len = between(&pr, 0.1, 0.5);
+	snprintf(d, dl,
+	    "swarm: %u replicas, %zu callers of R 20-100 at %.0f %% of R; "
+	    "every %.1f s all burst 0.5-1 B within %.2f s over all replicas",
+	    f->n, f->nc, 100 * bg, every, len);
+	double first = between(&pr, 1, every);
+	for (size_t c = 0; c < f->nc; c++) {
+		sim_rng r = sim_rng_stream(f->seed, c + 1, 19);
+		poisson(f, &r, c, bg * f->rate[c], 0, f->dur, 0, f->n, 0);
+		for (double t = first; t < f->dur && f->err == ALLOT_OK;
+		     t += every)
+			spread(f, &r, c,
+			    round(between(&r, 0.5, 1) * f->burst[c]),
+			    t + between(&r, 0, 0.05), len, f->n);
+	}
+}
+
+/* costs: bursts on one random replica whose requests weigh 1 (80 %), 5
+ * (15 %), 20 (4 %) or 100 (1 %), over a background of light requests. */
+static void
+gen_costs(fam *f, char *d, size_t dl)
+{
+	sim_rng pr = param_rng(f, 2);
+	f->n = 4 + (uint32_t) (sim_rng_unit(&pr) * 9);
+	f->heavy = f->costs = true;
+	draw_quotas(f, 4, 1000, 3000, 1, 2);
+	double u = between(&pr, 0.3, 0.6);
+	double blen = between(&pr, 0.02, 0.1);
+	snprintf(d, dl,
+	    "costs: %u replicas, 4 callers; bursts of 0.2-1 B within %.0f "
+	    "ms on one random replica, requests of weight 1, 5, 20 or 100 "
+	    "(80/15/4/1 %%); mean demand %.0f %% of R",
+	    f->n, 1000 * blen, 100 * u);
+	/* The mean weight: 0.8 + 0.75 + 0.8 + 1. */
+	const double mean_w = 3.35;
+	for (size_t c = 0; c < f->nc; c++) {
+		sim_rng r = sim_rng_stream(f->seed, c + 1, 20);
+		double per_s = u * f->rate[c] / (0.6 * f->burst[c]);
+		for (double t = 0; f->err == ALLOT_OK;) {
+			t += -log(1.0 - sim_rng_unit(&r)) / per_s;
+			if (t >= f->dur)
+				break;
+			double tokens = between(&r, 0.2, 1) * f->burst[c];
+			uint32_t rep = any_replica(f, &r);
+			for (double k = 0; k < tokens / mean_w; k++) {
+				double x = sim_rng_unit(&r);
+				unsigned ep = x < 0.8 ? EP_LOOKUP :
+				    x < 0.95          ? EP_FIVE :
+				    x < 0.99          ? EP_HEAVY :
+				                        EP_HUNDRED;
+				emit(f, t + blen * sim_rng_unit(&r), rep, c,
+				    ep);
+			}
+		}
+	}
+}
+
 /* ---- assembly ---- */
 
 /* The quota file: callers spiffe://sim/caller-<i>, endpoint "/lookup"
@@ -353,12 +514,15 @@ fam_config(const fam *f)
 	if (q == NULL)
 		return NULL;
 	for (size_t i = 0; i < f->nc; i++)
-		q[i] = (sim_quota_spec) { f->rate[i], f->burst[i], NULL };
-	char weights[64] = "";
+		q[i] = (sim_quota_spec) { f->rate[i], f->burst[i],
+			f->prio[i] };
+	char weights[128] = "";
 	if (f->heavy)
-		snprintf(
-		    weights, sizeof weights, "    \"/heavy\": %u\n", W_HEAVY);
-	char *t = sim_quota_file(q, f->nc, weights, 0);
+		snprintf(weights, sizeof weights, "    \"/heavy\": %u\n%s",
+		    W_HEAVY,
+		    f->costs ? "    \"/five\": 5\n    \"/hundred\": 100\n" :
+		               "");
+	char *t = sim_quota_file(q, f->nc, weights, f->ceiling);
 	free(q);
 	return t;
 }
@@ -378,6 +542,10 @@ gen_of(const char *name)
 		{ "ramp", gen_ramp },
 		{ "restart", gen_restart },
 		{ "sizing", gen_sizing },
+		{ "ceiling", gen_ceiling },
+		{ "pinned", gen_pinned },
+		{ "swarm", gen_swarm },
+		{ "costs", gen_costs },
 	};
 	for (size_t i = 0; i < sizeof gens / sizeof gens[0]; i++)
 		if (strcmp(gens[i].name, name) == 0)
@@ -391,9 +559,7 @@ below_quota(const fam *f)
 {
 	double offered[FAM_MAX_CALLERS] = { 0 };
 	for (size_t i = 0; i < f->v.n; i++)
-		offered[f->v.a[i].caller] += f->v.a[i].endpoint == EP_HEAVY ?
-		    W_HEAVY :
-		    1;
+		offered[f->v.a[i].caller] += ep_weight[f->v.a[i].endpoint];
 	for (size_t c = 0; c < f->nc; c++)
 		if (offered[c] >= f->rate[c] * f->dur)
 			return false;

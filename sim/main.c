@@ -212,7 +212,8 @@ static const allot__opt rows[] = {
 	    "uniform sticky skewed burst scaleup scaledown crash\n"
 	    "noisy overload outage;\n"
 	    "or a seeded family, or \"families\" for all of them:\n"
-	    "onoff fanout pareto ramp restart sizing\n",
+	    "onoff fanout pareto ramp restart sizing\n"
+	    "ceiling pinned swarm costs\n",
 	    .off = AT(scenario) },
 	{ "trace", 0, ALLOT__OPT_STR, "FILE",
 	    "arrival trace, CSV time_s,replica,caller,endpoint\n",

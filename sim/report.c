@@ -88,12 +88,24 @@ sim_print_table(FILE *f, const sim_result *r, bool per_key)
 	fprintf(f,
 	    "  allot: bootstrap term %.3f R*T; coordinator %.0f "
 	    "syncs/s, %.0f key reports/s, %.1f KiB/s; grants/R max %.6f; "
-	    "held - bound max %+.2e R; bound ratio max %.3f (%llu checks)"
-	    "\n",
+	    "held - bound max %+.2e R; bound ratio max %.3f; tokens - B "
+	    "max %+.2e B (%llu checks)\n",
 	    r->bootstrap, r->syncs_per_s, r->reports_per_s,
 	    r->bytes_per_s / 1024, r->max_granted_ratio,
 	    r->max_held_over_bound, r->max_bound_ratio,
+	    r->max_tokens_over_burst,
 	    (unsigned long long) r->invariant_checks);
+	fprintf(f,
+	    "  allot: tail path: %.3f %% of decisions waited for the "
+	    "central reserve, p99 %.2f ms; %llu Asks, %llu admitted, %llu "
+	    "denied (%llu late, %llu short), %llu denied dry\n",
+	    100 * r->central_fraction, r->central_p99_ms,
+	    (unsigned long long) r->central_asks,
+	    (unsigned long long) r->central_allowed,
+	    (unsigned long long) r->central_denied,
+	    (unsigned long long) r->central_late,
+	    (unsigned long long) r->central_short,
+	    (unsigned long long) r->central_dry);
 }
 
 void
@@ -195,12 +207,18 @@ sim_print_json(FILE *f, const sim_result *r)
 	jnum(f, r->reports_per_s);
 	fputs(",\"bytes_per_s\":", f);
 	jnum(f, r->bytes_per_s);
+	fputs("},\"tail\":{\"central_fraction\":", f);
+	jnum(f, r->central_fraction);
+	fputs(",\"central_p99_ms\":", f);
+	jnum(f, r->central_p99_ms);
 	fputs("},\"checks\":{\"max_granted_ratio\":", f);
 	jnum(f, r->max_granted_ratio);
 	fputs(",\"max_held_over_bound\":", f);
 	jnum(f, r->max_held_over_bound);
 	fputs(",\"max_bound_ratio\":", f);
 	jnum(f, r->max_bound_ratio);
+	fputs(",\"max_tokens_over_burst\":", f);
+	jnum(f, r->max_tokens_over_burst);
 	fprintf(f, ",\"count\":%llu},\"wall_s\":",
 	    (unsigned long long) r->invariant_checks);
 	jnum(f, r->wall_s);

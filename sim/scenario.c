@@ -49,6 +49,10 @@ sim_params_init(sim_params *p)
 	p->lease_ms = 3000;
 	p->loan_frac = -1;
 	p->expiry_intervals = 5;
+	p->central_rtt_ms = 1.0;
+	p->central_serve_ms = 0.05;
+	p->wait_ms = (double) ALLOT_WAIT_DEFAULT_NS / 1e6;
+	p->run_local = true;
 }
 
 /* ---- building blocks ---- */

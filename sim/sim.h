@@ -8,8 +8,8 @@
  * to three limiters: the ideal single global token bucket per quota (and
  * one for the ceiling), allot (real agents, each driven by the real sync
  * engine agent/sync_core.c over a simulated transport, and the real
- * coordinator registry coordinator/state/state.c, all on one virtual clock) and
- * the equal static split; then it computes the figures defined in
+ * coordinator registry coordinator/state/state.c, all on one virtual clock)
+ * and the equal static split; then it computes the figures defined in
  * docs/allocation.md. Everything is a function of the scenario and the
  * seed: two runs print the same numbers.
  */
@@ -30,11 +30,15 @@
 #define SIM_CONVERGE_TOL 0.01
 #define SIM_CONVERGE_MAX_INTERVALS 100.0
 
+/* allot runs twice: as shipped, with the tail path (a request its local
+ * bucket is short of waits for the central reserve), and local only
+ * (every quota `reserve: 0`, no wait): docs/allocation.md. */
 typedef enum sim_mode {
 	SIM_IDEAL = 0,
 	SIM_ALLOT = 1,
 	SIM_SPLIT = 2,
-	SIM_NMODES = 3,
+	SIM_LOCAL = 3,
+	SIM_NMODES = 4,
 } sim_mode;
 
 extern const char *const sim_mode_names[SIM_NMODES];
@@ -74,6 +78,15 @@ typedef struct sim_params {
 	/* allotd's --loan-frac (docs/allocation.md, "Loans"); below 0:
 	 * allotd's default. */
 	double loan_frac;
+	/* The tail path: an Ask's round trip (no jitter, no loss but the
+	 * scenario's), the coordinator's time to serve it, and how long a
+	 * request waits for the answer at most (the shipped default). */
+	double central_rtt_ms;
+	double central_serve_ms;
+	double wait_ms;
+	/* Also run allot local only (SIM_LOCAL); false: its figures are
+	 * zero. */
+	bool run_local;
 } sim_params;
 
 void sim_params_init(sim_params *p);
@@ -175,12 +188,24 @@ typedef struct sim_result {
 	double max_granted_ratio; /* max over time of granted / R */
 	double max_held_over_bound; /* max of (held - live bound) / R: <= 0 */
 	double max_bound_ratio; /* max of the live bound ratio */
+	/* max of (the tokens in the agents' buckets and the central
+	 * reserve - B) / B: <= 0, tokens are never made */
+	double max_tokens_over_burst;
 	uint64_t invariant_checks;
 	/* Noisy neighbour: the other callers' admitted cost against the
 	 * run without the noisy caller (max relative difference), NaN if
 	 * not computed. */
 	double neighbour[SIM_NMODES];
-	double wall_s; /* real time the run took: sim_run's three modes
+	/* The tail path (allot as shipped): the fraction of decisions that
+	 * waited for the central reserve, and the 99th percentile of what
+	 * they waited, ms (0 when none did). */
+	double central_fraction;
+	double central_p99_ms;
+	/* Asks answered; waits admitted and denied, of the denied those
+	 * whose wait ran out and those the reserve could not cover. */
+	uint64_t central_asks, central_allowed, central_denied;
+	uint64_t central_late, central_short, central_dry;
+	double wall_s; /* real time the run took: sim_run's modes
 	                  (allot-sim also counts building the arrivals
 	                  and the noisy neighbour's reference run) */
 } sim_result;

