@@ -109,7 +109,8 @@ typedef struct allot__alloc_slot {
 	                      0: unknown */
 	double demand_body; /* the body of the demand, tokens/s: its
 	                       estimate over windows each clipped to
-	                       twice it (a burst barely moves it) */
+	                       four times it plus a step (a burst
+	                       barely moves it) */
 	double demand_slow; /* the demand estimate averaged over a
 	                       much longer time (ALLOT__SLOW_TAUS), tokens/s:
 	                       the replica's part of the traffic in the

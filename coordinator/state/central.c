@@ -19,7 +19,9 @@
  * set from the bound at each tick (allot__central_caps()); between
  * ticks every grant that rises takes its rise out of them first
  * (allot__central_shrink()), while a grant that falls gives its part
- * back only at the next tick, once the bound has it. A token served
+ * back only once the agent has acknowledged it (a Sync or an Ask,
+ * allot__session_acked() and allot__central_grow()): until then the
+ * bound still counts the old grant. A token served
  * leaves the reserve for good: it is spent by the requests that waited
  * for it, or goes into the asking replica's local bucket, which never
  * holds more than its burst.

@@ -116,7 +116,7 @@ allot__est_update(const session *s, skey *key, double amount, double w,
     double step, uint64_t now)
 {
 	double inst = amount / w;
-	/* The body: each window clipped to twice the body so far plus a
+	/* The body: each window clipped to four times the body so far plus a
 	 * step (a quarter of the equal share), so that a steady demand is
 	 * reached in a handful of windows from nothing while a burst of a
 	 * window or two lifts it by at most that (docs/allocation.md, "The
