@@ -24,13 +24,15 @@
 #include "proto_client.h"
 #include "runner.h"
 
-/* R = 100/s, B = 400: a burst of 360 is under the quota, and four times
- * what each replica's equal split holds. */
+/* R = 200/s, B = 400: a burst of 360 is under the quota, and more than
+ * three times what each replica's equal split holds. */
+#define RATE_R 200
+#define BURST_B 400
 static const char *CFG = "quotas:\n"
                          "  default: {tokens_per_second: 10, burst: 20}\n"
                          "  callers:\n"
                          "    - identity: a\n"
-                         "      tokens_per_second: 100\n"
+                         "      tokens_per_second: 200\n"
                          "      burst: 400\n";
 
 #define NREP 4
@@ -68,10 +70,10 @@ mkagent(const pc_coord *c, const char *replica, bool waits)
 	return a;
 }
 
-/* Every agent registered and synced a few times, and idle long enough
- * for the reserve to hold the burst the replicas do not. */
+/* Every agent registered and synced a few times, and with `full`, idle
+ * long enough for the reserve to hold the burst the replicas do not. */
 static void
-settle(allot_agent **as, int n)
+settle(allot_agent **as, int n, bool full)
 {
 	uint64_t t0 = pc_now_ms();
 	for (int i = 0; i < n; i++) {
@@ -89,7 +91,8 @@ settle(allot_agent **as, int n)
 		}
 	}
 	/* B / R: a reserve emptied while the agents started is full. */
-	pc_sleep_ms(4000);
+	if (full)
+		pc_sleep_ms(1000u * BURST_B / RATE_R);
 }
 
 /* `n` requests of caller "a" on `a` back to back: how many passed. */
@@ -123,7 +126,7 @@ one_replica_burst(bool central, allot_sync_stats *ret)
 		snprintf(id, sizeof id, "r%d", i);
 		as[i] = mkagent(&c, id, central);
 	}
-	settle(as, NREP);
+	settle(as, NREP, central);
 	int ok = burst(as[0], BURST, central);
 	allot_sync_stats_get(as[0], ret);
 	for (int i = 0; i < NREP; i++)
@@ -163,21 +166,21 @@ START_TEST(bursts_everywhere_stay_in_the_bound)
 		snprintf(id, sizeof id, "r%d", i);
 		as[i] = mkagent(&c, id, true);
 	}
-	settle(as, NREP);
+	settle(as, NREP, true);
 	uint64_t t0 = pc_now_ns();
 	int total = 0;
 	/* Round-robin, so that the replicas' bursts overlap. */
-	for (int round = 0; round < 2 * 400 / NREP / 10; round++)
+	for (int round = 0; round < 2 * BURST_B / NREP / 10; round++)
 		for (int i = 0; i < NREP; i++)
 			total += burst(as[i], 10, true);
 	double elapsed = (double) (pc_now_ns() - t0) / 1e9;
-	double bound = 400 + 100 * (elapsed + 0.05);
+	double bound = BURST_B + RATE_R * (elapsed + 0.05);
 	fprintf(stderr, "tail: %d admitted in %.3f s, bound %.0f\n", total,
 	    elapsed, bound);
 	ck_assert_msg(total <= bound, "%d admitted in %.3f s: bound %.0f",
 	    total, elapsed, bound);
 	/* And the burst budget was there to be had: most of it passed. */
-	ck_assert_int_ge(total, 400 * 3 / 4);
+	ck_assert_int_ge(total, BURST_B * 3 / 4);
 	for (int i = 0; i < NREP; i++)
 		allot_agent_destroy(as[i]);
 	pc_coord_done(&c, 5000);
@@ -197,17 +200,17 @@ START_TEST(plain_caller_keeps_its_share)
 		snprintf(id, sizeof id, "r%d", i);
 		as[i] = mkagent(&c, id, i != 0);
 	}
-	settle(as, NREP);
+	settle(as, NREP, false);
 	allot_key *k;
 	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
 	allot_key_stats st;
 	ck_assert_int_eq(allot_key_stats_get(as[0], k, &st), ALLOT_OK);
-	ck_assert_msg(st.rate >= 100.0 / NREP * 0.99,
+	ck_assert_msg(st.rate >= (double) RATE_R / NREP * 0.99,
 	    "a caller that does not wait holds %.3f tokens/s", st.rate);
 	/* The ones that wait hold their bodies: nothing, idle. */
 	ck_assert_int_eq(allot_key_resolve(as[1], "a", "/x", &k), ALLOT_OK);
 	ck_assert_int_eq(allot_key_stats_get(as[1], k, &st), ALLOT_OK);
-	ck_assert_msg(st.rate < 100.0 / NREP / 2,
+	ck_assert_msg(st.rate < (double) RATE_R / NREP / 2,
 	    "an idle replica that waits holds %.3f tokens/s", st.rate);
 	for (int i = 0; i < NREP; i++)
 		allot_agent_destroy(as[i]);
@@ -231,11 +234,13 @@ START_TEST(start_up_refuses_nothing)
 		ck_assert_int_eq(
 		    allot_key_resolve(as[i], "a", "/x", &ks[i]), ALLOT_OK);
 	}
-	/* 60/s in all for 3 s: one request every 1/60 s, round robin. */
+	/* 60 % of R in all for 3 s: one request every 1/120 s, round
+	 * robin. */
 	int denied = 0, n = 0;
 	uint64_t t0 = pc_now_ns();
-	for (int i = 0; i < 180; i++) {
-		uint64_t at = t0 + (uint64_t) i * 1000000000u / 60;
+	for (int i = 0; i < 3 * RATE_R * 6 / 10; i++) {
+		uint64_t at = t0 +
+		    (uint64_t) i * 1000000000u / (RATE_R * 6 / 10);
 		while (pc_now_ns() < at)
 			pc_sleep_ms(1);
 		allot_decision d;
