@@ -280,6 +280,11 @@ typedef struct allot__kcold {
 	uint64_t sweep_ns;
 	uint32_t next_free;
 	uint32_t slot; /* index in dyn_index, or UINT32_MAX */
+	/* Settlements made for the key's current identity (settle_lock):
+	 * each settles one admitted request, at most once; and the tokens
+	 * those requests kept. */
+	uint64_t settled;
+	uint64_t settled_tokens;
 } allot__kcold;
 
 struct allot_agent {
@@ -365,6 +370,7 @@ struct allot_agent {
 	bool tkey_ok;
 
 	pthread_mutex_t set_lock; /* serialises allowance writers */
+	pthread_mutex_t settle_lock; /* serialises refunds (allot_settle) */
 	pthread_mutex_t cfg_lock; /* serialises reconfigs (reconfig.c) */
 	allot_agent_options opts;
 	char *coordinator;

@@ -174,6 +174,10 @@ settle(struct agentd *d, struct MHD_Connection *c, json_object *in)
 		rc = allot_settle(d->agent, key, charged, measured);
 		allot_key_release(d->agent, key);
 	}
+	if (rc == ALLOT_ERANGE)
+		return send_error(d, c, 409,
+		    "refund above what the key was charged and has not had "
+		    "settled: refunded only that");
 	if (rc != ALLOT_OK)
 		return send_error(d, c, 400, allot_strerror(rc));
 	json_object *o = json_object_new_object();

@@ -268,6 +268,56 @@ START_TEST(settle_reconciles)
 }
 END_TEST
 
+/* Issue 27: a refund never exceeds what was charged and not yet
+ * settled. A caller that claims every request of one token was charged
+ * 100 gets no more requests than its bucket holds (before, 1,000 of
+ * 1,000); a settlement with no admitted request left refunds nothing;
+ * an honest one is refunded in full. */
+START_TEST(settle_refund_bounded)
+{
+	atomic_store(&vnow, 100 * S);
+	allot_agent *a = mkagent(CFG, 64, 0);
+	allot_key *k;
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/reporting", "/export", &k),
+	    ALLOT_OK);
+	/* Burst 200, rate 100/s, the clock stopped. */
+	int admitted = 0, partial = 0;
+	for (int i = 0; i < 1000; i++) {
+		admitted += admit_n(a, k, 1, 1);
+		partial += allot_settle(a, k, 100, 1) == ALLOT_ERANGE;
+	}
+	ck_assert_int_eq(admitted, 200);
+	ck_assert_int_eq(partial, 1000);
+	allot_key_stats st;
+	allot_key_stats_get(a, k, &st);
+	ck_assert_uint_eq(st.tokens_spent, 200);
+	/* An honest caller of the same quota on another key: charged 40,
+	 * cost 10, 30 back. */
+	allot_key *h;
+	ck_assert_int_eq(
+	    allot_key_resolve(a, "spiffe://t/reporting", "/lookup", &h),
+	    ALLOT_OK);
+	atomic_fetch_add(&vnow, 1 * S); /* +100 tokens */
+	allot_decision d;
+	ck_assert_int_eq(allot_acquire(a, h, 40, &d), ALLOT_OK);
+	ck_assert(d.allowed);
+	ck_assert_int_eq(allot_settle(a, h, 40, 10), ALLOT_OK);
+	allot_key_stats_get(a, h, &st);
+	ck_assert_uint_eq(st.tokens_spent, 10);
+	/* Its one request is settled: a refund for one that never was gets
+	 * nothing; debt is always taken. */
+	ck_assert_int_eq(allot_settle(a, h, 40, 0), ALLOT_ERANGE);
+	allot_key_stats_get(a, h, &st);
+	ck_assert_uint_eq(st.tokens_spent, 10);
+	ck_assert_int_eq(allot_settle(a, h, 1, 30), ALLOT_OK);
+	allot_key_stats_get(a, h, &st);
+	ck_assert_uint_eq(st.tokens_spent, 39);
+	ck_assert_int_eq(allot_settle(a, NULL, 1, 0), ALLOT_EINVAL);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 START_TEST(unknown_table_bounded)
 {
 	atomic_store(&vnow, 100 * S);
@@ -890,6 +940,7 @@ agent_suite(void)
 	tcase_add_test(tc, shadow_mode);
 	tcase_add_test(tc, cost_above_burst);
 	tcase_add_test(tc, settle_reconciles);
+	tcase_add_test(tc, settle_refund_bounded);
 	tcase_add_test(tc, unknown_table_bounded);
 	tcase_add_test(tc, lease_returned_on_swap_and_idle);
 	tcase_add_test(tc, lease_sized_by_threads_deciding);

@@ -237,6 +237,17 @@ START_TEST(http_burst_seed_002)
 	        strstr(out, " 400") != NULL,
 	    "%s", out);
 	free(out);
+	/* A refund of tokens never charged (issue 27): 409, and nothing
+	 * more is admitted for it. */
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -o /dev/null -w '%%{http_code}' -d "
+	    "'{\"identity\":\"" ID_BURSTER
+	    "\",\"endpoint\":\"/lookup\",\"charged\":100000,"
+	    "\"measured\":0}' http://127.0.0.1:%d/v1/settle",
+	    a.http_port);
+	out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "409") == 0, "%s", out);
+	free(out);
 	agentd_stop(&a);
 }
 END_TEST

@@ -320,7 +320,14 @@ ALLOT_API int allot_acquire_id(allot_agent *agent, const char *identity,
  * the measured cost once the work is done. An underestimate becomes debt
  * paid from the next tokens; an overestimate is refunded (never above the
  * burst). Settlements are reported to the coordinator like consumption.
+ * Each call settles one request the key admitted, and a refund never
+ * exceeds what was charged and not yet settled: a settlement beyond the
+ * requests admitted refunds nothing, and a refund leaves every other
+ * unsettled request at least one token.
  * @param charged the cost the acquire charged (decision.cost).
+ * @return ALLOT_OK; ALLOT_ERANGE when only part of the refund (or none)
+ *         was made, the key not having been charged that much;
+ *         ALLOT_EINVAL for NULL arguments.
  */
 ALLOT_API int allot_settle(
     allot_agent *agent, allot_key *key, uint32_t charged, uint32_t measured);
