@@ -5,9 +5,10 @@
  * Register fail, whatever its names; 49 fake replicas registered in one
  * burst, from the honest replica's address or another, leave it its
  * share; the replica budget per peer refuses and counts the rest and
- * frees a place on Leave; fakes fill a service's budget, not the replica
- * or service tables; a replica reporting more consumption than it could
- * have admitted does not take the honest one's share; and Probes
+ * frees a place on Leave; a Register carrying a live replica's id from
+ * another connection is refused; fakes fill a service's budget, not the
+ * replica or service tables; a replica reporting more consumption than it
+ * could have admitted does not take the honest one's share; and Probes
  * claiming to be a member change nothing and write nothing.
  */
 #include <check.h>
@@ -316,6 +317,70 @@ START_TEST(test_peer_replicas)
 }
 END_TEST
 
+/* Issue 27: a Register naming a live replica's id from another
+ * connection (the same address, so no peer budget tells them apart)
+ * is refused and counted, and the victim's Syncs go on being answered;
+ * once the victim's connection has closed, as a restart closes it, the
+ * id registers again. */
+START_TEST(test_replica_hijack)
+{
+	adv_coord c;
+	adv_coord_start_with(&c, share_cfg, NULL);
+	pc_conn victim, thief;
+	memset(&victim, 0, sizeof victim);
+	memset(&thief, 0, sizeof thief);
+	ck_assert_int_eq(pc_open(&victim, c.url, 5000), 0);
+	ck_assert_int_eq(pc_open(&thief, c.url, 5000), 0);
+	Allot__V1__Envelope *e = pc_register(
+	    &victim, "victim", ADV_SVC, adv_keys, 2, 100);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+	uint64_t session = e->welcome->session;
+	pc_free(e);
+	int refused = 0, answered = 0;
+	for (int i = 0; i < 20; i++) {
+		e = pc_register(&thief, "victim", ADV_SVC, adv_keys, 2, 100);
+		ck_assert_ptr_nonnull(e);
+		refused += pc_error_code(e) ==
+		    ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		pc_free(e);
+		pc_report r = { .key = 0, .consumed = 1 };
+		e = pc_sync(&victim, session, (uint64_t) i + 1, 100, &r, 1);
+		ck_assert_ptr_nonnull(e);
+		answered += e->body_case == ALLOT__V1__ENVELOPE__BODY_REPLY;
+		pc_free(e);
+	}
+	double counted = pc_metric_get(c.http,
+	    "allotd_rejected_messages_total{reason=\"replica_in_use\"}");
+	bool ok = refused == 20 && answered == 20 && counted == 20;
+	adv_report("a Register carrying a live replica's id, from another "
+	           "connection of its address",
+	    "refused; the victim's Syncs all answered",
+	    "99 of 99 of the victim's Syncs UNKNOWN_SESSION", ok,
+	    "%d of 20 Registers refused (%g counted replica_in_use), %d of "
+	    "20 of the victim's Syncs answered",
+	    refused, counted, answered);
+	ck_assert_int_eq(refused, 20);
+	ck_assert_int_eq(answered, 20);
+	ck_assert_double_eq(counted, 20);
+	/* The victim restarts: its connection closes, and the same id
+	 * registers from the new one. */
+	pc_close(&victim);
+	bool back = false;
+	for (int i = 0; i < 100 && !back; i++) {
+		e = pc_register(&thief, "victim", ADV_SVC, adv_keys, 2, 100);
+		ck_assert_ptr_nonnull(e);
+		back = e->body_case == ALLOT__V1__ENVELOPE__BODY_WELCOME;
+		pc_free(e);
+		if (!back)
+			usleep(10000);
+	}
+	ck_assert(back);
+	pc_close(&thief);
+	adv_coord_stop(&c);
+}
+END_TEST
+
 /* ---- replica and service tables ---- */
 
 START_TEST(test_tables)
@@ -511,6 +576,7 @@ adversary_lies_tests(const adversary_tcases *tc)
 	tcase_add_test(
 	    tc->fake_replicas_elsewhere, test_fake_replicas_elsewhere);
 	tcase_add_test(tc->peer_replicas, test_peer_replicas);
+	tcase_add_test(tc->peer_replicas, test_replica_hijack);
 	tcase_add_test(tc->tables, test_tables);
 	tcase_add_test(tc->plausibility, test_plausibility);
 	tcase_add_test(tc->forged_probes, test_forged_probes);

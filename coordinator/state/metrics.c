@@ -39,6 +39,7 @@ allot__reject_name(allot__reject r)
 		[ALLOT__REJ_PEER_REGISTER_RATE] = "peer_register_rate",
 		[ALLOT__REJ_PEER_MESSAGE_RATE] = "peer_message_rate",
 		[ALLOT__REJ_PEER_REPLICAS] = "peer_replicas",
+		[ALLOT__REJ_REPLICA_IN_USE] = "replica_in_use",
 	};
 	return r < ALLOT__REJ_COUNT ? names[r] : "unknown";
 }

@@ -41,6 +41,7 @@ typedef enum allot__reject {
 	ALLOT__REJ_PEER_MESSAGE_RATE, /* a peer over its message budget */
 	ALLOT__REJ_PEER_REPLICAS, /* a peer over its replica budget */
 	ALLOT__REJ_NOT_LEADER, /* cluster: a follower, or no lease */
+	ALLOT__REJ_REPLICA_IN_USE, /* Register of a replica live elsewhere */
 	ALLOT__REJ_COUNT
 } allot__reject;
 

@@ -365,6 +365,18 @@ allot__state_register_from(allot__state *st, const Allot__V1__Register *req,
 	code = reg_intern_keys(&r);
 	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
 		code = reg_find(&r);
+	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED && r.old != NULL &&
+	    allot__session_live_elsewhere(st, r.old, pipe, now)) {
+		/* Another connection's live replica: a restart closes the
+		 * old connection (or the session expires), a stranger with
+		 * its id waits for that (issue 27). */
+		r.why = ALLOT__REJ_REPLICA_IN_USE;
+		snprintf(err, errlen,
+		    "replica %.128s of %.64s is live on another connection: "
+		    "retry once it has closed or expired",
+		    req->replica_id, req->service);
+		code = ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+	}
 	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)
 		code = reg_link(&r, pipe, now);
 	if (code == ALLOT__V1__ERROR__CODE__UNSPECIFIED)

@@ -511,6 +511,12 @@ void allot__service_remove(allot__state *st, size_t i);
 bool allot__service_add(service *svc, session *s);
 void allot__session_unlink(allot__state *st, session *s);
 uint64_t allot__expiry_ns(const allot__state *st, uint32_t agent_interval_ms);
+/* Whether session `s` is alive on a connection other than `pipe`: not a
+ * placeholder, its connection known to be open and heard from within
+ * its expiry. A Register naming its replica from elsewhere is refused
+ * (register.c): a replica id is not a credential. */
+bool allot__session_live_elsewhere(
+    const allot__state *st, const session *s, uint32_t pipe, uint64_t now);
 void allot__heard(allot__state *st, uint64_t now);
 /* Make *p hold `need` elements of `elem` bytes (doubling); false when
  * out of memory, *p unchanged. */

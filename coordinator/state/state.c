@@ -54,6 +54,16 @@ conn_closed(const allot__state *st, const session *s)
 	    !st->o.conn_open(st->o.conn_ctx, s->pipe);
 }
 
+bool
+allot__session_live_elsewhere(
+    const allot__state *st, const session *s, uint32_t pipe, uint64_t now)
+{
+	return !s->placeholder && s->pipe != 0 && s->pipe != pipe &&
+	    st->o.conn_open != NULL &&
+	    st->o.conn_open(st->o.conn_ctx, s->pipe) &&
+	    now - s->last_seen_ns < s->expiry_ns;
+}
+
 void
 allot__state_tick(allot__state *st)
 {
