@@ -313,9 +313,9 @@ bench_report(
 			snprintf(val, sizeof val, "%.*f", f[i].decimals,
 			    f[i].value);
 		if (f[i].cmp != BENCH_NO_TARGET)
-			snprintf(tgt, sizeof tgt, "%s %.*f",
+			snprintf(tgt, sizeof tgt, "%s %.*g",
 			    f[i].cmp == BENCH_AT_MOST ? "<=" : ">=",
-			    f[i].target < 100 ? 1 : 0, f[i].target);
+			    f[i].target < 100 ? 3 : 6, f[i].target);
 		printf("  %-34s %12s %-3s  %-12s %-4s  %s\n", f[i].name, val,
 		    f[i].unit, tgt, verdict(&f[i]), f[i].what);
 	}
