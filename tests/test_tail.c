@@ -70,6 +70,29 @@ mkagent(const pc_coord *c, const char *replica, bool waits)
 	return a;
 }
 
+/* allotd (the reserve on or off) and NREP agents "r0".."r<NREP-1>";
+ * agent i waits for the reserve when bit i of `waiting` is set. */
+static void
+start_all(pc_coord *c, bool central, unsigned waiting, allot_agent **as)
+{
+	start(c, central);
+	for (int i = 0; i < NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent(c, id, (waiting >> i) & 1u);
+	}
+}
+
+static void
+stop_all(pc_coord *c, allot_agent **as)
+{
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(c, 5000);
+}
+
+#define ALL_WAIT ((1u << NREP) - 1u)
+
 /* Every agent registered and synced a few times, and with `full`, idle
  * long enough for the reserve to hold the burst the replicas do not. */
 static void
@@ -119,19 +142,12 @@ static int
 one_replica_burst(bool central, allot_sync_stats *ret)
 {
 	pc_coord c;
-	start(&c, central);
 	allot_agent *as[NREP];
-	for (int i = 0; i < NREP; i++) {
-		char id[16];
-		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent(&c, id, central);
-	}
+	start_all(&c, central, central ? ALL_WAIT : 0, as);
 	settle(as, NREP, central);
 	int ok = burst(as[0], BURST, central);
 	allot_sync_stats_get(as[0], ret);
-	for (int i = 0; i < NREP; i++)
-		allot_agent_destroy(as[i]);
-	pc_coord_done(&c, 5000);
+	stop_all(&c, as);
 	return ok;
 }
 
@@ -159,13 +175,8 @@ END_TEST
 START_TEST(bursts_everywhere_stay_in_the_bound)
 {
 	pc_coord c;
-	start(&c, true);
 	allot_agent *as[NREP];
-	for (int i = 0; i < NREP; i++) {
-		char id[16];
-		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent(&c, id, true);
-	}
+	start_all(&c, true, ALL_WAIT, as);
 	settle(as, NREP, true);
 	uint64_t t0 = pc_now_ns();
 	int total = 0;
@@ -181,9 +192,7 @@ START_TEST(bursts_everywhere_stay_in_the_bound)
 	    total, elapsed, bound);
 	/* And the burst budget was there to be had: most of it passed. */
 	ck_assert_int_ge(total, BURST_B * 3 / 4);
-	for (int i = 0; i < NREP; i++)
-		allot_agent_destroy(as[i]);
-	pc_coord_done(&c, 5000);
+	stop_all(&c, as);
 }
 END_TEST
 
@@ -193,13 +202,8 @@ END_TEST
 START_TEST(plain_caller_keeps_its_share)
 {
 	pc_coord c;
-	start(&c, true);
 	allot_agent *as[NREP];
-	for (int i = 0; i < NREP; i++) {
-		char id[16];
-		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent(&c, id, i != 0);
-	}
+	start_all(&c, true, ALL_WAIT & ~1u, as);
 	settle(as, NREP, false);
 	allot_key *k;
 	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
@@ -212,9 +216,7 @@ START_TEST(plain_caller_keeps_its_share)
 	ck_assert_int_eq(allot_key_stats_get(as[1], k, &st), ALLOT_OK);
 	ck_assert_msg(st.rate < (double) RATE_R / NREP / 2,
 	    "an idle replica that waits holds %.3f tokens/s", st.rate);
-	for (int i = 0; i < NREP; i++)
-		allot_agent_destroy(as[i]);
-	pc_coord_done(&c, 5000);
+	stop_all(&c, as);
 }
 END_TEST
 
@@ -224,16 +226,12 @@ END_TEST
 START_TEST(start_up_refuses_nothing)
 {
 	pc_coord c;
-	start(&c, true);
 	allot_agent *as[NREP];
 	allot_key *ks[NREP];
-	for (int i = 0; i < NREP; i++) {
-		char id[16];
-		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent(&c, id, true);
+	start_all(&c, true, ALL_WAIT, as);
+	for (int i = 0; i < NREP; i++)
 		ck_assert_int_eq(
 		    allot_key_resolve(as[i], "a", "/x", &ks[i]), ALLOT_OK);
-	}
 	/* 60 % of R in all for 3 s: one request every 1/120 s, round
 	 * robin. */
 	int denied = 0, n = 0;
@@ -264,9 +262,7 @@ START_TEST(start_up_refuses_nothing)
 	    "%d of %d requests under the quota "
 	    "refused at start-up",
 	    denied, n);
-	for (int i = 0; i < NREP; i++)
-		allot_agent_destroy(as[i]);
-	pc_coord_done(&c, 5000);
+	stop_all(&c, as);
 }
 END_TEST
 
