@@ -142,6 +142,8 @@ allot__tail_usable(allot__tail *t, uint32_t q, uint32_t cost, uint64_t now)
 {
 	return t != NULL &&
 	    atomic_load_explicit(&t->usable, memory_order_relaxed) &&
+	    now >=
+	    atomic_load_explicit(&t->quiet_until, memory_order_relaxed) &&
 	    q < t->a->quota_cap &&
 	    atomic_load_explicit(
 	        &t->a->quotas[q].central, memory_order_relaxed) &&
@@ -386,6 +388,7 @@ allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
 		return;
 	allot__flight *fl = &t->fl[f];
 	uint64_t rtt = now > fl->sent_ns ? now - fl->sent_ns : 0;
+	t->lost_streak = 0;
 	t->rtt_ns = t->rtt_ns == 0 ? rtt : (7 * t->rtt_ns + rtt) / 8;
 	Allot__V1__Envelope *env = allot__v1__envelope__unpack(
 	    NULL, len, (const uint8_t *) buf);
@@ -435,6 +438,14 @@ allot__tail_lost(allot__tail *t, uint32_t f, uint64_t now)
 	if (f >= ALLOT__TAIL_FLIGHTS || !t->fl[f].busy)
 		return;
 	allot__flight *fl = &t->fl[f];
+	atomic_fetch_add(&t->lost, 1);
+	if (++t->lost_streak >= ALLOT__TAIL_LOST_QUIET) {
+		uint64_t quiet = (uint64_t) t->a->opts.sync_interval_ms *
+		    1000000u;
+		atomic_store(&t->quiet_until, now + quiet);
+		settle_flight(t, fl, now);
+		return;
+	}
 	if (fl->head == NULL) {
 		*fl = (allot__flight) { .end = &fl->head };
 		return;
@@ -445,8 +456,6 @@ allot__tail_lost(allot__tail *t, uint32_t f, uint64_t now)
 		t->pending_end = fl->end;
 	t->pending = fl->head;
 	*fl = (allot__flight) { .end = &fl->head };
-	atomic_fetch_add(&t->lost, 1);
-	(void) now;
 }
 
 uint64_t

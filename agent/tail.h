@@ -51,6 +51,7 @@ typedef struct allot__waiter {
 #define ALLOT__WAIT_DONE 2u
 
 #define ALLOT__TAIL_FLIGHTS 2u
+#define ALLOT__TAIL_LOST_QUIET 2u
 
 /* One Ask in flight and the waiters it asked for, oldest first. */
 typedef struct allot__flight {
@@ -94,6 +95,13 @@ typedef struct allot__tail {
 	_Atomic uint64_t late, short_;
 	/* Asks that timed out (their waiters asked for again). */
 	_Atomic uint64_t lost;
+	/* Asks lost in a row (the driver's): at ALLOT__TAIL_LOST_QUIET the
+	 * coordinator is taken for gone and nothing is asked until
+	 * `quiet_until`, one sync interval on, so that an outage costs its
+	 * requests no more than two lost round trips each (read by
+	 * callers, relaxed). */
+	uint32_t lost_streak;
+	_Atomic uint64_t quiet_until;
 	/* Denied without asking: the quota's reserve had said it was
 	 * empty (dry_until), or no session could be asked. */
 	_Atomic uint64_t dry;
@@ -135,7 +143,9 @@ void allot__tail_reply(allot__tail *t, struct allot__syncc *c, uint32_t f,
 void allot__tail_failed(allot__tail *t, uint32_t f, uint64_t now);
 /* Driver: flight `f` timed out, its Ask or its Grant lost: its waiters
  * are asked for again (those whose deadline passed are denied by
- * allot__tail_expire()). */
+ * allot__tail_expire()); after ALLOT__TAIL_LOST_QUIET losses in a row
+ * they are decided on their local bucket, and nothing is asked for one
+ * sync interval. */
 void allot__tail_lost(allot__tail *t, uint32_t f, uint64_t now);
 /* Driver: complete every waiter whose deadline has passed; returns the
  * earliest deadline still ahead (UINT64_MAX: none). */
