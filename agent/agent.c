@@ -968,6 +968,35 @@ allot_acquire(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret)
 _Static_assert(sizeof(allot__waiter) <= sizeof(((allot_wait *) 0)->priv_),
     "a waiter fits in an allot_wait");
 
+/* The standby (docs/allocation.md, "When it fails"): while no
+ * coordinator can be asked for the reserve, but the agent still runs on
+ * its lease, a request the reserve would have served runs the bucket
+ * into debt, repaid from its later refill, at most one sync interval of
+ * its rate and one token until a coordinator answers again. Over all n
+ * agents that is at most R * T + n: a leader failover (whose new leader counts every replica
+ * at its equal share until it registers) or a coordinator restart costs
+ * the callers' steady tail nothing, and the bound at most one interval
+ * of rate. */
+bool
+allot__standby_take(allot_agent *a, allot__qrt *q, uint32_t cost, uint64_t now)
+{
+	allot__allowance al;
+	allot__bucket_get(&q->bucket, &al);
+	if (al.mode != ALLOT__MODE_LIMIT || !(al.rate > 0))
+		return false;
+	double cap = al.rate * (double) a->opts.sync_interval_ms / 1e3 + 1;
+	uint64_t used = atomic_fetch_add_explicit(
+	                    &q->standby_used, cost, memory_order_relaxed) +
+	    cost;
+	if ((double) used > cap) {
+		atomic_fetch_sub_explicit(
+		    &q->standby_used, cost, memory_order_relaxed);
+		return false;
+	}
+	allot__bucket_adjust(&q->bucket, (int64_t) cost, now);
+	return true;
+}
+
 /* The local decision, or the start of a wait: true with `wt` filled
  * (not yet entered) when the request waits for the central reserve. */
 static bool
@@ -989,6 +1018,15 @@ wait_begins(allot_agent *a, allot_key *k, uint32_t cost, uint64_t timeout_ns,
 	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
 	uint32_t qi = (uint32_t) (q - a->quotas);
 	if (!allot__tail_usable(t, qi, ret->cost, now)) {
+		if (allot__tail_standby_ok(t, now) &&
+		    atomic_load_explicit(
+		        &a->quotas[qi].central, memory_order_relaxed) &&
+		    allot__standby_take(a, &a->quotas[qi], ret->cost, now)) {
+			atomic_fetch_add_explicit(
+			    &t->standby, 1, memory_order_relaxed);
+			allot__decide_central(a, k, ret->cost, now, ret);
+			return false;
+		}
 		allot__decide_final(a, k, ret->cost, now, ret);
 		if (!ret->allowed &&
 		    atomic_load_explicit(

@@ -244,7 +244,10 @@ typedef struct allot__qrt {
 	 * (ledger.h). */
 	_Atomic uint64_t central_spent;
 	_Atomic uint64_t deposited;
-
+	/* Tokens run into debt while no coordinator could be asked
+	 * (allot__standby_take(), tail.h): at most one sync interval of
+	 * the bucket's rate per outage. */
+	_Atomic uint64_t standby_used;
 } allot__qrt;
 
 /* The fields a decision reads come first, in the key's first line.
@@ -571,6 +574,12 @@ allot__quota_waits(const allot_agent *a, allot__qrt *q)
 	return atomic_load_explicit(&q->central, memory_order_relaxed) &&
 	    atomic_load_explicit(&a->waits, memory_order_relaxed);
 }
+
+/* The standby of quota `q` (agent.c): whether a request of `cost` may
+ * run its bucket into debt while no coordinator can be asked for the
+ * reserve; if so the debt is taken. */
+bool allot__standby_take(
+    allot_agent *a, allot__qrt *q, uint32_t cost, uint64_t now);
 
 /* Whether the calling thread is `a`'s sync loop (sync.c). */
 bool allot__sync_on_loop(const allot_agent *a);

@@ -769,7 +769,8 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 		        " and it did not send it (too large, or we "
 		        "do not take configs)");
 	if (a->tail != NULL)
-		allot__tail_welcomed(a->tail, w->session);
+		allot__tail_welcomed(a->tail, w->session, w->epoch,
+		    (uint64_t) w->lease_ms * 1000000u, now);
 	apply_shares(s, w->shares, w->n_shares, true, now);
 	if (before != UINT32_MAX)
 		config_settle(s, before);

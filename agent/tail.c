@@ -60,7 +60,16 @@ static void
 complete(allot__tail *t, allot__waiter *wt, bool central, uint64_t now)
 {
 	allot_decision d;
-	if (central) {
+	allot__qrt *q = &t->a->quotas[wt->quota];
+	if (!central && allot__tail_standby_ok(t, now) &&
+	    atomic_load(&q->central) &&
+	    allot__bucket_level(&q->bucket, now) < (double) wt->cost &&
+	    allot__standby_take(t->a, q, wt->cost, now)) {
+		/* Its Ask found no coordinator to serve it: the standby. */
+		atomic_fetch_add(&t->standby, 1);
+		allot__decide_central(t->a, wt->key, wt->cost, now, &d);
+		atomic_fetch_add(&t->allowed, 1);
+	} else if (central) {
 		allot__decide_central(t->a, wt->key, wt->cost, now, &d);
 		atomic_fetch_add(&t->allowed, 1);
 		atomic_fetch_add(
@@ -164,18 +173,66 @@ allot__tail_enter(allot__tail *t, allot__waiter *wt)
 		t->wake(t->wake_ctx);
 }
 
-void
-allot__tail_publish(allot__tail *t, const allot__syncc *c)
+/* A coordinator answers again: the quotas' standby is theirs once more,
+ * at most once every ALLOT__TAIL_STANDBY_RENEW_NS and not within a
+ * take-over window (which draws on what the outage before it left). */
+static void
+standby_renew(allot__tail *t)
 {
-	bool ok = c->session != 0 && atomic_load(&c->connected) &&
-	    !atomic_load(&c->in_fallback) &&
-	    !(t->unsupported && t->unsupported_session == c->session);
-	atomic_store(&t->usable, ok);
+	allot_agent *a = t->a;
+	uint64_t now = allot__agent_now(a);
+	if (t->standby_reset_ns != 0 &&
+	    (now - t->standby_reset_ns < ALLOT__TAIL_STANDBY_RENEW_NS ||
+	        now < atomic_load(&t->takeover_until)))
+		return;
+	uint32_t nq = atomic_load(&a->nquotas);
+	bool any = false;
+	for (uint32_t q = 0; q < nq; q++)
+		any |= atomic_exchange(&a->quotas[q].standby_used, 0) != 0;
+	if (any || t->standby_reset_ns == 0)
+		t->standby_reset_ns = now;
 }
 
 void
-allot__tail_welcomed(allot__tail *t, uint64_t session)
+allot__tail_publish(allot__tail *t, const allot__syncc *c)
 {
+	bool unsupported = t->unsupported &&
+	    t->unsupported_session == c->session;
+	bool fallback = atomic_load(&c->in_fallback);
+	bool ok = c->session != 0 && atomic_load(&c->connected) && !fallback &&
+	    !unsupported;
+	atomic_store(&t->usable, ok);
+	atomic_store(&t->unreachable, !ok && !fallback && !unsupported);
+	if (ok)
+		standby_renew(t);
+}
+
+bool
+allot__tail_standby_ok(allot__tail *t, uint64_t now)
+{
+	return allot__tail_unreachable(t, now) ||
+	    (t != NULL &&
+	        now < atomic_load_explicit(
+	                  &t->takeover_until, memory_order_relaxed));
+}
+
+bool
+allot__tail_unreachable(allot__tail *t, uint64_t now)
+{
+	return t != NULL &&
+	    (atomic_load_explicit(&t->unreachable, memory_order_relaxed) ||
+	        now < atomic_load_explicit(
+	                  &t->quiet_until, memory_order_relaxed));
+}
+
+void
+allot__tail_welcomed(allot__tail *t, uint64_t session, uint64_t epoch,
+    uint64_t lease_ns, uint64_t now)
+{
+	if (epoch > t->last_epoch && t->last_epoch != 0)
+		atomic_store(&t->takeover_until, now + 2 * lease_ns);
+	if (epoch > t->last_epoch)
+		t->last_epoch = epoch;
 	if (!(t->unsupported && t->unsupported_session == session))
 		atomic_store(&t->usable, true);
 }
@@ -413,6 +470,16 @@ allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
 		}
 	} else if (env != NULL && env->version == ALLOT__PROTOCOL_VERSION &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR &&
+	    env->error->code != ALLOT__V1__ERROR__CODE__MALFORMED &&
+	    env->error->code != ALLOT__V1__ERROR__CODE__RATE_LIMITED) {
+		/* No leader here, or no session: nobody serves the reserve
+		 * until the session is back (a failover, a restart). Ask no
+		 * more for an interval; the waiters go on the standby. */
+		uint64_t quiet = (uint64_t) t->a->opts.sync_interval_ms *
+		    1000000u;
+		atomic_store(&t->quiet_until, now + quiet);
+	} else if (env != NULL && env->version == ALLOT__PROTOCOL_VERSION &&
+	    env->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR &&
 	    env->error->code == ALLOT__V1__ERROR__CODE__MALFORMED) {
 		/* An allotd from before the tail path: decide locally for
 		 * the rest of this session. */
@@ -501,4 +568,5 @@ allot__tail_stats(allot__tail *t, allot_sync_stats *ret)
 	ret->central_short = atomic_load(&t->short_);
 	ret->central_dry = atomic_load(&t->dry);
 	ret->central_lost = atomic_load(&t->lost);
+	ret->central_standby = atomic_load(&t->standby);
 }

@@ -52,6 +52,10 @@ typedef struct allot__waiter {
 
 #define ALLOT__TAIL_FLIGHTS 2u
 #define ALLOT__TAIL_LOST_QUIET 2u
+/* The standby of a quota (agent.c) comes back when a coordinator
+ * answers again, at most this often: over any window W an agent runs
+ * at most 1 + W / 10 s sync intervals of its rate into debt. */
+#define ALLOT__TAIL_STANDBY_RENEW_NS 10000000000ull
 
 /* One Ask in flight and the waiters it asked for, oldest first. */
 typedef struct allot__flight {
@@ -102,6 +106,19 @@ typedef struct allot__tail {
 	 * callers, relaxed). */
 	uint32_t lost_streak;
 	_Atomic uint64_t quiet_until;
+	/* No coordinator can be asked (no session, or it stopped answering)
+	 * while the agent still runs on its lease, not in fallback: a
+	 * request the reserve would have served may run its bucket into
+	 * debt instead, within its quota's standby (agent.c). Published
+	 * with `usable`; `standby` counts those requests, and
+	 * `standby_reset_ns` when the quotas' standby was last given back
+	 * (ALLOT__TAIL_STANDBY_RENEW_NS, so that a flapping link does not
+	 * renew it every round trip). */
+	_Atomic bool unreachable;
+	uint64_t last_epoch; /* the driver's: the last Welcome's */
+	_Atomic uint64_t takeover_until;
+	_Atomic uint64_t standby;
+	uint64_t standby_reset_ns;
 	/* Denied without asking: the quota's reserve had said it was
 	 * empty (dry_until), or no session could be asked. */
 	_Atomic uint64_t dry;
@@ -116,16 +133,29 @@ void allot__tail_fini(allot__tail *t, uint64_t now);
  * the local bucket just denied may wait for the reserve now. */
 bool allot__tail_usable(
     allot__tail *t, uint32_t q, uint32_t cost, uint64_t now);
+/* Caller's thread: whether no coordinator can be asked for the
+ * reserve now although the agent runs on its lease (not in fallback):
+ * the moment for the standby (agent.c). */
+bool allot__tail_unreachable(allot__tail *t, uint64_t now);
 /* Caller's thread: queue `wt` (filled, state PENDING) and wake the
  * driver if it may be asleep. */
 void allot__tail_enter(allot__tail *t, allot__waiter *wt);
 
 /* Driver: publish whether the session `c` can be asked now. */
 void allot__tail_publish(allot__tail *t, const struct allot__syncc *c);
-/* Driver: a Welcome gave session `session`, whose shares are about to
- * be installed: it can be asked from now on (a bucket closed by them
- * would otherwise deny until the next publish). */
-void allot__tail_welcomed(allot__tail *t, uint64_t session);
+/* Driver: a Welcome of leader epoch `epoch` gave session `session`,
+ * whose shares are about to be installed: it can be asked from now on
+ * (a bucket closed by them would otherwise deny until the next
+ * publish). A Welcome from a new leader (a higher epoch than the last)
+ * opens the take-over window: two leases, while the new leader learns
+ * and its reserves fill from empty, in which the standby serves what
+ * they cannot. */
+void allot__tail_welcomed(allot__tail *t, uint64_t session, uint64_t epoch,
+    uint64_t lease_ns, uint64_t now);
+/* Caller's thread: whether a request the reserve cannot serve now may
+ * go on its quota's standby: no coordinator can be asked, or a new
+ * leader took over less than two leases ago. */
+bool allot__tail_standby_ok(allot__tail *t, uint64_t now);
 /* Driver: the next Ask, for every waiter not asked for yet. ALLOT_OK
  * with `*ret_buf` (malloc, the caller's), how long the exchange may take
  * and the flight it is (0 .. ALLOT__TAIL_FLIGHTS - 1); ALLOT_ENOENT when

@@ -134,13 +134,16 @@ sync_state(FILE *f, allot_agent *agent)
 	    "allot_agentd_central_dry_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_central_lost_total counter\n"
 	    "allot_agentd_central_lost_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_central_standby_total counter\n"
+	    "allot_agentd_central_standby_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_central_tokens_total counter\n"
 	    "allot_agentd_central_tokens_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_central_wait_seconds_total counter\n"
 	    "allot_agentd_central_wait_seconds_total %.6f\n",
 	    s.central_asks, s.central_allowed, s.central_denied,
 	    s.central_late, s.central_short, s.central_dry, s.central_lost,
-	    s.central_tokens, (double) s.central_wait_ns / 1e9);
+	    s.central_standby, s.central_tokens,
+	    (double) s.central_wait_ns / 1e9);
 	/* The coordinator cluster as this agent sees it, and the config
 	 * plane (docs/operations.md "Cluster", docs/protocol.md). */
 	fprintf(f,

@@ -777,6 +777,7 @@ replica_stop(engine *e, uint32_t idx, bool graceful)
 		e->tail.central_short += ts.central_short;
 		e->tail.central_asks += ts.central_asks;
 		e->tail.central_dry += ts.central_dry;
+		e->tail.central_standby += ts.central_standby;
 		r->tail_init = false;
 	}
 	if (r->sc_init)
@@ -1268,6 +1269,7 @@ central_figures(engine *e, sim_result *res)
 	res->central_late = e->tail.central_late;
 	res->central_short = e->tail.central_short;
 	res->central_dry = e->tail.central_dry;
+	res->central_standby = e->tail.central_standby;
 	if (e->nlat == 0)
 		return;
 	qsort(e->lat_us, e->nlat, sizeof *e->lat_us, cmp_u32);

@@ -98,14 +98,16 @@ sim_print_table(FILE *f, const sim_result *r, bool per_key)
 	fprintf(f,
 	    "  allot: tail path: %.3f %% of decisions waited for the "
 	    "central reserve, p99 %.2f ms; %llu Asks, %llu admitted, %llu "
-	    "denied (%llu late, %llu short), %llu denied dry\n",
+	    "denied (%llu late, %llu short), %llu denied dry, %llu "
+	    "admitted on standby\n",
 	    100 * r->central_fraction, r->central_p99_ms,
 	    (unsigned long long) r->central_asks,
 	    (unsigned long long) r->central_allowed,
 	    (unsigned long long) r->central_denied,
 	    (unsigned long long) r->central_late,
 	    (unsigned long long) r->central_short,
-	    (unsigned long long) r->central_dry);
+	    (unsigned long long) r->central_dry,
+	    (unsigned long long) r->central_standby);
 }
 
 void

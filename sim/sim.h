@@ -205,6 +205,8 @@ typedef struct sim_result {
 	 * whose wait ran out and those the reserve could not cover. */
 	uint64_t central_asks, central_allowed, central_denied;
 	uint64_t central_late, central_short, central_dry;
+	/* Admitted on the standby while no coordinator could be asked. */
+	uint64_t central_standby;
 	double wall_s; /* real time the run took: sim_run's modes
 	                  (allot-sim also counts building the arrivals
 	                  and the noisy neighbour's reference run) */

@@ -12,6 +12,7 @@
  * refused.
  */
 #include <check.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -299,6 +300,61 @@ ask_raw(const pc_coord *c, uint64_t session, uint64_t tokens, uint64_t min)
 	return code;
 }
 
+/* allotd dies: a request its bucket cannot admit finds no reserve to
+ * ask, and runs the bucket into debt on the standby instead, never more
+ * than one sync interval of its rate and a token (the bound's slack for
+ * an outage: R * T + n over all agents), then is denied. */
+START_TEST(standby_when_allotd_dies)
+{
+	pc_coord c;
+	allot_agent *as[NREP];
+	start_all(&c, true, ALL_WAIT, as);
+	settle(as, NREP, false);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
+	/* 1.5 s of 100/s on r0: its body follows. */
+	uint64_t t0 = pc_now_ns();
+	for (int i = 0; i < 150; i++) {
+		while (pc_now_ns() < t0 + (uint64_t) i * 10000000u)
+			pc_sleep_ms(1);
+		allot_decision d;
+		ck_assert_int_eq(
+		    allot_acquire_wait(as[0], k, 1, WAIT_NS, &d), ALLOT_OK);
+	}
+	allot_key_stats st;
+	ck_assert_int_eq(allot_key_stats_get(as[0], k, &st), ALLOT_OK);
+	double rate = st.rate;
+	ck_assert_int_ge(pc_coord_stop(&c, SIGKILL, 5000), 0);
+	/* Its connection gone, the agent stops asking. */
+	allot_sync_stats ss;
+	for (int i = 0; i < 200; i++) {
+		allot_sync_stats_get(as[0], &ss);
+		if (!ss.connected)
+			break;
+		pc_sleep_ms(5);
+	}
+	ck_assert(!ss.connected);
+	/* Empty the bucket, then ask for more than it and the standby can
+	 * hold, back to back. */
+	while (burst(as[0], 1, false) == 1)
+		;
+	uint64_t t1 = pc_now_ns();
+	int ok = burst(as[0], 200, true);
+	double secs = (double) (pc_now_ns() - t1) / 1e9;
+	allot_sync_stats_get(as[0], &ss);
+	double cap = rate * 0.050 + 1 + rate * secs + 1;
+	fprintf(stderr,
+	    "tail: allotd dead, body %.1f/s: %d of 200 admitted in %.3f s "
+	    "(%" PRIu64 " on the standby, at most %.1f)\n",
+	    rate, ok, secs, ss.central_standby, cap);
+	ck_assert_uint_ge(ss.central_standby, 1);
+	ck_assert_msg(ok <= cap, "%d admitted, at most %.1f", ok, cap);
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(&c, 0);
+}
+END_TEST
+
 START_TEST(hostile_asks_refused)
 {
 	pc_coord c;
@@ -331,6 +387,7 @@ tail_suite(void)
 	tcase_add_test(tc, bursts_everywhere_stay_in_the_bound);
 	tcase_add_test(tc, plain_caller_keeps_its_share);
 	tcase_add_test(tc, hostile_asks_refused);
+	tcase_add_test(tc, standby_when_allotd_dies);
 	tcase_add_test(tc, start_up_refuses_nothing);
 	suite_add_tcase(s, tc);
 	return s;

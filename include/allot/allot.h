@@ -550,6 +550,10 @@ typedef struct allot_sync_stats {
 	                           session could be asked */
 	uint64_t central_lost; /**< Asks whose answer did not come in time:
 	                           their requests were asked for again */
+	uint64_t central_standby; /**< admitted while no coordinator could be
+	                               asked, their bucket run into debt
+	                               (at most one sync interval of its
+	                               rate per outage) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
