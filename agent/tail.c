@@ -231,6 +231,10 @@ allot__tail_welcomed(allot__tail *t, uint64_t session, uint64_t epoch,
 {
 	if (epoch > t->last_epoch && t->last_epoch != 0)
 		atomic_store(&t->takeover_until, now + 2 * lease_ns);
+	/* A new session can be asked at once, whatever the last one's
+	 * errors said. */
+	atomic_store(&t->quiet_until, 0);
+	t->lost_streak = 0;
 	if (epoch > t->last_epoch)
 		t->last_epoch = epoch;
 	if (!(t->unsupported && t->unsupported_session == session))
@@ -401,6 +405,7 @@ allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
 	*ret_flight = f;
 	fl->busy = true;
 	fl->sent_ns = now;
+	fl->session = c->session;
 	t->last_sent_ns = now;
 	return ALLOT_OK;
 }
@@ -471,7 +476,8 @@ allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
 	} else if (env != NULL && env->version == ALLOT__PROTOCOL_VERSION &&
 	    env->body_case == ALLOT__V1__ENVELOPE__BODY_ERROR &&
 	    env->error->code != ALLOT__V1__ERROR__CODE__MALFORMED &&
-	    env->error->code != ALLOT__V1__ERROR__CODE__RATE_LIMITED) {
+	    env->error->code != ALLOT__V1__ERROR__CODE__RATE_LIMITED &&
+	    fl->session == c->session) {
 		/* No leader here, or no session: nobody serves the reserve
 		 * until the session is back (a failover, a restart). Ask no
 		 * more for an interval; the waiters go on the standby. */

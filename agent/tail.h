@@ -62,6 +62,7 @@ typedef struct allot__flight {
 	allot__waiter *head, **end;
 	bool busy;
 	uint64_t sent_ns;
+	uint64_t session; /* the session it asked for */
 } allot__flight;
 
 typedef struct allot__tail {
