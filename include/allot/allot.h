@@ -345,9 +345,12 @@ ALLOT_API int allot_settle(
  * coordinator for the tokens and wait for the answer, at most
  * `timeout_ns` (a couple of milliseconds is typical: about two round
  * trips). Asks from every thread and key are batched into one message
- * per round trip. No answer in time, a coordinator that cannot be
- * reached, a quota without a reserve or an empty reserve mean the local
- * decision: denied, with the local Retry-After. allot_acquire() itself
+ * per round trip. No answer in time, a quota without a reserve or an
+ * empty reserve mean the local decision: denied, with the local
+ * Retry-After. While no coordinator can be reached at all (an outage, a
+ * leader failover) a few such requests are admitted on the quota's
+ * standby, at most one sync interval of its rate and a token per outage
+ * (central_standby). allot_acquire() itself
  * never waits and is unchanged (docs/integrating.md, "The tail path").
  */
 
