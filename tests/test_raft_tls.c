@@ -274,7 +274,7 @@ commit_config(member *m, size_t n, int g, const char *text, uint64_t epoch)
 	ck_assert_int_eq(allot__consensus_propose_config(m[g].c, text,
 	                     strlen(text), 7, epoch, NULL, config_done, NULL),
 	    ALLOT_OK);
-	ck_assert(run_until(m, n, config_committed, 5000));
+	ck_assert(run_until(m, n, config_committed, 15000));
 }
 
 static void
@@ -310,7 +310,7 @@ START_TEST(three_members_over_tls)
 	ck_assert(run_until(m, 3, some_granting, 10000));
 	g = granting(m, 3);
 	commit_config(m, 3, g, "services: {}\n", 1);
-	ck_assert(run_until(m, 3, same_applied, 5000));
+	ck_assert(run_until(m, 3, same_applied, 15000));
 	for (int i = 0; i < 3; i++)
 		ck_assert_str_eq(allot__consensus_state(m[i].c)->config.text,
 		    "services: {}\n");
@@ -324,7 +324,7 @@ START_TEST(three_members_over_tls)
 	m[g].frozen = false;
 	ck_assert(run_until(m, 3, same_applied, 10000));
 	ck_assert_str_eq(allot__consensus_state(m[g].c)->config.text, "v2");
-	ck_assert(run_until(m, 3, some_granting, 5000));
+	ck_assert(run_until(m, 3, some_granting, 15000));
 
 	big = malloc(BIG + 1);
 	ck_assert_ptr_nonnull(big);
@@ -413,7 +413,7 @@ START_TEST(outsider_cannot_join)
 		commit_config(m, 4, g, "v2", 2);
 		ck_assert_uint_eq(applied(&m[3]), 0);
 	} else {
-		ck_assert(run_until(m, 4, same_applied, 5000));
+		ck_assert(run_until(m, 4, same_applied, 15000));
 		ck_assert_int_ge(g2, 0);
 		k = allot__consensus_members(m[g2].c, list, 8);
 		for (size_t i = 0; i < k; i++)
