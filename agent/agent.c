@@ -973,10 +973,10 @@ _Static_assert(sizeof(allot__waiter) <= sizeof(((allot_wait *) 0)->priv_),
  * its lease, a request the reserve would have served runs the bucket
  * into debt, repaid from its later refill, at most one sync interval of
  * its rate and one token until a coordinator answers again. Over all n
- * agents that is at most R * T + n: a leader failover (whose new leader counts every replica
- * at its equal share until it registers) or a coordinator restart costs
- * the callers' steady tail nothing, and the bound at most one interval
- * of rate. */
+ * agents that is at most R * T + n: a leader failover (whose new leader counts
+ * every replica at its equal share until it registers) or a coordinator
+ * restart costs the callers' steady tail nothing, and the bound at most one
+ * interval of rate. */
 bool
 allot__standby_take(allot_agent *a, allot__qrt *q, uint32_t cost, uint64_t now)
 {

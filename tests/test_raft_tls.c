@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Mutual TLS between coordinator cluster members (coordinator/consensus/raft_tls.c)
- * under test: real consensus members (allot__consensus on raft_uv, one
- * libuv loop each, run in turn in this process) talking over loopback
- * TCP through the TLS transport, with certificates made by
- * scripts/mkcerts:
+ * Mutual TLS between coordinator cluster members
+ * (coordinator/consensus/raft_tls.c) under test: real consensus members
+ * (allot__consensus on raft_uv, one libuv loop each, run in turn in this
+ * process) talking over loopback TCP through the TLS transport, with
+ * certificates made by scripts/mkcerts:
  * - member.pem: the cluster CA, SPIFFE ID spiffe://t/allot/member;
  * - imposter.pem: the same CA, another SPIFFE ID (not a member's);
  * - other.pem: the member SPIFFE ID, but from another CA;
