@@ -207,22 +207,25 @@ allot__tail_publish(allot__tail *t, const allot__syncc *c)
 		standby_renew(t);
 }
 
-bool
-allot__tail_standby_ok(allot__tail *t, uint64_t now)
-{
-	return allot__tail_unreachable(t, now) ||
-	    (t != NULL &&
-	        now < atomic_load_explicit(
-	                  &t->takeover_until, memory_order_relaxed));
-}
-
-bool
-allot__tail_unreachable(allot__tail *t, uint64_t now)
+/* Whether no coordinator can be asked for the reserve now although the
+ * agent runs on its lease (not in fallback): no session, or the last
+ * Asks went unanswered. */
+static bool
+unreachable(allot__tail *t, uint64_t now)
 {
 	return t != NULL &&
 	    (atomic_load_explicit(&t->unreachable, memory_order_relaxed) ||
 	        now < atomic_load_explicit(
 	                  &t->quiet_until, memory_order_relaxed));
+}
+
+bool
+allot__tail_standby_ok(allot__tail *t, uint64_t now)
+{
+	return unreachable(t, now) ||
+	    (t != NULL &&
+	        now < atomic_load_explicit(
+	                  &t->takeover_until, memory_order_relaxed));
 }
 
 void

@@ -134,10 +134,6 @@ void allot__tail_fini(allot__tail *t, uint64_t now);
  * the local bucket just denied may wait for the reserve now. */
 bool allot__tail_usable(
     allot__tail *t, uint32_t q, uint32_t cost, uint64_t now);
-/* Caller's thread: whether no coordinator can be asked for the
- * reserve now although the agent runs on its lease (not in fallback):
- * the moment for the standby (agent.c). */
-bool allot__tail_unreachable(allot__tail *t, uint64_t now);
 /* Caller's thread: queue `wt` (filled, state PENDING) and wake the
  * driver if it may be asleep. */
 void allot__tail_enter(allot__tail *t, allot__waiter *wt);
