@@ -824,6 +824,7 @@ check_early(uv_timer_t *t)
 	struct allot__sync *s = t->data;
 	uint64_t now = now_ns(s->a);
 	allot__syncc_check_lease(&s->core, now);
+	allot__syncc_tick(&s->core, now);
 	publish(s);
 	if (allot__exchange_busy(&s->m[s->cur].x) ||
 	    !allot__syncc_early_due(&s->core, now))

@@ -23,6 +23,9 @@
  */
 #include "sync_int.h"
 
+#include <inttypes.h>
+#include <sys/random.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +76,62 @@ peer(const syncc *s)
 	return s->peer != NULL ? s->peer : s->a->coordinator;
 }
 
+/* The account's incarnation must differ between two runs of one agent
+ * (a restarted replica keeps its replica_id): drawn from the kernel,
+ * the engine's seed only mixed in; under a clock of the caller's, the
+ * seed alone. */
+static uint64_t
+incarnation_seed(const allot_agent *a, uint64_t seed)
+{
+	uint64_t r = 0;
+	/* A clock of the caller's (the simulator): its runs repeat. */
+	if (a->clock_fn != NULL)
+		return seed;
+	if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t) sizeof r)
+		r = (uint64_t) allot__wall_ms() * 0x9e3779b97f4a7c15ull ^
+		    (uint64_t) getpid();
+	return r ^ seed;
+}
+
+/* The account's second for `now`: the wall clock's, or with a clock of
+ * the caller's (the simulator) its own seconds. */
+static int64_t
+acct_second(const syncc *s, uint64_t now)
+{
+	if (s->a->clock_fn != NULL)
+		return (int64_t) (now / 1000000000u);
+	return allot__wall_ms() / 1000;
+}
+
+static void
+acct_take(syncc *s, uint64_t now)
+{
+	allot_agent *a = s->a;
+	(void) allot__acct_second(&s->acct, acct_second(s, now));
+	for (uint32_t i = 0; i < nq(s); i++) {
+		allot__ktotals t;
+		allot__quota_totals(a, &a->quotas[i], &t);
+		allot__acct_take(
+		    &s->acct, i, t.spent, t.denied_tokens, t.shadow_tokens);
+	}
+	uint64_t lost = atomic_load(&s->acct.dropped_tokens);
+	if (lost != s->acct_dropped_said) {
+		allot__log_ratelimited(&a->log, &s->acct_rl, ALLOT_LOG_ERR,
+		    "ALLOT-SYNC-USAGE-LOST",
+		    "%" PRIu64 " tokens of decisions dropped from the "
+		    "account: the coordinator has confirmed nothing for "
+		    "%u records, every minute of them folded already",
+		    lost - s->acct_dropped_said, ALLOT__ACCT_RECORDS);
+		s->acct_dropped_said = lost;
+	}
+}
+
+void
+allot__syncc_tick(syncc *s, uint64_t now)
+{
+	acct_take(s, now);
+}
+
 int
 allot__syncc_create(
     syncc *s, allot_agent *a, uint64_t seed, const allot__installer *in)
@@ -90,7 +149,10 @@ allot__syncc_create(
 	s->was = calloc(3 * (size_t) cap, sizeof *s->was);
 	atomic_store(&s->replicas, a->opts.initial_replicas);
 	atomic_store(&s->enforced, a->cfg->digest);
-	if (s->q == NULL || s->seen == NULL || s->was == NULL) {
+	s->acct_rl = (allot__logrl) ALLOT__LOGRL_INIT(1, 60000);
+	if (s->q == NULL || s->seen == NULL || s->was == NULL ||
+	    allot__acct_init(&s->acct, cap, incarnation_seed(a, seed)) !=
+	        ALLOT_OK) {
 		allot__syncc_fini(s);
 		return ALLOT_ENOMEM;
 	}
@@ -100,6 +162,7 @@ allot__syncc_create(
 void
 allot__syncc_fini(syncc *s)
 {
+	allot__acct_fini(&s->acct);
 	free(s->q);
 	free(s->seen);
 	free(s->was);
@@ -150,6 +213,7 @@ build_register(syncc *s, void **ret_buf, size_t *ret_len)
 	 * seen yet: its first Welcomes are sized for all of them. */
 	reg.expected_replicas = a->opts.initial_replicas;
 	reg.waits = atomic_load_explicit(&a->waits, memory_order_relaxed);
+	reg.incarnation = s->acct.incarnation;
 	if (s->signer != NULL && allot__signer_sign(s->signer, &reg) != 0) {
 		free(keys);
 		return ALLOT_EIO;
@@ -177,6 +241,10 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	s->last_sync_ns = now;
 
 	int rc = ALLOT_ENOMEM;
+	acct_take(s, now);
+	void *umem = NULL;
+	Allot__V1__Usage **usage = NULL;
+	size_t nusage = 0;
 	uint32_t nquotas = nq(s);
 	Allot__V1__KeyReport *reps = calloc(nquotas, sizeof *reps);
 	Allot__V1__KeyReport **ptrs = calloc(nquotas, sizeof *ptrs);
@@ -185,7 +253,9 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	uint32_t nadd = nquotas > s->nwire ? nquotas - s->nwire : 0;
 	char **add = calloc(nadd > 0 ? nadd : 1, sizeof *add);
 	size_t n = 0;
-	if (reps == NULL || ptrs == NULL || add == NULL)
+	if (reps == NULL || ptrs == NULL || add == NULL ||
+	    allot__acct_wire(&s->acct, ALLOT__ACCT_SEND, &usage, &nusage,
+	        &umem) != ALLOT_OK)
 		goto out;
 	for (uint32_t i = 0; i < nadd; i++)
 		add[i] = (char *) a->quotas[s->nwire + i].name;
@@ -266,6 +336,8 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	sy.config_digest = enforced_digest(s);
 	sy.n_add_keys = nadd;
 	sy.add_keys = nadd > 0 ? add : NULL;
+	sy.n_usage = nusage;
+	sy.usage = usage;
 	s->adding = nadd;
 	if (s->early)
 		atomic_fetch_add(&s->early_syncs, 1);
@@ -282,6 +354,7 @@ out:
 	free(reps);
 	free(ptrs);
 	free(add);
+	free(umem);
 	return rc;
 }
 
@@ -301,14 +374,23 @@ allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
 {
 	if (s->session == 0 || !atomic_load(&s->connected))
 		return ALLOT_ESTATE;
+	/* Its last decisions go with it. */
+	acct_take(s, allot__agent_now(s->a));
+	(void) allot__acct_close(&s->acct);
 	Allot__V1__Leave lv = ALLOT__V1__LEAVE__INIT;
 	lv.session = s->session;
 	lv.reason = (char *) "agent destroyed";
+	void *umem = NULL;
+	if (allot__acct_wire(&s->acct, ALLOT__ACCT_LEAVE, &lv.usage,
+	        &lv.n_usage, &umem) != ALLOT_OK)
+		return ALLOT_ENOMEM;
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	env.version = ALLOT__PROTOCOL_VERSION;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_LEAVE;
 	env.leave = &lv;
-	return pack(&env, ret_buf, ret_len);
+	int rc = pack(&env, ret_buf, ret_len);
+	free(umem);
+	return rc;
 }
 
 /* ---- allowances ---- */
@@ -742,6 +824,7 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 	s->session = w->session;
 	s->seq = 0;
 	s->applied_seq = 0;
+	allot__acct_durable(&s->acct, w->durable);
 	s->last_sync_ns = now;
 	atomic_store(&s->session_pub, w->session);
 	atomic_store(&s->replicas, w->replicas);
@@ -951,6 +1034,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 			config_settle(s, before);
 		set_lease(s, now, r->lease_ms);
 		learn(s, r->members, r->n_members);
+		allot__acct_durable(&s->acct, r->durable);
 		s->applied_seq = r->seq;
 		atomic_fetch_add(&s->syncs_ok, 1);
 		atomic_fetch_add(&s->reports_sent, s->sent_reports);
@@ -1097,6 +1181,11 @@ allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
 	ret->leader_epoch = atomic_load(&s->epoch_pub);
 	ret->loan_tokens = atomic_load(&s->loan_tokens);
 	ret->debit_tokens = atomic_load(&s->debit_tokens);
+	ret->usage_incarnation = s->acct.incarnation;
+	ret->usage_pending = atomic_load(&s->acct.pending_pub);
+	ret->usage_durable = atomic_load(&s->acct.durable);
+	ret->usage_folded = atomic_load(&s->acct.folded);
+	ret->usage_dropped_tokens = atomic_load(&s->acct.dropped_tokens);
 	int64_t until = atomic_load(&s->lease_until_pub);
 	ret->lease_remaining_ms = until == 0 ?
 	    0 :

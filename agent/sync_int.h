@@ -14,6 +14,7 @@
 #ifndef ALLOT_AGENT_SYNC_INT_H
 #define ALLOT_AGENT_SYNC_INT_H
 
+#include "account.h"
 #include "agent_int.h"
 #include "ledger.h"
 
@@ -102,6 +103,12 @@ typedef struct allot__syncc {
 	void (*learn)(void *ctx, char *const *urls, size_t n);
 	void *learn_ctx;
 
+	/* What the agent decided, until the coordinator says it is
+	 * durable (account.h). */
+	allot__account acct;
+	allot__logrl acct_rl;
+	uint64_t acct_dropped_said;
+
 	_Atomic bool connected;
 	_Atomic bool in_fallback;
 	_Atomic uint32_t replicas;
@@ -179,6 +186,12 @@ uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
  * a timer finer than the interval while no exchange is in flight, and
  * on true runs the exchange at once (the Sync says `early`). */
 bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
+
+/* Take the quotas' counters into the account (account.h): the driver
+ * calls it between exchanges, every eighth of an interval, so that a
+ * decision is recorded in the second it was made in, give or take that
+ * much. */
+void allot__syncc_tick(allot__syncc *c, uint64_t now);
 
 /* Whether the engine installed a config (a->nquotas may have grown)
  * since the driver last asked; clears the flag. */

@@ -221,6 +221,9 @@ step(allot__cluster *c)
 		/* Every earlier lease has ended: start from what the agents
 		 * hold, never from what this member had before. */
 		allot__state_forget(c->o.state, true);
+		/* What an earlier leadership of ours proposed and the log
+		 * dropped is booked again when its agents send it again. */
+		allot__store_marks_rebase(c->o.store);
 		allot__store_set_usage_tap(c->o.store, usage_tap, c);
 		atomic_store(&c->serving, true);
 		atomic_fetch_add(&c->takeovers, 1);
@@ -239,6 +242,7 @@ step(allot__cluster *c)
 		 * ids could later meet the new leader's. */
 		allot__store_flush(c->o.store);
 		allot__store_set_usage_tap(c->o.store, NULL, NULL);
+		allot__store_marks_rebase(c->o.store);
 		allot__state_forget(c->o.state, false);
 		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-FOLLOWER",
 		    "member %" PRIu64 " is no longer the leader: its "
@@ -290,6 +294,11 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		return;
 	case ALLOT__CENTRY_AUDIT:
 		allot__store_apply_audit(c->o.store, index, &e->audit);
+		return;
+	case ALLOT__CENTRY_ACCOUNT:
+		/* The records new to the state machine's marks only. */
+		allot__store_apply_counts(
+		    c->o.store, index, e->account.rows, e->account.n);
 		return;
 	case ALLOT__CENTRY_CONFIG:
 		snprintf(detail, sizeof detail,
@@ -375,8 +384,29 @@ propose_rows(allot__cluster *c, const allot__row_usage *rows, size_t n,
 	return rv;
 }
 
-/* The leader's audit rows of one flush, into the log: USAGE, EVENTS
- * and AUDIT entries, each only when it has rows. */
+/* Agents' Usage records in entries of about ENTRY_ROWS, never cutting
+ * a record (every member keeps or drops a record whole). */
+static int
+propose_counts(allot__cluster *c, const allot__row_count *rows, size_t n)
+{
+	int rv = ALLOT_OK;
+	size_t i = 0;
+	while (i < n && rv == ALLOT_OK) {
+		size_t j = i + (n - i < ENTRY_ROWS ? n - i : ENTRY_ROWS);
+		while (j < n && rows[j].id != 0 &&
+		    rows[j].id == rows[j - 1].id &&
+		    rows[j].incarnation == rows[j - 1].incarnation)
+			j++;
+		rv = allot__consensus_propose_account(
+		    c->cons, rows + i, j - i, proposal_done, c);
+		i = j;
+	}
+	return rv;
+}
+
+/* The leader's audit rows of one flush, into the log: USAGE, EVENTS,
+ * AUDIT and ACCOUNT entries (after the joins its links name), each only
+ * when it has rows. */
 static void
 usage_tap(void *ctx, const allot__store_tap_rows *t)
 {
@@ -387,10 +417,15 @@ usage_tap(void *ctx, const allot__store_tap_rows *t)
 	int rv = propose_rows(c, t->rows, t->n, t->ev, t->nev);
 	if (rv == ALLOT_OK)
 		rv = propose_audit(c, a);
+	if (rv == ALLOT_OK)
+		rv = propose_counts(c, t->counts, t->ncounts);
 	if (rv == ALLOT_OK) {
 		atomic_fetch_add(&c->usage_batches, 1);
 		return;
 	}
+	/* Agents keep their records until they are durable: they are
+	 * booked again at their next Sync. */
+	allot__store_marks_rebase(c->o.store);
 	atomic_fetch_add(&c->usage_lost, t->n + t->nev + na);
 	allot__log(c->o.lg, ALLOT_LOG_WARNING, "ALLOTD-USAGE-LOST",
 	    "%zu usage rows, %zu events and %zu replica, share and level "

@@ -358,6 +358,18 @@ allot__consensus_propose_audit(allot__consensus *c, const allot__row_audit *a,
 }
 
 int
+allot__consensus_propose_account(allot__consensus *c,
+    const allot__row_count *rows, size_t n, allot__cnode_done_cb done,
+    void *ctx)
+{
+	allot__centry e = { .type = ALLOT__CENTRY_ACCOUNT };
+
+	e.account.rows = (allot__row_count *) rows;
+	e.account.n = n;
+	return allot__cnode_propose(&c->node, &e, done, ctx);
+}
+
+int
 allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address)
 {

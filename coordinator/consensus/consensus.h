@@ -122,6 +122,12 @@ int allot__consensus_propose_events(allot__consensus *c,
 int allot__consensus_propose_audit(allot__consensus *c,
     const allot__row_audit *a, allot__cnode_done_cb done, void *ctx);
 
+/* Proposes agents' Usage records (copied; whole records). Leader
+ * only. */
+int allot__consensus_propose_account(allot__consensus *c,
+    const allot__row_count *rows, size_t n, allot__cnode_done_cb done,
+    void *ctx);
+
 int allot__consensus_add_member(
     allot__consensus *c, uint64_t id, const char *address);
 int allot__consensus_remove_member(allot__consensus *c, uint64_t id);

@@ -205,6 +205,9 @@ write_opt_str(allot__cwbuf *w, const char *s)
 	allot__cw_str(w, s, strlen(s), 0);
 }
 
+static void encode_account(
+    allot__cwbuf *w, const allot__row_count *rows, size_t n);
+
 int
 allot__centry_encode(const allot__centry *e, void **ret_buf, size_t *ret_len)
 {
@@ -248,6 +251,9 @@ allot__centry_encode(const allot__centry *e, void **ret_buf, size_t *ret_len)
 			allot__cw_f64(&w, row->demand);
 			allot__cw_u32(&w, row->live_replicas);
 		}
+		break;
+	case ALLOT__CENTRY_ACCOUNT:
+		encode_account(&w, e->account.rows, e->account.n);
 		break;
 	case ALLOT__CENTRY_EVENTS:
 		if (e->events.n > ALLOT__CENTRY_ROWS_MAX) {
@@ -345,6 +351,72 @@ decode_usage(allot__crbuf *r, allot__centry *e)
 	return r->bad ? ALLOT_EPROTO : ALLOT_OK;
 }
 
+/* A count row is at least 8 u64 and two string lengths. */
+#define COUNT_MIN 68u
+
+static void
+encode_account(allot__cwbuf *w, const allot__row_count *rows, size_t n)
+{
+	if (n > ALLOT__CENTRY_ROWS_MAX) {
+		w->err = w->err != 0 ? w->err : ALLOT_EINVAL;
+		return;
+	}
+	allot__cw_u32(w, (uint32_t) n);
+	for (size_t i = 0; i < n; i++) {
+		const allot__row_count *c = &rows[i];
+		const char *sv = c->service != NULL ? c->service : "";
+		const char *q = c->quota != NULL ? c->quota : "";
+
+		allot__cw_u64(w, c->session);
+		allot__cw_u64(w, c->incarnation);
+		allot__cw_u64(w, c->first);
+		allot__cw_u64(w, c->id);
+		allot__cw_u64(w, (uint64_t) c->second);
+		allot__cw_u64(w, c->admitted);
+		allot__cw_u64(w, c->denied);
+		allot__cw_u64(w, c->shadow_denied);
+		allot__cw_str(w, sv, strlen(sv), 0);
+		allot__cw_str(w, q, strlen(q), 0);
+	}
+}
+
+static int
+decode_account(allot__crbuf *r, allot__centry *e)
+{
+	allot__row_count *rows;
+	char *at;
+	uint32_t n = allot__cr_u32(r);
+
+	if (r->bad || n > ALLOT__CENTRY_ROWS_MAX ||
+	    n > (r->len - r->off) / COUNT_MIN)
+		return ALLOT_EPROTO;
+	e->mem = malloc(
+	    n * sizeof *rows + (r->len - r->off) + 2 * (size_t) n + 1);
+	if (e->mem == NULL)
+		return ALLOT_ENOMEM;
+	rows = e->mem;
+	at = (char *) (rows + n);
+	for (uint32_t i = 0; i < n && !r->bad; i++) {
+		allot__row_count *c = &rows[i];
+
+		c->session = allot__cr_u64(r);
+		c->incarnation = allot__cr_u64(r);
+		c->first = allot__cr_u64(r);
+		c->id = allot__cr_u64(r);
+		c->second = (int64_t) allot__cr_u64(r);
+		c->admitted = allot__cr_u64(r);
+		c->denied = allot__cr_u64(r);
+		c->shadow_denied = allot__cr_u64(r);
+		c->service = copy_str(r, &at, 0, NULL);
+		c->quota = copy_str(r, &at, 0, NULL);
+		if (c->quota != NULL && c->quota[0] == '\0')
+			c->quota = NULL; /* a record's mark alone */
+	}
+	e->account.rows = rows;
+	e->account.n = n;
+	return r->bad ? ALLOT_EPROTO : ALLOT_OK;
+}
+
 static int
 decode_events(allot__crbuf *r, allot__centry *e)
 {
@@ -392,7 +464,7 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 	if (version != ALLOT__CENTRY_VERSION)
 		return ALLOT_ERANGE;
 	if (e.type != ALLOT__CENTRY_USAGE && e.type != ALLOT__CENTRY_EVENTS &&
-	    e.type != ALLOT__CENTRY_AUDIT) {
+	    e.type != ALLOT__CENTRY_AUDIT && e.type != ALLOT__CENTRY_ACCOUNT) {
 		/* Every other type has at most five strings: their bytes
 		 * and a NUL each. */
 		e.mem = malloc(len + 5);
@@ -417,6 +489,7 @@ allot__centry_decode(const void *buf, size_t len, allot__centry *ret)
 		e.config.who.source = copy_str(&r, &at, 0, NULL);
 		break;
 	case ALLOT__CENTRY_USAGE: rv = decode_usage(&r, &e); break;
+	case ALLOT__CENTRY_ACCOUNT: rv = decode_account(&r, &e); break;
 	case ALLOT__CENTRY_EVENTS: rv = decode_events(&r, &e); break;
 	case ALLOT__CENTRY_AUDIT:
 		rv = allot__centry_decode_audit(&r, &e);

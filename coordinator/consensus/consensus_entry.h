@@ -37,6 +37,11 @@
  * - AUDIT: the leader's replica, share and level rows of one flush (the
  *   replicas, shares and levels tables; consensus_rows.c), as its store
  *   would have written them.
+ * - ACCOUNT: agents' Usage records (rows.h, allot__row_count) as the
+ *   leader received them, whole records only: every member's state
+ *   machine keeps those new to its marks (consensus_fsm.h), so a record
+ *   that two leaders proposed is booked once (docs/operations.md, "The
+ *   accounting guarantee").
  */
 #ifndef ALLOT_COORDINATOR_CONSENSUS_ENTRY_H
 #define ALLOT_COORDINATOR_CONSENSUS_ENTRY_H
@@ -59,6 +64,7 @@ enum allot__centry_type {
 	ALLOT__CENTRY_MEMBER = 4,
 	ALLOT__CENTRY_EVENTS = 5,
 	ALLOT__CENTRY_AUDIT = 6,
+	ALLOT__CENTRY_ACCOUNT = 7,
 };
 
 enum allot__cmember_event {
@@ -116,6 +122,12 @@ typedef struct allot__centry {
 			size_t n;
 		} events;
 		allot__row_audit audit;
+		struct {
+			/* Decoded: the state machine keeps the new rows
+			 * in place (n shrinks). */
+			allot__row_count *rows;
+			size_t n;
+		} account;
 	};
 	void *mem;
 } allot__centry;

@@ -10,8 +10,10 @@
  * refused, u64 members_changed, u32 key count, then per key in (service,
  * key) order: str service, str key, u64 consumed, u64 denied, f64 demand,
  * u64 last_second; then (version 2) u32 count and the leaving ids, u64
- * each, ascending; zero bytes up to a multiple of 8, like the entries.
- * Version 1 (no leaving ids) is still read, as an empty set.
+ * each, ascending; then (version 3) u32 count and the usage marks in
+ * incarnation order, u64 incarnation, u64 id, u64 second each; zero
+ * bytes up to a multiple of 8, like the entries. Versions 1 (no leaving
+ * ids) and 2 (no marks) are still read, as empty sets.
  */
 #include "consensus_fsm.h"
 
@@ -20,7 +22,7 @@
 
 #include <allot/allot.h>
 
-#define SNAPSHOT_VERSION 2
+#define SNAPSHOT_VERSION 3
 
 static uint64_t
 hash_key(const char *service, const char *key)
@@ -88,6 +90,58 @@ allot__cfsm_usage(const allot__cfsm *s, const char *service, const char *key)
 		return NULL;
 	t = find_slot(s->slots, s->nslots, service, key);
 	return t->service != NULL ? t : NULL;
+}
+
+/* The totals of (service, key), created if absent; NULL when out of
+ * memory. Room for it must have been reserved. */
+static allot__cusage_total *
+total_of(allot__cfsm *s, const char *service, const char *key)
+{
+	allot__cusage_total *t = find_slot(s->slots, s->nslots, service, key);
+
+	if (t->service == NULL) {
+		char *sv = strdup(service);
+		char *k = strdup(key);
+
+		if (sv == NULL || k == NULL) {
+			free(sv);
+			free(k);
+			return NULL;
+		}
+		t->service = sv;
+		t->key = k;
+		s->nkeys++;
+	}
+	return t;
+}
+
+/* The records new to the marks stay in the entry (in place), for the
+ * store; their counts go to the totals. */
+static int
+apply_account(allot__cfsm *s, allot__centry *e)
+{
+	int rv = reserve_keys(s, e->account.n);
+
+	if (rv != ALLOT_OK)
+		return rv;
+	e->account.n = allot__marks_filter(
+	    &s->marks, e->account.rows, e->account.n, &s->usage_overlaps);
+	for (size_t i = 0; i < e->account.n; i++) {
+		const allot__row_count *c = &e->account.rows[i];
+		allot__cusage_total *t;
+
+		if (c->id == 0 || c->quota == NULL)
+			continue;
+		t = total_of(
+		    s, c->service != NULL ? c->service : "", c->quota);
+		if (t == NULL)
+			return ALLOT_ENOMEM;
+		t->consumed += c->admitted;
+		t->denied += c->denied;
+		if (c->second > 0 && (uint64_t) c->second > t->last_second)
+			t->last_second = (uint64_t) c->second;
+	}
+	return ALLOT_OK;
 }
 
 static int
@@ -168,7 +222,7 @@ apply_member(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
 /* Applies a decoded entry; *ret_taken says whether it changed the
  * epoch or config (refused ones only count). */
 static int
-apply_entry(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
+apply_entry(allot__cfsm *s, allot__centry *e, bool *ret_taken)
 {
 	char *copy;
 
@@ -212,6 +266,7 @@ apply_entry(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
 		s->config.epoch = e->config.config_epoch;
 		return ALLOT_OK;
 	case ALLOT__CENTRY_USAGE: return apply_usage(s, e);
+	case ALLOT__CENTRY_ACCOUNT: return apply_account(s, e);
 	case ALLOT__CENTRY_MEMBER:
 		apply_member(s, e, ret_taken);
 		return ALLOT_OK;
@@ -252,6 +307,40 @@ cmp_total(const void *a, const void *b)
 	int c = strcmp(x->service, y->service);
 
 	return c != 0 ? c : strcmp(x->key, y->key);
+}
+
+static int
+cmp_mark(const void *a, const void *b)
+{
+	const allot__mark *x = a, *y = b;
+
+	return x->incarnation < y->incarnation ? -1 :
+	    x->incarnation > y->incarnation    ? 1 :
+	                                         0;
+}
+
+/* The marks in incarnation order: the same marks, the same bytes. */
+static void
+encode_marks(allot__cwbuf *w, const allot__marks *m)
+{
+	allot__mark *v = NULL;
+
+	if (m->n > 0) {
+		v = malloc(m->n * sizeof *v);
+		if (v == NULL) {
+			w->err = w->err != 0 ? w->err : ALLOT_ENOMEM;
+			return;
+		}
+		memcpy(v, m->v, m->n * sizeof *v);
+		qsort(v, m->n, sizeof *v, cmp_mark);
+	}
+	allot__cw_u32(w, (uint32_t) m->n);
+	for (size_t i = 0; i < m->n; i++) {
+		allot__cw_u64(w, v[i].incarnation);
+		allot__cw_u64(w, v[i].id);
+		allot__cw_u64(w, (uint64_t) v[i].second);
+	}
+	free(v);
 }
 
 int
@@ -298,6 +387,7 @@ allot__cfsm_encode(const allot__cfsm *s, void **ret_buf, size_t *ret_len)
 	allot__cw_u32(&w, s->nleaving);
 	for (unsigned i = 0; i < s->nleaving; i++)
 		allot__cw_u64(&w, s->leaving[i]);
+	encode_marks(&w, &s->marks);
 	allot__cw_pad(&w);
 	if (w.err != 0) {
 		raft_free(w.p);
@@ -385,6 +475,35 @@ decode_leaving(allot__crbuf *r, allot__cfsm *t)
 	t->nleaving = n;
 }
 
+/* The usage marks of a version 3 snapshot: ascending, at most the
+ * bound, else malformed. */
+static void
+decode_marks(allot__crbuf *r, allot__cfsm *t)
+{
+	uint32_t n = allot__cr_u32(r);
+	uint64_t prev = 0;
+
+	if (r->bad || n > ALLOT__MARKS_MAX || n > (r->len - r->off) / 24) {
+		r->bad = r->bad ? r->bad : 1;
+		return;
+	}
+	for (uint32_t i = 0; i < n && !r->bad; i++) {
+		uint64_t inc = allot__cr_u64(r);
+		uint64_t id = allot__cr_u64(r);
+		int64_t second = (int64_t) allot__cr_u64(r);
+
+		if (r->bad)
+			return;
+		if (i > 0 && inc <= prev) {
+			r->bad = 1;
+			return;
+		}
+		prev = inc;
+		if (allot__marks_set(&t->marks, inc, id, second) != ALLOT_OK)
+			r->bad = 2;
+	}
+}
+
 int
 allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 {
@@ -394,7 +513,7 @@ allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 
 	if (r.bad)
 		return ALLOT_EPROTO;
-	if (version != SNAPSHOT_VERSION && version != 1)
+	if (version < 1 || version > SNAPSHOT_VERSION)
 		return ALLOT_ERANGE;
 	if (allot__cfsm_init(&t, NULL, NULL) != ALLOT_OK)
 		return ALLOT_ENOMEM;
@@ -411,6 +530,8 @@ allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 	decode_totals(&r, &t);
 	if (version >= 2)
 		decode_leaving(&r, &t);
+	if (version >= 3)
+		decode_marks(&r, &t);
 	if (!allot__cr_end(&r)) {
 		int rv = r.bad == 2 ? ALLOT_ENOMEM : ALLOT_EPROTO;
 
@@ -509,6 +630,7 @@ allot__cfsm_finish(allot__cfsm *s)
 	free(s->slots);
 	free(s->epoch.address);
 	free(s->config.text);
+	allot__marks_fini(&s->marks);
 	s->slots = NULL;
 	s->nslots = s->nkeys = 0;
 	s->epoch.address = NULL;

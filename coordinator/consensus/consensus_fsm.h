@@ -6,7 +6,8 @@
  *
  * What it holds: the current epoch (the term and leader of the last
  * committed EPOCH entry), the quota config in force (text, digest, config
- * epoch), usage totals per (service, key), the members that are leaving
+ * epoch), usage totals per (service, key), each agent account's usage
+ * mark (ACCOUNT entries are booked once), the members that are leaving
  * (a MEMBER LEAVING entry committed, no MEMBER REMOVED since), and the
  * index of the last entry it applied. Every member applies the same entries in
  * the same order, so every member's state is the same once it has applied the
@@ -29,6 +30,7 @@
 #include <stdint.h>
 
 #include "consensus_entry.h"
+#include "store/marks.h"
 
 /* Members that may be leaving at once; a LEAVING entry past it is
  * refused (counted in `refused`), and the leader refuses to propose one. */
@@ -75,6 +77,11 @@ typedef struct allot__cfsm {
 	/* Usage totals: open addressing on (service, key). */
 	allot__cusage_total *slots;
 	size_t nslots, nkeys;
+	/* Per agent account, the highest Usage id booked (store/marks.h):
+	 * an ACCOUNT entry keeps only the records above it, so a record two
+	 * leaders proposed is booked once. In the snapshot. */
+	allot__marks marks;
+	uint64_t usage_overlaps; /* folded records partly booked before */
 	allot__cfsm_apply_cb on_apply;
 	void *ctx;
 } allot__cfsm;

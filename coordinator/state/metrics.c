@@ -251,6 +251,21 @@ static const struct series {
 	{ COUNTER, "allotd_tokens_clipped_total",
 	    "Tokens of consumption clipped from implausible reports.",
 	    F(tokens_clipped) },
+	{ COUNTER, "allotd_usage_records_total",
+	    "Agents' Usage records booked into the audit (each once).",
+	    F(usage_booked) },
+	{ COUNTER, "allotd_usage_repeats_total",
+	    "Usage records sent again that were booked already (a lost "
+	    "Reply, a failover, a restart): not booked twice.",
+	    F(usage_repeats) },
+	{ COUNTER, "allotd_usage_refused_total",
+	    "Usage counts above what their whole quota could admit in "
+	    "the seconds they cover: dropped and audited.",
+	    F(usage_refused) },
+	{ COUNTER, "allotd_usage_clamped_total",
+	    "Usage records dated more than 10 s ahead of this "
+	    "coordinator's clock: booked at its second instead.",
+	    F(usage_clamped) },
 	{ COUNTER, "allotd_throttled_syncs_alive_total",
 	    "Syncs refused by a peer budget that still proved their "
 	    "session alive.",

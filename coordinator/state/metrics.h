@@ -76,6 +76,10 @@ typedef struct allot__metrics {
 	_Atomic uint64_t register_unknown_keys;
 	_Atomic uint64_t reports_clipped; /* implausible key reports */
 	_Atomic uint64_t tokens_clipped; /* consumption not booked */
+	_Atomic uint64_t usage_booked; /* Usage records booked (usage.c) */
+	_Atomic uint64_t usage_repeats; /* sent again, booked before */
+	_Atomic uint64_t usage_refused; /* implausible counts dropped */
+	_Atomic uint64_t usage_clamped; /* records from too far ahead */
 	_Atomic uint64_t throttled_alive; /* refused Syncs kept alive */
 	_Atomic uint64_t rejected[ALLOT__REJ_COUNT];
 	_Atomic uint64_t joins;

@@ -189,6 +189,7 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	/* Its callers wait for the reserve (Register.waits): so do its
 	 * keys from their first grant (and those it adds later). */
 	s->waits = r->req->waits;
+	s->incarnation = r->req->incarnation;
 	for (uint32_t k = 0; k < s->nkeys; k++)
 		s->keys[k].tail = s->waits;
 	s->id = st->next_session++;
@@ -226,6 +227,7 @@ reg_welcome(
 	ret->config_epoch = v->epoch;
 	ret->config_digest = v->cfg->digest;
 	ret->lease_ms = st->o.lease_ms;
+	ret->durable = allot__usage_durable(st, s);
 	r->digest = v->cfg->digest;
 	r->text_len = v->text_len;
 	r->push = allot__config_push(
@@ -261,6 +263,7 @@ reg_welcome(
 			    st->o.store, r->old->id, "replaced");
 		allot__store_replica_joined(st->o.store, s->id, s->replica_id,
 		    svc->name, s->host, s->pid, s->agent_version, s->digest);
+		allot__store_usage_link(st->o.store, s->id, s->incarnation);
 	}
 }
 
@@ -419,6 +422,8 @@ allot__state_leave_on(allot__state *st, const Allot__V1__Leave *req,
 		return allot__pipe_mismatch(m, req->session, err, errlen);
 	}
 	service *svc = s->svc;
+	/* Its last decisions, before the session is gone. */
+	allot__usage_book(st, s, req->usage, req->n_usage);
 	allot__conserve_leave(svc, s);
 	allot__session_unlink(st, s);
 	allot__recompute(st, svc, now);

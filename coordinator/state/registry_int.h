@@ -172,6 +172,10 @@ typedef struct session {
 	                           first grants */
 	bool waits; /* Register.waits: its callers wait for the central
 	               reserve (skey.tail of every key from the start) */
+	/* Register.incarnation: its agent's account (usage.c); 0: none,
+	 * audited from its KeyReports. */
+	uint64_t incarnation;
+	uint64_t usage_seen; /* the highest Usage id it sent */
 	uint32_t nkeys; /* keys kept: those that named a quota */
 	uint32_t nknown; /* kept keys with q >= 0 */
 	skey *keys;
@@ -254,6 +258,11 @@ typedef struct squota {
 	 * would have denied (part of allowed_total, never of denied). */
 	uint64_t shadow_total;
 	uint64_t win_shadow; /* since the last per-second pass */
+	/* Of the win_ counts, those of agents without an account: the
+	 * audit rows of the second (usage.c audits the others). */
+	uint64_t aud_allowed;
+	uint64_t aud_denied;
+	uint64_t aud_shadow;
 	double shadow_rate; /* last second, tokens/s */
 	/* The candidate value's global bucket (candidate.c). */
 	double cand_rate; /* the candidate evaluated; 0: none */
@@ -727,5 +736,12 @@ bool allot__pipe_ok(const session *s, uint32_t pipe);
 Allot__V1__Error__Code allot__pipe_mismatch(
     allot__metrics *m, uint64_t id, char *err, size_t errlen);
 void allot__sanitize(char *dst, size_t cap, const char *src);
+
+/* usage.c: a session's Usage records (Sync.usage, Leave.usage) into the
+ * store, each once; and how far its account is durable (Reply.durable).
+ * Under the lock. */
+void allot__usage_book(
+    allot__state *st, session *s, Allot__V1__Usage *const *usage, size_t n);
+uint64_t allot__usage_durable(allot__state *st, const session *s);
 
 #endif

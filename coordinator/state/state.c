@@ -196,16 +196,18 @@ allot__state_second(allot__state *st)
 			allot__level_bring(sq, R, B, now);
 			allot__cand_check(sq, v->q[q], now);
 			allot__store_usage_row row = {
-				.admitted = sq->win_allowed,
-				.denied = sq->win_denied,
-				.shadow_denied = sq->win_shadow,
+				.admitted = sq->aud_allowed,
+				.denied = sq->aud_denied,
+				.shadow_denied = sq->aud_shadow,
 				.candidate_denied = allot__cand_second(sq, dt),
 				.candidate_rate = sq->cand_rate,
 				.demand = sq->demand_sum,
 				.live_replicas = svc->nsess,
 			};
+			/* A second anyone reported in: its demand and
+			 * replicas even when usage.c books its tokens. */
 			if (store != NULL &&
-			    (row.admitted > 0 || row.denied > 0 ||
+			    (sq->win_allowed > 0 || sq->win_denied > 0 ||
 			        row.candidate_denied > 0))
 				allot__store_usage_add(
 				    store, svc->name, v->names[q], &row);
@@ -218,6 +220,9 @@ allot__state_second(allot__state *st)
 			sq->win_allowed = 0;
 			sq->win_denied = 0;
 			sq->win_shadow = 0;
+			sq->aud_allowed = 0;
+			sq->aud_denied = 0;
+			sq->aud_shadow = 0;
 		}
 		for (uint32_t j = 0; j < svc->nsess; j++) {
 			session *s = svc->sess[j];

@@ -301,6 +301,13 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	sq->win_allowed += consumed;
 	sq->win_denied += r->denied;
 	sq->win_shadow += sd;
+	/* An agent with an account is audited from its Usage records
+	 * (usage.c), not from these. */
+	if (y->s->incarnation == 0) {
+		sq->aud_allowed += consumed;
+		sq->aud_denied += r->denied;
+		sq->aud_shadow += sd;
+	}
 	allot__level_bring(sq, rate, burst, y->now);
 	sq->level -= (double) admitted;
 	if (sq->level < 0)
@@ -456,6 +463,7 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 	}
 	s->last_reply_ns = y->now;
 	s->last_replicas = svc->nsess;
+	ret->durable = allot__usage_durable(st, s);
 }
 
 /* After unlocking: clipped reports counted, logged and audited (at most
@@ -575,6 +583,7 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		y.s->join_pending = false;
 	}
 	book_reports(&y, pa);
+	allot__usage_book(st, y.s, req->usage, req->n_usage);
 	if (y.clipped > 0 &&
 	    (st->clip_event_ns == 0 ||
 	        since(y.now, st->clip_event_ns) >= 1000000000u)) {

@@ -26,6 +26,25 @@ typedef struct allot__row_usage {
 	uint32_t live_replicas;
 } allot__row_usage;
 
+/* One count of an agent's Usage record (docs/operations.md, "The
+ * accounting guarantee"): what one agent account (incarnation) decided
+ * for one quota in the second(s) of its record `id`. The rows of one
+ * record are consecutive wherever they travel. A row with id 0 is a
+ * link instead: the session's agent keeps that account (replicas). A
+ * row with quota NULL ("" in the log) only marks its record booked. */
+typedef struct allot__row_count {
+	uint64_t session; /* the session that sent it */
+	uint64_t incarnation;
+	uint64_t first; /* the lowest id the record covers (folded) */
+	uint64_t id;
+	int64_t second; /* unix seconds */
+	uint64_t admitted; /* tokens */
+	uint64_t denied;
+	uint64_t shadow_denied; /* of admitted */
+	const char *service;
+	const char *quota;
+} allot__row_count;
+
 /* One audit event, as the leader recorded it (the events table). */
 typedef struct allot__row_event {
 	int64_t at; /* ms since the Unix epoch */

@@ -113,6 +113,15 @@ static const char *const stmt_sql[S_COUNT] = {
 	    " config_changes), ?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[S_LAST_CONFIG] = "SELECT epoch, digest, content FROM configs"
 	                  " ORDER BY id DESC LIMIT 1",
+	[S_ACCOUNT] =
+	    "INSERT INTO accounts (incarnation, last_id, last_second)"
+	    " VALUES (?1, ?2, ?3) ON CONFLICT (incarnation) DO UPDATE"
+	    " SET last_id = excluded.last_id,"
+	    " last_second = excluded.last_second"
+	    " WHERE excluded.last_id > accounts.last_id",
+	[S_LINK] = "UPDATE replicas SET incarnation = ?2 WHERE session = ?1",
+	[S_LOAD_ACCOUNTS] = "SELECT incarnation, last_id, last_second"
+	                    " FROM accounts",
 };
 
 struct sqlite3 *
@@ -286,6 +295,9 @@ store_free(allot__store *st)
 		allot__batch_free(&st->b[i]);
 	allot__store_written_free(st);
 	allot__store_keys_free(&st->keys);
+	allot__marks_fini(&st->committed);
+	allot__marks_fini(&st->booked);
+	allot__marks_fini(&st->scratch);
 	pthread_mutex_destroy(&st->mu);
 	free(st->path);
 	free(st);
@@ -485,6 +497,14 @@ allot__store_open(const char *path, const allot__store_opts *opts,
 	    prepare(st, errbuf, errlen) != 0) {
 		store_free(st);
 		return ALLOT_EIO;
+	}
+	int lrc = allot__store_load_marks(st);
+	if (lrc != ALLOT_OK) {
+		seterr(errbuf, errlen,
+		    "store %s: cannot read its accounts: %s", path,
+		    sqlite3_errmsg(st->db));
+		store_free(st);
+		return lrc;
 	}
 	sqlite3_busy_timeout(st->db, (int) st->opts.busy_timeout_ms);
 	st->next_retention_ms = INT64_MIN;

@@ -161,6 +161,34 @@ typedef struct allot__store_usage_row {
 void allot__store_usage_add(allot__store *st, const char *service,
     const char *quota, const allot__store_usage_row *row);
 
+/* ---- Usage records (docs/operations.md, "The accounting guarantee") ----
+ *
+ * An agent's account sends numbered Usage records until they are
+ * durable; each is booked once per (account, id), at its own second. */
+
+/* One record's counts (`n` rows of one account and id, consecutive; a
+ * row with quota NULL only marks the record), queued unless the store
+ * has it already (queued, written, or proposed through the log). True
+ * when queued; false for a repeat, or when it could not be queued (its
+ * agent sends it again). Any thread. */
+bool allot__store_usage_record(
+    allot__store *st, const allot__row_count *rows, size_t n);
+
+/* Session `session`'s agent keeps account `incarnation` (replicas);
+ * nothing for 0. Any thread. */
+void allot__store_usage_link(
+    allot__store *st, uint64_t session, uint64_t incarnation);
+
+/* The highest Usage id of account `incarnation` that is durable in this
+ * store: committed by a single allotd, or applied from the log by a
+ * cluster member; 0 when none. Any thread. */
+uint64_t allot__store_durable(allot__store *st, uint64_t incarnation);
+
+/* What was booked but is not durable is forgotten, so that its agents'
+ * next Syncs book it again: a cluster leader that starts or stops
+ * serving (what it proposed may never commit). Any thread. */
+void allot__store_marks_rebase(allot__store *st);
+
 /* kind: "join", "leave", "expiry", "config", "fallback_enter",
  * "fallback_leave", "reject", "start", "stop", ... */
 void allot__store_event(allot__store *st, const char *kind,
@@ -222,6 +250,8 @@ uint64_t allot__store_max_session(allot__store *st);
 typedef struct allot__store_tap_rows {
 	const allot__row_usage *rows;
 	size_t n;
+	const allot__row_count *counts; /* Usage records, links */
+	size_t ncounts;
 	const allot__row_event *ev;
 	size_t nev;
 	allot__row_audit audit;
@@ -253,6 +283,12 @@ int allot__store_apply(allot__store *st, uint64_t index,
  * so a member that becomes leader never issues one again. */
 int allot__store_apply_audit(
     allot__store *st, uint64_t index, const allot__row_audit *a);
+
+/* The same for a committed ACCOUNT entry's Usage counts (rows.h), as
+ * the state machine kept them (consensus_fsm.h): usage rows, account
+ * marks and links; its records are durable once it returns ALLOT_OK. */
+int allot__store_apply_counts(
+    allot__store *st, uint64_t index, const allot__row_count *rows, size_t n);
 
 /* The last log index applied (0: none). */
 uint64_t allot__store_applied(allot__store *st);

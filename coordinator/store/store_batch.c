@@ -8,6 +8,7 @@
  */
 #include "store_batch.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Distinct (service, quota) pairs the store will intern; records beyond
@@ -46,7 +47,8 @@ allot__batch_init(struct batch *b)
 size_t
 allot__batch_rows(const struct batch *b)
 {
-	return b->nops + b->usage_live + b->shares.n + b->seen.n + b->levels.n;
+	return b->nops + b->usage_live + b->shares.n + b->seen.n +
+	    b->levels.n + b->ncounts;
 }
 
 void
@@ -62,6 +64,8 @@ allot__batch_clear(struct batch *b)
 	allot__tab_clear(&b->shares);
 	allot__tab_clear(&b->seen);
 	allot__tab_clear(&b->levels);
+	b->ncounts = 0;
+	b->counts_trimmed = false;
 }
 
 void
@@ -72,6 +76,24 @@ allot__batch_free(struct batch *b)
 	allot__tab_free(&b->shares);
 	allot__tab_free(&b->seen);
 	allot__tab_free(&b->levels);
+	free(b->counts);
+	b->counts = NULL;
+	b->ncounts = b->ccounts = 0;
+}
+
+bool
+allot__batch_count(struct batch *b, const allot__row_count *row)
+{
+	if (b->ncounts == b->ccounts) {
+		size_t c = b->ccounts == 0 ? 64 : 2 * b->ccounts;
+		allot__row_count *n = realloc(b->counts, c * sizeof *n);
+		if (n == NULL)
+			return false;
+		b->counts = n;
+		b->ccounts = c;
+	}
+	b->counts[b->ncounts++] = *row;
+	return true;
 }
 
 static uint64_t
@@ -211,6 +233,15 @@ allot__batch_trim(struct batch *b, size_t bound)
 		b->usage_live--;
 		dropped++;
 	}
+	if (allot__batch_rows(b) > bound && b->ncounts > 0) {
+		size_t over = allot__batch_rows(b) - bound;
+		size_t k = over < b->ncounts ? over : b->ncounts;
+		memmove(b->counts, b->counts + k,
+		    (b->ncounts - k) * sizeof *b->counts);
+		b->ncounts -= k;
+		b->counts_trimmed = true;
+		dropped += k;
+	}
 	/* Holes are squeezed out once they are the majority, so memory
 	 * stays proportional to the live rows (amortised O(1) per drop). */
 	if (dropped > 0 && b->usage.n > 1024 &&
@@ -256,6 +287,10 @@ uint64_t
 allot__batch_merge(struct batch *dst, struct batch *src)
 {
 	uint64_t lost = merge_ops(dst, src);
+	for (size_t i = 0; i < src->ncounts; i++)
+		if (!allot__batch_count(dst, &src->counts[i]))
+			lost++;
+	dst->counts_trimmed |= src->counts_trimmed;
 	for (uint32_t i = 0; i < src->usage.n; i++) {
 		const struct usage_ent *s = (const struct usage_ent *)
 		    allot__tab_at(&src->usage, i);

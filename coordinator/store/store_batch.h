@@ -22,6 +22,7 @@
 
 #include "arena.h"
 #include "hash.h"
+#include "rows.h"
 #include "store_tab.h"
 
 /* An interned (service, quota) pair; both strings NUL-terminated. */
@@ -103,6 +104,12 @@ struct batch {
 	allot__tab shares; /* struct share_ent */
 	allot__tab seen; /* struct seen_ent */
 	allot__tab levels; /* struct level_ent */
+	/* Agents' Usage records (rows.h), in the order they came; their
+	 * strings are interned keys' (allot__store_keys). */
+	allot__row_count *counts;
+	size_t ncounts;
+	size_t ccounts;
+	bool counts_trimmed; /* trim dropped some: the marks go back */
 };
 
 void allot__batch_init(struct batch *b);
@@ -133,9 +140,14 @@ bool allot__batch_op_push(struct batch *b, struct op *o, const char *s0,
 bool allot__batch_op_push_v(
     struct batch *b, struct op *o, const char *const *in, size_t n);
 
-/* Drop the oldest usage rows until the batch holds at most `bound` rows
- * (or no usage is left: other rows are never dropped). Returns how many
- * were dropped. */
+/* Append a Usage record's count (its strings interned keys'). False
+ * when out of memory. */
+bool allot__batch_count(struct batch *b, const allot__row_count *row);
+
+/* Drop the oldest usage rows until the batch holds at most `bound` rows,
+ * then the oldest Usage counts (setting counts_trimmed: their agents
+ * send them again once the marks go back); other rows are never
+ * dropped. Returns how many were dropped. */
 uint64_t allot__batch_trim(struct batch *b, size_t bound);
 
 /* Move everything of `src` (newer) into `dst` (older) and empty `src`.

@@ -428,8 +428,12 @@ write_batch(allot__store *st, struct batch *b, size_t *ret_skipped)
 		allot__row_level x = allot__store_level_row(e);
 		rc = allot__store_put_level(st, &x);
 	}
+	/* After the joins (ops): a link names its session's row. */
+	if (rc == SQLITE_OK)
+		rc = allot__store_write_counts(st, b);
 	if (rc == SQLITE_OK)
 		rc = step_done(st, S_COMMIT);
+	allot__store_counts_written(st, rc == SQLITE_OK);
 	if (rc != SQLITE_OK) {
 		/* Kept before the rollback, which resets the message. */
 		snprintf(st->errmsg, sizeof st->errmsg, "%s",
@@ -518,6 +522,11 @@ allot__store_flush(allot__store *st)
 		st->spare = b;
 	}
 	uint64_t dropped = allot__batch_trim(st->retry, st->opts.max_pending);
+	if (st->retry->counts_trimmed) {
+		pthread_mutex_lock(&st->mu);
+		allot__store_counts_trimmed(st, st->retry);
+		pthread_mutex_unlock(&st->mu);
+	}
 	size_t rows = allot__batch_rows(st->retry);
 
 	int rc = SQLITE_OK;

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "store.h"
+#include "marks.h"
 #include "store_batch.h"
 
 /* The prepared statements, one per kind of row and query (store.c holds
@@ -43,6 +44,9 @@ enum {
 	S_CHANGE,
 	S_QUOTA_CHANGE,
 	S_LAST_CONFIG,
+	S_ACCOUNT,
+	S_LINK,
+	S_LOAD_ACCOUNTS,
 	S_COUNT
 };
 
@@ -71,6 +75,10 @@ struct allot__store {
 	size_t retry_rows;
 	double last_commit_ms;
 	int last_error;
+	/* The accounting guarantee (store_account.c). */
+	allot__marks committed; /* what the file holds */
+	allot__marks booked; /* that, queued and proposed */
+	uint64_t count_overlaps; /* folded records partly booked before */
 
 	/* Loop thread only. */
 	allot__store_usage_tap usage_tap; /* store_raft.c */
@@ -78,6 +86,8 @@ struct allot__store {
 	struct batch *retry; /* what the last failed commit left */
 	struct batch *spare; /* empty, swapped in at the next flush */
 	struct batch b[3];
+	allot__marks scratch; /* a commit's marks until it is done */
+	bool scratch_ready;
 	allot__tab written; /* struct written_ent (store_commit.c) */
 	allot__tab left; /* struct seen_ent: sessions that left, scratch */
 	int64_t next_forget_ms;
@@ -209,5 +219,26 @@ void allot__store_tap(allot__store *st, struct batch *b);
  * remember its shares as written and forget those of its leaves. */
 bool allot__store_share_due(const allot__store *st, const struct share_ent *e);
 void allot__store_written_note(allot__store *st, const struct batch *b);
+
+/* store_account.c: agents' Usage records. */
+/* A trim of `b` dropped counts: the booked marks go back to the
+ * committed ones (under the mutex). */
+void allot__store_counts_trimmed(allot__store *st, struct batch *b);
+/* Inside a commit's transaction: the counts of `b` not in the file yet
+ * (the others are taken out of `b`), with their marks. SQLITE_OK or the
+ * error. */
+int allot__store_write_counts(allot__store *st, struct batch *b);
+/* After that commit: `ok` when it was committed. */
+void allot__store_counts_written(allot__store *st, bool ok);
+/* Write rows as they are (an applied log entry's, filtered by the state
+ * machine already), inside the caller's transaction. */
+int allot__store_put_counts(
+    allot__store *st, const allot__row_count *rows, size_t n);
+/* After such an entry was written: its records are durable. */
+void allot__store_counts_applied(
+    allot__store *st, const allot__row_count *rows, size_t n);
+/* At open: the marks from the accounts table. ALLOT_OK, ALLOT_ENOMEM or
+ * ALLOT_EIO. */
+int allot__store_load_marks(allot__store *st);
 
 #endif

@@ -174,10 +174,15 @@ allot__store_tap(allot__store *st, struct batch *b)
 	 * unchanged are skipped again next time (store_commit.c). */
 	allot__store_written_note(st, b);
 	take_ops(b, &t, &out);
+	/* The counts go as they are: every member's state machine keeps
+	 * the records new to it (consensus_fsm.c). */
+	out.counts = b->counts;
+	out.ncounts = b->ncounts;
 	allot__tab_clear(&b->shares);
 	allot__tab_clear(&b->seen);
 	allot__tab_clear(&b->levels);
 	st->usage_tap(st->usage_tap_ctx, &out);
+	b->ncounts = 0;
 	tapped_free(&t);
 }
 
@@ -326,6 +331,29 @@ allot__store_apply(allot__store *st, uint64_t index,
 {
 	struct plain_rows p = { rows, n, ev, nev };
 	return apply(st, index, write_plain, &p);
+}
+
+struct count_rows {
+	const allot__row_count *rows;
+	size_t n;
+};
+
+static int
+write_counts(allot__store *st, const void *arg)
+{
+	const struct count_rows *c = arg;
+	return allot__store_put_counts(st, c->rows, c->n);
+}
+
+int
+allot__store_apply_counts(
+    allot__store *st, uint64_t index, const allot__row_count *rows, size_t n)
+{
+	struct count_rows c = { rows, n };
+	int rv = apply(st, index, write_counts, &c);
+	if (rv == ALLOT_OK && st != NULL)
+		allot__store_counts_applied(st, rows, n);
+	return rv;
 }
 
 int

@@ -31,9 +31,11 @@ lock_key(allot__store *st, const char *service, const char *quota)
 static void
 bound_cur(allot__store *st)
 {
-	if (allot__batch_rows(st->cur) > st->opts.max_pending)
+	if (allot__batch_rows(st->cur) > st->opts.max_pending) {
 		st->rows_dropped += allot__batch_trim(
 		    st->cur, st->opts.max_pending);
+		allot__store_counts_trimmed(st, st->cur);
+	}
 }
 
 static struct op *

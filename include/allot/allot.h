@@ -557,6 +557,20 @@ typedef struct allot_sync_stats {
 	                               asked, their bucket run into debt
 	                               (at most one sync interval of its
 	                               rate per outage) */
+	uint64_t usage_incarnation; /**< the agent's account: the number
+	                                 its Usage records are booked under
+	                                 (docs/operations.md, "The
+	                                 accounting guarantee") */
+	uint64_t usage_pending; /**< seconds of decisions (Usage records)
+	                             not yet durable at the coordinator */
+	uint64_t usage_durable; /**< the highest Usage id the coordinator
+	                             confirmed durable */
+	uint64_t usage_folded; /**< records folded into a minute: the list
+	                            of waiting records was full */
+	uint64_t usage_dropped_tokens; /**< tokens of records dropped: every
+	                                    waiting minute was folded
+	                                    already (never silently: logged
+	                                    as ALLOT-SYNC-USAGE-LOST) */
 } allot_sync_stats;
 
 /** Snapshot of the sync loop's state and counters. */
