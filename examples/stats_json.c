@@ -241,7 +241,10 @@ sync_json(struct jbuf *b, struct svc *s, const allot_key_stats *ks, size_t nk)
 	    ",\"early_syncs\":%" PRIu64 ",\"central\":{\"asks\":%" PRIu64
 	    ",\"allowed\":%" PRIu64 ",\"denied\":%" PRIu64 ",\"late\":%" PRIu64
 	    ",\"short\":%" PRIu64 ",\"dry\":%" PRIu64 ",\"tokens\":%" PRIu64
-	    ",\"wait_max_us\":%" PRIu64 "},\"shares\":[",
+	    ",\"wait_max_us\":%" PRIu64
+	    "},\"usage\":{\"account\":\"%016" PRIx64 "\",\"pending\":%" PRIu64
+	    ",\"durable\":%" PRIu64 ",\"folded\":%" PRIu64
+	    ",\"dropped_tokens\":%" PRIu64 "},\"shares\":[",
 	    ss.enabled ? "true" : "false", ss.connected ? "true" : "false",
 	    ss.in_fallback ? "true" : "false", ss.replicas, ss.session,
 	    ss.config_epoch, ss.registers, ss.syncs_ok, ss.syncs_failed,
@@ -250,7 +253,9 @@ sync_json(struct jbuf *b, struct svc *s, const allot_key_stats *ks, size_t nk)
 	    ss.lease_remaining_ms, ss.early_syncs, ss.central_asks,
 	    ss.central_allowed, ss.central_denied, ss.central_late,
 	    ss.central_short, ss.central_dry, ss.central_tokens,
-	    ss.central_wait_max_ns / 1000);
+	    ss.central_wait_max_ns / 1000, ss.usage_incarnation,
+	    ss.usage_pending, ss.usage_durable, ss.usage_folded,
+	    ss.usage_dropped_tokens);
 	/* One share per quota: the keys of a quota share its bucket, so
 	 * the first key seen speaks for it. */
 	bool first = true;

@@ -128,6 +128,19 @@ for name in ("checkout", "search"):
           "%s denied %d of its %d tokens in all, start-up and churn "
           "included" % (name, x["denied_tokens"], total))
 
+# The record is exact (docs/operations.md, "The accounting guarantee"):
+# per caller whose requests cost one token, what the audit holds equals
+# what the load generator got an answer for (admitted or 429), across the
+# replica kill (drained first), the config change, the failover and the
+# shutdown.
+for name, x in sorted(c.items()):
+    if x.get("answered_tokens") is None:
+        continue
+    audited = x["admitted_tokens"] + x["denied_tokens"]
+    check(audited == x["answered_tokens"],
+          "%s: the audit holds %d tokens, the load generator got %d "
+          "answers" % (name, audited, x["answered_tokens"]))
+
 # The database answers the audit queries.
 if cluster:
     what = " ".join(e["what"] for e in s["events"])
