@@ -8,8 +8,9 @@
  * twice when an agent sends its records again. One allotd killed and
  * restarted five times on its database; a Raft cluster of three whose
  * leader is killed five times and a follower twice (each restarted on
- * its log and database), every member's file checked. The load is
- * counted by the test itself, decision by decision.
+ * its log and database) and whose files are locked by an auditor (a
+ * follower's for 5 s, the leader's for 3 s), every member's file
+ * checked. The load is counted by the test itself, decision by decision.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include <allot/allot.h>
+#include <sqlite3.h>
 
 #include "allotd.h"
 #include "proc.h"
@@ -211,6 +213,24 @@ member_start(cluster *c, int i)
 	pc_member_start(&c->m[i], c->m, MEMBERS, ELECTION_MS, extra);
 }
 
+/* An auditor's write transaction on member `i`'s file for `ms`: the
+ * member cannot write its entries meanwhile (backlog.h). */
+static void
+lock_file(const cluster *c, int i, unsigned ms)
+{
+	sqlite3 *db;
+	ck_assert_int_eq(
+	    sqlite3_open_v2(c->m[i].c.db, &db, SQLITE_OPEN_READWRITE, NULL),
+	    SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	ck_assert_int_eq(
+	    sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+	pc_sleep_ms(ms);
+	ck_assert_int_eq(
+	    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_close(db), SQLITE_OK);
+}
+
 /* Kill member `i` with SIGKILL and start it again on its log and
  * database once `before_ms` passed. */
 static void
@@ -248,6 +268,14 @@ START_TEST(cluster_leader_killed_five_times)
 		int victim = k == 2 || k == 5 ? (L + 1) % MEMBERS : L;
 		bounce(&c, victim, 400);
 	}
+	/* A follower's file locked for 5 s, then the leader's for 3 s
+	 * (it hands leadership over): both catch up. */
+	int L = pc_member_serving(c.m, MEMBERS, 15000);
+	ck_assert_int_ge(L, 0);
+	lock_file(&c, (L + 1) % MEMBERS, 5000);
+	L = pc_member_serving(c.m, MEMBERS, 15000);
+	ck_assert_int_ge(L, 0);
+	lock_file(&c, L, 3000);
 	ck_assert_int_ge(pc_member_serving(c.m, MEMBERS, 15000), 0);
 	pc_sleep_ms(1500);
 	load_stop(&l);

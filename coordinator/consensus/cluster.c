@@ -14,6 +14,7 @@
  * membership, so the list stays short.
  */
 #include "cluster.h"
+#include "backlog.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -27,6 +28,8 @@
 #include "consensus_addr.h"
 
 #define POLL_MS 10u
+/* The store backlog's retries (backlog.h). */
+#define RETRY_MS 200u
 #define MAX_MEMBERS 64u
 
 typedef struct pub {
@@ -51,6 +54,15 @@ struct allot__cluster {
 	_Atomic uint64_t usage_lost; /* rows the leader could not propose */
 	_Atomic uint64_t takeovers;
 	_Atomic uint64_t config_epoch;
+	/* Committed entries this member's file could not take yet
+	 * (backlog.h), and the last index it holds. */
+	allot__backlog backlog;
+	uint64_t behind_since; /* uv_now + 1 when the backlog began; 0 */
+	uint64_t handed_over_at; /* uv_now of the last hand-over asked */
+	uint64_t retry_at; /* uv_now of the backlog's next try */
+	_Atomic uint64_t backlog_n;
+	_Atomic uint64_t backlog_lost;
+	_Atomic uint64_t store_applied;
 	/* The latest committed CONFIG not installed yet: installed by the
 	 * next timer tick, so that a replay of the log at start installs
 	 * only the last of its configs (no audit rows for the others). */
@@ -265,55 +277,65 @@ install_pending(allot__cluster *c)
 	free(p);
 }
 
+static void drain_backlog(allot__cluster *c);
+
+/* A leader whose file lags the log hands leadership to a member whose
+ * file does not (at most every two election timeouts): the audit the
+ * cluster serves from is complete, and the locked file catches up. */
+static void
+hand_over_if_behind(allot__cluster *c)
+{
+	uint64_t now = uv_now(c->loop);
+	if (c->backlog.n == 0 || !atomic_load(&c->leader) ||
+	    now - c->handed_over_at < 2u * c->o.election_ms)
+		return;
+	c->handed_over_at = now;
+	if (allot__consensus_hand_over(c->cons) == ALLOT_OK)
+		allot__log(c->o.lg, ALLOT_LOG_WARNING, "ALLOTD-HAND-OVER",
+		    "member %" PRIu64 " hands leadership over: its file is "
+		    "%zu entries behind the log",
+		    c->o.id, c->backlog.n);
+}
+
 static void
 on_timer(uv_timer_t *t)
 {
 	allot__cluster *c = t->data;
 	install_pending(c);
+	drain_backlog(c);
+	hand_over_if_behind(c);
 	step(c);
 	publish(c);
 }
 
 /* ---- the log into the store and the state ---- */
 
-static void
-on_apply(void *ctx, uint64_t index, const allot__centry *e)
+/* Entry `e` at `index` into this member's file: its rows, or the audit
+ * event of an entry without rows. ALLOT_OK or ALLOT_EIO. */
+static int
+store_entry(allot__cluster *c, uint64_t index, const allot__centry *e)
 {
-	allot__cluster *c = ctx;
 	char detail[512];
 	allot__row_event one = { .at = allot__wall_ms() };
-	atomic_store(&c->applied, index);
 	switch (e->type) {
 	case ALLOT__CENTRY_USAGE:
-		allot__store_apply(
+		return allot__store_apply(
 		    c->o.store, index, e->usage.rows, e->usage.n, NULL, 0);
-		return;
 	case ALLOT__CENTRY_EVENTS:
-		allot__store_apply(
+		return allot__store_apply(
 		    c->o.store, index, NULL, 0, e->events.rows, e->events.n);
-		return;
 	case ALLOT__CENTRY_AUDIT:
-		allot__store_apply_audit(c->o.store, index, &e->audit);
-		return;
+		return allot__store_apply_audit(c->o.store, index, &e->audit);
 	case ALLOT__CENTRY_ACCOUNT:
 		/* The records new to the state machine's marks only. */
-		allot__store_apply_counts(
+		return allot__store_apply_counts(
 		    c->o.store, index, e->account.rows, e->account.n);
-		return;
 	case ALLOT__CENTRY_CONFIG:
 		snprintf(detail, sizeof detail,
 		    "epoch=%" PRIu64 " digest=%016" PRIx64 " index=%" PRIu64,
 		    e->config.config_epoch, e->config.digest, index);
 		one.kind = "config_committed";
-		one.detail = detail;
-		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
-		atomic_store(&c->config_epoch, e->config.config_epoch);
-		struct pending_config *p = pending_copy(e);
-		if (p == NULL)
-			return; /* the next CONFIG, or a restart, installs */
-		free(c->pending);
-		c->pending = p;
-		return;
+		break;
 	case ALLOT__CENTRY_MEMBER:
 		snprintf(detail, sizeof detail,
 		    "event=%s id=%" PRIu64 " index=%" PRIu64,
@@ -325,20 +347,86 @@ on_apply(void *ctx, uint64_t index, const allot__centry *e)
 		    e->member.id, index);
 		one.kind = "member";
 		one.subject = e->member.address;
-		one.detail = detail;
-		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
-		return;
+		break;
 	case ALLOT__CENTRY_EPOCH:
 		snprintf(detail, sizeof detail,
 		    "term=%" PRIu64 " leader=%" PRIu64 " lease_ms=%u",
 		    e->epoch.term, e->epoch.leader_id, e->epoch.lease_ms);
 		one.kind = "epoch";
 		one.subject = e->epoch.address;
-		one.detail = detail;
-		allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
-		return;
-	default: return;
+		break;
+	default: return ALLOT_OK;
 	}
+	one.detail = detail;
+	return allot__store_apply(c->o.store, index, NULL, 0, &one, 1);
+}
+
+/* The backlog, oldest first, while the store takes it. */
+static void
+drain_backlog(allot__cluster *c)
+{
+	uint64_t index, now = uv_now(c->loop);
+	allot__centry e;
+	/* Each try may wait the store's busy timeout on this loop: a few a
+	 * second, not one a tick. */
+	if (c->backlog.n == 0 || now < c->retry_at)
+		return;
+	c->retry_at = now + RETRY_MS;
+	while (allot__backlog_peek(&c->backlog, &index, &e)) {
+		int rv = store_entry(c, index, &e);
+		allot__centry_clear(&e);
+		if (rv != ALLOT_OK)
+			break;
+		allot__backlog_pop(&c->backlog);
+		atomic_store(&c->store_applied, index);
+	}
+	atomic_store(&c->backlog_n, c->backlog.n);
+	atomic_store(&c->backlog_lost, c->backlog.lost);
+	if (c->backlog.n == 0 && c->behind_since != 0) {
+		allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-STORE-CAUGHT-UP",
+		    "member %" PRIu64 "'s file holds every applied entry "
+		    "again (to index %" PRIu64 ")",
+		    c->o.id, atomic_load(&c->store_applied));
+		c->behind_since = 0;
+	}
+}
+
+static void
+on_apply(void *ctx, uint64_t index, const allot__centry *e)
+{
+	allot__cluster *c = ctx;
+	atomic_store(&c->applied, index);
+	if (e->type == ALLOT__CENTRY_CONFIG) {
+		atomic_store(&c->config_epoch, e->config.config_epoch);
+		struct pending_config *p = pending_copy(e);
+		if (p != NULL) { /* else the next CONFIG, or a restart */
+			free(c->pending);
+			c->pending = p;
+		}
+	}
+	/* In log order: behind the backlog, or written through. */
+	if (c->backlog.n == 0 && store_entry(c, index, e) == ALLOT_OK) {
+		atomic_store(&c->store_applied, index);
+		return;
+	}
+	if (c->backlog.n == 0) {
+		c->behind_since = uv_now(c->loop) + 1;
+		allot__log(c->o.lg, ALLOT_LOG_ERR, "ALLOTD-STORE-BEHIND",
+		    "member %" PRIu64 " cannot write log entry %" PRIu64
+		    " to its file: kept, with every entry after it, and "
+		    "retried in order every %u ms (its file lags the log "
+		    "until then; as leader it hands leadership over)",
+		    c->o.id, index, (unsigned) RETRY_MS);
+		c->retry_at = uv_now(c->loop) + RETRY_MS;
+	}
+	if (!allot__backlog_push(&c->backlog, index, e))
+		allot__log(c->o.lg, ALLOT_LOG_ERR, "ALLOTD-STORE-LOST",
+		    "member %" PRIu64 ": log entry %" PRIu64 " is not in its "
+		    "file and could not be kept for it (backlog over %u MB, "
+		    "or out of memory): this member's audit lacks it",
+		    c->o.id, index, ALLOT__BACKLOG_BYTES >> 20);
+	atomic_store(&c->backlog_n, c->backlog.n);
+	atomic_store(&c->backlog_lost, c->backlog.lost);
 }
 
 static void
@@ -466,6 +554,8 @@ bootstrap(allot__cluster *c, char *err, size_t errlen)
 	return rv;
 }
 
+static void free_all(allot__cluster *c);
+
 int
 allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
     size_t errlen, allot__cluster **ret)
@@ -478,6 +568,9 @@ allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
 	}
 	c->loop = loop;
 	c->o = *o;
+	if (c->o.election_ms == 0)
+		c->o.election_ms = ALLOT__CLUSTER_ELECTION_MS;
+	allot__backlog_init(&c->backlog);
 	if (!allot__caddr_join(
 	        o->raft_addr, o->agent_url, addr, sizeof addr)) {
 		snprintf(err, errlen,
@@ -503,9 +596,7 @@ allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
 		.id = o->id,
 		.address = c->self_addr,
 		.dir = o->dir,
-		.election_ms = o->election_ms != 0 ?
-		    o->election_ms :
-		    ALLOT__CLUSTER_ELECTION_MS,
+		.election_ms = c->o.election_ms,
 		.on_apply = on_apply,
 		.ctx = c,
 		.log = o->lg,
@@ -541,20 +632,14 @@ fail_close:
 	c->cons = NULL;
 	/* What is left is freed now; the core frees itself. */
 fail:
-	free(c->pending);
-	for (pub *q = c->all; q != NULL;) {
-		pub *nx = q->next;
-		pub_free(q);
-		q = nx;
-	}
-	free(c->self_addr);
-	free(c);
+	free_all(c);
 	return rv;
 }
 
 static void
 free_all(allot__cluster *c)
 {
+	allot__backlog_fini(&c->backlog);
 	free(c->pending);
 	for (pub *q = c->all; q != NULL;) {
 		pub *nx = q->next;
@@ -824,10 +909,20 @@ allot__cluster_render_metrics(allot__cluster *c, allot__buf *b)
 	    "events, replica, share and level rows) the leader could not "
 	    "propose.\n"
 	    "# TYPE allotd_cluster_usage_rows_lost_total counter\n"
-	    "allotd_cluster_usage_rows_lost_total %" PRIu64 "\n",
+	    "allotd_cluster_usage_rows_lost_total %" PRIu64 "\n"
+	    "# HELP allotd_cluster_store_backlog_entries Committed log "
+	    "entries this member's file could not take yet (retried in "
+	    "order).\n"
+	    "# TYPE allotd_cluster_store_backlog_entries gauge\n"
+	    "allotd_cluster_store_backlog_entries %" PRIu64 "\n"
+	    "# HELP allotd_cluster_store_lost_entries_total Committed log "
+	    "entries this member's file will never hold (backlog full).\n"
+	    "# TYPE allotd_cluster_store_lost_entries_total counter\n"
+	    "allotd_cluster_store_lost_entries_total %" PRIu64 "\n",
 	    atomic_load(&c->leader) ? 1 : 0, serving_now(c) ? 1 : 0,
 	    p->v.epoch, p->v.nmembers, atomic_load(&c->applied),
-	    atomic_load(&c->takeovers), atomic_load(&c->usage_lost));
+	    atomic_load(&c->takeovers), atomic_load(&c->usage_lost),
+	    atomic_load(&c->backlog_n), atomic_load(&c->backlog_lost));
 }
 
 void
@@ -837,10 +932,14 @@ allot__cluster_render_status(allot__cluster *c, allot__buf *b)
 	allot__buf_printf(b,
 	    "{\"id\":%" PRIu64 ",\"leader\":%s,\"serving\":%s,"
 	    "\"epoch\":%" PRIu64 ",\"config_epoch\":%" PRIu64
-	    ",\"applied_index\":%" PRIu64 ",\"leader_url\":",
+	    ",\"applied_index\":%" PRIu64 ",\"store_index\":%" PRIu64
+	    ",\"store_behind\":%" PRIu64 ",\"store_lost\":%" PRIu64
+	    ",\"leader_url\":",
 	    c->o.id, atomic_load(&c->leader) ? "true" : "false",
 	    serving_now(c) ? "true" : "false", p->v.epoch,
-	    atomic_load(&c->config_epoch), atomic_load(&c->applied));
+	    atomic_load(&c->config_epoch), atomic_load(&c->applied),
+	    atomic_load(&c->store_applied), atomic_load(&c->backlog_n),
+	    atomic_load(&c->backlog_lost));
 	allot__buf_json(b, p->v.leader);
 	allot__buf_puts(b, ",\"members\":[");
 	for (size_t i = 0; i < p->v.nmembers; i++) {

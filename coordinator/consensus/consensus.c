@@ -358,6 +358,12 @@ allot__consensus_propose_audit(allot__consensus *c, const allot__row_audit *a,
 }
 
 int
+allot__consensus_hand_over(allot__consensus *c)
+{
+	return allot__cnode_hand_over(&c->node);
+}
+
+int
 allot__consensus_propose_account(allot__consensus *c,
     const allot__row_count *rows, size_t n, allot__cnode_done_cb done,
     void *ctx)

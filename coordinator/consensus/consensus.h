@@ -122,6 +122,9 @@ int allot__consensus_propose_events(allot__consensus *c,
 int allot__consensus_propose_audit(allot__consensus *c,
     const allot__row_audit *a, allot__cnode_done_cb done, void *ctx);
 
+/* Hands leadership to another voter (allot__cnode_hand_over). */
+int allot__consensus_hand_over(allot__consensus *c);
+
 /* Proposes agents' Usage records (copied; whole records). Leader
  * only. */
 int allot__consensus_propose_account(allot__consensus *c,

@@ -397,6 +397,23 @@ transfer_cb(struct raft_transfer *req)
 	n->transferring = false;
 }
 
+int
+allot__cnode_hand_over(allot__cnode *n)
+{
+	struct raft *r = n->r;
+
+	if (r->state != RAFT_LEADER || n->transferring)
+		return ALLOT_ESTATE;
+	n->transferring = true;
+	publish(n, now_of(n));
+	n->transfer.data = n;
+	if (raft_transfer(r, &n->transfer, 0, transfer_cb) != 0) {
+		n->transferring = false;
+		return ALLOT_EBUSY;
+	}
+	return ALLOT_OK;
+}
+
 /* Starts a raft_remove or raft_assign(STANDBY) of `id` as the staged
  * change `stage`; RAFT_* as libraft returns it. */
 static int

@@ -206,6 +206,13 @@ int allot__cnode_propose(allot__cnode *n, const allot__centry *e,
  *         progress, or the member is still leaving); ALLOT_EINVAL. */
 int allot__cnode_add_member(allot__cnode *n, uint64_t id, const char *address);
 
+/* Hands leadership to another voter (raft_transfer, to the one libraft
+ * picks): its lease is given up at once, as when the leader leaves; a
+ * failed hand-over leaves it leader. Leader only.
+ * @return ALLOT_OK (started); ALLOT_ESTATE (not leader, or a hand-over
+ *         in progress); ALLOT_EBUSY (libraft refused: no other voter). */
+int allot__cnode_hand_over(allot__cnode *n);
+
 /* Removes a member. Another member is removed at once (raft_remove),
  * as before. Removing the leader itself proposes a MEMBER LEAVING entry
  * instead, and from its commit on every tick of whoever leads drives the

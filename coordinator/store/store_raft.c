@@ -318,9 +318,11 @@ apply(allot__store *st, uint64_t index, writer fn, const void *arg)
 rollback:
 	exec(st, "ROLLBACK");
 fail:
-	allot__log(&st->lg, ALLOT_LOG_ERR, "ALLOT-STORE-FAIL",
-	    "store %s: cannot write log entry %llu (%s)", st->path,
-	    (unsigned long long) index, sqlite3_errmsg(st->db));
+	/* The cluster keeps the entry and retries it (backlog.h): said
+	 * once in a while, not at every retry. */
+	allot__log_ratelimited(&st->lg, &st->rl_fail, ALLOT_LOG_ERR,
+	    "ALLOT-STORE-FAIL", "store %s: cannot write log entry %llu (%s)",
+	    st->path, (unsigned long long) index, sqlite3_errmsg(st->db));
 	return ALLOT_EIO;
 }
 
