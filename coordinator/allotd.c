@@ -841,6 +841,7 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 			.seeds = o->nseeds > 0 ? o->seeds : NULL,
 			.nseeds = o->nseeds,
 			.election_ms = o->election_ms,
+			.snapshot_entries = o->snapshot_entries,
 			.tls = o->tls_cert != NULL && o->tls_ca != NULL ?
 			    &tls :
 			    NULL,

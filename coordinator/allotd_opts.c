@@ -317,6 +317,12 @@ static const allot__opt rows[] = {
 	    "Raft's election timeout, also the leader's lease (default\n"
 	    "1000). A new leader serves about 1.01 x this after it wins.\n",
 	    .off = FIELD(election_ms), .min = 50, .max = 60000 },
+	{ "snapshot-entries", 0, ALLOT__OPT_U32, "N",
+	    "Log entries between two snapshots of the state; the log keeps\n"
+	    "as many more for members that lag a little (default: 1024,\n"
+	    "keeping 128). A member further behind, or a new one, is sent\n"
+	    "the snapshot, and installs its config as the cluster's.\n",
+	    .off = FIELD(snapshot_entries), .min = 16, .max = 1000000 },
 	{ "raft-member-id", 0, ALLOT__OPT_STR, "SPIFFE_ID",
 	    "With --tls-cert and --tls-ca, members talk mutual TLS: a peer\n"
 	    "must present a certificate from that CA for this SPIFFE ID\n"

@@ -55,6 +55,7 @@ typedef struct allot__daemon_opts {
 	size_t nseeds;
 	bool join;
 	uint32_t election_ms;
+	uint32_t snapshot_entries; /* 0: the consensus core's default */
 	const char *raft_member_id; /* TLS between members: the peers' ID */
 	allot__state_opts so; /* store, lg and metrics are left unset */
 	allot__peerlimit_opts plo;

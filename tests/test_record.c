@@ -44,6 +44,16 @@ static const char *const CFG =
     "    - identity: c2\n      tokens_per_second: 40\n"
     "      burst: 40\n";
 
+/* The change applied to the cluster: c2 doubled. */
+static const char *const CFG2 =
+    "quotas:\n"
+    "  default: {tokens_per_second: 50, burst: 50}\n"
+    "  callers:\n"
+    "    - identity: c1\n      tokens_per_second: 2000\n"
+    "      burst: 2000\n"
+    "    - identity: c2\n      tokens_per_second: 80\n"
+    "      burst: 80\n";
+
 static const char *const CALLERS[] = { "c1", "c2", "someone" };
 static const char *const QUOTAS[] = { "c1", "c2", "default" };
 #define NCALLERS 3
@@ -202,15 +212,17 @@ END_TEST
 
 typedef struct cluster {
 	char dir[64];
-	pc_member m[MEMBERS];
+	pc_member m[2 * MEMBERS];
 	char urls[MEMBERS * 72];
 } cluster;
+
+static const char *const MEMBER_ARGS[] = { "--interval-ms", "100",
+	"--snapshot-entries", "16", NULL };
 
 static void
 member_start(cluster *c, int i)
 {
-	const char *extra[] = { "--interval-ms", "100", NULL };
-	pc_member_start(&c->m[i], c->m, MEMBERS, ELECTION_MS, extra);
+	pc_member_start(&c->m[i], c->m, MEMBERS, ELECTION_MS, MEMBER_ARGS);
 }
 
 /* An auditor's write transaction on member `i`'s file for `ms`: the
@@ -297,6 +309,146 @@ START_TEST(cluster_leader_killed_five_times)
 }
 END_TEST
 
+/* `sql` on member `i`'s file, as text. */
+static char *
+sql(const cluster *c, int i, const char *q)
+{
+	char cmd[768];
+	snprintf(
+	    cmd, sizeof cmd, "sqlite3 -readonly %s \"%s\"", c->m[i].c.db, q);
+	char *r = pc_shell(cmd);
+	return r != NULL ? r : strdup("");
+}
+
+/* Every agent enforces the config of `digest`. */
+static bool
+agents_enforce(const load *l, uint64_t digest)
+{
+	for (int i = 0; i < AGENTS; i++) {
+		allot_sync_stats ss;
+		allot_sync_stats_get(l->a[i], &ss);
+		if (ss.enforced_digest != digest)
+			return false;
+	}
+	return true;
+}
+
+/* A config change, log compaction, then each original member replaced
+ * by a new one started from the original file: the new members take
+ * the change from the snapshot (never their own file), agents keep it
+ * throughout, and every new member's audit names its author. */
+START_TEST(members_replaced_after_compaction)
+{
+	cluster c;
+	memset(&c, 0, sizeof c);
+	pc_mkdtemp(c.dir, sizeof c.dir, "/tmp/allot-record");
+	for (int i = 0; i < MEMBERS; i++)
+		pc_member_init(&c.m[i], c.dir, (uint64_t) i + 1, CFG);
+	for (int i = 0; i < MEMBERS; i++)
+		member_start(&c, i);
+	int L = pc_member_serving(c.m, MEMBERS, 15000);
+	ck_assert_int_ge(L, 0);
+	for (int i = 0; i < MEMBERS; i++) {
+		size_t n = strlen(c.urls);
+		snprintf(c.urls + n, sizeof c.urls - n, "%s%s",
+		    i > 0 ? "," : "", c.m[i].c.url);
+	}
+	load l;
+	load_start(&l, c.urls);
+	uint64_t d0 = 0;
+	for (uint64_t t = pc_now_ms() + 10000; d0 == 0 && pc_now_ms() < t;) {
+		allot_sync_stats ss;
+		allot_sync_stats_get(l.a[0], &ss);
+		d0 = ss.connected ? ss.enforced_digest : 0;
+		pc_sleep_ms(50);
+	}
+	ck_assert_uint_ne(d0, 0);
+	char path[256];
+	snprintf(path, sizeof path, "%s/next.yaml", c.dir);
+	pc_write_file(path, CFG2);
+	const char *argv[] = { pc_program("tools/allotctl"), "apply", path,
+		"--reason", "double c2", NULL };
+	pc_run_result r = pc_run(
+	    argv, c.dir, c.dir, "ALLOT_ADMIN_SOCKET", c.m[L].c.sock, 30000);
+	ck_assert_msg(r.status == 0, "allotctl apply: %s %s", r.out, r.err);
+	pc_run_free(&r);
+	/* Every agent takes the change (the config plane). */
+	uint64_t digest = 0;
+	uint64_t until = pc_now_ms() + 10000;
+	while (pc_now_ms() < until) {
+		allot_sync_stats ss;
+		allot_sync_stats_get(l.a[0], &ss);
+		digest = ss.enforced_digest != d0 ? ss.enforced_digest : 0;
+		if (digest != 0 && agents_enforce(&l, digest))
+			break;
+		pc_sleep_ms(50);
+	}
+	ck_assert_uint_ne(digest, 0);
+	ck_assert(agents_enforce(&l, digest));
+	/* Compaction: the CONFIG entry leaves the log (a snapshot every 16
+	 * entries, 16 kept). */
+	pc_sleep_ms(8000);
+	/* Each original member in turn: a new one (ids 4, 5, 6) joins from
+	 * the snapshot with the original file, the old one is removed. */
+	for (int k = 0; k < MEMBERS; k++) {
+		L = pc_member_serving(c.m, 2 * MEMBERS, 15000);
+		ck_assert_int_ge(L, 0);
+		int old = k == L ? (k + 1) % MEMBERS : k;
+		if (!c.m[old].up)
+			old = L;
+		int nw = MEMBERS + k;
+		pc_member_init(&c.m[nw], c.dir, (uint64_t) nw + 1, CFG);
+		pc_member_start(&c.m[nw], NULL, 0, ELECTION_MS, MEMBER_ARGS);
+		char args[256];
+		snprintf(args, sizeof args, "add %d %s %s", nw + 1,
+		    c.m[nw].raftaddr, c.m[nw].c.url);
+		ck_assert_int_eq(pc_ctl_member(c.m[L].c.sock, args), 0);
+		until = pc_now_ms() + 20000;
+		while (!pc_member_is_voter(c.m[L].c.sock, c.m[nw].id) &&
+		    pc_now_ms() < until)
+			pc_sleep_ms(100);
+		ck_assert(pc_member_is_voter(c.m[L].c.sock, c.m[nw].id));
+		snprintf(args, sizeof args, "remove %" PRIu64, c.m[old].id);
+		until = pc_now_ms() + 20000;
+		int rc;
+		while ((rc = pc_ctl_member(c.m[L].c.sock, args)) != 0 &&
+		    pc_now_ms() < until)
+			pc_sleep_ms(200);
+		ck_assert_int_eq(rc, 0);
+		pc_sleep_ms(1500);
+		pc_coord_stop(&c.m[old].c, SIGTERM, 10000);
+		c.m[old].up = false;
+		/* The agents never went back to the old config. */
+		ck_assert(agents_enforce(&l, digest));
+	}
+	/* Served by a new member, whose file is the changed config. */
+	L = pc_member_serving(c.m, 2 * MEMBERS, 15000);
+	ck_assert_int_ge(L, MEMBERS);
+	pc_sleep_ms(1000);
+	ck_assert(agents_enforce(&l, digest));
+	load_stop(&l);
+	for (int i = MEMBERS; i < 2 * MEMBERS; i++) {
+		char *file = pc_read_file(c.m[i].c.cfg);
+		ck_assert_ptr_nonnull(file);
+		ck_assert_str_eq(file, CFG2);
+		free(file);
+		/* The change, with its author and reason, in its audit. */
+		char *who = sql(&c, i,
+		    "SELECT count(*) FROM v_quota_changes WHERE reason = "
+		    "'double c2' AND quota = 'c2'");
+		ck_assert_msg(atoi(who) >= 1,
+		    "member %d: v_quota_changes lacks the change (%s)", i + 1,
+		    who);
+		free(who);
+	}
+	for (int i = 0; i < 2 * MEMBERS; i++)
+		if (c.m[i].c.dir[0] != '\0')
+			pc_coord_done(&c.m[i].c, 5000);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(c.dir);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -305,6 +457,7 @@ suite(void)
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, single_allotd_killed_five_times);
 	tcase_add_test(tc, cluster_leader_killed_five_times);
+	tcase_add_test(tc, members_replaced_after_compaction);
 	suite_add_tcase(s, tc);
 	return s;
 }

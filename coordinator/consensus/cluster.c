@@ -391,6 +391,46 @@ drain_backlog(allot__cluster *c)
 	}
 }
 
+/* A snapshot replaced the state (a member that joined or fell behind
+ * past the log's start): its config is the cluster's committed one, and
+ * is installed, with the author of its change, exactly as the CONFIG
+ * entry it stands for would have been. Until then this member's own
+ * file is not the cluster's: it serves nothing first (install_pending
+ * runs before step), and never proposes its file as a first config. */
+static void
+on_restore(void *ctx, const allot__cfsm *s)
+{
+	allot__cluster *c = ctx;
+	atomic_store(&c->applied, s->applied);
+	if (s->config.epoch == 0 || s->config.text == NULL)
+		return;
+	allot__centry e = { .type = ALLOT__CENTRY_CONFIG };
+	e.config.config_epoch = s->config.epoch;
+	e.config.digest = s->config.digest;
+	e.config.text = s->config.text;
+	e.config.text_len = s->config.len;
+	e.config.who = (allot__cwho) { .who = s->config.who[0],
+		.claimed_as = s->config.who[1],
+		.reason = s->config.who[2],
+		.source = s->config.who[3] };
+	atomic_store(&c->config_epoch, s->config.epoch);
+	struct pending_config *p = pending_copy(&e);
+	if (p == NULL) {
+		allot__log(c->o.lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
+		    "out of memory for the config of epoch %" PRIu64
+		    " from a snapshot: installed with the next CONFIG",
+		    s->config.epoch);
+		return;
+	}
+	free(c->pending);
+	c->pending = p;
+	allot__log(c->o.lg, ALLOT_LOG_NOTICE, "ALLOTD-SNAPSHOT",
+	    "member %" PRIu64 " installed a snapshot to index %" PRIu64
+	    ": config epoch %" PRIu64 " (digest %016" PRIx64
+	    ") is the cluster's",
+	    c->o.id, s->applied, s->config.epoch, s->config.digest);
+}
+
 static void
 on_apply(void *ctx, uint64_t index, const allot__centry *e)
 {
@@ -597,7 +637,10 @@ allot__cluster_start(const allot__cluster_opts *o, uv_loop_t *loop, char *err,
 		.address = c->self_addr,
 		.dir = o->dir,
 		.election_ms = c->o.election_ms,
+		.snapshot_threshold = c->o.snapshot_entries,
+		.snapshot_trailing = c->o.snapshot_entries,
 		.on_apply = on_apply,
+		.on_restore = on_restore,
 		.ctx = c,
 		.log = o->lg,
 		.tls = o->tls,

@@ -76,6 +76,8 @@ typedef struct allot__cluster_opts {
 	const allot__cluster_seed *seeds; /* a new cluster; NULL: join */
 	size_t nseeds;
 	unsigned election_ms; /* 0: ALLOT__CLUSTER_ELECTION_MS */
+	unsigned snapshot_entries; /* between snapshots, and kept after
+	                              one; 0: 1024 and 128 */
 	/* Mutual TLS between members (raft_tls.h); NULL: plain TCP. */
 	const allot__raft_tls_opts *tls;
 	allot__state *state;

@@ -119,6 +119,7 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 		goto err_free;
 	}
 	allot__cfsm_init(&c->fsm, opts->on_apply, opts->ctx);
+	c->fsm.on_restore = opts->on_restore;
 	if (opts->tls != NULL) {
 		allot__raft_tls_opts t = *opts->tls;
 

@@ -58,6 +58,8 @@ typedef struct allot__consensus_opts {
 	unsigned snapshot_threshold; /* 0: 1024 entries */
 	unsigned snapshot_trailing; /* 0: 128 entries */
 	allot__cfsm_apply_cb on_apply; /* every applied entry, may be NULL */
+	allot__cfsm_restore_cb on_restore; /* a snapshot installed; may be
+	                                      NULL */
 	allot__cnode_leader_cb on_leader; /* may be NULL */
 	void *ctx; /* for both callbacks */
 	const allot__logger *log; /* NULL: silent */

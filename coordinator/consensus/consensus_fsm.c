@@ -7,7 +7,8 @@
  * Snapshot layout (version 1, little-endian like the entries): u8
  * version, u64 applied, the epoch (u64 term, u64 leader, u32 lease_ms,
  * str address), the config (u64 epoch, u64 digest, u32-length text), u64
- * refused, u64 members_changed, u32 key count, then per key in (service,
+ * (version 3: then its proposer, str who, claimed_as, reason, source),
+ * u64 refused, u64 members_changed, u32 key count, then per key in (service,
  * key) order: str service, str key, u64 consumed, u64 denied, f64 demand,
  * u64 last_second; then (version 2) u32 count and the leaving ids, u64
  * each, ascending; then (version 3) u32 count and the usage marks in
@@ -219,6 +220,35 @@ apply_member(allot__cfsm *s, const allot__centry *e, bool *ret_taken)
 	}
 }
 
+static void
+free_who(char *who[4])
+{
+	for (int i = 0; i < 4; i++) {
+		free(who[i]);
+		who[i] = NULL;
+	}
+}
+
+/* The config's proposer: copies of `w`'s strings ("" is none). */
+static int
+set_who(allot__cfsm *s, const allot__cwho *w)
+{
+	const char *in[4] = { w->who, w->claimed_as, w->reason, w->source };
+	char *out[4] = { NULL, NULL, NULL, NULL };
+
+	for (int i = 0; i < 4; i++) {
+		if (in[i] == NULL || in[i][0] == '\0')
+			continue;
+		if ((out[i] = strdup(in[i])) == NULL) {
+			free_who(out);
+			return ALLOT_ENOMEM;
+		}
+	}
+	free_who(s->config.who);
+	memcpy(s->config.who, out, sizeof out);
+	return ALLOT_OK;
+}
+
 /* Applies a decoded entry; *ret_taken says whether it changed the
  * epoch or config (refused ones only count). */
 static int
@@ -259,6 +289,10 @@ apply_entry(allot__cfsm *s, allot__centry *e, bool *ret_taken)
 			return ALLOT_ENOMEM;
 		memcpy(copy, e->config.text, e->config.text_len);
 		copy[e->config.text_len] = '\0';
+		if (set_who(s, &e->config.who) != ALLOT_OK) {
+			free(copy);
+			return ALLOT_ENOMEM;
+		}
 		free(s->config.text);
 		s->config.text = copy;
 		s->config.len = e->config.text_len;
@@ -370,6 +404,11 @@ allot__cfsm_encode(const allot__cfsm *s, void **ret_buf, size_t *ret_len)
 	allot__cw_u64(&w, s->config.digest);
 	allot__cw_str(&w, s->config.text != NULL ? s->config.text : "",
 	    s->config.len, 1);
+	for (int i = 0; i < 4; i++) {
+		const char *x = s->config.who[i] != NULL ? s->config.who[i] :
+		                                           "";
+		allot__cw_str(&w, x, strlen(x), 0);
+	}
 	allot__cw_u64(&w, s->refused);
 	allot__cw_u64(&w, s->members_changed);
 	allot__cw_u32(&w, (uint32_t) n);
@@ -525,6 +564,13 @@ allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 	t.config.epoch = allot__cr_u64(&r);
 	t.config.digest = allot__cr_u64(&r);
 	t.config.text = dup_str(&r, 1, &t.config.len);
+	for (int i = 0; version >= 3 && i < 4; i++) {
+		t.config.who[i] = dup_str(&r, 0, NULL);
+		if (t.config.who[i] != NULL && t.config.who[i][0] == '\0') {
+			free(t.config.who[i]);
+			t.config.who[i] = NULL;
+		}
+	}
 	t.refused = allot__cr_u64(&r);
 	t.members_changed = allot__cr_u64(&r);
 	decode_totals(&r, &t);
@@ -542,6 +588,7 @@ allot__cfsm_decode(allot__cfsm *s, const void *buf, size_t len)
 	t.fsm = s->fsm;
 	t.raft = s->raft;
 	t.on_apply = s->on_apply;
+	t.on_restore = s->on_restore;
 	t.ctx = s->ctx;
 	allot__cfsm_finish(s);
 	*s = t;
@@ -601,6 +648,8 @@ fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 	if (rv != ALLOT_OK)
 		return to_raft_err(rv);
 	raft_free(buf->base); /* on success the FSM owns the buffer */
+	if (s->on_restore != NULL)
+		s->on_restore(s->ctx, s);
 	return 0;
 }
 
@@ -630,6 +679,7 @@ allot__cfsm_finish(allot__cfsm *s)
 	free(s->slots);
 	free(s->epoch.address);
 	free(s->config.text);
+	free_who(s->config.who);
 	allot__marks_fini(&s->marks);
 	s->slots = NULL;
 	s->nslots = s->nkeys = 0;

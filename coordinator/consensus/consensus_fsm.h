@@ -41,6 +41,10 @@
  * in one transaction with that index, and skips indexes it already has. */
 typedef void (*allot__cfsm_apply_cb)(
     void *ctx, uint64_t index, const allot__centry *e);
+struct allot__cfsm;
+/* Called after a snapshot replaced the state (fsm_restore): the config
+ * in it is the cluster's, to be installed as a committed CONFIG's is. */
+typedef void (*allot__cfsm_restore_cb)(void *ctx, const struct allot__cfsm *s);
 
 typedef struct allot__cusage_total {
 	char *service;
@@ -66,6 +70,10 @@ typedef struct allot__cfsm {
 		uint64_t digest;
 		char *text;
 		size_t len;
+		/* Who proposed it and why (its CONFIG's), each NULL when
+		 * none: a member restored from a snapshot records the change
+		 * with its author. */
+		char *who[4]; /* who, claimed_as, reason, source */
 	} config;
 	uint64_t refused; /* CONFIG entries for a stale config epoch, and
 	                   * EPOCH entries of a lower term */
@@ -83,6 +91,7 @@ typedef struct allot__cfsm {
 	allot__marks marks;
 	uint64_t usage_overlaps; /* folded records partly booked before */
 	allot__cfsm_apply_cb on_apply;
+	allot__cfsm_restore_cb on_restore; /* may be NULL */
 	void *ctx;
 } allot__cfsm;
 
