@@ -383,11 +383,26 @@ cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch,
 		free(copy_text);
 		return;
 	}
+	/* A restart replays the log: a config older than the one this
+	 * member recorded last is history, not to be installed again (nor
+	 * its rows recorded twice); the one it recorded last is installed
+	 * without rows. */
+	uint64_t le = 0, ld = 0;
+	char *lt = NULL;
+	bool known = allot__store_last_config(d->store, &le, &ld, &lt) ==
+	    ALLOT_OK;
+	free(lt);
+	if (known && epoch < le) {
+		allot_config_free(cfg);
+		free(copy_text);
+		return;
+	}
+	bool recorded = known && epoch == le;
 	allot_config *cur = allot__config_dup(cfg);
 	bool changed = false;
 	int rc = cur != NULL ?
 	    allot__state_apply_at(d->state, cfg, d->config_path, copy_text,
-	        who, epoch, &changed) :
+	        recorded ? NULL : who, epoch, &changed) :
 	    ALLOT_ENOMEM;
 	if (rc != ALLOT_OK) {
 		allot_config_free(cfg);
@@ -404,6 +419,16 @@ cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch,
 		free(copy_text);
 		return;
 	}
+	/* Who changed it, and why, are durable before the file changes: a
+	 * crash in between leaves the old file, which the log's replay
+	 * replaces (the rows are not written again, above), never a new
+	 * file whose author is lost. */
+	if (changed && allot__store_flush(d->store) != ALLOT_OK)
+		allot__log(&d->lg, ALLOT_LOG_WARNING, "ALLOTD-CONFIG-AUDIT",
+		    "the change rows of config epoch %" PRIu64 " are queued, "
+		    "not yet written (the store's commit failed): written "
+		    "with its next commit",
+		    epoch);
 	if (allot__admin_write_file(
 	        d->config_path, copy_text, len, err, sizeof err) != ALLOT_OK)
 		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
@@ -694,11 +719,19 @@ on_signal(uv_signal_t *s, int signum)
 /* The audit rows of the config allotd starts with: every quota, for an
  * empty store (`lrc` ALLOT_ENOENT); what changed since the config the
  * store recorded last (`last_text`), when the file changed while allotd
- * was stopped; nothing for an unchanged file. */
+ * was stopped (a single allotd: `member` false); nothing for an
+ * unchanged file. */
 static void
-audit_start(allotd *d, int lrc, uint64_t last_digest, const char *last_text)
+audit_start(allotd *d, int lrc, uint64_t last_digest, const char *last_text,
+    bool member)
 {
 	if (lrc == ALLOT_OK && last_digest == d->cur->digest)
+		return;
+	/* A cluster member's file is the cluster's, rewritten from the
+	 * log, whose CONFIG entries are the changes (cluster_install): one
+	 * that differs at start-up is a stale copy the log replaces, not an
+	 * edit to record. */
+	if (member && lrc == ALLOT_OK)
 		return;
 	if (lrc != ALLOT_OK && lrc != ALLOT_ENOENT)
 		return; /* the store could not say: logged there */
@@ -770,7 +803,7 @@ open_state(allotd *d, allot__daemon_opts *o)
 		return EXIT_FAILURE;
 	}
 	d->cfg = NULL; /* the state owns it */
-	audit_start(d, lrc, last_digest, last_text);
+	audit_start(d, lrc, last_digest, last_text, o->raft_id != 0);
 	free(last_text);
 	/* A Raft member restores when it takes over (cluster.c): the
 	 * replicas in its file are the leader's, not its own to expire. */

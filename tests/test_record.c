@@ -309,7 +309,7 @@ START_TEST(cluster_leader_killed_five_times)
 }
 END_TEST
 
-/* `sql` on member `i`'s file, as text. */
+/* `sql` on member `i`'s file, as text, each row ending in a newline. */
 static char *
 sql(const cluster *c, int i, const char *q)
 {
@@ -317,7 +317,15 @@ sql(const cluster *c, int i, const char *q)
 	snprintf(
 	    cmd, sizeof cmd, "sqlite3 -readonly %s \"%s\"", c->m[i].c.db, q);
 	char *r = pc_shell(cmd);
-	return r != NULL ? r : strdup("");
+	size_t n = r != NULL ? strlen(r) : 0;
+	char *out = malloc(n + 2);
+	ck_assert_ptr_nonnull(out);
+	memcpy(out, r != NULL ? r : "", n);
+	out[n] = '\0';
+	if (n > 0 && out[n - 1] != '\n')
+		strcpy(out + n, "\n");
+	free(r);
+	return out;
 }
 
 /* Every agent enforces the config of `digest`. */
@@ -449,6 +457,82 @@ START_TEST(members_replaced_after_compaction)
 }
 END_TEST
 
+/* The leader SIGKILLed right after `allotctl apply` returns (the change
+ * committed), five times: every member names the same author and
+ * reason for every change, once, and none a start-up edit. */
+START_TEST(author_survives_leader_kill)
+{
+	cluster c;
+	memset(&c, 0, sizeof c);
+	pc_mkdtemp(c.dir, sizeof c.dir, "/tmp/allot-record");
+	for (int i = 0; i < MEMBERS; i++)
+		pc_member_init(&c.m[i], c.dir, (uint64_t) i + 1, CFG);
+	for (int i = 0; i < MEMBERS; i++)
+		member_start(&c, i);
+	for (int k = 0; k < 5; k++) {
+		int L = pc_member_serving(c.m, MEMBERS, 15000);
+		ck_assert_int_ge(L, 0);
+		char path[256], text[512], reason[32];
+		snprintf(path, sizeof path, "%s/change%d.yaml", c.dir, k);
+		snprintf(text, sizeof text,
+		    "quotas:\n  default: {tokens_per_second: 50, burst: 50}\n"
+		    "  callers:\n    - identity: c2\n"
+		    "      tokens_per_second: %d\n      burst: 80\n",
+		    41 + k);
+		pc_write_file(path, text);
+		snprintf(reason, sizeof reason, "change %d", k);
+		const char *argv[] = { pc_program("tools/allotctl"), "apply",
+			path, "--reason", reason, NULL };
+		pc_run_result r = pc_run(argv, c.dir, c.dir,
+		    "ALLOT_ADMIN_SOCKET", c.m[L].c.sock, 30000);
+		ck_assert_msg(
+		    r.status == 0, "allotctl apply: %s %s", r.out, r.err);
+		pc_run_free(&r);
+		bounce(&c, L, 300);
+	}
+	ck_assert_int_ge(pc_member_serving(c.m, MEMBERS, 15000), 0);
+	/* Every member applied everything: the same rows everywhere. */
+	const char *q = "SELECT epoch || ':' || who || ':' || "
+	                "coalesce(reason, '') FROM config_changes ORDER BY id";
+	char *first = NULL;
+	uint64_t until = pc_now_ms() + 15000;
+	for (int i = 0; i < MEMBERS; i++) {
+		char *rows = sql(&c, i, q);
+		while (
+		    pc_now_ms() < until && strstr(rows, ":change 4") == NULL) {
+			free(rows);
+			pc_sleep_ms(200);
+			rows = sql(&c, i, q);
+		}
+		fprintf(
+		    stderr, "record: member %d's changes:\n%s", i + 1, rows);
+		for (int k = 0; k < 5; k++) {
+			char want[32];
+			snprintf(want, sizeof want, ":change %d\n", k);
+			const char *at = strstr(rows, want);
+			ck_assert_msg(
+			    at != NULL && strstr(at + 1, want) == NULL,
+			    "member %d: \"%s\" not there once", i + 1,
+			    want + 1);
+		}
+		ck_assert_msg(
+		    strstr(rows, "changed while allotd was stopped") == NULL,
+		    "member %d recorded a start-up edit", i + 1);
+		if (first == NULL)
+			first = rows;
+		else {
+			ck_assert_str_eq(rows, first);
+			free(rows);
+		}
+	}
+	free(first);
+	for (int i = 0; i < MEMBERS; i++)
+		pc_coord_done(&c.m[i].c, 5000);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(c.dir);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -458,6 +542,7 @@ suite(void)
 	tcase_add_test(tc, single_allotd_killed_five_times);
 	tcase_add_test(tc, cluster_leader_killed_five_times);
 	tcase_add_test(tc, members_replaced_after_compaction);
+	tcase_add_test(tc, author_survives_leader_kill);
 	suite_add_tcase(s, tc);
 	return s;
 }
