@@ -6,11 +6,14 @@
  * afterwards the audit holds, per quota, exactly the tokens the agents
  * admitted and denied: none lost to a kill or a failover, none booked
  * twice when an agent sends its records again. One allotd killed and
- * restarted five times on its database; a Raft cluster of three whose
+ * restarted five times on its database (once after 3 s: the agents in
+ * fallback meanwhile); a Raft cluster of three whose
  * leader is killed five times and a follower twice (each restarted on
  * its log and database) and whose files are locked by an auditor (a
  * follower's for 5 s, the leader's for 3 s), every member's file
- * checked. The load is counted by the test itself, decision by decision.
+ * checked. The load is counted by the test itself, decision by decision
+ * and second by second: every file's seconds hold the agents' within
+ * the skew bound.
  */
 #include <check.h>
 #include <inttypes.h>
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <allot/allot.h>
@@ -57,20 +61,32 @@ static const char *const CFG2 =
 static const char *const CALLERS[] = { "c1", "c2", "someone" };
 static const char *const QUOTAS[] = { "c1", "c2", "default" };
 #define NCALLERS 3
+#define SECONDS 400
 
 typedef struct load {
 	allot_agent *a[AGENTS];
 	pthread_t th[AGENTS];
 	_Atomic bool stop;
-	/* What the agents decided, per caller, as the test saw it. */
+	/* What the agents decided, per caller, as the test saw it, and
+	 * per wall-clock second from `t0_s` (every caller). */
 	_Atomic uint64_t admitted[NCALLERS];
 	_Atomic uint64_t denied[NCALLERS];
+	int64_t t0_s;
+	_Atomic uint64_t per_s[SECONDS];
 } load;
 
 typedef struct worker {
 	load *l;
 	int i;
 } worker;
+
+static uint64_t
+wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t) ts.tv_sec * 1000u + (uint64_t) ts.tv_nsec / 1000000u;
+}
 
 /* About 600 decisions a second per agent, bounded to 5 minutes. */
 static void *
@@ -90,6 +106,9 @@ run(void *arg)
 			atomic_fetch_add(&l->admitted[c], 1);
 		else
 			atomic_fetch_add(&l->denied[c], 1);
+		int64_t sec = (int64_t) (wall_ms() / 1000) - l->t0_s;
+		if (sec >= 0 && sec < SECONDS)
+			atomic_fetch_add(&l->per_s[sec], 1);
 		if (n % 6 == 5)
 			pc_sleep_ms(10);
 	}
@@ -101,6 +120,7 @@ static void
 load_start(load *l, const char *coordinators)
 {
 	memset(l, 0, sizeof *l);
+	l->t0_s = (int64_t) (wall_ms() / 1000) - 1;
 	char err[256];
 	allot_config *cfg;
 	for (int i = 0; i < AGENTS; i++) {
@@ -184,6 +204,48 @@ exact(const load *l, const char *db, bool say)
 	return ok;
 }
 
+/* The time of the record: up to every second, what the file holds is
+ * at least what the agents decided up to the second before and at most
+ * what they decided up to the second after (a decision is booked in the
+ * second its agent next looked at its counters: a few ms later, a
+ * boundary at most). */
+static void
+seconds_within_skew(const load *l, const char *db)
+{
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "sqlite3 -readonly %s \"SELECT at / 1000, sum(admitted + denied) "
+	    "FROM usage WHERE service = 'svc' GROUP BY at ORDER BY at\"",
+	    db);
+	char *out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	static uint64_t audit[SECONDS];
+	memset(audit, 0, sizeof audit);
+	for (char *line = strtok(out, "\n"); line != NULL;
+	     line = strtok(NULL, "\n")) {
+		long long sec;
+		unsigned long long n;
+		ck_assert_int_eq(sscanf(line, "%lld|%llu", &sec, &n), 2);
+		sec -= l->t0_s;
+		ck_assert_msg(sec >= 0 && sec < SECONDS,
+		    "a usage row outside the run: %s", line);
+		audit[sec] += n;
+	}
+	free(out);
+	uint64_t ca = 0, cw = 0, cw_prev = 0;
+	for (int s = 0; s < SECONDS - 1; s++) {
+		ca += audit[s];
+		cw_prev = cw;
+		cw += atomic_load(&l->per_s[s]);
+		uint64_t cw_next = cw + atomic_load(&l->per_s[s + 1]);
+		ck_assert_msg(ca >= cw_prev && ca <= cw_next,
+		    "second %d: the file holds %" PRIu64 " tokens to it, the "
+		    "agents decided %" PRIu64
+		    " to the second before and %" PRIu64 " to the one after",
+		    s, ca, cw_prev, cw_next);
+	}
+}
+
 START_TEST(single_allotd_killed_five_times)
 {
 	pc_coord e;
@@ -206,6 +268,7 @@ START_TEST(single_allotd_killed_five_times)
 	ck_assert(l.admitted[0] > 0 && l.denied[1] > 0);
 	ck_assert_msg(exact(&l, e.db, true),
 	    "the audit differs from what the agents decided");
+	seconds_within_skew(&l, e.db);
 	pc_coord_done(&e, 5000);
 }
 END_TEST
@@ -301,6 +364,7 @@ START_TEST(cluster_leader_killed_five_times)
 		ck_assert_msg(exact(&l, c.m[i].c.db, true),
 		    "member %d's audit differs from what the agents decided",
 		    i + 1);
+		seconds_within_skew(&l, c.m[i].c.db);
 	}
 	for (int i = 0; i < MEMBERS; i++)
 		pc_coord_done(&c.m[i].c, 5000);
