@@ -4,11 +4,11 @@
  * clock, kept until the coordinator says it is durable
  * (docs/operations.md, "The accounting guarantee").
  *
- * The sync engine takes the quotas' counters into the account whenever
- * it runs (each exchange, and every eighth of an interval between them:
- * sync.c's check timer), so a decision lands in the second the engine
- * next looked, at most an eighth of an interval plus one exchange after
- * it was made. When the second changes the open record closes: it gets
+ * The sync engine takes the quotas' counters into the account at each
+ * exchange and, between them, at the last check (every eighth of an
+ * interval: sync.c's check timer) before a second ends and the first
+ * after it, so a decision lands in the second it was made in, or, made
+ * in the last eighth of an interval of a second, in the next one. When the second changes the open record closes: it gets
  * the next id (1, 2, 3... within the account's incarnation, a random
  * number drawn once per agent) and waits in the pending list. Every Sync
  * carries the oldest pending records (Sync.usage), again and again,

@@ -96,11 +96,17 @@ incarnation_seed(const allot_agent *a, uint64_t seed)
 /* The account's second for `now`: the wall clock's, or with a clock of
  * the caller's (the simulator) its own seconds. */
 static int64_t
-acct_second(const syncc *s, uint64_t now)
+acct_second_ahead(const syncc *s, uint64_t now, uint64_t ahead_ms)
 {
 	if (s->a->clock_fn != NULL)
-		return (int64_t) (now / 1000000000u);
-	return allot__wall_ms() / 1000;
+		return (int64_t) ((now + ahead_ms * 1000000u) / 1000000000u);
+	return (allot__wall_ms() + (int64_t) ahead_ms) / 1000;
+}
+
+static int64_t
+acct_second(const syncc *s, uint64_t now)
+{
+	return acct_second_ahead(s, now, 0);
 }
 
 static void
@@ -129,7 +135,14 @@ acct_take(syncc *s, uint64_t now)
 void
 allot__syncc_tick(syncc *s, uint64_t now)
 {
-	acct_take(s, now);
+	/* Between exchanges only the ends of seconds matter: the last
+	 * check before one takes what the second holds, the first after
+	 * it closes it (the driver checks every eighth of an interval). */
+	uint64_t step = s->a->opts.sync_interval_ms / 8 + 1;
+	int64_t sec = acct_second(s, now);
+	if (sec != s->acct.open_second ||
+	    acct_second_ahead(s, now, step) != sec)
+		acct_take(s, now);
 }
 
 int

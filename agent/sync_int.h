@@ -187,10 +187,11 @@ uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
  * on true runs the exchange at once (the Sync says `early`). */
 bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
 
-/* Take the quotas' counters into the account (account.h): the driver
- * calls it between exchanges, every eighth of an interval, so that a
- * decision is recorded in the second it was made in, give or take that
- * much. */
+/* The account's clock (account.h): the driver calls it between
+ * exchanges, every eighth of an interval. The counters are taken (as at
+ * each exchange) at the last call before a second ends and the first
+ * after it, so that a decision is recorded in the second it was made in,
+ * or, made in the last eighth of an interval of a second, in the next. */
 void allot__syncc_tick(allot__syncc *c, uint64_t now);
 
 /* Whether the engine installed a config (a->nquotas may have grown)

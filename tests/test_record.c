@@ -10,7 +10,7 @@
  * fallback meanwhile); a Raft cluster of three whose
  * leader is killed five times and a follower twice (each restarted on
  * its log and database) and whose files are locked by an auditor (a
- * follower's for 5 s, the leader's for 3 s), every member's file
+ * follower's for 5 s, the leader's for 2 s), every member's file
  * checked. The load is counted by the test itself, decision by decision
  * and second by second: every file's seconds hold the agents' within
  * the skew bound.
@@ -254,11 +254,13 @@ START_TEST(single_allotd_killed_five_times)
 	pc_coord_spawn(&e, args, NULL);
 	load l;
 	load_start(&l, e.url);
+	/* The third outage lasts 3 s: the agents run on their lease, then
+	 * in fallback, and keep what they decide. */
 	for (int k = 0; k < 5; k++) {
-		pc_sleep_ms(900);
+		pc_sleep_ms(700);
 		ck_assert_int_eq(
 		    pc_coord_stop(&e, SIGKILL, 5000), 128 + SIGKILL);
-		pc_sleep_ms(200);
+		pc_sleep_ms(k == 2 ? 3000 : 200);
 		pc_coord_spawn(&e, args, NULL);
 	}
 	pc_sleep_ms(1500);
@@ -336,21 +338,21 @@ START_TEST(cluster_leader_killed_five_times)
 	load l;
 	load_start(&l, c.urls);
 	for (int k = 0; k < 7; k++) {
-		pc_sleep_ms(900);
+		pc_sleep_ms(600);
 		int L = pc_member_serving(c.m, MEMBERS, 15000);
 		ck_assert_int_ge(L, 0);
 		/* Five leaders, and (the third and sixth time) a follower. */
 		int victim = k == 2 || k == 5 ? (L + 1) % MEMBERS : L;
 		bounce(&c, victim, 400);
 	}
-	/* A follower's file locked for 5 s, then the leader's for 3 s
+	/* A follower's file locked for 5 s, then the leader's for 2 s
 	 * (it hands leadership over): both catch up. */
 	int L = pc_member_serving(c.m, MEMBERS, 15000);
 	ck_assert_int_ge(L, 0);
 	lock_file(&c, (L + 1) % MEMBERS, 5000);
 	L = pc_member_serving(c.m, MEMBERS, 15000);
 	ck_assert_int_ge(L, 0);
-	lock_file(&c, L, 3000);
+	lock_file(&c, L, 2000);
 	ck_assert_int_ge(pc_member_serving(c.m, MEMBERS, 15000), 0);
 	pc_sleep_ms(1500);
 	load_stop(&l);
@@ -458,8 +460,9 @@ START_TEST(members_replaced_after_compaction)
 	ck_assert_uint_ne(digest, 0);
 	ck_assert(agents_enforce(&l, digest));
 	/* Compaction: the CONFIG entry leaves the log (a snapshot every 16
-	 * entries, 16 kept). */
-	pc_sleep_ms(8000);
+	 * entries, 16 kept; a few entries a second). Each new member below
+	 * says it installed a snapshot. */
+	pc_sleep_ms(5000);
 	/* Each original member in turn: a new one (ids 4, 5, 6) joins from
 	 * the snapshot with the original file, the old one is removed. */
 	for (int k = 0; k < MEMBERS; k++) {
@@ -492,6 +495,11 @@ START_TEST(members_replaced_after_compaction)
 		c.m[old].up = false;
 		/* The agents never went back to the old config. */
 		ck_assert(agents_enforce(&l, digest));
+		char *log = pc_read_file(c.m[nw].c.log);
+		ck_assert_msg(
+		    log != NULL && strstr(log, "installed a snapshot") != NULL,
+		    "member %d joined from the log, not a snapshot", nw + 1);
+		free(log);
 	}
 	/* Served by a new member, whose file is the changed config. */
 	L = pc_member_serving(c.m, 2 * MEMBERS, 15000);
