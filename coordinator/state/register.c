@@ -9,6 +9,8 @@
  */
 #include "registry_int.h"
 
+#include "hash.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -37,6 +39,24 @@ typedef struct reg {
 	char *err;
 	size_t errlen;
 } reg;
+
+/* The audit's name for an agent's account: its incarnation mixed with
+ * its service and replica id, so that another peer claiming the same
+ * incarnation (from another service, or as another replica, which it
+ * cannot register as while that one lives) books into an account of its
+ * own and never shadows the victim's records (usage.c). 0: none. */
+static uint64_t
+account_of(const Allot__V1__Register *req)
+{
+	if (req->incarnation == 0)
+		return 0;
+	const char *sv = req->service != NULL ? req->service : "";
+	const char *id = req->replica_id != NULL ? req->replica_id : "";
+	uint64_t h = allot__hash(id, strlen(id),
+	    allot__hash(sv, strlen(sv), 0x616c6c6f74616363ull));
+	uint64_t a = allot__mix64(req->incarnation ^ h);
+	return a != 0 ? a : 1;
+}
 
 static Allot__V1__Error__Code
 reg_no_memory(reg *r)
@@ -189,7 +209,7 @@ reg_link(reg *r, uint32_t pipe, uint64_t now)
 	/* Its callers wait for the reserve (Register.waits): so do its
 	 * keys from their first grant (and those it adds later). */
 	s->waits = r->req->waits;
-	s->incarnation = r->req->incarnation;
+	s->incarnation = account_of(r->req);
 	for (uint32_t k = 0; k < s->nkeys; k++)
 		s->keys[k].tail = s->waits;
 	s->id = st->next_session++;
