@@ -276,18 +276,25 @@ START_TEST(single_allotd_killed_five_times)
 END_TEST
 
 typedef struct cluster {
+	const char *const *args; /* MEMBER_ARGS or COMPACT_ARGS */
 	char dir[64];
 	pc_member m[2 * MEMBERS];
 	char urls[MEMBERS * 72];
 } cluster;
 
-static const char *const MEMBER_ARGS[] = { "--interval-ms", "100",
+/* The members' options. The log compacts every 1,024 entries by
+ * default, so that a member killed and restarted replays what it missed
+ * from the log into its file; the snapshot case compacts every 16, so
+ * that a new member receives a snapshot (whose rows before it no file of
+ * the new member holds: docs/operations.md, "Audit on every member"). */
+static const char *const MEMBER_ARGS[] = { "--interval-ms", "100", NULL };
+static const char *const COMPACT_ARGS[] = { "--interval-ms", "100",
 	"--snapshot-entries", "16", NULL };
 
 static void
 member_start(cluster *c, int i)
 {
-	pc_member_start(&c->m[i], c->m, MEMBERS, ELECTION_MS, MEMBER_ARGS);
+	pc_member_start(&c->m[i], c->m, MEMBERS, ELECTION_MS, c->args);
 }
 
 /* An auditor's write transaction on member `i`'s file for `ms`: the
@@ -320,21 +327,41 @@ bounce(cluster *c, int i, unsigned before_ms)
 	member_start(c, i);
 }
 
+/* Three members seeded with each other, one serving, and `urls` the
+ * agents' seed list. */
+static void
+cluster_start(cluster *c, const char *const *args)
+{
+	memset(c, 0, sizeof *c);
+	c->args = args;
+	pc_mkdtemp(c->dir, sizeof c->dir, "/tmp/allot-record");
+	for (int i = 0; i < MEMBERS; i++)
+		pc_member_init(&c->m[i], c->dir, (uint64_t) i + 1, CFG);
+	for (int i = 0; i < MEMBERS; i++)
+		member_start(c, i);
+	ck_assert_int_ge(pc_member_serving(c->m, MEMBERS, 15000), 0);
+	for (int i = 0; i < MEMBERS; i++) {
+		size_t n = strlen(c->urls);
+		snprintf(c->urls + n, sizeof c->urls - n, "%s%s",
+		    i > 0 ? "," : "", c->m[i].c.url);
+	}
+}
+
+/* Stop every member still running and remove the directory. */
+static void
+cluster_done(cluster *c)
+{
+	for (int i = 0; i < 2 * MEMBERS; i++)
+		if (c->m[i].c.dir[0] != '\0')
+			pc_coord_done(&c->m[i].c, 5000);
+	if (getenv("ALLOT_KEEP_TMP") == NULL)
+		pc_rm_rf(c->dir);
+}
+
 START_TEST(cluster_leader_killed_five_times)
 {
 	cluster c;
-	memset(&c, 0, sizeof c);
-	pc_mkdtemp(c.dir, sizeof c.dir, "/tmp/allot-record");
-	for (int i = 0; i < MEMBERS; i++)
-		pc_member_init(&c.m[i], c.dir, (uint64_t) i + 1, CFG);
-	for (int i = 0; i < MEMBERS; i++)
-		member_start(&c, i);
-	ck_assert_int_ge(pc_member_serving(c.m, MEMBERS, 15000), 0);
-	for (int i = 0; i < MEMBERS; i++) {
-		size_t n = strlen(c.urls);
-		snprintf(c.urls + n, sizeof c.urls - n, "%s%s",
-		    i > 0 ? "," : "", c.m[i].c.url);
-	}
+	cluster_start(&c, MEMBER_ARGS);
 	load l;
 	load_start(&l, c.urls);
 	for (int k = 0; k < 7; k++) {
@@ -368,10 +395,7 @@ START_TEST(cluster_leader_killed_five_times)
 		    i + 1);
 		seconds_within_skew(&l, c.m[i].c.db);
 	}
-	for (int i = 0; i < MEMBERS; i++)
-		pc_coord_done(&c.m[i].c, 5000);
-	if (getenv("ALLOT_KEEP_TMP") == NULL)
-		pc_rm_rf(c.dir);
+	cluster_done(&c);
 }
 END_TEST
 
@@ -414,19 +438,9 @@ agents_enforce(const load *l, uint64_t digest)
 START_TEST(members_replaced_after_compaction)
 {
 	cluster c;
-	memset(&c, 0, sizeof c);
-	pc_mkdtemp(c.dir, sizeof c.dir, "/tmp/allot-record");
-	for (int i = 0; i < MEMBERS; i++)
-		pc_member_init(&c.m[i], c.dir, (uint64_t) i + 1, CFG);
-	for (int i = 0; i < MEMBERS; i++)
-		member_start(&c, i);
+	cluster_start(&c, COMPACT_ARGS);
 	int L = pc_member_serving(c.m, MEMBERS, 15000);
 	ck_assert_int_ge(L, 0);
-	for (int i = 0; i < MEMBERS; i++) {
-		size_t n = strlen(c.urls);
-		snprintf(c.urls + n, sizeof c.urls - n, "%s%s",
-		    i > 0 ? "," : "", c.m[i].c.url);
-	}
 	load l;
 	load_start(&l, c.urls);
 	uint64_t d0 = 0;
@@ -473,7 +487,7 @@ START_TEST(members_replaced_after_compaction)
 			old = L;
 		int nw = MEMBERS + k;
 		pc_member_init(&c.m[nw], c.dir, (uint64_t) nw + 1, CFG);
-		pc_member_start(&c.m[nw], NULL, 0, ELECTION_MS, MEMBER_ARGS);
+		pc_member_start(&c.m[nw], NULL, 0, ELECTION_MS, COMPACT_ARGS);
 		char args[256];
 		snprintf(args, sizeof args, "add %d %s %s", nw + 1,
 		    c.m[nw].raftaddr, c.m[nw].c.url);
@@ -521,11 +535,7 @@ START_TEST(members_replaced_after_compaction)
 		    who);
 		free(who);
 	}
-	for (int i = 0; i < 2 * MEMBERS; i++)
-		if (c.m[i].c.dir[0] != '\0')
-			pc_coord_done(&c.m[i].c, 5000);
-	if (getenv("ALLOT_KEEP_TMP") == NULL)
-		pc_rm_rf(c.dir);
+	cluster_done(&c);
 }
 END_TEST
 
@@ -535,12 +545,7 @@ END_TEST
 START_TEST(author_survives_leader_kill)
 {
 	cluster c;
-	memset(&c, 0, sizeof c);
-	pc_mkdtemp(c.dir, sizeof c.dir, "/tmp/allot-record");
-	for (int i = 0; i < MEMBERS; i++)
-		pc_member_init(&c.m[i], c.dir, (uint64_t) i + 1, CFG);
-	for (int i = 0; i < MEMBERS; i++)
-		member_start(&c, i);
+	cluster_start(&c, MEMBER_ARGS);
 	for (int k = 0; k < 5; k++) {
 		int L = pc_member_serving(c.m, MEMBERS, 15000);
 		ck_assert_int_ge(L, 0);
@@ -598,10 +603,7 @@ START_TEST(author_survives_leader_kill)
 		}
 	}
 	free(first);
-	for (int i = 0; i < MEMBERS; i++)
-		pc_coord_done(&c.m[i].c, 5000);
-	if (getenv("ALLOT_KEEP_TMP") == NULL)
-		pc_rm_rf(c.dir);
+	cluster_done(&c);
 }
 END_TEST
 

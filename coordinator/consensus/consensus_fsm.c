@@ -157,22 +157,10 @@ apply_usage(allot__cfsm *s, const allot__centry *e)
 		return rv;
 	for (size_t i = 0; i < e->usage.n; i++) {
 		const allot__row_usage *row = &e->usage.rows[i];
-		allot__cusage_total *t = find_slot(
-		    s->slots, s->nslots, row->service, row->key);
+		allot__cusage_total *t = total_of(s, row->service, row->key);
 
-		if (t->service == NULL) {
-			char *service = strdup(row->service);
-			char *key = strdup(row->key);
-
-			if (service == NULL || key == NULL) {
-				free(service);
-				free(key);
-				return ALLOT_ENOMEM;
-			}
-			t->service = service;
-			t->key = key;
-			s->nkeys++;
-		}
+		if (t == NULL)
+			return ALLOT_ENOMEM;
 		t->consumed += row->consumed;
 		t->denied += row->denied;
 		t->demand += row->demand;
