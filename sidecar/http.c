@@ -10,7 +10,10 @@
  *   POST /v1/settle    {"identity", "endpoint", "charged", "measured"}
  *   GET  /v1/remaining?identity=&endpoint=   the bucket, without charging
  *   GET  /metrics      Prometheus text (metrics.c)
- *   GET  /healthz
+ *   GET  /healthz      200 while the process serves
+ *   GET  /readyz       200 once its decisions follow allotd (synced,
+ *                      not in fallback), or with no allotd to follow;
+ *                      503 with the reason otherwise
  * A decision is always 200: the body says allow or deny; errors in the
  * request are 400, unknown paths 404, bodies above 4 KiB 413.
  */
@@ -244,6 +247,25 @@ post(
 	return ret;
 }
 
+/* Ready: decisions follow allotd's allocation (the agent was welcomed
+ * and is not in fallback: within its lease an outage changes nothing
+ * it decides), or there is no allotd to follow. A load balancer or
+ * Kubernetes holds traffic back from a sidecar that is not. */
+static enum MHD_Result
+ready(struct agentd *d, struct MHD_Connection *c)
+{
+	allot_sync_stats ss;
+	allot_sync_stats_get(d->agent, &ss);
+	const char *why = !ss.enabled ? NULL :
+	    ss.in_fallback            ? "in fallback: allotd unreachable "
+	                                "for longer than the lease\n" :
+	    ss.registers == 0         ? "not synced with allotd yet\n" :
+	                                NULL;
+	if (why == NULL)
+		return send_text(c, 200, "text/plain", "ready\n", 6);
+	return send_text(c, 503, "text/plain", why, strlen(why));
+}
+
 static enum MHD_Result
 get(struct agentd *d, struct MHD_Connection *c, const char *url)
 {
@@ -251,6 +273,8 @@ get(struct agentd *d, struct MHD_Connection *c, const char *url)
 		return remaining(d, c);
 	if (strcmp(url, "/healthz") == 0)
 		return send_text(c, 200, "text/plain", "ok\n", 3);
+	if (strcmp(url, "/readyz") == 0)
+		return ready(d, c);
 	if (strcmp(url, "/metrics") == 0) {
 		size_t len;
 		char *text = agentd_metrics(d, &len);

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <allot/allot.h>
+
 #include "agentd.h"
 #include "opts.h"
 
@@ -24,6 +26,13 @@ static int
 set_options(const allot__opt_use *u, void *dst)
 {
 	return ALLOT__OPTS_OK;
+}
+
+static int
+show_version(const allot__opt_use *u, void *dst)
+{
+	printf(AGENTD_PROG " %s\n", ALLOT_VERSION_STRING);
+	return ALLOT__OPTS_DONE;
 }
 
 static const allot__opt rows[] = {
@@ -142,6 +151,8 @@ static const allot__opt rows[] = {
 	    "allotd is down",
 	    .off = AT(agent.config_cache_file), .dflt = "none" },
 	{ "help", 'h', ALLOT__OPT_HELP, NULL, "this text", .cli_only = true },
+	{ "version", 'V', ALLOT__OPT_CALL, NULL, "print the version",
+	    .set = show_version, .cli_only = true },
 };
 
 static const allot__opts table = {

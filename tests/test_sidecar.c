@@ -563,6 +563,11 @@ START_TEST(three_agents_one_allotd)
 	    "%d admitted, bound %.0f", admitted, bound);
 	ck_assert(
 	    pc_metric_get(a[0].http_port, "allot_agentd_sync_connected") == 1);
+	/* Synced: ready (a readiness probe; /healthz only says it runs). */
+	int st = 0;
+	char *rz = pc_http_get(a[0].http_port, "/readyz", &st);
+	ck_assert_msg(st == 200, "/readyz %d: %s", st, rz ? rz : "");
+	free(rz);
 	ck_assert(shared_key_metric(a[0].http_port, "fallback") == 0);
 	ck_assert(shared_key_metric(a[0].http_port, "granted_rate") > 0);
 	ck_assert(
@@ -619,6 +624,16 @@ START_TEST(three_agents_one_allotd)
 		              a[i].http_port, "lease_remaining_seconds") < 0);
 		ck_assert(
 		    shared_key_metric(a[i].http_port, "granted_rate") > 0);
+		/* Not ready in fallback, with the reason; alive all the
+		 * same. */
+		rz = pc_http_get(a[i].http_port, "/readyz", &st);
+		ck_assert_msg(st == 503 && rz != NULL &&
+		        strstr(rz, "in fallback") != NULL,
+		    "/readyz %d: %s", st, rz ? rz : "");
+		free(rz);
+		rz = pc_http_get(a[i].http_port, "/healthz", &st);
+		ck_assert_int_eq(st, 200);
+		free(rz);
 		char cmd[256];
 		snprintf(cmd, sizeof cmd,
 		    "curl -s -d '{\"identity\":\"shared\"}' "
