@@ -31,6 +31,7 @@
 
 #include "allotd.h"
 #include "proc.h"
+#include "proto_client.h"
 #include "runner.h"
 
 #define AGENTS 4
@@ -607,6 +608,101 @@ START_TEST(author_survives_leader_kill)
 }
 END_TEST
 
+/* ---- an account is its agent's: another peer cannot shadow it ---- */
+
+static uint64_t
+reg_account(pc_conn *c, const char *url, const char *replica, uint64_t inc)
+{
+	ck_assert_int_eq(pc_open(c, url, 5000), 0);
+	static const char *const keys[] = { "c1" };
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
+	reg.replica_id = (char *) replica;
+	reg.service = (char *) "svc";
+	reg.keys = (char **) keys;
+	reg.n_keys = 1;
+	reg.sync_interval_ms = 100;
+	reg.incarnation = inc;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
+	env.register_ = &reg;
+	Allot__V1__Envelope *w = pc_send(c, &env);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_int_eq(w->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
+	uint64_t session = w->welcome->session;
+	pc_free(w);
+	return session;
+}
+
+/* One Sync carrying Usage record `id`: `admitted` tokens of c1 now. The
+ * Reply's durable. */
+static uint64_t
+sync_usage(
+    pc_conn *c, uint64_t session, uint64_t seq, uint64_t id, uint64_t admitted)
+{
+	Allot__V1__UsageCount n = ALLOT__V1__USAGE_COUNT__INIT;
+	n.key = 0;
+	n.admitted = admitted;
+	Allot__V1__UsageCount *np = &n;
+	Allot__V1__Usage u = ALLOT__V1__USAGE__INIT;
+	u.id = id;
+	u.second = (int64_t) (wall_ms() / 1000);
+	u.span = 1;
+	u.n_counts = 1;
+	u.counts = &np;
+	Allot__V1__Usage *up = &u;
+	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
+	sy.session = session;
+	sy.seq = seq;
+	sy.n_usage = 1;
+	sy.usage = &up;
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
+	env.sync = &sy;
+	Allot__V1__Envelope *r = pc_send(c, &env);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(r->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);
+	uint64_t durable = r->reply->durable;
+	pc_free(r);
+	return durable;
+}
+
+/* A peer registers as another replica with the victim's incarnation and
+ * a record id far ahead: both are booked in full, and the victim's later
+ * records too (issue 27). The same record sent twice is booked once. */
+START_TEST(account_bound_to_its_replica)
+{
+	pc_coord e;
+	pc_coord_init(&e, "/tmp/allot-record", CFG);
+	const char *args[] = { "--interval-ms", "100", NULL };
+	pc_coord_spawn(&e, args, NULL);
+	const uint64_t inc = 0x5eed5eed5eed5eedull;
+	pc_conn v = { 0 }, a = { 0 };
+	uint64_t sv = reg_account(&v, e.url, "victim", inc);
+	uint64_t sa = reg_account(&a, e.url, "attacker", inc);
+	(void) sync_usage(&v, sv, 1, 1, 10);
+	(void) sync_usage(&v, sv, 2, 1, 10); /* sent again: once */
+	(void) sync_usage(&a, sa, 1, 100, 7);
+	(void) sync_usage(&v, sv, 3, 2, 10);
+	/* Durable once a commit wrote them (a second or so). */
+	uint64_t durable = 0;
+	for (uint64_t seq = 4, t = pc_now_ms() + 5000;
+	     durable < 2 && pc_now_ms() < t; seq++) {
+		pc_sleep_ms(100);
+		durable = sync_usage(&v, sv, seq, 2, 10);
+	}
+	ck_assert_uint_eq(durable, 2);
+	pc_close(&v);
+	pc_close(&a);
+	ck_assert_int_eq(pc_coord_stop(&e, SIGTERM, 10000), 0);
+	uint64_t adm, den;
+	audited(e.db, "c1", &adm, &den);
+	ck_assert_uint_eq(adm, 10 + 10 + 7);
+	pc_coord_done(&e, 5000);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -617,6 +713,7 @@ suite(void)
 	tcase_add_test(tc, cluster_leader_killed_five_times);
 	tcase_add_test(tc, members_replaced_after_compaction);
 	tcase_add_test(tc, author_survives_leader_kill);
+	tcase_add_test(tc, account_bound_to_its_replica);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -18,11 +18,9 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "clock.h"
-
-/* Counts of one record at most: every key of a session. */
-#define ROWS_MAX 64u
 
 /* Booked at this coordinator's second beyond this much ahead. */
 #define ALLOT__USAGE_SKEW_S 10
@@ -90,7 +88,14 @@ allot__usage_book(
 		return;
 	allot__metrics *m = st->o.metrics;
 	int64_t now_s = allot__wall_ms() / 1000;
-	allot__row_count rows[ROWS_MAX];
+	/* A row per count of the largest record, and one more. */
+	size_t cap = 1;
+	for (size_t i = 0; i < n; i++)
+		if (usage[i]->n_counts + 1 > cap)
+			cap = usage[i]->n_counts + 1;
+	allot__row_count *rows = malloc(cap * sizeof *rows);
+	if (rows == NULL)
+		return; /* not booked: its agent sends it again */
 	uint32_t refused = 0, clamped = 0, booked = 0, repeats = 0;
 	for (size_t i = 0; i < n; i++) {
 		const Allot__V1__Usage *u = usage[i];
@@ -100,7 +105,7 @@ allot__usage_book(
 			s->usage_seen = u->id;
 		bool cl = false;
 		size_t k = record_rows(
-		    st, s, u, now_s, rows, ROWS_MAX, &cl, &refused);
+		    st, s, u, now_s, rows, cap, &cl, &refused);
 		clamped += cl;
 		if (st->o.store == NULL ||
 		    allot__store_usage_record(st->o.store, rows, k))
@@ -108,6 +113,7 @@ allot__usage_book(
 		else
 			repeats++;
 	}
+	free(rows);
 	if (m != NULL) {
 		allot__metrics_add(&m->usage_booked, booked);
 		allot__metrics_add(&m->usage_repeats, repeats);
