@@ -45,6 +45,45 @@ allot_fmt_retry_after(const allot_decision *d, char *buf, size_t len)
 	return snprintf(buf, len, "%" PRIu64, wait_s(d));
 }
 
+/* `name` as a structured-field string (RFC 9651, sf-string) at the
+ * start of `buf` (`len` bytes): quoted, `"` and `\` escaped, and every
+ * byte an sf-string cannot hold (outside printable ASCII: controls,
+ * UTF-8) written as `?`. Returns its length; writes what fits, always
+ * NUL-terminated when len > 0, as snprintf does. */
+static size_t
+sf_string(char *buf, size_t len, const char *name)
+{
+	size_t n = 0;
+#define PUT(ch)                        \
+	do {                           \
+		if (n + 1 < len)       \
+			buf[n] = (ch); \
+		n++;                   \
+	} while (0)
+	PUT('"');
+	for (const unsigned char *p = (const unsigned char *) name; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			PUT('\\');
+		PUT(*p >= 0x20 && *p < 0x7f ? (char) *p : '?');
+	}
+	PUT('"');
+#undef PUT
+	if (len > 0)
+		buf[n < len ? n : len - 1] = '\0';
+	return n;
+}
+
+/* The name, then ";K1=A;K2=B", as snprintf would. */
+static int
+fmt_field(char *buf, size_t len, const char *name, char k1, uint64_t a,
+    char k2, uint64_t b)
+{
+	size_t n = sf_string(buf, len, name != NULL ? name : "default");
+	int m = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0,
+	    ";%c=%" PRIu64 ";%c=%" PRIu64, k1, a, k2, b);
+	return m < 0 ? m : (int) n + m;
+}
+
 int
 allot_fmt_ratelimit_policy(
     const allot_decision *d, const char *name, char *buf, size_t len)
@@ -53,8 +92,7 @@ allot_fmt_ratelimit_policy(
 		return -1;
 	/* The window is the time an empty bucket takes to fill. */
 	double w = d->rate > 0 ? ceil(d->limit / d->rate) : 0;
-	return snprintf(buf, len, "\"%s\";q=%" PRIu64 ";w=%" PRIu64,
-	    name != NULL ? name : "default", whole(d->limit), whole(w));
+	return fmt_field(buf, len, name, 'q', whole(d->limit), 'w', whole(w));
 }
 
 int
@@ -65,8 +103,7 @@ allot_fmt_ratelimit(
 		return -1;
 	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
 	                                               wait_s(d);
-	return snprintf(buf, len, "\"%s\";r=%" PRIu64 ";t=%" PRIu64,
-	    name != NULL ? name : "default", whole(d->remaining), t);
+	return fmt_field(buf, len, name, 'r', whole(d->remaining), 't', t);
 }
 
 void

@@ -63,6 +63,31 @@ START_TEST(ietf_fields)
 }
 END_TEST
 
+/* A policy name is a structured-field string: quotes and backslashes
+ * escaped, what an sf-string cannot hold written as '?'; the length is
+ * the whole field's even when the buffer is short (issue 29). */
+START_TEST(policy_names_escaped)
+{
+	char buf[128];
+	allot_decision d = denied(200000000ull);
+	int n = allot_fmt_ratelimit_policy(
+	    &d, "team \"a\"\\x", buf, sizeof buf);
+	ck_assert_str_eq(buf, "\"team \\\"a\\\"\\\\x\";q=200;w=2");
+	ck_assert_int_eq(n, (int) strlen(buf));
+	allot_fmt_ratelimit(&d, "caf\xc3\xa9\n", buf, sizeof buf);
+	ck_assert_str_eq(buf, "\"caf???\";r=3;t=1");
+	/* Short: snprintf's length, the part that fits, NUL-terminated. */
+	char small[8];
+	n = allot_fmt_ratelimit_policy(&d, "reporting", small, sizeof small);
+	ck_assert_int_eq(n, (int) strlen("\"reporting\";q=200;w=2"));
+	ck_assert_str_eq(small, "\"report");
+	n = allot_fmt_ratelimit_policy(&d, "ab", small, sizeof small);
+	ck_assert_int_eq(n, (int) strlen("\"ab\";q=200;w=2"));
+	ck_assert_str_eq(small, "\"ab\";q=");
+	ck_assert_int_eq(allot_fmt_ratelimit_policy(&d, "ab", NULL, 0), n);
+}
+END_TEST
+
 START_TEST(x_ratelimit)
 {
 	allot_xheaders x;
@@ -113,6 +138,7 @@ headers_suite(void)
 	TCase *tc = tcase_create("fmt");
 	tcase_add_test(tc, retry_after_rounds_up);
 	tcase_add_test(tc, ietf_fields);
+	tcase_add_test(tc, policy_names_escaped);
 	tcase_add_test(tc, x_ratelimit);
 	tcase_add_test(tc, from_real_agent);
 	suite_add_tcase(s, tc);

@@ -592,7 +592,10 @@ ALLOT_API int allot_fmt_retry_after(
  * The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers):
  * `RateLimit-Policy` value, e.g. `"default";q=20;w=2` and `RateLimit`
  * value, e.g. `"default";r=7;t=1`. `name` names the policy (e.g. the
- * quota); NULL means "default".
+ * quota); NULL means "default". It is written as a structured-field
+ * string (RFC 9651): `"` and `\` escaped, and each byte such a string
+ * cannot hold (controls, anything outside printable ASCII) as `?`, so
+ * the field is valid whatever the quota's name.
  */
 ALLOT_API int allot_fmt_ratelimit_policy(
     const allot_decision *d, const char *name, char *buf, size_t len);

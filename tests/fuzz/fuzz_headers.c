@@ -127,19 +127,28 @@ fmt_retry_after(
 	return allot_fmt_retry_after(d, buf, len);
 }
 
-/* `"name";k=N;k=N` with two digit-only numbers. */
+/* `"name";k=N;k=N` with two digit-only numbers, the name a valid
+ * structured-field string (RFC 9651): printable ASCII, `"` and `\`
+ * escaped, each byte of `name` it cannot hold a `?`. */
 static void
 check_ietf(const char *s, const char *name, char k1, char k2)
 {
-	size_t nl = strlen(name);
-	FUZZ_CHECK(s[0] == '"' && strncmp(s + 1, name, nl) == 0 &&
-	    s[1 + nl] == '"' && s[2 + nl] == ';' && s[3 + nl] == k1 &&
-	    s[4 + nl] == '=');
-	const char *p = s + 5 + nl;
+	FUZZ_CHECK(s[0] == '"');
+	const char *q = s + 1;
+	for (const unsigned char *n = (const unsigned char *) name; *n; n++) {
+		if (*n == '"' || *n == '\\')
+			FUZZ_CHECK(*q++ == '\\' && *q++ == (char) *n);
+		else if (*n >= 0x20 && *n < 0x7f)
+			FUZZ_CHECK(*q++ == (char) *n);
+		else
+			FUZZ_CHECK(*q++ == '?');
+	}
+	FUZZ_CHECK(q[0] == '"' && q[1] == ';' && q[2] == k1 && q[3] == '=');
+	const char *p = q + 4;
 	const char *semi = strchr(p, ';');
 	FUZZ_CHECK(semi != NULL && semi > p);
-	for (const char *q = p; q < semi; q++)
-		FUZZ_CHECK(*q >= '0' && *q <= '9');
+	for (const char *c = p; c < semi; c++)
+		FUZZ_CHECK(*c >= '0' && *c <= '9');
 	FUZZ_CHECK(semi[1] == k2 && semi[2] == '=');
 	FUZZ_CHECK(all_digits(semi + 3));
 }
