@@ -8,15 +8,16 @@
  * exchange and, between them, at the last check (every eighth of an
  * interval: sync.c's check timer) before a second ends and the first
  * after it, so a decision lands in the second it was made in, or, made
- * in the last eighth of an interval of a second, in the next one. When the second changes the open record closes: it gets
- * the next id (1, 2, 3... within the account's incarnation, a random
- * number drawn once per agent) and waits in the pending list. Every Sync
- * carries the oldest pending records (Sync.usage), again and again,
- * until a Reply's `durable` covers them; a Leave carries what is left.
- * The coordinator books a record once per (incarnation, id), so a record
- * re-sent after a timeout, a failover or a coordinator restart is
- * counted once, and nothing the agent decided while the coordinator was
- * away is lost: records are only ever dropped by the coordinator's word.
+ * in the last eighth of an interval of a second, in the next one. When the
+ * second changes the open record closes: it gets the next id (1, 2, 3...
+ * within the account's incarnation, a random number drawn once per agent) and
+ * waits in the pending list. Every Sync carries the oldest pending records
+ * (Sync.usage), again and again, until a Reply's `durable` covers them; a
+ * Leave carries what is left. The coordinator books a record once per
+ * (incarnation, id), so a record re-sent after a timeout, a failover or a
+ * coordinator restart is counted once, and nothing the agent decided while the
+ * coordinator was away is lost: records are only ever dropped by the
+ * coordinator's word.
  *
  * Memory is bounded: at most ALLOT__ACCT_RECORDS records wait. When the
  * list is full, the oldest minute that holds several records is folded
