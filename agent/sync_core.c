@@ -23,9 +23,6 @@
  */
 #include "sync_int.h"
 
-#include <inttypes.h>
-#include <sys/random.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,75 +73,6 @@ peer(const syncc *s)
 	return s->peer != NULL ? s->peer : s->a->coordinator;
 }
 
-/* The account's incarnation must differ between two runs of one agent
- * (a restarted replica keeps its replica_id): drawn from the kernel,
- * the engine's seed only mixed in; under a clock of the caller's, the
- * seed alone. */
-static uint64_t
-incarnation_seed(const allot_agent *a, uint64_t seed)
-{
-	uint64_t r = 0;
-	/* A clock of the caller's (the simulator): its runs repeat. */
-	if (a->clock_fn != NULL)
-		return seed;
-	if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t) sizeof r)
-		r = (uint64_t) allot__wall_ms() * 0x9e3779b97f4a7c15ull ^
-		    (uint64_t) getpid();
-	return r ^ seed;
-}
-
-/* The account's second for `now`: the wall clock's, or with a clock of
- * the caller's (the simulator) its own seconds. */
-static int64_t
-acct_second_ahead(const syncc *s, uint64_t now, uint64_t ahead_ms)
-{
-	if (s->a->clock_fn != NULL)
-		return (int64_t) ((now + ahead_ms * 1000000u) / 1000000000u);
-	return (allot__wall_ms() + (int64_t) ahead_ms) / 1000;
-}
-
-static int64_t
-acct_second(const syncc *s, uint64_t now)
-{
-	return acct_second_ahead(s, now, 0);
-}
-
-static void
-acct_take(syncc *s, uint64_t now)
-{
-	allot_agent *a = s->a;
-	(void) allot__acct_second(&s->acct, acct_second(s, now));
-	for (uint32_t i = 0; i < nq(s); i++) {
-		allot__ktotals t;
-		allot__quota_totals(a, &a->quotas[i], &t);
-		allot__acct_take(
-		    &s->acct, i, t.spent, t.denied_tokens, t.shadow_tokens);
-	}
-	uint64_t lost = atomic_load(&s->acct.dropped_tokens);
-	if (lost != s->acct_dropped_said) {
-		allot__log_ratelimited(&a->log, &s->acct_rl, ALLOT_LOG_ERR,
-		    "ALLOT-SYNC-USAGE-LOST",
-		    "%" PRIu64 " tokens of decisions dropped from the "
-		    "account: the coordinator has confirmed nothing for "
-		    "%u records, every minute of them folded already",
-		    lost - s->acct_dropped_said, ALLOT__ACCT_RECORDS);
-		s->acct_dropped_said = lost;
-	}
-}
-
-void
-allot__syncc_tick(syncc *s, uint64_t now)
-{
-	/* Between exchanges only the ends of seconds matter: the last
-	 * check before one takes what the second holds, the first after
-	 * it closes it (the driver checks every eighth of an interval). */
-	uint64_t step = s->a->opts.sync_interval_ms / 8 + 1;
-	int64_t sec = acct_second(s, now);
-	if (sec != s->acct.open_second ||
-	    acct_second_ahead(s, now, step) != sec)
-		acct_take(s, now);
-}
-
 int
 allot__syncc_create(
     syncc *s, allot_agent *a, uint64_t seed, const allot__installer *in)
@@ -164,7 +92,7 @@ allot__syncc_create(
 	atomic_store(&s->enforced, a->cfg->digest);
 	s->acct_rl = (allot__logrl) ALLOT__LOGRL_INIT(1, 60000);
 	if (s->q == NULL || s->seen == NULL || s->was == NULL ||
-	    allot__acct_init(&s->acct, cap, incarnation_seed(a, seed)) !=
+	    allot__acct_init(&s->acct, cap, allot__syncc_acct_seed(a, seed)) !=
 	        ALLOT_OK) {
 		allot__syncc_fini(s);
 		return ALLOT_ENOMEM;
@@ -254,7 +182,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	s->last_sync_ns = now;
 
 	int rc = ALLOT_ENOMEM;
-	acct_take(s, now);
+	allot__syncc_acct_take(s, now);
 	void *umem = NULL;
 	Allot__V1__Usage **usage = NULL;
 	size_t nusage = 0;
@@ -388,7 +316,7 @@ allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
 	if (s->session == 0 || !atomic_load(&s->connected))
 		return ALLOT_ESTATE;
 	/* Its last decisions go with it. */
-	acct_take(s, allot__agent_now(s->a));
+	allot__syncc_acct_take(s, allot__agent_now(s->a));
 	(void) allot__acct_close(&s->acct);
 	Allot__V1__Leave lv = ALLOT__V1__LEAVE__INIT;
 	lv.session = s->session;

@@ -187,6 +187,13 @@ uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
  * on true runs the exchange at once (the Sync says `early`). */
 bool allot__syncc_early_due(allot__syncc *c, uint64_t now);
 
+/* The seed of a new engine's account incarnation (sync_account.c). */
+uint64_t allot__syncc_acct_seed(const allot_agent *a, uint64_t seed);
+
+/* Take the quotas' counters into the account at `now` (sync_account.c):
+ * each exchange does, before it builds its request or Leave. */
+void allot__syncc_acct_take(allot__syncc *c, uint64_t now);
+
 /* The account's clock (account.h): the driver calls it between
  * exchanges, every eighth of an interval. The counters are taken (as at
  * each exchange) at the last call before a second ends and the first

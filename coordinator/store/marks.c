@@ -108,7 +108,6 @@ evict(allot__marks *m)
 			worst = i;
 	}
 	remove_at(m, worst);
-	m->evicted++;
 }
 
 int
@@ -141,7 +140,6 @@ allot__marks_copy(allot__marks *dst, const allot__marks *src)
 {
 	if (src->n == 0) {
 		allot__marks_fini(dst);
-		dst->evicted = src->evicted;
 		return ALLOT_OK;
 	}
 	if (dst->cap != src->cap || dst->v == NULL) {
@@ -162,7 +160,6 @@ allot__marks_copy(allot__marks *dst, const allot__marks *src)
 	memcpy(
 	    dst->index.hash, src->index.hash, slots * sizeof *dst->index.hash);
 	dst->n = src->n;
-	dst->evicted = src->evicted;
 	return ALLOT_OK;
 }
 

@@ -35,7 +35,6 @@ typedef struct allot__marks {
 	size_t n;
 	size_t cap;
 	allot__idmap index; /* incarnation -> position in v */
-	uint64_t evicted;
 } allot__marks;
 
 void allot__marks_init(allot__marks *m);
