@@ -615,18 +615,8 @@ reg_account(pc_conn *c, const char *url, const char *replica, uint64_t inc)
 {
 	ck_assert_int_eq(pc_open(c, url, 5000), 0);
 	static const char *const keys[] = { "c1" };
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
-	reg.replica_id = (char *) replica;
-	reg.service = (char *) "svc";
-	reg.keys = (char **) keys;
-	reg.n_keys = 1;
-	reg.sync_interval_ms = 100;
-	reg.incarnation = inc;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
-	env.register_ = &reg;
-	Allot__V1__Envelope *w = pc_send(c, &env);
+	Allot__V1__Envelope *w = pc_register_account(
+	    c, replica, "svc", keys, 1, 100, inc);
 	ck_assert_ptr_nonnull(w);
 	ck_assert_int_eq(w->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
 	uint64_t session = w->welcome->session;

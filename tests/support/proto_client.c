@@ -152,6 +152,15 @@ Allot__V1__Envelope *
 pc_register(pc_conn *c, const char *replica_id, const char *service,
     const char *const *keys, size_t nkeys, uint32_t interval_ms)
 {
+	return pc_register_account(
+	    c, replica_id, service, keys, nkeys, interval_ms, 0);
+}
+
+Allot__V1__Envelope *
+pc_register_account(pc_conn *c, const char *replica_id, const char *service,
+    const char *const *keys, size_t nkeys, uint32_t interval_ms,
+    uint64_t incarnation)
+{
 	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
 	char host[] = "testhost";
@@ -165,6 +174,7 @@ pc_register(pc_conn *c, const char *replica_id, const char *service,
 	reg.keys = (char **) keys;
 	reg.n_keys = nkeys;
 	reg.sync_interval_ms = interval_ms;
+	reg.incarnation = incarnation;
 	env.version = 1;
 	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
 	env.register_ = &reg;

@@ -49,6 +49,11 @@ void pc_free(Allot__V1__Envelope *env);
 Allot__V1__Envelope *pc_register(pc_conn *c, const char *replica_id,
     const char *service, const char *const *keys, size_t nkeys,
     uint32_t interval_ms);
+/* The same for an agent that keeps an account (Register.incarnation;
+ * 0: none, as pc_register). */
+Allot__V1__Envelope *pc_register_account(pc_conn *c, const char *replica_id,
+    const char *service, const char *const *keys, size_t nkeys,
+    uint32_t interval_ms, uint64_t incarnation);
 
 typedef struct pc_report {
 	uint32_t key;
