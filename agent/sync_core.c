@@ -356,6 +356,11 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 		 * allowance changes hands are counted twice. */
 		level = allot__bucket_level(&q->bucket, now);
 		if (level > burst + 1) {
+			/* Most of what it held: the reserve is the place for
+			 * it, and it is nowhere until the next Sync says so
+			 * (a service's birth ends, a burst moves on). */
+			if (level - burst > burst)
+				s->returning = true;
 			s->q[key].returned += (uint64_t) (level - burst);
 			allot__ledger_out(
 			    l, (double) (uint64_t) (level - burst));
@@ -1043,6 +1048,10 @@ allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
 			s->welcomed = false;
 			s->early_sent = false;
 			t /= 2;
+		}
+		if (s->returning) {
+			s->returning = false;
+			t = fmin(t, a->opts.sync_interval_ms / 8.0);
 		}
 	} else {
 		/* Full jitter between the floor and the current backoff. */

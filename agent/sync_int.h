@@ -68,6 +68,9 @@ typedef struct allot__syncc {
 	bool welcomed; /* a Welcome came: the next Sync after T/2 */
 	bool early; /* the next Sync goes out early (syncc_early_due) */
 	bool early_sent; /* the last Sync went out early */
+	bool returning; /* a lower burst dropped more tokens than it
+	                   keeps: the next Sync after T/8 (sync_core.c,
+	                   install_share) */
 	uint64_t rng;
 	/* Per quota, sized a->quota_cap: a config installed from a reply
 	 * appends quotas (sync_core.c, "The config plane"). */

@@ -51,8 +51,11 @@ start(pc_coord *c, bool central)
 	pc_coord_spawn(c, args, NULL);
 }
 
+/* An agent of service "svc" syncing every `interval_ms`, announcing
+ * `initial` replicas. */
 static allot_agent *
-mkagent(const pc_coord *c, const char *replica, bool waits)
+mkagent_with(const pc_coord *c, const char *replica, bool waits,
+    uint32_t interval_ms, uint32_t initial)
 {
 	char err[256];
 	allot_config *cfg;
@@ -63,12 +66,19 @@ mkagent(const pc_coord *c, const char *replica, bool waits)
 	o.coordinator = c->url;
 	o.service = "svc";
 	o.replica_id = replica;
-	o.sync_interval_ms = 50;
+	o.sync_interval_ms = interval_ms;
+	o.initial_replicas = initial;
 	o.waits = waits;
 	allot_agent *a;
 	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
 	allot_config_free(cfg);
 	return a;
+}
+
+static allot_agent *
+mkagent(const pc_coord *c, const char *replica, bool waits)
+{
+	return mkagent_with(c, replica, waits, 50, 1);
 }
 
 /* allotd (the reserve on or off) and NREP agents "r0".."r<NREP-1>";
@@ -267,6 +277,53 @@ START_TEST(start_up_refuses_nothing)
 }
 END_TEST
 
+/* A service's birth: until its replicas have reported, nobody's body is
+ * known, and a replica that waits holds its equal split (R/4, B/4) as
+ * one that does not, rather than a body of nothing: its first requests
+ * are decided at once, whatever a round trip to the reserve costs on a
+ * stalled machine (docs/allocation.md, "Start-up"). Fails when the
+ * first Welcomes carry bodies: their buckets are closed then, and the
+ * requests below, which never wait, are all refused. */
+START_TEST(birth_holds_the_split)
+{
+	pc_coord c;
+	pc_coord_init(&c, "/tmp/allot-tail", CFG);
+	/* Intervals of a second: the birth lasts until every replica's
+	 * fourth Sync, long after the requests below. */
+	const char *args[] = { "--interval-ms", "1000", NULL };
+	pc_coord_spawn(&c, args, NULL);
+	allot_agent *as[NREP];
+	for (int i = 0; i < NREP; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "r%d", i);
+		as[i] = mkagent_with(&c, id, true, 1000, NREP);
+	}
+	uint64_t t0 = pc_now_ms();
+	for (int i = 0; i < NREP; i++) {
+		allot_sync_stats ss;
+		for (;;) {
+			allot_sync_stats_get(as[i], &ss);
+			if (ss.connected)
+				break;
+			ck_assert_msg(pc_now_ms() - t0 < 15000,
+			    "agent %d did not connect", i);
+			pc_sleep_ms(5);
+		}
+	}
+	/* Each its split less a little: what it holds since its Welcome. */
+	int per = BURST_B / NREP - 10;
+	for (int i = 0; i < NREP; i++) {
+		int ok = burst(as[i], per, false);
+		fprintf(stderr, "tail: birth r%d admitted %d of %d at once\n",
+		    i, ok, per);
+		ck_assert_msg(ok == per,
+		    "replica %d admitted %d of %d under its split at birth", i,
+		    ok, per);
+	}
+	stop_all(&c, as);
+}
+END_TEST
+
 /* One Ask over a fresh connection: the Error code of the answer, or 0
  * for a Grant. */
 static int
@@ -389,6 +446,7 @@ tail_suite(void)
 	tcase_add_test(tc, hostile_asks_refused);
 	tcase_add_test(tc, standby_when_allotd_dies);
 	tcase_add_test(tc, start_up_refuses_nothing);
+	tcase_add_test(tc, birth_holds_the_split);
 	suite_add_tcase(s, tc);
 	return s;
 }
