@@ -108,14 +108,13 @@ for name in ("checkout", "search"):
     # ten processes a stall longer than the 20 ms wait refuses what
     # asks: one CI run lost 62 of checkout's 600 tokens (p99 latency
     # 135 ms), and 3-71 were lost beside four busy loops at a higher
-    # priority (tokens the split kept: it refused 0). Since a service
-    # is split until its replicas have reported and a bucket that drops
-    # most of its tokens reports them after T/8 (docs/allocation.md,
-    # "Start-up"), 0-7 beside those loops (5 runs) and 0-5 in 5 runs
-    # without, but once 31: the bodies then grow from a quarter of the
-    # equal share over about 8 intervals, and what they do not hold
-    # yet asks (the gap issue 25's note names). At most 10 % of the
-    # start-up's tokens, 3 at least, as in the cluster.
+    # priority (tokens the split kept: it refused 0). Since a bucket
+    # that drops most of its tokens reports them after T/8
+    # (docs/allocation.md, "When it fails"), 0-11 beside those loops
+    # (4 runs): the bodies grow from a quarter of the equal share over
+    # about 8 intervals, and what they do not hold yet asks (the gap
+    # issue 25's note names). At most 10 % of the start-up's tokens, 3
+    # at least, as in the cluster.
     # The cluster starts three allotd members and their Raft beside the
     # replicas: there its first Asks took longer still, and search (on
     # one replica, its body not yet known) lost 18-36 of its 400 in 2 of

@@ -277,26 +277,27 @@ START_TEST(start_up_refuses_nothing)
 }
 END_TEST
 
-/* A service's birth: until its replicas have reported, nobody's body is
- * known, and a replica that waits holds its equal split (R/4, B/4) as
- * one that does not, rather than a body of nothing: its first requests
- * are decided at once, whatever a round trip to the reserve costs on a
- * stalled machine (docs/allocation.md, "Start-up"). Fails when the
- * first Welcomes carry bodies: their buckets are closed then, and the
- * requests below, which never wait, are all refused. */
-START_TEST(birth_holds_the_split)
+/* What a bucket drops is the reserve's as soon as allotd hears of it:
+ * when a drop is most of what the bucket held, the agent says so after
+ * T/8 rather than T. Here the first Welcomes of a service that waits
+ * close the buckets the agents started with (B/4 each, their
+ * initial_replicas): 600 ms later, before any Sync the interval of 2 s
+ * would bring (the first comes T/2 after a Welcome), the reserve holds
+ * all four quarters and a burst of 360 on one replica passes. Without
+ * it the reserve holds that replica's own quarter (its Ask returns
+ * it) and 0.6 s of refill: about 220 (docs/allocation.md, "The central
+ * reserve"). */
+START_TEST(dropped_tokens_return_at_once)
 {
 	pc_coord c;
 	pc_coord_init(&c, "/tmp/allot-tail", CFG);
-	/* Intervals of a second: the birth lasts until every replica's
-	 * fourth Sync, long after the requests below. */
-	const char *args[] = { "--interval-ms", "1000", NULL };
+	const char *args[] = { "--interval-ms", "2000", NULL };
 	pc_coord_spawn(&c, args, NULL);
 	allot_agent *as[NREP];
 	for (int i = 0; i < NREP; i++) {
 		char id[16];
 		snprintf(id, sizeof id, "r%d", i);
-		as[i] = mkagent_with(&c, id, true, 1000, NREP);
+		as[i] = mkagent_with(&c, id, true, 2000, NREP);
 	}
 	uint64_t t0 = pc_now_ms();
 	for (int i = 0; i < NREP; i++) {
@@ -310,16 +311,11 @@ START_TEST(birth_holds_the_split)
 			pc_sleep_ms(5);
 		}
 	}
-	/* Each its split less a little: what it holds since its Welcome. */
-	int per = BURST_B / NREP - 10;
-	for (int i = 0; i < NREP; i++) {
-		int ok = burst(as[i], per, false);
-		fprintf(stderr, "tail: birth r%d admitted %d of %d at once\n",
-		    i, ok, per);
-		ck_assert_msg(ok == per,
-		    "replica %d admitted %d of %d under its split at birth", i,
-		    ok, per);
-	}
+	pc_sleep_ms(600);
+	int ok = burst(as[0], BURST, true);
+	fprintf(stderr, "tail: dropped tokens returned: %d of %d admitted\n",
+	    ok, BURST);
+	ck_assert_msg(ok >= BURST - 30, "%d of %d admitted", ok, BURST);
 	stop_all(&c, as);
 }
 END_TEST
@@ -446,7 +442,7 @@ tail_suite(void)
 	tcase_add_test(tc, hostile_asks_refused);
 	tcase_add_test(tc, standby_when_allotd_dies);
 	tcase_add_test(tc, start_up_refuses_nothing);
-	tcase_add_test(tc, birth_holds_the_split);
+	tcase_add_test(tc, dropped_tokens_return_at_once);
 	suite_add_tcase(s, tc);
 	return s;
 }

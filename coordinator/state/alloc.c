@@ -220,18 +220,11 @@ long_run(const allot__alloc_slot *x, double total, double slow)
  * bucket is short (allot__alloc_slot.tail): its bucket is then for the
  * body of its traffic and the rest of its part is pooled. A slot whose
  * callers never wait is split as without a reserve: they would be
- * refused what the reserve holds. So is every slot of a service just
- * born while none has reported (aq->birth): nobody's body is known, and
- * a reserve that starts empty would serve the first requests of every
- * replica one round trip late, or not at all on a stalled machine,
- * where the split's buckets (what the agents hold before their
- * Welcome) admit them at once. Not after a take-over or a restart:
- * the replicas hold their bodies then, and the rest of the quota waits
- * in the reserve for their tails. */
+ * refused what the reserve holds. */
 static bool
 waits(const allot__alloc_quota *aq, const allot__alloc_slot *x)
 {
-	return aq->central && x->tail && !aq->birth;
+	return aq->central && x->tail;
 }
 
 /* Every slot's demand estimate into slot->rate (scratch until

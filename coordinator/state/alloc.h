@@ -159,9 +159,6 @@ typedef struct allot__alloc_quota {
 	bool pooled; /* central and some slot waits for the reserve: the
 	                parts of those slots not in their buckets are
 	                pooled there */
-	bool birth; /* input: the service was just born (nobody ran it
-	               before) and none of its replicas has reported
-	               yet: split as without a reserve */
 } allot__alloc_quota;
 
 /* One round for one service: all its quotas at once, so a policy may

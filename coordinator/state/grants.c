@@ -71,7 +71,6 @@ allot__forming_start(
 	 * (their replicas hold the previous grants). */
 	if (svc->nsess != 0 || svc->nzs != 0 || expected < 2)
 		return false;
-	svc->birth = true;
 	uint32_t cap = st->o.max_replicas_per_service;
 	svc->form_expect = cap > 0 && expected > cap ? cap : expected;
 	svc->form_until_ns = now + (uint64_t) ALLOT__STATE_FORM_MS * 1000000u;
@@ -173,8 +172,6 @@ alloc_slots(allot__state *st, service *svc, uint64_t now)
 		 * newcomer claims from its first Sync, half an interval
 		 * after its Welcome. */
 		bool fresh = s->placeholder || s->last_seq == 1;
-		if (!s->placeholder && s->last_seq >= 2)
-			svc->birth = false;
 		double d = fresh ? 0 : allot__est_read(s, key);
 		double dv = fresh ? 0 : allot__est_var(s, key);
 		svc->q[q].demand_sum += d;
@@ -259,8 +256,6 @@ allot__recompute(allot__state *st, service *svc, uint64_t now)
 	const cfgv *v = st->cur;
 	if (!alloc_quotas(st, svc, now) || !alloc_slots(st, svc, now))
 		return false;
-	for (size_t q = 0; q < v->nq; q++)
-		st->aq[q].birth = svc->birth;
 	double window_s = svc->last_alloc_ns != 0 ?
 	    (double) since(now, svc->last_alloc_ns) / 1e9 :
 	    0;

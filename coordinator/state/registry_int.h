@@ -333,10 +333,6 @@ typedef struct service {
 	 * Welcomes of the replicas still to come. 0: not forming. */
 	uint32_t form_expect;
 	uint64_t form_until_ns;
-	/* Born: created by a Register while nobody ran it, and none of its
-	 * replicas has reported since. Its quotas are split as without a
-	 * central reserve until one does (alloc.c, waits()). */
-	bool birth;
 	bool rec_pending; /* some key has rec_pending */
 	uint64_t last_alloc_ns;
 	uint64_t empty_ns; /* when it was first seen empty; 0: not */
