@@ -356,9 +356,10 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 		 * allowance changes hands are counted twice. */
 		level = allot__bucket_level(&q->bucket, now);
 		if (level > burst + 1) {
-			/* Most of what it held: the reserve is the place for
+			/* More than it keeps: the reserve is the place for
 			 * it, and it is nowhere until the next Sync says so
-			 * (a service's birth ends, a burst moves on). */
+			 * (the first Welcome closes the bucket the agent
+			 * started with, a burst moves on). */
 			if (level - burst > burst)
 				s->returning = true;
 			s->q[key].returned += (uint64_t) (level - burst);
