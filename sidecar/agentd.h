@@ -84,6 +84,8 @@ struct agentd_counters {
 	atomic_uint_fast64_t grpc_calls;
 	atomic_uint_fast64_t grpc_errors;
 	atomic_uint_fast64_t grpc_refused_conns;
+	atomic_uint_fast64_t grpc_evicted_conns; /* idle, to make room */
+	atomic_uint_fast64_t grpc_accept_pauses; /* out of descriptors */
 	atomic_uint_fast64_t grpc_conns;
 	atomic_uint_fast64_t http_calls;
 	atomic_uint_fast64_t http_errors;

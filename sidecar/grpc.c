@@ -16,7 +16,12 @@
  * further bytes dropped), request bytes held per connection, and idle
  * time. A protocol error ends the
  * connection with GOAWAY (nghttp2 writes it); a bad request ends only its
- * stream with a gRPC status.
+ * stream with a gRPC status. Idle connections cannot hold the daemon's
+ * capacity for the whole idle timeout: when the connection table is full,
+ * or the process is out of descriptors, a new connection takes the place
+ * of the one quiet the longest with no stream open (evict_idle()); when
+ * there is none, a worker out of descriptors stops watching the listener
+ * for a moment (accept_pause()) rather than spinning on it.
  *
  * Certificates rotate: grpc_server_check_certs() (the main thread, every
  * --cert-check-ms) loads the files again when they change and swaps the
@@ -56,6 +61,13 @@
  * waiting for a slow reader before it stops producing. */
 #define OUT_BATCH 65536
 #define TICK_MS 250
+/* How long a connection with no stream open must have been quiet before
+ * a new one may take its place (evict_idle()). */
+#define EVICT_IDLE_MS 1000
+/* Out of descriptors and nothing to evict: how long the listener leaves
+ * the worker's epoll set (it is level-triggered, and would wake the
+ * worker at once to fail the same way). */
+#define ACCEPT_PAUSE_MS 100
 /* Request bytes one connection may hold at once, across its streams, in
  * messages of the largest size: what bounds a client that opens every
  * stream it may and sends each a message it never ends. */
@@ -75,6 +87,8 @@ struct worker {
 	pthread_t thread;
 	int ep;
 	struct conn *conns; /* doubly linked, for the idle scan */
+	uint64_t paused_until_ms; /* the listener is out of ep until then;
+	                             0: it is in */
 };
 
 struct grpc_server {
@@ -609,13 +623,49 @@ conn_tls(struct conn *c)
 	return true;
 }
 
+/* Close this worker's connection quiet the longest, if it has no stream
+ * open and has been quiet for EVICT_IDLE_MS: room for a new one. False
+ * when there is none. */
+static bool
+evict_idle(struct worker *w)
+{
+	uint64_t now = agentd_now_ms();
+	struct conn *oldest = NULL;
+	for (struct conn *c = w->conns; c != NULL; c = c->next)
+		if (c->streams == NULL && now - c->last_ms >= EVICT_IDLE_MS &&
+		    (oldest == NULL || c->last_ms < oldest->last_ms))
+			oldest = c;
+	if (oldest == NULL)
+		return false;
+	atomic_fetch_add(&w->g->d->n.grpc_evicted_conns, 1);
+	conn_close(oldest);
+	return true;
+}
+
+/* A place in the connection table (--max-connections) for a new
+ * connection, evicting an idle one when it is full. */
+static bool
+conn_slot(struct worker *w)
+{
+	struct grpc_server *g = w->g;
+	unsigned max = g->d->o.max_connections;
+	if (atomic_fetch_add(&g->nconns, 1) < max)
+		return true;
+	atomic_fetch_sub(&g->nconns, 1);
+	if (!evict_idle(w))
+		return false;
+	if (atomic_fetch_add(&g->nconns, 1) < max)
+		return true;
+	atomic_fetch_sub(&g->nconns, 1);
+	return false;
+}
+
 static void
 conn_open(struct worker *w, int fd)
 {
 	struct grpc_server *g = w->g;
 	struct agentd *d = g->d;
-	if (atomic_fetch_add(&g->nconns, 1) >= d->o.max_connections) {
-		atomic_fetch_sub(&g->nconns, 1);
+	if (!conn_slot(w)) {
 		atomic_fetch_add(&d->n.grpc_refused_conns, 1);
 		close(fd);
 		return;
@@ -650,14 +700,56 @@ conn_open(struct worker *w, int fd)
 	}
 }
 
+/* The listener out of this worker's epoll set for ACCEPT_PAUSE_MS. */
+static void
+accept_pause(struct worker *w)
+{
+	struct agentd *d = w->g->d;
+	int e = errno;
+	if (epoll_ctl(w->ep, EPOLL_CTL_DEL, w->g->lfd, NULL) != 0)
+		return;
+	w->paused_until_ms = agentd_now_ms() + ACCEPT_PAUSE_MS;
+	if (atomic_fetch_add(&d->n.grpc_accept_pauses, 1) == 0)
+		agentd_log(d, 4, "AGENTD-GRPC-ACCEPT",
+		    "cannot accept a connection (%s) and none is idle to "
+		    "make room: accepting again in %d ms (counted in "
+		    "allot_agentd_grpc_accept_pauses_total; raise the "
+		    "descriptor limit or lower --max-connections)",
+		    strerror(e), ACCEPT_PAUSE_MS);
+}
+
+/* The listener back in the epoll set once its pause is over. */
+static void
+accept_resume(struct worker *w)
+{
+	if (w->paused_until_ms == 0 || agentd_now_ms() < w->paused_until_ms)
+		return;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
+		.data.ptr = NULL };
+	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->g->lfd, &ev) == 0)
+		w->paused_until_ms = 0;
+}
+
 static void
 accept_all(struct worker *w)
 {
 	for (;;) {
 		int fd = accept4(w->g->lfd, NULL, NULL, SOCK_NONBLOCK);
-		if (fd < 0)
-			return;
-		conn_open(w, fd);
+		if (fd >= 0) {
+			conn_open(w, fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		/* Out of descriptors (or of the kernel's memory for one):
+		 * an idle connection makes room, else a pause. */
+		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+		    errno == ENOMEM) {
+			if (evict_idle(w))
+				continue;
+			accept_pause(w);
+		}
+		return;
 	}
 }
 
@@ -681,7 +773,9 @@ worker_main(void *arg)
 	struct epoll_event evs[64];
 	uint64_t last_reap = agentd_now_ms();
 	while (!atomic_load(&w->g->stop)) {
-		int n = epoll_wait(w->ep, evs, 64, TICK_MS);
+		int n = epoll_wait(w->ep, evs, 64,
+		    w->paused_until_ms != 0 ? ACCEPT_PAUSE_MS / 4 : TICK_MS);
+		accept_resume(w);
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.ptr == NULL) {
 				accept_all(w);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,6 +137,40 @@ enabled(const char *listen)
 	    strcmp(listen, "none") != 0;
 }
 
+/* Descriptors: each connection takes one (the HTTP API a thread too),
+ * and the soft limit many systems start a process with (1,024) is far
+ * below what --max-connections allows. Raised to the hard limit, as
+ * servers do; when that is still below what the listeners may hold, the
+ * gRPC workers make room by closing idle connections, then pause
+ * accepting (grpc.c), and the log says so now. */
+static void
+raise_fd_limit(struct agentd *d)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	rlim_t was = rl.rlim_cur;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			rl.rlim_cur = was;
+	}
+	/* Both listeners' connections, and room for the rest. */
+	rlim_t want = 2 * (rlim_t) d->o.max_connections + 64;
+	if (rl.rlim_cur < want)
+		agentd_log(d, 4, "AGENTD-LIMIT",
+		    "%llu descriptors (hard limit %llu) for up to %u "
+		    "connections per listener: raise the limit (systemd "
+		    "LimitNOFILE=, ulimit -n) or lower --max-connections",
+		    (unsigned long long) rl.rlim_cur,
+		    (unsigned long long) rl.rlim_max, d->o.max_connections);
+	else if (rl.rlim_cur != was)
+		agentd_log(d, 7, "AGENTD-LIMIT",
+		    "descriptors: soft limit raised from %llu to %llu",
+		    (unsigned long long) was,
+		    (unsigned long long) rl.rlim_cur);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -153,6 +188,7 @@ main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit(d);
 
 	start_agent(d);
 	if (enabled(d->o.grpc_listen)) {

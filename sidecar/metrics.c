@@ -186,6 +186,10 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    "allot_agentd_grpc_connections_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_grpc_refused_connections_total counter\n"
 	    "allot_agentd_grpc_refused_connections_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_grpc_evicted_connections_total counter\n"
+	    "allot_agentd_grpc_evicted_connections_total %" PRIu64 "\n"
+	    "# TYPE allot_agentd_grpc_accept_pauses_total counter\n"
+	    "allot_agentd_grpc_accept_pauses_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_http_calls_total counter\n"
 	    "allot_agentd_http_calls_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_http_errors_total counter\n"
@@ -201,6 +205,7 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    "allot_agentd_coordinator_cert_reload_errors_total %" PRIu64 "\n",
 	    (uint64_t) n->grpc_calls, (uint64_t) n->grpc_errors,
 	    (uint64_t) n->grpc_conns, (uint64_t) n->grpc_refused_conns,
+	    (uint64_t) n->grpc_evicted_conns, (uint64_t) n->grpc_accept_pauses,
 	    (uint64_t) n->http_calls, (uint64_t) n->http_errors,
 	    (uint64_t) n->cert_reloads, (uint64_t) n->cert_reload_errors,
 	    (uint64_t) n->coord_cert_reloads,
