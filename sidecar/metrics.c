@@ -178,6 +178,9 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	sync_state(f, d->agent);
 	const struct agentd_counters *n = &d->n;
 	fprintf(f,
+	    "# HELP allot_agentd_build_info allot-agentd version.\n"
+	    "# TYPE allot_agentd_build_info gauge\n"
+	    "allot_agentd_build_info{version=\"%s\"} 1\n"
 	    "# TYPE allot_agentd_grpc_calls_total counter\n"
 	    "allot_agentd_grpc_calls_total %" PRIu64 "\n"
 	    "# TYPE allot_agentd_grpc_errors_total counter\n"
@@ -203,12 +206,12 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    "# TYPE allot_agentd_coordinator_cert_reload_errors_total "
 	    "counter\n"
 	    "allot_agentd_coordinator_cert_reload_errors_total %" PRIu64 "\n",
-	    (uint64_t) n->grpc_calls, (uint64_t) n->grpc_errors,
-	    (uint64_t) n->grpc_conns, (uint64_t) n->grpc_refused_conns,
-	    (uint64_t) n->grpc_evicted_conns, (uint64_t) n->grpc_accept_pauses,
-	    (uint64_t) n->http_calls, (uint64_t) n->http_errors,
-	    (uint64_t) n->cert_reloads, (uint64_t) n->cert_reload_errors,
-	    (uint64_t) n->coord_cert_reloads,
+	    ALLOT_VERSION_STRING, (uint64_t) n->grpc_calls,
+	    (uint64_t) n->grpc_errors, (uint64_t) n->grpc_conns,
+	    (uint64_t) n->grpc_refused_conns, (uint64_t) n->grpc_evicted_conns,
+	    (uint64_t) n->grpc_accept_pauses, (uint64_t) n->http_calls,
+	    (uint64_t) n->http_errors, (uint64_t) n->cert_reloads,
+	    (uint64_t) n->cert_reload_errors, (uint64_t) n->coord_cert_reloads,
 	    (uint64_t) n->coord_cert_reload_errors);
 	ok = !ferror(f) && ok;
 	if (fclose(f) != 0 || !ok) {

@@ -29,6 +29,8 @@
 
 #include <check.h>
 
+#include <allot/allot.h>
+
 #include "allotd.h"
 #include "proc.h"
 #include "proto_client.h"
@@ -551,7 +553,10 @@ START_TEST(idle_connections_make_room)
 	char *m = pc_http_get(a.http_port, "/metrics", &(int) { 0 });
 	ck_assert_ptr_nonnull(m);
 	ck_assert_msg(
-	    strstr(m, "allot_agentd_grpc_accept_pauses_total 0") == NULL &&
+	    strstr(m,
+	        "allot_agentd_build_info{version=\"" ALLOT_VERSION_STRING
+	        "\"} 1") != NULL &&
+	        strstr(m, "allot_agentd_grpc_accept_pauses_total 0") == NULL &&
 	        strstr(m, "allot_agentd_grpc_evicted_connections_total 0") ==
 	            NULL,
 	    "%s", m);
