@@ -342,15 +342,23 @@ rss_kb(pid_t pid)
 	return kb;
 }
 
-/* Bytes that are not HTTP/2 after the preface: GOAWAY, then close. */
-static void
-raw_garbage(int port)
+/* A TCP connection to the gRPC port on loopback, nothing sent yet. */
+static int
+idle_conn(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 		.sin_port = htons((uint16_t) port) };
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+	return fd;
+}
+
+/* Bytes that are not HTTP/2 after the preface: GOAWAY, then close. */
+static void
+raw_garbage(int port)
+{
+	int fd = idle_conn(port);
 	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 	/* A SETTINGS frame of length 5 (not a multiple of 6). */
 	static const uint8_t bad[] = { 0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4,
@@ -439,18 +447,6 @@ START_TEST(bad_clients)
 	agentd_stop(&a);
 }
 END_TEST
-
-/* A TCP connection to the gRPC port that never sends a byte. */
-static int
-idle_conn(int port)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-		.sin_port = htons((uint16_t) port) };
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *) &sa, sizeof sa), 0);
-	return fd;
-}
 
 /* The descriptors `pid` holds. */
 static int
