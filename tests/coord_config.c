@@ -23,7 +23,6 @@ static Allot__V1__Envelope *
 register_digest(pc_conn *conn, const char *id, const char *const *k, size_t n,
     uint64_t digest)
 {
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
 	reg.replica_id = (char *) id;
 	reg.service = (char *) SVC;
@@ -33,10 +32,7 @@ register_digest(pc_conn *conn, const char *id, const char *const *k, size_t n,
 	reg.keys = (char **) k;
 	reg.n_keys = n;
 	reg.sync_interval_ms = 100;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
-	env.register_ = &reg;
-	Allot__V1__Envelope *e = pc_send(conn, &env);
+	Allot__V1__Envelope *e = pc_send_register(conn, &reg);
 	ck_assert_ptr_nonnull(e);
 	ck_assert_int_eq(e->body_case, ALLOT__V1__ENVELOPE__BODY_WELCOME);
 	return e;
@@ -48,7 +44,6 @@ static Allot__V1__Envelope *
 sync_digest(pc_conn *conn, uint64_t session, uint64_t seq, uint64_t digest,
     const char *const *add, size_t nadd, uint32_t key, uint64_t consumed)
 {
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
 	Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
 	Allot__V1__KeyReport *krp = &kr;
@@ -62,10 +57,7 @@ sync_digest(pc_conn *conn, uint64_t session, uint64_t seq, uint64_t digest,
 	sy.n_add_keys = nadd;
 	sy.reports = consumed > 0 ? &krp : NULL;
 	sy.n_reports = consumed > 0 ? 1 : 0;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
-	env.sync = &sy;
-	Allot__V1__Envelope *e = pc_send(conn, &env);
+	Allot__V1__Envelope *e = pc_send_sync(conn, &sy);
 	ck_assert_ptr_nonnull(e);
 	return e;
 }

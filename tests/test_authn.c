@@ -487,17 +487,13 @@ openssl_register(pc_conn *c, const char *name, const char *service,
 	proof.nonce.len = sizeof nonce;
 	proof.signature.data = sig;
 	proof.signature.len = siglen;
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
 	reg.replica_id = (char *) "r-ossl";
 	reg.service = (char *) service;
 	reg.keys = (char **) keys;
 	reg.n_keys = 1;
 	reg.identity = &proof;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
-	env.register_ = &reg;
-	Allot__V1__Envelope *e = pc_send(c, &env);
+	Allot__V1__Envelope *e = pc_send_register(c, &reg);
 	free(sig);
 	free(crt);
 	ck_assert_ptr_nonnull(e);

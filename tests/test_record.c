@@ -646,11 +646,7 @@ sync_usage(
 	sy.seq = seq;
 	sy.n_usage = 1;
 	sy.usage = &up;
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
-	env.sync = &sy;
-	Allot__V1__Envelope *r = pc_send(c, &env);
+	Allot__V1__Envelope *r = pc_send_sync(c, &sy);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_int_eq(r->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);
 	uint64_t durable = r->reply->durable;

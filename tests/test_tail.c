@@ -334,13 +334,9 @@ ask_raw(const pc_coord *c, uint64_t session, uint64_t tokens, uint64_t min)
 	ask.session = session;
 	ask.n_keys = 1;
 	ask.keys = &kp;
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_ASK;
-	env.ask = &ask;
 	pc_conn conn;
 	ck_assert_int_eq(pc_open(&conn, c->url, 5000), 0);
-	Allot__V1__Envelope *out = pc_send(&conn, &env);
+	Allot__V1__Envelope *out = pc_send_ask(&conn, &ask);
 	ck_assert_ptr_nonnull(out);
 	int code = pc_error_code(out);
 	if (code < 0) {

@@ -149,6 +149,36 @@ pc_send(pc_conn *c, const Allot__V1__Envelope *env)
 }
 
 Allot__V1__Envelope *
+pc_send_register(pc_conn *c, Allot__V1__Register *reg)
+{
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
+	env.register_ = reg;
+	return pc_send(c, &env);
+}
+
+Allot__V1__Envelope *
+pc_send_sync(pc_conn *c, Allot__V1__Sync *sync)
+{
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
+	env.sync = sync;
+	return pc_send(c, &env);
+}
+
+Allot__V1__Envelope *
+pc_send_ask(pc_conn *c, Allot__V1__Ask *ask)
+{
+	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
+	env.version = 1;
+	env.body_case = ALLOT__V1__ENVELOPE__BODY_ASK;
+	env.ask = ask;
+	return pc_send(c, &env);
+}
+
+Allot__V1__Envelope *
 pc_register(pc_conn *c, const char *replica_id, const char *service,
     const char *const *keys, size_t nkeys, uint32_t interval_ms)
 {
@@ -161,7 +191,6 @@ pc_register_account(pc_conn *c, const char *replica_id, const char *service,
     const char *const *keys, size_t nkeys, uint32_t interval_ms,
     uint64_t incarnation)
 {
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Register reg = ALLOT__V1__REGISTER__INIT;
 	char host[] = "testhost";
 	char ver[] = "test-0";
@@ -175,17 +204,13 @@ pc_register_account(pc_conn *c, const char *replica_id, const char *service,
 	reg.n_keys = nkeys;
 	reg.sync_interval_ms = interval_ms;
 	reg.incarnation = incarnation;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_REGISTER;
-	env.register_ = &reg;
-	return pc_send(c, &env);
+	return pc_send_register(c, &reg);
 }
 
 Allot__V1__Envelope *
 pc_sync(pc_conn *c, uint64_t session, uint64_t seq, uint32_t elapsed_ms,
     const pc_report *r, size_t n)
 {
-	Allot__V1__Envelope env = ALLOT__V1__ENVELOPE__INIT;
 	Allot__V1__Sync sync = ALLOT__V1__SYNC__INIT;
 	Allot__V1__KeyReport *kr = calloc(n ? n : 1, sizeof *kr);
 	Allot__V1__KeyReport **krp = calloc(n ? n : 1, sizeof *krp);
@@ -209,10 +234,7 @@ pc_sync(pc_conn *c, uint64_t session, uint64_t seq, uint32_t elapsed_ms,
 	sync.elapsed_ms = elapsed_ms;
 	sync.reports = krp;
 	sync.n_reports = n;
-	env.version = 1;
-	env.body_case = ALLOT__V1__ENVELOPE__BODY_SYNC;
-	env.sync = &sync;
-	Allot__V1__Envelope *ret = pc_send(c, &env);
+	Allot__V1__Envelope *ret = pc_send_sync(c, &sync);
 	free(kr);
 	free(krp);
 	return ret;

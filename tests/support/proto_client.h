@@ -39,6 +39,10 @@ void pc_close(pc_conn *c);
 Allot__V1__Envelope *pc_raw(pc_conn *c, const void *buf, size_t len);
 /* Pack `env` and exchange it. */
 Allot__V1__Envelope *pc_send(pc_conn *c, const Allot__V1__Envelope *env);
+/* One message in a version-1 Envelope, exchanged as pc_send() does. */
+Allot__V1__Envelope *pc_send_register(pc_conn *c, Allot__V1__Register *reg);
+Allot__V1__Envelope *pc_send_sync(pc_conn *c, Allot__V1__Sync *sync);
+Allot__V1__Envelope *pc_send_ask(pc_conn *c, Allot__V1__Ask *ask);
 /* Its two halves, for a client with several connections in flight at
  * once: pack and send `env` (0 or an nng error); receive and decode the
  * answer (NULL on a transport error or timeout). */
