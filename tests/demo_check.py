@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, failures
+
 build = os.environ["ALLOT_BUILD_DIR"]
 src = os.environ["ALLOT_SOURCE_DIR"]
 work = tempfile.mkdtemp(prefix="allot-demo-test-")
@@ -31,13 +33,6 @@ r = subprocess.run([sys.executable, os.path.join(src, "scripts", "demo.py"),
                    capture_output=True, text=True, timeout=150)
 print(r.stdout[-6000:])
 print(r.stderr[-3000:], file=sys.stderr)
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 check(r.returncode == 0, "demo exited 0 (got %d)" % r.returncode)

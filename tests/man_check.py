@@ -11,13 +11,7 @@ import shutil
 import subprocess
 import sys
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+from checks import check, failures
 
 
 def main():

@@ -19,17 +19,12 @@ import tempfile
 import time
 import urllib.request
 
+from checks import check, failures
+
 build = os.environ["ALLOT_BUILD_DIR"]
 src = os.environ["ALLOT_SOURCE_DIR"]
 units = os.path.join(src, "packaging", "systemd")
 work = tempfile.mkdtemp(prefix="allot-units-")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def free_port():
