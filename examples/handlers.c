@@ -22,6 +22,7 @@
 
 #include "service.h"
 #include "tls_identity.h"
+#include "token_identity.h"
 
 const char *const svc_endpoint_path[EP_COUNT] = { "/lookup", "/export" };
 
@@ -114,20 +115,37 @@ request_identity(
 }
 
 /* Resolve the connection's caller once (per identity change in the
- * insecure header mode). Keys are resolved lazily, per endpoint. */
-static void
-conn_resolve(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc)
+ * insecure header mode, per request with a token). Keys are resolved lazily,
+ * per endpoint. A request whose token does not verify is refused (false,
+ * `*bad` says why) and leaves the connection's caller as it was. */
+static bool
+conn_resolve(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
+    allot_jwt_status *bad)
 {
-	if (cc->resolved && s->mode != MODE_PLAIN_INSECURE)
-		return;
+	const char *authz = s->jwt == NULL ?
+	    NULL :
+	    MHD_lookup_connection_value(
+	        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	char id[ALLOT_IDENTITY_MAX + 1];
-	request_identity(s, c, id, sizeof id);
+	if (authz != NULL) {
+		*bad = svc_token_identity(s, authz, id);
+		if (*bad != ALLOT_JWT_OK)
+			return false;
+		cc->by_token = true;
+	} else {
+		if (cc->resolved && !cc->by_token &&
+		    s->mode != MODE_PLAIN_INSECURE)
+			return true;
+		cc->by_token = false;
+		request_identity(s, c, id, sizeof id);
+	}
 	if (cc->resolved && strcmp(id, cc->identity) == 0)
-		return;
+		return true;
 	conn_release(s, cc);
 	memcpy(cc->identity, id, sizeof id);
 	cc->caller = svc_callers_get(s, id);
 	cc->resolved = true;
+	return true;
 }
 
 static allot_key *
@@ -255,6 +273,29 @@ reply_busy(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 	    ra);
 	return reply(
 	    c, MHD_HTTP_SERVICE_UNAVAILABLE, cc->body, n, d, policy, ra);
+}
+
+/* A token that does not verify: 401 with the reason (RFC 6750 §3), and
+ * no bucket charged. */
+static enum MHD_Result
+reply_bad_token(struct MHD_Connection *c, allot_jwt_status st)
+{
+	static const char body_fmt[] =
+	    "{\"error\":\"invalid_token\",\"reason\":\"%s\"}";
+	char buf[96];
+	int n = snprintf(buf, sizeof buf, body_fmt, allot_jwt_status_name(st));
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+	    (size_t) n, buf, MHD_RESPMEM_MUST_COPY);
+	if (r == NULL)
+		return MHD_NO;
+	enum MHD_Result ret = MHD_NO;
+	if (MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON) ==
+	        MHD_YES &&
+	    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+	        "Bearer error=\"invalid_token\"") == MHD_YES)
+		ret = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
+	MHD_destroy_response(r);
+	return ret;
 }
 
 /* ---- the rate-limited endpoints ---- */
@@ -525,8 +566,8 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
 	    c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	struct svc_conn *cc = ci != NULL ? ci->socket_context : NULL;
-	if (cc != NULL)
-		conn_resolve(s, c, cc);
+	allot_jwt_status bad = ALLOT_JWT_OK;
+	bool known = cc == NULL || conn_resolve(s, c, cc, &bad);
 
 	if (strcmp(url, "/healthz") == 0)
 		return atomic_load(&s->stopping) ?
@@ -548,6 +589,8 @@ svc_handle(void *cls, struct MHD_Connection *c, const char *url,
 	if (cc == NULL)
 		return reply_static(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "{\"error\":\"out_of_memory\"}");
+	if (!known)
+		return reply_bad_token(c, bad);
 	allot_key *k = conn_key(s, cc, ep);
 	if (k == NULL)
 		return reply_static(c, MHD_HTTP_INTERNAL_SERVER_ERROR,

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "service.h"
+#include "token_identity.h"
 
 #define PROG "allot-example-service"
 
@@ -134,6 +135,16 @@ usage(FILE *f)
 	    "                     with --plain-http, the caller is the\n"
 	    "                     X-Allot-Identity header (self-declared:\n"
 	    "                     local experiments only)\n"
+	    "--jwt-issuer ISS     also accept callers by a signed token\n"
+	    "                     (Authorization: Bearer) of this issuer\n"
+	    "                     (\"iss\"); its identity is the \"sub\"\n"
+	    "                     claim, and a bad token is answered 401\n"
+	    "--jwks FILE          the issuer's public keys (a JWKS file,\n"
+	    "                     re-read when it changes)\n"
+	    "--jwt-audience AUD   the \"aud\" tokens must name (default:\n"
+	    "                     the service name)\n"
+	    "--jwt-leeway-s S     clock skew allowed on expiry (default\n"
+	    "                     30, at most 300)\n"
 	    "--coordinator URL    allotd address(es), comma separated\n"
 	    "--service NAME       service name (default example)\n"
 	    "--replica-id ID      default <hostname>-<pid>\n"
@@ -226,6 +237,10 @@ static const struct optdef optdefs[] = {
 	{ "plain-http", OK_TRUE, AT(plain_http), 0, 0 },
 	{ "insecure-identity-header", OK_TRUE, AT(insecure_identity_header), 0,
 	    0 },
+	{ "jwt-issuer", OK_STR, AT(jwt_issuer), 0, 0 },
+	{ "jwks", OK_STR, AT(jwks), 0, 0 },
+	{ "jwt-audience", OK_STR, AT(jwt_audience), 0, 0 },
+	{ "jwt-leeway-s", OK_U32, AT(jwt_leeway_s), 0, ALLOT_JWT_LEEWAY_MAX },
 	{ "coordinator", OK_STR, AT(coordinator), 0, 0 },
 	{ "service", OK_STR, AT(service), 0, 0 },
 	{ "replica-id", OK_STR, AT(replica_id), 0, 0 },
@@ -311,6 +326,7 @@ set_defaults(struct svc_options *o)
 	 * for the whole 60 s timeout (docs/reliability.md, "Adversary"). */
 	o->max_per_address = 32;
 	o->connection_timeout_s = 10;
+	o->jwt_leeway_s = 30;
 	o->log_level = 6;
 }
 
@@ -323,6 +339,13 @@ check_combinations(const struct svc_options *o)
 	if (o->plain_http &&
 	    (o->tls_cert != NULL || o->tls_key != NULL || o->ca != NULL))
 		die("--plain-http excludes --tls-cert, --tls-key and --ca");
+	if ((o->jwt_issuer == NULL) != (o->jwks == NULL))
+		die("--jwt-issuer and --jwks go together");
+	if (o->jwt_audience != NULL && o->jwt_issuer == NULL)
+		die("--jwt-audience needs --jwt-issuer and --jwks");
+	if (o->jwt_issuer != NULL && o->insecure_identity_header)
+		die("--jwt-issuer excludes --insecure-identity-header: a "
+		    "caller is a verified token or nobody");
 	if (o->insecure_identity_header && !o->plain_http)
 		die("--insecure-identity-header exists only with --plain-http:"
 		    " over TLS, callers are their verified certificates");
@@ -490,6 +513,9 @@ start_agent(struct svc *s, char *replica, size_t replica_len)
 	if (rc != ALLOT_OK)
 		die("agent: %s", allot_strerror(rc));
 	setup_conc(s);
+	if (s->o.jwt_issuer != NULL && (rc = svc_token_start(s)) != ALLOT_OK)
+		die("--jwks %s: %s (the line above says why)", s->o.jwks,
+		    allot_strerror(rc));
 	if (svc_callers_init(&s->callers, s->o.max_callers) != ALLOT_OK)
 		die("caller table: out of memory");
 }
@@ -625,6 +651,7 @@ stop_service(struct svc *s, struct pems *pems)
 	allot_conc_destroy(s->conc);
 	allot_agent_destroy(s->agent); /* graceful leave, when synced */
 	allot_config_free(s->cfg);
+	allot_jwt_verifier_destroy(s->jwt);
 	svc_callers_fini(&s->callers);
 	free(pems->cert);
 	free(pems->key);

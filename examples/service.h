@@ -22,6 +22,7 @@
 
 #include <allot/allot.h>
 #include <allot/conc.h>
+#include <allot/jwt.h>
 
 /* The rate-limited endpoints; /stats and /healthz are operational and
  * never charged. */
@@ -43,6 +44,12 @@ struct svc_options {
 	uint32_t initial_replicas;
 	bool plain_http;
 	bool insecure_identity_header;
+	/* Signed service tokens (token_identity.h): the issuer, its JWKS
+	 * file, the audience (NULL: the service name), the clock skew. */
+	const char *jwt_issuer;
+	const char *jwks;
+	const char *jwt_audience;
+	uint32_t jwt_leeway_s;
 	double export_ms; /* simulated work per exported row */
 	uint32_t export_max_rows; /* largest ?rows= accepted */
 	uint32_t rows_per_token; /* measured cost: ceil(rows / this) */
@@ -109,6 +116,8 @@ struct svc {
 	allot_conc_options conc_opts;
 	struct MHD_Daemon *httpd;
 	struct svc_callers callers;
+	allot_jwt_verifier *jwt; /* NULL: no tokens accepted */
+	_Atomic uint64_t not_bearer; /* Authorization of another scheme */
 	uint64_t started_ns;
 	uint64_t export_ns_per_row;
 	uint32_t conc_retry_after_s;
@@ -128,6 +137,9 @@ struct svc_conn {
 	 * --insecure-identity-header a request whose header differs from
 	 * the previous one on the connection re-resolves. */
 	char identity[ALLOT_IDENTITY_MAX + 1];
+	/* The identity came from the last request's token: a request
+	 * without one goes back to the connection's own. */
+	bool by_token;
 	/* The body of the response in flight (MHD_RESPMEM_PERSISTENT: MHD
 	 * sends one response per connection at a time). */
 	char body[384];

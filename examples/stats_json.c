@@ -277,6 +277,25 @@ sync_json(struct jbuf *b, struct svc *s, const allot_key_stats *ks, size_t nk)
 	jf(b, "]}");
 }
 
+/* Signed-token checks by outcome (allot/jwt.h), when tokens are on. */
+static void
+tokens_json(struct jbuf *b, struct svc *s)
+{
+	allot_jwt_stats st;
+	if (s->jwt == NULL)
+		return;
+	allot_jwt_verifier_stats(s->jwt, &st);
+	jf(b, ",\"tokens\":{");
+	for (int i = 0; i < ALLOT_JWT_NSTATUS; i++)
+		jf(b, "%s\"%s\":%" PRIu64, i > 0 ? "," : "",
+		    allot_jwt_status_name((allot_jwt_status) i),
+		    st.by_status[i]);
+	jf(b,
+	    ",\"not_bearer\":%" PRIu64 ",\"key_reloads\":%" PRIu64
+	    ",\"key_reload_failures\":%" PRIu64 "}",
+	    ld(&s->not_bearer), st.reloads, st.reload_failures);
+}
+
 static const char *
 mode_name(enum svc_mode m)
 {
@@ -339,7 +358,9 @@ svc_stats_json(struct svc *s, size_t *ret_len)
 	allot_conc_lane_stats(s->conc, ALLOT_LANE_BULK, &cs);
 	conc_json(&b, &cs);
 
-	jf(&b, "},\"keys\":[");
+	jf(&b, "}");
+	tokens_json(&b, s);
+	jf(&b, ",\"keys\":[");
 	for (size_t i = 0; i < nk; i++) {
 		if (i > 0)
 			jf(&b, ",");

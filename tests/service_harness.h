@@ -142,5 +142,6 @@ extern const char svc_cfg_export[];
 void service_identity_cases(TCase *tc);
 void service_limit_cases(TCase *tc);
 void service_lifecycle_cases(TCase *tc);
+void service_token_cases(TCase *tc);
 
 #endif

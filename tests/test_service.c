@@ -258,6 +258,7 @@ service_suite(void)
 	service_identity_cases(tc); /* service_identity.c */
 	service_limit_cases(tc); /* service_limits.c */
 	service_lifecycle_cases(tc); /* service_lifecycle.c */
+	service_token_cases(tc); /* service_tokens.c */
 	suite_add_tcase(s, tc);
 	return s;
 }
