@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include <allot/allot.h>
+#include <allot/jwt.h>
 
 #define AGENTD_PROG "allot-agentd"
 
@@ -47,6 +48,14 @@ struct agentd_options {
 	const char *identity_keys;
 	const char *endpoint_keys;
 	const char *unknown;
+	/* Signed service tokens (rls.c, http.c): the entry keys that carry
+	 * one, its issuer, the issuer's JWKS file, the audience (NULL: the
+	 * service name), the clock skew. */
+	const char *token_keys;
+	const char *jwt_issuer;
+	const char *jwks;
+	const char *jwt_audience;
+	uint32_t jwt_leeway_s;
 	/* Bounds. */
 	uint32_t grpc_threads;
 	uint32_t max_connections;
@@ -72,6 +81,9 @@ struct rls_map {
 	size_t n_identity_keys;
 	const char *endpoint_keys[RLS_MAX_KEYS];
 	size_t n_endpoint_keys;
+	const char *token_keys[RLS_MAX_KEYS];
+	size_t n_token_keys;
+	allot_jwt_verifier *jwt; /* NULL: tokens are not accepted */
 	enum agentd_unknown unknown;
 	const char *domain; /* NULL: any */
 	uint32_t max_descriptors;
@@ -122,6 +134,15 @@ const char *agentd_level_name(int level);
 /* The mapping from the options; false with `err` set when bad. */
 bool agentd_map_init(struct rls_map *m, const struct agentd_options *o,
     char *err, size_t errlen);
+/* The verifier of --jwt-issuer and --jwks into m->jwt (none without
+ * them); false with the reason in `err`. */
+bool agentd_map_tokens(struct rls_map *m, const struct agentd_options *o,
+    allot_log_fn log, void *log_ctx, char *err, size_t errlen);
+void agentd_map_fini(struct rls_map *m);
+/* The caller a token names, into `id` (ALLOT_IDENTITY_MAX + 1 bytes):
+ * `value` is the token, or "Bearer " and the token. */
+allot_jwt_status agentd_token_identity(
+    const struct rls_map *m, const char *value, char *id);
 
 /* rls.c: one decision for (identity, endpoint, cost), with the headers a
  * proxy should set; shared by the gRPC and the HTTP APIs. */

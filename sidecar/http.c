@@ -120,16 +120,69 @@ member_u32(json_object *o, const char *name, uint32_t def, bool *bad)
 	return (uint32_t) x;
 }
 
+/* A token that does not verify: 401 with the reason (RFC 6750 §3). */
+static enum MHD_Result
+send_bad_token(struct agentd *d, struct MHD_Connection *c, allot_jwt_status st)
+{
+	char body[96];
+	int n = snprintf(body, sizeof body,
+	    "{\"error\":\"invalid_token\",\"reason\":\"%s\"}",
+	    allot_jwt_status_name(st));
+	atomic_fetch_add(&d->n.http_errors, 1);
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+	    (size_t) n, body, MHD_RESPMEM_MUST_COPY);
+	if (r == NULL)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON);
+	MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+	    "Bearer error=\"invalid_token\"");
+	enum MHD_Result ret = MHD_queue_response(c, 401, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* The caller a call names: its "identity", or the subject of its
+ * "token" (with --jwt-issuer). False when the call is answered already
+ * (`*ret`): both given, tokens not accepted, or a token refused. */
+static bool
+caller(struct agentd *d, struct MHD_Connection *c, const char *identity,
+    const char *token, char *buf, const char **ret_id, enum MHD_Result *ret)
+{
+	*ret_id = identity;
+	if (token == NULL)
+		return true;
+	if (identity != NULL || d->map.jwt == NULL) {
+		*ret = send_error(d, c, 400,
+		    identity != NULL ?
+		        "identity and token exclude each other" :
+		        "tokens are not accepted here (no --jwt-issuer)");
+		return false;
+	}
+	allot_jwt_status st = agentd_token_identity(&d->map, token, buf);
+	if (st != ALLOT_JWT_OK) {
+		*ret = send_bad_token(d, c, st);
+		return false;
+	}
+	*ret_id = buf;
+	return true;
+}
+
 static enum MHD_Result
 acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 {
 	bool bad = false;
 	const char *id = member_str(in, "identity", &bad);
+	const char *token = member_str(in, "token", &bad);
 	const char *ep = member_str(in, "endpoint", &bad);
 	uint32_t cost = member_u32(in, "cost", ALLOT_COST_DEFAULT, &bad);
+	char buf[ALLOT_IDENTITY_MAX + 1];
+	enum MHD_Result ret;
 	if (bad)
 		return send_error(d, c, 400,
-		    "identity and endpoint are strings, cost an integer");
+		    "identity, token and endpoint are strings, cost an "
+		    "integer");
+	if (!caller(d, c, id, token, buf, &id, &ret))
+		return ret;
 	struct agentd_verdict v;
 	agentd_decide(d->agent, id, ep, cost, d->map.wait_ns, &v);
 	if (v.rc != ALLOT_OK && v.rc != ALLOT_ETOOBIG)
@@ -164,13 +217,18 @@ settle(struct agentd *d, struct MHD_Connection *c, json_object *in)
 {
 	bool bad = false;
 	const char *id = member_str(in, "identity", &bad);
+	const char *token = member_str(in, "token", &bad);
 	const char *ep = member_str(in, "endpoint", &bad);
 	uint32_t charged = member_u32(in, "charged", 0, &bad);
 	uint32_t measured = member_u32(in, "measured", 0, &bad);
+	char buf[ALLOT_IDENTITY_MAX + 1];
+	enum MHD_Result ret;
 	if (bad)
 		return send_error(d, c, 400,
-		    "identity and endpoint are strings, charged and measured "
-		    "integers");
+		    "identity, token and endpoint are strings, charged and "
+		    "measured integers");
+	if (!caller(d, c, id, token, buf, &id, &ret))
+		return ret;
 	allot_key *key;
 	int rc = allot_key_resolve(d->agent, id, ep, &key);
 	if (rc == ALLOT_OK) {

@@ -83,7 +83,8 @@ start_agent(struct agentd *d)
 		    rc == ALLOT_ECONFIG || rc == ALLOT_ENOENT ?
 		        err :
 		        allot_strerror(rc));
-	if (!agentd_map_init(&d->map, &d->o, err, sizeof err))
+	if (!agentd_map_init(&d->map, &d->o, err, sizeof err) ||
+	    !agentd_map_tokens(&d->map, &d->o, agent_log, d, err, sizeof err))
 		fail("mapping", err);
 	allot_agent_options ao = d->o.agent;
 	ao.log = agent_log;
@@ -232,6 +233,7 @@ main(int argc, char **argv)
 	grpc_server_stop(d->grpc);
 	allot_agent_destroy(d->agent);
 	allot_config_free(d->cfg);
+	agentd_map_fini(&d->map);
 	agentd_log(d, 6, "AGENTD-STOPPED", "stopped");
 	return 0;
 }

@@ -165,6 +165,33 @@ sync_state(FILE *f, allot_agent *agent)
 	    s.stale_epoch, s.config_installs, s.config_rejects);
 }
 
+/* Token checks by outcome (--jwt-issuer), and the key file's reloads. */
+static void
+tokens(FILE *f, allot_jwt_verifier *v)
+{
+	if (v == NULL)
+		return;
+	allot_jwt_stats st;
+	allot_jwt_verifier_stats(v, &st);
+	fprintf(f,
+	    "# HELP allot_agentd_tokens_total Signed tokens checked, by "
+	    "outcome.\n"
+	    "# TYPE allot_agentd_tokens_total counter\n");
+	for (int i = 0; i < ALLOT_JWT_NSTATUS; i++)
+		fprintf(f,
+		    "allot_agentd_tokens_total{result=\"%s\"} %" PRIu64 "\n",
+		    allot_jwt_status_name((allot_jwt_status) i),
+		    st.by_status[i]);
+	fprintf(f,
+	    "# HELP allot_agentd_token_key_reloads_total JWKS files re-read "
+	    "after a change, by result.\n"
+	    "# TYPE allot_agentd_token_key_reloads_total counter\n"
+	    "allot_agentd_token_key_reloads_total{result=\"ok\"} %" PRIu64 "\n"
+	    "allot_agentd_token_key_reloads_total{result=\"fail\"} %" PRIu64
+	    "\n",
+	    st.reloads, st.reload_failures);
+}
+
 char *
 agentd_metrics(struct agentd *d, size_t *ret_len)
 {
@@ -213,6 +240,7 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	    (uint64_t) n->http_errors, (uint64_t) n->cert_reloads,
 	    (uint64_t) n->cert_reload_errors, (uint64_t) n->coord_cert_reloads,
 	    (uint64_t) n->coord_cert_reload_errors);
+	tokens(f, d->map.jwt);
 	ok = !ferror(f) && ok;
 	if (fclose(f) != 0 || !ok) {
 		free(text);

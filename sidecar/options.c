@@ -72,6 +72,23 @@ static const allot__opt rows[] = {
 	    "a descriptor without an identity entry: default (the shared "
 	    "default bucket; the default), allow (OK, uncharged) or reject",
 	    .off = AT(unknown) },
+	{ "token-keys", 0, ALLOT__OPT_STR, "KEYS",
+	    "entry keys carrying a signed token (\"Bearer T\" or T) that "
+	    "names the caller, checked with --jwt-issuer and --jwks",
+	    .off = AT(token_keys), .dflt = "token" },
+	{ "jwt-issuer", 0, ALLOT__OPT_STR, "ISS",
+	    "accept tokens of this issuer (\"iss\"); the caller is their "
+	    "\"sub\"",
+	    .off = AT(jwt_issuer) },
+	{ "jwks", 0, ALLOT__OPT_STR, "FILE",
+	    "the issuer's public keys, a JWKS file re-read when it changes",
+	    .off = AT(jwks) },
+	{ "jwt-audience", 0, ALLOT__OPT_STR, "AUD",
+	    "the \"aud\" tokens must name", .off = AT(jwt_audience),
+	    .dflt = "the --service name" },
+	{ "jwt-leeway-s", 0, ALLOT__OPT_U32, "S",
+	    "clock skew allowed on a token's expiry", .off = AT(jwt_leeway_s),
+	    .min = 0, .max = ALLOT_JWT_LEEWAY_MAX, .dflt = "30" },
 	{ "grpc-threads", 0, ALLOT__OPT_U32, "N", "gRPC I/O threads",
 	    .off = AT(grpc_threads), .min = 1, .max = 64, .dflt = "2" },
 	{ "max-connections", 0, ALLOT__OPT_U32, "N",
@@ -187,6 +204,8 @@ defaults(struct agentd_options *o)
 	o->identity_keys = "caller";
 	o->endpoint_keys = "endpoint,path";
 	o->unknown = "default";
+	o->token_keys = "token";
+	o->jwt_leeway_s = 30;
 	o->grpc_threads = 2;
 	o->max_connections = 1024;
 	o->max_streams = 128;
@@ -239,6 +258,10 @@ agentd_options_parse(struct agentd_options *o, int argc, char **argv)
 	    (o->tls_cert == NULL) != (o->tls_key == NULL))
 		rc = allot__opts_error(
 		    &table, "--tls-cert and --tls-key go together");
+	if (rc == ALLOT__OPTS_OK &&
+	    (o->jwt_issuer == NULL) != (o->jwks == NULL))
+		rc = allot__opts_error(
+		    &table, "--jwt-issuer and --jwks go together");
 	if (rc != ALLOT__OPTS_OK)
 		exit(rc == ALLOT__OPTS_DONE ? 0 : 2);
 }

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include "agentd.h"
 #include "rls.pb-c.h"
@@ -102,10 +104,12 @@ entry_value(const descriptor *ds, const char *const *keys, size_t n)
  * unknown descriptor under --unknown allow). Returns a gRPC status. */
 static int
 decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
-    uint32_t hits, struct agentd_verdict *v, bool *ret_skip, char *msg,
-    size_t msglen)
+    uint32_t hits, struct agentd_verdict *v, bool *ret_skip,
+    allot_jwt_status *ret_token, char *msg, size_t msglen)
 {
+	char token_id[ALLOT_IDENTITY_MAX + 1];
 	*ret_skip = false;
+	*ret_token = ALLOT_JWT_OK;
 	if (ds->n_entries > m->max_entries) {
 		snprintf(msg, msglen,
 		    "a descriptor has %zu entries (at most %" PRIu32 ")",
@@ -114,6 +118,19 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 	}
 	const char *id = entry_value(ds, m->identity_keys, m->n_identity_keys);
 	const char *ep = entry_value(ds, m->endpoint_keys, m->n_endpoint_keys);
+	const char *token = m->jwt == NULL ?
+	    NULL :
+	    entry_value(ds, m->token_keys, m->n_token_keys);
+	if (token != NULL) {
+		/* A token names the caller, whatever the identity entries
+		 * say; a bad one is refused and charges nobody. */
+		*ret_token = agentd_token_identity(m, token, token_id);
+		if (*ret_token != ALLOT_JWT_OK) {
+			*ret_skip = true;
+			return 0;
+		}
+		id = token_id;
+	}
 	if (id == NULL && m->unknown == UNKNOWN_ALLOW) {
 		*ret_skip = true;
 		return 0;
@@ -170,6 +187,7 @@ struct slot {
 	limit lim;
 	Google__Protobuf__Duration reset;
 	struct agentd_verdict v;
+	allot_jwt_status token; /* not OK: its token was refused */
 };
 
 static void
@@ -178,7 +196,9 @@ fill_status(struct slot *s, bool skip)
 	envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(
 	    &s->st);
 	if (skip) {
-		s->st.code = CODE_OK;
+		/* Uncharged: OK for an unknown descriptor under --unknown
+		 * allow, OVER_LIMIT for a token that does not verify. */
+		s->st.code = s->token == ALLOT_JWT_OK ? CODE_OK : CODE_OVER;
 		return;
 	}
 	const allot_decision *d = &s->v.d;
@@ -249,7 +269,8 @@ answer(allot_agent *agent, const struct rls_map *m, const request *req,
 	r.overall_code = CODE_OK;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		rc = decide_one(agent, m, req->descriptors[i],
-		    req->hits_addend, &slots[i].v, &skip[i], msg, msglen);
+		    req->hits_addend, &slots[i].v, &skip[i], &slots[i].token,
+		    msg, msglen);
 		if (rc != 0)
 			break;
 		fill_status(&slots[i], skip[i]);
@@ -261,7 +282,7 @@ answer(allot_agent *agent, const struct rls_map *m, const request *req,
 		goto out;
 	r.n_statuses = n;
 	r.statuses = ptrs;
-	header h[3], *hp[3];
+	header h[4], *hp[4];
 	int b = binding(slots, skip, n);
 	if (b >= 0) {
 		const struct agentd_verdict *v = &slots[b].v;
@@ -282,6 +303,23 @@ answer(allot_agent *agent, const struct rls_map *m, const request *req,
 			r.n_response_headers_to_add++;
 		}
 		r.response_headers_to_add = hp;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (slots[i].token == ALLOT_JWT_OK)
+			continue;
+		/* RFC 6750 §3: the client learns its token was the matter
+		 * (Envoy answers with its rate_limited_status, 429). */
+		envoy__config__core__v3__header_value__init(
+		    &h[r.n_response_headers_to_add]);
+		h[r.n_response_headers_to_add].key =
+		    (char *) "WWW-Authenticate";
+		h[r.n_response_headers_to_add].value =
+		    (char *) "Bearer error=\"invalid_token\"";
+		hp[r.n_response_headers_to_add] =
+		    &h[r.n_response_headers_to_add];
+		r.n_response_headers_to_add++;
+		r.response_headers_to_add = hp;
+		break;
 	}
 	rc = encode(&r, ret_buf, ret_len, msg, msglen);
 out:
@@ -346,8 +384,11 @@ agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
 	memset(m, 0, sizeof *m);
 	m->wait_ns = (uint64_t) o->wait_ms * 1000000u;
 	if (!split(o->identity_keys, m->identity_keys, &m->n_identity_keys) ||
-	    !split(o->endpoint_keys, m->endpoint_keys, &m->n_endpoint_keys)) {
-		snprintf(err, errlen, "at most %d identity and endpoint keys",
+	    !split(o->endpoint_keys, m->endpoint_keys, &m->n_endpoint_keys) ||
+	    (o->token_keys != NULL &&
+	        !split(o->token_keys, m->token_keys, &m->n_token_keys))) {
+		snprintf(err, errlen,
+		    "at most %d identity, endpoint and token keys",
 		    RLS_MAX_KEYS);
 		return false;
 	}
@@ -368,4 +409,52 @@ agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
 	m->max_descriptors = o->max_descriptors;
 	m->max_entries = o->max_entries;
 	return true;
+}
+
+bool
+agentd_map_tokens(struct rls_map *m, const struct agentd_options *o,
+    allot_log_fn log, void *log_ctx, char *err, size_t errlen)
+{
+	if (o->jwt_issuer == NULL)
+		return true;
+	allot_jwt_issuer iss = { o->jwt_issuer, o->jwks };
+	allot_jwt_options jo = { 0 };
+	jo.issuers = &iss;
+	jo.n_issuers = 1;
+	jo.audience = o->jwt_audience != NULL ? o->jwt_audience :
+	                                        o->agent.service;
+	jo.leeway_s = o->jwt_leeway_s;
+	jo.log = log;
+	jo.log_ctx = log_ctx;
+	int rc = allot_jwt_verifier_create(&jo, &m->jwt);
+	if (rc != ALLOT_OK) {
+		snprintf(err, errlen,
+		    "--jwks %s: %s (the line above says why)", o->jwks,
+		    allot_strerror(rc));
+		return false;
+	}
+	return true;
+}
+
+void
+agentd_map_fini(struct rls_map *m)
+{
+	allot_jwt_verifier_destroy(m->jwt);
+	m->jwt = NULL;
+}
+
+allot_jwt_status
+agentd_token_identity(const struct rls_map *m, const char *value, char *id)
+{
+	allot_jwt_claims c;
+	/* RFC 6750 §2.1: the scheme is case-insensitive. */
+	if (strncasecmp(value, "Bearer ", 7) == 0)
+		value += 7;
+	while (*value == ' ')
+		value++;
+	allot_jwt_status st = allot_jwt_verify(
+	    m->jwt, value, strlen(value), (int64_t) time(NULL), &c);
+	if (st == ALLOT_JWT_OK)
+		memcpy(id, c.identity, sizeof c.identity);
+	return st;
 }

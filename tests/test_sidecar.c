@@ -32,6 +32,7 @@
 #include <allot/allot.h>
 
 #include "allotd.h"
+#include "jwt_mint.h"
 #include "proc.h"
 #include "proto_client.h"
 #include "rls.pb-c.h"
@@ -487,12 +488,18 @@ cpu_ticks(pid_t pid)
 	return ut + st;
 }
 
-/* A call on a new connection: whether it was answered OK. */
+/* A call on a new connection: whether it was answered OK (if not, the
+ * gRPC status and message the client saw are printed). */
 static bool
 call_ok(int port)
 {
-	char *out = py("burst 127.0.0.1:%d 1 load", port);
-	bool ok = strstr(out, "\"ok\": 1") != NULL;
+	char *out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	               "[[\"caller\", \"load\"]]}]}'",
+	    port);
+	bool ok = strstr(out, "\"overall\": \"OK\"") != NULL;
+	if (!ok)
+		fprintf(stderr, "sidecar: the call on a new connection: %s\n",
+		    out);
 	free(out);
 	return ok;
 }
@@ -586,6 +593,99 @@ START_TEST(unknown_reject)
 	free(out);
 	agentd_stop(&a);
 	unlink(opts);
+}
+END_TEST
+
+#define TOKEN_SPEC                                                           \
+	"call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": [[\"caller\", " \
+	"\"load\"], [\"token\", \"Bearer %s\"], [\"endpoint\", "             \
+	"\"/lookup\"]]}]}'"
+
+/* Signed tokens (--jwt-issuer, --jwks): a descriptor's token entry
+ * names the caller whatever its identity entry claims, and the JSON API
+ * takes one in "token"; a bad token is OVER_LIMIT, uncharged, with
+ * WWW-Authenticate over gRPC and 401 over HTTP, counted in /metrics. */
+START_TEST(tokens_name_callers)
+{
+	need_tools();
+	char jwks[] = "/tmp/allot-test-sidecar-jwks-XXXXXX";
+	int fd = mkstemp(jwks);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	mint_key k, forger;
+	mint_key *keys[] = { &k };
+	mint_rsa(&k, "k1", 2048);
+	mint_rsa(&forger, "k1", 2048);
+	mint_jwks(jwks, keys, 1);
+	char claims[512], *tok[3];
+	const mint_key *by[3] = { &k, &forger, &k };
+	const long exp_in[3] = { 600, 600, -60 };
+	for (int i = 0; i < 3; i++) {
+		snprintf(claims, sizeof claims,
+		    "{\"iss\":\"https://iss.test\",\"aud\":\"orders\","
+		    "\"sub\":\"" ID_BURSTER "\",\"exp\":%lld}",
+		    (long long) time(NULL) + exp_in[i]);
+		tok[i] = mint_token(by[i], JWT_ALG_RS256, claims);
+	}
+	const char *extra[] = { "--jwt-issuer", "https://iss.test", "--jwks",
+		jwks, "--jwt-audience", "orders", NULL };
+	struct agentd a;
+	agentd_start(&a, cfg_burst, extra);
+
+	/* The token (burster, 5/s) wins over the entry claiming "load". */
+
+	char *out = py(TOKEN_SPEC, a.grpc_port, tok[0]);
+	ck_assert_msg(strstr(out, "\"overall\": \"OK\"") &&
+	        strstr(out, "\"requests_per_unit\": 5,"),
+	    "%s", out);
+	free(out);
+	out = py(TOKEN_SPEC, a.grpc_port, tok[1]);
+	ck_assert_msg(strstr(out, "\"overall\": \"OVER_LIMIT\"") &&
+	        strstr(out,
+	            "\"WWW-Authenticate\": \"Bearer "
+	            "error=\\\"invalid_token\\\"\""),
+	    "%s", out);
+	free(out);
+
+	/* The JSON API: a token, a bad one, and a token beside an identity. */
+	char cmd[4096];
+	const char *also[3] = { "", "", "\"identity\":\"load\"," };
+	const int which[3] = { 0, 2, 0 };
+	const char *want[3] = { "\"rate\":5.0", "\"reason\":\"expired\"} 401",
+		"exclude each other\"} 400" };
+	for (int i = 0; i < 3; i++) {
+		char b[2048];
+		snprintf(b, sizeof b, "{%s\"token\":\"%s\"}", also[i],
+		    tok[which[i]]);
+		snprintf(cmd, sizeof cmd,
+		    "curl -s -w ' %%{http_code}' -d '%s' "
+		    "http://127.0.0.1:%d/v1/acquire",
+		    b, a.http_port);
+		out = pc_shell(cmd);
+		ck_assert_msg(out != NULL && strstr(out, want[i]), "%s: %s",
+		    want[i], out != NULL ? out : "(none)");
+		free(out);
+	}
+	int st = 0;
+	char *m = pc_http_get(a.http_port, "/metrics", &st);
+	ck_assert_msg(m != NULL &&
+	        strstr(m, "allot_agentd_tokens_total{result=\"ok\"} 2\n") &&
+	        strstr(m,
+	            "allot_agentd_tokens_total{result=\"signature\"} 1\n") &&
+	        strstr(m, "allot_agentd_tokens_total{result=\"expired\"} 1\n"),
+	    "%s", m != NULL ? m : "(none)");
+	/* The token's caller was charged, never the identity it beat. */
+	ck_assert_ptr_nonnull(strstr(
+	    m, "allot_agentd_key_admitted_total{identity=\"" ID_BURSTER "\""));
+	ck_assert_ptr_null(
+	    strstr(m, "allot_agentd_key_admitted_total{identity=\"load\""));
+	free(m);
+	agentd_stop(&a);
+	for (int i = 0; i < 3; i++)
+		free(tok[i]);
+	mint_free(&k);
+	mint_free(&forger);
+	unlink(jwks);
 }
 END_TEST
 
@@ -974,6 +1074,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, bad_clients);
 	tcase_add_test(tc, idle_connections_make_room);
 	tcase_add_test(tc, unknown_reject);
+	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
 	tcase_add_test(tc, rls_burst_on_one_of_two);
 	tcase_add_test(tc, cert_rotation);
