@@ -291,9 +291,10 @@ tokens_json(struct jbuf *b, struct svc *s)
 		    allot_jwt_status_name((allot_jwt_status) i),
 		    st.by_status[i]);
 	jf(b,
-	    ",\"not_bearer\":%" PRIu64 ",\"key_reloads\":%" PRIu64
-	    ",\"key_reload_failures\":%" PRIu64 "}",
-	    ld(&s->not_bearer), st.reloads, st.reload_failures);
+	    ",\"not_bearer\":%" PRIu64 ",\"cache_hits\":%" PRIu64
+	    ",\"key_reloads\":%" PRIu64 ",\"key_reload_failures\":%" PRIu64
+	    "}",
+	    ld(&s->not_bearer), st.cache_hits, st.reloads, st.reload_failures);
 }
 
 static const char *

@@ -188,8 +188,12 @@ tokens(FILE *f, allot_jwt_verifier *v)
 	    "# TYPE allot_agentd_token_key_reloads_total counter\n"
 	    "allot_agentd_token_key_reloads_total{result=\"ok\"} %" PRIu64 "\n"
 	    "allot_agentd_token_key_reloads_total{result=\"fail\"} %" PRIu64
-	    "\n",
-	    st.reloads, st.reload_failures);
+	    "\n"
+	    "# HELP allot_agentd_token_cache_hits_total Tokens answered from "
+	    "those remembered once verified.\n"
+	    "# TYPE allot_agentd_token_cache_hits_total counter\n"
+	    "allot_agentd_token_cache_hits_total %" PRIu64 "\n",
+	    st.reloads, st.reload_failures, st.cache_hits);
 }
 
 char *

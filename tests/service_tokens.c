@@ -142,6 +142,8 @@ START_TEST(test_tokens_name_callers)
 	ck_assert_int_eq(svc_jfield(doc, "\"tokens\":{", "malformed"), 1);
 	ck_assert_int_eq(svc_jfield(doc, "\"tokens\":{", "not_bearer"), 1);
 	ck_assert_int_eq(svc_jfield(doc, "\"tokens\":{", "ok"), 3);
+	/* The good token, checked once and remembered for the other two. */
+	ck_assert_int_eq(svc_jfield(doc, "\"tokens\":{", "cache_hits"), 2);
 	/* Refused tokens charged nobody: 3 lookups by checkout, 1 by the
 	 * caller without identity, nothing else. */
 	ck_assert_int_eq(svc_caller_field(doc, ID_CHECKOUT, "requests"), 3);

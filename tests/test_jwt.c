@@ -411,6 +411,8 @@ START_TEST(keys_rotate_through_the_file)
 	FILE *f;
 
 	ck_assert_int_eq(check_token(v, t1, &c), ALLOT_JWT_OK);
+	ck_assert_int_eq(
+	    check_token(v, t1, &c), ALLOT_JWT_OK); /* remembered */
 	ck_assert_int_eq(check_token(v, t2, &c), ALLOT_JWT_NO_KEY);
 	mint_jwks(jwks_a, both, 2);
 	usleep(50 * 1000);
@@ -430,12 +432,64 @@ START_TEST(keys_rotate_through_the_file)
 	allot_jwt_verifier_stats(v, &st);
 	ck_assert_uint_eq(st.reloads, 2);
 	ck_assert_uint_eq(st.reload_failures, 1);
+	/* t1 was remembered before k1 went: the re-read forgot it. */
+	ck_assert_uint_ge(st.cache_hits, 1);
 	/* An explicit reload of an unchanged good file. */
 	ck_assert_int_eq(allot_jwt_verifier_reload(v), ALLOT_OK);
 	free(t1);
 	free(t2);
 	free(cl);
 	allot_jwt_verifier_destroy(v);
+}
+END_TEST
+
+/* A token verified once is remembered: the second use is a hit with the
+ * same claims, its expiry is still checked at each use, and no_cache
+ * remembers nothing. */
+START_TEST(verified_tokens_are_remembered)
+{
+	allot_jwt_verifier *v = verifier(0, "org");
+	allot_jwt_claims c1, c2;
+	char *cl = claims(ISS, "\"" AUD "\"", "svc", 10, ",\"org\":\"acme\"");
+	char *t = mint_token(&ec1, JWT_ALG_ES256, cl);
+	allot_jwt_issuer iss = { ISS, jwks_a };
+	allot_jwt_options o = { 0 };
+	allot_jwt_verifier *w = NULL;
+	allot_jwt_stats st;
+
+	ck_assert_int_eq(check_token(v, t, &c1), ALLOT_JWT_OK);
+	ck_assert_int_eq(check_token(v, t, &c2), ALLOT_JWT_OK);
+	ck_assert_int_eq(memcmp(&c1, &c2, sizeof c1), 0);
+	allot_jwt_verifier_stats(v, &st);
+	ck_assert_uint_eq(st.by_status[ALLOT_JWT_OK], 2);
+	ck_assert_uint_eq(st.cache_hits, 1);
+	/* Remembered, then past its expiry: refused. */
+	ck_assert_int_eq(allot_jwt_verify(v, t, strlen(t), now + 11, &c2),
+	    ALLOT_JWT_EXPIRED);
+	/* A token differing in one byte of its signature is not the one
+	 * remembered. */
+	t[strlen(t) - 3] ^= 1;
+	ck_assert_int_ne(check_token(v, t, &c2), ALLOT_JWT_OK);
+	allot_jwt_verifier_stats(v, &st);
+	ck_assert_uint_eq(st.cache_hits, 1);
+	allot_jwt_verifier_destroy(v);
+
+	t[strlen(t) - 3] ^= 1;
+	o.issuers = &iss;
+	o.n_issuers = 1;
+	o.audience = AUD;
+	o.no_cache = true;
+	ck_assert_int_eq(allot_jwt_verifier_create(&o, &w), ALLOT_OK);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(check_token(w, t, &c2), ALLOT_JWT_OK);
+	allot_jwt_verifier_stats(w, &st);
+	ck_assert_uint_eq(st.cache_hits, 0);
+	allot_jwt_verifier_destroy(w);
+	o.no_cache = false;
+	o.cache_entries = (1u << 20) + 1;
+	ck_assert_int_eq(allot_jwt_verifier_create(&o, &w), ALLOT_EINVAL);
+	free(t);
+	free(cl);
 }
 END_TEST
 
@@ -501,6 +555,7 @@ jwt_suite(void)
 	tcase_add_test(tc, leeway_is_bounded);
 	tcase_add_test(tc, bad_key_files);
 	tcase_add_test(tc, keys_rotate_through_the_file);
+	tcase_add_test(tc, verified_tokens_are_remembered);
 	tcase_add_test(tc, rotation_under_load_refuses_no_valid_caller);
 	suite_add_tcase(s, tc);
 	return s;

@@ -18,12 +18,18 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
 #include <json-c/json.h>
 #include <jwt.h>
+#include <math.h>
 
+#include "cache.h"
 #include "jwks.h"
 
 #define ISSUERS_MAX 16
+#define CACHE_DEFAULT 4096
+#define CACHE_MAX (1u << 20)
 #define CANDIDATES_MAX 8 /* keys tried for one token without "kid" */
 
 typedef struct issuer {
@@ -46,8 +52,12 @@ struct allot_jwt_verifier {
 	allot_log_fn log;
 	void *log_ctx;
 	_Atomic uint64_t next_check_ms;
+	allot__jwt_cache *cache; /* NULL: no_cache */
+	/* Moves on with every key set installed: remembered tokens of an
+	 * older one are checked again. From 1 (0 marks an empty entry). */
+	_Atomic uint64_t generation;
 	_Atomic uint64_t count[ALLOT_JWT_NSTATUS];
-	_Atomic uint64_t reloads, reload_failures;
+	_Atomic uint64_t reloads, reload_failures, cache_hits;
 };
 
 static const char *const status_names[ALLOT_JWT_NSTATUS] = {
@@ -128,6 +138,7 @@ load_issuer(allot_jwt_verifier *v, issuer *i, bool force, bool *changed)
 	old = i->keys;
 	i->keys = ks;
 	pthread_mutex_unlock(&v->mu);
+	atomic_fetch_add(&v->generation, 1);
 	allot__jwks_free(&old);
 	i->seen = st;
 	return ALLOT_OK;
@@ -196,6 +207,7 @@ check_options(const allot_jwt_options *o)
 	if (o == NULL || o->issuers == NULL || o->n_issuers == 0 ||
 	    o->n_issuers > ISSUERS_MAX || o->audience == NULL ||
 	    o->audience[0] == '\0' || o->leeway_s > ALLOT_JWT_LEEWAY_MAX ||
+	    o->cache_entries > CACHE_MAX ||
 	    (o->identity_claim != NULL && o->identity_claim[0] == '\0'))
 		return ALLOT_EINVAL;
 	for (size_t k = 0; k < o->n_issuers; k++) {
@@ -228,6 +240,7 @@ allot_jwt_verifier_create(const allot_jwt_options *o, allot_jwt_verifier **ret)
 	v->check_ms = o->reload_check_ms > 0 ? o->reload_check_ms : 1000;
 	v->log = o->log;
 	v->log_ctx = o->log_ctx;
+	atomic_store(&v->generation, 1);
 	v->audience = strdup(o->audience);
 	v->identity_claim = dup_or(o->identity_claim, "sub");
 	v->tenant_claim = o->tenant_claim != NULL ? strdup(o->tenant_claim) :
@@ -244,6 +257,10 @@ allot_jwt_verifier_create(const allot_jwt_options *o, allot_jwt_verifier **ret)
 		if (i->name == NULL || i->path == NULL)
 			rv = ALLOT_ENOMEM;
 	}
+	if (rv == ALLOT_OK && !o->no_cache)
+		rv = allot__jwt_cache_create(
+		    o->cache_entries > 0 ? o->cache_entries : CACHE_DEFAULT,
+		    &v->cache);
 	if (rv == ALLOT_OK)
 		rv = reload(v, true);
 	if (rv != ALLOT_OK) {
@@ -266,6 +283,7 @@ allot_jwt_verifier_destroy(allot_jwt_verifier *v)
 		free(v->iss[k].name);
 		free(v->iss[k].path);
 	}
+	allot__jwt_cache_destroy(v->cache);
 	free(v->audience);
 	free(v->identity_claim);
 	free(v->tenant_claim);
@@ -284,6 +302,7 @@ allot_jwt_verifier_stats(allot_jwt_verifier *v, allot_jwt_stats *out)
 		out->by_status[s] = atomic_load(&v->count[s]);
 	out->reloads = atomic_load(&v->reloads);
 	out->reload_failures = atomic_load(&v->reload_failures);
+	out->cache_hits = atomic_load(&v->cache_hits);
 }
 
 /* ---- one token ---- */
@@ -438,49 +457,63 @@ signature(allot_jwt_verifier *v, const issuer *i, const char *token,
 	return st;
 }
 
-/* The claims after the signature: time, audience, names. */
+/* "exp" and "nbf" against the clock, with the leeway. */
 static allot_jwt_status
-claims_check(allot_jwt_verifier *v, json_object *claims, int64_t now_s,
-    allot_jwt_claims *out)
+times_check(const allot_jwt_verifier *v, double exp, double nbf, int64_t now_s)
 {
-	double exp = 0, nbf = 0, leeway = v->leeway_s;
-	bool bad = false, has_exp, has_nbf;
+	double leeway = v->leeway_s;
 
-	has_exp = date_member(claims, "exp", &exp, &bad);
-	has_nbf = date_member(claims, "nbf", &nbf, &bad);
-	if (bad)
-		return ALLOT_JWT_MALFORMED;
-	if (!has_exp || (double) now_s >= exp + leeway)
+	if ((double) now_s >= exp + leeway)
 		return ALLOT_JWT_EXPIRED;
-	if (has_nbf && (double) now_s + leeway < nbf)
+	if ((double) now_s + leeway < nbf)
 		return ALLOT_JWT_NOT_YET;
-	if (!audience_ok(claims, v->audience))
-		return ALLOT_JWT_AUDIENCE;
-	if (!name_claim(claims, v->identity_claim, true, out->identity) ||
-	    (v->tenant_claim != NULL &&
-	        !name_claim(claims, v->tenant_claim, false, out->tenant)))
-		return ALLOT_JWT_IDENTITY;
-	out->expires = exp > (double) INT64_MAX ? INT64_MAX : (int64_t) exp;
 	return ALLOT_JWT_OK;
 }
 
+/* The claims after the signature: time, audience, names. */
 static allot_jwt_status
-verify(allot_jwt_verifier *v, const char *token, size_t len, int64_t now_s,
-    allot_jwt_claims *out)
+claims_check(allot_jwt_verifier *v, json_object *claims, int64_t now_s,
+    allot__jwt_seen *out)
 {
-	char buf[ALLOT_JWT_TOKEN_MAX + 1];
+	double exp = 0, nbf = -INFINITY;
+	bool bad = false, has_exp;
+	allot_jwt_status st;
+
+	has_exp = date_member(claims, "exp", &exp, &bad);
+	(void) date_member(claims, "nbf", &nbf, &bad);
+	if (bad)
+		return ALLOT_JWT_MALFORMED;
+	if (!has_exp)
+		return ALLOT_JWT_EXPIRED;
+	st = times_check(v, exp, nbf, now_s);
+	if (st != ALLOT_JWT_OK)
+		return st;
+	if (!audience_ok(claims, v->audience))
+		return ALLOT_JWT_AUDIENCE;
+	if (!name_claim(
+	        claims, v->identity_claim, true, out->claims.identity) ||
+	    (v->tenant_claim != NULL &&
+	        !name_claim(
+	            claims, v->tenant_claim, false, out->claims.tenant)))
+		return ALLOT_JWT_IDENTITY;
+	out->exp = exp;
+	out->nbf = nbf;
+	out->claims.expires = exp > (double) INT64_MAX ? INT64_MAX :
+	                                                 (int64_t) exp;
+	return ALLOT_JWT_OK;
+}
+
+/* A token verified under key generation `gen` into *seen. */
+static allot_jwt_status
+verify_full(allot_jwt_verifier *v, const char *buf, int64_t now_s,
+    allot__jwt_seen *seen)
+{
 	const char *dot1, *dot2, *alg_s, *kid, *iss;
 	json_object *header = NULL, *claims = NULL;
-	allot_jwt_claims c = { 0 };
 	allot_jwt_status st;
 	bool present;
 	size_t k;
 
-	if (token == NULL || len == 0 || len > ALLOT_JWT_TOKEN_MAX ||
-	    memchr(token, '\0', len) != NULL)
-		return ALLOT_JWT_MALFORMED;
-	memcpy(buf, token, len);
-	buf[len] = '\0';
 	dot1 = strchr(buf, '.');
 	dot2 = dot1 != NULL ? strchr(dot1 + 1, '.') : NULL;
 	if (dot2 == NULL || strchr(dot2 + 1, '.') != NULL)
@@ -507,18 +540,52 @@ verify(allot_jwt_verifier *v, const char *token, size_t len, int64_t now_s,
 		st = ALLOT_JWT_ISSUER;
 		goto out;
 	}
-	maybe_reload(v);
 	st = signature(v, &v->iss[k], buf, kid, jwt_str_alg(alg_s));
 	if (st == ALLOT_JWT_OK)
-		st = claims_check(v, claims, now_s, &c);
-	if (st == ALLOT_JWT_OK) {
-		c.issuer = k;
-		*out = c;
-	}
+		st = claims_check(v, claims, now_s, seen);
+	seen->claims.issuer = k;
 out:
 	json_object_put(header);
 	json_object_put(claims);
 	return st;
+}
+
+static allot_jwt_status
+verify(allot_jwt_verifier *v, const char *token, size_t len, int64_t now_s,
+    allot_jwt_claims *out)
+{
+	char buf[ALLOT_JWT_TOKEN_MAX + 1];
+	uint8_t digest[ALLOT__JWT_DIGEST];
+	allot__jwt_seen seen;
+	allot_jwt_status st;
+	uint64_t gen;
+	bool hashed;
+
+	if (token == NULL || len == 0 || len > ALLOT_JWT_TOKEN_MAX ||
+	    memchr(token, '\0', len) != NULL)
+		return ALLOT_JWT_MALFORMED;
+	memcpy(buf, token, len);
+	buf[len] = '\0';
+	maybe_reload(v);
+	/* Read before the keys are: a token checked with keys a re-read
+	 * then replaced is remembered under the generation they had. */
+	gen = atomic_load(&v->generation);
+	hashed = v->cache != NULL &&
+	    gnutls_hash_fast(GNUTLS_DIG_SHA256, buf, len, digest) == 0;
+	if (hashed && allot__jwt_cache_get(v->cache, digest, gen, &seen) &&
+	    times_check(v, seen.exp, seen.nbf, now_s) == ALLOT_JWT_OK) {
+		atomic_fetch_add(&v->cache_hits, 1);
+		*out = seen.claims;
+		return ALLOT_JWT_OK;
+	}
+	memset(&seen, 0, sizeof seen);
+	st = verify_full(v, buf, now_s, &seen);
+	if (st != ALLOT_JWT_OK)
+		return st;
+	if (hashed)
+		allot__jwt_cache_put(v->cache, digest, gen, &seen);
+	*out = seen.claims;
+	return ALLOT_JWT_OK;
 }
 
 allot_jwt_status
