@@ -288,6 +288,12 @@ typedef struct allot__kcold {
 	 * those requests kept. */
 	uint64_t settled;
 	uint64_t settled_tokens;
+	/* The denial log's last look at the key (denylog.c, sync thread
+	 * only): its denials then, and its generation (a recycled dynamic
+	 * key counts again from 0). */
+	uint64_t logged_denied;
+	uint64_t logged_tokens;
+	uint32_t logged_gen;
 } allot__kcold;
 
 struct allot_agent {
@@ -487,6 +493,13 @@ void allot__leases_return(allot_agent *a, allot__tblock *b);
 /* Sum a key's counters over every thread block, minus its base. */
 void allot__key_totals(
     const allot_agent *a, const allot_key *k, allot__ktotals *ret);
+/* Who was throttled (denylog.c): on the sync thread, about once a
+ * second, the keys that denied in the `span_ns` since the last call,
+ * the most denied first, logged ("ALLOT-DENIED", info), at most
+ * ALLOT__DENYLOG_LINES and a line for the rest. */
+#define ALLOT__DENYLOG_LINES 5
+#define ALLOT__DENYLOG_NS 1000000000u
+void allot__denylog(allot_agent *a, uint64_t span_ns);
 
 /* Sum of every key charging quota `q`, evicted keys included. */
 void allot__quota_totals(

@@ -105,6 +105,7 @@ struct allot__sync {
 	_Atomic int link_wakers;
 
 	struct keypub *pub; /* quota_cap: each key's state, for stats */
+	uint64_t denylog_ns; /* the denial log's last look (denylog.c) */
 
 	/* The tail path (tail.h): its engine, the member its Ask in
 	 * flight went to, and the timer of the next waiter's deadline. */
@@ -826,6 +827,12 @@ check_early(uv_timer_t *t)
 	allot__syncc_check_lease(&s->core, now);
 	allot__syncc_tick(&s->core, now);
 	publish(s);
+	if (s->denylog_ns == 0)
+		s->denylog_ns = now;
+	else if (now - s->denylog_ns >= ALLOT__DENYLOG_NS) {
+		allot__denylog(s->a, now - s->denylog_ns);
+		s->denylog_ns = now;
+	}
 	if (allot__exchange_busy(&s->m[s->cur].x) ||
 	    !allot__syncc_early_due(&s->core, now))
 		return;

@@ -631,6 +631,85 @@ liar_stop(liar *l)
 	nng_close(l->sock);
 }
 
+/* Who was throttled: about once a second the agent logs the keys that
+ * denied, the most denied first (ALLOT-DENIED): caller, endpoint,
+ * quota, requests and tokens, the wait for one more; an identity the
+ * quota file does not name by its name; at most 5 keys a look and a
+ * line for the rest. */
+typedef struct denied_lines {
+	pthread_mutex_t mu;
+	char text[16384];
+	size_t n;
+	int count;
+} denied_lines;
+
+static void
+capture_denied(void *ctx, int level, const char *id, const char *msg)
+{
+	denied_lines *l = ctx;
+	(void) level;
+	if (strcmp(id, "ALLOT-DENIED") != 0)
+		return;
+	pthread_mutex_lock(&l->mu);
+	int w = snprintf(l->text + l->n, sizeof l->text - l->n, "%s\n", msg);
+	if (w > 0 && l->n + (size_t) w < sizeof l->text)
+		l->n += (size_t) w;
+	l->count++;
+	pthread_mutex_unlock(&l->mu);
+}
+
+START_TEST(denials_are_logged)
+{
+	env e;
+	env_init(&e);
+	start_allotd(&e);
+	denied_lines l = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	char err[256];
+	allot_config *cfg;
+	ck_assert_int_eq(
+	    allot_config_load(e.cfg, err, sizeof err, &cfg), ALLOT_OK);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.coordinator = e.url;
+	o.service = "svc";
+	o.replica_id = "r0";
+	o.sync_interval_ms = 50;
+	o.log = capture_denied;
+	o.log_ctx = &l;
+	o.log_level = 6; /* info */
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	await_rates(&a, 1, 400.0, 400.0, 10000);
+	/* a: 800 of burst, then denials; unknown callers share default's
+	 * 20: "stranger" the most of them, ten others a few each. */
+	ck_assert_int_lt(admit(a, "a", 2000), 2000);
+	ck_assert_int_lt(admit(a, "stranger", 400), 400);
+	for (int i = 0; i < 10; i++) {
+		char who[16];
+		snprintf(who, sizeof who, "u%d", i);
+		ck_assert_int_eq(admit(a, who, 20), 0);
+	}
+	pc_sleep_ms(2500);
+	allot_agent_destroy(a);
+	env_fini(&e);
+	fprintf(stderr, "denial log:\n%s", l.text);
+	/* "/x" is no endpoint of the file: its class is the default. */
+	for (char *p = l.text; (p = strchr(p, '\n')) != NULL;)
+		*p = '|'; /* check prints a message's first line only */
+	ck_assert_msg(
+	    strstr(l.text, "caller a, endpoint default, quota a: ") &&
+	        strstr(l.text,
+	            "caller stranger (not in the quota file), "
+	            "endpoint default, quota default: ") &&
+	        strstr(l.text, " more keys: ") &&
+	        strstr(l.text, "; retry after "),
+	    "%s", l.text);
+	/* All of it in at most two looks of at most 6 lines. */
+	ck_assert_msg(l.count <= 12, "%d lines: %s", l.count, l.text);
+}
+END_TEST
+
 /* A config refused (`log_id`): counted, the agent's own config stays,
  * and the Syncs that follow announce digest 0, so the coordinator does
  * not send it again on every exchange. */
@@ -698,6 +777,7 @@ sync_suite(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, shares_follow_replica_count);
 	tcase_add_test(tc, coordinator_killed_and_restarted);
+	tcase_add_test(tc, denials_are_logged);
 	tcase_add_test(tc, early_sync_when_short);
 	tcase_add_test(tc, loan_moves_tokens_to_a_burst);
 	tcase_add_test(tc, config_with_wrong_digest_refused);
