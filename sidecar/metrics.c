@@ -36,6 +36,71 @@ label(char *out, size_t len, const char *s)
 	out[j] = '\0';
 }
 
+/* One agent-wide series: its name, type, help, and its value, an
+ * integer (`u`) or not (`d`, when `real`). */
+struct series {
+	const char *name;
+	const char *type;
+	const char *help;
+	bool real;
+	uint64_t u;
+	double d;
+};
+
+#define COUNTER(n, h, v)                                       \
+	{                                                      \
+		"allot_agentd_" n, "counter", h, false, (v), 0 \
+	}
+#define GAUGE(n, h, v)                                       \
+	{                                                    \
+		"allot_agentd_" n, "gauge", h, false, (v), 0 \
+	}
+#define GAUGE_REAL(n, h, v)                                 \
+	{                                                   \
+		"allot_agentd_" n, "gauge", h, true, 0, (v) \
+	}
+
+static void
+emit(FILE *f, const struct series *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct series *r = &rows[i];
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", r->name, r->help,
+		    r->name, r->type);
+		if (r->real)
+			fprintf(f, "%s %.15g\n", r->name, r->d);
+		else
+			fprintf(f, "%s %" PRIu64 "\n", r->name, r->u);
+	}
+}
+
+/* The per-key families: name, type, help. */
+static const struct {
+	const char *name, *type, *help;
+} key_families[] = {
+	{ "admitted_total", "counter", "Requests the key admitted." },
+	{ "denied_total", "counter", "Requests the key denied." },
+	{ "shadow_denied_total", "counter",
+	    "Requests a shadow quota admitted that enforcing would deny." },
+	{ "tokens_spent_total", "counter",
+	    "Tokens the key spent, settlements included." },
+	{ "allowance_rate", "gauge",
+	    "The rate the key's bucket runs at now, tokens/s." },
+	{ "allowance_burst", "gauge",
+	    "The burst the key's bucket holds at most, tokens." },
+	{ "utilization", "gauge",
+	    "How drained the key's bucket is, from 0 (full) to 1 (empty)." },
+	{ "fallback", "gauge",
+	    "1 while the key's lease has run out and its fallback is in "
+	    "force." },
+	{ "lease_remaining_seconds", "gauge",
+	    "Time left on the key's lease; negative once expired." },
+	{ "granted_rate", "gauge",
+	    "The coordinator's last grant of rate to the key, tokens/s." },
+	{ "granted_burst", "gauge",
+	    "The coordinator's last grant of burst to the key, tokens." },
+};
+
 static bool
 per_key(FILE *f, allot_agent *agent)
 {
@@ -54,13 +119,13 @@ per_key(FILE *f, allot_agent *agent)
 			break;
 		cap = n;
 	}
-	static const char *const names[] = { "admitted_total", "denied_total",
-		"shadow_denied_total", "tokens_spent_total", "allowance_rate",
-		"allowance_burst", "utilization", "fallback",
-		"lease_remaining_seconds", "granted_rate", "granted_burst" };
-	for (size_t m = 0; m < sizeof names / sizeof names[0]; m++) {
-		fprintf(f, "# TYPE allot_agentd_key_%s %s\n", names[m],
-		    m < 4 ? "counter" : "gauge");
+	for (size_t m = 0; m < sizeof key_families / sizeof key_families[0];
+	     m++) {
+		fprintf(f,
+		    "# HELP allot_agentd_key_%s %s\n"
+		    "# TYPE allot_agentd_key_%s %s\n",
+		    key_families[m].name, key_families[m].help,
+		    key_families[m].name, key_families[m].type);
 		for (size_t i = 0; i < n; i++) {
 			char id[2 * ALLOT_IDENTITY_MAX + 2], ep[130];
 			char q[2 * ALLOT_IDENTITY_MAX + 2];
@@ -78,91 +143,153 @@ per_key(FILE *f, allot_agent *agent)
 			fprintf(f,
 			    "allot_agentd_key_%s{identity=\"%s\","
 			    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
-			    names[m], id, ep, q, v[m]);
+			    key_families[m].name, id, ep, q, v[m]);
 		}
 	}
 	free(ks);
 	return true;
 }
 
+/* The sync loop, the tail path (docs/integrating.md, "The tail path"),
+ * the coordinator cluster as this agent sees it and the config plane
+ * (docs/operations.md "Cluster", docs/protocol.md). */
 static void
 sync_state(FILE *f, allot_agent *agent)
 {
 	allot_sync_stats s;
 	if (allot_sync_stats_get(agent, &s) != ALLOT_OK)
 		return;
+	const struct series rows[] = {
+		GAUGE("sync_enabled", "1 when the agent syncs with allotd.",
+		    s.enabled),
+		GAUGE("sync_connected",
+		    "1 while the last exchange with allotd succeeded.",
+		    s.connected),
+		GAUGE("fallback",
+		    "1 while a lease has expired and the fallback policy is "
+		    "in "
+		    "force.",
+		    s.in_fallback),
+		GAUGE_REAL("lease_remaining_seconds",
+		    "Time left on the session's lease; negative once expired.",
+		    (double) s.lease_remaining_ms / 1000.0),
+		GAUGE("replicas",
+		    "Replicas of the service allotd last counted.",
+		    s.replicas),
+		COUNTER("syncs_ok_total", "Exchanges with allotd answered.",
+		    s.syncs_ok),
+		COUNTER("syncs_failed_total", "Exchanges with allotd failed.",
+		    s.syncs_failed),
+		COUNTER("fallback_enters_total",
+		    "Times a lease ran out and the fallback took over.",
+		    s.fallback_enters),
+		COUNTER("early_syncs_total",
+		    "Syncs sent before the interval because a key started "
+		    "denying.",
+		    s.early_syncs),
+		COUNTER("loan_tokens_total",
+		    "Tokens allotd lent this agent's buckets.", s.loan_tokens),
+		COUNTER("debit_tokens_total",
+		    "Tokens allotd took from this agent's buckets for others' "
+		    "loans.",
+		    s.debit_tokens),
+		COUNTER("central_asks_total",
+		    "Asks to the central reserve answered.", s.central_asks),
+		COUNTER("central_allowed_total",
+		    "Requests admitted from the central reserve.",
+		    s.central_allowed),
+		COUNTER("central_denied_total",
+		    "Requests that waited for the central reserve and were "
+		    "denied.",
+		    s.central_denied),
+		COUNTER("central_late_total",
+		    "Requests whose answer came after their wait.",
+		    s.central_late),
+		COUNTER("central_short_total",
+		    "Requests the reserve's grant did not cover.",
+		    s.central_short),
+		COUNTER("central_dry_total",
+		    "Requests denied without asking: the reserve was empty, "
+		    "or "
+		    "no session.",
+		    s.central_dry),
+		COUNTER("central_lost_total",
+		    "Asks that timed out and were asked "
+		    "again.",
+		    s.central_lost),
+		COUNTER("central_standby_total",
+		    "Requests admitted on the standby while no coordinator "
+		    "could be asked.",
+		    s.central_standby),
+		COUNTER("central_tokens_total",
+		    "Tokens the central reserve granted.", s.central_tokens),
+		{ "allot_agentd_central_wait_seconds_total", "counter",
+		    "Time requests spent waiting for the central reserve.",
+		    true, 0, (double) s.central_wait_ns / 1e9 },
+		GAUGE("members", "Coordinator members this agent knows of.",
+		    s.members),
+		GAUGE("leader_epoch", "The highest leader epoch seen.",
+		    s.leader_epoch),
+		COUNTER("leader_switches_total",
+		    "Times the agent moved to another leader.",
+		    s.leader_switches),
+		COUNTER("not_leader_total",
+		    "Answers from a member that was not the leader.",
+		    s.not_leader),
+		COUNTER("stale_epoch_total",
+		    "Answers of a deposed leader dropped.", s.stale_epoch),
+		COUNTER("config_installs_total",
+		    "Quota configs from allotd installed.", s.config_installs),
+		COUNTER("config_rejects_total",
+		    "Quota configs from allotd refused.", s.config_rejects),
+	};
+	emit(f, rows, sizeof rows / sizeof rows[0]);
+}
+
+/* The daemon's own counters. */
+static void
+daemon_counters(FILE *f, const struct agentd_counters *n)
+{
+	const struct series rows[] = {
+		COUNTER(
+		    "grpc_calls_total", "RLS calls answered.", n->grpc_calls),
+		COUNTER(
+		    "grpc_errors_total", "RLS calls failed.", n->grpc_errors),
+		COUNTER("grpc_connections_total", "gRPC connections accepted.",
+		    n->grpc_conns),
+		COUNTER("grpc_refused_connections_total",
+		    "gRPC connections refused at a bound.",
+		    n->grpc_refused_conns),
+		COUNTER("grpc_evicted_connections_total",
+		    "Idle gRPC connections closed to make room.",
+		    n->grpc_evicted_conns),
+		COUNTER("grpc_accept_pauses_total",
+		    "Listener pauses while out of descriptors.",
+		    n->grpc_accept_pauses),
+		COUNTER("http_calls_total", "HTTP API calls.", n->http_calls),
+		COUNTER("http_errors_total",
+		    "HTTP API calls answered with an "
+		    "error.",
+		    n->http_errors),
+		COUNTER("cert_reloads_total",
+		    "The gRPC listener's certificate reloaded.",
+		    n->cert_reloads),
+		COUNTER("cert_reload_errors_total",
+		    "The gRPC listener's certificate failed to reload.",
+		    n->cert_reload_errors),
+		COUNTER("coordinator_cert_reloads_total",
+		    "The certificate for allotd reloaded.",
+		    n->coord_cert_reloads),
+		COUNTER("coordinator_cert_reload_errors_total",
+		    "The certificate for allotd failed to reload.",
+		    n->coord_cert_reload_errors),
+	};
 	fprintf(f,
-	    "# TYPE allot_agentd_sync_enabled gauge\n"
-	    "allot_agentd_sync_enabled %d\n"
-	    "# TYPE allot_agentd_sync_connected gauge\n"
-	    "allot_agentd_sync_connected %d\n"
-	    "# TYPE allot_agentd_fallback gauge\n"
-	    "allot_agentd_fallback %d\n"
-	    "# TYPE allot_agentd_lease_remaining_seconds gauge\n"
-	    "allot_agentd_lease_remaining_seconds %.3f\n"
-	    "# TYPE allot_agentd_replicas gauge\n"
-	    "allot_agentd_replicas %" PRIu32 "\n"
-	    "# TYPE allot_agentd_syncs_ok_total counter\n"
-	    "allot_agentd_syncs_ok_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_syncs_failed_total counter\n"
-	    "allot_agentd_syncs_failed_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_fallback_enters_total counter\n"
-	    "allot_agentd_fallback_enters_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_early_syncs_total counter\n"
-	    "allot_agentd_early_syncs_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_loan_tokens_total counter\n"
-	    "allot_agentd_loan_tokens_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_debit_tokens_total counter\n"
-	    "allot_agentd_debit_tokens_total %" PRIu64 "\n",
-	    s.enabled, s.connected, s.in_fallback,
-	    (double) s.lease_remaining_ms / 1000.0, s.replicas, s.syncs_ok,
-	    s.syncs_failed, s.fallback_enters, s.early_syncs, s.loan_tokens,
-	    s.debit_tokens);
-	/* The tail path (docs/integrating.md, "The tail path"). */
-	fprintf(f,
-	    "# TYPE allot_agentd_central_asks_total counter\n"
-	    "allot_agentd_central_asks_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_allowed_total counter\n"
-	    "allot_agentd_central_allowed_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_denied_total counter\n"
-	    "allot_agentd_central_denied_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_late_total counter\n"
-	    "allot_agentd_central_late_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_short_total counter\n"
-	    "allot_agentd_central_short_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_dry_total counter\n"
-	    "allot_agentd_central_dry_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_lost_total counter\n"
-	    "allot_agentd_central_lost_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_standby_total counter\n"
-	    "allot_agentd_central_standby_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_tokens_total counter\n"
-	    "allot_agentd_central_tokens_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_central_wait_seconds_total counter\n"
-	    "allot_agentd_central_wait_seconds_total %.6f\n",
-	    s.central_asks, s.central_allowed, s.central_denied,
-	    s.central_late, s.central_short, s.central_dry, s.central_lost,
-	    s.central_standby, s.central_tokens,
-	    (double) s.central_wait_ns / 1e9);
-	/* The coordinator cluster as this agent sees it, and the config
-	 * plane (docs/operations.md "Cluster", docs/protocol.md). */
-	fprintf(f,
-	    "# TYPE allot_agentd_members gauge\n"
-	    "allot_agentd_members %" PRIu32 "\n"
-	    "# TYPE allot_agentd_leader_epoch gauge\n"
-	    "allot_agentd_leader_epoch %" PRIu64 "\n"
-	    "# TYPE allot_agentd_leader_switches_total counter\n"
-	    "allot_agentd_leader_switches_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_not_leader_total counter\n"
-	    "allot_agentd_not_leader_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_stale_epoch_total counter\n"
-	    "allot_agentd_stale_epoch_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_config_installs_total counter\n"
-	    "allot_agentd_config_installs_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_config_rejects_total counter\n"
-	    "allot_agentd_config_rejects_total %" PRIu64 "\n",
-	    s.members, s.leader_epoch, s.leader_switches, s.not_leader,
-	    s.stale_epoch, s.config_installs, s.config_rejects);
+	    "# HELP allot_agentd_build_info allot-agentd version.\n"
+	    "# TYPE allot_agentd_build_info gauge\n"
+	    "allot_agentd_build_info{version=\"%s\"} 1\n",
+	    ALLOT_VERSION_STRING);
+	emit(f, rows, sizeof rows / sizeof rows[0]);
 }
 
 /* Token checks by outcome (--jwt-issuer), and the key file's reloads. */
@@ -207,43 +334,7 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 		return NULL;
 	bool ok = per_key(f, d->agent);
 	sync_state(f, d->agent);
-	const struct agentd_counters *n = &d->n;
-	fprintf(f,
-	    "# HELP allot_agentd_build_info allot-agentd version.\n"
-	    "# TYPE allot_agentd_build_info gauge\n"
-	    "allot_agentd_build_info{version=\"%s\"} 1\n"
-	    "# TYPE allot_agentd_grpc_calls_total counter\n"
-	    "allot_agentd_grpc_calls_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_grpc_errors_total counter\n"
-	    "allot_agentd_grpc_errors_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_grpc_connections_total counter\n"
-	    "allot_agentd_grpc_connections_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_grpc_refused_connections_total counter\n"
-	    "allot_agentd_grpc_refused_connections_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_grpc_evicted_connections_total counter\n"
-	    "allot_agentd_grpc_evicted_connections_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_grpc_accept_pauses_total counter\n"
-	    "allot_agentd_grpc_accept_pauses_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_http_calls_total counter\n"
-	    "allot_agentd_http_calls_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_http_errors_total counter\n"
-	    "allot_agentd_http_errors_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_cert_reloads_total counter\n"
-	    "allot_agentd_cert_reloads_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_cert_reload_errors_total counter\n"
-	    "allot_agentd_cert_reload_errors_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_coordinator_cert_reloads_total counter\n"
-	    "allot_agentd_coordinator_cert_reloads_total %" PRIu64 "\n"
-	    "# TYPE allot_agentd_coordinator_cert_reload_errors_total "
-	    "counter\n"
-	    "allot_agentd_coordinator_cert_reload_errors_total %" PRIu64 "\n",
-	    ALLOT_VERSION_STRING, (uint64_t) n->grpc_calls,
-	    (uint64_t) n->grpc_errors, (uint64_t) n->grpc_conns,
-	    (uint64_t) n->grpc_refused_conns, (uint64_t) n->grpc_evicted_conns,
-	    (uint64_t) n->grpc_accept_pauses, (uint64_t) n->http_calls,
-	    (uint64_t) n->http_errors, (uint64_t) n->cert_reloads,
-	    (uint64_t) n->cert_reload_errors, (uint64_t) n->coord_cert_reloads,
-	    (uint64_t) n->coord_cert_reload_errors);
+	daemon_counters(f, &d->n);
 	tokens(f, d->map.jwt);
 	ok = !ferror(f) && ok;
 	if (fclose(f) != 0 || !ok) {

@@ -8,15 +8,25 @@ well-formed (unique panel ids, every target an expression), and every
 metric either names is one allotd or allot-agentd exports (their
 sources) and one the docs describe. A renamed metric fails here before
 an on-call engineer finds a silent alert. With promtool (Debian's
-prometheus package) the rules are also checked by Prometheus itself.
+prometheus package, which scripts/bootstrap installs) the rules are
+checked by Prometheus itself, their unit tests run
+(allot-alerts.test.yml: each alert fires on what its docs describe,
+after its `for:`, and not on a spike), and the /metrics of a real allotd
+and a real allot-agentd synced with it are linted (`promtool check
+metrics`: HELP and TYPE lines, names, units). Without promtool it exits
+77 (skipped) after the other checks.
 
-usage: monitoring_check.py SOURCE_ROOT"""
+usage: monitoring_check.py SOURCE_ROOT [ALLOTD ALLOT_AGENTD]"""
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, failures  # noqa: E402
@@ -28,8 +38,9 @@ SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def exported(root):
-    """Metric names in the sources: string literals, and allot-agentd's
-    per-key families (allot_agentd_key_ + each name of its table)."""
+    """Metric names in the sources: allotd's string literals, and
+    allot-agentd's rows (COUNTER("name", ...), GAUGE(...), its per-key
+    families' table, the literals of the rest)."""
     names = set()
     for part in ("coordinator", "sidecar"):
         for d, _, files in os.walk(os.path.join(root, part)):
@@ -39,10 +50,16 @@ def exported(root):
                 text = open(os.path.join(d, f)).read()
                 names.update(re.findall(r'"(allotd_[a-z0-9_]+)', text))
                 names.update(re.findall(r"(allot_agentd_[a-z0-9_]+)", text))
-                m = re.search(r"names\[\]\s*=\s*\{([^}]*)\}", text)
-                if m and "allot_agentd_key_" in text:
-                    for n in re.findall(r'"([a-z_]+)"', m.group(1)):
-                        names.add("allot_agentd_key_" + n)
+                names.update("allot_agentd_" + n for n in re.findall(
+                    r'\b(?:COUNTER|GAUGE|GAUGE_REAL)\(\s*"([a-z0-9_]+)"',
+                    text))
+                m = re.search(r"key_families\[\]\s*=\s*\{(.*?)\n\};",
+                              text, re.S)
+                if m:
+                    names.update("allot_agentd_key_" + n for n in
+                                 re.findall(r'\{\s*"([a-z0-9_]+)",\s*"'
+                                            r'(?:counter|gauge)"',
+                                            m.group(1)))
     return names
 
 
@@ -78,6 +95,73 @@ def described(name, docs):
     return False
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(port, path):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path),
+                                    timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def post(port, path, body):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path),
+                                 data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def live_metrics(allotd, agentd):
+    """The /metrics of allotd and of allot-agentd once it synced and
+    decided (so that the per-quota and per-key families have series)."""
+    quotas = ("quotas:\n"
+              "  default: {tokens_per_second: 10, burst: 20}\n"
+              "  callers:\n"
+              "    - {identity: \"c1\", tokens_per_second: 5, burst: 5}\n")
+    with tempfile.TemporaryDirectory(prefix="allot-monitoring-") as d:
+        cfg = os.path.join(d, "quotas.yaml")
+        open(cfg, "w").write(quotas)
+        sync, http, api = free_port(), free_port(), free_port()
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        logs = open(os.path.join(d, "log"), "w")
+        procs = [subprocess.Popen(
+            [allotd, "--config", cfg, "--db", os.path.join(d, "a.db"),
+             "--listen", "tcp://127.0.0.1:%d" % sync,
+             "--http", "127.0.0.1:%d" % http], stdout=logs, stderr=logs,
+            env=env)]
+        try:
+            procs.append(subprocess.Popen(
+                [agentd, "--config", cfg, "--grpc-listen", "none",
+                 "--http-listen", "127.0.0.1:%d" % api,
+                 "--coordinator", "tcp://127.0.0.1:%d" % sync],
+                stdout=logs, stderr=logs, env=env))
+            end = time.time() + 15
+            out = {}
+            while time.time() < end:
+                post(api, "/v1/acquire", '{"identity":"c1"}')
+                a, g = get(http, "/metrics"), get(api, "/metrics")
+                if a and g and "allot_agentd_sync_connected 1" in g and \
+                        "allotd_utilization{" in a:
+                    out = {"allotd": a, "allot-agentd": g}
+                    break
+                time.sleep(0.1)
+            return out
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=10)
+
+
 def base(name):
     for s in SUFFIXES:
         if name.endswith(s):
@@ -86,7 +170,7 @@ def base(name):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 4):
         sys.exit(__doc__)
     root = sys.argv[1]
     mon = os.path.join(root, "packaging", "monitoring")
@@ -138,17 +222,30 @@ def main():
               % (m, ", ".join(sorted(where))))
         check(described(m, docs), "%s is described in docs/" % m)
 
-    promtool = shutil.which("promtool")
-    if promtool:
-        r = subprocess.run([promtool, "check", "rules", rules_path],
-                           capture_output=True, text=True)
-        check(r.returncode == 0, "promtool check rules: %s" %
-              (r.stdout + r.stderr).strip())
-    else:
-        print("monitoring_check: no promtool (Debian's prometheus); the "
-              "rules' PromQL is not parsed here")
     print("monitoring_check: %d alerts, %d panels, %d metrics named"
           % (len(alerts), len(ids), len(used)))
+    promtool = shutil.which("promtool")
+    if not promtool:
+        print("monitoring_check: needs promtool (Debian's prometheus; "
+              "scripts/bootstrap) for the rest")
+        sys.exit(1 if failures else 77)
+    for what in (["check", "rules", "allot-alerts.yml"],
+                 ["test", "rules", "allot-alerts.test.yml"]):
+        r = subprocess.run([promtool] + what, cwd=mon, capture_output=True,
+                           text=True)
+        check(r.returncode == 0, "promtool %s: %s" % (
+            " ".join(what), (r.stdout + r.stderr).strip()))
+    if len(sys.argv) == 4:
+        live = live_metrics(sys.argv[2], sys.argv[3])
+        check(len(live) == 2, "allotd and allot-agentd served /metrics "
+              "once synced")
+        for who, text in sorted(live.items()):
+            r = subprocess.run([promtool, "check", "metrics"], input=text,
+                               capture_output=True, text=True)
+            check(r.returncode == 0 and not (r.stdout + r.stderr).strip(),
+                  "promtool check metrics on %s's /metrics (%d series): %s"
+                  % (who, text.count("\n") - text.count("# "),
+                     (r.stdout + r.stderr).strip() or "clean"))
     sys.exit(1 if failures else 0)
 
 
