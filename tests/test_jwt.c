@@ -436,6 +436,15 @@ START_TEST(keys_rotate_through_the_file)
 	ck_assert_uint_ge(st.cache_hits, 1);
 	/* An explicit reload of an unchanged good file. */
 	ck_assert_int_eq(allot_jwt_verifier_reload(v), ALLOT_OK);
+	/* The file removed: the keys stay, and a file that stays missing
+	 * is one failure, not one a check. */
+	ck_assert_int_eq(unlink(jwks_a), 0);
+	for (int i = 0; i < 3; i++) {
+		usleep(50 * 1000);
+		ck_assert_int_eq(check_token(v, t2, &c), ALLOT_JWT_OK);
+	}
+	allot_jwt_verifier_stats(v, &st);
+	ck_assert_uint_eq(st.reload_failures, 2);
 	free(t1);
 	free(t2);
 	free(cl);

@@ -117,7 +117,11 @@ load_issuer(allot_jwt_verifier *v, issuer *i, bool force, bool *changed)
 	int rv;
 
 	*changed = false;
-	if (stat(i->path, &st) == 0 && !force && same_file(&st, &i->seen))
+	/* A missing file reads as all zeros: one that stays missing is
+	 * said once, not at every check. */
+	if (stat(i->path, &st) != 0)
+		memset(&st, 0, sizeof st);
+	if (!force && same_file(&st, &i->seen))
 		return ALLOT_OK;
 	*changed = true;
 	rv = allot__jwks_load(i->path, &ks, why, sizeof why);
