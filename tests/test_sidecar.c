@@ -488,6 +488,19 @@ cpu_ticks(pid_t pid)
 	return ut + st;
 }
 
+/* Wait until allot-agentd has accepted `n` gRPC connections in all: an
+ * idle connection's quiet second, what eviction waits for, starts when
+ * the daemon accepts it, which under load comes after the connect. */
+static void
+await_accepted(int http_port, double n)
+{
+	uint64_t end = pc_now_ms() + 5000;
+	while (pc_metric_get(
+	           http_port, "allot_agentd_grpc_connections_total") < n &&
+	    pc_now_ms() < end)
+		pc_sleep_ms(10);
+}
+
 /* A call on a new connection: whether it was answered OK (if not, the
  * gRPC status and message the client saw are printed). */
 static bool
@@ -523,6 +536,7 @@ START_TEST(idle_connections_make_room)
 	int fds[32];
 	for (int i = 0; i < 16; i++)
 		fds[i] = idle_conn(a.grpc_port);
+	await_accepted(a.http_port, 16);
 	pc_sleep_ms(1200);
 	ck_assert_msg(call_ok(a.grpc_port),
 	    "a new client was refused with the table full of idle "
@@ -539,7 +553,9 @@ START_TEST(idle_connections_make_room)
 	ck_assert_int_eq(prlimit(a.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	for (int i = 0; i < 12; i++)
 		fds[i] = idle_conn(a.grpc_port);
-	pc_sleep_ms(200);
+	/* Not await_accepted(): out of descriptors, the HTTP listener
+	 * cannot accept either. 600 ms of slack for a late accept. */
+	pc_sleep_ms(600);
 	long t0 = cpu_ticks(a.pid);
 	pc_sleep_ms(1000);
 	long used = cpu_ticks(a.pid) - t0;
