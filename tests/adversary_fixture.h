@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "adv_report.h"
 #include "allotd.h"
 
 #define ADV_SVC "checkout"
@@ -41,12 +42,6 @@ void adv_coord_start(adv_coord *c);
 /* Stops allotd, removes its directory, and fails the test if allotd's
  * log has a sanitizer report. */
 void adv_coord_stop(adv_coord *c);
-
-/* One JSON line per attack to $ALLOT_ADVERSARY_REPORT, when set
- * (scripts/reliability builds the adversary table from them): the
- * attack, the honest figure the issue observed before, and after. */
-void adv_report(const char *attack, const char *target, const char *before,
-    bool ok, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* A new agent `id` registers with `c` and syncs once. */
 void adv_assert_agent_joins(const adv_coord *c, const char *id);

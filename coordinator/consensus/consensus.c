@@ -82,6 +82,24 @@ leader_cb(void *ctx, uint64_t id, const char *address)
 		c->opts.on_leader(c->opts.ctx, id, address);
 }
 
+/* The TLS transport's membership check (raft_tls.h): whether `id` is in
+ * the configuration this member has, the uncommitted one included (a
+ * member being added dials the leader before the change commits). An
+ * empty one, before the first entry came, takes any member. */
+static bool
+in_configuration(void *arg, raft_id id)
+{
+	const struct raft_configuration *cf =
+	    &((allot__consensus *) arg)->raft.configuration;
+
+	if (cf->n == 0)
+		return true;
+	for (unsigned i = 0; i < cf->n; i++)
+		if (cf->servers[i].id == id)
+			return true;
+	return false;
+}
+
 int
 allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
     allot__consensus **ret_c)
@@ -125,6 +143,8 @@ allot__consensus_create(uv_loop_t *loop, const allot__consensus_opts *opts,
 
 		if (t.log == NULL)
 			t.log = opts->log;
+		t.is_member = in_configuration;
+		t.member_arg = c;
 		rv = allot__raft_tls_init(&c->tcp, loop, &t);
 	} else {
 		rv = raft_uv_tcp_init(&c->tcp, loop);

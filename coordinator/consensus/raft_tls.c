@@ -180,8 +180,6 @@ conn_free(conn *c)
 		tr->conns = c->next;
 	if (c->next != NULL)
 		c->next->prev = c->prev;
-	if (c->counted)
-		tr->pending--;
 	if (c->s != NULL)
 		gnutls_deinit(c->s);
 	free(c->rbuf);
@@ -215,6 +213,10 @@ conn_close(conn *c)
 		return;
 	c->closed = true;
 	c->state = CLOSING;
+	if (c->counted) {
+		c->counted = false;
+		c->tr->pending--;
+	}
 	if (c->resolving)
 		uv_cancel((uv_req_t *) &c->gai);
 	if (!uv_is_closing((uv_handle_t *) &c->timer))
@@ -588,6 +590,10 @@ preamble(conn *c)
 			}
 		}
 		if (c->got > 24 && c->got == 24 + c->pre[2]) {
+			if (!allot__raft_tls_claim_ok(c)) {
+				conn_close(c);
+				return false;
+			}
 			acceptor_open(c);
 			return c->state == OPEN;
 		}
@@ -808,7 +814,10 @@ static int
 tr_init(struct raft_uv_transport *t, raft_id id, const char *address)
 {
 	tls_tr *tr = t->impl;
+	int rv = allot__raft_tls_own_id(tr, id);
 
+	if (rv != 0)
+		return rv;
 	tr->id = id;
 	free(tr->address);
 	tr->address = strdup(address);
@@ -850,6 +859,50 @@ tr_connect(struct raft_uv_transport *t, struct raft_uv_connect *req,
 	return 0;
 }
 
+/* A place for `nc` among the connections in their handshakes (the
+ * bounds in raft_tls.h): true when it may go on, after the one from its
+ * address (or, at the total, from anyone) waiting the longest gave its
+ * place if a bound was reached. */
+static bool
+make_room(tls_tr *tr, conn *nc)
+{
+	conn *oldest = NULL, *oldest_here = NULL, *victim;
+	unsigned here = 0;
+	uint64_t now = uv_now(tr->loop);
+
+	for (conn *c = tr->conns; c != NULL; c = c->next) {
+		if (!c->counted)
+			continue;
+		if (oldest == NULL || c->since < oldest->since)
+			oldest = c;
+		if (strcmp(c->ip, nc->ip) != 0)
+			continue;
+		here++;
+		if (oldest_here == NULL || c->since < oldest_here->since)
+			oldest_here = c;
+	}
+	if (here >= tr->pending_per_address)
+		victim = oldest_here;
+	else if (tr->pending >= tr->pending_max)
+		victim = oldest;
+	else
+		return true;
+	if (now - victim->since < tr->handshake_ms / 4) {
+		allot__raft_tls_refuse(nc,
+		    "too many connections in their handshakes (%u from "
+		    "its address, %u in all; at most %u and %u)",
+		    here, tr->pending, tr->pending_per_address,
+		    tr->pending_max);
+		return false;
+	}
+	allot__raft_tls_refuse(victim,
+	    "still in its handshake after %llu ms: its place goes to a "
+	    "new connection",
+	    (unsigned long long) (now - victim->since));
+	conn_close(victim);
+	return true;
+}
+
 static void
 accepted(uv_stream_t *l, int status)
 {
@@ -884,15 +937,14 @@ accepted(uv_stream_t *l, int status)
 		    ss.ss_family == AF_INET ? "%s:%d" : "[%s]:%d", ip,
 		    ntohs(((struct sockaddr_in *) &ss)->sin_port));
 	}
-	tr->pending++;
-	c->counted = true;
-	if (tr->pending > tr->pending_max) {
-		allot__raft_tls_refuse(c,
-		    "too many connections in their handshake (%u)",
-		    tr->pending_max);
+	snprintf(c->ip, sizeof c->ip, "%s", ip);
+	c->since = uv_now(tr->loop);
+	if (!make_room(tr, c)) {
 		conn_close(c);
 		return;
 	}
+	tr->pending++;
+	c->counted = true;
 	rv = session_new(c);
 	if (rv < 0) {
 		allot__raft_tls_refuse(
@@ -1000,6 +1052,11 @@ allot__raft_tls_init(struct raft_uv_transport *t, uv_loop_t *loop,
 	                                                5000;
 	tr->buffer_max = o->buffer_max != 0 ? o->buffer_max : 256 * 1024;
 	tr->pending_max = o->pending_max != 0 ? o->pending_max : 64;
+	tr->pending_per_address = o->pending_per_address != 0 ?
+	    o->pending_per_address :
+	    8;
+	tr->is_member = o->is_member;
+	tr->member_arg = o->member_arg;
 	tr->log = o->log;
 	tr->rl = (allot__logrl) ALLOT__LOGRL_INIT(20, 10000);
 	tr->ibuf = malloc(RBUF_SIZE);

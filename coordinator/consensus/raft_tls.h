@@ -18,9 +18,26 @@
  *    (per-member IDs: spiffe://prod.example/allot/member/m3 matches
  *    the member_id spiffe://prod.example/allot/member/ followed by *).
  * Host names and IP SANs are not checked: a member's address is only
- * where to dial, its identity is the SPIFFE ID. Which Raft id a member
- * claims in libraft's handshake is not bound to its certificate either:
- * any holder of a member certificate is trusted as any member.
+ * where to dial, its identity is the SPIFFE ID.
+ *
+ * The Raft id a peer claims in libraft's handshake is bound (issue 27):
+ * - to the membership: an id that `is_member` says is not in the
+ *   cluster's configuration (a removed member, an id nobody has) is
+ *   refused before raft_uv sees a byte of it;
+ * - with per-member IDs, to the certificate: the last segment ends in
+ *   the member's Raft id in decimal (.../member/3 or .../member/m3),
+ *   and a peer claiming another id, or a member we dialed presenting
+ *   another member's certificate, is refused. Our own certificate must
+ *   name our own id (tr_init fails otherwise). With one shared ID any
+ *   holder of it may still claim any current member's id.
+ *
+ * Connections still in their handshakes are bounded: at most
+ * `pending_max` in all and `pending_per_address` from one address.
+ * When a bound is reached, the connection of that address (or, for the
+ * total, of anyone) waiting the longest gives its place to the new one
+ * if it has waited a quarter of handshake_ms (a member's handshake
+ * takes milliseconds); otherwise the new one is refused. Idle TCP
+ * connections therefore never keep a member out for longer than that.
  *
  * Each connection is pumped on the loop it was created on, no thread:
  * libuv reads and writes the TCP socket, GnuTLS encrypts and decrypts
@@ -36,6 +53,7 @@
 #ifndef ALLOT_COORDINATOR_RAFT_TLS_H
 #define ALLOT_COORDINATOR_RAFT_TLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <raft.h>
 #include <raft/uv.h>
@@ -53,6 +71,13 @@ typedef struct allot__raft_tls_opts {
 	size_t buffer_max; /* bytes queued per direction; 0: 256 KiB */
 	unsigned pending_max; /* incoming connections before the libraft
 	                        handshake; 0: 64 */
+	unsigned pending_per_address; /* of those, from one address; 0: 8 */
+	/* Whether Raft id `id` is in the cluster's configuration now: a
+	 * peer claiming an id outside it is refused. It should answer true
+	 * while the configuration is empty (a member waiting to be added
+	 * hears from the leader first). NULL: any id. */
+	bool (*is_member)(void *arg, raft_id id);
+	void *member_arg;
 	/* TCP_USER_TIMEOUT on every member connection: data unacknowledged
 	 * this long drops the connection (logged), so a peer that vanished
 	 * without closing (power loss, a cut link) is noticed and dialled

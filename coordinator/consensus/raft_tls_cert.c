@@ -43,7 +43,7 @@ spiffe_id(gnutls_x509_crt_t crt, char *buf, size_t len, const char **why)
 }
 
 static bool
-is_member(const tls_tr *tr, const char *id)
+names_member(const tls_tr *tr, const char *id)
 {
 	size_t n = strlen(tr->member_id);
 
@@ -52,6 +52,25 @@ is_member(const tls_tr *tr, const char *id)
 	/* member_id is "PREFIX/" here: one more non-empty segment. */
 	return strncmp(id, tr->member_id, n) == 0 && id[n] != '\0' &&
 	    strchr(id + n, '/') == NULL;
+}
+
+/* Per-member IDs: the Raft id that the last segment of `id` (a member
+ * ID, names_member) ends in, in decimal: .../member/3 and .../member/m3
+ * name member 3. 0 when it ends in no digits or more than 19. */
+static raft_id
+member_number(const tls_tr *tr, const char *id)
+{
+	const char *seg = id + strlen(tr->member_id);
+	size_t n = strlen(seg), k = n;
+	raft_id v = 0;
+
+	while (k > 0 && seg[k - 1] >= '0' && seg[k - 1] <= '9')
+		k--;
+	if (k == n || n - k > 19)
+		return 0;
+	for (size_t i = k; i < n; i++)
+		v = v * 10 + (raft_id) (seg[i] - '0');
+	return v;
 }
 
 /* Runs inside the handshake, once the peer's certificate arrived.
@@ -116,14 +135,77 @@ verify_cb(gnutls_session_t s)
 		c->alert = GNUTLS_A_ACCESS_DENIED;
 		return -1;
 	}
-	if (!is_member(c->tr, id)) {
+	if (!names_member(c->tr, id)) {
 		snprintf(c->reason, sizeof c->reason,
 		    "certificate not a member: %.300s is not %.300s%s", id,
 		    c->tr->member_id, c->tr->member_prefix ? "*" : "");
 		c->alert = GNUTLS_A_ACCESS_DENIED;
 		return -1;
 	}
+	if (!c->tr->member_prefix)
+		return 0;
+	c->cert_id = member_number(c->tr, id);
+	if (c->cert_id == 0) {
+		snprintf(c->reason, sizeof c->reason,
+		    "certificate not a member: %.300s names no member id "
+		    "(a per-member ID ends in the member's Raft id, e.g. "
+		    "%.300s3)",
+		    id, c->tr->member_id);
+		c->alert = GNUTLS_A_ACCESS_DENIED;
+		return -1;
+	}
+	if (c->dialer && c->cert_id != c->id) {
+		snprintf(c->reason, sizeof c->reason,
+		    "certificate of member %llu, not of member %llu dialed",
+		    (unsigned long long) c->cert_id,
+		    (unsigned long long) c->id);
+		c->alert = GNUTLS_A_ACCESS_DENIED;
+		return -1;
+	}
 	return 0;
+}
+
+bool
+allot__raft_tls_claim_ok(conn *c)
+{
+	tls_tr *tr = c->tr;
+
+	if (tr->member_prefix && c->cert_id != c->id) {
+		allot__raft_tls_refuse(c,
+		    "claims member %llu, but its certificate names member "
+		    "%llu",
+		    (unsigned long long) c->id,
+		    (unsigned long long) c->cert_id);
+		return false;
+	}
+	if (tr->is_member != NULL && !tr->is_member(tr->member_arg, c->id)) {
+		allot__raft_tls_refuse(c,
+		    "claims member %llu, which is not in the cluster's "
+		    "configuration",
+		    (unsigned long long) c->id);
+		return false;
+	}
+	return true;
+}
+
+int
+allot__raft_tls_own_id(tls_tr *tr, raft_id id)
+{
+	if (!tr->member_prefix || tr->own_cert_id == id)
+		return 0;
+	if (tr->own_cert_id == 0)
+		snprintf(tr->t->errmsg, sizeof tr->t->errmsg,
+		    "our certificate names no member of %s*: with per-member "
+		    "IDs each member's ends in its own Raft id (%s%llu)",
+		    tr->member_id, tr->member_id, (unsigned long long) id);
+	else
+		snprintf(tr->t->errmsg, sizeof tr->t->errmsg,
+		    "our certificate names member %llu, but this is member "
+		    "%llu: with per-member IDs each member's ends in its own "
+		    "Raft id",
+		    (unsigned long long) tr->own_cert_id,
+		    (unsigned long long) id);
+	return RAFT_INVALID;
 }
 
 int
@@ -151,17 +233,17 @@ allot__raft_tls_load(
 		    gnutls_strerror(rv));
 		return RAFT_INVALID;
 	}
+	rv = gnutls_certificate_get_crt_raw(tr->cred, 0, 0, &der);
+	if (rv == 0 && gnutls_x509_crt_init(&crt) == 0) {
+		if (gnutls_x509_crt_import(crt, &der, GNUTLS_X509_FMT_DER) <
+		        0 ||
+		    spiffe_id(crt, id, sizeof id, &why) != 0)
+			why = why != NULL ? why : "unreadable";
+		gnutls_x509_crt_deinit(crt);
+	} else {
+		why = "unreadable";
+	}
 	if (o->member_id == NULL) {
-		rv = gnutls_certificate_get_crt_raw(tr->cred, 0, 0, &der);
-		if (rv == 0 && gnutls_x509_crt_init(&crt) == 0) {
-			if (gnutls_x509_crt_import(
-			        crt, &der, GNUTLS_X509_FMT_DER) < 0 ||
-			    spiffe_id(crt, id, sizeof id, &why) != 0)
-				why = why != NULL ? why : "unreadable";
-			gnutls_x509_crt_deinit(crt);
-		} else {
-			why = "unreadable";
-		}
 		if (why != NULL) {
 			snprintf(t->errmsg, sizeof t->errmsg,
 			    "%s: %s: a member certificate names the member "
@@ -188,6 +270,8 @@ allot__raft_tls_load(
 	}
 	if (tr->member_id == NULL)
 		return RAFT_NOMEM;
+	if (tr->member_prefix && why == NULL && names_member(tr, id))
+		tr->own_cert_id = member_number(tr, id);
 	gnutls_certificate_set_verify_function(tr->cred, verify_cb);
 	return 0;
 }

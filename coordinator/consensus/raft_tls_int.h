@@ -46,6 +46,9 @@ typedef struct conn {
 	size_t roff, rlen;
 	size_t tcp_queued, inner_queued; /* bytes in uv_write requests */
 	bool tcp_reading, inner_reading;
+	char ip[64]; /* the acceptor's peer address, without its port */
+	uint64_t since; /* uv_now when accepted */
+	raft_id cert_id; /* per-member IDs: the member its certificate names */
 	uint64_t pre[3]; /* libraft's preamble, accept side */
 	size_t got;
 	char *address;
@@ -74,6 +77,10 @@ struct tls_tr {
 	unsigned handshake_ms;
 	size_t buffer_max;
 	unsigned pending_max;
+	unsigned pending_per_address;
+	bool (*is_member)(void *arg, raft_id id);
+	void *member_arg;
+	raft_id own_cert_id; /* per-member IDs: the member ours names; 0 */
 	unsigned user_timeout_ms;
 	const allot__logger *log;
 	allot__logrl rl;
@@ -82,6 +89,14 @@ struct tls_tr {
 /* Logs one line naming the peer and why its connection failed. */
 void allot__raft_tls_refuse(conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Whether the Raft id an acceptor's peer claimed in libraft's handshake
+ * may be its (raft_tls.h); logs why not. */
+bool allot__raft_tls_claim_ok(conn *c);
+
+/* 0 when our certificate may serve as member `id` (per-member IDs: it
+ * names `id`); else RAFT_INVALID with tr->t->errmsg saying why. */
+int allot__raft_tls_own_id(tls_tr *tr, raft_id id);
 
 /* Loads the CA, our certificate and key, and the member identity into
  * tr->cred and tr->member_id, and installs the check on the peer's
