@@ -21,7 +21,13 @@
  * or the process is out of descriptors, a new connection takes the place
  * of the one quiet the longest with no stream open (evict_idle()); when
  * there is none, a worker out of descriptors stops watching the listener
- * for a moment (accept_pause()) rather than spinning on it.
+ * for a moment (accept_pause()) rather than spinning on it. A worker
+ * touches only its own connections, so one that accepted a connection
+ * for a full table while holding no idle connection itself hands it to
+ * the worker whose idle one is the oldest (hand_over(): a pipe into that
+ * worker's epoll set), which evicts it and serves the newcomer; each
+ * worker publishes how long its oldest idle connection has been quiet
+ * (publish_idle(), every TICK_MS).
  *
  * Certificates rotate: grpc_server_check_certs() (the main thread, every
  * --cert-check-ms) loads the files again when they change and swaps the
@@ -29,6 +35,7 @@
  * (reference counted) until they close, so no session is dropped.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -89,6 +96,13 @@ struct worker {
 	struct conn *conns; /* doubly linked, for the idle scan */
 	uint64_t paused_until_ms; /* the listener is out of ep until then;
 	                             0: it is in */
+	/* Accepted sockets other workers hand over (hand_over()): written
+	 * by them, read by this worker (in ep, data.ptr == the worker). */
+	int hand[2];
+	/* When its oldest connection with no stream open went quiet, as of
+	 * the last publish_idle(); 0: none. Read by the other workers. */
+	_Atomic uint64_t idle_since;
+	uint64_t published_ms;
 };
 
 struct grpc_server {
@@ -623,6 +637,19 @@ conn_tls(struct conn *c)
 	return true;
 }
 
+/* Publishes when this worker's oldest connection with no stream open
+ * went quiet (worker.idle_since), for hand_over() in the others. */
+static void
+publish_idle(struct worker *w)
+{
+	uint64_t oldest = 0;
+	for (struct conn *c = w->conns; c != NULL; c = c->next)
+		if (c->streams == NULL && (oldest == 0 || c->last_ms < oldest))
+			oldest = c->last_ms;
+	atomic_store(&w->idle_since, oldest);
+	w->published_ms = agentd_now_ms();
+}
+
 /* Close this worker's connection quiet the longest, if it has no stream
  * open and has been quiet for EVICT_IDLE_MS: room for a new one. False
  * when there is none. */
@@ -639,7 +666,34 @@ evict_idle(struct worker *w)
 		return false;
 	atomic_fetch_add(&w->g->d->n.grpc_evicted_conns, 1);
 	conn_close(oldest);
+	publish_idle(w);
 	return true;
+}
+
+/* The table is full and none of this worker's connections is idle:
+ * hands the accepted socket `fd` to the worker whose idle connection
+ * has been quiet the longest, at least EVICT_IDLE_MS, which evicts it
+ * and opens this one (handed_in()). False when no worker has one, or
+ * its pipe is full: the caller refuses the connection. */
+static bool
+hand_over(struct worker *w, int fd)
+{
+	struct grpc_server *g = w->g;
+	uint64_t now = agentd_now_ms();
+	struct worker *to = NULL;
+	uint64_t best = 0;
+	for (size_t i = 0; i < g->nworkers; i++) {
+		struct worker *o = &g->workers[i];
+		uint64_t t = atomic_load(&o->idle_since);
+		if (o == w || t == 0 || now - t < EVICT_IDLE_MS)
+			continue;
+		if (to == NULL || t < best) {
+			to = o;
+			best = t;
+		}
+	}
+	return to != NULL &&
+	    write(to->hand[1], &fd, sizeof fd) == (ssize_t) sizeof fd;
 }
 
 /* A place in the connection table (--max-connections) for a new
@@ -660,12 +714,17 @@ conn_slot(struct worker *w)
 	return false;
 }
 
+/* Serves the accepted socket `fd`, or hands it over (`may_hand`: it was
+ * not handed to this worker already) or refuses it when the table is
+ * full. */
 static void
-conn_open(struct worker *w, int fd)
+conn_open(struct worker *w, int fd, bool may_hand)
 {
 	struct grpc_server *g = w->g;
 	struct agentd *d = g->d;
 	if (!conn_slot(w)) {
+		if (may_hand && hand_over(w, fd))
+			return;
 		atomic_fetch_add(&d->n.grpc_refused_conns, 1);
 		close(fd);
 		return;
@@ -736,7 +795,7 @@ accept_all(struct worker *w)
 	for (;;) {
 		int fd = accept4(w->g->lfd, NULL, NULL, SOCK_NONBLOCK);
 		if (fd >= 0) {
-			conn_open(w, fd);
+			conn_open(w, fd, true);
 			continue;
 		}
 		if (errno == EINTR || errno == ECONNABORTED)
@@ -751,6 +810,17 @@ accept_all(struct worker *w)
 		}
 		return;
 	}
+}
+
+/* The sockets other workers handed over: each evicts an idle
+ * connection of this worker, or is refused if none is idle any more. */
+static void
+handed_in(struct worker *w)
+{
+	int fd;
+	while (read(w->hand[0], &fd, sizeof fd) == (ssize_t) sizeof fd)
+		conn_open(w, fd, false);
+	publish_idle(w);
 }
 
 /* Close connections idle for longer than --idle-timeout-s. */
@@ -781,6 +851,10 @@ worker_main(void *arg)
 				accept_all(w);
 				continue;
 			}
+			if (evs[i].data.ptr == w) {
+				handed_in(w);
+				continue;
+			}
 			struct conn *c = evs[i].data.ptr;
 			if (!conn_io(c, evs[i].events))
 				conn_close(c);
@@ -789,6 +863,8 @@ worker_main(void *arg)
 			reap_idle(w);
 			last_reap = agentd_now_ms();
 		}
+		if (agentd_now_ms() - w->published_ms >= TICK_MS)
+			publish_idle(w);
 	}
 	while (w->conns != NULL)
 		conn_close(w->conns);
@@ -961,15 +1037,23 @@ grpc_server_start(struct agentd *d, struct grpc_server **ret)
 	for (size_t i = 0; i < g->nworkers; i++) {
 		struct worker *w = &g->workers[i];
 		w->g = g;
+		w->hand[0] = w->hand[1] = -1;
 		w->ep = epoll_create1(EPOLL_CLOEXEC);
 		/* One worker wakes per new connection. */
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE,
 			.data.ptr = NULL };
+		struct epoll_event hev = { .events = EPOLLIN, .data.ptr = w };
 		if (w->ep < 0 ||
 		    epoll_ctl(w->ep, EPOLL_CTL_ADD, g->lfd, &ev) != 0 ||
-		    pthread_create(&w->thread, NULL, worker_main, w) != 0)
+		    pipe2(w->hand, O_NONBLOCK | O_CLOEXEC) != 0 ||
+		    epoll_ctl(w->ep, EPOLL_CTL_ADD, w->hand[0], &hev) != 0)
 			return ALLOT_EIO;
 	}
+	/* Every worker's pipe exists before any may hand over to it. */
+	for (size_t i = 0; i < g->nworkers; i++)
+		if (pthread_create(&g->workers[i].thread, NULL, worker_main,
+		        &g->workers[i]) != 0)
+			return ALLOT_EIO;
 	*ret = g;
 	return ALLOT_OK;
 }
@@ -986,9 +1070,17 @@ grpc_server_stop(struct grpc_server *g)
 	if (g == NULL)
 		return;
 	atomic_store(&g->stop, true);
-	for (size_t i = 0; i < g->nworkers; i++) {
+	for (size_t i = 0; i < g->nworkers; i++)
 		pthread_join(g->workers[i].thread, NULL);
-		close(g->workers[i].ep);
+	for (size_t i = 0; i < g->nworkers; i++) {
+		struct worker *w = &g->workers[i];
+		int fd;
+		/* Sockets handed over after their worker's last wake-up. */
+		while (read(w->hand[0], &fd, sizeof fd) == (ssize_t) sizeof fd)
+			close(fd);
+		close(w->hand[0]);
+		close(w->hand[1]);
+		close(w->ep);
 	}
 	close(g->lfd);
 	creds_put(g, g->creds);

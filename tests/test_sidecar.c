@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <errno.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -355,6 +357,71 @@ idle_conn(int port)
 	return fd;
 }
 
+/* `n` TCP connections to the gRPC port opened at once (non-blocking
+ * connects, then waited for): they arrive faster than one worker
+ * accepts, so both workers take some. */
+static void
+idle_burst(int port, int *fds, int n)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons((uint16_t) port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (int i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		ck_assert_int_ge(fds[i], 0);
+		int rc = connect(fds[i], (struct sockaddr *) &sa, sizeof sa);
+		ck_assert(rc == 0 || errno == EINPROGRESS);
+	}
+	for (int i = 0; i < n; i++) {
+		struct pollfd p = { .fd = fds[i], .events = POLLOUT };
+		ck_assert_int_eq(poll(&p, 1, 5000), 1);
+	}
+}
+
+/* A gRPC connection with a stream that never ends: the preface,
+ * SETTINGS, and the headers of a ShouldRateLimit call without its body.
+ * Never idle (a stream is open), so never evicted. True when the daemon
+ * served it (its SETTINGS came and it stayed open), false when it was
+ * refused (closed). */
+static bool
+busy_conn(int port, int *ret)
+{
+	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+	static const char path[] =
+	    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+	uint8_t f[128] = { 0, 0, 0, 4, 0, 0, 0, 0, 0 }; /* SETTINGS */
+	size_t n = 9 + 9, hb;
+	int fd = idle_conn(port);
+	/* HEADERS, stream 1, END_HEADERS only; HPACK: :method POST (static
+	 * 3), :scheme http (6), :path literal (name 4), content-type
+	 * literal (name 31). */
+	f[n++] = 0x83;
+	f[n++] = 0x86;
+	f[n++] = 0x04;
+	f[n++] = (uint8_t) (sizeof path - 1);
+	memcpy(f + n, path, sizeof path - 1);
+	n += sizeof path - 1;
+	f[n++] = 0x0f;
+	f[n++] = 31 - 15;
+	f[n++] = 16;
+	memcpy(f + n, "application/grpc", 16);
+	n += 16;
+	hb = n - 18;
+	memcpy(f + 9, (uint8_t[]) { 0, 0, (uint8_t) hb, 1, 4, 0, 0, 0, 1 }, 9);
+	*ret = fd;
+	/* A refused connection may be closed already: no SIGPIPE. */
+	if (send(fd, preface, sizeof preface - 1, MSG_NOSIGNAL) <= 0 ||
+	    send(fd, f, n, MSG_NOSIGNAL) != (ssize_t) n)
+		return false;
+	struct timeval tv = { 3, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	uint8_t buf[256];
+	ssize_t got = recv(fd, buf, sizeof buf, 0);
+	pc_sleep_ms(50);
+	return got >= 9 && buf[3] == 4 /* SETTINGS */ &&
+	    recv(fd, buf, sizeof buf, MSG_DONTWAIT) != 0;
+}
+
 /* Bytes that are not HTTP/2 after the preface: GOAWAY, then close. */
 static void
 raw_garbage(int port)
@@ -529,25 +596,48 @@ call_ok(int port)
 START_TEST(idle_connections_make_room)
 {
 	need_tools();
-	/* The connection table: 16 connections that never send. */
-	/* One gRPC worker: a worker evicts only its own connections, so
-	 * with two, a new client accepted by the worker that holds none of
-	 * the idle ones is refused (the flake this case had, 2 runs in
-	 * about 20: "Socket closed"; docs/sidecar.md, "Bounds"). */
+	/* The connection table: 16 connections that never send, opened
+	 * at once so that both workers hold some. Workers evict only their
+	 * own connections: a new one accepted by a worker with no idle
+	 * connection left is handed to the other (before, it was refused:
+	 * the flake this case had, 2 runs in about 20, "Socket closed").
+	 * Then 16 new connections, each with a stream open (never idle),
+	 * take the 16 places one by one, whichever worker holds them; a
+	 * 17th finds nothing to evict and is refused; one freed place
+	 * serves a new client. */
 	const char *extra[] = { "--max-connections", "16", "--grpc-threads",
-		"1", NULL };
+		"2", NULL };
 	struct agentd a;
 	agentd_start(&a, cfg_burst, extra);
-	int fds[32];
-	for (int i = 0; i < 16; i++)
-		fds[i] = idle_conn(a.grpc_port);
+	int fds[16], busy[17];
+	idle_burst(a.grpc_port, fds, 16);
 	await_accepted(a.http_port, 16);
 	pc_sleep_ms(1200);
-	ck_assert_msg(call_ok(a.grpc_port),
-	    "a new client was refused with the table full of idle "
-	    "connections");
+	int served = 0;
 	for (int i = 0; i < 16; i++)
+		served += busy_conn(a.grpc_port, &busy[i]);
+	double evicted = pc_metric_get(
+	    a.http_port, "allot_agentd_grpc_evicted_connections_total");
+	fprintf(stderr,
+	    "sidecar: 16 idle connections, 16 new ones: %d served, %.0f "
+	    "evicted\n",
+	    served, evicted);
+	ck_assert_msg(served == 16 && evicted == 16,
+	    "%d of 16 new connections served with the table full of idle "
+	    "ones, %.0f evicted",
+	    served, evicted);
+	ck_assert_msg(!busy_conn(a.grpc_port, &busy[16]),
+	    "a 17th connection was served with nothing idle to evict");
+	close(busy[16]);
+	close(busy[0]);
+	pc_sleep_ms(200);
+	ck_assert_msg(call_ok(a.grpc_port),
+	    "a new client was refused with a place free");
+	for (int i = 0; i < 16; i++) {
 		close(fds[i]);
+		if (i > 0)
+			close(busy[i]);
+	}
 	agentd_stop(&a);
 
 	/* The descriptors: the daemon's limit set to what it holds and 8
