@@ -27,7 +27,8 @@
  * the worker whose idle one is the oldest (hand_over(): a pipe into that
  * worker's epoll set), which evicts it and serves the newcomer; each
  * worker publishes how long its oldest idle connection has been quiet
- * (publish_idle(), every TICK_MS).
+ * (publish_idle(), every TICK_MS). Idle means no stream open: a client
+ * that only sends PINGs is idle too.
  *
  * Certificates rotate: grpc_server_check_certs() (the main thread, every
  * --cert-check-ms) loads the files again when they change and swaps the
@@ -136,6 +137,10 @@ struct conn {
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	uint64_t last_ms; /* of the last I/O, for the idle timeout */
+	/* When it last had a stream open (or opened): idle since then if
+	 * none is open now. PINGs and SETTINGS do not count, so a client
+	 * that only pings is as idle as one that is silent. */
+	uint64_t quiet_since;
 };
 
 struct stream {
@@ -297,6 +302,7 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 	struct stream *st = calloc(1, sizeof *st);
 	if (st == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+	c->quiet_since = agentd_now_ms();
 	st->next = c->streams;
 	if (c->streams != NULL)
 		c->streams->prev = st;
@@ -393,6 +399,7 @@ on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 static void
 stream_free(struct conn *c, struct stream *st)
 {
+	c->quiet_since = agentd_now_ms();
 	if (st->prev != NULL)
 		st->prev->next = st->next;
 	else
@@ -644,8 +651,9 @@ publish_idle(struct worker *w)
 {
 	uint64_t oldest = 0;
 	for (struct conn *c = w->conns; c != NULL; c = c->next)
-		if (c->streams == NULL && (oldest == 0 || c->last_ms < oldest))
-			oldest = c->last_ms;
+		if (c->streams == NULL &&
+		    (oldest == 0 || c->quiet_since < oldest))
+			oldest = c->quiet_since;
 	atomic_store(&w->idle_since, oldest);
 	w->published_ms = agentd_now_ms();
 }
@@ -659,8 +667,9 @@ evict_idle(struct worker *w)
 	uint64_t now = agentd_now_ms();
 	struct conn *oldest = NULL;
 	for (struct conn *c = w->conns; c != NULL; c = c->next)
-		if (c->streams == NULL && now - c->last_ms >= EVICT_IDLE_MS &&
-		    (oldest == NULL || c->last_ms < oldest->last_ms))
+		if (c->streams == NULL &&
+		    now - c->quiet_since >= EVICT_IDLE_MS &&
+		    (oldest == NULL || c->quiet_since < oldest->quiet_since))
 			oldest = c;
 	if (oldest == NULL)
 		return false;
@@ -740,7 +749,7 @@ conn_open(struct worker *w, int fd, bool may_hand)
 	}
 	c->w = w;
 	c->fd = fd;
-	c->last_ms = agentd_now_ms();
+	c->last_ms = c->quiet_since = agentd_now_ms();
 	c->next = w->conns;
 	if (w->conns != NULL)
 		w->conns->prev = c;
@@ -823,7 +832,8 @@ handed_in(struct worker *w)
 	publish_idle(w);
 }
 
-/* Close connections idle for longer than --idle-timeout-s. */
+/* Close connections idle for longer than --idle-timeout-s: no stream
+ * open for that long (PINGs do not count), or no byte at all. */
 static void
 reap_idle(struct worker *w)
 {
@@ -831,7 +841,8 @@ reap_idle(struct worker *w)
 	uint64_t max = (uint64_t) w->g->d->o.idle_timeout_s * 1000u;
 	for (struct conn *c = w->conns, *next; c != NULL; c = next) {
 		next = c->next;
-		if (now - c->last_ms > max)
+		if (now - c->last_ms > max ||
+		    (c->streams == NULL && now - c->quiet_since > max))
 			conn_close(c);
 	}
 }

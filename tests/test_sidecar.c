@@ -378,6 +378,23 @@ idle_burst(int port, int *fds, int n)
 	}
 }
 
+/* A PING on connection `fd` (after HTTP/2's preface and SETTINGS when
+ * `hello`); errors ignored: the daemon may have closed it. */
+static void
+h2_ping(int fd, bool hello)
+{
+	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+	static const uint8_t settings[9] = { 0, 0, 0, 4 };
+	static const uint8_t ping[17] = { 0, 0, 8, 6, 0, 0, 0, 0, 0, 'p', 'i',
+		'n', 'g' };
+	int fl = MSG_NOSIGNAL | MSG_DONTWAIT;
+	if (hello &&
+	    (send(fd, preface, sizeof preface - 1, fl) < 0 ||
+	        send(fd, settings, sizeof settings, fl) < 0))
+		return;
+	(void) send(fd, ping, sizeof ping, fl);
+}
+
 /* A gRPC connection with a stream that never ends: the preface,
  * SETTINGS, and the headers of a ShouldRateLimit call without its body.
  * Never idle (a stream is open), so never evicted. True when the daemon
@@ -596,7 +613,7 @@ call_ok(int port)
 START_TEST(idle_connections_make_room)
 {
 	need_tools();
-	/* The connection table: 16 connections that never send, opened
+	/* The connection table: 16 connections that open no stream, opened
 	 * at once so that both workers hold some. Workers evict only their
 	 * own connections: a new one accepted by a worker with no idle
 	 * connection left is handed to the other (before, it was refused:
@@ -612,10 +629,19 @@ START_TEST(idle_connections_make_room)
 	int fds[16], busy[17];
 	idle_burst(a.grpc_port, fds, 16);
 	await_accepted(a.http_port, 16);
-	pc_sleep_ms(1200);
+	/* They speak HTTP/2 and send a PING every 200 ms and before each
+	 * newcomer: no stream, so as idle as silent ones. */
+	for (int t = 0; t < 7; t++) {
+		for (int i = 0; i < 16; i++)
+			h2_ping(fds[i], t == 0);
+		pc_sleep_ms(200);
+	}
 	int served = 0;
-	for (int i = 0; i < 16; i++)
+	for (int i = 0; i < 16; i++) {
+		for (int j = 0; j < 16; j++)
+			h2_ping(fds[j], false);
 		served += busy_conn(a.grpc_port, &busy[i]);
+	}
 	double evicted = pc_metric_get(
 	    a.http_port, "allot_agentd_grpc_evicted_connections_total");
 	fprintf(stderr,
