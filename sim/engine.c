@@ -220,6 +220,7 @@ typedef struct engine {
 	double max_granted_ratio, max_held_over_bound, max_bound_ratio;
 	double max_tokens_over_burst;
 	uint64_t checks;
+	allot__metrics metrics; /* allotd's counters, over the allot modes */
 	int err;
 } engine;
 
@@ -1008,6 +1009,7 @@ run_allot(engine *e, sim_mode mode)
 	o.interval_ms = e->p->interval_ms;
 	o.lease_ms = e->p->lease_ms;
 	o.expiry_intervals = e->p->expiry_intervals;
+	o.metrics = &e->metrics;
 	if (e->p->loan_frac >= 0)
 		o.policy.loan_frac = e->p->loan_frac;
 	e->now = 0;
@@ -1289,6 +1291,7 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 	engine *e = calloc(1, sizeof *e);
 	if (e == NULL)
 		return ALLOT_ENOMEM;
+	allot__metrics_init(&e->metrics);
 	e->s = s;
 	e->p = p;
 	e->cfg = s->cfg;
@@ -1344,6 +1347,8 @@ sim_run(const sim_scenario *s, const sim_params *p, sim_result *res)
 		res->max_tokens_over_burst = e->max_tokens_over_burst;
 		res->max_bound_ratio = e->max_bound_ratio;
 		res->invariant_checks = e->checks;
+		res->denials_refuted = atomic_load(
+		    &e->metrics.denial_reports_refuted);
 		central_figures(e, res);
 	}
 	for (int m = 0; m < SIM_NMODES; m++)

@@ -221,7 +221,8 @@ sim_print_json(FILE *f, const sim_result *r)
 	jnum(f, r->max_bound_ratio);
 	fputs(",\"max_tokens_over_burst\":", f);
 	jnum(f, r->max_tokens_over_burst);
-	fprintf(f, ",\"count\":%llu},\"wall_s\":",
+	fprintf(f, ",\"denials_refuted\":%llu,\"count\":%llu},\"wall_s\":",
+	    (unsigned long long) r->denials_refuted,
 	    (unsigned long long) r->invariant_checks);
 	jnum(f, r->wall_s);
 	/* The speed: simulated seconds of the scenario (its three modes

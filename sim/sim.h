@@ -192,6 +192,9 @@ typedef struct sim_result {
 	 * reserve - B) / B: <= 0, tokens are never made */
 	double max_tokens_over_burst;
 	uint64_t invariant_checks;
+	/* Denial reports allotd refuted (denials() in
+	 * coordinator/state/sync.c): honest agents never get one, so 0. */
+	uint64_t denials_refuted;
 	/* Noisy neighbour: the other callers' admitted cost against the
 	 * run without the noisy caller (max relative difference), NaN if
 	 * not computed. */

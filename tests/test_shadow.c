@@ -332,7 +332,10 @@ START_TEST(shadow_counted_apart)
 {
 	/* Caller a in shadow at 100/s: two replicas each admit 20 tokens
 	 * an interval (400/s in all), 15 of which shadow would have
-	 * denied; b enforces and denies 3 of 8 an interval. 5 s. */
+	 * denied; b enforces at 1,000/s: each replica admits what its
+	 * share allows, 50 an interval, and is denied 3 more (a replica
+	 * that admitted less than its grant refilled could not have been
+	 * denied: its denials would be refuted). 5 s. */
 	coord c;
 	coord_start(&c, mkcfg(&c, "100", "100", true, 0, 0));
 	uint64_t digest = allot__state_digest(c.st);
@@ -342,7 +345,7 @@ START_TEST(shadow_counted_apart)
 	for (int t = 1; t <= 50; t++) {
 		vclock += INTERVAL_NS;
 		for (int i = 0; i < 2; i++)
-			sync1(&c, &r[i], (kr) { 20, 0, 15 }, (kr) { 5, 3, 0 },
+			sync1(&c, &r[i], (kr) { 20, 0, 15 }, (kr) { 50, 3, 0 },
 			    digest);
 		periodic(&c, t % 10 == 0);
 	}
@@ -359,6 +362,7 @@ START_TEST(shadow_counted_apart)
 	ck_assert_uint_eq(atomic_load(&c.m.tokens_clipped), 0);
 	ck_assert_uint_eq(atomic_load(&c.m.reports_clipped), 0);
 	ck_assert_double_eq(metric(m, "allotd_denied_tokens_total", "b"), 300);
+	ck_assert_uint_eq(atomic_load(&c.m.denial_reports_refuted), 0);
 	ck_assert_double_eq(
 	    metric(m, "allotd_shadow_denied_tokens_total", "b"), 0);
 	/* No candidate: 0. */

@@ -59,6 +59,12 @@ assert_invariants(const sim_result *r)
 	    "above the live bound",
 	    r->scenario, r->max_held_over_bound);
 	ck_assert_uint_gt(r->invariant_checks, 0);
+	/* The agents are honest: allotd refutes none of their denials. */
+	ck_assert_msg(r->denials_refuted == 0,
+	    "%s T=%u: %llu denial reports "
+	    "refuted",
+	    r->scenario, r->interval_ms,
+	    (unsigned long long) r->denials_refuted);
 	/* The ideal bucket never admits above B + R W: the figures are
 	 * computed right. */
 	ck_assert(r->over[SIM_IDEAL] <= 1e-9);
@@ -445,6 +451,10 @@ START_TEST(families_bounded)
 				    r.keys[k].identity);
 			ck_assert(r.over[SIM_IDEAL] <= 1e-9);
 			ck_assert(r.max_granted_ratio <= 1 + 1e-9);
+			ck_assert_msg(r.denials_refuted == 0,
+			    "%s seed %llu: %llu honest denial reports refuted",
+			    name, (unsigned long long) seed,
+			    (unsigned long long) r.denials_refuted);
 			if (!restart)
 				assert_invariants(&r);
 			sim_scenario_free(&s);

@@ -105,6 +105,21 @@ allot__est_var(const session *s, const skey *key)
 	return var > 0 ? var * a / (2.0 - a) : 0;
 }
 
+/* A key whose reported denials were refuted (sync.c, denials()) lied
+ * about them: what its estimates took from its earlier denials, before
+ * its bound could refute them, goes at once rather than over many time
+ * constants; each is held to `rate`, what it consumed. An honest agent
+ * is never refuted. Under the lock. */
+void
+allot__est_refute(skey *key, double rate)
+{
+	rate = rate > 0 ? rate : 0;
+	key->est = fmin(key->est, rate);
+	key->est2 = fmin(key->est2, 2 * rate * rate);
+	key->slow = fmin(key->slow, rate);
+	key->body = fmin(key->body, rate);
+}
+
 /* Fold `amount` tokens (admitted + denied) over the `w` seconds ending at
  * `now` into the estimate: first the decay over the idle time before
  * the window (zeros, in effect), then an exponential average of the

@@ -347,6 +347,8 @@ allot__grant(
 	double hb0 = held_none ? held_b : fmax(key->hold_burst, held_b);
 	key->grant_rate = gr;
 	key->grant_burst = gb;
+	key->low_rate = fmin(key->low_rate, gr);
+	key->low_burst = fmin(key->low_burst, gb);
 	/* Until the agent acknowledges, it may still run on the larger of
 	 * this grant and any earlier one it has not confirmed. */
 	key->hold_rate = isnan(key->hold_rate) ? gr : fmax(key->hold_rate, gr);
@@ -575,6 +577,7 @@ void
 allot__loan_sent(service *svc, skey *key)
 {
 	squota *sq = &svc->q[key->q];
+	key->low -= key->loan_debit; /* taken from its bucket */
 	sq->debit_due -= key->loan_debit;
 	if (sq->debit_due < 0.5)
 		sq->debit_due = 0;

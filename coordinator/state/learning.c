@@ -32,6 +32,8 @@ allot__adopt(allot__state *st, service *svc, session *s, skey *key,
 	double h0 = key_hold(key);
 	key->grant_rate = fmin(hr, fmax(0, R - sq->granted_rate));
 	key->grant_burst = fmin(hb, fmax(0, B - sq->granted_burst));
+	key->low_rate = fmin(key->low_rate, key->grant_rate);
+	key->low_burst = fmin(key->low_burst, key->grant_burst);
 	key->hold_rate = hr;
 	key->hold_burst = hb;
 	sq->granted_rate += key->grant_rate;

@@ -251,6 +251,13 @@ static const struct series {
 	{ COUNTER, "allotd_tokens_clipped_total",
 	    "Tokens of consumption clipped from implausible reports.",
 	    F(tokens_clipped) },
+	{ COUNTER, "allotd_denial_reports_refuted_total",
+	    "Key reports claiming denials while the replica's bucket held "
+	    "the largest endpoint weight throughout; not booked.",
+	    F(denial_reports_refuted) },
+	{ COUNTER, "allotd_denials_refuted_total",
+	    "Tokens of denials in refuted reports, not booked.",
+	    F(denials_refuted) },
 	{ COUNTER, "allotd_usage_records_total",
 	    "Agents' Usage records booked into the audit (each once).",
 	    F(usage_booked) },

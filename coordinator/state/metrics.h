@@ -76,6 +76,8 @@ typedef struct allot__metrics {
 	_Atomic uint64_t register_unknown_keys;
 	_Atomic uint64_t reports_clipped; /* implausible key reports */
 	_Atomic uint64_t tokens_clipped; /* consumption not booked */
+	_Atomic uint64_t denial_reports_refuted; /* denials none could have */
+	_Atomic uint64_t denials_refuted; /* tokens of them, not booked */
 	_Atomic uint64_t usage_booked; /* Usage records booked (usage.c) */
 	_Atomic uint64_t usage_repeats; /* sent again, booked before */
 	_Atomic uint64_t usage_refused; /* implausible counts dropped */

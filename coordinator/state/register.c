@@ -272,7 +272,7 @@ reg_welcome(
 		 * the first Reply is full. */
 		s->force_full = true;
 	}
-	s->last_reply_ns = now;
+	s->last_reply_ns = s->welcomed_ns = now;
 	s->last_replicas = r->replicas;
 	s->sent_gen = svc->gen;
 	ret->unknown_keys = r->unknown;

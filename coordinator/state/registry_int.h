@@ -114,6 +114,17 @@ typedef struct skey {
 	uint64_t est_ns; /* est covers up to here; 0: never */
 	double credit; /* tokens it may still report (plausibility) */
 	uint64_t credit_ns; /* credit brought up to here; 0: never */
+	/* Denials' plausibility (sync.c, denials()): a lower bound of its
+	 * agent's bucket level as of low_ns (0: none yet), and the smallest
+	 * grant (rate, burst) the agent may have run since the answer it
+	 * last acknowledged: 0 until one, lowered by every grant sent
+	 * (grants.c). */
+	double low;
+	uint64_t low_ns;
+	double low_rate;
+	double low_burst;
+	double resets; /* restarts of the bound it may still make */
+	bool denials_refuted; /* its last report's denials were not booked */
 	bool targeted; /* rate/burst hold an allocator output */
 	bool was_short; /* its grant was below its target at some
 	                   point since the last round */
@@ -218,6 +229,7 @@ typedef struct session {
 	uint32_t last_replicas; /* here at the latest, and the count */
 	uint64_t acked_reply_ns; /* the last answer it acknowledged: its */
 	uint32_t acked_replicas; /* lease runs from here at the earliest */
+	uint64_t welcomed_ns; /* its Welcome (register.c) */
 	struct session *hnext;
 } session;
 
@@ -554,6 +566,7 @@ void allot__est_update(const session *s, skey *key, double amount, double w,
     double step, uint64_t now);
 void allot__est_onset(squota *sq, const session *s, const skey *key,
     double amount, double w, uint64_t now, uint64_t episode_ns);
+void allot__est_refute(skey *key, double rate);
 void allot__conserve_join(service *svc, const session *newcomer);
 void allot__conserve_leave(service *svc, const session *gone_s);
 void allot__est_inherit(session *s, const session *old);

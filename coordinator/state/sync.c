@@ -36,6 +36,8 @@ typedef struct syn {
 	const Allot__V1__KeyReport *bad; /* the first absurd one */
 	uint32_t clipped; /* reports above what could be admitted */
 	double clipped_tokens; /* and by how much, in all */
+	uint32_t refuted; /* reports of denials none could have had */
+	double refuted_tokens; /* and those denials, in all */
 	const Allot__V1__KeyReport *clip; /* the first clipped one */
 	bool audit; /* write its event row (st->clip_event_ns) */
 	bool forced; /* some key reported an allowance from elsewhere */
@@ -224,6 +226,97 @@ plausible(syn *y, skey *key, bool foreign, double R, double B)
 	return key->credit;
 }
 
+/* How many times in a row the bound of denials() may start over, and
+ * the seconds that earn one more. */
+#define DENIAL_RESETS 3.0
+#define DENIAL_RESET_S 5.0
+
+/* The denials `key` may plausibly report (issue 27): none when its
+ * agent's bucket held the largest endpoint weight W throughout the
+ * window, which a lower bound of its level proves. key->low is that
+ * bound: refilled at the smallest grant the agent may have run since
+ * the answer it last acknowledged (key->low_rate, or the equal split
+ * once its lease may have run out) and capped at the smallest burst,
+ * less what it took (`taken`: what it admitted; loans it paid back are
+ * taken when sent, allot__loan_sent()), and never below a level it
+ * reported itself (KeyReport.held when above 0, exact for an honest
+ * agent; a liar only raises its own bound; 0 may be debt). Starting,
+ * after a lost Sync (its counts are gone with it) and after a gap of
+ * more than three of its intervals (an outage, where an agent may run
+ * into debt), the bound is the most that debt can be, one interval of
+ * its grant and W; those restarts are rationed (key->resets). If the bound
+ * before the window, less what the window took, is at least W + 1 (and a
+ * margin of one interval of its rate and a sixteenth of its burst, what its
+ * threads' leases and timing may hold apart), no request of the window can
+ * have been denied: its denials are not booked (counted in y->refuted). A
+ * replica that reports denials without consuming (issue 27: 49 such fakes took
+ * 98 % of a quota) is refuted within (W + 1 + debt) / grant seconds; one that
+ * drained its bucket, as a denied one has, never is. Under the lock. */
+static uint64_t
+denials(syn *y, skey *key, const Allot__V1__KeyReport *r, double taken)
+{
+	double W = (double) y->st->cur->cfg->max_weight;
+	double h = key->low_rate >= 0 ? key->low_rate : 0;
+	double b = key->low_burst >= 0 ? key->low_burst : 0;
+	double iv = y->s->interval_s > 0 ? y->s->interval_s : 0.1;
+	/* Past its lease with no answer acknowledged since (or since its
+	 * Welcome), it runs on the equal split: an agent whose answers were
+	 * all lost, or one that never acknowledges. */
+	uint64_t base = y->s->acked_reply_ns != 0 ? y->s->acked_reply_ns :
+	                                            y->s->welcomed_ns;
+	if (base != 0 &&
+	    since(y->now, base) > (uint64_t) y->st->o.lease_ms * 1000000u) {
+		double n = y->s->acked_replicas > 0 ? y->s->acked_replicas : 1;
+		h = y->st->cur->rate[key->q] / n;
+		b = y->st->cur->burst[key->q] / n;
+	} else if (y->s->acked_reply_ns == 0) {
+		h = b = 0; /* on its Welcome's grant, or its bootstrap */
+	}
+	uint64_t denied = r->denied;
+	key->denials_refuted = false;
+	if (isnan(key->grant_rate)) {
+		key->low_ns = 0;
+		return denied;
+	}
+	/* A lost Sync (a gap in its seq) took its counts with it, and a
+	 * long silence may have run its bucket into debt: the bound starts
+	 * over, at most DENIAL_RESETS times in a row and once every
+	 * DENIAL_RESET_S seconds in the long run (a liar skipping seqs
+	 * gains a window or two each time). */
+	bool lost = y->req->seq != y->s->last_seq + 1;
+	double gap_s = (double) since(y->now, key->low_ns) / 1e9;
+	if (key->low_ns != 0)
+		key->resets = fmin(
+		    DENIAL_RESETS, key->resets + gap_s / DENIAL_RESET_S);
+	/* A key idle for a while is simply not reported; a silence is the
+	 * session's. */
+	bool silent = (double) since(y->now, y->s->last_sync_ns) / 1e9 >
+	    3 * iv + 0.5;
+	if (key->low_ns == 0 || ((lost || silent) && key->resets >= 1)) {
+		key->resets = key->low_ns == 0 ? DENIAL_RESETS :
+		                                 key->resets - 1;
+		key->low = -(key->grant_rate * iv + W);
+	} else {
+		/* Its level when the window began: at most the smallest
+		 * burst it may have run since (a lowered burst clips it). */
+		key->low = fmin(b, key->low);
+		if (denied > 0 && key->low - taken >= W + 1 + h * iv + b / 2) {
+			y->refuted_tokens += (double) denied;
+			y->refuted++;
+			key->denials_refuted = true;
+			denied = 0;
+		}
+		double dt = (double) since(y->now, key->low_ns) / 1e9;
+		key->low = fmin(b, key->low + h * dt) - taken;
+	}
+	/* A held of 0 says only "at most 0": a bucket in debt reports 0. */
+	if (r->held > 0)
+		key->low = fmax(key->low, (double) r->held);
+	key->low = fmin(b, key->low);
+	key->low_ns = y->now;
+	return denied;
+}
+
 /* Book one report of a key we own: the quota's counters, global bucket
  * and candidate (candidate.c), the key's demand estimate and allocator
  * window. A report with numbers no agent can produce is dropped (counted
@@ -292,20 +385,21 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 		y->svc->q[q].rsv_returned += fmin(
 		    (double) r->overflow, key_hold(key) * (y->w + 0.1) + 1);
 	uint64_t consumed = admitted + shadow;
+	uint64_t denied = denials(y, key, r, (double) consumed);
 	uint64_t sd = r->shadow_denied < consumed ? r->shadow_denied :
 	                                            consumed;
 	squota *sq = &y->svc->q[q];
 	sq->allowed_total += consumed;
-	sq->denied_total += r->denied;
+	sq->denied_total += denied;
 	sq->shadow_total += sd;
 	sq->win_allowed += consumed;
-	sq->win_denied += r->denied;
+	sq->win_denied += denied;
 	sq->win_shadow += sd;
 	/* An agent with an account is audited from its Usage records
 	 * (usage.c), not from these. */
 	if (y->s->incarnation == 0) {
 		sq->aud_allowed += consumed;
-		sq->aud_denied += r->denied;
+		sq->aud_denied += denied;
 		sq->aud_shadow += sd;
 	}
 	allot__level_bring(sq, rate, burst, y->now);
@@ -313,14 +407,21 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	if (sq->level < 0)
 		sq->level = 0;
 	allot__central_admitted(y->st, y->svc, (double) admitted, y->now);
-	double offered = (double) consumed + (double) r->denied;
+	if (key->denials_refuted)
+		allot__est_refute(key, (double) consumed / y->w);
+	/* Denials tell the allocator that demand exceeds the grant; beyond
+	 * R a second they say nothing more (no replica may get more), so a
+	 * window's denials count for at most that: what a liar's accepted
+	 * window can add to its estimate is bounded too. */
+	double offered = (double) consumed +
+	    fmin((double) denied, rate * y->w + burst);
 	allot__cand_book(sq, v->q[q], offered, y->now);
 	allot__est_onset(sq, y->s, key, offered, y->w, y->now,
 	    2 * (uint64_t) y->st->o.interval_ms * 1000000u);
 	allot__est_update(
 	    y->s, key, offered, y->w, 0.25 * rate / (n > 0 ? n : 1), y->now);
 	key->consumed += (double) consumed;
-	key->denied += (double) r->denied;
+	key->denied += (double) denied;
 	key->demand = (double) r->demand;
 	key->tail = r->tail;
 	key->held = (double) r->held;
@@ -367,7 +468,8 @@ sync_loans(syn *y)
 	for (size_t i = 0; i < req->n_reports; i++) {
 		const Allot__V1__KeyReport *r = req->reports[i];
 		skey *key = session_key(y->s, r->key);
-		if (key == NULL || key->q < 0 || r->denied == 0)
+		if (key == NULL || key->q < 0 || r->denied == 0 ||
+		    key->denials_refuted)
 			continue;
 		double lent = allot__loan(
 		    y->st, y->svc, y->s, key, (double) r->denied, y->now);
@@ -418,6 +520,13 @@ sync_ack(syn *y)
 			allot__loan_acked(y->svc, &s->keys[k]);
 	if (!gap)
 		allot__session_acked(y->st, s, y->now);
+	/* It runs the grants of the answer it acknowledged, or of any sent
+	 * after (grants.c lowers these with each): denials(). */
+	if (!gap)
+		for (uint32_t k = 0; k < s->nkeys; k++) {
+			s->keys[k].low_rate = s->keys[k].grant_rate;
+			s->keys[k].low_burst = s->keys[k].grant_burst;
+		}
 	s->last_seq = y->req->seq;
 	s->last_seen_ns = y->now;
 	s->last_sync_ns = y->now;
@@ -466,8 +575,9 @@ sync_reply(syn *y, ProtobufCAllocator *pa, bool gap, Allot__V1__Reply *ret)
 	ret->durable = allot__usage_durable(st, s);
 }
 
-/* After unlocking: clipped reports counted, logged and audited (at most
- * one event row a second, so a liar cannot flood the store). */
+/* After unlocking: clipped reports, and refuted denials (denials()),
+ * counted, logged and audited (at most one event row a second, so a
+ * liar cannot flood the store). */
 static void
 sync_report_clipped(const syn *y)
 {
@@ -478,20 +588,34 @@ sync_report_clipped(const syn *y)
 		allot__metrics_add(&m->reports_clipped, y->clipped);
 		allot__metrics_add(
 		    &m->tokens_clipped, (uint64_t) y->clipped_tokens);
+		allot__metrics_add(&m->denial_reports_refuted, y->refuted);
+		allot__metrics_add(
+		    &m->denials_refuted, (uint64_t) y->refuted_tokens);
 	}
-	allot__log_ratelimited(st->o.lg, &st->rl_clip, ALLOT_LOG_WARNING,
-	    "ALLOTD-IMPLAUSIBLE",
-	    "session %" PRIu64 " seq %" PRIu64 ": %u reports claimed more "
-	    "than the replica could have admitted since its last report; "
-	    "%.0f tokens not booked (first: key %u consumed %" PRIu64 ")",
-	    y->req->session, y->req->seq, y->clipped, y->clipped_tokens,
-	    c->key, c->consumed);
+	if (y->clipped > 0)
+		allot__log_ratelimited(st->o.lg, &st->rl_clip,
+		    ALLOT_LOG_WARNING, "ALLOTD-IMPLAUSIBLE",
+		    "session %" PRIu64 " seq %" PRIu64 ": %u reports "
+		    "claimed more than the replica could have admitted "
+		    "since its last report; %.0f tokens not booked (first: "
+		    "key %u consumed %" PRIu64 ")",
+		    y->req->session, y->req->seq, y->clipped,
+		    y->clipped_tokens, c->key, c->consumed);
+	if (y->refuted > 0)
+		allot__log_ratelimited(st->o.lg, &st->rl_clip,
+		    ALLOT_LOG_WARNING, "ALLOTD-IMPLAUSIBLE",
+		    "session %" PRIu64 " seq %" PRIu64 ": %u reports "
+		    "claimed denials while the replica's bucket held the "
+		    "largest weight throughout; %.0f denials not booked",
+		    y->req->session, y->req->seq, y->refuted,
+		    y->refuted_tokens);
 	if (st->o.store != NULL && y->audit) {
-		char detail[160];
+		char detail[200];
 		snprintf(detail, sizeof detail,
-		    "service=%.64s session=%" PRIu64 " reports=%u tokens=%.0f",
+		    "service=%.64s session=%" PRIu64
+		    " reports=%u tokens=%.0f denial_reports=%u denials=%.0f",
 		    y->svc->name, y->req->session, y->clipped,
-		    y->clipped_tokens);
+		    y->clipped_tokens, y->refuted, y->refuted_tokens);
 		allot__store_event(
 		    st->o.store, "implausible", y->s->replica_id, detail);
 	}
@@ -524,7 +648,7 @@ sync_report(const syn *y)
 		    "that are out of range or have no quota were dropped",
 		    req->session, req->seq, unknown);
 	}
-	if (y->clipped > 0)
+	if (y->clipped > 0 || y->refuted > 0)
 		sync_report_clipped(y);
 	if (absurd > 0) {
 		const Allot__V1__KeyReport *bad = y->bad;
@@ -584,7 +708,7 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 	}
 	book_reports(&y, pa);
 	allot__usage_book(st, y.s, req->usage, req->n_usage);
-	if (y.clipped > 0 &&
+	if ((y.clipped > 0 || y.refuted > 0) &&
 	    (st->clip_event_ns == 0 ||
 	        since(y.now, st->clip_event_ns) >= 1000000000u)) {
 		st->clip_event_ns = y.now;
