@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "consensus/raft_tls.h"
 #include "proc.h"
 #include "raft_tls_fixture.h"
 
@@ -387,6 +388,22 @@ pair_run_until_status(side *s, unsigned ms)
 	while (s->status == 1 && pc_now_ms() < end)
 		uv_run(&pair_loop, UV_RUN_NOWAIT), usleep(200);
 	return s->status != 1;
+}
+
+void
+pair_close(side *s)
+{
+	s->closed = false;
+	s->t.close(&s->t, pair_closed);
+	ck_assert(pair_run(&s->closed, 3000));
+	allot__raft_tls_close(&s->t);
+}
+
+void
+pair_loop_done(void)
+{
+	uv_run(&pair_loop, UV_RUN_NOWAIT);
+	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
 }
 
 void

@@ -100,6 +100,10 @@ bool pair_run(const bool *flag, unsigned ms);
 bool pair_run_until_stream(side *s, unsigned ms);
 bool pair_run_until_status(side *s, unsigned ms);
 void pair_free_stream(uv_handle_t *h);
+/* Closes a side's transport (waiting for its close callback) and frees
+ * it; then, once every side is closed, runs and closes pair_loop. */
+void pair_close(side *s);
+void pair_loop_done(void);
 
 /* ---- plain TCP ---- */
 

@@ -345,8 +345,7 @@ START_TEST(per_member_ids_bound)
 	ck_assert(pair_run(&b.closed, 3000));
 	allot__raft_tls_close(&a.t);
 	allot__raft_tls_close(&b.t);
-	uv_run(&pair_loop, UV_RUN_NOWAIT);
-	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	pair_loop_done();
 	free(log);
 }
 END_TEST
@@ -430,17 +429,12 @@ START_TEST(idle_connections_make_room)
 		uv_close((uv_handle_t *) a.stream, pair_free_stream);
 		uv_close((uv_handle_t *) b.stream, pair_free_stream);
 		a.stream = NULL;
-		b.t.close(&b.t, pair_closed);
-		ck_assert(pair_run(&b.closed, 3000));
-		allot__raft_tls_close(&b.t);
+		pair_close(&b);
 		for (int i = 0; i < IDLE; i++)
 			close(fds[i]);
 	}
-	a.t.close(&a.t, pair_closed);
-	ck_assert(pair_run(&a.closed, 3000));
-	allot__raft_tls_close(&a.t);
-	uv_run(&pair_loop, UV_RUN_NOWAIT);
-	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	pair_close(&a);
+	pair_loop_done();
 	free(log);
 }
 END_TEST

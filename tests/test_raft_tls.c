@@ -279,8 +279,7 @@ START_TEST(transport_pair)
 	close(lfd);
 	allot__raft_tls_close(&a.t);
 	allot__raft_tls_close(&b.t);
-	uv_run(&pair_loop, UV_RUN_NOWAIT);
-	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	pair_loop_done();
 	ck_assert(accepted);
 	free(a.got);
 	free(b.got);
@@ -328,14 +327,9 @@ START_TEST(member_id_pattern)
 	ck_assert_uint_eq(a.peer_id, 2);
 	uv_close((uv_handle_t *) b.stream, pair_free_stream);
 	uv_close((uv_handle_t *) a.stream, pair_free_stream);
-	b.t.close(&b.t, pair_closed);
-	ck_assert(pair_run(&b.closed, 3000));
-	allot__raft_tls_close(&b.t);
-	a.t.close(&a.t, pair_closed);
-	ck_assert(pair_run(&a.closed, 3000));
-	allot__raft_tls_close(&a.t);
-	uv_run(&pair_loop, UV_RUN_NOWAIT);
-	ck_assert_int_eq(uv_loop_close(&pair_loop), 0);
+	pair_close(&b);
+	pair_close(&a);
+	pair_loop_done();
 	free(log);
 }
 END_TEST
