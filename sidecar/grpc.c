@@ -644,17 +644,26 @@ conn_tls(struct conn *c)
 	return true;
 }
 
+/* This worker's connection with no stream open for the longest; NULL
+ * when every one has a stream open. */
+static struct conn *
+oldest_idle(struct worker *w)
+{
+	struct conn *oldest = NULL;
+	for (struct conn *c = w->conns; c != NULL; c = c->next)
+		if (c->streams == NULL &&
+		    (oldest == NULL || c->quiet_since < oldest->quiet_since))
+			oldest = c;
+	return oldest;
+}
+
 /* Publishes when this worker's oldest connection with no stream open
  * went quiet (worker.idle_since), for hand_over() in the others. */
 static void
 publish_idle(struct worker *w)
 {
-	uint64_t oldest = 0;
-	for (struct conn *c = w->conns; c != NULL; c = c->next)
-		if (c->streams == NULL &&
-		    (oldest == 0 || c->quiet_since < oldest))
-			oldest = c->quiet_since;
-	atomic_store(&w->idle_since, oldest);
+	struct conn *c = oldest_idle(w);
+	atomic_store(&w->idle_since, c != NULL ? c->quiet_since : 0);
 	w->published_ms = agentd_now_ms();
 }
 
@@ -664,14 +673,9 @@ publish_idle(struct worker *w)
 static bool
 evict_idle(struct worker *w)
 {
-	uint64_t now = agentd_now_ms();
-	struct conn *oldest = NULL;
-	for (struct conn *c = w->conns; c != NULL; c = c->next)
-		if (c->streams == NULL &&
-		    now - c->quiet_since >= EVICT_IDLE_MS &&
-		    (oldest == NULL || c->quiet_since < oldest->quiet_since))
-			oldest = c;
-	if (oldest == NULL)
+	struct conn *oldest = oldest_idle(w);
+	if (oldest == NULL ||
+	    agentd_now_ms() - oldest->quiet_since < EVICT_IDLE_MS)
 		return false;
 	atomic_fetch_add(&w->g->d->n.grpc_evicted_conns, 1);
 	conn_close(oldest);

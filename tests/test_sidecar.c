@@ -345,6 +345,9 @@ rss_kb(pid_t pid)
 	return kb;
 }
 
+/* What an HTTP/2 client sends first (RFC 9113, 3.4). */
+static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /* A TCP connection to the gRPC port on loopback, nothing sent yet. */
 static int
 idle_conn(int port)
@@ -383,13 +386,12 @@ idle_burst(int port, int *fds, int n)
 static void
 h2_ping(int fd, bool hello)
 {
-	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 	static const uint8_t settings[9] = { 0, 0, 0, 4 };
 	static const uint8_t ping[17] = { 0, 0, 8, 6, 0, 0, 0, 0, 0, 'p', 'i',
 		'n', 'g' };
 	int fl = MSG_NOSIGNAL | MSG_DONTWAIT;
 	if (hello &&
-	    (send(fd, preface, sizeof preface - 1, fl) < 0 ||
+	    (send(fd, h2_preface, sizeof h2_preface - 1, fl) < 0 ||
 	        send(fd, settings, sizeof settings, fl) < 0))
 		return;
 	(void) send(fd, ping, sizeof ping, fl);
@@ -403,7 +405,6 @@ h2_ping(int fd, bool hello)
 static bool
 busy_conn(int port, int *ret)
 {
-	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 	static const char path[] =
 	    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 	uint8_t f[128] = { 0, 0, 0, 4, 0, 0, 0, 0, 0 }; /* SETTINGS */
@@ -427,7 +428,7 @@ busy_conn(int port, int *ret)
 	memcpy(f + 9, (uint8_t[]) { 0, 0, (uint8_t) hb, 1, 4, 0, 0, 0, 1 }, 9);
 	*ret = fd;
 	/* A refused connection may be closed already: no SIGPIPE. */
-	if (send(fd, preface, sizeof preface - 1, MSG_NOSIGNAL) <= 0 ||
+	if (send(fd, h2_preface, sizeof h2_preface - 1, MSG_NOSIGNAL) <= 0 ||
 	    send(fd, f, n, MSG_NOSIGNAL) != (ssize_t) n)
 		return false;
 	struct timeval tv = { 3, 0 };
@@ -444,11 +445,10 @@ static void
 raw_garbage(int port)
 {
 	int fd = idle_conn(port);
-	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 	/* A SETTINGS frame of length 5 (not a multiple of 6). */
 	static const uint8_t bad[] = { 0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4,
 		5 };
-	ck_assert(send(fd, preface, sizeof preface - 1, 0) > 0);
+	ck_assert(send(fd, h2_preface, sizeof h2_preface - 1, 0) > 0);
 	ck_assert(send(fd, bad, sizeof bad, 0) > 0);
 	struct timeval tv = { 5, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
