@@ -245,13 +245,15 @@ plausible(syn *y, skey *key, bool foreign, double R, double B)
  * more than three of its intervals (an outage, where an agent may run
  * into debt), the bound is the most that debt can be, one interval of
  * its grant and W; those restarts are rationed (key->resets). If the bound
- * before the window, less what the window took, is at least W + 1 (and a
- * margin of one interval of its rate and a sixteenth of its burst, what its
- * threads' leases and timing may hold apart), no request of the window can
- * have been denied: its denials are not booked (counted in y->refuted). A
- * replica that reports denials without consuming (issue 27: 49 such fakes took
- * 98 % of a quota) is refuted within (W + 1 + debt) / grant seconds; one that
- * drained its bucket, as a denied one has, never is. Under the lock. */
+ * before the window, less what the window took, is at least W + 1 plus a
+ * margin of one interval of its rate and half its burst (what its threads'
+ * leases and timing may hold apart), no request of the window can have been
+ * denied: its denials are not booked from this report (counted in
+ * y->refuted; an agent with an account is audited from its Usage records,
+ * usage.c). A replica that reports denials without consuming (issue 27: 49
+ * such fakes took 98 % of a quota) is refuted once its bound has climbed from
+ * the debt to that margin at its grant's rate; one that drained its bucket,
+ * as a denied one has, never is. Under the lock. */
 static uint64_t
 denials(syn *y, skey *key, const Allot__V1__KeyReport *r, double taken)
 {
