@@ -789,8 +789,9 @@ class Demo:
             # own): the seconds with no leader, and the one after the new
             # leader serves.
             f = self.failover
-            lo = int(f.get("killed_unix", 0))
-            hi = f.get("took_over_unix", f.get("killed_unix", -10)) + 1
+            lo, hi = ((int(f["killed_unix"]),
+                       f.get("took_over_unix", f["killed_unix"]) + 1)
+                      if "killed_unix" in f else (1, 0))
             steady = [r for i, r in enumerate(rows)
                       if 2 <= i < len(rows) - 1 and
                       not lo <= r["second"] <= hi and

@@ -61,10 +61,8 @@ assert_invariants(const sim_result *r)
 	ck_assert_uint_gt(r->invariant_checks, 0);
 	/* The agents are honest: allotd refutes none of their denials. */
 	ck_assert_msg(r->denials_refuted == 0,
-	    "%s T=%u: %llu denial reports "
-	    "refuted",
-	    r->scenario, r->interval_ms,
-	    (unsigned long long) r->denials_refuted);
+	    "%s T=%u: %llu denial reports refuted", r->scenario,
+	    r->interval_ms, (unsigned long long) r->denials_refuted);
 	/* The ideal bucket never admits above B + R W: the figures are
 	 * computed right. */
 	ck_assert(r->over[SIM_IDEAL] <= 1e-9);
