@@ -58,6 +58,9 @@ typedef struct allotd {
 	allot__store *store;
 	allot__state *state;
 	allot__server *server;
+	/* nng did not close the protocol socket (allot__server_close()):
+	 * the process ends with _exit(), the peer limits are kept. */
+	bool server_stuck;
 	allot__peerlimit *peerlimit;
 	allot__http *http;
 	allot__cluster *cluster;
@@ -643,7 +646,8 @@ close_handles(allotd *d)
 static void
 close_listeners(allotd *d)
 {
-	allot__server_close(d->server);
+	if (!allot__server_close(d->server))
+		d->server_stuck = true;
 	d->server = NULL;
 	allot__http_stop(d->http);
 	d->http = NULL;
@@ -1054,7 +1058,8 @@ stop(allotd *d, allot__daemon_opts *o, int exit_code)
 {
 	close_listeners(d);
 	/* After the server: it was the budgets' only user. */
-	allot__peerlimit_destroy(d->peerlimit);
+	if (!d->server_stuck)
+		allot__peerlimit_destroy(d->peerlimit);
 	d->peerlimit = NULL;
 	if (d->handles_open) {
 		close_handles(d);
@@ -1072,6 +1077,13 @@ stop(allotd *d, allot__daemon_opts *o, int exit_code)
 	allot_config_free(d->cur);
 	free(d->text);
 	allot__authn_free(o->authn);
+	if (d->server_stuck) {
+		/* nng_fini() and the exit handler nng registered would wait
+		 * for the socket that did not close: everything of ours is
+		 * closed and committed, so end here. */
+		fflush(NULL);
+		_exit(exit_code);
+	}
 	nng_fini();
 	return exit_code;
 }

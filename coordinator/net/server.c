@@ -16,15 +16,20 @@
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "clock.h"
+
+/* How long allot__server_close() waits for nng to close the socket. */
+#define SOCKET_CLOSE_MS 2000u
 
 /* ------------------------------------------------------------------ */
 /* workers                                                             */
@@ -386,11 +391,47 @@ allot__server_idle(allot__server *srv)
 	return srv == NULL || atomic_load(&srv->busy) == 0;
 }
 
-void
+/* nng_close() on a thread of its own, so that the caller can stop
+ * waiting for it (allot__server_close()). */
+static void *
+close_socket(void *arg)
+{
+	nng_close(*(nng_socket *) arg);
+	return NULL;
+}
+
+/* Close `sock`, waiting at most SOCKET_CLOSE_MS: false when it did not
+ * close in that time. nng 1.5.2 (Debian 12's) can leave the receive of a
+ * connection the peer closes just as the socket closes prepared but never
+ * run (nanomsg/nng#1543): its reaper then waits for that receive forever,
+ * and nng_close() with it. */
+static bool
+close_socket_bounded(nng_socket *sock)
+{
+	pthread_t th;
+	if (pthread_create(&th, NULL, close_socket, sock) != 0) {
+		nng_close(*sock);
+		return true;
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += SOCKET_CLOSE_MS / 1000;
+	until.tv_nsec += (long) (SOCKET_CLOSE_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	if (pthread_timedjoin_np(th, NULL, &until) == 0)
+		return true;
+	pthread_detach(th);
+	return false;
+}
+
+bool
 allot__server_close(allot__server *srv)
 {
 	if (srv == NULL)
-		return;
+		return true;
 	atomic_store(&srv->closing, true);
 	for (size_t i = 0; i < srv->nlisteners; i++)
 		nng_listener_close(srv->listeners[i]);
@@ -408,8 +449,17 @@ allot__server_close(allot__server *srv)
 			w->ctx_open = false;
 		}
 	}
-	if (srv->sock_open)
-		nng_close(srv->sock);
+	if (srv->sock_open && !close_socket_bounded(&srv->sock)) {
+		/* The workers are stopped: nothing of ours runs any more.
+		 * What nng may still touch (the socket, the pipe callback's
+		 * budgets) is left to the process's exit. */
+		allot__log(srv->o.lg, ALLOT_LOG_WARNING, "ALLOTD-CLOSE-STUCK",
+		    "the protocol socket did not close within %u ms (an nng "
+		    "1.5 race with a connection closing at the same time); "
+		    "left open",
+		    (unsigned) SOCKET_CLOSE_MS);
+		return false;
+	}
 	srv->sock_open = false;
 	if (srv->workers != NULL) {
 		for (size_t i = 0; i < srv->nworkers; i++) {
@@ -424,4 +474,5 @@ allot__server_close(allot__server *srv)
 	free(srv->workers);
 	free(srv->listeners);
 	free(srv);
+	return true;
 }

@@ -84,7 +84,11 @@ void allot__server_drain(allot__server *srv);
 bool allot__server_idle(allot__server *srv);
 
 /* Stop the workers, close the socket and free. Accepts NULL. Must not be
- * called from an nng callback. */
-void allot__server_close(allot__server *srv);
+ * called from an nng callback. False when nng did not close the socket
+ * within two seconds (server.c says why): the workers are stopped but
+ * the socket is left open, and the process must then end with _exit(),
+ * not exit() (nng's exit handler would wait for it too), and keep the
+ * peer limits it was given (nng may still call on them). */
+bool allot__server_close(allot__server *srv);
 
 #endif
