@@ -972,19 +972,31 @@ _Static_assert(sizeof(allot__waiter) <= sizeof(((allot_wait *) 0)->priv_),
  * coordinator can be asked for the reserve, but the agent still runs on
  * its lease, a request the reserve would have served runs the bucket
  * into debt, repaid from its later refill, at most one sync interval of
- * its rate and one token until a coordinator answers again. Over all n
- * agents that is at most R * T + n: a leader failover (whose new leader counts
- * every replica at its equal share until it registers) or a coordinator
- * restart costs the callers' steady tail nothing, and the bound at most one
- * interval of rate. */
+ * its rate and one token until a coordinator answers again, plus its
+ * part of the reserve's rate over the outage (Share.standby, which the
+ * coordinator holds back from the reserve while it does not hear from
+ * the agent: docs/allocation.md). Over all n agents the first is at most
+ * R * T + n: a leader failover (whose new leader counts every replica at
+ * its equal share until it registers) or a coordinator restart costs the
+ * callers' tail nothing, and the bound at most one interval of rate. */
 bool
 allot__standby_take(allot_agent *a, allot__qrt *q, uint32_t cost, uint64_t now)
 {
 	allot__allowance al;
 	allot__bucket_get(&q->bucket, &al);
-	if (al.mode != ALLOT__MODE_LIMIT || !(al.rate > 0))
+	if (al.mode != ALLOT__MODE_LIMIT)
 		return false;
-	double cap = al.rate * (double) a->opts.sync_interval_ms / 1e3 + 1;
+	/* The reserve's part the coordinator holds back for it over the
+	 * outage (Share.standby), even for a closed bucket. */
+	double part = atomic_load_explicit(
+	                  &q->standby_outage, memory_order_relaxed) *
+	    allot__tail_outage_s(a->tail, now);
+	if (!(al.rate > 0) && !(part > 0))
+		return false;
+	double cap = part +
+	    (al.rate > 0 ?
+	            al.rate * (double) a->opts.sync_interval_ms / 1e3 + 1 :
+	            0);
 	uint64_t used = atomic_fetch_add_explicit(
 	                    &q->standby_used, cost, memory_order_relaxed) +
 	    cost;

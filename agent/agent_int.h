@@ -246,8 +246,13 @@ typedef struct allot__qrt {
 	_Atomic uint64_t deposited;
 	/* Tokens run into debt while no coordinator could be asked
 	 * (allot__standby_take(), tail.h): at most one sync interval of
-	 * the bucket's rate per outage. */
+	 * the bucket's rate per outage, and the standby rate over the
+	 * outage. The standby rate the coordinator last sent
+	 * (Share.standby), and the one the outage in course runs on (the
+	 * driver's copy when it began, tail.c). */
 	_Atomic uint64_t standby_used;
+	_Atomic double standby_rate;
+	_Atomic double standby_outage;
 } allot__qrt;
 
 /* The fields a decision reads come first, in the key's first line.

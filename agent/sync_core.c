@@ -450,12 +450,15 @@ apply_shares(
 		    !(sh->rate >= 0 && sh->rate <= ALLOT__RATE_MAX) ||
 		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX) ||
 		    !(sh->prefill >= 0 && sh->prefill <= sh->burst) ||
-		    !(sh->debit >= 0 && sh->debit <= ALLOT__BURST_MAX)) {
+		    !(sh->debit >= 0 && sh->debit <= ALLOT__BURST_MAX) ||
+		    !(sh->standby >= 0 && sh->standby <= ALLOT__RATE_MAX)) {
 			bad++;
 			continue;
 		}
 		atomic_store_explicit(&a->quotas[sh->key].central, sh->central,
 		    memory_order_relaxed);
+		atomic_store_explicit(&a->quotas[sh->key].standby_rate,
+		    sh->standby, memory_order_relaxed);
 		install_share(s, sh->key, sh->rate, sh->burst);
 		move_tokens(s, sh->key, sh->prefill, sh->debit, now);
 		seen[sh->key] = true;
@@ -565,6 +568,7 @@ static void
 set_lease(syncc *s, uint64_t now, uint32_t lease_ms)
 {
 	s->lease_until_ns = now + (uint64_t) lease_ms * 1000000u;
+	s->answered_ns = now;
 	atomic_store(
 	    &s->lease_until_pub, (int64_t) (s->lease_until_ns / 1000000u));
 }

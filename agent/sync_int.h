@@ -60,6 +60,7 @@ typedef struct allot__syncc {
 	uint64_t seq;
 	uint64_t applied_seq; /* the Sync whose Reply was applied last */
 	uint64_t lease_until_ns;
+	uint64_t answered_ns; /* the last Welcome or Reply applied */
 	uint64_t last_sync_ns;
 	uint64_t sent_ns;
 	uint32_t sent_reports;

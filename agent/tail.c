@@ -191,6 +191,45 @@ standby_renew(allot__tail *t)
 		any |= atomic_exchange(&a->quotas[q].standby_used, 0) != 0;
 	if (any || t->standby_reset_ns == 0)
 		t->standby_reset_ns = now;
+	atomic_store(&t->outage_from, 0);
+	atomic_store(&t->outage_to, 0);
+}
+
+/* The outage's bounds as the session `c` stands (driver): it starts
+ * when no coordinator can be asked although the lease runs, counted from
+ * allot__standby_after_ns() after the last answer, with every quota's standby
+ * rate as it was then; it ends when one can be asked again. */
+static void
+outage_track(allot__tail *t, const allot__syncc *c, bool ok, bool lost)
+{
+	allot_agent *a = t->a;
+	uint64_t now = allot__agent_now(a);
+	uint64_t from = atomic_load(&t->outage_from);
+	if (lost && from == 0 && c->answered_ns != 0) {
+		uint32_t nq = atomic_load(&a->nquotas);
+		for (uint32_t q = 0; q < nq; q++)
+			atomic_store(&a->quotas[q].standby_outage,
+			    atomic_load(&a->quotas[q].standby_rate));
+		uint64_t start = c->answered_ns +
+		    allot__standby_after_ns(a->opts.sync_interval_ms);
+		atomic_store(&t->outage_to, 0);
+		atomic_store(&t->outage_from, start > now ? start : now);
+	} else if (ok && from != 0 && atomic_load(&t->outage_to) == 0) {
+		atomic_store(&t->outage_to, now > from ? now : from);
+	}
+}
+
+double
+allot__tail_outage_s(allot__tail *t, uint64_t now)
+{
+	if (t == NULL)
+		return 0;
+	uint64_t from = atomic_load_explicit(
+	    &t->outage_from, memory_order_relaxed);
+	uint64_t to = atomic_load_explicit(
+	    &t->outage_to, memory_order_relaxed);
+	uint64_t end = to != 0 ? to : now;
+	return from != 0 && end > from ? (double) (end - from) / 1e9 : 0;
 }
 
 void
@@ -201,8 +240,10 @@ allot__tail_publish(allot__tail *t, const allot__syncc *c)
 	bool fallback = atomic_load(&c->in_fallback);
 	bool ok = c->session != 0 && atomic_load(&c->connected) && !fallback &&
 	    !unsupported;
+	bool lost = !ok && !fallback && !unsupported;
 	atomic_store(&t->usable, ok);
-	atomic_store(&t->unreachable, !ok && !fallback && !unsupported);
+	atomic_store(&t->unreachable, lost);
+	outage_track(t, c, ok, lost);
 	if (ok)
 		standby_renew(t);
 }

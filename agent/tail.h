@@ -120,6 +120,12 @@ typedef struct allot__tail {
 	_Atomic uint64_t takeover_until;
 	_Atomic uint64_t standby;
 	uint64_t standby_reset_ns;
+	/* The outage the quotas' standby rates run over (driver-written):
+	 * from allot__standby_after_ns() after the last answer (the
+	 * coordinator holds the standby back from then on, central.c) to when
+	 * a coordinator could be asked again; 0: none, or still running. */
+	_Atomic uint64_t outage_from;
+	_Atomic uint64_t outage_to;
 	/* Denied without asking: the quota's reserve had said it was
 	 * empty (dry_until), or no session could be asked. */
 	_Atomic uint64_t dry;
@@ -153,6 +159,9 @@ void allot__tail_welcomed(allot__tail *t, uint64_t session, uint64_t epoch,
  * go on its quota's standby: no coordinator can be asked, or a new
  * leader took over less than two leases ago. */
 bool allot__tail_standby_ok(allot__tail *t, uint64_t now);
+/* Caller's thread: the seconds of outage the quotas' standby rates run
+ * over as of `now` (Share.standby): 0 when no coordinator was lost. */
+double allot__tail_outage_s(allot__tail *t, uint64_t now);
 /* Driver: the next Ask, for every waiter not asked for yet. ALLOT_OK
  * with `*ret_buf` (malloc, the caller's), how long the exchange may take
  * and the flight it is (0 .. ALLOT__TAIL_FLIGHTS - 1); ALLOT_ENOENT when

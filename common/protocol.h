@@ -26,4 +26,17 @@ allot__exchange_timeout_ms(uint32_t interval_ms)
 	return t < 250 ? 250 : t > 2000 ? 2000 : t;
 }
 
+/* How long after its last answer an agent that can ask no coordinator
+ * starts running on its part of the reserve (Share.standby), and after
+ * the last Sync from an agent the coordinator holds that part back: two
+ * intervals and one exchange's timeout, so that a single lost exchange
+ * (answered again within about T plus a timeout) starts neither. */
+static inline uint64_t
+allot__standby_after_ns(uint32_t interval_ms)
+{
+	return ((uint64_t) interval_ms * 2 +
+	           allot__exchange_timeout_ms(interval_ms)) *
+	    1000000u;
+}
+
 #endif

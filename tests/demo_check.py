@@ -163,10 +163,10 @@ if cluster:
     # replicas ran on their grants while the new leader learnt what they
     # held. Their grants are the bodies of their traffic: what goes
     # above them waits for a central reserve, which no leader serves
-    # until the agents have registered with the new one, so a few
-    # requests are refused (1-4 % of the window measured; none before
-    # the reserve, issue 25's note: the agents' part of the reserve
-    # while no leader serves it is the planned fix). At most 5 %.
+    # until the agents have registered with the new one; meanwhile each
+    # runs on its part of the reserve (Share.standby, docs/allocation.md
+    # "When it fails"): 0-2 requests refused in the window (1-4 % before
+    # the part, once 7.6 % on a loaded CI machine). At most 5 %.
     fc = f.get("callers", {})
     for name in ("checkout", "search"):
         w = fc.get(name, {}).get("across", {})

@@ -419,6 +419,78 @@ START_TEST(standby_when_allotd_dies)
 }
 END_TEST
 
+/* `n` requests of caller "a" on `a`, waiting, paced at `per_s`: how
+ * many passed. */
+static int
+paced(allot_agent *a, int n, int per_s)
+{
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
+	uint64_t t0 = pc_now_ns(), step = 1000000000u / (uint64_t) per_s;
+	int ok = 0;
+	for (int i = 0; i < n; i++) {
+		while (pc_now_ns() < t0 + (uint64_t) i * step)
+			pc_sleep_ms(1);
+		allot_decision d;
+		ck_assert_int_eq(
+		    allot_acquire_wait(a, k, 1, WAIT_NS, &d), ALLOT_OK);
+		ok += d.allowed;
+	}
+	return ok;
+}
+
+/* allotd dies while a replica's traffic runs above its body: from
+ * allot__standby_after_ns() after its last answer, the reserve's part it
+ * was sent (Share.standby) carries what the reserve served, where one
+ * interval of the bucket's rate and a token were all it had before (6
+ * requests on the standby, 142 of 160 admitted, on dd64c69; 53 and 151
+ * now); never more than the quota's rate in all. */
+START_TEST(standby_carries_the_reserve_part)
+{
+	pc_coord c;
+	allot_agent *as[NREP];
+	start_all(&c, true, ALL_WAIT, as);
+	settle(as, NREP, true);
+	/* 2 s at 100/s on r0: its body follows, the reserve holds the
+	 * rest of R, all of it r0's part (the others do not wait). */
+	paced(as[0], 200, 100);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
+	allot_key_stats st;
+	ck_assert_int_eq(allot_key_stats_get(as[0], k, &st), ALLOT_OK);
+	ck_assert_int_ge(pc_coord_stop(&c, SIGKILL, 5000), 0);
+	allot_sync_stats ss;
+	for (int i = 0; i < 200; i++) {
+		allot_sync_stats_get(as[0], &ss);
+		if (!ss.connected)
+			break;
+		pc_sleep_ms(5);
+	}
+	ck_assert(!ss.connected);
+	uint64_t before = ss.central_standby;
+	/* 1 s at 160/s: under R, above the body. */
+	uint64_t t1 = pc_now_ns();
+	int ok = paced(as[0], 160, 160);
+	double secs = (double) (pc_now_ns() - t1) / 1e9;
+	allot_sync_stats_get(as[0], &ss);
+	uint64_t standby = ss.central_standby - before;
+	double old_cap = st.rate * 0.050 + 1;
+	double cap = RATE_R * (secs + 0.1) + st.limit + old_cap;
+	fprintf(stderr,
+	    "tail: allotd dead, body %.1f/s: %d of 160 admitted in %.2f s, "
+	    "%" PRIu64 " on the standby (one interval and a token: %.1f; "
+	    "at most %.1f in all)\n",
+	    st.rate, ok, secs, standby, old_cap, cap);
+	ck_assert_msg((double) standby > 3 * old_cap,
+	    "%" PRIu64 " on the standby", standby);
+	ck_assert_int_ge(ok, 160 * 8 / 10);
+	ck_assert_msg(ok <= cap, "%d admitted, at most %.1f", ok, cap);
+	for (int i = 0; i < NREP; i++)
+		allot_agent_destroy(as[i]);
+	pc_coord_done(&c, 0);
+}
+END_TEST
+
 START_TEST(hostile_asks_refused)
 {
 	pc_coord c;
@@ -452,6 +524,7 @@ tail_suite(void)
 	tcase_add_test(tc, plain_caller_keeps_its_share);
 	tcase_add_test(tc, hostile_asks_refused);
 	tcase_add_test(tc, standby_when_allotd_dies);
+	tcase_add_test(tc, standby_carries_the_reserve_part);
 	tcase_add_test(tc, start_up_refuses_nothing);
 	tcase_add_test(tc, dropped_tokens_return_at_once);
 	suite_add_tcase(s, tc);

@@ -115,6 +115,11 @@ allot__build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
 		bool is_short = false;
 		bool changed = !learning &&
 		    allot__grant(st, s->svc, s, key, &is_short);
+		if (allot__standby_due(st, s->svc, key, now)) {
+			changed = true;
+			/* A lower one counts once acknowledged. */
+			s->unacked |= key->standby_hold > key->standby;
+		}
 		s->pending += is_short;
 		if (!changed && !all && !key->force_share)
 			continue;
@@ -126,6 +131,7 @@ allot__build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
 		arr[j].prefill = key->loan_prefill;
 		arr[j].debit = key->loan_debit;
 		arr[j].central = allot__central_on(st, (size_t) key->q);
+		arr[j].standby = key->standby;
 		allot__loan_sent(s->svc, key);
 		ptrs[j] = &arr[j];
 		j++;

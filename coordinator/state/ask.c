@@ -92,9 +92,11 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 		/* What its reports may claim on top of its allowance; at
 		 * most B, however often it asks (a grant is spent or put in
 		 * its bucket at once). */
-		if (key != NULL && key->q >= 0)
+		if (key != NULL && key->q >= 0) {
 			key->central = fmin(
 			    key->central + got, st->cur->burst[key->q]);
+			allot__standby_served(key, got, now);
+		}
 		granted += (uint64_t) got;
 		refused += k->tokens - (uint64_t) got;
 		gk[n] = (Allot__V1__GrantKey) ALLOT__V1__GRANT_KEY__INIT;

@@ -108,6 +108,9 @@ allot__key_bound(const allot__state *st, const session *s, const skey *key,
 	bool raw = key->tail && allot__central_on(st, (size_t) key->q);
 	lease_blend(
 	    v, (size_t) key->q, ph, fewest(s), r, b, raw, ret_r, ret_b);
+	/* Silent, it may be running on its standby while its lease does. */
+	if (!s->placeholder && ph != LEASE_LAPSED)
+		*ret_r += allot__standby_held(s, key, now);
 }
 
 /* What expired replica `z` may run quota q on at `now`; false when it had

@@ -162,6 +162,10 @@ allot__central_returned(allot__state *st, service *svc, size_t q, uint64_t now)
 	ceiling_returns(st, svc, kept, now);
 }
 
+/* What the reserve served each quota's waiting keys lately, and how
+ * many there are (allot__standby_due()). */
+static void standby_totals(allot__state *st, service *svc, uint64_t now);
+
 void
 allot__central_caps(allot__state *st, service *svc, uint64_t now)
 {
@@ -186,6 +190,7 @@ allot__central_caps(allot__state *st, service *svc, uint64_t now)
 		sq->rsv_burst = nonneg(sq->burst_budget - sq->bound_burst);
 		returned += take_returns(st, svc, q, now);
 	}
+	standby_totals(st, svc, now);
 	ceiling_of(v, svc);
 	bring(&svc->crsv_level, &svc->crsv_ns, svc->crsv_rate, svc->crsv_burst,
 	    now);
@@ -337,4 +342,84 @@ allot__central_take(allot__state *st, service *svc, size_t q, double min,
 		*ret_left = have - got >= 1 ? (uint64_t) (have - got) : 0;
 	}
 	return got;
+}
+
+/* ---- the standby ---- */
+
+/* The time constant of what the reserve served a key (skey.srv_sum). */
+#define STANDBY_TAU_S 2.0
+
+/* skey.srv_sum decayed to `now`. */
+static double
+served_at(const skey *key, uint64_t now)
+{
+	if (key->srv_ns == 0 || now <= key->srv_ns)
+		return key->srv_sum;
+	double dt = (double) (now - key->srv_ns) / 1e9;
+	return key->srv_sum * exp(-dt / STANDBY_TAU_S);
+}
+
+static void
+standby_totals(allot__state *st, service *svc, uint64_t now)
+{
+	const cfgv *v = st->cur;
+	for (size_t q = 0; q < v->nq; q++) {
+		svc->q[q].srv_total = 0;
+		svc->q[q].srv_keys = 0;
+	}
+	FOR_EACH_KEY (svc, i, s, key) {
+		if (s->placeholder || !key->tail)
+			continue;
+		svc->q[key->q].srv_total += served_at(key, now);
+		svc->q[key->q].srv_keys++;
+	}
+}
+
+void
+allot__standby_served(skey *key, double tokens, uint64_t now)
+{
+	if (!(tokens > 0))
+		return;
+	key->srv_sum = served_at(key, now) + tokens;
+	key->srv_ns = now;
+}
+
+bool
+allot__standby_due(
+    const allot__state *st, service *svc, skey *key, uint64_t now)
+{
+	if (key->q < 0)
+		return false;
+	const squota *sq = &svc->q[key->q];
+	double r = 0;
+	/* The reserve's rate, shared among the keys that wait for it: half
+	 * by what it served each lately, half evenly (a key's need over a
+	 * second is noisy), so that the parts sum to the rate. */
+	if (allot__central_on(st, (size_t) key->q) && key->tail &&
+	    sq->srv_keys > 0) {
+		double n = sq->srv_keys, tot = sq->srv_total;
+		double w = tot > 0 ?
+		    (served_at(key, now) + tot / n) / (2 * tot) :
+		    1 / n;
+		r = nonneg(sq->rsv_rate) * fmin(w, 1.0);
+	}
+	/* A quarter of a token per second is none. */
+	r = r >= 0.25 ? r : 0;
+	double was = key->standby;
+	if (fabs(r - was) < fmax(1.0, 0.25 * was) && !(r == 0 && was > 0))
+		return false;
+	key->standby = r;
+	key->standby_hold = fmax(key->standby_hold, r);
+	return true;
+}
+
+double
+allot__standby_held(const session *s, const skey *key, uint64_t now)
+{
+	if (!(key->standby_hold > 0) || s->last_sync_ns == 0)
+		return 0;
+	uint32_t iv = (uint32_t) lround(s->interval_s * 1e3);
+	return now >= s->last_sync_ns + allot__standby_after_ns(iv) ?
+	    key->standby_hold :
+	    0;
 }

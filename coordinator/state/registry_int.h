@@ -149,6 +149,15 @@ typedef struct skey {
 	 * reserve (KeyReport.tail): it runs the bursts it is sent, not
 	 * raised to the largest endpoint weight. */
 	bool tail;
+	/* The standby (central.c, allot__standby_rate()): what the reserve
+	 * served it lately, a sum decaying with a one-second time constant
+	 * as of srv_ns; the standby rate last sent (Share.standby) and the
+	 * largest sent since its agent acknowledged, which the reserve holds
+	 * back while that agent is silent (bounds.c). */
+	double srv_sum;
+	uint64_t srv_ns;
+	double standby;
+	double standby_hold;
 } skey;
 
 /* The rate an agent may hold on a key: its grant, or an earlier larger
@@ -297,6 +306,11 @@ typedef struct squota {
 	double rsv_burst;
 	double rsv_level;
 	uint64_t rsv_ns; /* rsv_level brought up to here; 0: never */
+	/* The standby (central.c): what the reserve served its keys lately
+	 * (skey.srv_sum summed) and how many keys wait for it, at the
+	 * last tick. */
+	double srv_total;
+	uint32_t srv_keys;
 	/* Tokens replicas dropped when their bursts were lowered and
 	 * reported (KeyReport.returned): back in the reserve at the next
 	 * tick, once its capacity has grown by those bursts. */
@@ -673,6 +687,18 @@ void allot__central_peek(allot__state *st, service *svc, size_t q,
 double allot__central_take(allot__state *st, service *svc, size_t q,
     double min, double want, uint64_t now, uint32_t *ret_dry_us,
     uint64_t *ret_left);
+/* The standby (docs/allocation.md, "When it fails"): the reserve served
+ * `key` `tokens` at `now`. Under the lock. */
+void allot__standby_served(skey *key, double tokens, uint64_t now);
+/* Whether `key`'s standby rate moved enough to be sent: then
+ * key->standby (and standby_hold, if larger) take the new one, its part
+ * of the reserve's rate (central.c). Under the lock. */
+bool allot__standby_due(
+    const allot__state *st, service *svc, skey *key, uint64_t now);
+/* What a silent agent may be running on its standby (bounds.c): its
+ * standby rate from allot__standby_after_ns() after the last Sync we had
+ * from it (the caller stops at the end of its lease). */
+double allot__standby_held(const session *s, const skey *key, uint64_t now);
 
 /* ---- answer.c ---- */
 

@@ -493,6 +493,7 @@ allot__session_acked(allot__state *st, session *s, uint64_t now)
 		double hb0 = key->hold_burst;
 		key->hold_rate = key->grant_rate;
 		key->hold_burst = key->grant_burst;
+		key->standby_hold = key->standby;
 		if (key->q < 0)
 			continue;
 		s->svc->held_total += key_hold(key) - h0;
