@@ -101,6 +101,8 @@ struct agentd_counters {
 	atomic_uint_fast64_t grpc_conns;
 	atomic_uint_fast64_t http_calls;
 	atomic_uint_fast64_t http_errors;
+	atomic_uint_fast64_t http_refused_conns; /* the table full */
+	atomic_uint_fast64_t http_evicted_conns; /* idle, to make room */
 	atomic_uint_fast64_t cert_reloads;
 	atomic_uint_fast64_t cert_reload_errors;
 	/* The coordinator certificate, reloaded by liballot. */

@@ -28,7 +28,11 @@
  * worker's epoll set), which evicts it and serves the newcomer; each
  * worker publishes how long its oldest idle connection has been quiet
  * (publish_idle(), every TICK_MS). Idle means no stream open: a client
- * that only sends PINGs is idle too.
+ * that only sends PINGs is idle too. Connections that never opened a
+ * stream hold at most half the table, each worker its part: past that a
+ * newcomer takes the place of the worker's oldest one, whatever its age
+ * (evict_unproven()), so that a client that keeps opening connections
+ * it never uses cannot keep every place younger than the idle second.
  *
  * Certificates rotate: grpc_server_check_certs() (the main thread, every
  * --cert-check-ms) loads the files again when they change and swaps the
@@ -104,6 +108,9 @@ struct worker {
 	 * the last publish_idle(); 0: none. Read by the other workers. */
 	_Atomic uint64_t idle_since;
 	uint64_t published_ms;
+	/* Its connections that never opened a stream: at most
+	 * unproven_max() (conn_open()). */
+	unsigned unproven;
 };
 
 struct grpc_server {
@@ -141,6 +148,7 @@ struct conn {
 	 * none is open now. PINGs and SETTINGS do not count, so a client
 	 * that only pings is as idle as one that is silent. */
 	uint64_t quiet_since;
+	bool proven; /* it opened a stream (unproven: worker.unproven) */
 };
 
 struct stream {
@@ -303,6 +311,10 @@ on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 	if (st == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	c->quiet_since = agentd_now_ms();
+	if (!c->proven) {
+		c->proven = true;
+		c->w->unproven--;
+	}
 	st->next = c->streams;
 	if (c->streams != NULL)
 		c->streams->prev = st;
@@ -460,6 +472,7 @@ conn_close(struct conn *c)
 	creds_put(w->g, c->creds);
 	close(c->fd);
 	free(c->out);
+	w->unproven -= !c->proven;
 	free(c);
 	atomic_fetch_sub(&w->g->nconns, 1);
 }
@@ -709,6 +722,36 @@ hand_over(struct worker *w, int fd)
 	    write(to->hand[1], &fd, sizeof fd) == (ssize_t) sizeof fd;
 }
 
+/* How many connections that never opened a stream a worker keeps: its
+ * part of half the table. A caller's first stream arrives right behind
+ * its connect, while one that never opens any (a slowloris) is pushed
+ * out by the next newcomers (as http_room.c does for HTTP). */
+static unsigned
+unproven_max(const struct grpc_server *g)
+{
+	unsigned n = g->d->o.max_connections / 2 / (unsigned) g->nworkers;
+	return n > 0 ? n : 1;
+}
+
+/* This worker's oldest connection that never opened a stream, closed
+ * when it keeps unproven_max() of them: a newcomer takes its place. */
+static void
+evict_unproven(struct worker *w)
+{
+	if (w->unproven < unproven_max(w->g))
+		return;
+	struct conn *oldest = NULL;
+	for (struct conn *c = w->conns; c != NULL; c = c->next)
+		if (!c->proven &&
+		    (oldest == NULL || c->quiet_since < oldest->quiet_since))
+			oldest = c;
+	if (oldest == NULL)
+		return;
+	atomic_fetch_add(&w->g->d->n.grpc_evicted_conns, 1);
+	conn_close(oldest);
+	publish_idle(w);
+}
+
 /* A place in the connection table (--max-connections) for a new
  * connection, evicting an idle one when it is full. */
 static bool
@@ -735,6 +778,7 @@ conn_open(struct worker *w, int fd, bool may_hand)
 {
 	struct grpc_server *g = w->g;
 	struct agentd *d = g->d;
+	evict_unproven(w);
 	if (!conn_slot(w)) {
 		if (may_hand && hand_over(w, fd))
 			return;
@@ -754,6 +798,7 @@ conn_open(struct worker *w, int fd, bool may_hand)
 	c->w = w;
 	c->fd = fd;
 	c->last_ms = c->quiet_since = agentd_now_ms();
+	w->unproven++;
 	c->next = w->conns;
 	if (w->conns != NULL)
 		w->conns->prev = c;

@@ -32,18 +32,33 @@
 #include <microhttpd.h>
 
 #include "agentd.h"
+#include "http_room.h"
 
 #define BODY_MAX 4096
 #define HTTP_STACK (256 * 1024)
 #define JSON "application/json"
 
+/* One libmicrohttpd daemon: the loopback TCP one or the Unix socket's,
+ * each with its own connections (http_room.c). */
+struct listener {
+	struct agentd *d;
+	struct http_room *room;
+	struct MHD_Daemon *mhd;
+};
+
 struct http_api {
 	struct agentd *d;
-	struct MHD_Daemon *tcp;
-	struct MHD_Daemon *uds;
+	struct listener tcp;
+	struct listener uds;
 	int uds_fd;
 	unsigned port;
 };
+
+/* libmicrohttpd's own connection limit is above --max-connections by
+ * this much: the newcomers that find the room full (closed at once) and
+ * the connections closed to make room are counted until their threads
+ * have closed them. */
+#define MHD_LIMIT_SLACK 64u
 
 /* A request's body, gathered across calls of the handler. */
 struct req {
@@ -351,10 +366,12 @@ handle(void *cls, struct MHD_Connection *c, const char *url,
     const char *method, const char *version, const char *upload,
     size_t *upload_size, void **con_cls)
 {
-	struct agentd *d = cls;
+	struct listener *l = cls;
+	struct agentd *d = l->d;
 	bool is_post = strcmp(method, "POST") == 0;
 	if (*con_cls == NULL) {
 		atomic_fetch_add(&d->n.http_calls, 1);
+		http_room_busy(l->room, c, true);
 		if (!is_post) {
 			if (strcmp(method, "GET") != 0)
 				return send_error(d, c, 405, "GET or POST");
@@ -386,27 +403,37 @@ static void
 completed(void *cls, struct MHD_Connection *c, void **con_cls,
     enum MHD_RequestTerminationCode toe)
 {
+	struct listener *l = cls;
+	http_room_busy(l->room, c, false);
 	free(*con_cls);
 	*con_cls = NULL;
 }
 
-static struct MHD_Daemon *
-start(struct agentd *d, unsigned flags, int fd, const struct sockaddr *sa)
+static int
+start(struct listener *l, struct agentd *d, unsigned flags, int fd,
+    const struct sockaddr *sa)
 {
+	l->d = d;
+	l->room = http_room_new(d, d->o.max_connections);
+	if (l->room == NULL)
+		return -1;
 	/* A thread per connection: a caller keeps its connection open and
 	 * makes one call at a time, and a thread blocked in read answers
 	 * it with no poller between (half the latency of a thread pool,
 	 * twice the throughput, bench/run sidecar). --max-connections
-	 * bounds the threads; their stacks are small. */
+	 * bounds the threads (http_room.c); their stacks are small. */
 	flags |= MHD_USE_INTERNAL_POLLING_THREAD |
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_TURBO;
-	return MHD_start_daemon(flags, 0, NULL, NULL, handle, d,
+	l->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handle, l,
 	    fd >= 0 ? MHD_OPTION_LISTEN_SOCKET : MHD_OPTION_SOCK_ADDR,
 	    fd >= 0 ? (void *) (intptr_t) fd : (void *) sa,
 	    MHD_OPTION_THREAD_STACK_SIZE, (size_t) HTTP_STACK,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned) d->o.max_connections,
+	    MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned) d->o.max_connections + MHD_LIMIT_SLACK,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) d->o.idle_timeout_s,
-	    MHD_OPTION_NOTIFY_COMPLETED, completed, d, MHD_OPTION_END);
+	    MHD_OPTION_NOTIFY_CONNECTION, http_room_notify, l->room,
+	    MHD_OPTION_NOTIFY_COMPLETED, completed, l, MHD_OPTION_END);
+	return l->mhd != NULL ? 0 : -1;
 }
 
 static int
@@ -453,25 +480,24 @@ http_api_start(struct agentd *d, struct http_api **ret)
 		                *res;
 		if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
 			return ALLOT_EINVAL;
-		h->tcp = start(d,
+		int rc = start(&h->tcp, d,
 		    res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, -1,
 		    res->ai_addr);
 		freeaddrinfo(res);
-		if (h->tcp == NULL) {
+		if (rc != 0) {
 			agentd_log(
 			    d, 3, "AGENTD-LISTEN", "cannot serve on %s", l);
 			return ALLOT_EIO;
 		}
 		const union MHD_DaemonInfo *di = MHD_get_daemon_info(
-		    h->tcp, MHD_DAEMON_INFO_BIND_PORT);
+		    h->tcp.mhd, MHD_DAEMON_INFO_BIND_PORT);
 		h->port = di != NULL ? di->port : 0;
 	}
 	if (d->o.http_socket != NULL) {
 		h->uds_fd = uds_listen(d, d->o.http_socket);
 		if (h->uds_fd < 0)
 			return ALLOT_EIO;
-		h->uds = start(d, 0, h->uds_fd, NULL);
-		if (h->uds == NULL)
+		if (start(&h->uds, d, 0, h->uds_fd, NULL) != 0)
 			return ALLOT_EIO;
 	}
 	*ret = h;
@@ -489,12 +515,14 @@ http_api_stop(struct http_api *h)
 {
 	if (h == NULL)
 		return;
-	if (h->tcp != NULL)
-		MHD_stop_daemon(h->tcp);
-	if (h->uds != NULL) {
-		MHD_stop_daemon(h->uds);
+	if (h->tcp.mhd != NULL)
+		MHD_stop_daemon(h->tcp.mhd);
+	if (h->uds.mhd != NULL) {
+		MHD_stop_daemon(h->uds.mhd);
 		unlink(h->d->o.http_socket);
 	}
+	http_room_free(h->tcp.room);
+	http_room_free(h->uds.room);
 	if (h->uds_fd >= 0)
 		close(h->uds_fd);
 	free(h);

@@ -267,6 +267,13 @@ daemon_counters(FILE *f, const struct agentd_counters *n)
 		    "Listener pauses while out of descriptors.",
 		    n->grpc_accept_pauses),
 		COUNTER("http_calls_total", "HTTP API calls.", n->http_calls),
+		COUNTER("http_refused_connections_total",
+		    "HTTP connections closed at once: the listener full, none "
+		    "idle.",
+		    n->http_refused_conns),
+		COUNTER("http_evicted_connections_total",
+		    "Idle HTTP connections closed to make room.",
+		    n->http_evicted_conns),
 		COUNTER("http_errors_total",
 		    "HTTP API calls answered with an "
 		    "error.",

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Room on an HTTP listener (http.c). libmicrohttpd gives each connection
+ * a thread and refuses every connection above its own limit, so a
+ * client that opens connections and never finishes a request on them
+ * (a slowloris) would hold every place until the idle timeout, and no
+ * caller could get in. http.c sets that limit a little above
+ * --max-connections and the count is kept here, in two parts:
+ *
+ * - A connection that has not finished a request yet is *unproven*; at
+ *   most half the places are theirs. A newcomer (unproven itself) past
+ *   that takes the place of the oldest unproven one, whatever its age: a
+ *   caller's request arrives right behind its connect, so to push it out
+ *   before that, a slowloris would have to open half the places' worth
+ *   of connections within that moment (in the suite, 24 every
+ *   millisecond), while one that never finishes a request is pushed out
+ *   by the next newcomers.
+ * - Past --max-connections in all, a newcomer takes the place of the
+ *   connection with no request in course that has been quiet the
+ *   longest, if that is at least EVICT_IDLE_MS, and is closed at once
+ *   otherwise.
+ *
+ * A connection gives its place by having its socket shut down: its
+ * thread wakes and libmicrohttpd closes it. A request in course is
+ * never cut.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include "agentd.h"
+#include "http_room.h"
+
+/* How long a connection must have had no request in course before a
+ * newcomer may take its place (as grpc.c's). */
+#define EVICT_IDLE_MS 1000
+
+struct http_conn {
+	int fd; /* -1 once shut down to make room */
+	bool busy; /* a request in course */
+	bool proven; /* it finished (or began) a request */
+	uint64_t quiet_since; /* accepted, or its last request ended */
+	struct http_conn *prev, *next;
+};
+
+struct http_room {
+	struct agentd *d;
+	pthread_mutex_t mu;
+	unsigned cap;
+	unsigned open;
+	struct http_conn head; /* circular list of the open ones */
+};
+
+struct http_room *
+http_room_new(struct agentd *d, unsigned cap)
+{
+	struct http_room *r = calloc(1, sizeof *r);
+	if (r == NULL)
+		return NULL;
+	r->d = d;
+	r->cap = cap;
+	r->head.prev = r->head.next = &r->head;
+	pthread_mutex_init(&r->mu, NULL);
+	return r;
+}
+
+void
+http_room_free(struct http_room *r)
+{
+	if (r == NULL)
+		return;
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+/* Under the lock: the open connection quiet the longest with no
+ * request in course (an unproven one only with `unproven`), or NULL. */
+static struct http_conn *
+oldest(struct http_room *r, bool unproven, unsigned *ret_unproven)
+{
+	struct http_conn *best = NULL;
+	unsigned n = 0;
+	for (struct http_conn *c = r->head.next; c != &r->head; c = c->next) {
+		if (c->fd < 0 || c->busy)
+			continue;
+		n += !c->proven;
+		if ((!unproven || !c->proven) &&
+		    (best == NULL || c->quiet_since < best->quiet_since))
+			best = c;
+	}
+	*ret_unproven = n;
+	return best;
+}
+
+/* Whether a newcomer may stay: it takes the oldest unproven
+ * connection's place when those hold half the places, an idle one's
+ * when all are held, or a free one. Under the lock. */
+static bool
+make_room(struct http_room *r, uint64_t now)
+{
+	unsigned unproven;
+	struct http_conn *v = oldest(r, true, &unproven);
+	unsigned half = r->cap > 1 ? r->cap / 2 : 1;
+	if (v == NULL || unproven < half) {
+		if (r->open < r->cap)
+			return true;
+		v = oldest(r, false, &unproven);
+		if (v == NULL || now - v->quiet_since < EVICT_IDLE_MS) {
+			atomic_fetch_add(&r->d->n.http_refused_conns, 1);
+			return false;
+		}
+	}
+	shutdown(v->fd, SHUT_RDWR);
+	v->fd = -1;
+	atomic_fetch_add(&r->d->n.http_evicted_conns, 1);
+	return true;
+}
+
+void
+http_room_notify(void *cls, struct MHD_Connection *connection,
+    void **socket_context, enum MHD_ConnectionNotificationCode toe)
+{
+	struct http_room *r = cls;
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		struct http_conn *c = *socket_context;
+		if (c == NULL)
+			return;
+		pthread_mutex_lock(&r->mu);
+		c->prev->next = c->next;
+		c->next->prev = c->prev;
+		r->open--;
+		pthread_mutex_unlock(&r->mu);
+		free(c);
+		*socket_context = NULL;
+		return;
+	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+	    connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+	int fd = ci != NULL ? ci->connect_fd : -1;
+	struct http_conn *c = calloc(1, sizeof *c);
+	*socket_context = c;
+	uint64_t now = agentd_now_ms();
+	pthread_mutex_lock(&r->mu);
+	bool stays = c != NULL && fd >= 0 && make_room(r, now);
+	if (c != NULL) {
+		/* Counted even when refused: it holds its place until its
+		 * thread has closed it. */
+		c->fd = stays ? fd : -1;
+		c->quiet_since = now;
+		c->prev = r->head.prev;
+		c->next = &r->head;
+		r->head.prev->next = c;
+		r->head.prev = c;
+		r->open++;
+	}
+	pthread_mutex_unlock(&r->mu);
+	if (!stays && fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+}
+
+void
+http_room_busy(
+    struct http_room *r, struct MHD_Connection *connection, bool busy)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+	    connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *c = ci != NULL ? ci->socket_context : NULL;
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&r->mu);
+	c->busy = busy;
+	c->proven = true;
+	if (!busy)
+		c->quiet_since = agentd_now_ms();
+	pthread_mutex_unlock(&r->mu);
+}
