@@ -25,6 +25,7 @@
  * never cut.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 
@@ -35,11 +36,18 @@
  * newcomer may take its place (as grpc.c's). */
 #define EVICT_IDLE_MS 1000
 
+/* http_conn.state: a request in course; it began one once; its socket
+ * was shut down to make room. A request's start and an eviction race
+ * for the same word, so a connection is never shut down under a request
+ * that began. The connection's own thread touches it with no lock (two
+ * atomics per request); the list and the count are the room's, under
+ * its lock. */
+enum { C_BUSY = 1u, C_PROVEN = 2u, C_GONE = 4u };
+
 struct http_conn {
-	int fd; /* -1 once shut down to make room */
-	bool busy; /* a request in course */
-	bool proven; /* it finished (or began) a request */
-	uint64_t quiet_since; /* accepted, or its last request ended */
+	int fd; /* under the room's lock */
+	_Atomic unsigned state;
+	_Atomic uint64_t quiet_since; /* accepted, or its last request ended */
 	struct http_conn *prev, *next;
 };
 
@@ -73,23 +81,44 @@ http_room_free(struct http_room *r)
 	free(r);
 }
 
-/* Under the lock: the open connection quiet the longest with no
- * request in course (an unproven one only with `unproven`), or NULL. */
+/* Under the lock: the connection quiet the longest with no request in
+ * course (one that never began a request only, with `unproven`), or
+ * NULL; and how many have never begun one. */
 static struct http_conn *
 oldest(struct http_room *r, bool unproven, unsigned *ret_unproven)
 {
 	struct http_conn *best = NULL;
+	uint64_t best_t = 0;
 	unsigned n = 0;
 	for (struct http_conn *c = r->head.next; c != &r->head; c = c->next) {
-		if (c->fd < 0 || c->busy)
+		unsigned st = atomic_load(&c->state);
+		if (st & (C_BUSY | C_GONE))
 			continue;
-		n += !c->proven;
-		if ((!unproven || !c->proven) &&
-		    (best == NULL || c->quiet_since < best->quiet_since))
+		n += !(st & C_PROVEN);
+		uint64_t t = atomic_load(&c->quiet_since);
+		if ((!unproven || !(st & C_PROVEN)) &&
+		    (best == NULL || t < best_t)) {
 			best = c;
+			best_t = t;
+		}
 	}
 	*ret_unproven = n;
 	return best;
+}
+
+/* Shut `v` down unless a request began on it meanwhile. Under the
+ * lock. */
+static bool
+evict(struct http_room *r, struct http_conn *v)
+{
+	unsigned st = atomic_load(&v->state);
+	do {
+		if (st & (C_BUSY | C_GONE))
+			return false;
+	} while (!atomic_compare_exchange_weak(&v->state, &st, st | C_GONE));
+	shutdown(v->fd, SHUT_RDWR);
+	atomic_fetch_add(&r->d->n.http_evicted_conns, 1);
+	return true;
 }
 
 /* Whether a newcomer may stay: it takes the oldest unproven
@@ -101,19 +130,16 @@ make_room(struct http_room *r, uint64_t now)
 	unsigned unproven;
 	struct http_conn *v = oldest(r, true, &unproven);
 	unsigned half = r->cap > 1 ? r->cap / 2 : 1;
-	if (v == NULL || unproven < half) {
-		if (r->open < r->cap)
-			return true;
-		v = oldest(r, false, &unproven);
-		if (v == NULL || now - v->quiet_since < EVICT_IDLE_MS) {
-			atomic_fetch_add(&r->d->n.http_refused_conns, 1);
-			return false;
-		}
-	}
-	shutdown(v->fd, SHUT_RDWR);
-	v->fd = -1;
-	atomic_fetch_add(&r->d->n.http_evicted_conns, 1);
-	return true;
+	if (v != NULL && unproven >= half && evict(r, v))
+		return true;
+	if (r->open < r->cap)
+		return true;
+	v = oldest(r, false, &unproven);
+	if (v != NULL && now - atomic_load(&v->quiet_since) >= EVICT_IDLE_MS &&
+	    evict(r, v))
+		return true;
+	atomic_fetch_add(&r->d->n.http_refused_conns, 1);
+	return false;
 }
 
 void
@@ -145,8 +171,9 @@ http_room_notify(void *cls, struct MHD_Connection *connection,
 	if (c != NULL) {
 		/* Counted even when refused: it holds its place until its
 		 * thread has closed it. */
-		c->fd = stays ? fd : -1;
-		c->quiet_since = now;
+		c->fd = fd;
+		atomic_store(&c->state, stays ? 0u : C_GONE);
+		atomic_store(&c->quiet_since, now);
 		c->prev = r->head.prev;
 		c->next = &r->head;
 		r->head.prev->next = c;
@@ -167,10 +194,14 @@ http_room_busy(
 	struct http_conn *c = ci != NULL ? ci->socket_context : NULL;
 	if (c == NULL)
 		return;
-	pthread_mutex_lock(&r->mu);
-	c->busy = busy;
-	c->proven = true;
-	if (!busy)
-		c->quiet_since = agentd_now_ms();
-	pthread_mutex_unlock(&r->mu);
+	if (!busy) {
+		atomic_store(&c->quiet_since, agentd_now_ms());
+		atomic_fetch_and(&c->state, ~C_BUSY);
+		return;
+	}
+	unsigned st = atomic_load(&c->state);
+	while (!(st & C_GONE) &&
+	    !atomic_compare_exchange_weak(
+	        &c->state, &st, st | C_BUSY | C_PROVEN))
+		;
 }
