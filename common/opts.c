@@ -91,6 +91,9 @@ level(const char *s, int *ret)
 
 /* ---- messages ---- */
 
+static void vsay(const char *prog, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
 static void
 vsay(const char *prog, const char *fmt, va_list ap)
 {

@@ -183,7 +183,7 @@ conn_free(conn *c)
 	if (c->s != NULL)
 		gnutls_deinit(c->s);
 	free(c->rbuf);
-	free(c->address);
+	free(c->pre);
 	free(c);
 	if (req != NULL)
 		req->cb(req, NULL,
@@ -274,10 +274,15 @@ conn_new(tls_tr *tr, bool dialer)
 	if (c == NULL)
 		return NULL;
 	c->rbuf = malloc(RBUF_SIZE);
-	if (c->rbuf == NULL) {
+	c->pre = dialer ? NULL : malloc(sizeof *c->pre);
+	if (c->rbuf == NULL || (!dialer && c->pre == NULL)) {
+		free(c->rbuf);
+		free(c->pre);
 		free(c);
 		return NULL;
 	}
+	if (c->pre != NULL)
+		allot__raft_preamble_init(c->pre);
 	c->tr = tr;
 	c->dialer = dialer;
 	c->next = tr->conns;
@@ -523,38 +528,19 @@ acceptor_open(conn *c)
 	c->counted = false;
 	uv_timer_stop(&c->timer);
 	inner_resume(c);
-	c->address[c->pre[2] - 1] = '\0';
-	c->tr->accept_cb(c->tr->t, c->id, c->address, theirs);
+	c->tr->accept_cb(c->tr->t, c->id, c->pre->address, theirs);
 }
 
-static uint64_t
-le64(const uint64_t *p)
-{
-	const uint8_t *b = (const uint8_t *) p;
-	uint64_t v = 0;
-
-	for (int k = 7; k >= 0; k--)
-		v = v << 8 | b[k];
-	return v;
-}
-
-/* Reads libraft's preamble and address; true when the conn goes on. */
+/* Reads libraft's preamble and address (raft_preamble.c), never past
+ * them; true when the conn goes on. */
 static bool
 preamble(conn *c)
 {
 	for (;;) {
-		uint8_t *dst;
-		size_t want;
-		ssize_t n;
-
-		if (c->got < 24) {
-			dst = (uint8_t *) c->pre + c->got;
-			want = 24 - c->got;
-		} else {
-			dst = (uint8_t *) c->address + (c->got - 24);
-			want = 24 + c->pre[2] - c->got;
-		}
-		n = gnutls_record_recv(c->s, dst, want);
+		uint8_t buf[64];
+		size_t want = allot__raft_preamble_want(c->pre);
+		ssize_t n = gnutls_record_recv(
+		    c->s, buf, want < sizeof buf ? want : sizeof buf);
 		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
 			return true;
 		if (n <= 0) {
@@ -567,36 +553,23 @@ preamble(conn *c)
 			conn_close(c);
 			return false;
 		}
-		c->got += (size_t) n;
-		if (c->got == 24) {
-			c->pre[0] = le64(&c->pre[0]);
-			c->pre[1] = le64(&c->pre[1]);
-			c->pre[2] = le64(&c->pre[2]);
-			if (c->pre[0] != HANDSHAKE_PROTOCOL ||
-			    c->pre[2] == 0 || c->pre[2] > ADDRESS_MAX) {
-				allot__raft_tls_refuse(c,
-				    "bad libraft handshake (protocol "
-				    "%llu, address length %llu)",
-				    (unsigned long long) c->pre[0],
-				    (unsigned long long) c->pre[2]);
-				conn_close(c);
-				return false;
-			}
-			c->id = c->pre[1];
-			c->address = malloc(c->pre[2]);
-			if (c->address == NULL) {
-				conn_close(c);
-				return false;
-			}
+		char err[160];
+		switch (allot__raft_preamble_feed(
+		    c->pre, buf, (size_t) n, err, sizeof err)) {
+		case ALLOT__PREAMBLE_MORE: continue;
+		case ALLOT__PREAMBLE_BAD:
+			allot__raft_tls_refuse(c, "%s", err);
+			conn_close(c);
+			return false;
+		case ALLOT__PREAMBLE_DONE: break;
 		}
-		if (c->got > 24 && c->got == 24 + c->pre[2]) {
-			if (!allot__raft_tls_claim_ok(c)) {
-				conn_close(c);
-				return false;
-			}
-			acceptor_open(c);
-			return c->state == OPEN;
+		c->id = c->pre->id;
+		if (!allot__raft_tls_claim_ok(c)) {
+			conn_close(c);
+			return false;
 		}
+		acceptor_open(c);
+		return c->state == OPEN;
 	}
 }
 

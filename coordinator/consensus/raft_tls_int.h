@@ -11,10 +11,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "raft_preamble.h"
 #include "raft_tls.h"
 
-#define HANDSHAKE_PROTOCOL 1 /* libraft's uv_tcp handshake version */
-#define ADDRESS_MAX 1024 /* a libraft address, padded */
+#define HANDSHAKE_PROTOCOL ALLOT__RAFT_HANDSHAKE_PROTOCOL
+#define ADDRESS_MAX ALLOT__RAFT_ADDRESS_MAX
 #define RBUF_SIZE (64 * 1024)
 #define RECORD_MAX 16384
 #define SPIFFE_MAX 2048
@@ -49,9 +50,9 @@ typedef struct conn {
 	char ip[64]; /* the acceptor's peer address, without its port */
 	uint64_t since; /* uv_now when accepted */
 	raft_id cert_id; /* per-member IDs: the member its certificate names */
-	uint64_t pre[3]; /* libraft's preamble, accept side */
-	size_t got;
-	char *address;
+	/* libraft's preamble, accept side (malloc'd with the conn's TLS
+	 * session; NULL on the dial side). */
+	allot__raft_preamble *pre;
 	char reason[768]; /* why the peer's certificate was refused */
 	gnutls_alert_description_t alert; /* and the alert it gets, or 0 */
 	uv_shutdown_t sreq;
