@@ -364,6 +364,43 @@ ask_raw(const pc_coord *c, uint64_t session, uint64_t tokens, uint64_t min)
 	return code;
 }
 
+/* `n` requests of caller "a" on `a`, waiting, paced at `per_s`: how
+ * many passed. */
+static int
+paced(allot_agent *a, int n, int per_s)
+{
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
+	uint64_t t0 = pc_now_ns(), step = 1000000000u / (uint64_t) per_s;
+	int ok = 0;
+	for (int i = 0; i < n; i++) {
+		while (pc_now_ns() < t0 + (uint64_t) i * step)
+			pc_sleep_ms(1);
+		allot_decision d;
+		ck_assert_int_eq(
+		    allot_acquire_wait(a, k, 1, WAIT_NS, &d), ALLOT_OK);
+		ok += d.allowed;
+	}
+	return ok;
+}
+
+/* allotd killed; once the agent `a` sees its connection gone: its sync
+ * stats. */
+static allot_sync_stats
+kill_allotd(pc_coord *c, allot_agent *a)
+{
+	ck_assert_int_ge(pc_coord_stop(c, SIGKILL, 5000), 0);
+	allot_sync_stats ss;
+	for (int i = 0; i < 200; i++) {
+		allot_sync_stats_get(a, &ss);
+		if (!ss.connected)
+			break;
+		pc_sleep_ms(5);
+	}
+	ck_assert(!ss.connected);
+	return ss;
+}
+
 /* allotd dies: a request its bucket cannot admit finds no reserve to
  * ask, and runs the bucket into debt on the standby instead, never more
  * than one sync interval of its rate and a token (the bound's slack for
@@ -377,27 +414,12 @@ START_TEST(standby_when_allotd_dies)
 	allot_key *k;
 	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
 	/* 1.5 s of 100/s on r0: its body follows. */
-	uint64_t t0 = pc_now_ns();
-	for (int i = 0; i < 150; i++) {
-		while (pc_now_ns() < t0 + (uint64_t) i * 10000000u)
-			pc_sleep_ms(1);
-		allot_decision d;
-		ck_assert_int_eq(
-		    allot_acquire_wait(as[0], k, 1, WAIT_NS, &d), ALLOT_OK);
-	}
+	paced(as[0], 150, 100);
 	allot_key_stats st;
 	ck_assert_int_eq(allot_key_stats_get(as[0], k, &st), ALLOT_OK);
 	double rate = st.rate;
-	ck_assert_int_ge(pc_coord_stop(&c, SIGKILL, 5000), 0);
 	/* Its connection gone, the agent stops asking. */
-	allot_sync_stats ss;
-	for (int i = 0; i < 200; i++) {
-		allot_sync_stats_get(as[0], &ss);
-		if (!ss.connected)
-			break;
-		pc_sleep_ms(5);
-	}
-	ck_assert(!ss.connected);
+	allot_sync_stats ss = kill_allotd(&c, as[0]);
 	/* Empty the bucket, then ask for more than it and the standby can
 	 * hold, back to back. */
 	while (burst(as[0], 1, false) == 1)
@@ -419,26 +441,6 @@ START_TEST(standby_when_allotd_dies)
 }
 END_TEST
 
-/* `n` requests of caller "a" on `a`, waiting, paced at `per_s`: how
- * many passed. */
-static int
-paced(allot_agent *a, int n, int per_s)
-{
-	allot_key *k;
-	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
-	uint64_t t0 = pc_now_ns(), step = 1000000000u / (uint64_t) per_s;
-	int ok = 0;
-	for (int i = 0; i < n; i++) {
-		while (pc_now_ns() < t0 + (uint64_t) i * step)
-			pc_sleep_ms(1);
-		allot_decision d;
-		ck_assert_int_eq(
-		    allot_acquire_wait(a, k, 1, WAIT_NS, &d), ALLOT_OK);
-		ok += d.allowed;
-	}
-	return ok;
-}
-
 /* allotd dies while a replica's traffic runs above its body: from
  * allot__standby_after_ns() after its last answer, the reserve's part it
  * was sent (Share.standby) carries what the reserve served, where one
@@ -458,15 +460,7 @@ START_TEST(standby_carries_the_reserve_part)
 	ck_assert_int_eq(allot_key_resolve(as[0], "a", "/x", &k), ALLOT_OK);
 	allot_key_stats st;
 	ck_assert_int_eq(allot_key_stats_get(as[0], k, &st), ALLOT_OK);
-	ck_assert_int_ge(pc_coord_stop(&c, SIGKILL, 5000), 0);
-	allot_sync_stats ss;
-	for (int i = 0; i < 200; i++) {
-		allot_sync_stats_get(as[0], &ss);
-		if (!ss.connected)
-			break;
-		pc_sleep_ms(5);
-	}
-	ck_assert(!ss.connected);
+	allot_sync_stats ss = kill_allotd(&c, as[0]);
 	uint64_t before = ss.central_standby;
 	/* 1 s at 160/s: under R, above the body. */
 	uint64_t t1 = pc_now_ns();
