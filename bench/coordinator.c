@@ -21,6 +21,11 @@
  *   coordinator.agent_growth_after_1m_bytes  heap growth of an agent with
  *                                   a 100,000-slot pool fed 900,000 more
  *                                   distinct identities once full
+ *   coordinator.diff_59k_s, apply_59k_s  allotctl's diff and apply of a
+ *                                   59,001-quota file over a 9,001-quota
+ *                                   one, through the admin socket (issue
+ *                                   27: 23 s and 59 s, allotd at 750 MB)
+ *   coordinator.apply_59k_peak_mb   allotd's peak resident memory then
  *
  * The clients speak the protocol directly (protobuf-c over nng req0) so
  * the load is the coordinator's alone; the agent figures come from the
@@ -85,6 +90,80 @@ measure_throughput(const bench_opts *o)
 	}
 	free(quotas);
 	return bench_median(v, o->rounds);
+}
+
+/* ---- a large apply (issue 27) ---- */
+
+/* `n` callers, each "cN" at `rate`/s, burst twice that. */
+static char *
+many_quotas(unsigned n, unsigned rate)
+{
+	size_t cap = 128 + (size_t) n * 64, len = 0;
+	char *t = malloc(cap);
+	if (t == NULL)
+		bench_fail("out of memory");
+	len += (size_t) snprintf(t, cap,
+	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n");
+	for (unsigned i = 0; i < n; i++)
+		len += (size_t) snprintf(t + len, cap - len,
+		    "    - {identity: \"c%u\", tokens_per_second: %u, burst: "
+		    "%u}\n",
+		    i, rate, 2 * rate);
+	return t;
+}
+
+/* POST `file` to `path` on the admin socket `sock`: the seconds it took
+ * (the answer must be 200). */
+static double
+admin_post(const char *sock, const char *file, const char *path)
+{
+	char cmd[768];
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -m 300 --unix-socket %s -X POST --data-binary @%s "
+	    "'http://allotd%s' -o /dev/null -w '%%{http_code}'",
+	    sock, file, path);
+	uint64_t t0 = bench_now_ns();
+	char *out = pc_shell(cmd);
+	double s = (double) (bench_now_ns() - t0) / 1e9;
+	if (out == NULL || strcmp(out, "200") != 0)
+		bench_fail("%s: %s", path, out != NULL ? out : "curl failed");
+	free(out);
+	return s;
+}
+
+/* The peak resident memory of process `pid`, in MB. */
+static double
+peak_mb(pid_t pid)
+{
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "awk '/VmHWM/ {print $2}' /proc/%d/status",
+	    (int) pid);
+	char *out = pc_shell(cmd);
+	double kb = out != NULL ? atof(out) : NAN;
+	free(out);
+	return kb / 1024;
+}
+
+static void
+measure_apply(double *ret_diff_s, double *ret_apply_s, double *ret_mb)
+{
+	char *small = many_quotas(9001, 50), *big = many_quotas(59001, 60);
+	char prefix[96], file[128];
+	snprintf(prefix, sizeof prefix, "%s/apply", dir);
+	snprintf(file, sizeof file, "%s/quotas-59k.yaml", dir);
+	pc_write_file(file, big);
+	pc_coord c;
+	pc_coord_init(&c, prefix, small);
+	const char *args[] = { "--admin-socket", c.sock, NULL };
+	pc_coord_spawn(&c, args, NULL);
+	*ret_diff_s = admin_post(c.sock, file, "/config/diff?file=q59k.yaml");
+	*ret_apply_s = admin_post(
+	    c.sock, file, "/config/apply?file=q59k.yaml&reason=bench");
+	*ret_mb = peak_mb(c.pid);
+	proto_allotd_stop(&c);
+	free(small);
+	free(big);
 }
 
 /* ---- the agent's side, with the real sync engine ---- */
@@ -194,6 +273,8 @@ main(int argc, char **argv)
 	bench_memory(&o, &mem);
 	measure_agent(&o, &bytes, &us);
 	double kr = measure_throughput(&o);
+	double diff_s, apply_s, apply_mb;
+	measure_apply(&diff_s, &apply_s, &apply_mb);
 	pc_rm_rf(dir);
 
 	bench_figure f[] = {
@@ -221,6 +302,15 @@ main(int argc, char **argv)
 		{ "coordinator.agent_growth_after_1m_bytes", "B", 0,
 		    "agent heap growth, 900,000 more identities once full",
 		    BENCH_AT_MOST, 0, mem.agent_growth_bytes },
+		{ "coordinator.diff_59k_s", "s", 2,
+		    "admin diff, 59,001 quotas against 9,001", BENCH_NO_TARGET,
+		    0, diff_s },
+		{ "coordinator.apply_59k_s", "s", 2,
+		    "admin apply, 59,001 quotas over 9,001 (issue 27: 2 s)",
+		    BENCH_AT_MOST, 2, apply_s },
+		{ "coordinator.apply_59k_peak_mb", "MB", 0,
+		    "allotd's peak resident memory through that apply",
+		    BENCH_NO_TARGET, 0, apply_mb },
 	};
 	char header[160];
 	snprintf(header, sizeof header,

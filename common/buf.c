@@ -18,7 +18,10 @@ reserve(allot__buf *b, size_t extra)
 		return false;
 	if (b->len + extra + 1 <= b->cap)
 		return true;
-	size_t cap = b->cap ? b->cap : 4096;
+	/* Small first: a quota's text is built field by field in buffers
+	 * of its own, and a diff of 59,001 quotas makes millions of them
+	 * (4 KiB each took a 59,001-quota apply to 3.6 s and 750 MB). */
+	size_t cap = b->cap ? b->cap : 128;
 	while (cap < b->len + extra + 1)
 		cap *= 2;
 	char *p = realloc(b->p, cap);
