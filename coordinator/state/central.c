@@ -353,7 +353,7 @@ allot__central_take(allot__state *st, service *svc, size_t q, double min,
 static double
 served_at(const skey *key, uint64_t now)
 {
-	if (key->srv_ns == 0 || now <= key->srv_ns)
+	if (key->srv_sum == 0 || key->srv_ns == 0 || now <= key->srv_ns)
 		return key->srv_sum;
 	double dt = (double) (now - key->srv_ns) / 1e9;
 	return key->srv_sum * exp(-dt / STANDBY_TAU_S);
