@@ -37,6 +37,7 @@ Run through scripts/demo, which installs packages and builds first.
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -114,10 +115,22 @@ def free_port():
     """A port nothing listens on now, never one given before in this
     run: ports are picked before the processes that bind them start, and
     the kernel may hand a released port out again (a cluster member once
-    got another member's HTTP port for its Raft address)."""
+    got another member's HTTP port for its Raft address). It comes from
+    below the kernel's ephemeral range: one from it may meanwhile become
+    the local port of an outgoing connection (an agent dialling), and
+    the daemon that binds it later would fail."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
     while True:
+        want = random.randrange(10000, lo) if lo > 11000 else 0
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", want))
+            except OSError:
+                continue
             port = s.getsockname()[1]
         if port not in _ports_given:
             _ports_given.add(port)

@@ -12,25 +12,19 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-from checks import check, failures
+from checks import check, failures, free_port
 
 build = os.environ["ALLOT_BUILD_DIR"]
 src = os.environ["ALLOT_SOURCE_DIR"]
 units = os.path.join(src, "packaging", "systemd")
 work = tempfile.mkdtemp(prefix="allot-units-")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def exec_start(unit):

@@ -51,34 +51,73 @@ pc_sleep_ms(unsigned ms)
 
 /* ---- ports and directories ---- */
 
-static int
-bound_port(void)
+/* Whether `port` on loopback can be bound now (0: the kernel's choice;
+ * then *ret_port says which). */
+static bool
+can_bind(int port, int *ret_port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fd < 0)
-		return -1;
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+		return false;
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons((uint16_t) port) };
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	socklen_t sl = sizeof sa;
-	int port = -1;
-	if (bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0 &&
-	    getsockname(fd, (struct sockaddr *) &sa, &sl) == 0)
-		port = ntohs(sa.sin_port);
+	bool ok = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0 &&
+	    getsockname(fd, (struct sockaddr *) &sa, &sl) == 0;
+	if (ok)
+		*ret_port = ntohs(sa.sin_port);
 	close(fd);
-	return port;
+	return ok;
+}
+
+/* The ports the kernel gives outgoing connections (their local ports):
+ * [*lo, *hi]. */
+static void
+ephemeral_range(int *lo, int *hi)
+{
+	*lo = 32768;
+	*hi = 60999;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	if (f == NULL)
+		return;
+	if (fscanf(f, "%d %d", lo, hi) != 2) {
+		*lo = 32768;
+		*hi = 60999;
+	}
+	fclose(f);
 }
 
 int
 pc_free_port(void)
 {
-	/* The kernel may hand out a port again as soon as it is released;
-	 * until the caller binds it, only we know it is taken. */
+	/* A port picked now is bound by its process later. One from the
+	 * kernel's ephemeral range may meanwhile become the local port of
+	 * any outgoing connection (an agent dialling, curl), and the
+	 * listener then fails with EADDRINUSE: so the port comes from
+	 * below that range, at random (suites run side by side), never one
+	 * given before in this process. */
 	static int recent[64];
 	static unsigned next;
+	static uint64_t rng;
+	if (rng == 0)
+		rng = pc_now_ns() ^ ((uint64_t) getpid() << 32) ^
+		    0x9e3779b97f4a7c15ull;
+	int lo, hi;
+	ephemeral_range(&lo, &hi);
+	int base = 10000, span = lo - 1 - base;
 	for (int tries = 0; tries < 1000; tries++) {
-		int p = bound_port();
-		if (p < 0)
+		int p = -1;
+		if (span >= 1000) {
+			rng ^= rng << 13;
+			rng ^= rng >> 7;
+			rng ^= rng << 17;
+			int want = base + (int) (rng % (uint64_t) span);
+			if (!can_bind(want, &p))
+				continue;
+		} else if (!can_bind(0, &p)) {
 			return -1;
+		}
 		bool seen = false;
 		for (size_t i = 0; i < sizeof recent / sizeof recent[0]; i++)
 			seen |= recent[i] == p;
