@@ -17,20 +17,35 @@
 
 #include "agentd.h"
 
-/* A label value with '\\', '"' and newlines escaped. */
+/* Room for a label value of `n` bytes: each may take five. */
+#define LABEL_ROOM(n) (5 * (n) + 1)
+
+/* A label value with '\\', '"' and newlines escaped, and every other
+ * byte outside printable ASCII written as the text \xNN (an escaped
+ * backslash, then its hex): unknown identities are any string a caller
+ * sends, and one invalid UTF-8 byte in a label makes the whole scrape
+ * invalid (common/name.h: names allot keeps are printable ASCII). */
 static void
 label(char *out, size_t len, const char *s)
 {
+	static const char hex[] = "0123456789abcdef";
 	size_t j = 0;
-	for (; *s != '\0' && j + 3 < len; s++) {
-		if (*s == '\\' || *s == '"') {
+	for (; *s != '\0' && j + 6 <= len; s++) {
+		unsigned char c = (unsigned char) *s;
+		if (c == '\\' || c == '"') {
 			out[j++] = '\\';
-			out[j++] = *s;
-		} else if (*s == '\n') {
+			out[j++] = (char) c;
+		} else if (c == '\n') {
 			out[j++] = '\\';
 			out[j++] = 'n';
+		} else if (c < 0x20 || c > 0x7e) {
+			out[j++] = '\\';
+			out[j++] = '\\';
+			out[j++] = 'x';
+			out[j++] = hex[c >> 4];
+			out[j++] = hex[c & 15];
 		} else {
-			out[j++] = *s;
+			out[j++] = (char) c;
 		}
 	}
 	out[j] = '\0';
@@ -127,8 +142,9 @@ per_key(FILE *f, allot_agent *agent)
 		    key_families[m].name, key_families[m].help,
 		    key_families[m].name, key_families[m].type);
 		for (size_t i = 0; i < n; i++) {
-			char id[2 * ALLOT_IDENTITY_MAX + 2], ep[130];
-			char q[2 * ALLOT_IDENTITY_MAX + 2];
+			char id[LABEL_ROOM(ALLOT_IDENTITY_MAX)];
+			char q[LABEL_ROOM(ALLOT_IDENTITY_MAX)];
+			char ep[LABEL_ROOM(64)];
 			label(id, sizeof id, ks[i].identity);
 			label(q, sizeof q, ks[i].quota);
 			label(ep, sizeof ep, ks[i].endpoint);

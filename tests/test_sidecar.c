@@ -311,6 +311,39 @@ START_TEST(bad_clients)
 	agentd_stop(&a);
 }
 END_TEST
+/* An unknown identity is any string a caller sends: one with UTF-8,
+ * control characters and quotes still leaves /metrics printable ASCII
+ * (one invalid byte in a label makes the whole scrape invalid), its
+ * bytes written as \\xNN. Before, they were copied as they came. */
+START_TEST(odd_identities_in_metrics)
+{
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	char cmd[512];
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -d '{\"identity\":\"caf\\u00e9\\r\\u0001\\\"x\"}' "
+	    "http://127.0.0.1:%d/v1/acquire",
+	    a.http_port);
+	free(pc_shell(cmd));
+	int st = 0;
+	char *m = pc_http_get(a.http_port, "/metrics", &st);
+	ck_assert_ptr_nonnull(m);
+	bool ascii = true;
+	for (const char *p = m; *p != '\0'; p++)
+		ascii &= (*p >= 0x20 && *p <= 0x7e) || *p == '\n';
+	bool named =
+	    strstr(m, "identity=\"caf\\\\xc3\\\\xa9\\\\x0d\\\\x01\\\"x\"") !=
+	    NULL;
+	fprintf(stderr,
+	    "sidecar: /metrics printable ASCII: %s; the odd "
+	    "identity named: %s\n",
+	    ascii ? "yes" : "no", named ? "yes" : "no");
+	ck_assert_msg(ascii && named, "%s", m);
+	free(m);
+	agentd_stop(&a);
+}
+END_TEST
+
 /* --unknown reject, given in an options file. */
 START_TEST(unknown_reject)
 {
@@ -813,6 +846,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, http_burst_seed_002);
 	tcase_add_test(tc, curl_prior_knowledge);
 	tcase_add_test(tc, bad_clients);
+	tcase_add_test(tc, odd_identities_in_metrics);
 	tcase_add_test(tc, unknown_reject);
 	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
