@@ -118,7 +118,8 @@ def free_port():
     got another member's HTTP port for its Raft address). It comes from
     below the kernel's ephemeral range: one from it may meanwhile become
     the local port of an outgoing connection (an agent dialling), and
-    the daemon that binds it later would fail."""
+    the daemon that binds it later would fail. The test scripts use it
+    too (tests/checks.py)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             lo = int(f.read().split()[0])
