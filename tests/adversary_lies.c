@@ -154,6 +154,18 @@ honest_start(void)
 	honest_carry = 0;
 }
 
+/* allotd on share_cfg (with `extra`, NULL terminated, or NULL) and the
+ * honest replica `h` joined to it, its bucket reset. */
+static void
+honest_join(adv_coord *c, const char *const *extra, pc_replica *h)
+{
+	adv_coord_start_with(c, share_cfg, extra);
+	memset(h, 0, sizeof *h);
+	ck_assert_int_eq(
+	    pc_replica_join(h, c->url, "honest", ADV_SVC, adv_keys, 2), 0);
+	honest_start();
+}
+
 /* One round (about 100 ms) of an honest replica wanting 1,500 tokens/s
  * of key 1 (R = 1,000): it admits what its grant refilled since its last
  * round, as its bucket would, and reports the rest denied (and so never
@@ -198,13 +210,9 @@ static void
 fake_burst(const char *from, const char *const *extra, burst *ret)
 {
 	adv_coord c;
-	adv_coord_start_with(&c, share_cfg, extra);
 	pc_replica h;
-	memset(&h, 0, sizeof h);
-	ck_assert_int_eq(
-	    pc_replica_join(&h, c.url, "honest", ADV_SVC, adv_keys, 2), 0);
+	honest_join(&c, extra, &h);
 	memset(ret, 0, sizeof *ret);
-	honest_start();
 	for (int i = 0; i < 15; i++)
 		ret->before = honest_round(&h);
 	enum { FAKES = 49 };
@@ -549,12 +557,8 @@ END_TEST
 START_TEST(test_fake_denials)
 {
 	adv_coord c;
-	adv_coord_start_with(&c, share_cfg, NULL);
 	pc_replica h;
-	memset(&h, 0, sizeof h);
-	ck_assert_int_eq(
-	    pc_replica_join(&h, c.url, "honest", ADV_SVC, adv_keys, 2), 0);
-	honest_start();
+	honest_join(&c, NULL, &h);
 	double before = 0;
 	for (int i = 0; i < 15; i++)
 		before = honest_round(&h);
