@@ -597,7 +597,9 @@ allot__opts_print(
 			fputc('\n', f);
 			continue;
 		}
-		if (at >= col)
+		/* Two spaces at least between an option and its text (a
+		 * reader, and help2roff, tell them apart by that). */
+		if (at + 2 > col)
 			at = fprintf(f, "\n") - 1;
 		at += fprintf(f, "%*s", col - at, "");
 		put_help(f, o, at, col);

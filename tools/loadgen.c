@@ -156,7 +156,8 @@ static const allot__opt option_table[] = {
 	    .more =
 	        "        name=NAME          required, [A-Za-z0-9._-]\n"
 	        "        rate=R             required, requests/s (open loop)\n"
-	        "        cert=FILE,key=FILE client certificate (none: no "
+	        "        cert=FILE,key=FILE\n"
+	        "                           client certificate (none: no "
 	        "cert)\n"
 	        "        mix=P:W;P:W        endpoint mix (default /lookup:1)\n"
 	        "        sticky=P           probability of the home replica "
