@@ -9,8 +9,9 @@ layouts are read:
   0, their text indented 4, an option's text indented 8 (allotd,
   allotctl);
 - the GNU one: "usage: PROG ...", a paragraph, then a table of options
-  ("  -s, --scenario NAME   what it does", continued deeper), as
-  allot-agentd and allot-sim print it; NAME comes from --name.
+  ("  -s, --scenario NAME   what it does", continued deeper), under
+  "Section:" headings or not, as allot-agentd, allot-sim and
+  allot-loadgen print it; NAME comes from --name.
 
 help2man reads only the second (it puts the first under DESCRIPTION)
 and txt2man fails on brackets in SYNOPSIS lines, hence this.
@@ -83,6 +84,15 @@ def man_layout(lines, out):
         out.append(".fi")
 
 
+def is_heading(line, after):
+    """A few words at column 0 ending in a colon, the options of a
+    section next ("Targets:", then "  -t, --target URL ...")."""
+    if indent(line) or not re.match(r"[A-Z][\w ]{0,30}:$", line.rstrip()):
+        return False
+    nxt = next((l for l in after if l.strip()), "")
+    return nxt.strip().startswith("-") and indent(nxt) <= 6
+
+
 def gnu_layout(lines, name, out):
     """usage:, a paragraph, a table of options."""
     out.append(".SH NAME")
@@ -94,11 +104,25 @@ def gnu_layout(lines, name, out):
     out.append(".fi")
     out.append(".SH DESCRIPTION")
     in_opts = False
-    for line in lines[1:]:
+    in_rows = False  # inside an option's table (an indented list)
+    prose = False  # the last line written was prose after the options
+    rest = lines[1:]
+    for i, line in enumerate(rest):
         if not line.strip():
+            prose = False
             continue
         stripped = line.strip()
-        if stripped.startswith("-") and indent(line) <= 6:
+        row = re.match(r"(\S+)(?:\s{2,}(\S.*))?$", stripped)
+        if in_rows and not (indent(line) > 6):
+            out += [".PD", ".RE"]
+            in_rows = False
+        if is_heading(line, rest[i + 1:]):
+            # "Targets:" over options: a subsection of OPTIONS.
+            if not in_opts:
+                out.append(".SH OPTIONS")
+                in_opts = True
+            out.append(".SS " + esc(stripped[:-1]))
+        elif stripped.startswith("-") and indent(line) <= 6:
             if not in_opts:
                 out.append(".SH OPTIONS")
                 in_opts = True
@@ -108,12 +132,25 @@ def gnu_layout(lines, name, out):
             out.append(tag(m.group(1) if m else stripped))
             if m and m.group(2):
                 out.append(esc(m.group(2)))
+        elif in_opts and 6 < indent(line) <= 10 and row:
+            # A row of a table under an option ("name=NAME  what"): an
+            # indented tagged list of its own.
+            if not in_rows:
+                out += [".RS", ".PD 0"]
+                in_rows = True
+            out.append(".TP 20")
+            out.append(tag(row.group(1)))
+            if row.group(2):
+                out.append(esc(row.group(2)))
         elif in_opts and indent(line) > 6:
             out.append(esc(stripped))
         else:
-            if in_opts:
+            if in_opts and not prose:
                 out.append(".PP")
+            prose = in_opts
             out.append(esc(stripped))
+    if in_rows:
+        out += [".PD", ".RE"]
 
 
 def main():
