@@ -192,9 +192,9 @@ reply(struct MHD_Connection *c, unsigned status, const char *body, size_t len,
 	bool ok = MHD_add_response_header(
 	              r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON) == MHD_YES;
 	if (d != NULL) {
-		/* Sized for a policy name of ALLOT_IDENTITY_MAX bytes. */
-		char pol[ALLOT_IDENTITY_MAX + 64];
-		char rl[ALLOT_IDENTITY_MAX + 64];
+		/* Sized for any quota's name, escaped. */
+		char pol[ALLOT_RATELIMIT_FIELD_MAX];
+		char rl[ALLOT_RATELIMIT_FIELD_MAX];
 		allot_xheaders xh;
 		int np = allot_fmt_ratelimit_policy(
 		    d, policy, pol, sizeof pol);

@@ -148,13 +148,17 @@ allot_jwt_status agentd_token_identity(
 
 /* rls.c: one decision for (identity, endpoint, cost), with the headers a
  * proxy should set; shared by the gRPC and the HTTP APIs. */
+/* Either RateLimit field of a policy named after an endpoint class of
+ * up to ALLOT_ENDPOINT_MAX bytes, each escaped (allot.h,
+ * ALLOT_RATELIMIT_FIELD_MAX), and its NUL. */
+#define AGENTD_FIELD_MAX (2 * ALLOT_ENDPOINT_MAX + 2 + 48)
 struct agentd_verdict {
 	int rc; /* allot_acquire's */
 	allot_decision d;
 	const char *name; /* the policy's: the endpoint class or "default";
 	                     valid as long as `endpoint` */
-	char policy[160]; /* RateLimit-Policy */
-	char ratelimit[160]; /* RateLimit */
+	char policy[AGENTD_FIELD_MAX]; /* RateLimit-Policy */
+	char ratelimit[AGENTD_FIELD_MAX]; /* RateLimit */
 	char retry_after[24]; /* Retry-After; "" when allowed */
 };
 /* The one decision of both APIs; a request its local bucket is short of

@@ -44,20 +44,12 @@ typedef Envoy__Config__Core__V3__HeaderValue header;
 #define GRPC_RESOURCE_EXHAUSTED 8
 #define GRPC_INTERNAL 13
 
-/* An endpoint class is at most this long (allot_key_stats.endpoint). */
-#define ENDPOINT_MAX 63
-
-/* A policy name goes inside a structured-field string: only characters
- * that need no escaping there, else "default". */
+/* The policy's name: the endpoint class, or "default" when there is
+ * none. allot_fmt_* write it as a structured-field string, escaped. */
 static const char *
 policy_name(const char *endpoint)
 {
-	if (endpoint == NULL || endpoint[0] == '\0')
-		return "default";
-	for (const char *p = endpoint; *p != '\0'; p++)
-		if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\')
-			return "default";
-	return endpoint;
+	return endpoint == NULL || endpoint[0] == '\0' ? "default" : endpoint;
 }
 
 void
@@ -140,7 +132,7 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 		return GRPC_INVALID_ARGUMENT;
 	}
 	if ((id != NULL && strlen(id) > ALLOT_IDENTITY_MAX) ||
-	    (ep != NULL && strlen(ep) > ENDPOINT_MAX)) {
+	    (ep != NULL && strlen(ep) > ALLOT_ENDPOINT_MAX)) {
 		snprintf(msg, msglen, "identity or endpoint too long");
 		return GRPC_INVALID_ARGUMENT;
 	}

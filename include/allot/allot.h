@@ -275,7 +275,10 @@ ALLOT_API int allot_key_resolve(allot_agent *agent, const char *identity,
 /** Unpin a key from allot_key_resolve(). Accepts NULL. */
 ALLOT_API void allot_key_release(allot_agent *agent, allot_key *key);
 
+/** The longest identity, in bytes (without the terminating NUL). */
 #define ALLOT_IDENTITY_MAX 255
+/** The longest endpoint class name, in bytes (without the NUL). */
+#define ALLOT_ENDPOINT_MAX 63
 
 /** The endpoint's weight (tokens one request costs) for a key. */
 ALLOT_API uint32_t allot_key_cost(const allot_key *key);
@@ -415,7 +418,8 @@ ALLOT_API int allot_acquire_async(allot_agent *agent, allot_wait *w,
 /** Counters of one key, since the agent started. */
 typedef struct allot_key_stats {
 	char identity[ALLOT_IDENTITY_MAX + 1]; /**< "" for the overflow key */
-	char endpoint[64]; /**< endpoint class ("default" if none) */
+	char endpoint[ALLOT_ENDPOINT_MAX + 1]; /**< endpoint class ("default"
+	                                         if none) */
 	const char *quota; /**< identity of the quota charged or
 	                        "default"; valid while the agent lives */
 	bool known; /**< identity is a configured caller */
@@ -599,6 +603,11 @@ ALLOT_API int allot_fmt_retry_after(
  */
 ALLOT_API int allot_fmt_ratelimit_policy(
     const allot_decision *d, const char *name, char *buf, size_t len);
+/** A buffer this large holds either field whatever the policy's name,
+ * up to a quota's longest (its identity, a space and its endpoint),
+ * every byte of it escaped: the terminating NUL included. */
+#define ALLOT_RATELIMIT_FIELD_MAX \
+	(2 * (ALLOT_IDENTITY_MAX + 1 + ALLOT_ENDPOINT_MAX) + 2 + 48)
 ALLOT_API int allot_fmt_ratelimit(
     const allot_decision *d, const char *name, char *buf, size_t len);
 
