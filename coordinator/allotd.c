@@ -923,12 +923,19 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 	allot__admin_opts ado = {
 		.path = o->admin_socket,
 		.group = o->admin_group,
+		.tls = {
+			.listen = o->admin_listen,
+			.cert_key = o->tls_cert,
+			.ca = o->admin_ca,
+			.allow = o->admin_allow,
+			.nallow = o->nadmin_allow,
+		},
 		.loop = &d->loop,
 		.run = admin_run,
 		.ctx = d,
 		.lg = &d->lg,
 	};
-	if (o->admin_socket != NULL &&
+	if ((o->admin_socket != NULL || o->admin_listen != NULL) &&
 	    allot__admin_start(&ado, err, sizeof err, &d->admin) != ALLOT_OK) {
 		allot__log(
 		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
@@ -958,9 +965,11 @@ announce(allotd *d, const allot__daemon_opts *o)
 	char detail[2048];
 	snprintf(detail, sizeof detail,
 	    "version=%s pid=%ld listen=%s "
-	    "http=%s admin=%s epoch=%" PRIu64 " digest=%016" PRIx64,
+	    "http=%s admin=%s admin_https=%s epoch=%" PRIu64
+	    " digest=%016" PRIx64,
 	    ALLOT_VERSION_STRING, (long) getpid(), listen_list, http,
 	    o->admin_socket != NULL ? o->admin_socket : "off",
+	    o->admin_listen != NULL ? o->admin_listen : "off",
 	    allot__state_epoch(d->state), allot__state_digest(d->state));
 	if (o->raft_id != 0) {
 		size_t l = strlen(detail);

@@ -82,6 +82,20 @@ parse_audience(const allot__opt_use *u, void *dst)
 	return ALLOT__OPTS_OK;
 }
 
+static int
+parse_admin_allow(const allot__opt_use *u, void *dst)
+{
+	opts *o = dst;
+	char err[512];
+	if (o->nadmin_allow == ALLOT__ADMIN_ALLOW_MAX)
+		return allot__opts_fail(
+		    u, "at most %u --admin-allow", ALLOT__ADMIN_ALLOW_MAX);
+	if (!allot__admin_tls_pattern_ok(u->arg, err, sizeof err))
+		return allot__opts_fail(u, "%s", err);
+	o->admin_allow[o->nadmin_allow++] = u->arg;
+	return ALLOT__OPTS_OK;
+}
+
 /* The options of the old probing cluster: say what replaced them. */
 static int
 parse_gone(const allot__opt_use *u, void *dst)
@@ -248,6 +262,23 @@ static const allot__opt rows[] = {
 	    "Make the admin socket mode 0660 and of this group, so that its\n"
 	    "members may apply changes too (default: allotd's user only).\n",
 	    .off = FIELD(admin_group) },
+	{ "admin-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
+	    "The admin API over HTTPS with mutual TLS as well, for changes\n"
+	    "from other hosts (allotctl --admin https://HOST:PORT): served\n"
+	    "with --tls-cert; a caller must present a certificate of\n"
+	    "--admin-ca whose SPIFFE ID --admin-allow names, and that ID "
+	    "goes\n"
+	    "into the audit table. Default none.\n",
+	    .off = FIELD(admin_listen) },
+	{ "admin-ca", 0, ALLOT__OPT_STR, "FILE",
+	    "The CA admin callers' certificates chain to (default "
+	    "--tls-ca).\n",
+	    .off = FIELD(admin_ca) },
+	{ "admin-allow", 0, ALLOT__OPT_CALL, "SPIFFE_ID",
+	    "A caller --admin-listen lets in: a SPIFFE ID, or a prefix\n"
+	    "followed by * for any ID one segment below it, e.g.\n"
+	    "spiffe://example.org/ns/deploy/sa/* (repeat; at least one).\n",
+	    .set = parse_admin_allow },
 	{ "http-max-connections", 0, ALLOT__OPT_U32, "N",
 	    "HTTP connections open at once, all clients together (default\n"
 	    "128). More are refused at accept and counted in\n"
@@ -466,6 +497,8 @@ static const char help_head[] =
     "           [--hold-expired none|lease|fallback] [--loan-frac F]\n"
     "           [--central-reserve on|off]\n"
     "           [--admin-socket PATH [--admin-group GROUP]]\n"
+    "           [--admin-listen HOST:PORT [--admin-ca FILE]\n"
+    "            --admin-allow SPIFFE_ID...]\n"
     "    allotd --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -660,6 +693,19 @@ check(opts *o)
 		o->http_addr = NULL;
 	if (o->admin_group != NULL && o->admin_socket == NULL)
 		return usage("--admin-group needs --admin-socket");
+	if (o->admin_listen == NULL &&
+	    (o->admin_ca != NULL || o->nadmin_allow > 0))
+		return usage(
+		    "--admin-ca and --admin-allow need --admin-listen");
+	if (o->admin_ca == NULL)
+		o->admin_ca = o->tls_ca;
+	if (o->admin_listen != NULL &&
+	    (o->tls_cert == NULL || o->admin_ca == NULL ||
+	        o->nadmin_allow == 0))
+		return usage(
+		    "--admin-listen needs --tls-cert (allotd's "
+		    "certificate and key), --admin-ca or --tls-ca (its "
+		    "callers' CA) and at least one --admin-allow");
 	if (o->require_id < 0)
 		o->require_id = o->tls_ca != NULL;
 	if (o->require_id && o->tls_ca == NULL)

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admin/admin_tls.h"
 #include "dispatch/authn.h"
 #include "net/http.h"
 #include "dispatch/peerlimit.h"
@@ -32,6 +33,11 @@ typedef struct allot__daemon_opts {
 	allot__http_limits http_lim;
 	const char *admin_socket; /* NULL: none (reload by SIGHUP only) */
 	const char *admin_group; /* NULL: the socket is mode 0600 */
+	/* The admin API over HTTPS with mutual TLS (admin/admin_tls.h). */
+	const char *admin_listen; /* NULL: none */
+	const char *admin_ca; /* NULL: tls_ca */
+	const char *admin_allow[ALLOT__ADMIN_ALLOW_MAX];
+	size_t nadmin_allow;
 	const char *tls_cert;
 	const char *tls_ca;
 	int require_id; /* -1 until parsed: then on with --tls-ca */

@@ -93,6 +93,9 @@ static const char cfg_bad[] = CFG_HEAD "      tokens_per_second: fast\n"
  * c.sock, made group-accessible to `admin_group` when that is set. */
 typedef pc_coord coord;
 
+/* The deploy job's identity, on the --admin-allow list below. */
+#define DEPLOYER "spiffe://t/ns/deploy/sa/ci"
+
 static coord C;
 static const char *admin_group; /* --admin-group, or NULL */
 
@@ -599,6 +602,105 @@ START_TEST(group_socket)
 }
 END_TEST
 
+/* The admin API over HTTPS (--admin-listen): a certificate of the admin
+ * CA whose SPIFFE ID --admin-allow names applies, recorded under that
+ * ID; one it does not name, one of another CA and none are refused
+ * before anything is read, and logged; the socket serves beside it. */
+START_TEST(https_admin_mutual_tls)
+{
+	coord_init(&C);
+	char cmd[4096];
+	const char *src = getenv("ALLOT_SOURCE_DIR");
+	const char *d = C.dir;
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && %s/scripts/mkcerts ca1 deploy=" DEPLOYER
+	    " bob=spiffe://t/ns/dev/sa/bob >/dev/null && "
+	    "%s/scripts/mkcerts ca2 deploy=" DEPLOYER " >/dev/null && "
+	    "cat ca1/server.pem ca1/server.key > allotd.pem && "
+	    "cat ca1/deploy.pem ca1/deploy.key > deploy.pem && "
+	    "cat ca1/bob.pem ca1/bob.key > bob.pem && "
+	    "cat ca2/deploy.pem ca2/deploy.key > forged.pem && echo ok",
+	    d, src, src);
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
+	    "certificates: %s", out ? out : "(failed)");
+	free(out);
+	char listen[64], url[80], cert[256], ca[256];
+	int port = pc_free_port();
+	snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+	snprintf(url, sizeof url, "https://127.0.0.1:%d", port);
+	snprintf(cert, sizeof cert, "%s/allotd.pem", d);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", d);
+	const char *args[] = { "--admin-socket", C.sock, "--tls-cert", cert,
+		"--admin-ca", ca, "--admin-listen", listen, "--admin-allow",
+		"spiffe://t/ns/deploy/sa/*", NULL };
+	pc_coord_spawn(&C, args, NULL);
+
+	/* Named by the list: applied, under its SPIFFE ID. */
+	write_in_dir("next.yaml", cfg_next);
+	run r = ctl("apply", "next.yaml", "--reason", "PR 42", "--admin", url,
+	    "--admin-cert", "deploy.pem", "--admin-ca", "ca1/ca.pem", NULL);
+	ck_assert_msg(r.status == 0, "apply: %d %s", r.status, r.err);
+	assert_has(r.out, "applied next.yaml: epoch 1 -> 2");
+	assert_has(r.out, "recorded: by " DEPLOYER);
+	pc_run_free(&r);
+	char *rows = shell_sql("SELECT DISTINCT who, reason FROM "
+	                       "v_quota_changes WHERE epoch = 2");
+	ck_assert_str_eq(rows, DEPLOYER "|PR 42");
+	free(rows);
+
+	/* Not on the list, another CA, no certificate: refused. */
+	write_in_dir("good.yaml", cfg_good);
+	r = ctl("apply", "good.yaml", "--reason", "x", "--admin", url,
+	    "--admin-cert", "bob.pem", "--admin-ca", "ca1/ca.pem", NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err,
+	    "(403): spiffe://t/ns/dev/sa/bob is not on "
+	    "allotd's --admin-allow list");
+	pc_run_free(&r);
+	r = ctl("diff", "good.yaml", "--admin", url, "--admin-cert",
+	    "forged.pem", "--admin-ca", "ca1/ca.pem", NULL);
+	ck_assert_int_eq(r.status, 1);
+	assert_has(r.err, "(401): client certificate not valid");
+	pc_run_free(&r);
+	r = ctl("diff", "good.yaml", "--admin", url, NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "takes mutual TLS: give --admin-cert");
+	pc_run_free(&r);
+	CURL *e = curl_easy_init();
+	char target[128];
+	snprintf(target, sizeof target, "%s/config/apply?reason=x", url);
+	curl_easy_setopt(e, CURLOPT_URL, target);
+	curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, cfg_good);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
+	char *ans = NULL;
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &ans);
+	ck_assert_int_eq(curl_easy_perform(e), CURLE_OK);
+	long status = 0;
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(e);
+	ck_assert_int_eq(status, 401);
+	assert_has(ans, "no client certificate");
+	free(ans);
+	ck_assert_int_eq((int) status_epoch(&C), 2);
+
+	/* The socket serves beside it, and the refusals are logged. */
+	r = ctl("diff", "good.yaml", NULL);
+	ck_assert_msg(
+	    r.status == 0, "diff on the socket: %d %s", r.status, r.err);
+	pc_run_free(&r);
+	coord_stop(&C);
+	char *log = pc_read_file(C.log);
+	assert_has(log,
+	    "ALLOTD-ADMIN-REFUSED admin API: 127.0.0.1 refused "
+	    "(403): spiffe://t/ns/dev/sa/bob");
+	assert_has(log, "refused (401): no client certificate");
+	free(log);
+	coord_done(&C);
+}
+END_TEST
+
 static Suite *
 apply_suite(void)
 {
@@ -611,6 +713,10 @@ apply_suite(void)
 	tcase_add_test(tc, restart_keeps_epoch);
 	tcase_add_test(tc, public_port_read_only);
 	tcase_add_test(tc, group_socket);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("https");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, https_admin_mutual_tls);
 	suite_add_tcase(s, tc);
 	return s;
 }

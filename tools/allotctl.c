@@ -249,11 +249,29 @@ static const allot__opt rows[] = {
 	    "Do not validate the file first; allotd still refuses a bad\n"
 	    "one, and its log (ALLOTD-RELOAD-FAIL) says why.\n",
 	    .off = AT(check), .where = CTL_RELOAD, .shown = CTL_RELOAD },
-	{ "admin", 0, ALLOT__OPT_STR, "PATH",
-	    "allotd's admin socket (its --admin-socket). Default: the\n"
-	    "ALLOT_ADMIN_SOCKET environment variable, else\n" DEFAULT_ADMIN
-	    ".\n",
+	{ "admin", 0, ALLOT__OPT_STR, "PATH|URL",
+	    "allotd's admin socket (its --admin-socket), or the URL\n"
+	    "https://HOST:PORT of its --admin-listen (mutual TLS, from\n"
+	    "another host). Default: the ALLOT_ADMIN environment\n"
+	    "variable, else ALLOT_ADMIN_SOCKET, else " DEFAULT_ADMIN ".\n",
 	    .off = AT(admin), .where = CTL_CHANGE | CTL_MEMBER,
+	    .shown = CTL_CHANGE | CTL_MEMBER },
+	{ "admin-cert", 0, ALLOT__OPT_STR, "FILE",
+	    "With an https:// --admin: this client's certificate (PEM),\n"
+	    "its key in the same file unless --admin-key; allotd records\n"
+	    "its SPIFFE ID as the change's author. Default: the\n"
+	    "ALLOT_ADMIN_CERT environment variable.\n",
+	    .off = AT(admin_cert), .where = CTL_CHANGE | CTL_MEMBER,
+	    .shown = CTL_CHANGE | CTL_MEMBER },
+	{ "admin-key", 0, ALLOT__OPT_STR, "FILE",
+	    "Its private key, when not in --admin-cert's file (default:\n"
+	    "ALLOT_ADMIN_KEY).\n",
+	    .off = AT(admin_key), .where = CTL_CHANGE | CTL_MEMBER,
+	    .shown = CTL_CHANGE | CTL_MEMBER },
+	{ "admin-ca", 0, ALLOT__OPT_STR, "FILE",
+	    "The CA allotd's certificate must chain to (default:\n"
+	    "ALLOT_ADMIN_CA, else the system's CAs).\n",
+	    .off = AT(admin_ca), .where = CTL_CHANGE | CTL_MEMBER,
 	    .shown = CTL_CHANGE | CTL_MEMBER },
 	{ "reason", 0, ALLOT__OPT_STR, "TEXT",
 	    "Why the change is made (required; one line). Recorded in the\n"
@@ -404,6 +422,15 @@ main(int argc, char **argv)
 	env = getenv("ALLOT_ADMIN_SOCKET");
 	if (env != NULL && *env != '\0')
 		c.admin = env;
+	env = getenv("ALLOT_ADMIN");
+	if (env != NULL && *env != '\0')
+		c.admin = env;
+	env = getenv("ALLOT_ADMIN_CERT");
+	c.admin_cert = env != NULL && *env != '\0' ? env : NULL;
+	env = getenv("ALLOT_ADMIN_KEY");
+	c.admin_key = env != NULL && *env != '\0' ? env : NULL;
+	env = getenv("ALLOT_ADMIN_CA");
+	c.admin_ca = env != NULL && *env != '\0' ? env : NULL;
 	signal(SIGPIPE, SIG_IGN);
 
 	const struct command *cmd = NULL;

@@ -46,7 +46,11 @@ typedef struct ctl {
 	double max_overcommit; /* check-config: exit 1 above; 0: none */
 	long limit; /* top-denied -n, audit --limit */
 	bool show_sql; /* audit --sql */
-	const char *admin; /* diff, apply, member: the admin socket */
+	const char *admin; /* diff, apply, member: the admin socket, or
+	                      an https:// URL (its --admin-listen) */
+	const char *admin_cert; /* https: our certificate and key, one PEM */
+	const char *admin_key; /* https: the key, when not in admin_cert */
+	const char *admin_ca; /* https: the CA allotd's certificate is of */
 	const char *reason; /* apply --reason */
 	const char *as_name; /* apply --as (recorded as claimed) */
 	const char *expect; /* apply --expect: digest in force, hex */
@@ -209,6 +213,10 @@ double ctl_jnum0(json_object *o, const char *key);
 typedef struct ctl_request {
 	const char *url;
 	const char *unix_socket; /* NULL: TCP to the URL's host */
+	/* An https:// URL: mutual TLS with this certificate (and key, or
+	 * NULL: in the certificate's file), allotd's checked against
+	 * `ca`. */
+	const char *tls_cert, *tls_key, *tls_ca;
 	long http_version; /* CURL_HTTP_VERSION_1_0 or _1_1 */
 	const char *body; /* NULL: a GET; else a POST of `len` bytes */
 	size_t len;

@@ -47,13 +47,30 @@ add_arg(char *url, const char *name, const char *value)
 int
 ctl_admin_call(const ctl *c, ctl_admin_exchange *x)
 {
-	char *url = ctl_asprintf("http://allotd%s", x->path);
+	/* An https:// URL is allotd's --admin-listen (mutual TLS); anything
+	 * else its --admin-socket. */
+	bool https = strncmp(c->admin, "https://", 8) == 0;
+	if (https && c->admin_cert == NULL) {
+		ctl_fail("--admin %s: an https:// admin API takes mutual TLS: "
+		         "give --admin-cert (and --admin-ca)",
+		    c->admin);
+		return EXIT_USAGE;
+	}
+	size_t base = strlen(c->admin);
+	while (https && base > 8 && c->admin[base - 1] == '/')
+		base--;
+	char *url = https ?
+	    ctl_asprintf("%.*s%s", (int) base, c->admin, x->path) :
+	    ctl_asprintf("http://allotd%s", x->path);
 	url = add_arg(url, "file", x->file);
 	url = add_arg(url, "reason", x->reason);
 	url = add_arg(url, "as", x->as);
 	url = add_arg(url, "expect", x->expect);
 	ctl_request rq = { .url = url,
-		.unix_socket = c->admin,
+		.unix_socket = https ? NULL : c->admin,
+		.tls_cert = c->admin_cert,
+		.tls_key = c->admin_key,
+		.tls_ca = c->admin_ca,
 		.http_version = CURL_HTTP_VERSION_1_1,
 		.body = x->body,
 		.len = x->len,
@@ -64,7 +81,18 @@ ctl_admin_call(const ctl *c, ctl_admin_exchange *x)
 	free(url);
 	if (r != CURLE_OK) {
 		free(rq.answer);
-		if (rq.oserr == EACCES || rq.oserr == EPERM)
+		if (https)
+			ctl_fail("cannot reach allotd's admin API %s: %s%s",
+			    c->admin, curl_easy_strerror(r),
+			    r == CURLE_PEER_FAILED_VERIFICATION ||
+			            r == CURLE_SSL_CACERT_BADFILE ?
+			        " (is --admin-ca the CA of allotd's "
+			        "certificate?)" :
+			        r == CURLE_SSL_CERTPROBLEM ?
+			        " (--admin-cert: a PEM with the certificate "
+			        "and its key, or --admin-key)" :
+			        "");
+		else if (rq.oserr == EACCES || rq.oserr == EPERM)
 			ctl_fail(
 			    "cannot reach allotd's admin socket %s: "
 			    "permission denied (it is allotd's user's, or "

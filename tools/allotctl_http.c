@@ -106,7 +106,16 @@ ctl_request_run(ctl_request *rq)
 	curl_easy_setopt(e, CURLOPT_PROXY, "");
 	curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+	bool https = strncmp(rq->url, "https://", 8) == 0;
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, https ? "https" : "http");
+	if (https) {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, rq->tls_cert);
+		curl_easy_setopt(e, CURLOPT_SSLKEY,
+		    rq->tls_key != NULL ? rq->tls_key : rq->tls_cert);
+		curl_easy_setopt(e, CURLOPT_CAINFO, rq->tls_ca);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+	}
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long) rq->timeout_ms);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, rq);

@@ -17,6 +17,7 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -30,6 +31,9 @@
 
 #include <microhttpd.h>
 
+#include <allot/identity.h>
+
+#include "admin_tls.h"
 #include "buf.h"
 #include "clock.h"
 #include "file.h"
@@ -58,8 +62,10 @@ struct pending {
 };
 
 struct allot__admin {
-	char *path;
+	char *path; /* NULL: no Unix socket */
 	struct MHD_Daemon *mhd;
+	allot__admin_tls *tls; /* NULL: no HTTPS listener */
+	allot__logrl refused_rl; /* callers the HTTPS listener turned away */
 	uv_async_t async;
 	allot__admin_run_fn run;
 	void *ctx;
@@ -76,6 +82,10 @@ struct req {
 	size_t len;
 	size_t cap;
 	bool too_big;
+	/* Came in on the HTTPS listener: `who` is its caller's verified
+	 * SPIFFE ID (admin_tls.h). */
+	bool tls;
+	char who[ALLOT_SPIFFE_ID_MAX + 1];
 };
 
 /* ---- the loop thread's side ---- */
@@ -409,11 +419,15 @@ static enum MHD_Result
 post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 {
 	enum MHD_Result ret = MHD_NO;
-	char who[256];
-	if (!peer_user(c, who, sizeof who))
-		return allot__web_text(c, MHD_HTTP_FORBIDDEN,
-		    "the kernel did not name this connection's user "
-		    "(SO_PEERCRED): refused");
+	char user[256];
+	const char *who = r->who;
+	if (!r->tls) {
+		if (!peer_user(c, user, sizeof user))
+			return allot__web_text(c, MHD_HTTP_FORBIDDEN,
+			    "the kernel did not name this connection's user "
+			    "(SO_PEERCRED): refused");
+		who = user;
+	}
 	const char *name = file_name(c, &ret);
 	if (name == NULL)
 		return ret;
@@ -625,6 +639,33 @@ route(allot__admin *a, struct MHD_Connection *c, const char *url,
 	return is_diff ? post_diff(a, c, r) : post_apply(a, c, r);
 }
 
+/* A request on the HTTPS listener, its headers in: its caller may go on,
+ * or is answered 401 or 403 before its body is read. */
+static enum MHD_Result
+tls_caller(allot__admin *a, struct MHD_Connection *c, struct req *r)
+{
+	char why[512];
+	unsigned status = allot__admin_tls_caller(
+	    a->tls, c, r->who, sizeof r->who, why, sizeof why);
+	if (status == MHD_HTTP_OK) {
+		r->tls = true;
+		return MHD_YES;
+	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+	    c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	char host[NI_MAXHOST] = "?";
+	if (ci != NULL && ci->client_addr != NULL)
+		getnameinfo(ci->client_addr,
+		    ci->client_addr->sa_family == AF_INET6 ?
+		        sizeof(struct sockaddr_in6) :
+		        sizeof(struct sockaddr_in),
+		    host, sizeof host, NULL, 0, NI_NUMERICHOST);
+	allot__log_ratelimited(&a->lg, &a->refused_rl, ALLOT_LOG_WARNING,
+	    "ALLOTD-ADMIN-REFUSED", "admin API: %s refused (%u): %s", host,
+	    status, why);
+	return allot__web_text(c, status, "%s", why);
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url,
     const char *method, const char *version, const char *upload,
@@ -638,6 +679,8 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
 		if (r == NULL)
 			return MHD_NO;
 		*req_cls = r;
+		if (allot__admin_tls_owns(a->tls, c))
+			return tls_caller(a, c, r);
 		return MHD_YES;
 	}
 	if (*upload_size > 0) {
@@ -777,7 +820,8 @@ allot__admin_start(
     const allot__admin_opts *o, char *err, size_t errlen, allot__admin **ret)
 {
 	allot__admin *a = calloc(1, sizeof *a);
-	if (a == NULL || (a->path = strdup(o->path)) == NULL) {
+	if (a == NULL ||
+	    (o->path != NULL && (a->path = strdup(o->path)) == NULL)) {
 		free(a);
 		snprintf(err, errlen, "out of memory");
 		return ALLOT_ENOMEM;
@@ -786,34 +830,54 @@ allot__admin_start(
 	a->ctx = o->ctx;
 	if (o->lg != NULL)
 		a->lg = *o->lg;
+	a->refused_rl = (allot__logrl) ALLOT__LOGRL_INIT(5, 10000);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&a->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&a->mu, NULL);
-	int fd = listen_at(o->path, o->group, err, errlen);
-	if (fd < 0) {
+	int fd = -1;
+	if (o->path != NULL &&
+	    (fd = listen_at(o->path, o->group, err, errlen)) < 0) {
 		free_admin(a);
 		return ALLOT_EIO;
 	}
 	/* Before the first request can arrive: a handler signals it. */
 	uv_async_init(o->loop, &a->async, on_async);
 	a->async.data = a;
-	a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
-	        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
-	    0, NULL, NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, fd,
-	    MHD_OPTION_CONNECTION_LIMIT, ALLOT__ADMIN_MAX_CONNECTIONS,
-	    MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
-	if (a->mhd == NULL) {
-		snprintf(err, errlen, "--admin-socket %s: cannot serve on it",
-		    o->path);
-		close(fd);
-		unlink(o->path);
-		/* Freed once the loop has run the close. */
-		uv_close((uv_handle_t *) &a->async, on_closed);
-		return ALLOT_EIO;
+	if (fd >= 0) {
+		a->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
+		        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL,
+		    0, NULL, NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, fd,
+		    MHD_OPTION_CONNECTION_LIMIT, ALLOT__ADMIN_MAX_CONNECTIONS,
+		    MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
+		    MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
+		    MHD_OPTION_END);
+		if (a->mhd == NULL) {
+			snprintf(err, errlen,
+			    "--admin-socket %s: cannot serve on it", o->path);
+			close(fd);
+			unlink(o->path);
+			/* Freed once the loop has run the close. */
+			uv_close((uv_handle_t *) &a->async, on_closed);
+			return ALLOT_EIO;
+		}
+	}
+	if (o->tls.listen != NULL) {
+		allot__admin_tls_opts to = o->tls;
+		to.max_connections = ALLOT__ADMIN_MAX_CONNECTIONS;
+		to.idle_timeout_s = IDLE_TIMEOUT_S;
+		int rc = allot__admin_tls_start(
+		    &to, on_request, on_completed, a, err, errlen, &a->tls);
+		if (rc != ALLOT_OK) {
+			if (a->mhd != NULL) {
+				MHD_stop_daemon(a->mhd);
+				unlink(a->path);
+			}
+			uv_close((uv_handle_t *) &a->async, on_closed);
+			return rc;
+		}
 	}
 	*ret = a;
 	return ALLOT_OK;
@@ -829,9 +893,12 @@ allot__admin_stop(allot__admin *a)
 	pthread_cond_broadcast(&a->cv);
 	pthread_mutex_unlock(&a->mu);
 	/* Handlers waiting for a job give up now; MHD closes the listening
-	 * descriptor. */
-	MHD_stop_daemon(a->mhd);
-	unlink(a->path);
+	 * descriptors. */
+	if (a->mhd != NULL) {
+		MHD_stop_daemon(a->mhd);
+		unlink(a->path);
+	}
+	allot__admin_tls_stop(a->tls);
 	uv_close((uv_handle_t *) &a->async, on_closed);
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * allotd's admin API (--admin-socket): HTTP over a Unix domain socket,
+ * and the same over HTTPS with mutual TLS (--admin-listen, admin_tls.h),
  * served by libmicrohttpd, the one place where the quota config can be
  * changed other than by editing the file and sending SIGHUP.
  *
@@ -23,12 +24,13 @@
  * member answers 421 naming the leader's agent URL.
  *
  * Who may: whoever may connect to the socket, i.e. allotd's user (mode
- * 0600) or the members of --admin-group (0660). Who did: the kernel names
- * the peer of each connection (SO_PEERCRED), and that user name is what
- * the audit table records. Files are checked by the same loader on the
- * handler's thread; what touches the state (reading the config in force,
- * applying) runs on allotd's loop thread, handed over as a job, so that
- * reloads stay on the one thread that does them.
+ * 0600) or the members of --admin-group (0660); over HTTPS, the callers
+ * whose certificates' SPIFFE IDs --admin-allow names. Who did: the kernel
+ * names the peer of each connection (SO_PEERCRED), and that user name is
+ * what the audit table records; over HTTPS, the verified SPIFFE ID. Files are
+ * checked by the same loader on the handler's thread; what touches the state
+ * (reading the config in force, applying) runs on allotd's loop thread, handed
+ * over as a job, so that reloads stay on the one thread that does them.
  */
 #ifndef ALLOT_COORDINATOR_ADMIN_H
 #define ALLOT_COORDINATOR_ADMIN_H
@@ -39,6 +41,7 @@
 
 #include <uv.h>
 
+#include "admin_tls.h"
 #include "config.h"
 #include "config_diff.h"
 #include "log.h"
@@ -99,8 +102,11 @@ typedef struct allot__admin_job {
 typedef void (*allot__admin_run_fn)(void *ctx, allot__admin_job *job);
 
 typedef struct allot__admin_opts {
-	const char *path; /* the socket */
+	const char *path; /* the socket; NULL: none */
 	const char *group; /* NULL: mode 0600 */
+	/* The HTTPS listener (admin_tls.h); tls.listen NULL: none. Its
+	 * connection limits are the socket's. */
+	allot__admin_tls_opts tls;
 	uv_loop_t *loop; /* the run function is called on its thread */
 	allot__admin_run_fn run;
 	void *ctx;

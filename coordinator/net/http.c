@@ -18,9 +18,9 @@
 #include "http.h"
 #include "consensus/cluster.h"
 #include "dashboard.h"
+#include "web/addr.h"
 #include "web/reply.h"
 
-#include <netdb.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -198,69 +198,6 @@ on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- start and stop ---- */
 
-/* "HOST:PORT", "[V6]:PORT" or "http://HOST:PORT[/]" into a socket
- * address. */
-static int
-parse_addr(
-    const char *addr, struct sockaddr_storage *ret, char *err, size_t errlen)
-{
-	const char *s = addr;
-	if (strncmp(s, "http://", 7) == 0)
-		s += 7;
-	else if (strstr(s, "://") != NULL) {
-		snprintf(err, errlen,
-		    "bad HTTP address %s: only http:// is served", addr);
-		return ALLOT_EINVAL;
-	}
-	char host[256], port[16];
-	const char *colon;
-	size_t hl;
-	const char *h0 = s;
-	if (*s == '[') {
-		const char *close = strchr(s, ']');
-		if (close == NULL || close[1] != ':')
-			goto bad;
-		h0 = s + 1;
-		hl = (size_t) (close - h0);
-		colon = close + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (colon == NULL)
-			goto bad;
-		hl = (size_t) (colon - s);
-	}
-	size_t pl = strcspn(colon + 1, "/");
-	if (hl == 0 || hl >= sizeof host || pl == 0 || pl >= sizeof port)
-		goto bad;
-	memcpy(host, h0, hl);
-	host[hl] = '\0';
-	memcpy(port, colon + 1, pl);
-	port[pl] = '\0';
-	char *end;
-	long p = strtol(port, &end, 10);
-	if (*end != '\0' || p < 0 || p > 65535)
-		goto bad;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
-		.ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	struct addrinfo *ai;
-	int rv = getaddrinfo(host, port, &hints, &ai);
-	if (rv != 0) {
-		snprintf(err, errlen, "bad HTTP address %s: %s", addr,
-		    gai_strerror(rv));
-		return ALLOT_EINVAL;
-	}
-	memset(ret, 0, sizeof *ret);
-	memcpy(ret, ai->ai_addr, ai->ai_addrlen);
-	freeaddrinfo(ai);
-	return ALLOT_OK;
-bad:
-	snprintf(err, errlen,
-	    "bad HTTP address %s: expected HOST:PORT, [V6]:PORT or "
-	    "http://HOST:PORT",
-	    addr);
-	return ALLOT_EINVAL;
-}
-
 int
 allot__http_start(const char *addr, const allot__http_limits *lim,
     allot__state *st, allot__metrics *m, allot__cluster *cl,
@@ -282,7 +219,7 @@ allot__http_start(const char *addr, const allot__http_limits *lim,
 		return ALLOT_EINVAL;
 	}
 	struct sockaddr_storage sa;
-	int rv = parse_addr(addr, &sa, err, errlen);
+	int rv = allot__web_parse_addr(addr, "http", &sa, err, errlen);
 	if (rv != ALLOT_OK)
 		return rv;
 	allot__http *h = calloc(1, sizeof *h);
