@@ -184,9 +184,8 @@ store_double(const allot__opt_use *u, void *dst)
 	return ALLOT__OPTS_OK;
 }
 
-/* Store or act on one use of row `o`. */
-static int
-apply(const allot__opts *t, const allot__opt *o, const char *arg,
+int
+allot__opts_apply(const allot__opts *t, const allot__opt *o, const char *arg,
     const char *as, void *dst)
 {
 	allot__opt_use u = { .t = t, .o = o, .arg = arg, .as = as };
@@ -350,7 +349,8 @@ take(const allot__opts *t, allot__opts_run *run, int ch, const char *word,
 		return allot__opts_fail(
 		    &u, "\"%s\" goes after the command", as);
 	}
-	return apply(t, o, o->arg != NULL ? optarg : NULL, as, dst);
+	return allot__opts_apply(
+	    t, o, o->arg != NULL ? optarg : NULL, as, dst);
 }
 
 int
@@ -392,88 +392,6 @@ allot__opts_parse(const allot__opts *t, allot__opts_run *run, int argc,
 		try_help(t, run);
 	free(lo);
 	free(shorts);
-	return rc;
-}
-
-/* ---- the options file ---- */
-
-static char *
-trim(char *s)
-{
-	while (*s == ' ' || *s == '\t')
-		s++;
-	size_t n = strlen(s);
-	while (n > 0 && strchr(" \t\r\n", s[n - 1]) != NULL)
-		s[--n] = '\0';
-	return s;
-}
-
-static const allot__opt *
-file_key(const allot__opts *t, const char *name)
-{
-	for (size_t i = 0; i < t->n; i++) {
-		const allot__opt *o = &t->rows[i];
-		if (strcmp(o->name, name) == 0 && !o->cli_only &&
-		    o->arg != NULL)
-			return o;
-	}
-	return NULL;
-}
-
-/* One line "name value" or "name = value", comments gone. */
-static int
-file_line(
-    const allot__opts *t, const char *path, unsigned ln, char *s, void *dst)
-{
-	char as[600];
-	size_t nl = strcspn(s, " \t=");
-	char *v = s + nl;
-	if (*v != '\0')
-		*v++ = '\0';
-	v = trim(v);
-	if (*v == '=')
-		v = trim(v + 1);
-	snprintf(as, sizeof as, "%.400s:%u: %.100s", path, ln, s);
-	allot__opt_use u = { .t = t, .as = as };
-	const allot__opt *o = file_key(t, s);
-	if (o == NULL)
-		return allot__opts_fail(&u, "%s: unknown option", as);
-	if (*v == '\0')
-		return allot__opts_fail(&u, "%s needs a value", as);
-	if (o->kind == ALLOT__OPT_STR) {
-		v = strdup(v); /* kept: the options live as long */
-		if (v == NULL)
-			return allot__opts_fail(&u, "out of memory");
-	}
-	return apply(t, o, v, as, dst);
-}
-
-int
-allot__opts_file(const allot__opts *t, const char *path, void *dst)
-{
-	allot__opt_use u = { .t = t };
-	FILE *f = fopen(path, "r");
-	if (f == NULL)
-		return allot__opts_fail(&u, "%s: %s", path, strerror(errno));
-	char line[4096];
-	int rc = ALLOT__OPTS_OK;
-	for (unsigned ln = 1;
-	     rc == ALLOT__OPTS_OK && fgets(line, sizeof line, f) != NULL;
-	     ln++) {
-		if (strchr(line, '\n') == NULL && !feof(f)) {
-			rc = allot__opts_fail(&u,
-			    "%s:%u: a line longer than %zu bytes", path, ln,
-			    sizeof line - 2);
-			break;
-		}
-		char *hash = strchr(line, '#');
-		if (hash != NULL)
-			*hash = '\0';
-		char *s = trim(line);
-		if (*s != '\0')
-			rc = file_line(t, path, ln, s, dst);
-	}
-	fclose(f);
 	return rc;
 }
 
@@ -531,7 +449,15 @@ put_help(FILE *f, const allot__opt *o, int at, int indent)
 			col = fprintf(f, "\n%*s", indent, "") - 1;
 		else if (col > indent)
 			col += fprintf(f, " ");
-		fprintf(f, "(default %s)", o->dflt);
+		col += fprintf(f, "(default %s)", o->dflt);
+	}
+	if (o->env != NULL) {
+		int en = (int) strlen(o->env) + 14; /* "(environment X)" */
+		if (col > indent && col + 1 + en > WIDTH)
+			col = fprintf(f, "\n%*s", indent, "") - 1;
+		else if (col > indent)
+			col += fprintf(f, " ");
+		fprintf(f, "(environment %s)", o->env);
 	}
 	fputc('\n', f);
 	if (o->more != NULL)

@@ -92,6 +92,9 @@ struct allot__opt {
 	 * by allot__opts_print where its `shown` meets them. */
 	unsigned where, shown;
 	bool cli_only; /* not a key of an options file (--help) */
+	/* An environment variable that sets it (allot__opts_env), e.g.
+	 * "ALLOT_COORDINATOR"; NULL: none. */
+	const char *env;
 };
 
 /* How --help lists the options. */
@@ -141,13 +144,42 @@ typedef struct allot__opts_run {
 int allot__opts_parse(const allot__opts *t, allot__opts_run *run, int argc,
     char **argv, void *dst);
 
-/* Apply an options file: one option a line, "name value" or
- * "name = value", '#' starts a comment, blank lines skipped. Rows marked
- * cli_only and rows without a value are not keys of it. The values of
- * ALLOT__OPT_STR rows are copies kept for the life of the process; a
- * CALL row's handler sees a value that lasts for the call only.
- * ALLOT__OPTS_OK or USAGE (said, naming FILE:LINE). */
+/* Apply an options file (opts_file.c): a YAML mapping of option names
+ * (as on the command line, or with '_' for '-') to values, the quota
+ * file's style:
+ *
+ *     listen: [tls+tcp://0.0.0.0:7400, ipc:///run/allot/allotd.ipc]
+ *     interval-ms: 100
+ *     require-identity: true
+ *
+ * A repeatable option takes a list; an option without a value takes
+ * true (given) or false (its no- twin, or nothing). A file that is not a
+ * mapping is read in the older format, one option a line, "name value"
+ * or "name = value", '#' comments. Rows marked cli_only are not keys of
+ * it. Every value is a copy kept for the life of the process, as argv's
+ * strings are, so a handler may keep the pointer. ALLOT__OPTS_OK or
+ * USAGE (said, naming FILE:LINE). */
 int allot__opts_file(const allot__opts *t, const char *path, void *dst);
+
+/* The environment's values for the rows that name a variable (`env`),
+ * each applied as if given once on the command line ("$NAME" in
+ * messages); an unset or empty variable is skipped. */
+int allot__opts_env(const allot__opts *t, void *dst);
+
+/* What a daemon does before it parses its command line: the options
+ * file of "--options FILE" (given once, anywhere before "--"), then the
+ * environment (allot__opts_env), so that the command line wins over
+ * both and the environment over the file. *ret_path (may be NULL) is the
+ * file, or NULL. The table's "options" row is then a cli_only CALL row
+ * with allot__opts_skip as its handler. */
+int allot__opts_preload(const allot__opts *t, int argc, char **argv, void *dst,
+    const char **ret_path);
+int allot__opts_skip(const allot__opt_use *u, void *dst);
+
+/* Store or act on one use of row `o` (`arg` NULL for a row without a
+ * value; `as` names it in messages). */
+int allot__opts_apply(const allot__opts *t, const allot__opt *o,
+    const char *arg, const char *as, void *dst);
 
 /* The options list of --help, in table order: the rows whose `shown`
  * meets `shown` (0: every row), `title` first when there is any.

@@ -234,6 +234,12 @@ static const allot__opt rows[] = {
 	    "at start-up is fatal; on SIGHUP it is logged and the config in\n"
 	    "force is kept.\n",
 	    .off = FIELD(config_path) },
+	{ "options", 0, ALLOT__OPT_CALL, "FILE",
+	    "Further options from a YAML file, each key an option's long\n"
+	    "name (\"listen: [tls+tcp://0.0.0.0:7400]\", \"interval-ms: "
+	    "100\",\n"
+	    "\"require-identity: true\"); the command line wins over it.\n",
+	    .set = allot__opts_skip, .cli_only = true },
 	{ "db", 'd', ALLOT__OPT_STR, "FILE",
 	    "SQLite store, created if missing (WAL mode, schema migrated).\n"
 	    "Required. Query it with the sqlite3 shell "
@@ -487,7 +493,8 @@ static const char help_head[] =
     "shares\n"
     "\n"
     "SYNOPSIS\n"
-    "    allotd --config FILE --db FILE [--listen URL]... [--http "
+    "    allotd [--options FILE] --config FILE --db FILE [--listen URL]... "
+    "[--http "
     "HOST:PORT]\n"
     "           [--lease-ms MS] [--interval-ms MS] [--expiry-intervals K]\n"
     "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
@@ -719,7 +726,9 @@ int
 allot__daemon_parse(int argc, char **argv, allot__daemon_opts *o)
 {
 	opts_init(o);
-	int rc = allot__opts_parse(&table, NULL, argc, argv, o);
+	int rc = allot__opts_preload(&table, argc, argv, o, NULL);
+	if (rc == ALLOT__OPTS_OK)
+		rc = allot__opts_parse(&table, NULL, argc, argv, o);
 	if (rc != ALLOT__OPTS_OK)
 		return rc == ALLOT__OPTS_DONE ? EXIT_SUCCESS :
 		                                ALLOT__DAEMON_EXIT_USAGE;

@@ -2,11 +2,13 @@
 /*
  * allot-agentd's options: one table names every option, its type and
  * bounds, and serves both the command line (--name VALUE) and the
- * options file (--options FILE: one "name value" or "name = value" per
- * line, '#' starts a comment), so that every option, liballot's agent
- * options included, is both a flag and a config key. The file is read
- * first and the command line wins. The parser is common/opts.h, the one
- * piece of allot beyond the public headers this daemon uses.
+ * options file (--options FILE: a YAML mapping, common/opts.h), so that
+ * every option, liballot's agent options included, is both a flag and a
+ * config key; a few are environment variables too (ALLOT_COORDINATOR,
+ * ALLOT_SERVICE, ALLOT_REPLICA_ID: what a container sets). The file is
+ * read first, then the environment, and the command line wins. The parser is
+ * common/opts.h, the one piece of allot beyond the public headers this daemon
+ * uses.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -20,14 +22,6 @@
 
 #define AT(f) offsetof(struct agentd_options, f)
 
-/* --options: the file was read before the command line (see
- * agentd_options_parse); here it is only counted. */
-static int
-set_options(const allot__opt_use *u, void *dst)
-{
-	return ALLOT__OPTS_OK;
-}
-
 static int
 show_version(const allot__opt_use *u, void *dst)
 {
@@ -39,8 +33,9 @@ static const allot__opt rows[] = {
 	{ "config", 0, ALLOT__OPT_STR, "FILE", "quota file (YAML; required)",
 	    .off = AT(config) },
 	{ "options", 0, ALLOT__OPT_CALL, "FILE",
-	    "file of further options, one \"name value\" a line",
-	    .set = set_options, .cli_only = true },
+	    "further options, a YAML mapping (\"service: orders\"); the "
+	    "environment and the command line win over it",
+	    .set = allot__opts_skip, .cli_only = true },
 	{ "grpc-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
 	    "Envoy RLS over gRPC; \"none\" disables", .off = AT(grpc_listen),
 	    .dflt = "127.0.0.1:8081" },
@@ -116,7 +111,8 @@ static const allot__opt rows[] = {
 	    .dflt = "info" },
 	{ "coordinator", 0, ALLOT__OPT_STR, "URLS",
 	    "allotd address(es), comma separated",
-	    .off = AT(agent.coordinator), .dflt = "local-only" },
+	    .off = AT(agent.coordinator), .dflt = "local-only",
+	    .env = "ALLOT_COORDINATOR" },
 	{ "coordinator-ca", 0, ALLOT__OPT_STR, "FILE",
 	    "tls+tcp://: the CA of allotd's certificate",
 	    .off = AT(agent.tls_ca_file) },
@@ -127,9 +123,11 @@ static const allot__opt rows[] = {
 	    "tls+tcp://: the name allotd's certificate must carry",
 	    .off = AT(agent.tls_server_name) },
 	{ "service", 0, ALLOT__OPT_STR, "NAME", "protected service's name",
-	    .off = AT(agent.service), .dflt = "sidecar" },
+	    .off = AT(agent.service), .dflt = "sidecar",
+	    .env = "ALLOT_SERVICE" },
 	{ "replica-id", 0, ALLOT__OPT_STR, "ID", "this replica's name",
-	    .off = AT(agent.replica_id), .dflt = "<hostname>-<pid>" },
+	    .off = AT(agent.replica_id), .dflt = "<hostname>-<pid>",
+	    .env = "ALLOT_REPLICA_ID" },
 	{ "sync-interval-ms", 0, ALLOT__OPT_U32, "MS", "sync interval T",
 	    .off = AT(agent.sync_interval_ms), .min = 1, .max = 3600000,
 	    .dflt = "100" },
@@ -219,37 +217,11 @@ defaults(struct agentd_options *o)
 	o->agent.service = "sidecar";
 }
 
-/* The options file, wherever --options stands: read before the command
- * line, so that the command line wins. */
-static int
-read_options_file(struct agentd_options *o, int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++) {
-		const char *path = NULL;
-		if (strcmp(argv[i], "--") == 0)
-			break;
-		if (strncmp(argv[i], "--options=", 10) == 0)
-			path = argv[i] + 10;
-		else if (strcmp(argv[i], "--options") == 0 && i + 1 < argc)
-			path = argv[++i];
-		if (path == NULL)
-			continue;
-		if (o->options_file != NULL)
-			return allot__opts_error(
-			    &table, "--options may be given once");
-		o->options_file = path;
-		int rc = allot__opts_file(&table, path, o);
-		if (rc != ALLOT__OPTS_OK)
-			return rc;
-	}
-	return ALLOT__OPTS_OK;
-}
-
 void
 agentd_options_parse(struct agentd_options *o, int argc, char **argv)
 {
 	defaults(o);
-	int rc = read_options_file(o, argc, argv);
+	int rc = allot__opts_preload(&table, argc, argv, o, &o->options_file);
 	if (rc == ALLOT__OPTS_OK)
 		rc = allot__opts_parse(&table, NULL, argc, argv, o);
 	if (rc == ALLOT__OPTS_OK && o->config == NULL)

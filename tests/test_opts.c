@@ -80,6 +80,26 @@ static const allot__opts table = {
 	.head = "usage: prog\n",
 };
 
+/* The same rows with environment variables and --options, for
+ * options_env. */
+static const allot__opt erows[] = {
+	{ "options", 0, ALLOT__OPT_CALL, "FILE", "more\n",
+	    .set = allot__opts_skip, .cli_only = true },
+	{ "name", 0, ALLOT__OPT_STR, "NAME", "a name\n", .off = AT(name),
+	    .env = "PROG_NAME" },
+	{ "n32", 0, ALLOT__OPT_U32, "N", "a count\n", .off = AT(n32),
+	    .max = 60000 },
+	{ "n64", 0, ALLOT__OPT_U64, "N", "any 64-bit count\n", .off = AT(n64),
+	    .env = "PROG_N64" },
+};
+
+static const allot__opts etable = {
+	.prog = "prog",
+	.rows = erows,
+	.n = sizeof erows / sizeof erows[0],
+	.style = ALLOT__OPTS_COLUMNS,
+};
+
 /* What a call wrote on stderr (the parse's messages), in `err`. */
 static char err[4096];
 
@@ -387,7 +407,6 @@ START_TEST(options_file)
 	                     &c),
 	    ALLOT__OPTS_OK);
 	ck_assert_str_eq(c.name, "the name"); /* a copy, kept */
-	free((char *) c.name);
 	ck_assert_uint_eq(c.n32, 600);
 	ck_assert(c.frac == 0.25);
 	ck_assert_int_eq(c.calls, 1);
@@ -413,6 +432,83 @@ START_TEST(options_file)
 }
 END_TEST
 
+/* The quota file's style: a YAML mapping of long names ('_' for '-') to
+ * values or lists; flags take true or false (false: the no- twin). */
+START_TEST(options_file_yaml)
+{
+	cfg c = { .keys = true };
+	ck_assert_int_eq(file("# allot options\n"
+	                      "name: \"a: name\"\n"
+	                      "n32: 600\n"
+	                      "on: true\n"
+	                      "no_keys: true\n"
+	                      "call: [x, y, z]\n"
+	                      "flag: yes\n"
+	                      "level: debug\n",
+	                     &c),
+	    ALLOT__OPTS_OK);
+	ck_assert_str_eq(c.name, "a: name");
+	ck_assert_uint_eq(c.n32, 600);
+	ck_assert(c.on);
+	ck_assert(!c.keys); /* '_' for '-' */
+	ck_assert_int_eq(c.calls, 4); /* three values and the flag */
+	ck_assert_int_eq(c.level, 7);
+	/* A false flag without a twin is left off; an on/off row set. */
+	c = (cfg) { .on = true };
+	ck_assert_int_eq(file("flag: false\non: false\nno-keys: false\n", &c),
+	    ALLOT__OPTS_OK);
+	ck_assert_int_eq(c.calls, 0);
+	ck_assert(!c.on);
+	ck_assert(c.keys);
+	ck_assert_int_eq(file("\nn32: 1\n", &c), ALLOT__OPTS_USAGE);
+	assert_err("prog: FILE:2: n32 expects an integer from 10 to 60000, "
+	           "not \"1\"\n");
+	ck_assert_int_eq(file("name: x\nbogus: 1\n", &c), ALLOT__OPTS_USAGE);
+	assert_err("prog: FILE:2: bogus: unknown option (the keys are the "
+	           "long options, as --help lists them)\n");
+	ck_assert_int_eq(file("on: maybe\n", &c), ALLOT__OPTS_USAGE);
+	assert_err("prog: FILE:1: on takes true or false, not \"maybe\"\n");
+	ck_assert_int_eq(file("call: {a: b}\n", &c), ALLOT__OPTS_USAGE);
+	assert_err("prog: FILE:1: call: a value or a list of values, not a "
+	           "mapping\n");
+	ck_assert_int_eq(file("help: true\n", &c), ALLOT__OPTS_USAGE);
+	ck_assert_int_eq(file("call: bad\n", &c), ALLOT__OPTS_USAGE);
+	assert_err("prog: FILE:1: call: no \"bad\" here\n");
+}
+END_TEST
+
+/* The environment: a row's variable, as the command line would give it;
+ * the command line wins over the environment, which wins over the file
+ * (allot__opts_preload). */
+START_TEST(options_env)
+{
+	char path[] = "/tmp/allot-opts-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	const char *text = "n64: 5\nn32: 700\nname: from-file\n";
+	ck_assert_int_eq(write(fd, text, strlen(text)), (int) strlen(text));
+	close(fd);
+	setenv("PROG_N64", "9", 1);
+	setenv("PROG_NAME", "", 1); /* empty: skipped */
+	cfg c = { 0 };
+	char *argv[] = { "prog", "--options", path, "--n32", "800", NULL };
+	ck_assert_int_eq(
+	    allot__opts_preload(&etable, 5, argv, &c, NULL), ALLOT__OPTS_OK);
+	ck_assert_uint_eq(c.n64, 9); /* the environment over the file */
+	ck_assert_uint_eq(c.n32, 700);
+	ck_assert_str_eq(c.name, "from-file");
+	ck_assert_int_eq(
+	    allot__opts_parse(&etable, NULL, 5, argv, &c), ALLOT__OPTS_OK);
+	ck_assert_uint_eq(c.n32, 800); /* the command line over both */
+	setenv("PROG_N64", "x", 1);
+	ck_assert_int_eq(allot__opts_preload(&etable, 5, argv, &c, NULL),
+	    ALLOT__OPTS_USAGE);
+	unsetenv("PROG_N64");
+	unsetenv("PROG_NAME");
+	unlink(path);
+}
+END_TEST
+
 static Suite *
 opts_suite(void)
 {
@@ -426,6 +522,8 @@ opts_suite(void)
 	tcase_add_test(tc, help_lists_the_table);
 	tcase_add_test(tc, help_and_done);
 	tcase_add_test(tc, options_file);
+	tcase_add_test(tc, options_file_yaml);
+	tcase_add_test(tc, options_env);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -8,6 +8,7 @@ SIGTERM; allot-agentd, pointed at it through AGENTD_OPTS, answers
 /readyz once synced. Every option the units pass is one the programs
 accept, and the units parse (systemd-analyze verify, where it runs)."""
 import grp
+import json
 import os
 import shlex
 import shutil
@@ -132,9 +133,40 @@ check(allotd.wait(timeout=15) == 0, "allotd stops cleanly on SIGTERM")
 check(os.path.exists(os.path.join(work, "lib", "allot.db")),
       "its store is in the unit's StateDirectory")
 
+# allotd's options from a YAML file (--options), as a unit may pass them
+# in ALLOTD_OPTS: a list for a repeatable option, the command line
+# winning over the file.
+pa2, ph2 = str(free_port()), str(free_port())
+with open(os.path.join(work, "etc", "allotd.yaml"), "w") as f:
+    f.write("# allotd's options\n"
+            "listen: [tcp://127.0.0.1:%s, ipc://%s/run/allotd.ipc]\n"
+            "http: 127.0.0.1:%s\n"
+            "interval-ms: 250\n"
+            "admin_socket: %s/run/admin2.sock\n" % (pa2, work, ph2, work))
+argv = [os.path.join(build, "coordinator/allotd"), "--options",
+        os.path.join(work, "etc", "allotd.yaml"), "--config",
+        os.path.join(work, "etc", "quotas.yaml"), "--db",
+        os.path.join(work, "lib", "opts.db"), "--interval-ms", "200"]
+olog = open(os.path.join(work, "allotd-options.log"), "w")
+allotd = subprocess.Popen(argv, stdout=olog, stderr=subprocess.STDOUT)
+ok = wait_for(int(ph2), "/healthz", 200)
+check(ok, "allotd takes its options from a YAML --options file")
+if ok:
+    with urllib.request.urlopen("http://127.0.0.1:%s/status" % ph2,
+                                timeout=2) as r:
+        st = json.load(r)
+    check(st["settings"]["interval_ms"] == 200,
+          "the command line wins over the file (interval_ms %s)"
+          % st["settings"]["interval_ms"])
+check(os.path.exists(os.path.join(work, "run", "admin2.sock")) and
+      os.path.exists(os.path.join(work, "run", "allotd.ipc")),
+      "every listener of the file's list, and its admin_socket")
+allotd.send_signal(signal.SIGTERM)
+check(allotd.wait(timeout=15) == 0, "that allotd stops cleanly")
+
 if failures:
     print("kept for inspection: %s" % work)
-    for f in ("allotd.log", "agentd.log"):
+    for f in ("allotd.log", "agentd.log", "allotd-options.log"):
         print(open(os.path.join(work, f)).read()[-2000:])
 else:
     shutil.rmtree(work, ignore_errors=True)
