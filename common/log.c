@@ -75,22 +75,3 @@ allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl, int level,
 	vlog(lg, level, id, fmt, ap);
 	va_end(ap);
 }
-
-void
-allot__log_stderr(void *ctx, int level, const char *id, const char *msg)
-{
-	static const char *names[] = { "emerg", "alert", "crit", "error",
-		"warning", "notice", "info", "debug" };
-	(void) ctx;
-	int64_t ms = allot__wall_ms();
-	time_t secs = (time_t) (ms / 1000);
-	struct tm tm;
-	gmtime_r(&secs, &tm);
-	char when[32];
-	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-	fprintf(stderr, "%s.%03dZ %s %s %s\n", when, (int) (ms % 1000),
-	    names[level < 0   ? 0 :
-	            level > 7 ? 7 :
-	                        level],
-	    id, msg);
-}

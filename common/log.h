@@ -47,8 +47,4 @@ void allot__log_ratelimited(const allot__logger *lg, allot__logrl *rl,
     int level, const char *id, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-/* A handler that writes "LEVEL ID message" lines to stderr, with a
- * monotonic timestamp; used by allotd and the tools. */
-void allot__log_stderr(void *ctx, int level, const char *id, const char *msg);
-
 #endif

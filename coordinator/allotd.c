@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
+#include "logfmt.h"
 #include "allotd_opts.h"
 #include "state/alloc.h"
 #include "dispatch/authn.h"
@@ -54,6 +55,7 @@ typedef struct allotd {
 	bool loop_open;
 	bool handles_open;
 	allot__logger lg;
+	allot__logfmt log_format; /* the logger's ctx */
 	allot__metrics metrics;
 	allot__store *store;
 	allot__state *state;
@@ -1028,9 +1030,10 @@ start(allotd *d, allot__daemon_opts *o)
 	d->stop_signal = "?";
 	d->rl_store = (allot__logrl) ALLOT__LOGRL_INIT(3, 10000);
 	d->config_path = o->config_path;
+	d->log_format = o->log_format;
 	d->lg = (allot__logger) {
 		.fn = allot__log_stderr,
-		.ctx = NULL,
+		.ctx = &d->log_format,
 		.level = o->log_level,
 	};
 	allot__metrics_init(&d->metrics);

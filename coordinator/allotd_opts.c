@@ -220,6 +220,17 @@ parse_peer_message(const allot__opt_use *u, void *dst)
 }
 
 static int
+parse_log_format(const allot__opt_use *u, void *dst)
+{
+	opts *o = dst;
+	if (allot__logfmt_parse(u->arg, &o->log_format) != 0)
+		return allot__opts_fail(u,
+		    "%s expects text, json, journal or auto, not \"%s\"",
+		    u->as, u->arg);
+	return ALLOT__OPTS_OK;
+}
+
+static int
 show_version(const allot__opt_use *u, void *dst)
 {
 	printf("allotd %s\n", ALLOT_VERSION_STRING);
@@ -479,6 +490,12 @@ static const allot__opt rows[] = {
 	{ "log-level", 0, ALLOT__OPT_LEVEL, "LEVEL",
 	    "err, warning, notice, info or debug, or 0-7 (default info).\n",
 	    .off = FIELD(log_level) },
+	{ "log-format", 0, ALLOT__OPT_CALL, "FORMAT",
+	    "text (\"TIME LEVEL ID message\" lines), json (one object a\n"
+	    "line: ts, level, program, id, msg), journal (text with the\n"
+	    "syslog priority prefix journald reads) or auto (default:\n"
+	    "journal when stderr is the journal, else text).\n",
+	    .set = parse_log_format },
 	{ "help", 'h', ALLOT__OPT_HELP, NULL, "Print this text and exit.\n",
 	    .cli_only = true },
 	{ "version", 'V', ALLOT__OPT_CALL, NULL,
@@ -498,6 +515,7 @@ static const char help_head[] =
     "HOST:PORT]\n"
     "           [--lease-ms MS] [--interval-ms MS] [--expiry-intervals K]\n"
     "           [--retention-s S] [--workers N] [--log-level LEVEL]\n"
+    "           [--log-format text|json|journal|auto]\n"
     "           [--raft-id ID --raft-addr HOST:PORT [--raft-dir DIR]\n"
     "            [--agent-url URL] (--seed ID=RAFT_ADDR=AGENT_URL... | "
     "--join)]\n"
@@ -589,6 +607,7 @@ opts_init(opts *o)
 	o->workers = 8;
 	o->max_keys = ALLOT__SERVER_MAX_KEYS;
 	o->log_level = ALLOT_LOG_INFO;
+	allot__logfmt_parse("auto", &o->log_format);
 	allot__state_opts_init(&o->so);
 	/* A silent replica whose connection is still open may be cut off
 	 * and admitting on its grants: they stay out of the headroom until

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "admin/admin_tls.h"
+#include "logfmt.h"
 #include "dispatch/authn.h"
 #include "net/http.h"
 #include "dispatch/peerlimit.h"
@@ -51,6 +52,7 @@ typedef struct allot__daemon_opts {
 	uint32_t workers;
 	uint32_t max_keys;
 	int log_level;
+	allot__logfmt log_format; /* --log-format */
 	/* Cluster mode (cluster.h); raft_id 0: a single allotd. */
 	uint64_t raft_id;
 	const char *raft_addr;

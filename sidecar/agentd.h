@@ -69,6 +69,7 @@ struct agentd_options {
 	 * (decided locally). */
 	uint32_t wait_ms;
 	int log_level;
+	int log_format; /* an allot__logfmt (common/logfmt.h) */
 	/* liballot's options, every one an option of ours too (the log
 	 * handler and level are set from the daemon's). */
 	allot_agent_options agent;
@@ -132,7 +133,6 @@ uint64_t agentd_now_ms(void);
  * (later wins); exits with a message on a bad value. */
 void agentd_options_parse(struct agentd_options *o, int argc, char **argv);
 /* "error", "warning", ... for a syslog level (clamped to 0-7). */
-const char *agentd_level_name(int level);
 /* The mapping from the options; false with `err` set when bad. */
 bool agentd_map_init(struct rls_map *m, const struct agentd_options *o,
     char *err, size_t errlen);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "agentd.h"
+#include "logfmt.h"
 
 /* Idle timeouts are read on every I/O event and need no more than
  * milliseconds: the coarse clock costs no more than a memory read. */
@@ -36,11 +37,13 @@ agentd_now_ms(void)
 }
 
 static void
-emit(int level, const char *id, const char *msg)
+emit(const struct agentd *d, int level, const char *id, const char *msg)
 {
-	/* One fprintf per line, so that threads do not interleave. */
-	fprintf(stderr, AGENTD_PROG ": %s %s: %s\n", agentd_level_name(level),
-	    id, msg);
+	char text[1200];
+	snprintf(text, sizeof text, AGENTD_PROG ": %s %s: %s",
+	    allot__logfmt_level(level), id, msg);
+	allot__logfmt_emit((allot__logfmt) d->o.log_format, AGENTD_PROG, level,
+	    id, msg, text);
 }
 
 void
@@ -54,7 +57,7 @@ agentd_log(
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	emit(level, id, msg);
+	emit(d, level, id, msg);
 }
 
 /* liballot's handler: the library never prints by itself. */
@@ -63,7 +66,7 @@ agent_log(void *ctx, int level, const char *id, const char *msg)
 {
 	const struct agentd *d = ctx;
 	if (level <= d->o.log_level)
-		emit(level, id, msg);
+		emit(d, level, id, msg);
 }
 
 __attribute__((noreturn)) static void

@@ -18,9 +18,23 @@
 #include <allot/allot.h>
 
 #include "agentd.h"
+#include "logfmt.h"
 #include "opts.h"
 
 #define AT(f) offsetof(struct agentd_options, f)
+
+static int
+set_log_format(const allot__opt_use *u, void *dst)
+{
+	struct agentd_options *o = dst;
+	allot__logfmt f;
+	if (allot__logfmt_parse(u->arg, &f) != 0)
+		return allot__opts_fail(u,
+		    "%s expects text, json, journal or auto, not \"%s\"",
+		    u->as, u->arg);
+	o->log_format = (int) f;
+	return ALLOT__OPTS_OK;
+}
 
 static int
 show_version(const allot__opt_use *u, void *dst)
@@ -109,6 +123,11 @@ static const allot__opt rows[] = {
 	{ "log-level", 0, ALLOT__OPT_LEVEL, "LEVEL",
 	    "error, warning, info, debug or 0-7", .off = AT(log_level),
 	    .dflt = "info" },
+	{ "log-format", 0, ALLOT__OPT_CALL, "FORMAT",
+	    "text, json (one object a line: ts, level, program, id, msg), "
+	    "journal (text with the syslog priority prefix journald reads) "
+	    "or auto (journal when stderr is the journal, else text)",
+	    .set = set_log_format, .dflt = "auto" },
 	{ "coordinator", 0, ALLOT__OPT_STR, "URLS",
 	    "allotd address(es), comma separated",
 	    .off = AT(agent.coordinator), .dflt = "local-only",
@@ -183,15 +202,6 @@ static const allot__opts table = {
 	    "docs/sidecar.md.\n\n",
 };
 
-static const char *const levels[8] = { "emerg", "alert", "crit", "error",
-	"warning", "notice", "info", "debug" };
-
-const char *
-agentd_level_name(int level)
-{
-	return levels[level < 0 ? 0 : level > 7 ? 7 : level];
-}
-
 static void
 defaults(struct agentd_options *o)
 {
@@ -213,6 +223,9 @@ defaults(struct agentd_options *o)
 	o->idle_timeout_s = 300;
 	o->wait_ms = (uint32_t) (ALLOT_WAIT_DEFAULT_NS / 1000000u);
 	o->log_level = 6;
+	allot__logfmt f;
+	allot__logfmt_parse("auto", &f);
+	o->log_format = (int) f;
 	allot_agent_options_init(&o->agent);
 	o->agent.service = "sidecar";
 }
