@@ -29,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "allotd.h"
 #include "proc.h"
 #include "proto_client.h"
@@ -351,6 +353,55 @@ START_TEST(inspect_commands)
 	pc_run_free(&r);
 	r = ctl("--http", http_addr(&C), "top-denied", "-n", "0", NULL);
 	ck_assert_int_eq(r.status, 2);
+	pc_run_free(&r);
+
+	/* --json: the same answers as one JSON document, numbers as
+	 * numbers. */
+	r = ctl("--http", http_addr(&C), "status", "--json", NULL);
+	ck_assert_msg(r.status == 0, "status --json: %d %s", r.status, r.err);
+	json_object *doc = json_tokener_parse(r.out), *v;
+	ck_assert_msg(doc != NULL, "not JSON: %s", r.out);
+	ck_assert(json_object_object_get_ex(doc, "pid", &v));
+	ck_assert_int_eq(json_object_get_int(v), (int) C.pid);
+	json_object_put(doc);
+	pc_run_free(&r);
+	r = ctl("--http", http_addr(&C), "replicas", SVC, "--json", NULL);
+	ck_assert_int_eq(r.status, 0);
+	doc = json_tokener_parse(r.out);
+	ck_assert_msg(doc != NULL && json_object_is_type(doc, json_type_array),
+	    "replicas --json: %s", r.out);
+	ck_assert_int_eq((int) json_object_array_length(doc), NREP);
+	ck_assert(json_object_object_get_ex(
+	    json_object_array_get_idx(doc, 0), "service", &v));
+	ck_assert_str_eq(json_object_get_string(v), SVC);
+	json_object_put(doc);
+	pc_run_free(&r);
+	r = ctl("--http", http_addr(&C), "top-denied", "--json", NULL);
+	ck_assert_int_eq(r.status, 0);
+	doc = json_tokener_parse(r.out);
+	ck_assert_msg(doc != NULL && json_object_array_length(doc) >= 1,
+	    "top-denied --json: %s", r.out);
+	json_object *top = json_object_array_get_idx(doc, 0);
+	ck_assert(json_object_object_get_ex(top, "quota", &v));
+	ck_assert_str_eq(json_object_get_string(v), QB);
+	ck_assert(json_object_object_get_ex(top, "denied_per_s", &v));
+	ck_assert_double_gt(json_object_get_double(v), 100);
+	json_object_put(doc);
+	pc_run_free(&r);
+	r = ctl("--http", http_addr(&C), "shares", "checkout", "--json", NULL);
+	ck_assert_int_eq(r.status, 0);
+	doc = json_tokener_parse(r.out);
+	ck_assert_msg(doc != NULL && json_object_array_length(doc) == 1,
+	    "shares --json: %s", r.out);
+	ck_assert(json_object_object_get_ex(
+	    json_object_array_get_idx(doc, 0), "shares", &v));
+	ck_assert_int_eq((int) json_object_array_length(v), NREP);
+	json_object_put(doc);
+	pc_run_free(&r);
+	/* A command without a JSON answer says so. */
+	r = ctl("--http", http_addr(&C), "reload", "--json", NULL);
+	ck_assert_int_eq(r.status, 2);
+	assert_has(r.err, "reload does not take \"--json\"");
 	pc_run_free(&r);
 
 	pc_driver_stop(&D);

@@ -690,6 +690,19 @@ START_TEST(https_admin_mutual_tls)
 	ck_assert_msg(
 	    r.status == 0, "diff on the socket: %d %s", r.status, r.err);
 	pc_run_free(&r);
+	/* --json: allotd's answers as they are. */
+	r = ctl("diff", "good.yaml", "--json", NULL);
+	ck_assert_msg(r.status == 0, "diff --json: %d %s", r.status, r.err);
+	assert_has(r.out, "\"same\":false");
+	assert_has(r.out, "\"changes\":[");
+	pc_run_free(&r);
+	r = ctl("apply", "good.yaml", "--reason", "back", "--json", NULL);
+	ck_assert_msg(r.status == 0, "apply --json: %d %s", r.status, r.err);
+	assert_has(r.out, "\"changed\":true");
+	char who[300];
+	snprintf(who, sizeof who, "\"who\":\"%s\"", me());
+	assert_has(r.out, who);
+	pc_run_free(&r);
 	coord_stop(&C);
 	char *log = pc_read_file(C.log);
 	assert_has(log,

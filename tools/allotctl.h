@@ -56,6 +56,7 @@ typedef struct ctl {
 	const char *expect; /* apply --expect: digest in force, hex */
 	double margin; /* diff, apply: share of --capacity to stay under */
 	bool help; /* --help: print the manual and stop */
+	bool json; /* --json: one JSON document on stdout instead of text */
 	int npos; /* the command's positional arguments */
 	char **pos;
 } ctl;
@@ -207,6 +208,9 @@ json_object *ctl_jget(json_object *o, const char *key);
 const char *ctl_jstr(json_object *o, const char *key);
 double ctl_jnum(json_object *o, const char *key);
 double ctl_jnum0(json_object *o, const char *key);
+
+/* Print `o` on stdout as one JSON document (--json), and put it. */
+void ctl_print_json(json_object *o);
 
 /* One HTTP exchange with allotd (allotctl_http.c), over TCP or the
  * admin socket: what to send, and what came back. */

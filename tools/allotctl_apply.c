@@ -308,6 +308,9 @@ diff(const ctl *c, const char *file, const allot_config *cfg, const char *text,
 	int rc = admin_json(c, &x, &doc);
 	if (rc != 0)
 		return rc;
+	*ret = doc;
+	if (c->json)
+		return 0;
 	json_object *from = ctl_jget(doc, "from");
 	printf("%s against the config in force (epoch %.0f, digest %s): "
 	       "digest %s\n",
@@ -315,7 +318,6 @@ diff(const ctl *c, const char *file, const allot_config *cfg, const char *text,
 	    ctl_jstr(ctl_jget(doc, "to"), "digest"));
 	print_changes(doc);
 	print_sizing(c, cfg);
-	*ret = doc;
 	return 0;
 }
 
@@ -331,6 +333,8 @@ ctl_cmd_diff(const ctl *c)
 		return rc;
 	json_object *doc = NULL;
 	rc = diff(c, file, cfg, text, len, &doc);
+	if (rc == 0 && c->json)
+		ctl_print_json(json_object_get(doc));
 	json_object_put(doc);
 	allot_config_free(cfg);
 	free(text);
@@ -380,6 +384,19 @@ apply(const ctl *c, const char *file, const char *text, size_t len,
 	if (rc != 0)
 		return rc;
 	json_object *from = ctl_jget(doc, "from"), *to = ctl_jget(doc, "to");
+	if (c->json) {
+		/* allotd's answer; in a cluster, "installed": whether this
+		 * member installed the committed epoch in time. */
+		bool ok = true;
+		if (json_object_get_boolean(ctl_jget(doc, "changed")) &&
+		    json_object_get_boolean(ctl_jget(doc, "proposed"))) {
+			ok = wait_committed(c, ctl_jnum0(to, "epoch"));
+			json_object_object_add(
+			    doc, "installed", json_object_new_boolean(ok));
+		}
+		ctl_print_json(doc);
+		return ok ? 0 : EXIT_FAIL;
+	}
 	if (!json_object_get_boolean(ctl_jget(doc, "changed"))) {
 		printf("unchanged: %s has the digest in force (%s); epoch "
 		       "stays %.0f\n",
@@ -446,7 +463,8 @@ ctl_cmd_apply(const ctl *c)
 		char *expect = ctl_strdup(c->expect != NULL ?
 		        c->expect :
 		        ctl_jstr(ctl_jget(doc, "from"), "digest"));
-		putchar('\n');
+		if (!c->json)
+			putchar('\n');
 		rc = apply(c, file, text, len, expect);
 		free(expect);
 	}

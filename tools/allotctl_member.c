@@ -126,6 +126,20 @@ ctl_cmd_member(const ctl *c)
 		free(answer);
 		return status == 503 ? EXIT_UNREACHABLE : EXIT_FAIL;
 	}
+	if (c->json) {
+		/* allotd's answer as it is: the members (and, for a
+		 * removal, its outcome). */
+		const char *why = NULL;
+		json_object *doc = ctl_json_parse(answer, 32, &why);
+		free(answer);
+		if (doc == NULL) {
+			ctl_fail("allotd's admin API did not answer JSON (%s)",
+			    why);
+			return EXIT_UNREACHABLE;
+		}
+		ctl_print_json(doc);
+		return 0;
+	}
 	if (add)
 		printf("member %ld is joining as a non-voter; it votes once "
 		       "caught up\n",

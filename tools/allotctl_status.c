@@ -94,6 +94,27 @@ ctl_json_parse(const char *text, int depth, const char **ret_why)
 	return NULL;
 }
 
+void
+ctl_print_json(json_object *o)
+{
+	puts(json_object_to_json_string_ext(
+	    o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+}
+
+/* A copy of `row` with "service" set (null: none): a row of a --json
+ * answer. */
+static json_object *
+with_service(json_object *row, const char *service)
+{
+	json_object *o = NULL;
+	if (json_object_deep_copy(row, &o, NULL) != 0 || o == NULL)
+		ctl_die_oom();
+	json_object_object_add(o, "service",
+	    service != NULL ? json_object_new_string(service) : NULL);
+	return o;
+}
+
 /* Fetch and parse /status. 0 and the document (the caller puts it), or
  * an exit code after saying why. */
 int
@@ -135,6 +156,10 @@ with_status(const ctl *c, int (*view)(const ctl *c, json_object *doc))
 static int
 print_status(const ctl *c, json_object *doc)
 {
+	if (c->json) {
+		ctl_print_json(json_object_get(doc));
+		return 0;
+	}
 	json_object *cfg = ctl_jget(doc, "config");
 	json_object *set = ctl_jget(doc, "settings");
 	json_object *svcs = ctl_jget(doc, "services");
@@ -220,6 +245,21 @@ print_replicas(const ctl *c, json_object *doc)
 {
 	const char *only = c->npos > 0 ? c->pos[0] : NULL;
 	json_object *svcs = ctl_jget(doc, "services");
+	if (c->json) {
+		json_object *out = json_object_new_array();
+		for (size_t i = 0; i < jlen(svcs); i++) {
+			json_object *svc = jat(svcs, i);
+			const char *name = ctl_jstr(svc, "name");
+			if (only != NULL && strcmp(name, only) != 0)
+				continue;
+			json_object *reps = ctl_jget(svc, "replicas");
+			for (size_t r = 0; r < jlen(reps); r++)
+				json_object_array_add(
+				    out, with_service(jat(reps, r), name));
+		}
+		ctl_print_json(out);
+		return 0;
+	}
 	ctl_table t;
 	ctl_table_init(&t, "llrllrrrl");
 	ctl_table_row(&t, ctl_strdup("SERVICE"), ctl_strdup("REPLICA"),
@@ -288,6 +328,27 @@ print_quotas(const ctl *c, json_object *doc)
 {
 	const char *only = c->npos > 0 ? c->pos[0] : NULL;
 	json_object *svcs = ctl_jget(doc, "services");
+	if (c->json) {
+		/* Each service's quotas; none registered: the configured
+		 * ones, with service null. */
+		json_object *out = json_object_new_array();
+		json_object *qs = ctl_jget(doc, "quotas");
+		for (size_t q = 0; jlen(svcs) == 0 && q < jlen(qs); q++)
+			json_object_array_add(
+			    out, with_service(jat(qs, q), NULL));
+		for (size_t i = 0; i < jlen(svcs); i++) {
+			json_object *svc = jat(svcs, i);
+			const char *name = ctl_jstr(svc, "name");
+			if (only != NULL && strcmp(name, only) != 0)
+				continue;
+			json_object *sq = ctl_jget(svc, "quotas");
+			for (size_t q = 0; q < jlen(sq); q++)
+				json_object_array_add(
+				    out, with_service(jat(sq, q), name));
+		}
+		ctl_print_json(out);
+		return 0;
+	}
 	ctl_table t;
 	if (jlen(svcs) == 0) {
 		/* No service registered: the configured quotas. */
@@ -421,6 +482,7 @@ print_shares(const ctl *c, json_object *doc)
 		return EXIT_FAIL;
 	json_object *svcs = ctl_jget(doc, "services");
 	size_t shown = 0;
+	json_object *out = c->json ? json_object_new_array() : NULL;
 	for (size_t i = 0; i < jlen(svcs); i++) {
 		json_object *svc = jat(svcs, i);
 		json_object *qs = ctl_jget(svc, "quotas");
@@ -428,6 +490,11 @@ print_shares(const ctl *c, json_object *doc)
 			json_object *x = jat(qs, q);
 			if (strcmp(ctl_jstr(x, "quota"), quota) != 0)
 				continue;
+			if (out != NULL) {
+				json_object_array_add(out,
+				    with_service(x, ctl_jstr(svc, "name")));
+				continue;
+			}
 			json_object *sh = ctl_jget(x, "shares");
 			double rate = ctl_jnum0(x, "rate");
 			double sum = 0;
@@ -466,7 +533,9 @@ print_shares(const ctl *c, json_object *doc)
 			shown++;
 		}
 	}
-	if (shown == 0)
+	if (out != NULL)
+		ctl_print_json(out);
+	else if (shown == 0)
 		printf("%s: no service has registered, so no replica holds a "
 		       "share yet\n",
 		    quota);
@@ -522,7 +591,27 @@ print_top_denied(const ctl *c, json_object *doc)
 			rows[n++] = r;
 		}
 	}
-	if (n == 0) {
+	if (c->json) {
+		qsort(rows, n, sizeof *rows, cmp_denied);
+		json_object *out = json_object_new_array();
+		for (size_t i = 0; i < n && (long) i < c->limit; i++) {
+			json_object *o = json_object_new_object();
+			json_object_object_add(o, "service",
+			    json_object_new_string(rows[i].service));
+			json_object_object_add(
+			    o, "quota", json_object_new_string(rows[i].quota));
+			json_object_object_add(o, "denied_per_s",
+			    json_object_new_double(rows[i].denied_s));
+			json_object_object_add(o, "admitted_per_s",
+			    json_object_new_double(rows[i].admitted_s));
+			json_object_object_add(o, "denied_total",
+			    json_object_new_double(rows[i].denied_total));
+			json_object_object_add(o, "admitted_total",
+			    json_object_new_double(rows[i].admitted_total));
+			json_object_array_add(out, o);
+		}
+		ctl_print_json(out);
+	} else if (n == 0) {
 		printf("nobody has been denied since allotd started\n");
 	} else {
 		qsort(rows, n, sizeof *rows, cmp_denied);
