@@ -422,6 +422,19 @@ put_line(FILE *f, const char *line, size_t n, int *col, int indent)
 	}
 }
 
+/* "(WHAT TEXT)" after the help at column *col: on a line of its own
+ * (indented by `indent`) rather than broken when it does not fit. */
+static void
+put_note(FILE *f, int *col, int indent, const char *what, const char *text)
+{
+	int n = (int) (strlen(what) + strlen(text)) + 3;
+	if (*col > indent && *col + 1 + n > WIDTH)
+		*col = fprintf(f, "\n%*s", indent, "") - 1;
+	else if (*col > indent)
+		*col += fprintf(f, " ");
+	*col += fprintf(f, "(%s %s)", what, text);
+}
+
 /* A row's help, its default on the last line (moved to a line of its
  * own rather than broken), and its `more`: the first line from column
  * `at` (where the cursor stands), the others indented by `indent`. */
@@ -443,22 +456,10 @@ put_help(FILE *f, const allot__opt *o, int at, int indent)
 		l += n + 1;
 		col = fprintf(f, "\n%*s", indent, "") - 1;
 	}
-	if (o->dflt != NULL) {
-		int dn = (int) strlen(o->dflt) + 10; /* "(default X)" */
-		if (col > indent && col + 1 + dn > WIDTH)
-			col = fprintf(f, "\n%*s", indent, "") - 1;
-		else if (col > indent)
-			col += fprintf(f, " ");
-		col += fprintf(f, "(default %s)", o->dflt);
-	}
-	if (o->env != NULL) {
-		int en = (int) strlen(o->env) + 14; /* "(environment X)" */
-		if (col > indent && col + 1 + en > WIDTH)
-			col = fprintf(f, "\n%*s", indent, "") - 1;
-		else if (col > indent)
-			col += fprintf(f, " ");
-		fprintf(f, "(environment %s)", o->env);
-	}
+	if (o->dflt != NULL)
+		put_note(f, &col, indent, "default", o->dflt);
+	if (o->env != NULL)
+		put_note(f, &col, indent, "environment", o->env);
 	fputc('\n', f);
 	if (o->more != NULL)
 		fputs(o->more, f);
