@@ -89,7 +89,8 @@ shutil.copy(os.path.join(src, "tests", "data", "reference.yaml"),
             os.path.join(work, "etc", "quotas.yaml"))
 
 if shutil.which("systemd-analyze"):
-    for unit in ("allotd.service", "allot-agentd.service"):
+    for unit in ("allotd.service", "allotd@.service",
+                 "allot-agentd.service"):
         r = subprocess.run(["systemd-analyze", "verify", "--man=no",
                             os.path.join(units, unit)],
                            capture_output=True, text=True)
@@ -133,24 +134,25 @@ check(allotd.wait(timeout=15) == 0, "allotd stops cleanly on SIGTERM")
 check(os.path.exists(os.path.join(work, "lib", "allot.db")),
       "its store is in the unit's StateDirectory")
 
-# allotd's options from a YAML file (--options), as a unit may pass them
-# in ALLOTD_OPTS: a list for a repeatable option, the command line
-# winning over the file.
+# A cluster member's unit, allotd@m1: every option from its YAML file
+# (--options /etc/allot/allotd-m1.yaml): a list for a repeatable option,
+# the command line winning over the file.
 pa2, ph2 = str(free_port()), str(free_port())
-with open(os.path.join(work, "etc", "allotd.yaml"), "w") as f:
+with open(os.path.join(work, "etc", "allotd-m1.yaml"), "w") as f:
     f.write("# allotd's options\n"
             "listen: [tcp://127.0.0.1:%s, ipc://%s/run/allotd.ipc]\n"
             "http: 127.0.0.1:%s\n"
             "interval-ms: 250\n"
             "admin_socket: %s/run/admin2.sock\n" % (pa2, work, ph2, work))
-argv = [os.path.join(build, "coordinator/allotd"), "--options",
-        os.path.join(work, "etc", "allotd.yaml"), "--config",
-        os.path.join(work, "etc", "quotas.yaml"), "--db",
-        os.path.join(work, "lib", "opts.db"), "--interval-ms", "200"]
+argv = localise([a.replace("%i", "m1") for a in exec_start(
+    "allotd@.service")], {}, {}) + [
+    "--config", os.path.join(work, "etc", "quotas.yaml"), "--db",
+    os.path.join(work, "lib", "opts.db"), "--interval-ms", "200"]
 olog = open(os.path.join(work, "allotd-options.log"), "w")
 allotd = subprocess.Popen(argv, stdout=olog, stderr=subprocess.STDOUT)
 ok = wait_for(int(ph2), "/healthz", 200)
-check(ok, "allotd takes its options from a YAML --options file")
+check(ok, "allotd@m1 takes its options from /etc/allot/allotd-m1.yaml "
+      "(%s)" % " ".join(argv[1:3]))
 if ok:
     with urllib.request.urlopen("http://127.0.0.1:%s/status" % ph2,
                                 timeout=2) as r:
