@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "agentd.h"
+#include "procstat.h"
 
 /* Room for a label value of `n` bytes: each may take five. */
 #define LABEL_ROOM(n) (5 * (n) + 1)
@@ -312,6 +313,9 @@ daemon_counters(FILE *f, const struct agentd_counters *n)
 	    "# TYPE allot_agentd_build_info gauge\n"
 	    "allot_agentd_build_info{version=\"%s\"} 1\n",
 	    ALLOT_VERSION_STRING);
+	char proc[4096];
+	allot__procstat_text(proc, sizeof proc);
+	fputs(proc, f);
 	emit(f, rows, sizeof rows / sizeof rows[0]);
 }
 

@@ -240,6 +240,26 @@ def main():
                   "promtool check metrics on %s's /metrics (%d series): %s"
                   % (who, text.count("\n") - text.count("# "),
                      (r.stdout + r.stderr).strip() or "clean"))
+            # The process collector's metrics, with this process's
+            # figures (common/procstat.c).
+            v = {}
+            for line in text.splitlines():
+                if line.startswith("process_"):
+                    k, _, x = line.partition(" ")
+                    v[k] = float(x)
+            now = time.time()
+            check(set(v) == {"process_cpu_seconds_total",
+                             "process_resident_memory_bytes",
+                             "process_virtual_memory_bytes",
+                             "process_start_time_seconds",
+                             "process_open_fds", "process_max_fds"} and
+                  now - 60 < v["process_start_time_seconds"] <= now + 1 and
+                  v["process_resident_memory_bytes"] > 1e6 and
+                  0 < v["process_open_fds"] < v["process_max_fds"] and
+                  v["process_cpu_seconds_total"] >= 0,
+                  "%s exports process_* with its own figures: %s" % (
+                      who, ", ".join("%s %g" % kv for kv in sorted(
+                          v.items()))))
     sys.exit(1 if failures else 0)
 
 

@@ -14,6 +14,8 @@
 
 #include <allot/allot.h>
 
+#include "procstat.h"
+
 /* ---- reasons ---- */
 
 const char *
@@ -156,6 +158,16 @@ build_info(const allot__metrics *m, allot__buf *b)
 	    (double) m->start_wall_ms / 1e3);
 }
 
+/* The process collector's metrics (common/procstat.h). */
+static void
+process(const allot__metrics *m, allot__buf *b)
+{
+	(void) m;
+	char text[4096];
+	size_t n = allot__procstat_text(text, sizeof text);
+	allot__buf_put(b, text, n);
+}
+
 static void
 rejected(const allot__metrics *m, allot__buf *b)
 {
@@ -209,6 +221,7 @@ static const struct series {
 } series[] = {
 #define F(f) offsetof(allot__metrics, f), NULL
 	{ CUSTOM, NULL, NULL, 0, build_info },
+	{ CUSTOM, NULL, NULL, 0, process },
 	{ COUNTER, "allotd_registers_total", "Register messages accepted.",
 	    F(registers) },
 	{ COUNTER, "allotd_syncs_total", "Sync messages accepted.", F(syncs) },
