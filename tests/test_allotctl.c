@@ -398,11 +398,6 @@ START_TEST(inspect_commands)
 	ck_assert_int_eq((int) json_object_array_length(v), NREP);
 	json_object_put(doc);
 	pc_run_free(&r);
-	/* A command without a JSON answer says so. */
-	r = ctl("--http", http_addr(&C), "reload", "--json", NULL);
-	ck_assert_int_eq(r.status, 2);
-	assert_has(r.err, "reload does not take \"--json\"");
-	pc_run_free(&r);
 
 	pc_driver_stop(&D);
 	coord_done(&C);
@@ -422,11 +417,19 @@ START_TEST(reload_good_and_bad_files)
 	assert_has(r.out, "epoch stays 1");
 	pc_run_free(&r);
 
-	/* A new file: epoch 2, the new rate in force. */
+	/* A new file: epoch 2, the new rate in force; --json says so as an
+	 * object. */
 	pc_write_file(C.cfg, cfg_halved);
-	r = ctl("--http", http_addr(&C), "reload", NULL);
+	r = ctl("--http", http_addr(&C), "reload", "--json", NULL);
 	ck_assert_msg(r.status == 0, "reload: %d %s", r.status, r.err);
-	assert_has(r.out, "epoch 1 -> 2");
+	json_object *doc = json_tokener_parse(r.out), *v, *to;
+	ck_assert_msg(doc != NULL, "reload --json: %s", r.out);
+	ck_assert(json_object_object_get_ex(doc, "changed", &v) &&
+	    json_object_get_boolean(v));
+	ck_assert(json_object_object_get_ex(doc, "to", &to) &&
+	    json_object_object_get_ex(to, "epoch", &v));
+	ck_assert_int_eq(json_object_get_int(v), 2);
+	json_object_put(doc);
 	pc_run_free(&r);
 	ck_assert_double_eq(status_epoch(&C), 2);
 	r = ctl("--http", http_addr(&C), "quotas", NULL);
@@ -509,6 +512,25 @@ START_TEST(check_config_sizing)
 	assert_has(r.err, "overcommit 1.125x is above --max-overcommit 1.1");
 	pc_run_free(&r);
 
+	/* --json: the same figures as numbers, the same exit statuses. */
+	r = ctl("check-config", ref, "--json", NULL);
+	ck_assert_msg(r.status == 0, "check-config --json: %d", r.status);
+	json_object *doc = json_tokener_parse(r.out), *view, *v;
+	ck_assert_msg(doc != NULL, "not JSON: %s", r.out);
+	ck_assert(json_object_object_get_ex(doc, "view", &view));
+	ck_assert(json_object_object_get_ex(view, "rate", &v));
+	ck_assert_double_eq(json_object_get_double(v), 900);
+	ck_assert(json_object_object_get_ex(view, "overcommit", &v));
+	ck_assert_double_eq_tol(json_object_get_double(v), 1.125, 1e-9);
+	ck_assert(json_object_object_get_ex(view, "quotas", &v));
+	ck_assert_int_eq((int) json_object_array_length(v), 4);
+	json_object_put(doc);
+	pc_run_free(&r);
+	r = ctl(
+	    "check-config", "--max-overcommit", "1.1", ref, "--json", NULL);
+	ck_assert_int_eq(r.status, 1);
+	pc_run_free(&r);
+
 	/* The reference's own example: 10 callers at 140/s with a burst of
 	 * 280 against a service tested at 2000 requests/s. */
 	char dir[] = "/tmp/allot-ctl-cfg-XXXXXX";
@@ -584,7 +606,19 @@ START_TEST(audit_stores)
 	pc_driver_stop(&D);
 	coord_stop(&C);
 
-	run r = ctl("audit", C.db, NULL);
+	run r = ctl("audit", C.db, "--json", NULL);
+	ck_assert_msg(r.status == 0, "audit --json: %d %s", r.status, r.err);
+	json_object *doc = json_tokener_parse(r.out), *v;
+	ck_assert_msg(doc != NULL && json_object_array_length(doc) >= 5,
+	    "audit --json: %s", r.out);
+	json_object *first = json_object_array_get_idx(doc, 0);
+	ck_assert(json_object_object_get_ex(first, "title", &v));
+	ck_assert_str_eq(json_object_get_string(v), "Configs loaded");
+	ck_assert(json_object_object_get_ex(first, "rows", &v));
+	ck_assert_int_ge((int) json_object_array_length(v), 1);
+	json_object_put(doc);
+	pc_run_free(&r);
+	r = ctl("audit", C.db, NULL);
 	ck_assert_msg(r.status == 0, "audit: %d %s", r.status, r.err);
 	assert_has(r.out, "== Configs loaded");
 	assert_has(r.out, "== Consumption per caller (tokens)");

@@ -35,9 +35,7 @@
 	    CTL_MEMBER)
 #define CTL_CHANGE (CTL_DIFF | CTL_APPLY)
 /* The commands that answer --json. */
-#define CTL_JSON                                               \
-	(CTL_STATUS | CTL_REPLICAS | CTL_QUOTAS | CTL_SHARES | \
-	    CTL_TOP_DENIED | CTL_DIFF | CTL_APPLY | CTL_MEMBER)
+#define CTL_JSON CTL_ALL
 
 /* The commands, and the positional arguments each takes. */
 static const struct command {
@@ -280,8 +278,9 @@ static const allot__opt rows[] = {
 	{ "json", 0, ALLOT__OPT_TRUE, NULL,
 	    "Print the answer as one JSON document on stdout instead of\n"
 	    "text: allotd's own (status; diff, apply and member as its\n"
-	    "admin API answers), or an array of the rows the text shows,\n"
-	    "each with its service. Exit statuses as without it.\n",
+	    "admin API answers), an array of the rows the text shows\n"
+	    "(each with its service; audit: each query's rows), or the\n"
+	    "outcome (reload, check-config). Exit statuses as without it.\n",
 	    .off = AT(json), .where = CTL_JSON, .shown = CTL_JSON },
 	{ "reason", 0, ALLOT__OPT_STR, "TEXT",
 	    "Why the change is made (required; one line). Recorded in the\n"

@@ -149,6 +149,53 @@ audit_print(sqlite3 *db, const char *title, const char *sql, bool show_sql)
 	return rc;
 }
 
+/* Run one query into a JSON object: {"title", "sql", "rows": [{column:
+ * value}...]}, numbers as numbers, NULL as null (--json). */
+static int
+audit_json(sqlite3 *db, const char *title, const char *sql, json_object *out)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		ctl_fail("%s: %s", title, sqlite3_errmsg(db));
+		return EXIT_FAIL;
+	}
+	json_object *q = json_object_new_object();
+	json_object *rows = json_object_new_array();
+	json_object_object_add(q, "title", json_object_new_string(title));
+	json_object_object_add(q, "sql", json_object_new_string(sql));
+	int ncol = sqlite3_column_count(st);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		json_object *r = json_object_new_object();
+		for (int i = 0; i < ncol; i++) {
+			json_object *v = NULL;
+			switch (sqlite3_column_type(st, i)) {
+			case SQLITE_INTEGER:
+				v = json_object_new_int64(
+				    sqlite3_column_int64(st, i));
+				break;
+			case SQLITE_FLOAT:
+				v = json_object_new_double(
+				    sqlite3_column_double(st, i));
+				break;
+			case SQLITE_NULL: break;
+			default:
+				v = json_object_new_string(
+				    (const char *) sqlite3_column_text(st, i));
+			}
+			json_object_object_add(
+			    r, sqlite3_column_name(st, i), v);
+		}
+		json_object_array_add(rows, r);
+	}
+	json_object_object_add(q, "rows", rows);
+	json_object_array_add(out, q);
+	if (rc != SQLITE_DONE)
+		ctl_fail("%s: %s", title, sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : EXIT_FAIL;
+}
+
 /* PRAGMA db<i>.<name>, an integer. */
 static bool
 pragma_int(sqlite3 *db, int i, const char *name, int *ret)
@@ -278,7 +325,8 @@ ctl_cmd_audit(const ctl *c)
 	for (int i = 0; i < c->npos; i++)
 		if (!attach_store(db, i, c->pos[i], &version[i]))
 			goto out;
-	if (c->npos > 1) {
+	json_object *out = c->json ? json_object_new_array() : NULL;
+	if (c->npos > 1 && out == NULL) {
 		printf("stores:");
 		for (int i = 0; i < c->npos; i++)
 			printf(
@@ -289,16 +337,24 @@ ctl_cmd_audit(const ctl *c)
 	for (size_t q = 0; q < NQUERIES; q++) {
 		char *sql = union_query(&audit_queries[q], c, version);
 		if (sql == NULL) {
-			printf("== %s\n(needs store schema version %d: open "
-			       "the file once with a current allotd)\n\n",
-			    audit_queries[q].title, audit_queries[q].version);
+			if (out == NULL)
+				printf(
+				    "== %s\n(needs store schema version %d: "
+				    "open the file once with a current "
+				    "allotd)\n\n",
+				    audit_queries[q].title,
+				    audit_queries[q].version);
 			continue;
 		}
-		if (audit_print(
-		        db, audit_queries[q].title, sql, c->show_sql) != 0)
+		if ((out != NULL ?
+		            audit_json(db, audit_queries[q].title, sql, out) :
+		            audit_print(db, audit_queries[q].title, sql,
+		                c->show_sql)) != 0)
 			rc = EXIT_FAIL;
 		free(sql);
 	}
+	if (out != NULL)
+		ctl_print_json(out);
 out:
 	free(version);
 	sqlite3_close(db);

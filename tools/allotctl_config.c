@@ -373,6 +373,113 @@ check_over(
 	return EXIT_FAIL;
 }
 
+/* One view's quotas and sums as JSON (--json): what the text lists and
+ * adds up, numbers as numbers. */
+static json_object *
+view_json(const allot_config *cfg)
+{
+	json_object *v = json_object_new_object();
+	json_object *qs = json_object_new_array();
+	double rate = 0, burst = 0;
+	size_t ncallers = 0, nendpoint = 0;
+	for (size_t i = 0; i <= cfg->ncallers; i++) {
+		const allot__quota *q = i < cfg->ncallers ? &cfg->callers[i] :
+		                                            &cfg->def;
+		char key[512];
+		allot__quota_key(q, key, sizeof key);
+		json_object *o = json_object_new_object();
+		json_object_object_add(
+		    o, "quota", json_object_new_string(key));
+		json_object_object_add(o, "priority",
+		    json_object_new_string(cfg->classes[q->priority]));
+		json_object_object_add(
+		    o, "rate", json_object_new_double(q->rate));
+		json_object_object_add(
+		    o, "burst", json_object_new_double(q->burst));
+		json_object_object_add(
+		    o, "shadow", json_object_new_boolean(q->shadow));
+		json_object_array_add(qs, o);
+		if (i == cfg->ncallers)
+			break;
+		rate += q->rate;
+		burst += q->burst;
+		if (q->endpoint != NULL)
+			nendpoint++;
+		else
+			ncallers++;
+	}
+	json_object_object_add(v, "quotas", qs);
+	json_object_object_add(
+	    v, "callers", json_object_new_int64((int64_t) ncallers));
+	json_object_object_add(
+	    v, "endpoint_quotas", json_object_new_int64((int64_t) nendpoint));
+	json_object_object_add(v, "rate", json_object_new_double(rate));
+	json_object_object_add(v, "burst", json_object_new_double(burst));
+	json_object_object_add(
+	    v, "first_second", json_object_new_double(rate + burst));
+	bool ceil = cfg->ceiling_rate > 0;
+	json_object_object_add(v, "ceiling",
+	    ceil ? json_object_new_double(cfg->ceiling_rate) : NULL);
+	json_object_object_add(v, "overcommit",
+	    ceil ? json_object_new_double(rate / cfg->ceiling_rate) : NULL);
+	return v;
+}
+
+/* check-config --json: {"file", "valid", "error"} for a bad file; else
+ * also "digest", "classes", the top level's view and "services" (each
+ * view with its "name" and "line"). --max-overcommit applies alike. */
+static int
+check_config_json(
+    const ctl *c, const char *file, const allot_config *cfg, const char *err)
+{
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "file", json_object_new_string(file));
+	json_object_object_add(
+	    o, "valid", json_object_new_boolean(cfg != NULL));
+	if (cfg == NULL) {
+		json_object_object_add(
+		    o, "error", json_object_new_string(err));
+		ctl_print_json(o);
+		return EXIT_FAIL;
+	}
+	char digest[17];
+	snprintf(digest, sizeof digest, "%016" PRIx64, cfg->digest);
+	json_object_object_add(o, "digest", json_object_new_string(digest));
+	json_object *cls = json_object_new_array();
+	for (size_t i = 0; i < cfg->nclasses; i++)
+		json_object_array_add(
+		    cls, json_object_new_string(cfg->classes[i]));
+	json_object_object_add(o, "classes", cls);
+	json_object *top = view_json(cfg);
+	int rc = 0;
+	json_object *over = json_object_object_get(top, "overcommit");
+	if (over != NULL && c->max_overcommit > 0 &&
+	    json_object_get_double(over) > c->max_overcommit)
+		rc = EXIT_FAIL;
+	json_object_object_add(o, "view", top);
+	json_object *svcs = json_object_new_array();
+	for (size_t i = 0; i < cfg->nservices; i++) {
+		allot_config *view = NULL;
+		if (allot__config_select(cfg, cfg->services[i].name, &view) !=
+		    ALLOT_OK)
+			ctl_die_oom();
+		json_object *v = view_json(view);
+		json_object_object_add(
+		    v, "name", json_object_new_string(cfg->services[i].name));
+		json_object_object_add(
+		    v, "line", json_object_new_int64(cfg->services[i].line));
+		over = json_object_object_get(v, "overcommit");
+		if (over != NULL && c->max_overcommit > 0 &&
+		    json_object_get_double(over) > c->max_overcommit)
+			rc = EXIT_FAIL;
+		json_object_array_add(svcs, v);
+		allot_config_free(view);
+	}
+	json_object_object_add(o, "services", svcs);
+	ctl_print_json(o);
+	return rc;
+}
+
 int
 ctl_cmd_check_config(const ctl *c)
 {
@@ -380,6 +487,15 @@ ctl_cmd_check_config(const ctl *c)
 	char err[1024] = "";
 	allot_config *cfg = NULL;
 	int lrc = allot_config_load(file, err, sizeof err, &cfg);
+	if (c->json) {
+		if (lrc != ALLOT_OK && err[0] == '\0')
+			snprintf(err, sizeof err, "%s: %s", file,
+			    allot_strerror(lrc));
+		int rc = check_config_json(
+		    c, file, lrc == ALLOT_OK ? cfg : NULL, err);
+		allot_config_free(cfg);
+		return rc;
+	}
 	if (lrc != ALLOT_OK) {
 		/* The loader's message is "FILE:LINE:COL: ...", the form
 		 * editors and CI annotations understand: print it as is. */

@@ -275,7 +275,25 @@ report_after(const ctl *c, const before *b)
 		return rc;
 	json_object *cfg = ctl_jget(doc, "config");
 	double epoch1 = ctl_jnum0(cfg, "epoch");
-	if (epoch1 != b->epoch)
+	if (c->json) {
+		json_object *o = json_object_new_object(), *from, *to;
+		json_object_object_add(
+		    o, "file", json_object_new_string(b->path));
+		json_object_object_add(
+		    o, "changed", json_object_new_boolean(epoch1 != b->epoch));
+		json_object_object_add(
+		    o, "from", from = json_object_new_object());
+		json_object_object_add(
+		    from, "epoch", json_object_new_int64((int64_t) b->epoch));
+		json_object_object_add(
+		    from, "digest", json_object_new_string(b->digest));
+		json_object_object_add(o, "to", to = json_object_new_object());
+		json_object_object_add(
+		    to, "epoch", json_object_new_int64((int64_t) epoch1));
+		json_object_object_add(to, "digest",
+		    json_object_new_string(ctl_jstr(cfg, "digest")));
+		ctl_print_json(o);
+	} else if (epoch1 != b->epoch)
 		printf("reloaded %s: epoch %.0f -> %.0f, digest %s -> %s; "
 		       "agents get the new shares on their next sync\n",
 		    b->path, b->epoch, epoch1, b->digest,
