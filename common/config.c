@@ -127,6 +127,7 @@ out:
 	free(c.svc_sorted);
 	allot__cfg_scope_free(&c.top);
 	allot_config_free(c.cfg);
+	allot__cfg_plans_free(&c);
 	allot__cfg_node_free(root);
 	if (c.cloc != (locale_t) 0)
 		freelocale(c.cloc);

@@ -74,6 +74,11 @@ typedef struct allot__cfg_ctx {
 	allot__cfg_scope *svc; /* per cfg->services entry */
 	size_t nsvc; /* allocated */
 	const allot__service **svc_sorted; /* cfg->services by name */
+	/* quotas.plans (config_plans.c), and the mappings made of a plan
+	 * and a quota's own keys, owned: freed after the checks. */
+	const allot__cfg_node *plans;
+	allot__cfg_node **merged;
+	size_t nmerged, merged_cap;
 } allot__cfg_ctx;
 
 /* The value of key `key` in mapping `map`, and the value of its rate
@@ -94,6 +99,15 @@ void allot__cfg_scope_free(allot__cfg_scope *s);
 int allot__cfg_read_tree(
     allot__cfg_ctx *c, const char *text, size_t len, allot__cfg_node **ret);
 void allot__cfg_node_free(allot__cfg_node *n);
+
+/* Plans (config_plans.c): read quotas.plans (a mapping of names to
+ * mappings, none of them naming a quota) before any section; the
+ * mapping a quota with `plan: NAME` is read as (the plan's keys and its
+ * own, its own winning; itself when it has no plan); free those. */
+int allot__cfg_plans_read(allot__cfg_ctx *c, const allot__cfg_node *quotas);
+int allot__cfg_plan_apply(allot__cfg_ctx *c, const allot__cfg_node *map,
+    const char *path, const allot__cfg_node **ret);
+void allot__cfg_plans_free(allot__cfg_ctx *c);
 
 /* Check every key and value of the tree and fill c->cfg and the
  * allot__cfg_meta of each quota. config_schema.c. */

@@ -677,8 +677,11 @@ parse_callers(allot__cfg_ctx *c, const allot__cfg_node *seq,
 			return rc;
 		size_t ci = (*n)++;
 		snprintf(path, sizeof path, "%s.callers[%zu]", prefix, i);
-		rc = parse_quota(c, seq->kids[i], path, ALLOT__QS_CALLER, NULL,
-		    &(*arr)[ci], &sc->meta[ci]);
+		const allot__cfg_node *map;
+		rc = allot__cfg_plan_apply(c, seq->kids[i], path, &map);
+		if (rc == ALLOT_OK)
+			rc = parse_quota(c, map, path, ALLOT__QS_CALLER, NULL,
+			    &(*arr)[ci], &sc->meta[ci]);
 		if (rc == ALLOT_OK)
 			rc = set_key(c, &(*arr)[ci], &sc->meta[ci]);
 		if (rc == ALLOT_OK && sc->meta[ci].eps != NULL)
@@ -842,13 +845,15 @@ static int
 parse_scope(allot__cfg_ctx *c, const allot__cfg_node *map, const char *prefix,
     allot__cfg_scope *sc, allot__service *svc)
 {
-	enum { K_DEFAULT, K_CALLERS, K_WEIGHTS, K_CEILING };
+	enum { K_DEFAULT, K_CALLERS, K_WEIGHTS, K_CEILING, K_PLANS };
 	static const char *const keys[] = { "default", "callers",
-		"endpoint_weights", "global_ceiling" };
+		"endpoint_weights", "global_ceiling", "plans" };
 	allot_config *cfg = c->cfg;
-	const allot__cfg_node *vals[4];
+	const allot__cfg_node *vals[5];
 	char path[PATH_MAX_];
-	int rc = walk_map(c, map, prefix, keys, 4, vals);
+	/* Plans are the top level's (read before any section), for every
+	 * service. */
+	int rc = walk_map(c, map, prefix, keys, svc != NULL ? 4 : 5, vals);
 	if (rc == ALLOT_OK && svc == NULL)
 		rc = need(c, map, prefix, keys, vals, 1);
 	/* Sections in file order, so the first bad one is reported. */
@@ -864,8 +869,10 @@ parse_scope(allot__cfg_ctx *c, const allot__cfg_node *map, const char *prefix,
 			if (svc != NULL &&
 			    (d->identity = strdup("default")) == NULL)
 				return allot__cfg_nomem(c);
-			rc = parse_quota(
-			    c, v, path, ALLOT__QS_DEFAULT, NULL, d, &sc->def);
+			rc = allot__cfg_plan_apply(c, v, path, &v);
+			if (rc == ALLOT_OK)
+				rc = parse_quota(c, v, path, ALLOT__QS_DEFAULT,
+				    NULL, d, &sc->def);
 			break;
 		case K_CALLERS:
 			rc = svc != NULL ? parse_callers(c, v, prefix, sc,
@@ -953,6 +960,33 @@ parse_services(allot__cfg_ctx *c, const allot__cfg_node *map)
 	return ALLOT_OK;
 }
 
+/* Every plan's keys are a caller's (less identity and endpoints, which
+ * allot__cfg_plans_read() refused): checked where the plan is written,
+ * used or not; its values where a quota uses it. */
+static int
+check_plans(allot__cfg_ctx *c)
+{
+	const char *keys[ALLOT__QKEYS_MAX];
+	const allot__qfield *rows[ALLOT__QKEYS_MAX];
+	const allot__cfg_node *vals[ALLOT__QKEYS_MAX];
+	char what[PATH_MAX_];
+	size_t all = quota_keys(ALLOT__QS_CALLER, keys, rows), nkeys = 0;
+	for (size_t i = 0; i < all; i++)
+		if (rows[i] != NULL) /* a field: not identity, endpoints */
+			keys[nkeys++] = keys[i];
+	const allot__cfg_node *plans = c->plans;
+	int rc = ALLOT_OK;
+	for (size_t i = 0;
+	     plans != NULL && i + 1 < plans->nkids && rc == ALLOT_OK; i += 2) {
+		snprintf(what, sizeof what, "quotas.plans.%.*s",
+		    (int) (plans->kids[i]->len < 128 ? plans->kids[i]->len :
+		                                       128),
+		    plans->kids[i]->str);
+		rc = walk_map(c, plans->kids[i + 1], what, keys, nkeys, vals);
+	}
+	return rc;
+}
+
 int
 allot__cfg_parse_root(allot__cfg_ctx *c, const allot__cfg_node *root)
 {
@@ -975,6 +1009,12 @@ allot__cfg_parse_root(allot__cfg_ctx *c, const allot__cfg_node *root)
 		return FAIL(c, root,
 		    "missing required key \"quotas\" at the top level, "
 		    "expected a top-level \"quotas\" mapping");
+	/* Plans first: a service's callers may come before them. */
+	rc = allot__cfg_plans_read(c, top[0]);
+	if (rc == ALLOT_OK)
+		rc = check_plans(c);
+	if (rc != ALLOT_OK)
+		return rc;
 	/* Sections in file order, so the first bad one is reported. */
 	for (size_t i = 0; i + 1 < root->nkids && rc == ALLOT_OK; i += 2) {
 		const allot__cfg_node *v = root->kids[i + 1];

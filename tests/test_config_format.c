@@ -164,6 +164,57 @@ START_TEST(overcommit_and_units)
 }
 END_TEST
 
+/* Plans: a quota with `plan: NAME` loads as if the plan's keys were
+ * written in it, its own winning (one rate in all), in the top level and
+ * in services, to the same config and digest as the file written out. */
+START_TEST(plans_inherit)
+{
+	const char *with =
+	    "services:\n"
+	    "  s: {callers: [{identity: d, plan: free}]}\n"
+	    "quotas:\n"
+	    "  default: {plan: free}\n"
+	    "  callers:\n"
+	    "    - {identity: a, plan: pro}\n"
+	    "    - {identity: b, plan: pro, tokens_per_second: 50}\n"
+	    "    - {identity: c, burst: 40, plan: free}\n"
+	    "  plans:\n"
+	    "    free: {tokens_per_minute: 600, burst: 20, priority: low}\n"
+	    "    pro: {tokens_per_second: 100, burst: 200, priority: "
+	    "standard, owner: billing}\n"
+	    "    unused: {burst: 1}\n";
+	const char *without =
+	    "services:\n"
+	    "  s: {callers: [{identity: d, tokens_per_minute: 600, burst: 20, "
+	    "priority: low}]}\n"
+	    "quotas:\n"
+	    "  default: {tokens_per_minute: 600, burst: 20, priority: low}\n"
+	    "  callers:\n"
+	    "    - {identity: a, tokens_per_second: 100, burst: 200, "
+	    "priority: standard, owner: billing}\n"
+	    "    - {identity: b, tokens_per_second: 50, burst: 200, "
+	    "priority: standard, owner: billing}\n"
+	    "    - {identity: c, burst: 40, tokens_per_minute: 600, priority: "
+	    "low}\n";
+	allot_config *cfg = parse_ok(with);
+	ck_assert_uint_eq(cfg->ncallers, 3);
+	ck_assert_double_eq(cfg->callers[0].rate, 100);
+	ck_assert_str_eq(cfg->callers[0].owner, "billing");
+	ck_assert_double_eq(cfg->callers[1].rate, 50);
+	ck_assert_uint_eq(cfg->callers[1].unit_s, 1);
+	ck_assert_double_eq(cfg->callers[2].burst, 40);
+	ck_assert_double_eq_tol(cfg->callers[2].rate, 10, 1e-12);
+	ck_assert_uint_eq(cfg->def.unit_s, 60);
+	ck_assert_str_eq(class_of(cfg, &cfg->callers[2]), "low");
+	ck_assert_uint_eq(cfg->digest, digest_of(without));
+	allot_config_free(cfg);
+	/* A plan's change changes every quota that uses it. */
+	char *bumped = edit(with, "burst: 200", "burst: 300");
+	ck_assert_uint_ne(digest_of(bumped), digest_of(with));
+	free(bumped);
+}
+END_TEST
+
 /* The digest covers services and their metadata, whatever their order. */
 START_TEST(digest_follows_services)
 {
@@ -303,6 +354,26 @@ static const struct bad {
 	{ HEAD "services:\n  s: {quotas: {}}\n", 4, 7,
 	  "unknown key \"quotas\" in services.s, expected one of: default, "
 	  "callers, endpoint_weights, global_ceiling" },
+	/* plans */
+	{ HEAD "  callers: [{identity: a, plan: pro}]\n"
+	  "  plans: {free: {burst: 5}}\n", 3, 33,
+	  "quotas.callers[0].plan: no plan \"pro\" in quotas.plans, "
+	  "expected one of: free" },
+	{ HEAD "  callers: [{identity: a, plan: pro}]\n", 3, 33,
+	  "no plan \"pro\" in quotas.plans, expected a plan defined there "
+	  "(it has none)" },
+	{ HEAD "  plans: {pro: {bogus: 1}}\n", 3, 17,
+	  "unknown key \"bogus\" in quotas.plans.pro, expected one of: "
+	  "tokens_per_second" },
+	{ HEAD "  plans: {pro: {identity: x}}\n", 3, 17,
+	  "quotas.plans.pro: \"identity\" names one quota" },
+	{ HEAD "  plans: [pro]\n", 3, 10,
+	  "quotas.plans is a sequence, expected a mapping of plan names" },
+	{ HEAD "  plans: {pro: {burst: fast}}\n"
+	  "  callers: [{identity: a, tokens_per_second: 1, plan: pro}]\n",
+	  3, 24, "quotas.callers[0].burst is the string \"fast\"" },
+	{ HEAD "services:\n  s: {plans: {}}\n", 4, 7,
+	  "unknown key \"plans\" in services.s" },
 };
 /* clang-format on */
 
@@ -322,6 +393,7 @@ config_format_suite(void)
 	tcase_add_test(tc, select_views);
 	tcase_add_test(tc, overcommit_and_units);
 	tcase_add_test(tc, digest_follows_services);
+	tcase_add_test(tc, plans_inherit);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("reject");
