@@ -82,6 +82,27 @@ START_TEST(test_hostile_input)
 	ck_assert_double_eq(rejected(&c, "version"), 2);
 	good_turn(&g, &consumed);
 
+	/* A newer agent's message within version 1 (docs/compatibility.md):
+	 * fields this allotd does not know, a varint (field 99) and a
+	 * length-delimited one (field 100), are skipped, and the Sync is
+	 * answered as any other. */
+	s.seq = 1;
+	s.session = h.session;
+	env.version = 1;
+	uint8_t msg[256];
+	size_t n = allot__v1__envelope__get_packed_size(&env);
+	static const uint8_t later[] = { 0x98, 0x06, 0x01, 0xa2, 0x06, 0x03,
+		'n', 'e', 'w' };
+	ck_assert_uint_lt(n + sizeof later, sizeof msg);
+	allot__v1__envelope__pack(&env, msg);
+	memcpy(msg + n, later, sizeof later);
+	Allot__V1__Envelope *newer = pc_raw(&h.c, msg, n + sizeof later);
+	ck_assert_ptr_nonnull(newer);
+	ck_assert_int_eq(pc_error_code(newer), -1);
+	ck_assert_int_eq(newer->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);
+	pc_free(newer);
+	good_turn(&g, &consumed);
+
 	/* Unknown session. */
 	coord_expect_error(pc_sync(&h.c, 987654321, 1, 100, NULL, 0),
 	    ALLOT__V1__ERROR__CODE__UNKNOWN_SESSION);
