@@ -38,6 +38,7 @@ struct agentd_options {
 	const char *grpc_listen;
 	const char *http_listen;
 	const char *http_socket;
+	const char *metrics_listen; /* /metrics, /healthz, /readyz alone */
 	/* TLS for the gRPC listener (both or neither), watched for
 	 * rotation every cert_check_ms. */
 	const char *tls_cert;
@@ -185,6 +186,7 @@ void grpc_server_stop(struct grpc_server *g);
 struct http_api;
 int http_api_start(struct agentd *d, struct http_api **ret);
 unsigned http_api_port(const struct http_api *h);
+unsigned http_api_ops_port(const struct http_api *h); /* --metrics-listen */
 void http_api_stop(struct http_api *h);
 
 /* metrics.c: Prometheus text of the agent and the daemon, malloc'd. */

@@ -38,20 +38,23 @@
 #define HTTP_STACK (256 * 1024)
 #define JSON "application/json"
 
-/* One libmicrohttpd daemon: the loopback TCP one or the Unix socket's,
- * each with its own connections (http_room.c). */
+/* One libmicrohttpd daemon: the TCP one, the Unix socket's or the
+ * operations one (--metrics-listen: /metrics, /healthz and /readyz
+ * alone), each with its own connections (http_room.c). */
 struct listener {
 	struct agentd *d;
 	struct http_room *room;
 	struct MHD_Daemon *mhd;
+	bool ops_only;
 };
 
 struct http_api {
 	struct agentd *d;
 	struct listener tcp;
 	struct listener uds;
+	struct listener ops;
 	int uds_fd;
-	unsigned port;
+	unsigned port, ops_port;
 };
 
 /* libmicrohttpd's own connection limit is above --max-connections by
@@ -372,6 +375,14 @@ handle(void *cls, struct MHD_Connection *c, const char *url,
 	if (*con_cls == NULL) {
 		atomic_fetch_add(&d->n.http_calls, 1);
 		http_room_busy(l->room, c, true);
+		if (l->ops_only &&
+		    (is_post ||
+		        (strcmp(url, "/metrics") != 0 &&
+		            strcmp(url, "/healthz") != 0 &&
+		            strcmp(url, "/readyz") != 0)))
+			return send_error(d, c, 404,
+			    "this listener (--metrics-listen) serves GET "
+			    "/metrics, /healthz and /readyz only");
 		if (!is_post) {
 			if (strcmp(method, "GET") != 0)
 				return send_error(d, c, 405, "GET or POST");
@@ -459,6 +470,38 @@ uds_listen(struct agentd *d, const char *path)
 	return fd;
 }
 
+/* Serve `l` on the TCP address `addr` (HOST:PORT; "none" or empty:
+ * not at all); the port bound into *port. */
+static int
+start_tcp(
+    struct listener *l, struct agentd *d, const char *addr, unsigned *port)
+{
+	if (addr == NULL || addr[0] == '\0' || strcmp(addr, "none") == 0)
+		return ALLOT_OK;
+	char host[256];
+	const char *colon = strrchr(addr, ':');
+	if (colon == NULL || (size_t) (colon - addr) >= sizeof host)
+		return ALLOT_EINVAL;
+	memcpy(host, addr, (size_t) (colon - addr));
+	host[colon - addr] = '\0';
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+		.ai_flags = AI_NUMERICSERV | AI_PASSIVE },
+	                *res;
+	if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
+		return ALLOT_EINVAL;
+	int rc = start(l, d, res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, -1,
+	    res->ai_addr);
+	freeaddrinfo(res);
+	if (rc != 0) {
+		agentd_log(d, 3, "AGENTD-LISTEN", "cannot serve on %s", addr);
+		return ALLOT_EIO;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(
+	    l->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	*port = di != NULL ? di->port : 0;
+	return ALLOT_OK;
+}
+
 int
 http_api_start(struct agentd *d, struct http_api **ret)
 {
@@ -467,32 +510,12 @@ http_api_start(struct agentd *d, struct http_api **ret)
 		return ALLOT_ENOMEM;
 	h->d = d;
 	h->uds_fd = -1;
-	const char *l = d->o.http_listen;
-	if (l != NULL && l[0] != '\0' && strcmp(l, "none") != 0) {
-		char host[256];
-		const char *colon = strrchr(l, ':');
-		if (colon == NULL || (size_t) (colon - l) >= sizeof host)
-			return ALLOT_EINVAL;
-		memcpy(host, l, (size_t) (colon - l));
-		host[colon - l] = '\0';
-		struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
-			.ai_flags = AI_NUMERICSERV | AI_PASSIVE },
-		                *res;
-		if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
-			return ALLOT_EINVAL;
-		int rc = start(&h->tcp, d,
-		    res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, -1,
-		    res->ai_addr);
-		freeaddrinfo(res);
-		if (rc != 0) {
-			agentd_log(
-			    d, 3, "AGENTD-LISTEN", "cannot serve on %s", l);
-			return ALLOT_EIO;
-		}
-		const union MHD_DaemonInfo *di = MHD_get_daemon_info(
-		    h->tcp.mhd, MHD_DAEMON_INFO_BIND_PORT);
-		h->port = di != NULL ? di->port : 0;
-	}
+	h->ops.ops_only = true;
+	int rc = start_tcp(&h->tcp, d, d->o.http_listen, &h->port);
+	if (rc == ALLOT_OK)
+		rc = start_tcp(&h->ops, d, d->o.metrics_listen, &h->ops_port);
+	if (rc != ALLOT_OK)
+		return rc;
 	if (d->o.http_socket != NULL) {
 		h->uds_fd = uds_listen(d, d->o.http_socket);
 		if (h->uds_fd < 0)
@@ -510,6 +533,12 @@ http_api_port(const struct http_api *h)
 	return h->port;
 }
 
+unsigned
+http_api_ops_port(const struct http_api *h)
+{
+	return h->ops_port;
+}
+
 void
 http_api_stop(struct http_api *h)
 {
@@ -517,11 +546,14 @@ http_api_stop(struct http_api *h)
 		return;
 	if (h->tcp.mhd != NULL)
 		MHD_stop_daemon(h->tcp.mhd);
+	if (h->ops.mhd != NULL)
+		MHD_stop_daemon(h->ops.mhd);
 	if (h->uds.mhd != NULL) {
 		MHD_stop_daemon(h->uds.mhd);
 		unlink(h->d->o.http_socket);
 	}
 	http_room_free(h->tcp.room);
+	http_room_free(h->ops.room);
 	http_room_free(h->uds.room);
 	if (h->uds_fd >= 0)
 		close(h->uds_fd);

@@ -202,15 +202,19 @@ main(int argc, char **argv)
 		    d->o.tls_cert != NULL ? "https" : "http", d->o.grpc_listen,
 		    grpc_server_port(d->grpc));
 	}
-	if (enabled(d->o.http_listen) || d->o.http_socket != NULL) {
+	if (enabled(d->o.http_listen) || d->o.http_socket != NULL ||
+	    enabled(d->o.metrics_listen)) {
 		if (http_api_start(d, &d->http) != ALLOT_OK)
 			fail("HTTP", "cannot serve (see above)");
-		printf("http listening on %s (port %u)\n",
-		    enabled(d->o.http_listen) ? d->o.http_listen : "-",
-		    http_api_port(d->http));
+		if (enabled(d->o.http_listen))
+			printf("http listening on %s (port %u)\n",
+			    d->o.http_listen, http_api_port(d->http));
 		if (d->o.http_socket != NULL)
 			printf(
 			    "http listening on unix:%s\n", d->o.http_socket);
+		if (enabled(d->o.metrics_listen))
+			printf("metrics listening on %s (port %u)\n",
+			    d->o.metrics_listen, http_api_ops_port(d->http));
 	}
 	printf("ready\n");
 	fflush(stdout);

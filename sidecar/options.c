@@ -59,6 +59,10 @@ static const allot__opt rows[] = {
 	{ "http-socket", 0, ALLOT__OPT_STR, "PATH",
 	    "the same on a Unix socket", .off = AT(http_socket),
 	    .dflt = "none" },
+	{ "metrics-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
+	    "/metrics, /healthz and /readyz alone, for a scraper or a probe "
+	    "that must not reach the decision API; \"none\" disables",
+	    .off = AT(metrics_listen), .dflt = "none" },
 	{ "tls-cert", 0, ALLOT__OPT_STR, "FILE",
 	    "gRPC over TLS: certificate (PEM), reloaded when it changes",
 	    .off = AT(tls_cert) },

@@ -124,7 +124,8 @@ def live_metrics(allotd, agentd):
     with tempfile.TemporaryDirectory(prefix="allot-monitoring-") as d:
         cfg = os.path.join(d, "quotas.yaml")
         open(cfg, "w").write(quotas)
-        sync, http, api = free_port(), free_port(), free_port()
+        sync, http, api, ops = (free_port(), free_port(), free_port(),
+                                free_port())
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
         logs = open(os.path.join(d, "log"), "w")
         procs = [subprocess.Popen(
@@ -136,6 +137,7 @@ def live_metrics(allotd, agentd):
             procs.append(subprocess.Popen(
                 [agentd, "--config", cfg, "--grpc-listen", "none",
                  "--http-listen", "127.0.0.1:%d" % api,
+                 "--metrics-listen", "127.0.0.1:%d" % ops,
                  "--coordinator", "tcp://127.0.0.1:%d" % sync],
                 stdout=logs, stderr=logs, env=env))
             end = time.time() + 15
@@ -148,6 +150,17 @@ def live_metrics(allotd, agentd):
                     out = {"allotd": a, "allot-agentd": g}
                     break
                 time.sleep(0.1)
+            # --metrics-listen: the same page, and the probes, without
+            # the decision API.
+            m = get(ops, "/metrics")
+            check(m is not None and "allot_agentd_sync_connected 1" in m,
+                  "allot-agentd's --metrics-listen serves /metrics")
+            check(get(ops, "/readyz") is not None,
+                  "and /readyz (ready once synced)")
+            check(post(ops, "/v1/acquire", '{"identity":"c1"}') is None and
+                  post(api, "/v1/acquire", '{"identity":"c1"}') is not None,
+                  "but not the decision API (404 there, served on "
+                  "--http-listen)")
             return out
         finally:
             for p in procs:
