@@ -117,8 +117,47 @@ static const struct {
 	    "The coordinator's last grant of burst to the key, tokens." },
 };
 
+/* The label value of the identities no quota names, folded into one
+ * series per endpoint and quota (--metrics-unknown fold). */
+#define UNKNOWN_LABEL "(unknown)"
+
+/* With `fold`, the keys of identities the quota file does not name
+ * summed into one per endpoint and quota (the counters added; the
+ * allowance is the one bucket they share), at the first such key's
+ * place: the series are then (configured identities + 1) x endpoint
+ * classes, whatever callers send. Returns the keys left in ks. */
+static size_t
+fold_unknown(allot_key_stats *ks, size_t n)
+{
+	size_t out = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ks[i].known) {
+			ks[out++] = ks[i];
+			continue;
+		}
+		size_t j = 0;
+		while (j < out &&
+		    !(!ks[j].known &&
+		        strcmp(ks[j].endpoint, ks[i].endpoint) == 0 &&
+		        strcmp(ks[j].quota, ks[i].quota) == 0))
+			j++;
+		if (j == out) {
+			ks[out] = ks[i];
+			snprintf(ks[out].identity, sizeof ks[out].identity,
+			    "%s", UNKNOWN_LABEL);
+			out++;
+			continue;
+		}
+		ks[j].allowed += ks[i].allowed;
+		ks[j].denied += ks[i].denied;
+		ks[j].shadow_denied += ks[i].shadow_denied;
+		ks[j].tokens_spent += ks[i].tokens_spent;
+	}
+	return out;
+}
+
 static bool
-per_key(FILE *f, allot_agent *agent)
+per_key(FILE *f, allot_agent *agent, bool fold)
 {
 	size_t n = 0, cap = 64;
 	allot_key_stats *ks = NULL;
@@ -135,6 +174,8 @@ per_key(FILE *f, allot_agent *agent)
 			break;
 		cap = n;
 	}
+	if (fold)
+		n = fold_unknown(ks, n);
 	for (size_t m = 0; m < sizeof key_families / sizeof key_families[0];
 	     m++) {
 		fprintf(f,
@@ -359,7 +400,7 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	FILE *f = open_memstream(&text, &len);
 	if (f == NULL)
 		return NULL;
-	bool ok = per_key(f, d->agent);
+	bool ok = per_key(f, d->agent, !d->o.metrics_each_unknown);
 	sync_state(f, d->agent);
 	daemon_counters(f, &d->n);
 	tokens(f, d->map.jwt);

@@ -24,6 +24,17 @@
 #define AT(f) offsetof(struct agentd_options, f)
 
 static int
+set_metrics_unknown(const allot__opt_use *u, void *dst)
+{
+	struct agentd_options *o = dst;
+	if (strcmp(u->arg, "fold") != 0 && strcmp(u->arg, "each") != 0)
+		return allot__opts_fail(
+		    u, "%s expects fold or each, not \"%s\"", u->as, u->arg);
+	o->metrics_each_unknown = strcmp(u->arg, "each") == 0;
+	return ALLOT__OPTS_OK;
+}
+
+static int
 set_log_format(const allot__opt_use *u, void *dst)
 {
 	struct agentd_options *o = dst;
@@ -59,6 +70,11 @@ static const allot__opt rows[] = {
 	{ "http-socket", 0, ALLOT__OPT_STR, "PATH",
 	    "the same on a Unix socket", .off = AT(http_socket),
 	    .dflt = "none" },
+	{ "metrics-unknown", 0, ALLOT__OPT_CALL, "fold|each",
+	    "/metrics: the identities the quota file does not name summed "
+	    "into one identity=\"(unknown)\" per endpoint (fold), or a "
+	    "series each, as many as --max-unknown-keys (each)",
+	    .set = set_metrics_unknown, .dflt = "fold" },
 	{ "metrics-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
 	    "/metrics, /healthz and /readyz alone, for a scraper or a probe "
 	    "that must not reach the decision API; \"none\" disables",

@@ -318,7 +318,8 @@ END_TEST
 START_TEST(odd_identities_in_metrics)
 {
 	struct agentd a;
-	agentd_start(&a, cfg_burst, NULL);
+	const char *each[] = { "--metrics-unknown", "each", NULL };
+	agentd_start(&a, cfg_burst, each);
 	char cmd[512];
 	snprintf(cmd, sizeof cmd,
 	    "curl -s -d '{\"identity\":\"caf\\u00e9\\r\\u0001\\\"x\"}' "
@@ -339,6 +340,44 @@ START_TEST(odd_identities_in_metrics)
 	    "identity named: %s\n",
 	    ascii ? "yes" : "no", named ? "yes" : "no");
 	ck_assert_msg(ascii && named, "%s", m);
+	free(m);
+	agentd_stop(&a);
+}
+END_TEST
+
+/* By default the identities the quota file does not name are one
+ * series per endpoint, identity="(unknown)", their counts summed: the
+ * page stays as large however many callers send names. */
+START_TEST(unknown_identities_folded)
+{
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	char cmd[512];
+	for (int i = 0; i < 3; i++) {
+		snprintf(cmd, sizeof cmd,
+		    "curl -s -d '{\"identity\":\"stranger-%d\"}' "
+		    "http://127.0.0.1:%d/v1/acquire",
+		    i, a.http_port);
+		free(pc_shell(cmd));
+	}
+	int st = 0;
+	char *m = pc_http_get(a.http_port, "/metrics", &st);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_msg(strstr(m, "stranger-") == NULL, "%s", m);
+	/* The shared default bucket holds 2: 2 admitted, 1 denied. */
+	double sum = 0;
+	const char *fam[] = { "admitted", "denied" };
+	for (int i = 0; i < 2; i++) {
+		char want[256];
+		snprintf(want, sizeof want,
+		    "allot_agentd_key_%s_total{identity=\"(unknown)\","
+		    "endpoint=\"default\",quota=\"default\"} ",
+		    fam[i]);
+		const char *l = strstr(m, want);
+		ck_assert_msg(l != NULL, "no %s in %s", want, m);
+		sum += strtod(strchr(l, '}') + 2, NULL);
+	}
+	ck_assert_msg(sum == 3, "3 requests in one series, not %g", sum);
 	free(m);
 	agentd_stop(&a);
 }
@@ -847,6 +886,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, curl_prior_knowledge);
 	tcase_add_test(tc, bad_clients);
 	tcase_add_test(tc, odd_identities_in_metrics);
+	tcase_add_test(tc, unknown_identities_folded);
 	tcase_add_test(tc, unknown_reject);
 	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
