@@ -80,9 +80,12 @@ static const allot__opt rows[] = {
 	    "that must not reach the decision API; \"none\" disables",
 	    .off = AT(metrics_listen), .dflt = "none" },
 	{ "tls-cert", 0, ALLOT__OPT_STR, "FILE",
-	    "gRPC over TLS: certificate (PEM), reloaded when it changes",
+	    "gRPC over TLS: the certificate and its private key in one PEM "
+	    "file (as allotd's --tls-cert), or the certificate alone with "
+	    "--tls-key; reloaded when it changes",
 	    .off = AT(tls_cert) },
-	{ "tls-key", 0, ALLOT__OPT_STR, "FILE", "its private key (PEM)",
+	{ "tls-key", 0, ALLOT__OPT_STR, "FILE",
+	    "the private key (PEM), when not in --tls-cert's file",
 	    .off = AT(tls_key) },
 	{ "cert-check-ms", 0, ALLOT__OPT_U32, "MS",
 	    "how often the certificate files are checked",
@@ -259,10 +262,12 @@ agentd_options_parse(struct agentd_options *o, int argc, char **argv)
 		rc = allot__opts_parse(&table, NULL, argc, argv, o);
 	if (rc == ALLOT__OPTS_OK && o->config == NULL)
 		rc = allot__opts_error(&table, "--config FILE is required");
-	if (rc == ALLOT__OPTS_OK &&
-	    (o->tls_cert == NULL) != (o->tls_key == NULL))
-		rc = allot__opts_error(
-		    &table, "--tls-cert and --tls-key go together");
+	/* --tls-cert alone: one PEM file holds the certificate and its
+	 * key, as allotd's --tls-cert does. */
+	if (rc == ALLOT__OPTS_OK && o->tls_cert == NULL && o->tls_key != NULL)
+		rc = allot__opts_error(&table, "--tls-key needs --tls-cert");
+	if (rc == ALLOT__OPTS_OK && o->tls_cert != NULL && o->tls_key == NULL)
+		o->tls_key = o->tls_cert;
 	if (rc == ALLOT__OPTS_OK &&
 	    (o->jwt_issuer == NULL) != (o->jwks == NULL))
 		rc = allot__opts_error(

@@ -736,6 +736,41 @@ END_TEST
 /* Certificate rotation under load                                  */
 /* ---------------------------------------------------------------- */
 
+/* --tls-cert alone: the certificate and its key in one PEM file, the
+ * way allotd's --tls-cert takes them. */
+START_TEST(cert_and_key_in_one_file)
+{
+	need_tools();
+	char dir[] = "/tmp/allot-test-sidecar-pem-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd,
+	    "cd %s && %s/scripts/mkcerts -d 2 ca >/dev/null 2>&1 && "
+	    "cat ca/server.pem ca/server.key > both.pem && echo ok",
+	    dir, source_dir());
+	char *out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0, "mkcerts");
+	free(out);
+	char both[256];
+	snprintf(both, sizeof both, "%s/both.pem", dir);
+	const char *extra[] = { "--tls-cert", both, NULL };
+	struct agentd a;
+	agentd_start(&a, cfg_burst, extra);
+	snprintf(cmd, sizeof cmd,
+	    "ALLOT_SOURCE_DIR=%s " PY " %s/tests/sidecar_client.py load "
+	    "localhost:%d 0.5 %s/ca/ca.pem",
+	    source_dir(), source_dir(), a.grpc_port, dir);
+	out = pc_shell(cmd);
+	ck_assert_msg(out != NULL && strstr(out, "\"failures\": 0") &&
+	        strstr(out, "\"calls\": 0,") == NULL,
+	    "%s", out ? out : "(none)");
+	free(out);
+	agentd_stop(&a);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	free(pc_shell(cmd));
+}
+END_TEST
+
 START_TEST(cert_rotation)
 {
 	need_tools();
@@ -891,6 +926,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
 	tcase_add_test(tc, rls_burst_on_one_of_two);
+	tcase_add_test(tc, cert_and_key_in_one_file);
 	tcase_add_test(tc, cert_rotation);
 	tcase_add_test(tc, coordinator_cert_rotation);
 	suite_add_tcase(s, tc);
