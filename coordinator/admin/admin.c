@@ -37,6 +37,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "file.h"
+#include "web/addr.h"
 #include "web/reply.h"
 
 /* How long a handler waits for the loop thread to take its job: the loop
@@ -655,11 +656,7 @@ tls_caller(allot__admin *a, struct MHD_Connection *c, struct req *r)
 	    c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	char host[NI_MAXHOST] = "?";
 	if (ci != NULL && ci->client_addr != NULL)
-		getnameinfo(ci->client_addr,
-		    ci->client_addr->sa_family == AF_INET6 ?
-		        sizeof(struct sockaddr_in6) :
-		        sizeof(struct sockaddr_in),
-		    host, sizeof host, NULL, 0, NI_NUMERICHOST);
+		allot__web_addr_text(ci->client_addr, host, sizeof host);
 	allot__log_ratelimited(&a->lg, &a->refused_rl, ALLOT_LOG_WARNING,
 	    "ALLOTD-ADMIN-REFUSED", "admin API: %s refused (%u): %s", host,
 	    status, why);

@@ -131,17 +131,6 @@ on_request(void *cls, struct MHD_Connection *c, const char *url,
 
 /* ---- connection accounting ---- */
 
-static void
-addr_text(const struct sockaddr *sa, char *out, size_t cap)
-{
-	socklen_t len = sa->sa_family == AF_INET6 ?
-	    sizeof(struct sockaddr_in6) :
-	    sizeof(struct sockaddr_in);
-	if (getnameinfo(
-	        sa, len, out, (socklen_t) cap, NULL, 0, NI_NUMERICHOST) != 0)
-		snprintf(out, cap, "?");
-}
-
 /* Accept policy: the global cap, checked here so that a refusal is
  * counted and logged (the per-address cap is libmicrohttpd's, logged
  * through on_mhd_log). Runs on the listener's thread. */
@@ -154,7 +143,7 @@ on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 		return MHD_YES;
 	allot__metrics_add(&h->metrics->http_refused, 1);
 	char who[64];
-	addr_text(addr, who, sizeof who);
+	allot__web_addr_text(addr, who, sizeof who);
 	allot__log_ratelimited(&h->lg, &h->refused_rl, ALLOT_LOG_WARNING,
 	    "ALLOTD-HTTP-REFUSED",
 	    "HTTP connection from %s refused: %u open, the cap "

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* HOST:PORT into a socket address (addr.h). */
+/* HOST:PORT into a socket address, a client's address into text
+ * (addr.h). */
 #include "addr.h"
 
 #include <netdb.h>
@@ -69,4 +70,15 @@ bad:
 	    "%s://HOST:PORT",
 	    addr, scheme);
 	return ALLOT_EINVAL;
+}
+
+void
+allot__web_addr_text(const struct sockaddr *sa, char *out, size_t cap)
+{
+	socklen_t len = sa->sa_family == AF_INET6 ?
+	    sizeof(struct sockaddr_in6) :
+	    sizeof(struct sockaddr_in);
+	if (getnameinfo(
+	        sa, len, out, (socklen_t) cap, NULL, 0, NI_NUMERICHOST) != 0)
+		snprintf(out, cap, "?");
 }

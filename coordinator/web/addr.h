@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The address an HTTP listener of allotd binds (net/http.c: --http;
- * admin/admin_tls.c: --admin-listen), as its option writes it.
+ * The addresses of allotd's HTTP listeners: the one a listener binds
+ * (net/http.c: --http; admin/admin_tls.c: --admin-listen), as its option
+ * writes it, and a client's, as the logs name it.
  */
 #ifndef ALLOT_COORDINATOR_WEB_ADDR_H
 #define ALLOT_COORDINATOR_WEB_ADDR_H
@@ -14,5 +15,9 @@
  * address. ALLOT_OK, or ALLOT_EINVAL with `err` saying why. */
 int allot__web_parse_addr(const char *addr, const char *scheme,
     struct sockaddr_storage *ret, char *err, size_t errlen);
+
+/* A client's address `sa` as numeric text into `out` ("?" when it has
+ * none), for a log line. */
+void allot__web_addr_text(const struct sockaddr *sa, char *out, size_t cap);
 
 #endif
