@@ -87,6 +87,10 @@ typedef struct allot__cfg_ctx {
  * walk accepted. config_schema.c. */
 const allot__cfg_node *allot__cfg_value(
     const allot__cfg_node *map, const char *key);
+/* Whether key node `k` is `name`; whether it is a rate key (one of the
+ * units). config_schema.c. */
+bool allot__cfg_key_is(const allot__cfg_node *k, const char *name);
+bool allot__cfg_is_rate_key(const allot__cfg_node *k);
 const allot__cfg_node *allot__cfg_rate_value(const allot__cfg_node *map);
 
 /* Free what a scope owns (not the quotas). */

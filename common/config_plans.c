@@ -22,36 +22,13 @@
 /* What a plan may not hold: the keys that name one quota. */
 static const char *const not_in_plan[] = { "identity", "endpoints", "plan" };
 
-static bool
-key_is(const allot__cfg_node *k, const char *name)
-{
-	return k->type == NODE_SCALAR && strlen(name) == k->len &&
-	    memcmp(k->str, name, k->len) == 0;
-}
-
-static bool
-is_rate(const allot__cfg_node *k)
-{
-	return k->type == NODE_SCALAR && k->len > 11 &&
-	    memcmp(k->str, "tokens_per_", 11) == 0;
-}
-
-static const allot__cfg_node *
-value_of(const allot__cfg_node *map, const char *key)
-{
-	for (size_t i = 0; i + 1 < map->nkids; i += 2)
-		if (key_is(map->kids[i], key))
-			return map->kids[i + 1];
-	return NULL;
-}
-
 int
 allot__cfg_plans_read(allot__cfg_ctx *c, const allot__cfg_node *quotas)
 {
 	char d[DBUF], q[QBUF];
 	if (quotas == NULL || quotas->type != NODE_MAP)
 		return ALLOT_OK; /* the walk reports it */
-	const allot__cfg_node *plans = value_of(quotas, "plans");
+	const allot__cfg_node *plans = allot__cfg_value(quotas, "plans");
 	if (plans == NULL)
 		return ALLOT_OK;
 	if (plans->type != NODE_MAP)
@@ -82,7 +59,8 @@ allot__cfg_plans_read(allot__cfg_ctx *c, const allot__cfg_node *quotas)
 			    NAME(name), allot__cfg_describe(p, d, sizeof d));
 		for (size_t k = 0; k + 1 < p->nkids; k += 2)
 			for (size_t n = 0; n < 3; n++)
-				if (key_is(p->kids[k], not_in_plan[n]))
+				if (allot__cfg_key_is(
+				        p->kids[k], not_in_plan[n]))
 					return FAIL(c, p->kids[k],
 					    "quotas.plans.%.*s: \"%s\" names "
 					    "one quota, expected quota keys "
@@ -129,7 +107,7 @@ allot__cfg_plan_apply(allot__cfg_ctx *c, const allot__cfg_node *map,
 	char d[DBUF], q[QBUF], list[512];
 	*ret = map;
 	const allot__cfg_node *name = map->type == NODE_MAP ?
-	    value_of(map, "plan") :
+	    allot__cfg_value(map, "plan") :
 	    NULL;
 	if (name == NULL)
 		return ALLOT_OK;
@@ -171,17 +149,17 @@ allot__cfg_plan_apply(allot__cfg_ctx *c, const allot__cfg_node *map,
 	m->type = NODE_MAP;
 	m->line = map->line;
 	m->col = map->col;
-	bool own_rate = false;
+	bool own_rate = allot__cfg_rate_value(map) != NULL;
 	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
-		if (key_is(map->kids[i], "plan"))
+		if (allot__cfg_key_is(map->kids[i], "plan"))
 			continue;
-		own_rate |= is_rate(map->kids[i]);
 		if (add_pair(m, map->kids[i], map->kids[i + 1]) != ALLOT_OK)
 			return allot__cfg_nomem(c);
 	}
 	for (size_t i = 0; i + 1 < plan->nkids; i += 2) {
 		const allot__cfg_node *k = plan->kids[i];
-		if (value_of(map, k->str) != NULL || (own_rate && is_rate(k)))
+		if (allot__cfg_value(map, k->str) != NULL ||
+		    (own_rate && allot__cfg_is_rate_key(k)))
 			continue;
 		if (add_pair(m, plan->kids[i], plan->kids[i + 1]) != ALLOT_OK)
 			return allot__cfg_nomem(c);

@@ -26,8 +26,8 @@
 /* Bytes of a path in messages ("services.NAME.callers[N].endpoints.E"). */
 #define PATH_MAX_ 512
 
-static bool
-key_is(const allot__cfg_node *k, const char *name)
+bool
+allot__cfg_key_is(const allot__cfg_node *k, const char *name)
 {
 	size_t len = strlen(name);
 	return k->len == len && memcmp(k->str, name, len) == 0;
@@ -38,7 +38,7 @@ key_index(const allot__cfg_node *k, const char *const *keys, size_t nkeys)
 {
 	size_t i;
 	for (i = 0; i < nkeys; i++)
-		if (key_is(k, keys[i]))
+		if (allot__cfg_key_is(k, keys[i]))
 			break;
 	return i;
 }
@@ -61,11 +61,17 @@ unit_index(const allot__cfg_node *k)
 	return key_index(k, units, NUNITS);
 }
 
+bool
+allot__cfg_is_rate_key(const allot__cfg_node *k)
+{
+	return unit_index(k) < NUNITS;
+}
+
 const allot__cfg_node *
 allot__cfg_value(const allot__cfg_node *map, const char *key)
 {
 	for (size_t i = 0; map != NULL && i + 1 < map->nkids; i += 2)
-		if (key_is(map->kids[i], key))
+		if (allot__cfg_key_is(map->kids[i], key))
 			return map->kids[i + 1];
 	return NULL;
 }
@@ -536,10 +542,10 @@ parse_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
 		if (j < nkeys && rows[j] != NULL) {
 			rc = parse_field(c, rows[j], v, what, unit, q);
-		} else if (key_is(k, "identity")) {
+		} else if (allot__cfg_key_is(k, "identity")) {
 			m->ident = v;
 			rc = parse_identity(c, v, what, q);
-		} else if (key_is(k, "endpoints")) {
+		} else if (allot__cfg_key_is(k, "endpoints")) {
 			m->eps = v;
 		} else {
 			rc = FAIL(c, k,
@@ -811,7 +817,7 @@ parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map,
 	snprintf(path, sizeof path, "%s.global_ceiling", prefix);
 	if (!top && map->type == NODE_MAP)
 		for (size_t i = 0; i + 1 < map->nkids; i += 2)
-			if (key_is(map->kids[i], "shed_order"))
+			if (allot__cfg_key_is(map->kids[i], "shed_order"))
 				return FAIL(c, map->kids[i],
 				    "shed_order in %s: the priority classes "
 				    "are the file's, expected them under "
@@ -828,10 +834,10 @@ parse_ceiling(allot__cfg_ctx *c, const allot__cfg_node *map,
 		const allot__cfg_node *k = map->kids[i], *v = map->kids[i + 1];
 		snprintf(
 		    what, sizeof what, "%s.%.*s", path, (int) k->len, k->str);
-		if (key_is(k, "tokens_per_second")) {
+		if (allot__cfg_key_is(k, "tokens_per_second")) {
 			rc = allot__cfg_get_rate(c, v, what, rate);
 			sc->ceiling = v;
-		} else if (key_is(k, "overcommit")) {
+		} else if (allot__cfg_key_is(k, "overcommit")) {
 			rc = allot__cfg_get_bool(c, v, what, overcommit);
 		} else {
 			rc = parse_shed_order(c, v);
