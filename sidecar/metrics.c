@@ -121,39 +121,46 @@ static const struct {
  * series per endpoint and quota (--metrics-unknown fold). */
 #define UNKNOWN_LABEL "(unknown)"
 
-/* With `fold`, the keys of identities the quota file does not name
- * summed into one per endpoint and quota (the counters added; the
- * allowance is the one bucket they share), at the first such key's
- * place: the series are then (configured identities + 1) x endpoint
- * classes, whatever callers send. Returns the keys left in ks. */
+/* The keys of identities the quota file does not name summed into one
+ * per endpoint and quota (the counters added; the allowance is the one
+ * bucket they share), after the configured callers' keys: the series are
+ * then (configured identities + 1) x endpoint classes, whatever callers
+ * send. Each unknown key is matched against the folded ones only (a few:
+ * one per endpoint class), never against the configured keys. Returns
+ * the keys left in ks, or 0 when out of memory (nothing is then shown,
+ * as when allot_stats fails). */
 static size_t
 fold_unknown(allot_key_stats *ks, size_t n)
 {
-	size_t out = 0;
+	allot_key_stats *fold = malloc(n * sizeof *fold);
+	if (fold == NULL)
+		return 0;
+	size_t out = 0, nf = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (ks[i].known) {
 			ks[out++] = ks[i];
 			continue;
 		}
 		size_t j = 0;
-		while (j < out &&
-		    !(!ks[j].known &&
-		        strcmp(ks[j].endpoint, ks[i].endpoint) == 0 &&
-		        strcmp(ks[j].quota, ks[i].quota) == 0))
+		while (j < nf &&
+		    (strcmp(fold[j].endpoint, ks[i].endpoint) != 0 ||
+		        strcmp(fold[j].quota, ks[i].quota) != 0))
 			j++;
-		if (j == out) {
-			ks[out] = ks[i];
-			snprintf(ks[out].identity, sizeof ks[out].identity,
+		if (j == nf) {
+			fold[nf] = ks[i];
+			snprintf(fold[nf].identity, sizeof fold[nf].identity,
 			    "%s", UNKNOWN_LABEL);
-			out++;
+			nf++;
 			continue;
 		}
-		ks[j].allowed += ks[i].allowed;
-		ks[j].denied += ks[i].denied;
-		ks[j].shadow_denied += ks[i].shadow_denied;
-		ks[j].tokens_spent += ks[i].tokens_spent;
+		fold[j].allowed += ks[i].allowed;
+		fold[j].denied += ks[i].denied;
+		fold[j].shadow_denied += ks[i].shadow_denied;
+		fold[j].tokens_spent += ks[i].tokens_spent;
 	}
-	return out;
+	memcpy(ks + out, fold, nf * sizeof *fold);
+	free(fold);
+	return out + nf;
 }
 
 static bool
