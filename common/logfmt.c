@@ -78,19 +78,27 @@ put_json(char *b, size_t len, size_t *n, const char *s, size_t keep)
 	}
 }
 
+/* The wall clock, UTC to the millisecond: "2026-12-07T00:53:01.123Z". */
+#define WHEN_SZ 40
+static void
+utc_now(char when[WHEN_SZ])
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t w = strftime(when, WHEN_SZ, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + w, WHEN_SZ - w, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
 void
 allot__logfmt_json(char *buf, size_t len, const char *prog, int level,
     const char *id, const char *msg)
 {
 	if (len == 0)
 		return;
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	struct tm tm;
-	gmtime_r(&ts.tv_sec, &tm);
-	char when[40];
-	size_t w = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(when + w, sizeof when - w, ".%03ldZ", ts.tv_nsec / 1000000);
+	char when[WHEN_SZ];
+	utc_now(when);
 	size_t n = 0;
 	int head = snprintf(buf, len,
 	    "{\"ts\":\"%s\",\"level\":\"%s\",\"program\":\"", when,
@@ -143,16 +151,14 @@ allot__logfmt_emit(allot__logfmt fmt, const char *prog, int level,
 void
 allot__log_stderr(void *ctx, int level, const char *id, const char *msg)
 {
-	const allot__logfmt *fmt = ctx;
-	char text[LINE_MAX_BYTES];
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	struct tm tm;
-	gmtime_r(&ts.tv_sec, &tm);
-	char when[32];
-	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(text, sizeof text, "%s.%03ldZ %s %s %s", when,
-	    ts.tv_nsec / 1000000, allot__logfmt_level(level), id, msg);
-	allot__logfmt_emit(fmt != NULL ? *fmt : ALLOT__LOGFMT_TEXT, "allotd",
-	    level, id, msg, text);
+	allot__logfmt f = ctx != NULL ? *(const allot__logfmt *) ctx :
+	                                ALLOT__LOGFMT_TEXT;
+	char text[LINE_MAX_BYTES] = "";
+	if (f != ALLOT__LOGFMT_JSON) { /* JSON writes its own */
+		char when[WHEN_SZ];
+		utc_now(when);
+		snprintf(text, sizeof text, "%s %s %s %s", when,
+		    allot__logfmt_level(level), id, msg);
+	}
+	allot__logfmt_emit(f, "allotd", level, id, msg, text);
 }
