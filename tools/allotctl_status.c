@@ -240,6 +240,24 @@ ctl_cmd_status(const ctl *c)
 	return with_status(c, print_status);
 }
 
+/* Onto `out`, the rows of member `what` (an array) of every service of
+ * /status (only `only`'s when it is not NULL), each with its service. */
+static void
+add_rows(
+    json_object *out, json_object *svcs, const char *only, const char *what)
+{
+	for (size_t i = 0; i < jlen(svcs); i++) {
+		json_object *svc = jat(svcs, i);
+		const char *name = ctl_jstr(svc, "name");
+		if (only != NULL && strcmp(name, only) != 0)
+			continue;
+		json_object *rows = ctl_jget(svc, what);
+		for (size_t r = 0; r < jlen(rows); r++)
+			json_object_array_add(
+			    out, with_service(jat(rows, r), name));
+	}
+}
+
 static int
 print_replicas(const ctl *c, json_object *doc)
 {
@@ -247,16 +265,7 @@ print_replicas(const ctl *c, json_object *doc)
 	json_object *svcs = ctl_jget(doc, "services");
 	if (c->json) {
 		json_object *out = json_object_new_array();
-		for (size_t i = 0; i < jlen(svcs); i++) {
-			json_object *svc = jat(svcs, i);
-			const char *name = ctl_jstr(svc, "name");
-			if (only != NULL && strcmp(name, only) != 0)
-				continue;
-			json_object *reps = ctl_jget(svc, "replicas");
-			for (size_t r = 0; r < jlen(reps); r++)
-				json_object_array_add(
-				    out, with_service(jat(reps, r), name));
-		}
+		add_rows(out, svcs, only, "replicas");
 		ctl_print_json(out);
 		return 0;
 	}
@@ -336,16 +345,7 @@ print_quotas(const ctl *c, json_object *doc)
 		for (size_t q = 0; jlen(svcs) == 0 && q < jlen(qs); q++)
 			json_object_array_add(
 			    out, with_service(jat(qs, q), NULL));
-		for (size_t i = 0; i < jlen(svcs); i++) {
-			json_object *svc = jat(svcs, i);
-			const char *name = ctl_jstr(svc, "name");
-			if (only != NULL && strcmp(name, only) != 0)
-				continue;
-			json_object *sq = ctl_jget(svc, "quotas");
-			for (size_t q = 0; q < jlen(sq); q++)
-				json_object_array_add(
-				    out, with_service(jat(sq, q), name));
-		}
+		add_rows(out, svcs, only, "quotas");
 		ctl_print_json(out);
 		return 0;
 	}
