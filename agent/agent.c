@@ -1,22 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The agent: key resolution and the hot path (create.c makes it).
- * Everything it uses is allocated at create; the per-request path (allot_acquire) reads the key, reads the clock, runs the bucket
- * (bucket.h) and adds to two counters in the calling thread's own block
- * (thread.c), with no locked instruction. A key contended by several
- * threads is served from per-thread token leases instead (bucket.h), so
- * its bucket's line is written once per batch, not per decision.
- * Keys of unknown identities come from a bounded pool; when it is full
- * they share one overflow key per endpoint class, and idle unpinned keys
- * are evicted to make room.
- * A new config is installed by reconfig.c while threads decide: the
- * fields of a key a decision reads are relaxed atomics (plain moves),
- * and the identity and endpoint indexes are insert-only, so resolution
- * and decisions take no lock and read nothing that can be freed.
- * Layering: agent.c starts the sync loop (sync.c), which drives the sync
- * engine (sync_core.c); the engine installs allowances and configs
- * through the installer reconfig.c hands down (agent_int.h), so no call
- * goes back up.
+ * Everything it uses is allocated at create; the per-request path
+ * (allot_acquire) reads the key, reads the clock, runs the bucket (bucket.h)
+ * and adds to two counters in the calling thread's own block (thread.c), with
+ * no locked instruction. A key contended by several threads is served from
+ * per-thread token leases instead (bucket.h), so its bucket's line is written
+ * once per batch, not per decision. Keys of unknown identities come from a
+ * bounded pool; when it is full they share one overflow key per endpoint
+ * class, and idle unpinned keys are evicted to make room. A new config is
+ * installed by reconfig.c while threads decide: the fields of a key a decision
+ * reads are relaxed atomics (plain moves), and the identity and endpoint
+ * indexes are insert-only, so resolution and decisions take no lock and read
+ * nothing that can be freed. Layering: agent.c starts the sync loop (sync.c),
+ * which drives the sync engine (sync_core.c); the engine installs allowances
+ * and configs through the installer reconfig.c hands down (agent_int.h), so no
+ * call goes back up.
  */
 #include "agent_int.h"
 #include "tail.h"
@@ -282,6 +281,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	atomic_store_explicit(&k->weight,
 	    atomic_load_explicit(&a->class_weight[cls], memory_order_relaxed),
 	    memory_order_relaxed);
+	allot__key_stack_copy(a, k, &a->anon_keys[cls]);
 	allot__kc(a, k)->sweep_sum = 0;
 	allot__kc(a, k)->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
@@ -364,6 +364,7 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 	double burst = t->burst;
 	/* As the slot's tokens_per_ns was computed: the same double. */
 	double tpn = t->rate / 1e9;
+	d->level = 0;
 	d->cost = cost;
 	d->retry_after_ns = t->wait_ns;
 	d->reset_ns = t->debt_ns;
@@ -442,6 +443,7 @@ lease_decision(const allot__lease *l, const allot__rate *r, uint32_t cost,
 	double tpn = atomic_load_explicit(
 	    &r->tokens_per_ns, memory_order_relaxed);
 	uint64_t debt = l->z_ns > now ? l->z_ns - now : 0;
+	d->level = 0;
 	d->cost = cost;
 	d->retry_after_ns = 0;
 	d->reset_ns = debt;
@@ -534,6 +536,137 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 	leases_return_keys(a, b, a->dyn_keys, a->dyn_cap, now);
 }
 
+/* ---- stacked limits (agent_int.h, allot__stack) ---- */
+
+/* Quota `quota`'s counters as a stacked level in block `b`. */
+static inline allot__kcount *
+level_count(allot_agent *a, allot__tblock *b, uint32_t quota)
+{
+	return &b->c[a->level_base + quota];
+}
+
+/* The quotas key `k` charges, its own first, into `lv`: their count. */
+static uint32_t
+stack_levels(allot_agent *a, const allot_key *k, uint32_t *lv)
+{
+	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
+	uint32_t n = atomic_load_explicit(&k->nup, memory_order_relaxed);
+	lv[0] = q->index;
+	for (uint32_t i = 0; i < n && i < ALLOT__STACK_MAX; i++)
+		lv[i + 1] = atomic_load_explicit(
+		    &a->stacks[k->id].q[i], memory_order_relaxed);
+	return (n < ALLOT__STACK_MAX ? n : ALLOT__STACK_MAX) + 1;
+}
+
+/* Level `i` of `lv` denied a request of `cost` the key counts as a
+ * denial: it was that level's, not the key's own quota's (whose bucket
+ * did not deny it). */
+static void
+count_level_denial(allot_agent *a, allot__tblock *b, const uint32_t *lv,
+    uint32_t i, uint32_t cost)
+{
+	if (i == 0)
+		return;
+	allot__kcount *own = level_count(a, b, lv[0]);
+	allot__kcount *up = level_count(a, b, lv[i]);
+	allot__bump(b, &own->denied, (uint64_t) -1);
+	allot__bump(b, &own->denied_tokens, (uint64_t) - (int64_t) cost);
+	allot__bump(b, &up->denied, 1);
+	allot__bump(b, &up->denied_tokens, cost);
+}
+
+/* Levels `from`.. of key `k` take `cost` tokens each, all or none (a
+ * level in shadow that would deny lets the request pass and says so).
+ * Admitted: true, `*ret` the level with the fewest tokens left, each
+ * level above the key's own counted. Denied by a level: what the ones
+ * before it took given back, `*ret` its decision, `*ret_level` it. */
+static bool
+stack_take(allot_agent *a, allot__tblock *b, const uint32_t *lv, uint32_t n,
+    uint32_t from, uint32_t cost, uint64_t now, allot_decision *ret,
+    uint32_t *ret_level)
+{
+	bool shadow = false;
+	uint32_t taken = 0; /* bit i: level i took its tokens */
+	allot_decision d;
+	for (uint32_t i = from; i < n; i++) {
+		allot__bucket *bk = &a->quotas[lv[i]].bucket;
+		allot__take t;
+		allot__bucket_take(bk, now, cost, &t);
+		fill_decision(&t, cost, &d);
+		if (!t.allowed &&
+		    !atomic_load_explicit(&bk->shadow, memory_order_relaxed)) {
+			for (uint32_t j = from; j < i; j++)
+				if (taken & (1u << j))
+					allot__bucket_adjust(
+					    &a->quotas[lv[j]].bucket,
+					    -(int64_t) cost, now);
+			*ret = d;
+			ret->allowed = false;
+			ret->shadow_denied = false;
+			ret->level = (uint8_t) i;
+			*ret_level = i;
+			return false;
+		}
+		taken |= (uint32_t) t.allowed << i;
+		shadow |= !t.allowed;
+		if (i == from || d.remaining < ret->remaining) {
+			*ret = d;
+			ret->level = (uint8_t) i;
+		}
+	}
+	ret->allowed = true;
+	ret->shadow_denied = shadow;
+	for (uint32_t i = from > 1 ? from : 1; i < n; i++) {
+		allot__kcount *lc = level_count(a, b, lv[i]);
+		allot__bump(b, &lc->allowed, 1);
+		allot__bump(b, &lc->spent, cost);
+	}
+	return true;
+}
+
+/* The decision of a key with stacked levels (decide()), off the
+ * one-level path: no leases (a lease taken before the key was stacked
+ * is given back). */
+static __attribute__((noinline)) int
+decide_stacked(allot_agent *a, allot_key *k, allot__tblock *b,
+    allot__kcount *c, uint32_t cost, allot_decision *ret, bool tail)
+{
+	uint32_t lv[ALLOT__STACK_MAX + 1], at;
+	uint32_t n = stack_levels(a, k, lv);
+	uint64_t now = allot__agent_now(a);
+	if (allot__unlikely(c->lease.n != 0))
+		lease_close(a, &c->lease, now);
+	c->lease.on = 0;
+	if (stack_take(a, b, lv, n, 0, cost, now, ret, &at)) {
+		allot__bump(b, &c->allowed, 1);
+		allot__bump(b, &c->spent, cost);
+		if (ret->shadow_denied) {
+			allot__bump(b, &c->shadow_denied, 1);
+			allot__bump(b, &c->shadow_tokens, cost);
+		}
+		return ALLOT_OK;
+	}
+	/* The key's own quota denied a request about to wait for its
+	 * central reserve: counted when its wait ends (tail.c). */
+	if (tail && at == 0)
+		return ALLOT_OK;
+	allot__bump(b, &c->denied, 1);
+	allot__bump(b, &c->denied_tokens, cost);
+	count_level_denial(a, b, lv, at, cost);
+	return ALLOT_OK;
+}
+
+const char *
+allot_decision_quota(
+    allot_agent *a, const allot_key *k, const allot_decision *d)
+{
+	if (a == NULL || k == NULL || d == NULL)
+		return "default";
+	uint32_t lv[ALLOT__STACK_MAX + 1];
+	uint32_t n = stack_levels(a, k, lv);
+	return a->quotas[lv[d->level < n ? d->level : 0]].name;
+}
+
 /* The decision. With `tail` (a constant at each call site, so the hot
  * path compiles as if it were not there) a denial is not counted: the
  * request is about to wait for the central reserve, and its final
@@ -555,6 +688,9 @@ decide(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret,
 		allot__bump(b, &c->denied_tokens, cost);
 		return ALLOT_ETOOBIG;
 	}
+	if (allot__unlikely(
+	        atomic_load_explicit(&k->nup, memory_order_relaxed) != 0))
+		return decide_stacked(a, k, b, c, cost, ret, tail);
 	allot__bucket *bk = atomic_load_explicit(
 	    &k->bucket, memory_order_relaxed);
 	uint64_t now = allot__agent_now(a);
@@ -677,7 +813,9 @@ wait_begins(allot_agent *a, allot_key *k, uint32_t cost, uint64_t timeout_ns,
 	        !atomic_load_explicit(&a->waits, memory_order_relaxed)))
 		atomic_store_explicit(&a->waits, true, memory_order_relaxed);
 	*ret_rc = decide(a, k, cost, ret, true);
-	if (*ret_rc != ALLOT_OK || ret->allowed)
+	/* A stacked level above the key's own quota is decided locally:
+	 * its denial was counted and is final. */
+	if (*ret_rc != ALLOT_OK || ret->allowed || ret->level != 0)
 		return false;
 	uint64_t now = allot__agent_now(a);
 	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
@@ -689,7 +827,10 @@ wait_begins(allot_agent *a, allot_key *k, uint32_t cost, uint64_t timeout_ns,
 		    allot__standby_take(a, &a->quotas[qi], ret->cost, now)) {
 			atomic_fetch_add_explicit(
 			    &t->standby, 1, memory_order_relaxed);
-			allot__decide_central(a, k, ret->cost, now, ret);
+			if (!allot__decide_central(a, k, ret->cost, now, ret))
+				atomic_fetch_sub_explicit(
+				    &a->quotas[qi].standby_used, ret->cost,
+				    memory_order_relaxed);
 			return false;
 		}
 		allot__decide_final(a, k, ret->cost, now, ret);
@@ -771,12 +912,28 @@ allot_acquire_async(allot_agent *a, allot_wait *w, allot_key *k, uint32_t cost,
 	return ALLOT_EINPROGRESS;
 }
 
-void
+bool
 allot__decide_central(allot_agent *a, allot_key *k, uint32_t cost,
     uint64_t now, allot_decision *ret)
 {
 	allot__tblock *b = allot__thread_block(a);
 	allot__kcount *c = &b->c[k->id];
+	allot_decision up = { .remaining = INFINITY };
+	if (atomic_load_explicit(&k->nup, memory_order_relaxed) != 0) {
+		/* Its own quota's tokens came from the reserve: the
+		 * stacked levels above it still decide. */
+		uint32_t lv[ALLOT__STACK_MAX + 1], at;
+		uint32_t n = stack_levels(a, k, lv);
+		if (!stack_take(a, b, lv, n, 1, cost, now, &up, &at)) {
+			allot__bucket_adjust(
+			    &a->quotas[lv[0]].bucket, -(int64_t) cost, now);
+			allot__bump(b, &c->denied, 1);
+			allot__bump(b, &c->denied_tokens, cost);
+			count_level_denial(a, b, lv, at, cost);
+			*ret = up;
+			return false;
+		}
+	}
 	allot__bump(b, &c->allowed, 1);
 	allot__bump(b, &c->spent, cost);
 	allot__bucket *bk = atomic_load_explicit(
@@ -794,6 +951,9 @@ allot__decide_central(allot_agent *a, allot_key *k, uint32_t cost,
 		    (uint64_t) ((al.burst - level) / al.rate * 1e9) :
 		    0,
 	};
+	if (up.remaining < ret->remaining)
+		*ret = up; /* a stacked level has fewer tokens left */
+	return true;
 }
 
 void

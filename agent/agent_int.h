@@ -268,6 +268,9 @@ struct allot_key {
 	uint32_t cls; /* endpoint class index */
 	_Atomic bool known; /* charges a configured caller's quota */
 	bool dynamic; /* in the unknown-identity pool */
+	/* Stacked levels it charges on top of `quota` (a->stacks[id]), 0:
+	 * none, the one-level decision. */
+	_Atomic uint8_t nup;
 	_Atomic uint32_t pins;
 	/* Even when stable; odd while a dynamic key is being recycled. */
 	_Atomic uint32_t gen;
@@ -276,6 +279,28 @@ struct allot_key {
 };
 _Static_assert(sizeof(struct allot_key) == 64,
     "a key is one line: 10,000 keys of a class lie in 640 KB");
+
+/*
+ * Stacked limits (docs/configuration.md): the quotas a key charges on
+ * top of its own, all or none, in order: its caller's own quota (for a
+ * stacked endpoint quota), then "* ENDPOINT", then "*". Written by a
+ * reconfig (cfg_lock and dyn_lock), read by decisions with relaxed
+ * loads: one racing a reconfig may charge a stack half old, half new,
+ * once; every index names a quota slot that lives until destroy.
+ */
+#define ALLOT__STACK_MAX 3u
+typedef struct allot__stack {
+	_Atomic uint32_t q[ALLOT__STACK_MAX]; /* a->quotas indexes */
+	uint32_t pad_;
+} allot__stack;
+
+/* The counters a stacked level keeps in each thread block, apart from
+ * any key's: quota i's are at c[a->level_base + i]. A request admitted
+ * counts there for each level above the key's own quota; one denied by
+ * a level counts its denial there, and takes it back from the key's own
+ * quota's (whose bucket did not deny it: allotd would refute it), so
+ * that allot__quota_totals() gives each quota what its bucket decided.
+ * The counts wrap as unsigned: only their sums are read. */
 
 /* What the decision path never reads of a key, apart (a->kcold, by key
  * id), so that keys stay one line each. */
@@ -373,8 +398,14 @@ struct allot_agent {
 	_Atomic uint64_t evictions;
 	_Atomic uint64_t overflowed;
 
+	/* Stacked levels (allot__stack), by key id; NULL when no key
+	 * has room for them (never: allocated at create, untouched pages
+	 * until a config stacks). */
+	allot__stack *stacks;
+	uint32_t level_base; /* first level counter id: quotas' follow */
+
 	/* Per-thread counter blocks (thread.c). */
-	uint32_t nkeys; /* keys of every kind: block size */
+	uint32_t nkeys; /* keys of every kind and the level counters */
 	uint32_t max_blocks;
 	_Atomic uint32_t nblocks;
 	allot__tblock **blocks; /* max_blocks slots */
@@ -403,6 +434,25 @@ struct allot_agent {
 	 * for the reserve), and their reports say so (KeyReport.tail). */
 	_Atomic bool waits;
 };
+
+/* Give key `dst` the stacked levels and the largest cost of `src` (a
+ * reconfig, or an unknown identity's key taking its class's, under
+ * dyn_lock). */
+static inline void
+allot__key_stack_copy(
+    allot_agent *a, struct allot_key *dst, const struct allot_key *src)
+{
+	uint8_t n = atomic_load_explicit(&src->nup, memory_order_relaxed);
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&a->stacks[dst->id].q[i],
+		    atomic_load_explicit(
+		        &a->stacks[src->id].q[i], memory_order_relaxed),
+		    memory_order_relaxed);
+	atomic_store_explicit(&dst->max_cost,
+	    atomic_load_explicit(&src->max_cost, memory_order_relaxed),
+	    memory_order_relaxed);
+	atomic_store_explicit(&dst->nup, n, memory_order_relaxed);
+}
 
 /* The endpoint classes in use are 0..nep-1 and the default (the last):
  * the i-th of them, for i <= nep. Keys of the spare classes between are
@@ -512,10 +562,13 @@ void allot__quota_totals(
 
 /* The tail path's decisions (agent.c), on the thread that drives it
  * (tail.c): `k` admitted with `cost` tokens of the central reserve
- * (counted, `*ret` from its bucket's allowance); or, its wait over
- * without them, decided once more on its local bucket and counted like
- * any decision. */
-void allot__decide_central(allot_agent *a, struct allot_key *k, uint32_t cost,
+ * (counted, `*ret` from its bucket's allowance), true; false when a
+ * stacked level above its own quota denied it after all (counted, and
+ * the tokens put into its own quota's bucket: a deposit of the reserve,
+ * or the standby's debt paid back, as the caller books them); or, its
+ * wait over without them, decided once more on its local bucket and
+ * counted like any decision. */
+bool allot__decide_central(allot_agent *a, struct allot_key *k, uint32_t cost,
     uint64_t now, allot_decision *ret);
 void allot__decide_final(allot_agent *a, struct allot_key *k, uint32_t cost,
     uint64_t now, allot_decision *ret);

@@ -66,6 +66,7 @@ allot__key_init(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t cls,
 	atomic_init(
 	    &k->max_cost, b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b);
 	atomic_init(&k->known, false);
+	atomic_init(&k->nup, 0);
 	k->identity = identity;
 	atomic_init(&k->pins, 0);
 	atomic_init(&k->gen, 0);
@@ -204,9 +205,12 @@ alloc_all(allot_agent *a)
 {
 	size_t nknown = (size_t) a->group_cap * a->nclasses;
 	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
-	if (nkeys >= UINT32_MAX)
+	/* Then each quota's counters as a stacked level (agent_int.h). */
+	if (nkeys + a->quota_cap >= UINT32_MAX)
 		return ALLOT_EINVAL;
-	a->nkeys = (uint32_t) nkeys;
+	a->level_base = (uint32_t) nkeys;
+	a->nkeys = (uint32_t) (nkeys + a->quota_cap);
+	a->stacks = allot__zalloc(sizeof *a->stacks * (nkeys + 1));
 	a->quotas = allot__zalloc(sizeof(allot__qrt) * a->quota_cap);
 	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
 	a->class_weight = calloc(a->nclasses, sizeof *a->class_weight);
@@ -232,7 +236,7 @@ alloc_all(allot_agent *a)
 	    a->caller_names == NULL || a->known_keys == NULL ||
 	    a->kcold == NULL || a->qbase == NULL || a->anon_keys == NULL ||
 	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
-	    a->dyn_names == NULL)
+	    a->dyn_names == NULL || a->stacks == NULL)
 		return ALLOT_ENOMEM;
 	return ALLOT_OK;
 }
@@ -334,6 +338,7 @@ allot_agent_destroy(allot_agent *a)
 	allot__zfree(a->anon_keys);
 	allot__zfree(a->known_keys);
 	allot__zfree(a->kcold);
+	allot__zfree(a->stacks);
 	allot__zfree(a->qbase);
 	allot__reconfig_fini(a);
 	free(a->ep_tab);

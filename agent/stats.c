@@ -9,15 +9,17 @@
 #include <stdio.h>
 #include <string.h>
 
-void
-allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
+/* Counter `id` (a key's, or a quota's as a stacked level) summed over
+ * every thread block. */
+static void
+counter_totals(const allot_agent *a, uint32_t id, allot__ktotals *t)
 {
 	memset(t, 0, sizeof *t);
 	uint32_t n = atomic_load_explicit(&a->nblocks, memory_order_acquire);
 	for (uint32_t i = 0; i <= n; i++) {
 		const allot__tblock *b = i < n ? a->blocks[i] :
 		                                 a->shared_block;
-		const allot__kcount *c = &b->c[k->id];
+		const allot__kcount *c = &b->c[id];
 		t->allowed += atomic_load_explicit(
 		    &c->allowed, memory_order_relaxed);
 		t->denied += atomic_load_explicit(
@@ -31,8 +33,13 @@ allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
 		t->shadow_tokens += atomic_load_explicit(
 		    &c->shadow_tokens, memory_order_relaxed);
 	}
-	const allot__ktotals *base = &allot__kc(a, k)->base;
-	allot__ktotals_sub(t, base);
+}
+
+void
+allot__key_totals(const allot_agent *a, const allot_key *k, allot__ktotals *t)
+{
+	counter_totals(a, k->id, t);
+	allot__ktotals_sub(t, &allot__kc(a, k)->base);
 }
 
 /* What key `k` counted since it started charging its quota. */
@@ -51,13 +58,16 @@ since_join(allot_agent *a, const allot_key *k, allot__ktotals *ret)
 
 /* A quota's totals: what keys that left it counted while they charged
  * it, plus what the keys charging it now counted since they joined
- * (reconfig.c). The default quota also has the anonymous, overflow and
- * unknown-identity keys, and what evicted ones had counted. */
+ * (reconfig.c), and what it counted as a stacked level. The default
+ * quota also has the anonymous, overflow and unknown-identity keys, and
+ * what evicted ones had counted. */
 void
 allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 {
 	allot__ktotals t;
-	memset(ret, 0, sizeof *ret);
+	/* What it counted as a stacked level: requests of keys charging
+	 * other quotas first (agent_int.h, allot__stack). */
+	counter_totals(a, a->level_base + q->index, ret);
 	pthread_mutex_lock(&a->cfg_lock);
 	if (!q->is_default)
 		allot__ktotals_add(ret, &q->retired);

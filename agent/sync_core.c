@@ -217,10 +217,15 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		 * reported: report nothing until consumption catches up. */
 		int64_t d_spent = (int64_t) (t.spent - qs->last_spent);
 		uint64_t consumed = d_spent > 0 ? (uint64_t) d_spent : 0;
-		uint64_t denied = t.denied_tokens - qs->last_denied;
+		/* A stacked level's denial moves from the key's quota to
+		 * the level's in two stores a read may see one of: a
+		 * total that went down reports nothing until it is back. */
+		int64_t d_denied = (int64_t) (t.denied_tokens -
+		    qs->last_denied);
+		uint64_t denied = d_denied > 0 ? (uint64_t) d_denied : 0;
 		uint64_t shadow = t.shadow_tokens - qs->last_shadow;
 		qs->last_spent += consumed;
-		qs->last_denied = t.denied_tokens;
+		qs->last_denied += denied;
 		qs->last_shadow = t.shadow_tokens;
 		qs->denying = denied > 0;
 		if (elapsed > 0) {
@@ -1096,7 +1101,7 @@ allot__syncc_early_due(syncc *s, uint64_t now)
 			continue;
 		allot__ktotals t;
 		allot__quota_totals(a, q, &t);
-		if (t.denied_tokens > s->q[i].last_denied) {
+		if ((int64_t) (t.denied_tokens - s->q[i].last_denied) > 0) {
 			s->early = true;
 			return true;
 		}

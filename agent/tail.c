@@ -67,13 +67,19 @@ complete(allot__tail *t, allot__waiter *wt, bool central, uint64_t now)
 	    allot__standby_take(t->a, q, wt->cost, now)) {
 		/* Its Ask found no coordinator to serve it: the standby. */
 		atomic_fetch_add(&t->standby, 1);
-		allot__decide_central(t->a, wt->key, wt->cost, now, &d);
-		atomic_fetch_add(&t->allowed, 1);
+		if (allot__decide_central(t->a, wt->key, wt->cost, now, &d))
+			atomic_fetch_add(&t->allowed, 1);
+		else
+			atomic_fetch_sub(&q->standby_used, wt->cost);
 	} else if (central) {
-		allot__decide_central(t->a, wt->key, wt->cost, now, &d);
-		atomic_fetch_add(&t->allowed, 1);
-		atomic_fetch_add(
-		    &t->a->quotas[wt->quota].central_spent, wt->cost);
+		/* A stacked level may still deny it: the reserve's tokens
+		 * are then the bucket's. */
+		if (allot__decide_central(t->a, wt->key, wt->cost, now, &d)) {
+			atomic_fetch_add(&t->allowed, 1);
+			atomic_fetch_add(&q->central_spent, wt->cost);
+		} else {
+			atomic_fetch_add(&q->deposited, wt->cost);
+		}
 	} else {
 		allot__decide_final(t->a, wt->key, wt->cost, now, &d);
 		atomic_fetch_add(&t->denied, !d.allowed);

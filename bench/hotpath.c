@@ -378,6 +378,7 @@ enum fig {
 	F_RESOLVED_DENY,
 	F_RESOLVED_10K,
 	F_RESOLVED_SWAPPING,
+	F_RESOLVED_STACK3,
 	F_RESOLVED_2T_SAME,
 	F_RESOLVED_2T_DISTINCT,
 	F_SCALE,
@@ -403,6 +404,7 @@ enum fig {
 	F_RATIO_4T_SAME_FLOOR,
 	F_RATIO_DENY_FLOOR,
 	F_RATIO_SWAPPING_FLOOR,
+	F_RATIO_STACK3_RESOLVED,
 	F_SETUP_10K,
 	F_NOISE,
 	NFIG
@@ -482,6 +484,11 @@ static bench_figure figs[NFIG] = {
 	    "ms (rate and weight alternate)" },
 	[F_RATIO_SWAPPING_FLOOR] = { "hotpath.ratio_swapping_floor", "x", 3,
 	    "resolved_swapping_ns / floor_ns", BENCH_AT_MOST, 1.1 },
+	[F_RESOLVED_STACK3] = { "hotpath.resolved_stacked3_ns", "ns", 1,
+	    "allot_acquire, resolved key charging three stacked limits "
+	    "(its endpoint's, its caller's, every caller's), allow" },
+	[F_RATIO_STACK3_RESOLVED] = { "hotpath.ratio_stacked3_resolved", "x",
+	    3, "resolved_stacked3_ns / resolved_ns", BENCH_AT_MOST, 3.0 },
 	[F_NOISE] = { "hotpath.noise_cpu_pct", "%", 1,
 	    "CPU used by other processes during the run (% of machine)" },
 };
@@ -495,6 +502,8 @@ typedef struct world {
 	allot_agent *two; /* 2 callers (checkout, search), allow */
 	allot_agent *tenk; /* 10,000 callers, allow */
 	allot_agent *swap; /* 1 caller, allow, reconfigured every ms */
+	allot_agent *stack; /* 1 caller, 3 stacked levels, allow */
+	allot_key *k_stack;
 	allot_config *swap_cfg[2]; /* its two configs */
 	allot_key *k_swap;
 	allot_key *k_one, *k_deny, *k_two_a, *k_two_b;
@@ -548,6 +557,19 @@ setup(world *w, const bench_opts *o)
 	if (allot_agent_create(w->swap_cfg[0], NULL, &w->swap) != ALLOT_OK)
 		bench_fail("agent for bench-swap.yaml");
 	w->k_swap = resolve(w->swap, ID_CHECKOUT);
+
+	/* Stacked limits: the caller's endpoint quota on top of its own,
+	 * and every caller's on top of both. */
+	yaml_head(&y, "10", "20");
+	yaml_caller(&y, ID_CHECKOUT, ALLOW_RATE, ALLOW_BURST, "critical");
+	bench_buf_printf(&y,
+	    "      endpoints:\n"
+	    "        \"" ENDPOINT "\": {tokens_per_second: " ALLOW_RATE
+	    ", burst: " ALLOW_BURST ", stacked: true}\n");
+	yaml_caller(&y, "*", ALLOW_RATE, ALLOW_BURST, "critical");
+	yaml_tail(&y);
+	w->stack = make_agent("bench-stack.yaml", &y);
+	w->k_stack = resolve(w->stack, ID_CHECKOUT);
 
 	w->k_one = resolve(w->one, ID_CHECKOUT);
 	w->k_deny = resolve(w->deny, ID_CHECKOUT);
@@ -643,6 +665,8 @@ teardown(world *w)
 	allot_agent_destroy(w->tenk);
 	allot_key_release(w->swap, w->k_swap);
 	allot_agent_destroy(w->swap);
+	allot_key_release(w->stack, w->k_stack);
+	allot_agent_destroy(w->stack);
 	allot_config_free(w->swap_cfg[0]);
 	allot_config_free(w->swap_cfg[1]);
 }
@@ -783,6 +807,8 @@ round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
 	j.order = w->order;
 	samples[F_RESOLVED_10K][r] = measure1(&j, n);
 	samples[F_RESOLVED_SWAPPING][r] = measure_swapping(w, n);
+	j = key_job("resolved_stacked3", w->stack, w->k_stack, EXPECT_ALLOW);
+	samples[F_RESOLVED_STACK3][r] = measure1(&j, n);
 
 	/* Identity + endpoint lookup, one thread. */
 	j = id_job("lookup", w->one, ID_CHECKOUT, EXPECT_ALLOW);
@@ -888,6 +914,7 @@ main(int argc, char **argv)
 		{ F_RATIO_4T_SAME_FLOOR, F_RESOLVED_4T_SAME, F_FLOOR_4T_SAME },
 		{ F_RATIO_DENY_FLOOR, F_RESOLVED_DENY, F_FLOOR_DENY },
 		{ F_RATIO_SWAPPING_FLOOR, F_RESOLVED_SWAPPING, F_FLOOR },
+		{ F_RATIO_STACK3_RESOLVED, F_RESOLVED_STACK3, F_RESOLVED },
 	};
 	for (size_t i = 0; i < sizeof ratio / sizeof ratio[0]; i++)
 		figs[ratio[i][0]].value = figs[ratio[i][1]].value /

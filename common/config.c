@@ -257,6 +257,12 @@ allot__quota_key(const allot__quota *q, char *buf, size_t size)
 	return n < 0 ? 0 : (size_t) n;
 }
 
+bool
+allot__quota_is_level(const allot__quota *q)
+{
+	return q->stacked || strcmp(q->identity, ALLOT__EVERY_CALLER) == 0;
+}
+
 void
 allot__quota_free(allot__quota *q)
 {

@@ -48,6 +48,9 @@ typedef struct allot__quota {
 	 * 0 none (decided locally only). */
 	double reserve;
 	bool shared; /* the default bucket: one bucket for all */
+	/* An endpoint quota charged on top of its caller's own quota (both
+	 * or neither) instead of in its place. */
+	bool stacked;
 	allot_fallback fallback;
 	uint32_t line; /* where it was defined, for messages */
 	uint32_t unit_s; /* the rate was written per 1, 60, 3600 or 86400 s */
@@ -111,6 +114,16 @@ struct allot_config {
 	size_t nservices;
 	uint64_t digest; /* 64-bit digest of the canonical content */
 };
+
+/* The identity that stands for every caller of the service together:
+ * its quota (and each of its endpoint quotas) is charged by every
+ * request (to that endpoint) on top of the request's own quota. */
+#define ALLOT__EVERY_CALLER "*"
+
+/* Whether quota `q` is a stacked level: charged on top of a request's
+ * own quota (an endpoint quota with `stacked`, or one of "*"), never
+ * instead of it (docs/configuration.md, "Stacked limits"). */
+bool allot__quota_is_level(const allot__quota *q);
 
 /* The caller-wide quota for an identity (not one of its endpoint
  * quotas), or NULL if it is not a configured caller. Linear scan: for

@@ -369,6 +369,17 @@ check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
 		snprintf(s.who, sizeof s.who, "caller %s", Q(q1, q->identity));
 	int rc = q->endpoint != NULL ? endpoint_need(c, v, q, m, &s) :
 	                               ALLOT_OK;
+	/* A stacked level's demand is also its callers' own quotas': the
+	 * ceiling would count it twice. */
+	if (rc == ALLOT_OK && v->ceiling > 0 && !is_default &&
+	    allot__quota_is_level(q))
+		return FAIL(c, m->map,
+		    "%s is a stacked limit (charged on top of each request's "
+		    "own quota)%s, which a global ceiling cannot hold: "
+		    "expected no global_ceiling (line %" PRIu32 ") beside "
+		    "stacked limits (a caller \"*\" caps the whole service)",
+		    s.who, s.in,
+		    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
 	for (size_t i = 0; i < allot__nqfields && rc == ALLOT_OK; i++)
 		rc = check_weight(c, &s, q, m, &allot__qfields[i]);
 	if (rc != ALLOT_OK || !(v->ceiling > 0) || v->overcommit)

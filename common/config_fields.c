@@ -116,6 +116,15 @@ const allot__qfield allot__qfields[] = {
 	    .off2 = OFF(nlabels),
 	},
 	{
+	    /* Stacked limits (docs/configuration.md): an endpoint quota
+	     * charged on top of its caller's own quota. */
+	    .key = "stacked",
+	    .type = ALLOT__QT_BOOL,
+	    .scopes = ALLOT__QS_ENDPOINT,
+	    .off = OFF(stacked),
+	    .word = "stacked",
+	},
+	{
 	    /* The tail path's central reserve (docs/allocation.md): how
 	     * much of the burst the coordinator may keep; 0 opts out. An
 	     * endpoint quota follows its caller unless it says. */

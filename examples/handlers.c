@@ -37,7 +37,6 @@ conn_release(struct svc *s, struct svc_conn *cc)
 	for (int e = 0; e < EP_COUNT; e++) {
 		allot_key_release(s->agent, cc->key[e]);
 		cc->key[e] = NULL;
-		cc->policy[e] = NULL;
 	}
 	cc->caller = NULL;
 	cc->identity[0] = '\0';
@@ -162,10 +161,6 @@ conn_key(struct svc *s, struct svc_conn *cc, enum svc_endpoint ep)
 		    allot_strerror(rc));
 		return NULL;
 	}
-	allot_key_stats ks;
-	cc->policy[ep] = allot_key_stats_get(s->agent, k, &ks) == ALLOT_OK ?
-	    ks.quota :
-	    "default";
 	cc->key[ep] = k;
 	return k;
 }
@@ -345,7 +340,8 @@ admit(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 	}
 	if (!d->allowed) {
 		count(&who->rate_denied, 1);
-		*ret = reply_rate_denied(c, cc, d, cc->policy[ep]);
+		*ret = reply_rate_denied(
+		    c, cc, d, allot_decision_quota(s->agent, k, d));
 		return false;
 	}
 	count(&who->admitted, 1);
@@ -363,6 +359,9 @@ do_lookup(
 	if (!admit(s, c, cc, EP_LOOKUP, k, &d, &ret))
 		return ret;
 	struct svc_caller *who = cc->caller;
+	/* The quota that bound the decision: with stacked limits, the one
+	 * with the fewest tokens left. */
+	const char *pol = allot_decision_quota(s->agent, k, &d);
 	/* Interactive lane: exports can never take all of its permits, so a
 	 * burst of them does not slow lookups down. */
 	allot_conc_permit p;
@@ -371,7 +370,7 @@ do_lookup(
 	if (rc != ALLOT_OK) {
 		reconcile(s, k, &d, 0);
 		count(&who->conc_rejected, 1);
-		return reply_busy(s, c, cc, &d, cc->policy[EP_LOOKUP]);
+		return reply_busy(s, c, cc, &d, pol);
 	}
 	count(&who->lookups_done, 1); /* the work: a cheap read */
 	allot_conc_release(&p);
@@ -379,8 +378,7 @@ do_lookup(
 	    cc->identity[0] != '\0' ? "\"" : "",
 	    cc->identity[0] != '\0' ? cc->identity : "null",
 	    cc->identity[0] != '\0' ? "\"" : "");
-	return reply(
-	    c, MHD_HTTP_OK, cc->body, n, &d, cc->policy[EP_LOOKUP], NULL);
+	return reply(c, MHD_HTTP_OK, cc->body, n, &d, pol, NULL);
 }
 
 /* ?rows=N, strictly digits, 1 .. max; 0 when absent, -1 when bad. */
@@ -434,7 +432,7 @@ do_export(
 	if (!admit(s, c, cc, EP_EXPORT, k, &d, &ret))
 		return ret;
 	struct svc_caller *who = cc->caller;
-	const char *pol = cc->policy[EP_EXPORT];
+	const char *pol = allot_decision_quota(s->agent, k, &d);
 	int64_t rows = parse_rows(
 	    MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "rows"),
 	    s->o.export_max_rows);

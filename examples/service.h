@@ -132,7 +132,6 @@ struct svc_conn {
 	bool resolved;
 	struct svc_caller *caller;
 	allot_key *key[EP_COUNT];
-	const char *policy[EP_COUNT]; /* the quota each key charges */
 	/* The identity the keys were resolved for ("" for none). With
 	 * --insecure-identity-header a request whose header differs from
 	 * the previous one on the connection re-resolves. */

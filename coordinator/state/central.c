@@ -33,12 +33,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether quota q of the config in force keeps a central reserve. */
+/* Whether quota q of the config in force keeps a central reserve. A
+ * stacked level keeps none: agents decide it locally, never asking its
+ * reserve (docs/configuration.md, "Stacked limits"). */
 bool
 allot__central_on(const allot__state *st, size_t q)
 {
 	const cfgv *v = st->cur;
-	return st->o.policy.central && q < v->nq && v->q[q]->reserve > 0;
+	return st->o.policy.central && q < v->nq && v->q[q]->reserve > 0 &&
+	    !allot__quota_is_level(v->q[q]);
 }
 
 /* The ceiling of `svc` into svc->c_*: C; its burst B_C, C times the

@@ -290,6 +290,11 @@ ALLOT_API uint32_t allot_key_cost(const allot_key *key);
 typedef struct allot_decision {
 	bool allowed; /**< the request may proceed */
 	bool shadow_denied; /**< shadow mode: would have been denied */
+	/** Which of the key's stacked limits the other fields describe:
+	 * the one that denied, or admitted, the one with the fewest tokens
+	 * left; 0 is the key's own quota (allot_decision_quota() names
+	 * it). Always 0 without stacked limits. */
+	uint8_t level;
 	uint32_t cost; /**< tokens charged (or that would have been) */
 	uint64_t retry_after_ns; /**< denied: exact time until `cost` tokens
 	                           exist at the current rate; 0 if allowed */
@@ -302,7 +307,9 @@ typedef struct allot_decision {
 /**
  * The hot path. Charge `cost` tokens (ALLOT_COST_DEFAULT: the endpoint
  * weight) to `key`'s bucket. Lock-free, allocation-free, no I/O.
- * Denials write no shared bucket state.
+ * Denials write no shared bucket state. A key with stacked limits
+ * charges each of them, all or none: a level that denies gives back
+ * what the levels before it took (docs/configuration.md).
  * @return ALLOT_OK with `*ret` filled (allowed or not); ALLOT_ETOOBIG when
  *         `cost` exceeds the quota's burst (the request can never pass;
  *         `*ret` is filled with allowed = false and retry_after_ns = 0);
@@ -310,6 +317,17 @@ typedef struct allot_decision {
  */
 ALLOT_API int allot_acquire(
     allot_agent *agent, allot_key *key, uint32_t cost, allot_decision *ret);
+
+/**
+ * The name of the quota that decided `d`, a decision of `key`: its
+ * level's wire key ("IDENTITY", "IDENTITY ENDPOINT", "*",
+ * "* ENDPOINT" or "default"), for the `RateLimit-Policy` of a response.
+ * With stacked limits (docs/configuration.md) a request charges
+ * several quotas, and this names the one that bound it. Valid while the
+ * agent lives; "default" for NULL arguments.
+ */
+ALLOT_API const char *allot_decision_quota(
+    allot_agent *agent, const allot_key *key, const allot_decision *d);
 
 /**
  * Convenience: resolve (identity, endpoint) without pinning and acquire.
