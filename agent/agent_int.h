@@ -16,6 +16,7 @@
 #ifndef ALLOT_AGENT_INT_H
 #define ALLOT_AGENT_INT_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -283,16 +284,22 @@ _Static_assert(sizeof(struct allot_key) == 64,
 /*
  * Stacked limits (docs/configuration.md): the quotas a key charges on
  * top of its own, all or none, in order: its caller's own quota (for a
- * stacked endpoint quota), then "* ENDPOINT", then "*". Written by a
+ * stacked endpoint quota), then its group's ("PREFIX* ENDPOINT", then
+ * "PREFIX*"), then "* ENDPOINT", then "*" (stack.c). Written by a
  * reconfig (cfg_lock and dyn_lock), read by decisions with relaxed
  * loads: one racing a reconfig may charge a stack half old, half new,
  * once; every index names a quota slot that lives until destroy.
  */
-#define ALLOT__STACK_MAX 3u
+#define ALLOT__STACK_MAX 5u
 typedef struct allot__stack {
 	_Atomic uint32_t q[ALLOT__STACK_MAX]; /* a->quotas indexes */
-	uint32_t pad_;
+	uint32_t pad_[3];
 } allot__stack;
+_Static_assert(sizeof(allot__stack) == 32, "a key's levels: 32 bytes");
+
+/* The pattern callers of the config in force, for the levels of each
+ * key (stack.c). */
+typedef struct allot__patterns allot__patterns;
 
 /* The counters a stacked level keeps in each thread block, apart from
  * any key's: quota i's are at c[a->level_base + i]. A request admitted
@@ -403,6 +410,9 @@ struct allot_agent {
 	 * until a config stacks). */
 	allot__stack *stacks;
 	uint32_t level_base; /* first level counter id: quotas' follow */
+	/* The pattern callers of the config in force (stack.c): swapped
+	 * with it, read under dyn_lock. */
+	allot__patterns *pats;
 
 	/* Per-thread counter blocks (thread.c). */
 	uint32_t nkeys; /* keys of every kind and the level counters */
@@ -434,25 +444,6 @@ struct allot_agent {
 	 * for the reserve), and their reports say so (KeyReport.tail). */
 	_Atomic bool waits;
 };
-
-/* Give key `dst` the stacked levels and the largest cost of `src` (a
- * reconfig, or an unknown identity's key taking its class's, under
- * dyn_lock). */
-static inline void
-allot__key_stack_copy(
-    allot_agent *a, struct allot_key *dst, const struct allot_key *src)
-{
-	uint8_t n = atomic_load_explicit(&src->nup, memory_order_relaxed);
-	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&a->stacks[dst->id].q[i],
-		    atomic_load_explicit(
-		        &a->stacks[src->id].q[i], memory_order_relaxed),
-		    memory_order_relaxed);
-	atomic_store_explicit(&dst->max_cost,
-	    atomic_load_explicit(&src->max_cost, memory_order_relaxed),
-	    memory_order_relaxed);
-	atomic_store_explicit(&dst->nup, n, memory_order_relaxed);
-}
 
 /* The endpoint classes in use are 0..nep-1 and the default (the last):
  * the i-th of them, for i <= nep. Keys of the spare classes between are
@@ -629,6 +620,29 @@ int allot__reconfig(allot_agent *a, allot_config *cfg, bool initial);
  * leaves (cfg_lock held, or at create). */
 void allot__key_charge(
     allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight);
+
+/* A key's largest cost on quota `q`: its burst, whole. */
+static inline uint32_t
+allot__max_cost(const allot__qrt *q)
+{
+	double b = floor(q->q->burst);
+	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
+}
+
+/* Stacked limits (stack.c). The pattern table of `cfg`, whose callers[i] has quota slot slot[i]
+ * (NONE: none) and endpoint class cls[i] (NONE: its caller's own):
+ * ALLOT_OK, or ALLOT_ENOMEM. */
+int allot__patterns_build(const allot_config *cfg, const uint32_t *slot,
+    const uint32_t *cls, allot__patterns **ret);
+void allot__patterns_free(allot__patterns *t);
+/* Set the levels key `k` (of `identity`, NULL for none) charges on top
+ * of its own quota, whose largest cost is `own_max_cost`: `own` first
+ * (its caller's own quota, when `k` charges a stacked endpoint quota;
+ * else NONE), then its group's and every caller's, from a->pats
+ * (dyn_lock held); and its largest cost, the smallest of theirs but
+ * those in shadow. */
+void allot__stack_set(allot_agent *a, struct allot_key *k,
+    const char *identity, uint32_t own, uint32_t own_max_cost);
 
 /* Evict idle unknown-identity keys now (any thread; takes dyn_lock). */
 void allot__agent_sweep(allot_agent *a, uint64_t now);

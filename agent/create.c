@@ -339,6 +339,7 @@ allot_agent_destroy(allot_agent *a)
 	allot__zfree(a->known_keys);
 	allot__zfree(a->kcold);
 	allot__zfree(a->stacks);
+	allot__patterns_free(a->pats);
 	allot__zfree(a->qbase);
 	allot__reconfig_fini(a);
 	free(a->ep_tab);

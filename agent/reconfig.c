@@ -181,13 +181,6 @@ group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 
 /* ---- keys ---- */
 
-static uint32_t
-max_cost_of(const allot__qrt *q)
-{
-	double b = floor(q->q->burst);
-	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
-}
-
 /* As allot__key_charge; `fresh`: nothing counted on it yet (create). */
 static void
 charge(
@@ -217,7 +210,7 @@ charge(
 	if (atomic_load_explicit(&k->weight, memory_order_relaxed) != weight)
 		atomic_store_explicit(
 		    &k->weight, weight, memory_order_relaxed);
-	uint32_t mc = max_cost_of(q);
+	uint32_t mc = allot__max_cost(q);
 	if (atomic_load_explicit(&k->max_cost, memory_order_relaxed) != mc)
 		atomic_store_explicit(&k->max_cost, mc, memory_order_relaxed);
 }
@@ -295,10 +288,9 @@ typedef struct plan {
 	uint32_t *gq; /* group_cap: caller-wide quota, NONE: default */
 	uint32_t *ep_head; /* group_cap: first endpoint quota, or NONE */
 	uint32_t *epcls; /* nendpoints: class of each listed endpoint */
-	/* Stacked levels of every caller ("*"): its own quota, and its
-	 * endpoint quota of each class (nclasses), NONE: none. */
-	uint32_t every;
-	uint32_t *every_ep;
+	/* The pattern callers ("PREFIX*", "*"): the table the keys'
+	 * stacked levels come from (stack.c), installed with the config. */
+	allot__patterns *pats;
 	double *rate, *cut; /* n + 1: for the ceiling */
 	uint32_t *prio;
 	double *prev; /* 2 per quota: static rate and burst before */
@@ -329,7 +321,7 @@ plan_free(plan *p, bool keep_keys)
 	free(p->gq);
 	free(p->ep_head);
 	free(p->epcls);
-	free(p->every_ep);
+	allot__patterns_free(p->pats);
 	free(p->rate);
 	free(p->cut);
 	free(p->prio);
@@ -359,7 +351,6 @@ plan_alloc(allot_agent *a, const allot_config *cfg, plan *p)
 	p->gq = malloc(sizeof *p->gq * a->group_cap);
 	p->ep_head = malloc(sizeof *p->ep_head * a->group_cap);
 	p->epcls = malloc(sizeof *p->epcls * (cfg->nendpoints + 1));
-	p->every_ep = malloc(sizeof *p->every_ep * a->nclasses);
 	p->rate = malloc(sizeof *p->rate * n1);
 	p->cut = malloc(sizeof *p->cut * n1);
 	p->prio = malloc(sizeof *p->prio * n1);
@@ -373,11 +364,10 @@ plan_alloc(allot_agent *a, const allot_config *cfg, plan *p)
 	p->new_ep = calloc(n1 + cfg->nendpoints, sizeof *p->new_ep);
 	if (p->slot == NULL || p->grp == NULL || p->cls == NULL ||
 	    p->ep_next == NULL || p->gq == NULL || p->ep_head == NULL ||
-	    p->epcls == NULL || p->every_ep == NULL || p->rate == NULL ||
-	    p->cut == NULL || p->prio == NULL || p->prev == NULL ||
-	    p->live == NULL || p->new_qname == NULL || p->new_q == NULL ||
-	    p->new_keys == NULL || p->new_id == NULL || p->new_idh == NULL ||
-	    p->new_ep == NULL ||
+	    p->epcls == NULL || p->rate == NULL || p->cut == NULL ||
+	    p->prio == NULL || p->prev == NULL || p->live == NULL ||
+	    p->new_qname == NULL || p->new_q == NULL || p->new_keys == NULL ||
+	    p->new_id == NULL || p->new_idh == NULL || p->new_ep == NULL ||
 	    allot__idmap_init(&p->qmap, nq + (uint32_t) n1) != ALLOT_OK ||
 	    allot__idmap_init(&p->gmap, (uint32_t) n1) != ALLOT_OK ||
 	    allot__idmap_init(&p->emap, (uint32_t) (n1 + cfg->nendpoints)) !=
@@ -525,10 +515,11 @@ plan_make(allot_agent *a, const allot_config *cfg, bool initial, plan *p)
 		p->cls[i] = cq->endpoint == NULL ?
 		    NONE :
 		    plan_endpoint(a, p, cq->endpoint, &full);
-		/* "*" is every caller, not one: no identity of its own. */
+		/* A pattern is a group of callers, not one: no identity
+		 * of its own. */
 		const char *idname = NULL;
 		p->grp[i] = NONE;
-		if ((strcmp(cq->identity, ALLOT__EVERY_CALLER) != 0 &&
+		if ((!allot__identity_is_pattern(cq->identity) &&
 		        (rc = plan_identity(a, p, cq->identity, &p->grp[i],
 		             &idname)) != ALLOT_OK) ||
 		    (rc = plan_quota(a, p, cq, kname,
@@ -536,7 +527,9 @@ plan_make(allot_agent *a, const allot_config *cfg, bool initial, plan *p)
 		         &p->slot[i])) != ALLOT_OK)
 			return rc;
 	}
-	return full ? ALLOT_EFULL : ALLOT_OK;
+	if (full)
+		return ALLOT_EFULL;
+	return allot__patterns_build(cfg, p->slot, p->cls, &p->pats);
 }
 
 /* ---- applying a plan ---- */
@@ -635,38 +628,6 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 	atomic_store_explicit(&a->nquotas, nq_new, memory_order_release);
 }
 
-/* The stacked levels of key `k` of class `c` (after charge(), which set
- * its own quota and its largest cost): `own`, its caller's own quota
- * when `k` charges a stacked endpoint quota (else NONE), then every
- * caller's endpoint quota of its class, then every caller's quota. Its
- * largest cost is then the smallest of theirs (but those in shadow): a
- * request costlier than one level's burst can never pass. */
-static void
-stack_set(
-    allot_agent *a, const plan *p, allot_key *k, uint32_t c, uint32_t own)
-{
-	uint32_t up[ALLOT__STACK_MAX], n = 0;
-	uint32_t mc = atomic_load_explicit(&k->max_cost, memory_order_relaxed);
-	uint32_t cand[] = { own, p->every_ep[c], p->every };
-	for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-		if (cand[i] == NONE)
-			continue;
-		up[n++] = cand[i];
-		/* A level in shadow never denies. */
-		uint32_t m = max_cost_of(&a->quotas[cand[i]]);
-		if (!a->quotas[cand[i]].q->shadow && m < mc)
-			mc = m;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(
-		    &a->stacks[k->id].q[i], up[i], memory_order_relaxed);
-	if (atomic_load_explicit(&k->max_cost, memory_order_relaxed) != mc)
-		atomic_store_explicit(&k->max_cost, mc, memory_order_relaxed);
-	if (atomic_load_explicit(&k->nup, memory_order_relaxed) != n)
-		atomic_store_explicit(
-		    &k->nup, (uint8_t) n, memory_order_relaxed);
-}
-
 /* Every configured identity's keys pointed at the quota the new config
  * gives them (dyn_lock held): its endpoint quota for that class, else
  * its caller-wide quota, else the default. */
@@ -677,19 +638,11 @@ apply_keys(allot_agent *a, plan *p)
 	uint32_t nq = atomic_load(&a->nquotas);
 	for (uint32_t g = 0; g < ng; g++)
 		p->gq[g] = p->ep_head[g] = NONE;
-	p->every = NONE;
-	for (uint32_t c = 0; c < a->nclasses; c++)
-		p->every_ep[c] = NONE;
 	for (size_t i = 0; i < p->n; i++) {
-		if (p->slot[i] == NONE)
-			continue;
 		uint32_t g = p->grp[i];
-		if (g == NONE) { /* "*" */
-			if (p->cls[i] == NONE)
-				p->every = p->slot[i];
-			else
-				p->every_ep[p->cls[i]] = p->slot[i];
-		} else if (p->cls[i] == NONE) {
+		if (p->slot[i] == NONE || g == NONE) /* a pattern: stack.c */
+			continue;
+		if (p->cls[i] == NONE) {
 			p->gq[g] = p->slot[i];
 		} else {
 			p->ep_next[i] = p->ep_head[g];
@@ -716,9 +669,10 @@ apply_keys(allot_agent *a, plan *p)
 			    atomic_load_explicit(
 			        &a->class_weight[c], memory_order_relaxed),
 			    p->initial);
-			stack_set(a, p, k, c,
+			allot__stack_set(a, k, k->identity,
 			    q->q->stacked && p->gq[g] != NONE ? p->gq[g] :
-			                                        NONE);
+			                                        NONE,
+			    allot__max_cost(q));
 			if (atomic_load_explicit(
 			        &k->known, memory_order_relaxed) != known)
 				atomic_store_explicit(
@@ -730,23 +684,21 @@ apply_keys(allot_agent *a, plan *p)
 	/* The unknown identities' pool, anonymous and overflow keys: the
 	 * default quota, new weights, the stacks of their class (the
 	 * anonymous key's). */
-	uint32_t dmax = max_cost_of(def);
+	uint32_t dmax = allot__max_cost(def);
 	allot_key *sets[] = { a->anon_keys, a->overflow_keys };
 	for (size_t s = 0; s < 2; s++)
 		for (uint32_t c = 0; c < a->nclasses; c++) {
 			atomic_store_explicit(&sets[s][c].weight,
 			    atomic_load(&a->class_weight[c]),
 			    memory_order_relaxed);
-			atomic_store_explicit(
-			    &sets[s][c].max_cost, dmax, memory_order_relaxed);
-			stack_set(a, p, &sets[s][c], c, NONE);
+			allot__stack_set(a, &sets[s][c], NULL, NONE, dmax);
 		}
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
 		atomic_store_explicit(&k->weight,
 		    atomic_load(&a->class_weight[k->cls]),
 		    memory_order_relaxed);
-		allot__key_stack_copy(a, k, &a->anon_keys[k->cls]);
+		allot__stack_set(a, k, k->identity, NONE, dmax);
 	}
 }
 
@@ -789,6 +741,9 @@ apply(allot_agent *a, allot_config *cfg, plan *p, bool initial)
 		group_add(a, ng + g, p->new_id[g], p->new_idh[g]);
 
 	pthread_mutex_lock(&a->dyn_lock);
+	allot__patterns *pats = a->pats;
+	a->pats = p->pats; /* its prefixes are cfg's */
+	p->pats = pats; /* freed with the plan */
 	apply_keys(a, p);
 	allot_config *old = a->cfg;
 	a->cfg = cfg;

@@ -258,9 +258,16 @@ allot__quota_key(const allot__quota *q, char *buf, size_t size)
 }
 
 bool
+allot__identity_is_pattern(const char *identity)
+{
+	size_t len = strlen(identity);
+	return len > 0 && identity[len - 1] == '*';
+}
+
+bool
 allot__quota_is_level(const allot__quota *q)
 {
-	return q->stacked || strcmp(q->identity, ALLOT__EVERY_CALLER) == 0;
+	return q->stacked || allot__identity_is_pattern(q->identity);
 }
 
 void

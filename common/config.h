@@ -115,13 +115,15 @@ struct allot_config {
 	uint64_t digest; /* 64-bit digest of the canonical content */
 };
 
-/* The identity that stands for every caller of the service together:
- * its quota (and each of its endpoint quotas) is charged by every
- * request (to that endpoint) on top of the request's own quota. */
-#define ALLOT__EVERY_CALLER "*"
+/* Whether a caller's identity is a pattern, "PREFIX*": the group of
+ * every identity that starts with PREFIX (a tenant), "*" every caller of
+ * the service. Its quota (and each of its endpoint quotas) is charged
+ * by every request of the group (to that endpoint) on top of the
+ * request's own quota. Patterns never nest but in "*". */
+bool allot__identity_is_pattern(const char *identity);
 
 /* Whether quota `q` is a stacked level: charged on top of a request's
- * own quota (an endpoint quota with `stacked`, or one of "*"), never
+ * own quota (an endpoint quota with `stacked`, or a pattern's), never
  * instead of it (docs/configuration.md, "Stacked limits"). */
 bool allot__quota_is_level(const allot__quota *q);
 

@@ -451,6 +451,69 @@ check_size(
 	    Q(q, svc->name), n, ALLOT__MAX_CALLERS);
 }
 
+/* A pattern caller of a view and where it was written. */
+typedef struct pat_ref {
+	const char *id;
+	const allot__cfg_node *at;
+} pat_ref;
+
+/* By prefix (the identity less its '*'): a prefix sorts right before
+ * every string it starts, whatever their next byte. */
+static int
+cmp_pat(const void *x, const void *y)
+{
+	const char *a = ((const pat_ref *) x)->id,
+	           *b = ((const pat_ref *) y)->id;
+	size_t la = strlen(a) - 1, lb = strlen(b) - 1;
+	int r = memcmp(a, b, la < lb ? la : lb);
+	if (r != 0)
+		return r;
+	return la < lb ? -1 : la > lb;
+}
+
+/* The pattern callers ("PREFIX*") of view `v` never nest, but in "*":
+ * an identity is in at most one group besides every caller's, so that
+ * it charges at most five levels (the agents find its group by one
+ * search). Sorted, a pattern inside another follows it at once. */
+static int
+check_patterns(
+    allot__cfg_ctx *c, const allot__service *svc, const allot__cfg_scope *sc)
+{
+	const allot_config *cfg = c->cfg;
+	size_t n = cfg->ncallers + (svc != NULL ? svc->ncallers : 0), m = 0;
+	pat_ref *r = malloc((n + 1) * sizeof *r);
+	if (r == NULL)
+		return allot__cfg_nomem(c);
+	for (size_t i = 0; i < n; i++) {
+		bool top = i < cfg->ncallers;
+		const allot__quota *q = top ? &cfg->callers[i] :
+		                              &svc->callers[i - cfg->ncallers];
+		const allot__cfg_meta *mt = top ? &c->top.meta[i] :
+		                                  &sc->meta[i - cfg->ncallers];
+		if (q->endpoint == NULL &&
+		    allot__identity_is_pattern(q->identity))
+			r[m++] = (pat_ref) { q->identity,
+				mt->ident != NULL ? mt->ident : mt->map };
+	}
+	qsort(r, m, sizeof *r, cmp_pat);
+	int rc = ALLOT_OK;
+	char q1[QBUF], q2[QBUF];
+	for (size_t i = 1; i < m && rc == ALLOT_OK; i++) {
+		size_t len = strlen(r[i - 1].id) - 1;
+		if (len > 0 && strncmp(r[i - 1].id, r[i].id, len) == 0 &&
+		    strcmp(r[i - 1].id, r[i].id) != 0)
+			rc = FAIL(c, r[i].at,
+			    "caller %s is inside the group of caller %s%s%s, "
+			    "expected groups that do not nest (an identity "
+			    "belongs to at most one besides \"*\")",
+			    Q(q1, r[i].id), Q(q2, r[i - 1].id),
+			    svc != NULL ? " in service " : "",
+			    svc != NULL ? svc->name : "");
+	}
+	free(r);
+	return rc;
+}
+
 /* Every quota of the view of service `si` (SIZE_MAX: the top level). */
 static int
 check_view(allot__cfg_ctx *c, size_t si)
@@ -478,6 +541,8 @@ check_view(allot__cfg_ctx *c, size_t si)
 	}
 	for (size_t i = 0; svc && i < svc->ncallers && rc == ALLOT_OK; i++)
 		rc = check_quota(c, &v, &svc->callers[i], &sc->meta[i], false);
+	if (rc == ALLOT_OK)
+		rc = check_patterns(c, svc, sc);
 	return rc;
 }
 
