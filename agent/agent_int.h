@@ -629,9 +629,9 @@ allot__max_cost(const allot__qrt *q)
 	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
 }
 
-/* Stacked limits (stack.c). The pattern table of `cfg`, whose callers[i] has quota slot slot[i]
- * (NONE: none) and endpoint class cls[i] (NONE: its caller's own):
- * ALLOT_OK, or ALLOT_ENOMEM. */
+/* Stacked limits (stack.c). The pattern table of `cfg`, whose
+ * callers[i] has quota slot slot[i] (NONE: none) and endpoint class
+ * cls[i] (NONE: its caller's own): ALLOT_OK, or ALLOT_ENOMEM. */
 int allot__patterns_build(const allot_config *cfg, const uint32_t *slot,
     const uint32_t *cls, allot__patterns **ret);
 void allot__patterns_free(allot__patterns *t);
