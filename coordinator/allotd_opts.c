@@ -305,10 +305,13 @@ static const allot__opt rows[] = {
 	    "HTTP connections open at once from one IP address (default\n"
 	    "32), so that one client cannot hold the others' part.\n",
 	    .off = FIELD(http_lim.max_per_address), .min = 1, .max = 65536 },
+	{ "idle-timeout", 0, ALLOT__OPT_U32, "S", NULL,
+	    .off = FIELD(http_lim.idle_timeout_s), .min = 1, .max = 3600 },
 	{ "http-idle-timeout", 0, ALLOT__OPT_U32, "S",
 	    "Seconds an HTTP connection may stay silent, between requests\n"
 	    "or while sending its headers, before allotd closes it\n"
-	    "(default 10).\n",
+	    "(default 10). --idle-timeout is the name allot-agentd shares;\n"
+	    "--http-idle-timeout, the older one, stays.\n",
 	    .off = FIELD(http_lim.idle_timeout_s), .min = 1, .max = 3600 },
 	{ "tls-cert", 0, ALLOT__OPT_STR, "FILE", NULL,
 	    .off = FIELD(tls_cert) },
@@ -318,6 +321,13 @@ static const allot__opt rows[] = {
 	    "certificates must chain to. Agents without a valid certificate\n"
 	    "cannot connect. Plain tcp:// beyond loopback logs a warning.\n",
 	    .off = FIELD(tls_ca) },
+	{ "legacy-metric-names", 0, ALLOT__OPT_TRUE, NULL,
+	    "Also serve the gauges /metrics renamed in 0.2 under their\n"
+	    "names of 0.1 (allotd_utilization, allotd_*_rate, ...), each\n"
+	    "HELP saying which name replaces it, while dashboards and\n"
+	    "alerts move (docs/operations.md, \"Metric names\"). Removed\n"
+	    "in 0.3.\n",
+	    .off = FIELD(so.legacy_metric_names) },
 	{ "require-identity", 0, ALLOT__OPT_CALL, NULL, NULL,
 	    .set = set_require },
 	{ "no-require-identity", 0, ALLOT__OPT_CALL, NULL,

@@ -40,6 +40,7 @@ struct agentd_options {
 	const char *http_socket;
 	const char *metrics_listen; /* /metrics, /healthz, /readyz alone */
 	bool metrics_each_unknown; /* a series per unknown identity */
+	bool legacy_metric_names; /* renamed gauges under 0.1's names too */
 	/* TLS for the gRPC listener (both or neither), watched for
 	 * rotation every cert_check_ms. */
 	const char *tls_cert;

@@ -90,31 +90,39 @@ emit(FILE *f, const struct series *rows, size_t n)
 	}
 }
 
-/* The per-key families: name, type, help. */
+/* The per-key families: name, type, help, and the name of 0.1 of
+ * those renamed in 0.2 (--legacy-metric-names), else NULL. */
 static const struct {
-	const char *name, *type, *help;
+	const char *name, *type, *help, *legacy;
 } key_families[] = {
-	{ "admitted_total", "counter", "Requests the key admitted." },
-	{ "denied_total", "counter", "Requests the key denied." },
+	{ "admitted_total", "counter", "Requests the key admitted.", NULL },
+	{ "denied_total", "counter", "Requests the key denied.", NULL },
 	{ "shadow_denied_total", "counter",
-	    "Requests a shadow quota admitted that enforcing would deny." },
+	    "Requests a shadow quota admitted that enforcing would deny.",
+	    NULL },
 	{ "tokens_spent_total", "counter",
-	    "Tokens the key spent, settlements included." },
-	{ "allowance_rate", "gauge",
-	    "The rate the key's bucket runs at now, tokens/s." },
-	{ "allowance_burst", "gauge",
-	    "The burst the key's bucket holds at most, tokens." },
-	{ "utilization", "gauge",
-	    "How drained the key's bucket is, from 0 (full) to 1 (empty)." },
+	    "Tokens the key spent, settlements included.", NULL },
+	{ "allowance_tokens_per_second", "gauge",
+	    "The rate the key's bucket runs at now, tokens/s.",
+	    "allowance_rate" },
+	{ "allowance_burst_tokens", "gauge",
+	    "The burst the key's bucket holds at most, tokens.",
+	    "allowance_burst" },
+	{ "utilization_ratio", "gauge",
+	    "How drained the key's bucket is, from 0 (full) to 1 (empty).",
+	    "utilization" },
 	{ "fallback", "gauge",
 	    "1 while the key's lease has run out and its fallback is in "
-	    "force." },
+	    "force.",
+	    NULL },
 	{ "lease_remaining_seconds", "gauge",
-	    "Time left on the key's lease; negative once expired." },
-	{ "granted_rate", "gauge",
-	    "The coordinator's last grant of rate to the key, tokens/s." },
-	{ "granted_burst", "gauge",
-	    "The coordinator's last grant of burst to the key, tokens." },
+	    "Time left on the key's lease; negative once expired.", NULL },
+	{ "granted_tokens_per_second", "gauge",
+	    "The coordinator's last grant of rate to the key, tokens/s.",
+	    "granted_rate" },
+	{ "granted_burst_tokens", "gauge",
+	    "The coordinator's last grant of burst to the key, tokens.",
+	    "granted_burst" },
 };
 
 /* The label value of the identities no quota names, folded into one
@@ -163,8 +171,37 @@ fold_unknown(allot_key_stats *ks, size_t n)
 	return out + nf;
 }
 
+/* Family `m` of the per-key series, under `name`, for keys ks[0..n). */
+static void
+key_family(FILE *f, size_t m, const char *name, const char *help,
+    const allot_key_stats *ks, size_t n)
+{
+	fprintf(f,
+	    "# HELP allot_agentd_key_%s %s\n"
+	    "# TYPE allot_agentd_key_%s %s\n",
+	    name, help, name, key_families[m].type);
+	for (size_t i = 0; i < n; i++) {
+		char id[LABEL_ROOM(ALLOT_IDENTITY_MAX)];
+		char q[LABEL_ROOM(ALLOT_IDENTITY_MAX)];
+		char ep[LABEL_ROOM(64)];
+		label(id, sizeof id, ks[i].identity);
+		label(q, sizeof q, ks[i].quota);
+		label(ep, sizeof ep, ks[i].endpoint);
+		double v[] = { (double) ks[i].allowed, (double) ks[i].denied,
+			(double) ks[i].shadow_denied,
+			(double) ks[i].tokens_spent, ks[i].rate, ks[i].limit,
+			ks[i].utilization, ks[i].in_fallback ? 1.0 : 0.0,
+			(double) ks[i].lease_remaining_ms / 1000.0,
+			ks[i].granted_rate, ks[i].granted_burst };
+		fprintf(f,
+		    "allot_agentd_key_%s{identity=\"%s\","
+		    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
+		    name, id, ep, q, v[m]);
+	}
+}
+
 static bool
-per_key(FILE *f, allot_agent *agent, bool fold)
+per_key(FILE *f, allot_agent *agent, bool fold, bool legacy)
 {
 	size_t n = 0, cap = 64;
 	allot_key_stats *ks = NULL;
@@ -185,30 +222,15 @@ per_key(FILE *f, allot_agent *agent, bool fold)
 		n = fold_unknown(ks, n);
 	for (size_t m = 0; m < sizeof key_families / sizeof key_families[0];
 	     m++) {
-		fprintf(f,
-		    "# HELP allot_agentd_key_%s %s\n"
-		    "# TYPE allot_agentd_key_%s %s\n",
-		    key_families[m].name, key_families[m].help,
-		    key_families[m].name, key_families[m].type);
-		for (size_t i = 0; i < n; i++) {
-			char id[LABEL_ROOM(ALLOT_IDENTITY_MAX)];
-			char q[LABEL_ROOM(ALLOT_IDENTITY_MAX)];
-			char ep[LABEL_ROOM(64)];
-			label(id, sizeof id, ks[i].identity);
-			label(q, sizeof q, ks[i].quota);
-			label(ep, sizeof ep, ks[i].endpoint);
-			double v[] = { (double) ks[i].allowed,
-				(double) ks[i].denied,
-				(double) ks[i].shadow_denied,
-				(double) ks[i].tokens_spent, ks[i].rate,
-				ks[i].limit, ks[i].utilization,
-				ks[i].in_fallback ? 1.0 : 0.0,
-				(double) ks[i].lease_remaining_ms / 1000.0,
-				ks[i].granted_rate, ks[i].granted_burst };
-			fprintf(f,
-			    "allot_agentd_key_%s{identity=\"%s\","
-			    "endpoint=\"%s\",quota=\"%s\"} %.17g\n",
-			    key_families[m].name, id, ep, q, v[m]);
+		key_family(
+		    f, m, key_families[m].name, key_families[m].help, ks, n);
+		if (legacy && key_families[m].legacy != NULL) {
+			char help[128];
+			snprintf(help, sizeof help,
+			    "Deprecated: the name of allot_agentd_key_%s in "
+			    "0.1, removed in 0.3.",
+			    key_families[m].name);
+			key_family(f, m, key_families[m].legacy, help, ks, n);
 		}
 	}
 	free(ks);
@@ -407,7 +429,8 @@ agentd_metrics(struct agentd *d, size_t *ret_len)
 	FILE *f = open_memstream(&text, &len);
 	if (f == NULL)
 		return NULL;
-	bool ok = per_key(f, d->agent, !d->o.metrics_each_unknown);
+	bool ok = per_key(
+	    f, d->agent, !d->o.metrics_each_unknown, d->o.legacy_metric_names);
 	sync_state(f, d->agent);
 	daemon_counters(f, &d->n);
 	tokens(f, d->map.jwt);

@@ -75,6 +75,11 @@ static const allot__opt rows[] = {
 	    "into one identity=\"(unknown)\" per endpoint (fold), or a "
 	    "series each, as many as --max-unknown-keys (each)",
 	    .set = set_metrics_unknown, .dflt = "fold" },
+	{ "legacy-metric-names", 0, ALLOT__OPT_TRUE, NULL,
+	    "/metrics: also the per-key gauges renamed in 0.2 under their "
+	    "names of 0.1 (allot_agentd_key_allowance_rate, ...), until 0.3 "
+	    "(docs/operations.md, \"Metric names\")",
+	    .off = AT(legacy_metric_names) },
 	{ "metrics-listen", 0, ALLOT__OPT_STR, "HOST:PORT",
 	    "/metrics, /healthz and /readyz alone, for a scraper or a probe "
 	    "that must not reach the decision API; \"none\" disables",
@@ -136,9 +141,12 @@ static const allot__opt rows[] = {
 	    .off = AT(max_descriptors), .min = 1, .max = 4096, .dflt = "16" },
 	{ "max-entries", 0, ALLOT__OPT_U32, "N", "entries per descriptor",
 	    .off = AT(max_entries), .min = 1, .max = 4096, .dflt = "16" },
+	{ "idle-timeout", 0, ALLOT__OPT_U32, "S", NULL,
+	    .off = AT(idle_timeout_s), .min = 1, .max = 86400 },
 	{ "idle-timeout-s", 0, ALLOT__OPT_U32, "S",
-	    "close idle connections after", .off = AT(idle_timeout_s),
-	    .min = 1, .max = 86400, .dflt = "300" },
+	    "close idle connections after (--idle-timeout, as allotd's; "
+	    "--idle-timeout-s, the older name, stays)",
+	    .off = AT(idle_timeout_s), .min = 1, .max = 86400, .dflt = "300" },
 	{ "wait-ms", 0, ALLOT__OPT_U32, "MS",
 	    "how long a request its local bucket is short of waits for the "
 	    "coordinator's central reserve (the tail path); 0 decides locally",

@@ -35,7 +35,7 @@ adv_coord_start_with(adv_coord *c, const char *text, const char *const *extra)
 	snprintf(pera, sizeof pera, "%d", ADV_PER_ADDRESS);
 	snprintf(idle, sizeof idle, "%d", ADV_IDLE_S);
 	const char *const args[] = { "--http-max-connections", maxc,
-		"--http-max-per-address", pera, "--http-idle-timeout", idle,
+		"--http-max-per-address", pera, "--idle-timeout", idle,
 		"--interval-ms", "100", NULL };
 	pc_coord_spawn(c, args, extra);
 }

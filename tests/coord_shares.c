@@ -157,7 +157,7 @@ START_TEST(test_shares_follow_replicas)
 	    coord_metric(&c, "allotd_replicas{service=\"" SVC "\"}"), 4);
 	ck_assert_double_eq_tol(
 	    coord_metric(&c,
-	        "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA "\"}"),
+	        "allotd_allowance_tokens_per_second{service=\"" SVC "\",quota=\"" QA "\"}"),
 	    RA, EPS);
 	ck_assert_double_eq(
 	    coord_metric(&c, "allotd_register_unknown_keys_total"), 4);
@@ -187,7 +187,7 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_int_le(settle(r, alive, 6, 3), 2);
 	assert_split(r, alive, 6, 3, RA, BA);
 	ck_assert(coord_metric(&c,
-	              "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA
+	              "allotd_allowance_tokens_per_second{service=\"" SVC "\",quota=\"" QA
 	              "\"}") <= RA);
 	/* Its session is gone: a Sync naming it is refused. */
 	ck_assert_int_eq(pc_open(&r[3].c, c.url, 2000), 0);
@@ -211,7 +211,7 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_double_eq(
 	    coord_metric(&c, "allotd_replicas{service=\"" SVC "\"}"), 5);
 	ck_assert(coord_metric(&c,
-	              "allotd_allowance_rate{service=\"" SVC "\",quota=\"" QA
+	              "allotd_allowance_tokens_per_second{service=\"" SVC "\",quota=\"" QA
 	              "\"}") <= RA);
 
 	/* /status lists the replicas and each quota's shares. */

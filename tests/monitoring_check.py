@@ -146,7 +146,7 @@ def live_metrics(allotd, agentd):
                 post(api, "/v1/acquire", '{"identity":"c1"}')
                 a, g = get(http, "/metrics"), get(api, "/metrics")
                 if a and g and "allot_agentd_sync_connected 1" in g and \
-                        "allotd_utilization{" in a:
+                        "allotd_utilization_ratio{" in a:
                     out = {"allotd": a, "allot-agentd": g}
                     break
                 time.sleep(0.1)

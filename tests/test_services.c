@@ -41,7 +41,10 @@ typedef pc_coord coord;
 static void
 coord_spawn(coord *c)
 {
-	const char *args[] = { "--interval-ms", "100", NULL };
+	/* The renamed gauges under their names of 0.1 too (checked
+	 * below). */
+	const char *args[] = { "--interval-ms", "100", "--legacy-metric-names",
+		NULL };
 	pc_coord_spawn(c, args, NULL);
 }
 
@@ -145,28 +148,43 @@ START_TEST(each_service_its_view)
 	char *m = pc_http_get(c.http, "/metrics", NULL);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_double_eq(
-	    pc_metric(m, "allotd_quota_rate{quota=\"" REPORTING "\"}"), 100);
-	ck_assert_double_eq(pc_metric(m,
-	                        "allotd_quota_rate{quota=\"" REPORTING
-	                        "\",service=\"billing\"}"),
+	    pc_metric(
+	        m, "allotd_quota_tokens_per_second{quota=\"" REPORTING "\"}"),
+	    100);
+	ck_assert_double_eq(
+	    pc_metric(m,
+	        "allotd_quota_tokens_per_second{quota=\"" REPORTING
+	        "\",service=\"billing\"}"),
 	    20);
 	ck_assert_double_eq_tol(
-	    pc_metric(m, "allotd_quota_rate{quota=\"" REPORTING " /export\"}"),
+	    pc_metric(m,
+	        "allotd_quota_tokens_per_second{quota=\"" REPORTING
+	        " /export\"}"),
 	    1000.0 / 86400, 1e-9);
 	ck_assert(!isnan(pc_metric(m,
-	    "allotd_allowance_rate{service=\"search\",quota=\"" INDEXER
-	    "\"}")));
+	    "allotd_allowance_tokens_per_second{service=\"search\",quota="
+	    "\"" INDEXER "\"}")));
 	ck_assert(isnan(pc_metric(m,
-	    "allotd_allowance_rate{service=\"billing\",quota=\"" INDEXER
-	    "\"}")));
+	    "allotd_allowance_tokens_per_second{service=\"billing\",quota="
+	    "\"" INDEXER "\"}")));
+	/* --legacy-metric-names: each renamed gauge under its old name
+	 * too, the same value in the same page. */
+	ck_assert_double_eq(
+	    pc_metric(m, "allotd_quota_rate{quota=\"" REPORTING "\"}"), 100);
+	ck_assert_double_eq(pc_metric(m,
+	                        "allotd_allowance_rate{service=\"search\","
+	                        "quota=\"" INDEXER "\"}"),
+	    pc_metric(m,
+	        "allotd_allowance_tokens_per_second{service=\"search\","
+	        "quota=\"" INDEXER "\"}"));
 	/* One series per (service, quota): billing's reporting once. */
 	char *first = strstr(m,
-	    "allotd_allowance_rate{service=\"billing\",quota=\"" REPORTING
-	    "\"}");
+	    "allotd_allowance_tokens_per_second{service=\"billing\",quota="
+	    "\"" REPORTING "\"}");
 	ck_assert_ptr_nonnull(first);
 	ck_assert_ptr_null(strstr(first + 1,
-	    "allotd_allowance_rate{service=\"billing\",quota=\"" REPORTING
-	    "\"}"));
+	    "allotd_allowance_tokens_per_second{service=\"billing\",quota="
+	    "\"" REPORTING "\"}"));
 	free(m);
 
 	/* A reload that changes billing's override: billing's grant moves,
@@ -275,11 +293,11 @@ START_TEST(restart_restores_per_view)
 	char *m = pc_http_get(c.http, "/metrics", NULL);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_ptr_null(strstr(m,
-	    "allotd_allowance_rate{service=\"billing\",quota=\"" INDEXER
-	    "\"}"));
+	    "allotd_allowance_tokens_per_second{service=\"billing\",quota="
+	    "\"" INDEXER "\"}"));
 	ck_assert_ptr_nonnull(strstr(m,
-	    "allotd_allowance_rate{service=\"search\",quota=\"" INDEXER
-	    "\"}"));
+	    "allotd_allowance_tokens_per_second{service=\"search\",quota="
+	    "\"" INDEXER "\"}"));
 	free(m);
 	free(text);
 	coord_done(&c);

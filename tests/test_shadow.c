@@ -555,7 +555,7 @@ START_TEST(candidate_below_and_above_load)
 	/* Never booked as a denial. */
 	ck_assert_double_eq(metric(m, "allotd_denied_tokens_total", "a"), 0);
 	ck_assert_ptr_nonnull(
-	    strstr(m, "allotd_quota_candidate_rate{quota=\"a\"} 400"));
+	    strstr(m, "allotd_quota_candidate_tokens_per_second{quota=\"a\"} 400"));
 	free(m);
 
 	char *doc = render(&c, false);

@@ -540,10 +540,8 @@ hammer_main(void *arg)
 /* The per-key series `name` of the caller "shared" (any endpoint), or
  * NAN. */
 static double
-shared_key_metric(int port, const char *name)
+shared_key_metric_in(const char *body, const char *name)
 {
-	int status = 0;
-	char *body = pc_http_get(port, "/metrics", &status);
 	char prefix[128];
 	snprintf(prefix, sizeof prefix,
 	    "\nallot_agentd_key_%s{identity=\"shared\",", name);
@@ -551,6 +549,15 @@ shared_key_metric(int port, const char *name)
 	double v = NAN;
 	if (p != NULL && (p = strstr(p, "} ")) != NULL)
 		v = strtod(p + 2, NULL);
+	return v;
+}
+
+static double
+shared_key_metric(int port, const char *name)
+{
+	int status = 0;
+	char *body = pc_http_get(port, "/metrics", &status);
+	double v = shared_key_metric_in(body, name);
 	free(body);
 	return v;
 }
@@ -570,10 +577,14 @@ START_TEST(three_agents_one_allotd)
 	pc_coord_spawn(&c, args, NULL);
 	const char *extra[] = { "--coordinator", c.url, "--sync-interval-ms",
 		"50", "--initial-replicas", "3", "--service", "sidecar",
-		NULL };
+		/* The gauges under their names of 0.1 too, on agent 0. */
+		"--legacy-metric-names", NULL };
 	struct agentd a[3];
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 3; i++) {
+		if (i == 1)
+			extra[8] = NULL;
 		agentd_start(&a[i], quotas, extra);
+	}
 	pc_sleep_ms(500); /* all three registered */
 	/* 3 s of demand far above the quota through all three. */
 	uint64_t t0 = pc_now_ms();
@@ -609,7 +620,16 @@ START_TEST(three_agents_one_allotd)
 	ck_assert_msg(st == 200, "/readyz %d: %s", st, rz ? rz : "");
 	free(rz);
 	ck_assert(shared_key_metric(a[0].http_port, "fallback") == 0);
-	ck_assert(shared_key_metric(a[0].http_port, "granted_rate") > 0);
+	/* --legacy-metric-names: the same gauge under its old name, in
+	 * the same page, on that agent only. */
+	char *page = pc_http_get(a[0].http_port, "/metrics", &st);
+	double granted = shared_key_metric_in(
+	    page, "granted_tokens_per_second");
+	ck_assert(granted > 0);
+	ck_assert_double_eq(
+	    shared_key_metric_in(page, "granted_rate"), granted);
+	free(page);
+	ck_assert(isnan(shared_key_metric(a[1].http_port, "granted_rate")));
 	ck_assert(
 	    shared_key_metric(a[0].http_port, "lease_remaining_seconds") > 0);
 	/* One allotd: one member known, epoch 0, and no config to install
@@ -662,8 +682,8 @@ START_TEST(three_agents_one_allotd)
 		ck_assert(shared_key_metric(a[i].http_port, "fallback") == 1);
 		ck_assert(shared_key_metric(
 		              a[i].http_port, "lease_remaining_seconds") < 0);
-		ck_assert(
-		    shared_key_metric(a[i].http_port, "granted_rate") > 0);
+		ck_assert(shared_key_metric(a[i].http_port,
+		              "granted_tokens_per_second") > 0);
 		/* Not ready in fallback, with the reason; alive all the
 		 * same. */
 		rz = pc_http_get(a[i].http_port, "/readyz", &st);

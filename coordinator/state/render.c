@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -356,59 +357,61 @@ static const struct sq_family_def {
 	const char *type;
 	const char *help;
 	sq_field f;
+	const char *legacy; /* its name in 0.1, or NULL: unchanged */
 } sq_families[] = {
 	{ "allotd_allowed_tokens_total", "counter",
-	    "Tokens admitted, as reported by the agents.", F_ALLOWED },
+	    "Tokens admitted, as reported by the agents.", F_ALLOWED, NULL },
 	{ "allotd_denied_tokens_total", "counter",
 	    "Tokens denied, as reported by the agents (shadow would-denies "
 	    "are not denials).",
-	    F_DENIED },
+	    F_DENIED, NULL },
 	{ "allotd_shadow_denied_tokens_total", "counter",
 	    "Tokens admitted in shadow that enforcing would have denied (also "
 	    "in allotd_allowed_tokens_total).",
-	    F_SHADOW },
+	    F_SHADOW, NULL },
 	{ "allotd_candidate_denied_tokens_total", "counter",
 	    "Tokens the quota's candidate value would have denied, evaluated "
 	    "per report over the tokens offered (admitted + denied).",
-	    F_CAND },
-	{ "allotd_utilization", "gauge",
-	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL },
-	{ "allotd_allowance_rate", "gauge",
+	    F_CAND, NULL },
+	{ "allotd_utilization_ratio", "gauge",
+	    "Admitted tokens over the last second / (R * 1 s).", F_UTIL,
+	    "allotd_utilization" },
+	{ "allotd_allowance_tokens_per_second", "gauge",
 	    "Sum of the rate shares the replicas hold, tokens/s (<= R).",
-	    F_ARATE },
-	{ "allotd_allowance_burst", "gauge",
+	    F_ARATE, "allotd_allowance_rate" },
+	{ "allotd_allowance_burst_tokens", "gauge",
 	    "Sum of the burst shares the replicas hold, tokens (<= B).",
-	    F_ABURST },
+	    F_ABURST, "allotd_allowance_burst" },
 	{ "allotd_bucket_level_tokens", "gauge",
-	    "Estimated level of the global bucket.", F_LEVEL },
+	    "Estimated level of the global bucket.", F_LEVEL, NULL },
 	/* The live bound (docs/allocation.md, "The live bound"). */
-	{ "allotd_allowance_bound_rate", "gauge",
+	{ "allotd_allowance_bound_tokens_per_second", "gauge",
 	    "Rate the agents may admit at now, tokens/s: grants, decreases "
 	    "not acknowledged yet, fallbacks of lapsed and expired replicas.",
-	    F_BRATE },
-	{ "allotd_allowance_bound_burst", "gauge",
+	    F_BRATE, "allotd_allowance_bound_rate" },
+	{ "allotd_allowance_bound_burst_tokens", "gauge",
 	    "Tokens the agents' local buckets may hold now (same terms, local "
 	    "bursts raised to the largest endpoint weight).",
-	    F_BBURST },
+	    F_BBURST, "allotd_allowance_bound_burst" },
 	{ "allotd_overadmission_bound_ratio", "gauge",
 	    "max(bound rate / R, bound burst / B): the worst-case admission "
 	    "over any window relative to the quota's (1 = none above it).",
-	    F_BRATIO },
+	    F_BRATIO, NULL },
 	{ "allotd_expired_replicas_counted", "gauge",
 	    "Expired replicas whose lease or fallback is still counted in the "
 	    "bound.",
-	    F_EXPIRED },
-	{ "allotd_allocation_rate", "gauge",
+	    F_EXPIRED, NULL },
+	{ "allotd_allocation_tokens_per_second", "gauge",
 	    "The quota's allowance under the global ceiling, tokens/s (<= R).",
-	    F_ALLOWANCE },
+	    F_ALLOWANCE, "allotd_allocation_rate" },
 	{ "allotd_burst_budget_tokens", "gauge",
 	    "What the burst shares may sum to: the global bucket's level plus "
 	    "one interval of refill (<= B).",
-	    F_BUDGET },
-	{ "allotd_demand_rate", "gauge",
+	    F_BUDGET, NULL },
+	{ "allotd_demand_tokens_per_second", "gauge",
 	    "Sum of the replicas' demand estimates (admitted + denied cost), "
 	    "tokens/s.",
-	    F_DEMAND },
+	    F_DEMAND, "allotd_demand_rate" },
 };
 
 /* A gauge per configured quota: its rate, or its burst. */
@@ -432,9 +435,13 @@ quota_series(const snap *sn, allot__buf *b, const char *name, const char *help,
 	}
 }
 
-/* The config, replica and per-quota configuration series. */
+/* The HELP of a gauge under its name of 0.1 (--legacy-metric-names). */
+#define LEGACY(name) "Deprecated: the name of " name " in 0.1, removed in 0.3."
+
+/* The config, replica and per-quota configuration series; with
+ * `legacy`, the renamed ones under their names of 0.1 too. */
 static void
-metrics_config(const snap *sn, allot__buf *b)
+metrics_config(const snap *sn, allot__buf *b, bool legacy)
 {
 	allot__buf_printf(b,
 	    "# HELP allotd_config_epoch Epoch of the quota "
@@ -459,22 +466,36 @@ metrics_config(const snap *sn, allot__buf *b)
 	    "# HELP allotd_sessions Live sessions, all "
 	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
 	    sn->nsessions);
-	quota_series(sn, b, "allotd_quota_rate",
-	    "Configured rate R per quota, tokens/s.", false);
-	quota_series(sn, b, "allotd_quota_burst",
-	    "Configured burst B per quota, tokens.", true);
-	allot__buf_puts(b,
-	    "# HELP allotd_quota_candidate_rate Candidate rate per quota "
-	    "(evaluated, never enforced), tokens/s; only quotas with "
-	    "one.\n# TYPE allotd_quota_candidate_rate gauge\n");
-	for (size_t q = 0; q < sn->nq; q++) {
-		if (!(sn->qc[q].cand_rate > 0))
-			continue;
-		allot__buf_puts(b, "allotd_quota_candidate_rate{quota=\"");
-		allot__buf_label(b, sn->qc[q].identity);
-		allot__buf_puts(b, "\"} ");
-		allot__buf_num(b, sn->qc[q].cand_rate);
-		allot__buf_puts(b, "\n");
+	for (int pass = 0; pass < (legacy ? 2 : 1); pass++) {
+		bool old = pass == 1;
+		quota_series(sn, b,
+		    old ? "allotd_quota_rate" :
+		          "allotd_quota_tokens_per_second",
+		    old ? LEGACY("allotd_quota_tokens_per_second") :
+		          "Configured rate R per quota, tokens/s.",
+		    false);
+		quota_series(sn, b,
+		    old ? "allotd_quota_burst" : "allotd_quota_burst_tokens",
+		    old ? LEGACY("allotd_quota_burst_tokens") :
+		          "Configured burst B per quota, tokens.",
+		    true);
+		const char *cand = old ?
+		    "allotd_quota_candidate_rate" :
+		    "allotd_quota_candidate_tokens_per_second";
+		allot__buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", cand,
+		    old ? LEGACY("allotd_quota_candidate_tokens_per_second") :
+		          "Candidate rate per quota (evaluated, never "
+		          "enforced), tokens/s; only quotas with one.",
+		    cand);
+		for (size_t q = 0; q < sn->nq; q++) {
+			if (!(sn->qc[q].cand_rate > 0))
+				continue;
+			allot__buf_printf(b, "%s{quota=\"", cand);
+			allot__buf_label(b, sn->qc[q].identity);
+			allot__buf_puts(b, "\"} ");
+			allot__buf_num(b, sn->qc[q].cand_rate);
+			allot__buf_puts(b, "\n");
+		}
 	}
 }
 
@@ -490,10 +511,20 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 		allot__arena_destroy(&sn.ar);
 		return;
 	}
-	metrics_config(&sn, b);
-	for (size_t i = 0; i < sizeof sq_families / sizeof *sq_families; i++)
-		sq_family(&sn, b, sq_families[i].name, sq_families[i].type,
-		    sq_families[i].help, sq_families[i].f);
+	bool legacy = st->o.legacy_metric_names;
+	metrics_config(&sn, b, legacy);
+	for (size_t i = 0; i < sizeof sq_families / sizeof *sq_families; i++) {
+		const struct sq_family_def *fd = &sq_families[i];
+		sq_family(&sn, b, fd->name, fd->type, fd->help, fd->f);
+		if (legacy && fd->legacy != NULL) {
+			char help[160];
+			snprintf(help, sizeof help,
+			    "Deprecated: the name of %s in 0.1, removed in "
+			    "0.3.",
+			    fd->name);
+			sq_family(&sn, b, fd->legacy, fd->type, help, fd->f);
+		}
+	}
 	allot__arena_destroy(&sn.ar);
 }
 

@@ -109,6 +109,9 @@ typedef struct allot__state_opts {
 	 * --max-keys); 0: ALLOT__STATE_MAX_KEYS. */
 	uint32_t max_keys;
 	double absurd_factor; /* slack on the consumption bound */
+	/* /metrics also under the names of 0.1 (docs/operations.md,
+	 * "Metric names"): the transition of allotd's --legacy-metric-names. */
+	bool legacy_metric_names;
 	allot__alloc_policy policy;
 	allot__store *store; /* may be NULL (no durable rows) */
 	const allot__logger *lg;
