@@ -241,17 +241,27 @@ alloc_all(allot_agent *a)
 	return ALLOT_OK;
 }
 
+/* Programs built before allot_agent_create_sized(): the options of
+ * this release. When allot_agent_options grows, this keeps passing the
+ * size it had here (docs/compatibility.md). */
+int(allot_agent_create)(const allot_config *cfg,
+    const allot_agent_options *opts, allot_agent **ret_agent)
+{
+	return allot_agent_create_sized(
+	    cfg, opts, sizeof(allot_agent_options), ret_agent);
+}
+
 int
-allot_agent_create(const allot_config *cfg, const allot_agent_options *opts,
-    allot_agent **ret_agent)
+allot_agent_create_sized(const allot_config *cfg,
+    const allot_agent_options *opts, size_t opts_size, allot_agent **ret_agent)
 {
 	if (cfg == NULL || ret_agent == NULL)
 		return ALLOT_EINVAL;
+	/* The fields the caller knows; the others at their defaults. */
 	allot_agent_options o;
+	allot_agent_options_init(&o);
 	if (opts != NULL)
-		o = *opts;
-	else
-		allot_agent_options_init(&o);
+		memcpy(&o, opts, opts_size < sizeof o ? opts_size : sizeof o);
 	if (!options_valid(&o))
 		return ALLOT_EINVAL;
 

@@ -126,35 +126,63 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	allot__sync_key_state(a, q->index, out);
 }
 
+/* Key `k`'s statistics into the caller's struct of `size` bytes: the
+ * fields it knows (allot.h, "Structs that grow"). */
+static void
+stats_out(allot_agent *a, const allot_key *k, const allot__ktotals *t,
+    void *out, size_t size)
+{
+	allot_key_stats ks;
+	fill_stats(a, k, t, &ks);
+	memcpy(out, &ks, size < sizeof ks ? size : sizeof ks);
+}
+
 int
-allot_key_stats_get(allot_agent *a, const allot_key *k, allot_key_stats *ret)
+allot_key_stats_get_sized(
+    allot_agent *a, const allot_key *k, allot_key_stats *ret, size_t size)
 {
 	if (a == NULL || k == NULL || ret == NULL)
 		return ALLOT_EINVAL;
 	allot__ktotals t;
 	allot__key_totals(a, k, &t);
-	fill_stats(a, k, &t, ret);
+	stats_out(a, k, &t, ret, size);
 	return ALLOT_OK;
 }
 
-/* Visit one key: count it if active, copy it if there is room. */
+/* Programs built before the _sized calls: the struct of this release. */
+int(allot_key_stats_get)(
+    allot_agent *a, const allot_key *k, allot_key_stats *ret)
+{
+	return allot_key_stats_get_sized(a, k, ret, sizeof *ret);
+}
+
+/* Visit one key: count it if active, copy it if there is room (the
+ * caller's array has a stride of `size`). */
 static void
 visit(allot_agent *a, const allot_key *k, allot_key_stats *out, size_t cap,
-    size_t *n)
+    size_t size, size_t *n)
 {
 	allot__ktotals t;
 	allot__key_totals(a, k, &t);
 	if (t.allowed + t.denied + t.shadow_denied == 0)
 		return;
 	if (*n < cap)
-		fill_stats(a, k, &t, &out[*n]);
+		stats_out(a, k, &t, (char *) out + *n * size, size);
 	(*n)++;
 }
 
-int
-allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
+int(allot_stats)(
+    allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
 {
-	if (a == NULL || ret_n == NULL || (out == NULL && cap > 0))
+	return allot_stats_sized(a, out, cap, sizeof *out, ret_n);
+}
+
+int
+allot_stats_sized(allot_agent *a, allot_key_stats *out, size_t cap,
+    size_t size, size_t *ret_n)
+{
+	if (a == NULL || ret_n == NULL || (out == NULL && cap > 0) ||
+	    size == 0)
 		return ALLOT_EINVAL;
 	size_t n = 0;
 	size_t ng = atomic_load_explicit(&a->ngroups, memory_order_acquire);
@@ -164,16 +192,16 @@ allot_stats(allot_agent *a, allot_key_stats *out, size_t cap, size_t *ret_n)
 			visit(a,
 			    allot__known_key(
 			        a, (uint32_t) g, allot__class_at(a, i, nep)),
-			    out, cap, &n);
+			    out, cap, size, &n);
 	for (uint32_t i = 0; i <= nep; i++) {
 		uint32_t j = allot__class_at(a, i, nep);
-		visit(a, &a->anon_keys[j], out, cap, &n);
-		visit(a, &a->overflow_keys[j], out, cap, &n);
+		visit(a, &a->anon_keys[j], out, cap, size, &n);
+		visit(a, &a->overflow_keys[j], out, cap, size, &n);
 	}
 	pthread_mutex_lock(&a->dyn_lock);
 	for (uint32_t i = 0; i < a->dyn_cap; i++)
 		if (allot__kc(a, &a->dyn_keys[i])->slot != UINT32_MAX)
-			visit(a, &a->dyn_keys[i], out, cap, &n);
+			visit(a, &a->dyn_keys[i], out, cap, size, &n);
 	pthread_mutex_unlock(&a->dyn_lock);
 	*ret_n = n;
 	return ALLOT_OK;

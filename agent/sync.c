@@ -1049,17 +1049,27 @@ allot__sync_stop(allot_agent *a)
 }
 
 int
-allot_sync_stats_get(allot_agent *a, allot_sync_stats *ret)
+allot_sync_stats_get_sized(allot_agent *a, allot_sync_stats *ret, size_t size)
 {
 	if (a == NULL || ret == NULL)
 		return ALLOT_EINVAL;
-	memset(ret, 0, sizeof *ret);
-	if (a->sync == NULL)
-		return ALLOT_OK;
-	struct allot__sync *s = a->sync;
-	allot__syncc_stats(&s->core, now_ns(a), ret);
-	allot__tail_stats(&s->tail, ret);
-	ret->members = atomic_load(&s->n_pub);
-	ret->leader_switches = atomic_load(&s->switches);
+	/* Filled whole here, then the fields the caller knows (allot.h,
+	 * "Structs that grow"). */
+	allot_sync_stats st;
+	memset(&st, 0, sizeof st);
+	if (a->sync != NULL) {
+		struct allot__sync *s = a->sync;
+		allot__syncc_stats(&s->core, now_ns(a), &st);
+		allot__tail_stats(&s->tail, &st);
+		st.members = atomic_load(&s->n_pub);
+		st.leader_switches = atomic_load(&s->switches);
+	}
+	memcpy(ret, &st, size < sizeof st ? size : sizeof st);
 	return ALLOT_OK;
+}
+
+/* Programs built before the _sized calls: the struct of this release. */
+int(allot_sync_stats_get)(allot_agent *a, allot_sync_stats *ret)
+{
+	return allot_sync_stats_get_sized(a, ret, sizeof *ret);
 }

@@ -13,6 +13,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -930,6 +931,83 @@ START_TEST(lookup_inline_and_long_names)
 }
 END_TEST
 
+/* Structs that grow (allot.h): a program built against older headers
+ * passes smaller structs. The options past its size are the defaults,
+ * not what lies beyond; statistics are written up to its size only,
+ * and an array of them at its stride. */
+START_TEST(structs_that_grow)
+{
+	char err[256];
+	allot_config *cfg;
+	const char *y =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n"
+	    "    - {identity: a, tokens_per_second: 5, burst: 5}\n";
+	ck_assert_int_eq(allot_config_parse(
+	                     "grow.yaml", y, strlen(y), err, sizeof err, &cfg),
+	    ALLOT_OK);
+	/* Options that end before `coordinator`: garbage after them. */
+	union {
+		allot_agent_options o;
+		unsigned char b[sizeof(allot_agent_options)];
+	} old;
+	memset(old.b, 0xab, sizeof old.b);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	size_t osz = offsetof(allot_agent_options, coordinator);
+	memcpy(old.b, &o, osz);
+	allot_agent *a;
+	ck_assert_int_eq(
+	    allot_agent_create_sized(cfg, &old.o, osz, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	/* Sync statistics up to `ended`, a canary after. */
+	size_t ssz = offsetof(allot_sync_stats, connected);
+	union {
+		allot_sync_stats s;
+		unsigned char b[sizeof(allot_sync_stats)];
+	} ss;
+	memset(ss.b, 0xcd, sizeof ss.b);
+	ck_assert_int_eq(allot_sync_stats_get_sized(a, &ss.s, ssz), ALLOT_OK);
+	ck_assert(!ss.s.enabled); /* local-only: no coordinator read */
+	for (size_t i = ssz; i < sizeof ss.b; i++)
+		ck_assert_uint_eq(ss.b[i], 0xcd);
+	/* Two keys' statistics at a stride of `ksz`. */
+	allot_decision d;
+	ck_assert_int_eq(allot_acquire_id(a, "a", NULL, 1, &d), ALLOT_OK);
+	ck_assert_int_eq(allot_acquire_id(a, "zz", NULL, 1, &d), ALLOT_OK);
+	size_t ksz = offsetof(allot_key_stats, allowed) + sizeof(uint64_t);
+	unsigned char arr[3 * sizeof(allot_key_stats)];
+	memset(arr, 0xee, sizeof arr);
+	size_t n = 0;
+	ck_assert_int_eq(
+	    allot_stats_sized(a, (allot_key_stats *) (void *) arr, 2, ksz, &n),
+	    ALLOT_OK);
+	ck_assert_uint_eq(n, 2);
+	for (size_t i = 0; i < 2; i++) {
+		allot_key_stats k;
+		memset(&k, 0, sizeof k);
+		memcpy(&k, arr + i * ksz, ksz);
+		ck_assert(strcmp(k.identity, "a") == 0 ||
+		    strcmp(k.identity, "zz") == 0);
+		ck_assert_uint_eq(k.allowed, 1);
+	}
+	for (size_t i = 2 * ksz; i < sizeof arr; i++)
+		ck_assert_uint_eq(arr[i], 0xee);
+	allot_key *k;
+	ck_assert_int_eq(allot_key_resolve(a, "a", NULL, &k), ALLOT_OK);
+	memset(arr, 0xee, sizeof arr);
+	ck_assert_int_eq(allot_key_stats_get_sized(
+	                     a, k, (allot_key_stats *) (void *) arr, ksz),
+	    ALLOT_OK);
+	ck_assert_str_eq((const char *) arr, "a");
+	for (size_t i = ksz; i < sizeof arr; i++)
+		ck_assert_uint_eq(arr[i], 0xee);
+	allot_key_release(a, k);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 agent_suite(void)
 {
@@ -945,6 +1023,7 @@ agent_suite(void)
 	tcase_add_test(tc, lease_returned_on_swap_and_idle);
 	tcase_add_test(tc, lease_sized_by_threads_deciding);
 	tcase_add_test(tc, lookup_inline_and_long_names);
+	tcase_add_test(tc, structs_that_grow);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 120);

@@ -233,6 +233,25 @@ ALLOT_API void allot_agent_options_init(allot_agent_options *opts);
 ALLOT_API int allot_agent_create(const allot_config *cfg,
     const allot_agent_options *opts, allot_agent **ret_agent);
 
+/*
+ * Structs that grow. allot_agent_options, allot_key_stats and
+ * allot_sync_stats gain fields in minor releases; the functions that
+ * read or write them take the size the caller was compiled with, so
+ * that a program built against older headers keeps working with a newer
+ * library: the fields it does not know are left at their defaults when
+ * read (options) and are not written (statistics; an array's stride is
+ * the caller's size). The macros below pass sizeof for you: call
+ * allot_agent_create() and the others as before. The names without
+ * _sized stay exported for programs built before they existed, with the
+ * sizes of this release (docs/compatibility.md).
+ */
+ALLOT_API int allot_agent_create_sized(const allot_config *cfg,
+    const allot_agent_options *opts, size_t opts_size,
+    allot_agent **ret_agent);
+#define allot_agent_create(cfg, opts, ret_agent) \
+	allot_agent_create_sized(                \
+	    (cfg), (opts), sizeof(allot_agent_options), (ret_agent))
+
 /**
  * Install a new quota config (the view of the agent's service,
  * allot_agent_options.service) atomically while threads acquire: new
@@ -477,6 +496,19 @@ ALLOT_API int allot_stats(
 ALLOT_API int allot_key_stats_get(
     allot_agent *agent, const allot_key *key, allot_key_stats *ret);
 
+/** allot_stats() and allot_key_stats_get() for a caller whose
+ * allot_key_stats is `size` bytes (the macros pass it). */
+ALLOT_API int allot_stats_sized(allot_agent *agent, allot_key_stats *out,
+    size_t cap, size_t size, size_t *ret_n);
+ALLOT_API int allot_key_stats_get_sized(allot_agent *agent,
+    const allot_key *key, allot_key_stats *ret, size_t size);
+#define allot_stats(agent, out, cap, ret_n) \
+	allot_stats_sized(                  \
+	    (agent), (out), (cap), sizeof(allot_key_stats), (ret_n))
+#define allot_key_stats_get(agent, key, ret) \
+	allot_key_stats_get_sized(           \
+	    (agent), (key), (ret), sizeof(allot_key_stats))
+
 /**
  * Certificate rotation: re-read `tls_ca_file` and `tls_cert_key_file`
  * (the paths given at creation) and use them from now on, without
@@ -597,6 +629,12 @@ typedef struct allot_sync_stats {
 
 /** Snapshot of the sync loop's state and counters. */
 ALLOT_API int allot_sync_stats_get(allot_agent *agent, allot_sync_stats *ret);
+/** allot_sync_stats_get() for a caller whose allot_sync_stats is `size`
+ * bytes (the macro passes it). */
+ALLOT_API int allot_sync_stats_get_sized(
+    allot_agent *agent, allot_sync_stats *ret, size_t size);
+#define allot_sync_stats_get(agent, ret) \
+	allot_sync_stats_get_sized((agent), (ret), sizeof(allot_sync_stats))
 
 /* ------------------------------------------------------------------ */
 /* Response headers                                                    */
