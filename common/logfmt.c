@@ -2,6 +2,10 @@
 /* Log line formats (logfmt.h). */
 #include "logfmt.h"
 
+#include <systemd/sd-journal.h>
+#define XXH_INLINE_ALL /* the header alone: common/hash.c */
+#include <xxhash.h>
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +131,22 @@ allot__logfmt_emit(allot__logfmt fmt, const char *prog, int level,
     const char *id, const char *msg, const char *text)
 {
 	char line[LINE_MAX_BYTES + 2];
+	/* sd_journal_send() drops the entry, and says it sent it, when
+	 * no journal listens: then the line goes to stderr. */
+	struct stat st;
+	if (fmt == ALLOT__LOGFMT_JOURNAL &&
+	    stat("/run/systemd/journal/socket", &st) == 0 &&
+	    S_ISSOCK(st.st_mode)) {
+		char mid[33];
+		allot__logfmt_message_id(id, mid);
+		if (sd_journal_send("MESSAGE=%s", msg, "PRIORITY=%d",
+		        level < 0     ? 0 :
+		            level > 7 ? 7 :
+		                        level,
+		        "SYSLOG_IDENTIFIER=%s", prog, "ALLOT_ID=%s", id,
+		        "MESSAGE_ID=%s", mid, NULL) >= 0)
+			return;
+	}
 	if (fmt == ALLOT__LOGFMT_JSON)
 		allot__logfmt_json(line, LINE_MAX_BYTES, prog, level, id, msg);
 	else if (fmt == ALLOT__LOGFMT_JOURNAL)
@@ -146,6 +166,16 @@ allot__logfmt_emit(allot__logfmt fmt, const char *prog, int level,
 			return;
 		off += (size_t) r;
 	}
+}
+
+void
+allot__logfmt_message_id(const char *id, char buf[33])
+{
+	/* A fixed seed of allot's: the ids are stable, so are these. */
+	XXH128_hash_t h = XXH3_128bits_withSeed(
+	    id, strlen(id), 0x616c6c6f74u /* "allot" */);
+	snprintf(buf, 33, "%016llx%016llx", (unsigned long long) h.high64,
+	    (unsigned long long) h.low64);
 }
 
 void

@@ -2,10 +2,14 @@
 /*
  * How the daemons (allotd, allot-agentd) write a log line on stderr,
  * whichever logger called: as text (each daemon's own layout), as one
- * JSON object a line for a log pipeline (--log-format json), or as text
- * with the syslog priority prefix journald reads ("<4>...", the default
- * when stderr is the journal, which systemd says in $JOURNAL_STREAM).
- * Every format carries the message's stable id (ALLOTD-..., ALLOT-...).
+ * JSON object a line for a log pipeline (--log-format json), or as a
+ * structured journal entry (the default when stderr is the journal,
+ * which systemd says in $JOURNAL_STREAM): MESSAGE, PRIORITY,
+ * SYSLOG_IDENTIFIER, ALLOT_ID (the id) and MESSAGE_ID (128 bits derived
+ * from it), by the journal's native protocol; where that socket cannot
+ * be written, text with the syslog priority prefix journald reads on a
+ * stream ("<4>..."). Every format carries the message's stable id
+ * (ALLOTD-..., ALLOT-...).
  * Part of the option-parser archive: the one piece of common/ that
  * allot-agentd links besides liballot.
  */
@@ -37,9 +41,9 @@ const char *allot__logfmt_level(int level);
 void allot__logfmt_json(char *buf, size_t len, const char *prog, int level,
     const char *id, const char *msg);
 
-/* Write one line in `fmt` on stderr with a single write: `text` is the
- * caller's own text layout of it (used by TEXT and, after the priority
- * prefix, by JOURNAL). */
+/* Write one line in `fmt` on stderr with a single write (JOURNAL: one
+ * entry to the journal): `text` is the caller's own text layout of it
+ * (used by TEXT and by JOURNAL's fallback, after the priority prefix). */
 void allot__logfmt_emit(allot__logfmt fmt, const char *prog, int level,
     const char *id, const char *msg, const char *text);
 
@@ -47,5 +51,10 @@ void allot__logfmt_emit(allot__logfmt fmt, const char *prog, int level,
  * on stderr, TIME the wall clock in UTC to the millisecond, in the
  * format `ctx` points at (NULL: text). */
 void allot__log_stderr(void *ctx, int level, const char *id, const char *msg);
+
+/* The journal's MESSAGE_ID of log id `id`: 32 lowercase hex digits (a
+ * 128-bit id, as journald wants), the same for an id in every release,
+ * into `buf` (at least 33 bytes). */
+void allot__logfmt_message_id(const char *id, char buf[33]);
 
 #endif
