@@ -861,9 +861,11 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 	svo.metrics = &d->metrics;
 	svo.lg = &d->lg;
 	svo.tls_cert_key_file = o->tls_cert;
+	svo.tls_key_file = o->tls_key;
 	svo.tls_ca_file = o->tls_ca;
 	allot__raft_tls_opts tls = {
 		.cert_key_file = o->tls_cert,
+		.key_file = o->tls_key,
 		.ca_file = o->tls_ca,
 		.member_id = o->raft_member_id,
 		/* A vanished peer noticed after a few election timeouts. */
@@ -928,6 +930,7 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 		.tls = {
 			.listen = o->admin_listen,
 			.cert_key = o->tls_cert,
+			.key = o->tls_key,
 			.ca = o->admin_ca,
 			.allow = o->admin_allow,
 			.nallow = o->nadmin_allow,

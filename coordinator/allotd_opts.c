@@ -315,11 +315,14 @@ static const allot__opt rows[] = {
 	    .off = FIELD(http_lim.idle_timeout_s), .min = 1, .max = 3600 },
 	{ "tls-cert", 0, ALLOT__OPT_STR, "FILE", NULL,
 	    .off = FIELD(tls_cert) },
+	{ "tls-key", 0, ALLOT__OPT_STR, "FILE", NULL, .off = FIELD(tls_key) },
 	{ "tls-ca", 0, ALLOT__OPT_STR, "FILE",
 	    "For tls+tcp:// listeners (mutual TLS): allotd's certificate and\n"
-	    "private key in one PEM file, and the CA that agents'\n"
+	    "private key in one PEM file (or the key apart in --tls-key, as\n"
+	    "allot-agentd takes them), and the CA that agents'\n"
 	    "certificates must chain to. Agents without a valid certificate\n"
-	    "cannot connect. Plain tcp:// beyond loopback logs a warning.\n",
+	    "cannot connect. Plain tcp:// beyond loopback logs a warning.\n"
+	    "The same certificate serves the Raft port and --admin-listen.\n",
 	    .off = FIELD(tls_ca) },
 	{ "legacy-metric-names", 0, ALLOT__OPT_TRUE, NULL,
 	    "Also serve the gauges /metrics renamed in 0.2 under their\n"
@@ -699,6 +702,9 @@ check_cluster(opts *o)
 		return usage("--raft-id %" PRIu64
 		             " is not one of the --seed ids",
 		    o->raft_id);
+	if (o->tls_key != NULL && o->tls_cert == NULL)
+		return usage("--tls-key needs --tls-cert (the certificate "
+		             "the key goes with)");
 	if (o->raft_member_id != NULL &&
 	    (o->tls_cert == NULL || o->tls_ca == NULL))
 		return usage("--raft-member-id needs --tls-cert and "

@@ -40,6 +40,7 @@ typedef struct allot__daemon_opts {
 	const char *admin_allow[ALLOT__ADMIN_ALLOW_MAX];
 	size_t nadmin_allow;
 	const char *tls_cert;
+	const char *tls_key; /* NULL: in tls_cert's file */
 	const char *tls_ca;
 	int require_id; /* -1 until parsed: then on with --tls-ca */
 	const char *idmaps[ALLOT__AUTHN_MAX_MAPS];

@@ -106,11 +106,19 @@ member_init(member *m, int i, const char *cert)
 	snprintf(
 	    m->address, sizeof m->address, "127.0.0.1:%d", pc_free_port());
 	snprintf(m->cert, sizeof m->cert, "%s/%s", root, cert);
+	m->key[0] = '\0';
 	snprintf(m->ca, sizeof m->ca, "%s/ca1/ca.pem", root);
 	m->log.fn = capture;
 	m->log.ctx = m;
 	m->log.level = ALLOT_LOG_DEBUG;
 	m->election_ms = 300;
+}
+
+void
+member_key_apart(member *m, const char *ca_dir)
+{
+	snprintf(m->cert, sizeof m->cert, "%s/%s/server.pem", root, ca_dir);
+	snprintf(m->key, sizeof m->key, "%s/%s/server.key", root, ca_dir);
 }
 
 void
@@ -120,6 +128,7 @@ member_start(member *m, uint64_t id, const allot__cmember *seed, size_t n)
 	allot__raft_tls_opts t = { 0 };
 
 	t.cert_key_file = m->cert;
+	t.key_file = m->key[0] != '\0' ? m->key : NULL;
 	t.ca_file = m->ca;
 	t.member_id = m->member_id;
 	t.handshake_ms = 1000;

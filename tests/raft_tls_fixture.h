@@ -38,6 +38,7 @@ typedef struct member {
 	char dir[128];
 	char address[64];
 	char cert[128];
+	char key[128]; /* "": in cert's file; else allotd's --tls-key */
 	char ca[128];
 	const char *member_id; /* NULL: from its certificate */
 	unsigned election_ms;
@@ -53,6 +54,9 @@ typedef struct member {
 void capture(void *ctx, int level, const char *id, const char *msg);
 bool logged(const member *m, const char *what);
 void member_init(member *m, int i, const char *cert);
+/* Its certificate and key in two files, CA_DIR/server.pem and .key
+ * (allotd's --tls-cert and --tls-key), instead of one. */
+void member_key_apart(member *m, const char *ca_dir);
 void member_start(
     member *m, uint64_t id, const allot__cmember *seed, size_t n);
 void member_finish(member *m);

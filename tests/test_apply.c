@@ -616,7 +616,6 @@ START_TEST(https_admin_mutual_tls)
 	    "cd %s && %s/scripts/mkcerts ca1 deploy=" DEPLOYER
 	    " bob=spiffe://t/ns/dev/sa/bob >/dev/null && "
 	    "%s/scripts/mkcerts ca2 deploy=" DEPLOYER " >/dev/null && "
-	    "cat ca1/server.pem ca1/server.key > allotd.pem && "
 	    "cat ca1/deploy.pem ca1/deploy.key > deploy.pem && "
 	    "cat ca1/bob.pem ca1/bob.key > bob.pem && "
 	    "cat ca2/deploy.pem ca2/deploy.key > forged.pem && echo ok",
@@ -625,15 +624,17 @@ START_TEST(https_admin_mutual_tls)
 	ck_assert_msg(out != NULL && strcmp(out, "ok") == 0,
 	    "certificates: %s", out ? out : "(failed)");
 	free(out);
-	char listen[64], url[80], cert[256], ca[256];
+	char listen[64], url[80], cert[256], key[256], ca[256];
 	int port = pc_free_port();
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
 	snprintf(url, sizeof url, "https://127.0.0.1:%d", port);
-	snprintf(cert, sizeof cert, "%s/allotd.pem", d);
+	/* allotd's certificate and key in two files (--tls-key). */
+	snprintf(cert, sizeof cert, "%s/ca1/server.pem", d);
+	snprintf(key, sizeof key, "%s/ca1/server.key", d);
 	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", d);
 	const char *args[] = { "--admin-socket", C.sock, "--tls-cert", cert,
-		"--admin-ca", ca, "--admin-listen", listen, "--admin-allow",
-		"spiffe://t/ns/deploy/sa/*", NULL };
+		"--tls-key", key, "--admin-ca", ca, "--admin-listen", listen,
+		"--admin-allow", "spiffe://t/ns/deploy/sa/*", NULL };
 	pc_coord_spawn(&C, args, NULL);
 
 	/* Named by the list: applied, under its SPIFFE ID. */

@@ -26,6 +26,7 @@
 struct allot__admin_tls {
 	struct MHD_Daemon *mhd;
 	char *cert_key; /* PEM text, served from memory */
+	char *key; /* the key's, when apart (--tls-key); else NULL */
 	char *ca;
 	char **allow;
 	size_t nallow;
@@ -201,6 +202,7 @@ free_tls(allot__admin_tls *t)
 		free(t->allow[i]);
 	free(t->allow);
 	free(t->cert_key);
+	free(t->key);
 	free(t->ca);
 	free(t);
 }
@@ -253,6 +255,8 @@ allot__admin_tls_start(const allot__admin_tls_opts *o,
 			return ALLOT_ENOMEM;
 		}
 	rc = read_pem("--tls-cert", o->cert_key, &t->cert_key, err, errlen);
+	if (rc == ALLOT_OK && o->key != NULL)
+		rc = read_pem("--tls-key", o->key, &t->key, err, errlen);
 	if (rc == ALLOT_OK)
 		rc = read_pem("--admin-ca", o->ca, &t->ca, err, errlen);
 	if (rc != ALLOT_OK) {
@@ -269,8 +273,8 @@ allot__admin_tls_start(const allot__admin_tls_opts *o,
 	t->mhd = MHD_start_daemon(flags, 0, NULL, NULL, handler, cls,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &sa,
 	    MHD_OPTION_HTTPS_MEM_CERT, t->cert_key, MHD_OPTION_HTTPS_MEM_KEY,
-	    t->cert_key, MHD_OPTION_HTTPS_MEM_TRUST, t->ca,
-	    MHD_OPTION_CONNECTION_LIMIT, o->max_connections,
+	    t->key != NULL ? t->key : t->cert_key, MHD_OPTION_HTTPS_MEM_TRUST,
+	    t->ca, MHD_OPTION_CONNECTION_LIMIT, o->max_connections,
 	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_connections / 2,
 	    MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s,
 	    MHD_OPTION_NOTIFY_COMPLETED, completed, cls, MHD_OPTION_END);

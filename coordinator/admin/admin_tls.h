@@ -31,6 +31,7 @@ typedef struct allot__admin_tls allot__admin_tls;
 typedef struct allot__admin_tls_opts {
 	const char *listen; /* HOST:PORT or https://HOST:PORT */
 	const char *cert_key; /* allotd's certificate and key, one PEM */
+	const char *key; /* NULL: in cert_key (--tls-key) */
 	const char *ca; /* the CA callers' certificates chain to */
 	const char *const *allow; /* SPIFFE IDs, or prefixes and a star */
 	size_t nallow;

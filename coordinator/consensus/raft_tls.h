@@ -65,6 +65,7 @@ typedef struct allot__raft_tls_opts {
 	/* This member's certificate chain and private key, one PEM file
 	 * (allotd's --tls-cert). */
 	const char *cert_key_file;
+	const char *key_file; /* NULL: in cert_key_file (--tls-key) */
 	const char *ca_file; /* the cluster CA, PEM (allotd's --tls-ca) */
 	const char *member_id; /* NULL: the SPIFFE ID of our certificate */
 	unsigned handshake_ms; /* connect + TLS + libraft handshake; 0: 5000 */

@@ -225,8 +225,9 @@ allot__raft_tls_load(
 		    rv == 0 ? "no certificate in it" : gnutls_strerror(rv));
 		return RAFT_INVALID;
 	}
-	rv = gnutls_certificate_set_x509_key_file(
-	    tr->cred, o->cert_key_file, o->cert_key_file, GNUTLS_X509_FMT_PEM);
+	rv = gnutls_certificate_set_x509_key_file(tr->cred, o->cert_key_file,
+	    o->key_file != NULL ? o->key_file : o->cert_key_file,
+	    GNUTLS_X509_FMT_PEM);
 	if (rv < 0) {
 		snprintf(t->errmsg, sizeof t->errmsg,
 		    "%s: certificate and key: %s", o->cert_key_file,

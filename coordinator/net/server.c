@@ -27,6 +27,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 
 #include "clock.h"
+#include "file.h"
 
 /* How long allot__server_close() waits for nng to close the socket. */
 #define SOCKET_CLOSE_MS 2000u
@@ -221,6 +222,30 @@ worker_cb(void *arg)
 	case W_IDLE: return;
 	}
 }
+/* The largest certificate or key file read (--tls-key): a chain. */
+#define PEM_MAX (1024u * 1024u)
+
+/* allotd's certificate into `cfg`: certificate and key in one PEM
+ * file, or the key apart (--tls-key). 0 or an nng error. */
+static int
+own_cert(nng_tls_config *cfg, const char *cert_file, const char *key_file)
+{
+	if (key_file == NULL)
+		return nng_tls_config_cert_key_file(cfg, cert_file, NULL);
+	char *cert = NULL, *key = NULL, e[256];
+	size_t len;
+	int rv = NNG_EINVAL;
+	if (allot__file_read(cert_file, PEM_MAX, e, sizeof e, &cert, &len) ==
+	        ALLOT_OK &&
+	    allot__file_read(key_file, PEM_MAX, e, sizeof e, &key, &len) ==
+	        ALLOT_OK)
+		rv = nng_tls_config_own_cert(cfg, cert, key, NULL);
+	free(cert);
+	if (key != NULL)
+		explicit_bzero(key, strlen(key));
+	free(key);
+	return rv;
+}
 
 /* Listen on one URL. tls+tcp:// needs a certificate and a CA: both
  * sides verify (mutual TLS); plain tcp:// and ipc:// are for local use
@@ -248,8 +273,7 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 	int rv;
 	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) != 0)
 		return rv;
-	if ((rv = nng_tls_config_cert_key_file(
-	         cfg, o->tls_cert_key_file, NULL)) != 0 ||
+	if ((rv = own_cert(cfg, o->tls_cert_key_file, o->tls_key_file)) != 0 ||
 	    (rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
 	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
 	        0 ||

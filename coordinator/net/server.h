@@ -52,6 +52,7 @@ typedef struct allot__server_opts {
 	 * the CA agents' certificates must chain to. Agents without a valid
 	 * certificate cannot connect. */
 	const char *tls_cert_key_file;
+	const char *tls_key_file; /* NULL: in tls_cert_key_file */
 	const char *tls_ca_file;
 	allot__cluster *cluster; /* the fencing gate; NULL: one allotd */
 	/* Non-NULL: every Register must carry a valid identity proof for
