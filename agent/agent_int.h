@@ -231,6 +231,10 @@ typedef struct allot__qrt {
 	 * quota, the config's largest otherwise. Its burst on a replica is
 	 * never set below it (docs/allocation.md). */
 	_Atomic uint32_t wmax;
+	/* Its burst, whole: the most a request charging it may cost. Set
+	 * with `q` by a reconfig; read without a lock where `q` may not be
+	 * (an unknown identity's key taking its stacked levels). */
+	_Atomic uint32_t max_cost;
 	/* Totals folded in from keys that left it: evicted unknown
 	 * identities (dyn_lock) and keys a reconfig moved (cfg_lock). */
 	allot__ktotals retired;
@@ -621,7 +625,8 @@ int allot__reconfig(allot_agent *a, allot_config *cfg, bool initial);
 void allot__key_charge(
     allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight);
 
-/* A key's largest cost on quota `q`: its burst, whole. */
+/* A key's largest cost on quota `q`: its burst, whole (the config's:
+ * by the thread that reconfigures, or under cfg_lock). */
 static inline uint32_t
 allot__max_cost(const allot__qrt *q)
 {

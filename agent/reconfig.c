@@ -605,6 +605,8 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 		    cq->endpoint != NULL ?
 		        allot__config_weight(cfg, cq->endpoint) :
 		        cfg->max_weight);
+		atomic_store(
+		    &a->quotas[i].max_cost, allot__max_cost(&a->quotas[i]));
 	}
 	apply_ceiling(a, cfg, p);
 	for (uint32_t i = 0; i < nq_new; i++) {

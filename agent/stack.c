@@ -172,9 +172,16 @@ allot__stack_set(allot_agent *a, allot_key *k, const char *identity,
 		if (cand[i] == NONE)
 			continue;
 		up[n++] = cand[i];
-		/* A level in shadow never denies. */
-		uint32_t m = allot__max_cost(&a->quotas[cand[i]]);
-		if (!a->quotas[cand[i]].q->shadow && m < mc)
+		/* A level in shadow never denies. Read from the quota's
+		 * atomics, not its config: an unknown identity's key comes
+		 * here under dyn_lock alone, while a reconfig may repoint
+		 * the quota at another config (cfg_lock). */
+		const allot__qrt *q = &a->quotas[cand[i]];
+		uint32_t m = atomic_load_explicit(
+		    &q->max_cost, memory_order_relaxed);
+		if (!atomic_load_explicit(
+		        &q->bucket.shadow, memory_order_relaxed) &&
+		    m < mc)
 			mc = m;
 	}
 	for (uint32_t i = 0; i < n; i++)

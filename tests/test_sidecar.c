@@ -712,9 +712,11 @@ END_TEST
 
 /* Issue 25: Envoy's RLS client sends a burst of B to one of two
  * daemons. Each holds the body of its traffic; what the burst needs
- * beyond it waits for allotd's central reserve (--wait-ms, default
- * 20 ms) and is admitted: all of it, where an equal split would have
- * refused half. */
+ * beyond it waits for allotd's central reserve (--wait-ms) and is
+ * admitted: all of it, where an equal split would have refused half.
+ * The wait is 200 ms here, not the default 20: long enough for a round
+ * trip on a loaded CI machine (one of 100 was late at 20 ms while the
+ * sanitizer trees built beside the suites), as test_tail's. */
 START_TEST(rls_burst_on_one_of_two)
 {
 	need_tools();
@@ -729,7 +731,7 @@ START_TEST(rls_burst_on_one_of_two)
 	pc_coord_init(&c, "/tmp/allot-test-sidecar-tail", quotas);
 	pc_coord_spawn(&c, NULL, NULL);
 	const char *extra[] = { "--coordinator", c.url, "--initial-replicas",
-		"2", "--service", "sidecar", NULL };
+		"2", "--service", "sidecar", "--wait-ms", "200", NULL };
 	struct agentd a[2];
 	for (int i = 0; i < 2; i++)
 		agentd_start(&a[i], quotas, extra);
