@@ -916,14 +916,6 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		return -1;
 	}
-	if (o->http_addr != NULL &&
-	    allot__http_start(o->http_addr, &o->http_lim, d->state,
-	        &d->metrics, d->cluster, &d->lg, err, sizeof err,
-	        &d->http) != ALLOT_OK) {
-		allot__log(
-		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
-		return -1;
-	}
 	allot__admin_opts ado = {
 		.path = o->admin_socket,
 		.group = o->admin_group,
@@ -942,6 +934,16 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 	};
 	if ((o->admin_socket != NULL || o->admin_listen != NULL) &&
 	    allot__admin_start(&ado, err, sizeof err, &d->admin) != ALLOT_OK) {
+		allot__log(
+		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
+		return -1;
+	}
+	/* HTTP last: once /healthz answers, the admin socket does too (a
+	 * script that waits for /healthz, then runs allotctl, raced it). */
+	if (o->http_addr != NULL &&
+	    allot__http_start(o->http_addr, &o->http_lim, d->state,
+	        &d->metrics, d->cluster, &d->lg, err, sizeof err,
+	        &d->http) != ALLOT_OK) {
 		allot__log(
 		    &d->lg, ALLOT_LOG_ERR, "ALLOTD-LISTEN-FAIL", "%s", err);
 		return -1;
