@@ -49,20 +49,20 @@ static const char *CFG = "quotas:\n"
 /* The test's allotd (tests/support/allotd.h). */
 typedef pc_coord env;
 
-/* allotd with `loan_frac` as --loan-frac (NULL: its default). */
+/* allotd with `extra` options after the suite's own (NULL: none; an
+ * option given again there is the one in force). */
 static void
-start_allotd_loans(env *e, const char *loan_frac)
+start_allotd_with(env *e, const char *const *extra)
 {
 	const char *args[] = { "--interval-ms", "50", "--expiry-intervals",
-		"4", "--lease-ms", "600",
-		loan_frac != NULL ? "--loan-frac" : NULL, loan_frac, NULL };
-	pc_coord_spawn(e, args, NULL);
+		"4", "--lease-ms", "600", NULL };
+	pc_coord_spawn(e, args, extra);
 }
 
 static void
 start_allotd(env *e)
 {
-	start_allotd_loans(e, NULL);
+	start_allotd_with(e, NULL);
 }
 
 static void
@@ -351,7 +351,12 @@ START_TEST(loan_moves_tokens_to_a_burst)
 {
 	env e;
 	env_init(&e);
-	start_allotd_loans(&e, "1");
+	/* A lender's debit waits for its next Reply: a lender silent
+	 * for 4 T (a stall of 200 ms on a loaded machine) would expire
+	 * and its debit with it, so replicas expire after 1 s here. */
+	const char *extra[] = { "--loan-frac", "1", "--expiry-intervals", "20",
+		"--lease-ms", "3000", NULL };
+	start_allotd_with(&e, extra);
 	allot_agent *as[4];
 	for (int i = 0; i < 4; i++) {
 		char id[16];
