@@ -157,7 +157,8 @@ START_TEST(test_shares_follow_replicas)
 	    coord_metric(&c, "allotd_replicas{service=\"" SVC "\"}"), 4);
 	ck_assert_double_eq_tol(
 	    coord_metric(&c,
-	        "allotd_allowance_tokens_per_second{service=\"" SVC "\",quota=\"" QA "\"}"),
+	        "allotd_allowance_tokens_per_second{service=\"" SVC
+	        "\",quota=\"" QA "\"}"),
 	    RA, EPS);
 	ck_assert_double_eq(
 	    coord_metric(&c, "allotd_register_unknown_keys_total"), 4);
@@ -187,8 +188,8 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_int_le(settle(r, alive, 6, 3), 2);
 	assert_split(r, alive, 6, 3, RA, BA);
 	ck_assert(coord_metric(&c,
-	              "allotd_allowance_tokens_per_second{service=\"" SVC "\",quota=\"" QA
-	              "\"}") <= RA);
+	              "allotd_allowance_tokens_per_second{service=\"" SVC
+	              "\",quota=\"" QA "\"}") <= RA);
 	/* Its session is gone: a Sync naming it is refused. */
 	ck_assert_int_eq(pc_open(&r[3].c, c.url, 2000), 0);
 	ck_assert_int_eq(pc_replica_sync(&r[3], NULL, 0, NULL),
@@ -211,8 +212,8 @@ START_TEST(test_shares_follow_replicas)
 	ck_assert_double_eq(
 	    coord_metric(&c, "allotd_replicas{service=\"" SVC "\"}"), 5);
 	ck_assert(coord_metric(&c,
-	              "allotd_allowance_tokens_per_second{service=\"" SVC "\",quota=\"" QA
-	              "\"}") <= RA);
+	              "allotd_allowance_tokens_per_second{service=\"" SVC
+	              "\",quota=\"" QA "\"}") <= RA);
 
 	/* /status lists the replicas and each quota's shares. */
 	int status = 0;

@@ -116,7 +116,9 @@ START_TEST(test_reload)
 	ck_assert_double_eq_tol(r.rate[2], 120.0, EPS);
 	ck_assert_double_eq(coord_metric(&c, "allotd_config_epoch"), 2);
 	ck_assert_double_eq(
-	    coord_metric(&c, "allotd_quota_tokens_per_second{quota=\"" QA "\"}"), 200);
+	    coord_metric(
+	        &c, "allotd_quota_tokens_per_second{quota=\"" QA "\"}"),
+	    200);
 	/* Reloading the same file is not a change. */
 	kill(c.pid, SIGHUP);
 	t0 = pc_now_ms();

@@ -554,8 +554,8 @@ START_TEST(candidate_below_and_above_load)
 	    metric(m, "allotd_candidate_denied_tokens_total", "b"), 0);
 	/* Never booked as a denial. */
 	ck_assert_double_eq(metric(m, "allotd_denied_tokens_total", "a"), 0);
-	ck_assert_ptr_nonnull(
-	    strstr(m, "allotd_quota_candidate_tokens_per_second{quota=\"a\"} 400"));
+	ck_assert_ptr_nonnull(strstr(
+	    m, "allotd_quota_candidate_tokens_per_second{quota=\"a\"} 400"));
 	free(m);
 
 	char *doc = render(&c, false);

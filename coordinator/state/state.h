@@ -109,8 +109,8 @@ typedef struct allot__state_opts {
 	 * --max-keys); 0: ALLOT__STATE_MAX_KEYS. */
 	uint32_t max_keys;
 	double absurd_factor; /* slack on the consumption bound */
-	/* /metrics also under the names of 0.1 (docs/operations.md,
-	 * "Metric names"): the transition of allotd's --legacy-metric-names. */
+	/* The renamed gauges of /metrics under their names of 0.1 too
+	 * (--legacy-metric-names; docs/operations.md, "Metric names"). */
 	bool legacy_metric_names;
 	allot__alloc_policy policy;
 	allot__store *store; /* may be NULL (no durable rows) */
