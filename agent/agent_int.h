@@ -619,12 +619,6 @@ void allot__key_init(allot_agent *a, struct allot_key *k, allot__qrt *q,
  * `initial`, the first config, at create (nothing in place yet). */
 int allot__reconfig(allot_agent *a, allot_config *cfg, bool initial);
 
-/* Point key `k` (a configured identity's) at quota `q` with endpoint
- * weight `weight`, keeping every count it made before with the quota it
- * leaves (cfg_lock held, or at create). */
-void allot__key_charge(
-    allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight);
-
 /* A key's largest cost on quota `q`: its burst, whole (the config's:
  * by the thread that reconfigures, or under cfg_lock). */
 static inline uint32_t

@@ -181,7 +181,10 @@ group_add(allot_agent *a, uint32_t g, const char *identity, uint64_t h)
 
 /* ---- keys ---- */
 
-/* As allot__key_charge; `fresh`: nothing counted on it yet (create). */
+/* Point key `k` (a configured identity's) at quota `q` with endpoint
+ * weight `weight`, keeping every count it made before with the quota it
+ * leaves (cfg_lock held, or at create); `fresh`: nothing counted on it
+ * yet (create). */
 static void
 charge(
     allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight, bool fresh)
@@ -213,12 +216,6 @@ charge(
 	uint32_t mc = allot__max_cost(q);
 	if (atomic_load_explicit(&k->max_cost, memory_order_relaxed) != mc)
 		atomic_store_explicit(&k->max_cost, mc, memory_order_relaxed);
-}
-
-void
-allot__key_charge(allot_agent *a, allot_key *k, allot__qrt *q, uint32_t weight)
-{
-	charge(a, k, q, weight, false);
 }
 
 /* ---- quotas ---- */
