@@ -281,9 +281,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	atomic_store_explicit(&k->weight,
 	    atomic_load_explicit(&a->class_weight[cls], memory_order_relaxed),
 	    memory_order_relaxed);
-	allot__stack_set(a, k, k->identity, NONE,
-	    atomic_load_explicit(
-	        &a->quotas[a->default_quota].max_cost, memory_order_relaxed));
+	allot__stack_set(a, k, k->identity, NONE);
 	allot__kc(a, k)->sweep_sum = 0;
 	allot__kc(a, k)->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);

@@ -16,7 +16,6 @@
 #ifndef ALLOT_AGENT_INT_H
 #define ALLOT_AGENT_INT_H
 
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -619,15 +618,6 @@ void allot__key_init(allot_agent *a, struct allot_key *k, allot__qrt *q,
  * `initial`, the first config, at create (nothing in place yet). */
 int allot__reconfig(allot_agent *a, allot_config *cfg, bool initial);
 
-/* A key's largest cost on quota `q`: its burst, whole (the config's:
- * by the thread that reconfigures, or under cfg_lock). */
-static inline uint32_t
-allot__max_cost(const allot__qrt *q)
-{
-	double b = floor(q->q->burst);
-	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
-}
-
 /* Stacked limits (stack.c). The pattern table of `cfg`, whose
  * callers[i] has quota slot slot[i] (NONE: none) and endpoint class
  * cls[i] (NONE: its caller's own): ALLOT_OK, or ALLOT_ENOMEM. */
@@ -635,13 +625,13 @@ int allot__patterns_build(const allot_config *cfg, const uint32_t *slot,
     const uint32_t *cls, allot__patterns **ret);
 void allot__patterns_free(allot__patterns *t);
 /* Set the levels key `k` (of `identity`, NULL for none) charges on top
- * of its own quota, whose largest cost is `own_max_cost`: `own` first
- * (its caller's own quota, when `k` charges a stacked endpoint quota;
- * else NONE), then its group's and every caller's, from a->pats
- * (dyn_lock held); and its largest cost, the smallest of theirs but
- * those in shadow. */
-void allot__stack_set(allot_agent *a, struct allot_key *k,
-    const char *identity, uint32_t own, uint32_t own_max_cost);
+ * of its own quota (k->quota): `own` first (its caller's own quota, when
+ * `k` charges a stacked endpoint quota; else NONE), then its group's and
+ * every caller's, from a->pats (dyn_lock held); and its largest cost,
+ * the smallest of its quotas' (allot__qrt.max_cost) but those in
+ * shadow. */
+void allot__stack_set(
+    allot_agent *a, struct allot_key *k, const char *identity, uint32_t own);
 
 /* Evict idle unknown-identity keys now (any thread; takes dyn_lock). */
 void allot__agent_sweep(allot_agent *a, uint64_t now);

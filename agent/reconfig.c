@@ -208,17 +208,24 @@ charge(
 		atomic_store_explicit(
 		    &k->bucket, &q->bucket, memory_order_relaxed);
 	}
-	/* Written only when they change: a store would take the key's
-	 * line from the cores deciding on it. */
+	/* Written only when it changes: a store would take the key's
+	 * line from the cores deciding on it. Its largest cost follows
+	 * from its quotas' (allot__stack_set()). */
 	if (atomic_load_explicit(&k->weight, memory_order_relaxed) != weight)
 		atomic_store_explicit(
 		    &k->weight, weight, memory_order_relaxed);
-	uint32_t mc = allot__max_cost(q);
-	if (atomic_load_explicit(&k->max_cost, memory_order_relaxed) != mc)
-		atomic_store_explicit(&k->max_cost, mc, memory_order_relaxed);
 }
 
 /* ---- quotas ---- */
+
+/* The largest cost a request charging config quota `cq` may have: its
+ * burst, whole. */
+static uint32_t
+max_cost_of(const allot__quota *cq)
+{
+	double b = floor(cq->burst);
+	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
+}
 
 static void
 static_of(const allot_agent *a, const allot__qrt *q, uint32_t n, bool fb,
@@ -602,8 +609,7 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 		    cq->endpoint != NULL ?
 		        allot__config_weight(cfg, cq->endpoint) :
 		        cfg->max_weight);
-		atomic_store(
-		    &a->quotas[i].max_cost, allot__max_cost(&a->quotas[i]));
+		atomic_store(&a->quotas[i].max_cost, max_cost_of(cq));
 	}
 	apply_ceiling(a, cfg, p);
 	for (uint32_t i = 0; i < nq_new; i++) {
@@ -670,8 +676,7 @@ apply_keys(allot_agent *a, plan *p)
 			    p->initial);
 			allot__stack_set(a, k, k->identity,
 			    q->q->stacked && p->gq[g] != NONE ? p->gq[g] :
-			                                        NONE,
-			    allot__max_cost(q));
+			                                        NONE);
 			if (atomic_load_explicit(
 			        &k->known, memory_order_relaxed) != known)
 				atomic_store_explicit(
@@ -681,23 +686,22 @@ apply_keys(allot_agent *a, plan *p)
 		}
 	}
 	/* The unknown identities' pool, anonymous and overflow keys: the
-	 * default quota, new weights, the stacks of their class (the
-	 * anonymous key's). */
-	uint32_t dmax = allot__max_cost(def);
+	 * default quota, new weights, their stacked levels (every caller's;
+	 * an unknown identity's group's too). */
 	allot_key *sets[] = { a->anon_keys, a->overflow_keys };
 	for (size_t s = 0; s < 2; s++)
 		for (uint32_t c = 0; c < a->nclasses; c++) {
 			atomic_store_explicit(&sets[s][c].weight,
 			    atomic_load(&a->class_weight[c]),
 			    memory_order_relaxed);
-			allot__stack_set(a, &sets[s][c], NULL, NONE, dmax);
+			allot__stack_set(a, &sets[s][c], NULL, NONE);
 		}
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
 		atomic_store_explicit(&k->weight,
 		    atomic_load(&a->class_weight[k->cls]),
 		    memory_order_relaxed);
-		allot__stack_set(a, k, k->identity, NONE, dmax);
+		allot__stack_set(a, k, k->identity, NONE);
 	}
 }
 

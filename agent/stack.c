@@ -154,12 +154,14 @@ pattern_ep(const allot__patterns *t, const pattern *p, uint32_t c)
 }
 
 void
-allot__stack_set(allot_agent *a, allot_key *k, const char *identity,
-    uint32_t own, uint32_t own_max_cost)
+allot__stack_set(
+    allot_agent *a, allot_key *k, const char *identity, uint32_t own)
 {
 	const allot__patterns *t = a->pats;
 	uint32_t up[ALLOT__STACK_MAX], n = 0;
-	uint32_t mc = own_max_cost;
+	uint32_t mc = atomic_load_explicit(
+	    &atomic_load_explicit(&k->quota, memory_order_relaxed)->max_cost,
+	    memory_order_relaxed);
 	const pattern *g = t != NULL ? group_of(t, identity) : NULL;
 	uint32_t cand[] = { own, g != NULL ? pattern_ep(t, g, k->cls) : NONE,
 		g != NULL ? g->q : NONE,
