@@ -558,13 +558,15 @@ stack_levels(allot_agent *a, const allot_key *k, uint32_t *lv)
 	return (n < ALLOT__STACK_MAX ? n : ALLOT__STACK_MAX) + 1;
 }
 
-/* Level `i` of `lv` denied a request of `cost` the key counts as a
- * denial: it was that level's, not the key's own quota's (whose bucket
- * did not deny it). */
+/* A request of `cost` key `k` (counters `c`) charges was denied by its
+ * level `i` of `lv`: the key's denial, and above its own quota the
+ * level's, not the own quota's (whose bucket did not deny it). */
 static void
-count_level_denial(allot_agent *a, allot__tblock *b, const uint32_t *lv,
-    uint32_t i, uint32_t cost)
+count_denial(allot_agent *a, allot__tblock *b, allot__kcount *c,
+    const uint32_t *lv, uint32_t i, uint32_t cost)
 {
+	allot__bump(b, &c->denied, 1);
+	allot__bump(b, &c->denied_tokens, cost);
 	if (i == 0)
 		return;
 	allot__kcount *own = level_count(a, b, lv[0]);
@@ -579,11 +581,10 @@ count_level_denial(allot_agent *a, allot__tblock *b, const uint32_t *lv,
  * level in shadow that would deny lets the request pass and says so).
  * Admitted: true, `*ret` the level with the fewest tokens left, each
  * level above the key's own counted. Denied by a level: what the ones
- * before it took given back, `*ret` its decision, `*ret_level` it. */
+ * before it took given back, `*ret` its decision (ret->level it). */
 static bool
 stack_take(allot_agent *a, allot__tblock *b, const uint32_t *lv, uint32_t n,
-    uint32_t from, uint32_t cost, uint64_t now, allot_decision *ret,
-    uint32_t *ret_level)
+    uint32_t from, uint32_t cost, uint64_t now, allot_decision *ret)
 {
 	bool shadow = false;
 	uint32_t taken = 0; /* bit i: level i took its tokens */
@@ -604,7 +605,6 @@ stack_take(allot_agent *a, allot__tblock *b, const uint32_t *lv, uint32_t n,
 			ret->allowed = false;
 			ret->shadow_denied = false;
 			ret->level = (uint8_t) i;
-			*ret_level = i;
 			return false;
 		}
 		taken |= (uint32_t) t.allowed << i;
@@ -631,13 +631,13 @@ static __attribute__((noinline)) int
 decide_stacked(allot_agent *a, allot_key *k, allot__tblock *b,
     allot__kcount *c, uint32_t cost, allot_decision *ret, bool tail)
 {
-	uint32_t lv[ALLOT__STACK_MAX + 1], at;
+	uint32_t lv[ALLOT__STACK_MAX + 1];
 	uint32_t n = stack_levels(a, k, lv);
 	uint64_t now = allot__agent_now(a);
 	if (allot__unlikely(c->lease.n != 0))
 		lease_close(a, &c->lease, now);
 	c->lease.on = 0;
-	if (stack_take(a, b, lv, n, 0, cost, now, ret, &at)) {
+	if (stack_take(a, b, lv, n, 0, cost, now, ret)) {
 		allot__bump(b, &c->allowed, 1);
 		allot__bump(b, &c->spent, cost);
 		if (ret->shadow_denied) {
@@ -648,11 +648,9 @@ decide_stacked(allot_agent *a, allot_key *k, allot__tblock *b,
 	}
 	/* The key's own quota denied a request about to wait for its
 	 * central reserve: counted when its wait ends (tail.c). */
-	if (tail && at == 0)
+	if (tail && ret->level == 0)
 		return ALLOT_OK;
-	allot__bump(b, &c->denied, 1);
-	allot__bump(b, &c->denied_tokens, cost);
-	count_level_denial(a, b, lv, at, cost);
+	count_denial(a, b, c, lv, ret->level, cost);
 	return ALLOT_OK;
 }
 
@@ -922,14 +920,12 @@ allot__decide_central(allot_agent *a, allot_key *k, uint32_t cost,
 	if (atomic_load_explicit(&k->nup, memory_order_relaxed) != 0) {
 		/* Its own quota's tokens came from the reserve: the
 		 * stacked levels above it still decide. */
-		uint32_t lv[ALLOT__STACK_MAX + 1], at;
+		uint32_t lv[ALLOT__STACK_MAX + 1];
 		uint32_t n = stack_levels(a, k, lv);
-		if (!stack_take(a, b, lv, n, 1, cost, now, &up, &at)) {
+		if (!stack_take(a, b, lv, n, 1, cost, now, &up)) {
 			allot__bucket_adjust(
 			    &a->quotas[lv[0]].bucket, -(int64_t) cost, now);
-			allot__bump(b, &c->denied, 1);
-			allot__bump(b, &c->denied_tokens, cost);
-			count_level_denial(a, b, lv, at, cost);
+			count_denial(a, b, c, lv, up.level, cost);
 			*ret = up;
 			return false;
 		}
