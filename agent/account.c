@@ -229,17 +229,11 @@ allot__acct_take(allot__account *ac, uint32_t q, uint64_t spent,
 	if (q >= ac->cap)
 		return;
 	allot__acct_base *b = &ac->base[q];
-	int64_t d_spent = (int64_t) (spent - b->spent);
-	uint64_t adm = d_spent > 0 ? (uint64_t) d_spent : 0;
-	/* Stacked levels may lower a quota's denials for a moment
-	 * (sync_core.c): as spent, only what is above the base counts. */
-	int64_t d_den = (int64_t) (denied - b->denied);
-	uint64_t den = d_den > 0 ? (uint64_t) d_den : 0;
+	uint64_t adm = allot__acct_rise(spent, &b->spent);
+	uint64_t den = allot__acct_rise(denied, &b->denied);
 	uint64_t sh = shadow - b->shadow;
 	if (adm == 0 && den == 0)
 		return;
-	b->spent += adm;
-	b->denied += den;
 	b->shadow = shadow;
 	allot__acct_count *o = &ac->open[q];
 	o->admitted += adm;

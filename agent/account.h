@@ -37,6 +37,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What a quota's total `now` rose by since `*base`, `*base` moved up by
+ * as much: a total that went down counts nothing until it is back above
+ * (a refund lowers `spent`; a stacked level's denial moves from one
+ * quota's total to another's in two stores a read may see one of). For
+ * the account below and for the reports of the sync engine alike. */
+static inline uint64_t
+allot__acct_rise(uint64_t now, uint64_t *base)
+{
+	int64_t d = (int64_t) (now - *base);
+	uint64_t r = d > 0 ? (uint64_t) d : 0;
+	*base += r;
+	return r;
+}
+
 /* Records that may wait for the coordinator's word; past it, folding. */
 #define ALLOT__ACCT_RECORDS 900u
 /* Records per Sync, and per Leave. */

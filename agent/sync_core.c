@@ -213,19 +213,12 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 			    &qs->ledger, q, level, t.spent, now);
 		else
 			allot__ledger_reset(&qs->ledger);
-		/* A refund may have lowered `spent` below what was already
-		 * reported: report nothing until consumption catches up. */
-		int64_t d_spent = (int64_t) (t.spent - qs->last_spent);
-		uint64_t consumed = d_spent > 0 ? (uint64_t) d_spent : 0;
-		/* A stacked level's denial moves from the key's quota to
-		 * the level's in two stores a read may see one of: a
-		 * total that went down reports nothing until it is back. */
-		int64_t d_denied = (int64_t) (t.denied_tokens -
-		    qs->last_denied);
-		uint64_t denied = d_denied > 0 ? (uint64_t) d_denied : 0;
+		/* Totals that went down (a refund, a stacked level's denial
+		 * in transit) report nothing until they are back. */
+		uint64_t consumed = allot__acct_rise(t.spent, &qs->last_spent);
+		uint64_t denied = allot__acct_rise(
+		    t.denied_tokens, &qs->last_denied);
 		uint64_t shadow = t.shadow_tokens - qs->last_shadow;
-		qs->last_spent += consumed;
-		qs->last_denied += denied;
 		qs->last_shadow = t.shadow_tokens;
 		qs->denying = denied > 0;
 		if (elapsed > 0) {
@@ -494,12 +487,10 @@ rebaseline(syncc *s)
 		allot__ktotals t;
 		allot__quota_totals(a, &a->quotas[i], &t);
 		qsync *qs = &s->q[i];
-		if (t.spent > qs->last_spent)
-			atomic_fetch_add(
-			    &s->unreported_tokens, t.spent - qs->last_spent);
-		qs->last_spent = t.spent > qs->last_spent ? t.spent :
-		                                            qs->last_spent;
-		qs->last_denied = t.denied_tokens;
+		atomic_fetch_add(&s->unreported_tokens,
+		    allot__acct_rise(t.spent, &qs->last_spent));
+		/* Its denials too, from the highest total seen, as above. */
+		(void) allot__acct_rise(t.denied_tokens, &qs->last_denied);
 	}
 }
 
