@@ -414,29 +414,62 @@ static const struct sq_family_def {
 	    F_DEMAND, "allotd_demand_rate" },
 };
 
-/* A gauge per configured quota: its rate, or its burst. */
+/* The per-quota configuration gauges: what each holds of a quota. */
+typedef enum qc_field { QC_RATE, QC_BURST, QC_CANDIDATE } qc_field;
+
+/* A gauge per configured quota (QC_CANDIDATE: per quota with a
+ * candidate, labelled by quota alone). */
 static void
 quota_series(const snap *sn, allot__buf *b, const char *name, const char *help,
-    bool burst)
+    qc_field f)
 {
 	allot__buf_printf(
 	    b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 	for (size_t q = 0; q < sn->nq; q++) {
+		const snap_qcfg *qc = &sn->qc[q];
+		if (f == QC_CANDIDATE && !(qc->cand_rate > 0))
+			continue;
 		allot__buf_printf(b, "%s{quota=\"", name);
-		allot__buf_label(b, sn->qc[q].identity);
+		allot__buf_label(b, qc->identity);
 		/* A service section's own quota: one series per service. */
-		if (sn->qc[q].service != NULL) {
+		if (f != QC_CANDIDATE && qc->service != NULL) {
 			allot__buf_puts(b, "\",service=\"");
-			allot__buf_label(b, sn->qc[q].service);
+			allot__buf_label(b, qc->service);
 		}
 		allot__buf_puts(b, "\"} ");
-		allot__buf_num(b, burst ? sn->qc[q].burst : sn->qc[q].rate);
+		allot__buf_num(b,
+		    f == QC_RATE      ? qc->rate :
+		        f == QC_BURST ? qc->burst :
+		                        qc->cand_rate);
 		allot__buf_puts(b, "\n");
 	}
 }
 
-/* The HELP of a gauge under its name of 0.1 (--legacy-metric-names). */
-#define LEGACY(name) "Deprecated: the name of " name " in 0.1, removed in 0.3."
+static const struct {
+	const char *name, *help;
+	qc_field f;
+	const char *legacy; /* its name in 0.1 */
+} quota_gauges[] = {
+	{ "allotd_quota_tokens_per_second",
+	    "Configured rate R per quota, tokens/s.", QC_RATE,
+	    "allotd_quota_rate" },
+	{ "allotd_quota_burst_tokens", "Configured burst B per quota, tokens.",
+	    QC_BURST, "allotd_quota_burst" },
+	{ "allotd_quota_candidate_tokens_per_second",
+	    "Candidate rate per quota (evaluated, never enforced), tokens/s; "
+	    "only quotas with one.",
+	    QC_CANDIDATE, "allotd_quota_candidate_rate" },
+};
+
+/* The HELP of a gauge under its name of 0.1 (--legacy-metric-names),
+ * renamed `name`, into `buf`. */
+static const char *
+legacy_help(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len,
+	    "Deprecated: the name of %s in 0.1, removed in 0.3.", name);
+	return buf;
+}
 
 /* The config, replica and per-quota configuration series; with
  * `legacy`, the renamed ones under their names of 0.1 too. */
@@ -466,36 +499,16 @@ metrics_config(const snap *sn, allot__buf *b, bool legacy)
 	    "# HELP allotd_sessions Live sessions, all "
 	    "services.\n# TYPE allotd_sessions gauge\nallotd_sessions %zu\n",
 	    sn->nsessions);
-	for (int pass = 0; pass < (legacy ? 2 : 1); pass++) {
-		bool old = pass == 1;
-		quota_series(sn, b,
-		    old ? "allotd_quota_rate" :
-		          "allotd_quota_tokens_per_second",
-		    old ? LEGACY("allotd_quota_tokens_per_second") :
-		          "Configured rate R per quota, tokens/s.",
-		    false);
-		quota_series(sn, b,
-		    old ? "allotd_quota_burst" : "allotd_quota_burst_tokens",
-		    old ? LEGACY("allotd_quota_burst_tokens") :
-		          "Configured burst B per quota, tokens.",
-		    true);
-		const char *cand = old ?
-		    "allotd_quota_candidate_rate" :
-		    "allotd_quota_candidate_tokens_per_second";
-		allot__buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", cand,
-		    old ? LEGACY("allotd_quota_candidate_tokens_per_second") :
-		          "Candidate rate per quota (evaluated, never "
-		          "enforced), tokens/s; only quotas with one.",
-		    cand);
-		for (size_t q = 0; q < sn->nq; q++) {
-			if (!(sn->qc[q].cand_rate > 0))
-				continue;
-			allot__buf_printf(b, "%s{quota=\"", cand);
-			allot__buf_label(b, sn->qc[q].identity);
-			allot__buf_puts(b, "\"} ");
-			allot__buf_num(b, sn->qc[q].cand_rate);
-			allot__buf_puts(b, "\n");
-		}
+	char help[160];
+	for (size_t i = 0; i < sizeof quota_gauges / sizeof *quota_gauges;
+	     i++) {
+		quota_series(sn, b, quota_gauges[i].name, quota_gauges[i].help,
+		    quota_gauges[i].f);
+		if (legacy)
+			quota_series(sn, b, quota_gauges[i].legacy,
+			    legacy_help(
+			        help, sizeof help, quota_gauges[i].name),
+			    quota_gauges[i].f);
 	}
 }
 
@@ -516,14 +529,10 @@ allot__state_render_metrics(allot__state *st, allot__buf *b)
 	for (size_t i = 0; i < sizeof sq_families / sizeof *sq_families; i++) {
 		const struct sq_family_def *fd = &sq_families[i];
 		sq_family(&sn, b, fd->name, fd->type, fd->help, fd->f);
-		if (legacy && fd->legacy != NULL) {
-			char help[160];
-			snprintf(help, sizeof help,
-			    "Deprecated: the name of %s in 0.1, removed in "
-			    "0.3.",
-			    fd->name);
-			sq_family(&sn, b, fd->legacy, fd->type, help, fd->f);
-		}
+		char help[160];
+		if (legacy && fd->legacy != NULL)
+			sq_family(&sn, b, fd->legacy, fd->type,
+			    legacy_help(help, sizeof help, fd->name), fd->f);
 	}
 	allot__arena_destroy(&sn.ar);
 }
