@@ -40,4 +40,7 @@ int allot__file_replace(const char *path, const struct iovec *iov, size_t n,
 int allot__file_read(const char *path, size_t max, char *err, size_t errlen,
     char **ret_buf, size_t *ret_len);
 
+/* The `max` for a PEM file: a certificate chain, a key, a CA bundle. */
+#define ALLOT__PEM_MAX (1024u * 1024u)
+
 #endif

@@ -18,8 +18,6 @@
 #include "file.h"
 #include "web/addr.h"
 
-/* The largest PEM file read: a certificate chain and its key. */
-#define PEM_MAX (1024u * 1024u)
 /* URI SANs looked at; a certificate with more names no caller. */
 #define URIS_KEPT 4u
 
@@ -213,7 +211,8 @@ read_pem(
 {
 	char e[256];
 	size_t len;
-	int rc = allot__file_read(path, PEM_MAX, e, sizeof e, ret, &len);
+	int rc = allot__file_read(
+	    path, ALLOT__PEM_MAX, e, sizeof e, ret, &len);
 	if (rc != ALLOT_OK)
 		snprintf(err, errlen, "%s %s: %s", what, path, e);
 	return rc;

@@ -222,9 +222,6 @@ worker_cb(void *arg)
 	case W_IDLE: return;
 	}
 }
-/* The largest certificate or key file read (--tls-key): a chain. */
-#define PEM_MAX (1024u * 1024u)
-
 /* allotd's certificate into `cfg`: certificate and key in one PEM
  * file, or the key apart (--tls-key). 0 or an nng error. */
 static int
@@ -235,10 +232,10 @@ own_cert(nng_tls_config *cfg, const char *cert_file, const char *key_file)
 	char *cert = NULL, *key = NULL, e[256];
 	size_t len;
 	int rv = NNG_EINVAL;
-	if (allot__file_read(cert_file, PEM_MAX, e, sizeof e, &cert, &len) ==
-	        ALLOT_OK &&
-	    allot__file_read(key_file, PEM_MAX, e, sizeof e, &key, &len) ==
-	        ALLOT_OK)
+	if (allot__file_read(cert_file, ALLOT__PEM_MAX, e, sizeof e, &cert,
+	        &len) == ALLOT_OK &&
+	    allot__file_read(
+	        key_file, ALLOT__PEM_MAX, e, sizeof e, &key, &len) == ALLOT_OK)
 		rv = nng_tls_config_own_cert(cfg, cert, key, NULL);
 	free(cert);
 	if (key != NULL)
