@@ -494,11 +494,12 @@ static const allot__opt rows[] = {
 	    .off = FIELD(plo.capacity), .min = 1, .max = 1000000 },
 	{ "peer-connections", 0, ALLOT__OPT_U32, "N",
 	    "Connections of one peer that, once a Register on them\n"
-	    "succeeded (with --tls-ca: proved its identity), get a message\n"
-	    "budget of their own, so that a flood from other connections\n"
-	    "of the same address cannot throttle them (default 256; 0:\n"
-	    "every message is charged to its address). Each holds a slot\n"
-	    "of --peer-table until it closes.\n",
+	    "succeeded (with --tls-ca: proved its identity), leave the\n"
+	    "address's message budget for one shared by the address's\n"
+	    "connections of the same service, so that a flood from other\n"
+	    "connections of the address cannot throttle them (default\n"
+	    "256; 0: every message is charged to its address). Each holds\n"
+	    "a slot of --peer-table until it closes.\n",
 	    .off = FIELD(plo.conns_per_peer), .min = 0, .max = 1000000 },
 	{ "log-level", 0, ALLOT__OPT_LEVEL, "LEVEL",
 	    "err, warning, notice, info or debug, or 0-7 (default info).\n",

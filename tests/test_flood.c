@@ -388,10 +388,11 @@ peer4(unsigned i)
 	return p;
 }
 
-/* A registered connection's own budget: its address's budget spent by
- * others does not touch it, its own is the same size, the address binds
- * at most conns_per_peer connections, and a closed one frees its place
- * and is charged to its address again. */
+/* A registered connection's budget: its address's budget spent by
+ * others does not touch it; it shares one, the same size, with the
+ * connections of its address registered as the same service, and not
+ * with those of another service; the address binds at most
+ * conns_per_peer connections, and a closed one frees its place. */
 START_TEST(test_table_connections)
 {
 	allot__peerlimit_opts o;
@@ -408,8 +409,8 @@ START_TEST(test_table_connections)
 	allot__peer a = peer4(1);
 	/* Connection 7 registers; connection 8 floods from the same
 	 * address and spends the address's budget. */
-	ck_assert(allot__peerlimit_bind(pl, 7, &a, now));
-	ck_assert(allot__peerlimit_bind(pl, 7, &a, now)); /* again: no-op */
+	ck_assert(allot__peerlimit_bind(pl, 7, &a, 1, now));
+	ck_assert(allot__peerlimit_bind(pl, 7, &a, 1, now)); /* again: no-op */
 	for (int i = 0; i < 2; i++)
 		ck_assert(allot__peerlimit_admit(
 		    pl, 8, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
@@ -427,13 +428,28 @@ START_TEST(test_table_connections)
 	/* Registers stay on the address. */
 	ck_assert(allot__peerlimit_admit(
 	    pl, 7, &a, ALLOT__PEER_REGISTER, now, err, sizeof err));
+	/* Connection 9 registers as the same service from the same
+	 * address: it shares 7's budget, already spent (connections never
+	 * multiply a budget). */
+	ck_assert(allot__peerlimit_bind(pl, 9, &a, 1, now));
+	ck_assert(!allot__peerlimit_admit(
+	    pl, 9, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
+	ck_assert_ptr_nonnull(strstr(err, "connection 9"));
 	/* At most two bound connections per address. */
-	ck_assert(allot__peerlimit_bind(pl, 9, &a, now));
-	ck_assert(!allot__peerlimit_bind(pl, 10, &a, now));
+	ck_assert(!allot__peerlimit_bind(pl, 10, &a, 1, now));
 	allot__peerlimit_stats st;
 	allot__peerlimit_stats_get(pl, &st);
 	ck_assert_uint_eq(st.bound, 2);
 	ck_assert_uint_eq(st.bind_refused, 1);
+	/* Another service registered from the address has a budget of its
+	 * own. */
+	allot__peerlimit_unbind(pl, 9);
+	ck_assert(allot__peerlimit_bind(pl, 11, &a, 2, now));
+	for (int i = 0; i < 2; i++)
+		ck_assert(allot__peerlimit_admit(
+		    pl, 11, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
+	ck_assert(!allot__peerlimit_admit(
+	    pl, 11, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
 	/* Bound connections survive a flood of new peers. */
 	now += 1000000000ull;
 	for (unsigned i = 100; i < 2100; i++) {
@@ -447,7 +463,10 @@ START_TEST(test_table_connections)
 	now += 1000000000ull;
 	allot__peerlimit_unbind(pl, 7);
 	allot__peerlimit_unbind(pl, 7);
-	ck_assert(allot__peerlimit_bind(pl, 10, &a, now));
+	ck_assert(allot__peerlimit_bind(pl, 10, &a, 1, now));
+	/* 10 starts its group afresh: 7's was forgotten with it. */
+	ck_assert(allot__peerlimit_admit(
+	    pl, 10, &a, ALLOT__PEER_MESSAGE, now, err, sizeof err));
 	allot__peerlimit_stats_get(pl, &st);
 	ck_assert_uint_eq(st.bound, 2);
 	allot__peerlimit_destroy(pl);

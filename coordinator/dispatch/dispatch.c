@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "authn.h"
+#include "hash.h"
 #include "consensus/cluster.h"
 
 #define OK ALLOT__V1__ERROR__CODE__UNSPECIFIED
@@ -194,10 +195,12 @@ on_register(const allot__dispatch_ctx *c, const allot__dispatch_req *req,
 	    &a->welcome, res->err, sizeof res->err);
 	a->counted = true;
 	/* A connection that registered (with a verifier: proved its
-	 * identity) gets a message budget of its own (peerlimit.h). */
+	 * identity) spends the message budget of the connections of its
+	 * address registered as its service (peerlimit.h). */
 	if (res->code == OK)
-		allot__peerlimit_bind(
-		    c->peerlimit, req->pipe, req->peer, req->now);
+		allot__peerlimit_bind(c->peerlimit, req->pipe, req->peer,
+		    allot__hash(reg->service, strlen(reg->service), 0),
+		    req->now);
 	a->env.body_case = ALLOT__V1__ENVELOPE__BODY_WELCOME;
 	a->env.welcome = &a->welcome;
 }

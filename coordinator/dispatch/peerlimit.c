@@ -5,9 +5,11 @@
  * buckets per peer. Everything is allocated at creation; a lookup, an
  * insertion and an eviction are done under the shard's mutex, which is
  * held for a hash probe and one bucket take. A bound connection is an
- * entry of its own (family 'p', the pipe id), which names its address;
- * it and an address with bound connections are never evicted. No two
- * shard mutexes are ever held at once.
+ * entry of its own (family 'p', the pipe id), which names its address
+ * and its group (family 'g': its address and registered identity), whose
+ * message bucket it spends; it, and an address or a group with bound
+ * connections, are never evicted. No two shard mutexes are ever held at
+ * once.
  */
 #include "peerlimit.h"
 
@@ -31,12 +33,14 @@
 #define NIL UINT32_MAX
 
 #define FAMILY_PIPE 'p'
+#define FAMILY_GROUP 'g'
 
 typedef struct entry {
 	allot__bucket b[2]; /* [ALLOT__PEER_MESSAGE], [ALLOT__PEER_REGISTER] */
 	allot__peer key;
 	allot__peer parent; /* a bound connection's address */
-	uint32_t conns; /* an address's bound connections */
+	allot__peer group; /* a bound connection's group: its budget */
+	uint32_t conns; /* an address's or a group's bound connections */
 	bool used;
 } entry;
 
@@ -49,6 +53,7 @@ typedef struct shard {
 	uint64_t evictions;
 	uint64_t overflow;
 	uint64_t bound; /* entries that are bound connections */
+	uint64_t groups; /* entries that are their groups */
 } shard;
 
 struct allot__peerlimit {
@@ -273,6 +278,8 @@ unlink_entry(const allot__peerlimit *pl, shard *sh, uint32_t idx)
 	allot__idmap_remove(&sh->index, peer_hash(pl, &e->key) >> 8, idx);
 	if (e->key.family == FAMILY_PIPE)
 		sh->bound--;
+	else if (e->key.family == FAMILY_GROUP)
+		sh->groups--;
 	e->used = false;
 	sh->used--;
 }
@@ -358,6 +365,7 @@ lookup_or_add(const allot__peerlimit *pl, shard *sh, uint64_t ih,
 	entry *e = &sh->e[i];
 	e->key = *key;
 	memset(&e->parent, 0, sizeof e->parent);
+	memset(&e->group, 0, sizeof e->group);
 	e->conns = 0;
 	e->used = true;
 	for (int k = 0; k < 2; k++)
@@ -366,6 +374,8 @@ lookup_or_add(const allot__peerlimit *pl, shard *sh, uint64_t ih,
 	sh->used++;
 	if (key->family == FAMILY_PIPE)
 		sh->bound++;
+	else if (key->family == FAMILY_GROUP)
+		sh->groups++;
 	return i;
 }
 
@@ -397,18 +407,42 @@ allot__peerlimit_take(allot__peerlimit *pl, const allot__peer *peer,
 	return t.allowed;
 }
 
-/* One message of connection `pipe`, charged to its own budget when it is
- * bound: false when it is not (nothing taken); else true with
+/* The group of the connections of address `addr` (a key) registered as
+ * `identity`: the key of the message budget they share. */
+static allot__peer
+group_key(const allot__peer *addr, uint64_t identity)
+{
+	allot__peer key;
+	memset(&key, 0, sizeof key);
+	key.family = FAMILY_GROUP;
+	uint64_t a = allot__peer_id(addr);
+	memcpy(key.addr, &a, sizeof a);
+	memcpy(key.addr + sizeof a, &identity, sizeof identity);
+	return key;
+}
+
+/* One message of connection `pipe`, charged to its group's budget when
+ * it is bound: false when it is not (nothing taken); else true with
  * *ret_allowed and *ret_wait_ns. */
 static bool
 take_bound(allot__peerlimit *pl, uint32_t pipe, uint64_t now,
     bool *ret_allowed, uint64_t *ret_wait_ns)
 {
-	allot__peer key = pipe_key(pipe);
+	allot__peer key = pipe_key(pipe), group;
 	uint64_t ih;
 	shard *sh = shard_of(pl, &key, &ih);
 	pthread_mutex_lock(&sh->mu);
 	uint32_t i = lookup(sh, ih, &key);
+	if (i != NIL)
+		group = sh->e[i].group;
+	pthread_mutex_unlock(&sh->mu);
+	if (i == NIL)
+		return false;
+	/* The group lives while a connection of it is bound (refilled()),
+	 * so a miss is an unbind racing this message: let it through. */
+	sh = shard_of(pl, &group, &ih);
+	pthread_mutex_lock(&sh->mu);
+	i = lookup(sh, ih, &group);
 	allot__take t = { .allowed = true };
 	if (i != NIL)
 		allot__bucket_take(
@@ -416,11 +450,11 @@ take_bound(allot__peerlimit *pl, uint32_t pipe, uint64_t now,
 	pthread_mutex_unlock(&sh->mu);
 	*ret_allowed = t.allowed;
 	*ret_wait_ns = t.allowed ? 0 : t.wait_ns;
-	return i != NIL;
+	return true;
 }
 
-/* Add `delta` to the bound connections of address `addr`: false when
- * a +1 would pass the cap or finds no room. */
+/* Add `delta` to the bound connections of address or group `addr`:
+ * false when a +1 would pass the cap or finds no room. */
 static bool
 count_conn(
     allot__peerlimit *pl, const allot__peer *addr, int delta, uint64_t now)
@@ -444,8 +478,8 @@ count_conn(
 }
 
 bool
-allot__peerlimit_bind(
-    allot__peerlimit *pl, uint32_t pipe, const allot__peer *peer, uint64_t now)
+allot__peerlimit_bind(allot__peerlimit *pl, uint32_t pipe,
+    const allot__peer *peer, uint64_t identity, uint64_t now)
 {
 	static const allot__peer local; /* family 0: "local" */
 	if (pl == NULL || pipe == 0 || pl->o.conns_per_peer == 0 ||
@@ -453,6 +487,7 @@ allot__peerlimit_bind(
 		return false;
 	allot__peer key = pipe_key(pipe);
 	allot__peer addr = key_of(peer != NULL ? peer : &local);
+	allot__peer group = group_key(&addr, identity);
 	uint64_t ih;
 	shard *sh = shard_of(pl, &key, &ih);
 	pthread_mutex_lock(&sh->mu);
@@ -464,14 +499,22 @@ allot__peerlimit_bind(
 		atomic_fetch_add(&pl->bind_refused, 1);
 		return false;
 	}
+	if (!count_conn(pl, &group, +1, now)) {
+		count_conn(pl, &addr, -1, now);
+		atomic_fetch_add(&pl->bind_refused, 1);
+		return false;
+	}
 	pthread_mutex_lock(&sh->mu);
 	bool raced = lookup(sh, ih, &key) != NIL;
 	uint32_t i = raced ? NIL : lookup_or_add(pl, sh, ih, &key, now);
-	if (i != NIL)
+	if (i != NIL) {
 		sh->e[i].parent = addr;
+		sh->e[i].group = group;
+	}
 	pthread_mutex_unlock(&sh->mu);
 	if (i == NIL) {
 		/* Bound meanwhile by another thread, or no room. */
+		count_conn(pl, &group, -1, now);
 		count_conn(pl, &addr, -1, now);
 		if (!raced)
 			atomic_fetch_add(&pl->bind_refused, 1);
@@ -490,14 +533,17 @@ allot__peerlimit_unbind(allot__peerlimit *pl, uint32_t pipe)
 	shard *sh = shard_of(pl, &key, &ih);
 	pthread_mutex_lock(&sh->mu);
 	uint32_t i = lookup(sh, ih, &key);
-	allot__peer addr;
+	allot__peer addr, group;
 	if (i != NIL) {
 		addr = sh->e[i].parent;
+		group = sh->e[i].group;
 		unlink_entry(pl, sh, i);
 	}
 	pthread_mutex_unlock(&sh->mu);
-	if (i != NIL)
+	if (i != NIL) {
+		count_conn(pl, &group, -1, 0);
 		count_conn(pl, &addr, -1, 0);
+	}
 }
 
 bool
@@ -523,7 +569,9 @@ allot__peerlimit_admit(allot__peerlimit *pl, uint32_t pipe,
 	allot__peer_format(peer, who, sizeof who);
 	if (own) {
 		size_t n = strlen(who);
-		snprintf(who + n, sizeof who - n, " (connection %u)",
+		snprintf(who + n, sizeof who - n,
+		    " (connection %u, with the others registered from it "
+		    "under its identity)",
 		    (unsigned) pipe);
 	}
 	snprintf(err, errlen,
@@ -545,7 +593,7 @@ allot__peerlimit_stats_get(allot__peerlimit *pl, allot__peerlimit_stats *ret)
 	for (uint32_t i = 0; i < NSHARDS; i++) {
 		shard *sh = &pl->s[i];
 		pthread_mutex_lock(&sh->mu);
-		ret->peers += sh->used - sh->bound;
+		ret->peers += sh->used - sh->bound - sh->groups;
 		ret->evictions += sh->evictions;
 		ret->overflow += sh->overflow;
 		ret->bound += sh->bound;

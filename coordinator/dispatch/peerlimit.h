@@ -17,12 +17,15 @@
  * Until it registers, that is. A connection (nng pipe) on which a
  * Register succeeded (with --tls-ca: carried a verified identity proof)
  * is bound (allot__peerlimit_bind): from then on its messages are
- * charged to a message budget of its own, the same size, so a flood from
- * other connections of its address cannot throttle it. Registers stay
- * charged to the address. An address has at most `conns_per_peer` bound
- * connections; the others stay on the address's budget. So what one
- * address can send is bounded by (conns_per_peer + 1) message budgets,
- * and a connection's budget lasts until it closes
+ * charged to the message budget of its group, the connections of its
+ * address registered under the same identity (the service), the same
+ * size as an address's, so a flood from unregistered connections of its
+ * address, or from connections registered as another service, cannot
+ * throttle it. Registers stay charged to the address. An address has at
+ * most `conns_per_peer` bound connections; the others stay on the
+ * address's budget. So what one address can send is bounded by
+ * (identities registered from it + 1) message budgets, never multiplied
+ * by connections, and a connection stays in its group until it closes
  * (allot__peerlimit_unbind).
  *
  * Memory is bounded: the table holds at most `capacity` peers (rounded
@@ -95,14 +98,17 @@ uint64_t allot__peer_id(const allot__peer *p);
 /* "127.0.0.1", "::1", "uid 0" or "local". */
 void allot__peer_format(const allot__peer *p, char *buf, size_t len);
 
-/* Give connection `pipe` (nonzero), from `peer`, a message budget of its
- * own (above). False when it is not given: no table, a zero pipe, the
- * address's bound connections at their cap, or the table full of peers
- * still paying off a burst. Binding a bound pipe again is a no-op. */
+/* Move connection `pipe` (nonzero), from `peer`, registered as
+ * `identity` (a hash of the service it proved or named), to the message
+ * budget of its group (above). False when it is not moved: no table, a
+ * zero pipe, the address's bound connections at their cap, or the table
+ * full of peers still paying off a burst. Binding a bound pipe again is
+ * a no-op (it stays in its first group). */
 bool allot__peerlimit_bind(allot__peerlimit *pl, uint32_t pipe,
-    const allot__peer *peer, uint64_t now);
-/* Connection `pipe` closed: its budget goes, its address may bind
- * another. A no-op for a pipe that was not bound. */
+    const allot__peer *peer, uint64_t identity, uint64_t now);
+/* Connection `pipe` closed: it leaves its group (which goes with its
+ * last connection), its address may bind another. A no-op for a pipe
+ * that was not bound. */
 void allot__peerlimit_unbind(allot__peerlimit *pl, uint32_t pipe);
 
 typedef enum allot__peer_budget {
@@ -131,7 +137,7 @@ typedef struct allot__peerlimit_stats {
 	uint64_t capacity;
 	uint64_t evictions; /* refilled peers forgotten for a new one */
 	uint64_t overflow; /* checks charged to the overflow peer */
-	uint64_t bound; /* connections with a budget of their own */
+	uint64_t bound; /* registered connections, off their address budget */
 	uint64_t bind_refused; /* Registers whose connection stayed on its
 	                          address's budget (cap or table full) */
 } allot__peerlimit_stats;

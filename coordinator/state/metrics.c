@@ -312,7 +312,7 @@ static const struct series {
 	    "flood-control table was full of busy peers.",
 	    F(peer_overflow) },
 	{ GAUGE, "allotd_peer_connections",
-	    "Registered connections with a message budget of their own "
+	    "Registered connections charged to their service's budget "
 	    "(--peer-connections).",
 	    F(peer_connections) },
 	{ COUNTER, "allotd_peer_bind_refused_total",
