@@ -502,7 +502,8 @@ reg_flood_run(void *arg)
 		int rc = pc_replica_sync(&r, NULL, 0, NULL);
 		f->served += rc == 0;
 		f->limited += rc == ALLOT__V1__ERROR__CODE__RATE_LIMITED;
-		f->failed += rc != 0 && rc != ALLOT__V1__ERROR__CODE__RATE_LIMITED;
+		f->failed += rc != 0 &&
+		    rc != ALLOT__V1__ERROR__CODE__RATE_LIMITED;
 	}
 	pc_replica_close(&r);
 	return NULL;
@@ -549,23 +550,22 @@ START_TEST(test_registered_connections)
 	bool ok = (double) served <= most && loud <= p99_bound;
 	adv_report("256 registered connections from one address, syncing as "
 	           "fast as answered (32 here, at a 200/s budget)",
-	           "one message budget for all of them; another service's "
-	           "sync p99 within 2x quiet (or 20 ms)",
-	           "each connection had a full budget: 38,020 Syncs/s served, "
-	           "0 throttled; another service's p99 0.85 -> 13.8 ms",
+	    "one message budget for all of them; another service's "
+	    "sync p99 within 2x quiet (or 20 ms)",
+	    "each connection had a full budget: 38,020 Syncs/s served, "
+	    "0 throttled; another service's p99 0.85 -> 13.8 ms",
 	    ok,
 	    "%d connections registered; %llu Syncs served in %.1f s (at "
 	    "most %.0f: one budget of %d/s), %llu throttled; the honest "
 	    "service's sync p99 %.2f ms quiet, %.2f ms during",
-	    REG_CONNS - (int) failed, (unsigned long long) served, secs,
-	    most, REG_RATE, (unsigned long long) limited, quiet / 1e3,
-	    loud / 1e3);
+	    REG_CONNS - (int) failed, (unsigned long long) served, secs, most,
+	    REG_RATE, (unsigned long long) limited, quiet / 1e3, loud / 1e3);
 	ck_assert_msg(failed == 0, "%llu registrations or syncs failed",
 	    (unsigned long long) failed);
 	ck_assert_msg(limited > 0, "the flood was never throttled");
 	ck_assert_msg((double) served <= most,
-	    "%llu Syncs served in %.1f s, at most %.0f", (unsigned long long) served,
-	    secs, most);
+	    "%llu Syncs served in %.1f s, at most %.0f",
+	    (unsigned long long) served, secs, most);
 	ck_assert_msg(loud <= p99_bound, "honest p99 %llu us, bound %llu us",
 	    (unsigned long long) loud, (unsigned long long) p99_bound);
 	pc_replica_close(&h);

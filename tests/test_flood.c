@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Flood control of allotd's protocol port (coordinator/dispatch/peerlimit.c): a
- * real allotd on loopback, a client that floods Registers or Syncs from
+ * Flood control of allotd's protocol port (coordinator/dispatch/peerlimit.c):
+ * a real allotd on loopback, a client that floods Registers or Syncs from
  * 127.0.0.1 as fast as it can for about a second (bounded in messages
  * and time), and a well-behaved replica dialing from 127.0.0.2, a
  * different peer, that must keep getting Welcome and Reply throughout.

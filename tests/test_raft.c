@@ -748,9 +748,9 @@ START_TEST(remove_the_leader)
 }
 END_TEST
 
-/* The same cluster over mutual TLS (coordinator/consensus/raft_tls.c): certificates
- * for one member SPIFFE ID from scripts/mkcerts. A leader, redirects,
- * and the usage rows replicated through the TLS links. */
+/* The same cluster over mutual TLS (coordinator/consensus/raft_tls.c):
+ * certificates for one member SPIFFE ID from scripts/mkcerts. A leader,
+ * redirects, and the usage rows replicated through the TLS links. */
 START_TEST(members_over_tls)
 {
 	cluster c;
