@@ -379,6 +379,40 @@ fill_decision(const allot__take *t, uint32_t cost, allot_decision *d)
 		d->remaining = 0;
 }
 
+/* A decision an open bucket of quota `q` admitted (t->open): an
+ * unlimited quota's has no amounts (fallback: open keeps its last). */
+static void
+open_fill(const allot__qrt *q, allot_decision *d)
+{
+	if (atomic_load_explicit(&q->access, memory_order_relaxed) ==
+	    ALLOT__ACCESS_UNLIMITED)
+		d->limit = d->rate = d->remaining = INFINITY;
+}
+
+void
+allot__quota_fix(const allot__qrt *q, allot__allowance *al)
+{
+	switch (atomic_load_explicit(&q->access, memory_order_relaxed)) {
+	case ALLOT__ACCESS_CLOSED:
+		*al = (allot__allowance) { .mode = ALLOT__MODE_CLOSED };
+		break;
+	case ALLOT__ACCESS_UNLIMITED:
+		*al = (allot__allowance) { .mode = ALLOT__MODE_OPEN };
+		break;
+	default: break;
+	}
+}
+
+/* A denial by quota `q`: ALLOT_EFORBIDDEN when it is closed. */
+static inline int
+denied_rc(const allot__qrt *q)
+{
+	return atomic_load_explicit(&q->access, memory_order_relaxed) ==
+	        ALLOT__ACCESS_CLOSED ?
+	    ALLOT_EFORBIDDEN :
+	    ALLOT_OK;
+}
+
 /* ---- token leases (agent_int.h, bucket.h) ---- */
 
 static inline unsigned
@@ -594,6 +628,8 @@ stack_take(allot_agent *a, allot__tblock *b, const uint32_t *lv, uint32_t n,
 		allot__take t;
 		allot__bucket_take(bk, now, cost, &t);
 		fill_decision(&t, cost, &d);
+		if (allot__unlikely(t.open))
+			open_fill(&a->quotas[lv[i]], &d);
 		if (!t.allowed &&
 		    !atomic_load_explicit(&bk->shadow, memory_order_relaxed)) {
 			for (uint32_t j = from; j < i; j++)
@@ -646,12 +682,13 @@ decide_stacked(allot_agent *a, allot_key *k, allot__tblock *b,
 		}
 		return ALLOT_OK;
 	}
+	int rc = denied_rc(&a->quotas[lv[ret->level]]);
 	/* The key's own quota denied a request about to wait for its
 	 * central reserve: counted when its wait ends (tail.c). */
-	if (tail && ret->level == 0)
+	if (tail && ret->level == 0 && rc == ALLOT_OK)
 		return ALLOT_OK;
 	count_denial(a, b, c, lv, ret->level, cost);
-	return ALLOT_OK;
+	return rc;
 }
 
 const char *
@@ -704,6 +741,10 @@ decide(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret,
 	if (allot__likely(t.allowed)) {
 		ret->allowed = true;
 		ret->shadow_denied = false;
+		if (allot__unlikely(t.open))
+			open_fill(atomic_load_explicit(
+			              &k->quota, memory_order_relaxed),
+			    ret);
 		allot__bump(b, &c->allowed, 1);
 		allot__bump(b, &c->spent, cost);
 		/* Another thread took from this bucket between our read and
@@ -729,11 +770,13 @@ decide(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret,
 	}
 	ret->allowed = false;
 	ret->shadow_denied = false;
-	if (tail)
+	int rc = denied_rc(
+	    atomic_load_explicit(&k->quota, memory_order_relaxed));
+	if (tail && rc == ALLOT_OK)
 		return ALLOT_OK;
 	allot__bump(b, &c->denied, 1);
 	allot__bump(b, &c->denied_tokens, cost);
-	return ALLOT_OK;
+	return rc;
 }
 
 static inline int
@@ -979,6 +1022,7 @@ void
 allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
 {
 	allot__allowance x = *al;
+	allot__quota_fix(q, &x);
 	/* A local burst below the largest endpoint weight would make that
 	 * endpoint impossible on this replica (docs/allocation.md), unless
 	 * its callers wait for the central reserve, which serves it. */

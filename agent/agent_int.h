@@ -257,6 +257,11 @@ typedef struct allot__qrt {
 	_Atomic uint64_t standby_used;
 	_Atomic double standby_rate;
 	_Atomic double standby_outage;
+	/* Its config's `access` (allot__access): closed or unlimited fix
+	 * its bucket's mode whatever allowance is installed
+	 * (allot__quota_set), and a closed one's denials are
+	 * ALLOT_EFORBIDDEN. Set by a reconfig, read by decisions. */
+	_Atomic uint8_t access;
 } allot__qrt;
 
 /* The fields a decision reads come first, in the key's first line.
@@ -567,9 +572,13 @@ bool allot__decide_central(allot_agent *a, struct allot_key *k, uint32_t cost,
 void allot__decide_final(allot_agent *a, struct allot_key *k, uint32_t cost,
     uint64_t now, allot_decision *ret);
 
-/* Install an allowance on a quota's bucket (any thread). */
+/* Install an allowance on a quota's bucket (any thread): for a closed
+ * or unlimited quota, its fixed mode instead (allot__quota_fix). */
 void allot__quota_set(
     allot_agent *a, allot__qrt *q, const allot__allowance *al);
+/* `al` as quota `q` takes it: a closed or unlimited quota's fixed mode
+ * (allot__qrt.access, no amounts), any other's unchanged. */
+void allot__quota_fix(const allot__qrt *q, allot__allowance *al);
 
 /* How the sync engine installs allowances and configs: given to it at
  * creation, so that it calls nothing in agent.c (agent.c starts sync.c,

@@ -51,6 +51,14 @@ allot_grpc_from_decision(
 {
 	if (d == NULL || ret == NULL)
 		return ALLOT_EINVAL;
+	if (acquire_rc == ALLOT_EFORBIDDEN) {
+		clear(ret);
+		ret->code = ALLOT_GRPC_PERMISSION_DENIED;
+		snprintf(ret->message, sizeof ret->message,
+		    "the quota admits nobody (access: closed)");
+		snprintf(ret->pushback_ms, sizeof ret->pushback_ms, "-1");
+		return ALLOT_OK;
+	}
 	if (acquire_rc == ALLOT_ETOOBIG) {
 		clear(ret);
 		ret->code = ALLOT_GRPC_RESOURCE_EXHAUSTED;

@@ -84,12 +84,25 @@ fmt_field(char *buf, size_t len, const char *name, char k1, uint64_t a,
 	return m < 0 ? m : (int) n + m;
 }
 
+/* A decision of an unlimited quota: no policy, "" in `buf`. */
+static bool
+unlimited(const allot_decision *d, char *buf, size_t len)
+{
+	if (!isinf(d->limit))
+		return false;
+	if (len > 0)
+		buf[0] = '\0';
+	return true;
+}
+
 int
 allot_fmt_ratelimit_policy(
     const allot_decision *d, const char *name, char *buf, size_t len)
 {
 	if (d == NULL || (buf == NULL && len > 0))
 		return -1;
+	if (unlimited(d, buf, len))
+		return 0;
 	/* The window is the time an empty bucket takes to fill. */
 	double w = d->rate > 0 ? ceil(d->limit / d->rate) : 0;
 	return fmt_field(buf, len, name, 'q', whole(d->limit), 'w', whole(w));
@@ -101,6 +114,8 @@ allot_fmt_ratelimit(
 {
 	if (d == NULL || (buf == NULL && len > 0))
 		return -1;
+	if (unlimited(d, buf, len))
+		return 0;
 	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
 	                                               wait_s(d);
 	return fmt_field(buf, len, name, 'r', whole(d->remaining), 't', t);
@@ -112,6 +127,10 @@ allot_fmt_xratelimit(
 {
 	if (d == NULL || ret == NULL)
 		return;
+	if (isinf(d->limit)) {
+		ret->limit[0] = ret->remaining[0] = ret->reset[0] = '\0';
+		return;
+	}
 	uint64_t t = d->allowed && !d->shadow_denied ? ceil_s(d->reset_ns) :
 	                                               wait_s(d);
 	snprintf(ret->limit, sizeof ret->limit, "%" PRIu64, whole(d->limit));

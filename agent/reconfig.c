@@ -223,6 +223,10 @@ charge(
 static uint32_t
 max_cost_of(const allot__quota *cq)
 {
+	/* Closed or unlimited: no burst; a request of any cost is the
+	 * quota's to refuse or admit. */
+	if (cq->access != ALLOT__ACCESS_LIMITED)
+		return UINT32_MAX;
 	double b = floor(cq->burst);
 	return b >= 4294967295.0 ? UINT32_MAX : (uint32_t) b;
 }
@@ -618,11 +622,19 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 			continue;
 		allot__allowance al;
 		static_of(a, q, a->opts.initial_replicas, false, &al);
+		uint8_t access = (uint8_t) q->q->access;
+		bool access_moved = atomic_load(&q->access) != access;
+		if (access_moved)
+			atomic_store(&q->access, access);
 		if (initial || i >= nq) {
+			allot__quota_fix(q, &al);
 			allot__bucket_init(&q->bucket, &al);
-		} else if (a->coordinator == NULL &&
-		    (p->prev[2 * i] != q->static_rate ||
-		        p->prev[2 * i + 1] != q->static_burst)) {
+		} else if (access_moved ||
+		    (a->coordinator == NULL &&
+		        (p->prev[2 * i] != q->static_rate ||
+		            p->prev[2 * i + 1] != q->static_burst))) {
+			/* Closed or unlimited from now on, or limited again:
+			 * at its static share until a coordinator's grant. */
 			allot__quota_set(a, q, &al);
 		}
 		/* In the line every decision reads: stored on a change only.

@@ -220,6 +220,11 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 		    t.denied_tokens, &qs->last_denied);
 		uint64_t shadow = t.shadow_tokens - qs->last_shadow;
 		qs->last_shadow = t.shadow_tokens;
+		/* Closed or unlimited: this agent's alone to decide, nothing
+		 * for allotd to allocate or book (docs/configuration.md). */
+		if (atomic_load_explicit(&q->access, memory_order_relaxed) !=
+		    ALLOT__ACCESS_LIMITED)
+			continue;
 		qs->denying = denied > 0;
 		if (elapsed > 0) {
 			double inst = (double) (consumed + denied) / elapsed;

@@ -30,6 +30,13 @@
 #define ALLOT__OWNER_MAX 255 /* bytes */
 #define ALLOT__REASON_MAX 1024 /* bytes */
 
+/* Who a quota admits (`access`, docs/configuration.md, "Plans"). */
+typedef enum allot__access {
+	ALLOT__ACCESS_LIMITED = 0, /* its rate and burst: the default */
+	ALLOT__ACCESS_CLOSED = 1, /* nobody: 403, not 429 */
+	ALLOT__ACCESS_UNLIMITED = 2, /* everybody, counted, never limited */
+} allot__access;
+
 /* One quota: a configured caller, or the shared default bucket. */
 typedef struct allot__quota {
 	char *identity; /* SPIFFE ID; "default" for the default quota */
@@ -38,8 +45,12 @@ typedef struct allot__quota {
 	 * caller-wide quota. Its wire key is "IDENTITY ENDPOINT" (one
 	 * space), allot__quota_key(). */
 	char *endpoint;
-	double rate; /* tokens_per_second, > 0 */
-	double burst; /* burst, >= the largest endpoint weight */
+	/* Limited: its rate and burst. Closed or unlimited: no rate or
+	 * burst (both 0), no candidate, no central reserve; each agent
+	 * decides alone and allotd allocates nothing for it. */
+	allot__access access;
+	double rate; /* tokens_per_second, > 0 (0 when not limited) */
+	double burst; /* burst, >= the largest endpoint weight (ditto) */
 	uint32_t priority; /* index into allot_config.classes */
 	bool shadow; /* evaluate and count, never deny */
 	/* The most of its burst the coordinator may keep in the quota's

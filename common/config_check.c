@@ -278,7 +278,7 @@ check_weight(allot__cfg_ctx *c, const subject *s, const allot__quota *q,
 	case ALLOT__QT_RATE:
 	case ALLOT__QT_CLASS:
 	case ALLOT__QT_BOOL:
-	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_WORD:
 	case ALLOT__QT_TEXT:
 	case ALLOT__QT_PER_UNIT:
 	case ALLOT__QT_LABELS:
@@ -311,7 +311,7 @@ over_ceiling(const allot__quota *q, const allot__cfg_meta *m,
 	case ALLOT__QT_BURST:
 	case ALLOT__QT_CLASS:
 	case ALLOT__QT_BOOL:
-	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_WORD:
 	case ALLOT__QT_TEXT:
 	case ALLOT__QT_PER_UNIT:
 	case ALLOT__QT_LABELS:
@@ -380,6 +380,9 @@ check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
 		    "stacked limits (a caller \"*\" caps the whole service)",
 		    s.who, s.in,
 		    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
+	/* Closed or unlimited: no burst to hold a weight, no rate. */
+	if (q->access != ALLOT__ACCESS_LIMITED)
+		return rc;
 	for (size_t i = 0; i < allot__nqfields && rc == ALLOT_OK; i++)
 		rc = check_weight(c, &s, q, m, &allot__qfields[i]);
 	if (rc != ALLOT_OK || !(v->ceiling > 0) || v->overcommit)

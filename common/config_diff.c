@@ -63,17 +63,6 @@ put_rate(allot__buf *b, double per_s, uint32_t unit_s)
 }
 
 static const char *
-fallback_name(allot_fallback f)
-{
-	switch (f) {
-	case ALLOT_FALLBACK_STATIC_SHARE: return "static_share";
-	case ALLOT_FALLBACK_OPEN: return "open";
-	case ALLOT_FALLBACK_CLOSED: return "closed";
-	}
-	return "?";
-}
-
-static const char *
 class_name(const allot_config *cfg, uint32_t p)
 {
 	return p < cfg->nclasses ? cfg->classes[p] : "?";
@@ -99,7 +88,7 @@ names_itself(allot__qtype t)
 	case ALLOT__QT_CLASS:
 	case ALLOT__QT_BOOL: return true;
 	case ALLOT__QT_BURST:
-	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_WORD:
 	case ALLOT__QT_TEXT:
 	case ALLOT__QT_PER_UNIT:
 	case ALLOT__QT_LABELS:
@@ -132,10 +121,10 @@ put_field(allot__buf *b, const allot_config *cfg, const allot__quota *q,
 		if (ALLOT__QFC(bool, q, f->off) != f->dflt)
 			allot__buf_puts(b, f->word);
 		break;
-	case ALLOT__QT_FALLBACK: {
-		allot_fallback v = ALLOT__QFC(allot_fallback, q, f->off);
-		if (v != ALLOT_FALLBACK_STATIC_SHARE)
-			allot__buf_puts(b, fallback_name(v));
+	case ALLOT__QT_WORD: {
+		int v = ALLOT__QFC(int, q, f->off);
+		if (v != 0)
+			allot__buf_puts(b, f->words[v]);
 		break;
 	}
 	case ALLOT__QT_TEXT: {

@@ -102,8 +102,8 @@ dg_field(uint64_t *h, const allot_config *cfg, const allot__quota *q,
 		dg_str(h, cfg->classes[ALLOT__QFC(uint32_t, q, f->off)]);
 		break;
 	case ALLOT__QT_BOOL: dg_u64(h, ALLOT__QFC(bool, q, f->off)); break;
-	case ALLOT__QT_FALLBACK:
-		dg_u64(h, (uint64_t) ALLOT__QFC(allot_fallback, q, f->off));
+	case ALLOT__QT_WORD:
+		dg_u64(h, (uint64_t) ALLOT__QFC(int, q, f->off));
 		break;
 	case ALLOT__QT_TEXT:
 		dg_opt_str(h, ALLOT__QFC(char *, q, f->off));
@@ -137,9 +137,7 @@ ext_set(const allot__quota *q, const allot__qfield *f)
 	case ALLOT__QT_CANDIDATE: return ALLOT__QFC(double, q, f->off) > 0;
 	case ALLOT__QT_CLASS: return ALLOT__QFC(uint32_t, q, f->off) != 0;
 	case ALLOT__QT_BOOL: return ALLOT__QFC(bool, q, f->off) != f->dflt;
-	case ALLOT__QT_FALLBACK:
-		return ALLOT__QFC(allot_fallback, q, f->off) !=
-		    ALLOT_FALLBACK_STATIC_SHARE;
+	case ALLOT__QT_WORD: return ALLOT__QFC(int, q, f->off) != 0;
 	case ALLOT__QT_TEXT: return ALLOT__QFC(char *, q, f->off) != NULL;
 	case ALLOT__QT_LABELS: return ALLOT__QFC(size_t, q, f->off2) > 0;
 	case ALLOT__QT_FRACTION:

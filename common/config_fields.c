@@ -13,6 +13,16 @@
 
 #define OFF(member) offsetof(allot__quota, member)
 
+/* A word is kept as an int: the enums that hold them are int-sized. */
+_Static_assert(sizeof(allot_fallback) == sizeof(int) &&
+        sizeof(allot__access) == sizeof(int),
+    "a word field is an int");
+
+static const char *const fallback_words[] = { "static_share", "open", "closed",
+	NULL };
+static const char *const access_words[] = { "limited", "closed", "unlimited",
+	NULL };
+
 const allot__qfield allot__qfields[] = {
 	{
 	    .key = "tokens_per_second",
@@ -60,11 +70,12 @@ const allot__qfield allot__qfields[] = {
 	},
 	{
 	    .key = "fallback",
-	    .type = ALLOT__QT_FALLBACK,
+	    .type = ALLOT__QT_WORD,
 	    .scopes = ALLOT__QS_ALL,
 	    .flags = ALLOT__QF_INHERIT,
 	    .off = OFF(fallback),
 	    .first = 6,
+	    .words = fallback_words,
 	},
 	{
 	    /* Documented once, never implemented: a bucket per unknown
@@ -135,6 +146,17 @@ const allot__qfield allot__qfields[] = {
 	    .off = OFF(reserve),
 	    .num = 1.0,
 	},
+	{
+	    /* Plans' closed and unlimited (docs/configuration.md): a
+	     * quota that admits nothing (403, not 429) or everything,
+	     * decided by each agent alone. Not inherited: an endpoint
+	     * quota says for itself. */
+	    .key = "access",
+	    .type = ALLOT__QT_WORD,
+	    .scopes = ALLOT__QS_ALL,
+	    .off = OFF(access),
+	    .words = access_words,
+	},
 };
 
 const size_t allot__nqfields = sizeof allot__qfields /
@@ -194,9 +216,8 @@ allot__qfield_copy(
 	case ALLOT__QT_BOOL:
 		ALLOT__QF(bool, dst, f->off) = ALLOT__QFC(bool, src, f->off);
 		return ALLOT_OK;
-	case ALLOT__QT_FALLBACK:
-		ALLOT__QF(allot_fallback, dst, f->off) = ALLOT__QFC(
-		    allot_fallback, src, f->off);
+	case ALLOT__QT_WORD:
+		ALLOT__QF(int, dst, f->off) = ALLOT__QFC(int, src, f->off);
 		return ALLOT_OK;
 	case ALLOT__QT_CANDIDATE:
 		ALLOT__QF(double, dst, f->off) = ALLOT__QFC(
@@ -223,7 +244,7 @@ allot__qfield_free(allot__quota *q, const allot__qfield *f)
 	case ALLOT__QT_BURST:
 	case ALLOT__QT_CLASS:
 	case ALLOT__QT_BOOL:
-	case ALLOT__QT_FALLBACK:
+	case ALLOT__QT_WORD:
 	case ALLOT__QT_PER_UNIT:
 	case ALLOT__QT_CANDIDATE:
 	case ALLOT__QT_FRACTION: break;

@@ -41,8 +41,9 @@ typedef enum allot__qtype {
 	ALLOT__QT_CLASS,
 	/* true or false (bool); see `dflt`, `word` and `refuse`. */
 	ALLOT__QT_BOOL,
-	/* static_share, open or closed (allot_fallback). */
-	ALLOT__QT_FALLBACK,
+	/* One word of the row's `words`, kept as its index (int, the
+	 * value of an enum such as allot_fallback); index 0 when absent. */
+	ALLOT__QT_WORD,
 	/* Free text on one line of at most `max` bytes (char *, owned;
 	 * NULL when absent). */
 	ALLOT__QT_TEXT,
@@ -114,6 +115,9 @@ typedef struct allot__qfield {
 	const char *refuse;
 	/* A fraction: its value when absent. */
 	double num;
+	/* A word: the words it may be, NULL-terminated, the first its
+	 * default. */
+	const char *const *words;
 } allot__qfield;
 
 /* The rows, in the order of a quota's text and of a diff's list of

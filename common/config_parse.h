@@ -92,6 +92,12 @@ const allot__cfg_node *allot__cfg_value(
 bool allot__cfg_key_is(const allot__cfg_node *k, const char *name);
 bool allot__cfg_is_rate_key(const allot__cfg_node *k);
 const allot__cfg_node *allot__cfg_rate_value(const allot__cfg_node *map);
+/* The `access` of quota mapping `map` when it says closed or unlimited
+ * (no rate, burst or candidate then), else NULL. */
+const char *allot__cfg_fixed_access(const allot__cfg_node *map);
+/* Whether key `k` is one a quota with a fixed access may not have: a
+ * rate (any unit), burst or candidate. */
+bool allot__cfg_is_amount_key(const allot__cfg_node *k);
 
 /* Free what a scope owns (not the quotas). */
 void allot__cfg_scope_free(allot__cfg_scope *s);

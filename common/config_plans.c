@@ -150,6 +150,9 @@ allot__cfg_plan_apply(allot__cfg_ctx *c, const allot__cfg_node *map,
 	m->line = map->line;
 	m->col = map->col;
 	bool own_rate = allot__cfg_rate_value(map) != NULL;
+	/* A quota closed or unlimited by its own word takes none of the
+	 * plan's amounts. */
+	bool own_fixed = allot__cfg_fixed_access(map) != NULL;
 	for (size_t i = 0; i + 1 < map->nkids; i += 2) {
 		if (allot__cfg_key_is(map->kids[i], "plan"))
 			continue;
@@ -159,7 +162,8 @@ allot__cfg_plan_apply(allot__cfg_ctx *c, const allot__cfg_node *map,
 	for (size_t i = 0; i + 1 < plan->nkids; i += 2) {
 		const allot__cfg_node *k = plan->kids[i];
 		if (allot__cfg_value(map, k->str) != NULL ||
-		    (own_rate && allot__cfg_is_rate_key(k)))
+		    (own_rate && allot__cfg_is_rate_key(k)) ||
+		    (own_fixed && allot__cfg_is_amount_key(k)))
 			continue;
 		if (add_pair(m, plan->kids[i], plan->kids[i + 1]) != ALLOT_OK)
 			return allot__cfg_nomem(c);

@@ -85,6 +85,26 @@ allot__cfg_rate_value(const allot__cfg_node *map)
 	return NULL;
 }
 
+const char *
+allot__cfg_fixed_access(const allot__cfg_node *map)
+{
+	const allot__cfg_node *v = allot__cfg_value(map, "access");
+	if (v == NULL || v->type != NODE_SCALAR)
+		return NULL;
+	if (v->len == 6 && memcmp(v->str, "closed", 6) == 0)
+		return "closed";
+	if (v->len == 9 && memcmp(v->str, "unlimited", 9) == 0)
+		return "unlimited";
+	return NULL;
+}
+
+bool
+allot__cfg_is_amount_key(const allot__cfg_node *k)
+{
+	return allot__cfg_is_rate_key(k) || allot__cfg_key_is(k, "burst") ||
+	    allot__cfg_key_is(k, "candidate");
+}
+
 /* Check that `map` is a mapping whose keys are all in `keys`, each at
  * most once, and fill vals[i] with the value of keys[i] (NULL if absent).
  * An unknown "tokens_per_..." key where rates are allowed is an unknown
@@ -217,27 +237,27 @@ quota_keys(unsigned scope, const char **keys, const allot__qfield **rows)
 	return n;
 }
 
+/* A word of field `f` (f->words): its index into *ret. */
 static int
-parse_fallback(allot__cfg_ctx *c, const allot__cfg_node *n, const char *what,
-    allot_fallback *ret)
+parse_word(allot__cfg_ctx *c, const allot__qfield *f, const allot__cfg_node *n,
+    const char *what, int *ret)
 {
-	char q[QBUF];
+	char q[QBUF], list[128], expect[160];
+	size_t nw = 0;
+	while (f->words[nw] != NULL)
+		nw++;
+	allot__cfg_join(list, sizeof list, f->words, nw);
+	snprintf(expect, sizeof expect, "one of: %s", list);
 	const char *s = NULL;
-	int rc = allot__cfg_get_string(
-	    c, n, what, 32, "one of: static_share, open, closed", &s);
+	int rc = allot__cfg_get_string(c, n, what, 32, expect, &s);
 	if (rc != ALLOT_OK)
 		return rc;
-	if (strcmp(s, "static_share") == 0)
-		*ret = ALLOT_FALLBACK_STATIC_SHARE;
-	else if (strcmp(s, "open") == 0)
-		*ret = ALLOT_FALLBACK_OPEN;
-	else if (strcmp(s, "closed") == 0)
-		*ret = ALLOT_FALLBACK_CLOSED;
-	else
-		return FAIL(c, n,
-		    "%s is %s, expected one of: static_share, open, closed",
-		    what, QN(q, n));
-	return ALLOT_OK;
+	for (size_t i = 0; i < nw; i++)
+		if (strcmp(s, f->words[i]) == 0) {
+			*ret = (int) i;
+			return ALLOT_OK;
+		}
+	return FAIL(c, n, "%s is %s, expected %s", what, QN(q, n), expect);
 }
 
 /* Free text kept for review (owner, reason, a label's value): any UTF-8
@@ -381,7 +401,19 @@ need_quota(allot__cfg_ctx *c, const allot__cfg_node *map, const char *path,
 	const char *req[ALLOT__QKEYS_MAX];
 	const allot__cfg_node *rv[ALLOT__QKEYS_MAX];
 	size_t n = 0;
-	for (size_t i = 0; i < nkeys; i++) {
+	/* A quota that admits nobody or everybody has no amounts. */
+	const char *fixed = allot__cfg_fixed_access(map);
+	for (size_t i = 0; fixed != NULL && i + 1 < map->nkids; i += 2)
+		if (allot__cfg_is_amount_key(map->kids[i]))
+			return FAIL(c, map->kids[i],
+			    "%s.%.*s: a quota with access: %s has no rate, "
+			    "burst or candidate (it admits %s), expected "
+			    "none, or access: limited",
+			    path, (int) map->kids[i]->len, map->kids[i]->str,
+			    fixed,
+			    strcmp(fixed, "closed") == 0 ? "nobody" :
+			                                   "everybody");
+	for (size_t i = 0; fixed == NULL && i < nkeys; i++) {
 		const allot__qfield *f = rows[i];
 		bool required;
 		if (f == NULL)
@@ -453,9 +485,8 @@ parse_field(allot__cfg_ctx *c, const allot__qfield *f,
 		    ALLOT__QF(bool, q, f->off) != f->dflt)
 			return FAIL(c, v, "%s", f->refuse);
 		return rc;
-	case ALLOT__QT_FALLBACK:
-		return parse_fallback(
-		    c, v, what, &ALLOT__QF(allot_fallback, q, f->off));
+	case ALLOT__QT_WORD:
+		return parse_word(c, f, v, what, &ALLOT__QF(int, q, f->off));
 	case ALLOT__QT_TEXT:
 		return get_text(c, v, what, f->max, f->expect,
 		    &ALLOT__QF(char *, q, f->off));
@@ -491,9 +522,7 @@ field_defaults(allot__cfg_ctx *c, unsigned scope, const allot__quota *parent,
 		switch (f->type) {
 		case ALLOT__QT_BOOL: *(bool *) at = f->dflt; break;
 		case ALLOT__QT_FRACTION: *(double *) at = f->num; break;
-		case ALLOT__QT_FALLBACK:
-			*(allot_fallback *) at = ALLOT_FALLBACK_STATIC_SHARE;
-			break;
+		case ALLOT__QT_WORD: *(int *) at = 0; break;
 		case ALLOT__QT_RATE:
 		case ALLOT__QT_BURST:
 		case ALLOT__QT_CLASS:

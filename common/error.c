@@ -24,6 +24,8 @@ allot_strerror(int err)
 	case ALLOT_EBUSY: return "concurrency limit reached";
 	case ALLOT_EINPROGRESS:
 		return "in progress: the decision comes through the callback";
+	case ALLOT_EFORBIDDEN:
+		return "forbidden: the quota admits nobody (access: closed)";
 	}
 	return "unknown error";
 }

@@ -14,6 +14,7 @@
  * allocates nothing beyond what libmicrohttpd needs for the response.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,7 +187,8 @@ reply(struct MHD_Connection *c, unsigned status, const char *body, size_t len,
 		return MHD_NO;
 	bool ok = MHD_add_response_header(
 	              r, MHD_HTTP_HEADER_CONTENT_TYPE, JSON) == MHD_YES;
-	if (d != NULL) {
+	/* An unlimited quota's decision has no policy to send. */
+	if (d != NULL && !isinf(d->limit)) {
 		/* Sized for any quota's name, escaped. */
 		char pol[ALLOT_RATELIMIT_FIELD_MAX];
 		char rl[ALLOT_RATELIMIT_FIELD_MAX];
@@ -331,6 +333,13 @@ admit(struct svc *s, struct MHD_Connection *c, struct svc_conn *cc,
 		    d->cost);
 		*ret = reply(
 		    c, MHD_HTTP_FORBIDDEN, cc->body, n, NULL, NULL, NULL);
+		return false;
+	}
+	if (rc == ALLOT_EFORBIDDEN) {
+		/* A closed quota (access: closed): no access, not a 429. */
+		count(&who->closed, 1);
+		*ret = reply_static(
+		    c, MHD_HTTP_FORBIDDEN, "{\"error\":\"quota_closed\"}");
 		return false;
 	}
 	if (rc != ALLOT_OK) {

@@ -82,6 +82,7 @@ struct svc_caller {
 	_Atomic uint64_t shadow_would_deny; /* shadow quota: allowed, marked */
 	_Atomic uint64_t conc_rejected; /* answered 503 by the limiter */
 	_Atomic uint64_t cost_too_big; /* answered 403: cost > burst */
+	_Atomic uint64_t closed; /* answered 403: access: closed */
 	_Atomic uint64_t bad_requests; /* answered 400 */
 	_Atomic uint64_t lookups_done; /* work actually done */
 	_Atomic uint64_t exports_done;

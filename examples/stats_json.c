@@ -89,7 +89,7 @@ ld(_Atomic uint64_t *c)
 
 struct totals {
 	uint64_t requests, admitted, rate_denied, shadow_would_deny;
-	uint64_t conc_rejected, cost_too_big, bad_requests;
+	uint64_t conc_rejected, cost_too_big, closed, bad_requests;
 	uint64_t lookups_done, exports_done, rows_exported;
 	uint64_t tokens_estimated, tokens_measured;
 };
@@ -103,13 +103,14 @@ counts_json(struct jbuf *b, const struct totals *x, bool first)
 	jf(b,
 	    ",\"admitted\":%" PRIu64 ",\"rate_denied\":%" PRIu64
 	    ",\"shadow_would_deny\":%" PRIu64 ",\"conc_rejected\":%" PRIu64
-	    ",\"cost_too_big\":%" PRIu64 ",\"bad_requests\":%" PRIu64
-	    ",\"work_done\":%" PRIu64 ",\"lookups_done\":%" PRIu64
-	    ",\"exports_done\":%" PRIu64 ",\"rows_exported\":%" PRIu64
+	    ",\"cost_too_big\":%" PRIu64 ",\"closed\":%" PRIu64
+	    ",\"bad_requests\":%" PRIu64 ",\"work_done\":%" PRIu64
+	    ",\"lookups_done\":%" PRIu64 ",\"exports_done\":%" PRIu64
+	    ",\"rows_exported\":%" PRIu64
 	    ",\"export_tokens_estimated\":%" PRIu64
 	    ",\"export_tokens_measured\":%" PRIu64,
 	    x->admitted, x->rate_denied, x->shadow_would_deny,
-	    x->conc_rejected, x->cost_too_big, x->bad_requests,
+	    x->conc_rejected, x->cost_too_big, x->closed, x->bad_requests,
 	    x->lookups_done + x->exports_done, x->lookups_done,
 	    x->exports_done, x->rows_exported, x->tokens_estimated,
 	    x->tokens_measured);
@@ -126,6 +127,7 @@ caller_json(
 		ld(&c->shadow_would_deny),
 		ld(&c->conc_rejected),
 		ld(&c->cost_too_big),
+		ld(&c->closed),
 		ld(&c->bad_requests),
 		ld(&c->lookups_done),
 		ld(&c->exports_done),
@@ -139,6 +141,7 @@ caller_json(
 	t->shadow_would_deny += x.shadow_would_deny;
 	t->conc_rejected += x.conc_rejected;
 	t->cost_too_big += x.cost_too_big;
+	t->closed += x.closed;
 	t->bad_requests += x.bad_requests;
 	t->lookups_done += x.lookups_done;
 	t->exports_done += x.exports_done;

@@ -18,6 +18,7 @@
  * request are 400, unknown paths 404, bodies above 4 KiB 413.
  */
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -185,6 +186,13 @@ caller(struct agentd *d, struct MHD_Connection *c, const char *identity,
 	return true;
 }
 
+/* A finite number, or null (INFINITY: an unlimited quota's). */
+static json_object *
+number_or_null(double x)
+{
+	return isfinite(x) ? json_object_new_double(x) : NULL;
+}
+
 static enum MHD_Result
 acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 {
@@ -203,7 +211,8 @@ acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 		return ret;
 	struct agentd_verdict v;
 	agentd_decide(d->agent, id, ep, cost, d->map.wait_ns, &v);
-	if (v.rc != ALLOT_OK && v.rc != ALLOT_ETOOBIG)
+	if (v.rc != ALLOT_OK && v.rc != ALLOT_ETOOBIG &&
+	    v.rc != ALLOT_EFORBIDDEN)
 		return send_error(d, c, 400, allot_strerror(v.rc));
 	json_object *o = json_object_new_object();
 	json_object *h = json_object_new_object();
@@ -211,18 +220,23 @@ acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 	    o, "allowed", json_object_new_boolean(v.d.allowed));
 	json_object_object_add(
 	    o, "shadow_denied", json_object_new_boolean(v.d.shadow_denied));
+	/* A closed quota: answer 403, not 429, and do not retry. */
+	json_object_object_add(
+	    o, "forbidden", json_object_new_boolean(v.rc == ALLOT_EFORBIDDEN));
 	json_object_object_add(o, "cost", json_object_new_int64(v.d.cost));
 	json_object_object_add(o, "retry_after_ms",
 	    json_object_new_int64(
 	        (int64_t) ((v.d.retry_after_ns + 999999) / 1000000)));
-	json_object_object_add(
-	    o, "remaining", json_object_new_double(v.d.remaining));
-	json_object_object_add(o, "limit", json_object_new_double(v.d.limit));
-	json_object_object_add(o, "rate", json_object_new_double(v.d.rate));
-	json_object_object_add(
-	    h, "RateLimit-Policy", json_object_new_string(v.policy));
-	json_object_object_add(
-	    h, "RateLimit", json_object_new_string(v.ratelimit));
+	/* An unlimited quota has no amounts (null) and no policy. */
+	json_object_object_add(o, "remaining", number_or_null(v.d.remaining));
+	json_object_object_add(o, "limit", number_or_null(v.d.limit));
+	json_object_object_add(o, "rate", number_or_null(v.d.rate));
+	if (v.policy[0] != '\0')
+		json_object_object_add(
+		    h, "RateLimit-Policy", json_object_new_string(v.policy));
+	if (v.ratelimit[0] != '\0')
+		json_object_object_add(
+		    h, "RateLimit", json_object_new_string(v.ratelimit));
 	if (v.retry_after[0] != '\0')
 		json_object_object_add(
 		    h, "Retry-After", json_object_new_string(v.retry_after));

@@ -59,15 +59,19 @@ agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
 	memset(ret, 0, sizeof *ret);
 	ret->rc = allot_acquire_id_wait(
 	    agent, identity, endpoint, cost, wait_ns, &ret->d);
-	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG)
+	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG &&
+	    ret->rc != ALLOT_EFORBIDDEN)
 		return;
 	const char *name = policy_name(endpoint);
 	ret->name = name;
+	if (ret->rc == ALLOT_EFORBIDDEN)
+		return; /* closed: no policy, no retry */
 	allot_fmt_ratelimit_policy(
 	    &ret->d, name, ret->policy, sizeof ret->policy);
 	allot_fmt_ratelimit(
 	    &ret->d, name, ret->ratelimit, sizeof ret->ratelimit);
-	/* A cost above the burst can never pass: no Retry-After. */
+	/* A cost above the burst, or a closed quota, can never pass: no
+	 * Retry-After. */
 	if (!ret->d.allowed && ret->rc == ALLOT_OK)
 		allot_fmt_retry_after(
 		    &ret->d, ret->retry_after, sizeof ret->retry_after);
@@ -144,7 +148,8 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 		return GRPC_INVALID_ARGUMENT;
 	}
 	agentd_decide(agent, id, ep, (uint32_t) cost, m->wait_ns, v);
-	if (v->rc != ALLOT_OK && v->rc != ALLOT_ETOOBIG) {
+	if (v->rc != ALLOT_OK && v->rc != ALLOT_ETOOBIG &&
+	    v->rc != ALLOT_EFORBIDDEN) {
 		snprintf(msg, msglen, "%s", allot_strerror(v->rc));
 		return v->rc == ALLOT_EINVAL ? GRPC_INVALID_ARGUMENT :
 		                               GRPC_INTERNAL;
@@ -195,6 +200,9 @@ fill_status(struct slot *s, bool skip)
 	}
 	const allot_decision *d = &s->v.d;
 	s->st.code = d->allowed ? CODE_OK : CODE_OVER;
+	/* An unlimited quota has no limit to name. */
+	if (isinf(d->limit))
+		return;
 	fill_limit(&s->lim, d, s->v.name);
 	s->st.current_limit = &s->lim;
 	double rem = d->remaining > 0 ? floor(d->remaining) : 0;
@@ -274,15 +282,19 @@ answer(allot_agent *agent, const struct rls_map *m, const request *req,
 		goto out;
 	r.n_statuses = n;
 	r.statuses = ptrs;
-	header h[4], *hp[4];
+	header h[5], *hp[5];
 	int b = binding(slots, skip, n);
 	if (b >= 0) {
 		const struct agentd_verdict *v = &slots[b].v;
-		const char *keys[3] = { "RateLimit-Policy", "RateLimit",
-			"Retry-After" };
-		const char *vals[3] = { v->policy, v->ratelimit,
-			v->retry_after };
-		for (size_t i = 0; i < 3; i++) {
+		/* A closed quota bound it: Envoy answers its
+		 * rate_limited_status (429) for any OVER_LIMIT, so the
+		 * client learns it from this field (docs/sidecar.md). */
+		const char *keys[4] = { "RateLimit-Policy", "RateLimit",
+			"Retry-After", "X-Allot-Access" };
+		const char *vals[4] = { v->policy, v->ratelimit,
+			v->retry_after,
+			v->rc == ALLOT_EFORBIDDEN ? "closed" : "" };
+		for (size_t i = 0; i < 4; i++) {
 			if (vals[i][0] == '\0')
 				continue;
 			envoy__config__core__v3__header_value__init(

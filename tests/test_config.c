@@ -446,7 +446,7 @@ static const struct bad {
 	  4, 5, "unknown key \"burts\" in quotas.default, expected one of: "
 	  "tokens_per_second, tokens_per_minute, tokens_per_hour, "
 	  "tokens_per_day, burst, priority, shadow, fallback, shared, owner, "
-	  "reason, expected_peak, labels, reserve, candidate" },
+	  "reason, expected_peak, labels, reserve, access, candidate" },
 	{ "verbose: true\n" HEAD, 1, 1,
 	  "unknown key \"verbose\" in the top level, expected one of: "
 	  "quotas" },
@@ -457,7 +457,7 @@ static const struct bad {
 	  "unknown key \"shared\" in quotas.callers[0], expected one of: "
 	  "identity, tokens_per_second, tokens_per_minute, tokens_per_hour, "
 	  "tokens_per_day, burst, priority, shadow, fallback, owner, reason, "
-	  "expected_peak, labels, reserve, candidate, endpoints" },
+	  "expected_peak, labels, reserve, access, candidate, endpoints" },
 	{ HEAD "  global_ceiling: {tokens_per_second: 5, order: [a]}\n", 3, 42,
 	  "unknown key \"order\" in quotas.global_ceiling, expected one of: "
 	  "tokens_per_second, shed_order" },

@@ -359,9 +359,13 @@ START_TEST(table_rows_complete)
 			    f->key);
 		/* What each type needs from its row. */
 		switch (f->type) {
+		case ALLOT__QT_WORD:
+			ck_assert_msg(f->words != NULL && f->words[0] &&
+			        f->words[1] && f->words[2],
+			    "%s: fewer than three words", f->key);
+			break;
 		case ALLOT__QT_RATE:
 		case ALLOT__QT_BURST:
-		case ALLOT__QT_FALLBACK:
 		case ALLOT__QT_PER_UNIT:
 		case ALLOT__QT_LABELS:
 		case ALLOT__QT_CANDIDATE:
@@ -392,6 +396,13 @@ typedef struct change {
 	const char *from, *to;
 } change;
 
+/* `access`: closed or unlimited, a quota has no rate or burst. */
+static bool
+is_access(const allot__qfield *f)
+{
+	return f != NULL && strcmp(f->key, "access") == 0;
+}
+
 /* The changes tried for field `f`, into ret[0..n); n. Each changes the
  * field alone; with a second case where a part of it can change alone
  * (a rate's unit or value, a candidate's burst, labels' order). */
@@ -413,9 +424,13 @@ changes_of(const allot__qfield *f, change *ret)
 	case ALLOT__QT_BOOL:
 		ret[0] = (change) { NULL, f->dflt ? "false" : "true" };
 		return 1;
-	case ALLOT__QT_FALLBACK:
-		ret[0] = (change) { NULL, "open" };
-		ret[1] = (change) { "open", "closed" };
+	case ALLOT__QT_WORD:
+		ret[0] = (change) { f->words[1], f->words[2] };
+		/* Access away from limited drops the rate and burst, a
+		 * change of more than itself (quota_map()). */
+		if (is_access(f))
+			return 1;
+		ret[1] = (change) { NULL, f->words[1] };
 		return 2;
 	case ALLOT__QT_TEXT:
 		ret[0] = (change) { NULL, "\"a b\"" };
@@ -471,7 +486,8 @@ quota_map(char *buf, size_t size, unsigned scope, const allot__qfield *f,
 		change ch[4];
 		const char *val = g == f ? v : NULL;
 		if (g != f && (g->flags & ALLOT__QF_REQUIRED) &&
-		    (g->scopes & scope) && changes_of(g, ch) > 0)
+		    (g->scopes & scope) && !(is_access(f) && v != NULL) &&
+		    changes_of(g, ch) > 0)
 			val = ch[0].from;
 		if (val == NULL)
 			continue;

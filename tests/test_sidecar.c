@@ -409,6 +409,62 @@ START_TEST(unknown_reject)
 }
 END_TEST
 
+/* Closed and unlimited quotas (docs/sidecar.md): a closed one is
+ * OVER_LIMIT with X-Allot-Access: closed and no Retry-After over gRPC,
+ * "forbidden" over HTTP; an unlimited one is OK with no limit and no
+ * RateLimit fields. */
+START_TEST(closed_and_unlimited)
+{
+	need_tools();
+	struct agentd a;
+	agentd_start(&a,
+	    "quotas:\n"
+	    "  default: {access: closed}\n"
+	    "  callers:\n"
+	    "    - {identity: load, access: unlimited}\n",
+	    NULL);
+	char *out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	               "[[\"caller\", \"stranger\"]]}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "\"overall\": \"OVER_LIMIT\"") &&
+	        strstr(out, "\"X-Allot-Access\": \"closed\"") &&
+	        !strstr(out, "Retry-After") && !strstr(out, "RateLimit"),
+	    "%s", out);
+	free(out);
+	out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	         "[[\"caller\", \"load\"]], \"hits_addend\": 1000000}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "\"overall\": \"OK\"") &&
+	        strstr(out, "\"requests_per_unit\": 0") &&
+	        !strstr(out, "RateLimit") && !strstr(out, "X-Allot-Access"),
+	    "%s", out);
+	free(out);
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "curl -s --unix-socket %s -d '{\"identity\":\"stranger\"}' "
+	    "http://agentd/v1/acquire; echo; curl -s --unix-socket %s -d "
+	    "'{\"identity\":\"load\",\"cost\":1000000}' "
+	    "http://agentd/v1/acquire",
+	    a.sock, a.sock);
+	out = pc_shell(cmd);
+	ck_assert_ptr_nonnull(out);
+	char *nl = strchr(out, '\n');
+	ck_assert_ptr_nonnull(nl);
+	*nl = '\0';
+	ck_assert_msg(strstr(out, "\"allowed\":false") &&
+	        strstr(out, "\"forbidden\":true") &&
+	        !strstr(out, "Retry-After") && !strstr(out, "RateLimit"),
+	    "%s", out);
+	ck_assert_msg(strstr(nl + 1, "\"allowed\":true") &&
+	        strstr(nl + 1, "\"forbidden\":false") &&
+	        strstr(nl + 1, "\"limit\":null") &&
+	        !strstr(nl + 1, "RateLimit"),
+	    "%s", nl + 1);
+	free(out);
+	agentd_stop(&a);
+}
+END_TEST
+
 #define TOKEN_SPEC                                                           \
 	"call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": [[\"caller\", " \
 	"\"load\"], [\"token\", \"Bearer %s\"], [\"endpoint\", "             \
@@ -945,6 +1001,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, odd_identities_in_metrics);
 	tcase_add_test(tc, unknown_identities_folded);
 	tcase_add_test(tc, unknown_reject);
+	tcase_add_test(tc, closed_and_unlimited);
 	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
 	tcase_add_test(tc, rls_burst_on_one_of_two);

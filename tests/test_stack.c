@@ -24,112 +24,10 @@
 
 #include "agent_int.h"
 #include "allotd.h"
+#include "keymodel.h"
 #include "proc.h"
 #include "proto_client.h"
 #include "runner.h"
-
-static _Atomic uint64_t vnow = 1000000000000ull;
-
-static uint64_t
-vclock(void *ctx)
-{
-	(void) ctx;
-	return atomic_load(&vnow);
-}
-
-static void
-advance_ms(uint64_t ms)
-{
-	atomic_fetch_add(&vnow, ms * 1000000u);
-}
-
-static allot_config *
-parse(const char *y)
-{
-	char err[512];
-	allot_config *cfg;
-	int rc = allot_config_parse(
-	    "stack.yaml", y, strlen(y), err, sizeof err, &cfg);
-	ck_assert_msg(rc == ALLOT_OK, "config: %s\n%s", err, y);
-	return cfg;
-}
-
-/* A parse that must fail, with `want` in its message. */
-static void
-refused(const char *y, const char *want)
-{
-	char err[512];
-	allot_config *cfg = NULL;
-	int rc = allot_config_parse(
-	    "stack.yaml", y, strlen(y), err, sizeof err, &cfg);
-	ck_assert_msg(rc != ALLOT_OK, "accepted:\n%s", y);
-	ck_assert_msg(strstr(err, want) != NULL, "message \"%s\" lacks \"%s\"",
-	    err, want);
-}
-
-static allot_agent *
-local_agent(const char *y)
-{
-	allot_config *cfg = parse(y);
-	allot_agent_options o;
-	allot_agent_options_init(&o);
-	o.clock = vclock;
-	allot_agent *a;
-	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
-	allot_config_free(cfg);
-	return a;
-}
-
-/* One request of `id` to `ep`: admitted or not; `*ret` the decision. */
-static bool
-ask(allot_agent *a, const char *id, const char *ep, allot_decision *ret)
-{
-	allot_decision d;
-	allot_key *k;
-	ck_assert_int_eq(allot_key_resolve(a, id, ep, &k), ALLOT_OK);
-	ck_assert_int_eq(
-	    allot_acquire(a, k, ALLOT_COST_DEFAULT, &d), ALLOT_OK);
-	if (ret != NULL)
-		*ret = d;
-	allot_key_release(a, k);
-	return d.allowed;
-}
-
-/* The name of the quota that bound `id`'s request to `ep` just made. */
-static const char *
-bound_by(
-    allot_agent *a, const char *id, const char *ep, const allot_decision *d)
-{
-	allot_key *k;
-	ck_assert_int_eq(allot_key_resolve(a, id, ep, &k), ALLOT_OK);
-	const char *n = allot_decision_quota(a, k, d);
-	allot_key_release(a, k);
-	return n;
-}
-
-static int
-admitted(allot_agent *a, const char *id, const char *ep, int n)
-{
-	int ok = 0;
-	for (int i = 0; i < n; i++)
-		ok += ask(a, id, ep, NULL);
-	return ok;
-}
-
-/* Quota `name`'s totals, as the agent reports them to allotd. */
-static allot__ktotals
-totals(allot_agent *a, const char *name)
-{
-	allot__ktotals t;
-	uint32_t n = atomic_load(&a->nquotas);
-	for (uint32_t i = 0; i < n; i++)
-		if (strcmp(a->quotas[i].name, name) == 0) {
-			allot__quota_totals(a, &a->quotas[i], &t);
-			return t;
-		}
-	ck_abort_msg("no quota %s", name);
-	return t;
-}
 
 #define HEAD                                                  \
 	"quotas:\n"                                           \
@@ -151,39 +49,39 @@ totals(allot_agent *a, const char *name)
  * search quota. */
 START_TEST(endpoint_on_top_of_caller)
 {
-	allot_agent *a = local_agent(STACKED);
+	allot_agent *a = km_local_agent(STACKED);
 	allot_decision d;
 	/* Search is held to its own 4 and charges the overall quota. */
-	ck_assert_int_eq(admitted(a, "a", "/search", 6), 4);
-	ck_assert(!ask(a, "a", "/search", &d));
+	ck_assert_int_eq(km_admitted(a, "a", "/search", 6), 4);
+	ck_assert(!km_ask(a, "a", "/search", &d));
 	ck_assert_int_eq(d.level, 0);
-	ck_assert_str_eq(bound_by(a, "a", "/search", &d), "a /search");
+	ck_assert_str_eq(km_bound_by(a, "a", "/search", &d), "a /search");
 	/* Overall: 10 less the 4 searches. */
-	ck_assert_int_eq(admitted(a, "a", "/x", 8), 6);
-	ck_assert(!ask(a, "a", "/x", &d));
-	ck_assert_str_eq(bound_by(a, "a", "/x", &d), "a");
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 8), 6);
+	ck_assert(!km_ask(a, "a", "/x", &d));
+	ck_assert_str_eq(km_bound_by(a, "a", "/x", &d), "a");
 	/* Two seconds: 2 tokens each. The overall quota is spent by /x, so
 	 * a search finds its own tokens but not the overall's: denied by
 	 * level 1, the overall quota, its own tokens given back. */
-	advance_ms(2000);
-	ck_assert_int_eq(admitted(a, "a", "/x", 2), 2);
-	ck_assert(!ask(a, "a", "/search", &d));
+	km_advance_ms(2000);
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 2), 2);
+	ck_assert(!km_ask(a, "a", "/search", &d));
 	ck_assert_int_eq(d.level, 1);
-	ck_assert_str_eq(bound_by(a, "a", "/search", &d), "a");
+	ck_assert_str_eq(km_bound_by(a, "a", "/search", &d), "a");
 	ck_assert(d.retry_after_ns > 0);
-	advance_ms(1000);
+	km_advance_ms(1000);
 	/* One overall token: the search passes, with its own 2 + 1 back. */
-	ck_assert(ask(a, "a", "/search", &d));
-	ck_assert_str_eq(bound_by(a, "a", "/search", &d), "a");
-	ck_assert(!ask(a, "a", "/search", NULL));
-	advance_ms(1000);
-	ck_assert_int_eq(admitted(a, "a", "/search", 3), 1);
+	ck_assert(km_ask(a, "a", "/search", &d));
+	ck_assert_str_eq(km_bound_by(a, "a", "/search", &d), "a");
+	ck_assert(!km_ask(a, "a", "/search", NULL));
+	km_advance_ms(1000);
+	ck_assert_int_eq(km_admitted(a, "a", "/search", 3), 1);
 
 	/* What allotd hears: each quota what its bucket decided. Search
 	 * admitted 4 + 1 + 1 and denied 2 + 1 + 2 (the one the overall
 	 * quota denied is the overall quota's); the overall quota admitted
 	 * those 6 and 8 of /x, denied 2 of /x, 1 + 2 searches. */
-	allot__ktotals s = totals(a, "a /search"), o = totals(a, "a");
+	allot__ktotals s = km_totals(a, "a /search"), o = km_totals(a, "a");
 	ck_assert_uint_eq(s.spent, 6);
 	ck_assert_uint_eq(s.denied_tokens, 2 + 1);
 	ck_assert_uint_eq(o.spent, 6 + 8);
@@ -196,7 +94,7 @@ END_TEST
  * known and unknown; its own quota caps the whole service. */
 START_TEST(every_caller_levels)
 {
-	allot_agent *a = local_agent(
+	allot_agent *a = km_local_agent(
 	    HEAD "  callers:\n"
 	         "    - identity: a\n"
 	         "      tokens_per_second: 1\n"
@@ -210,18 +108,18 @@ START_TEST(every_caller_levels)
 	         "      endpoints:\n"
 	         "        /search: {tokens_per_second: 1, burst: 5}\n");
 	allot_decision d;
-	ck_assert_int_eq(admitted(a, "a", "/search", 3), 3);
-	ck_assert_int_eq(admitted(a, "b", "/search", 3), 2);
-	ck_assert(!ask(a, "nobody", "/search", &d));
+	ck_assert_int_eq(km_admitted(a, "a", "/search", 3), 3);
+	ck_assert_int_eq(km_admitted(a, "b", "/search", 3), 2);
+	ck_assert(!km_ask(a, "nobody", "/search", &d));
 	ck_assert_int_eq(d.level, 1);
-	ck_assert_str_eq(bound_by(a, "nobody", "/search", &d), "* /search");
+	ck_assert_str_eq(km_bound_by(a, "nobody", "/search", &d), "* /search");
 	/* The service: 12 in all, 5 of them searches. */
-	ck_assert_int_eq(admitted(a, "a", "/x", 3), 3);
-	ck_assert_int_eq(admitted(a, NULL, "/x", 10), 4);
-	ck_assert(!ask(a, "b", "/x", &d));
-	ck_assert_str_eq(bound_by(a, "b", "/x", &d), "*");
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 3), 3);
+	ck_assert_int_eq(km_admitted(a, NULL, "/x", 10), 4);
+	ck_assert(!km_ask(a, "b", "/x", &d));
+	ck_assert_str_eq(km_bound_by(a, "b", "/x", &d), "*");
 	ck_assert_int_eq(d.level, 1);
-	allot__ktotals e = totals(a, "* /search"), all = totals(a, "*");
+	allot__ktotals e = km_totals(a, "* /search"), all = km_totals(a, "*");
 	ck_assert_uint_eq(e.spent, 5);
 	ck_assert_uint_eq(all.spent, 12);
 	/* "*" is every caller, not one: an identity "*" is unknown. */
@@ -240,14 +138,14 @@ END_TEST
  * a request it would deny pass and says so. */
 START_TEST(too_big_and_shadow)
 {
-	allot_agent *a = local_agent(HEAD "  callers:\n"
-	                                  "    - identity: a\n"
-	                                  "      tokens_per_second: 1\n"
-	                                  "      burst: 100\n"
-	                                  "    - identity: \"*\"\n"
-	                                  "      tokens_per_second: 1\n"
-	                                  "      burst: 3\n"
-	                                  "      shadow: true\n");
+	allot_agent *a = km_local_agent(HEAD "  callers:\n"
+	                                     "    - identity: a\n"
+	                                     "      tokens_per_second: 1\n"
+	                                     "      burst: 100\n"
+	                                     "    - identity: \"*\"\n"
+	                                     "      tokens_per_second: 1\n"
+	                                     "      burst: 3\n"
+	                                     "      shadow: true\n");
 	allot_key *k;
 	allot_decision d;
 	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
@@ -259,13 +157,13 @@ START_TEST(too_big_and_shadow)
 	allot_key_release(a, k);
 	allot_agent_destroy(a);
 	/* Enforcing, the smallest burst of the stack bounds the cost. */
-	a = local_agent(HEAD "  callers:\n"
-	                     "    - identity: a\n"
-	                     "      tokens_per_second: 1\n"
-	                     "      burst: 100\n"
-	                     "    - identity: \"*\"\n"
-	                     "      tokens_per_second: 1\n"
-	                     "      burst: 3\n");
+	a = km_local_agent(HEAD "  callers:\n"
+	                        "    - identity: a\n"
+	                        "      tokens_per_second: 1\n"
+	                        "      burst: 100\n"
+	                        "    - identity: \"*\"\n"
+	                        "      tokens_per_second: 1\n"
+	                        "      burst: 3\n");
 	ck_assert_int_eq(allot_key_resolve(a, "a", "/x", &k), ALLOT_OK);
 	ck_assert_int_eq(allot_acquire(a, k, 4, &d), ALLOT_ETOOBIG);
 	ck_assert_int_eq(allot_acquire(a, k, 3, &d), ALLOT_OK);
@@ -279,9 +177,9 @@ END_TEST
  * again: keys follow each, and nothing a level took stays taken. */
 START_TEST(reconfig_stacks_and_unstacks)
 {
-	allot_agent *a = local_agent(STACKED);
-	ck_assert_int_eq(admitted(a, "a", "/search", 6), 4);
-	allot_config *flat = parse(
+	allot_agent *a = km_local_agent(STACKED);
+	ck_assert_int_eq(km_admitted(a, "a", "/search", 6), 4);
+	allot_config *flat = km_parse(
 	    HEAD "  callers:\n"
 	         "    - identity: a\n"
 	         "      tokens_per_second: 1\n"
@@ -291,16 +189,16 @@ START_TEST(reconfig_stacks_and_unstacks)
 	ck_assert_int_eq(allot_agent_set_config(a, flat), ALLOT_OK);
 	allot_config_free(flat);
 	/* Instead of the overall quota: its 6 left are /x's alone. */
-	advance_ms(4000);
-	ck_assert_int_eq(admitted(a, "a", "/search", 6), 4);
-	ck_assert_int_eq(admitted(a, "a", "/x", 12), 10);
-	allot_config *again = parse(STACKED);
+	km_advance_ms(4000);
+	ck_assert_int_eq(km_admitted(a, "a", "/search", 6), 4);
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 12), 10);
+	allot_config *again = km_parse(STACKED);
 	ck_assert_int_eq(allot_agent_set_config(a, again), ALLOT_OK);
 	allot_config_free(again);
-	advance_ms(3000);
+	km_advance_ms(3000);
 	/* Overall 3, search 3: a search takes one of each. */
-	ck_assert_int_eq(admitted(a, "a", "/search", 2), 2);
-	ck_assert_int_eq(admitted(a, "a", "/x", 5), 1);
+	ck_assert_int_eq(km_admitted(a, "a", "/search", 2), 2);
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 5), 1);
 	allot_agent_destroy(a);
 }
 END_TEST
@@ -310,7 +208,7 @@ END_TEST
  * identities are not in its group. */
 START_TEST(tenant_caps_its_group)
 {
-	allot_agent *a = local_agent(
+	allot_agent *a = km_local_agent(
 	    HEAD "  callers:\n"
 	         "    - identity: spiffe://acme/a\n"
 	         "      tokens_per_second: 1\n"
@@ -328,22 +226,22 @@ START_TEST(tenant_caps_its_group)
 	         "        /search: {tokens_per_second: 1, burst: 3}\n");
 	allot_decision d;
 	/* Its own 4 first, then the group's. */
-	ck_assert_int_eq(admitted(a, "spiffe://acme/a", "/x", 6), 4);
-	ck_assert_int_eq(admitted(a, "spiffe://acme/b", "/search", 5), 3);
-	ck_assert(!ask(a, "spiffe://acme/b", "/search", &d));
-	ck_assert_str_eq(bound_by(a, "spiffe://acme/b", "/search", &d),
+	ck_assert_int_eq(km_admitted(a, "spiffe://acme/a", "/x", 6), 4);
+	ck_assert_int_eq(km_admitted(a, "spiffe://acme/b", "/search", 5), 3);
+	ck_assert(!km_ask(a, "spiffe://acme/b", "/search", &d));
+	ck_assert_str_eq(km_bound_by(a, "spiffe://acme/b", "/search", &d),
 	    "spiffe://acme/* /search");
 	/* An unlisted member: the default quota, and the group's. */
-	ck_assert_int_eq(admitted(a, "spiffe://acme/new", "/x", 5), 3);
-	ck_assert(!ask(a, "spiffe://acme/new", "/x", &d));
+	ck_assert_int_eq(km_admitted(a, "spiffe://acme/new", "/x", 5), 3);
+	ck_assert(!km_ask(a, "spiffe://acme/new", "/x", &d));
 	ck_assert_str_eq(
-	    bound_by(a, "spiffe://acme/new", "/x", &d), "spiffe://acme/*");
+	    km_bound_by(a, "spiffe://acme/new", "/x", &d), "spiffe://acme/*");
 	ck_assert_int_eq(d.level, 1);
 	/* Not members: a prefix of the prefix, a longer name, none. */
-	ck_assert_int_eq(admitted(a, "spiffe://acme-corp/c", "/x", 20), 20);
-	ck_assert_int_eq(admitted(a, "spiffe://acm", "/x", 20), 20);
-	ck_assert_int_eq(admitted(a, NULL, "/x", 20), 20);
-	allot__ktotals g = totals(a, "spiffe://acme/*");
+	ck_assert_int_eq(km_admitted(a, "spiffe://acme-corp/c", "/x", 20), 20);
+	ck_assert_int_eq(km_admitted(a, "spiffe://acm", "/x", 20), 20);
+	ck_assert_int_eq(km_admitted(a, NULL, "/x", 20), 20);
+	allot__ktotals g = km_totals(a, "spiffe://acme/*");
 	ck_assert_uint_eq(g.spent, 10);
 	allot_agent_destroy(a);
 }
@@ -352,43 +250,43 @@ END_TEST
 /* What the loader takes and refuses. */
 START_TEST(config_rules)
 {
-	refused(HEAD "  callers:\n"
-	             "    - identity: a\n"
-	             "      tokens_per_second: 1\n"
-	             "      burst: 10\n"
-	             "      stacked: true\n",
+	km_refused(HEAD "  callers:\n"
+	                "    - identity: a\n"
+	                "      tokens_per_second: 1\n"
+	                "      burst: 10\n"
+	                "      stacked: true\n",
 	    "unknown key \"stacked\" in quotas.callers[0]");
-	refused(HEAD
+	km_refused(HEAD
 	    "  callers:\n"
 	    "    - identity: \"*\"\n"
 	    "      tokens_per_second: 10\n"
 	    "      burst: 10\n"
 	    "  global_ceiling: {tokens_per_second: 100, overcommit: true}\n",
 	    "caller \"*\" is a stacked limit");
-	refused(STACKED
+	km_refused(STACKED
 	    "  global_ceiling: {tokens_per_second: 100, overcommit: true}\n",
 	    "endpoint quota \"a /search\" is a stacked limit");
 	/* Groups do not nest, whatever byte follows the prefix. */
-	refused(HEAD "  callers:\n"
-	             "    - {identity: \"spiffe://acme/*\", "
-	             "tokens_per_second: 1, burst: 9}\n"
-	             "    - {identity: \"spiffe://acme/ns/*\", "
-	             "tokens_per_second: 1, burst: 9}\n",
+	km_refused(HEAD "  callers:\n"
+	                "    - {identity: \"spiffe://acme/*\", "
+	                "tokens_per_second: 1, burst: 9}\n"
+	                "    - {identity: \"spiffe://acme/ns/*\", "
+	                "tokens_per_second: 1, burst: 9}\n",
 	    "caller \"spiffe://acme/ns/*\" is inside the group of caller "
 	    "\"spiffe://acme/*\"");
-	refused(HEAD
+	km_refused(HEAD
 	    "  callers:\n"
 	    "    - {identity: \"ab*\", tokens_per_second: 1, burst: 9}\n"
 	    "    - {identity: \"ab!x*\", tokens_per_second: 1, burst: 9}\n",
 	    "caller \"ab!x*\" is inside the group of caller \"ab*\"");
-	allot_config_free(parse(HEAD
+	allot_config_free(km_parse(HEAD
 	    "  callers:\n"
 	    "    - {identity: \"*\", tokens_per_second: 1, burst: 9}\n"
 	    "    - {identity: \"ab*\", tokens_per_second: 1, burst: 9}\n"
 	    "    - {identity: \"ac*\", tokens_per_second: 1, burst: 9}\n"));
 	/* Stacked or not is part of the config: its digest says so. */
-	allot_config *s = parse(STACKED);
-	allot_config *f = parse(
+	allot_config *s = km_parse(STACKED);
+	allot_config *f = km_parse(
 	    HEAD "  callers:\n"
 	         "    - identity: a\n"
 	         "      tokens_per_second: 1\n"
@@ -420,44 +318,9 @@ static const char *CFG_REMOTE =
     "        /search: {tokens_per_second: 6, burst: 6, stacked: true}\n";
 
 static allot_agent *
-remote_agent_with(const pc_coord *c, const char *replica, const char *yaml)
-{
-	allot_config *cfg = parse(yaml);
-	allot_agent_options o;
-	allot_agent_options_init(&o);
-	o.coordinator = c->url;
-	o.service = "svc";
-	o.replica_id = replica;
-	o.sync_interval_ms = 50;
-	o.initial_replicas = 2;
-	allot_agent *a;
-	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
-	allot_config_free(cfg);
-	return a;
-}
-
-static allot_agent *
 remote_agent(const pc_coord *c, const char *replica)
 {
-	return remote_agent_with(c, replica, CFG_REMOTE);
-}
-
-/* Until both agents have synced a few times. */
-static void
-synced(allot_agent **as, int n)
-{
-	uint64_t t0 = pc_now_ms();
-	for (int i = 0; i < n; i++) {
-		allot_sync_stats ss;
-		for (;;) {
-			allot_sync_stats_get(as[i], &ss);
-			if (ss.connected && ss.syncs_ok >= 3)
-				break;
-			ck_assert_msg(pc_now_ms() - t0 < 15000,
-			    "agent %d did not sync", i);
-			pc_sleep_ms(10);
-		}
-	}
+	return km_remote_agent(c, replica, CFG_REMOTE);
 }
 
 /* Both limits hold within the accuracy bound across two replicas, each
@@ -471,7 +334,7 @@ START_TEST(both_limits_hold_on_two_replicas)
 	pc_coord_spawn(&c, args, NULL);
 	allot_agent *as[2] = { remote_agent(&c, "r0"),
 		remote_agent(&c, "r1") };
-	synced(as, 2);
+	km_synced(as, 2);
 	/* Offered: 200 searches and 200 other requests a second on each
 	 * replica, far above both limits, for 4 s (every 5 ms, paced). */
 	const double secs = 4.0;
@@ -607,9 +470,9 @@ START_TEST(tenant_of_fifty_on_two_replicas)
 	pc_coord_init(&c, "/tmp/allot-stack", y);
 	const char *args[] = { "--interval-ms", "50", NULL };
 	pc_coord_spawn(&c, args, NULL);
-	allot_agent *as[2] = { remote_agent_with(&c, "r0", y),
-		remote_agent_with(&c, "r1", y) };
-	synced(as, 2);
+	allot_agent *as[2] = { km_remote_agent(&c, "r0", y),
+		km_remote_agent(&c, "r1", y) };
+	km_synced(as, 2);
 	allot_key *ks[2][NMEMBERS];
 	for (int r = 0; r < 2; r++)
 		for (int i = 0; i < NMEMBERS; i++) {

@@ -71,14 +71,27 @@ candidate_text(const allot__quota *q)
 	return ctl_strdup(buf);
 }
 
+/* What a quota does with a request: closed, unlimited, or its rate
+ * enforced or in shadow. */
+static const char *
+mode_of(const allot__quota *q)
+{
+	switch (q->access) {
+	case ALLOT__ACCESS_CLOSED: return "closed";
+	case ALLOT__ACCESS_UNLIMITED: return "unlimited";
+	case ALLOT__ACCESS_LIMITED: break;
+	}
+	return q->shadow ? "shadow" : "enforce";
+}
+
 static void
 quota_row(
     ctl_table *t, const allot_config *cfg, const allot__quota *q, char *name)
 {
 	ctl_table_row(&t[0], name, ctl_strdup(cfg->classes[q->priority]),
 	    ctl_num(q->rate), ctl_num(q->burst), ctl_num(q->rate + q->burst),
-	    ctl_strdup(q->shadow ? "shadow" : "enforce"),
-	    rate_as_written(q->rate, q->unit_s), candidate_text(q));
+	    ctl_strdup(mode_of(q)), rate_as_written(q->rate, q->unit_s),
+	    candidate_text(q));
 }
 
 /* The fields this file writes in its own words: the quota table's
@@ -88,7 +101,7 @@ quota_row(
  * needs nothing here. */
 static const char *const own_fields[] = { "tokens_per_second", "burst",
 	"priority", "shadow", "candidate", "fallback", "shared", "owner",
-	"reason", "expected_peak", "labels" };
+	"reason", "expected_peak", "labels", "access" };
 
 /* Field `f` of `q` as a diff writes it, when this file does not show it
  * in its own words and q has it; else NULL. The caller frees it. */
@@ -398,6 +411,8 @@ view_json(const allot_config *cfg)
 		    o, "burst", json_object_new_double(q->burst));
 		json_object_object_add(
 		    o, "shadow", json_object_new_boolean(q->shadow));
+		json_object_object_add(
+		    o, "mode", json_object_new_string(mode_of(q)));
 		json_object_array_add(qs, o);
 		if (i == cfg->ncallers)
 			break;

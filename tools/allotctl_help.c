@@ -111,8 +111,8 @@ static const struct manual {
 	    "    offered tokens it would have denied since it was set). "
 	    "Before\n"
 	    "    any service has registered it lists the configured quotas\n"
-	    "    instead (QUOTA, PRIORITY, RATE/S, BURST, MODE: enforce or\n"
-	    "    shadow, CANDIDATE).\n"
+	    "    instead (QUOTA, PRIORITY, RATE/S, BURST, MODE: enforce,\n"
+	    "    shadow, closed or unlimited, CANDIDATE).\n"
 	    "\n",
 	    EXIT_TEXT },
 	{ "shares", "each replica's share of one caller's quota", true,

@@ -81,10 +81,16 @@ allot__cfgv_find_svc(
     const cfgv *v, const char *sname, const char *key, size_t len)
 {
 	const cfgv_svc *sv = find_svc(v, sname);
-	if (sv == NULL)
-		return (int32_t) allot__config_index_find(&v->index, key, len);
-	int64_t i = allot__config_index_find(&sv->index, key, len);
-	return i < 0 ? -1 : sv->gq[i];
+	int32_t q;
+	if (sv == NULL) {
+		q = (int32_t) allot__config_index_find(&v->index, key, len);
+	} else {
+		int64_t i = allot__config_index_find(&sv->index, key, len);
+		q = i < 0 ? -1 : sv->gq[i];
+	}
+	if (q >= 0 && v->q[q]->access != ALLOT__ACCESS_LIMITED)
+		return ALLOT__CFGV_FIXED;
+	return q;
 }
 
 size_t

@@ -82,6 +82,8 @@ reg_intern_keys(reg *r)
 		int32_t q = allot__cfgv_find_svc(
 		    v, r->req->service, wire[k], strlen(wire[k]));
 		r->q[k] = q;
+		if (q == ALLOT__CFGV_FIXED)
+			continue; /* decided by the agents alone */
 		if (q < 0) {
 			r->unknown[r->nunknown++] = k;
 			continue;

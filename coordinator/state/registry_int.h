@@ -513,7 +513,10 @@ void allot__cfgv_free(cfgv *v);
 int32_t allot__cfgv_find(const cfgv *v, const char *key, size_t len);
 /* The quota index of wire key key[0..len) for service `sname` (NULL, or a
  * service the file does not name: the top level's), or -1: what keys of
- * that service's replicas resolve through. */
+ * that service's replicas resolve through. ALLOT__CFGV_FIXED (< 0 too)
+ * for a closed or unlimited quota: each agent decides it alone, so a key
+ * of it is neither kept nor unknown. */
+#define ALLOT__CFGV_FIXED (-2)
 int32_t allot__cfgv_find_svc(
     const cfgv *v, const char *sname, const char *key, size_t len);
 /* The quotas of `service`'s view: allot__cfgv_at(v, service, i) for i

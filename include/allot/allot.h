@@ -55,6 +55,8 @@ typedef enum allot_err {
 	ALLOT_EBUSY = 14, /**< concurrency limit or queue full */
 	ALLOT_EINPROGRESS = 15, /**< the decision comes later, through the
 	                             callback (allot_acquire_async()) */
+	ALLOT_EFORBIDDEN = 16, /**< the quota admits nobody (access:
+	                            closed): answer 403, not 429 */
 } allot_err;
 
 /** @return a static, human-readable description of `err`. Never NULL. */
@@ -329,9 +331,14 @@ typedef struct allot_decision {
  * Denials write no shared bucket state. A key with stacked limits
  * charges each of them, all or none: a level that denies gives back
  * what the levels before it took (docs/configuration.md).
+ * A quota with `access: unlimited` admits every request: `limit`,
+ * `rate` and `remaining` are then INFINITY (send no RateLimit header).
  * @return ALLOT_OK with `*ret` filled (allowed or not); ALLOT_ETOOBIG when
  *         `cost` exceeds the quota's burst (the request can never pass;
  *         `*ret` is filled with allowed = false and retry_after_ns = 0);
+ *         ALLOT_EFORBIDDEN when the quota that decided is closed
+ *         (`access: closed`: answer 403, and do not retry; `*ret` as
+ *         for ALLOT_ETOOBIG, `level` naming the quota);
  *         ALLOT_EINVAL for NULL arguments.
  */
 ALLOT_API int allot_acquire(
@@ -655,7 +662,9 @@ ALLOT_API int allot_fmt_retry_after(
  * quota); NULL means "default". It is written as a structured-field
  * string (RFC 9651): `"` and `\` escaped, and each byte such a string
  * cannot hold (controls, anything outside printable ASCII) as `?`, so
- * the field is valid whatever the quota's name.
+ * the field is valid whatever the quota's name. A decision of an
+ * unlimited quota (`limit` INFINITY) has no policy: both write ""
+ * (return 0), and no field should be sent.
  */
 ALLOT_API int allot_fmt_ratelimit_policy(
     const allot_decision *d, const char *name, char *buf, size_t len);
@@ -670,7 +679,8 @@ ALLOT_API int allot_fmt_ratelimit(
 /**
  * The common X-RateLimit-* triple. `now_unix` is the wall-clock time in
  * seconds used for X-RateLimit-Reset (an epoch timestamp by convention);
- * pass 0 for delta-seconds instead.
+ * pass 0 for delta-seconds instead. An unlimited quota's decision
+ * (`limit` INFINITY) leaves all three "".
  */
 typedef struct allot_xheaders {
 	char limit[24];

@@ -33,6 +33,7 @@ extern "C" {
 
 /** gRPC status codes used here (grpc/status.h numbering). */
 #define ALLOT_GRPC_OK 0
+#define ALLOT_GRPC_PERMISSION_DENIED 7
 #define ALLOT_GRPC_RESOURCE_EXHAUSTED 8
 #define ALLOT_GRPC_UNAVAILABLE 14
 
@@ -49,7 +50,8 @@ extern "C" {
  * string means "do not send this metadata entry".
  */
 typedef struct allot_grpc_status {
-	/** grpc-status: ALLOT_GRPC_OK, _RESOURCE_EXHAUSTED or _UNAVAILABLE. */
+	/** grpc-status: ALLOT_GRPC_OK, _PERMISSION_DENIED,
+	 *  _RESOURCE_EXHAUSTED or _UNAVAILABLE. */
 	int code;
 	/** grpc-message: printable ASCII without '%', so it needs no
 	 *  percent-encoding. "" when OK. */
@@ -74,7 +76,8 @@ typedef struct allot_grpc_status {
  * @param acquire_rc what allot_acquire() returned: ALLOT_OK, or
  *        ALLOT_ETOOBIG for a cost above the quota's burst, which is
  *        RESOURCE_EXHAUSTED with pushback "-1" and no retry delay (no
- *        retry can pass).
+ *        retry can pass), or ALLOT_EFORBIDDEN for a closed quota, which
+ *        is PERMISSION_DENIED with pushback "-1".
  * @param ret on ALLOT_OK, the status: OK (code 0, empty strings) for an
  *        allowed decision, shadow-mode would-be denials included; for a
  *        denial RESOURCE_EXHAUSTED with "rate limit exceeded; retry after

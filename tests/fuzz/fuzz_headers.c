@@ -15,6 +15,7 @@
  * accepted, every accepted wait within RFC 9110's 2^31 s, and dates
  * measured against the extremes of int64_t as well as the input's time.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -165,11 +166,20 @@ check_fmt(const params *pr, const char *name)
 	FUZZ_CHECK(denied || strcmp(s, "0") == 0);
 	free(s);
 
+	/* An unlimited quota's decision (limit INFINITY) has no policy:
+	 * every field is empty. */
+	bool unlimited = isinf(d->limit);
 	s = run_fmt(allot_fmt_ratelimit_policy, d, name, pr->buflen);
-	check_ietf(s, name != NULL ? name : "default", 'q', 'w');
+	if (unlimited)
+		FUZZ_CHECK(s[0] == '\0');
+	else
+		check_ietf(s, name != NULL ? name : "default", 'q', 'w');
 	free(s);
 	s = run_fmt(allot_fmt_ratelimit, d, name, pr->buflen);
-	check_ietf(s, name != NULL ? name : "default", 'r', 't');
+	if (unlimited)
+		FUZZ_CHECK(s[0] == '\0');
+	else
+		check_ietf(s, name != NULL ? name : "default", 'r', 't');
 	free(s);
 
 	allot_xheaders *x = malloc(sizeof *x);
@@ -178,8 +188,10 @@ check_fmt(const params *pr, const char *name)
 	FUZZ_CHECK(memchr(x->limit, '\0', sizeof x->limit) != NULL);
 	FUZZ_CHECK(memchr(x->remaining, '\0', sizeof x->remaining) != NULL);
 	FUZZ_CHECK(memchr(x->reset, '\0', sizeof x->reset) != NULL);
-	FUZZ_CHECK(all_digits(x->limit) && all_digits(x->remaining) &&
-	    all_digits(x->reset));
+	FUZZ_CHECK(unlimited ? x->limit[0] == '\0' &&
+	            x->remaining[0] == '\0' && x->reset[0] == '\0' :
+	                       all_digits(x->limit) &&
+	            all_digits(x->remaining) && all_digits(x->reset));
 	free(x);
 
 	/* NULL arguments are refused, not dereferenced. */
