@@ -25,8 +25,7 @@
 #include <nng/nng.h>
 #include <uv.h>
 
-#include "admin/admin.h"
-#include "logfmt.h"
+#include "allotd_int.h"
 #include "allotd_opts.h"
 #include "state/alloc.h"
 #include "dispatch/authn.h"
@@ -44,43 +43,6 @@
 #define EXIT_USAGE ALLOT__DAEMON_EXIT_USAGE
 #define DRAIN_MAX_MS 2000u
 #define CONFIG_MAX_BYTES (16u * 1024u * 1024u)
-
-typedef struct allotd {
-	uv_loop_t loop;
-	uv_timer_t tick;
-	uv_timer_t drain_timer;
-	uv_signal_t sig_term;
-	uv_signal_t sig_int;
-	uv_signal_t sig_hup;
-	bool loop_open;
-	bool handles_open;
-	allot__logger lg;
-	allot__logfmt log_format; /* the logger's ctx */
-	allot__metrics metrics;
-	allot__store *store;
-	allot__state *state;
-	allot__server *server;
-	/* nng did not close the protocol socket (allot__server_close()):
-	 * the process ends with _exit(), the peer limits are kept. */
-	bool server_stuck;
-	allot__peerlimit *peerlimit;
-	allot__http *http;
-	allot__cluster *cluster;
-	allot__admin *admin;
-	const char *config_path;
-	/* The quota config at start-up until the state owns it. */
-	allot_config *cfg;
-	/* The config in force as its text (what the store recorded and
-	 * GET /config answers) and a copy of its model (what an apply is
-	 * diffed against); replaced at each change, loop thread only. */
-	char *text;
-	allot_config *cur;
-	uint64_t last_second_ns;
-	uint64_t drain_deadline_ns;
-	bool draining;
-	const char *stop_signal;
-	allot__logrl rl_store;
-} allotd;
 
 /* Read a whole file (the store keeps the config text as it was read). */
 static int
@@ -202,8 +164,6 @@ on_tick(uv_timer_t *t)
 	}
 }
 
-static void cluster_reload(allotd *d, allot_config *cfg, char *text);
-
 static void
 reload(allotd *d)
 {
@@ -212,7 +172,7 @@ reload(allotd *d)
 	char *text;
 	int rc = load_config(d->config_path, &cfg, &text, err, sizeof err);
 	if (rc == ALLOT_OK && d->cluster != NULL) {
-		cluster_reload(d, cfg, text);
+		allotd_cluster_reload(d, cfg, text);
 		return;
 	}
 	if (rc != ALLOT_OK) {
@@ -273,8 +233,6 @@ reload(allotd *d)
  * the state, the audit rows and a commit, so that the answer says the
  * audit is on disk. Nothing changes when a step before the state fails;
  * the file is put back when the state refuses. */
-static void cluster_apply(allotd *d, allot__admin_job *job);
-
 static void
 admin_apply(allotd *d, allot__admin_job *job)
 {
@@ -290,7 +248,7 @@ admin_apply(allotd *d, allot__admin_job *job)
 	if (d->cluster != NULL &&
 	    !(job->has_expect && job->expect != job->digest) &&
 	    cfg->digest != job->digest) {
-		cluster_apply(d, job);
+		allotd_cluster_apply(d, job);
 		return;
 	}
 	if (job->has_expect && job->expect != job->digest) {
@@ -361,240 +319,6 @@ fail:
 	allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-APPLY-FAIL", "%s", job->msg);
 }
 
-/* ---- the cluster's config (cluster.h): proposed by the leader, installed
- * by every member once committed ---- */
-
-/* A committed CONFIG: the state takes it with the cluster's epoch, and
- * the quota file becomes its text, so that a restart (or a member that
- * becomes leader) starts from what the cluster agreed. */
-static void
-cluster_install(void *ctx, const char *text, size_t len, uint64_t epoch,
-    const allot__state_who *who)
-{
-	allotd *d = ctx;
-	char err[1024];
-	allot_config *cfg = NULL;
-	char *copy_text = malloc(len + 1);
-	if (copy_text == NULL)
-		return;
-	memcpy(copy_text, text, len);
-	copy_text[len] = '\0';
-	if (allot_config_parse(d->config_path, copy_text, len, err, sizeof err,
-	        &cfg) != ALLOT_OK) {
-		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
-		    "the committed config of epoch %" PRIu64
-		    " does not load here (%s): keeping epoch %" PRIu64,
-		    epoch, err, allot__state_epoch(d->state));
-		free(copy_text);
-		return;
-	}
-	/* A restart replays the log: a config older than the one this
-	 * member recorded last is history, not to be installed again (nor
-	 * its rows recorded twice); the one it recorded last is installed
-	 * without rows. */
-	uint64_t le = 0, ld = 0;
-	char *lt = NULL;
-	bool known = allot__store_last_config(d->store, &le, &ld, &lt) ==
-	    ALLOT_OK;
-	free(lt);
-	if (known && epoch < le) {
-		allot_config_free(cfg);
-		free(copy_text);
-		return;
-	}
-	bool recorded = known && epoch == le;
-	allot_config *cur = allot__config_dup(cfg);
-	bool changed = false;
-	int rc = cur != NULL ?
-	    allot__state_apply_at(d->state, cfg, d->config_path, copy_text,
-	        recorded ? NULL : who, epoch, &changed) :
-	    ALLOT_ENOMEM;
-	if (rc != ALLOT_OK) {
-		allot_config_free(cfg);
-		allot_config_free(cur);
-		free(copy_text);
-		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
-		    "cannot install the committed config of epoch %" PRIu64
-		    ": %s",
-		    epoch, allot_strerror(rc));
-		return;
-	}
-	if (d->text != NULL && strcmp(d->text, copy_text) == 0) {
-		allot_config_free(cur);
-		free(copy_text);
-		return;
-	}
-	/* Who changed it, and why, are durable before the file changes: a
-	 * crash in between leaves the old file, which the log's replay
-	 * replaces (the rows are not written again, above), never a new
-	 * file whose author is lost. */
-	if (changed && allot__store_flush(d->store) != ALLOT_OK)
-		allot__log(&d->lg, ALLOT_LOG_WARNING, "ALLOTD-CONFIG-AUDIT",
-		    "the change rows of config epoch %" PRIu64 " are queued, "
-		    "not yet written (the store's commit failed): written "
-		    "with its next commit",
-		    epoch);
-	if (allot__admin_write_file(
-	        d->config_path, copy_text, len, err, sizeof err) != ALLOT_OK)
-		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
-		    "%s; the config of epoch %" PRIu64
-		    " is in force but not in the file",
-		    err, epoch);
-	free(d->text);
-	d->text = copy_text;
-	allot_config_free(d->cur);
-	d->cur = cur;
-	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD",
-	    "installed the cluster's config epoch %" PRIu64
-	    " (digest %016" PRIx64 ") into %s",
-	    epoch, allot__state_digest(d->state), d->config_path);
-}
-
-/* This member started serving: a new cluster's first leader proposes
- * its quota file. */
-static void
-cluster_serving(void *ctx)
-{
-	allotd *d = ctx;
-	if (d->cluster == NULL || allot__cluster_config_epoch(d->cluster) != 0)
-		return;
-	uint64_t epoch = 0;
-	const allot__state_who who = {
-		.who = "start",
-		.reason = "the first config of a new cluster",
-		.source = d->config_path,
-	};
-	int rv = allot__cluster_propose_config(d->cluster, d->text,
-	    strlen(d->text), d->cur->digest, &who, &epoch, NULL, 0);
-	if (rv != ALLOT_OK)
-		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-CONFIG-FAIL",
-		    "cannot propose %s as the cluster's first config: %s",
-		    d->config_path, allot_strerror(rv));
-}
-
-/* SIGHUP in a cluster: the leader proposes the file; a follower's file
- * is the cluster's, written on each commit. */
-static void
-cluster_reload(allotd *d, allot_config *cfg, char *text)
-{
-	char leader[256];
-	uint64_t epoch = 0;
-	uint64_t digest = cfg->digest;
-	const allot__state_who who = {
-		.who = "signal",
-		.reason = "reload",
-		.source = d->config_path,
-	};
-	int rv = digest == allot__state_digest(d->state) ?
-	    ALLOT_OK :
-	    allot__cluster_propose_config(d->cluster, text, strlen(text),
-	        digest, &who, &epoch, leader, sizeof leader);
-	allot_config_free(cfg);
-	free(text);
-	if (rv == ALLOT_ESTATE) {
-		allot__metrics_add(&d->metrics.reloads_failed, 1);
-		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-RELOAD-FAIL",
-		    "%s: this member is not the leader; the cluster's config "
-		    "changes on the leader (%s): SIGHUP it, or allotctl apply "
-		    "there",
-		    d->config_path, leader[0] ? leader : "none known");
-		return;
-	}
-	if (rv != ALLOT_OK) {
-		allot__metrics_add(&d->metrics.reloads_failed, 1);
-		allot__log(&d->lg, ALLOT_LOG_ERR, "ALLOTD-RELOAD-FAIL",
-		    "%s: cannot propose it: %s", d->config_path,
-		    allot_strerror(rv));
-		return;
-	}
-	if (epoch == 0) {
-		allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD-SAME",
-		    "%s is unchanged (digest %016" PRIx64 ")", d->config_path,
-		    digest);
-		return;
-	}
-	allot__log(&d->lg, ALLOT_LOG_NOTICE, "ALLOTD-RELOAD",
-	    "proposed %s as the cluster's config epoch %" PRIu64
-	    " (digest %016" PRIx64 "); every member installs it once "
-	    "committed",
-	    d->config_path, epoch, digest);
-}
-
-/* allotctl apply in a cluster: the leader proposes; another member
- * names the leader (421). The answer comes when it is proposed, not
- * committed (`committed` false): every member installs it on commit. */
-static void
-cluster_apply(allotd *d, allot__admin_job *job)
-{
-	char leader[256];
-	uint64_t epoch = 0;
-	if (allot__config_diff_compute(d->cur, job->cfg, &job->diff) !=
-	    ALLOT_OK) {
-		job->status = 500;
-		snprintf(job->msg, sizeof job->msg,
-		    "out of memory; nothing was applied");
-		return;
-	}
-	int rv = allot__cluster_propose_config(d->cluster, job->text, job->len,
-	    job->cfg->digest, job->who, &epoch, leader, sizeof leader);
-	if (rv != ALLOT_OK) {
-		allot__config_diff_free(&job->diff);
-		job->status = rv == ALLOT_ESTATE ? 421 : 500;
-		if (rv == ALLOT_ESTATE)
-			snprintf(job->msg, sizeof job->msg,
-			    "this member is not the leader; apply on the "
-			    "leader's admin socket (agents reach it at %s). "
-			    "Nothing was applied",
-			    leader[0] ? leader : "none known yet");
-		else
-			snprintf(job->msg, sizeof job->msg,
-			    "cannot propose it: %s; nothing was applied",
-			    allot_strerror(rv));
-		return;
-	}
-	job->status = 200;
-	job->changed = true;
-	job->committed = false;
-	job->proposed = true;
-	job->epoch = epoch;
-	job->digest = job->cfg->digest;
-}
-
-/* allotctl member add|remove|list: the cluster's, on the loop thread. */
-static void
-admin_member(allotd *d, allot__admin_job *job)
-{
-	job->status = 200;
-	if (d->cluster == NULL) {
-		job->status = 409;
-		snprintf(job->msg, sizeof job->msg,
-		    "this allotd is not a cluster member (no --raft-id)");
-		return;
-	}
-	int rv = ALLOT_OK;
-	if (job->op == ALLOT__ADMIN_MEMBER_ADD)
-		rv = allot__cluster_member_add(d->cluster, job->member_id,
-		    job->member_raft, job->member_url, job->msg,
-		    sizeof job->msg);
-	else if (job->op == ALLOT__ADMIN_MEMBER_REMOVE)
-		rv = allot__cluster_member_remove(
-		    d->cluster, job->member_id, job->msg, sizeof job->msg);
-	if (rv != ALLOT_OK) {
-		job->status = rv == ALLOT_ESTATE ? 421 :
-		    rv == ALLOT_EBUSY            ? 409 :
-		    rv == ALLOT_ENOENT           ? 404 :
-		    rv == ALLOT_EINVAL           ? 400 :
-		                                   500;
-		return;
-	}
-	if (job->member_id != 0 && job->op != ALLOT__ADMIN_MEMBER_ADD)
-		job->member_left = allot__cluster_member_left(
-		    d->cluster, job->member_id, job->msg, sizeof job->msg);
-	allot__buf b = { 0 };
-	allot__cluster_member_list(d->cluster, &b);
-	job->text_out = b.p;
-}
-
 /* The admin socket's jobs (admin.h), on the loop thread. */
 static void
 admin_run(void *ctx, allot__admin_job *job)
@@ -605,7 +329,7 @@ admin_run(void *ctx, allot__admin_job *job)
 		return;
 	}
 	if (job->op != ALLOT__ADMIN_GET) {
-		admin_member(d, job);
+		allotd_admin_member(d, job);
 		return;
 	}
 	job->epoch = allot__state_epoch(d->state);
@@ -664,6 +388,9 @@ finish(allotd *d)
 {
 	uv_timer_stop(&d->drain_timer);
 	uv_timer_stop(&d->tick);
+	/* A config still being parsed is dropped when its parse ends (the
+	 * loop runs until then); the log installs it at the next start. */
+	allotd_cluster_install_cancel(d);
 	close_listeners(d);
 	/* The last partial second of usage, then the stop event, then one
 	 * final commit. Sessions stay open in the store: the replicas are
@@ -734,9 +461,9 @@ audit_start(allotd *d, int lrc, uint64_t last_digest, const char *last_text,
 	if (lrc == ALLOT_OK && last_digest == d->cur->digest)
 		return;
 	/* A cluster member's file is the cluster's, rewritten from the
-	 * log, whose CONFIG entries are the changes (cluster_install): one
-	 * that differs at start-up is a stale copy the log replaces, not an
-	 * edit to record. */
+	 * log, whose CONFIG entries are the changes (allotd_cluster_install):
+	 * one that differs at start-up is a stale copy the log replaces, not
+	 * an edit to record. */
 	if (member && lrc == ALLOT_OK)
 		return;
 	if (lrc != ALLOT_OK && lrc != ALLOT_ENOENT)
@@ -889,8 +616,9 @@ start_listeners(allotd *d, const allot__daemon_opts *o)
 			.state = d->state,
 			.store = d->store,
 			.lg = &d->lg,
-			.on_config = cluster_install,
-			.on_serving = cluster_serving,
+			.on_config = allotd_cluster_install,
+			.config_busy = allotd_cluster_installing,
+			.on_serving = allotd_cluster_serving,
 			.ctx = d,
 		};
 		if (allot__cluster_start(&co, &d->loop, err, sizeof err,

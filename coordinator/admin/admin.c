@@ -450,6 +450,15 @@ post_apply(allot__admin *a, struct MHD_Connection *c, struct req *r)
 		return allot__web_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
 		    "allotd is stopping or busy; nothing was applied");
 	}
+	/* The diff the loop left to this thread (a cluster's apply). */
+	if (job.before != NULL && job.cfg != NULL &&
+	    job.status == MHD_HTTP_OK &&
+	    allot__config_diff_compute(job.before, job.cfg, &job.diff) !=
+	        ALLOT_OK)
+		allot__log(&a->lg, ALLOT_LOG_WARNING, "ALLOTD-APPLY",
+		    "out of memory for the diff of the answer: it lists no "
+		    "change (the audit has them)");
+	allot_config_free(job.before);
 	allot_config_free(job.cfg); /* NULL when the run took it */
 	if (job.status != MHD_HTTP_OK) {
 		allot__config_diff_free(&job.diff);

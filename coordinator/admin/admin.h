@@ -96,6 +96,10 @@ typedef struct allot__admin_job {
 	 * says where it is (allot__cluster_member_left). */
 	bool member_left;
 	allot__config_diff diff; /* APPLY: what changed */
+	/* APPLY: instead of `diff`, the config it changed from (a copy,
+	 * freed by the handler), which diffs it on its own thread: a diff
+	 * of 59,001 quotas would stall the loop (issue 27). */
+	allot_config *before;
 } allot__admin_job;
 
 /* Runs `job` on the loop thread. */

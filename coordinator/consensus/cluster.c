@@ -229,7 +229,8 @@ step(allot__cluster *c)
 	    uv_hrtime() / 1000000u < allot__consensus_grant_until(c->cons);
 	atomic_store(&c->leader, leader);
 	bool serving = atomic_load(&c->serving);
-	if (!serving && may) {
+	if (!serving && may &&
+	    (c->o.config_busy == NULL || !c->o.config_busy(c->o.ctx))) {
 		/* Every earlier lease has ended: start from what the agents
 		 * hold, never from what this member had before. */
 		allot__state_forget(c->o.state, true);

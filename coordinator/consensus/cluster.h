@@ -83,7 +83,13 @@ typedef struct allot__cluster_opts {
 	allot__state *state;
 	allot__store *store;
 	const allot__logger *lg;
+	/* A committed config to install; it may finish later (off the
+	 * loop), as long as `config_busy` says so meanwhile. */
 	allot__cluster_config_cb on_config;
+	/* Whether a config handed to on_config is still being installed
+	 * (NULL: never): a leader does not start serving until it is, so
+	 * that it never serves from a config older than the log's. */
+	bool (*config_busy)(void *ctx);
 	/* This member started serving as leader (it may propose). */
 	void (*on_serving)(void *ctx);
 	void *ctx;

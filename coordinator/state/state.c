@@ -287,15 +287,17 @@ remap(service *svc, const cfgv *ov, const cfgv *nv, squota *nq)
 	svc->dirty = true;
 }
 
-/* The audit rows of a change from `before` to `after` (epoch `epoch`). */
+/* The audit rows of a change from `before` to `after` (epoch `epoch`):
+ * `pre`, when it is that diff, else the diff computed. */
 static int
 audit(allot__state *st, const allot_config *before, const allot_config *after,
-    uint64_t epoch, const allot__state_who *w)
+    uint64_t epoch, const allot__state_who *w, const allot__config_diff *pre)
 {
 	if (st->o.store == NULL)
 		return ALLOT_OK;
-	allot__config_diff d;
-	int rc = allot__config_diff_compute(before, after, &d);
+	allot__config_diff d = { 0 };
+	int rc = pre != NULL ? ALLOT_OK :
+	                       allot__config_diff_compute(before, after, &d);
 	if (rc != ALLOT_OK)
 		return rc;
 	allot__store_change c = {
@@ -306,7 +308,7 @@ audit(allot__state *st, const allot_config *before, const allot_config *after,
 		.reason = w->reason,
 		.source = w->source,
 	};
-	allot__store_config_change(st->o.store, &c, &d);
+	allot__store_config_change(st->o.store, &c, pre != NULL ? pre : &d);
 	allot__config_diff_free(&d);
 	return ALLOT_OK;
 }
@@ -318,7 +320,7 @@ allot__state_audit_start(
 	if (st == NULL || w == NULL)
 		return ALLOT_EINVAL;
 	/* Start-up: no request runs yet, the view in force stays. */
-	return audit(st, before, st->cur->cfg, st->cur->epoch, w);
+	return audit(st, before, st->cur->cfg, st->cur->epoch, w, NULL);
 }
 
 int
@@ -343,6 +345,15 @@ int
 allot__state_apply_at(allot__state *st, allot_config *cfg, const char *path,
     const char *text, const allot__state_who *w, uint64_t at,
     bool *ret_changed)
+{
+	return allot__state_apply_diffed(
+	    st, cfg, path, text, w, at, 0, NULL, ret_changed);
+}
+
+int
+allot__state_apply_diffed(allot__state *st, allot_config *cfg,
+    const char *path, const char *text, const allot__state_who *w, uint64_t at,
+    uint64_t from, const allot__config_diff *diff, bool *ret_changed)
 {
 	if (st == NULL || cfg == NULL)
 		return ALLOT_EINVAL;
@@ -416,7 +427,10 @@ unlock:
 	 * new config cannot go before the next reload on this thread. An
 	 * audit that cannot be computed (out of memory) is logged: the
 	 * config is in force either way. */
-	if (w != NULL && audit(st, ov->cfg, cfg, epoch + 1, w) != ALLOT_OK)
+	if (w != NULL &&
+	    audit(st, ov->cfg, cfg, epoch + 1, w,
+	        diff != NULL && ov->cfg->digest == from ? diff : NULL) !=
+	        ALLOT_OK)
 		allot__log(st->o.lg, ALLOT_LOG_ERR, "ALLOTD-AUDIT-FAIL",
 		    "out of memory: the quota changes of epoch %" PRIu64
 		    " are not in the audit table",

@@ -25,6 +25,7 @@
 #include "alloc.h"
 #include "allot.pb-c.h"
 #include "config.h"
+#include "config_diff.h"
 #include "log.h"
 #include "metrics.h"
 #include "store/store.h"
@@ -250,6 +251,15 @@ int allot__state_apply(allot__state *st, allot_config *cfg, const char *path,
 int allot__state_apply_at(allot__state *st, allot_config *cfg,
     const char *path, const char *text, const allot__state_who *w, uint64_t at,
     bool *ret_changed);
+
+/* allot__state_apply_at() whose audit rows come from `diff`, computed
+ * beforehand off the loop from the config of digest `from` (a diff of
+ * 59,001 quotas takes the better part of a second: issue 27); used when
+ * `from` is still the config in force, else the diff is computed here.
+ * `diff` stays the caller's. */
+int allot__state_apply_diffed(allot__state *st, allot_config *cfg,
+    const char *path, const char *text, const allot__state_who *w, uint64_t at,
+    uint64_t from, const allot__config_diff *diff, bool *ret_changed);
 
 /* Cluster: this member stops allocating (it lost leadership) or starts
  * (it took over): every session and service is dropped, so that nothing
