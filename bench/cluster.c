@@ -24,6 +24,18 @@
  *                                     the leader, in R·T (target <= 1)
  *   cluster.partition_over            over-admission through the two-owner
  *                                     partition, in R·T (target <= 1)
+ *   cluster.apply_59k_s               an admin apply of 59,001 quotas over
+ *                                     9,001 on the leader, two agents
+ *                                     syncing, median of the rounds (issue
+ *                                     27: 21-26 s; target <= 2 s)
+ *   cluster.apply_59k_leader_moves    member switches an agent made from
+ *                                     the apply to 5 s after it, the worst
+ *                                     round (issue 27: leadership moved;
+ *                                     target 0)
+ *   cluster.apply_59k_fallback_s      seconds the agents spent in fallback
+ *                                     meanwhile, sampled every 50 ms, the
+ *                                     worst round (issue 27: 17-22 s;
+ *                                     target 0)
  *   cluster.noise_cpu_pct             CPU used by other processes meanwhile
  *
  * The two over-admission figures need agents that follow the leader and
@@ -49,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +96,9 @@ cluster_start(cluster *c, const char *quotas, const char *tag)
 {
 	char prefix[96];
 	snprintf(prefix, sizeof prefix, "%s/%s", dir, tag);
+	/* The members' directories go under it (PREFIX/mN-XXXXXX). */
+	if (mkdir(prefix, 0700) != 0 && errno != EEXIST)
+		bench_fail("mkdir %s: %s", prefix, strerror(errno));
 	for (int i = 0; i < NMEM; i++)
 		pc_member_init(&c->m[i], prefix, (uint64_t) i + 1, quotas);
 	for (int i = 0; i < NMEM; i++)
@@ -132,6 +148,125 @@ find_leader(
 		usleep(2000);
 	}
 	return -1;
+}
+
+/* ---- a large apply on the leader, agents attached (issue 27) ---- */
+
+typedef struct apply_run {
+	double apply_s, leader_moves, fallback_s;
+} apply_run;
+
+#define APPLY_AGENTS 2
+
+/* Two agents of service "svc", with the 9,001-caller file, on every
+ * member's URL, until each has synced three times. */
+static void
+apply_agents(const cluster *c, const char *quotas, allot_agent **ret)
+{
+	char err[256], seeds[NMEM * 72] = "";
+	for (int i = 0; i < NMEM; i++) {
+		size_t n = strlen(seeds);
+		snprintf(seeds + n, sizeof seeds - n, "%s%s", i > 0 ? "," : "",
+		    c->m[i].c.url);
+	}
+	for (int i = 0; i < APPLY_AGENTS; i++) {
+		allot_config *cfg;
+		if (allot_config_parse("apply.yaml", quotas, strlen(quotas),
+		        err, sizeof err, &cfg) != ALLOT_OK)
+			bench_fail("the 9,001-caller file: %s", err);
+		allot_agent_options o;
+		allot_agent_options_init(&o);
+		char rid[16];
+		snprintf(rid, sizeof rid, "apply-%d", i);
+		o.coordinator = seeds;
+		o.service = "svc";
+		o.replica_id = rid;
+		o.sync_interval_ms = 100;
+		if (allot_agent_create(cfg, &o, &ret[i]) != ALLOT_OK)
+			bench_fail("agent %d not created", i);
+		allot_config_free(cfg);
+	}
+	uint64_t until = bench_now_ns() + 30000000000ull;
+	for (int i = 0; i < APPLY_AGENTS; i++) {
+		allot_sync_stats s;
+		do {
+			if (bench_now_ns() > until)
+				bench_fail("agent %d did not sync", i);
+			usleep(20000);
+			allot_sync_stats_get(ret[i], &s);
+		} while (!s.connected || s.syncs_ok < 3);
+	}
+}
+
+static void
+measure_apply(apply_run *ret)
+{
+	char *small = proto_many_quotas(9001, 50);
+	char *big = proto_many_quotas(59001, 60);
+	char file[128];
+	snprintf(file, sizeof file, "%s/quotas-59k.yaml", dir);
+	pc_write_file(file, big);
+	free(big);
+	cluster c;
+	cluster_start(&c, small, "apply");
+	const char *keys[] = { "default" };
+	int L = find_leader(&c, keys, -1, 20000);
+	if (L < 0)
+		bench_fail("no leader");
+	allot_agent *ag[APPLY_AGENTS];
+	apply_agents(&c, small, ag);
+	free(small);
+	allot_sync_stats s0[APPLY_AGENTS], s;
+	for (int i = 0; i < APPLY_AGENTS; i++)
+		allot_sync_stats_get(ag[i], &s0[i]);
+	ret->apply_s = proto_admin_post(
+	    c.m[L].c.sock, file, "/config/apply?file=q59k.yaml&reason=bench");
+	/* The apply's answer, then 5 s: fallback sampled, moves counted. */
+	uint64_t end = bench_now_ns() + 5000000000ull;
+	unsigned samples_in_fallback = 0;
+	while (bench_now_ns() < end) {
+		for (int i = 0; i < APPLY_AGENTS; i++) {
+			allot_sync_stats_get(ag[i], &s);
+			samples_in_fallback += s.in_fallback;
+		}
+		usleep(50000);
+	}
+	ret->fallback_s = samples_in_fallback * 0.05;
+	ret->leader_moves = 0;
+	for (int i = 0; i < APPLY_AGENTS; i++) {
+		allot_sync_stats_get(ag[i], &s);
+		double moves = (double) (s.leader_switches -
+		    s0[i].leader_switches);
+		if (s.fallback_enters > s0[i].fallback_enters &&
+		    ret->fallback_s == 0)
+			ret->fallback_s = 0.05; /* between two samples */
+		if (moves > ret->leader_moves)
+			ret->leader_moves = moves;
+	}
+	if (ret->leader_moves == 0 && find_leader(&c, keys, -1, 5000) != L)
+		ret->leader_moves = 1;
+	for (int i = 0; i < APPLY_AGENTS; i++)
+		allot_agent_destroy(ag[i]);
+	cluster_stop(&c);
+}
+
+/* The apply, o->rounds times: the median time, the worst moves and
+ * fallback. */
+static void
+measure_applies(const bench_opts *o, apply_run *ret)
+{
+	double t[8], moves = 0, fallback = 0;
+	unsigned n = o->rounds < 8 ? o->rounds : 8;
+	for (unsigned r = 0; r < n; r++) {
+		apply_run one;
+		measure_apply(&one);
+		t[r] = one.apply_s;
+		moves = fmax(moves, one.leader_moves);
+		fallback = fmax(fallback, one.fallback_s);
+	}
+	ret->apply_s = bench_median(t, n);
+	ret->leader_moves = moves;
+	ret->fallback_s = fallback;
 }
 
 /* ---- key reports per second: the leader against one allotd ---- */
@@ -516,6 +651,7 @@ main(int argc, char **argv)
 	bench_cpu cpu0, cpu1;
 	bench_cpu_mark(&cpu0);
 	throughput tp = { NAN, NAN, NAN };
+	apply_run ap = { NAN, NAN, NAN };
 	double served = NAN, fo_over = NAN, part_over = NAN;
 	if (bench_selected(&o, "key_reports_per_s"))
 		measure_throughput(&o, &tp);
@@ -523,6 +659,8 @@ main(int argc, char **argv)
 		served = measure_failover(&o);
 	if (bench_selected(&o, "over"))
 		measure_overs(&o, &fo_over, &part_over);
+	if (bench_selected(&o, "apply_59k"))
+		measure_applies(&o, &ap);
 	bench_cpu_mark(&cpu1);
 	double noise = bench_cpu_others_pct(&cpu0, &cpu1);
 	pc_rm_rf(dir);
@@ -557,6 +695,18 @@ main(int argc, char **argv)
 		{ "cluster.partition_over", "R·T", 2,
 		    "over-admission through the two-owner partition, 2 s",
 		    BENCH_AT_MOST, 1.0, part_over },
+		{ "cluster.apply_59k_s", "s", 2,
+		    "admin apply of 59,001 quotas over 9,001 on the leader, "
+		    "two agents syncing (issue 27: 21-26 s)",
+		    BENCH_AT_MOST, 2, ap.apply_s },
+		{ "cluster.apply_59k_leader_moves", "", 0,
+		    "leader changes the agents saw from the apply to 5 s "
+		    "after",
+		    BENCH_AT_MOST, 0, ap.leader_moves },
+		{ "cluster.apply_59k_fallback_s", "s", 2,
+		    "seconds the agents spent in fallback meanwhile (issue "
+		    "27: 17-22 s)",
+		    BENCH_AT_MOST, 0, ap.fallback_s },
 		{ "cluster.noise_cpu_pct", "%", 1,
 		    "CPU used by other processes during the run",
 		    BENCH_NO_TARGET, 0, noise },

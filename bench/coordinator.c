@@ -94,44 +94,6 @@ measure_throughput(const bench_opts *o)
 
 /* ---- a large apply (issue 27) ---- */
 
-/* `n` callers, each "cN" at `rate`/s, burst twice that. */
-static char *
-many_quotas(unsigned n, unsigned rate)
-{
-	size_t cap = 128 + (size_t) n * 64, len = 0;
-	char *t = malloc(cap);
-	if (t == NULL)
-		bench_fail("out of memory");
-	len += (size_t) snprintf(t, cap,
-	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
-	    "  callers:\n");
-	for (unsigned i = 0; i < n; i++)
-		len += (size_t) snprintf(t + len, cap - len,
-		    "    - {identity: \"c%u\", tokens_per_second: %u, burst: "
-		    "%u}\n",
-		    i, rate, 2 * rate);
-	return t;
-}
-
-/* POST `file` to `path` on the admin socket `sock`: the seconds it took
- * (the answer must be 200). */
-static double
-admin_post(const char *sock, const char *file, const char *path)
-{
-	char cmd[768];
-	snprintf(cmd, sizeof cmd,
-	    "curl -s -m 300 --unix-socket %s -X POST --data-binary @%s "
-	    "'http://allotd%s' -o /dev/null -w '%%{http_code}'",
-	    sock, file, path);
-	uint64_t t0 = bench_now_ns();
-	char *out = pc_shell(cmd);
-	double s = (double) (bench_now_ns() - t0) / 1e9;
-	if (out == NULL || strcmp(out, "200") != 0)
-		bench_fail("%s: %s", path, out != NULL ? out : "curl failed");
-	free(out);
-	return s;
-}
-
 /* The peak resident memory of process `pid`, in MB. */
 static double
 peak_mb(pid_t pid)
@@ -148,7 +110,8 @@ peak_mb(pid_t pid)
 static void
 measure_apply(double *ret_diff_s, double *ret_apply_s, double *ret_mb)
 {
-	char *small = many_quotas(9001, 50), *big = many_quotas(59001, 60);
+	char *small = proto_many_quotas(9001, 50),
+	     *big = proto_many_quotas(59001, 60);
 	char prefix[96], file[128];
 	snprintf(prefix, sizeof prefix, "%s/apply", dir);
 	snprintf(file, sizeof file, "%s/quotas-59k.yaml", dir);
@@ -157,8 +120,9 @@ measure_apply(double *ret_diff_s, double *ret_apply_s, double *ret_mb)
 	pc_coord_init(&c, prefix, small);
 	const char *args[] = { "--admin-socket", c.sock, NULL };
 	pc_coord_spawn(&c, args, NULL);
-	*ret_diff_s = admin_post(c.sock, file, "/config/diff?file=q59k.yaml");
-	*ret_apply_s = admin_post(
+	*ret_diff_s = proto_admin_post(
+	    c.sock, file, "/config/diff?file=q59k.yaml");
+	*ret_apply_s = proto_admin_post(
 	    c.sock, file, "/config/apply?file=q59k.yaml&reason=bench");
 	*ret_mb = peak_mb(c.pid);
 	proto_allotd_stop(&c);

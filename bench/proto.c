@@ -18,6 +18,7 @@
 #include "allotd.h"
 #include "bench.h"
 #include "proto.h"
+#include "proc.h"
 #include "proto_client.h"
 #include "protocol.h"
 
@@ -253,4 +254,41 @@ proto_load_run(const proto_load *l, unsigned warm_ms, unsigned measure_ms,
 	    ((double) (t1 - t0) / 1e9);
 	ret->not_owner = atomic_load(&run.not_owner);
 	ret->rejected = atomic_load(&run.rejected);
+}
+
+/* ---- a large quota file through the admin API (issue 27) ---- */
+
+char *
+proto_many_quotas(unsigned n, unsigned rate)
+{
+	size_t cap = 128 + (size_t) n * 64, len = 0;
+	char *t = malloc(cap);
+	if (t == NULL)
+		bench_fail("out of memory");
+	len += (size_t) snprintf(t, cap,
+	    "quotas:\n  default: {tokens_per_second: 10, burst: 20}\n"
+	    "  callers:\n");
+	for (unsigned i = 0; i < n; i++)
+		len += (size_t) snprintf(t + len, cap - len,
+		    "    - {identity: \"c%u\", tokens_per_second: %u, burst: "
+		    "%u}\n",
+		    i, rate, 2 * rate);
+	return t;
+}
+
+double
+proto_admin_post(const char *sock, const char *file, const char *path)
+{
+	char cmd[768];
+	snprintf(cmd, sizeof cmd,
+	    "curl -s -m 300 --unix-socket %s -X POST --data-binary @%s "
+	    "'http://allotd%s' -o /dev/null -w '%%{http_code}'",
+	    sock, file, path);
+	uint64_t t0 = bench_now_ns();
+	char *out = pc_shell(cmd);
+	double s = (double) (bench_now_ns() - t0) / 1e9;
+	if (out == NULL || strcmp(out, "200") != 0)
+		bench_fail("%s: %s", path, out != NULL ? out : "curl failed");
+	free(out);
+	return s;
 }

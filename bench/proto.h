@@ -91,4 +91,11 @@ typedef struct proto_result {
 void proto_load_run(const proto_load *l, unsigned warm_ms, unsigned measure_ms,
     proto_result *ret);
 
+/* A quota file's text (malloc'd) of `n` callers, each "cN" at `rate`/s,
+ * burst twice that, and the default bucket (10/s, burst 20). */
+char *proto_many_quotas(unsigned n, unsigned rate);
+/* POST `file` to `path` on the admin socket `sock` (curl): the seconds
+ * it took (fails the run unless the answer is 200). */
+double proto_admin_post(const char *sock, const char *file, const char *path);
+
 #endif
