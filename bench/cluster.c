@@ -700,8 +700,8 @@ main(int argc, char **argv)
 		    "two agents syncing (issue 27: 21-26 s)",
 		    BENCH_AT_MOST, 2, ap.apply_s },
 		{ "cluster.apply_59k_leader_moves", "", 0,
-		    "leader changes the agents saw from the apply to 5 s "
-		    "after",
+		    "member switches an agent made from the apply to 5 s "
+		    "after (worst round)",
 		    BENCH_AT_MOST, 0, ap.leader_moves },
 		{ "cluster.apply_59k_fallback_s", "s", 2,
 		    "seconds the agents spent in fallback meanwhile (issue "
