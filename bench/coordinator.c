@@ -26,6 +26,8 @@
  *                                   one, through the admin socket (issue
  *                                   27: 23 s and 59 s, allotd at 750 MB)
  *   coordinator.apply_59k_peak_mb   allotd's peak resident memory then
+ *   coordinator.diff_59k_x16_peak_mb  ... after 16 such diffs at once
+ *                                   (issue 27: 3.2 GB)
  *
  * The clients speak the protocol directly (protobuf-c over nng req0) so
  * the load is the coordinator's alone; the agent figures come from the
@@ -107,8 +109,27 @@ peak_mb(pid_t pid)
 	return kb / 1024;
 }
 
+/* Sixteen diffs of `file` at once on the admin socket `sock` (its
+ * connection limit), each answered. */
 static void
-measure_apply(double *ret_diff_s, double *ret_apply_s, double *ret_mb)
+diff_sixteen(const char *sock, const char *file)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd,
+	    "n=0; for i in $(seq 16); do curl -s -m 300 --unix-socket %s "
+	    "-X POST --data-binary @%s 'http://allotd/config/diff?file=x' "
+	    "-o /dev/null -w '%%{http_code}\\n' & done | grep -c '^200$'",
+	    sock, file);
+	char *out = pc_shell(cmd);
+	if (out == NULL || strcmp(out, "16") != 0)
+		bench_fail("16 diffs at once: %s answered 200",
+		    out != NULL ? out : "none");
+	free(out);
+}
+
+static void
+measure_apply(double *ret_diff_s, double *ret_apply_s, double *ret_mb,
+    double *ret_x16_mb)
 {
 	char *small = proto_many_quotas(9001, 50),
 	     *big = proto_many_quotas(59001, 60);
@@ -125,6 +146,8 @@ measure_apply(double *ret_diff_s, double *ret_apply_s, double *ret_mb)
 	*ret_apply_s = proto_admin_post(
 	    c.sock, file, "/config/apply?file=q59k.yaml&reason=bench");
 	*ret_mb = peak_mb(c.pid);
+	diff_sixteen(c.sock, file);
+	*ret_x16_mb = peak_mb(c.pid);
 	proto_allotd_stop(&c);
 	free(small);
 	free(big);
@@ -243,8 +266,8 @@ main(int argc, char **argv)
 	bench_memory(&o, &mem);
 	measure_agent(&o, &bytes, &us);
 	double kr = measure_throughput(&o);
-	double diff_s, apply_s, apply_mb;
-	measure_apply(&diff_s, &apply_s, &apply_mb);
+	double diff_s, apply_s, apply_mb, x16_mb;
+	measure_apply(&diff_s, &apply_s, &apply_mb, &x16_mb);
 	pc_rm_rf(dir);
 
 	bench_figure f[] = {
@@ -281,6 +304,10 @@ main(int argc, char **argv)
 		{ "coordinator.apply_59k_peak_mb", "MB", 0,
 		    "allotd's peak resident memory through that apply",
 		    BENCH_NO_TARGET, 0, apply_mb },
+		{ "coordinator.diff_59k_x16_peak_mb", "MB", 0,
+		    "the same after 16 of those diffs at once (issue 27: 3.2 "
+		    "GB; at most 2 parse at once)",
+		    BENCH_NO_TARGET, 0, x16_mb },
 	};
 	char header[160];
 	snprintf(header, sizeof header,

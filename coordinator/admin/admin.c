@@ -75,7 +75,19 @@ struct allot__admin {
 	pthread_cond_t cv; /* a job is done, or stopping */
 	struct pending *queue; /* under mu */
 	bool stopping; /* under mu */
+	/* Diffs and applies parsing and diffing now (under mu), at most
+	 * CONFIG_WORK_MAX; `work_cv`: one ended. */
+	unsigned working;
+	pthread_cond_t work_cv;
 };
+
+/* A diff or an apply holds both files parsed and their diff, about
+ * 2.2 KB a quota (151 MB for 59,001 over 9,001): at most this many at
+ * once, the others wait (holding only their body) up to
+ * CONFIG_WAIT_S, then get 503. Sixteen at once took allotd to 3.2 GB
+ * (issue 27). */
+#define CONFIG_WORK_MAX 2u
+#define CONFIG_WAIT_S 30
 
 /* One request being received. */
 struct req {
@@ -608,6 +620,34 @@ members(allot__admin *a, struct MHD_Connection *c, const char *url)
 	return allot__web_buf(c, "application/json", &b);
 }
 
+/* A place among the CONFIG_WORK_MAX diffs and applies: false when none
+ * came free in CONFIG_WAIT_S or allotd is stopping. */
+static bool
+config_work_begin(allot__admin *a)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += CONFIG_WAIT_S;
+	pthread_mutex_lock(&a->mu);
+	int rc = 0;
+	while (!a->stopping && a->working >= CONFIG_WORK_MAX && rc == 0)
+		rc = pthread_cond_timedwait(&a->work_cv, &a->mu, &until);
+	bool ok = !a->stopping && a->working < CONFIG_WORK_MAX;
+	if (ok)
+		a->working++;
+	pthread_mutex_unlock(&a->mu);
+	return ok;
+}
+
+static void
+config_work_end(allot__admin *a)
+{
+	pthread_mutex_lock(&a->mu);
+	a->working--;
+	pthread_cond_signal(&a->work_cv);
+	pthread_mutex_unlock(&a->mu);
+}
+
 static enum MHD_Result
 route(allot__admin *a, struct MHD_Connection *c, const char *url,
     const char *method, struct req *r)
@@ -646,7 +686,16 @@ route(allot__admin *a, struct MHD_Connection *c, const char *url,
 		    "the body is larger than %u bytes", ALLOT__ADMIN_BODY_MAX);
 	if (is_cfg)
 		return get_config(a, c);
-	return is_diff ? post_diff(a, c, r) : post_apply(a, c, r);
+	if (!config_work_begin(a))
+		return allot__web_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+		    "%u config diffs or applies ran for %d s and allotd "
+		    "takes at most %u at once (or it is stopping); nothing "
+		    "was applied, try again",
+		    CONFIG_WORK_MAX, CONFIG_WAIT_S, CONFIG_WORK_MAX);
+	enum MHD_Result ret = is_diff ? post_diff(a, c, r) :
+	                                post_apply(a, c, r);
+	config_work_end(a);
+	return ret;
 }
 
 /* A request on the HTTPS listener, its headers in: its caller may go on,
@@ -810,6 +859,7 @@ static void
 free_admin(allot__admin *a)
 {
 	pthread_cond_destroy(&a->cv);
+	pthread_cond_destroy(&a->work_cv);
 	pthread_mutex_destroy(&a->mu);
 	free(a->path);
 	free(a);
@@ -841,6 +891,7 @@ allot__admin_start(
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&a->cv, &ca);
+	pthread_cond_init(&a->work_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&a->mu, NULL);
 	int fd = -1;
@@ -897,6 +948,7 @@ allot__admin_stop(allot__admin *a)
 	pthread_mutex_lock(&a->mu);
 	a->stopping = true;
 	pthread_cond_broadcast(&a->cv);
+	pthread_cond_broadcast(&a->work_cv);
 	pthread_mutex_unlock(&a->mu);
 	/* Handlers waiting for a job give up now; MHD closes the listening
 	 * descriptors. */
