@@ -339,6 +339,11 @@ typedef struct allot__kcold {
 	uint64_t logged_denied;
 	uint64_t logged_tokens;
 	uint32_t logged_gen;
+	/* The strangers' last look (strangers.c, sync thread only), the
+	 * same way: requests admitted and denied then. */
+	uint64_t named_allowed;
+	uint64_t named_denied;
+	uint32_t named_gen;
 } allot__kcold;
 
 struct allot_agent {
@@ -554,6 +559,24 @@ void allot__key_totals(
 #define ALLOT__DENYLOG_LINES 5
 #define ALLOT__DENYLOG_NS 1000000000u
 void allot__denylog(allot_agent *a, uint64_t span_ns);
+
+/* The strangers (strangers.c): unknown identities that asked the most
+ * since the last look, the most denied first, then the most admitted;
+ * for the audit, which otherwise sees them as the default quota only. */
+#define ALLOT__STRANGERS_MAX 8
+typedef struct allot__stranger {
+	char identity[ALLOT_IDENTITY_MAX + 1];
+	char endpoint[64];
+	uint64_t admitted, denied; /* requests */
+} allot__stranger;
+/* On the sync thread, about once a second: the look moves on. Returns
+ * how many of out[0..ALLOT__STRANGERS_MAX) it filled. */
+size_t allot__strangers_take(allot_agent *a, allot__stranger *out);
+/* v[0..n) as Sync.strangers: msgs and ptrs (room for n) point into v.
+ * Returns n. */
+struct Allot__V1__Stranger;
+size_t allot__strangers_wire(const allot__stranger *v, size_t n,
+    struct Allot__V1__Stranger *msgs, struct Allot__V1__Stranger **ptrs);
 
 /* Sum of every key charging quota `q`, evicted keys included. */
 void allot__quota_totals(

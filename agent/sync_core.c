@@ -282,6 +282,12 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	sy.add_keys = nadd > 0 ? add : NULL;
 	sy.n_usage = nusage;
 	sy.usage = usage;
+	Allot__V1__Stranger sm[ALLOT__STRANGERS_MAX],
+	    *sp[ALLOT__STRANGERS_MAX];
+	sy.n_strangers = allot__strangers_wire(
+	    s->strangers, s->nstrangers, sm, sp);
+	sy.strangers = sy.n_strangers > 0 ? sp : NULL;
+	s->nstrangers = 0;
 	s->adding = nadd;
 	if (s->early)
 		atomic_fetch_add(&s->early_syncs, 1);

@@ -107,6 +107,11 @@ typedef struct allot__syncc {
 	void (*learn)(void *ctx, char *const *urls, size_t n);
 	void *learn_ctx;
 
+	/* The unknown identities that asked the most at the driver's last
+	 * look (strangers.c), for the next Sync; then none. */
+	allot__stranger strangers[ALLOT__STRANGERS_MAX];
+	size_t nstrangers;
+
 	/* What the agent decided, until the coordinator says it is
 	 * durable (account.h). */
 	allot__account acct;

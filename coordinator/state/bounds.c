@@ -199,6 +199,8 @@ allot__compute_bounds(allot__state *st, service *svc, uint64_t now)
 double
 allot__bound_ratio(const squota *sq, double R, double B)
 {
-	double a = sq->bound_rate / R, b = sq->bound_burst / B;
+	/* R = B = 0: a closed or unlimited quota, which allotd bounds not. */
+	double a = R > 0 ? sq->bound_rate / R : 0;
+	double b = B > 0 ? sq->bound_burst / B : 0;
 	return a > b ? a : b;
 }

@@ -389,6 +389,19 @@ typedef struct service {
  * atomic); everything else is guarded by `mu`. The state owns the config
  * in force (`cur`), every service (and through them every session and
  * expired replica), the session hash and the scratch arrays below. */
+/* The strangers (strangers.c): unknown identities named over one second,
+ * summed per service, identity and endpoint class. */
+#define ALLOT__STRANGERS_SYNC 8u /* noted per Sync, the agent's most */
+#define ALLOT__STRANGERS_TAB 64u /* table entries */
+#define ALLOT__STRANGERS_ROWS 16u /* audit rows a second, at most */
+#define ALLOT__STRANGER_ENDPOINT_MAX 63u
+typedef struct allot__stranger_ent {
+	char service[ALLOT__STATE_NAME_MAX + 1];
+	char identity[ALLOT__STATE_NAME_MAX + 1];
+	char endpoint[ALLOT__STRANGER_ENDPOINT_MAX + 1];
+	uint64_t admitted, denied; /* requests */
+} allot__stranger_ent;
+
 struct allot__state {
 	pthread_mutex_t mu;
 	allot__state_opts o;
@@ -422,6 +435,8 @@ struct allot__state {
 	allot__logrl rl_clip;
 	allot__logrl rl_push; /* config texts sent, or too big to send */
 	uint64_t clip_event_ns; /* last "implausible" event row */
+	allot__stranger_ent strangers[ALLOT__STRANGERS_TAB];
+	size_t nstrangers;
 	/* Cluster (learning.c); cl_n == 0: one coordinator, which never
 	 * learns; 1: the leader of a cluster, which learns at take-over. */
 	size_t cl_n;
@@ -748,6 +763,17 @@ void allot__adopt(allot__state *st, service *svc, session *s, skey *key,
 void allot__own_quotas(allot__state *st, service *svc, uint64_t now);
 service *allot__service_open(allot__state *st, const char *name, bool *full);
 void allot__learned(allot__state *st, service *svc, uint64_t now);
+
+/* ---- strangers.c ---- */
+
+/* The Sync.strangers of a replica of `service`: summed into the second's
+ * table (the first ALLOT__STRANGERS_SYNC; names a Register would refuse
+ * are skipped). */
+void allot__strangers_note(allot__state *st, const char *svc,
+    Allot__V1__Stranger *const *v, size_t n);
+/* Once a second: the most denied as `unknown_caller` events; the table
+ * starts over. */
+void allot__strangers_second(allot__state *st);
 
 /* ---- validate.c ---- */
 

@@ -191,7 +191,8 @@ allot__state_second(allot__state *st)
 			sq->admitted_rate = (double) sq->win_allowed / dt;
 			sq->denied_rate = (double) sq->win_denied / dt;
 			sq->shadow_rate = (double) sq->win_shadow / dt;
-			sq->utilization = sq->admitted_rate / R;
+			/* R = 0: a closed or unlimited quota. */
+			sq->utilization = R > 0 ? sq->admitted_rate / R : 0;
 			/* Consumption was taken off as it was reported. */
 			allot__level_bring(sq, R, B, now);
 			allot__cand_check(sq, v->q[q], now);
@@ -234,6 +235,7 @@ allot__state_second(allot__state *st)
 				allot__store_replica_seen(store, s->id);
 		}
 	}
+	allot__strangers_second(st);
 	pthread_mutex_unlock(&st->mu);
 }
 

@@ -711,6 +711,8 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 	}
 	book_reports(&y, pa);
 	allot__usage_book(st, y.s, req->usage, req->n_usage);
+	allot__strangers_note(
+	    st, y.svc->name, req->strangers, req->n_strangers);
 	if ((y.clipped > 0 || y.refuted > 0) &&
 	    (st->clip_event_ns == 0 ||
 	        since(y.now, st->clip_event_ns) >= 1000000000u)) {
