@@ -51,6 +51,10 @@ struct agentd_options {
 	const char *identity_keys;
 	const char *endpoint_keys;
 	const char *unknown;
+	/* A descriptor's own limit (limits.c): "ignore" or "cap", and how
+	 * many limits the table holds. */
+	const char *descriptor_limits;
+	uint32_t max_descriptor_limits;
 	/* Signed service tokens (rls.c, http.c): the entry keys that carry
 	 * one, its issuer, the issuer's JWKS file, the audience (NULL: the
 	 * service name), the clock skew. */
@@ -93,7 +97,25 @@ struct rls_map {
 	uint32_t max_descriptors;
 	uint32_t max_entries;
 	uint64_t wait_ns; /* the tail path's wait (--wait-ms) */
+	/* --descriptor-limits cap: the descriptors' own limits (limits.c);
+	 * NULL: ignored. */
+	struct agentd_limits *limits;
 };
+
+/* limits.c: a descriptor's own limit, a bucket of this sidecar charged
+ * on top of the quota. Any thread. */
+struct agentd_limits *agentd_limits_new(uint32_t n);
+void agentd_limits_free(struct agentd_limits *l);
+/* Whether `unit` is one of Envoy's RateLimitUnit values we know. */
+bool agentd_limits_valid(int unit);
+/* Take `cost` from the limit of (id, ep): true when admitted; `*ret`
+ * the limit's decision either way. */
+bool agentd_limits_take(struct agentd_limits *l, const char *id,
+    const char *ep, uint32_t rpu, int unit, uint32_t cost,
+    allot_decision *ret);
+/* Give back what agentd_limits_take() took (the quota refused). */
+void agentd_limits_give_back(struct agentd_limits *l, const char *id,
+    const char *ep, uint32_t rpu, int unit, uint32_t cost);
 
 /* The daemon's own counters, for /metrics. */
 struct agentd_counters {

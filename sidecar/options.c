@@ -109,6 +109,15 @@ static const allot__opt rows[] = {
 	    "a descriptor without an identity entry: default (the shared "
 	    "default bucket; the default), allow (OK, uncharged) or reject",
 	    .off = AT(unknown) },
+	{ "descriptor-limits", 0, ALLOT__OPT_STR, "ignore|cap",
+	    "a descriptor's own limit (from a proxy you trust): ignored, or "
+	    "a cap charged on top of its quota on this sidecar",
+	    .off = AT(descriptor_limits), .dflt = "ignore" },
+	{ "max-descriptor-limits", 0, ALLOT__OPT_U32, "N",
+	    "limits the cap table holds (caller, endpoint, limit), the "
+	    "longest unused making room",
+	    .off = AT(max_descriptor_limits), .min = 16, .max = 1000000,
+	    .dflt = "4096" },
 	{ "token-keys", 0, ALLOT__OPT_STR, "KEYS",
 	    "entry keys carrying a signed token (\"Bearer T\" or T) that "
 	    "names the caller, checked with --jwt-issuer and --jwks",
@@ -243,6 +252,8 @@ defaults(struct agentd_options *o)
 	o->identity_keys = "caller";
 	o->endpoint_keys = "endpoint,path";
 	o->unknown = "default";
+	o->descriptor_limits = "ignore";
+	o->max_descriptor_limits = 4096;
 	o->token_keys = "token";
 	o->jwt_leeway_s = 30;
 	o->grpc_threads = 2;

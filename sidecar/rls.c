@@ -52,13 +52,10 @@ policy_name(const char *endpoint)
 	return endpoint == NULL || endpoint[0] == '\0' ? "default" : endpoint;
 }
 
-void
-agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
-    uint32_t cost, uint64_t wait_ns, struct agentd_verdict *ret)
+/* The verdict's fields from its decision (ret->rc, ret->d). */
+static void
+verdict_fields(const char *endpoint, struct agentd_verdict *ret)
 {
-	memset(ret, 0, sizeof *ret);
-	ret->rc = allot_acquire_id_wait(
-	    agent, identity, endpoint, cost, wait_ns, &ret->d);
 	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG &&
 	    ret->rc != ALLOT_EFORBIDDEN)
 		return;
@@ -75,6 +72,51 @@ agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
 	if (!ret->d.allowed && ret->rc == ALLOT_OK)
 		allot_fmt_retry_after(
 		    &ret->d, ret->retry_after, sizeof ret->retry_after);
+}
+
+void
+agentd_decide(allot_agent *agent, const char *identity, const char *endpoint,
+    uint32_t cost, uint64_t wait_ns, struct agentd_verdict *ret)
+{
+	memset(ret, 0, sizeof *ret);
+	ret->rc = allot_acquire_id_wait(
+	    agent, identity, endpoint, cost, wait_ns, &ret->d);
+	verdict_fields(endpoint, ret);
+}
+
+/* agentd_decide() under a descriptor's own limit `lim` (--descriptor-
+ * limits cap): the limit first, on this sidecar; the quota only when it
+ * admits, and what it took given back when the quota refuses. The
+ * decision is the one that refused, else the one with less left. */
+static void
+decide_capped(allot_agent *agent, struct agentd_limits *l,
+    const Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__RateLimitOverride
+        *lim,
+    const char *id, const char *ep, uint32_t cost, uint64_t wait_ns,
+    struct agentd_verdict *v)
+{
+	allot_decision cap;
+	/* The limit counts hits: a cost of 0 (the endpoint's weight, which
+	 * the quota charges) is one hit here. */
+	uint32_t hits = cost > 0 ? cost : 1;
+	if (!agentd_limits_take(
+	        l, id, ep, lim->requests_per_unit, lim->unit, hits, &cap)) {
+		memset(v, 0, sizeof *v);
+		v->rc = ALLOT_OK;
+		v->d = cap;
+		verdict_fields(ep, v);
+		return;
+	}
+	agentd_decide(agent, id, ep, cost, wait_ns, v);
+	if (v->rc != ALLOT_OK || !v->d.allowed) {
+		agentd_limits_give_back(
+		    l, id, ep, lim->requests_per_unit, lim->unit, hits);
+		return;
+	}
+	if (cap.remaining < v->d.remaining) {
+		v->d = cap;
+		verdict_fields(ep, v);
+	}
 }
 
 static bool
@@ -147,7 +189,18 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 		snprintf(msg, msglen, "hits_addend above 2^32");
 		return GRPC_INVALID_ARGUMENT;
 	}
-	agentd_decide(agent, id, ep, (uint32_t) cost, m->wait_ns, v);
+	if (m->limits != NULL && ds->limit != NULL) {
+		if (!agentd_limits_valid(ds->limit->unit)) {
+			snprintf(msg, msglen,
+			    "a descriptor's limit has an unknown unit %d",
+			    (int) ds->limit->unit);
+			return GRPC_INVALID_ARGUMENT;
+		}
+		decide_capped(agent, m->limits, ds->limit, id, ep,
+		    (uint32_t) cost, m->wait_ns, v);
+	} else {
+		agentd_decide(agent, id, ep, (uint32_t) cost, m->wait_ns, v);
+	}
 	if (v->rc != ALLOT_OK && v->rc != ALLOT_ETOOBIG &&
 	    v->rc != ALLOT_EFORBIDDEN) {
 		snprintf(msg, msglen, "%s", allot_strerror(v->rc));
@@ -158,7 +211,8 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 }
 
 /* The limit in force: per second when that is whole or large, else per
- * minute or hour, so that a quota of 0.5/s is not reported as 0/s. */
+ * minute when that is whole or large, else per hour, so that a quota of
+ * 0.5/s is not reported as 0/s and 3 a minute stays 3 a minute. */
 static void
 fill_limit(limit *l, const allot_decision *d, const char *name)
 {
@@ -170,7 +224,8 @@ fill_limit(limit *l, const allot_decision *d, const char *name)
 		l->unit = UNIT(SECOND);
 		l->requests_per_unit = r > UINT32_MAX ? UINT32_MAX :
 		                                        (uint32_t) llround(r);
-	} else if (r * 60 >= 10) {
+	} else if (r * 60 >= 10 ||
+	    (r * 60 >= 1 && fabs(r * 60 - round(r * 60)) < 1e-9)) {
 		l->unit = UNIT(MINUTE);
 		l->requests_per_unit = (uint32_t) llround(r * 60);
 	} else {
@@ -396,6 +451,20 @@ agentd_map_init(struct rls_map *m, const struct agentd_options *o, char *err,
 		    RLS_MAX_KEYS);
 		return false;
 	}
+	if (o->descriptor_limits != NULL &&
+	    strcmp(o->descriptor_limits, "cap") == 0) {
+		if ((m->limits = agentd_limits_new(
+		         o->max_descriptor_limits)) == NULL) {
+			snprintf(err, errlen, "out of memory");
+			return false;
+		}
+	} else if (o->descriptor_limits != NULL &&
+	    strcmp(o->descriptor_limits, "ignore") != 0) {
+		snprintf(err, errlen,
+		    "--descriptor-limits wants ignore or cap, not '%s'",
+		    o->descriptor_limits);
+		return false;
+	}
 	if (strcmp(o->unknown, "default") == 0)
 		m->unknown = UNKNOWN_DEFAULT;
 	else if (strcmp(o->unknown, "allow") == 0)
@@ -445,6 +514,8 @@ agentd_map_fini(struct rls_map *m)
 {
 	allot_jwt_verifier_destroy(m->jwt);
 	m->jwt = NULL;
+	agentd_limits_free(m->limits);
+	m->limits = NULL;
 }
 
 allot_jwt_status

@@ -62,6 +62,10 @@ def request(spec):
             desc.entries.add(key='pad', value='x' * d['pad'])
         if 'hits_addend' in d:
             desc.hits_addend.value = d['hits_addend']
+        if 'limit' in d:
+            desc.limit.requests_per_unit = d['limit'][0]
+            desc.limit.unit = pb.RateLimitResponse.RateLimit.Unit.Value(
+                d['limit'][1])
     return req
 
 

@@ -465,6 +465,53 @@ START_TEST(closed_and_unlimited)
 }
 END_TEST
 
+/* A descriptor's own limit: ignored by default; with --descriptor-limits
+ * cap, a cap on top of the quota on this sidecar (3 a minute for "load",
+ * whose quota is a million a second), named in the statuses. */
+#define LIMITED \
+	"{\"entries\": [[\"caller\", \"load\"]], \"limit\": [3, \"MINUTE\"]}"
+#define FIVE_LIMITED                                                  \
+	"call 127.0.0.1:%d '{\"descriptors\": [" LIMITED ", " LIMITED \
+	", " LIMITED ", " LIMITED ", " LIMITED "]}'"
+
+START_TEST(descriptor_limits)
+{
+	need_tools();
+	struct agentd a;
+	agentd_start(&a, cfg_burst, NULL);
+	char *out = py(FIVE_LIMITED, a.grpc_port);
+	ck_assert_msg(strstr(out, "\"overall\": \"OK\"") &&
+	        count(out, "\"code\": \"OK\"") == 5,
+	    "ignored by default: %s", out);
+	free(out);
+	agentd_stop(&a);
+	const char *extra[] = { "--descriptor-limits", "cap", NULL };
+	agentd_start(&a, cfg_burst, extra);
+	out = py(FIVE_LIMITED, a.grpc_port);
+	ck_assert_msg(strstr(out, "\"overall\": \"OVER_LIMIT\"") &&
+	        count(out, "\"code\": \"OK\"") == 3 &&
+	        count(out, "\"code\": \"OVER_LIMIT\"") == 2 &&
+	        count(out,
+	            "\"requests_per_unit\": 3, \"unit\": "
+	            "\"MINUTE\"") >= 2,
+	    "capped: %s", out);
+	free(out);
+	/* Without a limit the quota alone decides; a bad unit is refused. */
+	out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	         "[[\"caller\", \"load\"]]}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "\"overall\": \"OK\""), "%s", out);
+	free(out);
+	out = py("call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": "
+	         "[[\"caller\", \"load\"]], \"limit\": [3, "
+	         "\"UNKNOWN\"]}]}'",
+	    a.grpc_port);
+	ck_assert_msg(strstr(out, "INVALID_ARGUMENT"), "%s", out);
+	free(out);
+	agentd_stop(&a);
+}
+END_TEST
+
 #define TOKEN_SPEC                                                           \
 	"call 127.0.0.1:%d '{\"descriptors\": [{\"entries\": [[\"caller\", " \
 	"\"load\"], [\"token\", \"Bearer %s\"], [\"endpoint\", "             \
@@ -1002,6 +1049,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, unknown_identities_folded);
 	tcase_add_test(tc, unknown_reject);
 	tcase_add_test(tc, closed_and_unlimited);
+	tcase_add_test(tc, descriptor_limits);
 	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
 	tcase_add_test(tc, rls_burst_on_one_of_two);
