@@ -886,6 +886,7 @@ class Demo:
             "ORDER BY at_ms LIMIT 30",
             "SELECT at, who, quota, action, before, after, reason "
             "FROM v_quota_changes",
+            "SELECT * FROM v_unknown_callers",
         ]:
             print('  sqlite3 -readonly -header -column %s "%s"' % (
                 self.db, q))

@@ -177,8 +177,10 @@ if cluster:
               "denied)" % (name, w.get("seconds"), w.get("denied")))
 
 for db in s["dbs"] or [s["db"]]:
+    # v_unknown_callers: the demo's unregistered caller, named.
     for view in ("v_consumption_per_minute", "v_denied", "v_share_history",
-                 "v_replica_churn", "v_events", "v_live_replicas"):
+                 "v_replica_churn", "v_events", "v_live_replicas",
+                 "v_unknown_callers"):
         q = subprocess.run(["sqlite3", "-readonly", db,
                             "SELECT count(*) FROM %s" % view],
                            capture_output=True, text=True)
