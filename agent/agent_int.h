@@ -317,6 +317,30 @@ typedef struct allot__patterns allot__patterns;
  * that allot__quota_totals() gives each quota what its bucket decided.
  * The counts wrap as unsigned: only their sums are read. */
 
+/* One reader's last look at two of a key's counters (the denial log's,
+ * the strangers'; sync thread only) and its generation: a recycled
+ * dynamic key counts again from 0. */
+typedef struct allot__look {
+	uint64_t x, y;
+	uint32_t gen;
+} allot__look;
+
+/* How far counters x and y of a key of generation `gen` moved since
+ * look `l`; the look moves on. */
+static inline void
+allot__look_since(allot__look *l, uint32_t gen, uint64_t x, uint64_t y,
+    uint64_t *ret_dx, uint64_t *ret_dy)
+{
+	if (gen != l->gen || x < l->x || y < l->y) {
+		l->gen = gen; /* a new identity, or counters reset */
+		l->x = l->y = 0;
+	}
+	*ret_dx = x - l->x;
+	*ret_dy = y - l->y;
+	l->x = x;
+	l->y = y;
+}
+
 /* What the decision path never reads of a key, apart (a->kcold, by key
  * id), so that keys stay one line each. */
 typedef struct allot__kcold {
@@ -333,17 +357,11 @@ typedef struct allot__kcold {
 	 * those requests kept. */
 	uint64_t settled;
 	uint64_t settled_tokens;
-	/* The denial log's last look at the key (denylog.c, sync thread
-	 * only): its denials then, and its generation (a recycled dynamic
-	 * key counts again from 0). */
-	uint64_t logged_denied;
-	uint64_t logged_tokens;
-	uint32_t logged_gen;
-	/* The strangers' last look (strangers.c, sync thread only), the
-	 * same way: requests admitted and denied then. */
-	uint64_t named_allowed;
-	uint64_t named_denied;
-	uint32_t named_gen;
+	/* The denial log's last look at the key (denylog.c): its denials
+	 * and denied tokens; the strangers' (strangers.c): its requests
+	 * admitted and denied. */
+	allot__look logged;
+	allot__look named;
 } allot__kcold;
 
 struct allot_agent {

@@ -37,21 +37,13 @@ typedef struct tally {
 static uint64_t
 since_last(allot_agent *a, const allot_key *k, uint64_t *ret_tokens)
 {
-	allot__kcold *kc = allot__kc(a, k);
 	uint32_t gen = atomic_load_explicit(&k->gen, memory_order_acquire);
 	allot__ktotals t;
+	uint64_t d;
 
 	allot__key_totals(a, k, &t);
-	if (gen != kc->logged_gen || t.denied < kc->logged_denied ||
-	    t.denied_tokens < kc->logged_tokens) {
-		kc->logged_gen = gen; /* a new identity, or counters reset */
-		kc->logged_denied = 0;
-		kc->logged_tokens = 0;
-	}
-	uint64_t d = t.denied - kc->logged_denied;
-	*ret_tokens = t.denied_tokens - kc->logged_tokens;
-	kc->logged_denied = t.denied;
-	kc->logged_tokens = t.denied_tokens;
+	allot__look_since(&allot__kc(a, k)->logged, gen, t.denied,
+	    t.denied_tokens, &d, ret_tokens);
 	return d;
 }
 

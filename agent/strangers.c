@@ -24,21 +24,12 @@ static void
 since_named(allot_agent *a, const allot_key *k, uint64_t *ret_admitted,
     uint64_t *ret_denied)
 {
-	allot__kcold *kc = allot__kc(a, k);
 	uint32_t gen = atomic_load_explicit(&k->gen, memory_order_acquire);
 	allot__ktotals t;
 
 	allot__key_totals(a, k, &t);
-	if (gen != kc->named_gen || t.allowed < kc->named_allowed ||
-	    t.denied < kc->named_denied) {
-		kc->named_gen = gen;
-		kc->named_allowed = 0;
-		kc->named_denied = 0;
-	}
-	*ret_admitted = t.allowed - kc->named_allowed;
-	*ret_denied = t.denied - kc->named_denied;
-	kc->named_allowed = t.allowed;
-	kc->named_denied = t.denied;
+	allot__look_since(&allot__kc(a, k)->named, gen, t.allowed, t.denied,
+	    ret_admitted, ret_denied);
 }
 
 /* Whether (denied, admitted) asked more than `s`: more denied, then

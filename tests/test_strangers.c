@@ -31,18 +31,26 @@ static const char *CFG =
     "  callers:\n"
     "    - {identity: a, tokens_per_second: 100, burst: 100}\n";
 
+/* allotd's file, read-only, waiting out its writer. */
+static sqlite3 *
+open_ro(const pc_coord *c)
+{
+	sqlite3 *db;
+	ck_assert_int_eq(
+	    sqlite3_open_v2(c->db, &db, SQLITE_OPEN_READONLY, NULL),
+	    SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	return db;
+}
+
 /* v_unknown_callers' sums for `identity` (-1, -1 when it has no row). */
 static void
 named(const pc_coord *c, const char *identity, long *ret_admitted,
     long *ret_denied)
 {
-	sqlite3 *db;
+	sqlite3 *db = open_ro(c);
 	sqlite3_stmt *st;
 	*ret_admitted = *ret_denied = -1;
-	ck_assert_int_eq(
-	    sqlite3_open_v2(c->db, &db, SQLITE_OPEN_READONLY, NULL),
-	    SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
 	ck_assert_int_eq(sqlite3_prepare_v2(db,
 	                     "SELECT sum(admitted), sum(denied), count(*) "
 	                     "FROM v_unknown_callers WHERE identity = ?1",
@@ -61,12 +69,8 @@ named(const pc_coord *c, const char *identity, long *ret_admitted,
 static long
 rows_of(const pc_coord *c, const char *service)
 {
-	sqlite3 *db;
+	sqlite3 *db = open_ro(c);
 	sqlite3_stmt *st;
-	ck_assert_int_eq(
-	    sqlite3_open_v2(c->db, &db, SQLITE_OPEN_READONLY, NULL),
-	    SQLITE_OK);
-	sqlite3_busy_timeout(db, 5000);
 	ck_assert_int_eq(sqlite3_prepare_v2(db,
 	                     "SELECT count(*) FROM events WHERE kind = "
 	                     "'unknown_caller' AND json_extract(detail, "
