@@ -831,8 +831,8 @@ check_early(uv_timer_t *t)
 		s->denylog_ns = now;
 	else if (now - s->denylog_ns >= ALLOT__DENYLOG_NS) {
 		allot__denylog(s->a, now - s->denylog_ns);
-		s->core.nstrangers =
-		    allot__strangers_take(s->a, s->core.strangers);
+		s->core.nstrangers = allot__strangers_take(
+		    s->a, s->core.strangers);
 		s->denylog_ns = now;
 	}
 	if (allot__exchange_busy(&s->m[s->cur].x) ||
