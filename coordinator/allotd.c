@@ -279,8 +279,9 @@ admin_apply(allotd *d, allot__admin_job *job)
 	        d->config_path, text, job->len, err, sizeof err) != ALLOT_OK)
 		goto fail;
 	bool changed = false;
-	int rc = allot__state_apply(
-	    d->state, cfg, d->config_path, text, job->who, &changed);
+	/* The audit's rows from the answer's diff: computed once. */
+	int rc = allot__state_apply_diffed(d->state, cfg, d->config_path, text,
+	    job->who, 0, d->cur->digest, &job->diff, &changed);
 	if (rc != ALLOT_OK) {
 		char e2[256];
 		if (allot__admin_write_file(d->config_path, d->text,

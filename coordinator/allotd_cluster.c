@@ -27,9 +27,10 @@ struct allotd_install {
 	char *who[4]; /* who, claimed_as, reason, source */
 	/* The worker's: the parsed config and a copy of it (the state
 	 * takes one, allotd keeps the other to diff applies against), or
-	 * NULL with `err`; and the audit's diff from the config in force
-	 * (of digest `from`). */
+	 * NULL with `err`; and, when `diffed`, the audit's diff from the
+	 * config in force (of digest `from`). */
 	allot_config *cfg, *cur;
+	bool diffed;
 	uint64_t from;
 	allot__config_diff diff;
 	char err[1024];
@@ -107,9 +108,8 @@ install_parse(uv_work_t *w)
 	}
 	/* Without it (out of memory) the state computes the diff itself. */
 	j->from = j->d->cur->digest;
-	if (allot__config_diff_compute(j->d->cur, j->cfg, &j->diff) !=
-	    ALLOT_OK)
-		j->from = 0;
+	j->diffed = allot__config_diff_compute(j->d->cur, j->cfg, &j->diff) ==
+	    ALLOT_OK;
 }
 
 /* On the loop: the state takes the parsed config with the cluster's
@@ -157,7 +157,7 @@ install_apply(allotd *d, struct allotd_install *j)
 	bool changed = false;
 	int rc = allot__state_apply_diffed(d->state, cfg, d->config_path,
 	    copy_text, recorded ? NULL : who, epoch, j->from,
-	    j->from != 0 ? &j->diff : NULL, &changed);
+	    j->diffed ? &j->diff : NULL, &changed);
 	if (rc != ALLOT_OK) {
 		allot_config_free(cfg);
 		allot_config_free(cur);
