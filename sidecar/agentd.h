@@ -102,6 +102,14 @@ struct rls_map {
 	struct agentd_limits *limits;
 };
 
+/* Whether an acquire's return code is a decision to answer (allowed or
+ * not, a cost above the burst, a closed quota), not an error. */
+static inline bool
+agentd_decided(int rc)
+{
+	return rc == ALLOT_OK || rc == ALLOT_ETOOBIG || rc == ALLOT_EFORBIDDEN;
+}
+
 /* limits.c: a descriptor's own limit, a bucket of this sidecar charged
  * on top of the quota. Any thread. */
 struct agentd_limits *agentd_limits_new(uint32_t n);

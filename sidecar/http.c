@@ -211,8 +211,7 @@ acquire(struct agentd *d, struct MHD_Connection *c, json_object *in)
 		return ret;
 	struct agentd_verdict v;
 	agentd_decide(d->agent, id, ep, cost, d->map.wait_ns, &v);
-	if (v.rc != ALLOT_OK && v.rc != ALLOT_ETOOBIG &&
-	    v.rc != ALLOT_EFORBIDDEN)
+	if (!agentd_decided(v.rc))
 		return send_error(d, c, 400, allot_strerror(v.rc));
 	json_object *o = json_object_new_object();
 	json_object *h = json_object_new_object();

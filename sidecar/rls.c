@@ -56,8 +56,7 @@ policy_name(const char *endpoint)
 static void
 verdict_fields(const char *endpoint, struct agentd_verdict *ret)
 {
-	if (ret->rc != ALLOT_OK && ret->rc != ALLOT_ETOOBIG &&
-	    ret->rc != ALLOT_EFORBIDDEN)
+	if (!agentd_decided(ret->rc))
 		return;
 	const char *name = policy_name(endpoint);
 	ret->name = name;
@@ -201,8 +200,7 @@ decide_one(allot_agent *agent, const struct rls_map *m, const descriptor *ds,
 	} else {
 		agentd_decide(agent, id, ep, (uint32_t) cost, m->wait_ns, v);
 	}
-	if (v->rc != ALLOT_OK && v->rc != ALLOT_ETOOBIG &&
-	    v->rc != ALLOT_EFORBIDDEN) {
+	if (!agentd_decided(v->rc)) {
 		snprintf(msg, msglen, "%s", allot_strerror(v->rc));
 		return v->rc == ALLOT_EINVAL ? GRPC_INVALID_ARGUMENT :
 		                               GRPC_INTERNAL;
