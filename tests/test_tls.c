@@ -126,6 +126,39 @@ START_TEST(mutual_tls)
 }
 END_TEST
 
+/* allotd that cannot load its certificate says which file and why, and
+ * exits non-zero (it does not serve plain text instead). */
+static void
+refused_start(const char *cert, const char *key, const char *want)
+{
+	char port[64], db[256], ca[256];
+	snprintf(port, sizeof port, "tls+tcp://127.0.0.1:%d", pc_free_port());
+	snprintf(db, sizeof db, "%s/refused.db", dir);
+	snprintf(ca, sizeof ca, "%s/ca1/ca.pem", dir);
+	const char *argv[] = { pc_allotd_path(), "--config", C.cfg, "--db", db,
+		"--listen", port, "--tls-cert", cert, "--tls-key", key,
+		"--tls-ca", ca, NULL };
+	pc_run_result r = pc_run(argv, dir, NULL, NULL, NULL, 20000);
+	ck_assert_msg(
+	    r.status != 0, "allotd started with %s and %s", cert, key);
+	ck_assert_msg(strstr(r.err, want) != NULL,
+	    "allotd's error does not name %s: %s", want, r.err);
+	pc_run_free(&r);
+}
+
+START_TEST(certificate_files)
+{
+	char cert[256], key[256], other[256];
+	snprintf(cert, sizeof cert, "%s/ca1/server.pem", dir);
+	snprintf(key, sizeof key, "%s/missing.key", dir);
+	snprintf(other, sizeof other, "%s/ca1/a.key", dir);
+	/* A key file that is not there. */
+	refused_start(cert, key, "missing.key: No such file");
+	/* A key that is not the certificate's: both files named. */
+	refused_start(cert, other, "a.key:");
+}
+END_TEST
+
 static Suite *
 tls_suite(void)
 {
@@ -134,6 +167,7 @@ tls_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, mutual_tls);
+	tcase_add_test(tc, certificate_files);
 	suite_add_tcase(s, tc);
 	return s;
 }

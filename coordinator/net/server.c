@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <gnutls/gnutls.h>
 #include <nng/nng.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -222,21 +223,59 @@ worker_cb(void *arg)
 	case W_IDLE: return;
 	}
 }
-/* allotd's certificate into `cfg`: certificate and key in one PEM
- * file, or the key apart (--tls-key). 0 or an nng error. */
+/* Whether `key` is the private key of the certificate `cert` (PEM
+ * texts; GnuTLS parses and compares them, as nng's own TLS does not at
+ * load): 0, or -1 with `why`. A mismatch would fail every handshake
+ * later, agent by agent; it stops allotd at start instead. */
 static int
-own_cert(nng_tls_config *cfg, const char *cert_file, const char *key_file)
+pair_check(const char *cert, const char *key, char *why, size_t whylen)
 {
-	if (key_file == NULL)
-		return nng_tls_config_cert_key_file(cfg, cert_file, NULL);
-	char *cert = NULL, *key = NULL, e[256];
+	gnutls_certificate_credentials_t cred;
+	if (gnutls_certificate_allocate_credentials(&cred) < 0) {
+		snprintf(why, whylen, "out of memory");
+		return -1;
+	}
+	gnutls_datum_t c = { (unsigned char *) cert, (unsigned) strlen(cert) };
+	gnutls_datum_t k = { (unsigned char *) key, (unsigned) strlen(key) };
+	int rv = gnutls_certificate_set_x509_key_mem(
+	    cred, &c, &k, GNUTLS_X509_FMT_PEM);
+	gnutls_certificate_free_credentials(cred);
+	if (rv < 0) {
+		snprintf(why, whylen, "%s", gnutls_strerror(rv));
+		return -1;
+	}
+	return 0;
+}
+
+/* allotd's certificate into `cfg`: certificate and key in one PEM
+ * file, or the key apart (--tls-key). 0, or an nng error with `err`
+ * naming the file or files at fault. */
+static int
+own_cert(nng_tls_config *cfg, const char *cert_file, const char *key_file,
+    char *err, size_t errlen)
+{
+	char *cert = NULL, *key = NULL, why[256];
 	size_t len;
 	int rv = NNG_EINVAL;
-	if (allot__file_read(cert_file, ALLOT__PEM_MAX, e, sizeof e, &cert,
-	        &len) == ALLOT_OK &&
-	    allot__file_read(
-	        key_file, ALLOT__PEM_MAX, e, sizeof e, &key, &len) == ALLOT_OK)
-		rv = nng_tls_config_own_cert(cfg, cert, key, NULL);
+	if (allot__file_read(cert_file, ALLOT__PEM_MAX, err, errlen, &cert,
+	        &len) != ALLOT_OK ||
+	    (key_file != NULL &&
+	        allot__file_read(key_file, ALLOT__PEM_MAX, err, errlen, &key,
+	            &len) != ALLOT_OK))
+		goto out;
+	if (pair_check(cert, key != NULL ? key : cert, why, sizeof why) != 0) {
+		snprintf(err, errlen, "%s%s%s: %s", cert_file,
+		    key_file != NULL ? " and " : " (certificate and key)",
+		    key_file != NULL ? key_file : "", why);
+		goto out;
+	}
+	rv = nng_tls_config_own_cert(
+	    cfg, cert, key != NULL ? key : cert, NULL);
+	if (rv != 0)
+		snprintf(err, errlen, "%s: %s", cert_file, nng_strerror(rv));
+out:
+	if (key_file == NULL && cert != NULL)
+		explicit_bzero(cert, strlen(cert)); /* the key is in it */
 	free(cert);
 	if (key != NULL)
 		explicit_bzero(key, strlen(key));
@@ -246,11 +285,12 @@ own_cert(nng_tls_config *cfg, const char *cert_file, const char *key_file)
 
 /* Listen on one URL. tls+tcp:// needs a certificate and a CA: both
  * sides verify (mutual TLS); plain tcp:// and ipc:// are for local use
- * and say so in the log. */
+ * and say so in the log. 0, or an nng error with `err`. */
 static int
 listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
-    nng_listener *ret)
+    nng_listener *ret, char *err, size_t errlen)
 {
+	int rv;
 	if (strncmp(url, "tls+tcp", 7) != 0) {
 		if (strncmp(url, "tcp://", 6) == 0 &&
 		    strstr(url, "//127.") == NULL &&
@@ -262,26 +302,42 @@ listen_url(allot__server *srv, const allot__server_opts *o, const char *url,
 			    "authenticated; use tls+tcp:// with --tls-cert "
 			    "and --tls-ca",
 			    url);
-		return nng_listen(srv->sock, url, ret, 0);
+		if ((rv = nng_listen(srv->sock, url, ret, 0)) != 0)
+			snprintf(err, errlen, "cannot listen on %s: %s", url,
+			    nng_strerror(rv));
+		return rv;
 	}
-	if (o->tls_cert_key_file == NULL || o->tls_ca_file == NULL)
+	if (o->tls_cert_key_file == NULL || o->tls_ca_file == NULL) {
+		snprintf(err, errlen,
+		    "cannot listen on %s: tls+tcp:// needs --tls-cert and "
+		    "--tls-ca",
+		    url);
 		return NNG_EINVAL;
+	}
 	nng_tls_config *cfg;
-	int rv;
-	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) != 0)
-		return rv;
-	if ((rv = own_cert(cfg, o->tls_cert_key_file, o->tls_key_file)) != 0 ||
-	    (rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0 ||
-	    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) !=
-	        0 ||
-	    (rv = nng_listener_create(ret, srv->sock, url)) != 0 ||
-	    (rv = nng_listener_set_ptr(*ret, NNG_OPT_TLS_CONFIG, cfg)) != 0 ||
-	    (rv = nng_listener_start(*ret, 0)) != 0) {
-		nng_tls_config_free(cfg);
+	char why[512] = "";
+	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) != 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", url,
+		    nng_strerror(rv));
 		return rv;
 	}
+	if ((rv = own_cert(cfg, o->tls_cert_key_file, o->tls_key_file, why,
+	         sizeof why)) == 0 &&
+	    (rv = nng_tls_config_ca_file(cfg, o->tls_ca_file)) != 0)
+		snprintf(why, sizeof why, "%s (CA): %s", o->tls_ca_file,
+		    nng_strerror(rv));
+	if (rv == 0 &&
+	    ((rv = nng_tls_config_auth_mode(
+	          cfg, NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+	        (rv = nng_listener_create(ret, srv->sock, url)) != 0 ||
+	        (rv = nng_listener_set_ptr(*ret, NNG_OPT_TLS_CONFIG, cfg)) !=
+	            0 ||
+	        (rv = nng_listener_start(*ret, 0)) != 0))
+		snprintf(why, sizeof why, "%s", nng_strerror(rv));
 	nng_tls_config_free(cfg);
-	return 0;
+	if (rv != 0)
+		snprintf(err, errlen, "cannot listen on %s: %s", url, why);
+	return rv;
 }
 
 bool
@@ -374,10 +430,9 @@ allot__server_start(const allot__server_opts *opts, char *err, size_t errlen,
 		w->ctx_open = true;
 	}
 	for (size_t i = 0; i < opts->nurls; i++) {
-		rv = listen_url(srv, opts, opts->urls[i], &srv->listeners[i]);
+		rv = listen_url(
+		    srv, opts, opts->urls[i], &srv->listeners[i], err, errlen);
 		if (rv != 0) {
-			snprintf(err, errlen, "cannot listen on %s: %s",
-			    opts->urls[i], nng_strerror(rv));
 			rc = rv == NNG_EADDRINUSE || rv == NNG_EADDRINVAL ||
 			        rv == NNG_EINVAL || rv == NNG_ENOTSUP ?
 			    ALLOT_EINVAL :
