@@ -15,11 +15,9 @@
 
 #include <allot/identity.h>
 
+#include "consensus/x509_id.h"
 #include "file.h"
 #include "web/addr.h"
-
-/* URI SANs looked at; a certificate with more names no caller. */
-#define URIS_KEPT 4u
 
 struct allot__admin_tls {
 	struct MHD_Daemon *mhd;
@@ -91,39 +89,12 @@ spiffe_of(
 		snprintf(why, whylen, "a CA certificate is no caller");
 		goto out;
 	}
-	char uri[URIS_KEPT][ALLOT_SPIFFE_ID_MAX + 1];
-	const char *uris[URIS_KEPT];
-	size_t lens[URIS_KEPT];
-	size_t k = 0;
-	for (unsigned seq = 0;; seq++) {
-		char san[ALLOT_SPIFFE_ID_MAX + 1];
-		size_t size = sizeof san;
-		int type = gnutls_x509_crt_get_subject_alt_name(
-		    crt, seq, san, &size, NULL);
-		if (type == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
-			break;
-		if (type < 0) {
-			snprintf(
-			    why, whylen, "a subject name too long or bad");
-			goto out;
-		}
-		if (type != GNUTLS_SAN_URI)
-			continue;
-		if (k == URIS_KEPT) {
-			snprintf(
-			    why, whylen, "more than %u URI SANs", URIS_KEPT);
-			goto out;
-		}
-		memcpy(uri[k], san, size);
-		uris[k] = uri[k];
-		lens[k++] = size;
-	}
-	int r = allot_identity_from_uri_sans(uris, lens, k, NULL, who, n);
-	if (r != ALLOT_OK) {
+	char what[ALLOT_SPIFFE_ID_MAX + 64];
+	if (allot__x509_spiffe_id(crt, who, n, what, sizeof what) != 0) {
 		snprintf(why, whylen,
 		    "its certificate names no SPIFFE ID (exactly one "
 		    "spiffe:// URI SAN): %s",
-		    allot_strerror(r));
+		    what);
 		goto out;
 	}
 	rc = 0;

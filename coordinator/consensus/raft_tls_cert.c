@@ -5,6 +5,9 @@
  * every TLS handshake of the transport (raft_tls.c).
  */
 #include "raft_tls_int.h"
+#include "x509_id.h"
+
+#include <allot/identity.h>
 
 #include <gnutls/x509.h>
 #include <stdio.h>
@@ -12,35 +15,6 @@
 #include <string.h>
 
 /* ---- the peer's certificate ---- */
-
-/* The one spiffe:// URI SAN of `crt` into `buf`: 0, or -1 with `why`. */
-static int
-spiffe_id(gnutls_x509_crt_t crt, char *buf, size_t len, const char **why)
-{
-	char san[SPIFFE_MAX];
-	int n = 0;
-
-	for (unsigned i = 0;; i++) {
-		size_t size = sizeof san - 1;
-		int type = gnutls_x509_crt_get_subject_alt_name(
-		    crt, i, san, &size, NULL);
-
-		if (type == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE)
-			break;
-		if (type < 0)
-			continue; /* too long for a SPIFFE ID anyway */
-		san[size] = '\0';
-		if (type != GNUTLS_SAN_URI || strncmp(san, "spiffe://", 9))
-			continue;
-		if (n++ == 0)
-			snprintf(buf, len, "%s", san);
-	}
-	if (n == 1)
-		return 0;
-	*why = n == 0 ? "no spiffe:// URI SAN" :
-	                "more than one spiffe:// URI SAN";
-	return -1;
-}
 
 static bool
 names_member(const tls_tr *tr, const char *id)
@@ -83,8 +57,9 @@ verify_cb(gnutls_session_t s)
 	const gnutls_datum_t *certs;
 	unsigned status = 0, n = 0;
 	gnutls_x509_crt_t crt;
-	char id[SPIFFE_MAX];
+	char id[ALLOT_SPIFFE_ID_MAX + 1];
 	const char *why = NULL;
+	char what[256] = "unreadable";
 	int rv;
 
 	d.data = (unsigned char *) (c->dialer ? GNUTLS_KP_TLS_WWW_SERVER :
@@ -125,8 +100,9 @@ verify_cb(gnutls_session_t s)
 	rv = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER);
 	if (rv < 0)
 		why = gnutls_strerror(rv);
-	else
-		spiffe_id(crt, id, sizeof id, &why);
+	else if (allot__x509_spiffe_id(
+	             crt, id, sizeof id, what, sizeof what) != 0)
+		why = what;
 	gnutls_x509_crt_deinit(crt);
 	if (why != NULL) {
 		snprintf(c->reason, sizeof c->reason,
@@ -214,8 +190,9 @@ allot__raft_tls_load(
 {
 	gnutls_datum_t der = { 0 };
 	gnutls_x509_crt_t crt;
-	char id[SPIFFE_MAX];
+	char id[ALLOT_SPIFFE_ID_MAX + 1];
 	const char *why = NULL;
+	char what[256] = "unreadable";
 	int rv;
 
 	rv = gnutls_certificate_set_x509_trust_file(
@@ -238,8 +215,9 @@ allot__raft_tls_load(
 	if (rv == 0 && gnutls_x509_crt_init(&crt) == 0) {
 		if (gnutls_x509_crt_import(crt, &der, GNUTLS_X509_FMT_DER) <
 		        0 ||
-		    spiffe_id(crt, id, sizeof id, &why) != 0)
-			why = why != NULL ? why : "unreadable";
+		    allot__x509_spiffe_id(
+		        crt, id, sizeof id, what, sizeof what) != 0)
+			why = what;
 		gnutls_x509_crt_deinit(crt);
 	} else {
 		why = "unreadable";
