@@ -19,6 +19,7 @@
  */
 #include "agent_int.h"
 #include "tail.h"
+#include "values.h"
 
 #include <linux/futex.h>
 #include <math.h>
@@ -193,6 +194,7 @@ dyn_recycle(allot_agent *a, allot_key *k)
 {
 	fold_retired(a, k);
 	dyn_remove(a, k);
+	allot__value_detach(a, k);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_acq_rel);
 	/* The next identity counts from here: other threads' blocks are
 	 * never written by anyone but their owner. */
@@ -257,9 +259,13 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	allot_key *k = dyn_lookup(a, id, len, h, cls);
 	if (k != NULL)
 		goto out;
-	if (a->dyn_free == NONE && a->idle_evict_ns != 0) {
+	if (a->dyn_used >= a->dyn_cap - a->dyn_cap / 4 &&
+	    a->idle_evict_ns != 0) {
 		uint64_t now = allot__agent_now(a);
-		/* At most one full scan per quarter of the idle period. */
+		/* At most one full scan per quarter of the idle period, from
+		 * three quarters full: a scan notes which keys moved and the
+		 * next evicts those idle since, so room is made before the
+		 * pool runs out rather than after. */
 		if (now - a->last_sweep_ns >= a->idle_evict_ns / 4)
 			sweep_locked(a, now);
 	}
@@ -282,6 +288,7 @@ dyn_insert(allot_agent *a, const char *id, size_t len, uint64_t h,
 	    atomic_load_explicit(&a->class_weight[cls], memory_order_relaxed),
 	    memory_order_relaxed);
 	allot__stack_set(a, k, k->identity, NONE);
+	allot__value_attach(a, k);
 	allot__kc(a, k)->sweep_sum = 0;
 	allot__kc(a, k)->sweep_ns = allot__agent_now(a);
 	atomic_fetch_add_explicit(&k->gen, 1, memory_order_release);
@@ -500,6 +507,14 @@ lease_renew(allot_agent *a, allot_key *k, allot__kcount *c, uint32_t cost,
 	bool idle = lease_idle(l, now);
 	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
 	allot__bucket *bk = &q->bucket;
+	/* A key that charges a value's bucket now (values.h) leases no
+	 * more: what its lease holds goes back. */
+	if (allot__unlikely(atomic_load_explicit(
+	                        &k->bucket, memory_order_relaxed) != bk)) {
+		lease_close(a, l, now);
+		l->on = 0;
+		return false;
+	}
 	uint32_t cur = atomic_load_explicit(&bk->cur, memory_order_acquire);
 	uint32_t n = lease_size(a, &bk->slot[cur & 1u]);
 	allot__take t;
@@ -617,14 +632,15 @@ count_denial(allot_agent *a, allot__tblock *b, allot__kcount *c,
  * level above the key's own counted. Denied by a level: what the ones
  * before it took given back, `*ret` its decision (ret->level it). */
 static bool
-stack_take(allot_agent *a, allot__tblock *b, const uint32_t *lv, uint32_t n,
-    uint32_t from, uint32_t cost, uint64_t now, allot_decision *ret)
+stack_take(allot_agent *a, allot__tblock *b, allot__bucket *own,
+    const uint32_t *lv, uint32_t n, uint32_t from, uint32_t cost, uint64_t now,
+    allot_decision *ret)
 {
 	bool shadow = false;
 	uint32_t taken = 0; /* bit i: level i took its tokens */
 	allot_decision d;
 	for (uint32_t i = from; i < n; i++) {
-		allot__bucket *bk = &a->quotas[lv[i]].bucket;
+		allot__bucket *bk = i == 0 ? own : &a->quotas[lv[i]].bucket;
 		allot__take t;
 		allot__bucket_take(bk, now, cost, &t);
 		fill_decision(&t, cost, &d);
@@ -634,8 +650,9 @@ stack_take(allot_agent *a, allot__tblock *b, const uint32_t *lv, uint32_t n,
 		    !atomic_load_explicit(&bk->shadow, memory_order_relaxed)) {
 			for (uint32_t j = from; j < i; j++)
 				if (taken & (1u << j))
-					allot__bucket_adjust(
-					    &a->quotas[lv[j]].bucket,
+					allot__bucket_adjust(j == 0 ?
+					        own :
+					        &a->quotas[lv[j]].bucket,
 					    -(int64_t) cost, now);
 			*ret = d;
 			ret->allowed = false;
@@ -673,7 +690,9 @@ decide_stacked(allot_agent *a, allot_key *k, allot__tblock *b,
 	if (allot__unlikely(c->lease.n != 0))
 		lease_close(a, &c->lease, now);
 	c->lease.on = 0;
-	if (stack_take(a, b, lv, n, 0, cost, now, ret)) {
+	if (stack_take(a, b,
+	        atomic_load_explicit(&k->bucket, memory_order_relaxed), lv, n,
+	        0, cost, now, ret)) {
 		allot__bump(b, &c->allowed, 1);
 		allot__bump(b, &c->spent, cost);
 		if (ret->shadow_denied) {
@@ -748,8 +767,12 @@ decide(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret,
 		allot__bump(b, &c->allowed, 1);
 		allot__bump(b, &c->spent, cost);
 		/* Another thread took from this bucket between our read and
-		 * our CAS: lease from now on (an owned block only). */
-		if (allot__unlikely(t.contended) && !b->shared) {
+		 * our CAS: lease from now on (an owned block only; a lease
+		 * is of the quota's own bucket, not a value's, values.h). */
+		if (allot__unlikely(t.contended) && !b->shared &&
+		    bk ==
+		        &atomic_load_explicit(&k->quota, memory_order_relaxed)
+		             ->bucket) {
 			c->lease.on = 1;
 			c->lease.stamp = lease_tick(now);
 		}
@@ -965,9 +988,10 @@ allot__decide_central(allot_agent *a, allot_key *k, uint32_t cost,
 		 * stacked levels above it still decide. */
 		uint32_t lv[ALLOT__STACK_MAX + 1];
 		uint32_t n = stack_levels(a, k, lv);
-		if (!stack_take(a, b, lv, n, 1, cost, now, &up)) {
-			allot__bucket_adjust(
-			    &a->quotas[lv[0]].bucket, -(int64_t) cost, now);
+		allot__bucket *own = atomic_load_explicit(
+		    &k->bucket, memory_order_relaxed);
+		if (!stack_take(a, b, own, lv, n, 1, cost, now, &up)) {
+			allot__bucket_adjust(own, -(int64_t) cost, now);
 			count_denial(a, b, c, lv, up.level, cost);
 			*ret = up;
 			return false;

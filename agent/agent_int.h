@@ -362,6 +362,8 @@ typedef struct allot__kcold {
 	 * admitted and denied. */
 	allot__look logged;
 	allot__look named;
+	/* Per-value buckets' (values.c): its tokens admitted and denied. */
+	allot__look valued;
 } allot__kcold;
 
 struct allot_agent {
@@ -435,6 +437,13 @@ struct allot_agent {
 	uint64_t last_sweep_ns;
 	_Atomic uint64_t evictions;
 	_Atomic uint64_t overflowed;
+	/* Per-value buckets (values.h), by pool key: NULL until a config
+	 * has shared: false; written under dyn_lock. */
+	struct allot__vbucket *vals; /* dyn_cap */
+	allot__idmap val_index;
+	uint32_t val_free; /* free list head, UINT32_MAX = none */
+	_Atomic uint32_t nvals;
+	bool per_value; /* the config in force has shared: false */
 
 	/* Stacked levels (allot__stack), by key id; NULL when no key
 	 * has room for them (never: allocated at create, untouched pages

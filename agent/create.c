@@ -6,6 +6,7 @@
  * started; and destroy. Nothing here runs per request (agent.c).
  */
 #include "agent_int.h"
+#include "values.h"
 #include "config_cache.h"
 #include "sync_int.h"
 
@@ -352,6 +353,7 @@ allot_agent_destroy(allot_agent *a)
 	allot__patterns_free(a->pats);
 	allot__zfree(a->qbase);
 	allot__reconfig_fini(a);
+	allot__values_fini(a);
 	free(a->ep_tab);
 	free(a->ep_len);
 	free(a->ep_names);

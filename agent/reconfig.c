@@ -28,6 +28,7 @@
  * same tables.
  */
 #include "agent_int.h"
+#include "values.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -762,6 +763,7 @@ apply(allot_agent *a, allot_config *cfg, plan *p, bool initial)
 	apply_keys(a, p);
 	allot_config *old = a->cfg;
 	a->cfg = cfg;
+	allot__values_apply(a);
 	pthread_mutex_unlock(&a->dyn_lock);
 	apply_hints(a);
 	allot_config_free(old);
@@ -773,7 +775,9 @@ allot__reconfig(allot_agent *a, allot_config *cfg, bool initial)
 	plan p;
 	memset(&p, 0, sizeof p);
 	pthread_mutex_lock(&a->cfg_lock);
-	int rc = plan_make(a, cfg, initial, &p);
+	int rc = allot__values_reserve(a, cfg);
+	if (rc == ALLOT_OK)
+		rc = plan_make(a, cfg, initial, &p);
 	if (rc == ALLOT_OK) {
 		apply(a, cfg, &p, initial);
 		allot__log(&a->log, ALLOT_LOG_INFO, "ALLOT-CONFIG-INSTALL",

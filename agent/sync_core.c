@@ -34,6 +34,7 @@
 #include "fallback.h"
 #include "prng.h"
 #include "tail.h"
+#include "values.h"
 #include "protocol.h"
 #include "sign.h"
 
@@ -184,6 +185,8 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	int rc = ALLOT_ENOMEM;
 	allot__syncc_acct_take(s, now);
 	void *umem = NULL;
+	allot__value_report *vals = NULL;
+	Allot__V1__ValueReport *vm, **vp;
 	Allot__V1__Usage **usage = NULL;
 	size_t nusage = 0;
 	uint32_t nquotas = nq(s);
@@ -288,6 +291,19 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	    s->strangers, s->nstrangers, sm, sp);
 	sy.strangers = sy.n_strangers > 0 ? sp : NULL;
 	s->nstrangers = 0;
+	/* Per-value buckets' traffic (values.h), when any are held. */
+	if (allot__values_held(a) > 0 &&
+	    (vals = malloc(ALLOT__VALUES_PER_SYNC *
+	         (sizeof *vals + sizeof *vm + sizeof *vp))) != NULL) {
+		vm = (Allot__V1__ValueReport *) (vals +
+		    ALLOT__VALUES_PER_SYNC);
+		vp = (Allot__V1__ValueReport **) (vm + ALLOT__VALUES_PER_SYNC);
+		uint32_t vkey;
+		size_t nv = allot__values_take(
+		    a, vals, ALLOT__VALUES_PER_SYNC, &vkey);
+		sy.n_values = allot__values_wire(vals, nv, vkey, vm, vp);
+		sy.values = nv > 0 ? vp : NULL;
+	}
 	s->adding = nadd;
 	if (s->early)
 		atomic_fetch_add(&s->early_syncs, 1);
@@ -305,6 +321,7 @@ out:
 	free(ptrs);
 	free(add);
 	free(umem);
+	free(vals);
 	return rc;
 }
 
@@ -988,6 +1005,7 @@ allot__syncc_reply(syncc *s, uint64_t now, const void *buf, size_t len)
 		uint32_t before = config_take(
 		    s, now, r->config_digest, &r->config);
 		apply_shares(s, r->shares, r->n_shares, r->full, now);
+		allot__values_install(s->a, r->values, r->n_values);
 		if (before != UINT32_MAX)
 			config_settle(s, before);
 		set_lease(s, now, r->lease_ms);

@@ -380,6 +380,16 @@ check_quota(allot__cfg_ctx *c, const view *v, const allot__quota *q,
 		    "stacked limits (a caller \"*\" caps the whole service)",
 		    s.who, s.in,
 		    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
+	/* A bucket per value: as many rates as there are callers. */
+	if (rc == ALLOT_OK && v->ceiling > 0 && is_default && !q->shared)
+		return FAIL(c, m->map,
+		    "%s has shared: false (a bucket of its own for each "
+		    "unknown caller)%s, which a global ceiling cannot hold, "
+		    "expected no global_ceiling (line %" PRIu32 ") beside "
+		    "it, or shared: true (a caller \"*\" caps the whole "
+		    "service)",
+		    s.who, s.in,
+		    v->ceiling_node != NULL ? v->ceiling_node->line : 0);
 	/* Closed or unlimited: no burst to hold a weight, no rate. */
 	if (q->access != ALLOT__ACCESS_LIMITED)
 		return rc;

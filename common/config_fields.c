@@ -78,19 +78,16 @@ const allot__qfield allot__qfields[] = {
 	    .words = fallback_words,
 	},
 	{
-	    /* Documented once, never implemented: a bucket per unknown
-	     * caller. Refused rather than silently shared. */
+	    /* The default's per-value buckets (docs/configuration.md):
+	     * false gives each unknown caller a bucket of its own with the
+	     * default's rate and burst (agent/values.c). */
 	    .key = "shared",
 	    .type = ALLOT__QT_BOOL,
 	    .scopes = ALLOT__QS_DEFAULT,
 	    .off = OFF(shared),
 	    .first = 5,
 	    .dflt = true,
-	    .word = "per caller",
-	    .refuse = "shared: false is not supported: unknown callers share "
-	              "the default bucket, expected shared: true or no "
-	              "\"shared\" key (give a caller its own quota under "
-	              "callers)",
+	    .word = "per value",
 	},
 	{
 	    .key = "owner",

@@ -39,7 +39,7 @@ typedef enum allot__qtype {
 	/* A priority class named in shed_order: its index (uint32_t),
 	 * resolved once the whole file is read (config_check.c). */
 	ALLOT__QT_CLASS,
-	/* true or false (bool); see `dflt`, `word` and `refuse`. */
+	/* true or false (bool); see `dflt` and `word`. */
 	ALLOT__QT_BOOL,
 	/* One word of the row's `words`, kept as its index (int, the
 	 * value of an enum such as allot_fallback); index 0 when absent. */
@@ -108,11 +108,9 @@ typedef struct allot__qfield {
 	size_t max;
 	const char *expect;
 	/* A flag: its value when absent, and its text when it has the
-	 * other value (at its default it has none). `refuse`: the loader's
-	 * message refusing the other value; NULL: both are accepted. */
+	 * other value (at its default it has none). */
 	bool dflt;
 	const char *word;
-	const char *refuse;
 	/* A fraction: its value when absent. */
 	double num;
 	/* A word: the words it may be, NULL-terminated, the first its

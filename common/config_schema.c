@@ -479,12 +479,8 @@ parse_field(allot__cfg_ctx *c, const allot__qfield *f,
 		return allot__cfg_get_string(
 		    c, v, what, f->max, f->expect, &s);
 	case ALLOT__QT_BOOL:
-		rc = allot__cfg_get_bool(
+		return allot__cfg_get_bool(
 		    c, v, what, &ALLOT__QF(bool, q, f->off));
-		if (rc == ALLOT_OK && f->refuse != NULL &&
-		    ALLOT__QF(bool, q, f->off) != f->dflt)
-			return FAIL(c, v, "%s", f->refuse);
-		return rc;
 	case ALLOT__QT_WORD:
 		return parse_word(c, f, v, what, &ALLOT__QF(int, q, f->off));
 	case ALLOT__QT_TEXT:

@@ -8,6 +8,8 @@
 # checks it.
 #   burst TARGET N IDENTITY     N concurrent calls, one descriptor each
 #   call TARGET JSON            one call; JSON is the request, as a dict
+#   values TARGET N KEY [FIRST] N distinct values of entry KEY (from
+#                               value-FIRST), 16 descriptors a call
 #   load TARGET SECONDS CA      TLS: calls on one channel and on a new
 #                               channel every 100 ms, for SECONDS
 import atexit
@@ -100,6 +102,28 @@ def burst(target, n, identity):
     return out
 
 
+def values(target, n, key, first):
+    """n distinct values of entry `key` (value-FIRST, ...), 16
+    descriptors a call, one channel: how many descriptors were OK and
+    OVER_LIMIT."""
+    ch = grpc.insecure_channel(target, options=NOPROXY)
+    stub = pbg.RateLimitServiceStub(ch)
+    ok = over = calls = 0
+    for j in range(0, n, 16):
+        req = request({'descriptors': [
+            {'entries': [(key, 'value-%d' % (first + i))]}
+            for i in range(j, min(n, j + 16))]})
+        resp = stub.ShouldRateLimit(req, timeout=10)
+        calls += 1
+        for st in resp.statuses:
+            if st.code == pb.RateLimitResponse.OK:
+                ok += 1
+            else:
+                over += 1
+    ch.close()
+    return {'calls': calls, 'ok': ok, 'over': over}
+
+
 def call(target, spec):
     ch = grpc.insecure_channel(
         target, options=NOPROXY + [('grpc.max_send_message_length',
@@ -151,6 +175,9 @@ def load(target, seconds, ca):
 def main(argv):
     if argv[1] == 'burst':
         out = burst(argv[2], int(argv[3]), argv[4])
+    elif argv[1] == 'values':
+        out = values(argv[2], int(argv[3]), argv[4],
+                     int(argv[5]) if len(argv) > 5 else 0)
     elif argv[1] == 'call':
         out = call(argv[2], json.loads(argv[3]))
     elif argv[1] == 'load':

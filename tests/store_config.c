@@ -181,7 +181,7 @@ START_TEST(config_diff_text)
 		} else if (strcmp(c->quota, "default") == 0) {
 			seen[1] = true;
 			ck_assert_str_eq(
-			    c->fields, "shared (none) -> per caller");
+			    c->fields, "shared (none) -> per value");
 		} else {
 			seen[2] = true;
 			ck_assert_str_eq(c->quota, "(global_ceiling)");

@@ -547,21 +547,6 @@ change_of(const allot__config_diff *d, const char *svc, const char *key)
 	return NULL;
 }
 
-/* `text` refused with a message ending in `want`. */
-static void
-expect_refused(const char *text, const char *want)
-{
-	char err[1024] = "";
-	allot_config *cfg = NULL;
-	ck_assert_int_eq(allot_config_parse("t.yaml", text, strlen(text), err,
-	                     sizeof err, &cfg),
-	    ALLOT_ECONFIG);
-	ck_assert_ptr_null(cfg);
-	size_t n = strlen(err), w = strlen(want);
-	ck_assert_msg(n >= w && strcmp(err + n - w, want) == 0,
-	    "want \"%s\" in: %s", want, err);
-}
-
 /* A diff from `a` to `b` whose change of the quota at `p` moved field
  * `f` alone, and which changed nothing else but (`inherited`) the
  * endpoint quota of that caller. */
@@ -596,9 +581,7 @@ assert_diff_names(const allot_config *a, const allot_config *b,
  * two files that differ in that field alone have different digests,
  * and their diff names the field and nothing else. A row added to the
  * table is covered here as it is. An inherited field set on a caller
- * moves its endpoint quota too. A flag whose other value the loader
- * refuses cannot differ between two files: its refusal, and the diff's
- * text of a config set by hand, stand in. */
+ * moves its endpoint quota too. */
 START_TEST(every_field_digested_and_diffed)
 {
 	const allot__qfield *f = &allot__qfields[_i];
@@ -613,26 +596,15 @@ START_TEST(every_field_digested_and_diffed)
 			char *ta = file_with(p, f, ch[k].from);
 			char *tb = file_with(p, f, ch[k].to);
 			allot_config *a = parse_ok(ta);
-			if (f->type == ALLOT__QT_BOOL && f->refuse != NULL) {
-				expect_refused(tb, f->refuse);
-				allot_config *b = allot__config_dup(a);
-				allot__quota *q = p->service == NULL ?
-				    &b->def :
-				    b->services[0].def;
-				ALLOT__QF(bool, q, f->off) = !f->dflt;
-				assert_diff_names(a, b, p, f, false);
-				allot_config_free(b);
-			} else {
-				allot_config *b = parse_ok(tb);
-				ck_assert_msg(a->digest != b->digest,
-				    "%s at %s: %s -> %s, the same digest",
-				    f->key, p->key, ch[k].from, ch[k].to);
-				assert_diff_names(a, b, p, f,
-				    (f->flags & ALLOT__QF_INHERIT) &&
-				        p->scope == ALLOT__QS_CALLER &&
-				        p->service == NULL);
-				allot_config_free(b);
-			}
+			allot_config *b = parse_ok(tb);
+			ck_assert_msg(a->digest != b->digest,
+			    "%s at %s: %s -> %s, the same digest", f->key,
+			    p->key, ch[k].from, ch[k].to);
+			assert_diff_names(a, b, p, f,
+			    (f->flags & ALLOT__QF_INHERIT) &&
+			        p->scope == ALLOT__QS_CALLER &&
+			        p->service == NULL);
+			allot_config_free(b);
 			allot_config_free(a);
 			free(ta);
 			free(tb);

@@ -274,11 +274,12 @@ static const struct bad {
 	{ "quotas:\n  default: {tokens_per_hour: 0, burst: 20}\n", 2, 30,
 	  "quotas.default.tokens_per_hour is 0, expected a rate > 0 "
 	  "tokens/hour" },
-	/* shared: false is not implemented, so not accepted */
+	/* a bucket per unknown caller cannot be held to a ceiling */
 	{ "quotas:\n  default: {tokens_per_second: 10, burst: 20, shared: "
-	  "false}\n", 2, 55,
-	  "shared: false is not supported: unknown callers share the default "
-	  "bucket" },
+	  "false}\n  global_ceiling: {tokens_per_second: 500}\n", 2, 12,
+	  "quotas.default has shared: false (a bucket of its own for each "
+	  "unknown caller), which a global ceiling cannot hold, expected no "
+	  "global_ceiling (line 3)" },
 	/* a single quota above the ceiling without overcommit */
 	{ HEAD CALLER("a", "900", "30")
 	  "  global_ceiling: {tokens_per_second: 800}\n", 5, 26,

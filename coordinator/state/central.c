@@ -35,12 +35,14 @@
 
 /* Whether quota q of the config in force keeps a central reserve. A
  * stacked level keeps none: agents decide it locally, never asking its
- * reserve (docs/configuration.md, "Stacked limits"). */
+ * reserve (docs/configuration.md, "Stacked limits"); nor does a quota
+ * with a bucket per value, whose values are split apart (values.c). */
 bool
 allot__central_on(const allot__state *st, size_t q)
 {
 	const cfgv *v = st->cur;
 	return st->o.policy.central && q < v->nq && v->q[q]->reserve > 0 &&
+	    !allot__quota_per_value(v, (int32_t) q) &&
 	    !allot__quota_is_level(v->q[q]);
 }
 

@@ -120,6 +120,7 @@ service_free(service *svc)
 	for (uint32_t j = 0; j < svc->nsess; j++)
 		allot__session_free(svc->sess[j]);
 	allot__expired_clear(svc);
+	allot__values_free(svc);
 	free(svc->sess);
 	free(svc->q);
 	free(svc->name);

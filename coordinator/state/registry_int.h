@@ -172,6 +172,7 @@ key_hold(const skey *key)
 }
 
 struct service;
+typedef struct allot__vtab allot__vtab;
 
 /* A replica's session (registry.c): owned by its service (svc->sess),
  * linked into st->htab unless it is a placeholder of a restart.
@@ -382,6 +383,11 @@ typedef struct service {
 	double c_rate;
 	double c_burst;
 	bool c_binds;
+	/* Per-value buckets (values.c): the values its replicas report and
+	 * their parts; NULL while none are active. */
+	struct allot__vtab *vals;
+	uint64_t values_unsplit; /* reports of values the full table left
+	                            unsplit, since start */
 } service;
 
 /* The whole coordinator state (state.h). `o`, `lgv` and the rate limits
@@ -763,6 +769,22 @@ void allot__adopt(allot__state *st, service *svc, session *s, skey *key,
 void allot__own_quotas(allot__state *st, service *svc, uint64_t now);
 service *allot__service_open(allot__state *st, const char *name, bool *full);
 void allot__learned(allot__state *st, service *svc, uint64_t now);
+
+/* ---- values.c ---- */
+
+/* The Sync.values of session `s` noted, and their parts into `ret`
+ * (Reply.values, allocated from `pa`). */
+void allot__values_sync(allot__state *st, service *svc, session *s,
+    const Allot__V1__Sync *req, uint64_t now, ProtobufCAllocator *pa,
+    Allot__V1__Reply *ret);
+/* Each second: values nobody reported lately leave. */
+void allot__values_second(service *svc, uint64_t now);
+void allot__values_free(service *svc);
+/* Values `svc` splits now. */
+uint32_t allot__values_count(const service *svc);
+/* Whether quota index `q` of view `v` has a bucket per value (a default
+ * with shared: false). Any thread, on a view it holds. */
+bool allot__quota_per_value(const cfgv *v, int32_t q);
 
 /* ---- strangers.c ---- */
 

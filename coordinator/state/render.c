@@ -59,6 +59,8 @@ typedef struct snap_quota {
 typedef struct snap_service {
 	const char *name;
 	uint32_t nsess;
+	uint32_t values; /* per-value buckets split now (values.c) */
+	uint64_t values_unsplit;
 	snap_replica *reps; /* NULL in a snapshot without sessions */
 	snap_quota *q; /* nq */
 	bool *in; /* nq: whether the service's view has the quota */
@@ -213,6 +215,8 @@ snap_take(snap *sn, allot__state *st, bool sessions)
 		*ss = (snap_service) {
 			.name = snap_str(sn, svc->name),
 			.nsess = svc->nsess,
+			.values = allot__values_count(svc),
+			.values_unsplit = svc->values_unsplit,
 			.q = snap_alloc(sn, v->nq, sizeof *ss->q),
 			.in = snap_alloc(sn, v->nq, sizeof *ss->in),
 		};
@@ -494,6 +498,25 @@ metrics_config(const snap *sn, allot__buf *b, bool legacy)
 		allot__buf_puts(b, "allotd_replicas{service=\"");
 		allot__buf_label(b, sn->svcs[i].name);
 		allot__buf_printf(b, "\"} %u\n", sn->svcs[i].nsess);
+	}
+	allot__buf_puts(b,
+	    "# HELP allotd_values Values of a per-value default quota "
+	    "(shared: false) split across replicas now.\n"
+	    "# TYPE allotd_values gauge\n");
+	for (size_t i = 0; i < sn->nsvcs; i++) {
+		allot__buf_puts(b, "allotd_values{service=\"");
+		allot__buf_label(b, sn->svcs[i].name);
+		allot__buf_printf(b, "\"} %u\n", sn->svcs[i].values);
+	}
+	allot__buf_puts(b,
+	    "# HELP allotd_values_unsplit_total Value reports left unsplit: "
+	    "the service's table of values was full.\n"
+	    "# TYPE allotd_values_unsplit_total counter\n");
+	for (size_t i = 0; i < sn->nsvcs; i++) {
+		allot__buf_puts(b, "allotd_values_unsplit_total{service=\"");
+		allot__buf_label(b, sn->svcs[i].name);
+		allot__buf_printf(
+		    b, "\"} %" PRIu64 "\n", sn->svcs[i].values_unsplit);
 	}
 	allot__buf_printf(b,
 	    "# HELP allotd_sessions Live sessions, all "

@@ -330,11 +330,54 @@ denials(syn *y, skey *key, const Allot__V1__KeyReport *r, double taken)
  * in shadow is not short, so they never push its target up past the
  * dead band as a denial does (docs/allocation.md, "Shadow quotas").
  * Under the lock. */
+/* A report of a quota with a bucket per value (values.c): what its
+ * agent's value buckets decided together, each within its own part of
+ * the quota, so no allowance of the quota bounds the sum; the absurd
+ * check allows the quota for every value the service splits, and the
+ * counts are booked as reported. The quota's own allowance, its global
+ * bucket, reserve and candidate describe only the overflow key that
+ * values past the agent's pool share. Under the lock. */
+static void
+book_per_value(syn *y, skey *key, const Allot__V1__KeyReport *r)
+{
+	const cfgv *v = y->st->cur;
+	int32_t q = key->q;
+	double values = (double) allot__values_count(y->svc) + 1;
+	double lim = y->f * values * (v->rate[q] * y->window_s + v->burst[q]);
+	if ((double) r->consumed > lim || (double) r->denied > lim ||
+	    r->shadow_denied > r->consumed) {
+		if (y->absurd++ == 0)
+			y->bad = r;
+		return;
+	}
+	squota *sq = &y->svc->q[q];
+	sq->allowed_total += r->consumed;
+	sq->denied_total += r->denied;
+	sq->shadow_total += r->shadow_denied;
+	sq->win_allowed += r->consumed;
+	sq->win_denied += r->denied;
+	sq->win_shadow += r->shadow_denied;
+	if (y->s->incarnation == 0) {
+		sq->aud_allowed += r->consumed;
+		sq->aud_denied += r->denied;
+		sq->aud_shadow += r->shadow_denied;
+	}
+	key->consumed += (double) r->consumed;
+	key->denied += (double) r->denied;
+	key->demand = (double) r->demand;
+	key->held = (double) r->held;
+	key->held_ns = y->now;
+}
+
 static void
 book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 {
 	const cfgv *v = y->st->cur;
 	int32_t q = key->q;
+	if (allot__quota_per_value(v, q)) {
+		book_per_value(y, key, r);
+		return;
+	}
 	if (r->foreign) {
 		key->force_share = true;
 		y->forced = true;
@@ -731,6 +774,7 @@ allot__state_sync_on(allot__state *st, const Allot__V1__Sync *req,
 		sync_loans(&y);
 	}
 	sync_reply(&y, pa, gap, ret);
+	allot__values_sync(st, y.svc, y.s, req, y.now, pa, ret);
 	pthread_mutex_unlock(&st->mu);
 
 	sync_report(&y);

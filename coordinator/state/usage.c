@@ -26,10 +26,15 @@
 #define ALLOT__USAGE_SKEW_S 10
 
 static bool
-plausible(
-    const cfgv *v, int32_t q, const Allot__V1__UsageCount *c, uint32_t span)
+plausible(const service *svc, const cfgv *v, int32_t q,
+    const Allot__V1__UsageCount *c, uint32_t span)
 {
-	double lim = ALLOT__STATE_FLOOD_FACTOR *
+	/* A quota with a bucket per value: the quota for every value the
+	 * service splits (values.c). */
+	double values = allot__quota_per_value(v, q) ?
+	    (double) allot__values_count(svc) + 1 :
+	    1;
+	double lim = ALLOT__STATE_FLOOD_FACTOR * values *
 	    (v->rate[q] * (double) span + v->burst[q]);
 	return (double) c->admitted <= lim && (double) c->denied <= lim &&
 	    c->shadow_denied <= c->admitted;
@@ -62,7 +67,7 @@ record_rows(allot__state *st, session *s, const Allot__V1__Usage *u,
 		skey *key = session_key(s, c->key);
 		if (key == NULL || key->q < 0)
 			continue; /* no quota: nothing to audit it under */
-		if (!plausible(v, key->q, c, span)) {
+		if (!plausible(s->svc, v, key->q, c, span)) {
 			(*ret_refused)++;
 			continue;
 		}

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-value buckets across replicas (docs/allocation.md, "Per-value
+ * buckets"). With `shared: false` on a default quota, each unknown
+ * caller (each value) has a bucket of its own in every agent
+ * (agent/values.h), with the quota's rate R and burst B. A value active
+ * on one replica runs on the whole quota there; one active on several
+ * would get R from each. So each Sync reports the values that moved
+ * (Sync.values), and its Reply gives back, for each of them, this
+ * replica's part (Reply.values): R and B split over the replicas the
+ * value was reported by within the last ALLOT__VALUE_IDLE_NS, in
+ * proportion to their traffic there, each replica's counted at most R
+ * (admitted plus denied tokens a second, smoothed over two reports).
+ * The parts sum to R and B, so a value is held to its quota globally
+ * within one sync interval of its spreading to a new replica.
+ *
+ * Bounded: a service's table holds at most ALLOT__VALUES_SVC_MAX values
+ * (past it, new values are not split: they run on the whole quota
+ * where they are, counted in allotd_values_unsplit_total), a value
+ * follows at most ALLOT__VALUE_REPLICAS replicas (more share the
+ * smallest part's slot), a Sync's reports past ALLOT__VALUES_SYNC_MAX
+ * are dropped, and a value nobody reported for ALLOT__VALUE_IDLE_NS
+ * leaves the table at the next second. Under the state's lock.
+ */
+#include "registry_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+#include "idmap.h"
+
+/* Values one service's table holds. */
+#define ALLOT__VALUES_SVC_MAX 65536u
+/* Replicas a value's split follows. */
+#define ALLOT__VALUE_REPLICAS 8u
+/* A replica's part counts this long after its last report of it. */
+#define ALLOT__VALUE_IDLE_NS 3000000000u
+/* Value reports read from one Sync (the agent sends 256 at most). */
+#define ALLOT__VALUES_SYNC_MAX 256u
+
+typedef struct vrep {
+	uint64_t session; /* 0: free */
+	double rate; /* its traffic there, tokens/s, smoothed */
+	uint64_t seen_ns;
+} vrep;
+
+typedef struct vent {
+	char *value;
+	uint64_t hash;
+	int32_t q;
+	vrep r[ALLOT__VALUE_REPLICAS];
+} vent;
+
+struct allot__vtab {
+	vent *e;
+	uint32_t n, cap;
+	allot__idmap index;
+};
+
+static uint64_t
+vhash(int32_t q, const char *value, size_t len)
+{
+	return allot__hash(value, len, (uint64_t) q * 0x9e3779b97f4a7c15u);
+}
+
+static allot__vtab *
+vtab_get(service *svc)
+{
+	if (svc->vals != NULL)
+		return svc->vals;
+	allot__vtab *t = calloc(1, sizeof *t);
+	if (t == NULL)
+		return NULL;
+	if (allot__idmap_init(&t->index, ALLOT__VALUES_SVC_MAX) != ALLOT_OK) {
+		allot__idmap_fini(&t->index);
+		free(t);
+		return NULL;
+	}
+	svc->vals = t;
+	return t;
+}
+
+void
+allot__values_free(service *svc)
+{
+	allot__vtab *t = svc->vals;
+	if (t == NULL)
+		return;
+	for (uint32_t i = 0; i < t->n; i++)
+		free(t->e[i].value);
+	free(t->e);
+	allot__idmap_fini(&t->index);
+	free(t);
+	svc->vals = NULL;
+}
+
+static vent *
+vfind(allot__vtab *t, int32_t q, const char *value, uint64_t h)
+{
+	uint32_t pos = allot__idmap_start(&t->index, h), i;
+	while (
+	    (i = allot__idmap_next(&t->index, h, &pos)) != ALLOT__IDMAP_NONE)
+		if (t->e[i].q == q && strcmp(t->e[i].value, value) == 0)
+			return &t->e[i];
+	return NULL;
+}
+
+/* A new entry, or NULL when the table is full (or out of memory). */
+static vent *
+vadd(allot__vtab *t, int32_t q, const char *value, size_t len, uint64_t h)
+{
+	if (t->n >= ALLOT__VALUES_SVC_MAX)
+		return NULL;
+	if (t->n == t->cap) {
+		uint32_t cap = t->cap > 0 ? 2 * t->cap : 64;
+		vent *e = realloc(t->e, (size_t) cap * sizeof *e);
+		if (e == NULL)
+			return NULL;
+		t->e = e;
+		t->cap = cap;
+	}
+	vent *e = &t->e[t->n];
+	memset(e, 0, sizeof *e);
+	if ((e->value = malloc(len + 1)) == NULL)
+		return NULL;
+	memcpy(e->value, value, len + 1);
+	e->hash = h;
+	e->q = q;
+	allot__idmap_add(&t->index, h, t->n);
+	t->n++;
+	return e;
+}
+
+/* Entry i leaves; the last takes its place. */
+static void
+vdel(allot__vtab *t, uint32_t i)
+{
+	allot__idmap_remove(&t->index, t->e[i].hash, i);
+	free(t->e[i].value);
+	uint32_t last = --t->n;
+	if (i == last)
+		return;
+	allot__idmap_remove(&t->index, t->e[last].hash, last);
+	t->e[i] = t->e[last];
+	allot__idmap_add(&t->index, t->e[i].hash, i);
+}
+
+/* Session `sid`'s slot of `e`: its own, else a free or stale one, else
+ * the one with the least traffic. */
+static vrep *
+vslot(vent *e, uint64_t sid, uint64_t now)
+{
+	vrep *least = &e->r[0];
+	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++)
+		if (e->r[j].session == sid)
+			return &e->r[j];
+	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
+		vrep *r = &e->r[j];
+		if (r->session == 0 ||
+		    since(now, r->seen_ns) >= ALLOT__VALUE_IDLE_NS)
+			return memset(r, 0, sizeof *r);
+		if (r->rate < least->rate)
+			least = r;
+	}
+	return memset(least, 0, sizeof *least);
+}
+
+bool
+allot__quota_per_value(const cfgv *v, int32_t q)
+{
+	return q >= 0 && (size_t) q < v->nq && !v->q[q]->shared &&
+	    strcmp(v->q[q]->identity, "default") == 0;
+}
+
+/* This replica's part of value `e` (its slot `me`) at `now`: rate and
+ * burst, and the replicas it is active on. */
+static void
+vpart(const cfgv *v, const vent *e, const vrep *me, uint64_t now,
+    Allot__V1__ValueShare *ret)
+{
+	double sum = 0;
+	uint32_t n = 0;
+	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
+		const vrep *r = &e->r[j];
+		if (r->session == 0 ||
+		    since(now, r->seen_ns) >= ALLOT__VALUE_IDLE_NS)
+			continue;
+		sum += r->rate;
+		n++;
+	}
+	double f = n <= 1 ? 1.0 : sum > 0 ? me->rate / sum : 1.0 / n;
+	ret->rate = v->rate[e->q] * f;
+	ret->burst = v->burst[e->q] * f;
+	ret->replicas = n > 0 ? n : 1;
+}
+
+void
+allot__values_sync(allot__state *st, service *svc, session *s,
+    const Allot__V1__Sync *req, uint64_t now, ProtobufCAllocator *pa,
+    Allot__V1__Reply *ret)
+{
+	const cfgv *v = st->cur;
+	size_t n = req->n_values < ALLOT__VALUES_SYNC_MAX ?
+	    req->n_values :
+	    ALLOT__VALUES_SYNC_MAX;
+	if (n == 0)
+		return;
+	allot__vtab *t = vtab_get(svc);
+	Allot__V1__ValueShare *arr = allot__pa_alloc(pa, n * sizeof *arr);
+	Allot__V1__ValueShare **ptrs = allot__pa_alloc(pa, n * sizeof *ptrs);
+	if (t == NULL || arr == NULL || ptrs == NULL)
+		return;
+	double dt = s->interval_s > 0 ? s->interval_s : 0.1;
+	if (req->elapsed_ms > 0)
+		dt = (double) req->elapsed_ms / 1e3;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		const Allot__V1__ValueReport *r = req->values[i];
+		skey *key = session_key(s, r->key);
+		if (key == NULL || !allot__quota_per_value(v, key->q) ||
+		    r->value == NULL)
+			continue;
+		size_t len = strnlen(r->value, ALLOT__STATE_NAME_MAX + 1);
+		if (len == 0 || len > ALLOT__STATE_NAME_MAX)
+			continue;
+		uint64_t h = vhash(key->q, r->value, len);
+		vent *e = vfind(t, key->q, r->value, h);
+		if (e == NULL &&
+		    (e = vadd(t, key->q, r->value, len, h)) == NULL) {
+			svc->values_unsplit++;
+			continue;
+		}
+		/* Its traffic here: admitted and denied tokens a second,
+		 * at most the quota's rate (no replica may claim more of a
+		 * value than the whole of it), smoothed over two reports. */
+		double R = v->rate[key->q];
+		double x = ((double) r->admitted + (double) r->denied) / dt;
+		if (x > R)
+			x = R;
+		vrep *me = vslot(e, s->id, now);
+		me->rate = me->session == s->id ? 0.5 * me->rate + 0.5 * x : x;
+		me->session = s->id;
+		me->seen_ns = now;
+		Allot__V1__ValueShare *vs = &arr[k];
+		allot__v1__value_share__init(vs);
+		vs->key = r->key;
+		/* A copy: the Reply is packed after the lock is released,
+		 * when the entry may have gone. */
+		if ((vs->value = allot__pa_alloc(pa, len + 1)) == NULL)
+			break;
+		memcpy(vs->value, e->value, len + 1);
+		vpart(v, e, me, now, vs);
+		ptrs[k++] = vs;
+	}
+	ret->values = k > 0 ? ptrs : NULL;
+	ret->n_values = k;
+}
+
+void
+allot__values_second(service *svc, uint64_t now)
+{
+	allot__vtab *t = svc->vals;
+	if (t == NULL)
+		return;
+	for (uint32_t i = t->n; i-- > 0;) {
+		vent *e = &t->e[i];
+		bool live = false;
+		for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++)
+			live |= e->r[j].session != 0 &&
+			    since(now, e->r[j].seen_ns) < ALLOT__VALUE_IDLE_NS;
+		if (!live)
+			vdel(t, i);
+	}
+	/* A table that emptied goes: a service that once had values costs
+	 * nothing once they are idle. */
+	if (t->n == 0)
+		allot__values_free(svc);
+}
+
+uint32_t
+allot__values_count(const service *svc)
+{
+	return svc->vals != NULL ? svc->vals->n : 0;
+}
