@@ -236,7 +236,8 @@ sweep_locked(allot_agent *a, uint64_t now)
 		}
 		if (atomic_load_explicit(&k->pins, memory_order_acquire) ==
 		        0 &&
-		    now - kc->sweep_ns >= a->idle_evict_ns)
+		    now - kc->sweep_ns >= a->idle_evict_ns &&
+		    allot__value_evictable(a, k, now))
 			dyn_recycle(a, k);
 	}
 }

@@ -176,6 +176,18 @@ allot__value_detach(allot_agent *a, allot_key *k)
 	atomic_fetch_sub_explicit(&a->nvals, 1, memory_order_relaxed);
 }
 
+bool
+allot__value_evictable(allot_agent *a, const allot_key *k, uint64_t now)
+{
+	allot__vbucket *vb = vb_of(a, k);
+	if (vb == NULL || vb->refs > 1)
+		return true;
+	allot__allowance al;
+	allot__bucket_get(&vb->bucket, &al);
+	return al.mode != ALLOT__MODE_LIMIT ||
+	    allot__bucket_level(&vb->bucket, now) >= al.burst - 1e-9;
+}
+
 void
 allot__values_apply(allot_agent *a)
 {

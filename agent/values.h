@@ -68,6 +68,13 @@ void allot__value_attach(allot_agent *a, allot_key *k);
  * loses it, and goes when it was the last. */
 void allot__value_detach(allot_agent *a, allot_key *k);
 
+/* Whether pool key `k` may be evicted as far as its value goes: it is
+ * not the last key of a value whose bucket has yet to refill. A value
+ * leaves only with a full bucket, so its next request, which finds a
+ * new full bucket, is not handed a burst its old one had spent (a
+ * per-day quota's value idle for the pool's idle period stays). */
+bool allot__value_evictable(allot_agent *a, const allot_key *k, uint64_t now);
+
 /* On the sync thread, for the next Sync: the values whose keys admitted
  * or denied anything since the last call, the busiest first, at most
  * `max` into `out`; their counts start over. The default quota's key id

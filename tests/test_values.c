@@ -128,6 +128,56 @@ START_TEST(reload_switches)
 }
 END_TEST
 
+/* A local agent of `y` on the virtual clock, its pool `cap` keys
+ * evicted after `idle_ms`. */
+static allot_agent *
+pool_agent(const char *y, uint32_t cap, uint32_t idle_ms)
+{
+	allot_config *cfg = km_parse(y);
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.clock = km_clock;
+	o.max_unknown_keys = cap;
+	o.idle_evict_ms = idle_ms;
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
+	allot_config_free(cfg);
+	return a;
+}
+
+/* Two sweeps an idle period apart: the first notes, the second evicts
+ * (what inserts do once the pool is 3/4 full). */
+static void
+sweep_twice(allot_agent *a, uint64_t gap_ms)
+{
+	for (int i = 0; i < 2; i++) {
+		km_advance_ms(gap_ms);
+		allot__agent_sweep(a, allot__agent_now(a));
+	}
+}
+
+/* A value leaves the pool only with a full bucket: one idle past the
+ * pool's idle period whose bucket has not refilled (a per-minute
+ * quota's) stays, and its next request is still refused; refilled, it
+ * goes, and costs nothing. */
+START_TEST(spent_values_stay)
+{
+	allot_agent *a = pool_agent(
+	    "quotas:\n"
+	    "  default: {tokens_per_minute: 6, burst: 3, shared: false}\n",
+	    64, 200);
+	ck_assert_int_eq(km_admitted(a, "user-1", NULL, 4), 3);
+	sweep_twice(a, 300);
+	ck_assert_uint_eq(allot__values_held(a), 1);
+	ck_assert(!km_ask(a, "user-1", NULL, NULL));
+	/* 3 tokens at 0.1/s: 30 s to refill. */
+	sweep_twice(a, 31000);
+	ck_assert_uint_eq(allot__values_held(a), 0);
+	ck_assert_int_eq(km_admitted(a, "user-1", NULL, 4), 3);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 /* Resident memory of the process, bytes. */
 static size_t
 rss_bytes(void)
@@ -148,15 +198,7 @@ rss_bytes(void)
 START_TEST(values_bounded)
 {
 	enum { CAP = 1024, N = 100000 };
-	allot_config *cfg = km_parse(PER_VALUE);
-	allot_agent_options o;
-	allot_agent_options_init(&o);
-	o.clock = km_clock;
-	o.max_unknown_keys = CAP;
-	o.idle_evict_ms = 200;
-	allot_agent *a;
-	ck_assert_int_eq(allot_agent_create(cfg, &o, &a), ALLOT_OK);
-	allot_config_free(cfg);
+	allot_agent *a = pool_agent(PER_VALUE, CAP, 200);
 	size_t rss0 = rss_bytes();
 	char id[64];
 	size_t rss1 = 0;
@@ -180,12 +222,8 @@ START_TEST(values_bounded)
 	}
 	size_t rss2 = rss_bytes();
 	ck_assert_uint_le(most, CAP);
-	/* Idle: one sweep notes them, the next, an idle period on,
-	 * evicts them (inserts sweep once the pool is 3/4 full). */
-	for (int i = 0; i < 2; i++) {
-		km_advance_ms(1000);
-		allot__agent_sweep(a, allot__agent_now(a));
-	}
+	/* Idle and refilled: one sweep notes them, the next evicts. */
+	sweep_twice(a, 5000);
 	ck_assert_uint_eq(allot__values_held(a), 0);
 	double per_slot = (double) (rss1 > rss0 ? rss1 - rss0 : 0) / CAP;
 	fprintf(stderr,
@@ -321,6 +359,7 @@ values_suite(void)
 	tcase_add_test(tc, star_caps_values);
 	tcase_add_test(tc, reload_switches);
 	tcase_add_test(tc, values_bounded);
+	tcase_add_test(tc, spent_values_stay);
 	tcase_add_test(tc, config_rules);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("allotd");

@@ -225,7 +225,8 @@ allot__raft_tls_load(
 	if (o->member_id == NULL) {
 		if (why != NULL) {
 			snprintf(t->errmsg, sizeof t->errmsg,
-			    "%s: %s: a member certificate names the member "
+			    "%s: %.100s: a member certificate names the "
+			    "member "
 			    "identity in one spiffe:// URI SAN",
 			    o->cert_key_file, why);
 			return RAFT_INVALID;
