@@ -62,7 +62,9 @@ describe(
 	    h->endpoint, sizeof h->endpoint, "%s", a->class_names[k->cls]);
 	snprintf(h->quota, sizeof h->quota, "%s", q->name);
 	h->known = atomic_load_explicit(&k->known, memory_order_relaxed);
-	allot__bucket_get(&q->bucket, &al);
+	/* The key's own bucket: a value's (values.h), or its quota's. */
+	allot__bucket_get(
+	    atomic_load_explicit(&k->bucket, memory_order_relaxed), &al);
 	uint32_t w = atomic_load_explicit(&k->weight, memory_order_relaxed);
 	h->retry_ms = al.mode == ALLOT__MODE_LIMIT && al.rate > 0 ?
 	    ceil((double) (w > 0 ? w : 1) / al.rate * 1e3) :

@@ -106,7 +106,9 @@ fill_stats(allot_agent *a, const allot_key *k, const allot__ktotals *t,
 	snprintf(
 	    out->endpoint, sizeof out->endpoint, "%s", a->class_names[k->cls]);
 	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
-	allot__bucket *b = &q->bucket;
+	/* The key's own bucket: a value's (values.h), or its quota's. */
+	allot__bucket *b = atomic_load_explicit(
+	    &k->bucket, memory_order_relaxed);
 	out->quota = q->name;
 	out->known = atomic_load_explicit(&k->known, memory_order_relaxed);
 	out->shadow = atomic_load(&b->shadow);

@@ -61,6 +61,19 @@ START_TEST(a_bucket_per_value)
 	ck_assert_uint_eq(t.allowed, 3 + 3 + 1 + 1);
 	ck_assert_uint_eq(t.denied, 2 + 2 + 2 + 2 + 1);
 	ck_assert_uint_eq(allot__values_held(a), 2);
+	/* A value's statistics are its own bucket's: user-2 spent, a new
+	 * value full. */
+	allot_key *k;
+	allot_key_stats ks;
+	ck_assert_int_eq(allot_key_resolve(a, "user-2", "/a", &k), ALLOT_OK);
+	ck_assert_int_eq(allot_key_stats_get(a, k, &ks), ALLOT_OK);
+	ck_assert(fabs(ks.limit - 3) < 1e-9 && ks.utilization > 0.9);
+	ck_assert_str_eq(ks.quota, "default");
+	allot_key_release(a, k);
+	ck_assert_int_eq(allot_key_resolve(a, "user-9", "/a", &k), ALLOT_OK);
+	ck_assert_int_eq(allot_key_stats_get(a, k, &ks), ALLOT_OK);
+	ck_assert(ks.utilization < 1e-9);
+	allot_key_release(a, k);
 	allot_agent_destroy(a);
 
 	/* shared: true, as before: one bucket for every unknown caller. */
