@@ -24,6 +24,7 @@
 #include "allotd.h"
 #include "keymodel.h"
 #include "proc.h"
+#include "proto_client.h"
 #include "runner.h"
 #include "values.h"
 
@@ -328,6 +329,9 @@ START_TEST(global_across_replicas)
 		pthread_join(th[i], NULL);
 	double secs = (double) (pc_now_ms() - t0) / 1e3;
 	int both = ls[0].ok + ls[1].ok, solo = ls[2].ok;
+	/* allotd splits the two values (reported in the last 3 s). */
+	ck_assert(
+	    pc_metric_get(c.http, "allotd_values{service=\"svc\"}") == 2);
 	/* The bound: R t + B, plus what the second replica's own full
 	 * bucket and one interval of its rate could add before its first
 	 * part arrived (docs/allocation.md, "Per-value buckets"). */

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,8 +59,9 @@ typedef struct snap_quota {
 
 typedef struct snap_service {
 	const char *name;
-	uint32_t nsess;
-	uint32_t values; /* per-value buckets split now (values.c) */
+	/* Its series of one number each (allot__state_metrics()). */
+	uint64_t nsess;
+	uint64_t values; /* per-value buckets split now (values.c) */
 	uint64_t values_unsplit;
 	snap_replica *reps; /* NULL in a snapshot without sessions */
 	snap_quota *q; /* nq */
@@ -491,32 +493,36 @@ metrics_config(const snap *sn, allot__buf *b, bool legacy)
 	    "allotd_config_info{digest=\"%016" PRIx64 "\",epoch=\"%" PRIu64
 	    "\"} 1\n",
 	    sn->digest, sn->epoch);
-	allot__buf_puts(b,
-	    "# HELP allotd_replicas Live replicas per service "
-	    "(restored ones included).\n# TYPE allotd_replicas gauge\n");
-	for (size_t i = 0; i < sn->nsvcs; i++) {
-		allot__buf_puts(b, "allotd_replicas{service=\"");
-		allot__buf_label(b, sn->svcs[i].name);
-		allot__buf_printf(b, "\"} %u\n", sn->svcs[i].nsess);
-	}
-	allot__buf_puts(b,
-	    "# HELP allotd_values Values of a per-value default quota "
-	    "(shared: false) split across replicas now.\n"
-	    "# TYPE allotd_values gauge\n");
-	for (size_t i = 0; i < sn->nsvcs; i++) {
-		allot__buf_puts(b, "allotd_values{service=\"");
-		allot__buf_label(b, sn->svcs[i].name);
-		allot__buf_printf(b, "\"} %u\n", sn->svcs[i].values);
-	}
-	allot__buf_puts(b,
-	    "# HELP allotd_values_unsplit_total Value reports left unsplit: "
-	    "the service's table of values was full.\n"
-	    "# TYPE allotd_values_unsplit_total counter\n");
-	for (size_t i = 0; i < sn->nsvcs; i++) {
-		allot__buf_puts(b, "allotd_values_unsplit_total{service=\"");
-		allot__buf_label(b, sn->svcs[i].name);
-		allot__buf_printf(
-		    b, "\"} %" PRIu64 "\n", sn->svcs[i].values_unsplit);
+	static const struct {
+		const char *name, *type, *help;
+		size_t off; /* a uint64_t of snap_service */
+	} per_service[] = {
+		{ "allotd_replicas", "gauge",
+		    "Live replicas per service (restored ones included).",
+		    offsetof(snap_service, nsess) },
+		{ "allotd_values", "gauge",
+		    "Values of a per-value default quota (shared: false) "
+		    "split across replicas now.",
+		    offsetof(snap_service, values) },
+		{ "allotd_values_unsplit_total", "counter",
+		    "Value reports left unsplit: the service's table of "
+		    "values was full.",
+		    offsetof(snap_service, values_unsplit) },
+	};
+	for (size_t f = 0; f < sizeof per_service / sizeof *per_service; f++) {
+		allot__buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n",
+		    per_service[f].name, per_service[f].help,
+		    per_service[f].name, per_service[f].type);
+		for (size_t i = 0; i < sn->nsvcs; i++) {
+			uint64_t v;
+			memcpy(&v,
+			    (const char *) &sn->svcs[i] + per_service[f].off,
+			    sizeof v);
+			allot__buf_printf(
+			    b, "%s{service=\"", per_service[f].name);
+			allot__buf_label(b, sn->svcs[i].name);
+			allot__buf_printf(b, "\"} %" PRIu64 "\n", v);
+		}
 	}
 	allot__buf_printf(b,
 	    "# HELP allotd_sessions Live sessions, all "
@@ -773,8 +779,9 @@ allot__state_render_status(allot__state *st, allot__buf *b)
 		const snap_service *svc = &sn.svcs[i];
 		allot__buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
 		allot__buf_json(b, svc->name);
-		allot__buf_printf(
-		    b, ",\"live_replicas\":%u,\"replicas\":[", svc->nsess);
+		allot__buf_printf(b,
+		    ",\"live_replicas\":%" PRIu64 ",\"replicas\":[",
+		    svc->nsess);
 		status_replicas(svc, b);
 		allot__buf_puts(b, "],\"quotas\":[");
 		bool comma = false;
