@@ -8,6 +8,7 @@
 # checks it.
 #   burst TARGET N IDENTITY     N concurrent calls, one descriptor each
 #   call TARGET JSON            one call; JSON is the request, as a dict
+#   paced TARGET SECONDS KEY VALUE  one descriptor, back to back
 #   values TARGET N KEY [FIRST] N distinct values of entry KEY (from
 #                               value-FIRST), 16 descriptors a call
 #   load TARGET SECONDS CA      TLS: calls on one channel and on a new
@@ -124,6 +125,27 @@ def values(target, n, key, first):
     return {'calls': calls, 'ok': ok, 'over': over}
 
 
+def paced(target, seconds, key, value):
+    """One descriptor {key: value}, called back to back on one channel
+    for `seconds`: how many were OK and OVER_LIMIT, and when the calls
+    started and ended (Unix seconds)."""
+    ch = grpc.insecure_channel(target, options=NOPROXY)
+    stub = pbg.RateLimitServiceStub(ch)
+    req = request({'descriptors': [{'entries': [(key, value)]}]})
+    grpc.channel_ready_future(ch).result(timeout=10)
+    ok = over = 0
+    start = time.time()
+    while time.time() - start < seconds:
+        resp = stub.ShouldRateLimit(req, timeout=10)
+        if resp.overall_code == pb.RateLimitResponse.OK:
+            ok += 1
+        else:
+            over += 1
+    end = time.time()
+    ch.close()
+    return {'ok': ok, 'over': over, 'start': start, 'end': end}
+
+
 def call(target, spec):
     ch = grpc.insecure_channel(
         target, options=NOPROXY + [('grpc.max_send_message_length',
@@ -178,6 +200,8 @@ def main(argv):
     elif argv[1] == 'values':
         out = values(argv[2], int(argv[3]), argv[4],
                      int(argv[5]) if len(argv) > 5 else 0)
+    elif argv[1] == 'paced':
+        out = paced(argv[2], float(argv[3]), argv[4], argv[5])
     elif argv[1] == 'call':
         out = call(argv[2], json.loads(argv[3]))
     elif argv[1] == 'load':

@@ -52,5 +52,8 @@ int idle_conn(int port);
 /* sidecar_room.c: the listeners' room under idle, unused and slow
  * connections (check's tcase "room"). */
 TCase *sidecar_room_tcase(void);
+/* sidecar_values.c: a bucket per value of a descriptor entry (check's
+ * tcase "values"). */
+TCase *sidecar_values_tcase(void);
 
 #endif

@@ -413,80 +413,6 @@ END_TEST
  * OVER_LIMIT with X-Allot-Access: closed and no Retry-After over gRPC,
  * "forbidden" over HTTP; an unlimited one is OK with no limit and no
  * RateLimit fields. */
-/* The sidecar's resident memory, from its /metrics. */
-static double
-agentd_rss(const struct agentd *a)
-{
-	int st = 0;
-	char *m = pc_http_get(a->http_port, "/metrics", &st);
-	ck_assert_ptr_nonnull(m);
-	const char *p = strstr(m, "\nprocess_resident_memory_bytes ");
-	ck_assert_ptr_nonnull(p);
-	double v = strtod(
-	    p + strlen("\nprocess_resident_memory_bytes "), NULL);
-	free(m);
-	return v;
-}
-
-/* A bucket per value of a descriptor entry (docs/sidecar.md): 100,000
- * distinct user_id values through one sidecar whose pool holds 4,096;
- * the first values each get their own burst, and its memory stays within
- * the documented bound (docs/configuration.md, "Memory": about 1.1 KB a
- * pool slot with per-value buckets, all of it allocated by the first
- * thousands) whatever more values come. */
-START_TEST(a_bucket_per_descriptor_value)
-{
-	need_tools();
-	struct agentd a;
-	const char *args[] = { "--identity-keys", "user_id",
-		"--max-unknown-keys", "4096", NULL };
-	agentd_start(&a,
-	    "quotas:\n"
-	    "  default: {tokens_per_second: 1, burst: 2, shared: false}\n",
-	    args);
-	/* One value twice, another twice: each its own burst of 2. */
-	char *out = py("call 127.0.0.1:%d '{\"descriptors\": ["
-	               "{\"entries\": [[\"user_id\", \"u1\"]]}, "
-	               "{\"entries\": [[\"user_id\", \"u1\"]]}, "
-	               "{\"entries\": [[\"user_id\", \"u2\"]]}, "
-	               "{\"entries\": [[\"user_id\", \"u2\"]]}, "
-	               "{\"entries\": [[\"user_id\", \"u1\"]]}]}'",
-	    a.grpc_port);
-	ck_assert_msg(count(out, "\"code\": \"OK\"") == 4 &&
-	        count(out, "\"code\": \"OVER_LIMIT\"") == 1,
-	    "%s", out);
-	free(out);
-	/* 20,000 values fill the pool; 100,000 others run the overflow
-	 * path warm; 100,000 others again must cost nothing. */
-	double rss0 = agentd_rss(&a);
-	out = py("values 127.0.0.1:%d 20000 user_id", a.grpc_port);
-	double rss1 = agentd_rss(&a);
-	ck_assert_msg(strstr(out, "\"ok\": 4096,") != NULL, "%s", out);
-	free(out);
-	free(py("values 127.0.0.1:%d 100000 user_id 20000", a.grpc_port));
-	double rss2 = agentd_rss(&a);
-	out = py("values 127.0.0.1:%d 100000 user_id 120000", a.grpc_port);
-	double rss3 = agentd_rss(&a);
-	fprintf(stderr,
-	    "sidecar: per-value buckets, a pool of 4,096: 20,000 values "
-	    "(4,096 with buckets of their own) +%.0f KB resident; 100,000 "
-	    "others +%.0f KB; 100,000 others again: %s, +%.0f KB\n",
-	    (rss1 - rss0) / 1024, (rss2 - rss1) / 1024, out,
-	    (rss3 - rss2) / 1024);
-	ck_assert_msg(strstr(out, "\"calls\": 6250") != NULL, "%s", out);
-	free(out);
-	/* The pool's buckets: 4,096 × about 1.1 KB (and the first calls'
-	 * own memory); nothing more for values past it. (Under
-	 * AddressSanitizer, whose quarantine holds every call's freed
-	 * memory, resident memory says nothing of ours.) */
-#if !defined(__SANITIZE_ADDRESS__)
-	ck_assert(rss1 - rss0 < 4096 * 1100 + 2 * 1024 * 1024);
-	ck_assert(rss3 - rss2 < 256 * 1024);
-#endif
-	agentd_stop(&a);
-}
-END_TEST
-
 START_TEST(closed_and_unlimited)
 {
 	need_tools();
@@ -1123,7 +1049,6 @@ sidecar_suite(void)
 	tcase_add_test(tc, unknown_identities_folded);
 	tcase_add_test(tc, unknown_reject);
 	tcase_add_test(tc, closed_and_unlimited);
-	tcase_add_test(tc, a_bucket_per_descriptor_value);
 	tcase_add_test(tc, descriptor_limits);
 	tcase_add_test(tc, tokens_name_callers);
 	tcase_add_test(tc, three_agents_one_allotd);
@@ -1133,6 +1058,7 @@ sidecar_suite(void)
 	tcase_add_test(tc, coordinator_cert_rotation);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, sidecar_room_tcase());
+	suite_add_tcase(s, sidecar_values_tcase());
 	return s;
 }
 
