@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The agent's sync engine (sync_int.h): report building, reply handling,
- * allowance installation, the lease and fallback state machine and the
- * backoff schedule. It has no transport and no clock of its own: every
+ * allowance installation, the lease and fallback state machine (the
+ * schedule of exchanges is sync_schedule.c's, the account
+ * sync_account.c's). It has no transport and no clock of its own: every
  * entry point takes `now`, so the same code runs over nng in production
  * (sync.c) and over a simulated network on a virtual clock (allot-sim).
  *
@@ -32,7 +33,6 @@
 #include "allot.pb-c.h"
 #include "config_cache.h"
 #include "fallback.h"
-#include "prng.h"
 #include "tail.h"
 #include "values.h"
 #include "protocol.h"
@@ -40,20 +40,6 @@
 
 typedef allot__syncc syncc;
 typedef allot__qsync qsync;
-
-/* xorshift64* (prng.h): jitter only. */
-static double
-uniform(syncc *s)
-{
-	return allot__xorshift64s_unit(&s->rng);
-}
-
-/* The quotas in use: this thread is the one that appends to them. */
-static inline uint32_t
-nq(const syncc *s)
-{
-	return atomic_load_explicit(&s->a->nquotas, memory_order_relaxed);
-}
 
 /* The digest of the config the agent enforces; 0 when this engine
  * cannot install one (the simulator): allotd then never sends it. */
@@ -130,7 +116,7 @@ static int
 build_register(syncc *s, void **ret_buf, size_t *ret_len)
 {
 	allot_agent *a = s->a;
-	uint32_t n = nq(s);
+	uint32_t n = allot__syncc_nq(s);
 	const char **keys = malloc(sizeof *keys * (n > 0 ? n : 1));
 	if (keys == NULL)
 		return ALLOT_ENOMEM;
@@ -189,7 +175,7 @@ build_sync(syncc *s, uint64_t now, void **ret_buf, size_t *ret_len)
 	Allot__V1__ValueReport *vm, **vp;
 	Allot__V1__Usage **usage = NULL;
 	size_t nusage = 0;
-	uint32_t nquotas = nq(s);
+	uint32_t nquotas = allot__syncc_nq(s);
 	Allot__V1__KeyReport *reps = calloc(nquotas, sizeof *reps);
 	Allot__V1__KeyReport **ptrs = calloc(nquotas, sizeof *ptrs);
 	/* Quotas a config appended since the session last heard of them:
@@ -464,7 +450,7 @@ apply_shares(
 {
 	allot_agent *a = s->a;
 	bool *seen = s->seen;
-	memset(seen, 0, sizeof *seen * nq(s));
+	memset(seen, 0, sizeof *seen * allot__syncc_nq(s));
 	int bad = 0;
 	for (size_t i = 0; i < n; i++) {
 		const Allot__V1__Share *sh = shares[i];
@@ -472,7 +458,7 @@ apply_shares(
 		 * ALLOT__BURST_MAX: a share above (or NaN, or negative) is
 		 * not an allowance, and would overflow the counters the
 		 * next report is built from. */
-		if (sh->key >= nq(s) ||
+		if (sh->key >= allot__syncc_nq(s) ||
 		    !(sh->rate >= 0 && sh->rate <= ALLOT__RATE_MAX) ||
 		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX) ||
 		    !(sh->prefill >= 0 && sh->prefill <= sh->burst) ||
@@ -492,7 +478,7 @@ apply_shares(
 	/* Coming back from fallback with a partial reply: the keys the
 	 * coordinator left out keep their last coordinator allowance. */
 	if (!full && atomic_load(&s->in_fallback))
-		for (uint32_t k = 0; k < nq(s); k++)
+		for (uint32_t k = 0; k < allot__syncc_nq(s); k++)
 			if (!seen[k] && s->q[k].has_share)
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
@@ -511,7 +497,7 @@ static void
 rebaseline(syncc *s)
 {
 	allot_agent *a = s->a;
-	for (uint32_t i = 0; i < nq(s); i++) {
+	for (uint32_t i = 0; i < allot__syncc_nq(s); i++) {
 		allot__ktotals t;
 		allot__quota_totals(a, &a->quotas[i], &t);
 		qsync *qs = &s->q[i];
@@ -552,7 +538,7 @@ static void
 count_unconfirmed(syncc *s)
 {
 	uint32_t n = 0;
-	for (uint32_t k = 0; k < nq(s); k++)
+	for (uint32_t k = 0; k < allot__syncc_nq(s); k++)
 		n += s->q[k].foreign;
 	atomic_store(&s->unconfirmed, n);
 }
@@ -564,7 +550,7 @@ enter_fallback(syncc *s)
 	uint32_t n = fallback_replicas(s);
 	/* What each key runs on now is no leader's grant: its reports say
 	 * so (foreign), and the leader answers for every one of them. */
-	for (uint32_t i = 0; i < nq(s); i++) {
+	for (uint32_t i = 0; i < allot__syncc_nq(s); i++) {
 		key_fallback(s, i, n);
 		s->q[i].foreign = true;
 	}
@@ -679,7 +665,7 @@ config_take(
 		return UINT32_MAX;
 	}
 	int rc = allot__config_select(cfg, a->service, &view);
-	uint32_t before = nq(s);
+	uint32_t before = allot__syncc_nq(s);
 	config_remember(s, before);
 	if (rc == ALLOT_OK)
 		rc = s->in.reconfig(s->in.ctx, view);
@@ -703,15 +689,15 @@ config_take(
 	s->bad_backoff_ms = 0;
 	s->reconfigured = true;
 	/* Keys may have moved between quotas: every count starts again. */
-	for (uint32_t i = 0; i < nq(s); i++)
+	for (uint32_t i = 0; i < allot__syncc_nq(s); i++)
 		allot__ledger_reset(&s->q[i].ledger);
 	atomic_store(&s->enforced, digest);
 	atomic_fetch_add(&s->config_installs, 1);
 	allot__log(&a->log, ALLOT_LOG_NOTICE, "ALLOT-CONFIG-INSTALL",
 	    "installed the config of %s (digest %016llx, %zu bytes): %u "
 	    "quotas, %u of them new",
-	    peer(s), (unsigned long long) digest, text->len, nq(s),
-	    nq(s) - before);
+	    peer(s), (unsigned long long) digest, text->len,
+	    allot__syncc_nq(s), allot__syncc_nq(s) - before);
 	if (s->cache_path != NULL)
 		(void) allot__config_cache_write(s->cache_path, a->coordinator,
 		    digest, text->data, text->len, &a->log);
@@ -728,7 +714,7 @@ static void
 config_settle(syncc *s, uint32_t before)
 {
 	uint32_t n = fallback_replicas(s);
-	for (uint32_t i = 0; i < nq(s); i++) {
+	for (uint32_t i = 0; i < allot__syncc_nq(s); i++) {
 		qsync *qs = &s->q[i];
 		if (s->seen[i] || !config_changed(s, i, before))
 			continue;
@@ -812,7 +798,7 @@ apply_welcome(syncc *s, uint64_t now, const Allot__V1__Welcome *w)
 		    "ALLOT-SYNC-UNKNOWN-KEYS",
 		    "coordinator has no quota for %zu of our %u "
 		    "quotas; they keep their local allowance",
-		    w->n_unknown_keys, nq(s));
+		    w->n_unknown_keys, allot__syncc_nq(s));
 	uint32_t before = config_take(s, now, w->config_digest, &w->config);
 	if (w->config_digest != a->cfg->digest)
 		allot__log(&a->log, ALLOT_LOG_NOTICE,
@@ -872,7 +858,7 @@ stale(syncc *s, const Allot__V1__Envelope *env)
 		 * already talk to (restarted, and elected again). What we
 		 * run on is the old leader's grant: say so (foreign). */
 		if (e > s->epoch_seen && s->epoch_seen != 0)
-			for (uint32_t k = 0; k < nq(s); k++)
+			for (uint32_t k = 0; k < allot__syncc_nq(s); k++)
 				s->q[k].foreign = true;
 		s->epoch_seen = e;
 		atomic_store(&s->epoch_pub, e);
@@ -1038,7 +1024,7 @@ out:
 void
 allot__syncc_moved(syncc *s)
 {
-	for (uint32_t k = 0; k < nq(s); k++)
+	for (uint32_t k = 0; k < allot__syncc_nq(s); k++)
 		s->q[k].foreign = true;
 	count_unconfirmed(s);
 }
@@ -1050,124 +1036,4 @@ allot__syncc_check_lease(syncc *s, uint64_t now)
 		return;
 	if (now >= s->lease_until_ns)
 		enter_fallback(s);
-}
-
-uint64_t
-allot__syncc_next_delay_ms(syncc *s, uint64_t now, bool ok)
-{
-	allot_agent *a = s->a;
-	if (ok && s->throttled) {
-		s->throttled = false;
-		ok = false; /* the backoff, not the interval */
-	} else if (ok && s->session == 0) {
-		return 0; /* re-register at once */
-	} else if (ok && nq(s) > s->nwire) {
-		/* A config appended quotas: name them now (add_keys), so
-		 * that their shares come within an exchange, not a T. */
-		return 1;
-	}
-	double t;
-	if (ok) {
-		double j = a->opts.sync_jitter;
-		t = a->opts.sync_interval_ms *
-		    (1.0 + j * (2 * uniform(s) - 1));
-		/* After a Welcome, or an early Sync (the grant may need
-		 * the others' next Syncs to free headroom): again after
-		 * half an interval. */
-		if (s->welcomed || s->early_sent) {
-			s->welcomed = false;
-			s->early_sent = false;
-			t /= 2;
-		}
-		if (s->returning) {
-			s->returning = false;
-			t = fmin(t, a->opts.sync_interval_ms / 8.0);
-		}
-	} else {
-		/* Full jitter between the floor and the current backoff. */
-		double lo = a->opts.reconnect_min_ms;
-		double hi = s->backoff_ms > lo ? s->backoff_ms : lo;
-		t = lo + (hi - lo) * uniform(s);
-	}
-	/* Wake up in time to notice the lease running out. */
-	if (s->lease_until_ns != 0 && !atomic_load(&s->in_fallback)) {
-		double left = s->lease_until_ns > now ?
-		    (double) (s->lease_until_ns - now) / 1e6 :
-		    0;
-		if (left + 1 < t)
-			t = left + 1;
-	}
-	return t < 1 ? 1 : (uint64_t) t;
-}
-
-bool
-allot__syncc_early_due(syncc *s, uint64_t now)
-{
-	allot_agent *a = s->a;
-	/* A newcomer's first Syncs are paced by its Welcome (it asks
-	 * again after half an interval), and a zero grant is the
-	 * coordinator waiting for the others to give back: asking sooner
-	 * would find no headroom, and would only push the next Sync back. */
-	if (s->session == 0 || s->seq < 3 || s->welcomed || s->throttled ||
-	    s->backoff_ms != 0 || atomic_load(&s->in_fallback))
-		return false;
-	uint64_t gap = (uint64_t) a->opts.sync_interval_ms * 250000u;
-	if (now < s->last_sync_ns + gap)
-		return false;
-	for (uint32_t i = 0; i < nq(s); i++) {
-		allot__qrt *q = &a->quotas[i];
-		if (q->is_default || s->q[i].denying ||
-		    !(s->q[i].share_rate > 0))
-			continue;
-		allot__ktotals t;
-		allot__quota_totals(a, q, &t);
-		if ((int64_t) (t.denied_tokens - s->q[i].last_denied) > 0) {
-			s->early = true;
-			return true;
-		}
-	}
-	return false;
-}
-
-void
-allot__syncc_stats(syncc *s, uint64_t now, allot_sync_stats *ret)
-{
-	ret->enabled = true;
-	ret->connected = atomic_load(&s->connected);
-	ret->in_fallback = atomic_load(&s->in_fallback);
-	ret->replicas = atomic_load(&s->replicas);
-	ret->config_epoch = atomic_load(&s->epoch);
-	ret->config_digest = atomic_load(&s->digest);
-	ret->session = atomic_load(&s->session_pub);
-	ret->registers = atomic_load(&s->registers);
-	ret->syncs_ok = atomic_load(&s->syncs_ok);
-	ret->syncs_failed = atomic_load(&s->syncs_failed);
-	ret->errors_received = atomic_load(&s->errors_received);
-	ret->fallback_enters = atomic_load(&s->fallback_enters);
-	ret->fallback_leaves = atomic_load(&s->fallback_leaves);
-	ret->unknown_keys = atomic_load(&s->unknown_keys);
-	ret->reports_sent = atomic_load(&s->reports_sent);
-	ret->bytes_sent = atomic_load(&s->bytes_sent);
-	ret->last_rtt_us = atomic_load(&s->last_rtt_us);
-	ret->unreported_tokens = atomic_load(&s->unreported_tokens);
-	ret->throttled = atomic_load(&s->throttled_n);
-	ret->early_syncs = atomic_load(&s->early_syncs);
-	ret->enforced_digest = atomic_load(&s->enforced);
-	ret->config_installs = atomic_load(&s->config_installs);
-	ret->config_rejects = atomic_load(&s->config_rejects);
-	ret->keys_unconfirmed = atomic_load(&s->unconfirmed);
-	ret->not_leader = atomic_load(&s->not_leader_n);
-	ret->stale_epoch = atomic_load(&s->stale_epoch_n);
-	ret->leader_epoch = atomic_load(&s->epoch_pub);
-	ret->loan_tokens = atomic_load(&s->loan_tokens);
-	ret->debit_tokens = atomic_load(&s->debit_tokens);
-	ret->usage_incarnation = s->acct.incarnation;
-	ret->usage_pending = atomic_load(&s->acct.pending_pub);
-	ret->usage_durable = atomic_load(&s->acct.durable);
-	ret->usage_folded = atomic_load(&s->acct.folded);
-	ret->usage_dropped_tokens = atomic_load(&s->acct.dropped_tokens);
-	int64_t until = atomic_load(&s->lease_until_pub);
-	ret->lease_remaining_ms = until == 0 ?
-	    0 :
-	    until - (int64_t) (now / 1000000u);
 }

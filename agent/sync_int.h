@@ -183,9 +183,17 @@ void allot__syncc_failed(allot__syncc *c, uint64_t now, const char *why);
 /* Enter fallback if the lease ran out. */
 void allot__syncc_check_lease(allot__syncc *c, uint64_t now);
 
-/* When to run the next exchange, in ms from now: the interval with
- * jitter after success, a full-jitter backoff after failure, never past
- * the lease expiry, and 0 when a re-registration is due. */
+/* The quotas in use: the engine's thread is the one that appends to
+ * them. */
+static inline uint32_t
+allot__syncc_nq(const allot__syncc *c)
+{
+	return atomic_load_explicit(&c->a->nquotas, memory_order_relaxed);
+}
+
+/* When to run the next exchange, in ms from now (sync_schedule.c): the
+ * interval with jitter after success, a full-jitter backoff after failure,
+ * never past the lease expiry, and 0 when a re-registration is due. */
 uint64_t allot__syncc_next_delay_ms(allot__syncc *c, uint64_t now, bool ok);
 
 /* Whether to run an exchange now, before the interval is up: a key
