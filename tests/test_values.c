@@ -12,6 +12,8 @@
  * two replicas against a real allotd.
  */
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +368,108 @@ START_TEST(global_across_replicas)
 }
 END_TEST
 
+typedef struct fakes {
+	const char *url;
+	_Atomic bool stop;
+	int syncs;
+} fakes;
+
+/* Three replicas that register for the service and claim, every 50 ms,
+ * a million denied tokens of value "victim" (Sync.values), and nothing
+ * else. */
+static void *
+fakes_run(void *arg)
+{
+	fakes *f = arg;
+	pc_replica r[3];
+	const char *keys[] = { "default" };
+	for (int i = 0; i < 3; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "fake-%d", i);
+		ck_assert_int_eq(
+		    pc_replica_join(&r[i], f->url, id, "svc", keys, 1), 0);
+	}
+	while (!atomic_load(&f->stop)) {
+		for (int i = 0; i < 3; i++) {
+			Allot__V1__ValueReport vr;
+			allot__v1__value_report__init(&vr);
+			vr.key = 0;
+			vr.value = "victim";
+			vr.denied = 1000000;
+			Allot__V1__ValueReport *vp = &vr;
+			Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
+			sy.session = r[i].session;
+			sy.seq = ++r[i].seq;
+			sy.elapsed_ms = 50;
+			sy.n_values = 1;
+			sy.values = &vp;
+			Allot__V1__Envelope *e = pc_send_sync(&r[i].c, &sy);
+			if (e != NULL && pc_error_code(e) < 0)
+				f->syncs++;
+			pc_free(e);
+		}
+		pc_sleep_ms(50);
+	}
+	for (int i = 0; i < 3; i++)
+		pc_replica_close(&r[i]);
+	return NULL;
+}
+
+/* Three fake replicas of the service claim a value far above its rate:
+ * the honest replica that serves it at a quarter of R still gets its
+ * traffic admitted (its part is max-min fair: at least min(its
+ * traffic, R / n)), where a split in proportion to the claims left it
+ * 9 % of R and 22 of its 60 requests. */
+START_TEST(claims_cannot_starve_a_value)
+{
+	static const char *cfg =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 100, burst: 10, shared: false}\n";
+	pc_coord c;
+	pc_coord_init(&c, "/tmp/allot-values-fake", cfg);
+	const char *args[] = { "--interval-ms", "50", NULL };
+	pc_coord_spawn(&c, args, NULL);
+	allot_agent *a = km_remote_agent(&c, "honest", cfg);
+	km_synced(&a, 1);
+	fakes f = { .url = c.url };
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, fakes_run, &f), 0);
+	pc_sleep_ms(500); /* the claims are in */
+	/* 20 requests a second for 3 s: a fifth of R, below R / 4. */
+	int ok = 0, asked = 0;
+	uint64_t t0 = pc_now_ms();
+	while (pc_now_ms() - t0 < 3000) {
+		ok += km_ask(a, "victim", NULL, NULL);
+		asked++;
+		pc_sleep_ms(50);
+	}
+	atomic_store(&f.stop, true);
+	pthread_join(th, NULL);
+	pthread_mutex_lock(&a->dyn_lock);
+	uint32_t reps = 0;
+	double rate = 0;
+	for (uint32_t j = 0; j < a->dyn_cap; j++)
+		if (a->vals[j].refs > 0 &&
+		    strcmp(a->vals[j].value, "victim") == 0) {
+			reps = a->vals[j].replicas;
+			rate = a->vals[j].share_rate;
+		}
+	pthread_mutex_unlock(&a->dyn_lock);
+	fprintf(stderr,
+	    "values: three fakes claiming \"victim\" (%d Syncs): the "
+	    "honest replica admitted %d of %d at 20/s, its part %.1f/s of "
+	    "100 over %u replicas\n",
+	    f.syncs, ok, asked, rate, reps);
+	ck_assert_int_gt(f.syncs, 30);
+	ck_assert_uint_eq(reps, 4);
+	/* Its claim (20/s with headroom) is above R / 4: the equal part. */
+	ck_assert(rate > 20 && rate <= 25.01);
+	ck_assert_int_ge(ok, asked - 2);
+	allot_agent_destroy(a);
+	pc_coord_done(&c, 5000);
+}
+END_TEST
+
 static Suite *
 values_suite(void)
 {
@@ -382,6 +486,7 @@ values_suite(void)
 	tc = tcase_create("allotd");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, global_across_replicas);
+	tcase_add_test(tc, claims_cannot_starve_a_value);
 	suite_add_tcase(s, tc);
 	return s;
 }

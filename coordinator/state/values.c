@@ -8,11 +8,12 @@
  * would get R from each. So each Sync reports the values that moved
  * (Sync.values), and its Reply gives back, for each of them, this
  * replica's part (Reply.values): R and B split over the replicas the
- * value was reported by within the last ALLOT__VALUE_IDLE_NS, in
- * proportion to their traffic there, each replica's counted at most R
- * (admitted plus denied tokens a second, smoothed over two reports).
- * The parts sum to R and B, so a value is held to its quota globally
- * within one sync interval of its spreading to a new replica.
+ * value was reported by within the last ALLOT__VALUE_IDLE_NS, max-min
+ * fair by their traffic there (admitted plus denied tokens a second,
+ * at most R each, smoothed over two reports; vpart()). The parts sum to
+ * at most R and B, so a value is held to its quota globally within one
+ * sync interval of its spreading to a new replica, and no replica gets
+ * less than min(its traffic, R / n), whatever the others report.
  *
  * Bounded: a service's table holds at most ALLOT__VALUES_SVC_MAX values
  * (past it, new values are not split: they run on the whole quota
@@ -24,6 +25,7 @@
  */
 #include "registry_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,10 @@
 #define ALLOT__VALUE_REPLICAS 8u
 /* A replica's part counts this long after its last report of it. */
 #define ALLOT__VALUE_IDLE_NS 3000000000u
+/* A replica's claim on a value: its traffic there with this much
+ * headroom (at most R), so that a replica served its claim exactly is
+ * not refused by the jitter of its own traffic. */
+#define ALLOT__VALUE_HEADROOM 1.5
 /* Value reports read from one Sync (the agent sends 256 at most). */
 #define ALLOT__VALUES_SYNC_MAX 256u
 
@@ -174,23 +180,54 @@ allot__quota_per_value(const cfgv *v, int32_t q)
 }
 
 /* This replica's part of value `e` (its slot `me`) at `now`: rate and
- * burst, and the replicas it is active on. */
+ * burst, and the replicas it is active on. Max-min fair over their
+ * claims c_i (traffic with headroom, at most R): while the c_i sum to
+ * at most R, parts in proportion to them (all of R handed out); beyond
+ * it, each gets min(c_i, L), the level L where those sum to R. So a
+ * replica gets at least min(c_i, R / n): never less than the equal
+ * split would give its traffic, however much the others claim. The
+ * burst in the same proportion. */
 static void
 vpart(const cfgv *v, const vent *e, const vrep *me, uint64_t now,
     Allot__V1__ValueShare *ret)
 {
-	double sum = 0;
+	double x[ALLOT__VALUE_REPLICAS], sum = 0;
 	uint32_t n = 0;
 	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
 		const vrep *r = &e->r[j];
 		if (r->session == 0 ||
 		    since(now, r->seen_ns) >= ALLOT__VALUE_IDLE_NS)
 			continue;
-		sum += r->rate;
-		n++;
+		x[n] = fmin(v->rate[e->q], ALLOT__VALUE_HEADROOM * r->rate);
+		sum += x[n++];
 	}
-	double f = n <= 1 ? 1.0 : sum > 0 ? me->rate / sum : 1.0 / n;
-	ret->rate = v->rate[e->q] * f;
+	double R = v->rate[e->q], f;
+	double mine = fmin(R, ALLOT__VALUE_HEADROOM * me->rate);
+	if (n <= 1) {
+		f = 1.0;
+	} else if (!(sum > 0)) {
+		f = 1.0 / n;
+	} else if (sum <= R) {
+		f = mine / sum;
+	} else {
+		/* The level: the fewest-traffic replicas served in full,
+		 * the rest sharing what is left equally. */
+		for (uint32_t i = 1; i < n; i++)
+			for (uint32_t j = i; j > 0 && x[j - 1] > x[j]; j--) {
+				double t = x[j];
+				x[j] = x[j - 1];
+				x[j - 1] = t;
+			}
+		double left = R, level = R / n;
+		for (uint32_t i = 0; i < n; i++) {
+			level = left / (double) (n - i);
+			if (x[i] >= level)
+				break;
+			left -= x[i];
+		}
+		f = fmin(mine, level) / R;
+	}
+	ret->rate = R * f;
 	ret->burst = v->burst[e->q] * f;
 	ret->replicas = n > 0 ? n : 1;
 }
