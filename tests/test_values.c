@@ -470,6 +470,59 @@ START_TEST(claims_cannot_starve_a_value)
 }
 END_TEST
 
+/* One replica reporting 10,240 distinct values: allotd splits at most
+ * 8,192 of them for it (one peer cannot fill the service's table), the
+ * rest counted unsplit. */
+START_TEST(one_session_cannot_fill_the_table)
+{
+	static const char *cfg =
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 100, burst: 10, shared: false}\n";
+	pc_coord c;
+	pc_coord_init(&c, "/tmp/allot-values-flood", cfg);
+	pc_coord_spawn(&c, NULL, NULL);
+	pc_replica r;
+	const char *keys[] = { "default" };
+	ck_assert_int_eq(
+	    pc_replica_join(&r, c.url, "flood", "svc", keys, 1), 0);
+	static char names[256][32];
+	Allot__V1__ValueReport vr[256], *vp[256];
+	uint32_t answered = 0;
+	for (int m = 0; m < 40; m++) {
+		for (int i = 0; i < 256; i++) {
+			snprintf(names[i], sizeof names[i], "v-%d-%d", m, i);
+			allot__v1__value_report__init(&vr[i]);
+			vr[i].value = names[i];
+			vr[i].admitted = 1;
+			vp[i] = &vr[i];
+		}
+		Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
+		sy.session = r.session;
+		sy.seq = ++r.seq;
+		sy.elapsed_ms = 100;
+		sy.n_values = 256;
+		sy.values = vp;
+		Allot__V1__Envelope *e = pc_send_sync(&r.c, &sy);
+		ck_assert_ptr_nonnull(e);
+		ck_assert_int_eq(
+		    e->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);
+		answered += (uint32_t) e->reply->n_values;
+		pc_free(e);
+	}
+	double held = pc_metric_get(c.http, "allotd_values{service=\"svc\"}");
+	double unsplit = pc_metric_get(
+	    c.http, "allotd_values_unsplit_total{service=\"svc\"}");
+	fprintf(stderr,
+	    "values: one replica reported 10,240 values: %u answered, %.0f "
+	    "held, %.0f unsplit\n",
+	    answered, held, unsplit);
+	ck_assert_uint_eq(answered, 8192);
+	ck_assert(held == 8192 && unsplit == 2048);
+	pc_replica_close(&r);
+	pc_coord_done(&c, 5000);
+}
+END_TEST
+
 static Suite *
 values_suite(void)
 {
@@ -487,6 +540,7 @@ values_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, global_across_replicas);
 	tcase_add_test(tc, claims_cannot_starve_a_value);
+	tcase_add_test(tc, one_session_cannot_fill_the_table);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -234,6 +234,7 @@ typedef struct session {
 	                      Register, moves demand to it
 	                      (allot__conserve_join) */
 	bool unacked; /* some key's may_* is above its grant */
+	uint32_t nvalues; /* values it holds a part of (values.c) */
 	double interval_s; /* its sync interval (demand smoothing) */
 	uint64_t last_reply_ns; /* our last answer: its lease runs from */
 	uint32_t last_replicas; /* here at the latest, and the count */
@@ -778,7 +779,8 @@ void allot__values_sync(allot__state *st, service *svc, session *s,
     const Allot__V1__Sync *req, uint64_t now, ProtobufCAllocator *pa,
     Allot__V1__Reply *ret);
 /* Each second: values nobody reported lately leave. */
-void allot__values_second(service *svc, uint64_t now);
+void allot__values_second(
+    const allot__state *st, service *svc, uint64_t now);
 void allot__values_free(service *svc);
 /* Values `svc` splits now. */
 uint32_t allot__values_count(const service *svc);

@@ -506,7 +506,7 @@ metrics_config(const snap *sn, allot__buf *b, bool legacy)
 		    offsetof(snap_service, values) },
 		{ "allotd_values_unsplit_total", "counter",
 		    "Value reports left unsplit: the service's table of "
-		    "values was full.",
+		    "values, or the replica's share of it, was full.",
 		    offsetof(snap_service, values_unsplit) },
 	};
 	for (size_t f = 0; f < sizeof per_service / sizeof *per_service; f++) {

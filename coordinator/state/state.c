@@ -185,7 +185,7 @@ allot__state_second(allot__state *st)
 	allot__store *store = st->o.store;
 	for (size_t i = 0; i < st->nsvcs; i++) {
 		service *svc = st->svcs[i];
-		allot__values_second(svc, now);
+		allot__values_second(st, svc, now);
 		for (size_t q = 0; q < v->nq; q++) {
 			squota *sq = &svc->q[q];
 			double R = v->rate[q], B = v->burst[q];

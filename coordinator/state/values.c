@@ -17,7 +17,9 @@
  *
  * Bounded: a service's table holds at most ALLOT__VALUES_SVC_MAX values
  * (past it, new values are not split: they run on the whole quota
- * where they are, counted in allotd_values_unsplit_total), a value
+ * where they are, counted in allotd_values_unsplit_total), a session a
+ * part of at most ALLOT__VALUES_SESSION_MAX (so one peer cannot fill the
+ * table; its values past that are unsplit too), a value
  * follows at most ALLOT__VALUE_REPLICAS replicas (more share the
  * smallest part's slot), a Sync's reports past ALLOT__VALUES_SYNC_MAX
  * are dropped, and a value nobody reported for ALLOT__VALUE_IDLE_NS
@@ -42,6 +44,9 @@
  * headroom (at most R), so that a replica served its claim exactly is
  * not refused by the jitter of its own traffic. */
 #define ALLOT__VALUE_HEADROOM 1.5
+/* Values one session may hold a part of: one peer cannot fill its
+ * service's table (the agent's default pool is half this). */
+#define ALLOT__VALUES_SESSION_MAX 8192u
 /* Value reports read from one Sync (the agent sends 256 at most). */
 #define ALLOT__VALUES_SYNC_MAX 256u
 
@@ -152,24 +157,43 @@ vdel(allot__vtab *t, uint32_t i)
 	allot__idmap_add(&t->index, t->e[i].hash, i);
 }
 
-/* Session `sid`'s slot of `e`: its own, else a free or stale one, else
- * the one with the least traffic. */
-static vrep *
-vslot(vent *e, uint64_t sid, uint64_t now)
+/* Slot `r` of a value is let go: its session holds one part less. */
+static void
+vdrop(const allot__state *st, vrep *r)
 {
-	vrep *least = &e->r[0];
-	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++)
-		if (e->r[j].session == sid)
-			return &e->r[j];
-	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
-		vrep *r = &e->r[j];
-		if (r->session == 0 ||
-		    since(now, r->seen_ns) >= ALLOT__VALUE_IDLE_NS)
-			return memset(r, 0, sizeof *r);
-		if (r->rate < least->rate)
-			least = r;
+	if (r->session != 0) {
+		session *o = allot__session_find(st, r->session);
+		if (o != NULL && o->nvalues > 0)
+			o->nvalues--;
 	}
-	return memset(least, 0, sizeof *least);
+	memset(r, 0, sizeof *r);
+}
+
+/* Session `s`'s slot of `e`: its own, else (within its
+ * ALLOT__VALUES_SESSION_MAX) a free or stale one, else the one with the
+ * least traffic; NULL when it holds as many as it may. */
+static vrep *
+vslot(const allot__state *st, vent *e, session *s, uint64_t now)
+{
+	vrep *least = &e->r[0], *r = NULL;
+	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++)
+		if (e->r[j].session == s->id)
+			return &e->r[j];
+	if (s->nvalues >= ALLOT__VALUES_SESSION_MAX)
+		return NULL;
+	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS && r == NULL; j++) {
+		vrep *x = &e->r[j];
+		if (x->session == 0 ||
+		    since(now, x->seen_ns) >= ALLOT__VALUE_IDLE_NS)
+			r = x;
+		else if (x->rate < least->rate)
+			least = x;
+	}
+	if (r == NULL)
+		r = least;
+	vdrop(st, r);
+	s->nvalues++;
+	return r;
 }
 
 bool
@@ -264,7 +288,8 @@ allot__values_sync(allot__state *st, service *svc, session *s,
 		uint64_t h = vhash(key->q, r->value, len);
 		vent *e = vfind(t, key->q, r->value, h);
 		if (e == NULL &&
-		    (e = vadd(t, key->q, r->value, len, h)) == NULL) {
+		    (s->nvalues >= ALLOT__VALUES_SESSION_MAX ||
+		        (e = vadd(t, key->q, r->value, len, h)) == NULL)) {
 			svc->values_unsplit++;
 			continue;
 		}
@@ -275,7 +300,11 @@ allot__values_sync(allot__state *st, service *svc, session *s,
 		double x = ((double) r->admitted + (double) r->denied) / dt;
 		if (x > R)
 			x = R;
-		vrep *me = vslot(e, s->id, now);
+		vrep *me = vslot(st, e, s, now);
+		if (me == NULL) {
+			svc->values_unsplit++;
+			continue;
+		}
 		me->rate = me->session == s->id ? 0.5 * me->rate + 0.5 * x : x;
 		me->session = s->id;
 		me->seen_ns = now;
@@ -295,7 +324,7 @@ allot__values_sync(allot__state *st, service *svc, session *s,
 }
 
 void
-allot__values_second(service *svc, uint64_t now)
+allot__values_second(const allot__state *st, service *svc, uint64_t now)
 {
 	allot__vtab *t = svc->vals;
 	if (t == NULL)
@@ -303,9 +332,15 @@ allot__values_second(service *svc, uint64_t now)
 	for (uint32_t i = t->n; i-- > 0;) {
 		vent *e = &t->e[i];
 		bool live = false;
-		for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++)
-			live |= e->r[j].session != 0 &&
-			    since(now, e->r[j].seen_ns) < ALLOT__VALUE_IDLE_NS;
+		for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
+			vrep *r = &e->r[j];
+			if (r->session == 0)
+				continue;
+			if (since(now, r->seen_ns) < ALLOT__VALUE_IDLE_NS)
+				live = true;
+			else
+				vdrop(st, r);
+		}
 		if (!live)
 			vdel(t, i);
 	}
