@@ -444,6 +444,9 @@ struct allot_agent {
 	uint32_t val_free; /* free list head, UINT32_MAX = none */
 	_Atomic uint32_t nvals;
 	bool per_value; /* the config in force has shared: false */
+	/* The default quota's rate, burst and shadow for them. */
+	double val_rate, val_burst;
+	bool val_shadow;
 
 	/* Stacked levels (allot__stack), by key id; NULL when no key
 	 * has room for them (never: allocated at create, untouched pages

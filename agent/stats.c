@@ -80,9 +80,10 @@ allot__quota_totals(allot_agent *a, const allot__qrt *q, allot__ktotals *ret)
 		return;
 	pthread_mutex_lock(&a->dyn_lock);
 	allot__ktotals_add(ret, &q->retired);
+	/* Free keys too: a decision that resolved an identity just before
+	 * its key was recycled counts there after the recycle read it
+	 * (agent.c, dyn_recycle()), until the key's next identity. */
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
-		if (allot__kc(a, &a->dyn_keys[i])->slot == UINT32_MAX)
-			continue;
 		allot__key_totals(a, &a->dyn_keys[i], &t);
 		allot__ktotals_add(ret, &t);
 	}

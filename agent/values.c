@@ -40,7 +40,8 @@ vb_of(allot_agent *a, const allot_key *k)
 }
 
 /* What value bucket `vb` runs on: the default quota's rate and burst
- * (its static ones: shared: false has no ceiling to cut them), or the
+ * (its static ones, as the last reconfig left them: shared: false has
+ * no ceiling to cut them), or the
  * coordinator's part of them while the value is active on several
  * replicas; a burst never below the heaviest endpoint (as any bucket's,
  * allot__quota_set()), and a closed or unlimited default's fixed mode. */
@@ -48,7 +49,7 @@ static void
 vb_allowance(allot_agent *a, const allot__vbucket *vb, allot__allowance *al)
 {
 	allot__qrt *q = def_quota(a);
-	double r = q->static_rate, b = q->static_burst;
+	double r = a->val_rate, b = a->val_burst;
 	if (vb->replicas > 1) {
 		r = fmin(r, vb->share_rate);
 		b = fmin(b, vb->share_burst);
@@ -69,7 +70,7 @@ vb_install(allot_agent *a, allot__vbucket *vb, uint64_t now)
 	allot__allowance al;
 	vb_allowance(a, vb, &al);
 	allot__bucket_set(&vb->bucket, &al, now);
-	bool shadow = def_quota(a)->q->shadow;
+	bool shadow = a->val_shadow;
 	if (atomic_load_explicit(&vb->bucket.shadow, memory_order_relaxed) !=
 	    shadow)
 		atomic_store_explicit(
@@ -192,6 +193,12 @@ void
 allot__values_apply(allot_agent *a)
 {
 	a->per_value = !a->cfg->def.shared && a->vals != NULL;
+	/* What a value's bucket runs on, copied while the reconfig holds
+	 * cfg_lock too: inserts read it under dyn_lock alone. */
+	allot__qrt *q = def_quota(a);
+	a->val_rate = q->static_rate;
+	a->val_burst = q->static_burst;
+	a->val_shadow = q->q->shadow;
 	for (uint32_t i = 0; i < a->dyn_cap; i++) {
 		allot_key *k = &a->dyn_keys[i];
 		if (allot__kc(a, k)->slot == NONE)

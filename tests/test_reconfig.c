@@ -20,6 +20,7 @@
 #include <allot/allot.h>
 
 #include "agent_int.h"
+#include "values.h"
 #include "fallback.h"
 #include "runner.h"
 
@@ -581,6 +582,101 @@ START_TEST(swap_every_ms_under_load)
 }
 END_TEST
 
+struct churn_arg {
+	allot_agent *a;
+	_Atomic bool *stop;
+	int id;
+	uint64_t calls;
+};
+
+/* Decisions on many values, new ones all the time: their pool keys are
+ * evicted and recycled, and their buckets with them, under the
+ * decisions. */
+static void *
+churner(void *p)
+{
+	struct churn_arg *x = p;
+	char id[32];
+	uint64_t i = 0;
+	while (!atomic_load(x->stop)) {
+		snprintf(id, sizeof id, "v-%d-%llu", x->id,
+		    (unsigned long long) (i++ % 400));
+		allot_decision d;
+		int rc = allot_acquire_id(
+		    x->a, id, i % 3 ? "/y" : NULL, ALLOT_COST_DEFAULT, &d);
+		ck_assert_int_eq(rc, ALLOT_OK);
+		x->calls++;
+	}
+	return NULL;
+}
+
+/* Per-value buckets (agent/values.h) under load: three threads deciding
+ * on 1,200 values through a pool of 64 keys evicted after 1 ms idle,
+ * while the config flips between a shared default and a bucket per
+ * value every millisecond: every decision counted once, no more values
+ * held than the pool has keys, and none once the default is shared.
+ * (ThreadSanitizer runs it: `scripts/test`, the threaded suites.) */
+START_TEST(values_churn_under_swaps)
+{
+	allot_agent_options o;
+	allot_agent_options_init(&o);
+	o.log_level = ALLOT_LOG_WARNING;
+	o.max_unknown_keys = 64;
+	o.idle_evict_ms = 1;
+	static const char per_value[] =
+	    "quotas:\n"
+	    "  endpoint_weights: {default: 1, /y: 1}\n"
+	    "  default: {tokens_per_second: 50, burst: 5, shared: false}\n";
+	static const char shared[] =
+	    "quotas:\n"
+	    "  endpoint_weights: {default: 1, /y: 1}\n"
+	    "  default: {tokens_per_second: 50, burst: 5}\n";
+	char err[256];
+	allot_config *c1, *c2;
+	ck_assert_int_eq(allot_config_parse("v.yaml", per_value,
+	                     strlen(per_value), err, sizeof err, &c1),
+	    ALLOT_OK);
+	ck_assert_int_eq(allot_config_parse("s.yaml", shared, strlen(shared),
+	                     err, sizeof err, &c2),
+	    ALLOT_OK);
+	allot_agent *a;
+	ck_assert_int_eq(allot_agent_create(c1, &o, &a), ALLOT_OK);
+	_Atomic bool stop = false;
+	enum { NT = 3 };
+	pthread_t th[NT];
+	struct churn_arg args[NT];
+	for (int i = 0; i < NT; i++) {
+		args[i] = (struct churn_arg) { a, &stop, i, 0 };
+		pthread_create(&th[i], NULL, churner, &args[i]);
+	}
+	struct timespec ms = { 0, 1000000 };
+	uint32_t most = 0;
+	for (int i = 0; i < 200; i++) {
+		ck_assert_int_eq(
+		    allot_agent_set_config(a, i % 2 ? c2 : c1), ALLOT_OK);
+		allot__agent_sweep(a, allot__agent_now(a));
+		uint32_t held = allot__values_held(a);
+		most = held > most ? held : most;
+		nanosleep(&ms, NULL);
+	}
+	ck_assert_int_eq(allot_agent_set_config(a, c2), ALLOT_OK);
+	atomic_store(&stop, true);
+	uint64_t calls = 0;
+	for (int i = 0; i < NT; i++) {
+		pthread_join(th[i], NULL);
+		calls += args[i].calls;
+	}
+	ck_assert_uint_le(most, 64);
+	ck_assert_uint_eq(allot__values_held(a), 0);
+	allot__ktotals t;
+	allot__quota_totals(a, &a->quotas[a->default_quota], &t);
+	ck_assert_uint_eq(t.allowed + t.denied, calls);
+	allot_config_free(c1);
+	allot_config_free(c2);
+	allot_agent_destroy(a);
+}
+END_TEST
+
 static Suite *
 suite(void)
 {
@@ -600,6 +696,7 @@ suite(void)
 	TCase *tt = tcase_create("threads");
 	tcase_set_timeout(tt, 120);
 	tcase_add_test(tt, swap_every_ms_under_load);
+	tcase_add_test(tt, values_churn_under_swaps);
 	suite_add_tcase(s, tt);
 	return s;
 }
