@@ -165,12 +165,9 @@ START_TEST(hostile_strangers_bounded)
 			p[i] = &m[i];
 		}
 		Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
-		sy.session = r.session;
-		sy.seq = ++r.seq;
-		sy.elapsed_ms = 50;
 		sy.n_strangers = 40;
 		sy.strangers = p;
-		Allot__V1__Envelope *e = pc_send_sync(&r.c, &sy);
+		Allot__V1__Envelope *e = pc_replica_send(&r, &sy, 50);
 		ck_assert_ptr_nonnull(e);
 		ck_assert_int_eq(
 		    e->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);

@@ -398,12 +398,10 @@ fakes_run(void *arg)
 			vr.denied = 1000000;
 			Allot__V1__ValueReport *vp = &vr;
 			Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
-			sy.session = r[i].session;
-			sy.seq = ++r[i].seq;
-			sy.elapsed_ms = 50;
 			sy.n_values = 1;
 			sy.values = &vp;
-			Allot__V1__Envelope *e = pc_send_sync(&r[i].c, &sy);
+			Allot__V1__Envelope *e = pc_replica_send(
+			    &r[i], &sy, 50);
 			if (e != NULL && pc_error_code(e) < 0)
 				f->syncs++;
 			pc_free(e);
@@ -497,12 +495,9 @@ START_TEST(one_session_cannot_fill_the_table)
 			vp[i] = &vr[i];
 		}
 		Allot__V1__Sync sy = ALLOT__V1__SYNC__INIT;
-		sy.session = r.session;
-		sy.seq = ++r.seq;
-		sy.elapsed_ms = 100;
 		sy.n_values = 256;
 		sy.values = vp;
-		Allot__V1__Envelope *e = pc_send_sync(&r.c, &sy);
+		Allot__V1__Envelope *e = pc_replica_send(&r, &sy, 100);
 		ck_assert_ptr_nonnull(e);
 		ck_assert_int_eq(
 		    e->body_case, ALLOT__V1__ENVELOPE__BODY_REPLY);

@@ -343,6 +343,15 @@ pc_replica_sync(
 	return 0;
 }
 
+Allot__V1__Envelope *
+pc_replica_send(pc_replica *r, Allot__V1__Sync *sy, uint32_t elapsed_ms)
+{
+	sy->session = r->session;
+	sy->seq = ++r->seq;
+	sy->elapsed_ms = elapsed_ms;
+	return pc_send_sync(&r->c, sy);
+}
+
 void
 pc_replica_close(pc_replica *r)
 {

@@ -103,6 +103,11 @@ int pc_replica_join(pc_replica *r, const char *url, const char *id,
  * NULL) receives Reply.rejected_reports. */
 int pc_replica_sync(
     pc_replica *r, const pc_report *rep, size_t n, uint32_t *ret_rejected);
+/* Sync `sy` (whatever else it carries) as replica `r`'s next: its
+ * session, next seq and `elapsed_ms` filled in. The answer (NULL on a
+ * transport failure), to free with pc_free(). */
+Allot__V1__Envelope *pc_replica_send(
+    pc_replica *r, Allot__V1__Sync *sy, uint32_t elapsed_ms);
 void pc_replica_close(pc_replica *r);
 
 /* ---- replicas kept syncing from a thread ---- */
