@@ -18,6 +18,8 @@
  *   coordinator.agent_bytes_per_identity  liballot memory per slot of
  *                                   the unknown-identity pool, with one
  *                                   deciding thread
+ *   coordinator.agent_bytes_per_value  the same with a bucket per value
+ *                                   (shared: false on the default)
  *   coordinator.agent_growth_after_1m_bytes  heap growth of an agent with
  *                                   a 100,000-slot pool fed 900,000 more
  *                                   distinct identities once full
@@ -289,6 +291,9 @@ main(int argc, char **argv)
 		{ "coordinator.agent_bytes_per_identity", "B", 0,
 		    "agent bytes per unknown-identity slot, 1 thread",
 		    BENCH_NO_TARGET, 0, mem.agent_bytes_per_identity },
+		{ "coordinator.agent_bytes_per_value", "B", 0,
+		    "the same with a bucket per value (shared: false)",
+		    BENCH_NO_TARGET, 0, mem.agent_bytes_per_value },
 		{ "coordinator.agent_pool_100k_bytes", "B", 0,
 		    "agent heap, 100,000-slot pool full", BENCH_NO_TARGET, 0,
 		    mem.agent_pool_bytes },

@@ -48,6 +48,12 @@ static const char agent_cfg[] = "quotas:\n"
                                 "    - identity: \"spiffe://bench/known\"\n"
                                 "      tokens_per_second: 100\n"
                                 "      burst: 100\n";
+/* The same with a bucket per value (agent/values.h). */
+static const char agent_cfg_values[] = "quotas:\n"
+                                       "  default:\n"
+                                       "    tokens_per_second: 1000000\n"
+                                       "    burst: 1000000\n"
+                                       "    shared: false\n";
 
 /* Feed `n` distinct identities (numbered from `from`) to `a`. */
 static void
@@ -65,12 +71,12 @@ feed(allot_agent *a, uint32_t from, uint32_t n)
 }
 
 static allot_agent *
-agent_new(uint32_t cap)
+agent_new(uint32_t cap, const char *text)
 {
 	allot_config *cfg;
 	char err[256];
-	if (allot_config_parse("bench", agent_cfg, sizeof agent_cfg - 1, err,
-	        sizeof err, &cfg) != ALLOT_OK)
+	if (allot_config_parse("bench", text, strlen(text), err, sizeof err,
+	        &cfg) != ALLOT_OK)
 		bench_fail("config: %s", err);
 	allot_agent_options o;
 	allot_agent_options_init(&o);
@@ -85,10 +91,10 @@ agent_new(uint32_t cap)
 
 /* Heap held by an agent with a pool of `cap` after `cap` identities. */
 static double
-agent_full(uint32_t cap)
+agent_full(uint32_t cap, const char *text)
 {
 	size_t m0 = heap_bytes();
-	allot_agent *a = agent_new(cap);
+	allot_agent *a = agent_new(cap, text);
 	feed(a, 0, cap);
 	if (a->dyn_used != cap)
 		bench_fail("pool of %u holds %u identities", cap, a->dyn_used);
@@ -203,12 +209,17 @@ void
 bench_memory(const bench_opts *o, bench_memory_figures *ret)
 {
 	bench_progress(o, "memory: agent pools of 1,000 and 101,000");
-	double small = agent_full(1000), large = agent_full(101000);
+	double small = agent_full(1000, agent_cfg),
+	       large = agent_full(101000, agent_cfg);
 	ret->agent_bytes_per_identity = (large - small) / 100000.0;
+	bench_progress(o, "memory: the same with a bucket per value");
+	small = agent_full(1000, agent_cfg_values);
+	large = agent_full(101000, agent_cfg_values);
+	ret->agent_bytes_per_value = (large - small) / 100000.0;
 
 	bench_progress(o, "memory: 1,000,000 identities into 100,000 slots");
 	size_t m0 = heap_bytes();
-	allot_agent *a = agent_new(100000);
+	allot_agent *a = agent_new(100000, agent_cfg);
 	feed(a, 0, 100000);
 	size_t full = heap_bytes();
 	feed(a, 100000, 900000);

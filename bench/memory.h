@@ -10,6 +10,7 @@
 
 typedef struct bench_memory_figures {
 	double agent_bytes_per_identity; /* one pool slot, one thread */
+	double agent_bytes_per_value; /* the same, shared: false */
 	double agent_pool_bytes; /* 100,000-slot agent, pool full */
 	double agent_growth_bytes; /* then 900,000 more identities */
 	double agent_overflowed; /* decisions on the overflow key */
