@@ -382,6 +382,7 @@ fakes_run(void *arg)
 {
 	fakes *f = arg;
 	pc_replica r[3];
+	memset(r, 0, sizeof r);
 	const char *keys[] = { "default" };
 	for (int i = 0; i < 3; i++) {
 		char id[32];
@@ -480,6 +481,7 @@ START_TEST(one_session_cannot_fill_the_table)
 	pc_coord_init(&c, "/tmp/allot-values-flood", cfg);
 	pc_coord_spawn(&c, NULL, NULL);
 	pc_replica r;
+	memset(&r, 0, sizeof r);
 	const char *keys[] = { "default" };
 	ck_assert_int_eq(
 	    pc_replica_join(&r, c.url, "flood", "svc", keys, 1), 0);
