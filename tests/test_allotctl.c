@@ -560,6 +560,22 @@ START_TEST(check_config_sizing)
 	    "second 210% (2.1x)");
 	pc_run_free(&r);
 
+	/* A bucket per unknown caller is said as such, and not summed. */
+	char pv[256];
+	snprintf(pv, sizeof pv, "%s/per-value.yaml", dir);
+	pc_write_file(pv,
+	    "quotas:\n"
+	    "  default: {tokens_per_second: 5, burst: 10, shared: false}\n"
+	    "  callers:\n"
+	    "    - {identity: a, tokens_per_second: 1, burst: 2}\n");
+	r = ctl("check-config", pv, NULL);
+	ck_assert_msg(r.status == 0, "check-config: %d %s", r.status, r.err);
+	assert_has(r.out, "default (each unknown caller its own)");
+	assert_has(r.out,
+	    "1 tokens/s in total (and 5 more for each unknown caller: "
+	    "shared: false)");
+	pc_run_free(&r);
+
 	/* A bad file: the loader's FILE:LINE:COL message, exit 1. */
 	char bad[256];
 	snprintf(bad, sizeof bad, "%s/bad.yaml", dir);

@@ -208,7 +208,9 @@ print_quotas(const allot_config *cfg, sums *ret)
 		quota_row(&t, cfg, q, ctl_strdup(key));
 	}
 	quota_row(&t, cfg, &cfg->def,
-	    ctl_strdup("default (shared by unknown callers)"));
+	    ctl_strdup(cfg->def.shared ?
+	            "default (shared by unknown callers)" :
+	            "default (each unknown caller its own)"));
 	putchar('\n');
 	ctl_table_print(&t, stdout);
 	ctl_table_free(&t);
@@ -231,7 +233,11 @@ print_allocation(const allot_config *cfg, const sums *s)
 	printf(", %s tokens/s in total", s->sr);
 	char *dr = ctl_num(d->rate);
 	char *all = ctl_num(s->rate + d->rate);
-	printf(" (%s with the shared default's %s)", all, dr);
+	if (d->shared)
+		printf(" (%s with the shared default's %s)", all, dr);
+	else
+		printf(" (and %s more for each unknown caller: shared: false)",
+		    dr);
 	free(all);
 	free(dr);
 	putchar('\n');
