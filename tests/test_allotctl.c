@@ -575,6 +575,10 @@ START_TEST(check_config_sizing)
 	    "1 tokens/s in total (and 5 more for each unknown caller: "
 	    "shared: false)");
 	pc_run_free(&r);
+	r = ctl("check-config", pv, "--json", NULL);
+	ck_assert_msg(r.status == 0, "check-config --json: %d", r.status);
+	assert_has(r.out, "\"shared\":false");
+	pc_run_free(&r);
 
 	/* A bad file: the loader's FILE:LINE:COL message, exit 1. */
 	char bad[256];

@@ -420,8 +420,13 @@ view_json(const allot_config *cfg)
 		json_object_object_add(
 		    o, "mode", json_object_new_string(mode_of(q)));
 		json_object_array_add(qs, o);
-		if (i == cfg->ncallers)
+		if (i == cfg->ncallers) {
+			/* The default: one bucket, or one per unknown
+			 * caller (shared: false). */
+			json_object_object_add(
+			    o, "shared", json_object_new_boolean(q->shared));
 			break;
+		}
 		rate += q->rate;
 		burst += q->burst;
 		if (q->endpoint != NULL)
