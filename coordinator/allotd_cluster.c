@@ -343,6 +343,21 @@ allotd_cluster_apply(allotd *d, allot__admin_job *job)
 {
 	char leader[256];
 	uint64_t epoch = 0;
+	/* A change of this leader not committed yet is the one to review
+	 * against: an apply diffed against the config installed would
+	 * undo it unseen (its own change chained after it). */
+	uint64_t fly_epoch = 0;
+	uint64_t fly = allot__cluster_config_in_flight(d->cluster, &fly_epoch);
+	if (fly != 0 && fly != job->digest && job->has_expect &&
+	    job->expect != fly) {
+		job->status = 409;
+		snprintf(job->msg, sizeof job->msg,
+		    "another change (digest %016" PRIx64 ", epoch %" PRIu64
+		    ") is being committed: review the diff again once it "
+		    "is in force. Nothing was applied",
+		    fly, fly_epoch);
+		return;
+	}
 	/* The answer's diff is the handler's to compute, from a copy of
 	 * the config in force (about 10 ms for 59,001 quotas here, where
 	 * the diff would take the better part of a second). */
@@ -355,8 +370,15 @@ allotd_cluster_apply(allotd *d, allot__admin_job *job)
 	int rv = allot__cluster_propose_config(d->cluster, job->text, job->len,
 	    job->cfg->digest, job->who, &epoch, leader, sizeof leader);
 	if (rv != ALLOT_OK) {
-		job->status = rv == ALLOT_ESTATE ? 421 : 500;
-		if (rv == ALLOT_ESTATE)
+		job->status = rv == ALLOT_ESTATE ? 421 :
+		    rv == ALLOT_EBUSY            ? 503 :
+		                                   500;
+		if (rv == ALLOT_EBUSY)
+			snprintf(job->msg, sizeof job->msg,
+			    "this member is the leader but is still taking "
+			    "over (it serves once every earlier lease has "
+			    "ended); nothing was applied: retry in a moment");
+		else if (rv == ALLOT_ESTATE)
 			snprintf(job->msg, sizeof job->msg,
 			    "this member is not the leader; apply on the "
 			    "leader's admin socket (agents reach it at %s). "

@@ -345,27 +345,37 @@ ctl_cmd_diff(const ctl *c)
  * (or --expect), and say what happened. */
 /* In a cluster allotd answers once the config is proposed through the
  * log: wait (at most DEFAULT_WAIT_MS) until this member has installed
- * the committed config, i.e. GET /config shows epoch `epoch`. True when
- * it did. */
-static bool
-wait_committed(const ctl *c, double epoch)
+ * the committed config, i.e. GET /config shows epoch `epoch`, with
+ * `digest` (another digest at that epoch: another change took it, and
+ * the log refused this one). */
+typedef enum committed {
+	COMMITTED,
+	NOT_IN_TIME,
+	TAKEN, /* the epoch went to another change */
+} committed;
+
+static committed
+wait_committed(const ctl *c, double epoch, const char *digest)
 {
 	for (int waited = 0; waited <= DEFAULT_WAIT_MS; waited += 50) {
 		ctl_admin_exchange x = { .path = "/config" };
 		if (ctl_admin_call(c, &x) != 0)
-			return false;
+			return NOT_IN_TIME;
 		json_object *doc = x.status == 200 ?
 		    parse_answer(c, x.answer) :
 		    NULL;
 		free(x.answer);
 		double now = ctl_jnum0(doc, "epoch");
+		bool same = strcmp(ctl_jstr(doc, "digest"), digest) == 0;
 		json_object_put(doc);
-		if (now >= epoch)
-			return true;
+		if (now > epoch || (now == epoch && same))
+			return COMMITTED;
+		if (now == epoch)
+			return TAKEN;
 		struct timespec ts = { 0, 50 * 1000000L };
 		nanosleep(&ts, NULL);
 	}
-	return false;
+	return NOT_IN_TIME;
 }
 
 static int
@@ -390,7 +400,8 @@ apply(const ctl *c, const char *file, const char *text, size_t len,
 		bool ok = true;
 		if (json_object_get_boolean(ctl_jget(doc, "changed")) &&
 		    json_object_get_boolean(ctl_jget(doc, "proposed"))) {
-			ok = wait_committed(c, ctl_jnum0(to, "epoch"));
+			ok = wait_committed(c, ctl_jnum0(to, "epoch"),
+			         ctl_jstr(to, "digest")) == COMMITTED;
 			json_object_object_add(
 			    doc, "installed", json_object_new_boolean(ok));
 		}
@@ -408,7 +419,16 @@ apply(const ctl *c, const char *file, const char *text, size_t len,
 		    "%s -> %s\n",
 		    file, ctl_jnum0(from, "epoch"), epoch,
 		    ctl_jstr(from, "digest"), ctl_jstr(to, "digest"));
-		if (!wait_committed(c, epoch)) {
+		committed w = wait_committed(c, epoch, ctl_jstr(to, "digest"));
+		if (w == TAKEN) {
+			ctl_fail("epoch %.0f went to another change committed "
+			         "first: %s was not applied; diff and apply "
+			         "again",
+			    epoch, file);
+			json_object_put(doc);
+			return EXIT_FAIL;
+		}
+		if (w != COMMITTED) {
 			ctl_fail("epoch %.0f was not committed within %d ms "
 			         "(leadership may have moved): check allotctl "
 			         "member list and GET /config",

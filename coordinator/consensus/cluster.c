@@ -67,6 +67,15 @@ struct allot__cluster {
 	 * next timer tick, so that a replay of the log at start installs
 	 * only the last of its configs (no audit rows for the others). */
 	struct pending_config *pending;
+	/* This leader's last config proposal: its config epoch and the
+	 * leader epoch it was made in (0: none). The next proposal of the
+	 * same leadership chains on it (its epoch + 1), so that a change
+	 * proposed while another is uncommitted (the new cluster's first
+	 * config, a change applied right behind another) follows it
+	 * instead of losing the compare-and-set to it. */
+	uint64_t proposed_epoch;
+	uint64_t proposed_in;
+	uint64_t proposed_digest;
 	unsigned closing;
 };
 
@@ -734,12 +743,16 @@ leader_url(const allot__cluster *c, char *out, size_t len)
 	snprintf(out, len, "%s", p->v.leader != NULL ? p->v.leader : "");
 }
 
+/* A config proposal ended: one that failed (not committed: leadership
+ * lost, the log refused it) breaks the chain of this leader's
+ * proposals, and the next counts from the state again. */
 static void
 config_done(void *ctx, int status, uint64_t index)
 {
-	(void) ctx;
-	(void) status;
+	allot__cluster *c = ctx;
 	(void) index;
+	if (status != 0)
+		c->proposed_in = 0;
 }
 
 int
@@ -754,16 +767,41 @@ allot__cluster_propose_config(allot__cluster *c, const char *text, size_t len,
 			leader_url(c, ret_leader, leader_len);
 		return ALLOT_ESTATE;
 	}
+	/* Until it serves, a new leader's state may lag what earlier
+	 * leaders committed: a config proposed on it could take an epoch
+	 * already taken. */
+	if (!atomic_load(&c->serving))
+		return ALLOT_EBUSY;
 	uint64_t epoch = allot__consensus_state(c->cons)->config.epoch + 1;
+	uint64_t lead = allot__consensus_epoch(c->cons);
+	if (c->proposed_in == lead && c->proposed_epoch >= epoch)
+		epoch = c->proposed_epoch + 1;
 	allot__cwho w = { 0 };
 	if (who != NULL)
 		w = (allot__cwho) { who->who, who->claimed_as, who->reason,
 			who->source };
 	int rv = allot__consensus_propose_config(
 	    c->cons, text, len, digest, epoch, &w, config_done, c);
+	if (rv == ALLOT_OK) {
+		c->proposed_epoch = epoch;
+		c->proposed_in = lead;
+		c->proposed_digest = digest;
+	}
 	if (rv == ALLOT_OK && ret_epoch != NULL)
 		*ret_epoch = epoch;
 	return rv;
+}
+
+uint64_t
+allot__cluster_config_in_flight(const allot__cluster *c, uint64_t *ret_epoch)
+{
+	if (c->proposed_in == 0 ||
+	    c->proposed_in != allot__consensus_epoch(c->cons) ||
+	    c->proposed_epoch <= allot__consensus_state(c->cons)->config.epoch)
+		return 0;
+	if (ret_epoch != NULL)
+		*ret_epoch = c->proposed_epoch;
+	return c->proposed_digest;
 }
 
 bool

@@ -116,13 +116,21 @@ bool allot__cluster_gate(
     const allot__cluster *c, const allot__cluster_view **ret);
 
 /* The leader proposes `text` as the next config epoch, by `who` (NULL:
- * none named; every member's audit rows say who and why). ALLOT_OK
- * (proposed; installed on every member once committed), ALLOT_ESTATE
- * (not the leader: `ret_leader` gets its agent URL or ""), or another
- * error. */
+ * none named; every member's audit rows say who and why): the epoch
+ * after its last proposal still in flight, else after the state's.
+ * ALLOT_OK (proposed; installed on every member once committed),
+ * ALLOT_ESTATE (not the leader: `ret_leader` gets its agent URL or ""),
+ * ALLOT_EBUSY (the leader, not serving yet: its state may lag), or
+ * another error. */
 int allot__cluster_propose_config(allot__cluster *c, const char *text,
     size_t len, uint64_t digest, const allot__state_who *who,
     uint64_t *ret_epoch, char *ret_leader, size_t leader_len);
+/* The digest of this leader's last config proposal while it is in
+ * flight (proposed in this leadership, not applied yet), and its epoch
+ * into `*ret_epoch`; 0: none. An apply is checked against it, not the
+ * config installed (allotd_cluster.c). */
+uint64_t allot__cluster_config_in_flight(
+    const allot__cluster *c, uint64_t *ret_epoch);
 
 bool allot__cluster_is_leader(const allot__cluster *c);
 /* The config epoch committed (0: none yet). */
