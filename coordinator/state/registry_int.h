@@ -779,8 +779,7 @@ void allot__values_sync(allot__state *st, service *svc, session *s,
     const Allot__V1__Sync *req, uint64_t now, ProtobufCAllocator *pa,
     Allot__V1__Reply *ret);
 /* Each second: values nobody reported lately leave. */
-void allot__values_second(
-    const allot__state *st, service *svc, uint64_t now);
+void allot__values_second(const allot__state *st, service *svc, uint64_t now);
 void allot__values_free(service *svc);
 /* Values `svc` splits now. */
 uint32_t allot__values_count(const service *svc);
