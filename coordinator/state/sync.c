@@ -330,6 +330,27 @@ denials(syn *y, skey *key, const Allot__V1__KeyReport *r, double taken)
  * in shadow is not short, so they never push its target up past the
  * dead band as a denial does (docs/allocation.md, "Shadow quotas").
  * Under the lock. */
+/* A report's booked counts into its quota's totals, the second's
+ * window and, for an agent without an account, the second's audit rows
+ * (an agent with one is audited from its Usage records, usage.c). Under
+ * the lock. */
+static void
+count_booked(const syn *y, squota *sq, uint64_t consumed, uint64_t denied,
+    uint64_t shadow)
+{
+	sq->allowed_total += consumed;
+	sq->denied_total += denied;
+	sq->shadow_total += shadow;
+	sq->win_allowed += consumed;
+	sq->win_denied += denied;
+	sq->win_shadow += shadow;
+	if (y->s->incarnation == 0) {
+		sq->aud_allowed += consumed;
+		sq->aud_denied += denied;
+		sq->aud_shadow += shadow;
+	}
+}
+
 /* A report of a quota with a bucket per value (values.c): what its
  * agent's value buckets decided together, each within its own part of
  * the quota, so no allowance of the quota bounds the sum; the absurd
@@ -350,18 +371,8 @@ book_per_value(syn *y, skey *key, const Allot__V1__KeyReport *r)
 			y->bad = r;
 		return;
 	}
-	squota *sq = &y->svc->q[q];
-	sq->allowed_total += r->consumed;
-	sq->denied_total += r->denied;
-	sq->shadow_total += r->shadow_denied;
-	sq->win_allowed += r->consumed;
-	sq->win_denied += r->denied;
-	sq->win_shadow += r->shadow_denied;
-	if (y->s->incarnation == 0) {
-		sq->aud_allowed += r->consumed;
-		sq->aud_denied += r->denied;
-		sq->aud_shadow += r->shadow_denied;
-	}
+	count_booked(
+	    y, &y->svc->q[q], r->consumed, r->denied, r->shadow_denied);
 	key->consumed += (double) r->consumed;
 	key->denied += (double) r->denied;
 	key->demand = (double) r->demand;
@@ -434,19 +445,7 @@ book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	uint64_t sd = r->shadow_denied < consumed ? r->shadow_denied :
 	                                            consumed;
 	squota *sq = &y->svc->q[q];
-	sq->allowed_total += consumed;
-	sq->denied_total += denied;
-	sq->shadow_total += sd;
-	sq->win_allowed += consumed;
-	sq->win_denied += denied;
-	sq->win_shadow += sd;
-	/* An agent with an account is audited from its Usage records
-	 * (usage.c), not from these. */
-	if (y->s->incarnation == 0) {
-		sq->aud_allowed += consumed;
-		sq->aud_denied += denied;
-		sq->aud_shadow += sd;
-	}
+	count_booked(y, sq, consumed, denied, sd);
 	allot__level_bring(sq, rate, burst, y->now);
 	sq->level -= (double) admitted;
 	if (sq->level < 0)

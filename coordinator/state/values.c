@@ -157,6 +157,15 @@ vdel(allot__vtab *t, uint32_t i)
 	allot__idmap_add(&t->index, t->e[i].hash, i);
 }
 
+/* Whether slot `r` counts at `now`: a session reported the value within
+ * ALLOT__VALUE_IDLE_NS. */
+static bool
+vlive(const vrep *r, uint64_t now)
+{
+	return r->session != 0 &&
+	    since(now, r->seen_ns) < ALLOT__VALUE_IDLE_NS;
+}
+
 /* Slot `r` of a value is let go: its session holds one part less. */
 static void
 vdrop(const allot__state *st, vrep *r)
@@ -183,8 +192,7 @@ vslot(const allot__state *st, vent *e, session *s, uint64_t now)
 		return NULL;
 	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS && r == NULL; j++) {
 		vrep *x = &e->r[j];
-		if (x->session == 0 ||
-		    since(now, x->seen_ns) >= ALLOT__VALUE_IDLE_NS)
+		if (!vlive(x, now))
 			r = x;
 		else if (x->rate < least->rate)
 			least = x;
@@ -219,8 +227,7 @@ vpart(const cfgv *v, const vent *e, const vrep *me, uint64_t now,
 	uint32_t n = 0;
 	for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
 		const vrep *r = &e->r[j];
-		if (r->session == 0 ||
-		    since(now, r->seen_ns) >= ALLOT__VALUE_IDLE_NS)
+		if (!vlive(r, now))
 			continue;
 		x[n] = fmin(v->rate[e->q], ALLOT__VALUE_HEADROOM * r->rate);
 		sum += x[n++];
@@ -334,11 +341,9 @@ allot__values_second(const allot__state *st, service *svc, uint64_t now)
 		bool live = false;
 		for (uint32_t j = 0; j < ALLOT__VALUE_REPLICAS; j++) {
 			vrep *r = &e->r[j];
-			if (r->session == 0)
-				continue;
-			if (since(now, r->seen_ns) < ALLOT__VALUE_IDLE_NS)
+			if (vlive(r, now))
 				live = true;
-			else
+			else if (r->session != 0)
 				vdrop(st, r);
 		}
 		if (!live)
