@@ -266,14 +266,11 @@ allot__values_take(
 		memcpy(out[at].value, vb->value, strlen(vb->value) + 1);
 		out[at].admitted = vb->admitted;
 		out[at].denied = vb->denied;
+		out[at].vb = i;
 	}
 	/* Those reported start over; the others wait for a later Sync. */
-	for (size_t j = 0; j < n; j++) {
-		allot__vbucket *vb = vb_find(a, out[j].value,
-		    allot__hash(out[j].value, strlen(out[j].value), a->seed));
-		if (vb != NULL)
-			vb->admitted = vb->denied = 0;
-	}
+	for (size_t j = 0; j < n; j++)
+		a->vals[out[j].vb].admitted = a->vals[out[j].vb].denied = 0;
 	pthread_mutex_unlock(&a->dyn_lock);
 	return n;
 }

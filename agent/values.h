@@ -49,6 +49,7 @@ typedef struct allot__vbucket {
 typedef struct allot__value_report {
 	char value[ALLOT_IDENTITY_MAX + 1];
 	uint64_t admitted, denied;
+	uint32_t vb; /* its bucket's index in a->vals */
 } allot__value_report;
 
 /* Before config `cfg` is installed (cfg_lock held): the buckets and
