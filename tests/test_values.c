@@ -368,6 +368,11 @@ START_TEST(global_across_replicas)
 }
 END_TEST
 
+/* The hostile cases' quota file: R = 100/s, B = 10 per value. */
+#define HOSTILE_CFG \
+	"quotas:\n" \
+	"  default: {tokens_per_second: 100, burst: 10, shared: false}\n"
+
 typedef struct fakes {
 	const char *url;
 	_Atomic bool stop;
@@ -421,14 +426,11 @@ fakes_run(void *arg)
  * 9 % of R and 22 of its 60 requests. */
 START_TEST(claims_cannot_starve_a_value)
 {
-	static const char *cfg =
-	    "quotas:\n"
-	    "  default: {tokens_per_second: 100, burst: 10, shared: false}\n";
 	pc_coord c;
-	pc_coord_init(&c, "/tmp/allot-values-fake", cfg);
+	pc_coord_init(&c, "/tmp/allot-values-fake", HOSTILE_CFG);
 	const char *args[] = { "--interval-ms", "50", NULL };
 	pc_coord_spawn(&c, args, NULL);
-	allot_agent *a = km_remote_agent(&c, "honest", cfg);
+	allot_agent *a = km_remote_agent(&c, "honest", HOSTILE_CFG);
 	km_synced(&a, 1);
 	fakes f = { .url = c.url };
 	pthread_t th;
@@ -474,11 +476,8 @@ END_TEST
  * rest counted unsplit. */
 START_TEST(one_session_cannot_fill_the_table)
 {
-	static const char *cfg =
-	    "quotas:\n"
-	    "  default: {tokens_per_second: 100, burst: 10, shared: false}\n";
 	pc_coord c;
-	pc_coord_init(&c, "/tmp/allot-values-flood", cfg);
+	pc_coord_init(&c, "/tmp/allot-values-flood", HOSTILE_CFG);
 	pc_coord_spawn(&c, NULL, NULL);
 	pc_replica r;
 	memset(&r, 0, sizeof r);
