@@ -212,6 +212,10 @@ _Static_assert(ALLOT__ENDPOINT_MAX < ALLOT__EP_NAME_SZ, "endpoint names");
  * removed by a reconfig keeps its slot (`removed`), unused, and comes
  * back to it if a later config names it again.
  */
+/* allot__qrt.deposited counts tokens in these units: the reserve may
+ * complete a part of a token (tail.c). */
+#define ALLOT__DEPOSIT_ONE 1048576.0
+
 typedef struct allot__qrt {
 	allot__bucket bucket; /* first: 64-byte aligned */
 	/* In the config in force (a->cfg); a removed quota points at the
@@ -244,8 +248,9 @@ typedef struct allot__qrt {
 	 * a request its bucket denies may wait for it (tail.h). */
 	_Atomic bool central;
 	/* Of its callers' spent tokens, those the reserve granted, and the
-	 * reserve's leftovers put into the bucket (tail.c), for its ledger
-	 * (ledger.h). */
+	 * reserve's leftovers put into the bucket (tail.c), in
+	 * ALLOT__DEPOSIT_ONE units of a token (a grant may complete a part
+	 * of one), for its ledger (ledger.h). */
 	_Atomic uint64_t central_spent;
 	_Atomic uint64_t deposited;
 	/* Tokens run into debt while no coordinator could be asked

@@ -65,8 +65,9 @@ allot__ledger_close(allot__ledger *l, allot__qrt *q, double level,
 		double local = (double) (spent - l->spent) -
 		    (double) (central - l->central);
 		double d = l->level + l->produced + l->in +
-		    (double) (deposited - l->deposited) - l->out - local -
-		    level;
+		    (double) (int64_t) (deposited - l->deposited) /
+		        ALLOT__DEPOSIT_ONE -
+		    l->out - local - level;
 		/* Whole tokens, and never more than the refill produced:
 		 * rounding and a take racing the reads only lower it. */
 		if (d >= 1)

@@ -10,6 +10,7 @@
 #include "tail.h"
 
 #include <linux/futex.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -39,9 +40,12 @@ allot__tail_init(
 	t->dry_left = calloc(n, sizeof *t->dry_left);
 	t->want = calloc(n, sizeof *t->want);
 	t->min = calloc(n, sizeof *t->min);
+	t->held = calloc(n, sizeof *t->held);
 	t->got = calloc(n, sizeof *t->got);
+	t->held_by = calloc(n, sizeof *t->held_by);
 	if (t->dry_until == NULL || t->dry_left == NULL || t->want == NULL ||
-	    t->min == NULL || t->got == NULL) {
+	    t->min == NULL || t->held == NULL || t->got == NULL ||
+	    t->held_by == NULL) {
 		allot__tail_fini(t, 0);
 		return ALLOT_ENOMEM;
 	}
@@ -78,7 +82,8 @@ complete(allot__tail *t, allot__waiter *wt, bool central, uint64_t now)
 			atomic_fetch_add(&t->allowed, 1);
 			atomic_fetch_add(&q->central_spent, wt->cost);
 		} else {
-			atomic_fetch_add(&q->deposited, wt->cost);
+			atomic_fetch_add(&q->deposited,
+			    (uint64_t) wt->cost * ALLOT__DEPOSIT_ONE);
 		}
 	} else {
 		allot__decide_final(t->a, wt->key, wt->cost, now, &d);
@@ -146,10 +151,14 @@ allot__tail_fini(allot__tail *t, uint64_t now)
 	free(t->dry_left);
 	free(t->want);
 	free(t->min);
+	free(t->held);
 	free(t->got);
+	free(t->held_by);
 	t->dry_until = NULL;
 	t->dry_left = NULL;
-	t->want = t->min = t->got = NULL;
+	t->want = t->min = NULL;
+	t->held = t->got = NULL;
+	t->held_by = NULL;
 }
 
 bool
@@ -330,6 +339,72 @@ free_flight(const allot__tail *t, uint64_t now, uint64_t *ret_at_ns)
 	return ALLOT__TAIL_FLIGHTS;
 }
 
+/* Tokens of quota q's bucket the tail path took out (< 0) or put in,
+ * a part of one included, counted for its ledger (ledger.h). */
+static void
+bucket_move(allot__tail *t, uint32_t q, double tokens, uint64_t now)
+{
+	allot__qrt *qr = &t->a->quotas[q];
+	if (tokens > 0)
+		allot__bucket_deposit(&qr->bucket, tokens, now);
+	else if (tokens < 0)
+		allot__bucket_take_part(&qr->bucket, -tokens, now);
+	atomic_fetch_add(&qr->deposited,
+	    (uint64_t) (int64_t) llround(tokens * ALLOT__DEPOSIT_ONE));
+}
+
+/* The part of `min` each quota asked for into flight `flight` (1 + its
+ * index) has refilled, taken out of its bucket (t->held): the reserve
+ * completes it (AskKey.held) when it runs dry, rather than leave it
+ * there until the bucket refills a whole token, maybe after the burst.
+ * Only a limiting bucket holds part of a token. */
+static void
+held_take(allot__tail *t, uint8_t flight, uint64_t now)
+{
+	uint32_t nq = atomic_load(&t->a->nquotas);
+	uint64_t interval = (uint64_t) t->a->opts.sync_interval_ms * 1000000u;
+	for (uint32_t q = 0; q < nq; q++) {
+		if (t->want[q] == 0 || t->held_by[q] != 0)
+			continue;
+		/* While its reserve has plenty it gives whole tokens and
+		 * the part is spent here: only from its first dry answer to
+		 * an interval after the last. */
+		if (now >= atomic_load(&t->dry_until[q]) + interval)
+			continue;
+		allot__bucket *b = &t->a->quotas[q].bucket;
+		allot__allowance al;
+		allot__bucket_get(b, &al);
+		if (al.mode != ALLOT__MODE_LIMIT || !(al.rate > 0))
+			continue;
+		double h = fmin(allot__bucket_level(b, now),
+		    nextafter((double) t->min[q], 0));
+		if (!(h > 0))
+			continue;
+		bucket_move(t, q, -h, now);
+		t->held[q] = h;
+		t->held_by[q] = flight;
+	}
+}
+
+/* Flight `flight` (1 + its index) landed: what it held counts with its
+ * Grant (`to_got`), or, the Ask lost or given up, goes back into the
+ * buckets. */
+static void
+held_release(allot__tail *t, uint8_t flight, bool to_got, uint64_t now)
+{
+	uint32_t nq = atomic_load(&t->a->nquotas);
+	for (uint32_t q = 0; q < nq; q++) {
+		if (t->held_by[q] != flight)
+			continue;
+		if (to_got)
+			t->got[q] += t->held[q];
+		else
+			bucket_move(t, q, t->held[q], now);
+		t->held[q] = 0;
+		t->held_by[q] = 0;
+	}
+}
+
 /* The pending waiters that can be asked for into flight `fl` (with
  * their sums per quota in t->want and t->min), the others decided on
  * their local bucket now: nothing would change by their deadline. The
@@ -364,13 +439,14 @@ board(allot__tail *t, const allot__syncc *c, allot__flight *fl, uint64_t now,
 		w = next;
 	}
 	*ret_last = last;
+	held_take(t, (uint8_t) (1 + (fl - t->fl)), now);
 	return nkeys;
 }
 
 /* The Ask for what t->want and t->min hold, packed (malloc). */
 static int
-pack_ask(allot__tail *t, allot__syncc *c, size_t nkeys, void **ret_buf,
-    size_t *ret_len)
+pack_ask(allot__tail *t, allot__syncc *c, uint32_t f, size_t nkeys,
+    void **ret_buf, size_t *ret_len)
 {
 	uint32_t nq = atomic_load(&t->a->nquotas);
 	Allot__V1__AskKey *ks = calloc(nkeys, sizeof *ks);
@@ -386,6 +462,7 @@ pack_ask(allot__tail *t, allot__syncc *c, size_t nkeys, void **ret_buf,
 		ks[j].key = q;
 		ks[j].tokens = t->want[q];
 		ks[j].min = t->min[q];
+		ks[j].held = t->held_by[q] == 1 + f ? t->held[q] : 0;
 		/* What the bucket gave up goes with the Ask (and is lost
 		 * with it: never reported twice). */
 		ks[j].returned = c->q[q].returned;
@@ -435,8 +512,9 @@ allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
 	size_t nkeys = board(t, c, fl, now, &last);
 	if (nkeys == 0)
 		return ALLOT_ENOENT;
-	int rc = pack_ask(t, c, nkeys, ret_buf, ret_len);
+	int rc = pack_ask(t, c, f, nkeys, ret_buf, ret_len);
 	if (rc != ALLOT_OK) {
+		held_release(t, (uint8_t) (1 + f), false, now);
 		complete_all(t, fl->head, now);
 		*fl = (allot__flight) { .end = &fl->head };
 		return rc;
@@ -460,35 +538,49 @@ allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
 	return ALLOT_OK;
 }
 
-/* Complete flight `fl`: each waiter from its quota's grant, oldest
- * first, as long as what is left covers its cost (a costly request at
- * the head does not hold back cheaper ones behind it), the others on
- * their local bucket; what is left of a grant goes into the local
- * bucket. `got` is all zero on a failure. */
+/* Complete flight `fl`: each waiter from its quota's grant (with the
+ * part its bucket held, whole tokens), oldest first, as long as what
+ * is left covers its cost (a costly request at the head does not hold
+ * back cheaper ones behind it); what is left goes into the local
+ * bucket, on which the others are decided then. `got` is all zero on a
+ * failure. */
 static void
 settle_flight(allot__tail *t, allot__flight *fl, uint64_t now)
 {
-	allot__waiter *w = fl->head;
+	held_release(t, (uint8_t) (1 + (fl - t->fl)), true, now);
+	uint32_t nq = atomic_load(&t->a->nquotas);
+	for (uint32_t q = 0; q < nq; q++) {
+		/* The part and the held part make whole tokens, up to the
+		 * rounding of their sum. */
+		double whole = round(t->got[q]);
+		if (fabs(t->got[q] - whole) < 1e-6)
+			t->got[q] = whole;
+	}
+	allot__waiter *w = fl->head, *rest = NULL, **rest_end = &rest;
 	*fl = (allot__flight) { .end = &fl->head };
 	while (w != NULL) {
 		allot__waiter *next = w->next;
-		bool ok = t->got[w->quota] >= w->cost;
-		if (ok)
-			t->got[w->quota] -= w->cost;
-		else
-			atomic_fetch_add(&t->short_, 1);
-		complete(t, w, ok, now);
+		double *got = &t->got[w->quota];
+		if (*got >= (double) w->cost) {
+			*got -= (double) w->cost;
+			complete(t, w, true, now);
+		} else {
+			w->next = NULL;
+			*rest_end = w;
+			rest_end = &w->next;
+		}
 		w = next;
 	}
-	uint32_t nq = atomic_load(&t->a->nquotas);
 	for (uint32_t q = 0; q < nq; q++) {
-		if (t->got[q] > 0) {
-			allot__bucket_adjust(&t->a->quotas[q].bucket,
-			    -(int64_t) t->got[q], now);
-			atomic_fetch_add(
-			    &t->a->quotas[q].deposited, t->got[q]);
-		}
+		if (t->got[q] > 0)
+			bucket_move(t, q, t->got[q], now);
 		t->got[q] = 0;
+	}
+	for (w = rest; w != NULL;) {
+		allot__waiter *next = w->next;
+		atomic_fetch_add(&t->short_, 1);
+		complete(t, w, false, now);
+		w = next;
 	}
 }
 
@@ -513,9 +605,10 @@ allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
 		for (size_t i = 0; i < g->n_keys; i++) {
 			const Allot__V1__GrantKey *k = g->keys[i];
 			if (k->key >= nq ||
-			    (double) k->tokens > ALLOT__BURST_MAX)
+			    (double) k->tokens > ALLOT__BURST_MAX ||
+			    !(k->part >= 0 && k->part < 1))
 				continue;
-			t->got[k->key] += k->tokens;
+			t->got[k->key] += (double) k->tokens + k->part;
 			atomic_fetch_add(&t->tokens, k->tokens);
 			if (k->dry_us > 0) {
 				atomic_store(&t->dry_until[k->key],
@@ -569,6 +662,7 @@ allot__tail_lost(allot__tail *t, uint32_t f, uint64_t now)
 		settle_flight(t, fl, now);
 		return;
 	}
+	held_release(t, (uint8_t) (1 + f), false, now);
 	if (fl->head == NULL) {
 		*fl = (allot__flight) { .end = &fl->head };
 		return;

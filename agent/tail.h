@@ -91,8 +91,19 @@ typedef struct allot__tail {
 	 * inbox (on the caller's thread; must only signal). */
 	void (*wake)(void *ctx);
 	void *wake_ctx;
-	/* Per quota scratch for building an Ask and applying its Grant. */
-	uint64_t *want, *min, *got;
+	/* Per quota scratch for building an Ask and applying its Grant:
+	 * the waiters' tokens and smallest cost, and the tokens granted, a
+	 * part of one included (GrantKey.part). */
+	uint64_t *want, *min;
+	double *got;
+	/* Per quota, the part of a token its bucket had refilled toward
+	 * the waiters of an Ask (AskKey.held), taken out of the bucket
+	 * when the Ask left so that no other request spends it meanwhile,
+	 * and the flight (1 + its index) that holds it, 0: none. With the
+	 * Grant's part it makes whole tokens; it goes back into the bucket
+	 * if the Ask fails. One flight at a time holds a quota's part. */
+	double *held;
+	uint8_t *held_by;
 	/* Counters (allot_sync_stats): of the denials, those whose wait
 	 * ran out (`late`) and those the reserve could not cover
 	 * (`short_`). */

@@ -317,11 +317,12 @@ allot__bucket_empty(allot__bucket *b, uint64_t now)
 	}
 }
 
-void
-allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
+/* Move the bucket's z by `whole` + `part` tokens at its rate in force:
+ * later (`add`: tokens taken, debt allowed) or earlier (tokens put in,
+ * never above the burst). */
+static void
+shift(allot__bucket *b, bool add, uint64_t whole, double part, uint64_t now)
 {
-	if (extra == 0)
-		return;
 	uint64_t s = atomic_load_explicit(&b->state, memory_order_acquire);
 	for (;;) {
 		s = allot__bucket_upgrade(b, s, now);
@@ -330,21 +331,51 @@ allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
 		uint64_t iv = atomic_load_explicit(
 		    &r->interval_fp, memory_order_relaxed);
 		uint64_t z = s >> ALLOT__VBITS;
+		uint64_t ns = allot__need_ns(whole, iv);
+		if (part > 0)
+			ns += (uint64_t) (part * (double) iv /
+			    (double) (1u << ALLOT__FPBITS));
 		uint64_t nz;
-		if (extra > 0) {
+		if (add) {
 			uint64_t base = z > now ? z : now;
-			nz = base + allot__need_ns((uint64_t) extra, iv);
+			nz = base + ns;
 			if (nz - now > 2 * ALLOT__NEED_MAX)
 				nz = now + 2 * ALLOT__NEED_MAX;
 		} else {
-			uint64_t back = allot__need_ns((uint64_t) -extra, iv);
 			if (z <= now)
 				return; /* already full */
-			nz = z - now > back ? z - back : now;
+			nz = z - now > ns ? z - ns : now;
 		}
 		if (atomic_compare_exchange_weak_explicit(&b->state, &s,
 		        (nz << ALLOT__VBITS) | v, memory_order_acq_rel,
 		        memory_order_acquire))
 			return;
 	}
+}
+
+void
+allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
+{
+	if (extra > 0)
+		shift(b, true, (uint64_t) extra, 0, now);
+	else if (extra < 0)
+		shift(b, false, (uint64_t) - (extra + 1) + 1, 0, now);
+}
+
+void
+allot__bucket_deposit(allot__bucket *b, double tokens, uint64_t now)
+{
+	if (!(tokens > 0) || !(tokens < 1e18))
+		return;
+	double whole = floor(tokens);
+	shift(b, false, (uint64_t) whole, tokens - whole, now);
+}
+
+void
+allot__bucket_take_part(allot__bucket *b, double tokens, uint64_t now)
+{
+	if (!(tokens > 0) || !(tokens < 1e18))
+		return;
+	double whole = floor(tokens);
+	shift(b, true, (uint64_t) whole, tokens - whole, now);
 }

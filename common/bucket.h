@@ -160,6 +160,15 @@ void allot__bucket_empty(allot__bucket *b, uint64_t now);
  * take the level below zero; a refund never lifts it above the burst. */
 void allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now);
 
+/* Put `tokens` into the bucket, a part of one included (the central
+ * reserve's part that completes a token, agent/tail.c): never above the
+ * burst. */
+void allot__bucket_deposit(allot__bucket *b, double tokens, uint64_t now);
+
+/* Take `tokens` out of the bucket, a part of one included, whatever it
+ * holds: what a racing take leaves short is debt. */
+void allot__bucket_take_part(allot__bucket *b, double tokens, uint64_t now);
+
 /* Bring a state computed under an older version up to date (slow path;
  * returns the state now in the bucket). */
 uint64_t allot__bucket_upgrade(allot__bucket *b, uint64_t s, uint64_t now);

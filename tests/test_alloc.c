@@ -676,9 +676,10 @@ take_shares(rep *r, Allot__V1__Share **sh, size_t n)
 }
 
 /* Register `id`, announcing a deployment of `expected` replicas (0: no
- * hint), and take its Welcome's shares. */
+ * hint), its callers waiting for the central reserve if `waits`, and
+ * take its Welcome's shares. */
 static void
-reg_n(allot__state *st, rep *r, const char *id, uint32_t expected)
+reg_n(allot__state *st, rep *r, const char *id, uint32_t expected, bool waits)
 {
 	static char *keys[] = { "default", "a" };
 	Allot__V1__Register rq = ALLOT__V1__REGISTER__INIT;
@@ -688,6 +689,7 @@ reg_n(allot__state *st, rep *r, const char *id, uint32_t expected)
 	rq.keys = keys;
 	rq.sync_interval_ms = 100;
 	rq.expected_replicas = expected;
+	rq.waits = waits;
 	Allot__V1__Welcome w = ALLOT__V1__WELCOME__INIT;
 	arena a = { .n = 0 };
 	ProtobufCAllocator pa = { a_alloc, a_free, &a };
@@ -703,7 +705,7 @@ reg_n(allot__state *st, rep *r, const char *id, uint32_t expected)
 static void
 reg(allot__state *st, rep *r, const char *id)
 {
-	reg_n(st, r, id, 0);
+	reg_n(st, r, id, 0, false);
 }
 
 /* Send `r`'s next Sync, over 100 ms, with the report `kr` (NULL: none),
@@ -838,7 +840,7 @@ START_TEST(state_forming_welcome)
 	for (int i = 0; i < 4; i++) {
 		char id[8];
 		snprintf(id, sizeof id, "r%d", i);
-		reg_n(st, &r[i], id, 4);
+		reg_n(st, &r[i], id, 4, false);
 		vclock += 5000000ull;
 		ck_assert_double_eq_tol(r[i].rate, 250, 1e-6);
 		ck_assert_double_eq_tol(r[i].burst, 250, 1e-6);
@@ -856,8 +858,8 @@ START_TEST(state_forming_welcome)
 
 	/* Two of four come: half of R until the period ends, then all. */
 	st = mkstate();
-	reg_n(st, &r[0], "r0", 4);
-	reg_n(st, &r[1], "r1", 4);
+	reg_n(st, &r[0], "r0", 4, false);
+	reg_n(st, &r[1], "r1", 4, false);
 	ck_assert_double_eq_tol(r[1].rate, 250, 1e-6);
 	idle_rounds(st, r, 2, 5);
 	ck_assert_double_eq_tol(quota_a(st).granted_rate, 500, 1e-6);
@@ -866,7 +868,7 @@ START_TEST(state_forming_welcome)
 	ck_assert_double_eq_tol(r[0].rate, 500, 1e-6);
 	ck_assert_double_eq_tol(r[1].rate, 500, 1e-6);
 	/* The service runs: a late hint holds nothing back. */
-	reg_n(st, &r[2], "r2", 8);
+	reg_n(st, &r[2], "r2", 8, false);
 	for (int i = 0; i < 3; i++) {
 		vclock += 100000000ull;
 		allot__state_tick(st);
@@ -1106,6 +1108,68 @@ START_TEST(state_silence_grace)
 }
 END_TEST
 
+/* One Ask of key "a" for `tokens` (at least `min`) whose bucket holds
+ * `held`: the tokens granted, whole and part, or -1 when refused as
+ * malformed. */
+static double
+ask1(
+    allot__state *st, const rep *r, uint64_t tokens, uint64_t min, double held)
+{
+	Allot__V1__AskKey k = ALLOT__V1__ASK_KEY__INIT;
+	k.key = 1;
+	k.tokens = tokens;
+	k.min = min;
+	k.held = held;
+	Allot__V1__AskKey *kp = &k;
+	Allot__V1__Ask ask = ALLOT__V1__ASK__INIT;
+	ask.session = r->session;
+	ask.applied_seq = r->seq;
+	ask.n_keys = 1;
+	ask.keys = &kp;
+	Allot__V1__Grant g = ALLOT__V1__GRANT__INIT;
+	arena a = { .n = 0 };
+	ProtobufCAllocator pa = { a_alloc, a_free, &a };
+	char err[256];
+	Allot__V1__Error__Code code = allot__state_ask_on(
+	    st, &ask, 0, &pa, &g, err, sizeof err);
+	double got = code != ALLOT__V1__ERROR__CODE__UNSPECIFIED ?
+	    -1 :
+	    (double) g.keys[0]->tokens + g.keys[0]->part;
+	a_reset(&a);
+	return got;
+}
+
+/* A part of a token the asker's bucket holds is completed from the
+ * reserve only while the reserve cannot give all that is asked (the
+ * tokens would otherwise stay in parts on the replicas); the part is
+ * never more than the reserve holds, nor held >= min accepted. */
+START_TEST(state_ask_completes_a_part)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[2];
+	reg_n(st, &r[0], "r0", 2, true);
+	reg_n(st, &r[1], "r1", 2, true);
+	idle_rounds(st, r, 2, 20);
+	/* Plenty: whole tokens, the part stays the asker's. */
+	ck_assert_double_eq_tol(ask1(st, &r[0], 3, 1, 0.6), 3, 1e-9);
+	/* Drain it: what it holds, whole tokens. */
+	double all = ask1(st, &r[0], 100000, 1, 0);
+	ck_assert(all > 900 && all == floor(all));
+	/* 0.5 ms at R = 1000/s: half a token, no whole one. */
+	vclock += 500000;
+	ck_assert_double_eq_tol(ask1(st, &r[1], 1, 1, 0), 0, 1e-9);
+	ck_assert_double_eq_tol(ask1(st, &r[1], 1, 1, 0.6), 0.4, 1e-6);
+	/* The 0.1 left does not complete another part of 0.6. */
+	ck_assert_double_eq_tol(ask1(st, &r[0], 1, 1, 0.6), 0, 1e-9);
+	/* Nonsense is refused. */
+	ck_assert_double_eq_tol(ask1(st, &r[0], 2, 1, 1), -1, 1e-9);
+	ck_assert_double_eq_tol(ask1(st, &r[0], 2, 1, -0.1), -1, 1e-9);
+	ck_assert_double_eq_tol(ask1(st, &r[0], 2, 1, NAN), -1, 1e-9);
+	allot__state_destroy(st);
+}
+END_TEST
+
 static Suite *
 alloc_suite(void)
 {
@@ -1132,6 +1196,7 @@ alloc_suite(void)
 	tcase_add_test(ts, state_restore_one_placeholder_per_replica);
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);
+	tcase_add_test(ts, state_ask_completes_a_part);
 	suite_add_tcase(s, ts);
 	return s;
 }

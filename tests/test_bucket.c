@@ -238,6 +238,35 @@ START_TEST(adjust_debt_and_refund)
 }
 END_TEST
 
+/* Parts of a token move in and out exactly (the tail path's part,
+ * agent/tail.c): a take may run into debt, a deposit never lifts the
+ * level above the burst. */
+START_TEST(parts_of_a_token)
+{
+	allot__take t;
+	mk(10, 20);
+	uint64_t now = 5 * S;
+	ck_assert(take(now, 20, &t)); /* empty */
+	uint64_t at = now + 65 * MS; /* 0.65 refilled */
+	ck_assert_double_eq_tol(allot__bucket_level(&b, at), 0.65, 1e-6);
+	allot__bucket_take_part(&b, 0.65, at);
+	ck_assert_double_eq_tol(allot__bucket_level(&b, at), 0, 1e-6);
+	allot__bucket_deposit(&b, 1.0, at);
+	ck_assert(take(at, 1, &t));
+	allot__bucket_take_part(&b, 0.25, at);
+	ck_assert_double_eq_tol(allot__bucket_level(&b, at), -0.25, 1e-6);
+	allot__bucket_deposit(&b, 0.75, at);
+	ck_assert_double_eq_tol(allot__bucket_level(&b, at), 0.5, 1e-6);
+	ck_assert(!take(at, 1, &t));
+	allot__bucket_deposit(&b, 100.5, at);
+	ck_assert_double_eq_tol(allot__bucket_level(&b, at), 20, 1e-6);
+	/* Nonsense moves nothing. */
+	allot__bucket_take_part(&b, NAN, at);
+	allot__bucket_deposit(&b, -3, at);
+	ck_assert_double_eq_tol(allot__bucket_level(&b, at), 20, 1e-6);
+}
+END_TEST
+
 /* ---- threads ---- */
 
 struct burst_arg {
@@ -451,6 +480,7 @@ bucket_suite(void)
 	tcase_add_test(tc, tiny_rate);
 	tcase_add_test(tc, saturation);
 	tcase_add_test(tc, adjust_debt_and_refund);
+	tcase_add_test(tc, parts_of_a_token);
 	tcase_add_test(tc, lease_inside_the_burst);
 	tcase_add_test(tc, relet_keeps_the_reservation);
 	suite_add_tcase(s, tc);

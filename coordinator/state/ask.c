@@ -33,13 +33,14 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 		const Allot__V1__AskKey *k = req->keys[i];
 		if (k->min == 0 || k->min > k->tokens ||
 		    (double) k->tokens > ALLOT__BURST_MAX ||
-		    (double) k->returned > ALLOT__BURST_MAX) {
+		    (double) k->returned > ALLOT__BURST_MAX ||
+		    !(k->held >= 0 && k->held < (double) k->min)) {
 			snprintf(err, errlen,
 			    "Ask key %" PRIu32 " asks for %" PRIu64
 			    " tokens, at least %" PRIu64 ", returns %" PRIu64
-			    ": expected 1 <= min <= tokens <= %g and "
-			    "returned <= %g",
-			    k->key, k->tokens, k->min, k->returned,
+			    ", holds %g: expected 1 <= min <= tokens <= %g, "
+			    "returned <= %g and 0 <= held < min",
+			    k->key, k->tokens, k->min, k->returned, k->held,
 			    ALLOT__BURST_MAX, ALLOT__BURST_MAX);
 			allot__metrics_reject(
 			    st->o.metrics, ALLOT__REJ_MALFORMED, 1);
@@ -85,8 +86,8 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 		 * report (placeholders) hold (central.c). */
 		if (key != NULL && key->q >= 0 && !s->placeholder)
 			got = allot__central_take(st, svc, (size_t) key->q,
-			    (double) k->min, (double) k->tokens, now, &dry,
-			    &left);
+			    (double) k->min, (double) k->tokens, k->held, now,
+			    &dry, &left);
 		else
 			dry = st->o.interval_ms * 250u;
 		/* What its reports may claim on top of its allowance; at
@@ -97,11 +98,17 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 			    key->central + got, st->cur->burst[key->q]);
 			allot__standby_served(key, got, now);
 		}
-		granted += (uint64_t) got;
-		refused += k->tokens - (uint64_t) got;
+		/* The whole tokens it can spend, the part its bucket held
+		 * counted in. */
+		uint64_t whole = got > 0 ? (uint64_t) fmin((double) k->tokens,
+		                               floor(got + k->held + 1e-9)) :
+		                           0;
+		granted += whole;
+		refused += k->tokens - whole;
 		gk[n] = (Allot__V1__GrantKey) ALLOT__V1__GRANT_KEY__INIT;
 		gk[n].key = k->key;
-		gk[n].tokens = (uint64_t) got;
+		gk[n].tokens = (uint64_t) floor(got);
+		gk[n].part = got - floor(got);
 		gk[n].dry_us = dry;
 		gk[n].left = left;
 		keys[n] = &gk[n];

@@ -308,12 +308,14 @@ dry_us(const allot__state *st, double level, double need, double rate)
 
 double
 allot__central_take(allot__state *st, service *svc, size_t q, double min,
-    double want, uint64_t now, uint32_t *ret_dry_us, uint64_t *ret_left)
+    double want, double held, uint64_t now, uint32_t *ret_dry_us,
+    uint64_t *ret_left)
 {
 	*ret_dry_us = 0;
 	*ret_left = 0;
 	if (!allot__central_on(st, q) || !(want >= min) || !(min > 0))
 		return 0;
+	held = held > 0 && held < min ? held : 0;
 	squota *sq = &svc->q[q];
 	bring(&sq->rsv_level, &sq->rsv_ns, sq->rsv_rate, sq->rsv_burst, now);
 	double have = sq->rsv_level, rate = nonneg(sq->rsv_rate);
@@ -326,23 +328,25 @@ allot__central_take(allot__state *st, service *svc, size_t q, double min,
 			rate = nonneg(svc->crsv_rate);
 		}
 	}
-	/* Whole tokens: an agent spends whole tokens. */
-	double got = floor(fmin(want, have));
-	if (got < min) {
-		sq->central_refused += (uint64_t) want;
-		*ret_dry_us = dry_us(st, have, min, rate);
+	/* Whole tokens: an agent spends whole tokens. When the reserve
+	 * cannot give all that was asked, the part the asker's bucket
+	 * held makes one more with the reserve's: tokens that would stay
+	 * in parts, here and there, while the reserve runs dry. */
+	double whole = have >= want ? want :
+	                              floor(fmin(want, have + held) + 1e-9);
+	double got = have >= want ? want : whole - held;
+	if (whole < min || !(got > 0)) {
+		*ret_dry_us = dry_us(st, have, min - held, rate);
 		*ret_left = have >= 1 ? (uint64_t) have : 0;
 		return 0;
 	}
 	sq->rsv_level -= got;
 	if (ceiling)
 		svc->crsv_level -= got;
-	sq->central_total += (uint64_t) got;
-	if (want > got) {
+	if (want > whole) {
 		/* Drained: the asker waits for the refill before asking
 		 * again, rather than every request of a caller above its
 		 * quota waiting a round trip to be denied. */
-		sq->central_refused += (uint64_t) (want - got);
 		*ret_dry_us = dry_us(st, have - got, min, rate);
 		*ret_left = have - got >= 1 ? (uint64_t) (have - got) : 0;
 	}

@@ -317,8 +317,6 @@ typedef struct squota {
 	 * reported (KeyReport.returned): back in the reserve at the next
 	 * tick, once its capacity has grown by those bursts. */
 	double rsv_returned;
-	uint64_t central_total; /* tokens granted from it, since start */
-	uint64_t central_refused; /* tokens asked for and not granted */
 } squota;
 
 /* An expired replica that may still be running: on its last grants
@@ -705,12 +703,14 @@ void allot__central_admitted(
  * when it keeps none). Under the lock. */
 void allot__central_peek(allot__state *st, service *svc, size_t q,
     uint64_t now, double *ret_rate, double *ret_burst, double *ret_level);
-/* Take between `min` and `want` whole tokens of quota q from its
- * reserve (and the ceiling's): what was taken; when that is less than
- * `want`, *ret_dry_us says how long until `min` would be there and
- * *ret_left what it still holds. Under the lock. */
+/* Take from quota q's reserve (and the ceiling's) what completes the
+ * `held` tokens (0 <= held < min) an asker's bucket holds into whole
+ * tokens, between `min` and `want` of them: what was taken (a whole
+ * number when `held` is 0, else that less `held`); when the asker got
+ * fewer than `want`, *ret_dry_us says how long until it could get `min`
+ * and *ret_left what the reserve still holds. Under the lock. */
 double allot__central_take(allot__state *st, service *svc, size_t q,
-    double min, double want, uint64_t now, uint32_t *ret_dry_us,
+    double min, double want, double held, uint64_t now, uint32_t *ret_dry_us,
     uint64_t *ret_left);
 /* The standby (docs/allocation.md, "When it fails"): the reserve served
  * `key` `tokens` at `now`. Under the lock. */
