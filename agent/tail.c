@@ -392,11 +392,12 @@ held_take(allot__tail *t, uint8_t flight, uint64_t now)
 static void
 held_release(allot__tail *t, uint8_t flight, bool to_got, uint64_t now)
 {
+	/* Every slot: a config swap may have dropped the quota since. */
 	uint32_t nq = atomic_load(&t->a->nquotas);
-	for (uint32_t q = 0; q < nq; q++) {
+	for (uint32_t q = 0; q < t->a->quota_cap; q++) {
 		if (t->held_by[q] != flight)
 			continue;
-		if (to_got)
+		if (to_got && q < nq)
 			t->got[q] += t->held[q];
 		else
 			bucket_move(t, q, t->held[q], now);
