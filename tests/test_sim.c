@@ -453,6 +453,13 @@ START_TEST(families_bounded)
 			    "%s seed %llu: %llu honest denial reports refuted",
 			    name, (unsigned long long) seed,
 			    (unsigned long long) r.denials_refuted);
+			/* Tokens move between the reserve and the buckets
+			 * (a part of one included), never made. */
+			ck_assert_msg(r.max_tokens_over_burst <= 1e-9,
+			    "%s seed %llu: the buckets and the reserve held "
+			    "%.3g B above B",
+			    name, (unsigned long long) seed,
+			    r.max_tokens_over_burst);
 			if (!restart)
 				assert_invariants(&r);
 			sim_scenario_free(&s);
