@@ -359,23 +359,27 @@ allot__bucket_adjust(allot__bucket *b, int64_t extra, uint64_t now)
 	if (extra > 0)
 		shift(b, true, (uint64_t) extra, 0, now);
 	else if (extra < 0)
-		shift(b, false, (uint64_t) - (extra + 1) + 1, 0, now);
+		shift(b, false, 0u - (uint64_t) extra, 0, now);
+}
+
+/* shift() by a count of tokens that may have a part of one. */
+static void
+shift_tokens(allot__bucket *b, bool add, double tokens, uint64_t now)
+{
+	if (!(tokens > 0) || !(tokens < 1e18))
+		return;
+	double whole = floor(tokens);
+	shift(b, add, (uint64_t) whole, tokens - whole, now);
 }
 
 void
 allot__bucket_deposit(allot__bucket *b, double tokens, uint64_t now)
 {
-	if (!(tokens > 0) || !(tokens < 1e18))
-		return;
-	double whole = floor(tokens);
-	shift(b, false, (uint64_t) whole, tokens - whole, now);
+	shift_tokens(b, false, tokens, now);
 }
 
 void
 allot__bucket_take_part(allot__bucket *b, double tokens, uint64_t now)
 {
-	if (!(tokens > 0) || !(tokens < 1e18))
-		return;
-	double whole = floor(tokens);
-	shift(b, true, (uint64_t) whole, tokens - whole, now);
+	shift_tokens(b, true, tokens, now);
 }
