@@ -383,6 +383,7 @@ held_take(allot__tail *t, uint8_t flight, uint64_t now)
 		bucket_move(t, q, -h, now);
 		t->held[q] = h;
 		t->held_by[q] = flight;
+		t->nheld++;
 	}
 }
 
@@ -394,7 +395,7 @@ held_release(allot__tail *t, uint8_t flight, bool to_got, uint64_t now)
 {
 	/* Every slot: a config swap may have dropped the quota since. */
 	uint32_t nq = atomic_load(&t->a->nquotas);
-	for (uint32_t q = 0; q < t->a->quota_cap; q++) {
+	for (uint32_t q = 0; t->nheld > 0 && q < t->a->quota_cap; q++) {
 		if (t->held_by[q] != flight)
 			continue;
 		if (to_got && q < nq)
@@ -403,6 +404,7 @@ held_release(allot__tail *t, uint8_t flight, bool to_got, uint64_t now)
 			bucket_move(t, q, t->held[q], now);
 		t->held[q] = 0;
 		t->held_by[q] = 0;
+		t->nheld--;
 	}
 }
 

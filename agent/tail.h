@@ -104,6 +104,7 @@ typedef struct allot__tail {
 	 * if the Ask fails. One flight at a time holds a quota's part. */
 	double *held;
 	uint8_t *held_by;
+	uint32_t nheld; /* slots with held_by set */
 	/* Counters (allot_sync_stats): of the denials, those whose wait
 	 * ran out (`late`) and those the reserve could not cover
 	 * (`short_`). */
