@@ -4,7 +4,8 @@
  * in-process on a virtual clock: shares that follow cost-weighted
  * demand, the headroom rule at every step, a forming service's
  * Welcomes, take-overs and restores from the store, the live bound
- * counting unacknowledged decreases and expired replicas, and the
+ * counting unacknowledged decreases, expired replicas and a restored
+ * replica's allowance until its Welcome is acknowledged, and the
  * central reserve completing the part of a token an asker holds.
  */
 #include <check.h>
@@ -405,6 +406,45 @@ START_TEST(state_restore_one_placeholder_per_replica)
 }
 END_TEST
 
+/* After a restart, a replica runs on what the old coordinator granted
+ * until the Welcome of the new one arrives: its placeholder's
+ * allowance stays in the live bound until it acknowledges that
+ * Welcome, whatever the Welcome grants (here a body of nothing: its
+ * callers wait for the reserve and it has no demand yet). */
+START_TEST(state_restored_replica_held_until_welcomed)
+{
+	char dir[] = "/tmp/allot-alloc-XXXXXX", path[64], err[256];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/a.db", dir);
+	allot__store *db;
+	ck_assert_int_eq(
+	    allot__store_open(path, NULL, NULL, err, sizeof err, &db),
+	    ALLOT_OK);
+	allot__store_replica_joined(db, 3, "r1", "svc", "h", 1, "v", 0);
+	allot__store_replica_joined(db, 5, "r2", "svc", "h", 2, "v", 0);
+	ck_assert_int_eq(allot__store_flush(db), ALLOT_OK);
+	vclock = 1000000000ull;
+	allot__state *st = mkstate_on(db);
+	ck_assert_int_eq(allot__state_restore(st), ALLOT_OK);
+	double before = quota_a(st).bound_burst;
+	ck_assert_double_gt(before, 0);
+	rep r;
+	reg_n(st, &r, "r1", 2, true);
+	ck_assert_double_eq_tol(r.rate, 0, 1e-9);
+	/* Its placeholder's part is still counted... */
+	ck_assert_double_ge(quota_a(st).bound_burst, before - 1e-9);
+	/* ...until its first Sync says it runs on the Welcome. */
+	vclock += 100000000ull;
+	sync1(st, &r, 0, false);
+	ck_assert_double_lt(quota_a(st).bound_burst, before - 1);
+	allot__state_destroy(st);
+	allot__store_close(db);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(state_closed_goes_early)
 {
 	vclock = 1000000000ull;
@@ -628,6 +668,7 @@ registry_suite(void)
 	tcase_add_test(ts, state_takeover_keeps_demand);
 	tcase_add_test(ts, state_closed_goes_early);
 	tcase_add_test(ts, state_restore_one_placeholder_per_replica);
+	tcase_add_test(ts, state_restored_replica_held_until_welcomed);
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);
 	tcase_add_test(ts, state_ask_completes_a_part);

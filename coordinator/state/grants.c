@@ -399,7 +399,11 @@ allot__record_shares(allot__state *st, service *svc)
 /* A replica registering again keeps its local buckets and the
  * allowances it ran on (docs/protocol.md) until our Welcome reaches it,
  * so its new session may hold those until it acknowledges the Welcome.
- * `old` is its previous live session, or NULL. Under the lock. */
+ * `old` is its previous session, or NULL: a live one, or the
+ * placeholder a restore made for it, whose part of the live bound
+ * covered it until now (without it, the reserve refilled into what
+ * the agent still held while the Welcome was on its way). Under the
+ * lock. */
 void
 allot__carry_allowances(allot__state *st, service *svc, session *s,
     const session *old, uint64_t now)
@@ -419,8 +423,7 @@ allot__carry_allowances(allot__state *st, service *svc, session *s,
 			r = x;
 			b = y;
 		}
-		for (uint32_t j = 0;
-		     old != NULL && !old->placeholder && j < old->nkeys; j++) {
+		for (uint32_t j = 0; old != NULL && j < old->nkeys; j++) {
 			if (old->keys[j].q != key->q)
 				continue;
 			allot__key_bound(st, old, &old->keys[j], now, &x, &y);
