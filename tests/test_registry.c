@@ -371,19 +371,37 @@ count_live(void *ctx, const allot__store_replica *r)
 	*sum += r->session;
 }
 
-/* A file with two live rows for one replica (the older lost its leave:
- * a leadership that stopped before the flush that carried it, or an
- * older allotd's file): the restore keeps one placeholder per replica,
- * the newest, and closes the older as replaced. */
-START_TEST(state_restore_one_placeholder_per_replica)
+/* A store in a new directory made from the template `dir`. */
+static allot__store *
+tmp_store(char *dir)
 {
-	char dir[] = "/tmp/allot-alloc-XXXXXX", path[64], err[256];
+	char path[64], err[256];
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(path, sizeof path, "%s/a.db", dir);
 	allot__store *db;
 	ck_assert_int_eq(
 	    allot__store_open(path, NULL, NULL, err, sizeof err, &db),
 	    ALLOT_OK);
+	return db;
+}
+
+static void
+tmp_store_done(const char *dir, allot__store *db)
+{
+	allot__store_close(db);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A file with two live rows for one replica (the older lost its leave:
+ * a leadership that stopped before the flush that carried it, or an
+ * older allotd's file): the restore keeps one placeholder per replica,
+ * the newest, and closes the older as replaced. */
+START_TEST(state_restore_one_placeholder_per_replica)
+{
+	char dir[] = "/tmp/allot-alloc-XXXXXX";
+	allot__store *db = tmp_store(dir);
 	allot__store_replica_joined(db, 3, "r1", "svc", "h", 1, "v", 0);
 	allot__store_replica_joined(db, 5, "r2", "svc", "h", 2, "v", 0);
 	allot__store_replica_joined(db, 8, "r1", "svc", "h", 1, "v", 0);
@@ -399,10 +417,7 @@ START_TEST(state_restore_one_placeholder_per_replica)
 	    allot__store_restore(db, count_live, NULL, &sum), ALLOT_OK);
 	ck_assert_uint_eq(sum, 5 + 8);
 	allot__state_destroy(st);
-	allot__store_close(db);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	tmp_store_done(dir, db);
 }
 END_TEST
 
@@ -413,13 +428,8 @@ END_TEST
  * callers wait for the reserve and it has no demand yet). */
 START_TEST(state_restored_replica_held_until_welcomed)
 {
-	char dir[] = "/tmp/allot-alloc-XXXXXX", path[64], err[256];
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(path, sizeof path, "%s/a.db", dir);
-	allot__store *db;
-	ck_assert_int_eq(
-	    allot__store_open(path, NULL, NULL, err, sizeof err, &db),
-	    ALLOT_OK);
+	char dir[] = "/tmp/allot-alloc-XXXXXX";
+	allot__store *db = tmp_store(dir);
 	allot__store_replica_joined(db, 3, "r1", "svc", "h", 1, "v", 0);
 	allot__store_replica_joined(db, 5, "r2", "svc", "h", 2, "v", 0);
 	ck_assert_int_eq(allot__store_flush(db), ALLOT_OK);
@@ -438,10 +448,7 @@ START_TEST(state_restored_replica_held_until_welcomed)
 	sync1(st, &r, 0, false);
 	ck_assert_double_lt(quota_a(st).bound_burst, before - 1);
 	allot__state_destroy(st);
-	allot__store_close(db);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-	ck_assert_int_eq(system(cmd), 0);
+	tmp_store_done(dir, db);
 }
 END_TEST
 
