@@ -334,7 +334,7 @@ allot__central_take(allot__state *st, service *svc, size_t q, double min,
 	 * in parts, here and there, while the reserve runs dry. */
 	double whole = have >= want ? want :
 	                              floor(fmin(want, have + held) + 1e-9);
-	double got = have >= want ? want : whole - held;
+	double got = have >= want ? want : fmin(whole - held, have);
 	if (whole < min || !(got > 0)) {
 		*ret_dry_us = dry_us(st, have, min - held, rate);
 		*ret_left = have >= 1 ? (uint64_t) have : 0;
