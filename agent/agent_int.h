@@ -206,16 +206,16 @@ struct allot__ep_slot {
 #define ALLOT__EP_NAME_SZ 64u
 _Static_assert(ALLOT__ENDPOINT_MAX < ALLOT__EP_NAME_SZ, "endpoint names");
 
+/* allot__qrt.deposited counts tokens in these units: the reserve may
+ * complete a part of a token (tail.c). */
+#define ALLOT__DEPOSIT_ONE 1048576.0
+
 /*
  * Runtime state of one quota: its bucket and what the sync loop needs.
  * A quota's index (its wire key id) never changes once given: a quota
  * removed by a reconfig keeps its slot (`removed`), unused, and comes
  * back to it if a later config names it again.
  */
-/* allot__qrt.deposited counts tokens in these units: the reserve may
- * complete a part of a token (tail.c). */
-#define ALLOT__DEPOSIT_ONE 1048576.0
-
 typedef struct allot__qrt {
 	allot__bucket bucket; /* first: 64-byte aligned */
 	/* In the config in force (a->cfg); a removed quota points at the

@@ -319,17 +319,6 @@ denials(syn *y, skey *key, const Allot__V1__KeyReport *r, double taken)
 	return denied;
 }
 
-/* Book one report of a key we own: the quota's counters, global bucket
- * and candidate (candidate.c), the key's demand estimate and allocator
- * window. A report with numbers no agent can produce is dropped (counted
- * absurd). Shadow would-denies (shadow_part()) were admitted: they are
- * consumption in the counters, the demand estimate and the candidate's
- * bucket, counted apart from denials, and left out of the plausible
- * consumption and the global bucket, which stand for what enforcing
- * would have admitted. They are not denials either: a replica admitting
- * in shadow is not short, so they never push its target up past the
- * dead band as a denial does (docs/allocation.md, "Shadow quotas").
- * Under the lock. */
 /* A report's booked counts into its quota's totals, the second's
  * window and, for an agent without an account, the second's audit rows
  * (an agent with one is audited from its Usage records, usage.c). Under
@@ -380,6 +369,17 @@ book_per_value(syn *y, skey *key, const Allot__V1__KeyReport *r)
 	key->held_ns = y->now;
 }
 
+/* Book one report of a key we own: the quota's counters, global bucket
+ * and candidate (candidate.c), the key's demand estimate and allocator
+ * window. A report with numbers no agent can produce is dropped (counted
+ * absurd). Shadow would-denies (shadow_part()) were admitted: they are
+ * consumption in the counters, the demand estimate and the candidate's
+ * bucket, counted apart from denials, and left out of the plausible
+ * consumption and the global bucket, which stand for what enforcing
+ * would have admitted. They are not denials either: a replica admitting
+ * in shadow is not short, so they never push its target up past the
+ * dead band as a denial does (docs/allocation.md, "Shadow quotas").
+ * Under the lock. */
 static void
 book_report(syn *y, skey *key, const Allot__V1__KeyReport *r)
 {
