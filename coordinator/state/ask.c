@@ -77,40 +77,33 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 			allot__central_give_back(st, svc, key, k->returned);
 			allot__central_returned(st, svc, (size_t) key->q, now);
 		}
-		uint32_t dry = 0;
-		uint64_t left = 0;
-		double got = 0;
+		allot__central_given g = { 0 };
 		/* A leader that took over serves it while it learns, too:
 		 * its reserve starts empty and holds what neither the grants
 		 * the agents report nor those of the replicas still to
 		 * report (placeholders) hold (central.c). */
 		if (key != NULL && key->q >= 0 && !s->placeholder)
-			got = allot__central_take(st, svc, (size_t) key->q,
-			    (double) k->min, (double) k->tokens, k->held, now,
-			    &dry, &left);
+			g = allot__central_take(st, svc, (size_t) key->q,
+			    (double) k->min, (double) k->tokens, k->held, now);
 		else
-			dry = st->o.interval_ms * 250u;
+			g.dry_us = st->o.interval_ms * 250u;
 		/* What its reports may claim on top of its allowance; at
 		 * most B, however often it asks (a grant is spent or put in
 		 * its bucket at once). */
 		if (key != NULL && key->q >= 0) {
 			key->central = fmin(
-			    key->central + got, st->cur->burst[key->q]);
-			allot__standby_served(key, got, now);
+			    key->central + g.got, st->cur->burst[key->q]);
+			allot__standby_served(key, g.got, now);
 		}
-		/* The whole tokens it can spend, the part its bucket held
-		 * counted in. */
-		uint64_t whole = got > 0 ? (uint64_t) fmin((double) k->tokens,
-		                               floor(got + k->held + 1e-9)) :
-		                           0;
-		granted += whole;
-		refused += k->tokens - whole;
+		/* In whole tokens, the part its bucket held counted in. */
+		granted += (uint64_t) g.whole;
+		refused += k->tokens - (uint64_t) g.whole;
 		gk[n] = (Allot__V1__GrantKey) ALLOT__V1__GRANT_KEY__INIT;
 		gk[n].key = k->key;
-		gk[n].tokens = (uint64_t) floor(got);
-		gk[n].part = got - floor(got);
-		gk[n].dry_us = dry;
-		gk[n].left = left;
+		gk[n].tokens = (uint64_t) floor(g.got);
+		gk[n].part = g.got - floor(g.got);
+		gk[n].dry_us = g.dry_us;
+		gk[n].left = g.left;
 		keys[n] = &gk[n];
 		n++;
 	}

@@ -306,15 +306,13 @@ dry_us(const allot__state *st, double level, double need, double rate)
 	return us < 1 ? 1 : us > cap ? (uint32_t) cap : (uint32_t) us;
 }
 
-double
+allot__central_given
 allot__central_take(allot__state *st, service *svc, size_t q, double min,
-    double want, double held, uint64_t now, uint32_t *ret_dry_us,
-    uint64_t *ret_left)
+    double want, double held, uint64_t now)
 {
-	*ret_dry_us = 0;
-	*ret_left = 0;
+	allot__central_given g = { 0 };
 	if (!allot__central_on(st, q) || !(want >= min) || !(min > 0))
-		return 0;
+		return g;
 	held = held > 0 && held < min ? held : 0;
 	squota *sq = &svc->q[q];
 	bring(&sq->rsv_level, &sq->rsv_ns, sq->rsv_rate, sq->rsv_burst, now);
@@ -332,25 +330,29 @@ allot__central_take(allot__state *st, service *svc, size_t q, double min,
 	 * cannot give all that was asked, the part the asker's bucket
 	 * held makes one more with the reserve's: tokens that would stay
 	 * in parts, here and there, while the reserve runs dry. */
-	double whole = have >= want ? want :
-	                              floor(fmin(want, have + held) + 1e-9);
-	double got = have >= want ? want : fmin(whole - held, have);
-	if (whole < min || !(got > 0)) {
-		*ret_dry_us = dry_us(st, have, min - held, rate);
-		*ret_left = have >= 1 ? (uint64_t) have : 0;
-		return 0;
+	if (have >= want) {
+		g.whole = g.got = want;
+	} else {
+		g.whole = floor(fmin(want, have + held) + 1e-9);
+		g.got = fmin(g.whole - held, have);
 	}
-	sq->rsv_level -= got;
+	if (g.whole < min || !(g.got > 0)) {
+		g = (allot__central_given) { 0 };
+		g.dry_us = dry_us(st, have, min - held, rate);
+		g.left = have >= 1 ? (uint64_t) have : 0;
+		return g;
+	}
+	sq->rsv_level -= g.got;
 	if (ceiling)
-		svc->crsv_level -= got;
-	if (want > whole) {
+		svc->crsv_level -= g.got;
+	if (want > g.whole) {
 		/* Drained: the asker waits for the refill before asking
 		 * again, rather than every request of a caller above its
 		 * quota waiting a round trip to be denied. */
-		*ret_dry_us = dry_us(st, have - got, min, rate);
-		*ret_left = have - got >= 1 ? (uint64_t) (have - got) : 0;
+		g.dry_us = dry_us(st, have - g.got, min, rate);
+		g.left = have - g.got >= 1 ? (uint64_t) (have - g.got) : 0;
 	}
-	return got;
+	return g;
 }
 
 /* ---- the standby ---- */

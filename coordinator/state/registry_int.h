@@ -703,15 +703,19 @@ void allot__central_admitted(
  * when it keeps none). Under the lock. */
 void allot__central_peek(allot__state *st, service *svc, size_t q,
     uint64_t now, double *ret_rate, double *ret_burst, double *ret_level);
+/* What allot__central_take() gave one key of an Ask. */
+typedef struct allot__central_given {
+	double got; /* taken from the reserve (a part of a token included) */
+	double whole; /* the whole tokens the asker may spend with `held` */
+	uint32_t dry_us; /* fewer than asked: until it could give `min` */
+	uint64_t left; /* then: the whole tokens the reserve still holds */
+} allot__central_given;
 /* Take from quota q's reserve (and the ceiling's) what completes the
  * `held` tokens (0 <= held < min) an asker's bucket holds into whole
- * tokens, between `min` and `want` of them: what was taken (a whole
- * number when `held` is 0, else that less `held`); when the asker got
- * fewer than `want`, *ret_dry_us says how long until it could get `min`
- * and *ret_left what the reserve still holds. Under the lock. */
-double allot__central_take(allot__state *st, service *svc, size_t q,
-    double min, double want, double held, uint64_t now, uint32_t *ret_dry_us,
-    uint64_t *ret_left);
+ * tokens, between `min` and `want` of them (all of `want` while the
+ * reserve holds it, `held` then staying the asker's). Under the lock. */
+allot__central_given allot__central_take(allot__state *st, service *svc,
+    size_t q, double min, double want, double held, uint64_t now);
 /* The standby (docs/allocation.md, "When it fails"): the reserve served
  * `key` `tokens` at `now`. Under the lock. */
 void allot__standby_served(skey *key, double tokens, uint64_t now);
