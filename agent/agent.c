@@ -594,10 +594,17 @@ stack_levels(allot_agent *a, const allot_key *k, uint32_t *lv)
 	allot__qrt *q = atomic_load_explicit(&k->quota, memory_order_relaxed);
 	uint32_t n = atomic_load_explicit(&k->nup, memory_order_relaxed);
 	lv[0] = q->index;
-	for (uint32_t i = 0; i < n && i < ALLOT__STACK_MAX; i++)
+	if (n > ALLOT__STACK_MAX)
+		n = ALLOT__STACK_MAX;
+	for (uint32_t i = 0; i < n; i++)
 		lv[i + 1] = atomic_load_explicit(
 		    &a->stacks[k->id].q[i], memory_order_relaxed);
-	return (n < ALLOT__STACK_MAX ? n : ALLOT__STACK_MAX) + 1;
+	/* The ceiling's level (last): only while the key's quota runs on
+	 * its own allowance (ceiling.c). */
+	if (n > 0 && lv[n] == a->ceil_q &&
+	    !atomic_load_explicit(&q->owned, memory_order_relaxed))
+		n--;
+	return n + 1;
 }
 
 /* A request of `cost` key `k` (counters `c`) charges was denied by its
@@ -670,6 +677,22 @@ stack_take(allot_agent *a, allot__tblock *b, allot__bucket *own,
 	return true;
 }
 
+/* Whether key `k`, which has stacked levels, charges one now: not when
+ * its only one is the ceiling's level and its quota does not run on its
+ * own allowance (ceiling.c), the case of every key of a quota a ceiling
+ * may cut while the level is not in use, which then keeps the one-level
+ * path (its leases included). */
+static inline bool
+stacked_now(allot_agent *a, const allot_key *k)
+{
+	return atomic_load_explicit(&k->nup, memory_order_relaxed) != 1 ||
+	    atomic_load_explicit(
+	        &a->stacks[k->id].q[0], memory_order_relaxed) != a->ceil_q ||
+	    atomic_load_explicit(
+	        &atomic_load_explicit(&k->quota, memory_order_relaxed)->owned,
+	        memory_order_relaxed);
+}
+
 /* The decision of a key with stacked levels (decide()), off the
  * one-level path: no leases (a lease taken before the key was stacked
  * is given back). */
@@ -736,7 +759,8 @@ decide(allot_agent *a, allot_key *k, uint32_t cost, allot_decision *ret,
 		return ALLOT_ETOOBIG;
 	}
 	if (allot__unlikely(
-	        atomic_load_explicit(&k->nup, memory_order_relaxed) != 0))
+	        atomic_load_explicit(&k->nup, memory_order_relaxed) != 0) &&
+	    stacked_now(a, k))
 		return decide_stacked(a, k, b, c, cost, ret, tail);
 	allot__bucket *bk = atomic_load_explicit(
 	    &k->bucket, memory_order_relaxed);
@@ -1035,18 +1059,53 @@ allot_acquire_id(allot_agent *a, const char *identity, const char *endpoint,
 
 /* ---- allowances ---- */
 
+/* `al` as quota `q`'s bucket runs it: fixed by its access, and a local
+ * burst below the largest endpoint weight raised to it, which would
+ * otherwise make that endpoint impossible on this replica
+ * (docs/allocation.md), unless its callers wait for the central
+ * reserve, which serves it. */
+static void
+quota_fit(allot_agent *a, allot__qrt *q, allot__allowance *x)
+{
+	allot__quota_fix(q, x);
+	if (x->mode == ALLOT__MODE_LIMIT && !allot__quota_waits(a, q) &&
+	    x->burst < (double) atomic_load(&q->wmax))
+		x->burst = (double) atomic_load(&q->wmax);
+}
+
+void
+allot__quota_set_own(allot_agent *a, allot__qrt *q, const allot__allowance *al,
+    const allot__allowance *own)
+{
+	allot__allowance x = *al;
+	quota_fit(a, q, &x);
+	uint64_t now = allot__agent_now(a);
+	/* A member of the ceiling's level runs on its own allowance: the
+	 * level holds it to the cut one with the others'. */
+	bool owned = own != NULL && x.mode == ALLOT__MODE_LIMIT &&
+	    allot__ceiling_member(a, q);
+	pthread_mutex_lock(&a->set_lock);
+	bool leaves = !owned &&
+	    atomic_load_explicit(&q->owned, memory_order_relaxed);
+	allot__allowance run = x;
+	if (owned) {
+		run.rate = fmax(x.rate, own->rate);
+		run.burst = fmax(x.burst, own->burst);
+	}
+	if (atomic_load_explicit(&q->owned, memory_order_relaxed) != owned)
+		atomic_store_explicit(&q->owned, owned, memory_order_relaxed);
+	allot__bucket_set(&q->bucket, &run, now);
+	if (leaves)
+		allot__ceiling_leave(a, q, now);
+	/* After the install: a quota that joins brings the tokens its
+	 * bucket opens with (a closed one's refill included). */
+	q->cut = x;
+	allot__ceiling_add(a, q, now);
+	pthread_mutex_unlock(&a->set_lock);
+}
+
 void
 allot__quota_set(allot_agent *a, allot__qrt *q, const allot__allowance *al)
 {
-	allot__allowance x = *al;
-	allot__quota_fix(q, &x);
-	/* A local burst below the largest endpoint weight would make that
-	 * endpoint impossible on this replica (docs/allocation.md), unless
-	 * its callers wait for the central reserve, which serves it. */
-	if (x.mode == ALLOT__MODE_LIMIT && !allot__quota_waits(a, q) &&
-	    x.burst < (double) atomic_load(&q->wmax))
-		x.burst = (double) atomic_load(&q->wmax);
-	pthread_mutex_lock(&a->set_lock);
-	allot__bucket_set(&q->bucket, &x, allot__agent_now(a));
-	pthread_mutex_unlock(&a->set_lock);
+	allot__quota_set_own(a, q, al, NULL);
 }

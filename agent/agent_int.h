@@ -267,6 +267,15 @@ typedef struct allot__qrt {
 	 * (allot__quota_set), and a closed one's denials are
 	 * ALLOT_EFORBIDDEN. Set by a reconfig, read by decisions. */
 	_Atomic uint8_t access;
+	/* Its allowance as the global ceiling cut it (the last one
+	 * installed, its own aside), and what that adds to the ceiling's
+	 * level (ceiling.c) in thousandths of a token (per second): all of
+	 * it while the quota is a member, else 0. Under set_lock. */
+	allot__allowance cut;
+	int64_t ceil_rate_m, ceil_burst_m;
+	/* It runs on its own allowance, above the cut one: its requests
+	 * are charged to the ceiling's level (ceiling.c). */
+	_Atomic bool owned;
 } allot__qrt;
 
 /* The fields a decision reads come first, in the key's first line.
@@ -298,15 +307,19 @@ _Static_assert(sizeof(struct allot_key) == 64,
  * Stacked limits (docs/configuration.md): the quotas a key charges on
  * top of its own, all or none, in order: its caller's own quota (for a
  * stacked endpoint quota), then its group's ("PREFIX* ENDPOINT", then
- * "PREFIX*"), then "* ENDPOINT", then "*" (stack.c). Written by a
- * reconfig (cfg_lock and dyn_lock), read by decisions with relaxed
- * loads: one racing a reconfig may charge a stack half old, half new,
+ * "PREFIX*"), then "* ENDPOINT", then "*" (stack.c), then the global
+ * ceiling's level when its own quota is one of the level's (ceiling.c).
+ * Written by a reconfig (cfg_lock and dyn_lock), read by decisions with
+ * relaxed loads: one racing a reconfig may charge a stack half old, half new,
  * once; every index names a quota slot that lives until destroy.
  */
-#define ALLOT__STACK_MAX 5u
+#define ALLOT__STACK_MAX 6u
 typedef struct allot__stack {
 	_Atomic uint32_t q[ALLOT__STACK_MAX]; /* a->quotas indexes */
-	uint32_t pad_[3];
+	/* The caller's own quota it was set with (allot__stack_set's
+	 * `own`), for allot__stack_refresh(). */
+	_Atomic uint32_t own;
+	uint32_t pad_;
 } allot__stack;
 _Static_assert(sizeof(allot__stack) == 32, "a key's levels: 32 bytes");
 
@@ -486,6 +499,14 @@ struct allot_agent {
 	/* The tail path (tail.h), driven by the sync loop; NULL when
 	 * local-only. */
 	struct allot__tail *tail;
+	/* The global ceiling's level on this replica (ceiling.c): the
+	 * bucket of a->quotas[ceil_q], one past the quotas' slots; whether
+	 * the config in force has a ceiling that cuts its quotas; and the
+	 * sums of what its members add to it (allot__qrt.ceil_rate_m,
+	 * set_lock). */
+	uint32_t ceil_q;
+	_Atomic bool ceil_on;
+	int64_t ceil_rate_m, ceil_burst_m;
 	/* The callers use the tail path (allot_acquire_wait(), _async()):
 	 * from the first such call the bursts of quotas with a reserve are
 	 * installed as sent, not raised to wmax (a costlier request waits
@@ -634,6 +655,41 @@ void allot__decide_final(allot_agent *a, struct allot_key *k, uint32_t cost,
  * or unlimited quota, its fixed mode instead (allot__quota_fix). */
 void allot__quota_set(
     allot_agent *a, allot__qrt *q, const allot__allowance *al);
+/* The same with the quota's own allowance before the global ceiling's
+ * cut (NULL: none; ceiling.c): a member of the ceiling's level runs its
+ * bucket on the larger of the two and adds `al` to the level. */
+void allot__quota_set_own(allot_agent *a, allot__qrt *q,
+    const allot__allowance *al, const allot__allowance *own);
+
+/* The global ceiling's level (ceiling.c). At create, once a->quotas is
+ * allocated: its slot, full until the first config's members set it. */
+void allot__ceiling_init(allot_agent *a);
+/* Whether quota `q` is one of the level's: the config in force has a
+ * ceiling, `q` is limited, enforcing (not in shadow), not removed, and
+ * keeps no central reserve (whose callers draw on the ceiling's reserve
+ * at allotd instead). */
+bool allot__ceiling_member(const allot_agent *a, const allot__qrt *q);
+/* Quota `q`'s part of the level from its allowance as the ceiling cut
+ * it (q->cut) while it runs on its own (q->owned), and the level's
+ * allowance from the sums (set_lock held). */
+void allot__ceiling_add(allot_agent *a, allot__qrt *q, uint64_t now);
+/* Quota `q` leaves the level, its bucket just set back to its cut
+ * allowance (set_lock held): the bucket keeps at most what the level
+ * holds, and what it keeps leaves the level. Its bucket held tokens the
+ * level counted as everyone's; spent through the level by the others,
+ * they must not be spent again from its bucket. (Not its part by its
+ * share of the level's burst: when every quota leaves at once, as when
+ * the demand comes to bind, the parts of those whose buckets are
+ * emptier than their part would be lost with the level.) */
+void allot__ceiling_leave(allot_agent *a, allot__qrt *q, uint64_t now);
+/* Every quota's part again, after a change of who is a member (a
+ * reconfig, a quota's central reserve coming or going). Takes set_lock. */
+void allot__ceiling_update(allot_agent *a);
+/* Tokens moved into (negative) or out of (positive) the bucket of quota
+ * `q`, as allot__bucket_adjust(), moved in the level too when `q` is one
+ * of its members: a loan, a refund, a settled debt. */
+void allot__ceiling_adjust(
+    allot_agent *a, const allot__qrt *q, int64_t tokens, uint64_t now);
 /* `al` as quota `q` takes it: a closed or unlimited quota's fixed mode
  * (allot__qrt.access, no amounts), any other's unchanged. */
 void allot__quota_fix(const allot__qrt *q, allot__allowance *al);
@@ -644,7 +700,10 @@ void allot__quota_fix(const allot__qrt *q, allot__allowance *al);
  * a->quotas. Positional initialisers { install, ctx } stay valid: the
  * later members are then NULL. */
 typedef struct allot__installer {
-	void (*install)(void *ctx, uint32_t quota, const allot__allowance *al);
+	/* `own`: the quota's own allowance before the ceiling's cut
+	 * (Share.own_rate, own_burst: rate and burst), or NULL. */
+	void (*install)(void *ctx, uint32_t quota, const allot__allowance *al,
+	    const allot__allowance *own);
 	void *ctx;
 	/* Install a config (a service's view, already verified) atomically:
 	 * new and removed callers, weights, shadow, fallback, ceiling. On
@@ -699,6 +758,10 @@ void allot__patterns_free(allot__patterns *t);
  * shadow. */
 void allot__stack_set(
     allot_agent *a, struct allot_key *k, const char *identity, uint32_t own);
+/* Every key's levels set again (dyn_lock taken): after a quota's central
+ * reserve came or went, which decides whether its keys charge the
+ * ceiling's level. The sync thread, which also reconfigures. */
+void allot__stack_refresh(allot_agent *a);
 
 /* Evict idle unknown-identity keys now (any thread; takes dyn_lock). */
 void allot__agent_sweep(allot_agent *a, uint64_t now);

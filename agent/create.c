@@ -206,13 +206,15 @@ alloc_all(allot_agent *a)
 {
 	size_t nknown = (size_t) a->group_cap * a->nclasses;
 	size_t nkeys = nknown + 2 * (size_t) a->nclasses + a->dyn_cap;
-	/* Then each quota's counters as a stacked level (agent_int.h). */
-	if (nkeys + a->quota_cap >= UINT32_MAX)
+	/* Then each quota's counters as a stacked level (agent_int.h), the
+	 * ceiling's level's last (ceiling.c). */
+	if (nkeys + a->quota_cap + 1 >= UINT32_MAX)
 		return ALLOT_EINVAL;
 	a->level_base = (uint32_t) nkeys;
-	a->nkeys = (uint32_t) (nkeys + a->quota_cap);
+	a->nkeys = (uint32_t) (nkeys + a->quota_cap + 1);
+	a->ceil_q = a->quota_cap;
 	a->stacks = allot__zalloc(sizeof *a->stacks * (nkeys + 1));
-	a->quotas = allot__zalloc(sizeof(allot__qrt) * a->quota_cap);
+	a->quotas = allot__zalloc(sizeof(allot__qrt) * (a->quota_cap + 1));
 	a->class_names = calloc(a->nclasses, sizeof *a->class_names);
 	a->class_weight = calloc(a->nclasses, sizeof *a->class_weight);
 	a->ep_names = calloc(a->nclasses, ALLOT__EP_NAME_SZ);
@@ -239,6 +241,7 @@ alloc_all(allot_agent *a)
 	    a->overflow_keys == NULL || a->dyn_keys == NULL ||
 	    a->dyn_names == NULL || a->stacks == NULL)
 		return ALLOT_ENOMEM;
+	allot__ceiling_init(a);
 	return ALLOT_OK;
 }
 

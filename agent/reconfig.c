@@ -560,11 +560,15 @@ apply_ceiling(allot_agent *a, const allot_config *cfg, plan *p)
 		idx[m++] = s;
 	}
 	allot__ceiling_fit(cfg->ceiling_rate, m, p->rate, p->prio, p->cut);
+	bool cuts = false;
 	for (size_t j = 0; j < m; j++) {
 		allot__qrt *q = &a->quotas[idx[j]];
 		q->static_rate = p->cut[j];
 		q->static_burst = q->q->burst * (p->cut[j] / q->q->rate);
+		cuts |= p->cut[j] < q->q->rate;
 	}
+	/* The ceiling's level (ceiling.c): only where it may cut. */
+	atomic_store(&a->ceil_on, cuts);
 }
 
 /* Quotas: the new ones opened and published, the others pointed at the
@@ -630,6 +634,7 @@ apply_quotas(allot_agent *a, const allot_config *cfg, plan *p, bool initial)
 		if (initial || i >= nq) {
 			allot__quota_fix(q, &al);
 			allot__bucket_init(&q->bucket, &al);
+			q->cut = al; /* the ceiling's level: see below */
 		} else if (access_moved ||
 		    (a->coordinator == NULL &&
 		        (p->prev[2 * i] != q->static_rate ||
@@ -751,7 +756,10 @@ apply(allot_agent *a, allot_config *cfg, plan *p, bool initial)
 		atomic_store_explicit(
 		    &a->class_weight[c], w[c], memory_order_relaxed);
 
+	/* The ceiling's level follows who is a member, which the quotas'
+	 * access and shadow decide, before the keys take their levels. */
 	apply_quotas(a, cfg, p, initial);
+	allot__ceiling_update(a);
 	uint32_t ng = atomic_load(&a->ngroups);
 	for (uint32_t g = 0; g < p->nnew_g; g++)
 		group_add(a, ng + g, p->new_id[g], p->new_idh[g]);
@@ -802,10 +810,11 @@ allot__reconfig(allot_agent *a, allot_config *cfg, bool initial)
 /* ---- the installer and the public call ---- */
 
 static void
-install(void *ctx, uint32_t quota, const allot__allowance *al)
+install(void *ctx, uint32_t quota, const allot__allowance *al,
+    const allot__allowance *own)
 {
 	allot_agent *a = ctx;
-	allot__quota_set(a, &a->quotas[quota], al);
+	allot__quota_set_own(a, &a->quotas[quota], al, own);
 }
 
 static int

@@ -47,10 +47,13 @@ allot_settle(allot_agent *a, allot_key *k, uint32_t charged, uint32_t measured)
 	uint64_t want = charged > measured ? (uint64_t) charged - measured : 0;
 	pthread_mutex_lock(&a->settle_lock);
 	uint64_t ok = settle_one(a, k, charged, measured);
+	const allot__qrt *q = atomic_load_explicit(
+	    &k->quota, memory_order_relaxed);
 	if (ok > 0) {
 		allot__bucket_adjust(
 		    atomic_load_explicit(&k->bucket, memory_order_relaxed),
 		    -(int64_t) ok, now);
+		allot__ceiling_adjust(a, q, -(int64_t) ok, now);
 		/* Unsigned wrap-around subtracts a refund. */
 		allot__bump(b, &b->c[k->id].spent, (uint64_t) - (int64_t) ok);
 	}
@@ -59,6 +62,7 @@ allot_settle(allot_agent *a, allot_key *k, uint32_t charged, uint32_t measured)
 		allot__bucket_adjust(
 		    atomic_load_explicit(&k->bucket, memory_order_relaxed),
 		    (int64_t) debt, now);
+		allot__ceiling_adjust(a, q, (int64_t) debt, now);
 		allot__bump(b, &b->c[k->id].spent, debt);
 	}
 	pthread_mutex_unlock(&a->settle_lock);

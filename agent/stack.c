@@ -166,10 +166,14 @@ allot__stack_set(
 	uint32_t cand[] = { own, g != NULL ? pattern_ep(t, g, k->cls) : NONE,
 		g != NULL ? g->q : NONE,
 		t != NULL ? pattern_ep(t, &t->every, k->cls) : NONE,
-		t != NULL ? t->every.q : NONE };
+		t != NULL ? t->every.q : NONE,
+		allot__ceiling_member(
+		    a, atomic_load_explicit(&k->quota, memory_order_relaxed)) ?
+		    a->ceil_q :
+		    NONE };
 	_Static_assert(sizeof cand / sizeof cand[0] == ALLOT__STACK_MAX,
 	    "a key's levels: its caller's, its group's two, every caller's "
-	    "two");
+	    "two, the ceiling's");
 	for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
 		if (cand[i] == NONE)
 			continue;
@@ -189,9 +193,36 @@ allot__stack_set(
 	for (uint32_t i = 0; i < n; i++)
 		atomic_store_explicit(
 		    &a->stacks[k->id].q[i], up[i], memory_order_relaxed);
+	atomic_store_explicit(
+	    &a->stacks[k->id].own, own, memory_order_relaxed);
 	if (atomic_load_explicit(&k->max_cost, memory_order_relaxed) != mc)
 		atomic_store_explicit(&k->max_cost, mc, memory_order_relaxed);
 	if (atomic_load_explicit(&k->nup, memory_order_relaxed) != n)
 		atomic_store_explicit(
 		    &k->nup, (uint8_t) n, memory_order_relaxed);
+}
+
+static void
+refresh_keys(allot_agent *a, allot_key *keys, size_t n, bool named)
+{
+	for (size_t i = 0; i < n; i++)
+		allot__stack_set(a, &keys[i], named ? keys[i].identity : NULL,
+		    atomic_load_explicit(
+		        &a->stacks[keys[i].id].own, memory_order_relaxed));
+}
+
+void
+allot__stack_refresh(allot_agent *a)
+{
+	pthread_mutex_lock(&a->dyn_lock);
+	uint32_t ng = atomic_load(&a->ngroups);
+	uint32_t nep = atomic_load(&a->nep);
+	for (uint32_t i = 0; i <= nep; i++)
+		refresh_keys(a,
+		    allot__known_key(a, 0, allot__class_at(a, i, nep)), ng,
+		    true);
+	refresh_keys(a, a->anon_keys, a->nclasses, false);
+	refresh_keys(a, a->overflow_keys, a->nclasses, false);
+	refresh_keys(a, a->dyn_keys, a->dyn_cap, true);
+	pthread_mutex_unlock(&a->dyn_lock);
 }

@@ -401,7 +401,12 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	};
 	if (!(rate > 0))
 		al.mode = ALLOT__MODE_CLOSED;
-	s->in.install(s->in.ctx, key, &al);
+	/* Its own allowance, when the ceiling cut it (ceiling.c). */
+	allot__allowance own = al;
+	own.rate = s->q[key].share_own_rate;
+	own.burst = s->q[key].share_own_burst;
+	bool has_own = rate > 0 && own.rate > 0 && own.burst > 0;
+	s->in.install(s->in.ctx, key, &al, has_own ? &own : NULL);
 	/* What it gave back and has not said so yet is still its own: a
 	 * bucket with room takes it back, rather than the reserve receiving
 	 * it once the capacity for it has moved here. */
@@ -431,14 +436,17 @@ static void
 move_tokens(syncc *s, uint32_t key, double prefill, double debit, uint64_t now)
 {
 	allot__bucket *b = &s->a->quotas[key].bucket;
+	const allot__qrt *q = &s->a->quotas[key];
 	if (prefill >= 1) {
 		allot__bucket_adjust(b, -(int64_t) prefill, now);
+		allot__ceiling_adjust(s->a, q, -(int64_t) prefill, now);
 		atomic_fetch_add(&s->loan_tokens, (uint64_t) prefill);
 		allot__ledger_in(
 		    &s->q[key].ledger, (double) (int64_t) prefill);
 	}
 	if (debit >= 1) {
 		allot__bucket_adjust(b, (int64_t) debit, now);
+		allot__ceiling_adjust(s->a, q, (int64_t) debit, now);
 		atomic_fetch_add(&s->debit_tokens, (uint64_t) debit);
 		allot__ledger_out(&s->q[key].ledger, (double) (int64_t) debit);
 	}
@@ -452,6 +460,7 @@ apply_shares(
 	bool *seen = s->seen;
 	memset(seen, 0, sizeof *seen * allot__syncc_nq(s));
 	int bad = 0;
+	bool members = false;
 	for (size_t i = 0; i < n; i++) {
 		const Allot__V1__Share *sh = shares[i];
 		/* No quota file allows more than ALLOT__RATE_MAX or
@@ -463,12 +472,21 @@ apply_shares(
 		    !(sh->burst >= 0 && sh->burst <= ALLOT__BURST_MAX) ||
 		    !(sh->prefill >= 0 && sh->prefill <= sh->burst) ||
 		    !(sh->debit >= 0 && sh->debit <= ALLOT__BURST_MAX) ||
-		    !(sh->standby >= 0 && sh->standby <= ALLOT__RATE_MAX)) {
+		    !(sh->standby >= 0 && sh->standby <= ALLOT__RATE_MAX) ||
+		    !(sh->own_rate >= 0 && sh->own_rate <= ALLOT__RATE_MAX) ||
+		    !(sh->own_burst >= 0 &&
+		        sh->own_burst <= ALLOT__BURST_MAX)) {
 			bad++;
 			continue;
 		}
+		/* Whether its keys charge the ceiling's level follows. */
+		if (atomic_load_explicit(&a->quotas[sh->key].central,
+		        memory_order_relaxed) != sh->central)
+			members = true;
 		atomic_store_explicit(&a->quotas[sh->key].central, sh->central,
 		    memory_order_relaxed);
+		s->q[sh->key].share_own_rate = sh->own_rate;
+		s->q[sh->key].share_own_burst = sh->own_burst;
 		atomic_store_explicit(&a->quotas[sh->key].standby_rate,
 		    sh->standby, memory_order_relaxed);
 		install_share(s, sh->key, sh->rate, sh->burst);
@@ -482,6 +500,12 @@ apply_shares(
 			if (!seen[k] && s->q[k].has_share)
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
+	/* A quota's central reserve came or went (its first Welcome, a
+	 * config): the ceiling's level and its keys' levels follow. */
+	if (members && atomic_load(&a->ceil_on)) {
+		allot__ceiling_update(a);
+		allot__stack_refresh(a);
+	}
 	if (bad > 0)
 		allot__log_ratelimited(&a->log, &s->fail_rl, ALLOT_LOG_WARNING,
 		    "ALLOT-SYNC-BADSHARE",
@@ -523,7 +547,7 @@ key_fallback(syncc *s, uint32_t i, uint32_t n)
 		allot__fallback_allowance(q->fallback, q->rate, q->burst, n,
 		    a->cfg->max_weight, &al);
 	al.hint_ns = (uint64_t) a->opts.reconnect_max_ms * 1000000u;
-	s->in.install(s->in.ctx, i, &al);
+	s->in.install(s->in.ctx, i, &al, NULL);
 }
 
 static uint32_t
@@ -728,7 +752,7 @@ config_settle(syncc *s, uint32_t before)
 			allot__ledger_reset(&qs->ledger);
 			al.hint_ns = (uint64_t) s->a->opts.sync_interval_ms *
 			    1000000u;
-			s->in.install(s->in.ctx, i, &al);
+			s->in.install(s->in.ctx, i, &al, NULL);
 		}
 	}
 }

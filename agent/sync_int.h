@@ -25,6 +25,9 @@ typedef struct allot__qsync {
 	double demand; /* smoothed tokens/s */
 	double share_rate; /* last allowance from the coordinator */
 	double share_burst;
+	/* and its own before the ceiling's cut (Share.own_rate, own_burst;
+	 * 0: none) */
+	double share_own_rate, share_own_burst;
 	bool has_share;
 	/* The allowance in force came from another member (the session
 	 * moved, sync.c): reported with what it runs on (KeyReport.foreign,

@@ -7,7 +7,9 @@
  * endpoint quotas on top of each request to their endpoint. A level
  * that denies gives back what the levels before it took, the decision
  * names the level that bound it, and each quota's counts are what its
- * own bucket decided (what the agent reports to allotd).
+ * own bucket decided (what the agent reports to allotd). The global
+ * ceiling's level is one more, on quotas running on their own
+ * allowances.
  *
  * The first cases run local agents on a virtual clock; the last runs
  * two replicas against a real allotd.
@@ -243,6 +245,90 @@ START_TEST(tenant_caps_its_group)
 	ck_assert_int_eq(km_admitted(a, NULL, "/x", 20), 20);
 	allot__ktotals g = km_totals(a, "spiffe://acme/*");
 	ck_assert_uint_eq(g.spent, 10);
+	allot_agent_destroy(a);
+}
+END_TEST
+
+/* The global ceiling's level (agent/ceiling.c, docs/allocation.md "The
+ * ceiling's level"): callers a and b, cut by a ceiling that does not bind
+ * on demand to 10/s, burst 20 each, run on their own allowances of 50/s,
+ * burst 50. Either may spend beyond its cut burst as far as the level
+ * (their cut allowances together: 20/s, burst 40) has tokens; together
+ * they never spend more than the level. */
+#define CEIL                                                        \
+	"quotas:\n"                                                 \
+	"  default: {tokens_per_second: 10, burst: 20}\n"           \
+	"  endpoint_weights: {default: 1}\n"                        \
+	"  callers:\n"                                              \
+	"    - {identity: a, tokens_per_second: 100, burst: 100}\n" \
+	"    - {identity: b, tokens_per_second: 100, burst: 100}\n" \
+	"  global_ceiling: {tokens_per_second: 60, overcommit: true}\n"
+
+static uint32_t
+quota_index(allot_agent *a, const char *name)
+{
+	for (uint32_t i = 0; i < atomic_load(&a->nquotas); i++)
+		if (strcmp(a->quotas[i].name, name) == 0)
+			return i;
+	ck_abort_msg("no quota %s", name);
+	return 0;
+}
+
+START_TEST(ceiling_level_holds_the_cut_together)
+{
+	allot_agent *a = km_local_agent(CEIL);
+	allot__installer in;
+	allot__agent_installer(a, &in);
+	uint32_t qa = quota_index(a, "a"), qb = quota_index(a, "b");
+	allot__allowance cut = { .rate = 10,
+		.burst = 20,
+		.mode = ALLOT__MODE_LIMIT,
+		.hint_ns = 100000000u };
+	allot__allowance own = cut;
+	own.rate = own.burst = 50;
+	/* First on their cut allowances alone: no level. */
+	in.install(in.ctx, qa, &cut, NULL);
+	in.install(in.ctx, qb, &cut, NULL);
+	km_advance_ms(2000);
+	ck_assert_int_eq(km_admitted(a, "b", "/x", 30), 20);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&a->quotas[a->ceil_q].bucket, km_clock(NULL)),
+	    0, 1e-6);
+	km_advance_ms(2000);
+	/* Both on their own allowances: their buckets (full at 20 under
+	 * the cut) join the level with their tokens. */
+	in.install(in.ctx, qa, &cut, &own);
+	in.install(in.ctx, qb, &cut, &own);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&a->quotas[a->ceil_q].bucket, km_clock(NULL)),
+	    40, 1e-6);
+	/* a spends its bucket (20 of its own 50 so far) and b the rest of
+	 * the level: 40 in all, as under the cut, split by who came. */
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 30), 20);
+	ck_assert_int_eq(km_admitted(a, "b", "/x", 30), 20);
+	allot_decision d;
+	ck_assert(!km_ask(a, "b", "/x", &d));
+	ck_assert_str_eq(km_bound_by(a, "b", "/x", &d), "b");
+	/* A second: the buckets refill 50 each, the level 20. b alone
+	 * takes all 20: beyond its cut rate, within the level. */
+	km_advance_ms(1000);
+	ck_assert_int_eq(km_admitted(a, "b", "/x", 30), 20);
+	uint64_t denied = km_totals(a, "a").denied;
+	ck_assert(!km_ask(a, "a", "/x", &d));
+	ck_assert_str_eq(km_bound_by(a, "a", "/x", &d), "global_ceiling");
+	/* The level's denial is its own, like any stacked level's: a's
+	 * bucket did not deny it, and allotd would refute it as a's. */
+	ck_assert_uint_eq(km_totals(a, "a").denied, denied);
+	/* a back on its cut allowance leaves the level with its part of
+	 * what the level holds (nothing now: b spent it), not with the 50
+	 * its bucket holds: those were the level's, spent by b. It starts
+	 * from its cut refill; the level keeps b's. */
+	in.install(in.ctx, qa, &cut, NULL);
+	km_advance_ms(500);
+	ck_assert_int_eq(km_admitted(a, "a", "/x", 30), 5);
+	ck_assert_double_eq_tol(
+	    allot__bucket_level(&a->quotas[a->ceil_q].bucket, km_clock(NULL)),
+	    5, 1e-6);
 	allot_agent_destroy(a);
 }
 END_TEST
@@ -555,6 +641,7 @@ stack_suite(void)
 	tcase_add_test(tc, too_big_and_shadow);
 	tcase_add_test(tc, reconfig_stacks_and_unstacks);
 	tcase_add_test(tc, config_rules);
+	tcase_add_test(tc, ceiling_level_holds_the_cut_together);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("allotd");
 	tcase_set_timeout(tc, 60);
