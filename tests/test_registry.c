@@ -5,8 +5,9 @@
  * demand, the headroom rule at every step, a forming service's
  * Welcomes, take-overs and restores from the store, the live bound
  * counting unacknowledged decreases, expired replicas and a restored
- * replica's allowance until its Welcome is acknowledged, and the
- * central reserve completing the part of a token an asker holds.
+ * replica's allowance until its Welcome is acknowledged, the central
+ * reserve completing the part of a token an asker holds, and own
+ * allowances beside the ceiling's cut ones.
  */
 #include <check.h>
 #include <math.h>
@@ -74,6 +75,8 @@ typedef struct rep {
 	uint64_t seq;
 	double rate; /* key 1 ("a") as last received */
 	double burst;
+	double own_rate; /* and its own allowance (0: none) */
+	double own_burst;
 } rep;
 
 /* Which connections (nng pipe ids 1-3) are open, for conn_open. */
@@ -86,14 +89,15 @@ conn_is_open(void *ctx, uint32_t pipe)
 	return pipe < 4 && conn_up[pipe];
 }
 
-/* A registry on the virtual clock, recording to `db` (NULL: none). */
+/* A registry on the virtual clock with the quota file `text`, recording
+ * to `db` (NULL: none). */
 static allot__state *
-mkstate_on(allot__store *db)
+mkstate_with(const char *text, allot__store *db)
 {
 	allot_config *cfg;
 	char err[256];
-	ck_assert_int_eq(allot_config_parse("t", STATE_CFG,
-	                     sizeof STATE_CFG - 1, err, sizeof err, &cfg),
+	ck_assert_int_eq(
+	    allot_config_parse("t", text, strlen(text), err, sizeof err, &cfg),
 	    ALLOT_OK);
 	allot__state_opts o;
 	allot__state_opts_init(&o);
@@ -103,8 +107,14 @@ mkstate_on(allot__store *db)
 	o.store = db;
 	allot__state *st;
 	ck_assert_int_eq(
-	    allot__state_create(&o, cfg, "t", STATE_CFG, &st), ALLOT_OK);
+	    allot__state_create(&o, cfg, "t", text, &st), ALLOT_OK);
 	return st;
+}
+
+static allot__state *
+mkstate_on(allot__store *db)
+{
+	return mkstate_with(STATE_CFG, db);
 }
 
 static allot__state *
@@ -120,6 +130,8 @@ take_shares(rep *r, Allot__V1__Share **sh, size_t n)
 		if (sh[i]->key == 1) {
 			r->rate = sh[i]->rate;
 			r->burst = sh[i]->burst;
+			r->own_rate = sh[i]->own_rate;
+			r->own_burst = sh[i]->own_burst;
 		}
 	}
 }
@@ -638,6 +650,83 @@ ask1(
  * reserve only while the reserve cannot give all that is asked (the
  * tokens would otherwise stay in parts on the replicas); the part is
  * never more than the reserve holds, nor held >= min accepted. */
+/* A ceiling that cuts the quotas on the configuration (600 under
+ * quotas of 1,000 and 10 without a central reserve) but not on demand:
+ * each replica is sent its own allowance beside the cut one, the own
+ * allowances never sum above R or B, and once the demand binds them
+ * the own allowances go (docs/allocation.md, "The ceiling's level"). */
+static const char CEIL_CFG[] =
+    "quotas:\n"
+    "  default: {tokens_per_second: 10, burst: 20, reserve: 0}\n"
+    "  callers:\n"
+    "    - identity: a\n"
+    "      tokens_per_second: 1000\n"
+    "      burst: 1000\n"
+    "      reserve: 0\n"
+    "  global_ceiling:\n"
+    "    tokens_per_second: 600\n"
+    "    overcommit: true\n";
+
+START_TEST(state_ceiling_own_allowance)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate_with(CEIL_CFG, NULL);
+	rep r[2];
+	reg(st, &r[0], "r0");
+	reg(st, &r[1], "r1");
+	for (int i = 0; i < 20; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		for (int j = 0; j < 2; j++) {
+			sync1(st, &r[j], 5, false); /* 50/s each */
+			/* Never more than R and B on own allowances, at any
+			 * step (a Reply not yet taken by the other replica
+			 * included: each sees only its own). */
+			double o0 = r[0].own_rate > 0 ? r[0].own_rate :
+			                                r[0].rate;
+			double o1 = r[1].own_rate > 0 ? r[1].own_rate :
+			                                r[1].rate;
+			ck_assert(o0 + o1 <= 1000 + 1e-6);
+			double b0 = r[0].own_burst > 0 ? r[0].own_burst :
+			                                 r[0].burst;
+			double b1 = r[1].own_burst > 0 ? r[1].own_burst :
+			                                 r[1].burst;
+			ck_assert(b0 + b1 <= 1000 + 1e-6);
+		}
+	}
+	/* "a" is cut (its allowance and the others' fit in C), and keeps
+	 * about half of R and B on each replica of its own. */
+	allot__state_quota q = quota_a(st);
+	ck_assert(q.allowance < 1000 - 1);
+	/* The live bound counts what the replicas run on: their own. */
+	ck_assert(q.bound_rate >= r[0].own_rate + r[1].own_rate - 1e-6);
+	for (int j = 0; j < 2; j++) {
+		ck_assert(r[j].rate < 500);
+		ck_assert_double_eq_tol(r[j].own_rate, 500, 1e-6);
+		ck_assert_double_eq_tol(r[j].own_burst, 500, 1e-6);
+	}
+	/* The demand binds (1,600/s of "a" against C = 600; each replica
+	 * spends its burst, then its rate, and is denied the rest): no own
+	 * allowance, the shed order is in the cut ones alone. */
+	for (int i = 0; i < 30; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		for (int j = 0; j < 2; j++) {
+			Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+			kr.key = 1;
+			kr.consumed = (uint64_t) (r[j].rate * 0.1 +
+			    (i == 0 ? r[j].burst : 0));
+			kr.denied = 80;
+			sync_send(st, &r[j], &kr, false);
+		}
+	}
+	ck_assert(quota_a(st).demand > 600);
+	for (int j = 0; j < 2; j++)
+		ck_assert(!(r[j].own_rate > 0));
+	allot__state_destroy(st);
+}
+END_TEST
+
 START_TEST(state_ask_completes_a_part)
 {
 	vclock = 1000000000ull;
@@ -679,6 +768,7 @@ registry_suite(void)
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);
 	tcase_add_test(ts, state_ask_completes_a_part);
+	tcase_add_test(ts, state_ceiling_own_allowance);
 	suite_add_tcase(s, ts);
 	return s;
 }

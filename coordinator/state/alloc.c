@@ -24,8 +24,6 @@
 #include "alloc.h"
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 #include <allot/allot.h>
 
@@ -260,6 +258,7 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * on the equal split at once instead of starving the newcomers
 	 * until the old replicas' estimates decay. */
 	double avg = nknown > 0 ? known / (double) nknown : 0;
+	aq->demand = known + (double) (aq->nslots - nknown) * avg;
 	/* A replica's estimate follows its last few windows; where the
 	 * next ones land, when the load balancer spreads the callers at
 	 * random, is its long-run part of the traffic. So every replica
@@ -363,6 +362,20 @@ serve(allot__alloc_quota *qs, size_t nq, uint32_t top, double left)
 	}
 }
 
+/* A quota the ceiling cut keeps its own allowance on the replicas
+ * (Share.own_rate) while the demand does not bind: the ceiling's level
+ * there holds it to the cut one together with the others' (agent/
+ * ceiling.c). Not one with a central reserve, which the ceiling's
+ * reserve serves instead. */
+static void
+own_factors(allot__alloc_quota *qs, size_t nq)
+{
+	for (size_t q = 0; q < nq; q++)
+		if (!qs[q].central && qs[q].allowance > 0 &&
+		    qs[q].allowance < qs[q].rate)
+			qs[q].own = qs[q].rate / qs[q].allowance;
+}
+
 /* The allowance of every quota under the ceiling. sum_rate and
  * sum_burst serve as scratch (claim and weight) until fill_quota. */
 static void
@@ -434,6 +447,7 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 		for (size_t q = 0; q < nq; q++)
 			if (qs[q].pooled && qs[q].allowance > 0)
 				qs[q].sum_burst = qs[q].rate; /* its weight */
+		own_factors(qs, nq);
 		return;
 	}
 	/* It binds: the classes kept longest are served first, each in
@@ -444,6 +458,15 @@ ceiling_split(const allot__alloc_policy *pol, allot__alloc_service *svc)
 	 * get nothing. */
 	serve(qs, nq, top, C);
 	fit_sum(&qs[0].allowance, st, nq, C);
+	/* The claims bind, with their headroom and noise; the demand does
+	 * not yet: the shed order is kept in the allowances, and what the
+	 * quotas do not use of them is anyone's on each replica. */
+	double demand = 0;
+	for (size_t q = 0; q < nq; q++)
+		if (qs[q].nslots > 0 && qs[q].rate > 0)
+			demand += qs[q].demand;
+	if (demand < C)
+		own_factors(qs, nq);
 }
 
 /* The burst a slot of burst weight r (burst_weight) gets: at least the
@@ -499,6 +522,32 @@ kept(const allot__alloc_slot *x)
 	return x->stale && x->has_prev && x->prev_rate >= 0 &&
 	    isfinite(x->prev_rate) && x->prev_burst >= 0 &&
 	    isfinite(x->prev_burst);
+}
+
+/* The own allowances' targets (allot__alloc_slot.own_rate) of a quota
+ * the ceiling cut, from the slots' rates. */
+static void
+own_targets(allot__alloc_quota *aq, double slow)
+{
+	size_t n = aq->nslots;
+	allot__alloc_slot *sl = aq->slots;
+	double sum_r = 0;
+	size_t npos = 0;
+	for (size_t i = 0; i < n; i++) {
+		sl[i].own_rate = sl[i].own_burst = 0;
+		if (aq->own > 1 && sl[i].rate > 0) {
+			npos++;
+			sum_r += burst_weight(aq, &sl[i], slow);
+		}
+	}
+	if (!(aq->own > 1))
+		return;
+	double B = aq->burst, w = nonneg(aq->min_burst);
+	for (size_t i = 0; i < n; i++) {
+		sl[i].own_rate = sl[i].rate * aq->own;
+		sl[i].own_burst = burst_of(
+		    burst_weight(aq, &sl[i], slow), sum_r, B, w, npos, true);
+	}
 }
 
 /* The slots' bursts from their rates (fill_quota), the dead band `db`
@@ -587,6 +636,7 @@ fill_bursts(allot__alloc_quota *aq, double db, double body_s)
 			        keep_local * sl[i].burst));
 	aq->burst_budget = total;
 	aq->sum_burst = fit_sum(&sl[0].burst, st, n, total);
+	own_targets(aq, slow);
 }
 
 /* Where a replica belongs in the long run: its long-run part of the

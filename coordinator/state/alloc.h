@@ -134,6 +134,12 @@ typedef struct allot__alloc_slot {
 	/* outputs */
 	double rate; /* local refill rate, tokens/s */
 	double burst; /* local capacity, tokens */
+	/* With aq->own: its own allowance's target, before the ceiling's
+	 * cut: the rate times aq->own, and its part of the whole B (by
+	 * the same weights as its burst, but never the stale slots'
+	 * keeping theirs, which a falling allowance shrinks). */
+	double own_rate;
+	double own_burst;
 } allot__alloc_slot;
 
 typedef struct allot__alloc_quota {
@@ -154,11 +160,18 @@ typedef struct allot__alloc_quota {
 	double allowance; /* the quota's share of the ceiling, <= R */
 	double burst_budget; /* what the slot bursts may sum to, <= B */
 	double claim; /* sum of the slots' claims, tokens/s */
+	double demand; /* sum of the slots' demand estimates, tokens/s:
+	                  the claim without its headroom and noise */
 	double sum_rate; /* sum of slot rates, <= allowance */
 	double sum_burst; /* sum of slot bursts, <= burst_budget */
 	bool pooled; /* central and some slot waits for the reserve: the
 	                parts of those slots not in their buckets are
 	                pooled there */
+	double own; /* > 1 while the ceiling cuts the quota on the
+	               configuration but not on demand and it keeps no
+	               central reserve: R / allowance, what its slots'
+	               own allowances are of their rates and bursts
+	               (Share.own_rate, agent/ceiling.c); 0: none */
 } allot__alloc_quota;
 
 /* One round for one service: all its quotas at once, so a policy may

@@ -132,6 +132,10 @@ allot__build_shares(allot__state *st, session *s, ProtobufCAllocator *pa,
 		arr[j].debit = key->loan_debit;
 		arr[j].central = allot__central_on(st, (size_t) key->q);
 		arr[j].standby = key->standby;
+		if (!isnan(key->own_rate)) {
+			arr[j].own_rate = key->own_rate;
+			arr[j].own_burst = key->own_burst + key->loan_burst;
+		}
 		allot__loan_sent(s->svc, key);
 		ptrs[j] = &arr[j];
 		j++;

@@ -101,6 +101,12 @@ allot__key_bound(const allot__state *st, const session *s, const skey *key,
 		r = fmax(r, key->hold_rate);
 		b = fmax(b, key->hold_burst);
 	}
+	/* Its own allowance (grants.c), held alone by its quota's bucket:
+	 * the ceiling's level bounds the quotas together, not each. */
+	if (!s->placeholder && !isnan(key->own_hold_rate)) {
+		r = fmax(r, key->own_hold_rate);
+		b = fmax(b, key->own_hold_burst);
+	}
 	lease_phase ph = s->placeholder ?
 	    LEASE_HELD :
 	    lease_at(

@@ -35,6 +35,8 @@ allot__rebuild_granted(allot__state *st, service *svc)
 	for (size_t q = 0; q < st->cur->nq; q++) {
 		svc->q[q].granted_rate = 0;
 		svc->q[q].granted_burst = 0;
+		svc->q[q].own_extra_rate = 0;
+		svc->q[q].own_extra_burst = 0;
 	}
 	svc->held_total = 0;
 	FOR_EACH_KEY (svc, i, s, key) {
@@ -43,6 +45,8 @@ allot__rebuild_granted(allot__state *st, service *svc)
 			continue;
 		svc->q[key->q].granted_rate += key->grant_rate;
 		svc->q[key->q].granted_burst += key->grant_burst;
+		svc->q[key->q].own_extra_rate += own_extra_rate(key);
+		svc->q[key->q].own_extra_burst += own_extra_burst(key);
 	}
 }
 
@@ -225,6 +229,7 @@ alloc_apply(allot__state *st, service *svc)
 		svc->q[q].target_sum_burst = aq[q].sum_burst;
 		svc->q[q].allowance = aq[q].allowance;
 		svc->q[q].burst_budget = aq[q].burst_budget;
+		svc->q[q].own = aq[q].own;
 		svc->q[q].nslots = (uint32_t) aq[q].nslots;
 		for (size_t j = 0; j < aq[q].nslots; j++) {
 			size_t idx = (size_t) (&aq[q].slots[j] - st->slots);
@@ -238,6 +243,8 @@ alloc_apply(allot__state *st, service *svc)
 				key->targeted = true;
 				changed = true;
 			}
+			key->own_target_rate = aq[q].slots[j].own_rate;
+			key->own_target_burst = aq[q].slots[j].own_burst;
 			key->consumed = 0;
 			key->denied = 0;
 			key->was_short = isnan(key->grant_rate) ||
@@ -296,6 +303,72 @@ allot__early_round(allot__state *st, service *svc, uint64_t now)
 	return allot__recompute(st, svc, now);
 }
 
+/* ---- own allowances (Share.own_rate; docs/allocation.md, "The
+ * ceiling's level") ----
+ *
+ * While the ceiling cuts a quota without a central reserve on the
+ * configuration but not on demand, each replica is also sent its own
+ * allowance, its grant's target uncut (allot__alloc_slot.own_rate), which
+ * its agent runs the quota's bucket on while the ceiling's level there
+ * holds the cut grants of all such quotas together (agent/ceiling.c).
+ * Own allowances move under the grants' rule: a decrease at once, an
+ * increase only out of R (and B) less what the other replicas may run
+ * on, counting each key at the larger of its own and its grant. A grant
+ * rises within the same room. */
+
+/* The room a grant of `key` may rise into under R: R less what the
+ * others run on (their own, or grant). */
+static double
+own_room_r(const squota *sq, const skey *key, double R)
+{
+	return R - sq->granted_rate - sq->own_extra_rate + own_extra_rate(key);
+}
+
+static double
+own_room_b(const squota *sq, const skey *key, double B)
+{
+	return B - sq->granted_burst - sq->own_extra_burst +
+	    own_extra_burst(key);
+}
+
+/* Key `key`'s own allowance with its new grant (gr, gb) and its target
+ * (key->own_target_*), into ret[2] (NaN: none, the grant). True when
+ * it moved from key->own_* (the key belongs in the Reply). Under the
+ * lock. */
+static bool
+grant_own(const allot__state *st, const squota *sq, const skey *key, double gr,
+    double gb, double R, double B, double ret[2])
+{
+	bool fresh = isnan(key->grant_rate);
+	double held_r = fresh ? 0 : key->grant_rate;
+	double held_b = fresh ? 0 : key->grant_burst;
+	double x_r = own_extra_rate(key), x_b = own_extra_burst(key);
+	double r0 = held_r + x_r, b0 = held_b + x_b;
+	double tr = gr, tb = gb;
+	if (sq->own > 1) {
+		tr = fmax(gr, key->own_target_rate);
+		tb = fmax(gb, key->own_target_burst);
+	}
+	/* What the others run on, the room it leaves. */
+	double cap_r = R - (sq->granted_rate - held_r) -
+	    (sq->own_extra_rate - x_r) - sq->reserved_rate;
+	double cap_b = B - (sq->granted_burst - held_b) -
+	    (sq->own_extra_burst - x_b) - sq->reserved_burst;
+	if (st->hold)
+		cap_r = cap_b = 0;
+	double r = tr <= r0 ? tr : fmin(tr, fmax(r0, cap_r));
+	double b = tb <= b0 ? tb : fmin(tb, fmax(b0, cap_b));
+	r = fmax(r, gr);
+	b = fmax(b, gb);
+	bool none = r - gr <= tolerance(R) && b - gb <= tolerance(B);
+	ret[0] = none ? NAN : r;
+	ret[1] = none ? NAN : b;
+	return isnan(ret[0]) != isnan(key->own_rate) ||
+	    (!none &&
+	        (fabs(ret[0] - key->own_rate) > tolerance(R) ||
+	            fabs(ret[1] - key->own_burst) > tolerance(B)));
+}
+
 /* Move the grant of one key toward its target: a decrease at once, an
  * increase only as far as the quota's headroom allows, so the grants of
  * the quota never sum above R (rate) or B (burst); with st->hold (a
@@ -322,6 +395,10 @@ allot__grant(
 	double room_b = fmin(B, sq->burst_budget) - sq->granted_burst;
 	if (C > 0 && C - svc->held_total < room_r)
 		room_r = C - svc->held_total;
+	/* The agents' own allowances stay within R and B too: a grant
+	 * rises only as far as the others' leave room. */
+	room_r = fmin(room_r, own_room_r(sq, key, R));
+	room_b = fmin(room_b, own_room_b(sq, key, B));
 	room_r -= sq->reserved_rate;
 	room_b -= sq->reserved_burst;
 	if (st->hold)
@@ -337,7 +414,9 @@ allot__grant(
 	if (key->rate - gr > 0.01 * key->rate + tolerance(R))
 		key->was_short = true;
 	key->reply_target = key->rate;
-	if (!fresh && fabs(gr - held_r) <= tolerance(R) &&
+	double own[2];
+	bool own_moved = grant_own(st, sq, key, gr, gb, R, B, own);
+	if (!fresh && !own_moved && fabs(gr - held_r) <= tolerance(R) &&
 	    fabs(gb - held_b) <= tolerance(B))
 		return false;
 	sq->granted_rate += gr - held_r;
@@ -345,8 +424,32 @@ allot__grant(
 	double h0 = key_hold(key);
 	bool held_none = isnan(key->hold_burst);
 	double hb0 = held_none ? held_b : fmax(key->hold_burst, held_b);
+	sq->own_extra_rate -= own_extra_rate(key);
+	sq->own_extra_burst -= own_extra_burst(key);
+	/* Back on its grant, its agent's bucket keeps only its part of the
+	 * ceiling's level (agent/ceiling.c): it may be empty, whatever it
+	 * consumed. The denials' plausibility bound starts from there. */
+	if (!isnan(key->own_rate) && isnan(own[0]))
+		key->low = fmin(key->low, 0);
 	key->grant_rate = gr;
 	key->grant_burst = gb;
+	key->own_rate = own[0];
+	key->own_burst = own[1];
+	/* Until acknowledged it may run on a larger one sent before. */
+	if (!isnan(own[0])) {
+		key->own_hold_rate = isnan(key->own_hold_rate) ?
+		    own[0] :
+		    fmax(key->own_hold_rate, own[0]);
+		key->own_hold_burst = isnan(key->own_hold_burst) ?
+		    own[1] :
+		    fmax(key->own_hold_burst, own[1]);
+	}
+	if (!isnan(key->own_hold_rate) &&
+	    (key->own_hold_rate != key->own_rate ||
+	        key->own_hold_burst != key->own_burst))
+		s->unacked = true;
+	sq->own_extra_rate += own_extra_rate(key);
+	sq->own_extra_burst += own_extra_burst(key);
 	key->low_rate = fmin(key->low_rate, gr);
 	key->low_burst = fmin(key->low_burst, gb);
 	/* Until the agent acknowledges, it may still run on the larger of

@@ -191,6 +191,8 @@ allot__session_unlink(allot__state *st, session *s)
 		if (!isnan(key->grant_rate)) {
 			sq->granted_rate -= key->grant_rate;
 			sq->granted_burst -= key->grant_burst;
+			sq->own_extra_rate -= own_extra_rate(key);
+			sq->own_extra_burst -= own_extra_burst(key);
 		}
 	}
 	uint32_t last = svc->nsess - 1;

@@ -102,6 +102,18 @@ typedef struct skey {
 	double grant_burst; /* (NaN: nothing yet, holds no share) */
 	double hold_rate; /* the largest grant it may still hold: */
 	double hold_burst; /* sent, or more until acknowledged */
+	/* Its own allowance before the ceiling's cut, as last sent
+	 * (Share.own_rate, own_burst; agent/ceiling.c): at least the
+	 * grant; NaN: none sent, the grant. */
+	double own_rate;
+	double own_burst;
+	/* the largest it may still run on: sent, or more until
+	 * acknowledged (NaN: none) */
+	double own_hold_rate;
+	double own_hold_burst;
+	/* and its target (the allocator's own_rate, own_burst; 0: none) */
+	double own_target_rate;
+	double own_target_burst;
 	double reply_target; /* the target when it was last answered */
 	double est; /* demand estimate, tokens/s */
 	double est2; /* its second moment, (tokens/s)^2 */
@@ -169,6 +181,24 @@ key_hold(const skey *key)
 	double r = isnan(key->grant_rate) ? 0 : key->grant_rate;
 	return isnan(key->hold_rate) || key->hold_rate < r ? r :
 	                                                     key->hold_rate;
+}
+
+/* What a key's own allowance adds to its grant (skey.own_rate): 0
+ * without one. */
+static inline double
+own_extra_rate(const skey *key)
+{
+	return isnan(key->own_rate) || isnan(key->grant_rate) ?
+	    0 :
+	    key->own_rate - key->grant_rate;
+}
+
+static inline double
+own_extra_burst(const skey *key)
+{
+	return isnan(key->own_burst) || isnan(key->grant_burst) ?
+	    0 :
+	    key->own_burst - key->grant_burst;
 }
 
 struct service;
@@ -259,6 +289,11 @@ typedef struct squota {
 	double target_sum_burst;
 	double granted_rate; /* sum of grants: what replicas hold */
 	double granted_burst;
+	/* What the replicas' own allowances (skey.own_rate) add to the
+	 * grants: each key's own less its grant, summed. */
+	double own_extra_rate;
+	double own_extra_burst;
+	double own; /* the allocator's aq->own: R / allowance, or 0 */
 	double allowance; /* its part of the ceiling (allocator) */
 	double burst_budget; /* what the bursts may sum to */
 	double bound_rate; /* the live bound, see allot__compute_bounds() */

@@ -100,6 +100,10 @@ on_restored_replica(void *arg, const allot__store_replica *r)
 		s->keys[i].q = q;
 		s->keys[i].grant_rate = NAN;
 		s->keys[i].grant_burst = NAN;
+		s->keys[i].own_rate = NAN;
+		s->keys[i].own_burst = NAN;
+		s->keys[i].own_hold_rate = NAN;
+		s->keys[i].own_hold_burst = NAN;
 	}
 	s->nwire = s->nkeys = s->nknown = (uint32_t) nv;
 	s->id = r->session;

@@ -535,6 +535,8 @@ allot__session_acked(allot__state *st, session *s, uint64_t now)
 		double hb0 = key->hold_burst;
 		key->hold_rate = key->grant_rate;
 		key->hold_burst = key->grant_burst;
+		key->own_hold_rate = key->own_rate;
+		key->own_hold_burst = key->own_burst;
 		key->standby_hold = key->standby;
 		if (key->q < 0)
 			continue;
