@@ -379,6 +379,7 @@ enum fig {
 	F_RESOLVED_10K,
 	F_RESOLVED_SWAPPING,
 	F_RESOLVED_STACK3,
+	F_RESOLVED_CEILING,
 	F_RESOLVED_2T_SAME,
 	F_RESOLVED_2T_DISTINCT,
 	F_SCALE,
@@ -487,6 +488,9 @@ static bench_figure figs[NFIG] = {
 	[F_RESOLVED_STACK3] = { "hotpath.resolved_stacked3_ns", "ns", 1,
 	    "allot_acquire, resolved key charging three stacked limits "
 	    "(its endpoint's, its caller's, every caller's), allow" },
+	[F_RESOLVED_CEILING] = { "hotpath.resolved_ceiling_ns", "ns", 1,
+	    "allot_acquire, resolved key of a quota a global ceiling cuts "
+	    "(local only: the ceiling's level stacked, not in use), allow" },
 	[F_RATIO_STACK3_RESOLVED] = { "hotpath.ratio_stacked3_resolved", "x",
 	    3, "resolved_stacked3_ns / resolved_ns", BENCH_AT_MOST, 3.0 },
 	[F_NOISE] = { "hotpath.noise_cpu_pct", "%", 1,
@@ -504,6 +508,8 @@ typedef struct world {
 	allot_agent *swap; /* 1 caller, allow, reconfigured every ms */
 	allot_agent *stack; /* 1 caller, 3 stacked levels, allow */
 	allot_key *k_stack;
+	allot_agent *ceil; /* checkout and search under a ceiling */
+	allot_key *k_ceil;
 	allot_config *swap_cfg[2]; /* its two configs */
 	allot_key *k_swap;
 	allot_key *k_one, *k_deny, *k_two_a, *k_two_b;
@@ -570,6 +576,18 @@ setup(world *w, const bench_opts *o)
 	yaml_tail(&y);
 	w->stack = make_agent("bench-stack.yaml", &y);
 	w->k_stack = resolve(w->stack, ID_CHECKOUT);
+
+	/* A global ceiling the callers' quotas sum above (its level,
+	 * agent/ceiling.c, is stacked on their keys). */
+	yaml_head(&y, "10", "20");
+	yaml_caller(&y, ID_CHECKOUT, ALLOW_RATE, ALLOW_BURST, "critical");
+	yaml_caller(&y, ID_SEARCH, ALLOW_RATE, ALLOW_BURST, "standard");
+	yaml_tail(&y);
+	bench_buf_printf(&y,
+	    "  global_ceiling: {tokens_per_second: " ALLOW_RATE
+	    ", overcommit: true}\n");
+	w->ceil = make_agent("bench-ceiling.yaml", &y);
+	w->k_ceil = resolve(w->ceil, ID_CHECKOUT);
 
 	w->k_one = resolve(w->one, ID_CHECKOUT);
 	w->k_deny = resolve(w->deny, ID_CHECKOUT);
@@ -667,6 +685,8 @@ teardown(world *w)
 	allot_agent_destroy(w->swap);
 	allot_key_release(w->stack, w->k_stack);
 	allot_agent_destroy(w->stack);
+	allot_key_release(w->ceil, w->k_ceil);
+	allot_agent_destroy(w->ceil);
 	allot_config_free(w->swap_cfg[0]);
 	allot_config_free(w->swap_cfg[1]);
 }
@@ -809,6 +829,8 @@ round_once(world *w, uint64_t n, uint64_t redis_calls, unsigned r)
 	samples[F_RESOLVED_SWAPPING][r] = measure_swapping(w, n);
 	j = key_job("resolved_stacked3", w->stack, w->k_stack, EXPECT_ALLOW);
 	samples[F_RESOLVED_STACK3][r] = measure1(&j, n);
+	j = key_job("resolved_ceiling", w->ceil, w->k_ceil, EXPECT_ALLOW);
+	samples[F_RESOLVED_CEILING][r] = measure1(&j, n);
 
 	/* Identity + endpoint lookup, one thread. */
 	j = id_job("lookup", w->one, ID_CHECKOUT, EXPECT_ALLOW);
