@@ -283,6 +283,16 @@ trace_files(char *dir, char *csv, char *cfg, size_t len)
 	return f;
 }
 
+/* The scenario of trace `csv` with the quota file `cfg`, loaded. */
+static void
+load_trace(const char *csv, const char *cfg, sim_scenario *s)
+{
+	char err[256] = "";
+	ck_assert_msg(sim_scenario_trace(
+	                  csv, cfg, NULL, 0, s, err, sizeof err) == ALLOT_OK,
+	    "%s", err);
+}
+
 START_TEST(trace_file)
 {
 	char dir[] = "/tmp/allot-sim-XXXXXX";
@@ -302,9 +312,7 @@ START_TEST(trace_file)
 	fclose(f);
 	char err[256] = "";
 	sim_scenario s;
-	ck_assert_msg(sim_scenario_trace(
-	                  csv, cfg, NULL, 0, &s, err, sizeof err) == ALLOT_OK,
-	    "%s", err);
+	load_trace(csv, cfg, &s);
 	ck_assert_uint_eq(s.nreplicas, 2);
 	ck_assert_uint_eq(s.narr, 3000);
 	sim_params p;
@@ -537,11 +545,8 @@ START_TEST(ceiling_level_bound)
 				fprintf(f, "%.6f,r%d,c%d,/x\n",
 				    at + (i * 4 + c) * 0.2 / 800, i % 4, c);
 	fclose(f);
-	char err[256] = "";
 	sim_scenario s;
-	ck_assert_msg(sim_scenario_trace(
-	                  csv, cfg, NULL, 0, &s, err, sizeof err) == ALLOT_OK,
-	    "%s", err);
+	load_trace(csv, cfg, &s);
 	sim_params p;
 	sim_params_init(&p);
 	sim_result r;

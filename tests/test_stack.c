@@ -274,6 +274,14 @@ quota_index(allot_agent *a, const char *name)
 	return 0;
 }
 
+/* The tokens in the ceiling's level of agent `a` now. */
+static double
+level_now(allot_agent *a)
+{
+	return allot__bucket_level(
+	    &a->quotas[a->ceil_q].bucket, km_clock(NULL));
+}
+
 START_TEST(ceiling_level_holds_the_cut_together)
 {
 	allot_agent *a = km_local_agent(CEIL);
@@ -291,17 +299,13 @@ START_TEST(ceiling_level_holds_the_cut_together)
 	in.install(in.ctx, qb, &cut, NULL);
 	km_advance_ms(2000);
 	ck_assert_int_eq(km_admitted(a, "b", "/x", 30), 20);
-	ck_assert_double_eq_tol(
-	    allot__bucket_level(&a->quotas[a->ceil_q].bucket, km_clock(NULL)),
-	    0, 1e-6);
+	ck_assert_double_eq_tol(level_now(a), 0, 1e-6);
 	km_advance_ms(2000);
 	/* Both on their own allowances: their buckets (full at 20 under
 	 * the cut) join the level with their tokens. */
 	in.install(in.ctx, qa, &cut, &own);
 	in.install(in.ctx, qb, &cut, &own);
-	ck_assert_double_eq_tol(
-	    allot__bucket_level(&a->quotas[a->ceil_q].bucket, km_clock(NULL)),
-	    40, 1e-6);
+	ck_assert_double_eq_tol(level_now(a), 40, 1e-6);
 	/* a spends its bucket (20 of its own 50 so far) and b the rest of
 	 * the level: 40 in all, as under the cut, split by who came. */
 	ck_assert_int_eq(km_admitted(a, "a", "/x", 30), 20);
@@ -326,9 +330,7 @@ START_TEST(ceiling_level_holds_the_cut_together)
 	in.install(in.ctx, qa, &cut, NULL);
 	km_advance_ms(500);
 	ck_assert_int_eq(km_admitted(a, "a", "/x", 30), 5);
-	ck_assert_double_eq_tol(
-	    allot__bucket_level(&a->quotas[a->ceil_q].bucket, km_clock(NULL)),
-	    5, 1e-6);
+	ck_assert_double_eq_tol(level_now(a), 5, 1e-6);
 	allot_agent_destroy(a);
 }
 END_TEST
