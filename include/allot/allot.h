@@ -349,7 +349,9 @@ ALLOT_API int allot_acquire(
  * level's wire key ("IDENTITY", "IDENTITY ENDPOINT", "*",
  * "* ENDPOINT" or "default"), for the `RateLimit-Policy` of a response.
  * With stacked limits (docs/configuration.md) a request charges
- * several quotas, and this names the one that bound it. Valid while the
+ * several quotas, and this names the one that bound it;
+ * "global_ceiling" when it was the global ceiling's level on this
+ * replica (docs/allocation.md, "The ceiling's level"). Valid while the
  * agent lives; "default" for NULL arguments.
  */
 ALLOT_API const char *allot_decision_quota(
