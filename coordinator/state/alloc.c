@@ -24,6 +24,8 @@
 #include "alloc.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <allot/allot.h>
 
