@@ -270,7 +270,8 @@ typedef struct allot__qrt {
 	/* Its allowance as the global ceiling cut it (the last one
 	 * installed, its own aside), and what that adds to the ceiling's
 	 * level (ceiling.c) in thousandths of a token (per second): all of
-	 * it while the quota is a member, else 0. Under set_lock. */
+	 * it while the quota runs on its own allowance in the level, else
+	 * 0. Under set_lock. */
 	allot__allowance cut;
 	int64_t ceil_rate_m, ceil_burst_m;
 	/* It runs on its own allowance, above the cut one: its requests
@@ -662,12 +663,13 @@ void allot__quota_set_own(allot_agent *a, allot__qrt *q,
     const allot__allowance *al, const allot__allowance *own);
 
 /* The global ceiling's level (ceiling.c). At create, once a->quotas is
- * allocated: its slot, full until the first config's members set it. */
+ * allocated: its slot, closed and empty until members join it. */
 void allot__ceiling_init(allot_agent *a);
-/* Whether quota `q` is one of the level's: the config in force has a
- * ceiling, `q` is limited, enforcing (not in shadow), not removed, and
- * keeps no central reserve (whose callers draw on the ceiling's reserve
- * at allotd instead). */
+/* Whether quota `q` may be one of the level's: the config in force has
+ * a ceiling that may cut its quotas, `q` is limited, enforcing (not in
+ * shadow), not removed, and keeps no central reserve (whose callers draw
+ * on the ceiling's reserve at allotd instead). It is one while it runs
+ * on its own allowance (allot__qrt.owned). */
 bool allot__ceiling_member(const allot_agent *a, const allot__qrt *q);
 /* Quota `q`'s part of the level from its allowance as the ceiling cut
  * it (q->cut) while it runs on its own (q->owned), and the level's

@@ -15,11 +15,13 @@
  * of a burst cut because the others could use their quotas.
  *
  * Members (allot__ceiling_member()): limited quotas, enforcing, of a
- * config with a ceiling, that keep no central reserve (a quota whose
- * callers wait draws on the ceiling's reserve at allotd instead). Only
- * members' keys charge the level (stack.c), only members' cut
- * allowances add to it, and only members run on their own allowance,
- * so a quota whose keys do not charge it never lends it capacity.
+ * config with a ceiling that may cut them, that keep no central reserve
+ * (a quota whose callers wait draws on the ceiling's reserve at allotd
+ * instead), while they run on their own allowance (allot__qrt.owned).
+ * Only their keys charge the level (stacked on the keys of every quota
+ * that may be one, stack.c; skipped while it is not, agent.c), only
+ * their cut allowances add to it, so a quota whose keys do not charge
+ * it never lends it capacity.
  * The sums are kept in thousandths of a token, rounded down: exact
  * under any order of changes, and never above the allowances'.
  */
