@@ -580,6 +580,16 @@ allot__leases_return(allot_agent *a, allot__tblock *b)
 
 /* ---- stacked limits (agent_int.h, allot__stack) ---- */
 
+/* Whether `level` of a key of quota `q` is the ceiling's level while
+ * `q` does not run on its own allowance (ceiling.c): stacked, not in
+ * use. */
+static inline bool
+ceiling_idle(const allot_agent *a, const allot__qrt *q, uint32_t level)
+{
+	return level == a->ceil_q &&
+	    !atomic_load_explicit(&q->owned, memory_order_relaxed);
+}
+
 /* Quota `quota`'s counters as a stacked level in block `b`. */
 static inline allot__kcount *
 level_count(allot_agent *a, allot__tblock *b, uint32_t quota)
@@ -601,8 +611,7 @@ stack_levels(allot_agent *a, const allot_key *k, uint32_t *lv)
 		    &a->stacks[k->id].q[i], memory_order_relaxed);
 	/* The ceiling's level (last): only while the key's quota runs on
 	 * its own allowance (ceiling.c). */
-	if (n > 0 && lv[n] == a->ceil_q &&
-	    !atomic_load_explicit(&q->owned, memory_order_relaxed))
+	if (n > 0 && ceiling_idle(a, q, lv[n]))
 		n--;
 	return n + 1;
 }
@@ -686,11 +695,10 @@ static inline bool
 stacked_now(allot_agent *a, const allot_key *k)
 {
 	return atomic_load_explicit(&k->nup, memory_order_relaxed) != 1 ||
-	    atomic_load_explicit(
-	        &a->stacks[k->id].q[0], memory_order_relaxed) != a->ceil_q ||
-	    atomic_load_explicit(
-	        &atomic_load_explicit(&k->quota, memory_order_relaxed)->owned,
-	        memory_order_relaxed);
+	    !ceiling_idle(a,
+	        atomic_load_explicit(&k->quota, memory_order_relaxed),
+	        atomic_load_explicit(
+	            &a->stacks[k->id].q[0], memory_order_relaxed));
 }
 
 /* The decision of a key with stacked levels (decide()), off the

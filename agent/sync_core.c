@@ -501,11 +501,10 @@ apply_shares(
 				install_share(s, k, s->q[k].share_rate,
 				    s->q[k].share_burst);
 	/* A quota's central reserve came or went (its first Welcome, a
-	 * config): the ceiling's level and its keys' levels follow. */
-	if (members && atomic_load(&a->ceil_on)) {
-		allot__ceiling_update(a);
+	 * config): whether its keys charge the ceiling's level follows (its
+	 * part of the level followed with its share's install). */
+	if (members && atomic_load(&a->ceil_on))
 		allot__stack_refresh(a);
-	}
 	if (bad > 0)
 		allot__log_ratelimited(&a->log, &s->fail_rl, ALLOT_LOG_WARNING,
 		    "ALLOT-SYNC-BADSHARE",

@@ -350,10 +350,8 @@ grant_own(const allot__state *st, const squota *sq, const skey *key, double gr,
 		tb = fmax(gb, key->own_target_burst);
 	}
 	/* What the others run on, the room it leaves. */
-	double cap_r = R - (sq->granted_rate - held_r) -
-	    (sq->own_extra_rate - x_r) - sq->reserved_rate;
-	double cap_b = B - (sq->granted_burst - held_b) -
-	    (sq->own_extra_burst - x_b) - sq->reserved_burst;
+	double cap_r = own_room_r(sq, key, R) + held_r - sq->reserved_rate;
+	double cap_b = own_room_b(sq, key, B) + held_b - sq->reserved_burst;
 	if (st->hold)
 		cap_r = cap_b = 0;
 	double r = tr <= r0 ? tr : fmin(tr, fmax(r0, cap_r));
