@@ -744,7 +744,7 @@ tail_service(struct allot__sync *s)
 		} else if (result == NNG_ETIMEDOUT) {
 			allot__tail_lost(t, f, now);
 		} else {
-			allot__tail_failed(t, f, now);
+			allot__tail_failed(t, f, true, now);
 		}
 	}
 	allot__tail_publish(t, &s->core);
@@ -758,7 +758,7 @@ tail_service(struct allot__sync *s)
 		s->tail_member[f] = s->cur;
 		if (allot__exchange_send(&s->m[s->cur].ax[f], buf, len, to) !=
 		    0)
-			allot__tail_failed(t, f, now);
+			allot__tail_failed(t, f, false, now);
 		free(buf);
 	}
 	uint64_t next = allot__tail_expire(t, now);

@@ -387,20 +387,27 @@ held_take(allot__tail *t, uint8_t flight, uint64_t now)
 	}
 }
 
-/* Flight `flight` (1 + its index) landed: what it held counts with its
- * Grant (`to_got`), or, the Ask lost or given up, goes back into the
- * buckets. */
+/* What becomes of the parts a flight held (t->held) when it lands. */
+typedef enum held_fate {
+	HELD_GOT, /* answered: they count with its Grant (less GrantKey.kept)
+	           */
+	HELD_BACK, /* never sent: back into the buckets */
+	HELD_GONE, /* maybe served, the answer lost: the reserve may have
+	            * kept them (AskKey.pool), so they are not put back */
+} held_fate;
+
+/* Flight `flight` (1 + its index) landed: what it held meets `fate`. */
 static void
-held_release(allot__tail *t, uint8_t flight, bool to_got, uint64_t now)
+held_release(allot__tail *t, uint8_t flight, held_fate fate, uint64_t now)
 {
 	/* Every slot: a config swap may have dropped the quota since. */
 	uint32_t nq = atomic_load(&t->a->nquotas);
 	for (uint32_t q = 0; t->nheld > 0 && q < t->a->quota_cap; q++) {
 		if (t->held_by[q] != flight)
 			continue;
-		if (to_got && q < nq)
+		if (fate == HELD_GOT && q < nq)
 			t->got[q] += t->held[q];
-		else
+		else if (fate == HELD_BACK || fate == HELD_GOT)
 			bucket_move(t, q, t->held[q], now);
 		t->held[q] = 0;
 		t->held_by[q] = 0;
@@ -466,6 +473,7 @@ pack_ask(allot__tail *t, allot__syncc *c, uint32_t f, size_t nkeys,
 		ks[j].tokens = t->want[q];
 		ks[j].min = t->min[q];
 		ks[j].held = t->held_by[q] == 1 + f ? t->held[q] : 0;
+		ks[j].pool = ks[j].held > 0 && !t->no_pool;
 		/* What the bucket gave up goes with the Ask (and is lost
 		 * with it: never reported twice). */
 		ks[j].returned = c->q[q].returned;
@@ -517,7 +525,7 @@ allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
 		return ALLOT_ENOENT;
 	int rc = pack_ask(t, c, f, nkeys, ret_buf, ret_len);
 	if (rc != ALLOT_OK) {
-		held_release(t, (uint8_t) (1 + f), false, now);
+		held_release(t, (uint8_t) (1 + f), HELD_BACK, now);
 		complete_all(t, fl->head, now);
 		*fl = (allot__flight) { .end = &fl->head };
 		return rc;
@@ -548,9 +556,9 @@ allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
  * bucket, on which the others are decided then. `got` is all zero on a
  * failure. */
 static void
-settle_flight(allot__tail *t, allot__flight *fl, uint64_t now)
+settle_flight(allot__tail *t, allot__flight *fl, held_fate fate, uint64_t now)
 {
-	held_release(t, (uint8_t) (1 + (fl - t->fl)), true, now);
+	held_release(t, (uint8_t) (1 + (fl - t->fl)), fate, now);
 	uint32_t nq = atomic_load(&t->a->nquotas);
 	for (uint32_t q = 0; q < nq; q++) {
 		/* The part and the held part make whole tokens, up to the
@@ -611,7 +619,13 @@ allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
 			    (double) k->tokens > ALLOT__BURST_MAX ||
 			    !(k->part >= 0 && k->part < 1))
 				continue;
-			t->got[k->key] += (double) k->tokens + k->part;
+			/* The part it held that the reserve kept (pooled):
+			 * what the flight held at most. */
+			double held = t->held_by[k->key] == 1 + f ?
+			    t->held[k->key] :
+			    0;
+			double kept = k->kept > 0 ? fmin(k->kept, held) : 0;
+			t->got[k->key] += (double) k->tokens + k->part - kept;
 			atomic_fetch_add(&t->tokens, k->tokens);
 			if (k->dry_us > 0) {
 				atomic_store(&t->dry_until[k->key],
@@ -641,14 +655,14 @@ allot__tail_reply(allot__tail *t, allot__syncc *c, uint32_t f, uint64_t now,
 	}
 	if (env != NULL)
 		allot__v1__envelope__free_unpacked(env, NULL);
-	settle_flight(t, fl, now);
+	settle_flight(t, fl, HELD_GOT, now);
 }
 
 void
-allot__tail_failed(allot__tail *t, uint32_t f, uint64_t now)
+allot__tail_failed(allot__tail *t, uint32_t f, bool sent, uint64_t now)
 {
 	if (f < ALLOT__TAIL_FLIGHTS && t->fl[f].busy)
-		settle_flight(t, &t->fl[f], now);
+		settle_flight(t, &t->fl[f], sent ? HELD_GONE : HELD_BACK, now);
 }
 
 void
@@ -662,10 +676,10 @@ allot__tail_lost(allot__tail *t, uint32_t f, uint64_t now)
 		uint64_t quiet = (uint64_t) t->a->opts.sync_interval_ms *
 		    1000000u;
 		atomic_store(&t->quiet_until, now + quiet);
-		settle_flight(t, fl, now);
+		settle_flight(t, fl, HELD_GONE, now);
 		return;
 	}
-	held_release(t, (uint8_t) (1 + f), false, now);
+	held_release(t, (uint8_t) (1 + f), HELD_GONE, now);
 	if (fl->head == NULL) {
 		*fl = (allot__flight) { .end = &fl->head };
 		return;

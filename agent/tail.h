@@ -105,6 +105,10 @@ typedef struct allot__tail {
 	double *held;
 	uint8_t *held_by;
 	uint32_t nheld; /* slots with held_by set */
+	/* The Asks do not offer those parts to the reserve (AskKey.pool),
+	 * which completes them into whole tokens for the next asker when
+	 * it runs dry: the simulator's measure without (sim.h). */
+	bool no_pool;
 	/* Counters (allot_sync_stats): of the denials, those whose wait
 	 * ran out (`late`) and those the reserve could not cover
 	 * (`short_`). */
@@ -187,8 +191,9 @@ int allot__tail_request(allot__tail *t, struct allot__syncc *c, uint64_t now,
 void allot__tail_reply(allot__tail *t, struct allot__syncc *c, uint32_t f,
     uint64_t now, const void *buf, size_t len);
 /* Driver: flight `f` failed (transport): its waiters are decided on
- * their local bucket. */
-void allot__tail_failed(allot__tail *t, uint32_t f, uint64_t now);
+ * their local bucket. `sent`: the Ask may have reached the coordinator
+ * (then the parts it held are not put back: AskKey.pool). */
+void allot__tail_failed(allot__tail *t, uint32_t f, bool sent, uint64_t now);
 /* Driver: flight `f` timed out, its Ask or its Grant lost: its waiters
  * are asked for again (those whose deadline passed are denied by
  * allot__tail_expire()); after ALLOT__TAIL_LOST_QUIET losses in a row

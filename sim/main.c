@@ -243,6 +243,10 @@ static const allot__opt rows[] = {
 	    .off = AT(p.loss), .lo = 0, .hi = 1, .dflt = "0" },
 	{ "loan-frac", 0, ALLOT__OPT_DOUBLE, "F", "allotd's --loan-frac",
 	    .off = AT(p.loan_frac), .lo = 0, .hi = 1, .dflt = "allotd's" },
+	{ "no-pool", 0, ALLOT__OPT_FALSE, NULL,
+	    "agents keep the parts of a token their buckets hold\n"
+	    "(AskKey.pool off)\n",
+	    .off = AT(p.pool) },
 	{ "jobs", 'j', ALLOT__OPT_UINT, "N",
 	    "runs at once (default: the CPUs, at most the runs);\n"
 	    "the output is the same for any N\n",

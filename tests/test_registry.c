@@ -616,17 +616,19 @@ START_TEST(state_silence_grace)
 END_TEST
 
 /* One Ask of key "a" for `tokens` (at least `min`) whose bucket holds
- * `held`: the tokens granted, whole and part, or -1 when refused as
- * malformed. */
+ * `held`, offered to the reserve if `pool` (AskKey.pool): the tokens
+ * granted, whole and part, or -1 when refused as malformed; what the
+ * reserve kept of `held` into *kept. */
 static double
-ask1(
-    allot__state *st, const rep *r, uint64_t tokens, uint64_t min, double held)
+ask_pool(allot__state *st, const rep *r, uint64_t tokens, uint64_t min,
+    double held, bool pool, double *kept)
 {
 	Allot__V1__AskKey k = ALLOT__V1__ASK_KEY__INIT;
 	k.key = 1;
 	k.tokens = tokens;
 	k.min = min;
 	k.held = held;
+	k.pool = pool;
 	Allot__V1__AskKey *kp = &k;
 	Allot__V1__Ask ask = ALLOT__V1__ASK__INIT;
 	ask.session = r->session;
@@ -639,17 +641,23 @@ ask1(
 	char err[256];
 	Allot__V1__Error__Code code = allot__state_ask_on(
 	    st, &ask, 0, &pa, &g, err, sizeof err);
-	double got = code != ALLOT__V1__ERROR__CODE__UNSPECIFIED ?
-	    -1 :
-	    (double) g.keys[0]->tokens + g.keys[0]->part;
+	bool ok = code == ALLOT__V1__ERROR__CODE__UNSPECIFIED;
+	double got = ok ? (double) g.keys[0]->tokens + g.keys[0]->part : -1;
+	*kept = ok ? g.keys[0]->kept : 0;
 	a_reset(&a);
 	return got;
 }
 
-/* A part of a token the asker's bucket holds is completed from the
- * reserve only while the reserve cannot give all that is asked (the
- * tokens would otherwise stay in parts on the replicas); the part is
- * never more than the reserve holds, nor held >= min accepted. */
+static double
+ask1(
+    allot__state *st, const rep *r, uint64_t tokens, uint64_t min, double held)
+{
+	double kept;
+	double got = ask_pool(st, r, tokens, min, held, false, &kept);
+	ck_assert(kept == 0);
+	return got;
+}
+
 /* A ceiling that cuts the quotas on the configuration (600 under
  * quotas of 1,000 and 10 without a central reserve) but not on demand:
  * each replica is sent its own allowance beside the cut one, the own
@@ -727,6 +735,10 @@ START_TEST(state_ceiling_own_allowance)
 }
 END_TEST
 
+/* A part of a token the asker's bucket holds is completed from the
+ * reserve only while the reserve cannot give all that is asked (the
+ * tokens would otherwise stay in parts on the replicas); the part is
+ * never more than the reserve holds, nor held >= min accepted. */
 START_TEST(state_ask_completes_a_part)
 {
 	vclock = 1000000000ull;
@@ -754,6 +766,42 @@ START_TEST(state_ask_completes_a_part)
 }
 END_TEST
 
+/* A part that the reserve cannot complete is kept there when the asker
+ * offers it (AskKey.pool; GrantKey.kept says how much), and completes
+ * the next asker's part: parts on two replicas make a whole token that
+ * neither could spend. Never when not offered. */
+START_TEST(state_ask_pools_a_part)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[2];
+	reg_n(st, &r[0], "r0", 2, true);
+	reg_n(st, &r[1], "r1", 2, true);
+	idle_rounds(st, r, 2, 20);
+	ck_assert(ask1(st, &r[0], 100000, 1, 0) > 900);
+	/* 0.2 ms at R = 1000/s: 0.2 of a token; 0.6 does not make one. */
+	vclock += 200000;
+	double kept;
+	ck_assert_double_eq_tol(
+	    ask_pool(st, &r[0], 1, 1, 0.6, false, &kept), 0, 1e-9);
+	ck_assert(kept == 0);
+	/* r1 offers its 0.3: nothing granted, all of it kept. */
+	ck_assert_double_eq_tol(
+	    ask_pool(st, &r[1], 1, 1, 0.3, true, &kept), 0, 1e-9);
+	ck_assert_double_eq_tol(kept, 0.3, 1e-9);
+	/* With it r0's 0.6 makes a token: 0.4 granted (0.2 + 0.3 held). */
+	ck_assert_double_eq_tol(
+	    ask_pool(st, &r[0], 1, 1, 0.6, false, &kept), 0.4, 1e-6);
+	/* A part the reserve can complete is completed, not kept (0.1 left
+	 * and 0.7 ms of refill). */
+	vclock += 700000;
+	ck_assert_double_eq_tol(
+	    ask_pool(st, &r[1], 1, 1, 0.3, true, &kept), 0.7, 1e-6);
+	ck_assert(kept == 0);
+	allot__state_destroy(st);
+}
+END_TEST
+
 static Suite *
 registry_suite(void)
 {
@@ -768,6 +816,7 @@ registry_suite(void)
 	tcase_add_test(ts, state_live_bound);
 	tcase_add_test(ts, state_silence_grace);
 	tcase_add_test(ts, state_ask_completes_a_part);
+	tcase_add_test(ts, state_ask_pools_a_part);
 	tcase_add_test(ts, state_ceiling_own_allowance);
 	suite_add_tcase(s, ts);
 	return s;

@@ -653,6 +653,37 @@ START_TEST(loans_move_tokens)
 }
 END_TEST
 
+/* Pooled parts (docs/allocation.md, "Parts of a token"): when a fan-out
+ * over every replica runs the reserve dry, each replica's bucket holds
+ * part of a token that no request there can spend; the reserve keeps
+ * the parts it is offered and makes whole tokens of them for the next
+ * asker. `fanout` seeds 15 and 18 (its worst) refused 2.62 and 3.04 %
+ * without, 0.85 and 0.52 % with; tokens are moved, never made. Under a
+ * sanitizer seed 18 alone. */
+START_TEST(pooled_parts_make_tokens)
+{
+	const uint64_t seeds[] = { 18, 15 };
+	size_t nseeds = ALLOT_TEST_SANITIZED ? 1 : 2;
+	for (size_t i = 0; i < nseeds; i++) {
+		sim_params p;
+		sim_params_init(&p);
+		p.seed = seeds[i];
+		p.run_local = false;
+		sim_result on, off;
+		run_family_p("fanout", &p, &on);
+		assert_invariants(&on);
+		ck_assert(on.max_tokens_over_burst <= 1e-9);
+		p.pool = false;
+		run_family_p("fanout", &p, &off);
+		ck_assert_msg(on.under[SIM_ALLOT] < off.under[SIM_ALLOT] / 2,
+		    "fanout seed %llu: %.2f %% refused with the parts pooled, "
+		    "%.2f %% without",
+		    (unsigned long long) seeds[i], 100 * on.under[SIM_ALLOT],
+		    100 * off.under[SIM_ALLOT]);
+	}
+}
+END_TEST
+
 /* The families print the same for any --jobs, one T or the sweep. */
 START_TEST(families_jobs)
 {
@@ -691,6 +722,7 @@ sim_suite(void)
 	tcase_add_test(tc, families_jobs);
 	tcase_add_test(tc, ceiling_local_never_below_split);
 	tcase_add_test(tc, ceiling_level_bound);
+	tcase_add_test(tc, pooled_parts_make_tokens);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -14,6 +14,31 @@
 #include <math.h>
 #include <stdio.h>
 
+/* What the reserve may keep of the part an asker's bucket holds
+ * (AskKey.pool): tokens it did not spend, so never more than it could
+ * have spent, its reports' plausible consumption and what the reserve
+ * served it (sync.c, plausible(); before its first report, the burst).
+ * Under the lock. */
+static double
+poolable(const allot__state *st, const skey *key)
+{
+	double credit = key->credit_ns != 0 ? fmax(0, key->credit) :
+	                                      st->cur->burst[key->q];
+	return credit + fmax(0, key->central);
+}
+
+/* `kept` of it pooled: it may report that much less, the reserve's
+ * tokens first. Under the lock. */
+static void
+pooled(skey *key, double kept)
+{
+	if (!(kept > 0))
+		return;
+	double from_central = fmin(fmax(0, key->central), kept);
+	key->central -= from_central;
+	key->credit -= kept - from_central;
+}
+
 Allot__V1__Error__Code
 allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
     ProtobufCAllocator *pa, Allot__V1__Grant *ret, char *err, size_t errlen)
@@ -82,10 +107,12 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 		 * its reserve starts empty and holds what neither the grants
 		 * the agents report nor those of the replicas still to
 		 * report (placeholders) hold (central.c). */
-		if (key != NULL && key->q >= 0 && !s->placeholder)
+		if (key != NULL && key->q >= 0 && !s->placeholder) {
 			g = allot__central_take(st, svc, (size_t) key->q,
-			    (double) k->min, (double) k->tokens, k->held, now);
-		else
+			    (double) k->min, (double) k->tokens, k->held,
+			    k->pool ? poolable(st, key) : 0, now);
+			pooled(key, g.kept);
+		} else
 			g.dry_us = st->o.interval_ms * 250u;
 		/* What its reports may claim on top of its allowance; at
 		 * most B, however often it asks (a grant is spent or put in
@@ -104,6 +131,7 @@ allot__state_ask_on(allot__state *st, const Allot__V1__Ask *req, uint32_t pipe,
 		gk[n].part = g.got - floor(g.got);
 		gk[n].dry_us = g.dry_us;
 		gk[n].left = g.left;
+		gk[n].kept = g.kept;
 		keys[n] = &gk[n];
 		n++;
 	}

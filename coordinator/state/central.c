@@ -306,9 +306,29 @@ dry_us(const allot__state *st, double level, double need, double rate)
 	return us < 1 ? 1 : us > cap ? (uint32_t) cap : (uint32_t) us;
 }
 
+/* An asker's part of a token that the reserve cannot complete, kept
+ * into it (and the ceiling's), as far as their capacities have room:
+ * the parts the buckets of the replicas it runs dry on hold make whole
+ * tokens here. Tokens moved, not made: the asker's bucket gave them up
+ * when it asked (agent/tail.c). What it kept. */
+static double
+pool_held(service *svc, squota *sq, double part)
+{
+	double room = nonneg(sq->rsv_burst) - sq->rsv_level;
+	if (svc->c_binds)
+		room = fmin(room, nonneg(svc->crsv_burst) - svc->crsv_level);
+	double kept = fmin(part, room);
+	if (!(kept > 0))
+		return 0;
+	sq->rsv_level += kept;
+	if (svc->c_binds)
+		svc->crsv_level += kept;
+	return kept;
+}
+
 allot__central_given
 allot__central_take(allot__state *st, service *svc, size_t q, double min,
-    double want, double held, uint64_t now)
+    double want, double held, double pool, uint64_t now)
 {
 	allot__central_given g = { 0 };
 	if (!allot__central_on(st, q) || !(want >= min) || !(min > 0))
@@ -338,7 +358,12 @@ allot__central_take(allot__state *st, service *svc, size_t q, double min,
 	}
 	if (g.whole < min || !(g.got > 0)) {
 		g = (allot__central_given) { 0 };
-		g.dry_us = dry_us(st, have, min - held, rate);
+		/* Pooled, the part is the reserve's: the asker needs `min`
+		 * whole from it next time. */
+		if (pool > 0 && held > 0)
+			g.kept = pool_held(svc, sq, fmin(held, pool));
+		have += g.kept;
+		g.dry_us = dry_us(st, have, min - (held - g.kept), rate);
 		g.left = have >= 1 ? (uint64_t) have : 0;
 		return g;
 	}

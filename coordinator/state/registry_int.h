@@ -744,13 +744,16 @@ typedef struct allot__central_given {
 	double whole; /* the whole tokens the asker may spend with `held` */
 	uint32_t dry_us; /* fewer than asked: until it could give `min` */
 	uint64_t left; /* then: the whole tokens the reserve still holds */
+	double kept; /* nothing given: the part of `held` pooled here */
 } allot__central_given;
 /* Take from quota q's reserve (and the ceiling's) what completes the
  * `held` tokens (0 <= held < min) an asker's bucket holds into whole
  * tokens, between `min` and `want` of them (all of `want` while the
- * reserve holds it, `held` then staying the asker's). Under the lock. */
+ * reserve holds it, `held` then staying the asker's). When it cannot,
+ * it keeps up to `pool` of `held` (AskKey.pool; 0: none), as far as its
+ * capacity has room. Under the lock. */
 allot__central_given allot__central_take(allot__state *st, service *svc,
-    size_t q, double min, double want, double held, uint64_t now);
+    size_t q, double min, double want, double held, double pool, uint64_t now);
 /* The standby (docs/allocation.md, "When it fails"): the reserve served
  * `key` `tokens` at `now`. Under the lock. */
 void allot__standby_served(skey *key, double tokens, uint64_t now);
