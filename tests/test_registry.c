@@ -802,6 +802,43 @@ START_TEST(state_ask_pools_a_part)
 }
 END_TEST
 
+/* The reserve keeps what it refilled while the burst that drained it is
+ * still being reported. The global bucket estimate, drained only by the
+ * reports and capped at B meanwhile, lags below it: it limits what
+ * returns may add, not the reserve (which was clipped to it at every
+ * tick: a report interval of refill lost after every burst). */
+START_TEST(state_reserve_keeps_its_refill)
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	rep r[2];
+	reg_n(st, &r[0], "r0", 2, true);
+	reg_n(st, &r[1], "r1", 2, true);
+	idle_rounds(st, r, 2, 20);
+	double drained = ask1(st, &r[0], 100000, 1, 0);
+	ck_assert(drained > 900);
+	/* 100 ms later its Sync reports them: the estimate falls to about
+	 * B - drained, less than the reserve refilled meanwhile. */
+	vclock += 100000000ull;
+	Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+	kr.key = 1;
+	kr.consumed = (uint64_t) drained;
+	sync_send(st, &r[0], &kr, false);
+	sync1(st, &r[1], 0, false);
+	allot__state_tick(st);
+	allot__state_quota q = quota_a(st);
+	double refill = q.reserve_rate * 0.1;
+	ck_assert_msg(q.level < 0.8 * refill, "estimate %.1f, refill %.1f",
+	    q.level, refill);
+	double got = ask1(st, &r[1], 100000, 1, 0);
+	ck_assert_msg(got >= floor(refill) - 1,
+	    "%.0f of the %.1f the reserve refilled (the estimate %.1f)", got,
+	    refill, q.level);
+	ck_assert(got <= refill + 1);
+	allot__state_destroy(st);
+}
+END_TEST
+
 static Suite *
 registry_suite(void)
 {
@@ -817,6 +854,7 @@ registry_suite(void)
 	tcase_add_test(ts, state_silence_grace);
 	tcase_add_test(ts, state_ask_completes_a_part);
 	tcase_add_test(ts, state_ask_pools_a_part);
+	tcase_add_test(ts, state_reserve_keeps_its_refill);
 	tcase_add_test(ts, state_ceiling_own_allowance);
 	suite_add_tcase(s, ts);
 	return s;

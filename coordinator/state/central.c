@@ -103,22 +103,38 @@ nonneg(double x)
 	return x > 0 && isfinite(x) ? x : 0;
 }
 
+/* `returned` tokens given back into a reserve at `*level`: they raise it
+ * at most to `estimate`, the global bucket's as the reports drain it,
+ * which no report of a replica can raise. A reserve already above the
+ * estimate keeps what it holds: its refill is its own (its rate and
+ * capacity are what no replica may hold), and the estimate lags behind
+ * it, refilling only once the burst's reports are in (capped at B
+ * meanwhile). Clipping the reserve to it destroyed up to a report
+ * interval of the quota's rate after every burst that drained it
+ * (`pinned` seed 17 refused 2.25 % of what the ideal admits, 0.22 %
+ * since). */
+static void
+add_returns(double *level, double returned, double estimate)
+{
+	if (*level + returned <= estimate)
+		*level += returned;
+	else if (*level < estimate)
+		*level = estimate;
+}
+
 /* The tokens the replicas of quota q gave back since (rsv_returned)
  * into its reserve: never more in all than the global bucket estimate
- * holds, which no report of a replica can raise, nor than its capacity.
- * What it kept of them, for the ceiling's reserve. Its level brought
- * up to `now` first. */
+ * holds, nor than its capacity (add_returns()). What it kept of them,
+ * for the ceiling's reserve. Its level brought up to `now` first. */
 static double
 take_returns(allot__state *st, service *svc, size_t q, uint64_t now)
 {
 	const cfgv *v = st->cur;
 	squota *sq = &svc->q[q];
 	double was = sq->rsv_level;
-	sq->rsv_level += sq->rsv_returned;
-	sq->rsv_returned = 0;
 	allot__level_bring(sq, v->rate[q], v->burst[q], now);
-	if (sq->rsv_level > sq->level)
-		sq->rsv_level = sq->level;
+	add_returns(&sq->rsv_level, sq->rsv_returned, sq->level);
+	sq->rsv_returned = 0;
 	if (sq->rsv_level > nonneg(sq->rsv_burst))
 		sq->rsv_level = nonneg(sq->rsv_burst);
 	return nonneg(sq->rsv_level - was);
@@ -132,10 +148,8 @@ take_returns(allot__state *st, service *svc, size_t q, uint64_t now)
 static void
 ceiling_returns(allot__state *st, service *svc, double kept, uint64_t now)
 {
-	svc->crsv_level += kept;
 	allot__central_admitted(st, svc, 0, now);
-	if (svc->crsv_level > svc->clevel)
-		svc->crsv_level = svc->clevel;
+	add_returns(&svc->crsv_level, kept, svc->clevel);
 	if (svc->crsv_level > nonneg(svc->crsv_burst))
 		svc->crsv_level = nonneg(svc->crsv_burst);
 }
