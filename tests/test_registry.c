@@ -735,18 +735,27 @@ START_TEST(state_ceiling_own_allowance)
 }
 END_TEST
 
+/* A registry with two replicas r0 and r1 whose callers wait for the
+ * reserve, idle for 2 s: the reserve holds about all of quota "a". */
+static allot__state *
+two_that_wait(rep r[2])
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	reg_n(st, &r[0], "r0", 2, true);
+	reg_n(st, &r[1], "r1", 2, true);
+	idle_rounds(st, r, 2, 20);
+	return st;
+}
+
 /* A part of a token the asker's bucket holds is completed from the
  * reserve only while the reserve cannot give all that is asked (the
  * tokens would otherwise stay in parts on the replicas); the part is
  * never more than the reserve holds, nor held >= min accepted. */
 START_TEST(state_ask_completes_a_part)
 {
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
 	rep r[2];
-	reg_n(st, &r[0], "r0", 2, true);
-	reg_n(st, &r[1], "r1", 2, true);
-	idle_rounds(st, r, 2, 20);
+	allot__state *st = two_that_wait(r);
 	/* Plenty: whole tokens, the part stays the asker's. */
 	ck_assert_double_eq_tol(ask1(st, &r[0], 3, 1, 0.6), 3, 1e-9);
 	/* Drain it: what it holds, whole tokens. */
@@ -772,12 +781,8 @@ END_TEST
  * neither could spend. Never when not offered. */
 START_TEST(state_ask_pools_a_part)
 {
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
 	rep r[2];
-	reg_n(st, &r[0], "r0", 2, true);
-	reg_n(st, &r[1], "r1", 2, true);
-	idle_rounds(st, r, 2, 20);
+	allot__state *st = two_that_wait(r);
 	ck_assert(ask1(st, &r[0], 100000, 1, 0) > 900);
 	/* 0.2 ms at R = 1000/s: 0.2 of a token; 0.6 does not make one. */
 	vclock += 200000;
@@ -809,12 +814,8 @@ END_TEST
  * tick: a report interval of refill lost after every burst). */
 START_TEST(state_reserve_keeps_its_refill)
 {
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
 	rep r[2];
-	reg_n(st, &r[0], "r0", 2, true);
-	reg_n(st, &r[1], "r1", 2, true);
-	idle_rounds(st, r, 2, 20);
+	allot__state *st = two_that_wait(r);
 	double drained = ask1(st, &r[0], 100000, 1, 0);
 	ck_assert(drained > 900);
 	/* 100 ms later its Sync reports them: the estimate falls to about
