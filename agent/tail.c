@@ -387,14 +387,13 @@ held_take(allot__tail *t, uint8_t flight, uint64_t now)
 	}
 }
 
-/* What becomes of the parts a flight held (t->held) when it lands. */
-typedef enum held_fate {
-	HELD_GOT, /* answered: they count with its Grant (less GrantKey.kept)
-	           */
-	HELD_BACK, /* never sent: back into the buckets */
-	HELD_GONE, /* maybe served, the answer lost: the reserve may have
-	            * kept them (AskKey.pool), so they are not put back */
-} held_fate;
+/* What becomes of the parts a flight held (t->held) when it lands:
+ * answered, they count with its Grant, less what the reserve kept
+ * (GrantKey.kept); never sent, they go back into the buckets; maybe
+ * served but the answer lost, they are gone, since the reserve may have
+ * kept them (AskKey.pool) and a part is lost rather than counted
+ * twice. */
+typedef enum held_fate { HELD_GOT, HELD_BACK, HELD_GONE } held_fate;
 
 /* Flight `flight` (1 + its index) landed: what it held meets `fate`. */
 static void
