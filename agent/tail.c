@@ -30,6 +30,7 @@ allot__tail_init(
 {
 	memset(t, 0, sizeof *t);
 	t->a = a;
+	t->no_pool = true; /* tail.h */
 	t->wake = wake;
 	t->wake_ctx = wake_ctx;
 	t->pending_end = &t->pending;

@@ -85,8 +85,8 @@ typedef struct sim_params {
 	double central_serve_ms;
 	double wait_ms;
 	/* The agents let the reserve keep the parts of a token their
-	 * buckets hold when it cannot complete them (AskKey.pool), as
-	 * shipped; false measures without. */
+	 * buckets hold when it cannot complete them (AskKey.pool); false,
+	 * as shipped (agent/tail.h). */
 	bool pool;
 	/* Also run allot local only (SIM_LOCAL); false: its figures are
 	 * zero. */

@@ -680,6 +680,7 @@ START_TEST(pooled_parts_make_tokens)
 		sim_params_init(&p);
 		p.seed = seeds[i];
 		p.run_local = false;
+		p.pool = true;
 		sim_result on, off;
 		run_family_p("fanout", &p, &on);
 		assert_invariants(&on);
