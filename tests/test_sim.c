@@ -497,7 +497,7 @@ END_TEST
 START_TEST(ceiling_local_never_below_split)
 {
 	const uint64_t seeds[] = { 5, 18 };
-	size_t nseeds = ALLOT_TEST_SANITIZED ? 1 : 2;
+	size_t nseeds = SEEDS(2);
 	for (size_t i = 0; i < nseeds; i++) {
 		sim_params p;
 		sim_params_init(&p);
@@ -674,7 +674,7 @@ END_TEST
 START_TEST(pooled_parts_make_tokens)
 {
 	const uint64_t seeds[] = { 18, 15 };
-	size_t nseeds = ALLOT_TEST_SANITIZED ? 1 : 2;
+	size_t nseeds = SEEDS(2);
 	for (size_t i = 0; i < nseeds; i++) {
 		sim_params p;
 		sim_params_init(&p);
