@@ -55,7 +55,6 @@ struct http_room {
 	struct agentd *d;
 	pthread_mutex_t mu;
 	unsigned cap;
-	unsigned open;
 	struct http_conn head; /* circular list of the open ones */
 };
 
@@ -81,20 +80,28 @@ http_room_free(struct http_room *r)
 	free(r);
 }
 
+/* What a walk of the room found: the connections not shut down, and
+ * how many of them have never begun a request. */
+struct room_count {
+	unsigned live;
+	unsigned unproven;
+};
+
 /* Under the lock: the connection quiet the longest with no request in
  * course (one that never began a request only, with `unproven`), or
- * NULL; and how many have never begun one. */
+ * NULL; and the room's count. */
 static struct http_conn *
-oldest(struct http_room *r, bool unproven, unsigned *ret_unproven)
+oldest(struct http_room *r, bool unproven, struct room_count *n)
 {
 	struct http_conn *best = NULL;
 	uint64_t best_t = 0;
-	unsigned n = 0;
+	*n = (struct room_count) { 0 };
 	for (struct http_conn *c = r->head.next; c != &r->head; c = c->next) {
 		unsigned st = atomic_load(&c->state);
+		n->live += !(st & C_GONE);
 		if (st & (C_BUSY | C_GONE))
 			continue;
-		n += !(st & C_PROVEN);
+		n->unproven += !(st & C_PROVEN);
 		uint64_t t = atomic_load(&c->quiet_since);
 		if ((!unproven || !(st & C_PROVEN)) &&
 		    (best == NULL || t < best_t)) {
@@ -102,7 +109,6 @@ oldest(struct http_room *r, bool unproven, unsigned *ret_unproven)
 			best_t = t;
 		}
 	}
-	*ret_unproven = n;
 	return best;
 }
 
@@ -123,18 +129,23 @@ evict(struct http_room *r, struct http_conn *v)
 
 /* Whether a newcomer may stay: it takes the oldest unproven
  * connection's place when those hold half the places, an idle one's
- * when all are held, or a free one. Under the lock. */
+ * when all are held, or a free one. A connection already shut down
+ * holds no place, though it stays on the list until its thread has
+ * closed it: on a loaded host those threads lag, and counting them
+ * refused callers while the slow ones were being pushed out (42 of 48
+ * answered beside four busy loops). libmicrohttpd's own limit leaves
+ * them room (MHD_LIMIT_SLACK). Under the lock. */
 static bool
 make_room(struct http_room *r, uint64_t now)
 {
-	unsigned unproven;
-	struct http_conn *v = oldest(r, true, &unproven);
+	struct room_count n;
+	struct http_conn *v = oldest(r, true, &n);
 	unsigned half = r->cap > 1 ? r->cap / 2 : 1;
-	if (v != NULL && unproven >= half && evict(r, v))
+	if (v != NULL && n.unproven >= half && evict(r, v))
 		return true;
-	if (r->open < r->cap)
+	if (n.live < r->cap)
 		return true;
-	v = oldest(r, false, &unproven);
+	v = oldest(r, false, &n);
 	if (v != NULL && now - atomic_load(&v->quiet_since) >= EVICT_IDLE_MS &&
 	    evict(r, v))
 		return true;
@@ -154,7 +165,6 @@ http_room_notify(void *cls, struct MHD_Connection *connection,
 		pthread_mutex_lock(&r->mu);
 		c->prev->next = c->next;
 		c->next->prev = c->prev;
-		r->open--;
 		pthread_mutex_unlock(&r->mu);
 		free(c);
 		*socket_context = NULL;
@@ -169,8 +179,8 @@ http_room_notify(void *cls, struct MHD_Connection *connection,
 	pthread_mutex_lock(&r->mu);
 	bool stays = c != NULL && fd >= 0 && make_room(r, now);
 	if (c != NULL) {
-		/* Counted even when refused: it holds its place until its
-		 * thread has closed it. */
+		/* Listed even when refused, until its thread has closed
+		 * it; shut down, it holds no place (make_room()). */
 		c->fd = fd;
 		atomic_store(&c->state, stays ? 0u : C_GONE);
 		atomic_store(&c->quiet_since, now);
@@ -178,7 +188,6 @@ http_room_notify(void *cls, struct MHD_Connection *connection,
 		c->next = &r->head;
 		r->head.prev->next = c;
 		r->head.prev = c;
-		r->open++;
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (!stays && fd >= 0)
