@@ -189,6 +189,14 @@ static_split(allot__alloc_service *svc)
  * part has lost its callers rather than read low by chance (claims()). */
 #define LONG_RUN_GONE 0.25
 
+/* How far the dead band's noise term holds the target of a replica that
+ * waits for the reserve against a fall: at most this fraction of it
+ * (fill_quota()). Its demand's variance is its bursts', which the
+ * reserve serves, and a body the traffic left (a burst that has moved
+ * on, the equal share it was given at the service's birth) was held
+ * there for good while the reserve ran dry. */
+#define BODY_FALL_HELD 0.7
+
 static double
 nonneg(double x)
 {
@@ -260,6 +268,14 @@ claims(const allot__alloc_policy *pol, allot__alloc_quota *aq)
 	 * on the equal split at once instead of starving the newcomers
 	 * until the old replicas' estimates decay. */
 	double avg = nknown > 0 ? known / (double) nknown : 0;
+	/* At a service's birth (or a coordinator's, all placeholders)
+	 * nobody's demand is known, and a replica whose callers wait has no
+	 * floor: each claims the equal share, what the split would give it.
+	 * Claiming nothing kept every such bucket closed for the first
+	 * three rounds and sent every request central: half the steady
+	 * scenarios' central decisions (docs/allocation.md, "Start-up"). */
+	if (nknown == 0 && aq->pooled && aq->nslots > 0)
+		avg = aq->rate / (double) aq->nslots;
 	aq->demand = known + (double) (aq->nslots - nknown) * avg;
 	/* A replica's estimate follows its last few windows; where the
 	 * next ones land, when the load balancer spreads the callers at
@@ -752,9 +768,13 @@ fill_quota(
 				double nw = x->rate;
 				double band = fmax(db * fmax(nw, p),
 				    z * sqrt(nonneg(x->demand_var)) * (1 + h));
+				double fall = waits(aq, x) ?
+				    fmin(band,
+				        fmax(db * p, BODY_FALL_HELD * p)) :
+				    band;
 				bool keep = nw > p ?
 				    !(x->denied > 0) && nw - p <= band :
-				    p - nw <= band;
+				    p - nw <= fall;
 				if (keep)
 					x->rate = p;
 				/* The band holds a target against noise, not
