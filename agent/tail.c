@@ -30,7 +30,6 @@ allot__tail_init(
 {
 	memset(t, 0, sizeof *t);
 	t->a = a;
-	t->no_pool = true; /* tail.h */
 	t->wake = wake;
 	t->wake_ctx = wake_ctx;
 	t->pending_end = &t->pending;
@@ -388,6 +387,23 @@ held_take(allot__tail *t, uint8_t flight, uint64_t now)
 	}
 }
 
+/* Whether quota `q`'s part `held` is offered to the reserve
+ * (AskKey.pool): only when its own bucket would take longer to complete
+ * a token from it than the reserve said it needs to hold one again
+ * (dry_until). A bucket that refills sooner spends its part itself, and
+ * its next request finds the token here instead of waiting on the
+ * reserve. */
+static bool
+pool_worth(const allot__tail *t, uint32_t q, double held, uint64_t now)
+{
+	allot__allowance al;
+	allot__bucket_get(&t->a->quotas[q].bucket, &al);
+	uint64_t dry = atomic_load(&t->dry_until[q]);
+	double wait_s = dry > now ? (double) (dry - now) / 1e9 : 0;
+	return !(al.rate > 0) ||
+	    ((double) t->min[q] - held) / al.rate > wait_s;
+}
+
 /* What becomes of the parts a flight held (t->held) when it lands:
  * answered, they count with its Grant, less what the reserve kept
  * (GrantKey.kept); never sent, they go back into the buckets; maybe
@@ -456,7 +472,7 @@ board(allot__tail *t, const allot__syncc *c, allot__flight *fl, uint64_t now,
 /* The Ask for what t->want and t->min hold, packed (malloc). */
 static int
 pack_ask(allot__tail *t, allot__syncc *c, uint32_t f, size_t nkeys,
-    void **ret_buf, size_t *ret_len)
+    uint64_t now, void **ret_buf, size_t *ret_len)
 {
 	uint32_t nq = atomic_load(&t->a->nquotas);
 	Allot__V1__AskKey *ks = calloc(nkeys, sizeof *ks);
@@ -473,7 +489,8 @@ pack_ask(allot__tail *t, allot__syncc *c, uint32_t f, size_t nkeys,
 		ks[j].tokens = t->want[q];
 		ks[j].min = t->min[q];
 		ks[j].held = t->held_by[q] == 1 + f ? t->held[q] : 0;
-		ks[j].pool = ks[j].held > 0 && !t->no_pool;
+		ks[j].pool = ks[j].held > 0 && !t->no_pool &&
+		    pool_worth(t, q, ks[j].held, now);
 		/* What the bucket gave up goes with the Ask (and is lost
 		 * with it: never reported twice). */
 		ks[j].returned = c->q[q].returned;
@@ -523,7 +540,7 @@ allot__tail_request(allot__tail *t, allot__syncc *c, uint64_t now,
 	size_t nkeys = board(t, c, fl, now, &last);
 	if (nkeys == 0)
 		return ALLOT_ENOENT;
-	int rc = pack_ask(t, c, f, nkeys, ret_buf, ret_len);
+	int rc = pack_ask(t, c, f, nkeys, now, ret_buf, ret_len);
 	if (rc != ALLOT_OK) {
 		held_release(t, (uint8_t) (1 + f), HELD_BACK, now);
 		complete_all(t, fl->head, now);

@@ -106,12 +106,10 @@ typedef struct allot__tail {
 	uint8_t *held_by;
 	uint32_t nheld; /* slots with held_by set */
 	/* The Asks do not offer those parts to the reserve (AskKey.pool),
-	 * which would complete them into whole tokens for the next asker
-	 * when it runs dry. Set by default: with the parts offered, the
-	 * demo's start-up (real agents, the reserve dry while the bootstrap
-	 * buckets close) refused 30-67 tokens beside one other process
-	 * against 4-31 without (docs/allocation.md, "Pooled parts"); the
-	 * simulator measures both (sim.h). */
+	 * which keeps them when it cannot complete them and makes whole
+	 * tokens of them for the next asker. Clear (they are offered, when
+	 * the bucket would not complete its own sooner: pool_worth()); the
+	 * simulator sets it to measure without (sim.h). */
 	bool no_pool;
 	/* Counters (allot_sync_stats): of the denials, those whose wait
 	 * ran out (`late`) and those the reserve could not cover

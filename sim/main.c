@@ -243,10 +243,10 @@ static const allot__opt rows[] = {
 	    .off = AT(p.loss), .lo = 0, .hi = 1, .dflt = "0" },
 	{ "loan-frac", 0, ALLOT__OPT_DOUBLE, "F", "allotd's --loan-frac",
 	    .off = AT(p.loan_frac), .lo = 0, .hi = 1, .dflt = "allotd's" },
-	{ "pool", 0, ALLOT__OPT_TRUE, NULL,
-	    "agents offer the reserve the parts of a token their\n"
-	    "buckets hold (AskKey.pool; not shipped)\n",
-	    .off = AT(p.pool) },
+	{ "no-pool", 0, ALLOT__OPT_TRUE, NULL,
+	    "agents do not offer the reserve the parts of a token\n"
+	    "their buckets hold (AskKey.pool)\n",
+	    .off = AT(p.no_pool) },
 	{ "jobs", 'j', ALLOT__OPT_UINT, "N",
 	    "runs at once (default: the CPUs, at most the runs);\n"
 	    "the output is the same for any N\n",
