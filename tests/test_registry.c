@@ -840,6 +840,35 @@ START_TEST(state_reserve_keeps_its_refill)
 }
 END_TEST
 
+/* A service born with two replicas whose callers wait (a hint of two),
+ * at its first tick: nothing synced yet. */
+static allot__state *
+born_waiting(rep r[2])
+{
+	vclock = 1000000000ull;
+	allot__state *st = mkstate();
+	reg_n(st, &r[0], "r0", 2, true);
+	reg_n(st, &r[1], "r1", 2, true);
+	return st;
+}
+
+/* A round of 100 ms: a tick, then each replica's Sync reporting its
+ * `tokens` admitted on key "a" (none: an idle Sync), its callers
+ * waiting. */
+static void
+round_waiting(allot__state *st, rep r[2], const uint64_t tokens[2])
+{
+	vclock += 100000000ull;
+	allot__state_tick(st);
+	for (int j = 0; j < 2; j++) {
+		Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+		kr.key = 1;
+		kr.consumed = tokens[j];
+		kr.tail = true;
+		sync_send(st, &r[j], tokens[j] > 0 ? &kr : NULL, false);
+	}
+}
+
 /* At a service's birth no replica's demand is known, and a replica
  * whose callers wait has no floor: each claims the equal share, as the
  * split gives it, from its first Reply. Claiming nothing kept their
@@ -848,26 +877,15 @@ END_TEST
  * reports, and a replica that reports nothing loses it. */
 START_TEST(state_birth_opens_bodies)
 {
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
 	rep r[2];
-	reg_n(st, &r[0], "r0", 2, true);
-	reg_n(st, &r[1], "r1", 2, true);
-	/* Two rounds (a tick, then each one's Sync reporting 30 tokens
-	 * over 100 ms, 300/s of the equal share's 500): the first tick
-	 * finds them not synced yet (claiming nothing: fakes that never
-	 * sync take nothing), the second in their first Sync. */
-	for (int i = 0; i < 2; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		for (int j = 0; j < 2; j++) {
-			Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-			kr.key = 1;
-			kr.consumed = 30;
-			kr.tail = true;
-			sync_send(st, &r[j], &kr, false);
-		}
-	}
+	allot__state *st = born_waiting(r);
+	/* Two rounds of 30 tokens each over 100 ms (300/s of the equal
+	 * share's 500): the first tick finds them not synced yet
+	 * (claiming nothing: fakes that never sync take nothing), the
+	 * second in their first Sync. */
+	const uint64_t both[2] = { 30, 30 }, one[2] = { 30, 0 };
+	for (int i = 0; i < 2; i++)
+		round_waiting(st, r, both);
 	for (int j = 0; j < 2; j++) {
 		ck_assert_msg(r[j].rate > 0.5 * 500 && r[j].rate <= 500,
 		    "r%d opened at %.1f/s", j, r[j].rate);
@@ -875,16 +893,8 @@ START_TEST(state_birth_opens_bodies)
 	}
 	ck_assert(quota_a(st).granted_rate <= 1000 * (1 + 1e-12));
 	/* r1 goes quiet: its body follows, and the reserve keeps it. */
-	for (int i = 0; i < 20; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
-		Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-		kr.key = 1;
-		kr.consumed = 30;
-		kr.tail = true;
-		sync_send(st, &r[0], &kr, false);
-		sync1(st, &r[1], 0, false);
-	}
+	for (int i = 0; i < 20; i++)
+		round_waiting(st, r, one);
 	ck_assert_msg(r[0].rate > 200 && r[0].rate < 400,
 	    "r0 at %.1f/s for 300/s", r[0].rate);
 	ck_assert_msg(r[1].rate < 50, "quiet r1 at %.1f/s", r[1].rate);
@@ -900,22 +910,13 @@ END_TEST
  * traffic (20 % before the birth claim): its body kept all of B. */
 START_TEST(state_body_falls_through_bursts)
 {
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
 	rep r[2];
-	reg_n(st, &r[0], "r0", 2, true);
-	reg_n(st, &r[1], "r1", 2, true);
+	allot__state *st = born_waiting(r);
 	double first = 0;
 	for (int i = 0; i < 5; i++) {
-		vclock += 100000000ull;
-		allot__state_tick(st);
 		/* 30/s, after a burst of 300 tokens in its first Sync. */
-		Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-		kr.key = 1;
-		kr.consumed = i == 1 ? 300 : 3;
-		kr.tail = true;
-		sync_send(st, &r[0], &kr, false);
-		sync1(st, &r[1], 0, false);
+		const uint64_t t[2] = { i == 1 ? 300 : 3, 0 };
+		round_waiting(st, r, t);
 		if (i == 1)
 			first = r[0].rate;
 	}
