@@ -735,15 +735,24 @@ START_TEST(state_ceiling_own_allowance)
 }
 END_TEST
 
-/* A registry with two replicas r0 and r1 whose callers wait for the
- * reserve, idle for 2 s: the reserve holds about all of quota "a". */
+/* A service born with two replicas whose callers wait (a hint of two),
+ * at its first tick: nothing synced yet. */
 static allot__state *
-two_that_wait(rep r[2])
+born_waiting(rep r[2])
 {
 	vclock = 1000000000ull;
 	allot__state *st = mkstate();
 	reg_n(st, &r[0], "r0", 2, true);
 	reg_n(st, &r[1], "r1", 2, true);
+	return st;
+}
+
+/* A registry with two replicas r0 and r1 whose callers wait for the
+ * reserve, idle for 2 s: the reserve holds about all of quota "a". */
+static allot__state *
+two_that_wait(rep r[2])
+{
+	allot__state *st = born_waiting(r);
 	idle_rounds(st, r, 2, 20);
 	return st;
 }
@@ -839,18 +848,6 @@ START_TEST(state_reserve_keeps_its_refill)
 	allot__state_destroy(st);
 }
 END_TEST
-
-/* A service born with two replicas whose callers wait (a hint of two),
- * at its first tick: nothing synced yet. */
-static allot__state *
-born_waiting(rep r[2])
-{
-	vclock = 1000000000ull;
-	allot__state *st = mkstate();
-	reg_n(st, &r[0], "r0", 2, true);
-	reg_n(st, &r[1], "r1", 2, true);
-	return st;
-}
 
 /* A round of 100 ms: a tick, then each replica's Sync reporting its
  * `tokens` admitted on key "a" (none: an idle Sync), its callers
