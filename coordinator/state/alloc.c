@@ -533,6 +533,16 @@ burst_weight(
 	return fmax(r, eq);
 }
 
+/* The burst of slot `x` before the dead band: burst_of() with its
+ * weight among the `npos` slots' (weights summing to sum_r). */
+static double
+new_burst(const allot__alloc_quota *aq, const allot__alloc_slot *x,
+    double slow, double sum_r, double budget, double w, size_t npos)
+{
+	return burst_of(
+	    burst_weight(aq, x, slow), sum_r, budget, w, npos, !waits(aq, x));
+}
+
 /* A stale slot with a target to keep (see allot__alloc_slot). */
 static bool
 kept(const allot__alloc_slot *x)
@@ -613,8 +623,7 @@ fill_bursts(allot__alloc_quota *aq, double db, double body_s)
 			x->burst = 0; /* set below */
 			continue;
 		}
-		x->burst = burst_of(burst_weight(aq, x, slow), sum_r, budget,
-		    w, npos, !waits(aq, x));
+		x->burst = new_burst(aq, x, slow, sum_r, budget, w, npos);
 		double p = x->prev_burst;
 		if (db > 0 && x->has_prev && x->rate > 0 && p >= 0 &&
 		    isfinite(p) &&
@@ -627,14 +636,38 @@ fill_bursts(allot__alloc_quota *aq, double db, double body_s)
 		for (size_t i = 0; i < n; i++)
 			slack += fmax(0,
 			    sl[i].burst -
-			        burst_of(burst_weight(aq, &sl[i], slow), sum_r,
-			            budget, w, npos, !waits(aq, &sl[i])));
+			        new_burst(
+			            aq, &sl[i], slow, sum_r, budget, w, npos));
 		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
 		for (size_t i = 0; i < n; i++) {
-			double nb = burst_of(burst_weight(aq, &sl[i], slow),
-			    sum_r, budget, w, npos, !waits(aq, &sl[i]));
+			double nb = new_burst(
+			    aq, &sl[i], slow, sum_r, budget, w, npos);
 			if (sl[i].burst > nb)
 				sl[i].burst -= (sl[i].burst - nb) * cut;
+		}
+	} else if (sum < budget) {
+		/* Nor does the band leave capacity unallotted: bursts it
+		 * held below their new value rise, in proportion to that
+		 * shortfall, until the budget is spent. Held a few percent
+		 * low on every replica, the swarm's small quotas were refused
+		 * more than under the equal split (`swarm` local only). */
+		double shortfall = 0;
+		for (size_t i = 0; i < n; i++)
+			if (!kept(&sl[i]))
+				shortfall += fmax(0,
+				    new_burst(aq, &sl[i], slow, sum_r, budget,
+				        w, npos) -
+				        sl[i].burst);
+		double fill = shortfall > 0 ?
+		    fmin(1.0, (budget - sum) / shortfall) :
+		    0;
+		for (size_t i = 0; i < n; i++) {
+			if (kept(&sl[i]))
+				continue;
+			double nb = new_burst(
+			    aq, &sl[i], slow, sum_r, budget, w, npos);
+			if (sl[i].burst < nb)
+				sl[i].burst += (nb - sl[i].burst) * fill;
 		}
 	}
 	for (size_t i = 0; keep > 0 && i < n; i++)
