@@ -292,13 +292,15 @@ START_TEST(early_sync_when_short)
 	while (admit(as[0], "a", 50) == 50)
 		ck_assert(pc_now_ms() - t0 < 5000);
 	/* The periodic Sync may be the first to carry an onset's denials
-	 * (then no early one follows for it): up to three onsets, each
-	 * after a pause long enough for a report without denials. The
-	 * delay is printed; the bound is only there to end the test. */
+	 * (then no early one follows for it: an onset late in an
+	 * interval, more often on a loaded host, where three onsets were
+	 * not enough once): up to eight, each after a pause long enough
+	 * for reports without denials. The delay is printed; the bound is
+	 * only there to end the test. */
 	uint64_t seen_ms = 0;
-	for (int onset = 0; onset < 3 && seen_ms == 0; onset++) {
+	for (int onset = 0; onset < 8 && seen_ms == 0; onset++) {
 		if (onset > 0)
-			pc_sleep_ms(150);
+			pc_sleep_ms(200);
 		t0 = pc_now_ms();
 		while (pc_now_ms() - t0 < 1000 && seen_ms == 0) {
 			admit(as[0], "a", 50);
@@ -308,7 +310,7 @@ START_TEST(early_sync_when_short)
 			pc_sleep_ms(2);
 		}
 	}
-	ck_assert_msg(seen_ms > 0, "no early Sync in three onsets of denials");
+	ck_assert_msg(seen_ms > 0, "no early Sync in eight onsets of denials");
 	fprintf(stderr, "early Sync %llu ms after the onset (T = 50 ms)\n",
 	    (unsigned long long) seen_ms);
 	/* Keep denying for the rest of a second: still one onset. */
