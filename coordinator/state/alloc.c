@@ -631,43 +631,28 @@ fill_bursts(allot__alloc_quota *aq, double db, double body_s)
 			x->burst = p;
 		sum += x->burst;
 	}
-	if (sum > budget) {
-		double slack = 0;
-		for (size_t i = 0; i < n; i++)
-			slack += fmax(0,
-			    sl[i].burst -
-			        new_burst(
-			            aq, &sl[i], slow, sum_r, budget, w, npos));
-		double cut = slack > 0 ? fmin(1.0, (sum - budget) / slack) : 0;
-		for (size_t i = 0; i < n; i++) {
-			double nb = new_burst(
-			    aq, &sl[i], slow, sum_r, budget, w, npos);
-			if (sl[i].burst > nb)
-				sl[i].burst -= (sl[i].burst - nb) * cut;
-		}
-	} else if (sum < budget) {
-		/* Nor does the band leave capacity unallotted: bursts it
-		 * held below their new value rise, in proportion to that
-		 * shortfall, until the budget is spent. Held a few percent
-		 * low on every replica, the swarm's small quotas were refused
-		 * more than under the equal split (`swarm` local only). */
-		double shortfall = 0;
+	/* Whatever the band holds away from the new bursts moves back
+	 * toward them, in proportion, until the sum is the budget: it never
+	 * takes the bursts above it, nor leaves any of it unallotted (held a
+	 * few percent low on every replica, the swarm's small quotas were
+	 * refused more than under the equal split, `swarm` local only). */
+	if (sum != budget) {
+		double dir = sum > budget ? -1.0 : 1.0, away = 0;
 		for (size_t i = 0; i < n; i++)
 			if (!kept(&sl[i]))
-				shortfall += fmax(0,
-				    new_burst(aq, &sl[i], slow, sum_r, budget,
-				        w, npos) -
-				        sl[i].burst);
-		double fill = shortfall > 0 ?
-		    fmin(1.0, (budget - sum) / shortfall) :
-		    0;
+				away += fmax(0,
+				    dir *
+				        (new_burst(aq, &sl[i], slow, sum_r,
+				             budget, w, npos) -
+				            sl[i].burst));
+		double f = away > 0 ? fmin(1.0, fabs(sum - budget) / away) : 0;
 		for (size_t i = 0; i < n; i++) {
 			if (kept(&sl[i]))
 				continue;
 			double nb = new_burst(
 			    aq, &sl[i], slow, sum_r, budget, w, npos);
-			if (sl[i].burst < nb)
-				sl[i].burst += (nb - sl[i].burst) * fill;
+			if (dir * (nb - sl[i].burst) > 0)
+				sl[i].burst += (nb - sl[i].burst) * f;
 		}
 	}
 	for (size_t i = 0; keep > 0 && i < n; i++)
