@@ -725,7 +725,7 @@ replica_start(engine *e, uint32_t idx, uint32_t nlive)
 		if (rc != ALLOT_OK)
 			return rc;
 		r->tail_init = true;
-		r->tail.no_pool = e->p->no_pool;
+		r->tail.no_pool = !e->p->pool;
 		r->a->tail = &r->tail;
 	}
 	r->keys = calloc((e->cfg->ncallers + 1) * e->nep, sizeof *r->keys);

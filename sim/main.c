@@ -243,10 +243,10 @@ static const allot__opt rows[] = {
 	    .off = AT(p.loss), .lo = 0, .hi = 1, .dflt = "0" },
 	{ "loan-frac", 0, ALLOT__OPT_DOUBLE, "F", "allotd's --loan-frac",
 	    .off = AT(p.loan_frac), .lo = 0, .hi = 1, .dflt = "allotd's" },
-	{ "no-pool", 0, ALLOT__OPT_TRUE, NULL,
+	{ "no-pool", 0, ALLOT__OPT_FALSE, NULL,
 	    "agents do not offer the reserve the parts of a token\n"
 	    "their buckets hold (AskKey.pool)\n",
-	    .off = AT(p.no_pool) },
+	    .off = AT(p.pool) },
 	{ "jobs", 'j', ALLOT__OPT_UINT, "N",
 	    "runs at once (default: the CPUs, at most the runs);\n"
 	    "the output is the same for any N\n",

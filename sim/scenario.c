@@ -52,7 +52,7 @@ sim_params_init(sim_params *p)
 	p->central_rtt_ms = 1.0;
 	p->central_serve_ms = 0.05;
 	p->wait_ms = (double) ALLOT_WAIT_DEFAULT_NS / 1e6;
-	p->no_pool = false;
+	p->pool = true;
 	p->run_local = true;
 }
 

@@ -84,10 +84,10 @@ typedef struct sim_params {
 	double central_rtt_ms;
 	double central_serve_ms;
 	double wait_ms;
-	/* The agents do not let the reserve keep the parts of a token
-	 * their buckets hold when it cannot complete them (AskKey.pool);
-	 * false, as shipped (agent/tail.h). */
-	bool no_pool;
+	/* The agents let the reserve keep the parts of a token their
+	 * buckets hold when it cannot complete them (AskKey.pool), as
+	 * shipped (agent/tail.h); false measures without. */
+	bool pool;
 	/* Also run allot local only (SIM_LOCAL); false: its figures are
 	 * zero. */
 	bool run_local;

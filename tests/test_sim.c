@@ -680,12 +680,11 @@ START_TEST(pooled_parts_make_tokens)
 		sim_params_init(&p);
 		p.seed = seeds[i];
 		p.run_local = false;
-		p.no_pool = false;
 		sim_result on, off;
 		run_family_p("fanout", &p, &on);
 		assert_invariants(&on);
 		ck_assert(on.max_tokens_over_burst <= 1e-9);
-		p.no_pool = true;
+		p.pool = false;
 		run_family_p("fanout", &p, &off);
 		ck_assert_msg(on.under[SIM_ALLOT] < off.under[SIM_ALLOT] / 2,
 		    "fanout seed %llu: %.2f %% refused with the parts pooled, "
