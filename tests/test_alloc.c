@@ -5,7 +5,8 @@
  * levels computed by hand, the floor of idle
  * replicas, the leftover spread, newcomers claiming the average, the
  * dead band (and targets it no longer holds below their mark, and the
- * burst budget it never leaves unallotted), sums
+ * burst budget it never leaves unallotted), a quota short on its
+ * bodies cut in proportion, sums
  * that never exceed R, B, the burst budget or the ceiling over
  * thousands of random rounds, bursts split with no replica
  * weighed below its equal part, the long-run part of the traffic
@@ -254,6 +255,62 @@ START_TEST(deadband_spends_the_burst_budget)
 	for (int i = 0; i < 4; i++)
 		sum += sl[i].burst;
 	ck_assert(sum <= 100 + EPS);
+}
+END_TEST
+
+/* A quota short on the bodies of its traffic (every replica waits for
+ * the central reserve): each body is cut in the same proportion, so
+ * every bucket refills below what its own traffic spends and none fills
+ * with tokens the others' requests cannot reach; max-min gave the small
+ * ones all they claimed. Below the allowance, the water-fill as ever. */
+static void
+all_wait(allot__alloc_quota *q, allot__alloc_slot *sl, size_t n)
+{
+	q->central = true;
+	q->reserve = 1;
+	for (size_t i = 0; i < n; i++) {
+		sl[i].tail = true;
+		sl[i].demand_body = sl[i].demand;
+	}
+}
+
+START_TEST(short_bodies_cut_in_proportion)
+{
+	allot__alloc_policy p = exact_policy();
+	p.central_pool = 0.1;
+	allot__alloc_slot sl[7];
+	allot__alloc_quota q;
+	/* The `sizing` family at a burst: 80 % of 420/s on one replica,
+	 * 14/s on each of six others, R = 140. */
+	double d[7] = { 336, 14, 14, 14, 14, 14, 14 };
+	one_quota(&q, sl, 7, d, 140, 280);
+	all_wait(&q, sl, 7);
+	run(&p, &q, 1, 0);
+	double k = 0.9 * 140 / 420;
+	for (int i = 0; i < 7; i++)
+		ck_assert_msg(sl[i].rate < d[i],
+		    "slot %d at %.2f/s for a body of %.0f/s", i, sl[i].rate,
+		    d[i]);
+	for (int i = 0; i < 7; i++)
+		ck_assert_double_eq_tol(sl[i].rate, d[i] * k, 1e-6);
+	ck_assert(q.sum_rate <= 0.9 * 140 + EPS);
+	/* Bodies below the allowance (claims above the pooled part only
+	 * with the headroom): max-min, the small ones served in full. */
+	p.headroom = 0.5;
+	double e[3] = { 80, 10, 10 };
+	one_quota(&q, sl, 3, e, 140, 280);
+	all_wait(&q, sl, 3);
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[1].rate, 15, 1e-6);
+	ck_assert_double_eq_tol(sl[2].rate, 15, 1e-6);
+	ck_assert_double_eq_tol(sl[0].rate, 0.9 * 140 - 30, 1e-6);
+	/* A replica that does not wait is split as without a reserve. */
+	one_quota(&q, sl, 7, d, 140, 280);
+	all_wait(&q, sl, 7);
+	sl[6].tail = false;
+	p.headroom = 0;
+	run(&p, &q, 1, 0);
+	ck_assert_double_eq_tol(sl[1].rate, 14, 1e-6);
 }
 END_TEST
 
@@ -615,6 +672,7 @@ alloc_suite(void)
 	tcase_add_test(tc, deadband);
 	tcase_add_test(tc, deadband_spends_the_burst_budget);
 	tcase_add_test(tc, deadband_lifts_to_mark);
+	tcase_add_test(tc, short_bodies_cut_in_proportion);
 	tcase_add_test(tc, sums_never_exceed);
 	tcase_add_test(tc, burst_split);
 	tcase_add_test(tc, slow_share_claimed);

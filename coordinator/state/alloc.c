@@ -235,6 +235,25 @@ waits(const allot__alloc_quota *aq, const allot__alloc_slot *x)
 	return aq->central && x->tail;
 }
 
+/* Whether quota `aq` is short on the bodies of its traffic alone: every
+ * slot waits for the reserve and their bodies (`bodies`, the sum of
+ * their estimates, no headroom) are more than the allowance. Claims
+ * pass the pooled part of a quota below its allowance on the headroom
+ * and on noise; cut in proportion then, every replica would lean on
+ * the reserve for a part of its body, which it lacks while allotd is
+ * unreachable (`outage`: 0.93 -> 1.11 % with the cut from the pooled
+ * part). */
+static bool
+short_on_bodies(const allot__alloc_quota *aq, double bodies)
+{
+	if (!aq->pooled || !(bodies > aq->allowance))
+		return false;
+	for (size_t i = 0; i < aq->nslots; i++)
+		if (!waits(aq, &aq->slots[i]))
+			return false;
+	return true;
+}
+
 /* Every slot's demand estimate into slot->rate (scratch until
  * fill_quota) and the quota's claim, its demand plus headroom, into
  * aq->claim. */
@@ -729,8 +748,9 @@ fill_quota(
 	/* Water-fill A: claims (with the floor) above A are served
 	 * max-min fairly; below A everyone is raised to a common level,
 	 * which spreads the leftover over idle and busy replicas alike. */
-	double s = 0;
+	double s = 0, bodies = 0;
 	for (size_t i = 0; i < n; i++) {
+		bodies += sl[i].rate;
 		/* An agent that waits for the reserve sends its first
 		 * requests there: it needs no floor of its own. */
 		double fl = waits(aq, &sl[i]) ? 0 : sl[i].served ? f : fnew;
@@ -751,7 +771,19 @@ fill_quota(
 	double Aloc = aq->pooled ?
 	    A * (1.0 - fmin(1.0, nonneg(pol->central_pool))) :
 	    A;
-	if (s > Aloc) {
+	if (s > Aloc && short_on_bodies(aq, bodies)) {
+		/* Cut in proportion: every bucket refills below what its own
+		 * traffic spends, so none fills while the quota is short.
+		 * Max-min gave the replicas below the cap all they claimed;
+		 * their buckets, refilling about as fast as their traffic
+		 * drained them, held tokens (about half their capacity each)
+		 * that the replicas where the burst was could not reach, and
+		 * the reserve ran dry first (`sizing`: 2.09 % refused of what
+		 * the ideal bucket admits, worst of 20 seeds; 0.89 % so). */
+		double k = Aloc / s;
+		for (size_t i = 0; i < n; i++)
+			sl[i].rate *= k;
+	} else if (s > Aloc) {
 		double x = level_cap(&sl[0].rate, st, NULL, 0, n, Aloc);
 		for (size_t i = 0; i < n; i++)
 			sl[i].rate = fmin(sl[i].rate, x);
