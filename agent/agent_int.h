@@ -692,6 +692,11 @@ void allot__ceiling_update(allot_agent *a);
  * of its members: a loan, a refund, a settled debt. */
 void allot__ceiling_adjust(
     allot_agent *a, const allot__qrt *q, int64_t tokens, uint64_t now);
+/* The same for `tokens` put into it, a part of one included, as
+ * allot__bucket_deposit(): the central reserve's tokens that move with
+ * a burst it gave up (Share.prefill). */
+void allot__ceiling_deposit(
+    allot_agent *a, const allot__qrt *q, double tokens, uint64_t now);
 /* `al` as quota `q` takes it: a closed or unlimited quota's fixed mode
  * (allot__qrt.access, no amounts), any other's unchanged. */
 void allot__quota_fix(const allot__qrt *q, allot__allowance *al);

@@ -174,3 +174,13 @@ allot__ceiling_adjust(
 		allot__bucket_adjust(
 		    &a->quotas[a->ceil_q].bucket, tokens, now);
 }
+
+void
+allot__ceiling_deposit(
+    allot_agent *a, const allot__qrt *q, double tokens, uint64_t now)
+{
+	if (atomic_load_explicit(&q->owned, memory_order_relaxed) &&
+	    allot__ceiling_member(a, q))
+		allot__bucket_deposit(
+		    &a->quotas[a->ceil_q].bucket, tokens, now);
+}

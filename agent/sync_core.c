@@ -424,8 +424,10 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	s->q[key].foreign = false;
 }
 
-/* A loan (docs/allocation.md, "Loans"): `prefill` tokens added to the
- * key's bucket (its burst, just installed, has room for them), or
+/* A loan (docs/allocation.md, "Loans") or the central reserve's tokens
+ * that move with the burst it gave up: `prefill` tokens, a part of one
+ * included, added to the key's bucket (its burst, just installed, has
+ * room for them), or
  * `debit` tokens lent to another replica taken out of it. A debit the
  * bucket no longer holds (it spent them since its report) leaves it in
  * debt, repaid out of its refill: tokens are moved, never created, so
@@ -437,12 +439,11 @@ move_tokens(syncc *s, uint32_t key, double prefill, double debit, uint64_t now)
 {
 	allot__bucket *b = &s->a->quotas[key].bucket;
 	const allot__qrt *q = &s->a->quotas[key];
-	if (prefill >= 1) {
-		allot__bucket_adjust(b, -(int64_t) prefill, now);
-		allot__ceiling_adjust(s->a, q, -(int64_t) prefill, now);
+	if (prefill > 0) {
+		allot__bucket_deposit(b, prefill, now);
+		allot__ceiling_deposit(s->a, q, prefill, now);
 		atomic_fetch_add(&s->loan_tokens, (uint64_t) prefill);
-		allot__ledger_in(
-		    &s->q[key].ledger, (double) (int64_t) prefill);
+		allot__ledger_in(&s->q[key].ledger, prefill);
 	}
 	if (debit >= 1) {
 		allot__bucket_adjust(b, (int64_t) debit, now);

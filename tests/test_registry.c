@@ -77,6 +77,7 @@ typedef struct rep {
 	double burst;
 	double own_rate; /* and its own allowance (0: none) */
 	double own_burst;
+	double prefill; /* the tokens its shares of key 1 moved in, summed */
 } rep;
 
 /* Which connections (nng pipe ids 1-3) are open, for conn_open. */
@@ -132,6 +133,7 @@ take_shares(rep *r, Allot__V1__Share **sh, size_t n)
 			r->burst = sh[i]->burst;
 			r->own_rate = sh[i]->own_rate;
 			r->own_burst = sh[i]->own_burst;
+			r->prefill += sh[i]->prefill;
 		}
 	}
 }
@@ -926,6 +928,39 @@ START_TEST(state_body_falls_through_bursts)
 }
 END_TEST
 
+/* A burst that grows takes its capacity out of the central reserve and
+ * the tokens the smaller reserve cannot keep with it (Share.prefill),
+ * parts of a token included: moved in whole tokens, the part was lost
+ * at every move (up to a token per replica whose body opened). */
+START_TEST(state_capacity_moves_with_its_tokens)
+{
+	rep r[2];
+	allot__state *st = two_that_wait(r);
+	double moved = 0, lost = 0;
+	for (int i = 0; i < 6; i++) {
+		vclock += 100000000ull;
+		allot__state_tick(st);
+		for (int j = 0; j < 2; j++) {
+			Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+			kr.key = 1;
+			kr.consumed = 37 + 11 * (uint64_t) j;
+			kr.tail = true;
+			double before = quota_a(st).reserve_level;
+			double p0 = r[j].prefill;
+			sync_send(st, &r[j], &kr, false);
+			double gave = before - quota_a(st).reserve_level;
+			moved += r[j].prefill - p0;
+			lost += fabs(gave - (r[j].prefill - p0));
+		}
+	}
+	ck_assert_msg(moved > 1, "%.2f tokens moved", moved);
+	ck_assert_msg(lost < 1e-9,
+	    "%.3f tokens left the reserve and reached no bucket (%.3f moved)",
+	    lost, moved);
+	allot__state_destroy(st);
+}
+END_TEST
+
 static Suite *
 registry_suite(void)
 {
@@ -944,6 +979,7 @@ registry_suite(void)
 	tcase_add_test(ts, state_reserve_keeps_its_refill);
 	tcase_add_test(ts, state_birth_opens_bodies);
 	tcase_add_test(ts, state_body_falls_through_bursts);
+	tcase_add_test(ts, state_capacity_moves_with_its_tokens);
 	tcase_add_test(ts, state_ceiling_own_allowance);
 	suite_add_tcase(s, ts);
 	return s;

@@ -253,12 +253,15 @@ allot__central_shrink(allot__state *st, service *svc, size_t q, double dr,
 	sq->rsv_burst -= nonneg(db);
 	/* The tokens the smaller capacity cannot keep go with it, to the
 	 * replica whose burst grew (Share.prefill): capacity moves, and
-	 * its tokens with it. Those the ceiling's reserve does not hold
-	 * too are not there to move. */
+	 * its tokens with it, parts of a token included (the agent adds
+	 * them as they are). Those the ceiling's reserve does not hold
+	 * too are not there to move. Moved in whole tokens, the parts
+	 * were lost at every move: up to a token per replica whose body
+	 * opened (4 tokens of `onoff` seed 18's start-up). */
 	double moved = nonneg(sq->rsv_level - nonneg(sq->rsv_burst));
 	if (ceiling)
 		moved = fmin(moved, svc->crsv_level);
-	moved = floor(fmin(moved, nonneg(db)));
+	moved = fmin(moved, nonneg(db));
 	sq->rsv_level -= moved;
 	if (sq->rsv_level > nonneg(sq->rsv_burst))
 		sq->rsv_level = nonneg(sq->rsv_burst);

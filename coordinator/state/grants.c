@@ -459,7 +459,7 @@ allot__grant(
 	 * first (central.c), so the two never hold the same capacity. */
 	double moved = allot__central_shrink(st, svc, (size_t) key->q,
 	    key_hold(key) - h0, key->hold_burst - hb0, now_ns(st));
-	if (moved >= 1)
+	if (moved > 0)
 		key->loan_prefill += moved;
 	/* What its bucket may drop now, and give back (central.c). */
 	double was = !fresh ?
