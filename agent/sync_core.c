@@ -352,6 +352,42 @@ allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
  * coordinator grants increases only from headroom, so a newcomer may get
  * nothing until others have given back): the bucket then denies, with
  * the sync interval as the retry hint, until the next reply. */
+/* Below this a level above the burst is rounding, not a drop. */
+#define DROP_EPS 1e-6
+
+/* When its callers wait for a central reserve, what a lower `burst`
+ * drops of the `level` a key's bucket holds goes back to the reserve
+ * (KeyReport.returned, or AskKey.returned), which is the place for it;
+ * it is nowhere until the next Sync says so (the first Welcome closes
+ * the bucket the agent started with, a burst moves on). In whole
+ * tokens, rounded up while the bucket stays open (`open`) with room
+ * below its new burst for the rest of the last one, which it gives up
+ * too: rounded down, the part above a whole token was lost at every
+ * drop (about a token per replica whose body shrank: 8 of `allot-sim
+ * -s onoff --seed 18`'s start-up). The part the bucket still has to
+ * give up after the install, or 0. At most the tokens taken while the
+ * allowance changes hands are counted twice. */
+static double
+drop_to(syncc *s, uint32_t key, double level, double burst, bool open)
+{
+	double x = level - burst;
+	if (!(x > DROP_EPS))
+		return 0;
+	double whole = ceil(x - DROP_EPS), part = whole - x;
+	if (!open || part > burst) {
+		whole = floor(x);
+		part = 0;
+	}
+	if (whole < 1)
+		return 0;
+	/* More than it keeps: said after T/8 rather than T. */
+	if (x > burst)
+		s->returning = true;
+	s->q[key].returned += (uint64_t) whole;
+	allot__ledger_out(&s->q[key].ledger, whole);
+	return part > 0 ? part : 0;
+}
+
 static void
 install_share(syncc *s, uint32_t key, double rate, double burst)
 {
@@ -360,33 +396,21 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	allot__ledger *l = &s->q[key].ledger;
 	bool waits = allot__quota_waits(a, q);
 	uint64_t now = allot__agent_now(a);
-	double level = 0;
+	double level = 0, part = 0;
 	if (waits) {
-		/* When its callers wait for a central reserve, what a lower
-		 * burst drops goes back to the reserve (KeyReport.returned,
-		 * or AskKey.returned): at most the tokens taken while the
-		 * allowance changes hands are counted twice. */
 		level = allot__bucket_level(&q->bucket, now);
-		if (level > burst + 1) {
-			/* More than it keeps: the reserve is the place for
-			 * it, and it is nowhere until the next Sync says so
-			 * (the first Welcome closes the bucket the agent
-			 * started with, a burst moves on). */
-			if (level - burst > burst)
-				s->returning = true;
-			s->q[key].returned += (uint64_t) (level - burst);
-			allot__ledger_out(
-			    l, (double) (uint64_t) (level - burst));
-			level = burst;
-		}
-		allot__ledger_rate(l, rate, now);
 		/* A closed bucket opens empty: while it was closed its part
 		 * of the quota was the reserve's, which may have served it
 		 * to anyone since (the reserve moves tokens to it, Share.
 		 * prefill, rather than it refilling on its own). */
 		allot__allowance cur;
 		allot__bucket_get(&q->bucket, &cur);
-		if (cur.mode == ALLOT__MODE_CLOSED && rate > 0) {
+		bool opens = cur.mode == ALLOT__MODE_CLOSED && rate > 0;
+		part = drop_to(s, key, level, burst, rate > 0 && !opens);
+		if (level > burst)
+			level = burst;
+		allot__ledger_rate(l, rate, now);
+		if (opens) {
 			allot__bucket_empty(&q->bucket, now);
 			level = 0;
 		}
@@ -407,6 +431,10 @@ install_share(syncc *s, uint32_t key, double rate, double burst)
 	own.burst = s->q[key].share_own_burst;
 	bool has_own = rate > 0 && own.rate > 0 && own.burst > 0;
 	s->in.install(s->in.ctx, key, &al, has_own ? &own : NULL);
+	if (part > 0) {
+		allot__bucket_take_part(&q->bucket, part, now);
+		level -= part;
+	}
 	/* What it gave back and has not said so yet is still its own: a
 	 * bucket with room takes it back, rather than the reserve receiving
 	 * it once the capacity for it has moved here. */

@@ -961,6 +961,52 @@ START_TEST(state_capacity_moves_with_its_tokens)
 }
 END_TEST
 
+/* A burst that falls drops what its bucket held above it, and the agent
+ * gives it back in whole tokens, the last one rounded up (the rest of
+ * it taken from below the new burst, agent/sync_core.c): allotd takes
+ * all of it back, up to what the grants fell by rounded up. */
+START_TEST(state_drop_returns_whole_tokens)
+{
+	rep r[2];
+	allot__state *st = two_that_wait(r);
+	const uint64_t busy[2] = { 50, 0 }, idle[2] = { 0, 0 };
+	for (int i = 0; i < 6; i++)
+		round_waiting(st, r, busy);
+	/* What its bucket could still give back from before (its start)
+	 * given back, so that from here it is what the grants fall by. */
+	Allot__V1__KeyReport all = ALLOT__V1__KEY_REPORT__INIT;
+	all.key = 1;
+	all.tail = true;
+	all.returned = 100000;
+	sync_send(st, &r[0], &all, false);
+	double given = 0, taken = 0;
+	for (int i = 0; i < 20; i++) {
+		double was = r[0].burst;
+		round_waiting(st, r, idle);
+		if (!(r[0].burst < was - 1e-6))
+			continue;
+		/* Its bucket was full: it drops was - burst, and says so in
+		 * its next Sync, by when r1 has drained the reserve. */
+		uint64_t back = (uint64_t) ceil(was - r[0].burst - 1e-6);
+		vclock += 1000000ull;
+		ask1(st, &r[1], 100000, 1, 0);
+		Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+		kr.key = 1;
+		kr.tail = true;
+		kr.returned = back;
+		double before = quota_a(st).reserve_level;
+		sync_send(st, &r[0], &kr, false);
+		given += (double) back;
+		taken += quota_a(st).reserve_level - before;
+	}
+	ck_assert_msg(given >= 2, "%.0f tokens given back", given);
+	ck_assert_msg(fabs(taken - given) < 1e-9,
+	    "%.3f of %.0f tokens given back reached the reserve", taken,
+	    given);
+	allot__state_destroy(st);
+}
+END_TEST
+
 static Suite *
 registry_suite(void)
 {
@@ -980,6 +1026,7 @@ registry_suite(void)
 	tcase_add_test(ts, state_birth_opens_bodies);
 	tcase_add_test(ts, state_body_falls_through_bursts);
 	tcase_add_test(ts, state_capacity_moves_with_its_tokens);
+	tcase_add_test(ts, state_drop_returns_whole_tokens);
 	tcase_add_test(ts, state_ceiling_own_allowance);
 	suite_add_tcase(s, ts);
 	return s;

@@ -161,8 +161,10 @@ allot__central_give_back(
 	if (tokens == 0 || key->q < 0 ||
 	    !allot__central_on(st, (size_t) key->q))
 		return;
-	double back = fmin((double) tokens, key->returnable);
-	key->returnable -= back;
+	/* An agent gives back whole tokens, the last one rounded up (the
+	 * rest of it from below its new burst, agent/sync_core.c). */
+	double back = fmin((double) tokens, ceil(key->returnable - 1e-6));
+	key->returnable = nonneg(key->returnable - back);
 	svc->q[key->q].rsv_returned += back;
 }
 
