@@ -60,6 +60,7 @@ allot__ledger_close(allot__ledger *l, allot__qrt *q, double level,
 	 * not have yet: the difference is not a discard. */
 	bool leased = atomic_load(&q->bucket.leased) != 0;
 	uint64_t overflow = 0;
+	double part = 0;
 	if (l->mark_ns != 0 && !leased && rate > 0 && rate == l->rate) {
 		allot__ledger_rate(l, rate, now);
 		double local = (double) (spent - l->spent) -
@@ -67,11 +68,19 @@ allot__ledger_close(allot__ledger *l, allot__qrt *q, double level,
 		double d = l->level + l->produced + l->in +
 		    (double) (int64_t) (deposited - l->deposited) /
 		        ALLOT__DEPOSIT_ONE -
-		    l->out - local - level;
+		    l->out - local - level + l->part;
 		/* Whole tokens, and never more than the refill produced:
-		 * rounding and a take racing the reads only lower it. */
+		 * rounding and a take racing the reads only lower it. The
+		 * part of a token goes to the next report: dropped, a bucket
+		 * that discards less than a token per report (a body whose
+		 * rate is about its traffic's) gave back nothing (`allot-sim
+		 * -s ramp`, worst of 20 seeds, 0.66 -> 0.39 % under-admitted).
+		 */
+		d = fmin(d, l->produced + l->part);
 		if (d >= 1)
-			overflow = (uint64_t) floor(fmin(d, l->produced));
+			overflow = (uint64_t) floor(d);
+		part = d - (double) overflow;
+		part = part > 0 && part < 1 ? part : 0;
 	}
 	*l = (allot__ledger) {
 		.mark_ns = leased || !(rate > 0) ? 0 : now,
@@ -81,6 +90,7 @@ allot__ledger_close(allot__ledger *l, allot__qrt *q, double level,
 		.deposited = deposited,
 		.rate = rate,
 		.rate_ns = now,
+		.part = part,
 	};
 	return overflow;
 }

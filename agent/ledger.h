@@ -36,6 +36,7 @@ typedef struct allot__ledger {
 	uint64_t rate_ns;
 	double produced; /* refill since the mark */
 	double in, out; /* put in, taken out, by the engine */
+	double part; /* discarded, less than a token, not reported yet */
 } allot__ledger;
 
 /* The allowance in force changes to refill `rate` (0: not a limiting
@@ -50,7 +51,9 @@ void allot__ledger_out(allot__ledger *l, double tokens);
 void allot__ledger_reset(allot__ledger *l);
 
 /* At a report: the whole tokens quota `q`'s bucket discarded since the
- * last one, and the ledger marked again at `now`. `level` is the
+ * last one, the part of a token left over from the reports before
+ * included (the rest of it is carried to the next), and the ledger
+ * marked again at `now`. `level` is the
  * bucket's level at `now`, read before `spent`, its callers' spent
  * tokens (every path): a take between the two reads then only lowers
  * the figure. */
