@@ -6,7 +6,7 @@
  * replicas, the leftover spread, newcomers claiming the average, the
  * dead band (and targets it no longer holds below their mark, and the
  * burst budget it never leaves unallotted), a quota short on its
- * bodies cut in proportion, sums
+ * bodies cut in proportion, the body's window of short intervals, sums
  * that never exceed R, B, the burst budget or the ceiling over
  * thousands of random rounds, bursts split with no replica
  * weighed below its equal part, the long-run part of the traffic
@@ -311,6 +311,33 @@ START_TEST(short_bodies_cut_in_proportion)
 	p.headroom = 0;
 	run(&p, &q, 1, 0);
 	ck_assert_double_eq_tol(sl[1].rate, 14, 1e-6);
+}
+END_TEST
+
+/* A replica that waits for the reserve holds the body of its traffic:
+ * four intervals of its rate, intervals of at most 100 ms. At T = 1 s
+ * four intervals held 4 s of every replica's rate out of the reserve's
+ * reach, and the tail path refused more than local only. */
+START_TEST(body_window_counts_short_intervals)
+{
+	allot__alloc_policy p = exact_policy();
+	allot__alloc_slot sl[2];
+	allot__alloc_quota q;
+	const double T[3] = { 0.05, 0.1, 1.0 }, want[3] = { 20, 40, 40 };
+	for (int t = 0; t < 3; t++) {
+		one_quota(&q, sl, 2, (double[]) { 100, 100 }, 1000, 1000);
+		all_wait(&q, sl, 2);
+		allot__alloc_service svc = {
+			.quotas = &q, .nquotas = 1, .interval_s = T[t]
+		};
+		ck_assert_int_eq(allot__alloc_compute(&p, &svc), ALLOT_OK);
+		for (int i = 0; i < 2; i++) {
+			ck_assert_double_eq_tol(sl[i].rate, 100, 1e-9);
+			ck_assert_msg(fabs(sl[i].burst - want[t]) < 1e-9,
+			    "T = %.2f s: a burst of %.1f for a body of 100/s",
+			    T[t], sl[i].burst);
+		}
+	}
 }
 END_TEST
 
@@ -673,6 +700,7 @@ alloc_suite(void)
 	tcase_add_test(tc, deadband_spends_the_burst_budget);
 	tcase_add_test(tc, deadband_lifts_to_mark);
 	tcase_add_test(tc, short_bodies_cut_in_proportion);
+	tcase_add_test(tc, body_window_counts_short_intervals);
 	tcase_add_test(tc, sums_never_exceed);
 	tcase_add_test(tc, burst_split);
 	tcase_add_test(tc, slow_share_claimed);

@@ -39,6 +39,9 @@ typedef enum allot__alloc_kind {
 #define ALLOT__ALLOC_NOISE_Z 2.0
 #define ALLOT__ALLOC_LOAN_FRAC 0.3
 #define ALLOT__ALLOC_BODY_INTERVALS 4.0
+/* The longest interval a body counts: its window is BODY_INTERVALS
+ * intervals of at most this many seconds (docs/allocation.md). */
+#define ALLOT__ALLOC_BODY_INTERVAL_MAX_S 0.1
 #define ALLOT__ALLOC_CENTRAL_POOL 0.1
 
 typedef struct allot__alloc_policy {
@@ -81,7 +84,8 @@ typedef struct allot__alloc_policy {
 	 * its local bucket is short of in one round trip (the tail path).
 	 * Its replicas' rates are their claims, not the claims with the
 	 * leftover spread over them, and their bursts cover body_intervals
-	 * sync intervals at that rate: the rest of the allowance refills
+	 * sync intervals at that rate (intervals of at most
+	 * ALLOT__ALLOC_BODY_INTERVAL_MAX_S): the rest of the allowance refills
 	 * the reserve and the rest of the budget is its capacity. false:
 	 * every quota is local only (loans still move tokens). */
 	bool central;
