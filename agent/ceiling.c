@@ -165,22 +165,32 @@ allot__ceiling_leave(allot_agent *a, allot__qrt *q, uint64_t now)
 		allot__bucket_take_part(lb, keep, now);
 }
 
+/* The level's bucket when quota `q` runs its own allowance inside it
+ * (tokens moved in or out of q's bucket move in the level too); NULL
+ * otherwise. */
+static allot__bucket *
+level_of(allot_agent *a, const allot__qrt *q)
+{
+	return atomic_load_explicit(&q->owned, memory_order_relaxed) &&
+	        allot__ceiling_member(a, q) ?
+	    &a->quotas[a->ceil_q].bucket :
+	    NULL;
+}
+
 void
 allot__ceiling_adjust(
     allot_agent *a, const allot__qrt *q, int64_t tokens, uint64_t now)
 {
-	if (atomic_load_explicit(&q->owned, memory_order_relaxed) &&
-	    allot__ceiling_member(a, q))
-		allot__bucket_adjust(
-		    &a->quotas[a->ceil_q].bucket, tokens, now);
+	allot__bucket *lb = level_of(a, q);
+	if (lb != NULL)
+		allot__bucket_adjust(lb, tokens, now);
 }
 
 void
 allot__ceiling_deposit(
     allot_agent *a, const allot__qrt *q, double tokens, uint64_t now)
 {
-	if (atomic_load_explicit(&q->owned, memory_order_relaxed) &&
-	    allot__ceiling_member(a, q))
-		allot__bucket_deposit(
-		    &a->quotas[a->ceil_q].bucket, tokens, now);
+	allot__bucket *lb = level_of(a, q);
+	if (lb != NULL)
+		allot__bucket_deposit(lb, tokens, now);
 }

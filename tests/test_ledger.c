@@ -18,16 +18,21 @@
 #define MS 1000000ull
 #define S 1000000000ull
 
+/* A quota whose bucket refills 5 tokens/s up to 10, and its ledger,
+ * started at `now` with the bucket at `level`. */
 static allot__qrt *
-mkquota(double rate, double burst)
+start(allot__ledger *l, double level, uint64_t now)
 {
 	allot__qrt *q = aligned_alloc(64, sizeof *q);
 	ck_assert_ptr_nonnull(q);
 	memset(q, 0, sizeof *q);
 	allot__allowance a = {
-		.rate = rate, .burst = burst, .mode = ALLOT__MODE_LIMIT
+		.rate = 5, .burst = 10, .mode = ALLOT__MODE_LIMIT
 	};
 	allot__bucket_init(&q->bucket, &a);
+	memset(l, 0, sizeof *l);
+	allot__ledger_rate(l, 5, now);
+	ck_assert_uint_eq(allot__ledger_close(l, q, level, 0, now), 0);
 	return q;
 }
 
@@ -36,12 +41,9 @@ mkquota(double rate, double burst)
  * not none. */
 START_TEST(parts_of_a_discard_add_up)
 {
-	allot__qrt *q = mkquota(5, 10);
 	allot__ledger l;
-	memset(&l, 0, sizeof l);
 	uint64_t now = 10 * S;
-	allot__ledger_rate(&l, 5, now);
-	ck_assert_uint_eq(allot__ledger_close(&l, q, 10, 0, now), 0);
+	allot__qrt *q = start(&l, 10, now);
 	uint64_t sum = 0;
 	for (int i = 1; i <= 10; i++) {
 		now += 100 * MS;
@@ -59,12 +61,9 @@ END_TEST
  * reports nothing, and leaves no part over. */
 START_TEST(spent_refill_is_no_discard)
 {
-	allot__qrt *q = mkquota(5, 10);
 	allot__ledger l;
-	memset(&l, 0, sizeof l);
 	uint64_t now = 10 * S;
-	allot__ledger_rate(&l, 5, now);
-	allot__ledger_close(&l, q, 2, 0, now);
+	allot__qrt *q = start(&l, 2, now);
 	uint64_t spent = 0;
 	for (int i = 0; i < 10; i++) {
 		now += 100 * MS;
