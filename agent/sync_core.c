@@ -348,10 +348,6 @@ allot__syncc_leave(syncc *s, void **ret_buf, size_t *ret_len)
 
 /* ---- allowances ---- */
 
-/* Install one coordinator allowance. A zero rate is a real answer (the
- * coordinator grants increases only from headroom, so a newcomer may get
- * nothing until others have given back): the bucket then denies, with
- * the sync interval as the retry hint, until the next reply. */
 /* Below this a level above the burst is rounding, not a drop. */
 #define DROP_EPS 1e-6
 
@@ -388,6 +384,10 @@ drop_to(syncc *s, uint32_t key, double level, double burst, bool open)
 	return part > 0 ? part : 0;
 }
 
+/* Install one coordinator allowance. A zero rate is a real answer (the
+ * coordinator grants increases only from headroom, so a newcomer may get
+ * nothing until others have given back): the bucket then denies, with
+ * the sync interval as the retry hint, until the next reply. */
 static void
 install_share(syncc *s, uint32_t key, double rate, double burst)
 {
