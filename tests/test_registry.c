@@ -851,6 +851,20 @@ START_TEST(state_reserve_keeps_its_refill)
 }
 END_TEST
 
+/* `r`'s Sync reporting `consumed` tokens admitted on key "a" and
+ * `returned` given back to its reserve, its callers waiting (neither:
+ * an idle Sync). */
+static void
+sync_waiting(allot__state *st, rep *r, uint64_t consumed, uint64_t returned)
+{
+	Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
+	kr.key = 1;
+	kr.consumed = consumed;
+	kr.returned = returned;
+	kr.tail = true;
+	sync_send(st, r, consumed > 0 || returned > 0 ? &kr : NULL, false);
+}
+
 /* A round of 100 ms: a tick, then each replica's Sync reporting its
  * `tokens` admitted on key "a" (none: an idle Sync), its callers
  * waiting. */
@@ -859,13 +873,8 @@ round_waiting(allot__state *st, rep r[2], const uint64_t tokens[2])
 {
 	vclock += 100000000ull;
 	allot__state_tick(st);
-	for (int j = 0; j < 2; j++) {
-		Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-		kr.key = 1;
-		kr.consumed = tokens[j];
-		kr.tail = true;
-		sync_send(st, &r[j], tokens[j] > 0 ? &kr : NULL, false);
-	}
+	for (int j = 0; j < 2; j++)
+		sync_waiting(st, &r[j], tokens[j], 0);
 }
 
 /* At a service's birth no replica's demand is known, and a replica
@@ -941,13 +950,9 @@ START_TEST(state_capacity_moves_with_its_tokens)
 		vclock += 100000000ull;
 		allot__state_tick(st);
 		for (int j = 0; j < 2; j++) {
-			Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-			kr.key = 1;
-			kr.consumed = 37 + 11 * (uint64_t) j;
-			kr.tail = true;
 			double before = quota_a(st).reserve_level;
 			double p0 = r[j].prefill;
-			sync_send(st, &r[j], &kr, false);
+			sync_waiting(st, &r[j], 37 + 11 * (uint64_t) j, 0);
 			double gave = before - quota_a(st).reserve_level;
 			moved += r[j].prefill - p0;
 			lost += fabs(gave - (r[j].prefill - p0));
@@ -974,11 +979,7 @@ START_TEST(state_drop_returns_whole_tokens)
 		round_waiting(st, r, busy);
 	/* What its bucket could still give back from before (its start)
 	 * given back, so that from here it is what the grants fall by. */
-	Allot__V1__KeyReport all = ALLOT__V1__KEY_REPORT__INIT;
-	all.key = 1;
-	all.tail = true;
-	all.returned = 100000;
-	sync_send(st, &r[0], &all, false);
+	sync_waiting(st, &r[0], 0, 100000);
 	double given = 0, taken = 0;
 	for (int i = 0; i < 20; i++) {
 		double was = r[0].burst;
@@ -990,12 +991,8 @@ START_TEST(state_drop_returns_whole_tokens)
 		uint64_t back = (uint64_t) ceil(was - r[0].burst - 1e-6);
 		vclock += 1000000ull;
 		ask1(st, &r[1], 100000, 1, 0);
-		Allot__V1__KeyReport kr = ALLOT__V1__KEY_REPORT__INIT;
-		kr.key = 1;
-		kr.tail = true;
-		kr.returned = back;
 		double before = quota_a(st).reserve_level;
-		sync_send(st, &r[0], &kr, false);
+		sync_waiting(st, &r[0], 0, back);
 		given += (double) back;
 		taken += quota_a(st).reserve_level - before;
 	}
